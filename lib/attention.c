@@ -1,0 +1,2 @@
+/* attention.c — placeholder, being written. */
+typedef int qmla_placeholder_attention;

@@ -1,0 +1,2 @@
+/* results.c — placeholder, being written. */
+typedef int qmla_placeholder_results;

@@ -1,0 +1,59 @@
+/* status.c — the error record (see include/qmla/status.h). */
+#include "qmla/status.h"
+#include "qmla_config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+int qmla_error_set(qmla_error *err, int status, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->status = status;
+    }
+    return status;
+}
+
+int qmla_error_prefix(qmla_error *err, const char *fmt, ...)
+{
+    if (!err)
+        return QMLA_OK;
+    char head[QMLA_ERRMSG_MAX], old[QMLA_ERRMSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(head, sizeof head, fmt, ap);
+    va_end(ap);
+    memcpy(old, err->msg, sizeof old);
+    snprintf(err->msg, sizeof err->msg, "%s%s", head, old);
+    return err->status;
+}
+
+void qmla_error_clear(qmla_error *err)
+{
+    if (err) {
+        err->status = QMLA_OK;
+        err->msg[0] = '\0';
+    }
+}
+
+const char *qmla_status_name(int status)
+{
+    switch (status) {
+    case QMLA_OK: return "OK";
+    case QMLA_EINVAL: return "EINVAL";
+    case QMLA_EIO: return "EIO";
+    case QMLA_EFORMAT: return "EFORMAT";
+    case QMLA_ENONFINITE: return "ENONFINITE";
+    case QMLA_ERANGE: return "ERANGE";
+    case QMLA_ENOMEM: return "ENOMEM";
+    case QMLA_EMISMATCH: return "EMISMATCH";
+    case QMLA_EINTERNAL: return "EINTERNAL";
+    default: return "EUNKNOWN";
+    }
+}
+
+const char *qmla_version(void) { return QMLA_VERSION; }

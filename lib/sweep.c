@@ -1,0 +1,2 @@
+/* sweep.c — placeholder, being written. */
+typedef int qmla_placeholder_sweep;

@@ -1,0 +1,2 @@
+/* synth.c — placeholder, being written. */
+typedef int qmla_placeholder_synth;
