@@ -1,1 +1,204 @@
-/* placeholder */
+/* cli_util.c — option parsing, error reporting and progress for `qmla`. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int cli_fail(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "qmla %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return QMLA_EXIT_USAGE;
+}
+
+int cli_lib_error(const char *cmd, const qmla_error *err)
+{
+    fprintf(stderr, "qmla %s: error (%s): %s\n", cmd,
+            qmla_status_name(err->status), err->msg);
+    return QMLA_EXIT_USAGE;
+}
+
+int cli_parse_long(const char *s, long lo, long hi, long *v)
+{
+    if (!s || !*s)
+        return -1;
+    char *end;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (errno || *end || x < lo || x > hi)
+        return -1;
+    *v = x;
+    return 0;
+}
+
+int cli_parse_double(const char *s, double *v)
+{
+    if (!s || !*s)
+        return -1;
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (errno || *end || !isfinite(x))
+        return -1;
+    *v = x;
+    return 0;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+int cli_parse_int_list(const char *s, int **out, size_t *n, char *msg,
+                       size_t len)
+{
+    *out = NULL;
+    *n = 0;
+    size_t cap = 16, cnt = 0;
+    int *v = malloc(cap * sizeof *v);
+    char *copy = strdup(s);
+    if (!v || !copy) {
+        free(v);
+        free(copy);
+        snprintf(msg, len, "out of memory");
+        return -1;
+    }
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        long a, b;
+        char *dash = strchr(tok + (tok[0] == '-' ? 1 : 0), '-');
+        if (dash) {
+            *dash = '\0';
+            if (cli_parse_long(tok, 0, 1 << 20, &a) ||
+                cli_parse_long(dash + 1, 0, 1 << 20, &b) || b < a) {
+                snprintf(msg, len, "bad range \"%s-%s\" (expected A-B, 0 <= A <= B)",
+                         tok, dash + 1);
+                goto fail;
+            }
+        } else {
+            if (cli_parse_long(tok, 0, 1 << 20, &a)) {
+                snprintf(msg, len, "bad index \"%s\" (expected a non-negative integer)",
+                         tok);
+                goto fail;
+            }
+            b = a;
+        }
+        for (long x = a; x <= b; x++) {
+            if (cnt == cap) {
+                cap *= 2;
+                int *nv = realloc(v, cap * sizeof *v);
+                if (!nv) {
+                    snprintf(msg, len, "out of memory");
+                    goto fail;
+                }
+                v = nv;
+            }
+            v[cnt++] = (int)x;
+        }
+    }
+    if (cnt == 0) {
+        snprintf(msg, len, "empty list \"%s\"", s);
+        goto fail;
+    }
+    qsort(v, cnt, sizeof *v, cmp_int);
+    size_t u = 0;
+    for (size_t k = 0; k < cnt; k++)
+        if (u == 0 || v[u - 1] != v[k])
+            v[u++] = v[k];
+    free(copy);
+    *out = v;
+    *n = u;
+    return 0;
+fail:
+    free(v);
+    free(copy);
+    return -1;
+}
+
+int cli_split_list(const char *s, char ***out, size_t *n, char **buf)
+{
+    *buf = strdup(s);
+    size_t cap = 1;
+    for (const char *p = s; *p; p++)
+        cap += *p == ',';
+    *out = calloc(cap, sizeof **out);
+    if (!*buf || !*out)
+        return -1;
+    size_t cnt = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(*buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save))
+        (*out)[cnt++] = tok;
+    *n = cnt;
+    return cnt ? 0 : -1;
+}
+
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void cli_progress_init(cli_progress *p, const char *label)
+{
+    p->tty = isatty(STDERR_FILENO);
+    p->t0 = cli_now();
+    p->resumed = (size_t)-1;
+    p->label = label;
+}
+
+static void fmt_time(double s, char *out, size_t len)
+{
+    if (!(s >= 0) || s > 1e7) {
+        snprintf(out, len, "--:--");
+        return;
+    }
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(out, len, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+    else
+        snprintf(out, len, "%02ld:%02ld", t / 60, t % 60);
+}
+
+void cli_progress_update(cli_progress *p, size_t done, size_t total)
+{
+    if (p->resumed == (size_t)-1) {
+        p->resumed = done; /* first call: items found complete */
+        p->t0 = cli_now();
+    }
+    if (!p->tty || total == 0)
+        return;
+    const double el = cli_now() - p->t0;
+    const size_t fresh = done - p->resumed, left = total - done;
+    const double eta = fresh ? el / (double)fresh * (double)left : -1.0;
+    char e1[32], e2[32];
+    fmt_time(el, e1, sizeof e1);
+    fmt_time(eta, e2, sizeof e2);
+    const int width = 30;
+    const int fill = (int)((double)width * (double)done / (double)total);
+    char bar[64];
+    for (int i = 0; i < width; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[width] = '\0';
+    fprintf(stderr, "\r%s [%s] %zu/%zu  elapsed %s  eta %s ", p->label, bar,
+            done, total, e1, e2);
+    fflush(stderr);
+}
+
+void cli_progress_end(cli_progress *p)
+{
+    if (p->tty)
+        fputc('\n', stderr);
+}

@@ -1,1 +1,205 @@
-/* placeholder */
+/* cmd_sweep.c — `qmla sweep`: the matched-NMSE study (paper §2.2, App. B.1,
+ * Table 4) on a capture, with resume and an atomic results file. */
+#include "cli.h"
+#include "qmla/capture.h"
+#include "qmla/results.h"
+#include "qmla/sweep.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+static volatile sig_atomic_t interrupted = 0;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+static void help(FILE *f)
+{
+    fprintf(f,
+        "usage: qmla sweep CAPTURE.h5 -o RESULTS.h5 [--bits 4] [--group 64]\n"
+        "                  [--nmse 0.01] [--meta f16|f32] [--layers 0-3,7]\n"
+        "                  [--cells a,b] [--threads N] [-v] [--verify] [--force]\n"
+        "\n"
+        "Matched-NMSE perturbation study (docs/math.md §3-4): for every layer,\n"
+        "cell and sequence, quantize one cache path at a time (content latent or\n"
+        "RoPE key), rescale the quantization error to cache NMSE --nmse, and\n"
+        "measure the attention-output NMSE, the response R = NMSE_out/NMSE_cache\n"
+        "and the output NMSE of each finite error route (matching, aggregation,\n"
+        "interaction). Writes qmla-results v1 (docs/results-format.md) and prints\n"
+        "a Table-4-style summary (per layer with -v).\n"
+        "\n"
+        "  -o RESULTS.h5   output (written atomically at the end)\n"
+        "  --bits B        2, 3, 4 or 8 (default 4)\n"
+        "  --group G       channels per quantization group (default 64)\n"
+        "  --nmse NU       target cache NMSE (default 0.01)\n"
+        "  --meta M        f16 (default) or f32 scale/minimum metadata\n"
+        "  --layers LIST   layer indices, e.g. 0-3,7 (default all)\n"
+        "  --cells LIST    cell names, e.g. prose-s0,code-s1 (default all)\n"
+        "  --threads N     threads (default 1)\n"
+        "  -v              per-layer summary rows\n"
+        "  --verify        also recompute every perturbed output with a full\n"
+        "                  forward and report the worst route-identity residual\n"
+        "  --force         discard a journal or results file of other parameters\n"
+        "\n"
+        "Resume: finished items are journaled in RESULTS.h5.journal; interrupt\n"
+        "(Ctrl-C) and rerun the same command to continue. An existing RESULTS.h5\n"
+        "of the same capture and parameters is extended, not recomputed.\n"
+        "example: qmla sweep data/tiny-mla.h5 -o results.h5 --threads 2 -v\n");
+}
+
+static int progress(void *ctx, size_t done, size_t total, size_t resumed)
+{
+    cli_progress *p = ctx;
+    (void)resumed;
+    cli_progress_update(p, done, total);
+    return interrupted;
+}
+
+int cmd_sweep(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"output", required_argument, 0, 'o'}, {"bits", required_argument, 0, 'b'},
+        {"group", required_argument, 0, 'g'},  {"nmse", required_argument, 0, 'n'},
+        {"meta", required_argument, 0, 'm'},   {"layers", required_argument, 0, 'L'},
+        {"cells", required_argument, 0, 'c'},  {"threads", required_argument, 0, 'j'},
+        {"verify", no_argument, 0, 'V'},       {"force", no_argument, 0, 'f'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+    qmla_sweep_opts o;
+    memset(&o, 0, sizeof o);
+    o.params = qmla_sweep_defaults();
+    o.threads = 1;
+    const char *out = NULL, *layers_arg = NULL, *cells_arg = NULL;
+    int verbose = 0, ch;
+    long v;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "o:vh", lo, NULL)) != -1) {
+        switch (ch) {
+        case 'o': out = optarg; break;
+        case 'b':
+            if (cli_parse_long(optarg, 1, 64, &v) || (v != 2 && v != 3 && v != 4 && v != 8))
+                return cli_fail("sweep", "--bits: expected 2, 3, 4 or 8, found \"%s\"", optarg);
+            o.params.quant.bits = (int)v;
+            break;
+        case 'g':
+            if (cli_parse_long(optarg, 1, 1 << 20, &v))
+                return cli_fail("sweep", "--group: expected a positive integer, found \"%s\"", optarg);
+            o.params.quant.group = (int)v;
+            break;
+        case 'n':
+            if (cli_parse_double(optarg, &o.params.nmse) || !(o.params.nmse > 0))
+                return cli_fail("sweep", "--nmse: expected a positive number, found \"%s\"", optarg);
+            break;
+        case 'm':
+            if (!strcmp(optarg, "f16"))
+                o.params.quant.meta = QMLA_META_F16;
+            else if (!strcmp(optarg, "f32"))
+                o.params.quant.meta = QMLA_META_F32;
+            else
+                return cli_fail("sweep", "--meta: expected f16 or f32, found \"%s\"", optarg);
+            break;
+        case 'L': layers_arg = optarg; break;
+        case 'c': cells_arg = optarg; break;
+        case 'j':
+            if (cli_parse_long(optarg, 1, 1024, &v))
+                return cli_fail("sweep", "--threads: expected 1..1024, found \"%s\"", optarg);
+            o.threads = (int)v;
+            break;
+        case 'v': verbose = 1; break;
+        case 'V': o.verify = 1; break;
+        case 'f': o.force = 1; break;
+        case 'h': help(stdout); return QMLA_EXIT_OK;
+        default: help(stderr); return QMLA_EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1)
+        return cli_fail("sweep", "expected exactly one CAPTURE.h5 (see qmla sweep --help)");
+    if (!out)
+        return cli_fail("sweep", "missing -o RESULTS.h5");
+    const char *path = argv[optind];
+
+    qmla_sweep_selection sel;
+    memset(&sel, 0, sizeof sel);
+    int *layers = NULL;
+    char **cells = NULL, *cellbuf = NULL;
+    char msg[256];
+    if (layers_arg && cli_parse_int_list(layers_arg, &layers, &sel.n_layers, msg, sizeof msg))
+        return cli_fail("sweep", "--layers: %s", msg);
+    sel.layers = layers;
+    if (cells_arg) {
+        if (cli_split_list(cells_arg, &cells, &sel.n_cells, &cellbuf)) {
+            free(layers);
+            free(cells);
+            free(cellbuf);
+            return cli_fail("sweep", "--cells: empty list \"%s\"", cells_arg);
+        }
+        sel.cells = (const char *const *)cells;
+    }
+
+    qmla_error err;
+    qmla_error_clear(&err);
+    qmla_capture *cap = NULL;
+    int rc = QMLA_EXIT_OK;
+    if (qmla_capture_open(path, &cap, &err)) {
+        rc = cli_lib_error("sweep", &err);
+        goto out;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    cli_progress prog;
+    cli_progress_init(&prog, "sweep");
+    o.progress = progress;
+    o.progress_ctx = &prog;
+
+    const double t0 = cli_now();
+    qmla_summary s;
+    int stopped = 0;
+    int st = qmla_sweep_run(cap, &sel, &o, out, &s, &stopped, &err);
+    cli_progress_end(&prog);
+    if (stopped) {
+        fprintf(stderr, "qmla sweep: interrupted; finished items are kept in %s.journal — "
+                        "rerun the same command to resume\n", out);
+        rc = QMLA_EXIT_INTERRUPTED;
+        goto out;
+    }
+    if (st) {
+        rc = cli_lib_error("sweep", &err);
+        goto out;
+    }
+    const qmla_capture_config *cfg = qmla_capture_get_config(cap);
+    const size_t fresh = prog.resumed == (size_t)-1 ? 0 : prog.resumed;
+    printf("capture  %s  (%s)\n", path, cfg->model);
+    printf("quant    INT%d, group %d, %s metadata; error rescaled to cache NMSE %g\n",
+           o.params.quant.bits, o.params.quant.group,
+           o.params.quant.meta == QMLA_META_F32 ? "f32" : "f16", o.params.nmse);
+    printf("results  %s  (%zu layers%s; %.1f s%s)\n\n", out, s.n_layers,
+           s.n_degenerate ? ", some degenerate items excluded" : "", cli_now() - t0,
+           fresh ? ", resumed" : "");
+    if (verbose) {
+        printf("%5s  %16s  %16s  %8s\n", "layer", "content R_C", "RoPE R_P", "R_P/R_C");
+        for (size_t k = 0; k < s.n_layers; k++)
+            printf("%5d  %16.6g  %16.6g  %7.3fx\n", s.layer[k], s.response_content[k],
+                   s.response_rope[k], s.ratio[k]);
+        printf("\n");
+    }
+    printf("%-24s %16s  %16s  %8s\n", "", "content response", "RoPE response", "ratio");
+    printf("%-24s %16.6g  %16.6g  %7.3fx\n", "model mean over layers",
+           s.model_response_content, s.model_response_rope, s.model_ratio);
+    if (s.n_degenerate)
+        printf("(%zu degenerate items flagged and excluded from the means)\n", s.n_degenerate);
+    qmla_summary_free(&s);
+out:
+    if (cap)
+        qmla_capture_close(cap);
+    free(layers);
+    free(cells);
+    free(cellbuf);
+    return rc;
+}

@@ -1,1 +1,132 @@
-/* placeholder */
+/* cmd_synth.c — `qmla synth`: write a synthetic qmla-capture v1 file. */
+#include "cli.h"
+#include "qmla/synth.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void help(FILE *f)
+{
+    fprintf(f,
+        "usage: qmla synth -o FILE [--shape NAME] [--seed S] [--seqs N]\n"
+        "                  [--tokens T] [--layers L] [--cells C] [--f16]\n"
+        "                  [--gzip LEVEL] [--no-pre] [--threads N] [--force]\n"
+        "\n"
+        "Write a valid qmla-capture v1 file with random MLA tensors of a real\n"
+        "model's shape (root attribute synthetic = 1). The attention output is\n"
+        "computed by qmla from the stored tensors, so `qmla check` passes.\n"
+        "\n"
+        "  -o FILE        output capture (refused if it exists, unless --force)\n"
+        "  --shape NAME   one of the shapes below (default tiny)\n"
+        "  --seed S       RNG seed (GSL mt19937; default 1)\n"
+        "  --seqs N       sequences per cell (default 2)\n"
+        "  --tokens T     tokens per sequence (default 64)\n"
+        "  --layers L     layers to write (default: min(4, the model's))\n"
+        "  --cells C      cells (named synth-s0, synth-s1, ...; default 2)\n"
+        "  --f16          store tensors as float16 (check_tolerance 2e-3)\n"
+        "  --gzip LEVEL   chunk and compress datasets (0-9, default 0)\n"
+        "  --no-pre       omit k_rope_pre, q_rope_pre, rope_cos, rope_sin\n"
+        "  --threads N    threads for the attention (default 1)\n"
+        "\n"
+        "shapes (H, D, d_c, d_n/d_r/d_v, layers, softmax scale, rope layout):\n");
+    for (const qmla_shape *s = qmla_shapes(); s->name; s++)
+        fprintf(f, "  %-19s H %3d  D %4d  d_c %3d  %3d/%2d/%3d  L %2d  tau %.5f  %s\n",
+                s->name, s->H, s->D, s->d_c, s->d_n, s->d_r, s->d_v,
+                s->n_layers, s->tau, s->rope_pairing ? "half" : "interleaved");
+    fprintf(f, "\nexample: qmla synth -o syn.h5 --shape deepseek-v2-lite --tokens 512 --seqs 8\n");
+}
+
+int cmd_synth(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"output", required_argument, 0, 'o'}, {"shape", required_argument, 0, 's'},
+        {"seed", required_argument, 0, 'S'},   {"seqs", required_argument, 0, 'n'},
+        {"tokens", required_argument, 0, 't'}, {"layers", required_argument, 0, 'L'},
+        {"cells", required_argument, 0, 'c'},  {"f16", no_argument, 0, 'h' + 256},
+        {"gzip", required_argument, 0, 'z'},   {"no-pre", no_argument, 0, 'p'},
+        {"threads", required_argument, 0, 'j'}, {"force", no_argument, 0, 'f'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+    const char *out = NULL, *shape = "tiny";
+    qmla_synth_opts o;
+    memset(&o, 0, sizeof o);
+    o.seed = 1;
+    o.seqs = 2;
+    o.tokens = 64;
+    o.cells = 2;
+    o.with_pre = 1;
+    o.threads = 1;
+    int force = 0, layers = -1;
+    long v;
+    optind = 1;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
+        switch (ch) {
+        case 'o': out = optarg; break;
+        case 's': shape = optarg; break;
+        case 'S':
+            if (cli_parse_long(optarg, 0, 0x7fffffffL, &v))
+                return cli_fail("synth", "--seed: expected a non-negative integer, found \"%s\"", optarg);
+            o.seed = (unsigned long)v;
+            break;
+        case 'n':
+            if (cli_parse_long(optarg, 1, 1 << 16, &v))
+                return cli_fail("synth", "--seqs: expected 1..65536, found \"%s\"", optarg);
+            o.seqs = (int)v;
+            break;
+        case 't':
+            if (cli_parse_long(optarg, 1, 1 << 16, &v))
+                return cli_fail("synth", "--tokens: expected 1..65536, found \"%s\"", optarg);
+            o.tokens = (int)v;
+            break;
+        case 'L':
+            if (cli_parse_long(optarg, 1, 1000, &v))
+                return cli_fail("synth", "--layers: expected 1..1000, found \"%s\"", optarg);
+            layers = (int)v;
+            break;
+        case 'c':
+            if (cli_parse_long(optarg, 1, 1000, &v))
+                return cli_fail("synth", "--cells: expected 1..1000, found \"%s\"", optarg);
+            o.cells = (int)v;
+            break;
+        case 'h' + 256: o.float16 = 1; break;
+        case 'z':
+            if (cli_parse_long(optarg, 0, 9, &v))
+                return cli_fail("synth", "--gzip: expected 0..9, found \"%s\"", optarg);
+            o.gzip = (int)v;
+            break;
+        case 'p': o.with_pre = 0; break;
+        case 'j':
+            if (cli_parse_long(optarg, 1, 1024, &v))
+                return cli_fail("synth", "--threads: expected 1..1024, found \"%s\"", optarg);
+            o.threads = (int)v;
+            break;
+        case 'f': force = 1; break;
+        case 'h': help(stdout); return QMLA_EXIT_OK;
+        default: help(stderr); return QMLA_EXIT_USAGE;
+        }
+    }
+    if (optind < argc)
+        return cli_fail("synth", "unexpected argument \"%s\"", argv[optind]);
+    if (!out)
+        return cli_fail("synth", "missing -o FILE (see qmla synth --help)");
+    o.shape = qmla_shape_find(shape);
+    if (!o.shape)
+        return cli_fail("synth", "unknown shape \"%s\" (qmla synth --help lists them)", shape);
+    if (layers > o.shape->n_layers)
+        return cli_fail("synth", "--layers %d: shape %s has %d layers", layers,
+                        shape, o.shape->n_layers);
+    o.n_layers = layers > 0 ? layers : (o.shape->n_layers < 4 ? o.shape->n_layers : 4);
+    struct stat sb;
+    if (!force && stat(out, &sb) == 0)
+        return cli_fail("synth", "%s exists (use --force to overwrite)", out);
+    qmla_error err;
+    qmla_error_clear(&err);
+    if (qmla_synth_write(out, &o, &err))
+        return cli_lib_error("synth", &err);
+    printf("wrote %s: shape %s, %d layers, %d cells x %d seqs x %d tokens, seed %lu%s\n",
+           out, o.shape->name, o.n_layers, o.cells, o.seqs, o.tokens, o.seed,
+           o.float16 ? ", float16" : "");
+    return QMLA_EXIT_OK;
+}

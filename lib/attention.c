@@ -1,2 +1,277 @@
-/* attention.c — placeholder, being written. */
-typedef int qmla_placeholder_attention;
+/* attention.c — MLA attention in the absorbed form (include/qmla/attention.h,
+ * docs/math.md §1). Block-causal CBLAS products, OpenMP over heads, a
+ * vectorisable exp for the softmax, double accumulation of norms. */
+#include "qmla/attention.h"
+#include "qmla/capture.h"
+#include "qmla_config.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if QMLA_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+/* OpenBLAS extension (declared in its cblas.h; repeated for other CBLAS). */
+void openblas_set_num_threads(int num_threads);
+
+static int attn_threads = 1;
+
+void qmla_attn_set_threads(int threads)
+{
+    if (threads < 1)
+        threads = 1;
+    attn_threads = threads;
+    /* Parallelism comes from our OpenMP loops; each BLAS call runs on the
+     * calling thread only (deterministic, no oversubscription). */
+    openblas_set_num_threads(1);
+}
+
+int qmla_attn_get_threads(void) { return attn_threads; }
+
+#if QMLA_HAVE_OPENMP
+#define QMLA_OMP_FOR _Pragma("omp parallel for schedule(dynamic, 1) num_threads(attn_threads)")
+#else
+#define QMLA_OMP_FOR
+#endif
+
+void qmla_attn_absorb(const qmla_mla_dims *d, size_t T, const float *q_nope,
+                      const float *w_uk, float *q_lat)
+{
+    const size_t H = d->H, dn = d->d_n, dc = d->d_c;
+    QMLA_OMP_FOR
+    for (size_t h = 0; h < H; h++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)dc,
+                    (int)dn, 1.0f, q_nope + h * T * dn, (int)dn,
+                    w_uk + h * dn * dc, (int)dc, 0.0f, q_lat + h * T * dc,
+                    (int)dc);
+}
+
+/* Work items are (head, row block) pairs so that small H still spreads over
+ * threads; each touches a disjoint slab of Z / U. */
+void qmla_attn_logits_acc(size_t H, size_t T, size_t w, float alpha,
+                          const float *Q, const float *X, float beta, float *Z)
+{
+    const size_t B = QMLA_ATTN_BLOCK, nb = (T + B - 1) / B;
+    const size_t n = H * nb;
+    QMLA_OMP_FOR
+    for (size_t k = 0; k < n; k++) {
+        /* largest blocks first: block index from the bottom */
+        const size_t h = k % H, b = nb - 1 - k / H;
+        const size_t r0 = b * B, rows = (r0 + B <= T) ? B : T - r0;
+        const size_t cols = r0 + rows;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows,
+                    (int)cols, (int)w, alpha, Q + (h * T + r0) * w, (int)w, X,
+                    (int)w, beta, Z + (h * T + r0) * T, (int)T);
+    }
+}
+
+void qmla_attn_aggregate(size_t H, size_t T, size_t w, const float *A,
+                         const float *X, float beta, float *U)
+{
+    const size_t B = QMLA_ATTN_BLOCK, nb = (T + B - 1) / B;
+    const size_t n = H * nb;
+    QMLA_OMP_FOR
+    for (size_t k = 0; k < n; k++) {
+        const size_t h = k % H, b = nb - 1 - k / H;
+        const size_t r0 = b * B, rows = (r0 + B <= T) ? B : T - r0;
+        const size_t cols = r0 + rows;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows,
+                    (int)w, (int)cols, 1.0f, A + (h * T + r0) * T, (int)T, X,
+                    (int)w, beta, U + (h * T + r0) * w, (int)w);
+    }
+}
+
+/* exp for x <= 0 (after max subtraction): Cody–Waite reduction by ln 2 and
+ * a degree-6 minimax-style polynomial, ~2 ulp; written as straight-line
+ * float code so that the compiler vectorises the softmax loop. Inputs below
+ * -87 flush to 0. */
+static inline float exp_neg(float x)
+{
+    const float log2e = 1.44269504088896341f;
+    const float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
+    x = x < -87.0f ? -87.0f : x;
+    float n = floorf(x * log2e + 0.5f);
+    float r = x - n * ln2_hi;
+    r = r - n * ln2_lo;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { float f; int32_t i; } u;
+    u.i = ((int32_t)n + 127) << 23;
+    return p * u.f;
+}
+
+void qmla_attn_softmax(size_t H, size_t T, const float *Z, float *A)
+{
+    const size_t n = H * T;
+    QMLA_OMP_FOR
+    for (size_t k = 0; k < n; k++) {
+        const size_t i = k % T;
+        const float *z = Z + k * T;
+        float *a = A + k * T;
+        float m = z[0];
+#if QMLA_HAVE_OPENMP
+#pragma omp simd reduction(max : m)
+#endif
+        for (size_t s = 1; s <= i; s++)
+            m = z[s] > m ? z[s] : m;
+        for (size_t s = 0; s <= i; s++)
+            a[s] = exp_neg(z[s] - m);
+        double sum = 0.0;
+#if QMLA_HAVE_OPENMP
+#pragma omp simd reduction(+ : sum)
+#endif
+        for (size_t s = 0; s <= i; s++)
+            sum += a[s];
+        const float inv = (float)(1.0 / sum);
+        for (size_t s = 0; s <= i; s++)
+            a[s] *= inv;
+        if (i + 1 < T)
+            memset(a + i + 1, 0, (T - i - 1) * sizeof *a);
+    }
+}
+
+void qmla_attn_project(const qmla_mla_dims *d, size_t T, size_t S,
+                       const qmla_mla_weights *w, const float *U, float *O,
+                       float *Y)
+{
+    const size_t H = d->H, dc = d->d_c, dv = d->d_v, D = d->D, HV = H * dv;
+    /* O[s*T + t, h*dv + v] = sum_c U[s][h][t][c] w_uv[h][v][c] */
+    const size_t n1 = S * H;
+    QMLA_OMP_FOR
+    for (size_t k = 0; k < n1; k++) {
+        const size_t s = k / H, h = k % H;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)dv,
+                    (int)dc, 1.0f, U + (s * H + h) * T * dc, (int)dc,
+                    w->w_uv + h * dv * dc, (int)dc, 0.0f, O + s * T * HV + h * dv,
+                    (int)HV);
+    }
+    /* Y = O w_o^T, split into row panels so every thread gets work. */
+    const size_t rows = S * T, P = 64, np = (rows + P - 1) / P;
+    QMLA_OMP_FOR
+    for (size_t p = 0; p < np; p++) {
+        const size_t r0 = p * P, nr = (r0 + P <= rows) ? P : rows - r0;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)D,
+                    (int)HV, 1.0f, O + r0 * HV, (int)HV, w->w_o, (int)HV, 0.0f,
+                    Y + r0 * D, (int)D);
+    }
+}
+
+static void *xalloc(size_t n, qmla_error *err, const char *what)
+{
+    void *p = NULL;
+    if (n == 0)
+        n = 1;
+    if (posix_memalign(&p, 64, n) != 0) {
+        qmla_error_set(err, QMLA_ENOMEM, "cannot allocate %zu bytes for %s", n,
+                       what);
+        return NULL;
+    }
+    return p;
+}
+
+int qmla_attn_ws_alloc(const qmla_mla_dims *d, size_t T_max, qmla_attn_ws *ws,
+                       qmla_error *err)
+{
+    memset(ws, 0, sizeof *ws);
+    ws->T_max = T_max;
+    const size_t H = d->H;
+    if (!(ws->q_lat = xalloc(H * T_max * d->d_c * sizeof(float), err, "q_lat")) ||
+        !(ws->Z = xalloc(H * T_max * T_max * sizeof(float), err, "logits")) ||
+        !(ws->U = xalloc(H * T_max * d->d_c * sizeof(float), err, "U")) ||
+        !(ws->O = xalloc(T_max * H * d->d_v * sizeof(float), err, "O"))) {
+        qmla_attn_ws_free(ws);
+        return err ? err->status : QMLA_ENOMEM;
+    }
+    return QMLA_OK;
+}
+
+void qmla_attn_ws_free(qmla_attn_ws *ws)
+{
+    if (!ws)
+        return;
+    free(ws->q_lat);
+    free(ws->Z);
+    free(ws->U);
+    free(ws->O);
+    memset(ws, 0, sizeof *ws);
+}
+
+int qmla_attn_forward(const qmla_mla_dims *d, size_t T,
+                      const qmla_mla_weights *w, const float *q_nope,
+                      const float *q_rope, const float *C, const float *K,
+                      float *Y, qmla_attn_ws *ws, qmla_error *err)
+{
+    if (T == 0 || T > ws->T_max)
+        return qmla_error_set(err, QMLA_EINVAL,
+                              "attention: T = %zu outside [1, %zu]", T,
+                              ws->T_max);
+    const float tau = (float)d->tau;
+    qmla_attn_absorb(d, T, q_nope, w->w_uk, ws->q_lat);
+    qmla_attn_logits_acc(d->H, T, d->d_c, tau, ws->q_lat, C, 0.0f, ws->Z);
+    qmla_attn_logits_acc(d->H, T, d->d_r, tau, q_rope, K, 1.0f, ws->Z);
+    qmla_attn_softmax(d->H, T, ws->Z, ws->Z);
+    qmla_attn_aggregate(d->H, T, d->d_c, ws->Z, C, 0.0f, ws->U);
+    qmla_attn_project(d, T, 1, w, ws->U, ws->O, Y);
+    return QMLA_OK;
+}
+
+double qmla_sumsq(const float *x, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)x[i] * (double)x[i];
+    return s;
+}
+
+double qmla_diff_sumsq(const float *a, const float *b, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)a[i] - (double)b[i];
+        s += e * e;
+    }
+    return s;
+}
+
+double qmla_rel_fro(const float *a, const float *b, size_t n)
+{
+    double num = qmla_diff_sumsq(a, b, n), den = qmla_sumsq(b, n);
+    if (den == 0.0)
+        return num == 0.0 ? 0.0 : INFINITY;
+    return sqrt(num / den);
+}
+
+void qmla_rope_rotate(size_t R, size_t T, size_t d_r, int pairing,
+                      const float *cos_, const float *sin_, const float *pre,
+                      float *post)
+{
+    const size_t P = d_r / 2;
+    for (size_t r = 0; r < R; r++)
+        for (size_t t = 0; t < T; t++) {
+            const float *x = pre + (r * T + t) * d_r;
+            float *y = post + (r * T + t) * d_r;
+            const float *c = cos_ + t * P, *s = sin_ + t * P;
+            for (size_t i = 0; i < P; i++) {
+                size_t ia, ib;
+                if (pairing == QMLA_ROPE_HALF) {
+                    ia = i;
+                    ib = i + P;
+                } else {
+                    ia = 2 * i;
+                    ib = 2 * i + 1;
+                }
+                const float a = x[ia], b = x[ib];
+                y[ia] = a * c[i] - b * s[i];
+                y[ib] = a * s[i] + b * c[i];
+            }
+        }
+}

@@ -1,2 +1,366 @@
-/* sweep.c — placeholder, being written. */
-typedef int qmla_placeholder_sweep;
+/* sweep.c — matched-NMSE path responses and finite error routes for one
+ * sequence, and their aggregation (include/qmla/sweep.h, docs/math.md §3–4).
+ * The sweep driver over a whole capture lives in sweep_run.c. */
+#include "qmla/sweep.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *qmla_path_name(int path)
+{
+    return path == QMLA_PATH_ROPE ? "rope" : "content";
+}
+
+qmla_sweep_params qmla_sweep_defaults(void)
+{
+    qmla_sweep_params p;
+    p.quant = qmla_quant_defaults();
+    p.nmse = 0.01;
+    return p;
+}
+
+static float *falloc(size_t n, qmla_error *err, const char *what)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, (n ? n : 1) * sizeof(float)) != 0) {
+        qmla_error_set(err, QMLA_ENOMEM, "cannot allocate %zu floats for %s",
+                       n, what);
+        return NULL;
+    }
+    return p;
+}
+
+int qmla_sweep_ws_alloc(const qmla_mla_dims *d, size_t T, int verify,
+                        qmla_sweep_ws *ws, qmla_error *err)
+{
+    memset(ws, 0, sizeof *ws);
+    int st = qmla_attn_ws_alloc(d, T, &ws->attn, err);
+    if (st)
+        return st;
+    ws->T_max = T;
+    const size_t H = d->H, wmax = d->d_c > d->d_r ? d->d_c : d->d_r;
+    if (!(ws->A = falloc(H * T * T, err, "attention")) ||
+        !(ws->At = falloc(H * T * T, err, "perturbed attention")) ||
+        !(ws->E = falloc(T * wmax, err, "cache error")) ||
+        !(ws->dU = falloc(3 * H * T * d->d_c, err, "route deltas")) ||
+        !(ws->O3 = falloc(3 * T * H * d->d_v, err, "route values")) ||
+        !(ws->Y = falloc(T * d->D, err, "output")) ||
+        !(ws->Y3 = falloc(3 * T * d->D, err, "route outputs")) ||
+        (verify && !(ws->Yv = falloc(T * d->D, err, "verification output")))) {
+        qmla_sweep_ws_free(ws);
+        return err ? err->status : QMLA_ENOMEM;
+    }
+    return QMLA_OK;
+}
+
+void qmla_sweep_ws_free(qmla_sweep_ws *ws)
+{
+    if (!ws)
+        return;
+    qmla_attn_ws_free(&ws->attn);
+    free(ws->A);
+    free(ws->At);
+    free(ws->E);
+    free(ws->dU);
+    free(ws->O3);
+    free(ws->Y);
+    free(ws->Y3);
+    free(ws->Yv);
+    memset(ws, 0, sizeof *ws);
+}
+
+/* E = alpha (QDQ(X) - X) scaled to cache NMSE nu. Returns the raw NMSE of
+ * Delta in *nmse_qdq and sets *degenerate when Delta or X has no energy. */
+static int path_error(const qmla_sweep_params *p, const float *X, size_t T,
+                      size_t width, float *E, double *xx, double *nmse_qdq,
+                      double *nmse_cache, int *degenerate, qmla_error *err)
+{
+    int st = qmla_quant_qdq(&p->quant, X, T, width, NULL, NULL, NULL, E, err);
+    if (st)
+        return st;
+    const size_t n = T * width;
+    double dd = 0.0, x2 = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double x = X[i], e = (double)E[i] - x;
+        dd += e * e;
+        x2 += x * x;
+    }
+    *xx = x2;
+    *degenerate = 0;
+    *nmse_qdq = 0.0;
+    *nmse_cache = 0.0;
+    if (x2 == 0.0 || dd == 0.0) {
+        *degenerate = 1;
+        return QMLA_OK;
+    }
+    const double alpha = sqrt(p->nmse * x2 / dd);
+    double ee = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        E[i] = (float)(alpha * ((double)E[i] - (double)X[i]));
+        ee += (double)E[i] * (double)E[i];
+    }
+    *nmse_qdq = dd / x2;
+    *nmse_cache = ee / x2;
+    return QMLA_OK;
+}
+
+/* At = softmax(Z + tau Q E^T) - A, causal; Q [H,T,w], E [T,w]. */
+static void perturbed_attention_delta(const qmla_mla_dims *d, size_t T,
+                                      size_t w, const float *Q,
+                                      qmla_sweep_ws *ws)
+{
+    const size_t n = d->H * T * T;
+    memcpy(ws->At, ws->attn.Z, n * sizeof(float));
+    qmla_attn_logits_acc(d->H, T, w, (float)d->tau, Q, ws->E, 1.0f, ws->At);
+    qmla_attn_softmax(d->H, T, ws->At, ws->At);
+    for (size_t i = 0; i < n; i++)
+        ws->At[i] -= ws->A[i];
+}
+
+static void zero_response(qmla_response *r)
+{
+    r->nmse_cache = r->nmse_out = r->response = 0.0;
+    r->nmse_out_matching = r->nmse_out_aggregation = 0.0;
+    r->nmse_out_interaction = r->nmse_qdq = r->route_residual = 0.0;
+}
+
+/* Sum of squares of a + b + c (each n long), in double. */
+static double sumsq3(const float *a, const float *b, const float *c, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double v = (double)a[i] + (double)b[i] + (double)c[i];
+        s += v * v;
+    }
+    return s;
+}
+
+/* Full forward of the perturbed cache into ws->Yv and the relative residual
+ * of the route sum against it. Uses q_lat (kept in ws->attn.q_lat) — it
+ * recomputes logits, softmax and aggregation independently of the routes. */
+static double verify_routes(const qmla_mla_dims *d, size_t T,
+                            const qmla_mla_weights *w, const float *q_rope,
+                            const float *C, const float *K, int path,
+                            size_t nroutes, qmla_sweep_ws *ws)
+{
+    const size_t H = d->H, dc = d->d_c, dr = d->d_r, D = d->D;
+    const size_t nC = T * dc, nK = T * dr;
+    float *Cp = malloc(nC * sizeof(float)), *Kp = malloc(nK * sizeof(float));
+    float *Zv = malloc(H * T * T * sizeof(float));
+    float *Uv = malloc(H * T * dc * sizeof(float));
+    float *Ov = malloc(T * H * d->d_v * sizeof(float));
+    double res = INFINITY;
+    if (Cp && Kp && Zv && Uv && Ov) {
+        for (size_t i = 0; i < nC; i++)
+            Cp[i] = C[i] + (path == QMLA_PATH_CONTENT ? ws->E[i] : 0.0f);
+        for (size_t i = 0; i < nK; i++)
+            Kp[i] = K[i] + (path == QMLA_PATH_ROPE ? ws->E[i] : 0.0f);
+        const float tau = (float)d->tau;
+        qmla_attn_logits_acc(H, T, dc, tau, ws->attn.q_lat, Cp, 0.0f, Zv);
+        qmla_attn_logits_acc(H, T, dr, tau, q_rope, Kp, 1.0f, Zv);
+        qmla_attn_softmax(H, T, Zv, Zv);
+        qmla_attn_aggregate(H, T, dc, Zv, Cp, 0.0f, Uv);
+        qmla_attn_project(d, T, 1, w, Uv, Ov, ws->Yv);
+        /* residual = ||(Yv - Y) - sum routes|| / ||Yv - Y|| */
+        double num = 0.0, den = 0.0;
+        const size_t n = T * D;
+        for (size_t i = 0; i < n; i++) {
+            const double diff = (double)ws->Yv[i] - (double)ws->Y[i];
+            double route = 0.0;
+            for (size_t r = 0; r < nroutes; r++)
+                route += ws->Y3[r * n + i];
+            num += (diff - route) * (diff - route);
+            den += diff * diff;
+        }
+        res = den > 0.0 ? sqrt(num / den) : (num > 0.0 ? INFINITY : 0.0);
+    }
+    free(Cp);
+    free(Kp);
+    free(Zv);
+    free(Uv);
+    free(Ov);
+    return res;
+}
+
+int qmla_sweep_sequence(const qmla_sweep_params *p, const qmla_mla_dims *d,
+                        size_t T, const qmla_mla_weights *w,
+                        const float *q_nope, const float *q_rope,
+                        const float *C, const float *K, int verify,
+                        qmla_sweep_ws *ws, qmla_response out[2],
+                        qmla_error *err)
+{
+    if (T == 0 || T > ws->T_max)
+        return qmla_error_set(err, QMLA_EINVAL, "sweep: T = %zu outside [1, %zu]",
+                              T, ws->T_max);
+    if (verify && !ws->Yv)
+        return qmla_error_set(err, QMLA_EINVAL,
+                              "sweep: workspace allocated without verify");
+    const size_t H = d->H, dc = d->d_c, dr = d->d_r, D = d->D;
+    const size_t nY = T * D, nU = H * T * dc;
+    const float tau = (float)d->tau;
+    qmla_sweep_ws *W = ws;
+    out[0].path = QMLA_PATH_CONTENT;
+    out[1].path = QMLA_PATH_ROPE;
+
+    /* Clean pass: logits kept in attn.Z, attention in A, output in Y. */
+    qmla_attn_absorb(d, T, q_nope, w->w_uk, W->attn.q_lat);
+    qmla_attn_logits_acc(H, T, dc, tau, W->attn.q_lat, C, 0.0f, W->attn.Z);
+    qmla_attn_logits_acc(H, T, dr, tau, q_rope, K, 1.0f, W->attn.Z);
+    qmla_attn_softmax(H, T, W->attn.Z, W->A);
+    qmla_attn_aggregate(H, T, dc, W->A, C, 0.0f, W->attn.U);
+    qmla_attn_project(d, T, 1, w, W->attn.U, W->attn.O, W->Y);
+    const double yy = qmla_sumsq(W->Y, nY);
+
+    for (int path = 0; path < 2; path++) {
+        qmla_response *r = &out[path];
+        const int content = path == QMLA_PATH_CONTENT;
+        const float *X = content ? C : K;
+        const size_t width = content ? dc : dr;
+        double xx, nmse_qdq, nmse_cache;
+        int degenerate;
+        int st = path_error(p, X, T, width, W->E, &xx, &nmse_qdq, &nmse_cache,
+                            &degenerate, err);
+        if (st)
+            return qmla_error_prefix(err, "%s cache: ", qmla_path_name(path));
+        zero_response(r);
+        r->degenerate = degenerate || yy == 0.0;
+        if (r->degenerate)
+            continue;
+
+        perturbed_attention_delta(d, T, width, content ? W->attn.q_lat : q_rope,
+                                  W);
+        /* Route deltas in latent space: matching (A~-A) C; for content also
+         * aggregation A E and interaction (A~-A) E. */
+        const size_t nroutes = content ? 3 : 1;
+        qmla_attn_aggregate(H, T, dc, W->At, C, 0.0f, W->dU);
+        if (content) {
+            qmla_attn_aggregate(H, T, dc, W->A, W->E, 0.0f, W->dU + nU);
+            qmla_attn_aggregate(H, T, dc, W->At, W->E, 0.0f, W->dU + 2 * nU);
+        }
+        qmla_attn_project(d, T, nroutes, w, W->dU, W->O3, W->Y3);
+
+        const double m = qmla_sumsq(W->Y3, nY);
+        double a = 0.0, i = 0.0, tot = m;
+        if (content) {
+            a = qmla_sumsq(W->Y3 + nY, nY);
+            i = qmla_sumsq(W->Y3 + 2 * nY, nY);
+            tot = sumsq3(W->Y3, W->Y3 + nY, W->Y3 + 2 * nY, nY);
+        }
+        r->nmse_cache = nmse_cache;
+        r->nmse_qdq = nmse_qdq;
+        r->nmse_out = tot / yy;
+        r->response = r->nmse_out / nmse_cache;
+        r->nmse_out_matching = m / yy;
+        r->nmse_out_aggregation = a / yy;
+        r->nmse_out_interaction = i / yy;
+        if (verify)
+            r->route_residual =
+                verify_routes(d, T, w, q_rope, C, K, path, nroutes, W);
+        if (!isfinite(r->response) || !isfinite(r->nmse_out))
+            return qmla_error_set(err, QMLA_ENONFINITE,
+                                  "%s path: non-finite output NMSE (%g)",
+                                  qmla_path_name(path), r->nmse_out);
+    }
+    return QMLA_OK;
+}
+
+/* ---- aggregation -------------------------------------------------------- */
+
+static int cmp_int(const void *a, const void *b)
+{
+    const int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+int qmla_summary_compute(const qmla_response *r, size_t n, qmla_summary *s,
+                         qmla_error *err)
+{
+    memset(s, 0, sizeof *s);
+    /* distinct layers */
+    int *layers = malloc((n ? n : 1) * sizeof *layers);
+    if (!layers)
+        return qmla_error_set(err, QMLA_ENOMEM, "summary: out of memory");
+    for (size_t k = 0; k < n; k++)
+        layers[k] = r[k].layer;
+    qsort(layers, n, sizeof *layers, cmp_int);
+    size_t nl = 0;
+    for (size_t k = 0; k < n; k++)
+        if (nl == 0 || layers[nl - 1] != layers[k])
+            layers[nl++] = layers[k];
+    s->n_layers = nl;
+    s->layer = layers;
+    s->response_content = calloc(nl ? nl : 1, sizeof(double));
+    s->response_rope = calloc(nl ? nl : 1, sizeof(double));
+    s->ratio = calloc(nl ? nl : 1, sizeof(double));
+    /* per-item scratch: which (cell) each row belongs to within a layer */
+    char *done = calloc(n ? n : 1, 1);
+    if (!s->response_content || !s->response_rope || !s->ratio || !done) {
+        free(done);
+        qmla_summary_free(s);
+        return qmla_error_set(err, QMLA_ENOMEM, "summary: out of memory");
+    }
+    for (size_t k = 0; k < n; k++)
+        if (r[k].degenerate)
+            s->n_degenerate++;
+    double model[2] = {0, 0};
+    size_t model_n[2] = {0, 0};
+    for (size_t li = 0; li < nl; li++) {
+        for (int path = 0; path < 2; path++) {
+            /* mean over cells of (mean over sequences) */
+            double cell_sum = 0.0;
+            size_t cells = 0;
+            memset(done, 0, n);
+            for (size_t k = 0; k < n; k++) {
+                if (done[k] || r[k].layer != layers[li] || r[k].path != path)
+                    continue;
+                double seq_sum = 0.0;
+                size_t seqs = 0;
+                for (size_t j = k; j < n; j++) {
+                    if (r[j].layer != layers[li] || r[j].path != path ||
+                        strcmp(r[j].cell, r[k].cell) != 0)
+                        continue;
+                    done[j] = 1;
+                    if (!r[j].degenerate) {
+                        seq_sum += r[j].response;
+                        seqs++;
+                    }
+                }
+                if (seqs) {
+                    cell_sum += seq_sum / (double)seqs;
+                    cells++;
+                }
+            }
+            const double mean = cells ? cell_sum / (double)cells : 0.0;
+            if (path == QMLA_PATH_CONTENT)
+                s->response_content[li] = mean;
+            else
+                s->response_rope[li] = mean;
+            if (cells) {
+                model[path] += mean;
+                model_n[path]++;
+            }
+        }
+        s->ratio[li] = s->response_content[li] > 0.0
+                           ? s->response_rope[li] / s->response_content[li]
+                           : 0.0;
+    }
+    free(done);
+    s->model_response_content = model_n[0] ? model[0] / (double)model_n[0] : 0.0;
+    s->model_response_rope = model_n[1] ? model[1] / (double)model_n[1] : 0.0;
+    s->model_ratio = s->model_response_content > 0.0
+                         ? s->model_response_rope / s->model_response_content
+                         : 0.0;
+    return QMLA_OK;
+}
+
+void qmla_summary_free(qmla_summary *s)
+{
+    if (!s)
+        return;
+    free(s->layer);
+    free(s->response_content);
+    free(s->response_rope);
+    free(s->ratio);
+    memset(s, 0, sizeof *s);
+}

@@ -1,0 +1,53 @@
+/* analysis/cli.h — shared pieces of the `qmla` command-line program:
+ * exit codes, option parsing helpers, the progress bar, subcommand entry
+ * points. */
+#ifndef QMLA_CLI_H
+#define QMLA_CLI_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "qmla/status.h"
+
+enum {
+    QMLA_EXIT_OK = 0,
+    QMLA_EXIT_FINDING = 1,   /* e.g. a capture that does not reproduce */
+    QMLA_EXIT_USAGE = 2,     /* bad usage, malformed input, I/O error */
+    QMLA_EXIT_INTERRUPTED = 130
+};
+
+int cmd_check(int argc, char **argv);
+int cmd_sweep(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+
+/* Print "qmla <cmd>: <msg>" to stderr; returns QMLA_EXIT_USAGE. */
+int cli_fail(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Print a library error and return the exit code for its status. */
+int cli_lib_error(const char *cmd, const qmla_error *err);
+
+/* "0-3,7" -> sorted unique ints. Returns 0, or -1 with msg filled. */
+int cli_parse_int_list(const char *s, int **out, size_t *n, char *msg,
+                       size_t len);
+/* "a,b,c" -> array of strings pointing into a copy (free *out and *buf). */
+int cli_split_list(const char *s, char ***out, size_t *n, char **buf);
+/* Strict numeric parsing; -1 on error. */
+int cli_parse_long(const char *s, long lo, long hi, long *v);
+int cli_parse_double(const char *s, double *v);
+
+/* Progress bar on stderr (only when stderr is a terminal). */
+typedef struct cli_progress {
+    int tty;
+    double t0;
+    size_t resumed;
+    const char *label;
+} cli_progress;
+void cli_progress_init(cli_progress *p, const char *label);
+void cli_progress_update(cli_progress *p, size_t done, size_t total);
+void cli_progress_end(cli_progress *p);
+double cli_now(void);
+
+#endif

@@ -1,0 +1,140 @@
+/* qmla/sweep.h — matched-NMSE perturbations, path responses (docs/math.md §3)
+ * and the finite error routes (§4).
+ *
+ * One item = (layer, cell, sequence). For each path b in {content, rope}:
+ *   Delta = QDQ(X_b) - X_b,  E = alpha Delta,  alpha = sqrt(nu ||X||^2/||Delta||^2)
+ *   perturb one path (the other exact), Y~ from the routes:
+ *     content: dU = (A~ - A) C  +  A E  +  (A~ - A) E   (matching, aggregation,
+ *              interaction);   rope: dU = (A~ - A) C   (matching only)
+ *   nmse_out = ||Y~ - Y||^2/||Y||^2, response = nmse_out / nmse_cache.
+ * Degenerate items (Delta = 0, ||X|| = 0, ||Y|| = 0) carry zeros and the
+ * flag, and are left out of every mean.
+ */
+#ifndef QMLA_SWEEP_H
+#define QMLA_SWEEP_H
+
+#include <stddef.h>
+
+#include "qmla/attention.h"
+#include "qmla/capture.h"
+#include "qmla/quant.h"
+#include "qmla/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { QMLA_PATH_CONTENT = 0, QMLA_PATH_ROPE = 1 };
+const char *qmla_path_name(int path); /* "content" / "rope" */
+
+typedef struct qmla_sweep_params {
+    qmla_quant_params quant; /* default INT4, G 64, f16 metadata */
+    double nmse;             /* target cache NMSE nu (default 0.01) */
+} qmla_sweep_params;
+
+qmla_sweep_params qmla_sweep_defaults(void);
+
+/* One row of /responses. */
+typedef struct qmla_response {
+    int layer;
+    char cell[128];
+    int seq;
+    int path;            /* QMLA_PATH_* */
+    double nmse_cache;   /* ||E||^2/||X||^2 as realised (= nu to rounding) */
+    double nmse_out;     /* ||Y~ - Y||^2/||Y||^2 */
+    double response;     /* nmse_out / nmse_cache */
+    double nmse_out_matching, nmse_out_aggregation, nmse_out_interaction;
+    double nmse_qdq;     /* ||Delta||^2/||X||^2: the raw quantizer NMSE */
+    double route_residual; /* ||sum of routes - (Y~ - Y)|| / ||Y~ - Y|| when
+                              verified (qmla_sweep_opts.verify), else 0 */
+    int degenerate;      /* 1: flagged, numbers are 0 */
+} qmla_response;
+
+/* Workspace for one sequence of up to T_max tokens (caller-owned). */
+typedef struct qmla_sweep_ws {
+    qmla_attn_ws attn; /* q_lat, Z (clean logits), U, O */
+    float *A;          /* [H, T, T] clean attention */
+    float *At;         /* [H, T, T] perturbed attention, then A~ - A */
+    float *E;          /* [T, d_c] error of the perturbed path */
+    float *dU;         /* [3, H, T, d_c] route deltas */
+    float *O3;         /* [3, T, H*d_v] */
+    float *Y;          /* [T, D] clean output */
+    float *Y3;         /* [3, T, D] route outputs */
+    float *Yv;         /* [T, D] verification output (verify only) */
+    size_t T_max;
+} qmla_sweep_ws;
+
+int qmla_sweep_ws_alloc(const qmla_mla_dims *d, size_t T_max, int verify,
+                        qmla_sweep_ws *ws, qmla_error *err);
+void qmla_sweep_ws_free(qmla_sweep_ws *ws);
+
+/* Compute both paths of one sequence. q_nope [H,T,d_n], q_rope [H,T,d_r],
+ * C [T,d_c], K [T,d_r]. out[0] = content, out[1] = rope (layer/cell/seq
+ * fields are left for the caller). verify != 0 also recomputes Y~ with a
+ * full forward on the perturbed cache and stores the relative residual of
+ * the route identity in route_residual. */
+int qmla_sweep_sequence(const qmla_sweep_params *p, const qmla_mla_dims *d,
+                        size_t T, const qmla_mla_weights *w,
+                        const float *q_nope, const float *q_rope,
+                        const float *C, const float *K, int verify,
+                        qmla_sweep_ws *ws, qmla_response out[2],
+                        qmla_error *err);
+
+/* ---- aggregation (math.md §3) ----------------------------------------- */
+
+typedef struct qmla_summary {
+    size_t n_layers;
+    int *layer;              /* [n_layers] */
+    double *response_content;/* [n_layers] mean over cells of mean over seqs */
+    double *response_rope;
+    double *ratio;           /* response_rope / response_content (NaN-free:
+                                0 when the content mean is 0) */
+    double model_response_content, model_response_rope, model_ratio;
+    size_t n_degenerate;
+} qmla_summary;
+
+int qmla_summary_compute(const qmla_response *r, size_t n, qmla_summary *s,
+                         qmla_error *err);
+void qmla_summary_free(qmla_summary *s);
+
+/* ---- the whole sweep over a capture ----------------------------------- */
+
+typedef struct qmla_sweep_selection {
+    const int *layers; /* layer indices to run, or NULL for all */
+    size_t n_layers;
+    const char *const *cells; /* cell names, or NULL for all */
+    size_t n_cells;
+} qmla_sweep_selection;
+
+/* Progress callback: called after each finished item (done of total, items
+ * skipped because already complete are counted in done); a non-zero return
+ * stops the sweep cleanly (finished items stay in the journal). */
+typedef int (*qmla_progress_fn)(void *ctx, size_t done, size_t total,
+                                size_t resumed);
+
+typedef struct qmla_sweep_opts {
+    qmla_sweep_params params;
+    int threads;
+    int verify;          /* check the route identity on every item */
+    int force;           /* overwrite results of other parameters */
+    qmla_progress_fn progress;
+    void *progress_ctx;
+} qmla_sweep_opts;
+
+/* Run the sweep and write `results_path` (qmla-results v1, docs/results-format.md)
+ * atomically. Finished items are journaled in `<results_path>.journal` as
+ * they complete; a rerun with the same capture and parameters resumes from
+ * the journal (or from an existing results file, which it extends).
+ * Returns QMLA_OK, QMLA_EINTERRUPTED-like QMLA_EMISMATCH (journal/results of
+ * other parameters, without force), or a reader / quantizer / I/O error.
+ * *stopped is set to 1 when the progress callback stopped the sweep (no
+ * results file is written then). On success *summary (caller frees) holds
+ * the summary of all items in the results file. */
+int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
+                   const qmla_sweep_opts *opts, const char *results_path,
+                   qmla_summary *summary, int *stopped, qmla_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
