@@ -84,7 +84,7 @@ int cmd_check(int argc, char **argv)
 
     int rc = QMLA_EXIT_OK;
     size_t nchecks = 0, nbad = 0;
-    double worst = 0.0;
+    double worst = -1.0;
     char worst_at[256] = "";
     float *Y = NULL, *post = NULL;
     qmla_attn_ws ws;

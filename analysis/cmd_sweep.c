@@ -192,6 +192,9 @@ int cmd_sweep(int argc, char **argv)
     printf("%-24s %16s  %16s  %8s\n", "", "content response", "RoPE response", "ratio");
     printf("%-24s %16.6g  %16.6g  %7.3fx\n", "model mean over layers",
            s.model_response_content, s.model_response_rope, s.model_ratio);
+    if (o.verify)
+        printf("route identity: worst relative residual %.3e (routes vs full perturbed forward)\n",
+               s.worst_route_residual);
     if (s.n_degenerate)
         printf("(%zu degenerate items flagged and excluded from the means)\n", s.n_degenerate);
     qmla_summary_free(&s);

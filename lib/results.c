@@ -39,14 +39,15 @@ void qmla_results_key(const qmla_results_meta *m, char *key, size_t len)
 
 /* ---- small HDF5 helpers (status-returning, silent) ----------------------- */
 
+/* Scalar variable-length UTF-8 string: h5py reads it as str. */
 static int attr_str(hid_t obj, const char *name, const char *value)
 {
     hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, strlen(value) + 1);
-    H5Tset_strpad(t, H5T_STR_NULLTERM);
+    H5Tset_size(t, H5T_VARIABLE);
+    H5Tset_cset(t, H5T_CSET_UTF8);
     hid_t sp = H5Screate(H5S_SCALAR);
     hid_t a = H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t e = a < 0 ? -1 : H5Awrite(a, t, value);
+    herr_t e = a < 0 ? -1 : H5Awrite(a, t, &value);
     if (a >= 0)
         H5Aclose(a);
     H5Sclose(sp);
@@ -277,6 +278,7 @@ static int read_attr_str(hid_t obj, const char *name, char *out, size_t len)
             char *s = NULL;
             hid_t mt = H5Tcopy(H5T_C_S1);
             H5Tset_size(mt, H5T_VARIABLE);
+            H5Tset_cset(mt, H5Tget_cset(t));
             if (H5Aread(a, mt, &s) >= 0 && s) {
                 snprintf(out, len, "%s", s);
                 H5free_memory(s);
@@ -288,6 +290,7 @@ static int read_attr_str(hid_t obj, const char *name, char *out, size_t len)
             char *buf = calloc(sz + 1, 1);
             hid_t mt = H5Tcopy(H5T_C_S1);
             H5Tset_size(mt, sz + 1);
+            H5Tset_cset(mt, H5Tget_cset(t));
             if (buf && H5Aread(a, mt, buf) >= 0) {
                 snprintf(out, len, "%s", buf);
                 rc = 0;
@@ -433,6 +436,7 @@ int qmla_results_read(const char *path, qmla_results_meta *m,
     {
         hid_t vt = H5Tcopy(H5T_C_S1);
         H5Tset_size(vt, H5T_VARIABLE);
+        H5Tset_cset(vt, H5T_CSET_UTF8);
         const char *names[2] = {"cell", "path"};
         for (int c = 0; c < 2; c++) {
             if (read_col(g, names[c], vt, &n, sv)) {

@@ -217,6 +217,7 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
 
     /* Count items. */
     size_t total = 0, resumed = 0, finished = 0;
+    double worst_residual = 0.0;
     size_t Tmax = 0;
     for (size_t li = 0; li < NL; li++) {
         if (!use_layer[li])
@@ -304,6 +305,8 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                     goto done;
                 }
                 for (int k = 0; k < 2; k++) {
+                    if (!(r[k].route_residual <= worst_residual))
+                        worst_residual = r[k].route_residual;
                     r[k].layer = lidx;
                     snprintf(r[k].cell, sizeof r[k].cell, "%s", cname);
                     r[k].seq = (int)s;
@@ -327,6 +330,7 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
 
     if ((st = qmla_summary_compute(done.r, done.n, summary, err)))
         goto done;
+    summary->worst_route_residual = worst_residual;
     if ((st = qmla_results_write(results_path, &meta, done.r, done.n, summary,
                                  err))) {
         qmla_summary_free(summary);

@@ -91,6 +91,8 @@ typedef struct qmla_summary {
                                 0 when the content mean is 0) */
     double model_response_content, model_response_rope, model_ratio;
     size_t n_degenerate;
+    double worst_route_residual; /* over items computed in this run with
+                                    verify on; 0 otherwise */
 } qmla_summary;
 
 int qmla_summary_compute(const qmla_response *r, size_t n, qmla_summary *s,
