@@ -1,0 +1,378 @@
+/* qmla/quant_core.h — the per-group arithmetic of the cache quantizer
+ * (docs/math.md §2, docs/quantizer.md), shared verbatim by the C library
+ * (lib/quant.c), the CUDA kernels (kernels/) and the tests.
+ *
+ * Everything here is `static inline` and marked QMLA_HD, which is
+ * `__host__ __device__` under nvcc and empty otherwise, so one definition
+ * compiles for the CPU and the GPU. No allocation, no libc beyond <math.h>
+ * (rintf, fmaf on the host); <stddef.h>/<stdint.h> for types only.
+ *
+ * For one group x[0..n) and b bits, L = 2^b - 1:
+ *   lo    = min(x), hi = max(x)     (a zero extremum is taken as +0)
+ *   scale = (hi - lo) / L           float32, true IEEE division
+ *   scale and lo are rounded to the metadata precision (f16: round to
+ *   nearest even; f32: unchanged); the *stored* values s, l are used below;
+ *   q     = 0                                       if s == 0
+ *         = clamp(rint((x - l) / s), 0, L)          otherwise
+ *   x^    = fmaf(q, s, l)
+ *
+ * Bit-exactness between CPU and GPU rests on:
+ *   - the division: IEEE `/` on the host (no -ffast-math, no reciprocal);
+ *     `__fdiv_rn` on the device, which stays correctly rounded even under
+ *     nvcc -prec-div=false / --use_fast_math;
+ *   - round half to even: `rintf` in the default rounding mode
+ *     (FE_TONEAREST) on the host; CUDA's device `rintf` rounds halfway cases
+ *     to the nearest even integer by definition (CUDA Math API);
+ *   - the dequantisation: one fused multiply-add, `fmaf` on the host,
+ *     `__fmaf_rn` on the device. No expression below has the form a*b + c,
+ *     so no compiler contraction can change a result; lib/quant.c is
+ *     nevertheless built with -ffp-contract=off;
+ *   - no flush-to-zero: float32 subnormals must be kept (do not build the
+ *     kernels with -ftz=true or --use_fast_math, which implies it);
+ *   - float32 <-> float16 conversion done here with integer operations, not
+ *     with hardware or compiler conversions whose rounding or overflow
+ *     behaviour could differ.
+ *
+ * Packing: element j of a group at bit offset b*j from the group's first
+ * byte, least-significant bit first; a 3-bit code may straddle two bytes.
+ * A group of n codes takes ceil(n*b/8) bytes.
+ */
+#ifndef QMLA_QUANT_CORE_H
+#define QMLA_QUANT_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+
+#ifdef __CUDACC__
+#define QMLA_HD __host__ __device__
+#else
+#define QMLA_HD
+#endif
+
+/* Metadata precisions; the values equal qmla_meta in qmla/quant.h. */
+#define QMLA_CORE_META_F16 0
+#define QMLA_CORE_META_F32 1
+
+/* Outcomes of qmla_core_group_meta / qmla_core_group_quant. */
+#define QMLA_CORE_OK 0
+#define QMLA_CORE_NONFINITE 1   /* a NaN or infinity in the group */
+#define QMLA_CORE_LO_RANGE 2    /* lo does not fit the metadata precision */
+#define QMLA_CORE_SCALE_RANGE 3 /* scale does not fit the metadata precision */
+
+#define QMLA_F16_MAX 65504.0f
+
+/* ---- bit casts ----------------------------------------------------------- */
+
+QMLA_HD static inline uint32_t qmla_core_f32_bits(float x)
+{
+#if defined(__CUDA_ARCH__)
+    return (uint32_t)__float_as_uint(x);
+#elif defined(__GNUC__) || defined(__clang__)
+    uint32_t u;
+    __builtin_memcpy(&u, &x, sizeof u);
+    return u;
+#else
+    union { float f; uint32_t u; } v; /* C11 6.5.2.3: defined in C */
+    v.f = x;
+    return v.u;
+#endif
+}
+
+QMLA_HD static inline float qmla_core_bits_f32(uint32_t u)
+{
+#if defined(__CUDA_ARCH__)
+    return __uint_as_float((unsigned int)u);
+#elif defined(__GNUC__) || defined(__clang__)
+    float x;
+    __builtin_memcpy(&x, &u, sizeof x);
+    return x;
+#else
+    union { float f; uint32_t u; } v;
+    v.u = u;
+    return v.f;
+#endif
+}
+
+/* 1 when x is neither NaN nor an infinity. */
+QMLA_HD static inline int qmla_core_isfinite(float x)
+{
+    return (qmla_core_f32_bits(x) & 0x7f800000u) != 0x7f800000u;
+}
+
+/* ---- float16 ------------------------------------------------------------- */
+
+/* float32 -> IEEE binary16 bits, round to nearest, ties to even.
+ * Subnormal results are produced exactly (no flush to zero); |x| <= 2^-25
+ * gives a signed zero. A finite x that rounds to infinity (|x| >= 65520)
+ * returns +-inf and sets *overflow = 1 (overflow may be NULL; it is never
+ * cleared). Infinities map to infinities without the flag; a NaN maps to a
+ * quiet NaN keeping the sign and the top 10 payload bits. */
+QMLA_HD static inline uint16_t qmla_core_f32_to_f16(float x, int *overflow)
+{
+    uint32_t f = qmla_core_f32_bits(x);
+    uint16_t sign = (uint16_t)((f >> 16) & 0x8000u);
+    uint32_t a = f & 0x7fffffffu;
+
+    if (a >= 0x7f800000u) { /* inf or NaN */
+        if (a == 0x7f800000u)
+            return (uint16_t)(sign | 0x7c00u);
+        return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+    }
+    if (a >= 0x477ff000u) { /* >= 65520 = halfway 65504..65536: rounds to inf */
+        if (overflow)
+            *overflow = 1;
+        return (uint16_t)(sign | 0x7c00u);
+    }
+    if (a >= 0x38800000u) { /* >= 2^-14: normal float16 */
+        /* Add just under half an ulp (0xfff) plus the ulp's parity bit so
+         * that exact halves round to even; a carry out of the mantissa
+         * correctly bumps the exponent. Then rebias 127 -> 15. */
+        uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
+        return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+    }
+    if (a <= 0x33000000u) /* <= 2^-25: zero (2^-25 itself is a tie to 0) */
+        return sign;
+    {
+        /* Subnormal float16: value = m16 * 2^-24. With m the 24-bit
+         * significand and e the biased exponent (102..112), x = m * 2^(e-150),
+         * so m16 = m >> (126 - e), rounded to nearest even. m16 may become
+         * 0x400, which is exactly the smallest normal encoding. */
+        uint32_t e = a >> 23;
+        uint32_t m = (a & 0x7fffffu) | 0x800000u;
+        uint32_t sh = 126u - e; /* 14..24 */
+        uint32_t q = m >> sh;
+        uint32_t rem = m & ((1u << sh) - 1u);
+        uint32_t half = 1u << (sh - 1u);
+        if (rem > half || (rem == half && (q & 1u)))
+            q++;
+        return (uint16_t)(sign | q);
+    }
+}
+
+/* IEEE binary16 bits -> float32 (exact). */
+QMLA_HD static inline float qmla_core_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
+    uint32_t e = ((uint32_t)h >> 10) & 0x1fu;
+    uint32_t m = (uint32_t)h & 0x3ffu;
+    uint32_t f;
+    if (e == 0x1fu) {
+        f = sign | 0x7f800000u | (m << 13);
+    } else if (e != 0) {
+        f = sign | ((e + 112u) << 23) | (m << 13);
+    } else if (m == 0) {
+        f = sign;
+    } else { /* subnormal: normalise */
+        uint32_t ee = 113u; /* biased float32 exponent of 2^-14 */
+        while (!(m & 0x400u)) {
+            m <<= 1;
+            ee--;
+        }
+        f = sign | (ee << 23) | ((m & 0x3ffu) << 13);
+    }
+    return qmla_core_bits_f32(f);
+}
+
+/* Round v to the metadata precision and return it as float32. Sets
+ * *overflow = 1 when a finite v does not fit (f16: rounds to infinity;
+ * f32: v is infinite). */
+QMLA_HD static inline float qmla_core_meta_round(float v, int meta, int *overflow)
+{
+    if (meta == QMLA_CORE_META_F32) {
+        if (!qmla_core_isfinite(v))
+            *overflow = 1;
+        return v;
+    }
+    {
+        int ovf = 0;
+        uint16_t h = qmla_core_f32_to_f16(v, &ovf);
+        if (ovf || !qmla_core_isfinite(v))
+            *overflow = 1;
+        return qmla_core_f16_to_f32(h);
+    }
+}
+
+/* ---- scalar pieces of the definition ------------------------------------- */
+
+/* Round to nearest integer, halfway cases to even. Host: rintf, which
+ * honours the current rounding mode; the library assumes the default
+ * FE_TONEAREST. Device: rintf rounds halfway cases to even. */
+QMLA_HD static inline float qmla_core_round_half_even(float u)
+{
+    return rintf(u);
+}
+
+/* L = 2^bits - 1. */
+QMLA_HD static inline unsigned qmla_core_levels(int bits)
+{
+    return (1u << bits) - 1u;
+}
+
+/* Code of one element against stored metadata (s, l), levels L. */
+QMLA_HD static inline unsigned qmla_core_code(float x, float s, float l,
+                                              unsigned L)
+{
+    float u, r;
+    if (s == 0.0f)
+        return 0u;
+#ifdef __CUDA_ARCH__
+    u = __fdiv_rn(__fsub_rn(x, l), s);
+#else
+    u = (x - l) / s;
+#endif
+    r = qmla_core_round_half_even(u);
+    if (!(r > 0.0f)) /* also catches NaN, which valid input never gives */
+        return 0u;
+    if (r >= (float)L)
+        return L;
+    return (unsigned)r;
+}
+
+/* x^ = fmaf(q, s, l), one rounding. */
+QMLA_HD static inline float qmla_core_dequant(unsigned q, float s, float l)
+{
+#ifdef __CUDA_ARCH__
+    return __fmaf_rn((float)q, s, l);
+#else
+    return fmaf((float)q, s, l);
+#endif
+}
+
+/* Stored metadata of one group x[0..n), n >= 1.
+ * Writes *scale and *lo (float32 values exactly representable in the
+ * metadata precision) and returns QMLA_CORE_OK, or returns
+ *   QMLA_CORE_NONFINITE   with *bad = the first non-finite element,
+ *   QMLA_CORE_LO_RANGE    with *bad = lo (float32) that does not fit,
+ *   QMLA_CORE_SCALE_RANGE with *bad = scale (float32) that does not fit
+ * (checked in this order; *scale and *lo are then unspecified). */
+QMLA_HD static inline int qmla_core_group_meta(const float *x, size_t n,
+                                               int bits, int meta,
+                                               float *scale, float *lo,
+                                               float *bad)
+{
+    float mn = x[0], mx = x[0], sc;
+    int ovf = 0;
+    size_t j;
+    for (j = 0; j < n; j++) {
+        float v = x[j];
+        if (!qmla_core_isfinite(v)) {
+            *bad = v;
+            return QMLA_CORE_NONFINITE;
+        }
+        if (v < mn)
+            mn = v;
+        if (v > mx)
+            mx = v;
+    }
+    /* -0 + +0 = +0 under round-to-nearest: a zero minimum (maximum) is
+     * taken as +0, so lo and scale do not depend on the order of a
+     * (parallel) reduction over a group holding both -0 and +0, and
+     * hi - lo is never -0. */
+#ifdef __CUDA_ARCH__
+    mn = __fadd_rn(mn, 0.0f);
+    mx = __fadd_rn(mx, 0.0f);
+    sc = __fdiv_rn(__fsub_rn(mx, mn), (float)qmla_core_levels(bits));
+#else
+    mn = mn + 0.0f;
+    mx = mx + 0.0f;
+    sc = (mx - mn) / (float)qmla_core_levels(bits);
+#endif
+    *lo = qmla_core_meta_round(mn, meta, &ovf);
+    if (ovf) {
+        *bad = mn;
+        return QMLA_CORE_LO_RANGE;
+    }
+    *scale = qmla_core_meta_round(sc, meta, &ovf);
+    if (ovf) {
+        *bad = sc;
+        return QMLA_CORE_SCALE_RANGE;
+    }
+    return QMLA_CORE_OK;
+}
+
+/* Quantize one group x[0..n): stored metadata as qmla_core_group_meta, then
+ * codes[j] (unpacked, one per byte; may be NULL) and xhat[j] (may be NULL,
+ * may alias x). Returns as qmla_core_group_meta; on error nothing is written
+ * to codes or xhat. */
+QMLA_HD static inline int qmla_core_group_quant(const float *x, size_t n,
+                                                int bits, int meta,
+                                                float *scale, float *lo,
+                                                uint8_t *codes, float *xhat,
+                                                float *bad)
+{
+    unsigned L = qmla_core_levels(bits);
+    float s, l;
+    size_t j;
+    int st = qmla_core_group_meta(x, n, bits, meta, &s, &l, bad);
+    if (st != QMLA_CORE_OK)
+        return st;
+    for (j = 0; j < n; j++) {
+        unsigned q = qmla_core_code(x[j], s, l, L);
+        if (codes)
+            codes[j] = (uint8_t)q;
+        if (xhat)
+            xhat[j] = qmla_core_dequant(q, s, l);
+    }
+    *scale = s;
+    *lo = l;
+    return QMLA_CORE_OK;
+}
+
+/* ---- packing ------------------------------------------------------------- */
+
+/* Bytes taken by n packed codes of `bits` bits: ceil(n*bits/8). */
+QMLA_HD static inline size_t qmla_core_packed_bytes(size_t n, int bits)
+{
+    return (n * (size_t)bits + 7u) / 8u;
+}
+
+/* OR code q (low `bits` bits kept) into element j of a packed group whose
+ * bytes were zeroed beforehand. bits in 1..8. */
+QMLA_HD static inline void qmla_core_put_code(uint8_t *packed, size_t j,
+                                              int bits, unsigned q)
+{
+    size_t bit = j * (size_t)bits;
+    size_t byte = bit >> 3;
+    unsigned sh = (unsigned)(bit & 7u);
+    unsigned v = (q & qmla_core_levels(bits)) << sh; /* at most 15 bits */
+    packed[byte] = (uint8_t)(packed[byte] | (v & 0xffu));
+    if (sh + (unsigned)bits > 8u)
+        packed[byte + 1] = (uint8_t)(packed[byte + 1] | (v >> 8));
+}
+
+/* Element j of a packed group. bits in 1..8. */
+QMLA_HD static inline unsigned qmla_core_get_code(const uint8_t *packed,
+                                                  size_t j, int bits)
+{
+    size_t bit = j * (size_t)bits;
+    size_t byte = bit >> 3;
+    unsigned sh = (unsigned)(bit & 7u);
+    unsigned v = (unsigned)packed[byte] >> sh;
+    if (sh + (unsigned)bits > 8u)
+        v |= (unsigned)packed[byte + 1] << (8u - sh);
+    return v & qmla_core_levels(bits);
+}
+
+/* Pack n codes into ceil(n*bits/8) bytes (all of them written; trailing
+ * bits of the last byte are zero). bits in 1..8. */
+QMLA_HD static inline void qmla_core_pack(const uint8_t *codes, size_t n,
+                                          int bits, uint8_t *out)
+{
+    size_t nb = qmla_core_packed_bytes(n, bits), j;
+    for (j = 0; j < nb; j++)
+        out[j] = 0;
+    for (j = 0; j < n; j++)
+        qmla_core_put_code(out, j, bits, codes[j]);
+}
+
+/* Inverse of qmla_core_pack. */
+QMLA_HD static inline void qmla_core_unpack(const uint8_t *packed, size_t n,
+                                            int bits, uint8_t *codes)
+{
+    size_t j;
+    for (j = 0; j < n; j++)
+        codes[j] = (uint8_t)qmla_core_get_code(packed, j, bits);
+}
+
+#endif
