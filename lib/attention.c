@@ -38,6 +38,15 @@ int qmla_attn_get_threads(void) { return attn_threads; }
 #define QMLA_OMP_FOR
 #endif
 
+/* Rows of queries per causal block: about 512 GEMM rows (block x heads),
+ * a multiple of 8 tokens. */
+static size_t block_tokens(size_t H)
+{
+    size_t b = (512 + H - 1) / H;
+    b = (b + 7) / 8 * 8;
+    return b < 8 ? 8 : b;
+}
+
 void qmla_attn_absorb(const qmla_mla_dims *d, size_t T, const float *q_nope,
                       const float *w_uk, float *q_lat)
 {
@@ -46,49 +55,54 @@ void qmla_attn_absorb(const qmla_mla_dims *d, size_t T, const float *q_nope,
     for (size_t h = 0; h < H; h++)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)dc,
                     (int)dn, 1.0f, q_nope + h * T * dn, (int)dn,
-                    w_uk + h * dn * dc, (int)dc, 0.0f, q_lat + h * T * dc,
-                    (int)dc);
+                    w_uk + h * dn * dc, (int)dc, 0.0f, q_lat + h * dc,
+                    (int)(H * dc));
 }
 
-/* Work items are (head, row block) pairs so that small H still spreads over
- * threads; each touches a disjoint slab of Z / U. */
+void qmla_attn_tokens_major(size_t H, size_t T, size_t w, const float *in,
+                            float *out)
+{
+    for (size_t h = 0; h < H; h++)
+        for (size_t t = 0; t < T; t++)
+            memcpy(out + (t * H + h) * w, in + (h * T + t) * w, w * sizeof *in);
+}
+
+/* Work items are causal row blocks of B tokens x H heads (one GEMM each,
+ * M = B*H), largest first; each touches a disjoint slab of Z / U. */
 void qmla_attn_logits_acc(size_t H, size_t T, size_t w, float alpha,
                           const float *Q, const float *X, float beta, float *Z)
 {
-    const size_t B = QMLA_ATTN_BLOCK, nb = (T + B - 1) / B;
-    const size_t n = H * nb;
+    const size_t B = block_tokens(H), nb = (T + B - 1) / B;
     QMLA_OMP_FOR
-    for (size_t k = 0; k < n; k++) {
-        /* largest blocks first: block index from the bottom */
-        const size_t h = k % H, b = nb - 1 - k / H;
+    for (size_t k = 0; k < nb; k++) {
+        const size_t b = nb - 1 - k;
         const size_t r0 = b * B, rows = (r0 + B <= T) ? B : T - r0;
         const size_t cols = r0 + rows;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows,
-                    (int)cols, (int)w, alpha, Q + (h * T + r0) * w, (int)w, X,
-                    (int)w, beta, Z + (h * T + r0) * T, (int)T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(rows * H),
+                    (int)cols, (int)w, alpha, Q + r0 * H * w, (int)w, X, (int)w,
+                    beta, Z + r0 * H * T, (int)T);
     }
 }
 
 void qmla_attn_aggregate(size_t H, size_t T, size_t w, const float *A,
                          const float *X, float beta, float *U)
 {
-    const size_t B = QMLA_ATTN_BLOCK, nb = (T + B - 1) / B;
-    const size_t n = H * nb;
+    const size_t B = block_tokens(H), nb = (T + B - 1) / B;
     QMLA_OMP_FOR
-    for (size_t k = 0; k < n; k++) {
-        const size_t h = k % H, b = nb - 1 - k / H;
+    for (size_t k = 0; k < nb; k++) {
+        const size_t b = nb - 1 - k;
         const size_t r0 = b * B, rows = (r0 + B <= T) ? B : T - r0;
         const size_t cols = r0 + rows;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows,
-                    (int)w, (int)cols, 1.0f, A + (h * T + r0) * T, (int)T, X,
-                    (int)w, beta, U + (h * T + r0) * w, (int)w);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(rows * H),
+                    (int)w, (int)cols, 1.0f, A + r0 * H * T, (int)T, X, (int)w,
+                    beta, U + r0 * H * w, (int)w);
     }
 }
 
-/* exp for x <= 0 (after max subtraction): Cody–Waite reduction by ln 2 and
- * a degree-6 minimax-style polynomial, ~2 ulp; written as straight-line
- * float code so that the compiler vectorises the softmax loop. Inputs below
- * -87 flush to 0. */
+/* exp for x <= 0 (after max subtraction): Cody-Waite reduction by ln 2 and
+ * a degree-6 polynomial, ~2 ulp; straight-line float code so that the
+ * compiler vectorises the softmax loop. Inputs below -87 clamp to -87
+ * (result ~1.6e-38, negligible against the row maximum's 1). */
 static inline float exp_neg(float x)
 {
     const float log2e = 1.44269504088896341f;
@@ -114,7 +128,7 @@ void qmla_attn_softmax(size_t H, size_t T, const float *Z, float *A)
     const size_t n = H * T;
     QMLA_OMP_FOR
     for (size_t k = 0; k < n; k++) {
-        const size_t i = k % T;
+        const size_t i = k / H; /* row (token i, head k % H) */
         const float *z = Z + k * T;
         float *a = A + k * T;
         float m = z[0];
@@ -144,18 +158,16 @@ void qmla_attn_project(const qmla_mla_dims *d, size_t T, size_t S,
                        float *Y)
 {
     const size_t H = d->H, dc = d->d_c, dv = d->d_v, D = d->D, HV = H * dv;
-    /* O[s*T + t, h*dv + v] = sum_c U[s][h][t][c] w_uv[h][v][c] */
-    const size_t n1 = S * H;
+    /* O[r, h*dv + v] = sum_c U[r][h][c] w_uv[h][v][c] for all S*T rows r:
+     * one GEMM per head over every stacked row (U row stride H*dc). */
+    const size_t rows = S * T;
     QMLA_OMP_FOR
-    for (size_t k = 0; k < n1; k++) {
-        const size_t s = k / H, h = k % H;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)dv,
-                    (int)dc, 1.0f, U + (s * H + h) * T * dc, (int)dc,
-                    w->w_uv + h * dv * dc, (int)dc, 0.0f, O + s * T * HV + h * dv,
-                    (int)HV);
-    }
+    for (size_t h = 0; h < H; h++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)dv,
+                    (int)dc, 1.0f, U + h * dc, (int)(H * dc), w->w_uv + h * dv * dc,
+                    (int)dc, 0.0f, O + h * dv, (int)HV);
     /* Y = O w_o^T, split into row panels so every thread gets work. */
-    const size_t rows = S * T, P = 64, np = (rows + P - 1) / P;
+    const size_t P = 128, np = (rows + P - 1) / P;
     QMLA_OMP_FOR
     for (size_t p = 0; p < np; p++) {
         const size_t r0 = p * P, nr = (r0 + P <= rows) ? P : rows - r0;
@@ -187,7 +199,8 @@ int qmla_attn_ws_alloc(const qmla_mla_dims *d, size_t T_max, qmla_attn_ws *ws,
     if (!(ws->q_lat = xalloc(H * T_max * d->d_c * sizeof(float), err, "q_lat")) ||
         !(ws->Z = xalloc(H * T_max * T_max * sizeof(float), err, "logits")) ||
         !(ws->U = xalloc(H * T_max * d->d_c * sizeof(float), err, "U")) ||
-        !(ws->O = xalloc(T_max * H * d->d_v * sizeof(float), err, "O"))) {
+        !(ws->O = xalloc(T_max * H * d->d_v * sizeof(float), err, "O")) ||
+        !(ws->q_rope_t = xalloc(H * T_max * d->d_r * sizeof(float), err, "q_rope"))) {
         qmla_attn_ws_free(ws);
         return err ? err->status : QMLA_ENOMEM;
     }
@@ -202,6 +215,7 @@ void qmla_attn_ws_free(qmla_attn_ws *ws)
     free(ws->Z);
     free(ws->U);
     free(ws->O);
+    free(ws->q_rope_t);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -217,7 +231,8 @@ int qmla_attn_forward(const qmla_mla_dims *d, size_t T,
     const float tau = (float)d->tau;
     qmla_attn_absorb(d, T, q_nope, w->w_uk, ws->q_lat);
     qmla_attn_logits_acc(d->H, T, d->d_c, tau, ws->q_lat, C, 0.0f, ws->Z);
-    qmla_attn_logits_acc(d->H, T, d->d_r, tau, q_rope, K, 1.0f, ws->Z);
+    qmla_attn_tokens_major(d->H, T, d->d_r, q_rope, ws->q_rope_t);
+    qmla_attn_logits_acc(d->H, T, d->d_r, tau, ws->q_rope_t, K, 1.0f, ws->Z);
     qmla_attn_softmax(d->H, T, ws->Z, ws->Z);
     qmla_attn_aggregate(d->H, T, d->d_c, ws->Z, C, 0.0f, ws->U);
     qmla_attn_project(d, T, 1, w, ws->U, ws->O, Y);

@@ -140,8 +140,7 @@ static double sumsq3(const float *a, const float *b, const float *c, size_t n)
  * of the route sum against it. Uses q_lat (kept in ws->attn.q_lat) — it
  * recomputes logits, softmax and aggregation independently of the routes. */
 static double verify_routes(const qmla_mla_dims *d, size_t T,
-                            const qmla_mla_weights *w, const float *q_rope,
-                            const float *C, const float *K, int path,
+                            const qmla_mla_weights *w, const float *C, const float *K, int path,
                             size_t nroutes, qmla_sweep_ws *ws)
 {
     const size_t H = d->H, dc = d->d_c, dr = d->d_r, D = d->D;
@@ -158,7 +157,7 @@ static double verify_routes(const qmla_mla_dims *d, size_t T,
             Kp[i] = K[i] + (path == QMLA_PATH_ROPE ? ws->E[i] : 0.0f);
         const float tau = (float)d->tau;
         qmla_attn_logits_acc(H, T, dc, tau, ws->attn.q_lat, Cp, 0.0f, Zv);
-        qmla_attn_logits_acc(H, T, dr, tau, q_rope, Kp, 1.0f, Zv);
+        qmla_attn_logits_acc(H, T, dr, tau, ws->attn.q_rope_t, Kp, 1.0f, Zv);
         qmla_attn_softmax(H, T, Zv, Zv);
         qmla_attn_aggregate(H, T, dc, Zv, Cp, 0.0f, Uv);
         qmla_attn_project(d, T, 1, w, Uv, Ov, ws->Yv);
@@ -206,7 +205,8 @@ int qmla_sweep_sequence(const qmla_sweep_params *p, const qmla_mla_dims *d,
     /* Clean pass: logits kept in attn.Z, attention in A, output in Y. */
     qmla_attn_absorb(d, T, q_nope, w->w_uk, W->attn.q_lat);
     qmla_attn_logits_acc(H, T, dc, tau, W->attn.q_lat, C, 0.0f, W->attn.Z);
-    qmla_attn_logits_acc(H, T, dr, tau, q_rope, K, 1.0f, W->attn.Z);
+    qmla_attn_tokens_major(H, T, dr, q_rope, W->attn.q_rope_t);
+    qmla_attn_logits_acc(H, T, dr, tau, W->attn.q_rope_t, K, 1.0f, W->attn.Z);
     qmla_attn_softmax(H, T, W->attn.Z, W->A);
     qmla_attn_aggregate(H, T, dc, W->A, C, 0.0f, W->attn.U);
     qmla_attn_project(d, T, 1, w, W->attn.U, W->attn.O, W->Y);
@@ -228,8 +228,8 @@ int qmla_sweep_sequence(const qmla_sweep_params *p, const qmla_mla_dims *d,
         if (r->degenerate)
             continue;
 
-        perturbed_attention_delta(d, T, width, content ? W->attn.q_lat : q_rope,
-                                  W);
+        perturbed_attention_delta(d, T, width,
+                                  content ? W->attn.q_lat : W->attn.q_rope_t, W);
         /* Route deltas in latent space: matching (A~-A) C; for content also
          * aggregation A E and interaction (A~-A) E. */
         const size_t nroutes = content ? 3 : 1;
@@ -256,13 +256,28 @@ int qmla_sweep_sequence(const qmla_sweep_params *p, const qmla_mla_dims *d,
         r->nmse_out_interaction = i / yy;
         if (verify)
             r->route_residual =
-                verify_routes(d, T, w, q_rope, C, K, path, nroutes, W);
+                verify_routes(d, T, w, C, K, path, nroutes, W);
         if (!isfinite(r->response) || !isfinite(r->nmse_out))
             return qmla_error_set(err, QMLA_ENONFINITE,
                                   "%s path: non-finite output NMSE (%g)",
                                   qmla_path_name(path), r->nmse_out);
     }
     return QMLA_OK;
+}
+
+double qmla_sweep_flops(const qmla_mla_dims *d, size_t T)
+{
+    const double H = (double)d->H, dc = (double)d->d_c, dr = (double)d->d_r;
+    const double dn = (double)d->d_n, dv = (double)d->d_v, D = (double)d->D;
+    const double t = (double)T, pairs = t * (t + 1.0) / 2.0;
+    const double absorb = 2 * H * t * dn * dc;
+    const double logits_c = 2 * H * pairs * dc, logits_r = 2 * H * pairs * dr;
+    const double aggregate = 2 * H * pairs * dc;
+    const double project = 2 * t * H * dc * dv + 2 * t * H * dv * D;
+    const double clean = logits_c + logits_r + aggregate + project;
+    const double content = logits_c + 3 * aggregate + 3 * project;
+    const double rope = logits_r + aggregate + project;
+    return absorb + clean + content + rope;
 }
 
 /* ---- aggregation -------------------------------------------------------- */

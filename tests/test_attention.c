@@ -51,7 +51,7 @@ static void run_case(size_t H, size_t T, size_t dc, size_t dn, size_t dr,
         for (size_t i = 0; i < T; i++) {
             double s = 0;
             for (size_t j = 0; j < T; j++) {
-                double a = ws.Z[(h * T + i) * T + j];
+                double a = ws.Z[(i * H + h) * T + j];
                 if (j > i)
                     maxup = fmax(maxup, fabs(a));
                 else

@@ -5,12 +5,16 @@
  * block-causally (row blocks of QMLA_ATTN_BLOCK queries against the keys they
  * can see, so the masked half of T×T is not computed); norms in double.
  *
- *   Q_C[h] = q_nope[h] @ w_uk[h]                      [H, T, d_c]
- *   Z[h]   = tau (Q_C[h] C^T + Q_P[h] K^T), causal    [H, T, T]
- *   A[h]   = softmax_rows(Z[h])   (A[h][i][s] = 0 for s > i)
- *   U[h]   = A[h] C                                   [H, T, d_c]
- *   O      = [U[h] w_uv[h]^T]_h                       [T, H*d_v]
- *   Y      = O w_o^T                                  [T, D]
+ *   Q_C[:,h] = q_nope[h] @ w_uk[h]                    [T, H, d_c]
+ *   Z[:,h]   = tau (Q_C[:,h] C^T + Q_P[:,h] K^T)      [T, H, T]
+ *   A        = softmax over s <= i of Z[i][h][s]      (0 for s > i)
+ *   U[:,h]   = A[:,h] C                               [T, H, d_c]
+ *   O        = [U[:,h] w_uv[h]^T]_h                   [T, H*d_v]
+ *   Y        = O w_o^T                                [T, D]
+ *
+ * Internal tensors are token-major ([T, H, ...]) so that one causal row
+ * block of B tokens covers all heads and is a single GEMM of B*H rows.
+ * Inputs as captured (q_nope, q_rope: [H, T, ...]) are head-major.
  *
  * Threading: the per-head loops run under OpenMP with `threads` threads and
  * single-threaded BLAS calls inside; qmla_attn_set_threads() sets both.
@@ -46,28 +50,31 @@ void qmla_attn_set_threads(int threads);
 int qmla_attn_get_threads(void);
 
 /* Q_C = absorb(q_nope): q_nope [H, T, d_n], w_uk [H, d_n, d_c] -> q_lat
- * [H, T, d_c]. */
+ * [T, H, d_c] (token-major). */
 void qmla_attn_absorb(const qmla_mla_dims *d, size_t T, const float *q_nope,
                       const float *w_uk, float *q_lat);
 
-/* Z[h] (+)= alpha * Q[h] X^T on the causal blocks, Q [H, T, w], X [T, w],
- * Z [H, T, T]. beta 0 overwrites, 1 accumulates. Entries above the diagonal
+/* Head-major [H, T, w] -> token-major [T, H, w]. */
+void qmla_attn_tokens_major(size_t H, size_t T, size_t w, const float *in,
+                            float *out);
+
+/* Z (+)= alpha * Q X^T on the causal blocks, Q [T, H, w], X [T, w],
+ * Z [T, H, T]. beta 0 overwrites, 1 accumulates. Entries above the diagonal
  * inside diagonal blocks are written too (and ignored by the softmax). */
 void qmla_attn_logits_acc(size_t H, size_t T, size_t w, float alpha,
                           const float *Q, const float *X, float beta, float *Z);
 
-/* Causal row softmax: A[h][i][s] = softmax_{s<=i} Z[h][i][s], zeros above
+/* Causal row softmax: A[i][h][s] = softmax_{s<=i} Z[i][h][s], zeros above
  * the diagonal. A may alias Z. */
 void qmla_attn_softmax(size_t H, size_t T, const float *Z, float *A);
 
-/* U[h] = A[h] X on the causal blocks (A must be zero above the diagonal):
- * A [H, T, T], X [T, w] -> U [H, T, w]. beta as in sgemm. */
+/* U[:,h] = A[:,h] X on the causal blocks (A zero above the diagonal):
+ * A [T, H, T], X [T, w] -> U [T, H, w]. beta as in sgemm. */
 void qmla_attn_aggregate(size_t H, size_t T, size_t w, const float *A,
                          const float *X, float beta, float *U);
 
-/* Y = sum_h U[h] w_uv[h]^T w_o[:, h]^T for `rows` row-stacked copies:
- * U [rows/T blocks...]: U is [S, H, T, d_c] for S stacks (rows = S*T),
- * O workspace [S*T, H*d_v], Y [S*T, D]. */
+/* Y = sum_h U[:,h] w_uv[h]^T w_o[:, h]^T for S row-stacked inputs:
+ * U [S*T, H, d_c], O workspace [S*T, H*d_v], Y [S*T, D]. */
 void qmla_attn_project(const qmla_mla_dims *d, size_t T, size_t S,
                        const qmla_mla_weights *w, const float *U, float *O,
                        float *Y);
@@ -75,10 +82,11 @@ void qmla_attn_project(const qmla_mla_dims *d, size_t T, size_t S,
 /* Workspace for qmla_attn_forward with sequences of up to T_max tokens. */
 typedef struct qmla_attn_ws {
     size_t T_max;
-    float *q_lat; /* [H, T, d_c] */
-    float *Z;     /* [H, T, T] */
-    float *U;     /* [H, T, d_c] */
-    float *O;     /* [T, H*d_v] */
+    float *q_lat;    /* [T, H, d_c] */
+    float *Z;        /* [T, H, T] */
+    float *U;        /* [T, H, d_c] */
+    float *O;        /* [T, H*d_v] */
+    float *q_rope_t; /* [T, H, d_r] token-major copy of q_rope */
 } qmla_attn_ws;
 
 int qmla_attn_ws_alloc(const qmla_mla_dims *d, size_t T_max, qmla_attn_ws *ws,

@@ -80,6 +80,14 @@ int qmla_sweep_sequence(const qmla_sweep_params *p, const qmla_mla_dims *d,
                         qmla_sweep_ws *ws, qmla_response out[2],
                         qmla_error *err);
 
+/* Useful floating-point operations of qmla_sweep_sequence for one sequence
+ * of T tokens (both paths, verify off), counting only the causal half of
+ * the attention products (T(T+1)/2 query-key pairs): absorption, clean
+ * logits/aggregation/projection, content logits + 3 route aggregations + 3
+ * projections, RoPE logits + 1 aggregation + 1 projection. Used by the
+ * benchmark to report GFLOP/s. */
+double qmla_sweep_flops(const qmla_mla_dims *d, size_t T);
+
 /* ---- aggregation (math.md §3) ----------------------------------------- */
 
 typedef struct qmla_summary {
