@@ -114,6 +114,16 @@ int qmla_capture_load_cell(qmla_capture *c, size_t li, size_t ci,
                            qmla_cell *out, qmla_error *err);
 void qmla_cell_free(qmla_cell *cell);
 
+/* Look-ups by name: 1 and *li (*ci) set when layer index `layer` (cell
+ * `name` of layer li) is present, else 0. */
+int qmla_capture_find_layer(const qmla_capture *c, int layer, size_t *li);
+int qmla_capture_find_cell(const qmla_capture *c, size_t li, const char *name,
+                           size_t *ci);
+
+/* Largest element count of one dataset that open accepts (QMLA_ERANGE
+ * beyond it): 2^40. */
+#define QMLA_CAPTURE_MAX_ELEMS (UINT64_C(1) << 40)
+
 /* ---- writer (qmla synth, tests, benchmarks) ---------------------------- */
 
 typedef struct qmla_capture_writer qmla_capture_writer;
