@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# scripts/run-main.sh — the main job: set up, build, then on the embedded
+# default capture run `qmla check` and the matched-NMSE sweep, printing the
+# per-layer content/RoPE responses (Table 4 style) and writing
+# results/default-sweep.h5.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+cap=${1:-data/tiny-mla-default.h5}
+mkdir -p results
+threads=$(nproc)
+./build/analysis/qmla check "$cap" -q --threads "$threads"
+./build/analysis/qmla sweep "$cap" -o results/default-sweep.h5 -v --threads "$threads"

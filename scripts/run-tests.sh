@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# scripts/run-tests.sh — set up, build, and run the whole test suite:
+#  1. the release build's tests (meson test: unit suites),
+#  2. the same tests under AddressSanitizer + UndefinedBehaviorSanitizer,
+#  3. the capture reader's libFuzzer target for QMLA_FUZZ_SECONDS (60).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export QMLA_WITH_FUZZ=1
+bash scripts/setup.sh
+echo "== tests (release build)"
+meson test -C build --print-errorlogs --num-processes 2
+echo "== tests under ASan + UBSan"
+if [ ! -f build-asan/build.ninja ]; then
+  meson setup build-asan --buildtype=debugoptimized -Db_sanitize=address,undefined \
+    -Db_lundef=false -Dc_args=-fno-sanitize-recover=all >/dev/null
+fi
+ninja -C build-asan
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  meson test -C build-asan --print-errorlogs --num-processes 2 --timeout-multiplier 4
+echo "== fuzzing the capture reader for ${QMLA_FUZZ_SECONDS:-60} s"
+bash fuzz/run.sh "${QMLA_FUZZ_SECONDS:-60}" build-fuzz
