@@ -675,6 +675,36 @@ static void test_roundtrip_f16(const fixture *fx)
             qmla_layer_free(&R);
         }
         qmla_capture_close(c);
+        /* h5py sees float16 holding exactly numpy's rounding of the values,
+         * and the fixed-length string attributes (skipped without h5py) */
+        const char *py = getenv("QMLA_PYTHON");
+        char cmd[2048];
+        if (py && *py) {
+            snprintf(cmd, sizeof cmd, "'%s' -c 'import h5py' 2>/dev/null", py);
+            if (system(cmd) == 0) {
+                int k = snprintf(cmd, sizeof cmd,
+                    "'%s' -c 'import sys, h5py, numpy as np\n"
+                    "f = h5py.File(sys.argv[1], \"r\")\n"
+                    "d = f[\"/layers/0/w_uk\"]\n"
+                    "ref = np.array([float.fromhex(s) for s in sys.argv[2:]],"
+                    " np.float32).astype(np.float16)\n"
+                    "assert d.dtype == np.float16, d.dtype\n"
+                    "assert (d[...].view(np.uint16) == ref.view(np.uint16))"
+                    ".all(), (d[...], ref)\n"
+                    "assert f.attrs[\"format\"] == b\"qmla-capture\"\n"
+                    "assert f[\"config\"].attrs[\"rope_pairing\"] == "
+                    "b\"half\"\n"
+                    "assert f[\"/layers/0/cells/t/positions\"].dtype == "
+                    "np.int64\n' '%s'", py, p2);
+                for (size_t i = 0; i < np && k > 0 && (size_t)k < sizeof cmd; i++)
+                    k += snprintf(cmd + k, sizeof cmd - (size_t)k, " %a",
+                                  (double)probe[i]);
+                CHECK(system(cmd) == 0, "h5py reads the float16 capture as "
+                      "numpy would write it");
+            } else {
+                printf("h5py not available: h5py check skipped\n");
+            }
+        }
     }
     /* a finite value beyond float16 is refused, not stored as infinity */
     L.w_uk[0] = 70000.0f;
