@@ -38,7 +38,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fprintf(stderr, "qmla fuzz: reader violation: %s\n", why);
         abort();
     }
-    /* HDF5 keeps free lists between files; return them so RSS stays flat */
-    /* H5garbage_collect(); */
     return 0;
 }
