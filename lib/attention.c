@@ -123,34 +123,38 @@ static inline float exp_neg(float x)
     return p * u.f;
 }
 
+/* One causal softmax row: a[s] = softmax_{s<=i} z[s], zeros for s > i.
+ * Compiled for AVX-512, AVX2 and baseline x86-64, picked at load time. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+static void softmax_row(const float *z, float *a, size_t i, size_t T)
+{
+    float m = z[0];
+    for (size_t s = 1; s <= i; s++)
+        m = z[s] > m ? z[s] : m;
+    float part[16] = {0};
+    for (size_t s = 0; s <= i; s++) {
+        const float e = exp_neg(z[s] - m);
+        a[s] = e;
+        part[s % 16] += e;
+    }
+    double sum = 0.0;
+    for (int k = 0; k < 16; k++)
+        sum += part[k];
+    const float inv = (float)(1.0 / sum);
+    for (size_t s = 0; s <= i; s++)
+        a[s] *= inv;
+    if (i + 1 < T)
+        memset(a + i + 1, 0, (T - i - 1) * sizeof *a);
+}
+
 void qmla_attn_softmax(size_t H, size_t T, const float *Z, float *A)
 {
     const size_t n = H * T;
     QMLA_OMP_FOR
-    for (size_t k = 0; k < n; k++) {
-        const size_t i = k / H; /* row (token i, head k % H) */
-        const float *z = Z + k * T;
-        float *a = A + k * T;
-        float m = z[0];
-#if QMLA_HAVE_OPENMP
-#pragma omp simd reduction(max : m)
-#endif
-        for (size_t s = 1; s <= i; s++)
-            m = z[s] > m ? z[s] : m;
-        for (size_t s = 0; s <= i; s++)
-            a[s] = exp_neg(z[s] - m);
-        double sum = 0.0;
-#if QMLA_HAVE_OPENMP
-#pragma omp simd reduction(+ : sum)
-#endif
-        for (size_t s = 0; s <= i; s++)
-            sum += a[s];
-        const float inv = (float)(1.0 / sum);
-        for (size_t s = 0; s <= i; s++)
-            a[s] *= inv;
-        if (i + 1 < T)
-            memset(a + i + 1, 0, (T - i - 1) * sizeof *a);
-    }
+    for (size_t k = 0; k < n; k++)
+        softmax_row(Z + k * T, A + k * T, k / H, T); /* row: token k/H, head k%H */
 }
 
 void qmla_attn_project(const qmla_mla_dims *d, size_t T, size_t S,
@@ -167,7 +171,7 @@ void qmla_attn_project(const qmla_mla_dims *d, size_t T, size_t S,
                     (int)dc, 1.0f, U + h * dc, (int)(H * dc), w->w_uv + h * dv * dc,
                     (int)dc, 0.0f, O + h * dv, (int)HV);
     /* Y = O w_o^T, split into row panels so every thread gets work. */
-    const size_t P = 128, np = (rows + P - 1) / P;
+    const size_t P = 256, np = (rows + P - 1) / P;
     QMLA_OMP_FOR
     for (size_t p = 0; p < np; p++) {
         const size_t r0 = p * P, nr = (r0 + P <= rows) ? P : rows - r0;

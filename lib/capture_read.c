@@ -1541,6 +1541,13 @@ void qmla_layer_free(qmla_layer *l)
 int qmla_capture_load_cell(qmla_capture *c, size_t li, size_t ci,
                            qmla_cell *out, qmla_error *err)
 {
+    return qmla_capture_load_cell_parts(c, li, ci, QMLA_CELL_ALL, out, err);
+}
+
+int qmla_capture_load_cell_parts(qmla_capture *c, size_t li, size_t ci,
+                                 unsigned parts, qmla_cell *out,
+                                 qmla_error *err)
+{
     if (!out)
         return qmla_error_set(err, QMLA_EINVAL, "qmla_capture_load_cell: "
                               "expected an output struct, found NULL");
@@ -1587,18 +1594,20 @@ int qmla_capture_load_cell(qmla_capture *c, size_t li, size_t ci,
         (st = read_f32(c, g, path, "k_rope", 3, kr, &out->k_rope, err)) ||
         (st = read_f32(c, g, path, "q_nope", 4, qn, &out->q_nope, err)) ||
         (st = read_f32(c, g, path, "q_rope", 4, qr, &out->q_rope, err)) ||
-        (st = read_f32(c, g, path, "attn_out", 3, ao, &out->attn_out, err)) ||
-        (st = read_tensor(c, g, path, "positions", 2, pos, H5T_NATIVE_INT64,
-                          sizeof(int64_t), &p, err)))
+        ((parts & QMLA_CELL_OUTPUT) &&
+         (st = read_f32(c, g, path, "attn_out", 3, ao, &out->attn_out, err))) ||
+        ((parts & QMLA_CELL_POSITIONS) &&
+         (st = read_tensor(c, g, path, "positions", 2, pos, H5T_NATIVE_INT64,
+                           sizeof(int64_t), &p, err))))
         goto out;
     out->positions = p;
-    if (x->has_pre &&
+    if ((parts & QMLA_CELL_PRE) && x->has_pre &&
         ((st = read_f32(c, g, path, "k_rope_pre", 3, kr, &out->k_rope_pre,
                         err)) ||
          (st = read_f32(c, g, path, "q_rope_pre", 4, qr, &out->q_rope_pre,
                         err))))
         goto out;
-    if (x->has_cossin &&
+    if ((parts & QMLA_CELL_PRE) && x->has_cossin &&
         ((st = read_f32(c, g, path, "rope_cos", 3, cs, &out->rope_cos, err)) ||
          (st = read_f32(c, g, path, "rope_sin", 3, cs, &out->rope_sin, err))))
         goto out;

@@ -287,7 +287,7 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                     layer_loaded = 1;
                 }
                 if (!cell_loaded) {
-                    if ((st = qmla_capture_load_cell(cap, li, ci, &cell, err)))
+                    if ((st = qmla_capture_load_cell_parts(cap, li, ci, 0, &cell, err)))
                         goto done;
                     cell_loaded = 1;
                 }

@@ -114,6 +114,19 @@ int qmla_capture_load_cell(qmla_capture *c, size_t li, size_t ci,
                            qmla_cell *out, qmla_error *err);
 void qmla_cell_free(qmla_cell *cell);
 
+/* Parts of a cell to load (the caches and queries are always loaded). */
+enum {
+    QMLA_CELL_OUTPUT = 1u,    /* attn_out */
+    QMLA_CELL_POSITIONS = 2u, /* positions */
+    QMLA_CELL_PRE = 4u,       /* k_rope_pre, q_rope_pre, rope_cos, rope_sin */
+    QMLA_CELL_ALL = 7u
+};
+/* As qmla_capture_load_cell, loading only c_kv, k_rope, q_nope, q_rope and
+ * the parts named; the others stay NULL. */
+int qmla_capture_load_cell_parts(qmla_capture *c, size_t li, size_t ci,
+                                 unsigned parts, qmla_cell *out,
+                                 qmla_error *err);
+
 /* Look-ups by name: 1 and *li (*ci) set when layer index `layer` (cell
  * `name` of layer li) is present, else 0. */
 int qmla_capture_find_layer(const qmla_capture *c, int layer, size_t *li);
