@@ -18,4 +18,11 @@ ninja -C build-asan
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   meson test -C build-asan --print-errorlogs --num-processes 2 --timeout-multiplier 4
 echo "== fuzzing the capture reader for ${QMLA_FUZZ_SECONDS:-60} s"
-bash fuzz/run.sh "${QMLA_FUZZ_SECONDS:-60}" build-fuzz
+fuzz_ok=0
+bash fuzz/run.sh "${QMLA_FUZZ_SECONDS:-60}" build-fuzz && fuzz_ok=1
+# One closing line over both builds' meson tests and the fuzzing run.
+passed=$(cat build/meson-logs/testlog.json build-asan/meson-logs/testlog.json | grep -c '"result": "OK"' || true)
+failed=$(cat build/meson-logs/testlog.json build-asan/meson-logs/testlog.json | grep -v '"result": "OK"' | grep -c '"result"' || true)
+if [ $fuzz_ok = 1 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
