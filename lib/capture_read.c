@@ -22,6 +22,7 @@
  * Tests: tests/test_reader.c; fuzzing: fuzz/fuzz_capture.c (fuzz/run.sh).
  */
 #include "qmla/capture.h"
+#include "h5util.h"
 
 #include <hdf5.h>
 
@@ -78,48 +79,6 @@ typedef struct vctx {
 
 /* ---- HDF5 error printing off, per public call ---------------------------- */
 
-typedef struct h5_quiet {
-    H5E_auto2_t fn;
-    void *data;
-} h5_quiet;
-
-static h5_quiet quiet_begin(void)
-{
-    h5_quiet q = {NULL, NULL};
-    H5Eget_auto2(H5E_DEFAULT, &q.fn, &q.data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    return q;
-}
-
-static void quiet_end(h5_quiet q) { H5Eset_auto2(H5E_DEFAULT, q.fn, q.data); }
-
-typedef struct walk_ctx {
-    char *buf;
-    size_t cap;
-    int got;
-} walk_ctx;
-
-static herr_t walk_cb(unsigned n, const H5E_error2_t *e, void *p)
-{
-    (void)n;
-    walk_ctx *w = p;
-    if (!w->got && e && e->desc && e->desc[0]) {
-        snprintf(w->buf, w->cap, "%s", e->desc);
-        w->got = 1;
-    }
-    return 0;
-}
-
-/* The innermost description on HDF5's error stack (the most specific one,
- * e.g. "truncated file: eof = 96, sblock->base_addr = 0, stored_eof = 2144"). */
-static void h5_error_text(char *buf, size_t cap)
-{
-    walk_ctx w = {buf, cap, 0};
-    buf[0] = '\0';
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk_cb, &w);
-    if (!buf[0])
-        snprintf(buf, cap, "unspecified HDF5 error");
-}
 
 /* ---- messages ------------------------------------------------------------ */
 
@@ -217,7 +176,7 @@ static int open_child(const vctx *v, hid_t loc, const char *ppath,
     join(path, sizeof path, ppath, name);
     htri_t ex = H5Lexists(loc, name, v->lapl);
     if (ex < 0) {
-        h5_error_text(h5msg, sizeof h5msg);
+        qmla_h5_error_text(h5msg, sizeof h5msg);
         return fail(v->err, QMLA_EFORMAT, v->label, path,
                     "expected %s, found an unreadable link (%s)", expect,
                     h5msg);
@@ -230,7 +189,7 @@ static int open_child(const vctx *v, hid_t loc, const char *ppath,
     }
     H5L_info_t li;
     if (H5Lget_info(loc, name, &li, v->lapl) < 0) {
-        h5_error_text(h5msg, sizeof h5msg);
+        qmla_h5_error_text(h5msg, sizeof h5msg);
         return fail(v->err, QMLA_EFORMAT, v->label, path,
                     "expected %s, found an unreadable link (%s)", expect,
                     h5msg);
@@ -242,7 +201,7 @@ static int open_child(const vctx *v, hid_t loc, const char *ppath,
                                                  : "a user-defined");
     hid_t obj = H5Oopen(loc, name, v->lapl);
     if (obj < 0) {
-        h5_error_text(h5msg, sizeof h5msg);
+        qmla_h5_error_text(h5msg, sizeof h5msg);
         return fail(v->err, QMLA_EFORMAT, v->label, path,
                     "expected %s, found a link that cannot be opened (%s)",
                     expect, h5msg);
@@ -266,7 +225,7 @@ static int list_links(const vctx *v, hid_t g, const char *gpath,
     *names_out = NULL;
     *n_out = 0;
     if (H5Gget_info(g, &gi) < 0) {
-        h5_error_text(h5msg, sizeof h5msg);
+        qmla_h5_error_text(h5msg, sizeof h5msg);
         return fail(v->err, QMLA_EFORMAT, v->label, gpath,
                     "expected a readable group, found an error (%s)", h5msg);
     }
@@ -291,7 +250,7 @@ static int list_links(const vctx *v, hid_t g, const char *gpath,
             s = NULL;
         }
         if (!s) {
-            h5_error_text(h5msg, sizeof h5msg);
+            qmla_h5_error_text(h5msg, sizeof h5msg);
             for (hsize_t j = 0; j < i; j++)
                 free(names[j]);
             free(names);
@@ -328,7 +287,7 @@ static int attr_open(const vctx *v, hid_t obj, const char *opath,
     *aid = H5I_INVALID_HID;
     htri_t ex = H5Aexists(obj, name);
     if (ex < 0) {
-        h5_error_text(h5msg, sizeof h5msg);
+        qmla_h5_error_text(h5msg, sizeof h5msg);
         return fail(v->err, QMLA_EFORMAT, v->label, opath,
                     "attribute %s: expected %s, found an unreadable "
                     "attribute (%s)", name, expect, h5msg);
@@ -342,7 +301,7 @@ static int attr_open(const vctx *v, hid_t obj, const char *opath,
     }
     hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
     if (a < 0) {
-        h5_error_text(h5msg, sizeof h5msg);
+        qmla_h5_error_text(h5msg, sizeof h5msg);
         return fail(v->err, QMLA_EFORMAT, v->label, opath,
                     "attribute %s: expected %s, found an attribute that "
                     "cannot be opened (%s)", name, expect, h5msg);
@@ -426,7 +385,7 @@ static int read_int_attr(const vctx *v, hid_t obj, const char *opath,
     if (ft >= 0)
         H5Tclose(ft);
     if (r < 0) {
-        h5_error_text(h5msg, sizeof h5msg);
+        qmla_h5_error_text(h5msg, sizeof h5msg);
         H5Aclose(a);
         return fail(v->err, QMLA_EFORMAT, v->label, opath,
                     "attribute %s: expected a readable integer, found an "
@@ -459,7 +418,7 @@ static int read_float_attr(const vctx *v, hid_t obj, const char *opath,
                     class_name(cls));
     }
     if (H5Aread(a, H5T_NATIVE_DOUBLE, out) < 0) {
-        h5_error_text(h5msg, sizeof h5msg);
+        qmla_h5_error_text(h5msg, sizeof h5msg);
         H5Aclose(a);
         return fail(v->err, QMLA_EFORMAT, v->label, opath,
                     "attribute %s: expected a readable float, found an "
@@ -531,7 +490,7 @@ static int read_string_attr(const vctx *v, hid_t obj, const char *opath,
                     "found %zu", name, MAX_STRING, fsize);
     }
     if (!ok)
-        h5_error_text(h5msg, sizeof h5msg);
+        qmla_h5_error_text(h5msg, sizeof h5msg);
     if (mt >= 0)
         H5Tclose(mt);
     H5Aclose(a);
@@ -620,7 +579,7 @@ static int check_dataset(const vctx *v, hid_t g, const char *gpath,
                                             : H5T_NATIVE_FLOAT,
                              2, probe, NULL, H5P_DEFAULT);
     if (conv < 0)
-        h5_error_text(h5msg, sizeof h5msg);
+        qmla_h5_error_text(h5msg, sizeof h5msg);
     H5Tclose(ft);
     if (conv < 0) {
         H5Dclose(d);
@@ -633,7 +592,7 @@ static int check_dataset(const vctx *v, hid_t g, const char *gpath,
     /* storage: only inside this file, only filters that are available */
     hid_t dcpl = H5Dget_create_plist(d);
     if (dcpl < 0) {
-        h5_error_text(h5msg, sizeof h5msg);
+        qmla_h5_error_text(h5msg, sizeof h5msg);
         H5Dclose(d);
         return fail(v->err, QMLA_EFORMAT, v->label, path,
                     "expected a readable dataset creation property list, "
@@ -1051,7 +1010,7 @@ static int validate(qmla_capture *c, const vctx *v)
     hid_t root = H5Gopen2(c->file, "/", H5P_DEFAULT);
     char h5msg[256];
     if (root < 0) {
-        h5_error_text(h5msg, sizeof h5msg);
+        qmla_h5_error_text(h5msg, sizeof h5msg);
         return fail(v->err, QMLA_EFORMAT, v->label, "/",
                     "expected a readable root group, found an error (%s)",
                     h5msg);
@@ -1173,13 +1132,13 @@ int qmla_capture_open(const char *path, qmla_capture **out, qmla_error *err)
                               strerror(errno));
     close(fd);
 
-    h5_quiet q = quiet_begin();
+    h5_quiet q = qmla_h5_quiet_begin();
     char h5msg[256];
     int st;
     htri_t is = H5Fis_hdf5(path);
     if (is <= 0) {
         if (is < 0)
-            h5_error_text(h5msg, sizeof h5msg);
+            qmla_h5_error_text(h5msg, sizeof h5msg);
         st = is < 0 ? qmla_error_set(err, QMLA_EIO, "%s: cannot open: "
                                      "expected a readable HDF5 file, found "
                                      "an error (%s)", path, h5msg)
@@ -1187,7 +1146,7 @@ int qmla_capture_open(const char *path, qmla_capture **out, qmla_error *err)
                                      "file: expected the HDF5 signature, "
                                      "found none (%lld bytes)", path,
                                      (long long)sb.st_size);
-        quiet_end(q);
+        qmla_h5_quiet_end(q);
         return st;
     }
     hid_t fapl = make_fapl();
@@ -1197,18 +1156,18 @@ int qmla_capture_open(const char *path, qmla_capture **out, qmla_error *err)
 #endif
     hid_t f = fapl >= 0 ? H5Fopen(path, H5F_ACC_RDONLY, fapl) : -1;
     if (f < 0)
-        h5_error_text(h5msg, sizeof h5msg);
+        qmla_h5_error_text(h5msg, sizeof h5msg);
     if (fapl >= 0)
         H5Pclose(fapl);
     if (f < 0) {
         st = qmla_error_set(err, QMLA_EFORMAT, "%s: cannot open as HDF5: "
                             "expected a complete, readable HDF5 file, found: "
                             "%s", path, h5msg);
-        quiet_end(q);
+        qmla_h5_quiet_end(q);
         return st;
     }
     st = finish_open(f, path, out, err);
-    quiet_end(q);
+    qmla_h5_quiet_end(q);
     return st;
 }
 
@@ -1241,19 +1200,19 @@ int qmla_capture_open_image(const void *buf, size_t len, const char *label,
         return qmla_error_set(err, QMLA_EFORMAT, "%s: not an HDF5 image: "
                               "expected the HDF5 signature, found none (%zu "
                               "bytes)", label, len);
-    h5_quiet q = quiet_begin();
+    h5_quiet q = qmla_h5_quiet_begin();
     char h5msg[256], name[96];
     int st;
     hid_t fapl = make_fapl();
     if (fapl < 0 || H5Pset_fapl_core(fapl, 1 << 16, 0) < 0 ||
         H5Pset_file_image(fapl, (void *)buf, len) < 0) {
-        h5_error_text(h5msg, sizeof h5msg);
+        qmla_h5_error_text(h5msg, sizeof h5msg);
         if (fapl >= 0)
             H5Pclose(fapl);
         st = qmla_error_set(err, QMLA_ENOMEM, "%s: expected to set up an "
                             "in-memory file of %zu bytes, found an error (%s)",
                             label, len, h5msg);
-        quiet_end(q);
+        qmla_h5_quiet_end(q);
         return st;
     }
     /* The core driver refuses an image whose name exists on disk, and two
@@ -1263,17 +1222,17 @@ int qmla_capture_open_image(const void *buf, size_t len, const char *label,
              (unsigned long)atomic_fetch_add(&counter, 1), (const void *)buf);
     hid_t f = H5Fopen(name, H5F_ACC_RDONLY, fapl);
     if (f < 0)
-        h5_error_text(h5msg, sizeof h5msg);
+        qmla_h5_error_text(h5msg, sizeof h5msg);
     H5Pclose(fapl);
     if (f < 0) {
         st = qmla_error_set(err, QMLA_EFORMAT, "%s: cannot open as HDF5: "
                             "expected a complete, readable HDF5 image, found: "
                             "%s", label, h5msg);
-        quiet_end(q);
+        qmla_h5_quiet_end(q);
         return st;
     }
     st = finish_open(f, label, out, err);
-    quiet_end(q);
+    qmla_h5_quiet_end(q);
     return st;
 }
 
@@ -1281,13 +1240,13 @@ void qmla_capture_close(qmla_capture *c)
 {
     if (!c)
         return;
-    h5_quiet q = quiet_begin();
+    h5_quiet q = qmla_h5_quiet_begin();
     free_model(c);
     if (c->lapl >= 0)
         H5Pclose(c->lapl);
     if (c->file >= 0)
         H5Fclose(c->file);
-    quiet_end(q);
+    qmla_h5_quiet_end(q);
     free(c->label);
     free(c);
 }
@@ -1434,7 +1393,7 @@ static int read_tensor(const qmla_capture *c, hid_t g, const char *gpath,
                     "expected memory for %" PRIu64 " elements, found none", n);
     }
     if (H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
-        h5_error_text(h5msg, sizeof h5msg);
+        qmla_h5_error_text(h5msg, sizeof h5msg);
         H5Dclose(d);
         free(buf);
         return fail(err, QMLA_EIO, c->label, path,
@@ -1502,12 +1461,12 @@ int qmla_capture_load_layer(qmla_capture *c, size_t li, qmla_layer *out,
                               "layer position below %zu, found %zu",
                               c ? c->label : "(null capture)",
                               c ? c->n_layers : 0, li);
-    h5_quiet q = quiet_begin();
+    h5_quiet q = qmla_h5_quiet_begin();
     char path[QMLA_ERRMSG_MAX];
     int st;
     hid_t g = open_layer_group(c, li, path, sizeof path, err, &st);
     if (st) {
-        quiet_end(q);
+        qmla_h5_quiet_end(q);
         return st;
     }
     const qmla_capture_config *k = &c->cfg;
@@ -1523,7 +1482,7 @@ int qmla_capture_load_layer(qmla_capture *c, size_t li, qmla_layer *out,
                        err)))
         qmla_layer_free(out);
     H5Gclose(g);
-    quiet_end(q);
+    qmla_h5_quiet_end(q);
     return st;
 }
 
@@ -1559,12 +1518,12 @@ int qmla_capture_load_cell_parts(qmla_capture *c, size_t li, size_t ci,
                               "below its cell count, found (%zu, %zu)",
                               c ? c->label : "(null capture)",
                               c ? c->n_layers : 0, li, ci);
-    h5_quiet q = quiet_begin();
+    h5_quiet q = qmla_h5_quiet_begin();
     char lpath[QMLA_ERRMSG_MAX], cpath[QMLA_ERRMSG_MAX], path[QMLA_ERRMSG_MAX];
     int st;
     hid_t lg = open_layer_group(c, li, lpath, sizeof lpath, err, &st);
     if (st) {
-        quiet_end(q);
+        qmla_h5_quiet_end(q);
         return st;
     }
     vctx v = {c->label, c->lapl, err};
@@ -1619,7 +1578,7 @@ out:
     if (cells >= 0)
         H5Gclose(cells);
     H5Gclose(lg);
-    quiet_end(q);
+    qmla_h5_quiet_end(q);
     return st;
 }
 

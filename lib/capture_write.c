@@ -17,6 +17,7 @@
  * so that it never writes a structure the reader rejects.
  */
 #include "qmla/capture.h"
+#include "h5util.h"
 
 #include <hdf5.h>
 
@@ -37,46 +38,6 @@ struct qmla_capture_writer {
     qmla_capture_config cfg;
 };
 
-typedef struct h5_quiet {
-    H5E_auto2_t fn;
-    void *data;
-} h5_quiet;
-
-static h5_quiet quiet_begin(void)
-{
-    h5_quiet q = {NULL, NULL};
-    H5Eget_auto2(H5E_DEFAULT, &q.fn, &q.data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    return q;
-}
-
-static void quiet_end(h5_quiet q) { H5Eset_auto2(H5E_DEFAULT, q.fn, q.data); }
-
-typedef struct walk_ctx {
-    char *buf;
-    size_t cap;
-    int got;
-} walk_ctx;
-
-static herr_t walk_cb(unsigned n, const H5E_error2_t *e, void *p)
-{
-    (void)n;
-    walk_ctx *w = p;
-    if (!w->got && e && e->desc && e->desc[0]) {
-        snprintf(w->buf, w->cap, "%s", e->desc);
-        w->got = 1;
-    }
-    return 0;
-}
-
-static void h5_error_text(char *buf, size_t cap)
-{
-    walk_ctx w = {buf, cap, 0};
-    buf[0] = '\0';
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk_cb, &w);
-    if (!buf[0])
-        snprintf(buf, cap, "unspecified HDF5 error");
-}
 
 /* "<path>: <obj>: <detail>: <innermost HDF5 message>" */
 #if defined(__GNUC__)
@@ -86,7 +47,7 @@ static int h5fail(qmla_error *err, const char *path, const char *obj,
                   const char *fmt, ...)
 {
     char detail[QMLA_ERRMSG_MAX], h5msg[256];
-    h5_error_text(h5msg, sizeof h5msg);
+    qmla_h5_error_text(h5msg, sizeof h5msg);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(detail, sizeof detail, fmt, ap);
@@ -376,10 +337,10 @@ int qmla_capture_writer_open(const char *path, const qmla_capture_config *cfg,
     int st = check_cfg(path, cfg, err);
     if (st)
         return st;
-    h5_quiet q = quiet_begin();
+    h5_quiet q = qmla_h5_quiet_begin();
     if (gzip > 0 && (H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0 ||
                      H5Zfilter_avail(H5Z_FILTER_SHUFFLE) <= 0)) {
-        quiet_end(q);
+        qmla_h5_quiet_end(q);
         return qmla_error_set(err, QMLA_EINVAL, "%s: gzip: expected the "
                               "deflate and shuffle filters, found them "
                               "unavailable in this HDF5", path);
@@ -389,7 +350,7 @@ int qmla_capture_writer_open(const char *path, const qmla_capture_config *cfg,
     if (!w || !p) {
         free(w);
         free(p);
-        quiet_end(q);
+        qmla_h5_quiet_end(q);
         return qmla_error_set(err, QMLA_ENOMEM, "%s: expected memory for the "
                               "writer, found none", path);
     }
@@ -412,7 +373,7 @@ int qmla_capture_writer_open(const char *path, const qmla_capture_config *cfg,
     }
     if ((st = write_header(w, err)))
         goto fail;
-    quiet_end(q);
+    qmla_h5_quiet_end(q);
     *out = w;
     return QMLA_OK;
 fail:
@@ -422,7 +383,7 @@ fail:
         H5Tclose(w->ftype);
     free(w->path);
     free(w);
-    quiet_end(q);
+    qmla_h5_quiet_end(q);
     return st;
 }
 
@@ -439,7 +400,7 @@ int qmla_capture_writer_layer(qmla_capture_writer *w, const qmla_layer *l,
         return qmla_error_set(err, QMLA_EINVAL, "%s: layer %d: expected w_uk, "
                               "w_uv, w_o and kv_norm, found a NULL tensor",
                               w->path, l->layer);
-    h5_quiet q = quiet_begin();
+    h5_quiet q = qmla_h5_quiet_begin();
     char gpath[64];
     snprintf(gpath, sizeof gpath, "/layers/%d", l->layer);
     int st = QMLA_OK;
@@ -449,7 +410,7 @@ int qmla_capture_writer_layer(qmla_capture_writer *w, const qmla_layer *l,
                                      "new layer, found it already written",
                                      w->path, gpath)
                     : h5fail(err, w->path, gpath, "cannot query the layer");
-        quiet_end(q);
+        qmla_h5_quiet_end(q);
         return st;
     }
     hid_t g = H5Gcreate2(w->file, gpath, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -475,7 +436,7 @@ int qmla_capture_writer_layer(qmla_capture_writer *w, const qmla_layer *l,
 out:
     if (g >= 0)
         H5Gclose(g);
-    quiet_end(q);
+    qmla_h5_quiet_end(q);
     return st;
 }
 
@@ -513,7 +474,7 @@ int qmla_capture_writer_cell(qmla_capture_writer *w, int layer,
                               "four of k_rope_pre, q_rope_pre, rope_cos, "
                               "rope_sin, found another combination", w->path,
                               cell->name);
-    h5_quiet q = quiet_begin();
+    h5_quiet q = qmla_h5_quiet_begin();
     char lpath[64], gpath[QMLA_ERRMSG_MAX];
     snprintf(lpath, sizeof lpath, "/layers/%d/cells", layer);
     snprintf(gpath, sizeof gpath, "%s/%s", lpath, cell->name);
@@ -584,7 +545,7 @@ out:
         H5Gclose(g);
     if (cells >= 0)
         H5Gclose(cells);
-    quiet_end(q);
+    qmla_h5_quiet_end(q);
     return st;
 }
 
@@ -592,7 +553,7 @@ int qmla_capture_writer_close(qmla_capture_writer *w, qmla_error *err)
 {
     if (!w)
         return QMLA_OK;
-    h5_quiet q = quiet_begin();
+    h5_quiet q = qmla_h5_quiet_begin();
     int st = QMLA_OK;
     if (w->file >= 0 && H5Fflush(w->file, H5F_SCOPE_GLOBAL) < 0)
         st = h5fail(err, w->path, "/", "cannot flush");
@@ -600,7 +561,7 @@ int qmla_capture_writer_close(qmla_capture_writer *w, qmla_error *err)
         H5Tclose(w->ftype);
     if (w->file >= 0 && H5Fclose(w->file) < 0 && !st)
         st = h5fail(err, w->path, "/", "cannot close");
-    quiet_end(q);
+    qmla_h5_quiet_end(q);
     free(w->path);
     free(w);
     return st;

@@ -2,6 +2,7 @@
  * docs/results-format.md). */
 #include "qmla/results.h"
 #include "qmla_config.h"
+#include "h5util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -124,10 +125,7 @@ int qmla_results_write(const char *path, const qmla_results_meta *m,
     uint8_t *u8 = NULL;
     const char **sval = NULL;
     hid_t f = -1, g = -1;
-    H5E_auto2_t old_fn;
-    void *old_data;
-    H5Eget_auto2(H5E_DEFAULT, &old_fn, &old_data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    h5_quiet quiet = qmla_h5_quiet_begin();
 
     r = malloc((n ? n : 1) * sizeof *r);
     ival = malloc((n ? n : 1) * sizeof *ival);
@@ -253,7 +251,7 @@ done:
         H5Fclose(f);
     if (st != QMLA_OK)
         unlink(tmp);
-    H5Eset_auto2(H5E_DEFAULT, old_fn, old_data);
+    qmla_h5_quiet_end(quiet);
     free(r);
     free(ival);
     free(dval);
@@ -347,10 +345,7 @@ int qmla_results_read(const char *path, qmla_results_meta *m,
     *out = NULL;
     *nout = 0;
     memset(m, 0, sizeof *m);
-    H5E_auto2_t old_fn;
-    void *old_data;
-    H5Eget_auto2(H5E_DEFAULT, &old_fn, &old_data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    h5_quiet quiet = qmla_h5_quiet_begin();
     int st = QMLA_OK;
     hid_t f = -1, g = -1;
     qmla_response *r = NULL;
@@ -481,7 +476,7 @@ done:
         H5Gclose(g);
     if (f >= 0)
         H5Fclose(f);
-    H5Eset_auto2(H5E_DEFAULT, old_fn, old_data);
+    qmla_h5_quiet_end(quiet);
     free(r);
     free(dv);
     free(iv);

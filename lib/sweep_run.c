@@ -70,6 +70,16 @@ static void join_list(char *out, size_t len, const char *const *names,
     }
 }
 
+static int cell_wanted(const qmla_sweep_selection *sel, const char *name)
+{
+    if (!sel || !sel->cells)
+        return 1;
+    for (size_t k = 0; k < sel->n_cells; k++)
+        if (strcmp(sel->cells[k], name) == 0)
+            return 1;
+    return 0;
+}
+
 static int file_exists(const char *p)
 {
     struct stat sb;
@@ -224,10 +234,7 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
             continue;
         for (size_t ci = 0; ci < qmla_capture_n_cells(cap, li); ci++) {
             const char *cname = qmla_capture_cell_name(cap, li, ci);
-            int want = !(sel && sel->cells);
-            for (size_t k = 0; !want && k < sel->n_cells; k++)
-                want = strcmp(sel->cells[k], cname) == 0;
-            if (!want)
+            if (!cell_wanted(sel, cname))
                 continue;
             const size_t N = qmla_capture_cell_n(cap, li, ci);
             const size_t T = qmla_capture_cell_t(cap, li, ci);
@@ -270,10 +277,7 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
         int layer_loaded = 0;
         for (size_t ci = 0; ci < qmla_capture_n_cells(cap, li); ci++) {
             const char *cname = qmla_capture_cell_name(cap, li, ci);
-            int want = !(sel && sel->cells);
-            for (size_t k = 0; !want && k < sel->n_cells; k++)
-                want = strcmp(sel->cells[k], cname) == 0;
-            if (!want)
+            if (!cell_wanted(sel, cname))
                 continue;
             const size_t N = qmla_capture_cell_n(cap, li, ci);
             int cell_loaded = 0;
