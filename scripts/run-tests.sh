@@ -21,8 +21,10 @@ echo "== fuzzing the capture reader for ${QMLA_FUZZ_SECONDS:-60} s"
 fuzz_ok=0
 bash fuzz/run.sh "${QMLA_FUZZ_SECONDS:-60}" build-fuzz && fuzz_ok=1
 # One closing line over both builds' meson tests and the fuzzing run.
-passed=$(cat build/meson-logs/testlog.json build-asan/meson-logs/testlog.json | grep -c '"result": "OK"' || true)
-failed=$(cat build/meson-logs/testlog.json build-asan/meson-logs/testlog.json | grep -v '"result": "OK"' | grep -c '"result"' || true)
+logs="build/meson-logs/testlog.json build-asan/meson-logs/testlog.json"
+passed=$(cat $logs | grep -c '"result": "OK"' || true)
+skipped=$(cat $logs | grep -c '"result": "SKIP"' || true)
+failed=$(cat $logs | grep -E -c '"result": "(FAIL|TIMEOUT|ERROR|UNEXPECTEDPASS)"' || true)
 if [ $fuzz_ok = 1 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]
