@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — install what is missing (Debian/Ubuntu packages) and
 # build qmla into build/ (release). Idempotent; used by the two README
-# commands and by .ci/run.
+# commands and by .ci/run. QMLA_WITH_FUZZ=1 adds clang and libFuzzer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pkgs=(gcc pkg-config meson ninja-build libhdf5-dev hdf5-tools libgsl-dev
       libopenblas-dev libssl-dev python3 python3-numpy python3-h5py gnuplot-nox)
-[ "${QMLA_WITH_FUZZ:-0}" = 1 ] && pkgs+=(clang libclang-rt-dev)
+[ "${QMLA_WITH_FUZZ:-0}" = 1 ] && pkgs+=(clang)
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
+for p in "${pkgs[@]}"; do installed "$p" || missing+=("$p"); done
+# libFuzzer's runtime: libclang-rt-dev on Debian 12 / Ubuntu 24.04; older
+# Ubuntu releases ship it inside libclang-common-<N>-dev (a clang dependency).
+need_rt=0
+if [ "${QMLA_WITH_FUZZ:-0}" = 1 ] && ! installed libclang-rt-dev &&
+   ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
+  need_rt=1
+fi
+if [ ${#missing[@]} -gt 0 ] || [ $need_rt = 1 ]; then
   SUDO=""
   [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
+  if [ $need_rt = 1 ] && apt-cache show libclang-rt-dev >/dev/null 2>&1; then
+    missing+=(libclang-rt-dev)
+  fi
+  echo "setup: installing ${missing[*]}"
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 if [ ! -f build/build.ninja ]; then
