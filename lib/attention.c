@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #if QMLA_HAVE_OPENMP
 #include <omp.h>
@@ -181,18 +182,28 @@ void qmla_attn_project(const qmla_mla_dims *d, size_t T, size_t S,
     }
 }
 
-static void *xalloc(size_t n, qmla_error *err, const char *what)
+void *qmla_alloc_big(size_t bytes, qmla_error *err, const char *what)
 {
     void *p = NULL;
-    if (n == 0)
-        n = 1;
-    if (posix_memalign(&p, 64, n) != 0) {
-        qmla_error_set(err, QMLA_ENOMEM, "cannot allocate %zu bytes for %s", n,
-                       what);
+    const size_t huge = (size_t)2 << 20;
+    if (bytes == 0)
+        bytes = 1;
+    /* Large workspaces (T x T attention, caches) on transparent huge pages
+     * where the kernel allows it: fewer page faults and TLB misses. */
+    const size_t align = bytes >= 4 * huge ? huge : 64;
+    if (posix_memalign(&p, align, bytes) != 0) {
+        qmla_error_set(err, QMLA_ENOMEM, "cannot allocate %zu bytes for %s",
+                       bytes, what);
         return NULL;
     }
+#ifdef MADV_HUGEPAGE
+    if (align == huge)
+        (void)madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE);
+#endif
     return p;
 }
+
+#define xalloc qmla_alloc_big
 
 int qmla_attn_ws_alloc(const qmla_mla_dims *d, size_t T_max, qmla_attn_ws *ws,
                        qmla_error *err)

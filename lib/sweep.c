@@ -22,13 +22,7 @@ qmla_sweep_params qmla_sweep_defaults(void)
 
 static float *falloc(size_t n, qmla_error *err, const char *what)
 {
-    void *p = NULL;
-    if (posix_memalign(&p, 64, (n ? n : 1) * sizeof(float)) != 0) {
-        qmla_error_set(err, QMLA_ENOMEM, "cannot allocate %zu floats for %s",
-                       n, what);
-        return NULL;
-    }
-    return p;
+    return qmla_alloc_big(n * sizeof(float), err, what);
 }
 
 int qmla_sweep_ws_alloc(const qmla_mla_dims *d, size_t T, int verify,

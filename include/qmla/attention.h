@@ -100,6 +100,11 @@ int qmla_attn_forward(const qmla_mla_dims *d, size_t T,
                       const float *q_rope, const float *C, const float *K,
                       float *Y, qmla_attn_ws *ws, qmla_error *err);
 
+/* Aligned allocation for large float workspaces (free with free()): 64-byte
+ * aligned, and on transparent huge pages (2 MiB, madvise) from 8 MiB up.
+ * NULL with QMLA_ENOMEM and a message naming `what` on failure. */
+void *qmla_alloc_big(size_t bytes, qmla_error *err, const char *what);
+
 /* Helpers in double precision. */
 double qmla_sumsq(const float *x, size_t n);
 double qmla_diff_sumsq(const float *a, const float *b, size_t n);
