@@ -124,12 +124,14 @@ static inline float exp_neg(float x)
     return p * u.f;
 }
 
-/* One causal softmax row: a[s] = softmax_{s<=i} z[s], zeros for s > i.
- * Compiled for AVX-512, AVX2 and baseline x86-64, picked at load time. */
+/* One causal softmax row: a[s] = softmax_{s<=i} z[s] (minus ref[s] when
+ * ref is not NULL), zeros for s > i. Compiled for AVX-512, AVX2 and
+ * baseline x86-64, picked at load time. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
-static void softmax_row(const float *z, float *a, size_t i, size_t T)
+static void softmax_row(const float *z, const float *ref, float *a, size_t i,
+                        size_t T)
 {
     float m = z[0];
     for (size_t s = 1; s <= i; s++)
@@ -144,8 +146,12 @@ static void softmax_row(const float *z, float *a, size_t i, size_t T)
     for (int k = 0; k < 16; k++)
         sum += part[k];
     const float inv = (float)(1.0 / sum);
-    for (size_t s = 0; s <= i; s++)
-        a[s] *= inv;
+    if (ref)
+        for (size_t s = 0; s <= i; s++)
+            a[s] = a[s] * inv - ref[s];
+    else
+        for (size_t s = 0; s <= i; s++)
+            a[s] *= inv;
     if (i + 1 < T)
         memset(a + i + 1, 0, (T - i - 1) * sizeof *a);
 }
@@ -155,7 +161,16 @@ void qmla_attn_softmax(size_t H, size_t T, const float *Z, float *A)
     const size_t n = H * T;
     QMLA_OMP_FOR
     for (size_t k = 0; k < n; k++)
-        softmax_row(Z + k * T, A + k * T, k / H, T); /* row: token k/H, head k%H */
+        softmax_row(Z + k * T, NULL, A + k * T, k / H, T); /* token k/H, head k%H */
+}
+
+void qmla_attn_softmax_delta(size_t H, size_t T, const float *Z,
+                             const float *Aref, float *D)
+{
+    const size_t n = H * T;
+    QMLA_OMP_FOR
+    for (size_t k = 0; k < n; k++)
+        softmax_row(Z + k * T, Aref + k * T, D + k * T, k / H, T);
 }
 
 void qmla_attn_project(const qmla_mla_dims *d, size_t T, size_t S,

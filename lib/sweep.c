@@ -107,9 +107,7 @@ static void perturbed_attention_delta(const qmla_mla_dims *d, size_t T,
     const size_t n = d->H * T * T;
     memcpy(ws->At, ws->attn.Z, n * sizeof(float));
     qmla_attn_logits_acc(d->H, T, w, (float)d->tau, Q, ws->E, 1.0f, ws->At);
-    qmla_attn_softmax(d->H, T, ws->At, ws->At);
-    for (size_t i = 0; i < n; i++)
-        ws->At[i] -= ws->A[i];
+    qmla_attn_softmax_delta(d->H, T, ws->At, ws->A, ws->At);
 }
 
 static void zero_response(qmla_response *r)

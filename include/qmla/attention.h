@@ -68,6 +68,11 @@ void qmla_attn_logits_acc(size_t H, size_t T, size_t w, float alpha,
  * the diagonal. A may alias Z. */
 void qmla_attn_softmax(size_t H, size_t T, const float *Z, float *A);
 
+/* D = softmax(Z) - Aref in one pass (causal; zeros above the diagonal),
+ * the attention change of a perturbation. D may alias Z. */
+void qmla_attn_softmax_delta(size_t H, size_t T, const float *Z,
+                             const float *Aref, float *D);
+
 /* U[:,h] = A[:,h] X on the causal blocks (A zero above the diagonal):
  * A [T, H, T], X [T, w] -> U [T, H, w]. beta as in sgemm. */
 void qmla_attn_aggregate(size_t H, size_t T, size_t w, const float *A,
