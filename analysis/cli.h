@@ -43,8 +43,11 @@ typedef struct cli_progress {
     int tty;
     double t0;
     size_t resumed;
+    double last_report; /* seconds since t0 of the last log line (no tty) */
     const char *label;
 } cli_progress;
+/* Online processors (the default of --threads). */
+int cli_default_threads(void);
 void cli_progress_init(cli_progress *p, const char *label);
 void cli_progress_update(cli_progress *p, size_t done, size_t total);
 void cli_progress_end(cli_progress *p);

@@ -151,9 +151,16 @@ double cli_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+int cli_default_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (n > 1024 ? 1024 : (int)n);
+}
+
 void cli_progress_init(cli_progress *p, const char *label)
 {
     p->tty = isatty(STDERR_FILENO);
+    p->last_report = 0.0;
     p->t0 = cli_now();
     p->resumed = (size_t)-1;
     p->label = label;
@@ -178,9 +185,22 @@ void cli_progress_update(cli_progress *p, size_t done, size_t total)
         p->resumed = done; /* first call: items found complete */
         p->t0 = cli_now();
     }
-    if (!p->tty || total == 0)
+    if (total == 0)
         return;
     const double el = cli_now() - p->t0;
+    if (!p->tty) {
+        /* a log line at most every 30 s (and at the end) */
+        if (done != total && el - p->last_report < 30.0)
+            return;
+        p->last_report = el;
+        const size_t fresh = done - p->resumed, left = total - done;
+        char e1[32], e2[32];
+        fmt_time(el, e1, sizeof e1);
+        fmt_time(fresh ? el / (double)fresh * (double)left : -1.0, e2, sizeof e2);
+        fprintf(stderr, "%s: %zu/%zu items (%.0f%%), elapsed %s, eta %s\n", p->label,
+                done, total, 100.0 * (double)done / (double)total, e1, e2);
+        return;
+    }
     const size_t fresh = done - p->resumed, left = total - done;
     const double eta = fresh ? el / (double)fresh * (double)left : -1.0;
     char e1[32], e2[32];

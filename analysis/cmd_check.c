@@ -23,7 +23,7 @@ static void help(FILE *f)
         "\n"
         "  --tol X       tolerance (default: the capture's check_tolerance\n"
         "                attribute, else 1e-4)\n"
-        "  --threads N   threads (default 1)\n"
+        "  --threads N   threads (default: all online processors)\n"
         "  -q            print only the summary line\n"
         "\n"
         "exit: 0 all within tolerance, 1 some error above it, 2 malformed file\n"
@@ -37,7 +37,7 @@ int cmd_check(int argc, char **argv)
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
     double tol = -1.0;
-    long threads = 1;
+    long threads = cli_default_threads();
     int quiet = 0, ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "hq", lo, NULL)) != -1) {

@@ -40,7 +40,8 @@ static void help(FILE *f)
         "  --meta M        f16 (default) or f32 scale/minimum metadata\n"
         "  --layers LIST   layer indices, e.g. 0-3,7 (default all)\n"
         "  --cells LIST    cell names, e.g. prose-s0,code-s1 (default all)\n"
-        "  --threads N     threads (default 1)\n"
+        "  --threads N     threads (default: all online processors; results do\n"
+        "                  not depend on it)\n"
         "  -v              per-layer summary rows\n"
         "  --verify        also recompute every perturbed output with a full\n"
         "                  forward and report the worst route-identity residual\n"
@@ -72,7 +73,7 @@ int cmd_sweep(int argc, char **argv)
     qmla_sweep_opts o;
     memset(&o, 0, sizeof o);
     o.params = qmla_sweep_defaults();
-    o.threads = 1;
+    o.threads = cli_default_threads();
     const char *out = NULL, *layers_arg = NULL, *cells_arg = NULL;
     int verbose = 0, ch;
     long v;

@@ -28,7 +28,7 @@ static void help(FILE *f)
         "  --f16          store tensors as float16 (check_tolerance 2e-3)\n"
         "  --gzip LEVEL   chunk and compress datasets (0-9, default 0)\n"
         "  --no-pre       omit k_rope_pre, q_rope_pre, rope_cos, rope_sin\n"
-        "  --threads N    threads for the attention (default 1)\n"
+        "  --threads N    threads for the attention (default: all processors)\n"
         "\n"
         "shapes (H, D, d_c, d_n/d_r/d_v, layers, softmax scale, rope layout):\n");
     for (const qmla_shape *s = qmla_shapes(); s->name; s++)
@@ -56,7 +56,7 @@ int cmd_synth(int argc, char **argv)
     o.tokens = 64;
     o.cells = 2;
     o.with_pre = 1;
-    o.threads = 1;
+    o.threads = cli_default_threads();
     int force = 0, layers = -1;
     long v;
     optind = 1;

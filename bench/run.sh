@@ -27,7 +27,11 @@ for mode in as-is unset; do
   if [ "$mode" = unset ]; then run=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE);
   else run=(env); fi
   echo
-  echo "== environment: OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE $mode (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<none>})"
+  if [ "$mode" = unset ]; then
+    echo "== environment: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for these commands"
+  else
+    echo "== environment as set: OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-<unset>}"
+  fi
   c_out=$("${run[@]}" "$build/bench/bench_sweep" "$cap" "$threads" "$work/res.h5")
   echo "$c_out"
   py_out=$("${run[@]}" OPENBLAS_NUM_THREADS="$threads" /usr/bin/python3 \

@@ -91,6 +91,19 @@ contains "0 above rtol" "numpy compare"
 expect 0 "sweep INT2 f32-meta nu=1e-3 on one layer" -- "$QMLA" sweep "$work/glm.h5" -o "$work/r2.h5" --bits 2 --meta f32 --nmse 1e-3
 expect 0 "numpy reference agrees (INT2, f32 meta, half pairing, f16 storage)" -- "$PY" "$ROOT/bench/numpy_sweep.py" "$work/glm.h5" --bits 2 --meta f32 --nmse 1e-3 --compare "$work/r2.h5" --rtol 1e-4
 
+# --- thread count does not change a single bit; progress lines without a tty
+expect 0 "sweep, 1 thread" -- "$QMLA" sweep "$work/tiny.h5" -o "$work/t1.h5" --threads 1
+contains "items (100%)" "progress line on a non-terminal stderr"
+expect 0 "sweep, 3 threads" -- "$QMLA" sweep "$work/tiny.h5" -o "$work/t3.h5" --threads 3
+expect 0 "results identical for 1 and 3 threads" -- "$PY" - "$work/t1.h5" "$work/t3.h5" <<'EOF2'
+import sys, h5py, numpy as np
+a, b = (h5py.File(p, "r") for p in sys.argv[1:3])
+for k in a["responses"]:
+    assert np.array_equal(a["responses"][k][...], b["responses"][k][...]), k
+for k in a["summary"]:
+    assert np.array_equal(a["summary"][k][...], b["summary"][k][...]), k
+EOF2
+
 # --- results readable with h5py alone, as documented ------------------------------
 expect 0 "results schema via h5py" -- "$PY" - "$work/r.h5" "$work/tiny.h5" <<'EOF'
 import sys, hashlib, h5py, numpy as np
