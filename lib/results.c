@@ -32,10 +32,22 @@ void qmla_responses_sort(qmla_response *r, size_t n)
         qsort(r, n, sizeof *r, cmp_resp);
 }
 
+/* Shortest decimal that reads back as exactly x (readable and exact). */
+static void shortest_double(double x, char *buf, size_t len)
+{
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, len, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x)
+            return;
+    }
+}
+
 void qmla_results_key(const qmla_results_meta *m, char *key, size_t len)
 {
-    snprintf(key, len, "sha256=%s bits=%d group=%d meta=%s nmse=%a",
-             m->capture_sha256, m->bits, m->group, m->meta, m->nmse);
+    char nu[40];
+    shortest_double(m->nmse, nu, sizeof nu);
+    snprintf(key, len, "sha256=%s bits=%d group=%d meta=%s nmse=%s",
+             m->capture_sha256, m->bits, m->group, m->meta, nu);
 }
 
 /* ---- small HDF5 helpers (status-returning, silent) ----------------------- */

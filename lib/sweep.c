@@ -48,6 +48,19 @@ int qmla_sweep_ws_alloc(const qmla_mla_dims *d, size_t T, int verify,
     return QMLA_OK;
 }
 
+double qmla_sweep_ws_bytes(const qmla_mla_dims *d, size_t T, int verify)
+{
+    const double H = (double)d->H, t = (double)T, dc = (double)d->d_c;
+    const double dr = (double)d->d_r, dv = (double)d->d_v, D = (double)d->D;
+    const double wmax = dc > dr ? dc : dr;
+    const double floats = H * t * dc + H * t * t + H * t * dc + t * H * dv +
+                          H * t * dr                       /* attention ws */
+                          + 2 * H * t * t + t * wmax + 3 * H * t * dc +
+                          3 * t * H * dv + t * D + 3 * t * D +
+                          (verify ? t * D : 0.0);
+    return 4.0 * floats;
+}
+
 void qmla_sweep_ws_free(qmla_sweep_ws *ws)
 {
     if (!ws)

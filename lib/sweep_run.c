@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* Finished responses, looked up by (layer, cell, seq, path). */
 typedef struct done_set {
@@ -260,6 +261,22 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                                 (size_t)cfg->d_n, (size_t)cfg->d_r,
                                 (size_t)cfg->d_v, cfg->softmax_scale};
     qmla_attn_set_threads(opts->threads);
+    {
+        /* Refuse up front what cannot fit, rather than be killed mid-run. */
+        const double need = qmla_sweep_ws_bytes(&dims, Tmax, opts->verify);
+        const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        const double have = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0.0;
+        if (resumed < total && have > 0.0 && need > 0.9 * have) {
+            st = qmla_error_set(err, QMLA_ENOMEM,
+                                "%s: the sweep workspace for T = %zu tokens and "
+                                "H = %zu heads needs %.1f GiB (three H x T x T "
+                                "attention arrays), this machine has %.1f GiB; "
+                                "capture shorter sequences or use a larger machine",
+                                cpath, Tmax, dims.H, need / 1073741824.0,
+                                have / 1073741824.0);
+            goto done;
+        }
+    }
     if (resumed < total &&
         (st = qmla_sweep_ws_alloc(&dims, Tmax, opts->verify, &ws, err)))
         goto done;

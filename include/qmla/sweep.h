@@ -66,6 +66,9 @@ typedef struct qmla_sweep_ws {
 
 int qmla_sweep_ws_alloc(const qmla_mla_dims *d, size_t T_max, int verify,
                         qmla_sweep_ws *ws, qmla_error *err);
+/* Bytes qmla_sweep_ws_alloc takes for these dims (three H x T x T float
+ * arrays dominate: 12 H T^2 bytes). */
+double qmla_sweep_ws_bytes(const qmla_mla_dims *d, size_t T_max, int verify);
 void qmla_sweep_ws_free(qmla_sweep_ws *ws);
 
 /* Compute both paths of one sequence. q_nope [H,T,d_n], q_rope [H,T,d_r],
