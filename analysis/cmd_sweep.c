@@ -22,7 +22,7 @@ static void help(FILE *f)
 {
     fprintf(f,
         "usage: qmla sweep CAPTURE.h5 -o RESULTS.h5 [--bits 4] [--group 64]\n"
-        "                  [--nmse 0.01] [--meta f16|f32] [--layers 0-3,7]\n"
+        "                  [--nmse 0.01] [--meta f16|f32|q8] [--layers 0-3,7]\n"
         "                  [--cells a,b] [--threads N] [-v] [--verify] [--force]\n"
         "\n"
         "Matched-NMSE perturbation study (docs/math.md §3-4): for every layer,\n"
@@ -37,7 +37,9 @@ static void help(FILE *f)
         "  --bits B        2, 3, 4 or 8 (default 4)\n"
         "  --group G       channels per quantization group (default 64)\n"
         "  --nmse NU       target cache NMSE (default 0.01)\n"
-        "  --meta M        f16 (default) or f32 scale/minimum metadata\n"
+        "  --meta M        scale/minimum metadata: f16 (default), f32, or q8\n"
+        "                  (compact: per-token float16 super-scales, 8-bit\n"
+        "                  per-group codes; docs/quantizer.md)\n"
         "  --layers LIST   layer indices, e.g. 0-3,7 (default all)\n"
         "  --cells LIST    cell names, e.g. prose-s0,code-s1 (default all)\n"
         "  --threads N     threads (default: all online processors; results do\n"
@@ -100,8 +102,10 @@ int cmd_sweep(int argc, char **argv)
                 o.params.quant.meta = QMLA_META_F16;
             else if (!strcmp(optarg, "f32"))
                 o.params.quant.meta = QMLA_META_F32;
+            else if (!strcmp(optarg, "q8"))
+                o.params.quant.meta = QMLA_META_Q8;
             else
-                return cli_fail("sweep", "--meta: expected f16 or f32, found \"%s\"", optarg);
+                return cli_fail("sweep", "--meta: expected f16, f32 or q8, found \"%s\"", optarg);
             break;
         case 'L': layers_arg = optarg; break;
         case 'c': cells_arg = optarg; break;
@@ -179,7 +183,7 @@ int cmd_sweep(int argc, char **argv)
     printf("capture  %s  (%s)\n", path, cfg->model);
     printf("quant    INT%d, group %d, %s metadata; error rescaled to cache NMSE %g\n",
            o.params.quant.bits, o.params.quant.group,
-           o.params.quant.meta == QMLA_META_F32 ? "f32" : "f16", o.params.nmse);
+           qmla_meta_name(o.params.quant.meta), o.params.nmse);
     printf("results  %s  (%zu layers%s; %.1f s%s)\n\n", out, s.n_layers,
            s.n_degenerate ? ", some degenerate items excluded" : "", cli_now() - t0,
            fresh ? ", resumed" : "");

@@ -32,10 +32,12 @@ def qdq(x, bits, group, meta):
         raise SystemExit(f"group {group} does not divide width {w}")
     L = np.float32(2 ** bits - 1)
     xg = x.reshape(T, w // g, g)
-    lo = xg.min(axis=2)
-    hi = xg.max(axis=2)
+    lo = xg.min(axis=2) + np.float32(0)  # a zero minimum is +0
+    hi = xg.max(axis=2) + np.float32(0)
     scale = (hi - lo) / L  # float32 IEEE division
-    if meta == "f16":
+    if meta == "q8":
+        scale, lo = q8_meta(lo, hi, L)
+    elif meta == "f16":
         with np.errstate(over="ignore"):
             s16, l16 = scale.astype(np.float16), lo.astype(np.float16)
         if not (np.isfinite(s16).all() and np.isfinite(l16).all()):
@@ -50,6 +52,31 @@ def qdq(x, bits, group, meta):
     # double-rounding cases, far below the comparison tolerance)
     xh = (q.astype(np.float64) * sc3.astype(np.float64) + lo3).astype(np.float32)
     return xh.reshape(T, w)
+
+
+def f16_up(v):
+    """Smallest float16 >= v (v >= 0, float32), as float32."""
+    with np.errstate(over="ignore"):
+        h = v.astype(np.float16)
+    h = np.where(h.astype(np.float32) < v, np.nextafter(h, np.float16(np.inf)), h)
+    if not np.isfinite(h).all():
+        raise SystemExit("q8 metadata: super-scale beyond float16")
+    return h.astype(np.float32)
+
+
+def q8_meta(lo, hi, L):
+    """Compact q8 metadata (docs/quantizer.md): per token float16 super-scales
+    M (minima) and S (steps), per group int8 minimum and uint8 step codes.
+    lo, hi: [T, n_groups] float32 -> stored (scale, lo)."""
+    M = f16_up(np.abs(lo).max(axis=1) / np.float32(127))[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m = np.where(M > 0, np.clip(np.floor(lo / M), -128, 127), np.float32(0))
+    l = (m * M).astype(np.float32)
+    sp = ((hi - l) / L).astype(np.float32)
+    S = f16_up(sp.max(axis=1) / np.float32(255))[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(S > 0, np.minimum(np.float32(255), np.ceil(sp / S)), np.float32(0))
+    return (sc * S).astype(np.float32), l
 
 
 def attention(qc, qr, C, K, tau):
@@ -117,7 +144,7 @@ def main():
     ap.add_argument("--cells")
     ap.add_argument("--bits", type=int, default=4)
     ap.add_argument("--group", type=int, default=64)
-    ap.add_argument("--meta", default="f16", choices=["f16", "f32"])
+    ap.add_argument("--meta", default="f16", choices=["f16", "f32", "q8"])
     ap.add_argument("--nmse", type=float, default=0.01)
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     ap.add_argument("--compare")

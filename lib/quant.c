@@ -18,6 +18,12 @@
 
 _Static_assert((int)QMLA_META_F16 == QMLA_CORE_META_F16, "qmla_meta f16");
 _Static_assert((int)QMLA_META_F32 == QMLA_CORE_META_F32, "qmla_meta f32");
+_Static_assert((int)QMLA_META_Q8 == QMLA_CORE_META_Q8, "qmla_meta q8");
+
+const char *qmla_meta_name(qmla_meta m)
+{
+    return m == QMLA_META_F32 ? "f32" : (m == QMLA_META_Q8 ? "q8" : "f16");
+}
 
 qmla_quant_params qmla_quant_defaults(void)
 {
@@ -40,10 +46,13 @@ int qmla_quant_check(const qmla_quant_params *p, size_t width, qmla_error *err)
         return qmla_error_set(err, QMLA_EINVAL,
                               "quantizer: group size: expected >= 1, found %d",
                               p->group);
-    if (p->meta != QMLA_META_F16 && p->meta != QMLA_META_F32)
+    if (p->meta != QMLA_META_F16 && p->meta != QMLA_META_F32 &&
+        p->meta != QMLA_META_Q8)
         return qmla_error_set(err, QMLA_EINVAL,
-                              "quantizer: metadata: expected f16 (%d) or f32 (%d), found %d",
-                              (int)QMLA_META_F16, (int)QMLA_META_F32, (int)p->meta);
+                              "quantizer: metadata: expected f16 (%d), f32 (%d) or q8 (%d), "
+                              "found %d",
+                              (int)QMLA_META_F16, (int)QMLA_META_F32, (int)QMLA_META_Q8,
+                              (int)p->meta);
     if (width < 1)
         return qmla_error_set(err, QMLA_EINVAL,
                               "quantizer: path width: expected >= 1, found 0");
@@ -77,6 +86,16 @@ size_t qmla_quant_code_bytes(const qmla_quant_params *p, size_t width)
     return (width / g) * qmla_core_packed_bytes(g, p->bits);
 }
 
+size_t qmla_quant_meta_bytes(const qmla_quant_params *p, size_t width)
+{
+    const size_t ng = qmla_quant_n_groups(p, width);
+    if (!ng)
+        return 0;
+    if (p->meta == QMLA_META_Q8)
+        return 4 + 2 * ng;
+    return (p->meta == QMLA_META_F32 ? 8 : 4) * ng;
+}
+
 /* Index of the first non-finite element of x[0..n) (n if none). */
 static size_t first_nonfinite(const float *x, size_t n)
 {
@@ -85,6 +104,64 @@ static size_t first_nonfinite(const float *x, size_t n)
         if (!qmla_core_isfinite(x[j]))
             break;
     return j;
+}
+
+/* q8 metadata of token t (see qmla_core_token_meta_q8) with messages. */
+static int q8_token(const qmla_quant_params *p, const float *xt, size_t width,
+                    size_t G, size_t t, float *s, float *l, uint8_t *sc,
+                    int8_t *mq, uint16_t *S16, uint16_t *M16, qmla_error *err)
+{
+    float bad = 0.0f;
+    size_t bg = 0;
+    int st = qmla_core_token_meta_q8(xt, width, G, p->bits, s, l, sc, mq, S16,
+                                     M16, &bad, &bg);
+    switch (st) {
+    case QMLA_CORE_OK:
+        return QMLA_OK;
+    case QMLA_CORE_NONFINITE:
+        return qmla_error_set(err, QMLA_ENONFINITE,
+                              "quantizer: token %zu, group %zu: non-finite value %g "
+                              "at channel %zu",
+                              t, bg, (double)bad, bg * G + first_nonfinite(xt + bg * G, G));
+    case QMLA_CORE_LO_RANGE:
+        return qmla_error_set(err, QMLA_ERANGE,
+                              "quantizer: token %zu: q8 metadata: max |lo| = %.9g needs a "
+                              "minimum super-scale %.9g above the float16 maximum %g",
+                              t, (double)bad, (double)bad / 127.0, (double)QMLA_F16_MAX);
+    case QMLA_CORE_SCALE_RANGE:
+        return qmla_error_set(err, QMLA_ERANGE,
+                              "quantizer: token %zu: q8 metadata: largest group step %.9g "
+                              "needs a step super-scale %.9g above the float16 maximum %g",
+                              t, (double)bad, (double)bad / 255.0, (double)QMLA_F16_MAX);
+    default:
+        return qmla_error_set(err, QMLA_EINTERNAL,
+                              "quantizer: token %zu: unknown core status %d", t, st);
+    }
+}
+
+int qmla_quant_q8_fields(const qmla_quant_params *p, const float *x, size_t T,
+                         size_t width, uint16_t *S16, uint16_t *M16,
+                         uint8_t *sc, int8_t *mq, qmla_error *err)
+{
+    int st = qmla_quant_check(p, width, err);
+    if (st)
+        return st;
+    if (p->meta != QMLA_META_Q8)
+        return qmla_error_set(err, QMLA_EINVAL,
+                              "quantizer: q8 fields: expected q8 metadata, found %s",
+                              qmla_meta_name(p->meta));
+    const size_t G = qmla_quant_group_size(p, width), ng = width / G;
+    if (ng > QMLA_Q8_MAX_GROUPS)
+        return qmla_error_set(err, QMLA_EINVAL,
+                              "quantizer: q8 metadata: at most %d groups per token, "
+                              "found %zu", QMLA_Q8_MAX_GROUPS, ng);
+    float s[QMLA_Q8_MAX_GROUPS], l[QMLA_Q8_MAX_GROUPS];
+    for (size_t t = 0; t < T; t++)
+        if ((st = q8_token(p, x + t * width, width, G, t, s, l,
+                           sc ? sc + t * ng : NULL, mq ? mq + t * ng : NULL,
+                           S16 ? S16 + t : NULL, M16 ? M16 + t : NULL, err)))
+            return st;
+    return QMLA_OK;
 }
 
 int qmla_quant_qdq(const qmla_quant_params *p, const float *x, size_t T,
@@ -102,13 +179,29 @@ int qmla_quant_qdq(const qmla_quant_params *p, const float *x, size_t T,
     const size_t gbytes = qmla_core_packed_bytes(G, p->bits);
     const unsigned L = qmla_core_levels(p->bits);
     const char *mname = p->meta == QMLA_META_F16 ? "float16" : "float32";
+    float q8s[QMLA_Q8_MAX_GROUPS], q8l[QMLA_Q8_MAX_GROUPS];
+    if (p->meta == QMLA_META_Q8 && ng > QMLA_Q8_MAX_GROUPS)
+        return qmla_error_set(err, QMLA_EINVAL,
+                              "quantizer: q8 metadata: at most %d groups per token, "
+                              "found %zu", QMLA_Q8_MAX_GROUPS, ng);
 
     for (size_t t = 0; t < T; t++) {
+        if (p->meta == QMLA_META_Q8 &&
+            (st = q8_token(p, x + t * width, width, G, t, q8s, q8l, NULL, NULL,
+                           NULL, NULL, err)))
+            return st;
         for (size_t g = 0; g < ng; g++) {
             const size_t off = t * width + g * G;
             const float *xg = x + off;
             float s, l, bad;
-            st = qmla_core_group_meta(xg, G, p->bits, (int)p->meta, &s, &l, &bad);
+            if (p->meta == QMLA_META_Q8) {
+                s = q8s[g];
+                l = q8l[g];
+                st = QMLA_CORE_OK;
+            } else {
+                st = qmla_core_group_meta(xg, G, p->bits, (int)p->meta, &s, &l,
+                                          &bad);
+            }
             switch (st) {
             case QMLA_CORE_OK:
                 break;

@@ -160,7 +160,7 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
     meta.bits = p->quant.bits;
     meta.group = p->quant.group;
     snprintf(meta.meta, sizeof meta.meta, "%s",
-             p->quant.meta == QMLA_META_F32 ? "f32" : "f16");
+             qmla_meta_name(p->quant.meta));
     meta.nmse = p->nmse;
     snprintf(meta.tool_version, sizeof meta.tool_version, "%s", QMLA_VERSION);
     join_list(meta.layers, sizeof meta.layers, NULL, sel ? sel->layers : NULL,

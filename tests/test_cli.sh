@@ -104,6 +104,12 @@ for k in a["summary"]:
     assert np.array_equal(a["summary"][k][...], b["summary"][k][...]), k
 EOF2
 
+expect 0 "sweep with compact q8 metadata" -- "$QMLA" sweep "$work/tiny.h5" -o "$work/rq8.h5" --meta q8 --bits 3
+expect 0 "numpy reference agrees (q8 metadata, INT3)" -- "$PY" "$ROOT/bench/numpy_sweep.py" "$work/tiny.h5" --meta q8 --bits 3 --compare "$work/rq8.h5" --rtol 1e-4
+expect 0 "sweep --meta q8 on the trained model's capture" -- "$QMLA" sweep "$ROOT/data/tiny-mla-default.h5" -o "$work/dq8.h5" --meta q8 --layers 1,4
+expect 0 "numpy reference agrees on real tensors (q8)" -- "$PY" "$ROOT/bench/numpy_sweep.py" "$ROOT/data/tiny-mla-default.h5" --layers 1,4 --meta q8 --compare "$work/dq8.h5" --rtol 1e-4
+expect 2 "sweep --meta q4 is refused" -- "$QMLA" sweep "$work/tiny.h5" -o "$work/bad.h5" --meta q4
+
 # --- results readable with h5py alone, as documented ------------------------------
 expect 0 "results schema via h5py" -- "$PY" - "$work/r.h5" "$work/tiny.h5" <<'EOF'
 import sys, hashlib, h5py, numpy as np

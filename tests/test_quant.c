@@ -1037,6 +1037,207 @@ static void test_idempotence(void)
     }
 }
 
+
+/* ---- compact q8 metadata --------------------------------------------------- */
+
+/* Smallest binary16 value >= v (v >= 0 finite), in double; *ovf when none. */
+static double ref_f16_up(double v, int *ovf)
+{
+    double r = ref_f16(v, ovf);
+    if (*ovf || r >= v)
+        return r;
+    int e;
+    frexp(r, &e); /* r = f 2^e, f in [0.5, 1) */
+    double quantum = r < 0x1p-14 ? 0x1p-24 : ldexp(1.0, e - 11);
+    r += quantum;
+    if (r > 65504.0)
+        *ovf = 1;
+    return r;
+}
+
+/* Independent reference of the q8 format for one token (as docs/quantizer.md
+ * states it), every float operation done in double and rounded once. */
+static int ref_q8(const float *x, size_t w, size_t G, int bits, uint8_t *codes,
+                  float *xhat, float *s_out, float *l_out, double *S_out, double *M_out)
+{
+    const size_t ng = w / G;
+    const double L = pow(2.0, bits) - 1.0;
+    float mn[1024], mx[1024], sp[1024];
+    double amax = 0.0, smax = 0.0;
+    for (size_t g = 0; g < ng; g++) {
+        mn[g] = mx[g] = x[g * G];
+        for (size_t j = 0; j < G; j++) {
+            float v = x[g * G + j];
+            if (isnan(v) || isinf(v))
+                return 1;
+            mn[g] = v < mn[g] ? v : mn[g];
+            mx[g] = v > mx[g] ? v : mx[g];
+        }
+        if (mn[g] == 0.0f)
+            mn[g] = 0.0f;
+        if (mx[g] == 0.0f)
+            mx[g] = 0.0f;
+        amax = fmax(amax, fabs((double)mn[g]));
+    }
+    int ovf = 0;
+    double M = ref_f16_up((float)(amax / 127.0), &ovf);
+    if (ovf)
+        return 2;
+    for (size_t g = 0; g < ng; g++) {
+        double m = 0.0;
+        if (M > 0.0) {
+            m = floor((float)((double)mn[g] / M));
+            m = m < -128.0 ? -128.0 : (m > 127.0 ? 127.0 : m);
+        }
+        l_out[g] = (float)(m * M); /* exact */
+        float d = (float)((double)mx[g] - (double)l_out[g]);
+        sp[g] = (float)((double)d / L);
+        smax = fmax(smax, sp[g]);
+    }
+    double S = ref_f16_up((float)(smax / 255.0), &ovf);
+    if (ovf)
+        return 3;
+    for (size_t g = 0; g < ng; g++) {
+        double c = 0.0;
+        if (S > 0.0) {
+            c = ceil((float)((double)sp[g] / S));
+            c = c > 255.0 ? 255.0 : c;
+        }
+        s_out[g] = (float)(c * S);
+        const float sg = s_out[g], lg = l_out[g];
+        for (size_t j = 0; j < G; j++) {
+            unsigned q = 0;
+            if (sg != 0.0f) {
+                float diff = (float)((double)x[g * G + j] - (double)lg);
+                double r = ref_rne((float)((double)diff / (double)sg));
+                r = r < 0.0 ? 0.0 : (r > L ? L : r);
+                q = (unsigned)r;
+            }
+            codes[g * G + j] = (uint8_t)q;
+            xhat[g * G + j] = ref_fma(q, sg, lg);
+        }
+    }
+    *S_out = S;
+    *M_out = M;
+    return 0;
+}
+
+static void test_q8(void)
+{
+    qmla_error err;
+    /* storage sizes */
+    qmla_quant_params p = P(4, 64, QMLA_META_Q8);
+    CHECK(qmla_quant_meta_bytes(&p, 512) == 20 && qmla_quant_meta_bytes(&p, 64) == 6,
+          "q8 meta bytes %zu %zu", qmla_quant_meta_bytes(&p, 512),
+          qmla_quant_meta_bytes(&p, 64));
+    qmla_quant_params pf = P(4, 64, QMLA_META_F16), p32 = P(4, 64, QMLA_META_F32);
+    CHECK(qmla_quant_meta_bytes(&pf, 512) == 32 && qmla_quant_meta_bytes(&p32, 512) == 64,
+          "f16/f32 meta bytes");
+    CHECK(qmla_quant_code_bytes(&p, 512) + qmla_quant_meta_bytes(&p, 512) +
+              qmla_quant_code_bytes(&p, 64) + qmla_quant_meta_bytes(&p, 64) == 314,
+          "C4R4 with q8: 314 bytes per token");
+    CHECK(!strcmp(qmla_meta_name(QMLA_META_Q8), "q8"), "name");
+
+    /* hand-computed token: 2 groups of 4, INT2 (L = 3).
+     * group 0: {-1, 0, 1, 2}: lo -1, hi 2; group 1: {0.5, 0.5, 0.5, 0.5}.
+     * max|lo| = 1 -> M = f16_up(1/127) = 0.0078773..., floor(-1/M) = -127
+     * (-1/M = -126.95...), l0 = -127 M = -1.00041...; l1 = floor(0.5/M) M.
+     * s'_0 = (2 - l0)/3; S = f16_up(max s' / 255); sc_0 = 255 (s'_0 is the
+     * maximum), so s_0 = 255 S >= s'_0. */
+    {
+        float x[8] = {-1, 0, 1, 2, 0.5f, 0.5f, 0.5f, 0.5f}, xh[8], s[2], l[2];
+        uint8_t sc[2];
+        int8_t mq[2];
+        uint16_t S16, M16;
+        qmla_quant_params q = P(2, 4, QMLA_META_Q8);
+        CHECK_OK(qmla_quant_q8_fields(&q, x, 1, 8, &S16, &M16, sc, mq, &err), err);
+        CHECK_OK(qmla_quant_qdq(&q, x, 1, 8, NULL, s, l, xh, &err), err);
+        const float M = qmla_f16_to_f32(M16), S = qmla_f16_to_f32(S16);
+        CHECK(M >= 1.0f / 127.0f && qmla_f16_to_f32((uint16_t)(M16 - 1)) < 1.0f / 127.0f,
+              "M %g is the smallest float16 >= 1/127", (double)M);
+        CHECK(mq[0] == -127 && l[0] == -127.0f * M, "m0 %d l0 %g", mq[0], (double)l[0]);
+        CHECK(l[0] <= -1.0f && l[1] <= 0.5f && l[1] > 0.5f - M, "minima cover");
+        CHECK(sc[0] == 255 && s[0] == 255.0f * S, "sc0 %d", sc[0]);
+        CHECK(l[0] + 3.0f * s[0] >= 2.0f, "range covers the max");
+        CHECK(sc[1] == (uint8_t)ceilf(((0.5f - l[1]) / 3.0f) / S), "sc1 %d", sc[1]);
+        for (int j = 0; j < 4; j++)
+            CHECK(fabsf(xh[j] - x[j]) <= s[0] / 2 * 1.0001f, "elt %d: %g vs %g", j,
+                  (double)xh[j], (double)x[j]);
+        CHECK(fabsf(xh[5] - 0.5f) <= s[1] / 2 * 1.0001f + 1e-6f, "constant group %g",
+              (double)xh[5]);
+    }
+
+    /* all-zero token: S = M = 0, codes 0, x^ = 0 exactly */
+    {
+        float x[128] = {0}, xh[128], s[2], l[2];
+        uint8_t sc[2];
+        int8_t mq[2];
+        uint16_t S16 = 1, M16 = 1;
+        CHECK_OK(qmla_quant_q8_fields(&p, x, 1, 128, &S16, &M16, sc, mq, &err), err);
+        CHECK_OK(qmla_quant_qdq(&p, x, 1, 128, NULL, s, l, xh, &err), err);
+        CHECK(S16 == 0 && M16 == 0 && sc[0] == 0 && mq[1] == 0, "zero token fields");
+        int ok = 1;
+        for (int j = 0; j < 128; j++)
+            ok &= xh[j] == 0.0f;
+        CHECK(ok, "zero token reconstructs to 0");
+    }
+
+    /* range: |lo| > 127 * 65504 cannot be represented */
+    {
+        float x[64];
+        for (int j = 0; j < 64; j++)
+            x[j] = -9e6f + (float)j;
+        qmla_error_clear(&err);
+        int st = qmla_quant_qdq(&p, x, 1, 64, NULL, NULL, NULL, NULL, &err);
+        CHECK(st == QMLA_ERANGE && strstr(err.msg, "token 0") && strstr(err.msg, "q8"),
+              "q8 range: %d %s", st, err.msg);
+    }
+
+    /* bit for bit against the reference, and the error bound, over random
+     * tokens of the cache shapes and odd ones, every bit width */
+    const size_t shapes[][2] = {{512, 64}, {64, 64}, {576, 64}, {192, 32}, {24, 8}, {7, 7}};
+    const int kinds = NKIND;
+    size_t mism = 0, bound = 0, total = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const size_t w = shapes[si][0], G = shapes[si][1], ng = w / G;
+        for (int b = 0; b < 4; b++) {
+            const int bits = (int[]){2, 3, 4, 8}[b];
+            qmla_quant_params q = P(bits, (int)G, QMLA_META_Q8);
+            for (int kind = 0; kind < kinds; kind++)
+                for (int rep = 0; rep < 8; rep++) {
+                    float x[1024], xh[1024], rx[1024], s[128], l[128], rs[128], rl[128];
+                    uint8_t packed[1024], codes[1024], rcodes[1024];
+                    double S, M;
+                    fill_token(x, w, kind);
+                    int rr = ref_q8(x, w, G, bits, rcodes, rx, rs, rl, &S, &M);
+                    int st = qmla_quant_qdq(&q, x, 1, w, packed, s, l, xh, &err);
+                    CHECK((rr == 0) == (st == QMLA_OK), "status %d vs ref %d: %s", st, rr,
+                          err.msg);
+                    if (rr || st)
+                        continue;
+                    unpack_token(packed, ng, G, bits, codes);
+                    for (size_t g = 0; g < ng; g++)
+                        if (s[g] != rs[g] || l[g] != rl[g])
+                            mism++;
+                    for (size_t j = 0; j < w; j++) {
+                        total++;
+                        if (codes[j] != rcodes[j] ||
+                            memcmp(&xh[j], &rx[j], sizeof(float)) != 0)
+                            mism++;
+                        const size_t g = j / G;
+                        const double eps = 0x1p-20 * (fabs(x[j]) + fabs(l[g]) +
+                                                      ((1 << bits) - 1) * (double)s[g]);
+                        if (fabs((double)xh[j] - x[j]) > (double)s[g] / 2 + eps)
+                            bound++;
+                    }
+                }
+        }
+    }
+    CHECK(mism == 0, "q8: %zu mismatches against the reference", mism);
+    CHECK(bound == 0, "q8: %zu of %zu elements beyond s/2", bound, total);
+    CHECK(total > 10000, "q8 sweep covered %zu elements", total);
+}
+
 int main(void)
 {
     test_params();
@@ -1049,5 +1250,6 @@ int main(void)
     test_sweep();
     test_lo_above_min();
     test_idempotence();
+    test_q8();
     return check_summary("test_quant");
 }

@@ -31,8 +31,14 @@ extern "C" {
 
 typedef enum qmla_meta {
     QMLA_META_F16 = 0, /* scale and lo stored as IEEE binary16 (default) */
-    QMLA_META_F32 = 1  /* scale and lo stored as float32 */
+    QMLA_META_F32 = 1, /* scale and lo stored as float32 */
+    QMLA_META_Q8 = 2   /* compact: per token two float16 super-scales, per
+                          group 8-bit step and minimum codes (quant_core.h,
+                          docs/quantizer.md) */
 } qmla_meta;
+
+/* q8 metadata keeps one token's groups on the stack: at most this many. */
+#define QMLA_Q8_MAX_GROUPS 1024
 
 typedef struct qmla_quant_params {
     int bits;       /* 2, 3, 4 or 8 */
@@ -51,6 +57,19 @@ int qmla_quant_check(const qmla_quant_params *p, size_t width, qmla_error *err);
 
 /* Effective group size for a path of `width` channels (min(group, width)). */
 size_t qmla_quant_group_size(const qmla_quant_params *p, size_t width);
+/* Metadata bytes per token: f16 4*n_groups, f32 8*n_groups,
+ * q8 4 + 2*n_groups. */
+size_t qmla_quant_meta_bytes(const qmla_quant_params *p, size_t width);
+/* "f16", "f32" or "q8". */
+const char *qmla_meta_name(qmla_meta m);
+
+/* The stored q8 fields of T tokens: S16, M16 [T] (float16 bits),
+ * sc [T, n_groups] (uint8), mq [T, n_groups] (int8); errors as
+ * qmla_quant_qdq. p->meta must be QMLA_META_Q8. */
+int qmla_quant_q8_fields(const qmla_quant_params *p, const float *x, size_t T,
+                         size_t width, uint16_t *S16, uint16_t *M16,
+                         uint8_t *sc, int8_t *mq, qmla_error *err);
+
 /* Number of groups per token. */
 size_t qmla_quant_n_groups(const qmla_quant_params *p, size_t width);
 /* Bytes of packed codes per token (sum over groups of ceil(Geff*b/8)). */

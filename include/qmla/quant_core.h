@@ -53,6 +53,7 @@
 /* Metadata precisions; the values equal qmla_meta in qmla/quant.h. */
 #define QMLA_CORE_META_F16 0
 #define QMLA_CORE_META_F32 1
+#define QMLA_CORE_META_Q8 2 /* compact, per token: see qmla_core_token_meta_q8 */
 
 /* Outcomes of qmla_core_group_meta / qmla_core_group_quant. */
 #define QMLA_CORE_OK 0
@@ -316,6 +317,149 @@ QMLA_HD static inline int qmla_core_group_quant(const float *x, size_t n,
     }
     *scale = s;
     *lo = l;
+    return QMLA_CORE_OK;
+}
+
+/* ---- compact metadata "q8" (per token) ----------------------------------
+ *
+ * Storage: per token and path, two float16 super-scales S and M, and per
+ * group an unsigned 8-bit step code sc_g and a signed 8-bit minimum code
+ * m_g: 4 + 2 * n_groups bytes (f16 metadata: 4 * n_groups). The stored
+ * per-group step and minimum are products, exact in float32:
+ *   s_g = sc_g * S,   l_g = m_g * M.
+ * Derivation, for the groups' minima lo_g and maxima hi_g (as above):
+ *   M   = the smallest float16 >= max_g |lo_g| / 127
+ *   m_g = clamp(floor(lo_g / M), -128, 127)      (0 when M = 0)
+ *   s'_g = (hi_g - l_g) / L                      (the step the group needs)
+ *   S   = the smallest float16 >= max_g s'_g / 255
+ *   sc_g = min(255, ceil(s'_g / S))              (0 when S = 0)
+ * Rounding M and S up, m_g down and sc_g up keeps [l_g, l_g + L s_g]
+ * around the group's values (up to the rounding of the divisions), so
+ * codes and x^ then follow the definition above with (s_g, l_g). */
+
+/* Smallest float16 >= v, for finite v >= 0 (as float32); sets *overflow
+ * when it does not exist (v > 65504). */
+QMLA_HD static inline float qmla_core_f16_up(float v, int *overflow)
+{
+    int ovf = 0;
+    uint16_t h = qmla_core_f32_to_f16(v, &ovf);
+    float r = qmla_core_f16_to_f32(h);
+    if (!ovf && r < v) {
+        h = (uint16_t)(h + 1u); /* next float16 up (v >= 0) */
+        r = qmla_core_f16_to_f32(h);
+        if (h >= 0x7c00u)
+            ovf = 1;
+    }
+    if (ovf)
+        *overflow = 1;
+    return r;
+}
+
+/* q8 metadata of one token x[0..width) in groups of G (width = n_groups*G).
+ * Writes scale[g] = s_g and lo[g] = l_g (float32), and, where not NULL,
+ * sc[g], mq[g], *S16, *M16 (the stored fields). Returns QMLA_CORE_OK, or
+ *   QMLA_CORE_NONFINITE   with *bad = the first non-finite element,
+ *   QMLA_CORE_LO_RANGE    with *bad = max |lo_g| (M would exceed float16),
+ *   QMLA_CORE_SCALE_RANGE with *bad = max s'_g (S would exceed float16);
+ * *bad_group receives the group of a non-finite element. */
+QMLA_HD static inline int qmla_core_token_meta_q8(
+    const float *x, size_t width, size_t G, int bits, float *scale, float *lo,
+    uint8_t *sc, int8_t *mq, uint16_t *S16, uint16_t *M16, float *bad,
+    size_t *bad_group)
+{
+    const size_t ng = width / G;
+    const float Lf = (float)qmla_core_levels(bits);
+    float amax = 0.0f, smax = 0.0f, Mf, Sf;
+    int ovf = 0;
+    size_t g, j;
+    for (g = 0; g < ng; g++) { /* group extrema: lo[g] = min, scale[g] = max */
+        const float *xg = x + g * G;
+        float mn = xg[0], mx = xg[0];
+        for (j = 0; j < G; j++) {
+            float v = xg[j];
+            if (!qmla_core_isfinite(v)) {
+                *bad = v;
+                *bad_group = g;
+                return QMLA_CORE_NONFINITE;
+            }
+            if (v < mn)
+                mn = v;
+            if (v > mx)
+                mx = v;
+        }
+#ifdef __CUDA_ARCH__
+        lo[g] = __fadd_rn(mn, 0.0f);
+        scale[g] = __fadd_rn(mx, 0.0f);
+#else
+        lo[g] = mn + 0.0f;
+        scale[g] = mx + 0.0f;
+#endif
+        if (fabsf(lo[g]) > amax)
+            amax = fabsf(lo[g]);
+    }
+#ifdef __CUDA_ARCH__
+    Mf = qmla_core_f16_up(__fdiv_rn(amax, 127.0f), &ovf);
+#else
+    Mf = qmla_core_f16_up(amax / 127.0f, &ovf);
+#endif
+    if (ovf) {
+        *bad = amax;
+        return QMLA_CORE_LO_RANGE;
+    }
+    for (g = 0; g < ng; g++) { /* minimum codes; scale[g] becomes s'_g */
+        float m = 0.0f, l, hi = scale[g];
+        if (Mf > 0.0f) {
+#ifdef __CUDA_ARCH__
+            m = floorf(__fdiv_rn(lo[g], Mf));
+#else
+            m = floorf(lo[g] / Mf);
+#endif
+            m = m < -128.0f ? -128.0f : (m > 127.0f ? 127.0f : m);
+        }
+        if (mq)
+            mq[g] = (int8_t)m;
+#ifdef __CUDA_ARCH__
+        l = __fmul_rn(m, Mf);
+        scale[g] = __fdiv_rn(__fsub_rn(hi, l), Lf);
+#else
+        l = m * Mf;
+        scale[g] = (hi - l) / Lf;
+#endif
+        lo[g] = l;
+        if (scale[g] > smax)
+            smax = scale[g];
+    }
+#ifdef __CUDA_ARCH__
+    Sf = qmla_core_f16_up(__fdiv_rn(smax, 255.0f), &ovf);
+#else
+    Sf = qmla_core_f16_up(smax / 255.0f, &ovf);
+#endif
+    if (ovf) {
+        *bad = smax;
+        return QMLA_CORE_SCALE_RANGE;
+    }
+    for (g = 0; g < ng; g++) { /* step codes */
+        float c = 0.0f;
+        if (Sf > 0.0f) {
+#ifdef __CUDA_ARCH__
+            c = ceilf(__fdiv_rn(scale[g], Sf));
+#else
+            c = ceilf(scale[g] / Sf);
+#endif
+            c = c > 255.0f ? 255.0f : c;
+        }
+        if (sc)
+            sc[g] = (uint8_t)c;
+#ifdef __CUDA_ARCH__
+        scale[g] = __fmul_rn(c, Sf);
+#else
+        scale[g] = c * Sf;
+#endif
+    }
+    if (S16)
+        *S16 = qmla_core_f32_to_f16(Sf, NULL);
+    if (M16)
+        *M16 = qmla_core_f32_to_f16(Mf, NULL);
     return QMLA_CORE_OK;
 }
 
