@@ -25,6 +25,15 @@ static float *falloc(size_t n, qmla_error *err, const char *what)
     return qmla_alloc_big(n * sizeof(float), err, what);
 }
 
+/* Route deltas [3, T, H, d_c]; verify_routes also keeps the perturbed
+ * caches after the first slab. */
+static size_t dU_floats(const qmla_mla_dims *d, size_t T)
+{
+    const size_t routes = 3 * d->H * T * d->d_c;
+    const size_t verify = d->H * T * d->d_c + T * (d->d_c + d->d_r);
+    return routes > verify ? routes : verify;
+}
+
 int qmla_sweep_ws_alloc(const qmla_mla_dims *d, size_t T, int verify,
                         qmla_sweep_ws *ws, qmla_error *err)
 {
@@ -37,7 +46,7 @@ int qmla_sweep_ws_alloc(const qmla_mla_dims *d, size_t T, int verify,
     if (!(ws->A = falloc(H * T * T, err, "attention")) ||
         !(ws->At = falloc(H * T * T, err, "perturbed attention")) ||
         !(ws->E = falloc(T * wmax, err, "cache error")) ||
-        !(ws->dU = falloc(3 * H * T * d->d_c, err, "route deltas")) ||
+        !(ws->dU = falloc(dU_floats(d, T), err, "route deltas")) ||
         !(ws->O3 = falloc(3 * T * H * d->d_v, err, "route values")) ||
         !(ws->Y = falloc(T * d->D, err, "output")) ||
         !(ws->Y3 = falloc(3 * T * d->D, err, "route outputs")) ||
@@ -55,7 +64,7 @@ double qmla_sweep_ws_bytes(const qmla_mla_dims *d, size_t T, int verify)
     const double wmax = dc > dr ? dc : dr;
     const double floats = H * t * dc + H * t * t + H * t * dc + t * H * dv +
                           H * t * dr                       /* attention ws */
-                          + 2 * H * t * t + t * wmax + 3 * H * t * dc +
+                          + 2 * H * t * t + t * wmax + (double)dU_floats(d, T) +
                           3 * t * H * dv + t * D + 3 * t * D +
                           (verify ? t * D : 0.0);
     return 4.0 * floats;
@@ -142,49 +151,40 @@ static double sumsq3(const float *a, const float *b, const float *c, size_t n)
 }
 
 /* Full forward of the perturbed cache into ws->Yv and the relative residual
- * of the route sum against it. Uses q_lat (kept in ws->attn.q_lat) — it
- * recomputes logits, softmax and aggregation independently of the routes. */
+ * of the route sum (ws->Y3) against it. It recomputes logits, softmax and
+ * aggregation independently of the routes, in workspace the routes no
+ * longer need: At (logits), the first slab of dU (latent aggregation), the
+ * second slab of dU (perturbed caches), O3 (values). */
 static double verify_routes(const qmla_mla_dims *d, size_t T,
-                            const qmla_mla_weights *w, const float *C, const float *K, int path,
-                            size_t nroutes, qmla_sweep_ws *ws)
+                            const qmla_mla_weights *w, const float *C,
+                            const float *K, int path, size_t nroutes,
+                            qmla_sweep_ws *ws)
 {
     const size_t H = d->H, dc = d->d_c, dr = d->d_r, D = d->D;
     const size_t nC = T * dc, nK = T * dr;
-    float *Cp = malloc(nC * sizeof(float)), *Kp = malloc(nK * sizeof(float));
-    float *Zv = malloc(H * T * T * sizeof(float));
-    float *Uv = malloc(H * T * dc * sizeof(float));
-    float *Ov = malloc(T * H * d->d_v * sizeof(float));
-    double res = INFINITY;
-    if (Cp && Kp && Zv && Uv && Ov) {
-        for (size_t i = 0; i < nC; i++)
-            Cp[i] = C[i] + (path == QMLA_PATH_CONTENT ? ws->E[i] : 0.0f);
-        for (size_t i = 0; i < nK; i++)
-            Kp[i] = K[i] + (path == QMLA_PATH_ROPE ? ws->E[i] : 0.0f);
-        const float tau = (float)d->tau;
-        qmla_attn_logits_acc(H, T, dc, tau, ws->attn.q_lat, Cp, 0.0f, Zv);
-        qmla_attn_logits_acc(H, T, dr, tau, ws->attn.q_rope_t, Kp, 1.0f, Zv);
-        qmla_attn_softmax(H, T, Zv, Zv);
-        qmla_attn_aggregate(H, T, dc, Zv, Cp, 0.0f, Uv);
-        qmla_attn_project(d, T, 1, w, Uv, Ov, ws->Yv);
-        /* residual = ||(Yv - Y) - sum routes|| / ||Yv - Y|| */
-        double num = 0.0, den = 0.0;
-        const size_t n = T * D;
-        for (size_t i = 0; i < n; i++) {
-            const double diff = (double)ws->Yv[i] - (double)ws->Y[i];
-            double route = 0.0;
-            for (size_t r = 0; r < nroutes; r++)
-                route += ws->Y3[r * n + i];
-            num += (diff - route) * (diff - route);
-            den += diff * diff;
-        }
-        res = den > 0.0 ? sqrt(num / den) : (num > 0.0 ? INFINITY : 0.0);
+    float *Zv = ws->At, *Uv = ws->dU, *Cp = ws->dU + H * T * dc, *Kp = Cp + nC;
+    for (size_t i = 0; i < nC; i++)
+        Cp[i] = C[i] + (path == QMLA_PATH_CONTENT ? ws->E[i] : 0.0f);
+    for (size_t i = 0; i < nK; i++)
+        Kp[i] = K[i] + (path == QMLA_PATH_ROPE ? ws->E[i] : 0.0f);
+    const float tau = (float)d->tau;
+    qmla_attn_logits_acc(H, T, dc, tau, ws->attn.q_lat, Cp, 0.0f, Zv);
+    qmla_attn_logits_acc(H, T, dr, tau, ws->attn.q_rope_t, Kp, 1.0f, Zv);
+    qmla_attn_softmax(H, T, Zv, Zv);
+    qmla_attn_aggregate(H, T, dc, Zv, Cp, 0.0f, Uv);
+    qmla_attn_project(d, T, 1, w, Uv, ws->O3, ws->Yv);
+    /* residual = ||(Yv - Y) - sum routes|| / ||Yv - Y|| */
+    double num = 0.0, den = 0.0;
+    const size_t n = T * D;
+    for (size_t i = 0; i < n; i++) {
+        const double diff = (double)ws->Yv[i] - (double)ws->Y[i];
+        double route = 0.0;
+        for (size_t r = 0; r < nroutes; r++)
+            route += ws->Y3[r * n + i];
+        num += (diff - route) * (diff - route);
+        den += diff * diff;
     }
-    free(Cp);
-    free(Kp);
-    free(Zv);
-    free(Uv);
-    free(Ov);
-    return res;
+    return den > 0.0 ? sqrt(num / den) : (num > 0.0 ? INFINITY : 0.0);
 }
 
 int qmla_sweep_sequence(const qmla_sweep_params *p, const qmla_mla_dims *d,
