@@ -2,8 +2,9 @@
  *
  * One layer, one sequence of T tokens, causal (query i sees keys s <= i).
  * Storage float32 row-major; products through CBLAS (OpenBLAS), computed
- * block-causally (row blocks of QMLA_ATTN_BLOCK queries against the keys they
- * can see, so the masked half of T×T is not computed); norms in double.
+ * block-causally (row blocks of about 512/H query tokens, all heads, against
+ * the keys they can see, so the masked half of T×T is not computed); norms
+ * in double. Large workspaces sit on transparent huge pages.
  *
  *   Q_C[:,h] = q_nope[h] @ w_uk[h]                    [T, H, d_c]
  *   Z[:,h]   = tau (Q_C[:,h] C^T + Q_P[:,h] K^T)      [T, H, T]
@@ -16,8 +17,10 @@
  * block of B tokens covers all heads and is a single GEMM of B*H rows.
  * Inputs as captured (q_nope, q_rope: [H, T, ...]) are head-major.
  *
- * Threading: the per-head loops run under OpenMP with `threads` threads and
- * single-threaded BLAS calls inside; qmla_attn_set_threads() sets both.
+ * Threading: the block, head and row loops run under OpenMP with `threads`
+ * threads, each BLAS call single-threaded inside; qmla_attn_set_threads()
+ * sets both. Results do not depend on the thread count (the work split is
+ * fixed; each block is computed by one thread).
  */
 #ifndef QMLA_ATTENTION_H
 #define QMLA_ATTENTION_H
@@ -30,7 +33,6 @@
 extern "C" {
 #endif
 
-#define QMLA_ATTN_BLOCK 64
 
 typedef struct qmla_mla_dims {
     size_t H, D, d_c, d_n, d_r, d_v;

@@ -138,8 +138,10 @@ typedef struct qmla_sweep_opts {
  * atomically. Finished items are journaled in `<results_path>.journal` as
  * they complete; a rerun with the same capture and parameters resumes from
  * the journal (or from an existing results file, which it extends).
- * Returns QMLA_OK, QMLA_EINTERRUPTED-like QMLA_EMISMATCH (journal/results of
- * other parameters, without force), or a reader / quantizer / I/O error.
+ * Returns QMLA_OK; QMLA_EMISMATCH when the journal or results file holds a
+ * sweep of other parameters (and force is off); QMLA_EINVAL for a selection
+ * the capture does not hold; QMLA_ENOMEM when the workspace cannot fit the
+ * machine; or the reader's / quantizer's / I/O error.
  * *stopped is set to 1 when the progress callback stopped the sweep (no
  * results file is written then). On success *summary (caller frees) holds
  * the summary of all items in the results file. */
