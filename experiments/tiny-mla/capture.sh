@@ -29,11 +29,7 @@ fi
 if [ "$what" != default ]; then
   $cap -o /tmp/tiny-mla-full.h5 --seeds 0,1,2 --seqs 8 --tokens 512 --gzip 0
   ls -l /tmp/tiny-mla-full.h5
-  if [ -d .deb ]; then
-    P=/tmp/gslprefix; mkdir -p $P; for f in .deb/*.deb; do dpkg -x "$f" $P; done
-    sed -i "s|/usr|$P/usr|g" $P/usr/lib/x86_64-linux-gnu/pkgconfig/gsl.pc
-    export PKG_CONFIG_PATH=$P/usr/lib/x86_64-linux-gnu/pkgconfig LD_LIBRARY_PATH=$P/usr/lib/x86_64-linux-gnu
-  fi
+  [ -d .deb ] && source scripts/device-env.sh
   [ -f /tmp/qmla-build/build.ninja ] || meson setup /tmp/qmla-build -Dcuda=disabled 2>&1 | tail -25
   ninja -C /tmp/qmla-build analysis/qmla | tail -3
   /tmp/qmla-build/analysis/qmla check /tmp/tiny-mla-full.h5 -q --threads "$(nproc)"
