@@ -68,6 +68,15 @@ void qmla_attn_tokens_major(size_t H, size_t T, size_t w, const float *in,
             memcpy(out + (t * H + h) * w, in + (h * T + t) * w, w * sizeof *in);
 }
 
+/* Causal row block k of nb (largest first): tokens [r0, r0 + rows), which
+ * see keys [0, r0 + rows). */
+static void causal_block(size_t k, size_t nb, size_t B, size_t T, size_t *r0,
+                         size_t *rows)
+{
+    *r0 = (nb - 1 - k) * B;
+    *rows = (*r0 + B <= T) ? B : T - *r0;
+}
+
 /* Work items are causal row blocks of B tokens x H heads (one GEMM each,
  * M = B*H), largest first; each touches a disjoint slab of Z / U. */
 void qmla_attn_logits_acc(size_t H, size_t T, size_t w, float alpha,
@@ -76,12 +85,11 @@ void qmla_attn_logits_acc(size_t H, size_t T, size_t w, float alpha,
     const size_t B = block_tokens(H), nb = (T + B - 1) / B;
     QMLA_OMP_FOR
     for (size_t k = 0; k < nb; k++) {
-        const size_t b = nb - 1 - k;
-        const size_t r0 = b * B, rows = (r0 + B <= T) ? B : T - r0;
-        const size_t cols = r0 + rows;
+        size_t r0, rows;
+        causal_block(k, nb, B, T, &r0, &rows);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(rows * H),
-                    (int)cols, (int)w, alpha, Q + r0 * H * w, (int)w, X, (int)w,
-                    beta, Z + r0 * H * T, (int)T);
+                    (int)(r0 + rows), (int)w, alpha, Q + r0 * H * w, (int)w, X,
+                    (int)w, beta, Z + r0 * H * T, (int)T);
     }
 }
 
@@ -91,12 +99,11 @@ void qmla_attn_aggregate(size_t H, size_t T, size_t w, const float *A,
     const size_t B = block_tokens(H), nb = (T + B - 1) / B;
     QMLA_OMP_FOR
     for (size_t k = 0; k < nb; k++) {
-        const size_t b = nb - 1 - k;
-        const size_t r0 = b * B, rows = (r0 + B <= T) ? B : T - r0;
-        const size_t cols = r0 + rows;
+        size_t r0, rows;
+        causal_block(k, nb, B, T, &r0, &rows);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(rows * H),
-                    (int)w, (int)cols, 1.0f, A + r0 * H * T, (int)T, X, (int)w,
-                    beta, U + r0 * H * w, (int)w);
+                    (int)w, (int)(r0 + rows), 1.0f, A + r0 * H * T, (int)T, X,
+                    (int)w, beta, U + r0 * H * w, (int)w);
     }
 }
 

@@ -240,20 +240,16 @@ QMLA_HD static inline float qmla_core_dequant(unsigned q, float s, float l)
 #endif
 }
 
-/* Stored metadata of one group x[0..n), n >= 1.
- * Writes *scale and *lo (float32 values exactly representable in the
- * metadata precision) and returns QMLA_CORE_OK, or returns
- *   QMLA_CORE_NONFINITE   with *bad = the first non-finite element,
- *   QMLA_CORE_LO_RANGE    with *bad = lo (float32) that does not fit,
- *   QMLA_CORE_SCALE_RANGE with *bad = scale (float32) that does not fit
- * (checked in this order; *scale and *lo are then unspecified). */
-QMLA_HD static inline int qmla_core_group_meta(const float *x, size_t n,
-                                               int bits, int meta,
-                                               float *scale, float *lo,
-                                               float *bad)
+/* Extrema of one group x[0..n), n >= 1, with a zero extremum taken as +0
+ * (-0 + +0 = +0 under round-to-nearest, so the result does not depend on
+ * the order of a (parallel) reduction over -0 and +0, and hi - lo is never
+ * -0). Returns QMLA_CORE_OK, or QMLA_CORE_NONFINITE with *bad = the first
+ * non-finite element. */
+QMLA_HD static inline int qmla_core_group_extrema(const float *x, size_t n,
+                                                  float *lo, float *hi,
+                                                  float *bad)
 {
-    float mn = x[0], mx = x[0], sc;
-    int ovf = 0;
+    float mn = x[0], mx = x[0];
     size_t j;
     for (j = 0; j < n; j++) {
         float v = x[j];
@@ -266,17 +262,35 @@ QMLA_HD static inline int qmla_core_group_meta(const float *x, size_t n,
         if (v > mx)
             mx = v;
     }
-    /* -0 + +0 = +0 under round-to-nearest: a zero minimum (maximum) is
-     * taken as +0, so lo and scale do not depend on the order of a
-     * (parallel) reduction over a group holding both -0 and +0, and
-     * hi - lo is never -0. */
 #ifdef __CUDA_ARCH__
-    mn = __fadd_rn(mn, 0.0f);
-    mx = __fadd_rn(mx, 0.0f);
+    *lo = __fadd_rn(mn, 0.0f);
+    *hi = __fadd_rn(mx, 0.0f);
+#else
+    *lo = mn + 0.0f;
+    *hi = mx + 0.0f;
+#endif
+    return QMLA_CORE_OK;
+}
+
+/* Stored metadata of one group x[0..n), n >= 1.
+ * Writes *scale and *lo (float32 values exactly representable in the
+ * metadata precision) and returns QMLA_CORE_OK, or returns
+ *   QMLA_CORE_NONFINITE   with *bad = the first non-finite element,
+ *   QMLA_CORE_LO_RANGE    with *bad = lo (float32) that does not fit,
+ *   QMLA_CORE_SCALE_RANGE with *bad = scale (float32) that does not fit
+ * (checked in this order; *scale and *lo are then unspecified). */
+QMLA_HD static inline int qmla_core_group_meta(const float *x, size_t n,
+                                               int bits, int meta,
+                                               float *scale, float *lo,
+                                               float *bad)
+{
+    float mn, mx, sc;
+    int ovf = 0;
+    if (qmla_core_group_extrema(x, n, &mn, &mx, bad) != QMLA_CORE_OK)
+        return QMLA_CORE_NONFINITE;
+#ifdef __CUDA_ARCH__
     sc = __fdiv_rn(__fsub_rn(mx, mn), (float)qmla_core_levels(bits));
 #else
-    mn = mn + 0.0f;
-    mx = mx + 0.0f;
     sc = (mx - mn) / (float)qmla_core_levels(bits);
 #endif
     *lo = qmla_core_meta_round(mn, meta, &ovf);
@@ -371,29 +385,13 @@ QMLA_HD static inline int qmla_core_token_meta_q8(
     const float Lf = (float)qmla_core_levels(bits);
     float amax = 0.0f, smax = 0.0f, Mf, Sf;
     int ovf = 0;
-    size_t g, j;
+    size_t g;
     for (g = 0; g < ng; g++) { /* group extrema: lo[g] = min, scale[g] = max */
-        const float *xg = x + g * G;
-        float mn = xg[0], mx = xg[0];
-        for (j = 0; j < G; j++) {
-            float v = xg[j];
-            if (!qmla_core_isfinite(v)) {
-                *bad = v;
-                *bad_group = g;
-                return QMLA_CORE_NONFINITE;
-            }
-            if (v < mn)
-                mn = v;
-            if (v > mx)
-                mx = v;
+        if (qmla_core_group_extrema(x + g * G, G, &lo[g], &scale[g], bad) !=
+            QMLA_CORE_OK) {
+            *bad_group = g;
+            return QMLA_CORE_NONFINITE;
         }
-#ifdef __CUDA_ARCH__
-        lo[g] = __fadd_rn(mn, 0.0f);
-        scale[g] = __fadd_rn(mx, 0.0f);
-#else
-        lo[g] = mn + 0.0f;
-        scale[g] = mx + 0.0f;
-#endif
         if (fabsf(lo[g]) > amax)
             amax = fabsf(lo[g]);
     }
