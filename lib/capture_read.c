@@ -1304,6 +1304,14 @@ size_t qmla_capture_cell_t(const qmla_capture *c, size_t li, size_t ci)
     return x ? x->T : 0;
 }
 
+void qmla_capture_cell_attrs(const qmla_capture *c, size_t li, size_t ci,
+                             char *dataset, size_t len, long *seed)
+{
+    const cell_info *x = get_cell(c, li, ci);
+    snprintf(dataset, len, "%s", x ? x->dataset : "");
+    *seed = x ? x->seed : 0;
+}
+
 int qmla_capture_cell_has_pre(const qmla_capture *c, size_t li, size_t ci)
 {
     const cell_info *x = get_cell(c, li, ci);

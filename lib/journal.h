@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "qmla/status.h"
-#include "qmla/sweep.h"
+#include "qmla/response.h"
 
 typedef struct qmla_journal {
     FILE *f;

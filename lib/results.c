@@ -1,35 +1,25 @@
 /* results.c — qmla-results v1 writer and reader (include/qmla/results.h,
- * docs/results-format.md). */
+ * docs/results-format.md). The /responses columns come from the row table
+ * (include/qmla/response.h); the file is built in memory and saved
+ * atomically (lib/h5util.c). */
 #include "qmla/results.h"
 #include "qmla_config.h"
 #include "h5util.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <hdf5.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-static int cmp_resp(const void *pa, const void *pb)
+void qmla_results_meta_free(qmla_results_meta *m)
 {
-    const qmla_response *a = pa, *b = pb;
-    if (a->layer != b->layer)
-        return a->layer < b->layer ? -1 : 1;
-    int c = strcmp(a->cell, b->cell);
-    if (c)
-        return c;
-    if (a->seq != b->seq)
-        return a->seq < b->seq ? -1 : 1;
-    return (a->path > b->path) - (a->path < b->path);
-}
-
-void qmla_responses_sort(qmla_response *r, size_t n)
-{
-    if (n > 1)
-        qsort(r, n, sizeof *r, cmp_resp);
+    if (!m)
+        return;
+    free(m->cell_info);
+    m->cell_info = NULL;
+    m->n_cell_info = 0;
 }
 
 /* Shortest decimal that reads back as exactly x (readable and exact). */
@@ -46,229 +36,261 @@ void qmla_results_key(const qmla_results_meta *m, char *key, size_t len)
 {
     char nu[40];
     shortest_double(m->nmse, nu, sizeof nu);
-    snprintf(key, len, "sha256=%s bits=%d group=%d meta=%s nmse=%s",
-             m->capture_sha256, m->bits, m->group, m->meta, nu);
+    snprintf(key, len, "sha256=%s bits=%d group=%d meta=%s nmse=%s cells=%s",
+             m->capture_sha256, m->bits, m->group, m->meta, nu, m->cells);
 }
 
-/* ---- small HDF5 helpers (status-returning, silent) ----------------------- */
-
-/* Scalar variable-length UTF-8 string: h5py reads it as str. */
-static int attr_str(hid_t obj, const char *name, const char *value)
-{
-    hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, H5T_VARIABLE);
-    H5Tset_cset(t, H5T_CSET_UTF8);
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t e = a < 0 ? -1 : H5Awrite(a, t, &value);
-    if (a >= 0)
-        H5Aclose(a);
-    H5Sclose(sp);
-    H5Tclose(t);
-    return e < 0 ? -1 : 0;
-}
-
-static int attr_num(hid_t obj, const char *name, hid_t type, const void *v)
-{
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(obj, name, type, sp, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t e = a < 0 ? -1 : H5Awrite(a, type, v);
-    if (a >= 0)
-        H5Aclose(a);
-    H5Sclose(sp);
-    return e < 0 ? -1 : 0;
-}
-
-static int attr_int(hid_t obj, const char *name, int v)
-{
-    return attr_num(obj, name, H5T_NATIVE_INT, &v);
-}
-
-static int attr_dbl(hid_t obj, const char *name, double v)
-{
-    return attr_num(obj, name, H5T_NATIVE_DOUBLE, &v);
-}
-
-static int dset_1d(hid_t g, const char *name, hid_t ftype, hid_t mtype,
-                   size_t n, const void *data)
-{
-    hsize_t dims[1] = {n};
-    hid_t sp = H5Screate_simple(1, dims, NULL);
-    hid_t d = H5Dcreate2(g, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT,
-                         H5P_DEFAULT);
-    herr_t e = d < 0 ? -1 : (n ? H5Dwrite(d, mtype, H5S_ALL, H5S_ALL,
-                                          H5P_DEFAULT, data)
-                               : 0);
-    if (d >= 0)
-        H5Dclose(d);
-    H5Sclose(sp);
-    return e < 0 ? -1 : 0;
-}
-
-static int dset_strs(hid_t g, const char *name, size_t n, const char **s)
-{
-    hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, H5T_VARIABLE);
-    H5Tset_cset(t, H5T_CSET_UTF8);
-    int rc = dset_1d(g, name, t, t, n, s);
-    H5Tclose(t);
-    return rc;
-}
+/* ---- writer ---------------------------------------------------------------- */
 
 #define TRY(expr, what)                                                       \
     do {                                                                      \
         if ((expr) < 0) {                                                     \
-            st = qmla_error_set(err, QMLA_EIO, "%s: cannot write %s", tmp,    \
+            st = qmla_error_set(err, QMLA_EIO, "%s: cannot write %s", path,   \
                                 what);                                        \
             goto done;                                                        \
         }                                                                     \
     } while (0)
+
+/* /responses from the row table. */
+static int write_responses(hid_t g, const char *path, qmla_response *r,
+                           size_t n, qmla_error *err)
+{
+    int st = QMLA_OK;
+    const size_t m = n ? n : 1;
+    int *iv = malloc(m * sizeof *iv);
+    double *dv = malloc(m * sizeof *dv);
+    uint8_t *u8 = malloc(m);
+    const char **sv = malloc(m * sizeof *sv);
+    if (!iv || !dv || !u8 || !sv) {
+        st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    for (size_t k = 0; k < qmla_response_n_columns; k++) {
+        const qmla_column *c = &qmla_response_columns[k];
+        int rc = 0;
+        switch (c->kind) {
+        case QMLA_COL_INT:
+            for (size_t i = 0; i < n; i++)
+                iv[i] = *qmla_col_int(&r[i], c);
+            rc = qmla_h5_dset_1d(g, c->name, H5T_STD_I32LE, H5T_NATIVE_INT, n,
+                                 iv, c->description, c->units);
+            break;
+        case QMLA_COL_FLAG:
+            for (size_t i = 0; i < n; i++)
+                u8[i] = (uint8_t)(*qmla_col_int(&r[i], c) != 0);
+            rc = qmla_h5_dset_1d(g, c->name, H5T_STD_U8LE, H5T_NATIVE_UINT8, n,
+                                 u8, c->description, c->units);
+            break;
+        case QMLA_COL_REAL:
+            for (size_t i = 0; i < n; i++)
+                dv[i] = *qmla_col_real(&r[i], c);
+            rc = qmla_h5_dset_1d(g, c->name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+                                 n, dv, c->description, c->units);
+            break;
+        case QMLA_COL_PATH:
+            for (size_t i = 0; i < n; i++)
+                sv[i] = qmla_path_name(*qmla_col_int(&r[i], c));
+            rc = qmla_h5_dset_strs(g, c->name, n, sv, c->description);
+            break;
+        case QMLA_COL_STR:
+            for (size_t i = 0; i < n; i++)
+                sv[i] = qmla_col_str(&r[i], c);
+            rc = qmla_h5_dset_strs(g, c->name, n, sv, c->description);
+            break;
+        }
+        if (rc < 0) {
+            st = qmla_error_set(err, QMLA_EIO, "%s: cannot write /responses/%s",
+                                path, c->name);
+            goto done;
+        }
+    }
+done:
+    free(iv);
+    free(dv);
+    free(u8);
+    free(sv);
+    return st;
+}
+
+static int write_cells(hid_t f, const char *path, const qmla_results_meta *m,
+                       qmla_error *err)
+{
+    int st = QMLA_OK;
+    const size_t n = m->n_cell_info, c = n ? n : 1;
+    const char **names = malloc(c * sizeof *names), **ds = malloc(c * sizeof *ds);
+    long long *seed = malloc(c * sizeof *seed), *N = malloc(c * sizeof *N),
+              *T = malloc(c * sizeof *T);
+    hid_t g = -1;
+    if (!names || !ds || !seed || !N || !T) {
+        st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    for (size_t k = 0; k < n; k++) {
+        names[k] = m->cell_info[k].name;
+        ds[k] = m->cell_info[k].dataset;
+        seed[k] = m->cell_info[k].seed;
+        N[k] = m->cell_info[k].N;
+        T[k] = m->cell_info[k].T;
+    }
+    g = H5Gcreate2(f, "cells", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    TRY(g, "group /cells");
+    TRY(qmla_h5_dset_strs(g, "name", n, names, "cell name as captured"), "/cells/name");
+    TRY(qmla_h5_dset_strs(g, "dataset", n, ds,
+                          "corpus the cell's text was drawn from (capture attribute)"),
+        "/cells/dataset");
+    TRY(qmla_h5_dset_1d(g, "seed", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, seed,
+                        "sampling seed of the cell (capture attribute)", NULL),
+        "/cells/seed");
+    TRY(qmla_h5_dset_1d(g, "n_sequences", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, N,
+                        "sequences in the cell (N)", NULL),
+        "/cells/n_sequences");
+    TRY(qmla_h5_dset_1d(g, "n_tokens", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, T,
+                        "tokens per sequence (T)", "tokens"),
+        "/cells/n_tokens");
+done:
+    if (g >= 0 && H5Gclose(g) < 0 && !st)
+        st = qmla_error_set(err, QMLA_EIO, "%s: cannot close /cells", path);
+    free(names);
+    free(ds);
+    free(seed);
+    free(N);
+    free(T);
+    return st;
+}
+
+static int write_summary(hid_t f, const char *path, const qmla_summary *s,
+                         qmla_error *err)
+{
+    int st = QMLA_OK;
+    const size_t n = s->n_layers;
+    uint8_t *deg = malloc(n ? n : 1);
+    hid_t g = -1;
+    if (!deg)
+        return qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
+    for (size_t k = 0; k < n; k++)
+        deg[k] = (uint8_t)(s->degenerate[k] != 0);
+    g = H5Gcreate2(f, "summary", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    TRY(g, "group /summary");
+    TRY(qmla_h5_dset_1d(g, "layer", H5T_STD_I32LE, H5T_NATIVE_INT, n, s->layer,
+                        "layer index", NULL),
+        "/summary/layer");
+    TRY(qmla_h5_dset_1d(g, "response_content", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+                        n, s->response_content,
+                        "content response R_C: mean over cells of the mean over "
+                        "non-degenerate sequences (NaN when the layer has none)",
+                        "1"),
+        "/summary/response_content");
+    TRY(qmla_h5_dset_1d(g, "response_rope", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n,
+                        s->response_rope,
+                        "RoPE response R_P: mean over cells of the mean over "
+                        "non-degenerate sequences (NaN when the layer has none)",
+                        "1"),
+        "/summary/response_rope");
+    TRY(qmla_h5_dset_1d(g, "ratio", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n,
+                        s->ratio,
+                        "R_P / R_C of the layer (NaN for a degenerate layer)", "1"),
+        "/summary/ratio");
+    TRY(qmla_h5_dset_1d(g, "degenerate", H5T_STD_U8LE, H5T_NATIVE_UINT8, n, deg,
+                        "1: a path of this layer has no non-degenerate item; the "
+                        "layer is left out of the model means", NULL),
+        "/summary/degenerate");
+    TRY(qmla_h5_attr_dbl(g, "model_response_content", s->model_response_content),
+        "/summary attribute model_response_content");
+    TRY(qmla_h5_attr_dbl(g, "model_response_rope", s->model_response_rope),
+        "/summary attribute model_response_rope");
+    TRY(qmla_h5_attr_dbl(g, "model_ratio", s->model_ratio),
+        "/summary attribute model_ratio");
+    TRY(qmla_h5_attr_int(g, "n_layers_in_model", (long long)s->n_layers_in_model),
+        "/summary attribute n_layers_in_model");
+    TRY(qmla_h5_attr_int(g, "n_degenerate", (long long)s->n_degenerate),
+        "/summary attribute n_degenerate");
+    TRY(qmla_h5_attr_int(g, "n_verified", (long long)s->n_verified),
+        "/summary attribute n_verified");
+    TRY(qmla_h5_attr_dbl(g, "worst_route_residual", s->worst_route_residual),
+        "/summary attribute worst_route_residual");
+done:
+    if (g >= 0 && H5Gclose(g) < 0 && !st)
+        st = qmla_error_set(err, QMLA_EIO, "%s: cannot close /summary", path);
+    free(deg);
+    return st;
+}
 
 int qmla_results_write(const char *path, const qmla_results_meta *m,
                        const qmla_response *r_in, size_t n,
                        const qmla_summary *s, qmla_error *err)
 {
     int st = QMLA_OK;
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     qmla_response *r = NULL;
-    int *ival = NULL;
-    double *dval = NULL;
-    uint8_t *u8 = NULL;
-    const char **sval = NULL;
     hid_t f = -1, g = -1;
     h5_quiet quiet = qmla_h5_quiet_begin();
 
     r = malloc((n ? n : 1) * sizeof *r);
-    ival = malloc((n ? n : 1) * sizeof *ival);
-    dval = malloc((n ? n : 1) * sizeof *dval);
-    u8 = malloc(n ? n : 1);
-    sval = malloc((n ? n : 1) * sizeof *sval);
-    if (!r || !ival || !dval || !u8 || !sval) {
+    if (!r) {
         st = qmla_error_set(err, QMLA_ENOMEM, "results: out of memory");
         goto done;
     }
     memcpy(r, r_in, n * sizeof *r);
     qmla_responses_sort(r, n);
 
-    f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    f = qmla_h5_create_mem();
     if (f < 0) {
-        st = qmla_error_set(err, QMLA_EIO, "%s: cannot create results file",
-                            tmp);
+        st = qmla_error_set(err, QMLA_EIO, "%s: cannot create the results file "
+                            "in memory", path);
         goto done;
     }
-    TRY(attr_str(f, "format", QMLA_RESULTS_FORMAT), "attribute format");
-    TRY(attr_int(f, "format_version", QMLA_RESULTS_VERSION),
+    TRY(qmla_h5_attr_str(f, "format", QMLA_RESULTS_FORMAT), "attribute format");
+    TRY(qmla_h5_attr_int(f, "format_version", QMLA_RESULTS_VERSION),
         "attribute format_version");
-    TRY(attr_str(f, "capture_file", m->capture_file), "attribute capture_file");
-    TRY(attr_str(f, "capture_path", m->capture_path), "attribute capture_path");
-    TRY(attr_str(f, "capture_sha256", m->capture_sha256),
+    TRY(qmla_h5_attr_str(f, "tool", "qmla sweep"), "attribute tool");
+    TRY(qmla_h5_attr_str(f, "tool_version", m->tool_version), "attribute tool_version");
+    TRY(qmla_h5_attr_str(f, "git_commit", m->git_commit), "attribute git_commit");
+    TRY(qmla_h5_attr_str(f, "command_line", m->command_line), "attribute command_line");
+    TRY(qmla_h5_attr_str(f, "created_utc", m->created_utc), "attribute created_utc");
+    TRY(qmla_h5_attr_str(f, "capture_file", m->capture_file), "attribute capture_file");
+    TRY(qmla_h5_attr_str(f, "capture_path", m->capture_path), "attribute capture_path");
+    TRY(qmla_h5_attr_str(f, "capture_sha256", m->capture_sha256),
         "attribute capture_sha256");
-    TRY(attr_str(f, "model", m->model), "attribute model");
-    TRY(attr_str(f, "tool", "qmla sweep"), "attribute tool");
-    TRY(attr_str(f, "tool_version", m->tool_version), "attribute tool_version");
-    TRY(attr_int(f, "bits", m->bits), "attribute bits");
-    TRY(attr_int(f, "group", m->group), "attribute group");
-    TRY(attr_str(f, "meta", m->meta), "attribute meta");
-    TRY(attr_dbl(f, "nmse_target", m->nmse), "attribute nmse_target");
-    TRY(attr_str(f, "layers", m->layers), "attribute layers");
-    TRY(attr_str(f, "cells", m->cells), "attribute cells");
-    TRY(attr_str(f, "quantizer",
-                 "per-token asymmetric affine, groups of `group` channels, "
-                 "round-half-even, docs/quantizer.md"),
+    TRY(qmla_h5_attr_str(f, "model", m->model), "attribute model");
+    {
+        const struct { const char *name; int v; } shape[] = {
+            {"n_heads", m->H}, {"hidden_size", m->D}, {"d_c", m->d_c},
+            {"d_n", m->d_n}, {"d_r", m->d_r}, {"d_v", m->d_v}};
+        for (size_t k = 0; k < sizeof shape / sizeof shape[0]; k++)
+            TRY(qmla_h5_attr_int(f, shape[k].name, shape[k].v), shape[k].name);
+    }
+    TRY(qmla_h5_attr_dbl(f, "softmax_scale", m->softmax_scale), "attribute softmax_scale");
+    TRY(qmla_h5_attr_str(f, "rope_pairing", m->rope_pairing), "attribute rope_pairing");
+    TRY(qmla_h5_attr_int(f, "bits", m->bits), "attribute bits");
+    TRY(qmla_h5_attr_int(f, "group", m->group), "attribute group");
+    TRY(qmla_h5_attr_str(f, "meta", m->meta), "attribute meta");
+    TRY(qmla_h5_attr_dbl(f, "nmse_target", m->nmse), "attribute nmse_target");
+    TRY(qmla_h5_attr_str(f, "layers", m->layers), "attribute layers");
+    TRY(qmla_h5_attr_str(f, "cells", m->cells), "attribute cells");
+    TRY(qmla_h5_attr_str(f, "quantizer",
+                         "per-token asymmetric affine, groups of `group` channels, "
+                         "round-half-even, docs/quantizer.md"),
         "attribute quantizer");
 
     g = H5Gcreate2(f, "responses", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     TRY(g, "group /responses");
-    for (size_t k = 0; k < n; k++)
-        ival[k] = r[k].layer;
-    TRY(dset_1d(g, "layer", H5T_STD_I32LE, H5T_NATIVE_INT, n, ival), "layer");
-    for (size_t k = 0; k < n; k++)
-        ival[k] = r[k].seq;
-    TRY(dset_1d(g, "seq", H5T_STD_I32LE, H5T_NATIVE_INT, n, ival), "seq");
-    for (size_t k = 0; k < n; k++)
-        sval[k] = r[k].cell;
-    TRY(dset_strs(g, "cell", n, sval), "cell");
-    for (size_t k = 0; k < n; k++)
-        sval[k] = qmla_path_name(r[k].path);
-    TRY(dset_strs(g, "path", n, sval), "path");
-#define DCOL(field)                                                           \
-    do {                                                                      \
-        for (size_t k = 0; k < n; k++)                                        \
-            dval[k] = r[k].field;                                             \
-        TRY(dset_1d(g, #field, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, dval),   \
-            #field);                                                          \
-    } while (0)
-    DCOL(nmse_cache);
-    DCOL(nmse_out);
-    DCOL(response);
-    DCOL(nmse_out_matching);
-    DCOL(nmse_out_aggregation);
-    DCOL(nmse_out_interaction);
-    DCOL(nmse_qdq);
-#undef DCOL
-    for (size_t k = 0; k < n; k++)
-        u8[k] = (uint8_t)(r[k].degenerate != 0);
-    TRY(dset_1d(g, "degenerate", H5T_STD_U8LE, H5T_NATIVE_UINT8, n, u8),
-        "degenerate");
-    H5Gclose(g);
-
-    g = H5Gcreate2(f, "summary", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    TRY(g, "group /summary");
-    TRY(dset_1d(g, "layer", H5T_STD_I32LE, H5T_NATIVE_INT, s->n_layers,
-                s->layer),
-        "summary/layer");
-    TRY(dset_1d(g, "response_content", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
-                s->n_layers, s->response_content),
-        "summary/response_content");
-    TRY(dset_1d(g, "response_rope", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
-                s->n_layers, s->response_rope),
-        "summary/response_rope");
-    TRY(dset_1d(g, "ratio", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, s->n_layers,
-                s->ratio),
-        "summary/ratio");
-    TRY(attr_dbl(g, "model_response_content", s->model_response_content),
-        "model_response_content");
-    TRY(attr_dbl(g, "model_response_rope", s->model_response_rope),
-        "model_response_rope");
-    TRY(attr_dbl(g, "model_ratio", s->model_ratio), "model_ratio");
-    TRY(attr_int(g, "n_degenerate", (int)s->n_degenerate), "n_degenerate");
-    H5Gclose(g);
+    if ((st = write_responses(g, path, r, n, err)))
+        goto done;
+    if (H5Gclose(g) < 0) {
+        g = -1;
+        TRY(-1, "group /responses (close)");
+    }
     g = -1;
-    if (H5Fclose(f) < 0) {
-        f = -1;
-        st = qmla_error_set(err, QMLA_EIO, "%s: cannot close results file", tmp);
+    if ((st = write_cells(f, path, m, err)) || (st = write_summary(f, path, s, err)))
         goto done;
-    }
-    f = -1;
-    /* durable before visible */
-    int fd = open(tmp, O_RDONLY);
-    if (fd < 0 || fsync(fd) != 0) {
-        if (fd >= 0)
-            close(fd);
-        st = qmla_error_set(err, QMLA_EIO, "%s: fsync failed: %s", tmp,
-                            strerror(errno));
-        goto done;
-    }
-    close(fd);
-    if (rename(tmp, path) != 0) {
-        st = qmla_error_set(err, QMLA_EIO, "cannot rename %s to %s: %s", tmp,
-                            path, strerror(errno));
-        goto done;
-    }
+    st = qmla_h5_save_image(f, path, err);
+    f = -1; /* closed by save_image */
 done:
     if (g >= 0)
         H5Gclose(g);
     if (f >= 0)
         H5Fclose(f);
-    if (st != QMLA_OK)
-        unlink(tmp);
     qmla_h5_quiet_end(quiet);
     free(r);
-    free(ival);
-    free(dval);
-    free(u8);
-    free(sval);
     return st;
 }
 #undef TRY
@@ -351,6 +373,64 @@ static int read_col(hid_t g, const char *name, hid_t mtype, size_t *n,
     return rc;
 }
 
+/* Read one table column into rows (by kind). 1 when the dataset is absent,
+ * -1 on a wrong shape or type, 0 on success. */
+static int read_column(hid_t g, const qmla_column *c, qmla_response *r, size_t n,
+                       void *scratch)
+{
+    if (H5Lexists(g, c->name, H5P_DEFAULT) <= 0)
+        return 1;
+    switch (c->kind) {
+    case QMLA_COL_INT:
+    case QMLA_COL_FLAG: {
+        int *iv = scratch;
+        if (read_col(g, c->name, H5T_NATIVE_INT, &n, iv))
+            return -1;
+        for (size_t k = 0; k < n; k++)
+            *qmla_col_int(&r[k], c) = iv[k];
+        return 0;
+    }
+    case QMLA_COL_REAL: {
+        double *dv = scratch;
+        if (read_col(g, c->name, H5T_NATIVE_DOUBLE, &n, dv))
+            return -1;
+        for (size_t k = 0; k < n; k++)
+            *qmla_col_real(&r[k], c) = dv[k];
+        return 0;
+    }
+    case QMLA_COL_STR:
+    case QMLA_COL_PATH: {
+        char **sv = scratch;
+        hid_t vt = H5Tcopy(H5T_C_S1);
+        H5Tset_size(vt, H5T_VARIABLE);
+        H5Tset_cset(vt, H5T_CSET_UTF8);
+        memset(sv, 0, n * sizeof *sv);
+        int rc = read_col(g, c->name, vt, &n, sv);
+        for (size_t k = 0; k < n && rc == 0; k++) {
+            const char *v = sv[k] ? sv[k] : "";
+            if (c->kind == QMLA_COL_PATH)
+                *qmla_col_int(&r[k], c) = qmla_path_parse(v);
+            else if (strlen(v) >= QMLA_CELL_NAME_MAX)
+                rc = -1;
+            else
+                snprintf(qmla_col_str(&r[k], c), QMLA_CELL_NAME_MAX, "%s", v);
+        }
+        for (size_t k = 0; k < n; k++)
+            if (sv[k])
+                H5free_memory(sv[k]);
+        H5Tclose(vt);
+        return rc;
+    }
+    }
+    return -1;
+}
+
+/* Columns a file of an earlier writer may lack (read as 0: unverified). */
+static int optional_column(const char *name)
+{
+    return strcmp(name, "verified") == 0 || strcmp(name, "route_residual") == 0;
+}
+
 int qmla_results_read(const char *path, qmla_results_meta *m,
                       qmla_response **out, size_t *nout, qmla_error *err)
 {
@@ -361,10 +441,7 @@ int qmla_results_read(const char *path, qmla_results_meta *m,
     int st = QMLA_OK;
     hid_t f = -1, g = -1;
     qmla_response *r = NULL;
-    double *dv = NULL;
-    int *iv = NULL;
-    uint8_t *u8 = NULL;
-    char **sv = NULL;
+    void *scratch = NULL;
     size_t n = 0;
     char fmt[64];
     int ver = 0;
@@ -399,11 +476,23 @@ int qmla_results_read(const char *path, qmla_results_meta *m,
                             path);
         goto done;
     }
+    /* provenance written by later writers; absent in earlier files */
     read_attr_str(f, "capture_path", m->capture_path, sizeof m->capture_path);
     read_attr_str(f, "model", m->model, sizeof m->model);
     read_attr_str(f, "layers", m->layers, sizeof m->layers);
     read_attr_str(f, "cells", m->cells, sizeof m->cells);
     read_attr_str(f, "tool_version", m->tool_version, sizeof m->tool_version);
+    read_attr_str(f, "git_commit", m->git_commit, sizeof m->git_commit);
+    read_attr_str(f, "command_line", m->command_line, sizeof m->command_line);
+    read_attr_str(f, "created_utc", m->created_utc, sizeof m->created_utc);
+    read_attr_str(f, "rope_pairing", m->rope_pairing, sizeof m->rope_pairing);
+    read_attr_num(f, "n_heads", H5T_NATIVE_INT, &m->H);
+    read_attr_num(f, "hidden_size", H5T_NATIVE_INT, &m->D);
+    read_attr_num(f, "d_c", H5T_NATIVE_INT, &m->d_c);
+    read_attr_num(f, "d_n", H5T_NATIVE_INT, &m->d_n);
+    read_attr_num(f, "d_r", H5T_NATIVE_INT, &m->d_r);
+    read_attr_num(f, "d_v", H5T_NATIVE_INT, &m->d_v);
+    read_attr_num(f, "softmax_scale", H5T_NATIVE_DOUBLE, &m->softmax_scale);
 
     g = H5Gopen2(f, "responses", H5P_DEFAULT);
     if (g < 0 || read_col(g, "layer", H5T_NATIVE_INT, &n, NULL)) {
@@ -412,74 +501,33 @@ int qmla_results_read(const char *path, qmla_results_meta *m,
         goto done;
     }
     r = calloc(n ? n : 1, sizeof *r);
-    dv = malloc((n ? n : 1) * sizeof *dv);
-    iv = malloc((n ? n : 1) * sizeof *iv);
-    u8 = malloc(n ? n : 1);
-    sv = calloc(n ? n : 1, sizeof *sv);
-    if (!r || !dv || !iv || !u8 || !sv) {
+    scratch = calloc(n ? n : 1, sizeof(double) > sizeof(char *) ? sizeof(double)
+                                                                 : sizeof(char *));
+    if (!r || !scratch) {
         st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
         goto done;
     }
-#define BAD(name)                                                             \
-    do {                                                                      \
-        st = qmla_error_set(err, QMLA_EFORMAT,                                \
-                            "%s: /responses/%s: missing, or length differs "  \
-                            "from /responses/layer (%zu)",                    \
-                            path, name, n);                                   \
-        goto done;                                                            \
-    } while (0)
-    if (read_col(g, "layer", H5T_NATIVE_INT, &n, iv))
-        BAD("layer");
-    for (size_t k = 0; k < n; k++)
-        r[k].layer = iv[k];
-    if (read_col(g, "seq", H5T_NATIVE_INT, &n, iv))
-        BAD("seq");
-    for (size_t k = 0; k < n; k++)
-        r[k].seq = iv[k];
-    if (read_col(g, "degenerate", H5T_NATIVE_UINT8, &n, u8))
-        BAD("degenerate");
-    for (size_t k = 0; k < n; k++)
-        r[k].degenerate = u8[k];
-    {
-        hid_t vt = H5Tcopy(H5T_C_S1);
-        H5Tset_size(vt, H5T_VARIABLE);
-        H5Tset_cset(vt, H5T_CSET_UTF8);
-        const char *names[2] = {"cell", "path"};
-        for (int c = 0; c < 2; c++) {
-            if (read_col(g, names[c], vt, &n, sv)) {
-                H5Tclose(vt);
-                BAD(names[c]);
-            }
-            for (size_t k = 0; k < n; k++) {
-                const char *v = sv[k] ? sv[k] : "";
-                if (c == 0)
-                    snprintf(r[k].cell, sizeof r[k].cell, "%s", v);
-                else
-                    r[k].path = strcmp(v, "rope") == 0 ? QMLA_PATH_ROPE
-                                                       : QMLA_PATH_CONTENT;
-                if (sv[k])
-                    H5free_memory(sv[k]);
-                sv[k] = NULL;
-            }
+    for (size_t k = 0; k < qmla_response_n_columns; k++) {
+        const qmla_column *c = &qmla_response_columns[k];
+        const int rc = read_column(g, c, r, n, scratch);
+        if (rc == 1 && optional_column(c->name))
+            continue;
+        if (rc != 0) {
+            st = qmla_error_set(err, QMLA_EFORMAT,
+                                "%s: /responses/%s: %s (expected a 1-D dataset of "
+                                "%zu rows)",
+                                path, c->name, rc == 1 ? "missing" : "unreadable",
+                                n);
+            goto done;
         }
-        H5Tclose(vt);
     }
-#define RCOL(field)                                                           \
-    do {                                                                      \
-        if (read_col(g, #field, H5T_NATIVE_DOUBLE, &n, dv))                   \
-            BAD(#field);                                                      \
-        for (size_t k = 0; k < n; k++)                                        \
-            r[k].field = dv[k];                                               \
-    } while (0)
-    RCOL(nmse_cache);
-    RCOL(nmse_out);
-    RCOL(response);
-    RCOL(nmse_out_matching);
-    RCOL(nmse_out_aggregation);
-    RCOL(nmse_out_interaction);
-    RCOL(nmse_qdq);
-#undef RCOL
-#undef BAD
+    for (size_t k = 0; k < n; k++)
+        if ((st = qmla_response_validate(&r[k], err))) {
+            qmla_error_prefix(err, "%s: /responses row %zu (layer %d, cell %s, "
+                              "seq %d): ", path, k, r[k].layer, r[k].cell,
+                              r[k].seq);
+            goto done;
+        }
     *out = r;
     *nout = n;
     r = NULL;
@@ -490,9 +538,6 @@ done:
         H5Fclose(f);
     qmla_h5_quiet_end(quiet);
     free(r);
-    free(dv);
-    free(iv);
-    free(u8);
-    free(sv);
+    free(scratch);
     return st;
 }

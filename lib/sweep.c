@@ -7,17 +7,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *qmla_path_name(int path)
-{
-    return path == QMLA_PATH_ROPE ? "rope" : "content";
-}
-
 qmla_sweep_params qmla_sweep_defaults(void)
 {
     qmla_sweep_params p;
     p.quant = qmla_quant_defaults();
     p.nmse = 0.01;
     return p;
+}
+
+int qmla_sweep_params_check(const qmla_sweep_params *p,
+                            const qmla_capture_config *cfg, qmla_error *err)
+{
+    if (!(p->nmse >= QMLA_SWEEP_NMSE_MIN && p->nmse <= QMLA_SWEEP_NMSE_MAX))
+        return qmla_error_set(err, QMLA_EINVAL,
+                              "target cache NMSE: expected %g <= nu <= %g (below "
+                              "the floor float32 cannot resolve the perturbation; "
+                              "docs/analysis.md), found %g",
+                              QMLA_SWEEP_NMSE_MIN, QMLA_SWEEP_NMSE_MAX, p->nmse);
+    if (qmla_quant_check(&p->quant, (size_t)cfg->d_c, err))
+        return qmla_error_prefix(err, "content cache (d_c = %d): ", cfg->d_c);
+    if (qmla_quant_check(&p->quant, (size_t)cfg->d_r, err))
+        return qmla_error_prefix(err, "RoPE cache (d_r = %d): ", cfg->d_r);
+    return QMLA_OK;
 }
 
 static float *falloc(size_t n, qmla_error *err, const char *what)
@@ -137,6 +148,7 @@ static void zero_response(qmla_response *r)
     r->nmse_cache = r->nmse_out = r->response = 0.0;
     r->nmse_out_matching = r->nmse_out_aggregation = 0.0;
     r->nmse_out_interaction = r->nmse_qdq = r->route_residual = 0.0;
+    r->verified = 0;
 }
 
 /* Sum of squares of a + b + c (each n long), in double. */
@@ -259,9 +271,11 @@ int qmla_sweep_sequence(const qmla_sweep_params *p, const qmla_mla_dims *d,
         r->nmse_out_matching = m / yy;
         r->nmse_out_aggregation = a / yy;
         r->nmse_out_interaction = i / yy;
-        if (verify)
+        if (verify) {
+            r->verified = 1;
             r->route_residual =
                 verify_routes(d, T, w, C, K, path, nroutes, W);
+        }
         if (!isfinite(r->response) || !isfinite(r->nmse_out))
             return qmla_error_set(err, QMLA_ENONFINITE,
                                   "%s path: non-finite output NMSE (%g)",
@@ -287,90 +301,85 @@ double qmla_sweep_flops(const qmla_mla_dims *d, size_t T)
 
 /* ---- aggregation -------------------------------------------------------- */
 
-static int cmp_int(const void *a, const void *b)
+/* Mean over the non-degenerate sequences of each cell, then over cells;
+ * rows sorted by (layer, cell, seq, path). Returns NaN when no cell has a
+ * non-degenerate sequence. */
+static double layer_path_mean(const qmla_response *r, size_t n, int path)
 {
-    const int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
+    double cell_sum = 0.0;
+    size_t cells = 0;
+    for (size_t k = 0; k < n;) {
+        size_t j = k;
+        double seq_sum = 0.0;
+        size_t seqs = 0;
+        for (; j < n && strcmp(r[j].cell, r[k].cell) == 0; j++)
+            if (r[j].path == path && !r[j].degenerate) {
+                seq_sum += r[j].response;
+                seqs++;
+            }
+        if (seqs) {
+            cell_sum += seq_sum / (double)seqs;
+            cells++;
+        }
+        k = j;
+    }
+    return cells ? cell_sum / (double)cells : NAN;
 }
 
-int qmla_summary_compute(const qmla_response *r, size_t n, qmla_summary *s,
+int qmla_summary_compute(const qmla_response *r_in, size_t n, qmla_summary *s,
                          qmla_error *err)
 {
     memset(s, 0, sizeof *s);
-    /* distinct layers */
-    int *layers = malloc((n ? n : 1) * sizeof *layers);
-    if (!layers)
-        return qmla_error_set(err, QMLA_ENOMEM, "summary: out of memory");
-    for (size_t k = 0; k < n; k++)
-        layers[k] = r[k].layer;
-    qsort(layers, n, sizeof *layers, cmp_int);
+    qmla_response *r = malloc((n ? n : 1) * sizeof *r);
     size_t nl = 0;
     for (size_t k = 0; k < n; k++)
-        if (nl == 0 || layers[nl - 1] != layers[k])
-            layers[nl++] = layers[k];
-    s->n_layers = nl;
-    s->layer = layers;
-    s->response_content = calloc(nl ? nl : 1, sizeof(double));
-    s->response_rope = calloc(nl ? nl : 1, sizeof(double));
-    s->ratio = calloc(nl ? nl : 1, sizeof(double));
-    /* per-item scratch: which (cell) each row belongs to within a layer */
-    char *done = calloc(n ? n : 1, 1);
-    if (!s->response_content || !s->response_rope || !s->ratio || !done) {
-        free(done);
+        nl += k == 0 || r_in[k].layer != r_in[k - 1].layer; /* upper bound */
+    s->layer = malloc((nl ? nl : 1) * sizeof *s->layer);
+    s->response_content = malloc((nl ? nl : 1) * sizeof(double));
+    s->response_rope = malloc((nl ? nl : 1) * sizeof(double));
+    s->ratio = malloc((nl ? nl : 1) * sizeof(double));
+    s->degenerate = malloc((nl ? nl : 1) * sizeof(int));
+    if (!r || !s->layer || !s->response_content || !s->response_rope ||
+        !s->ratio || !s->degenerate) {
+        free(r);
         qmla_summary_free(s);
         return qmla_error_set(err, QMLA_ENOMEM, "summary: out of memory");
     }
-    for (size_t k = 0; k < n; k++)
-        if (r[k].degenerate)
-            s->n_degenerate++;
-    double model[2] = {0, 0};
-    size_t model_n[2] = {0, 0};
-    for (size_t li = 0; li < nl; li++) {
-        for (int path = 0; path < 2; path++) {
-            /* mean over cells of (mean over sequences) */
-            double cell_sum = 0.0;
-            size_t cells = 0;
-            memset(done, 0, n);
-            for (size_t k = 0; k < n; k++) {
-                if (done[k] || r[k].layer != layers[li] || r[k].path != path)
-                    continue;
-                double seq_sum = 0.0;
-                size_t seqs = 0;
-                for (size_t j = k; j < n; j++) {
-                    if (r[j].layer != layers[li] || r[j].path != path ||
-                        strcmp(r[j].cell, r[k].cell) != 0)
-                        continue;
-                    done[j] = 1;
-                    if (!r[j].degenerate) {
-                        seq_sum += r[j].response;
-                        seqs++;
-                    }
-                }
-                if (seqs) {
-                    cell_sum += seq_sum / (double)seqs;
-                    cells++;
-                }
-            }
-            const double mean = cells ? cell_sum / (double)cells : 0.0;
-            if (path == QMLA_PATH_CONTENT)
-                s->response_content[li] = mean;
-            else
-                s->response_rope[li] = mean;
-            if (cells) {
-                model[path] += mean;
-                model_n[path]++;
-            }
+    memcpy(r, r_in, n * sizeof *r);
+    qmla_responses_sort(r, n);
+    double model[2] = {0.0, 0.0};
+    for (size_t k = 0; k < n;) {
+        size_t j = k;
+        while (j < n && r[j].layer == r[k].layer)
+            j++;
+        const size_t li = s->n_layers++;
+        const double c = layer_path_mean(r + k, j - k, QMLA_PATH_CONTENT);
+        const double p = layer_path_mean(r + k, j - k, QMLA_PATH_ROPE);
+        s->layer[li] = r[k].layer;
+        s->response_content[li] = c;
+        s->response_rope[li] = p;
+        s->degenerate[li] = !(isfinite(c) && isfinite(p) && c > 0.0);
+        s->ratio[li] = s->degenerate[li] ? NAN : p / c;
+        if (!s->degenerate[li]) {
+            model[0] += c;
+            model[1] += p;
+            s->n_layers_in_model++;
         }
-        s->ratio[li] = s->response_content[li] > 0.0
-                           ? s->response_rope[li] / s->response_content[li]
-                           : 0.0;
+        k = j;
     }
-    free(done);
-    s->model_response_content = model_n[0] ? model[0] / (double)model_n[0] : 0.0;
-    s->model_response_rope = model_n[1] ? model[1] / (double)model_n[1] : 0.0;
-    s->model_ratio = s->model_response_content > 0.0
-                         ? s->model_response_rope / s->model_response_content
-                         : 0.0;
+    for (size_t k = 0; k < n; k++) {
+        s->n_degenerate += r[k].degenerate != 0;
+        if (r[k].verified) {
+            s->n_verified++;
+            if (r[k].route_residual > s->worst_route_residual)
+                s->worst_route_residual = r[k].route_residual;
+        }
+    }
+    free(r);
+    const double m = (double)s->n_layers_in_model;
+    s->model_response_content = m > 0 ? model[0] / m : NAN;
+    s->model_response_rope = m > 0 ? model[1] / m : NAN;
+    s->model_ratio = m > 0 ? s->model_response_rope / s->model_response_content : NAN;
     return QMLA_OK;
 }
 
@@ -382,5 +391,6 @@ void qmla_summary_free(qmla_summary *s)
     free(s->response_content);
     free(s->response_rope);
     free(s->ratio);
+    free(s->degenerate);
     memset(s, 0, sizeof *s);
 }

@@ -1,90 +1,258 @@
-/* sweep_run.c — the matched-NMSE sweep over a capture: item list from the
- * selection, resume from the journal or an existing results file, one
- * journal record per finished item, atomic results at the end
- * (include/qmla/sweep.h). */
+/* sweep_run.c — the CPU driver of the matched-NMSE sweep over a capture
+ * (include/qmla/sweep.h): the plan (qmla/plan.h) says what to compute; this
+ * file restores what is done (results file, journal), computes the rest one
+ * sequence at a time, journals each finished item, and writes the results
+ * file atomically at the end. */
 #include "journal.h"
+#include "qmla/plan.h"
 #include "qmla/results.h"
 #include "qmla/sweep.h"
 #include "qmla_config.h"
+#include "qmla_commit.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
-/* Finished responses, looked up by (layer, cell, seq, path). */
-typedef struct done_set {
-    qmla_response *r;
-    size_t n, cap;
-} done_set;
-
-static int done_find(const done_set *d, int layer, const char *cell, int seq,
-                     int path)
-{
-    for (size_t k = d->n; k-- > 0;) {
-        const qmla_response *r = &d->r[k];
-        if (r->layer == layer && r->seq == seq && r->path == path &&
-            strcmp(r->cell, cell) == 0)
-            return (int)k;
-    }
-    return -1;
-}
-
-static int done_add(done_set *d, const qmla_response *r, size_t n,
-                    qmla_error *err)
-{
-    for (size_t k = 0; k < n; k++) {
-        int at = done_find(d, r[k].layer, r[k].cell, r[k].seq, r[k].path);
-        if (at >= 0) {
-            d->r[at] = r[k];
-            continue;
-        }
-        if (d->n == d->cap) {
-            size_t cap = d->cap ? 2 * d->cap : 256;
-            qmla_response *nr = realloc(d->r, cap * sizeof *nr);
-            if (!nr)
-                return qmla_error_set(err, QMLA_ENOMEM, "sweep: out of memory");
-            d->r = nr;
-            d->cap = cap;
-        }
-        d->r[d->n++] = r[k];
-    }
-    return QMLA_OK;
-}
-
-static void join_list(char *out, size_t len, const char *const *names,
-                      const int *ints, size_t n)
+/* "0-3,7" from sorted distinct ints. */
+static void format_ranges(const int *v, size_t n, char *out, size_t len)
 {
     size_t o = 0;
     out[0] = '\0';
-    if (n == 0) {
-        snprintf(out, len, "all");
-        return;
-    }
-    for (size_t k = 0; k < n && o + 2 < len; k++) {
-        int w = names ? snprintf(out + o, len - o, "%s%s", k ? "," : "", names[k])
-                      : snprintf(out + o, len - o, "%s%d", k ? "," : "", ints[k]);
+    for (size_t k = 0; k < n && o + 1 < len;) {
+        size_t j = k;
+        while (j + 1 < n && v[j + 1] == v[j] + 1)
+            j++;
+        int w = j > k ? snprintf(out + o, len - o, "%s%d-%d", o ? "," : "", v[k], v[j])
+                      : snprintf(out + o, len - o, "%s%d", o ? "," : "", v[k]);
         if (w < 0)
             break;
         o += (size_t)w;
+        k = j + 1;
     }
 }
 
-static int cell_wanted(const qmla_sweep_selection *sel, const char *name)
+/* Capture, parameters, cell set and run provenance; the layers attribute is
+ * filled from the rows at the end. */
+static int fill_meta(qmla_capture *cap, const qmla_plan *plan,
+                     const qmla_sweep_opts *opts, qmla_results_meta *m,
+                     qmla_error *err)
 {
-    if (!sel || !sel->cells)
-        return 1;
-    for (size_t k = 0; k < sel->n_cells; k++)
-        if (strcmp(sel->cells[k], name) == 0)
-            return 1;
-    return 0;
+    const qmla_capture_config *cfg = qmla_capture_get_config(cap);
+    const qmla_sweep_params *p = &opts->params;
+    memset(m, 0, sizeof *m);
+    const char *cpath = qmla_capture_path(cap);
+    const char *base = strrchr(cpath, '/');
+    snprintf(m->capture_file, sizeof m->capture_file, "%s", base ? base + 1 : cpath);
+    snprintf(m->capture_path, sizeof m->capture_path, "%s", cpath);
+    snprintf(m->model, sizeof m->model, "%s", cfg->model);
+    m->H = cfg->H;
+    m->D = cfg->D;
+    m->d_c = cfg->d_c;
+    m->d_n = cfg->d_n;
+    m->d_r = cfg->d_r;
+    m->d_v = cfg->d_v;
+    m->softmax_scale = cfg->softmax_scale;
+    snprintf(m->rope_pairing, sizeof m->rope_pairing, "%s",
+             cfg->rope_pairing == QMLA_ROPE_HALF ? "half" : "interleaved");
+    m->bits = p->quant.bits;
+    m->group = p->quant.group;
+    snprintf(m->meta, sizeof m->meta, "%s", qmla_meta_name(p->quant.meta));
+    m->nmse = p->nmse;
+    snprintf(m->tool_version, sizeof m->tool_version, "%s", QMLA_VERSION);
+    snprintf(m->git_commit, sizeof m->git_commit, "%s", QMLA_GIT_COMMIT);
+    snprintf(m->command_line, sizeof m->command_line, "%s",
+             opts->command_line ? opts->command_line : "");
+    const time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm))
+        strftime(m->created_utc, sizeof m->created_utc, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    /* the cell set, with each cell's provenance from its first layer */
+    size_t o = 0;
+    for (size_t k = 0; k < plan->n_cells; k++) {
+        const int w = snprintf(m->cells + o, sizeof m->cells - o, "%s%s",
+                               k ? "," : "", plan->cells[k]);
+        if (w < 0 || (size_t)w >= sizeof m->cells - o)
+            return qmla_error_set(err, QMLA_EINVAL,
+                                  "%s: the cell set's names exceed %zu bytes",
+                                  cpath, sizeof m->cells - 1);
+        o += (size_t)w;
+    }
+    m->cell_info = calloc(plan->n_cells ? plan->n_cells : 1, sizeof *m->cell_info);
+    if (!m->cell_info)
+        return qmla_error_set(err, QMLA_ENOMEM, "sweep: out of memory");
+    m->n_cell_info = plan->n_cells;
+    for (size_t k = 0; k < plan->n_cells; k++) {
+        qmla_results_cell *c = &m->cell_info[k];
+        snprintf(c->name, sizeof c->name, "%s", plan->cells[k]);
+        for (size_t li = 0; li < plan->n_layers; li++) {
+            size_t ci;
+            if (!qmla_capture_find_cell(cap, li, plan->cells[k], &ci))
+                continue;
+            qmla_capture_cell_attrs(cap, li, ci, c->dataset, sizeof c->dataset,
+                                    &c->seed);
+            c->N = (long)qmla_capture_cell_n(cap, li, ci);
+            c->T = (long)qmla_capture_cell_t(cap, li, ci);
+            break;
+        }
+    }
+    return qmla_sha256_file(cpath, m->capture_sha256, err);
 }
 
 static int file_exists(const char *p)
 {
     struct stat sb;
-    return stat(p, &sb) == 0;
+    return lstat(p, &sb) == 0;
+}
+
+/* Rows of an existing results file of the same key count as done. */
+static int restore_results(const char *path, const char *key, int force,
+                           qmla_plan *plan, qmla_error *err)
+{
+    if (!file_exists(path))
+        return QMLA_OK;
+    qmla_results_meta old;
+    qmla_response *rr = NULL;
+    size_t nr = 0;
+    qmla_error e2;
+    qmla_error_clear(&e2);
+    int st = QMLA_OK;
+    const int rs = qmla_results_read(path, &old, &rr, &nr, &e2);
+    char okey[8192];
+    if (rs == QMLA_OK)
+        qmla_results_key(&old, okey, sizeof okey);
+    if (rs == QMLA_OK && strcmp(okey, key) == 0)
+        st = qmla_plan_add(plan, rr, nr, path, err);
+    else if (!force)
+        st = qmla_error_set(
+            err, QMLA_EMISMATCH,
+            "%s exists and holds %s (%s); refusing to overwrite it with a "
+            "sweep of %s — use --force to discard it, or another -o",
+            path, rs == QMLA_OK ? "a sweep of other parameters or another cell set"
+                                : "something unreadable",
+            rs == QMLA_OK ? okey : e2.msg, key);
+    free(rr);
+    qmla_results_meta_free(&old);
+    return st;
+}
+
+/* Refuse up front a workspace that cannot fit, rather than be killed. */
+static int check_memory(const qmla_mla_dims *d, const qmla_plan *plan, int verify,
+                        const char *cpath, qmla_error *err)
+{
+    const double need = qmla_sweep_ws_bytes(d, plan->T_max, verify);
+    const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    const double have = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0.0;
+    if (have > 0.0 && need > 0.9 * have)
+        return qmla_error_set(err, QMLA_ENOMEM,
+                              "%s: the sweep workspace for T = %zu tokens and "
+                              "H = %zu heads needs %.1f GiB (three H x T x T "
+                              "attention arrays), this machine has %.1f GiB; "
+                              "capture shorter sequences or use a larger machine",
+                              cpath, plan->T_max, d->H, need / 1073741824.0,
+                              have / 1073741824.0);
+    return QMLA_OK;
+}
+
+/* Compute every wanted item not yet done, journaling each. */
+static int compute_pending(qmla_capture *cap, qmla_plan *plan,
+                           const qmla_sweep_opts *opts, const qmla_mla_dims *d,
+                           qmla_journal *jr, int *stopped, qmla_error *err)
+{
+    const char *cpath = qmla_capture_path(cap);
+    const size_t resumed = plan->n_wanted_done;
+    int st = QMLA_OK;
+    qmla_sweep_ws ws;
+    qmla_layer layer;
+    qmla_cell cell;
+    memset(&ws, 0, sizeof ws);
+    memset(&layer, 0, sizeof layer);
+    memset(&cell, 0, sizeof cell);
+    size_t cur_li = SIZE_MAX, cur_ci = SIZE_MAX;
+    if (opts->progress &&
+        opts->progress(opts->progress_ctx, plan->n_wanted_done, plan->n_wanted, resumed)) {
+        *stopped = 1;
+        return QMLA_OK;
+    }
+    if (plan->n_wanted_done == plan->n_wanted)
+        return QMLA_OK;
+    if ((st = check_memory(d, plan, opts->verify, cpath, err)) ||
+        (st = qmla_sweep_ws_alloc(d, plan->T_max, opts->verify, &ws, err)))
+        return st;
+    for (size_t k = 0; k < plan->n_items; k++) {
+        if (!plan->wanted[k] || qmla_plan_item_done(plan, k))
+            continue;
+        const qmla_plan_item *it = &plan->items[k];
+        if (it->li != cur_li) {
+            qmla_layer_free(&layer);
+            qmla_cell_free(&cell);
+            cur_ci = SIZE_MAX;
+            if ((st = qmla_capture_load_layer(cap, it->li, &layer, err)))
+                break;
+            cur_li = it->li;
+        }
+        if (it->ci != cur_ci) {
+            qmla_cell_free(&cell);
+            if ((st = qmla_capture_load_cell_parts(cap, it->li, it->ci, 0, &cell, err)))
+                break;
+            cur_ci = it->ci;
+        }
+        const size_t T = cell.T, H = d->H, s = it->seq;
+        const qmla_mla_weights w = {layer.w_uk, layer.w_uv, layer.w_o};
+        qmla_response r[2];
+        st = qmla_sweep_sequence(&opts->params, d, T, &w,
+                                 cell.q_nope + s * H * T * d->d_n,
+                                 cell.q_rope + s * H * T * d->d_r,
+                                 cell.c_kv + s * T * d->d_c,
+                                 cell.k_rope + s * T * d->d_r, opts->verify, &ws,
+                                 r, err);
+        if (st) {
+            qmla_error_prefix(err, "%s: /layers/%d/cells/%s sequence %zu: ", cpath,
+                              it->layer, cell.name, s);
+            break;
+        }
+        for (int p = 0; p < 2; p++) {
+            r[p].layer = it->layer;
+            snprintf(r[p].cell, sizeof r[p].cell, "%s", cell.name);
+            r[p].seq = (int)s;
+        }
+        if ((st = qmla_journal_append(jr, r, 2, err)) ||
+            (st = qmla_plan_add(plan, r, 2, "sweep", err)))
+            break;
+        if (opts->progress && opts->progress(opts->progress_ctx, plan->n_wanted_done,
+                                             plan->n_wanted, resumed)) {
+            *stopped = 1;
+            break;
+        }
+    }
+    qmla_cell_free(&cell);
+    qmla_layer_free(&layer);
+    qmla_sweep_ws_free(&ws);
+    return st;
+}
+
+/* Summary of every row, and the results file. */
+static int finish(const char *results_path, const qmla_plan *plan,
+                  qmla_results_meta *meta, qmla_summary *summary, qmla_error *err)
+{
+    qmla_response *rows = NULL;
+    size_t n = 0;
+    int st = qmla_plan_rows(plan, &rows, &n, err);
+    if (!st)
+        st = qmla_summary_compute(rows, n, summary, err);
+    if (!st) {
+        format_ranges(summary->layer, summary->n_layers, meta->layers,
+                      sizeof meta->layers);
+        st = qmla_results_write(results_path, meta, rows, n, summary, err);
+        if (st)
+            qmla_summary_free(summary);
+    }
+    free(rows);
+    return st;
 }
 
 int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
@@ -95,277 +263,52 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
     *stopped = 0;
     const qmla_capture_config *cfg = qmla_capture_get_config(cap);
     const qmla_sweep_params *p = &opts->params;
-    int st = QMLA_OK;
-    if (!(p->nmse > 0.0) || p->nmse > 1e6)
-        return qmla_error_set(err, QMLA_EINVAL,
-                              "target cache NMSE must be > 0, found %g", p->nmse);
-    if ((st = qmla_quant_check(&p->quant, (size_t)cfg->d_c, err)))
-        return qmla_error_prefix(err, "content cache (d_c = %d): ", cfg->d_c);
-    if ((st = qmla_quant_check(&p->quant, (size_t)cfg->d_r, err)))
-        return qmla_error_prefix(err, "RoPE cache (d_r = %d): ", cfg->d_r);
-
-    /* Resolve the selection against the capture. */
-    const size_t NL = qmla_capture_n_layers(cap);
-    char *use_layer = calloc(NL ? NL : 1, 1);
-    if (!use_layer)
-        return qmla_error_set(err, QMLA_ENOMEM, "sweep: out of memory");
-    if (sel && sel->layers) {
-        for (size_t k = 0; k < sel->n_layers; k++) {
-            size_t li = 0;
-            while (li < NL && qmla_capture_layer_index(cap, li) != sel->layers[k])
-                li++;
-            if (li == NL) {
-                free(use_layer);
-                return qmla_error_set(
-                    err, QMLA_EINVAL,
-                    "%s: layer %d requested but not in the capture (it holds "
-                    "%zu layers, %d..%d)",
-                    qmla_capture_path(cap), sel->layers[k], NL,
-                    NL ? qmla_capture_layer_index(cap, 0) : 0,
-                    NL ? qmla_capture_layer_index(cap, NL - 1) : 0);
-            }
-            use_layer[li] = 1;
-        }
-    } else {
-        memset(use_layer, 1, NL);
-    }
-    if (sel && sel->cells) {
-        for (size_t k = 0; k < sel->n_cells; k++) {
-            int found = 0;
-            for (size_t li = 0; li < NL && !found; li++)
-                for (size_t ci = 0; ci < qmla_capture_n_cells(cap, li); ci++)
-                    if (strcmp(qmla_capture_cell_name(cap, li, ci),
-                               sel->cells[k]) == 0)
-                        found = 1;
-            if (!found) {
-                free(use_layer);
-                return qmla_error_set(err, QMLA_EINVAL,
-                                      "%s: cell \"%s\" requested but not in "
-                                      "the capture (first layer has \"%s\"...)",
-                                      qmla_capture_path(cap), sel->cells[k],
-                                      qmla_capture_cell_name(cap, 0, 0));
-            }
-        }
-    }
-
-    /* Results metadata and resume key. */
-    qmla_results_meta meta;
-    memset(&meta, 0, sizeof meta);
-    const char *cpath = qmla_capture_path(cap);
-    const char *base = strrchr(cpath, '/');
-    snprintf(meta.capture_file, sizeof meta.capture_file, "%s",
-             base ? base + 1 : cpath);
-    snprintf(meta.capture_path, sizeof meta.capture_path, "%s", cpath);
-    snprintf(meta.model, sizeof meta.model, "%s", cfg->model);
-    meta.bits = p->quant.bits;
-    meta.group = p->quant.group;
-    snprintf(meta.meta, sizeof meta.meta, "%s",
-             qmla_meta_name(p->quant.meta));
-    meta.nmse = p->nmse;
-    snprintf(meta.tool_version, sizeof meta.tool_version, "%s", QMLA_VERSION);
-    join_list(meta.layers, sizeof meta.layers, NULL, sel ? sel->layers : NULL,
-              sel && sel->layers ? sel->n_layers : 0);
-    join_list(meta.cells, sizeof meta.cells, sel ? sel->cells : NULL, NULL,
-              sel && sel->cells ? sel->n_cells : 0);
-    if ((st = qmla_sha256_file(cpath, meta.capture_sha256, err))) {
-        free(use_layer);
+    int st = qmla_sweep_params_check(p, cfg, err);
+    if (st)
         return st;
-    }
-    char key[512];
-    qmla_results_key(&meta, key, sizeof key);
-
-    done_set done = {0};
+    const qmla_plan_selection psel = {sel ? sel->layers : NULL,
+                                      sel ? sel->n_layers : 0,
+                                      sel ? sel->cells : NULL,
+                                      sel ? sel->n_cells : 0, 0, 0};
+    qmla_plan plan;
+    if ((st = qmla_plan_build(cap, &psel, &plan, err)))
+        return st;
+    qmla_results_meta meta;
     qmla_journal jr;
     memset(&jr, 0, sizeof jr);
-    qmla_sweep_ws ws;
-    memset(&ws, 0, sizeof ws);
-    qmla_layer layer;
-    memset(&layer, 0, sizeof layer);
-    qmla_cell cell;
-    memset(&cell, 0, sizeof cell);
     int journal_open = 0;
-
-    /* An existing results file of the same key: its items count as done and
-     * are kept (so a sweep can be extended layer by layer). */
-    if (file_exists(results_path)) {
-        qmla_results_meta old;
-        qmla_response *rr = NULL;
-        size_t nr = 0;
-        qmla_error e2;
-        int rs = qmla_results_read(results_path, &old, &rr, &nr, &e2);
-        char okey[512];
-        if (rs == QMLA_OK)
-            qmla_results_key(&old, okey, sizeof okey);
-        if (rs == QMLA_OK && strcmp(okey, key) == 0) {
-            st = done_add(&done, rr, nr, err);
-        } else if (!opts->force) {
-            st = qmla_error_set(
-                err, QMLA_EMISMATCH,
-                "%s exists and holds %s (%s); refusing to overwrite it with a "
-                "sweep of %s — use --force or another -o",
-                results_path, rs == QMLA_OK ? "a sweep of other parameters"
-                                            : "something unreadable",
-                rs == QMLA_OK ? okey : e2.msg, key);
-        }
-        free(rr);
-        if (st)
-            goto done;
-    }
+    char key[8192], jpath[4096];
+    if ((st = fill_meta(cap, &plan, opts, &meta, err)))
+        goto done;
+    qmla_results_key(&meta, key, sizeof key);
+    if ((st = restore_results(results_path, key, opts->force, &plan, err)))
+        goto done;
     {
-        char jpath[4096];
         snprintf(jpath, sizeof jpath, "%s.journal", results_path);
         qmla_response *jrecs = NULL;
         size_t nj = 0;
-        if ((st = qmla_journal_open(&jr, jpath, key, opts->force, &jrecs, &nj,
-                                    err)))
+        if ((st = qmla_journal_open(&jr, jpath, key, opts->force, &jrecs, &nj, err)))
             goto done;
         journal_open = 1;
-        st = done_add(&done, jrecs, nj, err);
+        st = qmla_plan_add(&plan, jrecs, nj, jpath, err);
         free(jrecs);
         if (st)
             goto done;
     }
-
-    /* Count items. */
-    size_t total = 0, resumed = 0, finished = 0;
-    double worst_residual = 0.0;
-    size_t Tmax = 0;
-    for (size_t li = 0; li < NL; li++) {
-        if (!use_layer[li])
-            continue;
-        for (size_t ci = 0; ci < qmla_capture_n_cells(cap, li); ci++) {
-            const char *cname = qmla_capture_cell_name(cap, li, ci);
-            if (!cell_wanted(sel, cname))
-                continue;
-            const size_t N = qmla_capture_cell_n(cap, li, ci);
-            const size_t T = qmla_capture_cell_t(cap, li, ci);
-            if (T > Tmax)
-                Tmax = T;
-            total += N;
-            for (size_t s = 0; s < N; s++)
-                if (done_find(&done, qmla_capture_layer_index(cap, li), cname,
-                              (int)s, QMLA_PATH_CONTENT) >= 0 &&
-                    done_find(&done, qmla_capture_layer_index(cap, li), cname,
-                              (int)s, QMLA_PATH_ROPE) >= 0)
-                    resumed++;
-        }
-    }
-    if (total == 0) {
-        st = qmla_error_set(err, QMLA_EINVAL,
-                            "%s: the selection holds no (layer, cell) items",
-                            cpath);
-        goto done;
-    }
-
     const qmla_mla_dims dims = {(size_t)cfg->H, (size_t)cfg->D, (size_t)cfg->d_c,
                                 (size_t)cfg->d_n, (size_t)cfg->d_r,
                                 (size_t)cfg->d_v, cfg->softmax_scale};
     qmla_attn_set_threads(opts->threads);
-    {
-        /* Refuse up front what cannot fit, rather than be killed mid-run. */
-        const double need = qmla_sweep_ws_bytes(&dims, Tmax, opts->verify);
-        const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-        const double have = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0.0;
-        if (resumed < total && have > 0.0 && need > 0.9 * have) {
-            st = qmla_error_set(err, QMLA_ENOMEM,
-                                "%s: the sweep workspace for T = %zu tokens and "
-                                "H = %zu heads needs %.1f GiB (three H x T x T "
-                                "attention arrays), this machine has %.1f GiB; "
-                                "capture shorter sequences or use a larger machine",
-                                cpath, Tmax, dims.H, need / 1073741824.0,
-                                have / 1073741824.0);
-            goto done;
-        }
-    }
-    if (resumed < total &&
-        (st = qmla_sweep_ws_alloc(&dims, Tmax, opts->verify, &ws, err)))
+    if ((st = compute_pending(cap, &plan, opts, &dims, &jr, stopped, err)) || *stopped)
         goto done;
-    finished = resumed;
-    if (opts->progress && opts->progress(opts->progress_ctx, finished, total,
-                                         resumed)) {
-        *stopped = 1;
+    if ((st = finish(results_path, &plan, &meta, summary, err)))
         goto done;
-    }
-
-    for (size_t li = 0; li < NL && resumed < total; li++) {
-        if (!use_layer[li])
-            continue;
-        const int lidx = qmla_capture_layer_index(cap, li);
-        int layer_loaded = 0;
-        for (size_t ci = 0; ci < qmla_capture_n_cells(cap, li); ci++) {
-            const char *cname = qmla_capture_cell_name(cap, li, ci);
-            if (!cell_wanted(sel, cname))
-                continue;
-            const size_t N = qmla_capture_cell_n(cap, li, ci);
-            int cell_loaded = 0;
-            for (size_t s = 0; s < N; s++) {
-                if (done_find(&done, lidx, cname, (int)s, QMLA_PATH_CONTENT) >= 0 &&
-                    done_find(&done, lidx, cname, (int)s, QMLA_PATH_ROPE) >= 0)
-                    continue;
-                if (!layer_loaded) {
-                    if ((st = qmla_capture_load_layer(cap, li, &layer, err)))
-                        goto done;
-                    layer_loaded = 1;
-                }
-                if (!cell_loaded) {
-                    if ((st = qmla_capture_load_cell_parts(cap, li, ci, 0, &cell, err)))
-                        goto done;
-                    cell_loaded = 1;
-                }
-                const size_t T = cell.T, H = dims.H;
-                const qmla_mla_weights w = {layer.w_uk, layer.w_uv, layer.w_o};
-                qmla_response r[2];
-                st = qmla_sweep_sequence(
-                    p, &dims, T, &w, cell.q_nope + s * H * T * dims.d_n,
-                    cell.q_rope + s * H * T * dims.d_r,
-                    cell.c_kv + s * T * dims.d_c, cell.k_rope + s * T * dims.d_r,
-                    opts->verify, &ws, r, err);
-                if (st) {
-                    qmla_error_prefix(err, "%s: /layers/%d/cells/%s sequence %zu: ",
-                                      cpath, lidx, cname, s);
-                    goto done;
-                }
-                for (int k = 0; k < 2; k++) {
-                    if (!(r[k].route_residual <= worst_residual))
-                        worst_residual = r[k].route_residual;
-                    r[k].layer = lidx;
-                    snprintf(r[k].cell, sizeof r[k].cell, "%s", cname);
-                    r[k].seq = (int)s;
-                }
-                if ((st = qmla_journal_append(&jr, r, 2, err)) ||
-                    (st = done_add(&done, r, 2, err)))
-                    goto done;
-                finished++;
-                if (opts->progress &&
-                    opts->progress(opts->progress_ctx, finished, total, resumed)) {
-                    *stopped = 1;
-                    goto done;
-                }
-            }
-            if (cell_loaded)
-                qmla_cell_free(&cell);
-        }
-        if (layer_loaded)
-            qmla_layer_free(&layer);
-    }
-
-    if ((st = qmla_summary_compute(done.r, done.n, summary, err)))
-        goto done;
-    summary->worst_route_residual = worst_residual;
-    if ((st = qmla_results_write(results_path, &meta, done.r, done.n, summary,
-                                 err))) {
-        qmla_summary_free(summary);
-        goto done;
-    }
     qmla_journal_close(&jr, 1);
     journal_open = 0;
 done:
     if (journal_open)
         qmla_journal_close(&jr, 0);
-    qmla_cell_free(&cell);
-    qmla_layer_free(&layer);
-    qmla_sweep_ws_free(&ws);
-    free(done.r);
-    free(use_layer);
+    qmla_results_meta_free(&meta);
+    qmla_plan_free(&plan);
     return st;
 }

@@ -76,6 +76,9 @@ const char *qmla_capture_cell_name(const qmla_capture *c, size_t li, size_t ci);
 size_t qmla_capture_cell_n(const qmla_capture *c, size_t li, size_t ci);
 size_t qmla_capture_cell_t(const qmla_capture *c, size_t li, size_t ci);
 /* 1 if the cell has k_rope_pre, q_rope_pre, rope_cos and rope_sin. */
+/* The cell's `dataset` (corpus) and `seed` attributes. */
+void qmla_capture_cell_attrs(const qmla_capture *c, size_t li, size_t ci,
+                             char *dataset, size_t len, long *seed);
 int qmla_capture_cell_has_pre(const qmla_capture *c, size_t li, size_t ci);
 
 typedef struct qmla_layer {

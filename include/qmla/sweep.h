@@ -18,14 +18,12 @@
 #include "qmla/attention.h"
 #include "qmla/capture.h"
 #include "qmla/quant.h"
+#include "qmla/response.h"
 #include "qmla/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-enum { QMLA_PATH_CONTENT = 0, QMLA_PATH_ROPE = 1 };
-const char *qmla_path_name(int path); /* "content" / "rope" */
 
 typedef struct qmla_sweep_params {
     qmla_quant_params quant; /* default INT4, G 64, f16 metadata */
@@ -34,21 +32,20 @@ typedef struct qmla_sweep_params {
 
 qmla_sweep_params qmla_sweep_defaults(void);
 
-/* One row of /responses. */
-typedef struct qmla_response {
-    int layer;
-    char cell[128];
-    int seq;
-    int path;            /* QMLA_PATH_* */
-    double nmse_cache;   /* ||E||^2/||X||^2 as realised (= nu to rounding) */
-    double nmse_out;     /* ||Y~ - Y||^2/||Y||^2 */
-    double response;     /* nmse_out / nmse_cache */
-    double nmse_out_matching, nmse_out_aggregation, nmse_out_interaction;
-    double nmse_qdq;     /* ||Delta||^2/||X||^2: the raw quantizer NMSE */
-    double route_residual; /* ||sum of routes - (Y~ - Y)|| / ||Y~ - Y|| when
-                              verified (qmla_sweep_opts.verify), else 0 */
-    int degenerate;      /* 1: flagged, numbers are 0 */
-} qmla_response;
+/* The range of the target cache NMSE nu. The floor is where float32 stops
+ * resolving the perturbation: the cache error is a relative change of about
+ * sqrt(nu) per element, and the attention change softmax(Z + dZ) - A is
+ * formed from float32 probabilities with unit roundoff u = 2^-24; for that
+ * difference to carry at least two significant digits the logit change must
+ * exceed ~100 u, i.e. sqrt(nu) >= 1e-5, nu >= 1e-10 (docs/analysis.md). */
+#define QMLA_SWEEP_NMSE_MIN 1e-10
+#define QMLA_SWEEP_NMSE_MAX 1e6
+
+/* QMLA_EINVAL naming the parameter, the accepted range and the value found
+ * for nu outside [QMLA_SWEEP_NMSE_MIN, QMLA_SWEEP_NMSE_MAX] or a quantizer
+ * that does not fit d_c or d_r. */
+int qmla_sweep_params_check(const qmla_sweep_params *p,
+                            const qmla_capture_config *cfg, qmla_error *err);
 
 /* Workspace for one sequence of up to T_max tokens (caller-owned). */
 typedef struct qmla_sweep_ws {
@@ -95,17 +92,23 @@ double qmla_sweep_flops(const qmla_mla_dims *d, size_t T);
 
 typedef struct qmla_summary {
     size_t n_layers;
-    int *layer;              /* [n_layers] */
-    double *response_content;/* [n_layers] mean over cells of mean over seqs */
-    double *response_rope;
-    double *ratio;           /* response_rope / response_content (NaN-free:
-                                0 when the content mean is 0) */
+    int *layer;              /* [n_layers] ascending */
+    double *response_content;/* [n_layers] mean over cells of the mean over
+                                non-degenerate sequences; NaN when none */
+    double *response_rope;   /* [n_layers] likewise */
+    double *ratio;           /* [n_layers] rope / content; NaN when the layer
+                                is degenerate */
+    int *degenerate;         /* [n_layers] 1: a path has no non-degenerate
+                                item (or a zero content mean) */
+    /* means over the same set of layers: the non-degenerate ones */
+    size_t n_layers_in_model;
     double model_response_content, model_response_rope, model_ratio;
-    size_t n_degenerate;
-    double worst_route_residual; /* over items computed in this run with
-                                    verify on; 0 otherwise */
+    size_t n_degenerate;     /* degenerate rows */
+    size_t n_verified;       /* rows with the route identity checked */
+    double worst_route_residual; /* over the verified rows; 0 when none */
 } qmla_summary;
 
+/* Means of math.md §3 over rows in any order (O(n log n)). */
 int qmla_summary_compute(const qmla_response *r, size_t n, qmla_summary *s,
                          qmla_error *err);
 void qmla_summary_free(qmla_summary *s);
@@ -127,24 +130,34 @@ typedef int (*qmla_progress_fn)(void *ctx, size_t done, size_t total,
 
 typedef struct qmla_sweep_opts {
     qmla_sweep_params params;
-    int threads;
+    int threads;         /* OpenMP threads (>= 1); results do not depend on it */
     int verify;          /* check the route identity on every item */
     int force;           /* overwrite results of other parameters */
     qmla_progress_fn progress;
     void *progress_ctx;
+    const char *command_line; /* recorded in the results file (may be NULL) */
 } qmla_sweep_opts;
 
-/* Run the sweep and write `results_path` (qmla-results v1, docs/results-format.md)
- * atomically. Finished items are journaled in `<results_path>.journal` as
- * they complete; a rerun with the same capture and parameters resumes from
- * the journal (or from an existing results file, which it extends).
- * Returns QMLA_OK; QMLA_EMISMATCH when the journal or results file holds a
- * sweep of other parameters (and force is off); QMLA_EINVAL for a selection
- * the capture does not hold; QMLA_ENOMEM when the workspace cannot fit the
- * machine; or the reader's / quantizer's / I/O error.
+/* Run the sweep and write `results_path` (qmla-results v1,
+ * docs/results-format.md) atomically. The work is the plan of
+ * qmla/plan.h: every selected (layer, cell, sequence) of the capture.
+ * Finished items are journaled in `<results_path>.journal` as they
+ * complete; a rerun with the same capture, parameters and cell set resumes
+ * from the journal.
+ * Extension: an existing results file of the same capture, parameters and
+ * cell set keeps its rows and the run adds the selected layers it lacks (one
+ * cell set per results file). A results file or journal of other parameters
+ * or another cell set is refused (QMLA_EMISMATCH) unless opts->force, which
+ * discards it. Every replayed row (journal or results file) must be valid
+ * (qmla_response_validate) and name a layer, cell and sequence of the
+ * capture in the cell set, else QMLA_EFORMAT naming the file and the row.
+ * Returns QMLA_OK; QMLA_EINVAL for a selection the capture does not hold;
+ * QMLA_ENOMEM when the workspace cannot fit the machine; or the reader's /
+ * quantizer's / I/O error (then the journal is kept and no results file is
+ * written or changed).
  * *stopped is set to 1 when the progress callback stopped the sweep (no
  * results file is written then). On success *summary (caller frees) holds
- * the summary of all items in the results file. */
+ * the summary of all rows in the results file. */
 int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                    const qmla_sweep_opts *opts, const char *results_path,
                    qmla_summary *summary, int *stopped, qmla_error *err);
