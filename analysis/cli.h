@@ -38,6 +38,17 @@ int cli_split_list(const char *s, char ***out, size_t *n, char **buf);
 int cli_parse_long(const char *s, long lo, long hi, long *v);
 int cli_parse_double(const char *s, double *v);
 
+/* The program's command line, shell-quoted where needed, as recorded by
+ * main() (results files store it as provenance). */
+void cli_record_command_line(int argc, char **argv);
+const char *cli_command_line(void);
+
+/* The sweep summary table (qmla/sweep.h's qmla_summary) on stdout:
+ * per-layer rows when per_layer, model means, degenerate layers, and the
+ * route-identity line when verify or any row is verified. */
+struct qmla_summary;
+void cli_print_summary(const struct qmla_summary *s, int per_layer, int verify);
+
 /* Progress bar on stderr (only when stderr is a terminal). */
 typedef struct cli_progress {
     int tty;

@@ -222,3 +222,34 @@ void cli_progress_end(cli_progress *p)
     if (p->tty)
         fputc('\n', stderr);
 }
+
+static char command_line[2048];
+
+void cli_record_command_line(int argc, char **argv)
+{
+    size_t o = 0;
+    command_line[0] = '\0';
+    for (int k = 0; k < argc && o + 4 < sizeof command_line; k++) {
+        const char *a = argv[k];
+        const int plain = a[0] && strspn(a, "abcdefghijklmnopqrstuvwxyz"
+                                            "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                            "0123456789-_./=,:+@%") == strlen(a);
+        if (k)
+            command_line[o++] = ' ';
+        if (!plain)
+            command_line[o++] = '\'';
+        for (; *a && o + 6 < sizeof command_line; a++) {
+            if (*a == '\'') { /* ' -> '\'' */
+                memcpy(command_line + o, "'\\''", 4);
+                o += 4;
+            } else {
+                command_line[o++] = *a;
+            }
+        }
+        if (!plain)
+            command_line[o++] = '\'';
+        command_line[o] = '\0';
+    }
+}
+
+const char *cli_command_line(void) { return command_line; }

@@ -162,6 +162,7 @@ int cmd_sweep(int argc, char **argv)
     cli_progress_init(&prog, "sweep");
     o.progress = progress;
     o.progress_ctx = &prog;
+    o.command_line = cli_command_line();
 
     const double t0 = cli_now();
     qmla_summary s;
@@ -187,21 +188,7 @@ int cmd_sweep(int argc, char **argv)
     printf("results  %s  (%zu layers%s; %.1f s%s)\n\n", out, s.n_layers,
            s.n_degenerate ? ", some degenerate items excluded" : "", cli_now() - t0,
            fresh ? ", resumed" : "");
-    if (verbose) {
-        printf("%5s  %16s  %16s  %8s\n", "layer", "content R_C", "RoPE R_P", "R_P/R_C");
-        for (size_t k = 0; k < s.n_layers; k++)
-            printf("%5d  %16.6g  %16.6g  %7.3fx\n", s.layer[k], s.response_content[k],
-                   s.response_rope[k], s.ratio[k]);
-        printf("\n");
-    }
-    printf("%-24s %16s  %16s  %8s\n", "", "content response", "RoPE response", "ratio");
-    printf("%-24s %16.6g  %16.6g  %7.3fx\n", "model mean over layers",
-           s.model_response_content, s.model_response_rope, s.model_ratio);
-    if (o.verify)
-        printf("route identity: worst relative residual %.3e (routes vs full perturbed forward)\n",
-               s.worst_route_residual);
-    if (s.n_degenerate)
-        printf("(%zu degenerate items flagged and excluded from the means)\n", s.n_degenerate);
+    cli_print_summary(&s, verbose, o.verify);
     qmla_summary_free(&s);
 out:
     if (cap)

@@ -30,6 +30,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    cli_record_command_line(argc, argv);
     if (argc < 2) {
         usage(stderr);
         return QMLA_EXIT_USAGE;

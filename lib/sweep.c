@@ -367,6 +367,7 @@ int qmla_summary_compute(const qmla_response *r_in, size_t n, qmla_summary *s,
         }
         k = j;
     }
+    s->n_rows = n;
     for (size_t k = 0; k < n; k++) {
         s->n_degenerate += r[k].degenerate != 0;
         if (r[k].verified) {

@@ -103,6 +103,7 @@ typedef struct qmla_summary {
     /* means over the same set of layers: the non-degenerate ones */
     size_t n_layers_in_model;
     double model_response_content, model_response_rope, model_ratio;
+    size_t n_rows;           /* rows summarised */
     size_t n_degenerate;     /* degenerate rows */
     size_t n_verified;       /* rows with the route identity checked */
     double worst_route_residual; /* over the verified rows; 0 when none */
