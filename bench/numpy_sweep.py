@@ -10,7 +10,7 @@
 
 Usage:
   numpy_sweep.py CAPTURE.h5 [--layers 0,1] [--cells a,b] [--bits 4] [--group 64]
-                 [--meta f16|f32] [--nmse 0.01] [--dtype float64|float32]
+                 [--meta f16|f32|q8] [--nmse 0.01] [--dtype float64|float32]
                  [--compare RESULTS.h5 --rtol 1e-4] [--time]
 Needs numpy and h5py (Debian: python3-numpy python3-h5py; run with
 /usr/bin/python3).

@@ -28,7 +28,18 @@ int qmla_error_prefix(qmla_error *err, const char *fmt, ...)
     vsnprintf(head, sizeof head, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s%s", head, old);
+    old[sizeof old - 1] = '\0';
+    /* head + old, cut to fit msg (what snprintf("%s%s") would give; copied
+     * by hand because gcc's -Wformat-truncation flags the intended cut). */
+    const size_t cap = sizeof err->msg - 1;
+    size_t hl = strlen(head), ol = strlen(old);
+    if (hl > cap)
+        hl = cap;
+    if (ol > cap - hl)
+        ol = cap - hl;
+    memcpy(err->msg, head, hl);
+    memcpy(err->msg + hl, old, ol);
+    err->msg[hl + ol] = '\0';
     return err->status;
 }
 
