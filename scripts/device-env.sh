@@ -1,6 +1,6 @@
 # scripts/device-env.sh — source on the accelerator machine (after carrying
 # .deb/, see scripts/device-prep.sh): unpacks GSL into /tmp/gslprefix and
-# points pkg-config and the loader at it, as shared/docs/device.md describes.
+# points pkg-config and the loader at it, as docs/device.md describes.
 P=/tmp/gslprefix
 mkdir -p "$P"
 for f in .deb/*.deb; do dpkg -x "$f" "$P"; done

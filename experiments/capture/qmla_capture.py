@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """qmla_capture: capture MLA layer tensors of a transformers checkpoint into a
-qmla-capture v1 HDF5 file (shared/docs/capture-format.md).
+qmla-capture v1 HDF5 file (docs/capture-format.md).
 
     python3 qmla_capture.py --model PATH -o OUT.h5 --corpus wikitext=wiki.txt \
         [--corpus c4=c4.txt] [--seeds 0,1,2 | --cells wikitext:0,c4:1] \
@@ -70,7 +70,7 @@ def parse_args(argv):
                    "(default from compute and storage dtypes; written as check_tolerance)")
     p.add_argument("--yarn-mscale", choices=["fix", "model"], default="fix",
                    help="fix (default): where the module's softmax scale lacks the YaRN "
-                   "mscale^2 of shared/docs/models.md, set it before running; model: keep it")
+                   "mscale^2 of docs/models.md, set it before running; model: keep it")
     p.add_argument("--no-pre", action="store_true", help="omit the pre-RoPE tensors and cos/sin")
     p.add_argument("--hidden-in", action="store_true", help="also store hidden_in")
     p.add_argument("--trust-remote-code-tokenizer", action="store_true",

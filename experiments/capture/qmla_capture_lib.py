@@ -11,10 +11,10 @@ What is here:
   - detection of the RoPE pairing actually used (interleaved / de-interleaved
     half / plain half) by comparing the rotation inputs and outputs;
   - the float64 recomputation of attention in the absorbed form
-    (shared/docs/capture-format.md, "Rules") in numpy and in torch;
+    (docs/capture-format.md, "Rules") in numpy and in torch;
   - HDF5 writing and a validator of qmla-capture v1 files.
 
-The contract lives in shared/docs/capture-format.md; shapes in comments use its
+The contract lives in docs/capture-format.md; shapes in comments use its
 notation (N, T, H, d_c, d_r, d_n, d_v, D). Torch is imported lazily so that the
 validator (`python3 qmla_capture_lib.py validate FILE`) runs with numpy + h5py
 alone.
@@ -89,7 +89,7 @@ def rope_params_of(config):
 
 def expected_softmax_scale(config, d_n, d_r):
     """tau = (d_n + d_r)^-1/2 * mscale^2 with mscale = 0.1*mscale_all_dim*ln(factor)+1
-    when YaRN is on (shared/docs/models.md); the plain (d_n+d_r)^-1/2 otherwise."""
+    when YaRN is on (docs/models.md); the plain (d_n+d_r)^-1/2 otherwise."""
     tau = (d_n + d_r) ** -0.5
     rp = rope_params_of(config)
     rtype = rp.get("rope_type", rp.get("type", "default"))

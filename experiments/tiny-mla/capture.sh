@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # experiments/tiny-mla/capture.sh — on the accelerator machine (torch +
-# transformers + h5py; GSL from .deb/ as in shared/docs/device.md), from the
+# transformers + h5py; GSL from .deb/ as in docs/device.md), from the
 # repository root:
 #
 #   OUT=/some/dir bash experiments/tiny-mla/capture.sh [default|full|both]
