@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "qmla/attention.h"
 #include "qmla/capture.h"
+#include "qmla/norms.h"
 
 #include <getopt.h>
 #include <math.h>
@@ -69,7 +70,7 @@ int cmd_check(int argc, char **argv)
         tol = cfg->has_check_tolerance ? cfg->check_tolerance : 1e-4;
         tol_src = cfg->has_check_tolerance ? "the capture's check_tolerance" : "default";
     }
-    qmla_attn_set_threads((int)threads);
+    const qmla_exec ex = qmla_exec_cpu((int)threads);
     const qmla_mla_dims d = {(size_t)cfg->H, (size_t)cfg->D, (size_t)cfg->d_c,
                              (size_t)cfg->d_n, (size_t)cfg->d_r, (size_t)cfg->d_v,
                              cfg->softmax_scale};
@@ -86,8 +87,8 @@ int cmd_check(int argc, char **argv)
     size_t nchecks = 0, nbad = 0;
     double worst = -1.0;
     char worst_at[256] = "";
-    float *Y = NULL, *post = NULL;
-    qmla_attn_ws ws;
+    float *post = NULL;
+    qmla_attn_state ws;
     memset(&ws, 0, sizeof ws);
     size_t ws_T = 0;
     for (size_t li = 0; li < qmla_capture_n_layers(cap) && rc != QMLA_EXIT_USAGE; li++) {
@@ -107,13 +108,11 @@ int cmd_check(int argc, char **argv)
             }
             const size_t T = c.T, H = d.H;
             if (T > ws_T) {
-                qmla_attn_ws_free(&ws);
-                free(Y);
+                qmla_attn_state_free(&ws);
                 free(post);
-                Y = malloc(T * d.D * sizeof *Y);
                 post = malloc(H * T * d.d_r * sizeof *post);
-                if (!Y || !post || qmla_attn_ws_alloc(&d, T, &ws, &err)) {
-                    if (!Y || !post)
+                if (!post || qmla_attn_state_alloc(&d, T, 0, &ws, &err)) {
+                    if (!post)
                         qmla_error_set(&err, QMLA_ENOMEM, "out of memory for T = %zu", T);
                     rc = cli_lib_error("check", &err);
                     qmla_cell_free(&c);
@@ -124,11 +123,11 @@ int cmd_check(int argc, char **argv)
             for (size_t s = 0; s < c.N; s++) {
                 const float *C = c.c_kv + s * T * d.d_c, *K = c.k_rope + s * T * d.d_r;
                 const float *qn = c.q_nope + s * H * T * d.d_n, *qr = c.q_rope + s * H * T * d.d_r;
-                if (qmla_attn_forward(&d, T, &w, qn, qr, C, K, Y, &ws, &err)) {
+                if (qmla_attn_state_forward(&ex, &d, T, &w, qn, qr, C, K, &ws, &err)) {
                     rc = cli_lib_error("check", &err);
                     break;
                 }
-                const double e = qmla_rel_fro(Y, c.attn_out + s * T * d.D, T * d.D);
+                const double e = qmla_rel_fro(ws.Y, c.attn_out + s * T * d.D, T * d.D);
                 double ek = -1.0, eq = -1.0;
                 if (c.k_rope_pre && c.rope_cos && c.rope_sin) {
                     const float *cs = c.rope_cos + s * T * (d.d_r / 2),
@@ -167,8 +166,7 @@ int cmd_check(int argc, char **argv)
         }
         qmla_layer_free(&lay);
     }
-    qmla_attn_ws_free(&ws);
-    free(Y);
+    qmla_attn_state_free(&ws);
     free(post);
     qmla_capture_close(cap);
     if (rc == QMLA_EXIT_USAGE)

@@ -7,8 +7,10 @@
  * Exit status: 0 success, 1 a finding (e.g. an inconsistent capture),
  * 2 bad usage or malformed input, 130 interrupted. */
 #include "cli.h"
+#include "qmla/attention.h"
 #include "qmla/status.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,9 +30,23 @@ static void usage(FILE *f)
             "exit status: 0 ok, 1 finding, 2 usage/malformed input, 130 interrupted\n");
 }
 
+static int dispatch(int argc, char **argv);
+
 int main(int argc, char **argv)
 {
     cli_record_command_line(argc, argv);
+    qmla_blas_set_threads(1); /* parallelism comes from qmla's own loops */
+    int rc = dispatch(argc, argv);
+    /* A summary lost to a full disk or a closed pipe is a failure too. */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "qmla: cannot write standard output: %s\n", strerror(errno));
+        return rc == QMLA_EXIT_OK ? QMLA_EXIT_USAGE : rc;
+    }
+    return rc;
+}
+
+static int dispatch(int argc, char **argv)
+{
     if (argc < 2) {
         usage(stderr);
         return QMLA_EXIT_USAGE;

@@ -55,6 +55,7 @@ static double sgemm_rate(int threads)
 
 int main(int argc, char **argv)
 {
+    qmla_blas_set_threads(1); /* as the qmla program does */
     if (argc < 2) {
         fprintf(stderr, "usage: bench_sweep CAPTURE.h5 [THREADS] [RESULTS.h5]\n");
         return 2;

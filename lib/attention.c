@@ -2,7 +2,7 @@
  * docs/math.md §1). Block-causal CBLAS products, OpenMP over heads, a
  * vectorisable exp for the softmax, double accumulation of norms. */
 #include "qmla/attention.h"
-#include "qmla/capture.h"
+#include "qmla/alloc.h"
 #include "qmla_config.h"
 
 #include <cblas.h>
@@ -10,33 +10,15 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #if QMLA_HAVE_OPENMP
 #include <omp.h>
 #endif
 
-/* OpenBLAS extension (declared in its cblas.h; repeated for other CBLAS). */
-void openblas_set_num_threads(int num_threads);
-
-static int attn_threads = 1;
-
-void qmla_attn_set_threads(int threads)
-{
-    if (threads < 1)
-        threads = 1;
-    attn_threads = threads;
-    /* Parallelism comes from our OpenMP loops; each BLAS call runs on the
-     * calling thread only (deterministic, no oversubscription). */
-    openblas_set_num_threads(1);
-}
-
-int qmla_attn_get_threads(void) { return attn_threads; }
-
 #if QMLA_HAVE_OPENMP
-#define QMLA_OMP_FOR _Pragma("omp parallel for schedule(dynamic, 1) num_threads(attn_threads)")
+#define QMLA_OMP_FOR(ex) _Pragma("omp parallel for schedule(dynamic, 1) num_threads(qmla_exec_threads(ex))")
 #else
-#define QMLA_OMP_FOR
+#define QMLA_OMP_FOR(ex)
 #endif
 
 /* Rows of queries per causal block: about 512 GEMM rows (block x heads),
@@ -48,11 +30,11 @@ static size_t block_tokens(size_t H)
     return b < 8 ? 8 : b;
 }
 
-void qmla_attn_absorb(const qmla_mla_dims *d, size_t T, const float *q_nope,
+void qmla_attn_absorb(const qmla_exec *ex, const qmla_mla_dims *d, size_t T, const float *q_nope,
                       const float *w_uk, float *q_lat)
 {
     const size_t H = d->H, dn = d->d_n, dc = d->d_c;
-    QMLA_OMP_FOR
+    QMLA_OMP_FOR(ex)
     for (size_t h = 0; h < H; h++)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)dc,
                     (int)dn, 1.0f, q_nope + h * T * dn, (int)dn,
@@ -79,11 +61,11 @@ static void causal_block(size_t k, size_t nb, size_t B, size_t T, size_t *r0,
 
 /* Work items are causal row blocks of B tokens x H heads (one GEMM each,
  * M = B*H), largest first; each touches a disjoint slab of Z / U. */
-void qmla_attn_logits_acc(size_t H, size_t T, size_t w, float alpha,
+void qmla_attn_logits_acc(const qmla_exec *ex, size_t H, size_t T, size_t w, float alpha,
                           const float *Q, const float *X, float beta, float *Z)
 {
     const size_t B = block_tokens(H), nb = (T + B - 1) / B;
-    QMLA_OMP_FOR
+    QMLA_OMP_FOR(ex)
     for (size_t k = 0; k < nb; k++) {
         size_t r0, rows;
         causal_block(k, nb, B, T, &r0, &rows);
@@ -93,11 +75,11 @@ void qmla_attn_logits_acc(size_t H, size_t T, size_t w, float alpha,
     }
 }
 
-void qmla_attn_aggregate(size_t H, size_t T, size_t w, const float *A,
+void qmla_attn_aggregate(const qmla_exec *ex, size_t H, size_t T, size_t w, const float *A,
                          const float *X, float beta, float *U)
 {
     const size_t B = block_tokens(H), nb = (T + B - 1) / B;
-    QMLA_OMP_FOR
+    QMLA_OMP_FOR(ex)
     for (size_t k = 0; k < nb; k++) {
         size_t r0, rows;
         causal_block(k, nb, B, T, &r0, &rows);
@@ -163,24 +145,24 @@ static void softmax_row(const float *z, const float *ref, float *a, size_t i,
         memset(a + i + 1, 0, (T - i - 1) * sizeof *a);
 }
 
-void qmla_attn_softmax(size_t H, size_t T, const float *Z, float *A)
+void qmla_attn_softmax(const qmla_exec *ex, size_t H, size_t T, const float *Z, float *A)
 {
     const size_t n = H * T;
-    QMLA_OMP_FOR
+    QMLA_OMP_FOR(ex)
     for (size_t k = 0; k < n; k++)
         softmax_row(Z + k * T, NULL, A + k * T, k / H, T); /* token k/H, head k%H */
 }
 
-void qmla_attn_softmax_delta(size_t H, size_t T, const float *Z,
+void qmla_attn_softmax_delta(const qmla_exec *ex, size_t H, size_t T, const float *Z,
                              const float *Aref, float *D)
 {
     const size_t n = H * T;
-    QMLA_OMP_FOR
+    QMLA_OMP_FOR(ex)
     for (size_t k = 0; k < n; k++)
         softmax_row(Z + k * T, Aref + k * T, D + k * T, k / H, T);
 }
 
-void qmla_attn_project(const qmla_mla_dims *d, size_t T, size_t S,
+void qmla_attn_project(const qmla_exec *ex, const qmla_mla_dims *d, size_t T, size_t S,
                        const qmla_mla_weights *w, const float *U, float *O,
                        float *Y)
 {
@@ -188,14 +170,14 @@ void qmla_attn_project(const qmla_mla_dims *d, size_t T, size_t S,
     /* O[r, h*dv + v] = sum_c U[r][h][c] w_uv[h][v][c] for all S*T rows r:
      * one GEMM per head over every stacked row (U row stride H*dc). */
     const size_t rows = S * T;
-    QMLA_OMP_FOR
+    QMLA_OMP_FOR(ex)
     for (size_t h = 0; h < H; h++)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)dv,
                     (int)dc, 1.0f, U + h * dc, (int)(H * dc), w->w_uv + h * dv * dc,
                     (int)dc, 0.0f, O + h * dv, (int)HV);
     /* Y = O w_o^T, split into row panels so every thread gets work. */
     const size_t P = 256, np = (rows + P - 1) / P;
-    QMLA_OMP_FOR
+    QMLA_OMP_FOR(ex)
     for (size_t p = 0; p < np; p++) {
         const size_t r0 = p * P, nr = (r0 + P <= rows) ? P : rows - r0;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)D,
@@ -204,126 +186,75 @@ void qmla_attn_project(const qmla_mla_dims *d, size_t T, size_t S,
     }
 }
 
-void *qmla_alloc_big(size_t bytes, qmla_error *err, const char *what)
+int qmla_attn_state_alloc(const qmla_mla_dims *d, size_t T_max,
+                          int keep_logits, qmla_attn_state *st,
+                          qmla_error *err)
 {
-    void *p = NULL;
-    const size_t huge = (size_t)2 << 20;
-    if (bytes == 0)
-        bytes = 1;
-    /* Large workspaces (T x T attention, caches) on transparent huge pages
-     * where the kernel allows it: fewer page faults and TLB misses. */
-    const size_t align = bytes >= 4 * huge ? huge : 64;
-    if (posix_memalign(&p, align, bytes) != 0) {
-        qmla_error_set(err, QMLA_ENOMEM, "cannot allocate %zu bytes for %s",
-                       bytes, what);
-        return NULL;
-    }
-#ifdef MADV_HUGEPAGE
-    if (align == huge)
-        (void)madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE);
-#endif
-    return p;
-}
-
-#define xalloc qmla_alloc_big
-
-int qmla_attn_ws_alloc(const qmla_mla_dims *d, size_t T_max, qmla_attn_ws *ws,
-                       qmla_error *err)
-{
-    memset(ws, 0, sizeof *ws);
-    ws->T_max = T_max;
-    const size_t H = d->H;
-    if (!(ws->q_lat = xalloc(H * T_max * d->d_c * sizeof(float), err, "q_lat")) ||
-        !(ws->Z = xalloc(H * T_max * T_max * sizeof(float), err, "logits")) ||
-        !(ws->U = xalloc(H * T_max * d->d_c * sizeof(float), err, "U")) ||
-        !(ws->O = xalloc(T_max * H * d->d_v * sizeof(float), err, "O")) ||
-        !(ws->q_rope_t = xalloc(H * T_max * d->d_r * sizeof(float), err, "q_rope"))) {
-        qmla_attn_ws_free(ws);
+    memset(st, 0, sizeof *st);
+    st->T_max = T_max;
+    const size_t H = d->H, TT = H * T_max * T_max;
+    if (!(st->q_lat = qmla_alloc_big(H * T_max * d->d_c * sizeof(float), err, "absorbed queries")) ||
+        !(st->q_rope_t = qmla_alloc_big(H * T_max * d->d_r * sizeof(float), err, "positional queries")) ||
+        (keep_logits && !(st->Z = qmla_alloc_big(TT * sizeof(float), err, "logits"))) ||
+        !(st->A = qmla_alloc_big(TT * sizeof(float), err, "attention")) ||
+        !(st->U = qmla_alloc_big(H * T_max * d->d_c * sizeof(float), err, "aggregated latents")) ||
+        !(st->O = qmla_alloc_big(T_max * H * d->d_v * sizeof(float), err, "head outputs")) ||
+        !(st->Y = qmla_alloc_big(T_max * d->D * sizeof(float), err, "output"))) {
+        qmla_attn_state_free(st);
         return err ? err->status : QMLA_ENOMEM;
     }
     return QMLA_OK;
 }
 
-void qmla_attn_ws_free(qmla_attn_ws *ws)
+double qmla_attn_state_bytes(const qmla_mla_dims *d, size_t T, int keep_logits)
 {
-    if (!ws)
-        return;
-    free(ws->q_lat);
-    free(ws->Z);
-    free(ws->U);
-    free(ws->O);
-    free(ws->q_rope_t);
-    memset(ws, 0, sizeof *ws);
+    const double H = (double)d->H, t = (double)T;
+    return 4.0 * (H * t * (double)d->d_c * 2 + H * t * (double)d->d_r +
+                  (keep_logits ? 2.0 : 1.0) * H * t * t + t * H * (double)d->d_v +
+                  t * (double)d->D);
 }
 
-int qmla_attn_forward(const qmla_mla_dims *d, size_t T,
-                      const qmla_mla_weights *w, const float *q_nope,
-                      const float *q_rope, const float *C, const float *K,
-                      float *Y, qmla_attn_ws *ws, qmla_error *err)
+void qmla_attn_state_free(qmla_attn_state *st)
 {
-    if (T == 0 || T > ws->T_max)
+    if (!st)
+        return;
+    free(st->q_lat);
+    free(st->q_rope_t);
+    free(st->Z);
+    free(st->A);
+    free(st->U);
+    free(st->O);
+    free(st->Y);
+    memset(st, 0, sizeof *st);
+}
+
+void qmla_attn_from_queries(const qmla_exec *ex, const qmla_mla_dims *d,
+                            size_t T, const qmla_mla_weights *w,
+                            const float *q_lat, const float *q_rope_t,
+                            const float *C, const float *K, float *Z, float *A,
+                            float *U, float *O, float *Y)
+{
+    const float tau = (float)d->tau;
+    qmla_attn_logits_acc(ex, d->H, T, d->d_c, tau, q_lat, C, 0.0f, Z);
+    qmla_attn_logits_acc(ex, d->H, T, d->d_r, tau, q_rope_t, K, 1.0f, Z);
+    qmla_attn_softmax(ex, d->H, T, Z, A);
+    qmla_attn_aggregate(ex, d->H, T, d->d_c, A, C, 0.0f, U);
+    qmla_attn_project(ex, d, T, 1, w, U, O, Y);
+}
+
+int qmla_attn_state_forward(const qmla_exec *ex, const qmla_mla_dims *d,
+                            size_t T, const qmla_mla_weights *w,
+                            const float *q_nope, const float *q_rope,
+                            const float *C, const float *K, qmla_attn_state *st,
+                            qmla_error *err)
+{
+    if (T == 0 || T > st->T_max)
         return qmla_error_set(err, QMLA_EINVAL,
                               "attention: T = %zu outside [1, %zu]", T,
-                              ws->T_max);
-    const float tau = (float)d->tau;
-    qmla_attn_absorb(d, T, q_nope, w->w_uk, ws->q_lat);
-    qmla_attn_logits_acc(d->H, T, d->d_c, tau, ws->q_lat, C, 0.0f, ws->Z);
-    qmla_attn_tokens_major(d->H, T, d->d_r, q_rope, ws->q_rope_t);
-    qmla_attn_logits_acc(d->H, T, d->d_r, tau, ws->q_rope_t, K, 1.0f, ws->Z);
-    qmla_attn_softmax(d->H, T, ws->Z, ws->Z);
-    qmla_attn_aggregate(d->H, T, d->d_c, ws->Z, C, 0.0f, ws->U);
-    qmla_attn_project(d, T, 1, w, ws->U, ws->O, Y);
+                              st->T_max);
+    qmla_attn_absorb(ex, d, T, q_nope, w->w_uk, st->q_lat);
+    qmla_attn_tokens_major(d->H, T, d->d_r, q_rope, st->q_rope_t);
+    qmla_attn_from_queries(ex, d, T, w, st->q_lat, st->q_rope_t, C, K,
+                           st->Z ? st->Z : st->A, st->A, st->U, st->O, st->Y);
     return QMLA_OK;
-}
-
-double qmla_sumsq(const float *x, size_t n)
-{
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++)
-        s += (double)x[i] * (double)x[i];
-    return s;
-}
-
-double qmla_diff_sumsq(const float *a, const float *b, size_t n)
-{
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double e = (double)a[i] - (double)b[i];
-        s += e * e;
-    }
-    return s;
-}
-
-double qmla_rel_fro(const float *a, const float *b, size_t n)
-{
-    double num = qmla_diff_sumsq(a, b, n), den = qmla_sumsq(b, n);
-    if (den == 0.0)
-        return num == 0.0 ? 0.0 : INFINITY;
-    return sqrt(num / den);
-}
-
-void qmla_rope_rotate(size_t R, size_t T, size_t d_r, int pairing,
-                      const float *cos_, const float *sin_, const float *pre,
-                      float *post)
-{
-    const size_t P = d_r / 2;
-    for (size_t r = 0; r < R; r++)
-        for (size_t t = 0; t < T; t++) {
-            const float *x = pre + (r * T + t) * d_r;
-            float *y = post + (r * T + t) * d_r;
-            const float *c = cos_ + t * P, *s = sin_ + t * P;
-            for (size_t i = 0; i < P; i++) {
-                size_t ia, ib;
-                if (pairing == QMLA_ROPE_HALF) {
-                    ia = i;
-                    ib = i + P;
-                } else {
-                    ia = 2 * i;
-                    ib = 2 * i + 1;
-                }
-                const float a = x[ia], b = x[ib];
-                y[ia] = a * c[i] - b * s[i];
-                y[ib] = a * s[i] + b * c[i];
-            }
-        }
 }

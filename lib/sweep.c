@@ -2,6 +2,8 @@
  * sequence, and their aggregation (include/qmla/sweep.h, docs/math.md §3–4).
  * The sweep driver over a whole capture lives in sweep_run.c. */
 #include "qmla/sweep.h"
+#include "qmla/alloc.h"
+#include "qmla/norms.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -49,17 +51,15 @@ int qmla_sweep_ws_alloc(const qmla_mla_dims *d, size_t T, int verify,
                         qmla_sweep_ws *ws, qmla_error *err)
 {
     memset(ws, 0, sizeof *ws);
-    int st = qmla_attn_ws_alloc(d, T, &ws->attn, err);
+    int st = qmla_attn_state_alloc(d, T, 1, &ws->clean, err);
     if (st)
         return st;
     ws->T_max = T;
     const size_t H = d->H, wmax = d->d_c > d->d_r ? d->d_c : d->d_r;
-    if (!(ws->A = falloc(H * T * T, err, "attention")) ||
-        !(ws->At = falloc(H * T * T, err, "perturbed attention")) ||
+    if (!(ws->At = falloc(H * T * T, err, "perturbed attention")) ||
         !(ws->E = falloc(T * wmax, err, "cache error")) ||
         !(ws->dU = falloc(dU_floats(d, T), err, "route deltas")) ||
         !(ws->O3 = falloc(3 * T * H * d->d_v, err, "route values")) ||
-        !(ws->Y = falloc(T * d->D, err, "output")) ||
         !(ws->Y3 = falloc(3 * T * d->D, err, "route outputs")) ||
         (verify && !(ws->Yv = falloc(T * d->D, err, "verification output")))) {
         qmla_sweep_ws_free(ws);
@@ -73,25 +73,20 @@ double qmla_sweep_ws_bytes(const qmla_mla_dims *d, size_t T, int verify)
     const double H = (double)d->H, t = (double)T, dc = (double)d->d_c;
     const double dr = (double)d->d_r, dv = (double)d->d_v, D = (double)d->D;
     const double wmax = dc > dr ? dc : dr;
-    const double floats = H * t * dc + H * t * t + H * t * dc + t * H * dv +
-                          H * t * dr                       /* attention ws */
-                          + 2 * H * t * t + t * wmax + (double)dU_floats(d, T) +
-                          3 * t * H * dv + t * D + 3 * t * D +
-                          (verify ? t * D : 0.0);
-    return 4.0 * floats;
+    const double floats = H * t * t + t * wmax + (double)dU_floats(d, T) +
+                          3 * t * H * dv + 3 * t * D + (verify ? t * D : 0.0);
+    return qmla_attn_state_bytes(d, T, 1) + 4.0 * floats;
 }
 
 void qmla_sweep_ws_free(qmla_sweep_ws *ws)
 {
     if (!ws)
         return;
-    qmla_attn_ws_free(&ws->attn);
-    free(ws->A);
+    qmla_attn_state_free(&ws->clean);
     free(ws->At);
     free(ws->E);
     free(ws->dU);
     free(ws->O3);
-    free(ws->Y);
     free(ws->Y3);
     free(ws->Yv);
     memset(ws, 0, sizeof *ws);
@@ -133,14 +128,15 @@ static int path_error(const qmla_sweep_params *p, const float *X, size_t T,
 }
 
 /* At = softmax(Z + tau Q E^T) - A, causal; Q [H,T,w], E [T,w]. */
-static void perturbed_attention_delta(const qmla_mla_dims *d, size_t T,
+static void perturbed_attention_delta(const qmla_exec *ex,
+                                      const qmla_mla_dims *d, size_t T,
                                       size_t w, const float *Q,
                                       qmla_sweep_ws *ws)
 {
     const size_t n = d->H * T * T;
-    memcpy(ws->At, ws->attn.Z, n * sizeof(float));
-    qmla_attn_logits_acc(d->H, T, w, (float)d->tau, Q, ws->E, 1.0f, ws->At);
-    qmla_attn_softmax_delta(d->H, T, ws->At, ws->A, ws->At);
+    memcpy(ws->At, ws->clean.Z, n * sizeof(float));
+    qmla_attn_logits_acc(ex, d->H, T, w, (float)d->tau, Q, ws->E, 1.0f, ws->At);
+    qmla_attn_softmax_delta(ex, d->H, T, ws->At, ws->clean.A, ws->At);
 }
 
 static void zero_response(qmla_response *r)
@@ -167,7 +163,7 @@ static double sumsq3(const float *a, const float *b, const float *c, size_t n)
  * aggregation independently of the routes, in workspace the routes no
  * longer need: At (logits), the first slab of dU (latent aggregation), the
  * second slab of dU (perturbed caches), O3 (values). */
-static double verify_routes(const qmla_mla_dims *d, size_t T,
+static double verify_routes(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
                             const qmla_mla_weights *w, const float *C,
                             const float *K, int path, size_t nroutes,
                             qmla_sweep_ws *ws)
@@ -179,17 +175,13 @@ static double verify_routes(const qmla_mla_dims *d, size_t T,
         Cp[i] = C[i] + (path == QMLA_PATH_CONTENT ? ws->E[i] : 0.0f);
     for (size_t i = 0; i < nK; i++)
         Kp[i] = K[i] + (path == QMLA_PATH_ROPE ? ws->E[i] : 0.0f);
-    const float tau = (float)d->tau;
-    qmla_attn_logits_acc(H, T, dc, tau, ws->attn.q_lat, Cp, 0.0f, Zv);
-    qmla_attn_logits_acc(H, T, dr, tau, ws->attn.q_rope_t, Kp, 1.0f, Zv);
-    qmla_attn_softmax(H, T, Zv, Zv);
-    qmla_attn_aggregate(H, T, dc, Zv, Cp, 0.0f, Uv);
-    qmla_attn_project(d, T, 1, w, Uv, ws->O3, ws->Yv);
+    qmla_attn_from_queries(ex, d, T, w, ws->clean.q_lat, ws->clean.q_rope_t, Cp,
+                           Kp, Zv, Zv, Uv, ws->O3, ws->Yv);
     /* residual = ||(Yv - Y) - sum routes|| / ||Yv - Y|| */
     double num = 0.0, den = 0.0;
     const size_t n = T * D;
     for (size_t i = 0; i < n; i++) {
-        const double diff = (double)ws->Yv[i] - (double)ws->Y[i];
+        const double diff = (double)ws->Yv[i] - (double)ws->clean.Y[i];
         double route = 0.0;
         for (size_t r = 0; r < nroutes; r++)
             route += ws->Y3[r * n + i];
@@ -199,7 +191,8 @@ static double verify_routes(const qmla_mla_dims *d, size_t T,
     return den > 0.0 ? sqrt(num / den) : (num > 0.0 ? INFINITY : 0.0);
 }
 
-int qmla_sweep_sequence(const qmla_sweep_params *p, const qmla_mla_dims *d,
+int qmla_sweep_sequence(const qmla_exec *ex, const qmla_sweep_params *p,
+                        const qmla_mla_dims *d,
                         size_t T, const qmla_mla_weights *w,
                         const float *q_nope, const float *q_rope,
                         const float *C, const float *K, int verify,
@@ -214,20 +207,16 @@ int qmla_sweep_sequence(const qmla_sweep_params *p, const qmla_mla_dims *d,
                               "sweep: workspace allocated without verify");
     const size_t H = d->H, dc = d->d_c, dr = d->d_r, D = d->D;
     const size_t nY = T * D, nU = H * T * dc;
-    const float tau = (float)d->tau;
     qmla_sweep_ws *W = ws;
     out[0].path = QMLA_PATH_CONTENT;
     out[1].path = QMLA_PATH_ROPE;
 
-    /* Clean pass: logits kept in attn.Z, attention in A, output in Y. */
-    qmla_attn_absorb(d, T, q_nope, w->w_uk, W->attn.q_lat);
-    qmla_attn_logits_acc(H, T, dc, tau, W->attn.q_lat, C, 0.0f, W->attn.Z);
-    qmla_attn_tokens_major(H, T, dr, q_rope, W->attn.q_rope_t);
-    qmla_attn_logits_acc(H, T, dr, tau, W->attn.q_rope_t, K, 1.0f, W->attn.Z);
-    qmla_attn_softmax(H, T, W->attn.Z, W->A);
-    qmla_attn_aggregate(H, T, dc, W->A, C, 0.0f, W->attn.U);
-    qmla_attn_project(d, T, 1, w, W->attn.U, W->attn.O, W->Y);
-    const double yy = qmla_sumsq(W->Y, nY);
+    /* The clean pass, logits kept (the perturbed logits start from them). */
+    int st = qmla_attn_state_forward(ex, d, T, w, q_nope, q_rope, C, K, &W->clean,
+                                     err);
+    if (st)
+        return st;
+    const double yy = qmla_sumsq(W->clean.Y, nY);
 
     for (int path = 0; path < 2; path++) {
         qmla_response *r = &out[path];
@@ -236,7 +225,7 @@ int qmla_sweep_sequence(const qmla_sweep_params *p, const qmla_mla_dims *d,
         const size_t width = content ? dc : dr;
         double xx, nmse_qdq, nmse_cache;
         int degenerate;
-        int st = path_error(p, X, T, width, W->E, &xx, &nmse_qdq, &nmse_cache,
+        st = path_error(p, X, T, width, W->E, &xx, &nmse_qdq, &nmse_cache,
                             &degenerate, err);
         if (st)
             return qmla_error_prefix(err, "%s cache: ", qmla_path_name(path));
@@ -245,17 +234,17 @@ int qmla_sweep_sequence(const qmla_sweep_params *p, const qmla_mla_dims *d,
         if (r->degenerate)
             continue;
 
-        perturbed_attention_delta(d, T, width,
-                                  content ? W->attn.q_lat : W->attn.q_rope_t, W);
+        perturbed_attention_delta(ex, d, T, width,
+                                  content ? W->clean.q_lat : W->clean.q_rope_t, W);
         /* Route deltas in latent space: matching (A~-A) C; for content also
          * aggregation A E and interaction (A~-A) E. */
         const size_t nroutes = content ? 3 : 1;
-        qmla_attn_aggregate(H, T, dc, W->At, C, 0.0f, W->dU);
+        qmla_attn_aggregate(ex, H, T, dc, W->At, C, 0.0f, W->dU);
         if (content) {
-            qmla_attn_aggregate(H, T, dc, W->A, W->E, 0.0f, W->dU + nU);
-            qmla_attn_aggregate(H, T, dc, W->At, W->E, 0.0f, W->dU + 2 * nU);
+            qmla_attn_aggregate(ex, H, T, dc, W->clean.A, W->E, 0.0f, W->dU + nU);
+            qmla_attn_aggregate(ex, H, T, dc, W->At, W->E, 0.0f, W->dU + 2 * nU);
         }
-        qmla_attn_project(d, T, nroutes, w, W->dU, W->O3, W->Y3);
+        qmla_attn_project(ex, d, T, nroutes, w, W->dU, W->O3, W->Y3);
 
         const double m = qmla_sumsq(W->Y3, nY);
         double a = 0.0, i = 0.0, tot = m;
@@ -274,7 +263,7 @@ int qmla_sweep_sequence(const qmla_sweep_params *p, const qmla_mla_dims *d,
         if (verify) {
             r->verified = 1;
             r->route_residual =
-                verify_routes(d, T, w, C, K, path, nroutes, W);
+                verify_routes(ex, d, T, w, C, K, path, nroutes, W);
         }
         if (!isfinite(r->response) || !isfinite(r->nmse_out))
             return qmla_error_set(err, QMLA_ENONFINITE,

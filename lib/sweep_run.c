@@ -173,6 +173,7 @@ static int compute_pending(qmla_capture *cap, qmla_plan *plan,
     memset(&layer, 0, sizeof layer);
     memset(&cell, 0, sizeof cell);
     size_t cur_li = SIZE_MAX, cur_ci = SIZE_MAX;
+    const qmla_exec ex = qmla_exec_cpu(opts->threads);
     if (opts->progress &&
         opts->progress(opts->progress_ctx, plan->n_wanted_done, plan->n_wanted, resumed)) {
         *stopped = 1;
@@ -204,7 +205,7 @@ static int compute_pending(qmla_capture *cap, qmla_plan *plan,
         const size_t T = cell.T, H = d->H, s = it->seq;
         const qmla_mla_weights w = {layer.w_uk, layer.w_uv, layer.w_o};
         qmla_response r[2];
-        st = qmla_sweep_sequence(&opts->params, d, T, &w,
+        st = qmla_sweep_sequence(&ex, &opts->params, d, T, &w,
                                  cell.q_nope + s * H * T * d->d_n,
                                  cell.q_rope + s * H * T * d->d_r,
                                  cell.c_kv + s * T * d->d_c,
@@ -298,7 +299,6 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
     const qmla_mla_dims dims = {(size_t)cfg->H, (size_t)cfg->D, (size_t)cfg->d_c,
                                 (size_t)cfg->d_n, (size_t)cfg->d_r,
                                 (size_t)cfg->d_v, cfg->softmax_scale};
-    qmla_attn_set_threads(opts->threads);
     if ((st = compute_pending(cap, &plan, opts, &dims, &jr, stopped, err)) || *stopped)
         goto done;
     if ((st = finish(results_path, &plan, &meta, summary, err)))

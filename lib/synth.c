@@ -113,8 +113,9 @@ int qmla_synth_write(const char *path, const qmla_synth_opts *o,
     float *gamma = NULL, *bias = NULL;
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    qmla_attn_ws ws;
+    qmla_attn_state ws;
     memset(&ws, 0, sizeof ws);
+    const qmla_exec ex = qmla_exec_cpu(o->threads);
     const qmla_mla_dims dims = {H, D, dc, dn, dr, dv, sh->tau};
 
     lay.w_uk = malloc(H * dn * dc * sizeof(float));
@@ -144,9 +145,8 @@ int qmla_synth_write(const char *path, const qmla_synth_opts *o,
                             sh->name, T);
         goto done;
     }
-    if ((st = qmla_attn_ws_alloc(&dims, T, &ws, err)))
+    if ((st = qmla_attn_state_alloc(&dims, T, 0, &ws, err)))
         goto done;
-    qmla_attn_set_threads(o->threads > 0 ? o->threads : 1);
     if ((st = qmla_capture_writer_open(tmp, &cfg, o->float16, o->gzip, &wr,
                                        err)))
         goto done;
@@ -215,12 +215,14 @@ int qmla_synth_write(const char *path, const qmla_synth_opts *o,
             round_f16(c.q_rope, N * H * T * dr, o->float16);
             const qmla_mla_weights w = {lay.w_uk, lay.w_uv, lay.w_o};
             for (size_t n = 0; n < N; n++) {
-                st = qmla_attn_forward(&dims, T, &w, c.q_nope + n * H * T * dn,
-                                       c.q_rope + n * H * T * dr,
-                                       c.c_kv + n * T * dc, c.k_rope + n * T * dr,
-                                       c.attn_out + n * T * D, &ws, err);
+                st = qmla_attn_state_forward(&ex, &dims, T, &w,
+                                             c.q_nope + n * H * T * dn,
+                                             c.q_rope + n * H * T * dr,
+                                             c.c_kv + n * T * dc,
+                                             c.k_rope + n * T * dr, &ws, err);
                 if (st)
                     goto done;
+                memcpy(c.attn_out + n * T * D, ws.Y, T * D * sizeof(float));
             }
             /* With pre tensors absent the writer skips them. */
             float *kp = c.k_rope_pre, *qp = c.q_rope_pre, *rc = c.rope_cos,
@@ -248,7 +250,7 @@ done:
         qmla_capture_writer_close(wr, &e2);
         remove(tmp);
     }
-    qmla_attn_ws_free(&ws);
+    qmla_attn_state_free(&ws);
     free(bias);
     qmla_layer_free(&lay);
     qmla_cell_free(&c);

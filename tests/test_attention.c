@@ -19,15 +19,15 @@ static void run_case(size_t H, size_t T, size_t dc, size_t dn, size_t dr,
     naive_case_init(&c, H, T, dc, dn, dr, dv, D, seed);
     qmla_mla_dims d = {H, D, dc, dn, dr, dv, c.tau};
     qmla_mla_weights w = {c.w_uk, c.w_uv, c.w_o};
-    qmla_attn_ws ws;
+    qmla_attn_state ws;
     qmla_error err;
     qmla_error_clear(&err);
-    int st = qmla_attn_ws_alloc(&d, T, &ws, &err);
+    int st = qmla_attn_state_alloc(&d, T, 0, &ws, &err);
     CHECK_OK(st, err);
-    float *Y = malloc(T * D * sizeof *Y);
+    const float *Y = ws.Y;
     double *Yref = malloc(T * D * sizeof *Yref);
-    qmla_attn_set_threads(threads);
-    st = qmla_attn_forward(&d, T, &w, c.q_nope, c.q_rope, c.C, c.K, Y, &ws, &err);
+    const qmla_exec ex = qmla_exec_cpu(threads);
+    st = qmla_attn_state_forward(&ex, &d, T, &w, c.q_nope, c.q_rope, c.C, c.K, &ws, &err);
     CHECK_OK(st, err);
     naive_forward(&c, c.C, c.K, Yref, NULL);
     double num = 0, den = 0;
@@ -51,7 +51,7 @@ static void run_case(size_t H, size_t T, size_t dc, size_t dn, size_t dr,
         for (size_t i = 0; i < T; i++) {
             double s = 0;
             for (size_t j = 0; j < T; j++) {
-                double a = ws.Z[(i * H + h) * T + j];
+                double a = ws.A[(i * H + h) * T + j];
                 if (j > i)
                     maxup = fmax(maxup, fabs(a));
                 else
@@ -61,9 +61,8 @@ static void run_case(size_t H, size_t T, size_t dc, size_t dn, size_t dr,
         }
     CHECK(maxdev < 1e-5, "H=%zu T=%zu: softmax rows sum off by %.3e", H, T, maxdev);
     CHECK(maxup == 0.0, "H=%zu T=%zu: attention above the diagonal %.3e", H, T, maxup);
-    free(Y);
     free(Yref);
-    qmla_attn_ws_free(&ws);
+    qmla_attn_state_free(&ws);
     naive_case_free(&c);
 }
 
@@ -90,6 +89,7 @@ static void test_rope_rotate(void)
 
 int main(void)
 {
+    qmla_blas_set_threads(1); /* as the qmla program does */
     const size_t Ts[] = {1, 3, 17, 64, 65, 130};
     const size_t Hs[] = {1, 5};
     unsigned seed = 1;

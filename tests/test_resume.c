@@ -95,6 +95,7 @@ static int same_results(const char *a, const char *b)
 
 int main(void)
 {
+    qmla_blas_set_threads(1); /* as the qmla program does */
     snprintf(dir, sizeof dir, "/tmp/qmla-test-resume-XXXXXX");
     if (!mkdtemp(dir)) {
         perror("mkdtemp");

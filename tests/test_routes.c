@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static const qmla_exec ex2 = {2}; /* two OpenMP threads */
+
 /* E = alpha (QDQ(X) - X) with ||E||^2 = nu ||X||^2 (same definition as the
  * library, computed here with plain loops). */
 static float *make_error(const float *X, size_t T, size_t w, double nu,
@@ -116,7 +118,7 @@ static void run(size_t H, size_t T, size_t dc, size_t dr, unsigned seed)
     int st = qmla_sweep_ws_alloc(&d, T, 1, &ws, &err);
     CHECK_OK(st, err);
     qmla_response out[2];
-    st = qmla_sweep_sequence(&p, &d, T, &w, c.q_nope, c.q_rope, c.C, c.K, 1, &ws,
+    st = qmla_sweep_sequence(&ex2, &p, &d, T, &w, c.q_nope, c.q_rope, c.C, c.K, 1, &ws,
                              out, &err);
     CHECK_OK(st, err);
     for (int path = 0; path < 2; path++) {
@@ -165,7 +167,7 @@ static void degenerate_case(void)
     qmla_error err;
     qmla_response out[2];
     CHECK_OK(qmla_sweep_ws_alloc(&d, 10, 0, &ws, &err), err);
-    int st = qmla_sweep_sequence(&p, &d, 10, &w, c.q_nope, c.q_rope, c.C, c.K, 0,
+    int st = qmla_sweep_sequence(&ex2, &p, &d, 10, &w, c.q_nope, c.q_rope, c.C, c.K, 0,
                                  &ws, out, &err);
     CHECK_OK(st, err);
     CHECK(!out[0].degenerate, "content must not be degenerate");
@@ -178,7 +180,7 @@ static void degenerate_case(void)
 
 int main(void)
 {
-    qmla_attn_set_threads(2);
+    qmla_blas_set_threads(1);
     run(3, 40, 64, 16, 1);
     run(2, 100, 128, 16, 2);
     run(1, 1, 64, 16, 3);

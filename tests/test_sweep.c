@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static const qmla_exec ex2 = {2}; /* two OpenMP threads */
+
 typedef struct {
     size_t H, T, dc, dn, dr, dv, D;
 } shape;
@@ -31,7 +33,7 @@ static void sweep(const naive_case *c, const float *w_uk, const float *w_uv,
     qmla_error err;
     qmla_error_clear(&err);
     CHECK_OK(qmla_sweep_ws_alloc(&d, c->T, 0, &ws, &err), err);
-    int st = qmla_sweep_sequence(&p, &d, c->T, &w, c->q_nope, q_rope, C, K, 0, &ws,
+    int st = qmla_sweep_sequence(&ex2, &p, &d, c->T, &w, c->q_nope, q_rope, C, K, 0, &ws,
                                  out, &err);
     CHECK_OK(st, err);
     qmla_sweep_ws_free(&ws);
@@ -153,7 +155,7 @@ static void test_summary(void)
 
 int main(void)
 {
-    qmla_attn_set_threads(2);
+    qmla_blas_set_threads(1);
     test_scale_invariance(4.0, 0.0, QMLA_META_F16);
     test_scale_invariance(0.125, 0.0, QMLA_META_F32);
     test_scale_invariance(3.0, 0.02, QMLA_META_F32);

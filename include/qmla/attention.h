@@ -17,16 +17,22 @@
  * block of B tokens covers all heads and is a single GEMM of B*H rows.
  * Inputs as captured (q_nope, q_rope: [H, T, ...]) are head-major.
  *
- * Threading: the block, head and row loops run under OpenMP with `threads`
- * threads, each BLAS call single-threaded inside; qmla_attn_set_threads()
- * sets both. Results do not depend on the thread count (the work split is
- * fixed; each block is computed by one thread).
+ * Threading: the block, head and row loops run under OpenMP with the
+ * context's thread count (qmla/exec.h); each BLAS call inside runs on the
+ * calling thread (the program sets BLAS to one thread once,
+ * qmla_blas_set_threads). Results do not depend on the thread count (the
+ * work split is fixed; each block is computed by one thread).
+ *
+ * Two levels: the primitives (absorb, logits, softmax, aggregate, project)
+ * that the sweep and the coming JVP code combine, and one clean forward pass
+ * (qmla_attn_state) that keeps every intermediate a later analysis needs.
  */
 #ifndef QMLA_ATTENTION_H
 #define QMLA_ATTENTION_H
 
 #include <stddef.h>
 
+#include "qmla/exec.h"
 #include "qmla/status.h"
 
 #ifdef __cplusplus
@@ -46,14 +52,9 @@ typedef struct qmla_mla_weights {
     const float *w_o;  /* [D, H*d_v] */
 } qmla_mla_weights;
 
-/* Set the number of threads used by the attention loops (>= 1). BLAS is
- * switched to one thread per call; the parallelism comes from OpenMP. */
-void qmla_attn_set_threads(int threads);
-int qmla_attn_get_threads(void);
-
 /* Q_C = absorb(q_nope): q_nope [H, T, d_n], w_uk [H, d_n, d_c] -> q_lat
  * [T, H, d_c] (token-major). */
-void qmla_attn_absorb(const qmla_mla_dims *d, size_t T, const float *q_nope,
+void qmla_attn_absorb(const qmla_exec *ex, const qmla_mla_dims *d, size_t T, const float *q_nope,
                       const float *w_uk, float *q_lat);
 
 /* Head-major [H, T, w] -> token-major [T, H, w]. */
@@ -63,66 +64,70 @@ void qmla_attn_tokens_major(size_t H, size_t T, size_t w, const float *in,
 /* Z (+)= alpha * Q X^T on the causal blocks, Q [T, H, w], X [T, w],
  * Z [T, H, T]. beta 0 overwrites, 1 accumulates. Entries above the diagonal
  * inside diagonal blocks are written too (and ignored by the softmax). */
-void qmla_attn_logits_acc(size_t H, size_t T, size_t w, float alpha,
+void qmla_attn_logits_acc(const qmla_exec *ex, size_t H, size_t T, size_t w, float alpha,
                           const float *Q, const float *X, float beta, float *Z);
 
 /* Causal row softmax: A[i][h][s] = softmax_{s<=i} Z[i][h][s], zeros above
  * the diagonal. A may alias Z. */
-void qmla_attn_softmax(size_t H, size_t T, const float *Z, float *A);
+void qmla_attn_softmax(const qmla_exec *ex, size_t H, size_t T, const float *Z, float *A);
 
 /* D = softmax(Z) - Aref in one pass (causal; zeros above the diagonal),
  * the attention change of a perturbation. D may alias Z. */
-void qmla_attn_softmax_delta(size_t H, size_t T, const float *Z,
+void qmla_attn_softmax_delta(const qmla_exec *ex, size_t H, size_t T, const float *Z,
                              const float *Aref, float *D);
 
 /* U[:,h] = A[:,h] X on the causal blocks (A zero above the diagonal):
  * A [T, H, T], X [T, w] -> U [T, H, w]. beta as in sgemm. */
-void qmla_attn_aggregate(size_t H, size_t T, size_t w, const float *A,
+void qmla_attn_aggregate(const qmla_exec *ex, size_t H, size_t T, size_t w, const float *A,
                          const float *X, float beta, float *U);
 
 /* Y = sum_h U[:,h] w_uv[h]^T w_o[:, h]^T for S row-stacked inputs:
  * U [S*T, H, d_c], O workspace [S*T, H*d_v], Y [S*T, D]. */
-void qmla_attn_project(const qmla_mla_dims *d, size_t T, size_t S,
+void qmla_attn_project(const qmla_exec *ex, const qmla_mla_dims *d, size_t T, size_t S,
                        const qmla_mla_weights *w, const float *U, float *O,
                        float *Y);
 
-/* Workspace for qmla_attn_forward with sequences of up to T_max tokens. */
-typedef struct qmla_attn_ws {
+/* ---- the clean forward pass ------------------------------------------- */
+
+/* Every intermediate of one clean forward pass over a sequence of up to
+ * T_max tokens (caller-owned; all token-major):
+ *   q_lat    [T, H, d_c]  absorbed content queries Q_C
+ *   q_rope_t [T, H, d_r]  positional queries Q_P
+ *   Z        [T, H, T]    logits, kept only when allocated with keep_logits
+ *                         (else NULL and the logits are overwritten by A)
+ *   A        [T, H, T]    causal attention (zeros above the diagonal)
+ *   U        [T, H, d_c]  aggregated latents A C
+ *   O        [T, H*d_v]   head outputs
+ *   Y        [T, D]       attention output */
+typedef struct qmla_attn_state {
     size_t T_max;
-    float *q_lat;    /* [T, H, d_c] */
-    float *Z;        /* [T, H, T] */
-    float *U;        /* [T, H, d_c] */
-    float *O;        /* [T, H*d_v] */
-    float *q_rope_t; /* [T, H, d_r] token-major copy of q_rope */
-} qmla_attn_ws;
+    float *q_lat, *q_rope_t, *Z, *A, *U, *O, *Y;
+} qmla_attn_state;
 
-int qmla_attn_ws_alloc(const qmla_mla_dims *d, size_t T_max, qmla_attn_ws *ws,
-                       qmla_error *err);
-void qmla_attn_ws_free(qmla_attn_ws *ws);
+int qmla_attn_state_alloc(const qmla_mla_dims *d, size_t T_max,
+                          int keep_logits, qmla_attn_state *st,
+                          qmla_error *err);
+/* Bytes qmla_attn_state_alloc takes. */
+double qmla_attn_state_bytes(const qmla_mla_dims *d, size_t T_max,
+                             int keep_logits);
+void qmla_attn_state_free(qmla_attn_state *st);
 
-/* Full forward of one sequence: q_nope [H,T,d_n], q_rope [H,T,d_r],
- * C [T,d_c], K [T,d_r] -> Y [T, D]. On return ws->Z holds A. */
-int qmla_attn_forward(const qmla_mla_dims *d, size_t T,
-                      const qmla_mla_weights *w, const float *q_nope,
-                      const float *q_rope, const float *C, const float *K,
-                      float *Y, qmla_attn_ws *ws, qmla_error *err);
+/* The clean pass: q_nope [H,T,d_n], q_rope [H,T,d_r] (head-major, as
+ * captured), C [T,d_c], K [T,d_r] -> every field of st. QMLA_EINVAL for T
+ * outside [1, T_max]. */
+int qmla_attn_state_forward(const qmla_exec *ex, const qmla_mla_dims *d,
+                            size_t T, const qmla_mla_weights *w,
+                            const float *q_nope, const float *q_rope,
+                            const float *C, const float *K, qmla_attn_state *st,
+                            qmla_error *err);
 
-/* Aligned allocation for large float workspaces (free with free()): 64-byte
- * aligned, and on transparent huge pages (2 MiB, madvise) from 8 MiB up.
- * NULL with QMLA_ENOMEM and a message naming `what` on failure. */
-void *qmla_alloc_big(size_t bytes, qmla_error *err, const char *what);
-
-/* Helpers in double precision. */
-double qmla_sumsq(const float *x, size_t n);
-double qmla_diff_sumsq(const float *a, const float *b, size_t n);
-/* ||a - b|| / ||b|| (0 if both zero, +inf if only b is zero). */
-double qmla_rel_fro(const float *a, const float *b, size_t n);
-
-/* Apply RoPE under a pairing: post = rotate(pre) with per-pair cos/sin
- * [T, d_r/2]; pre/post [R, T, d_r] for R rows-of-sequences (heads). */
-void qmla_rope_rotate(size_t R, size_t T, size_t d_r, int pairing,
-                      const float *cos_, const float *sin_, const float *pre,
-                      float *post);
+/* The pass after absorption, on given caches (clean or perturbed): logits
+ * into Z, attention into A (A may alias Z), U, O, Y. */
+void qmla_attn_from_queries(const qmla_exec *ex, const qmla_mla_dims *d,
+                            size_t T, const qmla_mla_weights *w,
+                            const float *q_lat, const float *q_rope_t,
+                            const float *C, const float *K, float *Z, float *A,
+                            float *U, float *O, float *Y);
 
 #ifdef __cplusplus
 }

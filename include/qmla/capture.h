@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "qmla/rope.h"
 #include "qmla/status.h"
 
 #ifdef __cplusplus
@@ -30,11 +31,6 @@ extern "C" {
 
 #define QMLA_CAPTURE_FORMAT "qmla-capture"
 #define QMLA_CAPTURE_VERSION 1
-
-typedef enum qmla_rope_pairing {
-    QMLA_ROPE_INTERLEAVED = 0, /* pairs (2i, 2i+1) */
-    QMLA_ROPE_HALF = 1         /* pairs (i, i + d_r/2) */
-} qmla_rope_pairing;
 
 typedef struct qmla_capture_config {
     int n_layers;         /* the model's count (attribute) */

@@ -49,13 +49,11 @@ int qmla_sweep_params_check(const qmla_sweep_params *p,
 
 /* Workspace for one sequence of up to T_max tokens (caller-owned). */
 typedef struct qmla_sweep_ws {
-    qmla_attn_ws attn; /* q_lat, Z (clean logits), U, O */
-    float *A;          /* [H, T, T] clean attention */
-    float *At;         /* [H, T, T] perturbed attention, then A~ - A */
+    qmla_attn_state clean; /* the clean pass, logits kept */
+    float *At;         /* [T, H, T] perturbed attention, then A~ - A */
     float *E;          /* [T, d_c] error of the perturbed path */
-    float *dU;         /* [3, H, T, d_c] route deltas */
+    float *dU;         /* [3, T, H, d_c] route deltas */
     float *O3;         /* [3, T, H*d_v] */
-    float *Y;          /* [T, D] clean output */
     float *Y3;         /* [3, T, D] route outputs */
     float *Yv;         /* [T, D] verification output (verify only) */
     size_t T_max;
@@ -68,12 +66,13 @@ int qmla_sweep_ws_alloc(const qmla_mla_dims *d, size_t T_max, int verify,
 double qmla_sweep_ws_bytes(const qmla_mla_dims *d, size_t T_max, int verify);
 void qmla_sweep_ws_free(qmla_sweep_ws *ws);
 
-/* Compute both paths of one sequence. q_nope [H,T,d_n], q_rope [H,T,d_r],
+/* Compute both paths of one sequence (threads from ex). q_nope [H,T,d_n], q_rope [H,T,d_r],
  * C [T,d_c], K [T,d_r]. out[0] = content, out[1] = rope (layer/cell/seq
  * fields are left for the caller). verify != 0 also recomputes Y~ with a
  * full forward on the perturbed cache and stores the relative residual of
  * the route identity in route_residual. */
-int qmla_sweep_sequence(const qmla_sweep_params *p, const qmla_mla_dims *d,
+int qmla_sweep_sequence(const qmla_exec *ex, const qmla_sweep_params *p,
+                        const qmla_mla_dims *d,
                         size_t T, const qmla_mla_weights *w,
                         const float *q_nope, const float *q_rope,
                         const float *C, const float *K, int verify,

@@ -1,0 +1,36 @@
+/* qmla/exec.h — how library computations run: the execution context passed
+ * to every parallel routine (today the CPU thread count; the coming GPU
+ * engine adds its device and stream here), and the one process-wide BLAS
+ * setting, which the program makes once at start-up. */
+#ifndef QMLA_EXEC_H
+#define QMLA_EXEC_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct qmla_exec {
+    int threads; /* OpenMP threads for qmla's loops (< 1 means 1) */
+} qmla_exec;
+
+static inline qmla_exec qmla_exec_cpu(int threads)
+{
+    qmla_exec e;
+    e.threads = threads < 1 ? 1 : threads;
+    return e;
+}
+
+static inline int qmla_exec_threads(const qmla_exec *ex)
+{
+    return ex && ex->threads > 1 ? ex->threads : 1;
+}
+
+/* Threads of each BLAS call (OpenBLAS). qmla parallelises its own loops and
+ * calls BLAS from inside them, so programs set 1 once, before any work:
+ * results are then bit-identical for every qmla thread count. */
+void qmla_blas_set_threads(int threads);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
