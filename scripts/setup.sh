@@ -24,10 +24,16 @@ if [ ${#missing[@]} -gt 0 ] || [ $need_rt = 1 ]; then
   if [ $need_rt = 1 ] && apt-cache show libclang-rt-dev >/dev/null 2>&1; then
     missing+=(libclang-rt-dev)
   fi
-  echo "setup: installing ${missing[*]}"
+  echo "setup: installing ${missing[*]}" >&2
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 if [ ! -f build/build.ninja ]; then
   meson setup build --buildtype=release >/dev/null
 fi
-ninja -C build
+# The compiler log goes to a file; shown only when the build fails.
+if ! ninja -C build >build/last-build.log 2>&1; then
+  tail -n 40 build/last-build.log >&2
+  echo "setup: the build failed (whole log: build/last-build.log)" >&2
+  exit 1
+fi
+echo "setup: qmla built in build/ (log: build/last-build.log)" >&2
