@@ -131,7 +131,7 @@ int qmla_h5_dset_1d(hid_t g, const char *name, hid_t ftype, hid_t mtype,
     return rc;
 }
 
-int qmla_h5_dset_strs(hid_t g, const char *name, size_t n, const char **s,
+int qmla_h5_dset_strs(hid_t g, const char *name, size_t n, const char *const *s,
                       const char *description)
 {
     hid_t t = utf8_vlen();

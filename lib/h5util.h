@@ -47,7 +47,7 @@ int qmla_h5_dset_1d(hid_t g, const char *name, hid_t ftype, hid_t mtype,
                     size_t n, const void *data, const char *description,
                     const char *units);
 /* 1-D variable-length UTF-8 string dataset (h5py: bytes unless .asstr()). */
-int qmla_h5_dset_strs(hid_t g, const char *name, size_t n, const char **s,
+int qmla_h5_dset_strs(hid_t g, const char *name, size_t n, const char *const *s,
                       const char *description);
 
 /* ---- in-memory files saved atomically ----------------------------------- */

@@ -112,6 +112,50 @@ done:
     return st;
 }
 
+/* One 1-D dataset of a group: storage kind, data, description, units. */
+typedef enum { DS_I32, DS_I64, DS_U8, DS_F64, DS_STR } ds_kind;
+typedef struct ds_spec {
+    const char *name;
+    ds_kind kind;
+    const void *data; /* int / long long / uint8_t / double / const char * */
+    const char *description, *units;
+} ds_spec;
+
+/* Create group `name` of f holding n-row datasets; 0 or QMLA_EIO. */
+static int write_group(hid_t f, const char *path, const char *name, size_t n,
+                       const ds_spec *spec, size_t nspec, hid_t *gout,
+                       qmla_error *err)
+{
+    hid_t g = H5Gcreate2(f, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0)
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot write group /%s", path, name);
+    for (size_t k = 0; k < nspec; k++) {
+        const ds_spec *d = &spec[k];
+        static const struct { hid_t *file, *mem; } types[] = {
+            [DS_I32] = {&H5T_STD_I32LE_g, &H5T_NATIVE_INT_g},
+            [DS_I64] = {&H5T_STD_I64LE_g, &H5T_NATIVE_LLONG_g},
+            [DS_U8] = {&H5T_STD_U8LE_g, &H5T_NATIVE_UINT8_g},
+            [DS_F64] = {&H5T_IEEE_F64LE_g, &H5T_NATIVE_DOUBLE_g}};
+        const int rc = d->kind == DS_STR
+                           ? qmla_h5_dset_strs(g, d->name, n, d->data, d->description)
+                           : qmla_h5_dset_1d(g, d->name, *types[d->kind].file,
+                                             *types[d->kind].mem, n, d->data,
+                                             d->description, d->units);
+        if (rc < 0) {
+            H5Gclose(g);
+            return qmla_error_set(err, QMLA_EIO, "%s: cannot write /%s/%s", path,
+                                  name, d->name);
+        }
+    }
+    if (gout) {
+        *gout = g;
+        return QMLA_OK;
+    }
+    return H5Gclose(g) < 0 ? qmla_error_set(err, QMLA_EIO, "%s: cannot close /%s",
+                                            path, name)
+                           : QMLA_OK;
+}
+
 static int write_cells(hid_t f, const char *path, const qmla_results_meta *m,
                        qmla_error *err)
 {
@@ -120,36 +164,26 @@ static int write_cells(hid_t f, const char *path, const qmla_results_meta *m,
     const char **names = malloc(c * sizeof *names), **ds = malloc(c * sizeof *ds);
     long long *seed = malloc(c * sizeof *seed), *N = malloc(c * sizeof *N),
               *T = malloc(c * sizeof *T);
-    hid_t g = -1;
     if (!names || !ds || !seed || !N || !T) {
         st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
-        goto done;
+    } else {
+        for (size_t k = 0; k < n; k++) {
+            names[k] = m->cell_info[k].name;
+            ds[k] = m->cell_info[k].dataset;
+            seed[k] = m->cell_info[k].seed;
+            N[k] = m->cell_info[k].N;
+            T[k] = m->cell_info[k].T;
+        }
+        const ds_spec spec[] = {
+            {"name", DS_STR, names, "cell name as captured", NULL},
+            {"dataset", DS_STR, ds,
+             "corpus the cell's text was drawn from (capture attribute)", NULL},
+            {"seed", DS_I64, seed, "sampling seed of the cell (capture attribute)", NULL},
+            {"n_sequences", DS_I64, N, "sequences in the cell (N)", NULL},
+            {"n_tokens", DS_I64, T, "tokens per sequence (T)", "tokens"}};
+        st = write_group(f, path, "cells", n, spec, sizeof spec / sizeof spec[0],
+                         NULL, err);
     }
-    for (size_t k = 0; k < n; k++) {
-        names[k] = m->cell_info[k].name;
-        ds[k] = m->cell_info[k].dataset;
-        seed[k] = m->cell_info[k].seed;
-        N[k] = m->cell_info[k].N;
-        T[k] = m->cell_info[k].T;
-    }
-    g = H5Gcreate2(f, "cells", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    TRY(g, "group /cells");
-    TRY(qmla_h5_dset_strs(g, "name", n, names, "cell name as captured"), "/cells/name");
-    TRY(qmla_h5_dset_strs(g, "dataset", n, ds,
-                          "corpus the cell's text was drawn from (capture attribute)"),
-        "/cells/dataset");
-    TRY(qmla_h5_dset_1d(g, "seed", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, seed,
-                        "sampling seed of the cell (capture attribute)", NULL),
-        "/cells/seed");
-    TRY(qmla_h5_dset_1d(g, "n_sequences", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, N,
-                        "sequences in the cell (N)", NULL),
-        "/cells/n_sequences");
-    TRY(qmla_h5_dset_1d(g, "n_tokens", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, T,
-                        "tokens per sequence (T)", "tokens"),
-        "/cells/n_tokens");
-done:
-    if (g >= 0 && H5Gclose(g) < 0 && !st)
-        st = qmla_error_set(err, QMLA_EIO, "%s: cannot close /cells", path);
     free(names);
     free(ds);
     free(seed);
@@ -161,7 +195,6 @@ done:
 static int write_summary(hid_t f, const char *path, const qmla_summary *s,
                          qmla_error *err)
 {
-    int st = QMLA_OK;
     const size_t n = s->n_layers;
     uint8_t *deg = malloc(n ? n : 1);
     hid_t g = -1;
@@ -169,49 +202,39 @@ static int write_summary(hid_t f, const char *path, const qmla_summary *s,
         return qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
     for (size_t k = 0; k < n; k++)
         deg[k] = (uint8_t)(s->degenerate[k] != 0);
-    g = H5Gcreate2(f, "summary", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    TRY(g, "group /summary");
-    TRY(qmla_h5_dset_1d(g, "layer", H5T_STD_I32LE, H5T_NATIVE_INT, n, s->layer,
-                        "layer index", NULL),
-        "/summary/layer");
-    TRY(qmla_h5_dset_1d(g, "response_content", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
-                        n, s->response_content,
-                        "content response R_C: mean over cells of the mean over "
-                        "non-degenerate sequences (NaN when the layer has none)",
-                        "1"),
-        "/summary/response_content");
-    TRY(qmla_h5_dset_1d(g, "response_rope", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n,
-                        s->response_rope,
-                        "RoPE response R_P: mean over cells of the mean over "
-                        "non-degenerate sequences (NaN when the layer has none)",
-                        "1"),
-        "/summary/response_rope");
-    TRY(qmla_h5_dset_1d(g, "ratio", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n,
-                        s->ratio,
-                        "R_P / R_C of the layer (NaN for a degenerate layer)", "1"),
-        "/summary/ratio");
-    TRY(qmla_h5_dset_1d(g, "degenerate", H5T_STD_U8LE, H5T_NATIVE_UINT8, n, deg,
-                        "1: a path of this layer has no non-degenerate item; the "
-                        "layer is left out of the model means", NULL),
-        "/summary/degenerate");
-    TRY(qmla_h5_attr_dbl(g, "model_response_content", s->model_response_content),
-        "/summary attribute model_response_content");
-    TRY(qmla_h5_attr_dbl(g, "model_response_rope", s->model_response_rope),
-        "/summary attribute model_response_rope");
-    TRY(qmla_h5_attr_dbl(g, "model_ratio", s->model_ratio),
-        "/summary attribute model_ratio");
-    TRY(qmla_h5_attr_int(g, "n_layers_in_model", (long long)s->n_layers_in_model),
-        "/summary attribute n_layers_in_model");
-    TRY(qmla_h5_attr_int(g, "n_degenerate", (long long)s->n_degenerate),
-        "/summary attribute n_degenerate");
-    TRY(qmla_h5_attr_int(g, "n_verified", (long long)s->n_verified),
-        "/summary attribute n_verified");
-    TRY(qmla_h5_attr_dbl(g, "worst_route_residual", s->worst_route_residual),
-        "/summary attribute worst_route_residual");
-done:
-    if (g >= 0 && H5Gclose(g) < 0 && !st)
-        st = qmla_error_set(err, QMLA_EIO, "%s: cannot close /summary", path);
+    const ds_spec spec[] = {
+        {"layer", DS_I32, s->layer, "layer index", NULL},
+        {"response_content", DS_F64, s->response_content,
+         "content response R_C: mean over cells of the mean over non-degenerate "
+         "sequences (NaN when the layer has none)", "1"},
+        {"response_rope", DS_F64, s->response_rope,
+         "RoPE response R_P: mean over cells of the mean over non-degenerate "
+         "sequences (NaN when the layer has none)", "1"},
+        {"ratio", DS_F64, s->ratio,
+         "R_P / R_C of the layer (NaN for a degenerate layer)", "1"},
+        {"degenerate", DS_U8, deg,
+         "1: a path of this layer has no non-degenerate item; the layer is left "
+         "out of the model means", NULL}};
+    int st = write_group(f, path, "summary", n, spec, sizeof spec / sizeof spec[0],
+                         &g, err);
     free(deg);
+    if (st)
+        return st;
+    const struct { const char *name; double v; int is_int; } attrs[] = {
+        {"model_response_content", s->model_response_content, 0},
+        {"model_response_rope", s->model_response_rope, 0},
+        {"model_ratio", s->model_ratio, 0},
+        {"n_layers_in_model", (double)s->n_layers_in_model, 1},
+        {"n_degenerate", (double)s->n_degenerate, 1},
+        {"n_verified", (double)s->n_verified, 1},
+        {"worst_route_residual", s->worst_route_residual, 0}};
+    for (size_t k = 0; k < sizeof attrs / sizeof attrs[0] && !st; k++)
+        if ((attrs[k].is_int ? qmla_h5_attr_int(g, attrs[k].name, (long long)attrs[k].v)
+                             : qmla_h5_attr_dbl(g, attrs[k].name, attrs[k].v)) < 0)
+            st = qmla_error_set(err, QMLA_EIO, "%s: cannot write /summary attribute %s",
+                                path, attrs[k].name);
+    if (H5Gclose(g) < 0 && !st)
+        st = qmla_error_set(err, QMLA_EIO, "%s: cannot close /summary", path);
     return st;
 }
 
