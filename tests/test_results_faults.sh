@@ -19,6 +19,8 @@ set -u
 . "$(dirname "$0")/cli_lib.sh"
 need_python
 command -v strace >/dev/null || { echo "SKIP: strace not installed"; exit 77; }
+# LeakSanitizer cannot run under ptrace: off for the traced runs (sanitizer build)
+traced() { ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" strace -f -o /dev/null "$@"; }
 
 "$QMLA" synth -o "$work/tiny.h5" --seed 3 --tokens 48 --seqs 3 >/dev/null || { bad "synth"; finish test_results_faults; exit; }
 cap="$work/tiny.h5"
@@ -30,7 +32,7 @@ inject_runs() { # SYSCALL ERRNO
   while :; do
     local d="$work/inj-$sc-$n"
     mkdir -p "$d"
-    strace -f -o /dev/null -e trace="$sc" -e inject="$sc":error="$en":when=$n \
+    traced -e trace="$sc" -e inject="$sc":error="$en":when=$n \
       "$QMLA" sweep "$cap" -o "$d/r.h5" --threads 1 >"$d/out" 2>&1
     local rc=$?
     if [ $rc = 0 ]; then
@@ -61,10 +63,10 @@ inject_runs write ENOSPC
 inject_runs fsync EIO
 # the write of the file image (the call that writes the HDF5 signature):
 # exit 2 with the cause named
-strace -f -e trace=write -o "$work/trace" "$QMLA" sweep "$cap" -o "$work/cnt.h5" --threads 1 >/dev/null 2>&1
+ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" strace -f -e trace=write -o "$work/trace" "$QMLA" sweep "$cap" -o "$work/cnt.h5" --threads 1 >/dev/null 2>&1
 nw=$(grep 'write(' "$work/trace" | grep -n 'HDF' | head -1 | cut -d: -f1)
 mkdir -p "$work/one"
-expect 2 "ENOSPC on the results image (write $nw)" -- strace -f -o /dev/null -e trace=write -e inject=write:error=ENOSPC:when=${nw:-1} "$QMLA" sweep "$cap" -o "$work/one/r.h5" --threads 1
+expect 2 "ENOSPC on the results image (write $nw)" -- traced -e trace=write -e inject=write:error=ENOSPC:when=${nw:-1} "$QMLA" sweep "$cap" -o "$work/one/r.h5" --threads 1
 contains "No space left on device" "ENOSPC message"
 
 # --- 2. replayed rows are checked --------------------------------------------
