@@ -7,6 +7,7 @@
 #include <libgen.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,16 +63,43 @@ static hid_t utf8_vlen(void)
     return t;
 }
 
-static int attr_write(hid_t obj, const char *name, hid_t type, const void *v)
+int qmla_h5_attr_num(hid_t obj, const char *name, hid_t ftype, hid_t mtype,
+                     const void *value)
 {
     hid_t sp = H5Screate(H5S_SCALAR);
     if (sp < 0)
         return -1;
-    hid_t a = H5Acreate2(obj, name, type, sp, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = a < 0 || H5Awrite(a, type, v) < 0 ? -1 : 0;
+    hid_t a = H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT);
+    int rc = a < 0 || H5Awrite(a, mtype, value) < 0 ? -1 : 0;
     if (a >= 0 && H5Aclose(a) < 0)
         rc = -1;
     if (H5Sclose(sp) < 0)
+        rc = -1;
+    return rc;
+}
+
+static int attr_write(hid_t obj, const char *name, hid_t type, const void *v)
+{
+    return qmla_h5_attr_num(obj, name, type, type, v);
+}
+
+int qmla_h5_attr_fixed_str(hid_t obj, const char *name, const char *value)
+{
+    const char *v = value ? value : "";
+    size_t n = strlen(v);
+    int utf8 = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)v[i] >= 0x80)
+            utf8 = 1;
+    hid_t t = H5Tcopy(H5T_C_S1);
+    if (t < 0)
+        return -1;
+    int rc = H5Tset_size(t, n + 1) < 0 ||
+                     H5Tset_strpad(t, H5T_STR_NULLTERM) < 0 ||
+                     H5Tset_cset(t, utf8 ? H5T_CSET_UTF8 : H5T_CSET_ASCII) < 0
+                 ? -1
+                 : attr_write(obj, name, t, v);
+    if (H5Tclose(t) < 0)
         rc = -1;
     return rc;
 }
@@ -92,16 +120,7 @@ int qmla_h5_attr_int(hid_t obj, const char *name, long long value)
 {
     /* stored as int64 (h5py: numpy.int64) */
     int64_t v = (int64_t)value;
-    hid_t sp = H5Screate(H5S_SCALAR);
-    if (sp < 0)
-        return -1;
-    hid_t a = H5Acreate2(obj, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = a < 0 || H5Awrite(a, H5T_NATIVE_INT64, &v) < 0 ? -1 : 0;
-    if (a >= 0 && H5Aclose(a) < 0)
-        rc = -1;
-    if (H5Sclose(sp) < 0)
-        rc = -1;
-    return rc;
+    return qmla_h5_attr_num(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
 }
 
 int qmla_h5_attr_dbl(hid_t obj, const char *name, double value)
@@ -109,27 +128,53 @@ int qmla_h5_attr_dbl(hid_t obj, const char *name, double value)
     return attr_write(obj, name, H5T_NATIVE_DOUBLE, &value);
 }
 
+/* Create dataset `name` (file type ftype, creation properties dcpl) and
+ * write `data` (memory type mtype; skipped when it has no elements). The
+ * open dataset, or -1 with every other handle closed. */
+static hid_t dset_create_write(hid_t g, const char *name, hid_t ftype,
+                               hid_t mtype, int rank, const hsize_t *dims,
+                               hid_t dcpl, const void *data)
+{
+    hid_t sp = H5Screate_simple(rank, dims, NULL);
+    if (sp < 0)
+        return -1;
+    hsize_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= dims[i];
+    hid_t d = H5Dcreate2(g, name, ftype, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    int rc = d < 0 ? -1 : 0;
+    if (!rc && n && H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+        rc = -1;
+    if (H5Sclose(sp) < 0)
+        rc = -1;
+    if (rc && d >= 0) {
+        H5Dclose(d);
+        d = -1;
+    }
+    return d;
+}
+
+int qmla_h5_dset_nd(hid_t g, const char *name, hid_t ftype, hid_t mtype,
+                    int rank, const hsize_t *dims, hid_t dcpl, const void *data)
+{
+    hid_t d = dset_create_write(g, name, ftype, mtype, rank, dims, dcpl, data);
+    return d < 0 || H5Dclose(d) < 0 ? -1 : 0;
+}
+
 int qmla_h5_dset_1d(hid_t g, const char *name, hid_t ftype, hid_t mtype,
                     size_t n, const void *data, const char *description,
                     const char *units)
 {
     hsize_t dims[1] = {n};
-    hid_t sp = H5Screate_simple(1, dims, NULL);
-    if (sp < 0)
-        return -1;
-    hid_t d = H5Dcreate2(g, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT,
-                         H5P_DEFAULT);
+    hid_t d = dset_create_write(g, name, ftype, mtype, 1, dims, H5P_DEFAULT,
+                                data);
     int rc = d < 0 ? -1 : 0;
-    if (!rc && n && H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-        rc = -1;
     if (!rc && description && description[0] &&
         qmla_h5_attr_str(d, "description", description))
         rc = -1;
     if (!rc && units && units[0] && qmla_h5_attr_str(d, "units", units))
         rc = -1;
     if (d >= 0 && H5Dclose(d) < 0)
-        rc = -1;
-    if (H5Sclose(sp) < 0)
         rc = -1;
     return rc;
 }
@@ -154,9 +199,16 @@ hid_t qmla_h5_create_mem(void)
     if (fapl < 0)
         return -1;
     /* 1 MiB growth steps; backing_store 0: nothing reaches disk from HDF5 */
+    /* A unique name: the core driver takes two files of one name for the
+     * same file (a second H5Fcreate would fail while the first is open). A
+     * path below /dev/null can never exist on disk. */
+    static atomic_ulong counter;
+    char name[96];
+    snprintf(name, sizeof name, "/dev/null/qmla-in-memory-%ld-%lu",
+             (long)getpid(), (unsigned long)atomic_fetch_add(&counter, 1));
     hid_t f = -1;
     if (H5Pset_fapl_core(fapl, (size_t)1 << 20, 0) >= 0)
-        f = H5Fcreate("qmla-in-memory.h5", H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+        f = H5Fcreate(name, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
     return f;
 }
@@ -203,30 +255,30 @@ int qmla_h5_save_image(hid_t f, const char *path, qmla_error *err)
     }
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        st = qmla_error_set(err, QMLA_EIO, "%s: cannot create: %s", tmp,
-                            strerror(errno));
+        st = qmla_error_set(err, QMLA_EIO, "%s: cannot create %s: %s", path,
+                            tmp, strerror(errno));
         goto done;
     }
     if (write_all(fd, img, (size_t)sz) != 0) {
-        st = qmla_error_set(err, QMLA_EIO, "%s: write failed after %zd bytes: %s",
-                            tmp, sz, strerror(errno));
+        st = qmla_error_set(err, QMLA_EIO, "%s: cannot write %zd bytes to %s: %s",
+                            path, sz, tmp, strerror(errno));
         goto done;
     }
     if (fsync(fd) != 0) {
-        st = qmla_error_set(err, QMLA_EIO, "%s: fsync failed: %s", tmp,
-                            strerror(errno));
+        st = qmla_error_set(err, QMLA_EIO, "%s: cannot fsync %s: %s", path,
+                            tmp, strerror(errno));
         goto done;
     }
     if (close(fd) != 0) {
         fd = -1;
-        st = qmla_error_set(err, QMLA_EIO, "%s: close failed: %s", tmp,
-                            strerror(errno));
+        st = qmla_error_set(err, QMLA_EIO, "%s: cannot close %s: %s", path,
+                            tmp, strerror(errno));
         goto done;
     }
     fd = -1;
     if (rename(tmp, path) != 0) {
-        st = qmla_error_set(err, QMLA_EIO, "cannot rename %s to %s: %s", tmp,
-                            path, strerror(errno));
+        st = qmla_error_set(err, QMLA_EIO, "%s: cannot rename %s to it: %s",
+                            path, tmp, strerror(errno));
         goto done;
     }
     {

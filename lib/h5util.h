@@ -130,12 +130,23 @@ int qmla_h5_read_dataset(const qmla_h5_ctx *v, hid_t g, const char *gpath,
 int qmla_h5_attr_str(hid_t obj, const char *name, const char *value);
 int qmla_h5_attr_int(hid_t obj, const char *name, long long value);
 int qmla_h5_attr_dbl(hid_t obj, const char *name, double value);
+/* Scalar attribute of file type ftype from a value of memory type mtype. */
+int qmla_h5_attr_num(hid_t obj, const char *name, hid_t ftype, hid_t mtype,
+                     const void *value);
+/* Scalar fixed-length NUL-terminated string attribute, ASCII (UTF-8 when a
+ * byte is >= 0x80); h5py reads it as bytes. The capture format's strings. */
+int qmla_h5_attr_fixed_str(hid_t obj, const char *name, const char *value);
 /* 1-D dataset of n elements (file type ftype, memory type mtype); when
  * `description` / `units` are non-NULL and non-empty they are attached as
  * string attributes of those names. */
 int qmla_h5_dset_1d(hid_t g, const char *name, hid_t ftype, hid_t mtype,
                     size_t n, const void *data, const char *description,
                     const char *units);
+/* Dataset of rank `rank` and shape dims with creation properties dcpl
+ * (H5P_DEFAULT, or chunking/filters). */
+int qmla_h5_dset_nd(hid_t g, const char *name, hid_t ftype, hid_t mtype,
+                    int rank, const hsize_t *dims, hid_t dcpl,
+                    const void *data);
 /* 1-D variable-length UTF-8 string dataset (h5py: bytes unless .asstr()). */
 int qmla_h5_dset_strs(hid_t g, const char *name, size_t n, const char **s,
                       const char *description);
