@@ -501,10 +501,13 @@ void qmla_h5_free_names(char **names, size_t n)
  * *aid is H5I_INVALID_HID when absent and !required. */
 static int attr_open(const qmla_h5_ctx *v, hid_t obj, const char *opath,
                      const char *name, const char *expect, int required,
-                     hid_t *aid)
+                     int *present, hid_t *aid, hid_t *ft, H5T_class_t *cls)
 {
     char h5msg[256];
-    *aid = H5I_INVALID_HID;
+    *aid = *ft = H5I_INVALID_HID;
+    *cls = H5T_NO_CLASS;
+    if (present)
+        *present = 0;
     htri_t ex = H5Aexists(obj, name);
     if (ex < 0) {
         qmla_h5_error_text(h5msg, sizeof h5msg);
@@ -537,6 +540,10 @@ static int attr_open(const qmla_h5_ctx *v, hid_t obj, const char *opath,
         H5Sclose(sp);
     if (sc == H5S_SCALAR || (sc == H5S_SIMPLE && np == 1)) {
         *aid = a;
+        *ft = H5Aget_type(a);
+        *cls = *ft >= 0 ? H5Tget_class(*ft) : H5T_NO_CLASS;
+        if (present)
+            *present = 1;
         return QMLA_OK;
     }
     H5Aclose(a);
@@ -552,21 +559,49 @@ static int attr_open(const qmla_h5_ctx *v, hid_t obj, const char *opath,
                 name, expect, shape);
 }
 
+/* Close ft and a; report that attribute `name` holds a value of class cls
+ * where `kind` ("an integer", ...) was expected. */
+static int attr_wrong_class(const qmla_h5_ctx *v, hid_t a, hid_t ft,
+                            const char *opath, const char *name,
+                            const char *kind, H5T_class_t cls)
+{
+    if (ft >= 0)
+        H5Tclose(ft);
+    H5Aclose(a);
+    return qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, opath,
+                        "attribute %s: expected %s, found %s value", name,
+                        kind, qmla_h5_class_name(cls));
+}
+
+/* Close a after its read (status r); a failed read is reported as "expected
+ * a readable <kind>". */
+static int attr_read_done(const qmla_h5_ctx *v, hid_t a, herr_t r,
+                          const char *opath, const char *name,
+                          const char *kind)
+{
+    char h5msg[256];
+    if (r < 0)
+        qmla_h5_error_text(h5msg, sizeof h5msg);
+    H5Aclose(a);
+    if (r >= 0)
+        return QMLA_OK;
+    return qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, opath,
+                        "attribute %s: expected a readable %s, found an "
+                        "error (%s)", name, kind, h5msg);
+}
+
 /* Integer attribute of any integer type (or an enum over an integer type,
  * e.g. an h5py boolean). *present = 0 when absent and !required. */
 int qmla_h5_read_attr_int(const qmla_h5_ctx *v, hid_t obj, const char *opath,
                          const char *name, int required, int64_t *out,
                          int *present)
 {
-    char h5msg[256];
-    hid_t a;
-    int st = attr_open(v, obj, opath, name, "an integer", required, &a);
-    if (present)
-        *present = a >= 0;
+    hid_t a, ft;
+    H5T_class_t cls;
+    int st = attr_open(v, obj, opath, name, "an integer", required, present,
+                       &a, &ft, &cls);
     if (st || a < 0)
         return st;
-    hid_t ft = H5Aget_type(a);
-    H5T_class_t cls = ft >= 0 ? H5Tget_class(ft) : H5T_NO_CLASS;
     herr_t r = -1;
     if (cls == H5T_INTEGER) {
         r = H5Aread(a, H5T_NATIVE_INT64, out);
@@ -595,24 +630,11 @@ int qmla_h5_read_attr_int(const qmla_h5_ctx *v, hid_t obj, const char *opath,
                         "that does not convert to one", name);
         }
     } else {
-        if (ft >= 0)
-            H5Tclose(ft);
-        H5Aclose(a);
-        return qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, opath,
-                    "attribute %s: expected an integer, found %s value", name,
-                    qmla_h5_class_name(cls));
+        return attr_wrong_class(v, a, ft, opath, name, "an integer", cls);
     }
     if (ft >= 0)
         H5Tclose(ft);
-    if (r < 0) {
-        qmla_h5_error_text(h5msg, sizeof h5msg);
-        H5Aclose(a);
-        return qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, opath,
-                    "attribute %s: expected a readable integer, found an "
-                    "error (%s)", name, h5msg);
-    }
-    H5Aclose(a);
-    return QMLA_OK;
+    return attr_read_done(v, a, r, opath, name, "integer");
 }
 
 /* Float attribute of any float type (integers are accepted and converted). */
@@ -620,32 +642,18 @@ int qmla_h5_read_attr_dbl(const qmla_h5_ctx *v, hid_t obj, const char *opath,
                            const char *name, int required, double *out,
                            int *present)
 {
-    char h5msg[256];
-    hid_t a;
-    int st = attr_open(v, obj, opath, name, "a float", required, &a);
-    if (present)
-        *present = a >= 0;
+    hid_t a, ft;
+    H5T_class_t cls;
+    int st = attr_open(v, obj, opath, name, "a float", required, present, &a,
+                       &ft, &cls);
     if (st || a < 0)
         return st;
-    hid_t ft = H5Aget_type(a);
-    H5T_class_t cls = ft >= 0 ? H5Tget_class(ft) : H5T_NO_CLASS;
+    if (cls != H5T_FLOAT && cls != H5T_INTEGER)
+        return attr_wrong_class(v, a, ft, opath, name, "a float", cls);
     if (ft >= 0)
         H5Tclose(ft);
-    if (cls != H5T_FLOAT && cls != H5T_INTEGER) {
-        H5Aclose(a);
-        return qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, opath,
-                    "attribute %s: expected a float, found %s value", name,
-                    qmla_h5_class_name(cls));
-    }
-    if (H5Aread(a, H5T_NATIVE_DOUBLE, out) < 0) {
-        qmla_h5_error_text(h5msg, sizeof h5msg);
-        H5Aclose(a);
-        return qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, opath,
-                    "attribute %s: expected a readable float, found an "
-                    "error (%s)", name, h5msg);
-    }
-    H5Aclose(a);
-    return QMLA_OK;
+    return attr_read_done(v, a, H5Aread(a, H5T_NATIVE_DOUBLE, out), opath,
+                          name, "float");
 }
 
 /* String attribute, fixed or variable length; *out is malloc'd (NULL when
@@ -654,21 +662,15 @@ int qmla_h5_read_attr_str(const qmla_h5_ctx *v, hid_t obj, const char *opath,
                             const char *name, int required, char **out)
 {
     char h5msg[256];
-    hid_t a;
+    hid_t a, ft;
+    H5T_class_t cls;
     *out = NULL;
-    int st = attr_open(v, obj, opath, name, "a string", required, &a);
+    int st = attr_open(v, obj, opath, name, "a string", required, NULL, &a,
+                       &ft, &cls);
     if (st || a < 0)
         return st;
-    hid_t ft = H5Aget_type(a);
-    H5T_class_t cls = ft >= 0 ? H5Tget_class(ft) : H5T_NO_CLASS;
-    if (cls != H5T_STRING) {
-        if (ft >= 0)
-            H5Tclose(ft);
-        H5Aclose(a);
-        return qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, opath,
-                    "attribute %s: expected a string, found %s value", name,
-                    qmla_h5_class_name(cls));
-    }
+    if (cls != H5T_STRING)
+        return attr_wrong_class(v, a, ft, opath, name, "a string", cls);
     htri_t vl = H5Tis_variable_str(ft);
     H5T_cset_t cset = H5Tget_cset(ft);
     size_t fsize = H5Tget_size(ft);

@@ -69,6 +69,18 @@ static qmla_capture_config make_cfg(void)
     return c;
 }
 
+/* c with H = d_n = d_v = D = 1, d_r = 2 and d_c = n: w_uk holds n values */
+static qmla_capture_config one_column_cfg(qmla_capture_config c, size_t n)
+{
+    c.H = 1;
+    c.d_n = 1;
+    c.d_v = 1;
+    c.D = 1;
+    c.d_r = 2;
+    c.d_c = (int)n;
+    return c;
+}
+
 static float val(int tag, size_t i)
 {
     /* spread over several binades, both signs, some small values */
@@ -650,13 +662,7 @@ static void test_roundtrip_f16(const fixture *fx)
                                   0x1p-20f, 3 * 0x1p-26f, 65504.0f,
                                   65519.0f, -0x1.ffcp-15f, 0.0f, -0.0f};
     const size_t np = sizeof probe / sizeof probe[0];
-    qmla_capture_config c1 = fx->cfg;
-    c1.H = 1;
-    c1.d_n = 1;
-    c1.d_v = 1;
-    c1.D = 1;
-    c1.d_r = 2;
-    c1.d_c = (int)np;
+    qmla_capture_config c1 = one_column_cfg(fx->cfg, np);
     qmla_layer L;
     make_layer(&c1, 0, &L);
     memcpy(L.w_uk, probe, sizeof probe);
@@ -1379,12 +1385,7 @@ static void test_writer_errors(const fixture *fx)
 static int write_f16_bits(const char *path, const float *x, size_t n,
                           uint16_t *bits, qmla_error *err)
 {
-    qmla_capture_config c = make_cfg();
-    c.H = 1;
-    c.d_n = 1;
-    c.d_v = 1;
-    c.D = 1;
-    c.d_c = (int)n;
+    qmla_capture_config c = one_column_cfg(make_cfg(), n);
     qmla_layer L;
     make_layer(&c, 0, &L);
     memcpy(L.w_uk, x, n * sizeof *x);
