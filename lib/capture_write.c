@@ -246,6 +246,21 @@ static int close_group(qmla_capture_writer *w, hid_t g, const char *gpath,
     return st;
 }
 
+/* QMLA_OK when link `name` of loc (object path gpath) does not exist yet; a
+ * layer or cell is written once. */
+static int must_be_new(qmla_capture_writer *w, hid_t loc, const char *name,
+                       const char *gpath, const char *what, qmla_error *err)
+{
+    htri_t ex = H5Lexists(loc, name, H5P_DEFAULT);
+    if (ex == 0)
+        return QMLA_OK;
+    if (ex > 0)
+        return qmla_error_set(err, QMLA_EINVAL, "%s: %s: expected a new %s, "
+                              "found it already written", w->path, gpath,
+                              what);
+    return h5fail(w, err, gpath, "cannot query the %s", what);
+}
+
 /* ---- public -------------------------------------------------------------- */
 
 static int check_cfg(const char *path, const qmla_capture_config *c,
@@ -446,14 +461,8 @@ int qmla_capture_writer_layer(qmla_capture_writer *w, const qmla_layer *l,
     snprintf(gpath, sizeof gpath, "/layers/%d", l->layer);
     int st = QMLA_OK;
     hid_t g = H5I_INVALID_HID;
-    htri_t ex = H5Lexists(w->file, gpath, H5P_DEFAULT);
-    if (ex != 0) {
-        st = ex > 0 ? qmla_error_set(err, QMLA_EINVAL, "%s: %s: expected a "
-                                     "new layer, found it already written",
-                                     w->path, gpath)
-                    : h5fail(w, err, gpath, "cannot query the layer");
+    if ((st = must_be_new(w, w->file, gpath, gpath, "layer", err)))
         goto out;
-    }
     if ((st = check_range(w, gpath, qmla_cap_layer_ds, qmla_cap_n_layer_ds, l,
                           0, 0, err)))
         goto out;
@@ -550,14 +559,8 @@ int qmla_capture_writer_cell(qmla_capture_writer *w, int layer,
         st = h5fail(w, err, lpath, "cannot open the cells group");
         goto out;
     }
-    htri_t ex = H5Lexists(cells, cell->name, H5P_DEFAULT);
-    if (ex != 0) {
-        st = ex > 0 ? qmla_error_set(err, QMLA_EINVAL, "%s: %s: expected a "
-                                     "new cell, found it already written",
-                                     w->path, gpath)
-                    : h5fail(w, err, gpath, "cannot query the cell");
+    if ((st = must_be_new(w, cells, cell->name, gpath, "cell", err)))
         goto out;
-    }
     const hsize_t N = cell->N, T = cell->T;
     if ((st = check_range(w, gpath, qmla_cap_cell_ds, qmla_cap_n_cell_ds, cell,
                           N, T, err)))
