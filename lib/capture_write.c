@@ -357,6 +357,14 @@ static int write_header(qmla_capture_writer *w, qmla_error *err)
  * device, FIFO or directory is never replaced). */
 static int check_dest(const char *path, qmla_error *err)
 {
+    if (!path[0])
+        return qmla_error_set(err, QMLA_EINVAL, "qmla_capture_writer_open: "
+                              "expected a path, found an empty string");
+    /* room for the temporary's ".tmp.PID" in qmla_h5_save_image's buffer */
+    if (strlen(path) > 4000)
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot create: expected a "
+                              "path of at most 4000 bytes, found %zu", path,
+                              strlen(path));
     struct stat sb;
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
         return qmla_error_set(err, QMLA_EIO, "%s: cannot create: expected a "
@@ -364,10 +372,7 @@ static int check_dest(const char *path, qmla_error *err)
                               S_ISDIR(sb.st_mode) ? "a directory"
                                                   : "a special file");
     char dir[4096];
-    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir)
-        return qmla_error_set(err, QMLA_EIO, "%s: cannot create: expected a "
-                              "path shorter than %zu bytes, found a longer "
-                              "one", path, sizeof dir);
+    snprintf(dir, sizeof dir, "%s", path);
     const char *d = dirname(dir);
     if (access(d, W_OK | X_OK) != 0)
         return qmla_error_set(err, QMLA_EIO, "%s: cannot create: expected a "

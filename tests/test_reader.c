@@ -1575,6 +1575,12 @@ static void test_writer_atomic(const fixture *fx)
     CHECK(st == QMLA_EIO && strstr(err.msg, pd) &&
               strstr(err.msg, "a directory"), "directory: %s", err.msg);
     rmdir(pd);
+    /* a device is never replaced; an empty path is refused */
+    st = qmla_capture_writer_open("/dev/null", &fx->cfg, 0, 0, &w, &err);
+    CHECK(st == QMLA_EIO && strstr(err.msg, "/dev/null") &&
+              strstr(err.msg, "a special file"), "device: %s", err.msg);
+    st = qmla_capture_writer_open("", &fx->cfg, 0, 0, &w, &err);
+    CHECK(st == QMLA_EINVAL && w == NULL, "empty path: %s", err.msg);
     /* the path vanishes between open and close: the save fails, naming it */
     char sub[512];
     snprintf(sub, sizeof sub, "%s", tpath("gone"));
