@@ -497,15 +497,31 @@ void qmla_h5_free_names(char **names, size_t n)
 
 /* ---- attributes ---------------------------------------------------------- */
 
-/* Open attribute `name` of obj and check that it holds exactly one value.
- * *aid is H5I_INVALID_HID when absent and !required. */
+/* Close ft and a; report that attribute `name` holds a value of class cls
+ * where `kind` ("an integer", ...) was expected. */
+static int attr_wrong_class(const qmla_h5_ctx *v, hid_t a, hid_t ft,
+                            const char *opath, const char *name,
+                            const char *kind, H5T_class_t cls)
+{
+    if (ft >= 0)
+        H5Tclose(ft);
+    H5Aclose(a);
+    return qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, opath,
+                        "attribute %s: expected %s, found %s value", name,
+                        kind, qmla_h5_class_name(cls));
+}
+
+#define ATTR_CLASS(c) (1u << (c))
+
+/* Open attribute `name` of obj and check that it holds exactly one value of
+ * a type class in `classes` (ATTR_CLASS bits; described as `expect`). *aid
+ * and *ft (its type) are H5I_INVALID_HID when absent and !required. */
 static int attr_open(const qmla_h5_ctx *v, hid_t obj, const char *opath,
-                     const char *name, const char *expect, int required,
-                     int *present, hid_t *aid, hid_t *ft, H5T_class_t *cls)
+                     const char *name, const char *expect, unsigned classes,
+                     int required, int *present, hid_t *aid, hid_t *ft)
 {
     char h5msg[256];
     *aid = *ft = H5I_INVALID_HID;
-    *cls = H5T_NO_CLASS;
     if (present)
         *present = 0;
     htri_t ex = H5Aexists(obj, name);
@@ -539,11 +555,16 @@ static int attr_open(const qmla_h5_ctx *v, hid_t obj, const char *opath,
     if (sp >= 0)
         H5Sclose(sp);
     if (sc == H5S_SCALAR || (sc == H5S_SIMPLE && np == 1)) {
-        *aid = a;
         *ft = H5Aget_type(a);
-        *cls = *ft >= 0 ? H5Tget_class(*ft) : H5T_NO_CLASS;
+        H5T_class_t cls = *ft >= 0 ? H5Tget_class(*ft) : H5T_NO_CLASS;
         if (present)
             *present = 1;
+        if (cls < 0 || cls >= 32 || !(classes & ATTR_CLASS(cls))) {
+            int st = attr_wrong_class(v, a, *ft, opath, name, expect, cls);
+            *ft = H5I_INVALID_HID;
+            return st;
+        }
+        *aid = a;
         return QMLA_OK;
     }
     H5Aclose(a);
@@ -557,20 +578,6 @@ static int attr_open(const qmla_h5_ctx *v, hid_t obj, const char *opath,
     return qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, opath,
                 "attribute %s: expected %s (a single value), found shape %s",
                 name, expect, shape);
-}
-
-/* Close ft and a; report that attribute `name` holds a value of class cls
- * where `kind` ("an integer", ...) was expected. */
-static int attr_wrong_class(const qmla_h5_ctx *v, hid_t a, hid_t ft,
-                            const char *opath, const char *name,
-                            const char *kind, H5T_class_t cls)
-{
-    if (ft >= 0)
-        H5Tclose(ft);
-    H5Aclose(a);
-    return qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, opath,
-                        "attribute %s: expected %s, found %s value", name,
-                        kind, qmla_h5_class_name(cls));
 }
 
 /* Close a after its read (status r); a failed read is reported as "expected
@@ -597,15 +604,15 @@ int qmla_h5_read_attr_int(const qmla_h5_ctx *v, hid_t obj, const char *opath,
                          int *present)
 {
     hid_t a, ft;
-    H5T_class_t cls;
-    int st = attr_open(v, obj, opath, name, "an integer", required, present,
-                       &a, &ft, &cls);
+    int st = attr_open(v, obj, opath, name, "an integer",
+                       ATTR_CLASS(H5T_INTEGER) | ATTR_CLASS(H5T_ENUM), required,
+                       present, &a, &ft);
     if (st || a < 0)
         return st;
     herr_t r = -1;
-    if (cls == H5T_INTEGER) {
+    if (H5Tget_class(ft) == H5T_INTEGER) {
         r = H5Aread(a, H5T_NATIVE_INT64, out);
-    } else if (cls == H5T_ENUM) {
+    } else { /* H5T_ENUM */
         /* HDF5 does not convert enum to integer: read the enum in its native
          * form, then convert the base integer type. */
         hid_t nt = H5Tget_native_type(ft, H5T_DIR_ASCEND);
@@ -629,8 +636,6 @@ int qmla_h5_read_attr_int(const qmla_h5_ctx *v, hid_t obj, const char *opath,
                         "attribute %s: expected an integer, found an enum "
                         "that does not convert to one", name);
         }
-    } else {
-        return attr_wrong_class(v, a, ft, opath, name, "an integer", cls);
     }
     if (ft >= 0)
         H5Tclose(ft);
@@ -643,15 +648,12 @@ int qmla_h5_read_attr_dbl(const qmla_h5_ctx *v, hid_t obj, const char *opath,
                            int *present)
 {
     hid_t a, ft;
-    H5T_class_t cls;
-    int st = attr_open(v, obj, opath, name, "a float", required, present, &a,
-                       &ft, &cls);
+    int st = attr_open(v, obj, opath, name, "a float",
+                       ATTR_CLASS(H5T_FLOAT) | ATTR_CLASS(H5T_INTEGER),
+                       required, present, &a, &ft);
     if (st || a < 0)
         return st;
-    if (cls != H5T_FLOAT && cls != H5T_INTEGER)
-        return attr_wrong_class(v, a, ft, opath, name, "a float", cls);
-    if (ft >= 0)
-        H5Tclose(ft);
+    H5Tclose(ft);
     return attr_read_done(v, a, H5Aread(a, H5T_NATIVE_DOUBLE, out), opath,
                           name, "float");
 }
@@ -663,14 +665,11 @@ int qmla_h5_read_attr_str(const qmla_h5_ctx *v, hid_t obj, const char *opath,
 {
     char h5msg[256];
     hid_t a, ft;
-    H5T_class_t cls;
     *out = NULL;
-    int st = attr_open(v, obj, opath, name, "a string", required, NULL, &a,
-                       &ft, &cls);
+    int st = attr_open(v, obj, opath, name, "a string",
+                       ATTR_CLASS(H5T_STRING), required, NULL, &a, &ft);
     if (st || a < 0)
         return st;
-    if (cls != H5T_STRING)
-        return attr_wrong_class(v, a, ft, opath, name, "a string", cls);
     htri_t vl = H5Tis_variable_str(ft);
     H5T_cset_t cset = H5Tget_cset(ft);
     size_t fsize = H5Tget_size(ft);
