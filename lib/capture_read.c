@@ -19,6 +19,11 @@
  * (external storage, virtual datasets) are refused, so a crafted capture
  * cannot make the reader open other files.
  *
+ * Which datasets a layer and a cell hold, their shapes and which are optional
+ * come from the capture table (capture_table.c), shared with the writer; the
+ * checked readers (links, attributes, dataset checks and reads, with their
+ * expected/found messages) are the generic ones of h5util.c.
+ *
  * Tests: tests/test_reader.c; fuzzing: fuzz/fuzz_capture.c (fuzz/run.sh).
  */
 #include "qmla/capture.h"
@@ -32,7 +37,6 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
