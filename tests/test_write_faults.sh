@@ -41,6 +41,8 @@ cleanup() {
     rm -rf "$dir"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM   # a timeout still unmounts and cleans up
+trap 'exit 130' INT
 
 pass=0 fail=0
 ok() { pass=$((pass + 1)); }
