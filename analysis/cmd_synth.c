@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "qmla/synth.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
@@ -128,5 +129,8 @@ int cmd_synth(int argc, char **argv)
     printf("wrote %s: shape %s, %d layers, %d cells x %d seqs x %d tokens, seed %lu%s\n",
            out, o.shape->name, o.n_layers, o.cells, o.seqs, o.tokens, o.seed,
            o.float16 ? ", float16" : "");
+    if (fflush(stdout) != 0 || ferror(stdout))
+        return cli_fail("synth", "%s written, but standard output failed: %s",
+                        out, strerror(errno));
     return QMLA_EXIT_OK;
 }

@@ -19,9 +19,15 @@
  * (external storage, virtual datasets) are refused, so a crafted capture
  * cannot make the reader open other files.
  *
+ * Which datasets a layer and a cell hold, their shapes and which are optional
+ * come from the capture table (capture_table.c), shared with the writer; the
+ * checked readers (links, attributes, dataset checks and reads, with their
+ * expected/found messages) are the generic ones of h5util.c.
+ *
  * Tests: tests/test_reader.c; fuzzing: fuzz/fuzz_capture.c (fuzz/run.sh).
  */
 #include "qmla/capture.h"
+#include "capture_table.h"
 #include "h5util.h"
 
 #include <hdf5.h>
@@ -31,7 +37,6 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,9 +44,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define WILD ((hsize_t)-1)   /* N or T, not known yet (first cell dataset) */
-#define MAX_LINKS 1000000    /* links per group we are willing to list */
-#define MAX_STRING (1 << 20) /* longest string attribute we read */
+_Static_assert(QMLA_CAPTURE_MAX_ELEMS == QMLA_H5_MAX_ELEMS,
+               "the capture's element limit is h5util's");
 
 /* ---- internal model of a validated file --------------------------------- */
 
@@ -71,621 +75,31 @@ struct qmla_capture {
     layer_info *layers; /* sorted by index */
 };
 
-typedef struct vctx {
-    const char *label;
-    hid_t lapl;
-    qmla_error *err;
-} vctx;
-
-/* ---- HDF5 error printing off, per public call ---------------------------- */
-
-
-/* ---- messages ------------------------------------------------------------ */
-
-#if defined(__GNUC__)
-__attribute__((format(printf, 5, 6)))
-#endif
-static int fail(qmla_error *err, int status, const char *label,
-                const char *obj, const char *fmt, ...)
-{
-    char detail[QMLA_ERRMSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof detail, fmt, ap);
-    va_end(ap);
-    return qmla_error_set(err, status, "%s: %s: %s", label, obj, detail);
-}
-
-static void join(char *out, size_t cap, const char *parent, const char *name)
-{
-    int n = strcmp(parent, "/") == 0 ? snprintf(out, cap, "/%s", name)
-                                     : snprintf(out, cap, "%s/%s", parent, name);
-    if (n < 0 || (size_t)n >= cap) /* over-long names: paths are cut short */
-        out[cap - 1] = '\0';
-}
-
-static void fmt_dims(char *buf, size_t cap, int rank, const hsize_t *d,
-                     const char *const *names)
-{
-    size_t k = 0;
-    int n = snprintf(buf, cap, "[");
-    k = n > 0 ? (size_t)n : 0;
-    for (int i = 0; i < rank && k < cap; i++) {
-        const char *sep = i ? ", " : "";
-        if (d[i] == WILD && names && names[i])
-            n = snprintf(buf + k, cap - k, "%s%s", sep, names[i]);
-        else
-            n = snprintf(buf + k, cap - k, "%s%llu", sep,
-                         (unsigned long long)d[i]);
-        if (n < 0)
-            break;
-        k += (size_t)n;
-    }
-    if (k < cap)
-        snprintf(buf + k, cap - k, "]");
-}
-
-static const char *class_name(H5T_class_t c)
-{
-    switch (c) {
-    case H5T_INTEGER: return "an integer";
-    case H5T_FLOAT: return "a float";
-    case H5T_TIME: return "a time";
-    case H5T_STRING: return "a string";
-    case H5T_BITFIELD: return "a bitfield";
-    case H5T_OPAQUE: return "an opaque";
-    case H5T_COMPOUND: return "a compound";
-    case H5T_REFERENCE: return "a reference";
-    case H5T_ENUM: return "an enum";
-    case H5T_VLEN: return "a variable-length sequence";
-    case H5T_ARRAY: return "an array";
-    default: return "an unknown-type";
-    }
-}
-
-static const char *idtype_name(H5I_type_t t)
-{
-    switch (t) {
-    case H5I_GROUP: return "a group";
-    case H5I_DATASET: return "a dataset";
-    case H5I_DATATYPE: return "a named datatype";
-    default: return "an object of unknown kind";
-    }
-}
-
-/* ---- links and objects --------------------------------------------------- */
-
-static herr_t deny_elink(const char *parent_file, const char *parent_group,
-                         const char *child_file, const char *child_object,
-                         unsigned *acc_flags, hid_t fapl, void *op)
-{
-    (void)parent_file; (void)parent_group; (void)child_file;
-    (void)child_object; (void)acc_flags; (void)fapl; (void)op;
-    return -1;
-}
-
-/* Open child `name` of `loc` (path `ppath`) expecting object kind `want`
- * (described as `expect` in messages). *out is the open object, or
- * H5I_INVALID_HID when absent and !required. */
-static int open_child(const vctx *v, hid_t loc, const char *ppath,
-                      const char *name, H5I_type_t want, const char *expect,
-                      int required, hid_t *out)
-{
-    char path[QMLA_ERRMSG_MAX], h5msg[256];
-    *out = H5I_INVALID_HID;
-    join(path, sizeof path, ppath, name);
-    htri_t ex = H5Lexists(loc, name, v->lapl);
-    if (ex < 0) {
-        qmla_h5_error_text(h5msg, sizeof h5msg);
-        return fail(v->err, QMLA_EFORMAT, v->label, path,
-                    "expected %s, found an unreadable link (%s)", expect,
-                    h5msg);
-    }
-    if (ex == 0) {
-        if (!required)
-            return QMLA_OK;
-        return fail(v->err, QMLA_EFORMAT, v->label, path,
-                    "expected %s, found nothing (missing)", expect);
-    }
-    H5L_info_t li;
-    if (H5Lget_info(loc, name, &li, v->lapl) < 0) {
-        qmla_h5_error_text(h5msg, sizeof h5msg);
-        return fail(v->err, QMLA_EFORMAT, v->label, path,
-                    "expected %s, found an unreadable link (%s)", expect,
-                    h5msg);
-    }
-    if (li.type != H5L_TYPE_HARD && li.type != H5L_TYPE_SOFT)
-        return fail(v->err, QMLA_EFORMAT, v->label, path,
-                    "expected %s in this file, found %s link", expect,
-                    li.type == H5L_TYPE_EXTERNAL ? "an external"
-                                                 : "a user-defined");
-    hid_t obj = H5Oopen(loc, name, v->lapl);
-    if (obj < 0) {
-        qmla_h5_error_text(h5msg, sizeof h5msg);
-        return fail(v->err, QMLA_EFORMAT, v->label, path,
-                    "expected %s, found a link that cannot be opened (%s)",
-                    expect, h5msg);
-    }
-    H5I_type_t t = H5Iget_type(obj);
-    if (t != want) {
-        H5Oclose(obj);
-        return fail(v->err, QMLA_EFORMAT, v->label, path,
-                    "expected %s, found %s", expect, idtype_name(t));
-    }
-    *out = obj;
-    return QMLA_OK;
-}
-
-/* Names of the links of group g, in name order (HDF5's name index). */
-static int list_links(const vctx *v, hid_t g, const char *gpath,
-                      char ***names_out, size_t *n_out)
-{
-    char h5msg[256];
-    H5G_info_t gi;
-    *names_out = NULL;
-    *n_out = 0;
-    if (H5Gget_info(g, &gi) < 0) {
-        qmla_h5_error_text(h5msg, sizeof h5msg);
-        return fail(v->err, QMLA_EFORMAT, v->label, gpath,
-                    "expected a readable group, found an error (%s)", h5msg);
-    }
-    if (gi.nlinks > MAX_LINKS)
-        return fail(v->err, QMLA_ERANGE, v->label, gpath,
-                    "expected at most %d members, found %llu", MAX_LINKS,
-                    (unsigned long long)gi.nlinks);
-    if (gi.nlinks == 0)
-        return QMLA_OK;
-    char **names = calloc((size_t)gi.nlinks, sizeof *names);
-    if (!names)
-        return fail(v->err, QMLA_ENOMEM, v->label, gpath,
-                    "expected memory for %llu names, found none",
-                    (unsigned long long)gi.nlinks);
-    for (hsize_t i = 0; i < gi.nlinks; i++) {
-        ssize_t len = H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC,
-                                         i, NULL, 0, H5P_DEFAULT);
-        char *s = len >= 0 && len < 65536 ? malloc((size_t)len + 1) : NULL;
-        if (s && H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, s,
-                                    (size_t)len + 1, H5P_DEFAULT) < 0) {
-            free(s);
-            s = NULL;
-        }
-        if (!s) {
-            qmla_h5_error_text(h5msg, sizeof h5msg);
-            for (hsize_t j = 0; j < i; j++)
-                free(names[j]);
-            free(names);
-            return fail(v->err, QMLA_EFORMAT, v->label, gpath,
-                        "expected readable member names, found an error at "
-                        "member %llu (%s)",
-                        (unsigned long long)i, len < 0 ? h5msg : "too long");
-        }
-        names[i] = s;
-    }
-    *names_out = names;
-    *n_out = (size_t)gi.nlinks;
-    return QMLA_OK;
-}
-
-static void free_names(char **names, size_t n)
-{
-    if (!names)
-        return;
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
-}
-
-/* ---- attributes ---------------------------------------------------------- */
-
-/* Open attribute `name` of obj and check that it holds exactly one value.
- * *aid is H5I_INVALID_HID when absent and !required. */
-static int attr_open(const vctx *v, hid_t obj, const char *opath,
-                     const char *name, const char *expect, int required,
-                     hid_t *aid)
-{
-    char h5msg[256];
-    *aid = H5I_INVALID_HID;
-    htri_t ex = H5Aexists(obj, name);
-    if (ex < 0) {
-        qmla_h5_error_text(h5msg, sizeof h5msg);
-        return fail(v->err, QMLA_EFORMAT, v->label, opath,
-                    "attribute %s: expected %s, found an unreadable "
-                    "attribute (%s)", name, expect, h5msg);
-    }
-    if (ex == 0) {
-        if (!required)
-            return QMLA_OK;
-        return fail(v->err, QMLA_EFORMAT, v->label, opath,
-                    "attribute %s: expected %s, found none (missing)", name,
-                    expect);
-    }
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    if (a < 0) {
-        qmla_h5_error_text(h5msg, sizeof h5msg);
-        return fail(v->err, QMLA_EFORMAT, v->label, opath,
-                    "attribute %s: expected %s, found an attribute that "
-                    "cannot be opened (%s)", name, expect, h5msg);
-    }
-    hid_t sp = H5Aget_space(a);
-    H5S_class_t sc = sp >= 0 ? H5Sget_simple_extent_type(sp) : H5S_NO_CLASS;
-    hssize_t np = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
-    int rank = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
-    hsize_t dims[H5S_MAX_RANK];
-    if (rank > 0 && rank <= H5S_MAX_RANK)
-        H5Sget_simple_extent_dims(sp, dims, NULL);
-    if (sp >= 0)
-        H5Sclose(sp);
-    if (sc == H5S_SCALAR || (sc == H5S_SIMPLE && np == 1)) {
-        *aid = a;
-        return QMLA_OK;
-    }
-    H5Aclose(a);
-    char shape[128];
-    if (sc == H5S_SIMPLE && rank > 0 && rank <= H5S_MAX_RANK)
-        fmt_dims(shape, sizeof shape, rank, dims, NULL);
-    else
-        snprintf(shape, sizeof shape, "%s",
-                 sc == H5S_NULL ? "an empty (null) dataspace"
-                                : "an unreadable dataspace");
-    return fail(v->err, QMLA_EFORMAT, v->label, opath,
-                "attribute %s: expected %s (a single value), found shape %s",
-                name, expect, shape);
-}
-
-/* Integer attribute of any integer type (or an enum over an integer type,
- * e.g. an h5py boolean). *present = 0 when absent and !required. */
-static int read_int_attr(const vctx *v, hid_t obj, const char *opath,
-                         const char *name, int required, int64_t *out,
-                         int *present)
-{
-    char h5msg[256];
-    hid_t a;
-    int st = attr_open(v, obj, opath, name, "an integer", required, &a);
-    if (present)
-        *present = a >= 0;
-    if (st || a < 0)
-        return st;
-    hid_t ft = H5Aget_type(a);
-    H5T_class_t cls = ft >= 0 ? H5Tget_class(ft) : H5T_NO_CLASS;
-    herr_t r = -1;
-    if (cls == H5T_INTEGER) {
-        r = H5Aread(a, H5T_NATIVE_INT64, out);
-    } else if (cls == H5T_ENUM) {
-        /* HDF5 does not convert enum to integer: read the enum in its native
-         * form, then convert the base integer type. */
-        hid_t nt = H5Tget_native_type(ft, H5T_DIR_ASCEND);
-        hid_t base = nt >= 0 ? H5Tget_super(nt) : H5I_INVALID_HID;
-        size_t sz = nt >= 0 ? H5Tget_size(nt) : 0;
-        unsigned char buf[16] = {0};
-        if (base >= 0 && sz > 0 && sz <= 8 &&
-            H5Tget_class(base) == H5T_INTEGER && H5Aread(a, nt, buf) >= 0 &&
-            H5Tconvert(base, H5T_NATIVE_INT64, 1, buf, NULL, H5P_DEFAULT) >= 0) {
-            memcpy(out, buf, sizeof *out);
-            r = 0;
-        }
-        if (base >= 0)
-            H5Tclose(base);
-        if (nt >= 0)
-            H5Tclose(nt);
-        if (r < 0) {
-            H5Tclose(ft);
-            H5Aclose(a);
-            return fail(v->err, QMLA_EFORMAT, v->label, opath,
-                        "attribute %s: expected an integer, found an enum "
-                        "that does not convert to one", name);
-        }
-    } else {
-        if (ft >= 0)
-            H5Tclose(ft);
-        H5Aclose(a);
-        return fail(v->err, QMLA_EFORMAT, v->label, opath,
-                    "attribute %s: expected an integer, found %s value", name,
-                    class_name(cls));
-    }
-    if (ft >= 0)
-        H5Tclose(ft);
-    if (r < 0) {
-        qmla_h5_error_text(h5msg, sizeof h5msg);
-        H5Aclose(a);
-        return fail(v->err, QMLA_EFORMAT, v->label, opath,
-                    "attribute %s: expected a readable integer, found an "
-                    "error (%s)", name, h5msg);
-    }
-    H5Aclose(a);
-    return QMLA_OK;
-}
-
-/* Float attribute of any float type (integers are accepted and converted). */
-static int read_float_attr(const vctx *v, hid_t obj, const char *opath,
-                           const char *name, int required, double *out,
-                           int *present)
-{
-    char h5msg[256];
-    hid_t a;
-    int st = attr_open(v, obj, opath, name, "a float", required, &a);
-    if (present)
-        *present = a >= 0;
-    if (st || a < 0)
-        return st;
-    hid_t ft = H5Aget_type(a);
-    H5T_class_t cls = ft >= 0 ? H5Tget_class(ft) : H5T_NO_CLASS;
-    if (ft >= 0)
-        H5Tclose(ft);
-    if (cls != H5T_FLOAT && cls != H5T_INTEGER) {
-        H5Aclose(a);
-        return fail(v->err, QMLA_EFORMAT, v->label, opath,
-                    "attribute %s: expected a float, found %s value", name,
-                    class_name(cls));
-    }
-    if (H5Aread(a, H5T_NATIVE_DOUBLE, out) < 0) {
-        qmla_h5_error_text(h5msg, sizeof h5msg);
-        H5Aclose(a);
-        return fail(v->err, QMLA_EFORMAT, v->label, opath,
-                    "attribute %s: expected a readable float, found an "
-                    "error (%s)", name, h5msg);
-    }
-    H5Aclose(a);
-    return QMLA_OK;
-}
-
-/* String attribute, fixed or variable length; *out is malloc'd (NULL when
- * absent and !required). */
-static int read_string_attr(const vctx *v, hid_t obj, const char *opath,
-                            const char *name, int required, char **out)
-{
-    char h5msg[256];
-    hid_t a;
-    *out = NULL;
-    int st = attr_open(v, obj, opath, name, "a string", required, &a);
-    if (st || a < 0)
-        return st;
-    hid_t ft = H5Aget_type(a);
-    H5T_class_t cls = ft >= 0 ? H5Tget_class(ft) : H5T_NO_CLASS;
-    if (cls != H5T_STRING) {
-        if (ft >= 0)
-            H5Tclose(ft);
-        H5Aclose(a);
-        return fail(v->err, QMLA_EFORMAT, v->label, opath,
-                    "attribute %s: expected a string, found %s value", name,
-                    class_name(cls));
-    }
-    htri_t vl = H5Tis_variable_str(ft);
-    H5T_cset_t cset = H5Tget_cset(ft);
-    size_t fsize = H5Tget_size(ft);
-    H5Tclose(ft);
-    hid_t mt = H5Tcopy(H5T_C_S1);
-    char *s = NULL;
-    int ok = 0;
-    if (mt >= 0 && cset >= 0)
-        H5Tset_cset(mt, cset);
-    if (mt < 0 || vl < 0) {
-        /* fall through to the error below */
-    } else if (vl > 0) {
-        char *p = NULL;
-        if (H5Tset_size(mt, H5T_VARIABLE) >= 0 && H5Aread(a, mt, &p) >= 0) {
-            size_t n = p ? strnlen(p, MAX_STRING) : 0;
-            s = malloc(n + 1);
-            if (s) {
-                if (n)
-                    memcpy(s, p, n);
-                s[n] = '\0';
-                ok = 1;
-            }
-            if (p)
-                H5free_memory(p);
-        }
-    } else if (fsize > 0 && fsize <= MAX_STRING) {
-        /* one more byte and NULLTERM: HDF5 strips the stored padding
-         * (NUL or space) and terminates. */
-        s = calloc(fsize + 1, 1);
-        if (s && H5Tset_size(mt, fsize + 1) >= 0 &&
-            H5Tset_strpad(mt, H5T_STR_NULLTERM) >= 0 && H5Aread(a, mt, s) >= 0)
-            ok = 1;
-    } else {
-        if (mt >= 0)
-            H5Tclose(mt);
-        H5Aclose(a);
-        return fail(v->err, QMLA_ERANGE, v->label, opath,
-                    "attribute %s: expected a string of at most %d bytes, "
-                    "found %zu", name, MAX_STRING, fsize);
-    }
-    if (!ok)
-        qmla_h5_error_text(h5msg, sizeof h5msg);
-    if (mt >= 0)
-        H5Tclose(mt);
-    H5Aclose(a);
-    if (!ok) {
-        free(s);
-        return fail(v->err, QMLA_EFORMAT, v->label, opath,
-                    "attribute %s: expected a readable string, found an "
-                    "error (%s)", name, h5msg);
-    }
-    *out = s;
-    return QMLA_OK;
-}
-
-/* ---- datasets ------------------------------------------------------------ */
-
-typedef struct ds_spec {
-    const char *name;
-    int rank;
-    hsize_t dims[4];        /* WILD: N or T taken from this dataset */
-    const char *sym[4];     /* names of WILD dims, for messages */
-    int integer;            /* positions: integer class, else float class */
-} ds_spec;
-
-static int count_elems(const hsize_t *d, int rank, uint64_t *out)
-{
-    uint64_t n = 1;
-    for (int i = 0; i < rank; i++) {
-        if (d[i] && n > QMLA_CAPTURE_MAX_ELEMS / d[i])
-            return -1;
-        n *= d[i];
-    }
-    if (n > QMLA_CAPTURE_MAX_ELEMS)
-        return -1;
-    *out = n;
-    return 0;
-}
-
-/* Check dataset s->name in group g (path gpath): link and object kind, type
- * class, storage kept inside the file, filters available, rank and shape,
- * element count. found[] receives its dims. *present = 0 when absent and
- * !required. */
-static int check_dataset(const vctx *v, hid_t g, const char *gpath,
-                         const ds_spec *s, int required, int *present,
-                         hsize_t *found)
-{
-    char path[QMLA_ERRMSG_MAX], want[160], got[160], expect[256], h5msg[256];
-    const char *kind = s->integer ? "an integer" : "a float";
-    join(path, sizeof path, gpath, s->name);
-    fmt_dims(want, sizeof want, s->rank, s->dims, s->sym);
-    snprintf(expect, sizeof expect, "%s dataset of shape %s", kind, want);
-    hid_t d;
-    *present = 0;
-    int st = open_child(v, g, gpath, s->name, H5I_DATASET, expect, required,
-                        &d);
-    if (st || d < 0)
-        return st;
-    *present = 1;
-
-    hid_t ft = H5Dget_type(d);
-    H5T_class_t cls = ft >= 0 ? H5Tget_class(ft) : H5T_NO_CLASS;
-    size_t tsize = ft >= 0 ? H5Tget_size(ft) : 0;
-    H5T_class_t wcls = s->integer ? H5T_INTEGER : H5T_FLOAT;
-    if (cls != wcls) {
-        if (ft >= 0)
-            H5Tclose(ft);
-        H5Dclose(d);
-        return fail(v->err, QMLA_EFORMAT, v->label, path,
-                    "expected %s dataset, found %s dataset", kind,
-                    class_name(cls));
-    }
-    if (tsize == 0 || tsize > 16) {
-        if (ft >= 0)
-            H5Tclose(ft);
-        H5Dclose(d);
-        return fail(v->err, QMLA_EFORMAT, v->label, path,
-                    "expected %s type of at most 16 bytes, found %zu bytes",
-                    kind, tsize);
-    }
-    /* A conversion path can exist and still fail at run time (custom floats
-     * with an explicit leading mantissa bit: "normalization method not
-     * implemented yet"): convert one element now rather than fail at load. */
-    unsigned char probe[64];
-    memset(probe, 0x55, sizeof probe); /* a normal, non-zero pattern */
-    memset(probe + tsize, 0, tsize);   /* and zero */
-    herr_t conv = H5Tconvert(ft, s->integer ? H5T_NATIVE_INT64
-                                            : H5T_NATIVE_FLOAT,
-                             2, probe, NULL, H5P_DEFAULT);
-    if (conv < 0)
-        qmla_h5_error_text(h5msg, sizeof h5msg);
-    H5Tclose(ft);
-    if (conv < 0) {
-        H5Dclose(d);
-        return fail(v->err, QMLA_EFORMAT, v->label, path,
-                    "expected %s type that converts to %s, found one HDF5 "
-                    "cannot convert (%s)", kind,
-                    s->integer ? "int64" : "float32", h5msg);
-    }
-
-    /* storage: only inside this file, only filters that are available */
-    hid_t dcpl = H5Dget_create_plist(d);
-    if (dcpl < 0) {
-        qmla_h5_error_text(h5msg, sizeof h5msg);
-        H5Dclose(d);
-        return fail(v->err, QMLA_EFORMAT, v->label, path,
-                    "expected a readable dataset creation property list, "
-                    "found an error (%s)", h5msg);
-    }
-    H5D_layout_t lay = H5Pget_layout(dcpl);
-    int next = H5Pget_external_count(dcpl);
-    if (lay == H5D_VIRTUAL || next != 0) {
-        H5Pclose(dcpl);
-        H5Dclose(d);
-        return fail(v->err, QMLA_EFORMAT, v->label, path,
-                    "expected raw data stored in this file, found %s",
-                    lay == H5D_VIRTUAL ? "a virtual dataset"
-                                       : "external raw data storage");
-    }
-    int nf = H5Pget_nfilters(dcpl);
-    for (int i = 0; i < nf; i++) {
-        unsigned flags = 0, conf = 0;
-        size_t ncd = 0;
-        char fname[64] = "";
-        H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &ncd,
-                                         NULL, sizeof fname, fname, &conf);
-        if (id < 0 || (!(flags & H5Z_FLAG_OPTIONAL) && H5Zfilter_avail(id) <= 0)) {
-            H5Pclose(dcpl);
-            H5Dclose(d);
-            return fail(v->err, QMLA_EFORMAT, v->label, path,
-                        "expected filters this HDF5 library has, found "
-                        "unavailable filter %d (%s)", (int)id,
-                        fname[0] ? fname : "unnamed");
-        }
-    }
-    H5Pclose(dcpl);
-
-    hid_t sp = H5Dget_space(d);
-    H5S_class_t sc = sp >= 0 ? H5Sget_simple_extent_type(sp) : H5S_NO_CLASS;
-    int rank = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
-    hsize_t dims[H5S_MAX_RANK];
-    if (sc == H5S_SIMPLE && rank > 0 && rank <= H5S_MAX_RANK)
-        H5Sget_simple_extent_dims(sp, dims, NULL);
-    if (sp >= 0)
-        H5Sclose(sp);
-    H5Dclose(d);
-    if (sc != H5S_SIMPLE || rank <= 0 || rank > H5S_MAX_RANK) {
-        return fail(v->err, QMLA_EFORMAT, v->label, path,
-                    "expected shape %s, found %s", want,
-                    sc == H5S_SCALAR ? "a scalar"
-                    : sc == H5S_NULL ? "an empty (null) dataspace"
-                                     : "an unreadable dataspace");
-    }
-    int match = rank == s->rank;
-    for (int i = 0; match && i < rank; i++)
-        if (s->dims[i] != WILD && s->dims[i] != dims[i])
-            match = 0;
-    if (!match) {
-        fmt_dims(got, sizeof got, rank, dims, NULL);
-        return fail(v->err, QMLA_EFORMAT, v->label, path,
-                    "expected shape %s, found %s", want, got);
-    }
-    uint64_t n;
-    if (count_elems(dims, rank, &n) < 0) {
-        fmt_dims(got, sizeof got, rank, dims, NULL);
-        return fail(v->err, QMLA_ERANGE, v->label, path,
-                    "expected at most 2^40 elements, found shape %s", got);
-    }
-    for (int i = 0; i < rank; i++)
-        found[i] = dims[i];
-    return QMLA_OK;
-}
 
 /* ---- validation ---------------------------------------------------------- */
 
-static int cfg_int(const vctx *v, hid_t g, const char *name, int *out)
+static int cfg_int(const qmla_h5_ctx *v, hid_t g, const char *name, int *out)
 {
     int64_t x = 0;
-    int st = read_int_attr(v, g, "/config", name, 1, &x, NULL);
+    int st = qmla_h5_read_attr_int(v, g, "/config", name, 1, &x, NULL);
     if (st)
         return st;
     if (x <= 0 || x > INT_MAX)
-        return fail(v->err, QMLA_EFORMAT, v->label, "/config",
+        return qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, "/config",
                     "attribute %s: expected a positive integer (at most %d), "
                     "found %" PRId64, name, INT_MAX, x);
     *out = (int)x;
     return QMLA_OK;
 }
 
-static int validate_root(const vctx *v, hid_t root, qmla_capture_config *cfg)
+static int validate_root(const qmla_h5_ctx *v, hid_t root, qmla_capture_config *cfg)
 {
     char *s = NULL;
-    int st = read_string_attr(v, root, "/", "format", 1, &s);
+    int st = qmla_h5_read_attr_str(v, root, "/", "format", 1, &s);
     if (st)
         return st;
     if (strcmp(s, QMLA_CAPTURE_FORMAT) != 0) {
-        st = fail(v->err, QMLA_EFORMAT, v->label, "/",
+        st = qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, "/",
                   "attribute format: expected \"%s\", found \"%.200s\"",
                   QMLA_CAPTURE_FORMAT, s);
         free(s);
@@ -693,46 +107,46 @@ static int validate_root(const vctx *v, hid_t root, qmla_capture_config *cfg)
     }
     free(s);
     int64_t ver = 0;
-    if ((st = read_int_attr(v, root, "/", "format_version", 1, &ver, NULL)))
+    if ((st = qmla_h5_read_attr_int(v, root, "/", "format_version", 1, &ver, NULL)))
         return st;
     if (ver != QMLA_CAPTURE_VERSION)
-        return fail(v->err, QMLA_EFORMAT, v->label, "/",
+        return qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, "/",
                     "attribute format_version: expected %d, found %" PRId64,
                     QMLA_CAPTURE_VERSION, ver);
-    if ((st = read_string_attr(v, root, "/", "model", 1, &s)))
+    if ((st = qmla_h5_read_attr_str(v, root, "/", "model", 1, &s)))
         return st;
     snprintf(cfg->model, sizeof cfg->model, "%s", s);
     free(s);
-    if ((st = read_string_attr(v, root, "/", "source", 1, &s)))
+    if ((st = qmla_h5_read_attr_str(v, root, "/", "source", 1, &s)))
         return st;
     snprintf(cfg->source, sizeof cfg->source, "%s", s);
     free(s);
     int present = 0;
     double tol = 0;
-    if ((st = read_float_attr(v, root, "/", "check_tolerance", 0, &tol,
+    if ((st = qmla_h5_read_attr_dbl(v, root, "/", "check_tolerance", 0, &tol,
                               &present)))
         return st;
     if (present && !(isfinite(tol) && tol > 0))
-        return fail(v->err, QMLA_EFORMAT, v->label, "/",
+        return qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, "/",
                     "attribute check_tolerance: expected a finite value > 0, "
                     "found %g", tol);
     cfg->has_check_tolerance = present;
     cfg->check_tolerance = present ? tol : 0.0;
     int64_t syn = 0;
-    if ((st = read_int_attr(v, root, "/", "synthetic", 0, &syn, &present)))
+    if ((st = qmla_h5_read_attr_int(v, root, "/", "synthetic", 0, &syn, &present)))
         return st;
     if (present && syn != 0 && syn != 1)
-        return fail(v->err, QMLA_EFORMAT, v->label, "/",
+        return qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, "/",
                     "attribute synthetic: expected 0 or 1, found %" PRId64,
                     syn);
     cfg->synthetic = present ? (int)syn : 0;
     return QMLA_OK;
 }
 
-static int validate_config(const vctx *v, hid_t root, qmla_capture_config *cfg)
+static int validate_config(const qmla_h5_ctx *v, hid_t root, qmla_capture_config *cfg)
 {
     hid_t g;
-    int st = open_child(v, root, "/", "config", H5I_GROUP, "a group", 1, &g);
+    int st = qmla_h5_open_child(v, root, "/", "config", H5I_GROUP, "a group", 1, &g);
     if (st)
         return st;
     if ((st = cfg_int(v, g, "n_layers", &cfg->n_layers)) ||
@@ -744,38 +158,38 @@ static int validate_config(const vctx *v, hid_t root, qmla_capture_config *cfg)
         (st = cfg_int(v, g, "v_head_dim", &cfg->d_v)))
         goto out;
     if (cfg->d_r % 2) {
-        st = fail(v->err, QMLA_EFORMAT, v->label, "/config",
+        st = qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, "/config",
                   "attribute qk_rope_head_dim: expected an even value, "
                   "found %d", cfg->d_r);
         goto out;
     }
-    if ((st = read_float_attr(v, g, "/config", "softmax_scale", 1,
+    if ((st = qmla_h5_read_attr_dbl(v, g, "/config", "softmax_scale", 1,
                               &cfg->softmax_scale, NULL)))
         goto out;
     if (!(isfinite(cfg->softmax_scale) && cfg->softmax_scale > 0)) {
-        st = fail(v->err, QMLA_EFORMAT, v->label, "/config",
+        st = qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, "/config",
                   "attribute softmax_scale: expected a finite value > 0, "
                   "found %g", cfg->softmax_scale);
         goto out;
     }
-    if ((st = read_float_attr(v, g, "/config", "rms_norm_eps", 1,
+    if ((st = qmla_h5_read_attr_dbl(v, g, "/config", "rms_norm_eps", 1,
                               &cfg->rms_norm_eps, NULL)))
         goto out;
     if (!(isfinite(cfg->rms_norm_eps) && cfg->rms_norm_eps >= 0)) {
-        st = fail(v->err, QMLA_EFORMAT, v->label, "/config",
+        st = qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, "/config",
                   "attribute rms_norm_eps: expected a finite value >= 0, "
                   "found %g", cfg->rms_norm_eps);
         goto out;
     }
     char *s = NULL;
-    if ((st = read_string_attr(v, g, "/config", "rope_pairing", 1, &s)))
+    if ((st = qmla_h5_read_attr_str(v, g, "/config", "rope_pairing", 1, &s)))
         goto out;
     if (strcmp(s, "interleaved") == 0) {
         cfg->rope_pairing = QMLA_ROPE_INTERLEAVED;
     } else if (strcmp(s, "half") == 0) {
         cfg->rope_pairing = QMLA_ROPE_HALF;
     } else {
-        st = fail(v->err, QMLA_EFORMAT, v->label, "/config",
+        st = qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, "/config",
                   "attribute rope_pairing: expected \"interleaved\" or "
                   "\"half\", found \"%.200s\"", s);
     }
@@ -796,27 +210,75 @@ static int cmp_layer(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static int validate_cell(const vctx *v, const qmla_capture_config *cfg,
+/* The two cell datasets of optional pair `need` (table order). */
+static void pair_of(int need, const qmla_cap_ds *p[2])
+{
+    size_t k = 0;
+    p[0] = p[1] = NULL;
+    for (size_t i = 0; i < qmla_cap_n_cell_ds && k < 2; i++)
+        if (qmla_cap_cell_ds[i].need == need)
+            p[k++] = &qmla_cap_cell_ds[i];
+}
+
+/* 1 when the cell has the datasets of `need` (has[] in table order; for a
+ * pair, its first member). */
+static int has_need(const int *has, int need)
+{
+    for (size_t i = 0; i < qmla_cap_n_cell_ds; i++)
+        if (qmla_cap_cell_ds[i].need == need)
+            return has[i];
+    return 0;
+}
+
+/* The optional-dataset rules: each pair together, the cos/sin pair only
+ * with the pre pair. */
+static int check_optional(const qmla_h5_ctx *v, const char *path,
+                          const int *has)
+{
+    static const int pairs[2] = {QMLA_CAP_PRE, QMLA_CAP_COSSIN};
+    const qmla_cap_ds *p[2];
+    for (size_t k = 0; k < 2; k++) {
+        pair_of(pairs[k], p);
+        int h0 = has[p[0] - qmla_cap_cell_ds], h1 = has[p[1] - qmla_cap_cell_ds];
+        if (h0 != h1)
+            return qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, path,
+                                "expected %s and %s together, found only %s",
+                                p[0]->name, p[1]->name,
+                                h0 ? p[0]->name : p[1]->name);
+    }
+    const qmla_cap_ds *pre[2];
+    pair_of(QMLA_CAP_PRE, pre);
+    pair_of(QMLA_CAP_COSSIN, p);
+    if (has_need(has, QMLA_CAP_COSSIN) && !has_need(has, QMLA_CAP_PRE))
+        return qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, path,
+                            "expected %s/%s only with %s and %s, found %s and "
+                            "%s without them", p[0]->name, p[1]->name,
+                            pre[0]->name, pre[1]->name, p[0]->name,
+                            p[1]->name);
+    return QMLA_OK;
+}
+
+static int validate_cell(const qmla_h5_ctx *v, const qmla_capture_config *cfg,
                          hid_t cells, const char *cpath, cell_info *ci)
 {
     char path[QMLA_ERRMSG_MAX];
-    join(path, sizeof path, cpath, ci->name);
+    qmla_h5_join(path, sizeof path, cpath, ci->name);
     size_t nlen = strlen(ci->name);
     if (nlen >= sizeof ((qmla_cell *)0)->name)
-        return fail(v->err, QMLA_EFORMAT, v->label, path,
+        return qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, path,
                     "expected a cell name of at most %zu bytes, found %zu",
                     sizeof ((qmla_cell *)0)->name - 1, nlen);
     hid_t g;
-    int st = open_child(v, cells, cpath, ci->name, H5I_GROUP, "a cell group",
+    int st = qmla_h5_open_child(v, cells, cpath, ci->name, H5I_GROUP, "a cell group",
                         1, &g);
     if (st)
         return st;
     char *ds = NULL;
     int64_t seed = 0;
-    if ((st = read_string_attr(v, g, path, "dataset", 1, &ds)))
+    if ((st = qmla_h5_read_attr_str(v, g, path, "dataset", 1, &ds)))
         goto out;
     if (strlen(ds) >= sizeof ci->dataset) {
-        st = fail(v->err, QMLA_EFORMAT, v->label, path,
+        st = qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, path,
                   "attribute dataset: expected at most %zu bytes, found %zu",
                   sizeof ci->dataset - 1, strlen(ds));
         free(ds);
@@ -824,77 +286,48 @@ static int validate_cell(const vctx *v, const qmla_capture_config *cfg,
     }
     snprintf(ci->dataset, sizeof ci->dataset, "%s", ds);
     free(ds);
-    if ((st = read_int_attr(v, g, path, "seed", 1, &seed, NULL)))
+    if ((st = qmla_h5_read_attr_int(v, g, path, "seed", 1, &seed, NULL)))
         goto out;
     if (seed < LONG_MIN || seed > LONG_MAX) {
-        st = fail(v->err, QMLA_ERANGE, v->label, path,
+        st = qmla_h5_fail(v->err, QMLA_ERANGE, v->label, path,
                   "attribute seed: expected a value that fits a long, "
                   "found %" PRId64, seed);
         goto out;
     }
     ci->seed = (long)seed;
 
-    const hsize_t H = (hsize_t)cfg->H, D = (hsize_t)cfg->D;
-    const hsize_t dc = (hsize_t)cfg->d_c, dn = (hsize_t)cfg->d_n;
-    const hsize_t dr = (hsize_t)cfg->d_r;
-    hsize_t f[H5S_MAX_RANK];
-    int present;
-    ds_spec first = {"c_kv", 3, {WILD, WILD, dc, 0}, {"N", "T", NULL, NULL}, 0};
-    if ((st = check_dataset(v, g, path, &first, 1, &present, f)))
-        goto out;
-    if (f[0] < 1 || f[1] < 1) {
-        char got[96], p2[QMLA_ERRMSG_MAX];
-        fmt_dims(got, sizeof got, 3, f, NULL);
-        join(p2, sizeof p2, path, "c_kv");
-        st = fail(v->err, QMLA_EFORMAT, v->label, p2,
-                  "expected N >= 1 and T >= 1, found shape %s", got);
-        goto out;
-    }
-    const hsize_t N = f[0], T = f[1];
-    ci->N = (size_t)N;
-    ci->T = (size_t)T;
-    const ds_spec req[] = {
-        {"k_rope", 3, {N, T, dr, 0}, {0}, 0},
-        {"q_nope", 4, {N, H, T, dn}, {0}, 0},
-        {"q_rope", 4, {N, H, T, dr}, {0}, 0},
-        {"attn_out", 3, {N, T, D, 0}, {0}, 0},
-        {"positions", 2, {N, T, 0, 0}, {0}, 1},
-    };
-    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
-        if ((st = check_dataset(v, g, path, &req[i], 1, &present, f)))
+    /* the cell datasets of the table, in its order; the first (c_kv) gives
+     * N and T */
+    hsize_t f[H5S_MAX_RANK], N = QMLA_H5_WILD, T = QMLA_H5_WILD;
+    int has[QMLA_CAP_MAX_DS];
+    for (size_t i = 0; i < qmla_cap_n_cell_ds; i++) {
+        const qmla_cap_ds *d = &qmla_cap_cell_ds[i];
+        qmla_h5_dspec s;
+        qmla_cap_spec(d, cfg, N, T, &s);
+        if ((st = qmla_h5_check_dataset(v, g, path, &s,
+                                        d->need == QMLA_CAP_REQUIRED, &has[i],
+                                        f)))
             goto out;
-    const ds_spec opt[] = {
-        {"k_rope_pre", 3, {N, T, dr, 0}, {0}, 0},
-        {"q_rope_pre", 4, {N, H, T, dr}, {0}, 0},
-        {"rope_cos", 3, {N, T, dr / 2, 0}, {0}, 0},
-        {"rope_sin", 3, {N, T, dr / 2, 0}, {0}, 0},
-        {"hidden_in", 3, {N, T, D, 0}, {0}, 0},
-    };
-    int has[5];
-    for (size_t i = 0; i < 5; i++)
-        if ((st = check_dataset(v, g, path, &opt[i], 0, &has[i], f)))
+        if (i > 0)
+            continue;
+        if (f[0] < 1 || f[1] < 1) {
+            char got[96], p2[QMLA_ERRMSG_MAX];
+            qmla_h5_fmt_dims(got, sizeof got, s.rank, f, NULL);
+            qmla_h5_join(p2, sizeof p2, path, d->name);
+            st = qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, p2,
+                      "expected N >= 1 and T >= 1, found shape %s", got);
             goto out;
-    if (has[0] != has[1]) {
-        st = fail(v->err, QMLA_EFORMAT, v->label, path,
-                  "expected k_rope_pre and q_rope_pre together, found only "
-                  "%s", has[0] ? "k_rope_pre" : "q_rope_pre");
-        goto out;
+        }
+        N = f[0];
+        T = f[1];
+        ci->N = (size_t)N;
+        ci->T = (size_t)T;
     }
-    if (has[2] != has[3]) {
-        st = fail(v->err, QMLA_EFORMAT, v->label, path,
-                  "expected rope_cos and rope_sin together, found only %s",
-                  has[2] ? "rope_cos" : "rope_sin");
+    if ((st = check_optional(v, path, has)))
         goto out;
-    }
-    if (has[2] && !has[0]) {
-        st = fail(v->err, QMLA_EFORMAT, v->label, path,
-                  "expected rope_cos/rope_sin only with k_rope_pre and "
-                  "q_rope_pre, found rope_cos and rope_sin without them");
-        goto out;
-    }
-    ci->has_pre = has[0];
-    ci->has_cossin = has[2];
-    ci->has_hidden = has[4];
+    ci->has_pre = has_need(has, QMLA_CAP_PRE);
+    ci->has_cossin = has_need(has, QMLA_CAP_COSSIN);
+    ci->has_hidden = has_need(has, QMLA_CAP_EXTRA);
 out:
     H5Gclose(g);
     return st;
@@ -916,19 +349,19 @@ static int parse_index(const char *s)
     return x;
 }
 
-static int validate_layer(const vctx *v, const qmla_capture_config *cfg,
+static int validate_layer(const qmla_h5_ctx *v, const qmla_capture_config *cfg,
                           hid_t layers, layer_info *L)
 {
     char path[QMLA_ERRMSG_MAX], cpath[QMLA_ERRMSG_MAX];
-    join(path, sizeof path, "/layers", L->name);
+    qmla_h5_join(path, sizeof path, "/layers", L->name);
     L->index = parse_index(L->name);
     if (L->index < 0)
-        return fail(v->err, QMLA_EFORMAT, v->label, path,
+        return qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, path,
                     "expected a group named by a decimal layer index (no "
                     "sign or leading zeros, below 10^9), found \"%.100s\"",
                     L->name);
     hid_t g;
-    int st = open_child(v, layers, "/layers", L->name, H5I_GROUP,
+    int st = qmla_h5_open_child(v, layers, "/layers", L->name, H5I_GROUP,
                         "a layer group", 1, &g);
     if (st)
         return st;
@@ -936,42 +369,36 @@ static int validate_layer(const vctx *v, const qmla_capture_config *cfg,
     hid_t cells = H5I_INVALID_HID;
     char **names = NULL;
     size_t n = 0;
-    if ((st = read_int_attr(v, g, path, "layer", 1, &at, NULL)))
+    if ((st = qmla_h5_read_attr_int(v, g, path, "layer", 1, &at, NULL)))
         goto out;
     if (at != L->index) {
-        st = fail(v->err, QMLA_EFORMAT, v->label, path,
+        st = qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, path,
                   "attribute layer: expected %d, found %" PRId64, L->index,
                   at);
         goto out;
     }
-    const hsize_t H = (hsize_t)cfg->H, D = (hsize_t)cfg->D;
-    const hsize_t dc = (hsize_t)cfg->d_c, dn = (hsize_t)cfg->d_n;
-    const hsize_t dv = (hsize_t)cfg->d_v;
-    const ds_spec w[] = {
-        {"w_uk", 3, {H, dn, dc, 0}, {0}, 0},
-        {"w_uv", 3, {H, dv, dc, 0}, {0}, 0},
-        {"w_o", 2, {D, H * dv, 0, 0}, {0}, 0},
-        {"kv_norm_weight", 1, {dc, 0, 0, 0}, {0}, 0},
-    };
     hsize_t f[H5S_MAX_RANK];
     int present;
-    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
-        if ((st = check_dataset(v, g, path, &w[i], 1, &present, f)))
+    for (size_t i = 0; i < qmla_cap_n_layer_ds; i++) {
+        qmla_h5_dspec s;
+        qmla_cap_spec(&qmla_cap_layer_ds[i], cfg, 0, 0, &s);
+        if ((st = qmla_h5_check_dataset(v, g, path, &s, 1, &present, f)))
             goto out;
-    join(cpath, sizeof cpath, path, "cells");
-    if ((st = open_child(v, g, path, "cells", H5I_GROUP, "a group of cells",
+    }
+    qmla_h5_join(cpath, sizeof cpath, path, "cells");
+    if ((st = qmla_h5_open_child(v, g, path, "cells", H5I_GROUP, "a group of cells",
                          1, &cells)))
         goto out;
-    if ((st = list_links(v, cells, cpath, &names, &n)))
+    if ((st = qmla_h5_list_links(v, cells, cpath, &names, &n)))
         goto out;
     if (n == 0) {
-        st = fail(v->err, QMLA_EFORMAT, v->label, cpath,
+        st = qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, cpath,
                   "expected at least one cell group, found none (empty)");
         goto out;
     }
     L->cells = calloc(n, sizeof *L->cells);
     if (!L->cells) {
-        st = fail(v->err, QMLA_ENOMEM, v->label, cpath,
+        st = qmla_h5_fail(v->err, QMLA_ENOMEM, v->label, cpath,
                   "expected memory for %zu cells, found none", n);
         goto out;
     }
@@ -984,7 +411,7 @@ static int validate_layer(const vctx *v, const qmla_capture_config *cfg,
     }
     qsort(L->cells, L->n_cells, sizeof *L->cells, cmp_cell);
 out:
-    free_names(names, n);
+    qmla_h5_free_names(names, n);
     if (cells >= 0)
         H5Gclose(cells);
     H5Gclose(g);
@@ -1005,13 +432,13 @@ static void free_model(qmla_capture *c)
     c->n_layers = 0;
 }
 
-static int validate(qmla_capture *c, const vctx *v)
+static int validate(qmla_capture *c, const qmla_h5_ctx *v)
 {
     hid_t root = H5Gopen2(c->file, "/", H5P_DEFAULT);
     char h5msg[256];
     if (root < 0) {
         qmla_h5_error_text(h5msg, sizeof h5msg);
-        return fail(v->err, QMLA_EFORMAT, v->label, "/",
+        return qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, "/",
                     "expected a readable root group, found an error (%s)",
                     h5msg);
     }
@@ -1022,19 +449,19 @@ static int validate(qmla_capture *c, const vctx *v)
     if ((st = validate_root(v, root, &c->cfg)) ||
         (st = validate_config(v, root, &c->cfg)))
         goto out;
-    if ((st = open_child(v, root, "/", "layers", H5I_GROUP, "a group", 1,
+    if ((st = qmla_h5_open_child(v, root, "/", "layers", H5I_GROUP, "a group", 1,
                          &layers)))
         goto out;
-    if ((st = list_links(v, layers, "/layers", &names, &n)))
+    if ((st = qmla_h5_list_links(v, layers, "/layers", &names, &n)))
         goto out;
     if (n == 0) {
-        st = fail(v->err, QMLA_EFORMAT, v->label, "/layers",
+        st = qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, "/layers",
                   "expected at least one layer group, found none (empty)");
         goto out;
     }
     c->layers = calloc(n, sizeof *c->layers);
     if (!c->layers) {
-        st = fail(v->err, QMLA_ENOMEM, v->label, "/layers",
+        st = qmla_h5_fail(v->err, QMLA_ENOMEM, v->label, "/layers",
                   "expected memory for %zu layers, found none", n);
         goto out;
     }
@@ -1047,7 +474,7 @@ static int validate(qmla_capture *c, const vctx *v)
     }
     qsort(c->layers, c->n_layers, sizeof *c->layers, cmp_layer);
 out:
-    free_names(names, n);
+    qmla_h5_free_names(names, n);
     if (layers >= 0)
         H5Gclose(layers);
     H5Gclose(root);
@@ -1056,15 +483,6 @@ out:
 
 /* ---- open / close -------------------------------------------------------- */
 
-static hid_t make_lapl(void)
-{
-    hid_t lapl = H5Pcreate(H5P_LINK_ACCESS);
-    if (lapl >= 0 && H5Pset_elink_cb(lapl, deny_elink, NULL) < 0) {
-        H5Pclose(lapl);
-        lapl = H5I_INVALID_HID;
-    }
-    return lapl;
-}
 
 /* Takes ownership of `file`; on failure closes it. */
 static int finish_open(hid_t file, const char *label, qmla_capture **out,
@@ -1072,7 +490,7 @@ static int finish_open(hid_t file, const char *label, qmla_capture **out,
 {
     qmla_capture *c = calloc(1, sizeof *c);
     char *lab = malloc(strlen(label) + 1);
-    hid_t lapl = make_lapl();
+    hid_t lapl = qmla_h5_make_lapl();
     if (!c || !lab || lapl < 0) {
         free(c);
         free(lab);
@@ -1086,7 +504,7 @@ static int finish_open(hid_t file, const char *label, qmla_capture **out,
     c->file = file;
     c->lapl = lapl;
     c->label = lab;
-    vctx v = {lab, lapl, err};
+    qmla_h5_ctx v = {lab, lapl, err};
     int st = validate(c, &v);
     if (st) {
         qmla_capture_close(c);
@@ -1343,116 +761,60 @@ int qmla_capture_find_cell(const qmla_capture *c, size_t li, const char *name,
 
 /* ---- loading ------------------------------------------------------------- */
 
-static void fmt_index(char *buf, size_t cap, size_t flat, int rank,
-                      const hsize_t *dims)
+/* Read the datasets of `tab` (n entries) of group g (path gpath) into the
+ * struct s (a qmla_layer or qmla_cell): those with a field, in the part
+ * set `parts` (entries with parts 0 always), and for the optional ones only
+ * when x (a cell) has them. Shapes from the table, N and T from x. */
+static int load_table(const qmla_capture *c, hid_t g, const char *gpath,
+                      const qmla_cap_ds *tab, size_t n, unsigned parts,
+                      const cell_info *x, void *s, qmla_error *err)
 {
-    hsize_t idx[4] = {0, 0, 0, 0};
-    for (int i = rank - 1; i >= 0; i--) {
-        idx[i] = dims[i] ? flat % dims[i] : 0;
-        flat = dims[i] ? flat / dims[i] : 0;
+    qmla_h5_ctx v = {c->label, c->lapl, err};
+    for (size_t i = 0; i < n; i++) {
+        const qmla_cap_ds *d = &tab[i];
+        if (d->field < 0 || (d->parts && !(d->parts & parts)) ||
+            (d->need == QMLA_CAP_PRE && !(x && x->has_pre)) ||
+            (d->need == QMLA_CAP_COSSIN && !(x && x->has_cossin)))
+            continue;
+        qmla_h5_dspec sp;
+        qmla_cap_spec(d, &c->cfg, x ? x->N : 0, x ? x->T : 0, &sp);
+        void *p = NULL;
+        int st = qmla_h5_read_dataset(&v, g, gpath, d->name, sp.rank, sp.dims,
+                                      d->integer ? H5T_NATIVE_INT64
+                                                 : H5T_NATIVE_FLOAT,
+                                      d->integer ? sizeof(int64_t)
+                                                 : sizeof(float), &p);
+        if (st)
+            return st;
+        qmla_cap_set(s, d, p);
     }
-    fmt_dims(buf, cap, rank, idx, NULL);
-}
-
-/* Read dataset `name` of group g (path gpath) with the given shape into a
- * new buffer of `elsize`-byte elements of memory type mt. Float data is
- * scanned for non-finite values. */
-static int read_tensor(const qmla_capture *c, hid_t g, const char *gpath,
-                       const char *name, int rank, const hsize_t *dims,
-                       hid_t mt, size_t elsize, void **out, qmla_error *err)
-{
-    char path[QMLA_ERRMSG_MAX], h5msg[256], want[128], got[128];
-    *out = NULL;
-    join(path, sizeof path, gpath, name);
-    uint64_t n;
-    if (count_elems(dims, rank, &n) < 0 || n > SIZE_MAX / elsize)
-        return fail(err, QMLA_ERANGE, c->label, path,
-                    "expected at most 2^40 elements, found more");
-    vctx v = {c->label, c->lapl, err};
-    hid_t d;
-    int st = open_child(&v, g, gpath, name, H5I_DATASET, "a dataset", 1, &d);
-    if (st)
-        return st;
-    /* the file is open read-only; still, never trust a shape we did not
-     * just see */
-    hid_t sp = H5Dget_space(d);
-    int r = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
-    hsize_t fd[H5S_MAX_RANK];
-    int same = r == rank && H5Sget_simple_extent_dims(sp, fd, NULL) == rank;
-    for (int i = 0; same && i < rank; i++)
-        same = fd[i] == dims[i];
-    if (sp >= 0)
-        H5Sclose(sp);
-    if (!same) {
-        H5Dclose(d);
-        fmt_dims(want, sizeof want, rank, dims, NULL);
-        if (r > 0 && r <= H5S_MAX_RANK)
-            fmt_dims(got, sizeof got, r, fd, NULL);
-        else
-            snprintf(got, sizeof got, "rank %d", r);
-        return fail(err, QMLA_EFORMAT, c->label, path,
-                    "expected shape %s (as validated at open), found %s",
-                    want, got);
-    }
-    void *buf = malloc(n ? (size_t)n * elsize : 1);
-    if (!buf) {
-        H5Dclose(d);
-        return fail(err, QMLA_ENOMEM, c->label, path,
-                    "expected memory for %" PRIu64 " elements, found none", n);
-    }
-    if (H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
-        qmla_h5_error_text(h5msg, sizeof h5msg);
-        H5Dclose(d);
-        free(buf);
-        return fail(err, QMLA_EIO, c->label, path,
-                    "expected readable data, found a read error (%s)", h5msg);
-    }
-    H5Dclose(d);
-    if (mt == H5T_NATIVE_FLOAT) {
-        const float *x = buf;
-        for (size_t i = 0; i < (size_t)n; i++) {
-            if (!isfinite(x[i])) {
-                char at[128];
-                fmt_index(at, sizeof at, i, rank, dims);
-                st = fail(err, QMLA_ENONFINITE, c->label, path,
-                          "expected finite values (within float32 range), "
-                          "found %s at index %s (element %zu)",
-                          isnan(x[i]) ? "nan" : x[i] > 0 ? "inf" : "-inf",
-                          at, i);
-                free(buf);
-                return st;
-            }
-        }
-    }
-    *out = buf;
     return QMLA_OK;
 }
 
-static int read_f32(const qmla_capture *c, hid_t g, const char *gpath,
-                    const char *name, int rank, const hsize_t *dims,
-                    float **out, qmla_error *err)
+/* Free the tensors of `tab` held by s and set them to NULL. */
+static void free_table(const qmla_cap_ds *tab, size_t n, void *s)
 {
-    void *p = NULL;
-    int st = read_tensor(c, g, gpath, name, rank, dims, H5T_NATIVE_FLOAT,
-                         sizeof(float), &p, err);
-    *out = p;
-    return st;
+    for (size_t i = 0; i < n; i++)
+        if (tab[i].field >= 0) {
+            free(qmla_cap_get(s, &tab[i]));
+            qmla_cap_set(s, &tab[i], NULL);
+        }
 }
 
 static hid_t open_layer_group(const qmla_capture *c, size_t li, char *path,
                               size_t cap, qmla_error *err, int *st)
 {
     char lp[QMLA_ERRMSG_MAX];
-    join(lp, sizeof lp, "/layers", c->layers[li].name);
+    qmla_h5_join(lp, sizeof lp, "/layers", c->layers[li].name);
     snprintf(path, cap, "%s", lp);
-    vctx v = {c->label, c->lapl, err};
+    qmla_h5_ctx v = {c->label, c->lapl, err};
     hid_t layers, g = H5I_INVALID_HID;
-    *st = open_child(&v, c->file, "/", "layers", H5I_GROUP, "a group", 1,
-                     &layers);
+    *st = qmla_h5_open_child(&v, c->file, "/", "layers", H5I_GROUP, "a group",
+                             1, &layers);
     if (*st)
         return H5I_INVALID_HID;
-    *st = open_child(&v, layers, "/layers", c->layers[li].name, H5I_GROUP,
-                     "a layer group", 1, &g);
+    *st = qmla_h5_open_child(&v, layers, "/layers", c->layers[li].name,
+                             H5I_GROUP, "a layer group", 1, &g);
     H5Gclose(layers);
     return g;
 }
@@ -1477,17 +839,9 @@ int qmla_capture_load_layer(qmla_capture *c, size_t li, qmla_layer *out,
         qmla_h5_quiet_end(q);
         return st;
     }
-    const qmla_capture_config *k = &c->cfg;
-    const hsize_t H = (hsize_t)k->H, D = (hsize_t)k->D;
-    const hsize_t dc = (hsize_t)k->d_c, dn = (hsize_t)k->d_n;
-    const hsize_t dv = (hsize_t)k->d_v;
-    const hsize_t uk[3] = {H, dn, dc}, uv[3] = {H, dv, dc}, o[2] = {D, H * dv};
     out->layer = c->layers[li].index;
-    if ((st = read_f32(c, g, path, "w_uk", 3, uk, &out->w_uk, err)) ||
-        (st = read_f32(c, g, path, "w_uv", 3, uv, &out->w_uv, err)) ||
-        (st = read_f32(c, g, path, "w_o", 2, o, &out->w_o, err)) ||
-        (st = read_f32(c, g, path, "kv_norm_weight", 1, &dc, &out->kv_norm,
-                       err)))
+    if ((st = load_table(c, g, path, qmla_cap_layer_ds, qmla_cap_n_layer_ds,
+                         0, NULL, out, err)))
         qmla_layer_free(out);
     H5Gclose(g);
     qmla_h5_quiet_end(q);
@@ -1496,13 +850,8 @@ int qmla_capture_load_layer(qmla_capture *c, size_t li, qmla_layer *out,
 
 void qmla_layer_free(qmla_layer *l)
 {
-    if (!l)
-        return;
-    free(l->w_uk);
-    free(l->w_uv);
-    free(l->w_o);
-    free(l->kv_norm);
-    l->w_uk = l->w_uv = l->w_o = l->kv_norm = NULL;
+    if (l)
+        free_table(qmla_cap_layer_ds, qmla_cap_n_layer_ds, l);
 }
 
 int qmla_capture_load_cell(qmla_capture *c, size_t li, size_t ci,
@@ -1534,50 +883,22 @@ int qmla_capture_load_cell_parts(qmla_capture *c, size_t li, size_t ci,
         qmla_h5_quiet_end(q);
         return st;
     }
-    vctx v = {c->label, c->lapl, err};
+    qmla_h5_ctx v = {c->label, c->lapl, err};
     hid_t cells = H5I_INVALID_HID, g = H5I_INVALID_HID;
-    join(cpath, sizeof cpath, lpath, "cells");
-    join(path, sizeof path, cpath, x->name);
-    if ((st = open_child(&v, lg, lpath, "cells", H5I_GROUP, "a group of cells",
-                         1, &cells)) ||
-        (st = open_child(&v, cells, cpath, x->name, H5I_GROUP, "a cell group",
-                         1, &g)))
+    qmla_h5_join(cpath, sizeof cpath, lpath, "cells");
+    qmla_h5_join(path, sizeof path, cpath, x->name);
+    if ((st = qmla_h5_open_child(&v, lg, lpath, "cells", H5I_GROUP,
+                                 "a group of cells", 1, &cells)) ||
+        (st = qmla_h5_open_child(&v, cells, cpath, x->name, H5I_GROUP,
+                                 "a cell group", 1, &g)))
         goto out;
     snprintf(out->name, sizeof out->name, "%s", x->name);
     snprintf(out->dataset, sizeof out->dataset, "%s", x->dataset);
     out->seed = x->seed;
     out->N = x->N;
     out->T = x->T;
-    const qmla_capture_config *k = &c->cfg;
-    const hsize_t N = x->N, T = x->T, H = (hsize_t)k->H, D = (hsize_t)k->D;
-    const hsize_t dc = (hsize_t)k->d_c, dn = (hsize_t)k->d_n;
-    const hsize_t dr = (hsize_t)k->d_r;
-    const hsize_t ckv[3] = {N, T, dc}, kr[3] = {N, T, dr};
-    const hsize_t qn[4] = {N, H, T, dn}, qr[4] = {N, H, T, dr};
-    const hsize_t ao[3] = {N, T, D}, pos[2] = {N, T};
-    const hsize_t cs[3] = {N, T, dr / 2};
-    void *p = NULL;
-    if ((st = read_f32(c, g, path, "c_kv", 3, ckv, &out->c_kv, err)) ||
-        (st = read_f32(c, g, path, "k_rope", 3, kr, &out->k_rope, err)) ||
-        (st = read_f32(c, g, path, "q_nope", 4, qn, &out->q_nope, err)) ||
-        (st = read_f32(c, g, path, "q_rope", 4, qr, &out->q_rope, err)) ||
-        ((parts & QMLA_CELL_OUTPUT) &&
-         (st = read_f32(c, g, path, "attn_out", 3, ao, &out->attn_out, err))) ||
-        ((parts & QMLA_CELL_POSITIONS) &&
-         (st = read_tensor(c, g, path, "positions", 2, pos, H5T_NATIVE_INT64,
-                           sizeof(int64_t), &p, err))))
-        goto out;
-    out->positions = p;
-    if ((parts & QMLA_CELL_PRE) && x->has_pre &&
-        ((st = read_f32(c, g, path, "k_rope_pre", 3, kr, &out->k_rope_pre,
-                        err)) ||
-         (st = read_f32(c, g, path, "q_rope_pre", 4, qr, &out->q_rope_pre,
-                        err))))
-        goto out;
-    if ((parts & QMLA_CELL_PRE) && x->has_cossin &&
-        ((st = read_f32(c, g, path, "rope_cos", 3, cs, &out->rope_cos, err)) ||
-         (st = read_f32(c, g, path, "rope_sin", 3, cs, &out->rope_sin, err))))
-        goto out;
+    st = load_table(c, g, path, qmla_cap_cell_ds, qmla_cap_n_cell_ds, parts,
+                    x, out, err);
 out:
     if (st)
         qmla_cell_free(out);
@@ -1592,20 +913,6 @@ out:
 
 void qmla_cell_free(qmla_cell *cell)
 {
-    if (!cell)
-        return;
-    free(cell->c_kv);
-    free(cell->k_rope);
-    free(cell->q_nope);
-    free(cell->q_rope);
-    free(cell->attn_out);
-    free(cell->positions);
-    free(cell->k_rope_pre);
-    free(cell->q_rope_pre);
-    free(cell->rope_cos);
-    free(cell->rope_sin);
-    cell->c_kv = cell->k_rope = cell->q_nope = cell->q_rope = NULL;
-    cell->attn_out = cell->k_rope_pre = cell->q_rope_pre = NULL;
-    cell->rope_cos = cell->rope_sin = NULL;
-    cell->positions = NULL;
+    if (cell)
+        free_table(qmla_cap_cell_ds, qmla_cap_n_cell_ds, cell);
 }

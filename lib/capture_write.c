@@ -1,26 +1,45 @@
 /* capture_write.c — writer of qmla-capture v1 files (docs/capture-format.md),
  * used by `qmla synth`, the tests and the benchmarks.
  *
- * Float tensors are stored as float32 (H5T_IEEE_F32LE) or, with float16 != 0,
- * as IEEE binary16 built the way h5py builds it (H5T_IEEE_F32LE copied, fields
- * 15/10/5/0/10, size 2, bias 15), so numpy sees `float16`. The writer rounds
- * float32 to binary16 itself (nearest even; HDF5 1.10's conversion gets
- * carries and ties wrong, see f32_to_f16). A finite value that float16 cannot hold
- * (|x| >= 65520) is refused with QMLA_ERANGE rather than stored as infinity.
- * positions are int64; attributes are fixed-length strings, int32 (seed:
- * int64 when it does not fit) and double. gzip > 0 chunks each dataset
- * (chunks of at most ~1 MiB, leading dimensions split first) and applies
- * shuffle + deflate at that level.
+ * Atomic: the whole file is built in memory (HDF5's core driver, no backing
+ * store, so HDF5 itself never writes to disk and has no failing close left
+ * for its exit handler) and qmla_capture_writer_close writes the image with
+ * qmla_h5_save_image: PATH.tmp.PID with checked write()/fsync(), renamed over
+ * PATH. On any failure PATH is untouched and no temporary file is left;
+ * nothing reaches the disk before close. Every HDF5 status (closes
+ * included) is checked; a failure after the in-memory file was changed
+ * marks the writer broken, and close then writes nothing.
+ *
+ * Which datasets a layer and a cell hold, their shapes and which are
+ * optional come from the capture table (capture_table.c), shared with the
+ * reader. Float tensors are stored as float32 (H5T_IEEE_F32LE) or, with
+ * float16 != 0, as IEEE binary16 built the way h5py builds it
+ * (H5T_IEEE_F32LE copied, fields 15/10/5/0/10, size 2, bias 15), so numpy
+ * sees `float16`. The writer rounds float32 to binary16 with the project's
+ * one converter, qmla_core_f32_to_f16 (quant_core.h: integer round to
+ * nearest even, carries into the exponent kept; HDF5 1.10.8's own
+ * conversion drops those carries and rounds ties away from zero). A finite
+ * value that float16 cannot hold (|x| >= 65520) is refused with QMLA_ERANGE
+ * before anything of its layer or cell is written, rather than stored as
+ * infinity. positions are int64; attributes are fixed-length strings, int32
+ * (seed: int64 when it does not fit) and double, written with h5util's
+ * shared attribute writers. gzip > 0 chunks each dataset (chunks of at most
+ * ~1 MiB, leading dimensions split first) and applies shuffle + deflate at
+ * that level.
  *
  * The writer stores values as given (non-finite values included: tests build
  * bad files with it); it checks shapes, names and the optional-tensor rules
  * so that it never writes a structure the reader rejects.
  */
 #include "qmla/capture.h"
+#include "qmla/quant_core.h"
+#include "capture_table.h"
 #include "h5util.h"
 
 #include <hdf5.h>
 
+#include <errno.h>
+#include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -28,22 +47,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 struct qmla_capture_writer {
-    hid_t file;
+    hid_t file;        /* in-memory file until close */
     hid_t ftype;       /* float storage type (owned) */
     int float16;
     int gzip;
+    int broken;        /* an HDF5 call failed after the file changed */
     char *path;
     qmla_capture_config cfg;
 };
 
-
-/* "<path>: <obj>: <detail>: <innermost HDF5 message>" */
+/* "<path>: <obj>: <detail>: <innermost HDF5 message>"; marks w broken (the
+ * in-memory file may hold half an object). */
 #if defined(__GNUC__)
 __attribute__((format(printf, 4, 5)))
 #endif
-static int h5fail(qmla_error *err, const char *path, const char *obj,
+static int h5fail(qmla_capture_writer *w, qmla_error *err, const char *obj,
                   const char *fmt, ...)
 {
     char detail[QMLA_ERRMSG_MAX], h5msg[256];
@@ -52,35 +74,9 @@ static int h5fail(qmla_error *err, const char *path, const char *obj,
     va_start(ap, fmt);
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
-    return qmla_error_set(err, QMLA_EIO, "%s: %s: %s (%s)", path, obj, detail,
-                          h5msg);
-}
-
-/* float32 -> IEEE binary16 bits, round to nearest even; overflow gives
- * infinity, NaN stays NaN. Done here rather than by HDF5: HDF5 1.10.8's soft
- * float conversion drops the carry when rounding overflows the mantissa
- * (3.9998 -> 2.0, not 4.0) and rounds ties away from zero. */
-static uint16_t f32_to_f16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) /* inf, nan (kept quiet) */
-        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0));
-    if (ax >= 0x477ff000u) /* rounds to 65536 or more */
-        return (uint16_t)(sign | 0x7c00u);
-    if (ax < 0x38800000u) { /* below 2^-14: a subnormal half (or zero) */
-        float af;
-        memcpy(&af, &ax, sizeof af);
-        /* af * 2^24 is exact; rint rounds to nearest even. 1024 encodes
-         * the smallest normal, as it should. */
-        return (uint16_t)(sign | (uint32_t)rintf(af * 16777216.0f));
-    }
-    uint32_t h = ((((ax >> 23) - 127u + 15u)) << 10) | ((ax & 0x7fffffu) >> 13);
-    uint32_t rem = ax & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
-        h++; /* a carry into the exponent is the right answer */
-    return (uint16_t)(sign | h);
+    w->broken = 1;
+    return qmla_error_set(err, QMLA_EIO, "%s: %s: %s (%s)", w->path, obj,
+                          detail, h5msg);
 }
 
 /* IEEE binary16 as h5py/numpy store it. Caller closes. */
@@ -97,64 +93,64 @@ static hid_t make_f16(void)
     return t;
 }
 
-/* ---- attributes ---------------------------------------------------------- */
-
-static int put_string(hid_t obj, const char *name, const char *val)
-{
-    size_t n = strlen(val);
-    int utf8 = 0;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)val[i] >= 0x80)
-            utf8 = 1;
-    hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate(H5S_SCALAR), a = -1;
-    int ok = t >= 0 && sp >= 0 && H5Tset_size(t, n + 1) >= 0 &&
-             H5Tset_strpad(t, H5T_STR_NULLTERM) >= 0 &&
-             H5Tset_cset(t, utf8 ? H5T_CSET_UTF8 : H5T_CSET_ASCII) >= 0 &&
-             (a = H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT)) >= 0 &&
-             H5Awrite(a, t, val) >= 0;
-    if (a >= 0)
-        H5Aclose(a);
-    if (sp >= 0)
-        H5Sclose(sp);
-    if (t >= 0)
-        H5Tclose(t);
-    return ok ? 0 : -1;
-}
-
-static int put_num(hid_t obj, const char *name, hid_t ftype, hid_t mtype,
-                   const void *val)
-{
-    hid_t sp = H5Screate(H5S_SCALAR), a = -1;
-    int ok = sp >= 0 &&
-             (a = H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT)) >= 0 &&
-             H5Awrite(a, mtype, val) >= 0;
-    if (a >= 0)
-        H5Aclose(a);
-    if (sp >= 0)
-        H5Sclose(sp);
-    return ok ? 0 : -1;
-}
-
 static int put_int(hid_t obj, const char *name, int v)
 {
-    return put_num(obj, name, H5T_STD_I32LE, H5T_NATIVE_INT, &v);
+    return qmla_h5_attr_num(obj, name, H5T_STD_I32LE, H5T_NATIVE_INT, &v);
 }
 
 static int put_double(hid_t obj, const char *name, double v)
 {
-    return put_num(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v);
+    return qmla_h5_attr_num(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v);
 }
 
 /* ---- datasets ------------------------------------------------------------ */
 
-static int check_f16_range(const char *path, const char *obj, const float *x,
-                           size_t n, qmla_error *err)
+/* Float16 storage: every finite value must round to a finite binary16
+ * (quant_core's overflow flag: |x| >= 65520). */
+static int check_f16_range(const qmla_capture_writer *w, const char *gpath,
+                           const char *name, const float *x, size_t n,
+                           qmla_error *err)
 {
-    for (size_t i = 0; i < n; i++)
-        if (isfinite(x[i]) && fabsf(x[i]) >= 65520.0f)
-            return qmla_error_set(err, QMLA_ERANGE, "%s: %s: float16 storage: "
-                                  "expected |x| < 65520, found %g at element "
-                                  "%zu", path, obj, (double)x[i], i);
+    for (size_t i = 0; i < n; i++) {
+        int ovf = 0;
+        (void)qmla_core_f32_to_f16(x[i], &ovf);
+        if (ovf)
+            return qmla_error_set(err, QMLA_ERANGE, "%s: %s/%s: float16 "
+                                  "storage: expected |x| < 65520, found %g at "
+                                  "element %zu", w->path, gpath, name,
+                                  (double)x[i], i);
+    }
+    return QMLA_OK;
+}
+
+/* The element count of a table dataset for cell extents N, T. */
+static size_t table_elems(const qmla_capture_writer *w, const qmla_cap_ds *d,
+                          hsize_t N, hsize_t T, qmla_h5_dspec *s)
+{
+    qmla_cap_spec(d, &w->cfg, N, T, s);
+    size_t n = 1;
+    for (int i = 0; i < s->rank; i++)
+        n *= (size_t)s->dims[i];
+    return n;
+}
+
+/* Before anything of a layer or cell is written: with float16 storage,
+ * refuse values float16 cannot hold. */
+static int check_range(const qmla_capture_writer *w, const char *gpath,
+                       const qmla_cap_ds *tab, size_t ntab, const void *s,
+                       hsize_t N, hsize_t T, qmla_error *err)
+{
+    for (size_t i = 0; w->float16 && i < ntab; i++) {
+        const qmla_cap_ds *d = &tab[i];
+        const void *x = d->field >= 0 ? qmla_cap_get(s, d) : NULL;
+        if (!x || d->integer)
+            continue;
+        qmla_h5_dspec sp;
+        int st = check_f16_range(w, gpath, d->name, x,
+                                 table_elems(w, d, N, T, &sp), err);
+        if (st)
+            return st;
+    }
     return QMLA_OK;
 }
 
@@ -177,25 +173,28 @@ static int put_dataset(qmla_capture_writer *w, hid_t g, const char *gpath,
     }
     uint16_t *half = NULL;
     if (w->float16 && mt == H5T_NATIVE_FLOAT) {
-        int st = check_f16_range(w->path, obj, data, n, err);
-        if (st)
-            return st;
         half = malloc(n * sizeof *half);
         if (!half)
             return qmla_error_set(err, QMLA_ENOMEM, "%s: %s: expected memory "
                                   "for %zu float16 values, found none",
                                   w->path, obj, n);
         const float *x = data;
+        int ovf = 0;
         for (size_t i = 0; i < n; i++)
-            half[i] = f32_to_f16(x[i]);
+            half[i] = qmla_core_f32_to_f16(x[i], &ovf);
+        if (ovf) { /* check_range ran first: cannot happen */
+            free(half);
+            return qmla_error_set(err, QMLA_ERANGE, "%s: %s: float16 storage: "
+                                  "expected |x| < 65520, found a larger value",
+                                  w->path, obj);
+        }
         data = half;
         mt = ft; /* the bits are already binary16: no HDF5 conversion */
     }
-    hid_t sp = H5Screate_simple(rank, dims, NULL);
-    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), d = -1;
-    int ok = sp >= 0 && dcpl >= 0;
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    int ok = dcpl >= 0;
     if (ok && w->gzip > 0) {
-        hsize_t chunk[8];
+        hsize_t chunk[H5S_MAX_RANK];
         size_t el = H5Tget_size(ft), bytes = n * el;
         for (int i = 0; i < rank; i++)
             chunk[i] = dims[i];
@@ -208,26 +207,58 @@ static int put_dataset(qmla_capture_writer *w, hid_t g, const char *gpath,
         ok = H5Pset_chunk(dcpl, rank, chunk) >= 0 && H5Pset_shuffle(dcpl) >= 0 &&
              H5Pset_deflate(dcpl, (unsigned)w->gzip) >= 0;
     }
-    ok = ok && (d = H5Dcreate2(g, name, ft, sp, H5P_DEFAULT, dcpl,
-                               H5P_DEFAULT)) >= 0 &&
-         H5Dwrite(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0;
-    int st = ok ? QMLA_OK : h5fail(err, w->path, obj, "cannot write dataset");
-    if (d >= 0)
-        H5Dclose(d);
-    if (dcpl >= 0)
-        H5Pclose(dcpl);
-    if (sp >= 0)
-        H5Sclose(sp);
+    ok = ok && qmla_h5_dset_nd(g, name, ft, mt, rank, dims, dcpl, data) == 0;
+    if (dcpl >= 0 && H5Pclose(dcpl) < 0)
+        ok = 0;
     free(half);
+    return ok ? QMLA_OK : h5fail(w, err, obj, "cannot write dataset");
+}
+
+/* Write the datasets of `tab` that s (a qmla_layer or qmla_cell) holds:
+ * every one with a field whose pointer is non-NULL, shapes from the table. */
+static int put_table(qmla_capture_writer *w, hid_t g, const char *gpath,
+                     const qmla_cap_ds *tab, size_t ntab, const void *s,
+                     hsize_t N, hsize_t T, qmla_error *err)
+{
+    for (size_t i = 0; i < ntab; i++) {
+        const qmla_cap_ds *d = &tab[i];
+        const void *x = d->field >= 0 ? qmla_cap_get(s, d) : NULL;
+        if (!x)
+            continue;
+        qmla_h5_dspec sp;
+        qmla_cap_spec(d, &w->cfg, N, T, &sp);
+        int st = put_dataset(w, g, gpath, d->name, sp.rank, sp.dims,
+                             d->integer ? H5T_STD_I64LE : w->ftype,
+                             d->integer ? H5T_NATIVE_INT64 : H5T_NATIVE_FLOAT,
+                             x, err);
+        if (st)
+            return st;
+    }
+    return QMLA_OK;
+}
+
+/* Close a group the writer created; a failure marks the writer broken. */
+static int close_group(qmla_capture_writer *w, hid_t g, const char *gpath,
+                       int st, qmla_error *err)
+{
+    if (g >= 0 && H5Gclose(g) < 0 && st == QMLA_OK)
+        st = h5fail(w, err, gpath, "cannot close the group");
     return st;
 }
 
-static int put_f32(qmla_capture_writer *w, hid_t g, const char *gpath,
-                   const char *name, int rank, const hsize_t *dims,
-                   const float *x, qmla_error *err)
+/* QMLA_OK when link `name` of loc (object path gpath) does not exist yet; a
+ * layer or cell is written once. */
+static int must_be_new(qmla_capture_writer *w, hid_t loc, const char *name,
+                       const char *gpath, const char *what, qmla_error *err)
 {
-    return put_dataset(w, g, gpath, name, rank, dims, w->ftype,
-                       H5T_NATIVE_FLOAT, x, err);
+    htri_t ex = H5Lexists(loc, name, H5P_DEFAULT);
+    if (ex == 0)
+        return QMLA_OK;
+    if (ex > 0)
+        return qmla_error_set(err, QMLA_EINVAL, "%s: %s: expected a new %s, "
+                              "found it already written", w->path, gpath,
+                              what);
+    return h5fail(w, err, gpath, "cannot query the %s", what);
 }
 
 /* ---- public -------------------------------------------------------------- */
@@ -286,17 +317,18 @@ static int write_header(qmla_capture_writer *w, qmla_error *err)
 {
     const qmla_capture_config *c = &w->cfg;
     hid_t root = H5Gopen2(w->file, "/", H5P_DEFAULT);
-    int ok = root >= 0 && put_string(root, "format", QMLA_CAPTURE_FORMAT) == 0 &&
+    int ok = root >= 0 &&
+             qmla_h5_attr_fixed_str(root, "format", QMLA_CAPTURE_FORMAT) == 0 &&
              put_int(root, "format_version", QMLA_CAPTURE_VERSION) == 0 &&
-             put_string(root, "model", c->model) == 0 &&
-             put_string(root, "source", c->source) == 0 &&
+             qmla_h5_attr_fixed_str(root, "model", c->model) == 0 &&
+             qmla_h5_attr_fixed_str(root, "source", c->source) == 0 &&
              (!c->has_check_tolerance ||
               put_double(root, "check_tolerance", c->check_tolerance) == 0) &&
              (!c->synthetic || put_int(root, "synthetic", 1) == 0);
-    if (root >= 0)
-        H5Gclose(root);
+    if (root >= 0 && H5Gclose(root) < 0)
+        ok = 0;
     if (!ok)
-        return h5fail(err, w->path, "/", "cannot write the root attributes");
+        return h5fail(w, err, "/", "cannot write the root attributes");
     hid_t g = H5Gcreate2(w->file, "/config", H5P_DEFAULT, H5P_DEFAULT,
                          H5P_DEFAULT);
     ok = g >= 0 && put_int(g, "n_layers", c->n_layers) == 0 &&
@@ -306,17 +338,46 @@ static int write_header(qmla_capture_writer *w, qmla_error *err)
          put_int(g, "qk_rope_head_dim", c->d_r) == 0 &&
          put_int(g, "v_head_dim", c->d_v) == 0 &&
          put_double(g, "softmax_scale", c->softmax_scale) == 0 &&
-         put_string(g, "rope_pairing", c->rope_pairing == QMLA_ROPE_HALF
-                                           ? "half" : "interleaved") == 0 &&
+         qmla_h5_attr_fixed_str(g, "rope_pairing",
+                                c->rope_pairing == QMLA_ROPE_HALF
+                                    ? "half" : "interleaved") == 0 &&
          put_double(g, "rms_norm_eps", c->rms_norm_eps) == 0;
-    if (g >= 0)
-        H5Gclose(g);
+    if (g >= 0 && H5Gclose(g) < 0)
+        ok = 0;
     if (!ok)
-        return h5fail(err, w->path, "/config", "cannot write the attributes");
+        return h5fail(w, err, "/config", "cannot write the attributes");
     g = H5Gcreate2(w->file, "/layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (g < 0)
-        return h5fail(err, w->path, "/layers", "cannot create the group");
-    H5Gclose(g);
+        return h5fail(w, err, "/layers", "cannot create the group");
+    return close_group(w, g, "/layers", QMLA_OK, err);
+}
+
+/* The destination must be creatable: a directory we can write to, and the
+ * path itself new or a regular file (the rename at close replaces it; a
+ * device, FIFO or directory is never replaced). */
+static int check_dest(const char *path, qmla_error *err)
+{
+    if (!path[0])
+        return qmla_error_set(err, QMLA_EINVAL, "qmla_capture_writer_open: "
+                              "expected a path, found an empty string");
+    /* room for the temporary's ".tmp.PID" in qmla_h5_save_image's buffer */
+    if (strlen(path) > 4000)
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot create: expected a "
+                              "path of at most 4000 bytes, found %zu", path,
+                              strlen(path));
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot create: expected a "
+                              "regular file or a new path, found %s", path,
+                              S_ISDIR(sb.st_mode) ? "a directory"
+                                                  : "a special file");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    const char *d = dirname(dir);
+    if (access(d, W_OK | X_OK) != 0)
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot create: expected a "
+                              "writable directory %s, found: %s", path, d,
+                              strerror(errno));
     return QMLA_OK;
 }
 
@@ -335,7 +396,7 @@ int qmla_capture_writer_open(const char *path, const qmla_capture_config *cfg,
         return qmla_error_set(err, QMLA_EINVAL, "%s: gzip: expected a level "
                               "0..9, found %d", path, gzip);
     int st = check_cfg(path, cfg, err);
-    if (st)
+    if (st || (st = check_dest(path, err)))
         return st;
     h5_quiet q = qmla_h5_quiet_begin();
     if (gzip > 0 && (H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0 ||
@@ -362,13 +423,12 @@ int qmla_capture_writer_open(const char *path, const qmla_capture_config *cfg,
     w->file = H5I_INVALID_HID;
     w->ftype = float16 ? make_f16() : H5Tcopy(H5T_IEEE_F32LE);
     if (w->ftype < 0) {
-        st = h5fail(err, path, "/", "cannot build the float storage type");
+        st = h5fail(w, err, "/", "cannot build the float storage type");
         goto fail;
     }
-    w->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    w->file = qmla_h5_create_mem();
     if (w->file < 0) {
-        st = h5fail(err, path, "/", "cannot create: expected a writable "
-                    "path, found an error");
+        st = h5fail(w, err, "/", "cannot create the in-memory file");
         goto fail;
     }
     if ((st = write_header(w, err)))
@@ -396,48 +456,56 @@ int qmla_capture_writer_layer(qmla_capture_writer *w, const qmla_layer *l,
     if (l->layer < 0)
         return qmla_error_set(err, QMLA_EINVAL, "%s: layer: expected an index "
                               ">= 0, found %d", w->path, l->layer);
-    if (!l->w_uk || !l->w_uv || !l->w_o || !l->kv_norm)
-        return qmla_error_set(err, QMLA_EINVAL, "%s: layer %d: expected w_uk, "
-                              "w_uv, w_o and kv_norm, found a NULL tensor",
-                              w->path, l->layer);
+    for (size_t i = 0; i < qmla_cap_n_layer_ds; i++)
+        if (!qmla_cap_get(l, &qmla_cap_layer_ds[i]))
+            return qmla_error_set(err, QMLA_EINVAL, "%s: layer %d: expected "
+                                  "w_uk, w_uv, w_o and kv_norm, found a NULL "
+                                  "tensor", w->path, l->layer);
     h5_quiet q = qmla_h5_quiet_begin();
     char gpath[64];
     snprintf(gpath, sizeof gpath, "/layers/%d", l->layer);
     int st = QMLA_OK;
-    htri_t ex = H5Lexists(w->file, gpath, H5P_DEFAULT);
-    if (ex != 0) {
-        st = ex > 0 ? qmla_error_set(err, QMLA_EINVAL, "%s: %s: expected a "
-                                     "new layer, found it already written",
-                                     w->path, gpath)
-                    : h5fail(err, w->path, gpath, "cannot query the layer");
-        qmla_h5_quiet_end(q);
-        return st;
-    }
-    hid_t g = H5Gcreate2(w->file, gpath, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t g = H5I_INVALID_HID;
+    if ((st = must_be_new(w, w->file, gpath, gpath, "layer", err)))
+        goto out;
+    if ((st = check_range(w, gpath, qmla_cap_layer_ds, qmla_cap_n_layer_ds, l,
+                          0, 0, err)))
+        goto out;
+    g = H5Gcreate2(w->file, gpath, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (g < 0 || put_int(g, "layer", l->layer) < 0) {
-        st = h5fail(err, w->path, gpath, "cannot create the layer group");
+        st = h5fail(w, err, gpath, "cannot create the layer group");
         goto out;
     }
-    const qmla_capture_config *c = &w->cfg;
-    const hsize_t H = (hsize_t)c->H, D = (hsize_t)c->D, dc = (hsize_t)c->d_c;
-    const hsize_t uk[3] = {H, (hsize_t)c->d_n, dc};
-    const hsize_t uv[3] = {H, (hsize_t)c->d_v, dc};
-    const hsize_t o[2] = {D, H * (hsize_t)c->d_v};
-    if ((st = put_f32(w, g, gpath, "w_uk", 3, uk, l->w_uk, err)) ||
-        (st = put_f32(w, g, gpath, "w_uv", 3, uv, l->w_uv, err)) ||
-        (st = put_f32(w, g, gpath, "w_o", 2, o, l->w_o, err)) ||
-        (st = put_f32(w, g, gpath, "kv_norm_weight", 1, &dc, l->kv_norm, err)))
+    if ((st = put_table(w, g, gpath, qmla_cap_layer_ds, qmla_cap_n_layer_ds,
+                        l, 0, 0, err)))
         goto out;
     hid_t cg = H5Gcreate2(g, "cells", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (cg < 0)
-        st = h5fail(err, w->path, gpath, "cannot create the cells group");
+        st = h5fail(w, err, gpath, "cannot create the cells group");
     else
-        H5Gclose(cg);
+        st = close_group(w, cg, gpath, st, err);
 out:
-    if (g >= 0)
-        H5Gclose(g);
+    st = close_group(w, g, gpath, st, err);
     qmla_h5_quiet_end(q);
     return st;
+}
+
+/* The optional datasets a cell holds: none, the pre pair, or the pre pair
+ * and the cos/sin pair (the reader's rules). */
+static int optional_ok(const qmla_cell *cell)
+{
+    int n[QMLA_CAP_EXTRA + 1] = {0}, of[QMLA_CAP_EXTRA + 1] = {0};
+    for (size_t i = 0; i < qmla_cap_n_cell_ds; i++) {
+        const qmla_cap_ds *d = &qmla_cap_cell_ds[i];
+        if (d->field < 0)
+            continue;
+        of[d->need]++;
+        n[d->need] += qmla_cap_get(cell, d) != NULL;
+    }
+    int pre = n[QMLA_CAP_PRE], cs = n[QMLA_CAP_COSSIN];
+    return n[QMLA_CAP_REQUIRED] == of[QMLA_CAP_REQUIRED] &&
+           (pre == 0 || pre == of[QMLA_CAP_PRE]) &&
+           (cs == 0 || cs == of[QMLA_CAP_COSSIN]) && (cs == 0 || pre > 0);
 }
 
 int qmla_capture_writer_cell(qmla_capture_writer *w, int layer,
@@ -461,14 +529,16 @@ int qmla_capture_writer_cell(qmla_capture_writer *w, int layer,
         return qmla_error_set(err, QMLA_EINVAL, "%s: cell %s: expected N >= 1 "
                               "and T >= 1, found N = %zu, T = %zu", w->path,
                               cell->name, cell->N, cell->T);
-    if (!cell->c_kv || !cell->k_rope || !cell->q_nope || !cell->q_rope ||
-        !cell->attn_out || !cell->positions)
-        return qmla_error_set(err, QMLA_EINVAL, "%s: cell %s: expected c_kv, "
-                              "k_rope, q_nope, q_rope, attn_out and positions, "
-                              "found a NULL tensor", w->path, cell->name);
-    if (!cell->k_rope_pre != !cell->q_rope_pre ||
-        !cell->rope_cos != !cell->rope_sin ||
-        (cell->rope_cos && !cell->k_rope_pre))
+    for (size_t i = 0; i < qmla_cap_n_cell_ds; i++) {
+        const qmla_cap_ds *d = &qmla_cap_cell_ds[i];
+        if (d->need == QMLA_CAP_REQUIRED && d->field >= 0 &&
+            !qmla_cap_get(cell, d))
+            return qmla_error_set(err, QMLA_EINVAL, "%s: cell %s: expected "
+                                  "c_kv, k_rope, q_nope, q_rope, attn_out and "
+                                  "positions, found a NULL tensor", w->path,
+                                  cell->name);
+    }
+    if (!optional_ok(cell))
         return qmla_error_set(err, QMLA_EINVAL, "%s: cell %s: expected none, "
                               "the pre pair (k_rope_pre, q_rope_pre) or all "
                               "four of k_rope_pre, q_rope_pre, rope_cos, "
@@ -491,62 +561,43 @@ int qmla_capture_writer_cell(qmla_capture_writer *w, int layer,
     }
     cells = H5Gopen2(w->file, lpath, H5P_DEFAULT);
     if (cells < 0) {
-        st = h5fail(err, w->path, lpath, "cannot open the cells group");
+        st = h5fail(w, err, lpath, "cannot open the cells group");
         goto out;
     }
-    htri_t ex = H5Lexists(cells, cell->name, H5P_DEFAULT);
-    if (ex != 0) {
-        st = ex > 0 ? qmla_error_set(err, QMLA_EINVAL, "%s: %s: expected a "
-                                     "new cell, found it already written",
-                                     w->path, gpath)
-                    : h5fail(err, w->path, gpath, "cannot query the cell");
+    if ((st = must_be_new(w, cells, cell->name, gpath, "cell", err)))
         goto out;
-    }
+    const hsize_t N = cell->N, T = cell->T;
+    if ((st = check_range(w, gpath, qmla_cap_cell_ds, qmla_cap_n_cell_ds, cell,
+                          N, T, err)))
+        goto out;
     g = H5Gcreate2(cells, cell->name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    int sok = g >= 0 && put_string(g, "dataset", cell->dataset) == 0;
+    int sok = g >= 0 && qmla_h5_attr_fixed_str(g, "dataset", cell->dataset) == 0;
     if (sok) {
         if (cell->seed >= INT_MIN && cell->seed <= INT_MAX) {
             sok = put_int(g, "seed", (int)cell->seed) == 0;
         } else {
             long long s = cell->seed;
-            sok = put_num(g, "seed", H5T_STD_I64LE, H5T_NATIVE_LLONG, &s) == 0;
+            sok = qmla_h5_attr_num(g, "seed", H5T_STD_I64LE, H5T_NATIVE_LLONG,
+                                   &s) == 0;
         }
     }
     if (!sok) {
-        st = h5fail(err, w->path, gpath, "cannot create the cell group");
+        st = h5fail(w, err, gpath, "cannot create the cell group");
         goto out;
     }
-    const qmla_capture_config *c = &w->cfg;
-    const hsize_t N = cell->N, T = cell->T, H = (hsize_t)c->H;
-    const hsize_t D = (hsize_t)c->D, dr = (hsize_t)c->d_r;
-    const hsize_t ckv[3] = {N, T, (hsize_t)c->d_c}, kr[3] = {N, T, dr};
-    const hsize_t qn[4] = {N, H, T, (hsize_t)c->d_n}, qr[4] = {N, H, T, dr};
-    const hsize_t ao[3] = {N, T, D}, pos[2] = {N, T}, cs[3] = {N, T, dr / 2};
-    if ((st = put_f32(w, g, gpath, "c_kv", 3, ckv, cell->c_kv, err)) ||
-        (st = put_f32(w, g, gpath, "k_rope", 3, kr, cell->k_rope, err)) ||
-        (st = put_f32(w, g, gpath, "q_nope", 4, qn, cell->q_nope, err)) ||
-        (st = put_f32(w, g, gpath, "q_rope", 4, qr, cell->q_rope, err)) ||
-        (st = put_f32(w, g, gpath, "attn_out", 3, ao, cell->attn_out, err)) ||
-        (st = put_dataset(w, g, gpath, "positions", 2, pos, H5T_STD_I64LE,
-                          H5T_NATIVE_INT64, cell->positions, err)))
-        goto out;
-    if (cell->k_rope_pre &&
-        ((st = put_f32(w, g, gpath, "k_rope_pre", 3, kr, cell->k_rope_pre,
-                       err)) ||
-         (st = put_f32(w, g, gpath, "q_rope_pre", 4, qr, cell->q_rope_pre,
-                       err))))
-        goto out;
-    if (cell->rope_cos &&
-        ((st = put_f32(w, g, gpath, "rope_cos", 3, cs, cell->rope_cos, err)) ||
-         (st = put_f32(w, g, gpath, "rope_sin", 3, cs, cell->rope_sin, err))))
-        goto out;
+    st = put_table(w, g, gpath, qmla_cap_cell_ds, qmla_cap_n_cell_ds, cell, N,
+                   T, err);
 out:
-    if (g >= 0)
-        H5Gclose(g);
-    if (cells >= 0)
-        H5Gclose(cells);
+    st = close_group(w, g, gpath, st, err);
+    st = close_group(w, cells, lpath, st, err);
     qmla_h5_quiet_end(q);
     return st;
+}
+
+/* Close w's HDF5 objects other than the file; 0, or -1 when a close failed. */
+static int release(qmla_capture_writer *w)
+{
+    return w->ftype >= 0 && H5Tclose(w->ftype) < 0 ? -1 : 0;
 }
 
 int qmla_capture_writer_close(qmla_capture_writer *w, qmla_error *err)
@@ -555,14 +606,31 @@ int qmla_capture_writer_close(qmla_capture_writer *w, qmla_error *err)
         return QMLA_OK;
     h5_quiet q = qmla_h5_quiet_begin();
     int st = QMLA_OK;
-    if (w->file >= 0 && H5Fflush(w->file, H5F_SCOPE_GLOBAL) < 0)
-        st = h5fail(err, w->path, "/", "cannot flush");
-    if (w->ftype >= 0)
-        H5Tclose(w->ftype);
-    if (w->file >= 0 && H5Fclose(w->file) < 0 && !st)
-        st = h5fail(err, w->path, "/", "cannot close");
+    if (release(w) != 0)
+        st = h5fail(w, err, "/", "cannot close the float storage type");
+    if (w->broken || st) {
+        /* half an object may be in memory: write nothing */
+        H5Fclose(w->file);
+        if (!st)
+            st = qmla_error_set(err, QMLA_EIO, "%s: not written: an earlier "
+                                "write to the capture failed", w->path);
+    } else {
+        st = qmla_h5_save_image(w->file, w->path, err);
+    }
     qmla_h5_quiet_end(q);
     free(w->path);
     free(w);
     return st;
+}
+
+void qmla_capture_writer_abort(qmla_capture_writer *w)
+{
+    if (!w)
+        return;
+    h5_quiet q = qmla_h5_quiet_begin();
+    release(w);
+    H5Fclose(w->file);
+    qmla_h5_quiet_end(q);
+    free(w->path);
+    free(w);
 }

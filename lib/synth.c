@@ -111,8 +111,6 @@ int qmla_synth_write(const char *path, const qmla_synth_opts *o,
     qmla_cell c;
     memset(&c, 0, sizeof c);
     float *gamma = NULL, *bias = NULL;
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     qmla_attn_state ws;
     memset(&ws, 0, sizeof ws);
     const qmla_exec ex = qmla_exec_cpu(o->threads);
@@ -147,7 +145,7 @@ int qmla_synth_write(const char *path, const qmla_synth_opts *o,
     }
     if ((st = qmla_attn_state_alloc(&dims, T, 0, &ws, err)))
         goto done;
-    if ((st = qmla_capture_writer_open(tmp, &cfg, o->float16, o->gzip, &wr,
+    if ((st = qmla_capture_writer_open(path, &cfg, o->float16, o->gzip, &wr,
                                        err)))
         goto done;
 
@@ -238,18 +236,11 @@ int qmla_synth_write(const char *path, const qmla_synth_opts *o,
                 goto done;
         }
     }
+    /* atomic: the capture reaches `path` whole or not at all */
     st = qmla_capture_writer_close(wr, err);
     wr = NULL;
-    if (st == QMLA_OK && rename(tmp, path) != 0)
-        st = qmla_error_set(err, QMLA_EIO, "cannot rename %s to %s", tmp, path);
-    if (st != QMLA_OK)
-        remove(tmp);
 done:
-    if (wr) {
-        qmla_error e2;
-        qmla_capture_writer_close(wr, &e2);
-        remove(tmp);
-    }
+    qmla_capture_writer_abort(wr);
     qmla_attn_state_free(&ws);
     free(bias);
     qmla_layer_free(&lay);

@@ -8,14 +8,22 @@
  * specific status and a message naming the file, the object and the
  * expected/found values.
  *
+ * The writer's float16 is quant_core's converter bit for bit (every float16
+ * value, every halfway point and its float32 neighbours; overflow refused);
+ * the writer is atomic (nothing on disk before close, abort writes nothing,
+ * an old file is replaced only by a complete capture, two writers at once).
+ *
  * Run: meson test -C build test_reader   (files go to a fresh /tmp dir).
  */
 #include "qmla/capture.h"
+#include "qmla/quant_core.h"
 #include "check.h"
 
 #include <hdf5.h>
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -58,6 +66,18 @@ static qmla_capture_config make_cfg(void)
     c.has_check_tolerance = 1;
     c.check_tolerance = 1e-3;
     c.synthetic = 1;
+    return c;
+}
+
+/* c with H = d_n = d_v = D = 1, d_r = 2 and d_c = n: w_uk holds n values */
+static qmla_capture_config one_column_cfg(qmla_capture_config c, size_t n)
+{
+    c.H = 1;
+    c.d_n = 1;
+    c.d_v = 1;
+    c.D = 1;
+    c.d_r = 2;
+    c.d_c = (int)n;
     return c;
 }
 
@@ -642,13 +662,7 @@ static void test_roundtrip_f16(const fixture *fx)
                                   0x1p-20f, 3 * 0x1p-26f, 65504.0f,
                                   65519.0f, -0x1.ffcp-15f, 0.0f, -0.0f};
     const size_t np = sizeof probe / sizeof probe[0];
-    qmla_capture_config c1 = fx->cfg;
-    c1.H = 1;
-    c1.d_n = 1;
-    c1.d_v = 1;
-    c1.D = 1;
-    c1.d_r = 2;
-    c1.d_c = (int)np;
+    qmla_capture_config c1 = one_column_cfg(fx->cfg, np);
     qmla_layer L;
     make_layer(&c1, 0, &L);
     memcpy(L.w_uk, probe, sizeof probe);
@@ -1365,6 +1379,225 @@ static void test_writer_errors(const fixture *fx)
     CHECK_OK(qmla_capture_writer_close(w, &err), err);
 }
 
+/* Write `n` values as the float16 w_uk [1, 1, n] of a one-layer capture and
+ * read the stored binary16 bits back without any conversion. 0, or the
+ * writer's status (err set). */
+static int write_f16_bits(const char *path, const float *x, size_t n,
+                          uint16_t *bits, qmla_error *err)
+{
+    qmla_capture_config c = one_column_cfg(make_cfg(), n);
+    qmla_layer L;
+    make_layer(&c, 0, &L);
+    memcpy(L.w_uk, x, n * sizeof *x);
+    qmla_capture_writer *w = NULL;
+    int st = qmla_capture_writer_open(path, &c, 1, 0, &w, err);
+    if (!st && (st = qmla_capture_writer_layer(w, &L, err)))
+        qmla_capture_writer_abort(w);
+    else if (!st)
+        st = qmla_capture_writer_close(w, err);
+    qmla_layer_free(&L);
+    if (st || !bits)
+        return st;
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, "/layers/0/w_uk", H5P_DEFAULT);
+    hid_t ft = H5Dget_type(d);
+    CHECK(H5Tget_size(ft) == 2, "float16 storage: 2 bytes");
+    /* the file type as memory type: the raw bits, no conversion */
+    CHECK(H5Dread(d, ft, H5S_ALL, H5S_ALL, H5P_DEFAULT, bits) >= 0,
+          "read the float16 bits");
+    H5Tclose(ft);
+    H5Dclose(d);
+    H5Fclose(f);
+    return 0;
+}
+
+/* The writer's float16 is quant_core's qmla_core_f32_to_f16, bit for bit:
+ * ties to even, carries into the exponent (also subnormal -> normal),
+ * subnormals, the largest finite value, infinities and NaN; every value
+ * that rounds to infinity is refused (QMLA_ERANGE). */
+static void test_f16_is_quant_core(void)
+{
+    static const float edge[] = {
+        1.0f + 0x1p-11f,      /* tie: to even (1.0) */
+        1.0f + 3 * 0x1p-11f,  /* tie: to even (up) */
+        2.0f - 0x1p-12f,      /* rounds up into the next binade: 2.0 */
+        3.9998f,              /* carry into the exponent: 4.0 (HDF5: 2.0) */
+        -0.99996f,            /* carry: -1.0 (HDF5: -0.5) */
+        0x1.ffcp-15f,         /* subnormal tie -> smallest normal 2^-14 */
+        0x1.ff8p-15f,         /* largest subnormal */
+        0x1p-24f,             /* smallest subnormal */
+        0x1p-25f,             /* tie with 0: to even (0) */
+        0x1.000002p-25f,      /* just above: smallest subnormal */
+        3 * 0x1p-25f,         /* subnormal tie: 1.5 ulp -> 2 ulp */
+        3 * 0x1p-26f, 0x1p-20f, 0x1p-30f, -0x1p-30f,
+        65504.0f,             /* largest finite */
+        65519.996f,           /* just below the halfway point: 65504 */
+        -65519.996f, 0.0f, -0.0f, 1e-8f, -1e-8f, 0.1f, 1.0f / 3.0f,
+        INFINITY, -INFINITY, NAN,
+    };
+    const size_t ne = sizeof edge / sizeof edge[0];
+    /* plus, over the whole positive and negative float16 range: every
+     * representable value, every halfway point between neighbours and the
+     * float32 values on either side of each halfway point */
+    size_t n = ne + 2 * 4 * 0x7c00;
+    float *x = malloc(n * sizeof *x);
+    uint16_t *bits = malloc(n * sizeof *bits);
+    memcpy(x, edge, sizeof edge);
+    size_t k = ne;
+    for (int sgn = 0; sgn < 2; sgn++)
+        for (uint32_t h = 0; h < 0x7c00; h++) {
+            float a = qmla_core_f16_to_f32((uint16_t)h);
+            float b = h + 1 < 0x7c00 ? qmla_core_f16_to_f32((uint16_t)(h + 1))
+                                     : 65519.996f; /* below the overflow tie */
+            float m = h + 1 < 0x7c00 ? a + (b - a) / 2 : b;
+            float v[4] = {a, m, nextafterf(m, 0.0f), nextafterf(m, INFINITY)};
+            if (h + 1 >= 0x7c00)
+                v[3] = m;
+            for (int i = 0; i < 4; i++)
+                x[k++] = sgn ? -v[i] : v[i];
+        }
+    CHECK(k == n, "probe count %zu", k);
+    qmla_error err = {0};
+    int st = write_f16_bits(tpath("f16-core.h5"), x, n, bits, &err);
+    CHECK_OK(st, err);
+    size_t bad = 0;
+    for (size_t i = 0; !st && i < n; i++) {
+        uint16_t want = qmla_core_f32_to_f16(x[i], NULL);
+        int same = isnan(x[i]) ? (bits[i] & 0x7c00u) == 0x7c00u &&
+                                     (bits[i] & 0x3ffu) &&
+                                     bits[i] == want
+                               : bits[i] == want;
+        if (!same && bad++ < 5)
+            CHECK(0, "float16 of %a: writer stored 0x%04x, quant_core gives "
+                  "0x%04x", (double)x[i], bits[i], want);
+        /* and the independent reference conversion agrees on finite values */
+        if (!isnan(x[i]) && bits[i] != f2h(x[i]) && bad++ < 5)
+            CHECK(0, "float16 of %a: writer stored 0x%04x, reference 0x%04x",
+                  (double)x[i], bits[i], f2h(x[i]));
+    }
+    CHECK(bad == 0, "%zu of %zu float16 values differ from quant_core's", bad,
+          n);
+    /* spot checks of what the edge values must become */
+    static const uint16_t expect[] = {0x3c00, 0x3c02, 0x4000, 0x4400, 0xbc00,
+                                      0x0400, 0x03ff, 0x0001, 0x0000, 0x0001,
+                                      0x0002};
+    for (size_t i = 0; !st && i < sizeof expect / sizeof expect[0]; i++)
+        CHECK(bits[i] == expect[i], "float16 of %a: 0x%04x, expected 0x%04x",
+              (double)edge[i], bits[i], expect[i]);
+    CHECK(!st && bits[15] == 0x7bff && bits[16] == 0x7bff &&
+              bits[17] == 0xfbff && bits[ne - 3] == 0x7c00 &&
+              bits[ne - 2] == 0xfc00,
+          "largest finite, below the overflow tie, infinities");
+    free(x);
+    free(bits);
+
+    /* overflow: refused before anything of the layer is written */
+    static const float over[] = {65520.0f, -65520.0f, 65536.0f, 1e6f,
+                                 -FLT_MAX};
+    for (size_t i = 0; i < sizeof over / sizeof over[0]; i++) {
+        float v[3] = {1.0f, over[i], 2.0f};
+        int ovf = 0;
+        (void)qmla_core_f32_to_f16(over[i], &ovf);
+        CHECK(ovf == 1, "quant_core flags %g as overflow", (double)over[i]);
+        const char *p = tpath("f16-over.h5");
+        unlink(p);
+        st = write_f16_bits(p, v, 3, NULL, &err);
+        char want[64];
+        snprintf(want, sizeof want, "found %g at element 1", (double)over[i]);
+        CHECK(st == QMLA_ERANGE && strstr(err.msg, "w_uk") &&
+                  strstr(err.msg, want),
+              "float16 overflow of %g refused: %s", (double)over[i], err.msg);
+        CHECK(access(p, F_OK) != 0, "nothing written for %g", (double)over[i]);
+    }
+}
+
+/* No temporary file of `path` left in its directory. */
+static int tmp_left(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[512], pre[256];
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    snprintf(pre, sizeof pre, "%s.tmp", slash + 1);
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        n += strncmp(e->d_name, pre, strlen(pre)) == 0;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* The writer is atomic: nothing reaches the path before close; abort and a
+ * failed close leave an existing file as it was; two writers at once. */
+static void test_writer_atomic(const fixture *fx)
+{
+    qmla_error err = {0};
+    const char *p = tpath("atomic.h5");
+    FILE *o = fopen(p, "w");
+    fputs("old contents\n", o);
+    fclose(o);
+    qmla_capture_writer *w = NULL, *w2 = NULL;
+    int st = qmla_capture_writer_open(p, &fx->cfg, 0, 0, &w, &err);
+    CHECK_OK(st, err);
+    if (st)
+        return;
+    /* a second writer at the same time (the in-memory files are distinct) */
+    const char *p2 = tpath("atomic2.h5");
+    CHECK_OK(qmla_capture_writer_open(p2, &fx->cfg, 1, 3, &w2, &err), err);
+    CHECK_OK(qmla_capture_writer_layer(w, &fx->L[1], &err), err);
+    CHECK_OK(qmla_capture_writer_layer(w2, &fx->L[1], &err), err);
+    CHECK_OK(qmla_capture_writer_cell(w, 2, &fx->C[1][0], &err), err);
+    CHECK_OK(qmla_capture_writer_cell(w2, 2, &fx->C[1][0], &err), err);
+    char buf[64] = {0};
+    o = fopen(p, "r");
+    CHECK(o && fgets(buf, sizeof buf, o) && strcmp(buf, "old contents\n") == 0,
+          "the old file is untouched before close");
+    if (o)
+        fclose(o);
+    CHECK(access(p2, F_OK) != 0 && tmp_left(p) == 0 && tmp_left(p2) == 0,
+          "nothing on disk before close");
+    qmla_capture_writer_abort(w2);
+    CHECK(access(p2, F_OK) != 0 && tmp_left(p2) == 0, "abort writes nothing");
+    CHECK_OK(qmla_capture_writer_close(w, &err), err);
+    qmla_capture *c = NULL;
+    st = qmla_capture_open(p, &c, &err);
+    CHECK_OK(st, err);
+    CHECK(!st && qmla_capture_n_layers(c) == 1 && qmla_capture_n_cells(c, 0) == 1,
+          "the new capture replaced the old file");
+    qmla_capture_close(c);
+    CHECK(tmp_left(p) == 0, "no temporary left after close");
+
+    /* a directory is never replaced, and is refused at open */
+    const char *pd = tpath("a-directory.h5");
+    mkdir(pd, 0755);
+    st = qmla_capture_writer_open(pd, &fx->cfg, 0, 0, &w, &err);
+    CHECK(st == QMLA_EIO && strstr(err.msg, pd) &&
+              strstr(err.msg, "a directory"), "directory: %s", err.msg);
+    rmdir(pd);
+    /* a device is never replaced; an empty path is refused */
+    st = qmla_capture_writer_open("/dev/null", &fx->cfg, 0, 0, &w, &err);
+    CHECK(st == QMLA_EIO && strstr(err.msg, "/dev/null") &&
+              strstr(err.msg, "a special file"), "device: %s", err.msg);
+    st = qmla_capture_writer_open("", &fx->cfg, 0, 0, &w, &err);
+    CHECK(st == QMLA_EINVAL && w == NULL, "empty path: %s", err.msg);
+    /* the path vanishes between open and close: the save fails, naming it */
+    char sub[512];
+    snprintf(sub, sizeof sub, "%s", tpath("gone"));
+    mkdir(sub, 0755);
+    char pg[600];
+    snprintf(pg, sizeof pg, "%s/x.h5", sub);
+    st = qmla_capture_writer_open(pg, &fx->cfg, 0, 0, &w, &err);
+    CHECK_OK(st, err);
+    if (!st) {
+        rmdir(sub);
+        st = qmla_capture_writer_close(w, &err);
+        CHECK(st == QMLA_EIO && strstr(err.msg, pg) &&
+                  strstr(err.msg, "No such file or directory"),
+              "directory removed before close: %s", err.msg);
+    }
+}
+
 /* The library prints nothing through HDF5 and restores the caller's error
  * handler. */
 static int g_handler_calls;
@@ -1449,6 +1682,8 @@ int main(void)
     test_malformed(&fx);
     test_images(&fx);
     test_writer_errors(&fx);
+    test_f16_is_quant_core();
+    test_writer_atomic(&fx);
     test_quiet(&fx);
     ssize_t left = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL);
     CHECK(left == 0, "%zd HDF5 files/objects left open", left);

@@ -140,9 +140,13 @@ int qmla_capture_find_cell(const qmla_capture *c, size_t li, const char *name,
 
 typedef struct qmla_capture_writer qmla_capture_writer;
 
-/* Create `path` (truncating) and write the root attributes and /config.
- * `float16` != 0 stores float datasets as float16, else float32; `gzip` > 0
- * chunks and compresses with that level. */
+/* Start a capture that will be written to `path` and write the root
+ * attributes and /config. The file is built in memory: nothing reaches the
+ * disk until qmla_capture_writer_close, which writes it atomically (see
+ * there); peak memory is about twice the file's size. Open checks that
+ * `path` can be created (a writable directory; the path new or a regular
+ * file). `float16` != 0 stores float datasets as float16, else float32;
+ * `gzip` > 0 chunks and compresses with that level. */
 int qmla_capture_writer_open(const char *path, const qmla_capture_config *cfg,
                              int float16, int gzip, qmla_capture_writer **out,
                              qmla_error *err);
@@ -152,8 +156,16 @@ int qmla_capture_writer_layer(qmla_capture_writer *w, const qmla_layer *l,
  * that are non-NULL are written too. The layer group must exist. */
 int qmla_capture_writer_cell(qmla_capture_writer *w, int layer,
                              const qmla_cell *cell, qmla_error *err);
-/* Flush and close; returns the first error of closing. */
+/* Write the file and free w: the image goes to PATH.tmp.PID (checked
+ * write, fsync), which is renamed over PATH. On failure (ENOSPC, EIO, ...)
+ * QMLA_EIO with a message naming the file and the cause, PATH untouched and
+ * the temporary removed. When an earlier call failed inside HDF5 (the
+ * in-memory file may hold half a layer or cell) nothing is written and
+ * QMLA_EIO is returned; refused arguments (QMLA_EINVAL, QMLA_ERANGE) change
+ * nothing and do not count. */
 int qmla_capture_writer_close(qmla_capture_writer *w, qmla_error *err);
+/* Free w without writing anything (error paths). NULL is a no-op. */
+void qmla_capture_writer_abort(qmla_capture_writer *w);
 
 /* SHA-256 of a file as 64 lowercase hex characters plus NUL (libcrypto). */
 int qmla_sha256_file(const char *path, char hex[65], qmla_error *err);
