@@ -8,6 +8,8 @@
 #include <stdio.h>
 
 #include "qmla/status.h"
+#include "qmla/sweep.h"
+#include "qmla/table.h"
 
 enum {
     QMLA_EXIT_OK = 0,
@@ -19,6 +21,17 @@ enum {
 int cmd_check(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_show(int argc, char **argv);
+int cmd_figures(int argc, char **argv);
+
+/* The summary table of `qmla sweep` and `qmla show` (summary_print.c):
+ * per-layer rows when per_layer, then the model-level means. */
+void cli_summary_print(FILE *f, const qmla_summary *s, int per_layer);
+
+/* Table `name` of a results file (cmd_export.c): the HDF5 group, or the
+ * derived responses_by_layer when the file has no group of that name. */
+int cli_table_load(const char *path, const char *name, qmla_table **t, qmla_error *err);
 
 /* Print "qmla <cmd>: <msg>" to stderr; returns QMLA_EXIT_USAGE. */
 int cli_fail(const char *cmd, const char *fmt, ...)

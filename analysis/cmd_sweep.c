@@ -187,16 +187,7 @@ int cmd_sweep(int argc, char **argv)
     printf("results  %s  (%zu layers%s; %.1f s%s)\n\n", out, s.n_layers,
            s.n_degenerate ? ", some degenerate items excluded" : "", cli_now() - t0,
            fresh ? ", resumed" : "");
-    if (verbose) {
-        printf("%5s  %16s  %16s  %8s\n", "layer", "content R_C", "RoPE R_P", "R_P/R_C");
-        for (size_t k = 0; k < s.n_layers; k++)
-            printf("%5d  %16.6g  %16.6g  %7.3fx\n", s.layer[k], s.response_content[k],
-                   s.response_rope[k], s.ratio[k]);
-        printf("\n");
-    }
-    printf("%-24s %16s  %16s  %8s\n", "", "content response", "RoPE response", "ratio");
-    printf("%-24s %16.6g  %16.6g  %7.3fx\n", "model mean over layers",
-           s.model_response_content, s.model_response_rope, s.model_ratio);
+    cli_summary_print(stdout, &s, verbose);
     if (o.verify)
         printf("route identity: worst relative residual %.3e (routes vs full perturbed forward)\n",
                s.worst_route_residual);
