@@ -74,13 +74,13 @@ static const figure_def figures[] = {
      "layer-wise content and RoPE responses per model, and the per-layer RoPE/content "
      "ratios with median and IQR (paper Fig. 2)"},
     {"fig6-atlas", "responses_by_layer", "layer,content_nmse_out,rope_nmse_out",
-     1000, 0, 230, 100, NULL,
+     1000, 0, 300, 100, NULL,
      "layer atlas: content and RoPE output NMSE and their ratio per layer and model, "
      "shared log colour scales (paper Fig. 6)"},
     {"routes", "responses_by_layer",
      "layer,content_nmse_out_matching,content_nmse_out_aggregation,"
      "content_nmse_out_interaction,rope_nmse_out_matching",
-     40, 400, 460, 0, NULL,
+     120, 400, 460, 0, NULL,
      "error routes per layer: output NMSE of matching, aggregation and interaction "
      "(content) and matching (RoPE)"},
     {"table4", "summary", "@model_response_content,@model_response_rope,@model_ratio",
@@ -301,8 +301,8 @@ static int write_inputs_gp(const fig_ctx *c, char *msg, size_t len)
         return -1;
     }
     fprintf(f, "# written by qmla figures: the inputs, m<i>.<table>.tsv for i = 1..nmodels\n");
-    fprintf(f, "nmodels = %zu\narray label[%zu]\narray model[%zu]\narray source[%zu]\n", c->n,
-            c->n, c->n, c->n);
+    fprintf(f, "nmodels = %zu\narray label[%zu]\narray model[%zu]\narray source[%zu]\n"
+               "array nmse[%zu]\n", c->n, c->n, c->n, c->n, c->n);
     for (size_t i = 0; i < c->n; i++) {
         fprintf(f, "label[%zu] = ", i + 1);
         gp_quote(f, c->in[i].label);
@@ -310,7 +310,9 @@ static int write_inputs_gp(const fig_ctx *c, char *msg, size_t len)
         gp_quote(f, c->in[i].model);
         fprintf(f, "\nsource[%zu] = ", i + 1);
         gp_quote(f, c->in[i].path);
-        fputc('\n', f);
+        char nu[40];
+        qmla_export_double(c->in[i].nmse, nu, sizeof nu);
+        fprintf(f, "\nnmse[%zu] = %s\n", i + 1, isnan(c->in[i].nmse) ? "NaN" : nu);
     }
     if (fclose(f) != 0) {
         snprintf(msg, len, "%s: write failed", path);
@@ -397,10 +399,9 @@ static int render_gnuplot(const fig_ctx *c, const figure_def *f, char *msg, size
         if (lf) {
             char l[512];
             while (fgets(l, sizeof l, lf))
-                if (strstr(l, "rror") || !line[0]) {
+                if (strstr(l, "\" line ")) { /* "script" line N: message */
                     snprintf(line, sizeof line, "%s", l);
-                    if (strstr(l, "rror"))
-                        break;
+                    break;
                 }
             fclose(lf);
         }
