@@ -418,7 +418,7 @@ static int render_gnuplot(const fig_ctx *c, const figure_def *f, char *msg, size
 
 typedef struct paper_row {
     char model[128];
-    char content[32], rope[32], ratio[32], bits[16], nmse[32];
+    char content[32], rope[32], ratio[32], layers[16], bits[16], nmse[32];
     int used;
 } paper_row;
 
@@ -468,6 +468,7 @@ static int read_paper(const char *path, paper_row *rows, size_t cap, size_t *n, 
         snprintf(r->content, sizeof r->content, "%s", fld[1]);
         snprintf(r->rope, sizeof r->rope, "%s", fld[2]);
         snprintf(r->ratio, sizeof r->ratio, "%s", fld[3]);
+        snprintf(r->layers, sizeof r->layers, "%s", fld[4]);
         snprintf(r->bits, sizeof r->bits, "%s", fld[5]);
         snprintf(r->nmse, sizeof r->nmse, "%s", fld[6]);
     }
@@ -481,16 +482,14 @@ static double attr_num(const qmla_attr *a, size_t n, const char *name)
     return x && x->v.n ? qmla_values_get(&x->v, 0) : NAN;
 }
 
-/* One output row in both files. */
-static void t4_row(FILE *md, FILE *csv, const char *source, const char *model, const char *bits,
-                   const char *nmse, const char *c, const char *r, const char *q,
-                   const char *c3, const char *r3, const char *q3)
+/* One output row in both files: v = source, model, layers, bits, nmse,
+ * content, rope, ratio (CSV, exact) and r3 = the three rounded (Markdown). */
+static void t4_row(FILE *md, FILE *csv, const char *const v[8], const char *const r3[3])
 {
-    fprintf(md, "| %s | %s | %s | %s | %s | %s | %s |\n", model, source, bits, nmse, c3, r3, q3);
-    const char *v[7] = {source, model, bits, nmse, c, r, q};
-    for (int k = 0; k < 7; k++) {
-        const int quote = strpbrk(v[k], ",\"") != NULL;
-        if (quote) {
+    fprintf(md, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", v[1], v[0], v[2], v[3], v[4],
+            r3[0], r3[1], r3[2]);
+    for (int k = 0; k < 8; k++) {
+        if (strpbrk(v[k], ",\"\n")) {
             fputc('"', csv);
             for (const char *p = v[k]; *p; p++) {
                 if (*p == '"')
@@ -501,8 +500,16 @@ static void t4_row(FILE *md, FILE *csv, const char *source, const char *model, c
         } else {
             fputs(v[k], csv);
         }
-        fputc(k < 6 ? ',' : '\n', csv);
+        fputc(k < 7 ? ',' : '\n', csv);
     }
+}
+
+static void t4_paper(FILE *md, FILE *csv, const paper_row *p)
+{
+    const char *v[8] = {"paper", p->model, p->layers, p->bits, p->nmse, p->content, p->rope,
+                        p->ratio};
+    const char *r3[3] = {p->content, p->rope, p->ratio};
+    t4_row(md, csv, v, r3);
 }
 
 static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_t len)
@@ -528,11 +535,11 @@ static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_
     }
     fprintf(md, "Model-level responses at matched cache NMSE (Table 4 of the QuantMLA paper): "
                 "mean over layers of the content and RoPE responses R = NMSE_out / NMSE_cache "
-                "(dimensionless) and their ratio. Rows marked *paper* are the paper's "
-                "(plots/table4-paper.tsv), beside ours where the model matches.\n\n");
-    fprintf(md, "| model | source | bits | cache NMSE | content response | RoPE response | "
-                "ratio |\n|---|---|---:|---:|---:|---:|---:|\n");
-    fprintf(csv, "source,model,bits,nmse_target,content_response,rope_response,ratio\n");
+                "(dimensionless) and their ratio. Rows of source *paper* are the paper's "
+                "(plots/table4-paper.tsv), placed beside ours where the model matches.\n\n");
+    fprintf(md, "| model | source | layers | bits | cache NMSE | content response | "
+                "RoPE response | ratio |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
+    fprintf(csv, "source,model,layers,bits,nmse_target,content_response,rope_response,ratio\n");
     for (size_t i = 0; i < c->n; i++) {
         const char *why;
         fig_input *in = &c->in[i];
@@ -557,20 +564,20 @@ static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_
         snprintf(src, sizeof src, "ours (%s)", in->label);
         const char *slash = strrchr(in->model, '/');
         const char *shortm = slash ? slash + 1 : in->model;
-        t4_row(md, csv, src, in->model, bits, nmse, sc, sr, sq, c3, r3, q3);
+        char layers[32];
+        snprintf(layers, sizeof layers, "%zu", t->n_rows);
+        const char *v[8] = {src, in->model, layers, bits, nmse, sc, sr, sq};
+        const char *r[3] = {c3, r3, q3};
+        t4_row(md, csv, v, r);
         for (size_t k = 0; k < np; k++)
             if (!strcasecmp(paper[k].model, shortm)) {
                 paper[k].used = 1;
-                t4_row(md, csv, "paper", paper[k].model, paper[k].bits, paper[k].nmse,
-                       paper[k].content, paper[k].rope, paper[k].ratio, paper[k].content,
-                       paper[k].rope, paper[k].ratio);
+                t4_paper(md, csv, &paper[k]);
             }
     }
     for (size_t k = 0; k < np; k++)
         if (!paper[k].used)
-            t4_row(md, csv, "paper", paper[k].model, paper[k].bits, paper[k].nmse,
-                   paper[k].content, paper[k].rope, paper[k].ratio, paper[k].content,
-                   paper[k].rope, paper[k].ratio);
+            t4_paper(md, csv, &paper[k]);
     int bad = ferror(md) || ferror(csv);
     bad |= fclose(md) != 0;
     bad |= fclose(csv) != 0;
@@ -742,8 +749,9 @@ int cmd_figures(int argc, char **argv)
         for (size_t i = 0; i < n && ok; i++)
             ok = input_has(&c.in[i], f, why, sizeof why);
         if (!ok) {
-            printf("figures: skipped %s: needs %s with %s (%s)\n", f->name, f->table, f->needs,
-                   why);
+            printf("figures: skipped %s: needs %s%s with %s (%s)\n", f->name, f->table,
+                   strcmp(f->table, "responses_by_layer") ? "" : " (per-layer means of /responses)",
+                   f->needs, why);
             skipped++;
             continue;
         }
