@@ -32,7 +32,7 @@ do for [i=1:nmodels] {
 # decade-rounded limits, with room at the top for the legend
 lo10(x) = 10**floor(log10(x) - 0.02)
 hi10(x) = 10**ceil(log10(x) + 0.02)
-ylo = lo10(ymin); yhi = hi10(ymax * 4)
+ylo = lo10(ymin); yhi = hi10(ymax * 3)
 qlo = lo10(qmin < 1 ? qmin : 1); qhi = hi10((qmax > 1 ? qmax : 1) * 6)
 # model names under the ratio panel when they fit, else numbers (and the
 # number in each panel's title)
