@@ -78,9 +78,10 @@ int cmd_show(int argc, char **argv)
         return cli_lib_error("show", &err);
     const char *format = attr_s(root, nr, "format");
     if (!format || strcmp(format, "qmla-results")) {
+        cli_fail("show", "%s: root attribute format: expected \"qmla-results\", found %s%s%s", path,
+                 format ? "\"" : "", format ? format : "none", format ? "\"" : "");
         qmla_attrs_free(root, nr);
-        return cli_fail("show", "%s: root attribute format: expected \"qmla-results\", found %s%s%s",
-                        path, format ? "\"" : "", format ? format : "none", format ? "\"" : "");
+        return QMLA_EXIT_USAGE;
     }
     qmla_table *t = NULL;
     if (qmla_table_read(path, "summary", &t, &err)) {

@@ -25,6 +25,8 @@ int qmla_export_format_parse(const char *s, qmla_export_format *fmt, qmla_error 
 
 void qmla_export_double(double x, char *buf, size_t len)
 {
+    if (!buf || len == 0)
+        return;
     if (isnan(x)) {
         snprintf(buf, len, "nan");
         return;

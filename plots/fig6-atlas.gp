@@ -97,6 +97,7 @@ set xlabel "layer"
 set format x "%g"
 set cbrange [1.0 / m:m]
 set format cb "%g"
+unset mcbtics
 set label 12 "RoPE / content" at screen (width - 141.0) / width, screen (bottom + lh + 26) / H center font ",10"
 set palette defined (0 "#1f5fa8", 0.5 "#ffffff", 1 "#c8321e")
 set object 2 rect from -0.5, -0.5 to lmax + 0.5, nmodels - 0.5 fc rgb c_pad fs solid 1.0 behind
