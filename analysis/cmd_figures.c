@@ -549,7 +549,10 @@ static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_
                      rq = attr_num(t->attrs, t->n_attrs, "model_ratio");
         char bits[32], nmse[32], sc[32], sr[32], sq[32], c3[32], r3[32], q3[32];
         const double b = attr_num(in->root, in->n_root, "bits");
-        snprintf(bits, sizeof bits, isnan(b) ? "" : "%.0f", b);
+        if (isnan(b))
+            bits[0] = '\0';
+        else
+            snprintf(bits, sizeof bits, "%.0f", b);
         if (isnan(in->nmse))
             nmse[0] = '\0';
         else

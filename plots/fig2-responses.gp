@@ -48,6 +48,7 @@ set mytics 10
 set yrange [ylo:yhi]
 set xrange [-0.5:lmax + 0.5]
 xstep = lmax > 15 ? 5 : 1
+ps = lmax > 20 ? 0.5 : 0.9
 set xtics 0, xstep
 set xlabel "layer"
 set key top left Left reverse box opaque samplen 2 spacing 1.1 font ",10"
@@ -64,8 +65,8 @@ do for [i=1:nmodels] {
     } else {
         unset ylabel
     }
-    plot data(i, "summary") using "layer":"response_content" with linespoints lw 2 pt 7 ps 0.9 lc rgb c_content title "content R_C", \
-         data(i, "summary") using "layer":"response_rope" with linespoints lw 2 pt 5 ps 0.9 lc rgb c_rope title "RoPE R_P"
+    plot data(i, "summary") using "layer":"response_content" with linespoints lw 2 pt 7 ps ps lc rgb c_content title "content R_C", \
+         data(i, "summary") using "layer":"response_rope" with linespoints lw 2 pt 5 ps ps lc rgb c_rope title "RoPE R_P"
     unset key
 }
 
