@@ -377,6 +377,14 @@ if tail -n +2 "$work/Bsum.tsv" | cmp -s - <(tail -n +2 "$work/figs/data/m2.summa
 # labels: same model, different nu -> the nu is added
 if grep -q "label\[2\] = 'synthetic tiny, ν=0.001'" "$work/figs/data/inputs.gp"; then ok; else bad "label of B lacks its nu"; cat "$work/figs/data/inputs.gp" >&2; fi
 
+# --labels replaces the default labels, in the data the scripts read
+expect 0 "figures --labels" -- "$QMLA" figures "$work/A.h5" "$work/B.h5" -o "$work/figsL" --only fig2-responses --labels "first,it's B"
+if grep -q "label\[1\] = 'first'" "$work/figsL/data/inputs.gp" && grep -q "label\[2\] = 'it''s B'" "$work/figsL/data/inputs.gp"; then ok; else bad "--labels not in inputs.gp"; cat "$work/figsL/data/inputs.gp" >&2; fi
+pycheck "figures --labels png" - "$work/figsL/fig2-responses.png" <<'EOF2'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+print("ok" if b[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", b[16:24]) == (1140, 460) else "FAIL", "labelled fig2 size")
+EOF2
 # Table 4: our model-level values, exactly; the paper's row beside a match
 cat > "$work/check_table4.py" <<'EOF'
 import csv, sys, h5py
