@@ -8,6 +8,8 @@
 #include <stdio.h>
 
 #include "qmla/status.h"
+#include "qmla/sweep.h"
+#include "qmla/table.h"
 
 enum {
     QMLA_EXIT_OK = 0,
@@ -19,6 +21,14 @@ enum {
 int cmd_check(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_show(int argc, char **argv);
+int cmd_figures(int argc, char **argv);
+
+
+/* Table `name` of a results file (cmd_export.c): the HDF5 group, or the
+ * derived responses_by_layer when the file has no group of that name. */
+int cli_table_load(const char *path, const char *name, qmla_table **t, qmla_error *err);
 
 /* Print "qmla <cmd>: <msg>" to stderr; returns QMLA_EXIT_USAGE. */
 int cli_fail(const char *cmd, const char *fmt, ...)
@@ -43,11 +53,11 @@ int cli_parse_double(const char *s, double *v);
 void cli_record_command_line(int argc, char **argv);
 const char *cli_command_line(void);
 
-/* The sweep summary table (qmla/sweep.h's qmla_summary) on stdout:
- * per-layer rows when per_layer, model means, degenerate layers, and the
- * route-identity line when verify or any row is verified. */
-struct qmla_summary;
-void cli_print_summary(const struct qmla_summary *s, int per_layer, int verify);
+/* The summary table of `qmla sweep` and `qmla show` (cli_summary.c) on
+ * stdout: per-layer rows when per_layer, model means over the
+ * non-degenerate layers, degenerate layers named, and the route-identity
+ * line when verify or any row is verified. */
+void cli_print_summary(const qmla_summary *s, int per_layer, int verify);
 
 /* Progress bar on stderr (only when stderr is a terminal). */
 typedef struct cli_progress {

@@ -3,6 +3,9 @@
  *   qmla check CAPTURE.h5 [--tol X]
  *   qmla sweep CAPTURE.h5 -o RESULTS.h5 [options]
  *   qmla synth -o FILE [--shape NAME] [options]
+ *   qmla export RESULTS.h5 [--table NAME] [--format tsv|csv|md|json]
+ *   qmla show RESULTS.h5
+ *   qmla figures RESULTS.h5 [MORE.h5 ...] -o DIR [--format png|svg|pdf]
  *
  * Exit status: 0 success, 1 a finding (e.g. an inconsistent capture),
  * 2 bad usage or malformed input, 130 interrupted. */
@@ -26,6 +29,9 @@ static void usage(FILE *f)
             "  check   validate a qmla-capture file and recompute its attention\n"
             "  sweep   matched-NMSE path responses and error routes -> results.h5\n"
             "  synth   write a synthetic capture with random MLA weights\n"
+            "  export  one table of a results file as tsv, csv, md or json\n"
+            "  show    print the summary stored in a results file\n"
+            "  figures render the paper's figures and tables from results files\n"
             "\n"
             "exit status: 0 ok, 1 finding, 2 usage/malformed input, 130 interrupted\n");
 }
@@ -66,6 +72,12 @@ static int dispatch(int argc, char **argv)
         return cmd_sweep(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth"))
         return cmd_synth(argc - 1, argv + 1);
+    if (!strcmp(cmd, "export"))
+        return cmd_export(argc - 1, argv + 1);
+    if (!strcmp(cmd, "show"))
+        return cmd_show(argc - 1, argv + 1);
+    if (!strcmp(cmd, "figures"))
+        return cmd_figures(argc - 1, argv + 1);
     fprintf(stderr, "qmla: unknown command \"%s\"\n\n", cmd);
     usage(stderr);
     return QMLA_EXIT_USAGE;

@@ -1,0 +1,147 @@
+/* cmd_export.c — `qmla export`: one table of a results file as text (TSV,
+ * CSV, Markdown, JSON) with the file's provenance, for gnuplot, spreadsheets
+ * and pandas. Generic: any root group of 1-D datasets is a table
+ * (include/qmla/table.h); `responses_by_layer` is derived from /responses.
+ *
+ *   qmla export results.h5 --table summary --format csv -o summary.csv */
+#include "cli.h"
+#include "qmla/export.h"
+#include "qmla/table.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void help(FILE *f)
+{
+    fprintf(f,
+        "usage: qmla export RESULTS.h5 [--table NAME] [--format tsv|csv|md|json]\n"
+        "                   [-o FILE] [--list]\n"
+        "\n"
+        "Write one table of a results file as text, with the file's root\n"
+        "attributes (model, capture hash, quantizer, ...) as provenance:\n"
+        "`# key: value` comment lines (tsv, csv), an HTML comment (md) or the\n"
+        "\"provenance\" object (json). Columns are named in a header row; units\n"
+        "and descriptions, where the file has them, come as `# column` lines.\n"
+        "Floats are written as the shortest decimal that reads back exactly.\n"
+        "\n"
+        "  --table NAME    a root group of 1-D datasets (default responses);\n"
+        "                  responses_by_layer: per-layer means of /responses by\n"
+        "                  path (computed, not stored; docs/figures.md)\n"
+        "  --format F      tsv (default), csv, md or json\n"
+        "  -o FILE         write to FILE instead of standard output\n"
+        "  --list          list the tables (name, rows, columns) and exit\n"
+        "\n"
+        "examples:\n"
+        "  qmla export results.h5 --list\n"
+        "  qmla export results.h5 --table summary\n"
+        "  qmla export results.h5 --format csv -o responses.csv\n"
+        "  qmla export results.h5 --table summary --format json | python3 -m json.tool\n"
+        "  pandas: pd.read_csv(\"responses.csv\", comment=\"#\")\n");
+}
+
+/* Read table `name` of path; the derived responses_by_layer when the file
+ * has no group of that name. */
+int cli_table_load(const char *path, const char *name, qmla_table **t, qmla_error *err)
+{
+    int st = qmla_table_read(path, name, t, err);
+    if (st != QMLA_EFORMAT || strcmp(name, "responses_by_layer"))
+        return st;
+    qmla_table *r = NULL;
+    qmla_error e2;
+    qmla_error_clear(&e2);
+    if ((st = qmla_table_read(path, "responses", &r, &e2))) {
+        if (err)
+            *err = e2;
+        return st;
+    }
+    st = qmla_table_by_layer(r, t, err);
+    qmla_table_free(r);
+    if (st)
+        qmla_error_prefix(err, "%s: ", path);
+    return st;
+}
+
+static int list_tables(const char *path)
+{
+    qmla_error err;
+    qmla_error_clear(&err);
+    char **names;
+    size_t n;
+    if (qmla_table_names(path, &names, &n, &err))
+        return cli_lib_error("export", &err);
+    int rc = QMLA_EXIT_OK;
+    printf("%-24s %8s %8s\n", "table", "rows", "columns");
+    for (size_t k = 0; k < n; k++) {
+        qmla_table *t;
+        if (qmla_table_read(path, names[k], &t, &err)) {
+            rc = cli_lib_error("export", &err);
+        } else {
+            printf("%-24s %8zu %8zu\n", t->name, t->n_rows, t->n_cols);
+            qmla_table_free(t);
+        }
+        free(names[k]);
+    }
+    free(names);
+    return rc;
+}
+
+int cmd_export(int argc, char **argv)
+{
+    static const struct option lo[] = {{"table", required_argument, 0, 't'},
+                                       {"format", required_argument, 0, 'F'},
+                                       {"output", required_argument, 0, 'o'},
+                                       {"list", no_argument, 0, 'l'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+    const char *table = "responses", *out = NULL, *fmt_arg = "tsv";
+    int list = 0, ch;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
+        switch (ch) {
+        case 't': table = optarg; break;
+        case 'F': fmt_arg = optarg; break;
+        case 'o': out = optarg; break;
+        case 'l': list = 1; break;
+        case 'h': help(stdout); return QMLA_EXIT_OK;
+        default: help(stderr); return QMLA_EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1)
+        return cli_fail("export", "expected exactly one RESULTS.h5 (see qmla export --help)");
+    const char *path = argv[optind];
+    qmla_error err;
+    qmla_error_clear(&err);
+    qmla_export_format fmt;
+    if (qmla_export_format_parse(fmt_arg, &fmt, &err))
+        return cli_fail("export", "--%s", err.msg);
+    if (list)
+        return list_tables(path);
+
+    qmla_table *t = NULL;
+    qmla_attr *prov = NULL;
+    size_t n_prov = 0;
+    if (cli_table_load(path, table, &t, &err) || qmla_file_attrs(path, &prov, &n_prov, &err)) {
+        qmla_table_free(t);
+        return cli_lib_error("export", &err);
+    }
+    FILE *f = stdout;
+    if (out && !(f = fopen(out, "w"))) {
+        qmla_table_free(t);
+        qmla_attrs_free(prov, n_prov);
+        return cli_fail("export", "%s: cannot open for writing", out);
+    }
+    int rc = QMLA_EXIT_OK;
+    if (qmla_export_write(f, t, prov, n_prov, path, fmt, &err))
+        rc = cli_lib_error("export", &err);
+    if (out) {
+        if (fclose(f) != 0 && rc == QMLA_EXIT_OK)
+            rc = cli_fail("export", "%s: write failed", out);
+        if (rc != QMLA_EXIT_OK)
+            unlink(out);
+    }
+    qmla_table_free(t);
+    qmla_attrs_free(prov, n_prov);
+    return rc;
+}

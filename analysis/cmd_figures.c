@@ -1,0 +1,787 @@
+/* cmd_figures.c — `qmla figures`: export what the figures need from one or
+ * more results files into DIR/data/ (TSV, as `qmla export` writes it) and
+ * render each figure with its gnuplot script in plots/ (png, svg or pdf);
+ * tables (Table 4) are written as Markdown and CSV. A figure whose data is
+ * absent is skipped with one line naming the data it needs.
+ *
+ *   qmla figures results/default-sweep.h5 -o results/figures
+ *   qmla figures a.h5 b.h5 -o figs --format svg --labels A,B
+ *
+ * Adding a figure: a script plots/<name>.gp (docs/figures.md: the variables
+ * it is given) and one row in `figures` below. */
+#include "cli.h"
+#include "qmla/export.h"
+#include "qmla/table.h"
+#include "qmla_config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_INPUTS 64
+#define MAX_TABLES 16
+
+typedef struct fig_input {
+    const char *path;
+    char label[128];
+    char model[512];
+    double nmse;
+    qmla_attr *root;
+    size_t n_root;
+    /* tables loaded so far (name -> table or the reason it is absent) */
+    size_t n_tab;
+    char tab_name[MAX_TABLES][64];
+    qmla_table *tab[MAX_TABLES];
+    char tab_why[MAX_TABLES][QMLA_ERRMSG_MAX];
+} fig_input;
+
+typedef struct fig_ctx {
+    fig_input *in;
+    size_t n;
+    const char *dir;     /* output folder (DIR) */
+    char plots[PATH_MAX];/* absolute plots/ folder */
+    const char *gnuplot;
+    const char *format;  /* png | svg | pdf */
+} fig_ctx;
+
+struct figure_def;
+typedef int (*render_fn)(const fig_ctx *c, const struct figure_def *f, char *msg, size_t len);
+
+typedef struct figure_def {
+    const char *name;   /* plots/<name>.gp (gnuplot) or the output stem (render) */
+    const char *table;  /* the table every input must have */
+    const char *needs;  /* its columns, comma-separated; "@x": table attribute x */
+    int w, w_model;     /* width in pixels: w + w_model * inputs (pdf: 1/100 in) */
+    int h, h_model;     /* height likewise */
+    render_fn render;   /* NULL: run the gnuplot script */
+    const char *what;
+} figure_def;
+
+static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_t len);
+
+/* The figures and tables. One row each; gnuplot scripts in plots/. */
+static const figure_def figures[] = {
+    {"fig2-responses", "summary", "layer,response_content,response_rope,ratio",
+     420, 360, 460, 0, NULL,
+     "layer-wise content and RoPE responses per model, and the per-layer RoPE/content "
+     "ratios with median and IQR (paper Fig. 2)"},
+    {"fig6-atlas", "responses_by_layer", "layer,content_nmse_out,rope_nmse_out",
+     1000, 0, 300, 100, NULL,
+     "layer atlas: content and RoPE output NMSE and their ratio per layer and model, "
+     "shared log colour scales (paper Fig. 6)"},
+    {"routes", "responses_by_layer",
+     "layer,content_nmse_out_matching,content_nmse_out_aggregation,"
+     "content_nmse_out_interaction,rope_nmse_out_matching",
+     120, 400, 460, 0, NULL,
+     "error routes per layer: output NMSE of matching, aggregation and interaction "
+     "(content) and matching (RoPE)"},
+    {"table4", "summary", "@model_response_content,@model_response_rope,@model_ratio",
+     0, 0, 0, 0, render_table4,
+     "model-level responses and ratio beside the paper's rows (paper Table 4), "
+     "Markdown and CSV"},
+};
+#define N_FIGURES (sizeof figures / sizeof figures[0])
+
+static void help(FILE *f)
+{
+    fprintf(f,
+        "usage: qmla figures RESULTS.h5 [MORE.h5 ...] -o DIR [--format png|svg|pdf]\n"
+        "                    [--labels A,B,...] [--only NAME,...] [--plots DIR]\n"
+        "                    [--gnuplot PATH] [--list]\n"
+        "\n"
+        "Render every figure and table the results files support: the tables each\n"
+        "figure needs are exported to DIR/data/ (TSV with provenance, as qmla\n"
+        "export writes them) and the figure's gnuplot script (plots/NAME.gp) draws\n"
+        "DIR/NAME.FORMAT from them; Table 4 is written as DIR/table4.md and .csv.\n"
+        "Each file is one model (one panel, row or line); a figure whose data is\n"
+        "absent from a file is skipped with one line saying what it needs.\n"
+        "\n"
+        "  -o DIR          output folder (created)\n"
+        "  --format F      png (default), svg or pdf (gnuplot's cairo terminals)\n"
+        "  --labels LIST   one label per file (default: the model name, with the\n"
+        "                  cache NMSE or file name where two files share a model)\n"
+        "  --only LIST     render only these figures (see --list)\n"
+        "  --plots DIR     the gnuplot scripts (default $QMLA_PLOTS_DIR, else\n"
+        "                  the source tree's plots/)\n"
+        "  --gnuplot PATH  the gnuplot program (default $QMLA_GNUPLOT, else gnuplot)\n"
+        "  --list          list the figures, the data each needs, and exit\n"
+        "\n"
+        "examples:\n"
+        "  qmla figures results/default-sweep.h5 -o results/figures\n"
+        "  qmla figures full.h5 full-nu1e-3.h5 -o figs --format svg\n"
+        "  qmla figures --list\n");
+}
+
+/* ---- inputs ------------------------------------------------------------- */
+
+static const char *root_str(const fig_input *in, const char *name)
+{
+    const qmla_attr *a = qmla_attr_find(in->root, in->n_root, name);
+    return a && a->v.kind == QMLA_VAL_STRING && a->v.n ? a->v.s[0] : NULL;
+}
+
+/* The table `name` of an input (NULL when absent; *why says why). */
+static const qmla_table *input_table(fig_input *in, const char *name, const char **why)
+{
+    for (size_t k = 0; k < in->n_tab; k++)
+        if (!strcmp(in->tab_name[k], name)) {
+            *why = in->tab_why[k];
+            return in->tab[k];
+        }
+    if (in->n_tab == MAX_TABLES) {
+        *why = "too many tables";
+        return NULL;
+    }
+    const size_t k = in->n_tab++;
+    snprintf(in->tab_name[k], sizeof in->tab_name[k], "%s", name);
+    qmla_error err;
+    qmla_error_clear(&err);
+    in->tab[k] = NULL;
+    in->tab_why[k][0] = '\0';
+    if (cli_table_load(in->path, name, &in->tab[k], &err))
+        snprintf(in->tab_why[k], sizeof in->tab_why[k], "%s", err.msg);
+    *why = in->tab_why[k];
+    return in->tab[k];
+}
+
+/* Default labels: the model name after its last '/' (synthetic captures:
+ * "synthetic <shape>"); where several files share one, add the cache NMSE
+ * if they differ in it, else the file's base name. */
+static void make_labels(fig_input *in, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char m[512];
+        const char *model = root_str(&in[i], "model");
+        snprintf(m, sizeof m, "%s", model ? model : "");
+        char *cut = strstr(m, " (shape of");
+        if (cut)
+            *cut = '\0';
+        const char *slash = strrchr(m, '/');
+        snprintf(in[i].model, sizeof in[i].model, "%s", m);
+        snprintf(in[i].label, sizeof in[i].label, "%.127s", slash ? slash + 1 : m);
+        if (!in[i].label[0]) {
+            const char *b = strrchr(in[i].path, '/');
+            snprintf(in[i].label, sizeof in[i].label, "%s", b ? b + 1 : in[i].path);
+        }
+        const qmla_attr *nu = qmla_attr_find(in[i].root, in[i].n_root, "nmse_target");
+        in[i].nmse = nu && nu->v.n ? qmla_values_get(&nu->v, 0) : NAN;
+    }
+    char base[MAX_INPUTS][128];
+    for (size_t i = 0; i < n; i++)
+        snprintf(base[i], sizeof base[i], "%s", in[i].label);
+    for (size_t i = 0; i < n; i++) {
+        int dup = 0, nu_differs = 0;
+        for (size_t j = 0; j < n; j++) {
+            if (j == i || strcmp(base[i], base[j]))
+                continue;
+            dup = 1;
+            if (in[i].nmse != in[j].nmse)
+                nu_differs = 1;
+        }
+        if (!dup)
+            continue;
+        char tmp[128];
+        if (nu_differs) {
+            snprintf(tmp, sizeof tmp, "%s, ν=%g", base[i], in[i].nmse);
+        } else {
+            const char *b = strrchr(in[i].path, '/');
+            snprintf(tmp, sizeof tmp, "%s (%s)", base[i], b ? b + 1 : in[i].path);
+        }
+        snprintf(in[i].label, sizeof in[i].label, "%s", tmp);
+    }
+}
+
+/* ---- small helpers ------------------------------------------------------ */
+
+/* gnuplot single-quoted string: ' doubled. */
+static void gp_quote(FILE *f, const char *s)
+{
+    fputc('\'', f);
+    for (; *s; s++) {
+        if (*s == '\'')
+            fputc('\'', f);
+        fputc(*s, f);
+    }
+    fputc('\'', f);
+}
+
+static int mkdir_p(const char *dir)
+{
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s", dir) >= (int)sizeof tmp)
+        return -1;
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, 0777) && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    if (mkdir(tmp, 0777) && errno != EEXIST)
+        return -1;
+    struct stat st;
+    return stat(tmp, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
+}
+
+/* Does input `in` have what figure f needs? If not, writes the reason. */
+static int input_has(fig_input *in, const figure_def *f, char *why, size_t len)
+{
+    const char *tw;
+    const qmla_table *t = input_table(in, f->table, &tw);
+    if (!t) {
+        snprintf(why, len, "%s", tw);
+        return 0;
+    }
+    char list[1024], *save = NULL;
+    snprintf(list, sizeof list, "%s", f->needs);
+    for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        const int attr = tok[0] == '@';
+        const char *name = tok + attr;
+        int ok;
+        if (attr) {
+            const qmla_attr *a = qmla_attr_find(t->attrs, t->n_attrs, name);
+            ok = a && a->v.kind != QMLA_VAL_STRING && a->v.n == 1;
+        } else {
+            const qmla_table_col *col = qmla_table_column(t, name);
+            ok = col && col->v.kind != QMLA_VAL_STRING;
+        }
+        if (!ok) {
+            snprintf(why, len, "%s: %s %s absent from table %s", in->path,
+                     attr ? "attribute" : "numeric column", name, f->table);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* ---- export ------------------------------------------------------------- */
+
+static int export_table(const fig_ctx *c, size_t i, const char *name, char *msg, size_t len)
+{
+    const char *why;
+    const qmla_table *t = input_table(&c->in[i], name, &why);
+    if (!t)
+        return 0; /* absent: the figures needing it are skipped */
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/data/m%zu.%s.tsv", c->dir, i + 1, name);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(msg, len, "%s: cannot open for writing", path);
+        return -1;
+    }
+    qmla_error err;
+    qmla_error_clear(&err);
+    int st = qmla_export_write(f, t, c->in[i].root, c->in[i].n_root, c->in[i].path,
+                               QMLA_EXPORT_TSV, &err);
+    if (fclose(f) != 0 && !st)
+        st = qmla_error_set(&err, QMLA_EIO, "%s: write failed", path);
+    if (st) {
+        snprintf(msg, len, "%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* DIR/data/inputs.gp: the inputs as gnuplot arrays, loaded by every script. */
+static int write_inputs_gp(const fig_ctx *c, char *msg, size_t len)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/data/inputs.gp", c->dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(msg, len, "%s: cannot open for writing", path);
+        return -1;
+    }
+    fprintf(f, "# written by qmla figures: the inputs, m<i>.<table>.tsv for i = 1..nmodels\n");
+    fprintf(f, "nmodels = %zu\narray label[%zu]\narray model[%zu]\narray source[%zu]\n"
+               "array nmse[%zu]\n", c->n, c->n, c->n, c->n, c->n);
+    for (size_t i = 0; i < c->n; i++) {
+        fprintf(f, "label[%zu] = ", i + 1);
+        gp_quote(f, c->in[i].label);
+        fprintf(f, "\nmodel[%zu] = ", i + 1);
+        gp_quote(f, c->in[i].model);
+        fprintf(f, "\nsource[%zu] = ", i + 1);
+        gp_quote(f, c->in[i].path);
+        char nu[40];
+        qmla_export_double(c->in[i].nmse, nu, sizeof nu);
+        fprintf(f, "\nnmse[%zu] = %s\n", i + 1, isnan(c->in[i].nmse) ? "NaN" : nu);
+    }
+    if (fclose(f) != 0) {
+        snprintf(msg, len, "%s: write failed", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- gnuplot ------------------------------------------------------------ */
+
+static void fig_size(const fig_ctx *c, const figure_def *f, int *w, int *h)
+{
+    *w = f->w + f->w_model * (int)c->n;
+    *h = f->h + f->h_model * (int)c->n;
+}
+
+/* Run plots/<name>.gp in DIR; its output DIR/<name>.<format>. */
+static int render_gnuplot(const fig_ctx *c, const figure_def *f, char *msg, size_t len)
+{
+    char script[PATH_MAX + 64], out[PATH_MAX + 64], log[PATH_MAX + 64], setup[PATH_MAX * 2];
+    snprintf(script, sizeof script, "%s/%s.gp", c->plots, f->name);
+    if (access(script, R_OK)) {
+        snprintf(msg, len, "%s: cannot read the figure's script", script);
+        return -1;
+    }
+    snprintf(out, sizeof out, "%s/%s.%s", c->dir, f->name, c->format);
+    snprintf(log, sizeof log, "%s/data/%s.log", c->dir, f->name);
+    int w, h;
+    fig_size(c, f, &w, &h);
+    {
+        char *buf = NULL;
+        size_t blen = 0;
+        FILE *m = open_memstream(&buf, &blen);
+        if (!m) {
+            snprintf(msg, len, "out of memory");
+            return -1;
+        }
+        fprintf(m, "term=");
+        gp_quote(m, c->format);
+        fprintf(m, "; outfile=");
+        char rel[256];
+        snprintf(rel, sizeof rel, "%s.%s", f->name, c->format);
+        gp_quote(m, rel);
+        fprintf(m, "; width=%d; height=%d; plotdir=", w, h);
+        gp_quote(m, c->plots);
+        fprintf(m, "; load 'data/inputs.gp'");
+        fclose(m);
+        snprintf(setup, sizeof setup, "%s", buf);
+        free(buf);
+    }
+    unlink(out);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(msg, len, "cannot start gnuplot (fork failed)");
+        return -1;
+    }
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+            close(fd);
+        }
+        if (chdir(c->dir))
+            _exit(126);
+        execlp(c->gnuplot, c->gnuplot, "-e", setup, script, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code == 127) {
+        snprintf(msg, len, "cannot run \"%s\" (install gnuplot-nox, or give --gnuplot PATH)",
+                 c->gnuplot);
+        return -1;
+    }
+    struct stat st;
+    if (code != 0 || stat(out, &st) || st.st_size == 0) {
+        /* the first error line of gnuplot's log */
+        char line[512] = "";
+        FILE *lf = fopen(log, "r");
+        if (lf) {
+            char l[512];
+            while (fgets(l, sizeof l, lf))
+                if (strstr(l, "\" line ")) { /* "script" line N: message */
+                    snprintf(line, sizeof line, "%s", l);
+                    break;
+                }
+            fclose(lf);
+        }
+        line[strcspn(line, "\n")] = '\0';
+        snprintf(msg, len, "%s: gnuplot exited %d%s%s (log %s)", script, code,
+                 line[0] ? ": " : "", line, log);
+        unlink(out);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- Table 4 ------------------------------------------------------------ */
+
+typedef struct paper_row {
+    char model[128];
+    char content[32], rope[32], ratio[32], layers[16], bits[16], nmse[32];
+    int used;
+} paper_row;
+
+/* plots/table4-paper.tsv: comment lines, a header, tab-separated rows. */
+static int read_paper(const char *path, paper_row *rows, size_t cap, size_t *n, char *msg,
+                      size_t len)
+{
+    *n = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(msg, len, "%s: cannot open (the paper's Table 4)", path);
+        return -1;
+    }
+    char line[1024];
+    int header = 0, lineno = 0;
+    static const char *const want[] = {"model", "content_response", "rope_response", "ratio",
+                                       "layers", "bits", "nmse_target"};
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        line[strcspn(line, "\r\n")] = '\0';
+        if (line[0] == '#' || !line[0])
+            continue;
+        char *fld[8] = {0}, *save = NULL;
+        int nf = 0;
+        for (char *t = strtok_r(line, "\t", &save); t && nf < 8; t = strtok_r(NULL, "\t", &save))
+            fld[nf++] = t;
+        if (!header) {
+            for (int k = 0; k < 7; k++)
+                if (k >= nf || strcmp(fld[k], want[k])) {
+                    snprintf(msg, len, "%s:%d: expected header column %d \"%s\", found \"%s\"",
+                             path, lineno, k + 1, want[k], k < nf ? fld[k] : "");
+                    fclose(f);
+                    return -1;
+                }
+            header = 1;
+            continue;
+        }
+        if (nf != 7 || *n == cap) {
+            snprintf(msg, len, "%s:%d: expected 7 tab-separated fields, found %d", path, lineno,
+                     nf);
+            fclose(f);
+            return -1;
+        }
+        paper_row *r = &rows[(*n)++];
+        memset(r, 0, sizeof *r);
+        snprintf(r->model, sizeof r->model, "%s", fld[0]);
+        snprintf(r->content, sizeof r->content, "%s", fld[1]);
+        snprintf(r->rope, sizeof r->rope, "%s", fld[2]);
+        snprintf(r->ratio, sizeof r->ratio, "%s", fld[3]);
+        snprintf(r->layers, sizeof r->layers, "%s", fld[4]);
+        snprintf(r->bits, sizeof r->bits, "%s", fld[5]);
+        snprintf(r->nmse, sizeof r->nmse, "%s", fld[6]);
+    }
+    fclose(f);
+    return 0;
+}
+
+static double attr_num(const qmla_attr *a, size_t n, const char *name)
+{
+    const qmla_attr *x = qmla_attr_find(a, n, name);
+    return x && x->v.n ? qmla_values_get(&x->v, 0) : NAN;
+}
+
+/* One output row in both files: v = source, model, layers, bits, nmse,
+ * content, rope, ratio (CSV, exact) and r3 = the three rounded (Markdown). */
+static void t4_row(FILE *md, FILE *csv, const char *const v[8], const char *const r3[3])
+{
+    fprintf(md, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", v[1], v[0], v[2], v[3], v[4],
+            r3[0], r3[1], r3[2]);
+    for (int k = 0; k < 8; k++) {
+        if (strpbrk(v[k], ",\"\n")) {
+            fputc('"', csv);
+            for (const char *p = v[k]; *p; p++) {
+                if (*p == '"')
+                    fputc('"', csv);
+                fputc(*p, csv);
+            }
+            fputc('"', csv);
+        } else {
+            fputs(v[k], csv);
+        }
+        fputc(k < 7 ? ',' : '\n', csv);
+    }
+}
+
+static void t4_paper(FILE *md, FILE *csv, const paper_row *p)
+{
+    const char *v[8] = {"paper", p->model, p->layers, p->bits, p->nmse, p->content, p->rope,
+                        p->ratio};
+    const char *r3[3] = {p->content, p->rope, p->ratio};
+    t4_row(md, csv, v, r3);
+}
+
+static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_t len)
+{
+    (void)f;
+    paper_row paper[64];
+    size_t np;
+    char ppath[PATH_MAX + 32];
+    snprintf(ppath, sizeof ppath, "%s/table4-paper.tsv", c->plots);
+    if (read_paper(ppath, paper, 64, &np, msg, len))
+        return -1;
+    char mdp[PATH_MAX + 32], csvp[PATH_MAX + 32];
+    snprintf(mdp, sizeof mdp, "%s/table4.md", c->dir);
+    snprintf(csvp, sizeof csvp, "%s/table4.csv", c->dir);
+    FILE *md = fopen(mdp, "w"), *csv = fopen(csvp, "w");
+    if (!md || !csv) {
+        if (md)
+            fclose(md);
+        if (csv)
+            fclose(csv);
+        snprintf(msg, len, "%s: cannot open for writing", md ? csvp : mdp);
+        return -1;
+    }
+    fprintf(md, "Model-level responses at matched cache NMSE (Table 4 of the QuantMLA paper): "
+                "mean over layers of the content and RoPE responses R = NMSE_out / NMSE_cache "
+                "(dimensionless) and their ratio. Rows of source *paper* are the paper's "
+                "(plots/table4-paper.tsv), placed beside ours where the model matches.\n\n");
+    fprintf(md, "| model | source | layers | bits | cache NMSE | content response | "
+                "RoPE response | ratio |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
+    fprintf(csv, "source,model,layers,bits,nmse_target,content_response,rope_response,ratio\n");
+    for (size_t i = 0; i < c->n; i++) {
+        const char *why;
+        fig_input *in = &c->in[i];
+        const qmla_table *t = input_table(in, "summary", &why);
+        const double rc = attr_num(t->attrs, t->n_attrs, "model_response_content"),
+                     rr = attr_num(t->attrs, t->n_attrs, "model_response_rope"),
+                     rq = attr_num(t->attrs, t->n_attrs, "model_ratio");
+        char bits[32], nmse[32], sc[32], sr[32], sq[32], c3[32], r3[32], q3[32];
+        const double b = attr_num(in->root, in->n_root, "bits");
+        if (isnan(b))
+            bits[0] = '\0';
+        else
+            snprintf(bits, sizeof bits, "%.0f", b);
+        if (isnan(in->nmse))
+            nmse[0] = '\0';
+        else
+            qmla_export_double(in->nmse, nmse, sizeof nmse);
+        qmla_export_double(rc, sc, sizeof sc);
+        qmla_export_double(rr, sr, sizeof sr);
+        qmla_export_double(rq, sq, sizeof sq);
+        snprintf(c3, sizeof c3, "%.3f", rc);
+        snprintf(r3, sizeof r3, "%.3f", rr);
+        snprintf(q3, sizeof q3, "%.3f", rq);
+        char src[160];
+        snprintf(src, sizeof src, "ours (%s)", in->label);
+        const char *slash = strrchr(in->model, '/');
+        const char *shortm = slash ? slash + 1 : in->model;
+        char layers[32];
+        snprintf(layers, sizeof layers, "%zu", t->n_rows);
+        const char *v[8] = {src, in->model, layers, bits, nmse, sc, sr, sq};
+        const char *r[3] = {c3, r3, q3};
+        t4_row(md, csv, v, r);
+        for (size_t k = 0; k < np; k++)
+            if (!strcasecmp(paper[k].model, shortm)) {
+                paper[k].used = 1;
+                t4_paper(md, csv, &paper[k]);
+            }
+    }
+    for (size_t k = 0; k < np; k++)
+        if (!paper[k].used)
+            t4_paper(md, csv, &paper[k]);
+    int bad = ferror(md) || ferror(csv);
+    bad |= fclose(md) != 0;
+    bad |= fclose(csv) != 0;
+    if (bad) {
+        snprintf(msg, len, "%s: write failed", mdp);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the command -------------------------------------------------------- */
+
+static void list_figures(void)
+{
+    printf("%-16s %-20s %-9s %s\n", "figure", "table", "size", "needs / what");
+    for (size_t k = 0; k < N_FIGURES; k++) {
+        const figure_def *f = &figures[k];
+        char size[48];
+        if (f->render)
+            snprintf(size, sizeof size, "md+csv");
+        else
+            snprintf(size, sizeof size, "%d+%dN x %d+%dN", f->w, f->w_model, f->h, f->h_model);
+        printf("%-16s %-20s %-9s %s\n%-16s %-20s %-9s %s\n", f->name, f->table, size, f->needs,
+               "", "", "", f->what);
+    }
+}
+
+static int selected(const char *only, const char *name)
+{
+    if (!only)
+        return 1;
+    const size_t n = strlen(name);
+    for (const char *p = only; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t l = e ? (size_t)(e - p) : strlen(p);
+        if (l == n && !strncmp(p, name, n))
+            return 1;
+        p += l + (e ? 1 : 0);
+    }
+    return 0;
+}
+
+int cmd_figures(int argc, char **argv)
+{
+    static const struct option lo[] = {{"output", required_argument, 0, 'o'},
+                                       {"format", required_argument, 0, 'F'},
+                                       {"labels", required_argument, 0, 'L'},
+                                       {"only", required_argument, 0, 'O'},
+                                       {"plots", required_argument, 0, 'P'},
+                                       {"gnuplot", required_argument, 0, 'G'},
+                                       {"list", no_argument, 0, 'l'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+    const char *dir = NULL, *format = "png", *labels = NULL, *only = NULL, *plots = NULL,
+               *gnuplot = NULL;
+    int ch;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
+        switch (ch) {
+        case 'o': dir = optarg; break;
+        case 'F': format = optarg; break;
+        case 'L': labels = optarg; break;
+        case 'O': only = optarg; break;
+        case 'P': plots = optarg; break;
+        case 'G': gnuplot = optarg; break;
+        case 'l': list_figures(); return QMLA_EXIT_OK;
+        case 'h': help(stdout); return QMLA_EXIT_OK;
+        default: help(stderr); return QMLA_EXIT_USAGE;
+        }
+    }
+    if (strcmp(format, "png") && strcmp(format, "svg") && strcmp(format, "pdf"))
+        return cli_fail("figures", "--format: expected png, svg or pdf, found \"%s\"", format);
+    if (!dir)
+        return cli_fail("figures", "missing -o DIR");
+    const size_t n = (size_t)(argc - optind);
+    if (n == 0)
+        return cli_fail("figures", "expected one or more RESULTS.h5 (see qmla figures --help)");
+    if (n > MAX_INPUTS)
+        return cli_fail("figures", "expected at most %d results files, found %zu", MAX_INPUTS, n);
+    if (only)
+        for (const char *p = only; *p;) {
+            const char *e = strchr(p, ',');
+            const size_t l = e ? (size_t)(e - p) : strlen(p);
+            int found = 0;
+            for (size_t k = 0; k < N_FIGURES; k++)
+                found |= strlen(figures[k].name) == l && !strncmp(p, figures[k].name, l);
+            if (!found)
+                return cli_fail("figures", "--only: no figure \"%.*s\" (see qmla figures --list)",
+                                (int)l, p);
+            p += l + (e ? 1 : 0);
+        }
+
+    fig_ctx c;
+    memset(&c, 0, sizeof c);
+    c.dir = dir;
+    c.format = format;
+    c.gnuplot = gnuplot ? gnuplot : getenv("QMLA_GNUPLOT") ? getenv("QMLA_GNUPLOT") : "gnuplot";
+    if (!plots)
+        plots = getenv("QMLA_PLOTS_DIR");
+    char fallback[PATH_MAX];
+    if (!plots) {
+        snprintf(fallback, sizeof fallback, "%s/plots", QMLA_SOURCE_ROOT);
+        plots = fallback;
+    }
+    if (!realpath(plots, c.plots))
+        return cli_fail("figures", "%s: no plots folder (give --plots DIR or set QMLA_PLOTS_DIR)",
+                        plots);
+    c.in = calloc(n, sizeof *c.in);
+    if (!c.in)
+        return cli_fail("figures", "out of memory");
+    c.n = n;
+    int rc = QMLA_EXIT_OK;
+    char msg[QMLA_ERRMSG_MAX + PATH_MAX];
+    for (size_t i = 0; i < n; i++) {
+        c.in[i].path = argv[optind + (int)i];
+        qmla_error err;
+        qmla_error_clear(&err);
+        if (qmla_file_attrs(c.in[i].path, &c.in[i].root, &c.in[i].n_root, &err)) {
+            rc = cli_lib_error("figures", &err);
+            goto out;
+        }
+    }
+    make_labels(c.in, n);
+    if (labels) {
+        char **lab = NULL, *buf = NULL;
+        size_t nl = 0;
+        if (cli_split_list(labels, &lab, &nl, &buf) || nl != n) {
+            rc = cli_fail("figures", "--labels: expected %zu labels (one per file), found %zu", n,
+                          nl);
+            free(lab);
+            free(buf);
+            goto out;
+        }
+        for (size_t i = 0; i < n; i++)
+            snprintf(c.in[i].label, sizeof c.in[i].label, "%s", lab[i]);
+        free(lab);
+        free(buf);
+    }
+    char data[PATH_MAX + 8];
+    snprintf(data, sizeof data, "%s/data", dir);
+    if (mkdir_p(data)) {
+        rc = cli_fail("figures", "%s: cannot create the folder", data);
+        goto out;
+    }
+    /* export every table a selected figure needs, from every input */
+    for (size_t k = 0; k < N_FIGURES; k++) {
+        if (!selected(only, figures[k].name))
+            continue;
+        int dup = 0;
+        for (size_t j = 0; j < k; j++)
+            dup |= selected(only, figures[j].name) && !strcmp(figures[j].table, figures[k].table);
+        for (size_t i = 0; i < n && !dup; i++)
+            if (export_table(&c, i, figures[k].table, msg, sizeof msg)) {
+                rc = cli_fail("figures", "%s", msg);
+                goto out;
+            }
+    }
+    if (write_inputs_gp(&c, msg, sizeof msg)) {
+        rc = cli_fail("figures", "%s", msg);
+        goto out;
+    }
+    size_t made = 0, skipped = 0, failed = 0;
+    for (size_t k = 0; k < N_FIGURES; k++) {
+        const figure_def *f = &figures[k];
+        if (!selected(only, f->name))
+            continue;
+        char why[QMLA_ERRMSG_MAX + 256] = "";
+        int ok = 1;
+        for (size_t i = 0; i < n && ok; i++)
+            ok = input_has(&c.in[i], f, why, sizeof why);
+        if (!ok) {
+            printf("figures: skipped %s: needs %s%s with %s (%s)\n", f->name, f->table,
+                   strcmp(f->table, "responses_by_layer") ? "" : " (per-layer means of /responses)",
+                   f->needs, why);
+            skipped++;
+            continue;
+        }
+        if ((f->render ? f->render : render_gnuplot)(&c, f, msg, sizeof msg)) {
+            fprintf(stderr, "qmla figures: %s: %s\n", f->name, msg);
+            failed++;
+            continue;
+        }
+        if (f->render) {
+            printf("figures: wrote %s/%s.md and %s/%s.csv\n", dir, f->name, dir, f->name);
+        } else {
+            int w, h;
+            fig_size(&c, f, &w, &h);
+            printf("figures: wrote %s/%s.%s (%dx%d)\n", dir, f->name, format, w, h);
+        }
+        made++;
+    }
+    printf("figures: %zu written, %zu skipped for missing data%s; data in %s/data\n", made,
+           skipped, failed ? ", some failed" : "", dir);
+    if (failed)
+        rc = QMLA_EXIT_USAGE;
+out:
+    for (size_t i = 0; i < c.n; i++) {
+        qmla_attrs_free(c.in[i].root, c.in[i].n_root);
+        for (size_t k = 0; k < c.in[i].n_tab; k++)
+            qmla_table_free(c.in[i].tab[k]);
+    }
+    free(c.in);
+    return rc;
+}
