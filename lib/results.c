@@ -5,6 +5,7 @@
 #include "qmla/results.h"
 #include "qmla_config.h"
 #include "h5util.h"
+#include "qmla/table.h"
 
 #include <errno.h>
 #include <hdf5.h>
@@ -318,134 +319,70 @@ done:
 }
 #undef TRY
 
-/* ---- reader --------------------------------------------------------------- */
+/* ---- reader (on the generic table reader, qmla/table.h) -------------------- */
 
-static int read_attr_str(hid_t obj, const char *name, char *out, size_t len)
+static void attr_str(const qmla_attr *a, size_t n, const char *name, char *out,
+                     size_t len)
 {
-    out[0] = '\0';
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    if (a < 0)
-        return -1;
-    hid_t t = H5Aget_type(a);
-    int rc = -1;
-    if (H5Tget_class(t) == H5T_STRING) {
-        if (H5Tis_variable_str(t) > 0) {
-            char *s = NULL;
-            hid_t mt = H5Tcopy(H5T_C_S1);
-            H5Tset_size(mt, H5T_VARIABLE);
-            H5Tset_cset(mt, H5Tget_cset(t));
-            if (H5Aread(a, mt, &s) >= 0 && s) {
-                snprintf(out, len, "%s", s);
-                H5free_memory(s);
-                rc = 0;
-            }
-            H5Tclose(mt);
-        } else {
-            size_t sz = H5Tget_size(t);
-            char *buf = calloc(sz + 1, 1);
-            hid_t mt = H5Tcopy(H5T_C_S1);
-            H5Tset_size(mt, sz + 1);
-            H5Tset_cset(mt, H5Tget_cset(t));
-            if (buf && H5Aread(a, mt, buf) >= 0) {
-                snprintf(out, len, "%s", buf);
-                rc = 0;
-            }
-            H5Tclose(mt);
-            free(buf);
-        }
-    }
-    H5Tclose(t);
-    H5Aclose(a);
-    return rc;
+    const qmla_attr *x = qmla_attr_find(a, n, name);
+    snprintf(out, len, "%s",
+             x && x->v.kind == QMLA_VAL_STRING && x->v.n ? x->v.s[0] : "");
 }
 
-static int read_attr_num(hid_t obj, const char *name, hid_t mtype, void *v)
+/* Numeric attribute: 0 and *v set, or -1 when absent or not numeric. */
+static int attr_num(const qmla_attr *a, size_t n, const char *name, double *v)
 {
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    if (a < 0)
+    const qmla_attr *x = qmla_attr_find(a, n, name);
+    if (!x || x->v.kind == QMLA_VAL_STRING || x->v.n != 1)
         return -1;
-    herr_t e = H5Aread(a, mtype, v);
-    H5Aclose(a);
-    return e < 0 ? -1 : 0;
+    *v = qmla_values_get(&x->v, 0);
+    return 0;
 }
 
-/* Read a 1-D dataset of length n (checked) into buf with mtype. */
-static int read_col(hid_t g, const char *name, hid_t mtype, size_t *n,
-                    void *buf)
+static int attr_int(const qmla_attr *a, size_t n, const char *name, int *v)
 {
-    hid_t d = H5Dopen2(g, name, H5P_DEFAULT);
-    if (d < 0)
+    double d;
+    if (attr_num(a, n, name, &d) || !(d >= INT32_MIN && d <= INT32_MAX))
         return -1;
-    hid_t sp = H5Dget_space(d);
-    hsize_t dims[1] = {0};
-    int rc = -1;
-    if (H5Sget_simple_extent_ndims(sp) == 1) {
-        H5Sget_simple_extent_dims(sp, dims, NULL);
-        if (!buf) {
-            *n = dims[0];
-            rc = 0;
-        } else if (dims[0] == *n) {
-            rc = (*n == 0 || H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                                     buf) >= 0)
-                     ? 0
-                     : -1;
-        }
-    }
-    H5Sclose(sp);
-    H5Dclose(d);
-    return rc;
+    *v = (int)d;
+    return 0;
 }
 
-/* Read one table column into rows (by kind). 1 when the dataset is absent,
- * -1 on a wrong shape or type, 0 on success. */
-static int read_column(hid_t g, const qmla_column *c, qmla_response *r, size_t n,
-                       void *scratch)
+/* Row values of one table column into the rows (by the row-table kind). */
+static int scatter_column(const qmla_column *c, const qmla_table_col *tc,
+                          qmla_response *r, size_t n)
 {
-    if (H5Lexists(g, c->name, H5P_DEFAULT) <= 0)
-        return 1;
-    switch (c->kind) {
-    case QMLA_COL_INT:
-    case QMLA_COL_FLAG: {
-        int *iv = scratch;
-        if (read_col(g, c->name, H5T_NATIVE_INT, &n, iv))
-            return -1;
-        for (size_t k = 0; k < n; k++)
-            *qmla_col_int(&r[k], c) = iv[k];
-        return 0;
-    }
-    case QMLA_COL_REAL: {
-        double *dv = scratch;
-        if (read_col(g, c->name, H5T_NATIVE_DOUBLE, &n, dv))
-            return -1;
-        for (size_t k = 0; k < n; k++)
-            *qmla_col_real(&r[k], c) = dv[k];
-        return 0;
-    }
-    case QMLA_COL_STR:
-    case QMLA_COL_PATH: {
-        char **sv = scratch;
-        hid_t vt = H5Tcopy(H5T_C_S1);
-        H5Tset_size(vt, H5T_VARIABLE);
-        H5Tset_cset(vt, H5T_CSET_UTF8);
-        memset(sv, 0, n * sizeof *sv);
-        int rc = read_col(g, c->name, vt, &n, sv);
-        for (size_t k = 0; k < n && rc == 0; k++) {
-            const char *v = sv[k] ? sv[k] : "";
-            if (c->kind == QMLA_COL_PATH)
-                *qmla_col_int(&r[k], c) = qmla_path_parse(v);
-            else if (strlen(v) >= QMLA_CELL_NAME_MAX)
-                rc = -1;
-            else
-                snprintf(qmla_col_str(&r[k], c), QMLA_CELL_NAME_MAX, "%s", v);
+    const qmla_val_kind vk = tc->v.kind;
+    const int ok = c->kind == QMLA_COL_STR || c->kind == QMLA_COL_PATH
+                       ? vk == QMLA_VAL_STRING
+                   : c->kind == QMLA_COL_REAL ? vk == QMLA_VAL_FLOAT
+                                              : vk == QMLA_VAL_INT || vk == QMLA_VAL_UINT;
+    if (!ok || tc->v.n != n)
+        return -1;
+    for (size_t k = 0; k < n; k++) {
+        switch (c->kind) {
+        case QMLA_COL_INT:
+        case QMLA_COL_FLAG: {
+            const double v = qmla_values_get(&tc->v, k);
+            if (!(v >= INT32_MIN && v <= INT32_MAX))
+                return -1;
+            *qmla_col_int(&r[k], c) = (int)v;
+            break;
         }
-        for (size_t k = 0; k < n; k++)
-            if (sv[k])
-                H5free_memory(sv[k]);
-        H5Tclose(vt);
-        return rc;
+        case QMLA_COL_REAL:
+            *qmla_col_real(&r[k], c) = qmla_values_get(&tc->v, k);
+            break;
+        case QMLA_COL_PATH:
+            *qmla_col_int(&r[k], c) = qmla_path_parse(tc->v.s[k]);
+            break;
+        case QMLA_COL_STR:
+            if (strlen(tc->v.s[k]) >= QMLA_CELL_NAME_MAX)
+                return -1;
+            snprintf(qmla_col_str(&r[k], c), QMLA_CELL_NAME_MAX, "%s", tc->v.s[k]);
+            break;
+        }
     }
-    }
-    return -1;
+    return 0;
 }
 
 /* Columns a file of an earlier writer may lack (read as 0: unverified). */
@@ -460,39 +397,34 @@ int qmla_results_read(const char *path, qmla_results_meta *m,
     *out = NULL;
     *nout = 0;
     memset(m, 0, sizeof *m);
-    h5_quiet quiet = qmla_h5_quiet_begin();
-    int st = QMLA_OK;
-    hid_t f = -1, g = -1;
+    qmla_attr *a = NULL;
+    size_t na = 0;
+    qmla_table *t = NULL;
     qmla_response *r = NULL;
-    void *scratch = NULL;
-    size_t n = 0;
+    int st = qmla_file_attrs(path, &a, &na, err);
+    if (st)
+        return st;
     char fmt[64];
+    attr_str(a, na, "format", fmt, sizeof fmt);
     int ver = 0;
-
-    f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) {
-        st = qmla_error_set(err, QMLA_EIO, "%s: cannot open as HDF5", path);
-        goto done;
-    }
-    if (read_attr_str(f, "format", fmt, sizeof fmt) || strcmp(fmt, QMLA_RESULTS_FORMAT)) {
+    if (strcmp(fmt, QMLA_RESULTS_FORMAT) != 0) {
         st = qmla_error_set(err, QMLA_EFORMAT,
                             "%s: attribute /format: expected \"%s\", found \"%s\"",
                             path, QMLA_RESULTS_FORMAT, fmt);
         goto done;
     }
-    if (read_attr_num(f, "format_version", H5T_NATIVE_INT, &ver) ||
-        ver != QMLA_RESULTS_VERSION) {
+    if (attr_int(a, na, "format_version", &ver) || ver != QMLA_RESULTS_VERSION) {
         st = qmla_error_set(err, QMLA_EFORMAT,
                             "%s: attribute /format_version: expected %d, found %d",
                             path, QMLA_RESULTS_VERSION, ver);
         goto done;
     }
-    if (read_attr_str(f, "capture_file", m->capture_file, sizeof m->capture_file) ||
-        read_attr_str(f, "capture_sha256", m->capture_sha256, sizeof m->capture_sha256) ||
-        read_attr_str(f, "meta", m->meta, sizeof m->meta) ||
-        read_attr_num(f, "bits", H5T_NATIVE_INT, &m->bits) ||
-        read_attr_num(f, "group", H5T_NATIVE_INT, &m->group) ||
-        read_attr_num(f, "nmse_target", H5T_NATIVE_DOUBLE, &m->nmse)) {
+    attr_str(a, na, "capture_file", m->capture_file, sizeof m->capture_file);
+    attr_str(a, na, "capture_sha256", m->capture_sha256, sizeof m->capture_sha256);
+    attr_str(a, na, "meta", m->meta, sizeof m->meta);
+    if (!m->capture_file[0] || strlen(m->capture_sha256) != 64 || !m->meta[0] ||
+        attr_int(a, na, "bits", &m->bits) || attr_int(a, na, "group", &m->group) ||
+        attr_num(a, na, "nmse_target", &m->nmse)) {
         st = qmla_error_set(err, QMLA_EFORMAT,
                             "%s: missing one of the root attributes capture_file, "
                             "capture_sha256, meta, bits, group, nmse_target",
@@ -500,47 +432,45 @@ int qmla_results_read(const char *path, qmla_results_meta *m,
         goto done;
     }
     /* provenance written by later writers; absent in earlier files */
-    read_attr_str(f, "capture_path", m->capture_path, sizeof m->capture_path);
-    read_attr_str(f, "model", m->model, sizeof m->model);
-    read_attr_str(f, "layers", m->layers, sizeof m->layers);
-    read_attr_str(f, "cells", m->cells, sizeof m->cells);
-    read_attr_str(f, "tool_version", m->tool_version, sizeof m->tool_version);
-    read_attr_str(f, "git_commit", m->git_commit, sizeof m->git_commit);
-    read_attr_str(f, "command_line", m->command_line, sizeof m->command_line);
-    read_attr_str(f, "created_utc", m->created_utc, sizeof m->created_utc);
-    read_attr_str(f, "rope_pairing", m->rope_pairing, sizeof m->rope_pairing);
-    read_attr_num(f, "n_heads", H5T_NATIVE_INT, &m->H);
-    read_attr_num(f, "hidden_size", H5T_NATIVE_INT, &m->D);
-    read_attr_num(f, "d_c", H5T_NATIVE_INT, &m->d_c);
-    read_attr_num(f, "d_n", H5T_NATIVE_INT, &m->d_n);
-    read_attr_num(f, "d_r", H5T_NATIVE_INT, &m->d_r);
-    read_attr_num(f, "d_v", H5T_NATIVE_INT, &m->d_v);
-    read_attr_num(f, "softmax_scale", H5T_NATIVE_DOUBLE, &m->softmax_scale);
+    attr_str(a, na, "capture_path", m->capture_path, sizeof m->capture_path);
+    attr_str(a, na, "model", m->model, sizeof m->model);
+    attr_str(a, na, "layers", m->layers, sizeof m->layers);
+    attr_str(a, na, "cells", m->cells, sizeof m->cells);
+    attr_str(a, na, "tool_version", m->tool_version, sizeof m->tool_version);
+    attr_str(a, na, "git_commit", m->git_commit, sizeof m->git_commit);
+    attr_str(a, na, "command_line", m->command_line, sizeof m->command_line);
+    attr_str(a, na, "created_utc", m->created_utc, sizeof m->created_utc);
+    attr_str(a, na, "rope_pairing", m->rope_pairing, sizeof m->rope_pairing);
+    attr_int(a, na, "n_heads", &m->H);
+    attr_int(a, na, "hidden_size", &m->D);
+    attr_int(a, na, "d_c", &m->d_c);
+    attr_int(a, na, "d_n", &m->d_n);
+    attr_int(a, na, "d_r", &m->d_r);
+    attr_int(a, na, "d_v", &m->d_v);
+    attr_num(a, na, "softmax_scale", &m->softmax_scale);
 
-    g = H5Gopen2(f, "responses", H5P_DEFAULT);
-    if (g < 0 || read_col(g, "layer", H5T_NATIVE_INT, &n, NULL)) {
-        st = qmla_error_set(err, QMLA_EFORMAT,
-                            "%s: /responses/layer: missing or not 1-D", path);
+    if ((st = qmla_table_read(path, "responses", &t, err)))
         goto done;
-    }
+    const size_t n = t->n_rows;
     r = calloc(n ? n : 1, sizeof *r);
-    scratch = calloc(n ? n : 1, sizeof(double) > sizeof(char *) ? sizeof(double)
-                                                                 : sizeof(char *));
-    if (!r || !scratch) {
+    if (!r) {
         st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
         goto done;
     }
     for (size_t k = 0; k < qmla_response_n_columns; k++) {
         const qmla_column *c = &qmla_response_columns[k];
-        const int rc = read_column(g, c, r, n, scratch);
-        if (rc == 1 && optional_column(c->name))
+        const qmla_table_col *tc = qmla_table_column(t, c->name);
+        if (!tc && optional_column(c->name))
             continue;
-        if (rc != 0) {
+        if (!tc || scatter_column(c, tc, r, n)) {
             st = qmla_error_set(err, QMLA_EFORMAT,
-                                "%s: /responses/%s: %s (expected a 1-D dataset of "
-                                "%zu rows)",
-                                path, c->name, rc == 1 ? "missing" : "unreadable",
-                                n);
+                                "%s: /responses/%s: %s (expected %s values, one "
+                                "per row)",
+                                path, c->name, tc ? "wrong type or value" : "missing",
+                                c->kind == QMLA_COL_REAL ? "floating-point"
+                                : c->kind == QMLA_COL_STR || c->kind == QMLA_COL_PATH
+                                    ? "string"
+                                    : "integer");
             goto done;
         }
     }
@@ -555,12 +485,8 @@ int qmla_results_read(const char *path, qmla_results_meta *m,
     *nout = n;
     r = NULL;
 done:
-    if (g >= 0)
-        H5Gclose(g);
-    if (f >= 0)
-        H5Fclose(f);
-    qmla_h5_quiet_end(quiet);
     free(r);
-    free(scratch);
+    qmla_table_free(t);
+    qmla_attrs_free(a, na);
     return st;
 }
