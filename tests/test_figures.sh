@@ -17,22 +17,7 @@
 # Env (set by meson): QMLA_BIN, QMLA_SOURCE_ROOT, QMLA_PYTHON. Needs gnuplot
 # (gnuplot-nox) and /usr/bin/python3 with numpy + h5py.
 set -u
-QMLA=${QMLA_BIN:?}
-ROOT=${QMLA_SOURCE_ROOT:?}
-PY=${QMLA_PYTHON:-/usr/bin/python3}
-work=$(mktemp -d /tmp/qmla-test-figures-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-pass=0 fail=0
-
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-expect() {
-  local want=$1 what=$2; shift 3
-  "$@" >"$work/out" 2>&1
-  local got=$?
-  if [ "$got" = "$want" ]; then ok; else bad "$what: exit $got, expected $want"; sed 's/^/    /' "$work/out" | tail -5 >&2; fi
-}
-contains() { if grep -q -- "$1" "$work/out"; then ok; else bad "$2: output lacks \"$1\""; sed 's/^/    /' "$work/out" | tail -5 >&2; fi; }
+. "$(dirname "$0")/cli_lib.sh"
 lacks() { if grep -q -- "$1" "$work/out"; then bad "$2: output has \"$1\""; else ok; fi; }
 # python check: prints "ok N" or FAIL lines; counted here
 pycheck() {
@@ -46,7 +31,7 @@ pycheck() {
   fi
 }
 
-"$PY" -c 'import numpy, h5py' 2>/dev/null || { echo "FAIL: $PY lacks numpy/h5py"; echo "0 passed, 1 failed"; exit 1; }
+need_python
 command -v gnuplot >/dev/null || { echo "FAIL: gnuplot not found (apt-get install gnuplot-nox)"; echo "0 passed, 1 failed"; exit 1; }
 
 # --- small results files -----------------------------------------------------
@@ -456,5 +441,4 @@ contains "cannot run \"/nonexistent/gnuplot\"" "figures without gnuplot"
 expect 0 "figures --list" -- "$QMLA" figures --list
 for f in fig2-responses fig6-atlas routes table4; do contains "$f" "figures --list"; done
 
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish test_figures
