@@ -28,6 +28,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -348,7 +349,20 @@ static int read_int_attr(const vctx *v, hid_t obj, const char *opath,
     hid_t ft = H5Aget_type(a);
     H5T_class_t cls = ft >= 0 ? H5Tget_class(ft) : H5T_NO_CLASS;
     herr_t r = -1;
-    if (cls == H5T_INTEGER) {
+    if (cls == H5T_INTEGER && H5Tget_sign(ft) == H5T_SGN_NONE) {
+        /* read unsigned as unsigned: HDF5 would clamp 2^64-1 to INT64_MAX
+         * and the message would report a value the file does not hold */
+        uint64_t u = 0;
+        r = H5Aread(a, H5T_NATIVE_UINT64, &u);
+        if (r >= 0 && u > (uint64_t)INT64_MAX) {
+            H5Tclose(ft);
+            H5Aclose(a);
+            return fail(v->err, QMLA_EFORMAT, v->label, opath,
+                        "attribute %s: expected an integer of at most %" PRId64
+                        ", found %" PRIu64, name, INT64_MAX, u);
+        }
+        *out = (int64_t)u;
+    } else if (cls == H5T_INTEGER) {
         r = H5Aread(a, H5T_NATIVE_INT64, out);
     } else if (cls == H5T_ENUM) {
         /* HDF5 does not convert enum to integer: read the enum in its native
@@ -752,10 +766,15 @@ static int validate_config(const vctx *v, hid_t root, qmla_capture_config *cfg)
     if ((st = read_float_attr(v, g, "/config", "softmax_scale", 1,
                               &cfg->softmax_scale, NULL)))
         goto out;
-    if (!(isfinite(cfg->softmax_scale) && cfg->softmax_scale > 0)) {
+    /* The attention computes in float32 with (float)softmax_scale: a value
+     * that becomes 0, subnormal or infinite there is refused. */
+    if (!(isfinite(cfg->softmax_scale) && cfg->softmax_scale >= FLT_MIN &&
+          cfg->softmax_scale <= FLT_MAX)) {
         st = fail(v->err, QMLA_EFORMAT, v->label, "/config",
-                  "attribute softmax_scale: expected a finite value > 0, "
-                  "found %g", cfg->softmax_scale);
+                  "attribute softmax_scale: expected a finite value > 0 that "
+                  "is a normal float32 (%.9g .. %.9g: the attention computes "
+                  "in float32), found %g", (double)FLT_MIN, (double)FLT_MAX,
+                  cfg->softmax_scale);
         goto out;
     }
     if ((st = read_float_attr(v, g, "/config", "rms_norm_eps", 1,

@@ -96,9 +96,11 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
     const qmla_capture_config *cfg = qmla_capture_get_config(cap);
     const qmla_sweep_params *p = &opts->params;
     int st = QMLA_OK;
-    if (!(p->nmse > 0.0) || p->nmse > 1e6)
+    if (!(p->nmse >= QMLA_NMSE_MIN && p->nmse <= QMLA_NMSE_MAX))
         return qmla_error_set(err, QMLA_EINVAL,
-                              "target cache NMSE must be > 0, found %g", p->nmse);
+                              "target cache NMSE: expected %.3g (2^-30, the "
+                              "float32 floor, sweep.h) .. %g, found %g",
+                              QMLA_NMSE_MIN, QMLA_NMSE_MAX, p->nmse);
     if ((st = qmla_quant_check(&p->quant, (size_t)cfg->d_c, err)))
         return qmla_error_prefix(err, "content cache (d_c = %d): ", cfg->d_c);
     if ((st = qmla_quant_check(&p->quant, (size_t)cfg->d_r, err)))
