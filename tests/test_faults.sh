@@ -272,6 +272,19 @@ contains "attribute n_heads: expected" "n_heads message"
 contains "found 18446744073709551615" "n_heads reported as found"
 lacks "9223372036854775807 " "n_heads not clamped"
 
+# Fault: a cell's seed attribute stored as uint64 2^64-1. Decision: refused
+# (out of the int64 range the format allows), the value reported as stored.
+# before: HDF5 clamped it to 9223372036854775807, accepted silently.
+cp "$work/base.h5" "$work/cseed.h5"
+h5edit "$work/cseed.h5" <<'EOF'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    f["layers/0/cells/synth-s0"].attrs["seed"] = np.uint64(2**64 - 1)
+EOF
+expect 2 "check: cell seed 2^64-1 refused" -- "$QMLA" check "$work/cseed.h5"
+contains "attribute seed: expected" "cell seed message"
+contains "found 18446744073709551615" "cell seed reported as found"
+
 # Fault: --seed 2^64-1 and seeds in 2^31 .. 2^32-1. Decision: the accepted
 # range is what GSL's mt19937 distinguishes, 0..2^32-1; beyond it refused
 # with the range named. before: 2^31..2^32-1 refused as "expected a
