@@ -149,6 +149,15 @@ if [ "$(id -u)" = 0 ] && mknod "$work/nulldev" c 1 3 2>/dev/null; then
 else
   echo "note: not root (or no mknod): device-node case skipped" >&2
 fi
+# Fault: the benchmark's RESULTS argument is its capture. before: it
+# unlinked the capture (deleted it) and then failed.
+bench=$(dirname "$QMLA")/../bench/bench_sweep
+if [ -x "$bench" ]; then
+  cp "$work/base.h5" "$work/bench-in.h5"
+  expect 2 "bench_sweep with RESULTS = its capture" -- "$bench" "$work/bench-in.h5" 1 "$work/bench-in.h5"
+  contains "same device and inode" "bench_sweep message"
+  [ -f "$work/bench-in.h5" ] && ok || bad "bench_sweep deleted its capture"
+fi
 # Fault: the journal path RESULTS.h5.journal is a FIFO. before: the sweep
 # blocked reading it forever (here: killed by timeout, exit 124).
 mkfifo "$work/rj.h5.journal"
