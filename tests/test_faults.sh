@@ -228,13 +228,15 @@ if command -v strace >/dev/null 2>&1; then
     -e inject=openat:delay_exit=2000000:when=1 \
     "$QMLA" sweep "$work/mid.h5" -o "$work/early.h5" >"$work/early.out" 2>&1 &
   bgpid=$!
-  child=
-  for _ in $(seq 1 200); do
+  # wait until qmla (strace's child) sits in the held openat (x86-64
+  # syscall 257; /proc/PID/syscall), else give it a second
+  child= held=0
+  for _ in $(seq 1 250); do
     child=$(pgrep -P $bgpid | head -1)
-    [ -n "$child" ] && break
+    if [ -n "$child" ] && [ "$(cut -d' ' -f1 /proc/$child/syscall 2>/dev/null)" = 257 ]; then held=1; break; fi
     sleep 0.02
   done
-  sleep 0.8
+  [ $held = 1 ] || sleep 1
   [ -n "$child" ] && kill -TERM "$child" 2>/dev/null
   wait $bgpid
   rc=$?
