@@ -15,6 +15,9 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+# run inside the scratch directory: a relative output (the "" case on an
+# unfixed binary writes ".journal") must not land in the caller's directory
+cd "$work" || exit 1
 pass=0 fail=0
 
 ok() { pass=$((pass + 1)); }
