@@ -1,5 +1,6 @@
 /* cli_util.c — option parsing, error reporting and progress for `qmla`. */
 #include "cli.h"
+#include "cli_safe.h"
 
 #include <errno.h>
 #include <math.h>
@@ -9,21 +10,25 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Messages quote file names, cell names and model names read from files
+ * and arguments: printed through cli_esc() so that none reaches the
+ * terminal raw (cli_escape.c). */
 int cli_fail(const char *cmd, const char *fmt, ...)
 {
+    char msg[2048], esc[4096];
     va_list ap;
-    fprintf(stderr, "qmla %s: ", cmd);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    fprintf(stderr, "qmla %s: %s\n", cmd, cli_esc(msg, esc, sizeof esc));
     return QMLA_EXIT_USAGE;
 }
 
 int cli_lib_error(const char *cmd, const qmla_error *err)
 {
+    char esc[4 * QMLA_ERRMSG_MAX];
     fprintf(stderr, "qmla %s: error (%s): %s\n", cmd,
-            qmla_status_name(err->status), err->msg);
+            qmla_status_name(err->status), cli_esc(err->msg, esc, sizeof esc));
     return QMLA_EXIT_USAGE;
 }
 

@@ -2,6 +2,7 @@
  * attention per (layer, cell, sequence) against attn_out, and check
  * post == rotate(pre) where the _pre tensors exist. */
 #include "cli.h"
+#include "cli_safe.h"
 #include "qmla/attention.h"
 #include "qmla/capture.h"
 #include "qmla/norms.h"
@@ -25,10 +26,15 @@ static void help(FILE *f)
         "  --tol X       tolerance (default: the capture's check_tolerance\n"
         "                attribute, else 1e-4)\n"
         "  --threads N   threads (default: all online processors)\n"
-        "  -q            print only the summary line\n"
+        "  -q            quiet: print the header, the rows that fail (above\n"
+        "                tolerance or non-finite) and the summary, not every row\n"
         "\n"
-        "exit: 0 all within tolerance, 1 some error above it, 2 malformed file\n"
-        "example: qmla check data/tiny-mla.h5\n");
+        "A recomputation that is not finite (float32 overflow: e.g. a logit\n"
+        "beyond 3.4e38) is a finding, reported with where it overflowed.\n"
+        "\n"
+        "exit: 0 all within tolerance, 1 some error above it or a non-finite\n"
+        "recomputation, 2 malformed file\n"
+        "example: qmla check data/tiny-mla-default.h5\n");
 }
 
 int cmd_check(int argc, char **argv)
@@ -36,6 +42,7 @@ int cmd_check(int argc, char **argv)
     static const struct option lo[] = {{"tol", required_argument, 0, 't'},
                                        {"threads", required_argument, 0, 'j'},
                                        {"help", no_argument, 0, 'h'},
+                                       {"version", no_argument, 0, 'v' + 256},
                                        {0, 0, 0, 0}};
     double tol = -1.0;
     long threads = cli_default_threads();
@@ -53,6 +60,7 @@ int cmd_check(int argc, char **argv)
             break;
         case 'q': quiet = 1; break;
         case 'h': help(stdout); return QMLA_EXIT_OK;
+        case 'v' + 256: printf("qmla %s\n", qmla_version()); return QMLA_EXIT_OK;
         default: help(stderr); return QMLA_EXIT_USAGE;
         }
     }
@@ -74,9 +82,11 @@ int cmd_check(int argc, char **argv)
     const qmla_mla_dims d = {(size_t)cfg->H, (size_t)cfg->D, (size_t)cfg->d_c,
                              (size_t)cfg->d_n, (size_t)cfg->d_r, (size_t)cfg->d_v,
                              cfg->softmax_scale};
+    char escp[1024], escm[1024], escc[512];
     printf("capture  %s\nmodel    %s%s\nshape    H %d  D %d  d_c %d  d_n %d  d_r %d  d_v %d  tau %.6g  rope %s\n"
            "tol      %.3g (%s)\n",
-           path, cfg->model, cfg->synthetic ? " [synthetic]" : "", cfg->H, cfg->D,
+           cli_esc(path, escp, sizeof escp), cli_esc(cfg->model, escm, sizeof escm),
+           cfg->synthetic ? " [synthetic]" : "", cfg->H, cfg->D,
            cfg->d_c, cfg->d_n, cfg->d_r, cfg->d_v, cfg->softmax_scale,
            cfg->rope_pairing == QMLA_ROPE_HALF ? "half" : "interleaved", tol, tol_src);
     if (!quiet)
@@ -84,7 +94,7 @@ int cmd_check(int argc, char **argv)
                "attn_err", "k_rope_err", "q_rope_err", "status");
 
     int rc = QMLA_EXIT_OK;
-    size_t nchecks = 0, nbad = 0;
+    size_t nchecks = 0, nbad = 0, nnonfinite = 0;
     double worst = -1.0;
     char worst_at[256] = "";
     float *post = NULL;
@@ -134,31 +144,51 @@ int cmd_check(int argc, char **argv)
                                 *sn = c.rope_sin + s * T * (d.d_r / 2);
                     qmla_rope_rotate(1, T, d.d_r, cfg->rope_pairing, cs, sn,
                                      c.k_rope_pre + s * T * d.d_r, post);
-                    ek = qmla_rel_fro(post, K, T * d.d_r);
+                    ek = cli_all_finite(post, T * d.d_r) ? qmla_rel_fro(post, K, T * d.d_r) : NAN;
                     if (c.q_rope_pre) {
                         qmla_rope_rotate(H, T, d.d_r, cfg->rope_pairing, cs, sn,
                                          c.q_rope_pre + s * H * T * d.d_r, post);
-                        eq = qmla_rel_fro(post, qr, H * T * d.d_r);
+                        eq = cli_all_finite(post, H * T * d.d_r)
+                                 ? qmla_rel_fro(post, qr, H * T * d.d_r) : NAN;
                     }
                 }
-                const double m = fmax(e, fmax(ek, eq));
+                /* NaN is never within tolerance: fmax() would drop it. A
+                 * recomputation that is not finite is a finding of its own. */
+                char why[640] = "";
+                if (!cli_all_finite(ws.Y, T * d.D))
+                    check_diag_nonfinite(H, T, d.d_c, d.d_r, d.d_v, d.D, d.tau,
+                                         ws.q_lat, ws.q_rope_t, ws.A, ws.U, ws.O,
+                                         ws.Y, C, K, why, sizeof why);
+                else if (isnan(ek) || isnan(eq))
+                    snprintf(why, sizeof why, "rotate(*_rope_pre) under rope_cos/rope_sin "
+                             "is not finite (float32 overflow)");
+                const int nonfinite = why[0] != '\0' || isnan(e);
+                if (nonfinite && !why[0])
+                    snprintf(why, sizeof why, "the comparison with attn_out is not a finite number");
+                const double m = nonfinite ? NAN : fmax(e, fmax(ek, eq));
                 const int bad = !(m <= tol);
                 nchecks++;
                 nbad += bad;
-                if (!(m <= worst)) {
+                nnonfinite += nonfinite;
+                if (!nonfinite && !(m <= worst)) {
                     worst = m;
                     snprintf(worst_at, sizeof worst_at, "layer %d, cell %s, seq %zu",
-                             lay.layer, c.name, s);
+                             lay.layer, cli_esc(c.name, escc, sizeof escc), s);
                 }
                 if (!quiet || bad) {
                     char kb[16] = "-", qb[16] = "-";
-                    if (ek >= 0)
+                    if (!(ek < 0))
                         snprintf(kb, sizeof kb, "%.3e", ek);
-                    if (eq >= 0)
+                    if (!(eq < 0))
                         snprintf(qb, sizeof qb, "%.3e", eq);
                     printf("%5d  %-16s %4zu  %11.3e  %11s  %11s  %s\n", lay.layer,
-                           c.name, s, e, kb, qb, bad ? "ABOVE TOL" : "ok");
+                           cli_esc(c.name, escc, sizeof escc), s, isnan(e) ? fabs(e) : e, kb, qb,
+                           nonfinite ? "NON-FINITE" : bad ? "ABOVE TOL" : "ok");
                 }
+                if (nonfinite)
+                    printf("       non-finite recomputation at layer %d, cell %s, "
+                           "seq %zu: %s\n", lay.layer, cli_esc(c.name, escc, sizeof escc),
+                           s, why);
             }
             qmla_cell_free(&c);
             if (rc == QMLA_EXIT_USAGE)
@@ -171,9 +201,17 @@ int cmd_check(int argc, char **argv)
     qmla_capture_close(cap);
     if (rc == QMLA_EXIT_USAGE)
         return rc;
-    printf("\n%zu checks (layer x cell x sequence), %zu above tolerance %.3g; worst %.3e (%s)\n",
-           nchecks, nbad, tol, worst, worst_at);
-    printf("%s\n", nbad ? "INCONSISTENT: the capture does not reproduce its attention output"
-                        : "consistent");
+    printf("\n%zu checks (layer x cell x sequence), %zu above tolerance %.3g", nchecks,
+           nbad, tol);
+    if (nnonfinite)
+        printf(" (%zu of them non-finite)", nnonfinite);
+    if (worst >= 0)
+        printf("; worst finite %.3e (%s)\n", worst, worst_at);
+    else
+        printf("; no finite comparison\n");
+    printf("%s\n", nnonfinite ? "INCONSISTENT: the recomputation overflows float32 (non-finite) "
+                                "where noted above"
+                   : nbad ? "INCONSISTENT: the capture does not reproduce its attention output"
+                          : "consistent");
     return nbad ? QMLA_EXIT_FINDING : QMLA_EXIT_OK;
 }

@@ -1,22 +1,15 @@
 /* cmd_sweep.c — `qmla sweep`: the matched-NMSE study (paper §2.2, App. B.1,
  * Table 4) on a capture, with resume and an atomic results file. */
 #include "cli.h"
+#include "cli_safe.h"
 #include "qmla/capture.h"
+#include "qmla/outpath.h"
 #include "qmla/results.h"
 #include "qmla/sweep.h"
 
 #include <getopt.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-
-static volatile sig_atomic_t interrupted = 0;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    interrupted = 1;
-}
 
 static void help(FILE *f)
 {
@@ -33,10 +26,17 @@ static void help(FILE *f)
         "interaction). Writes qmla-results v1 (docs/results-format.md) and prints\n"
         "a Table-4-style summary (per layer with -v).\n"
         "\n"
-        "  -o RESULTS.h5   output (written atomically at the end)\n"
+        "  -o RESULTS.h5   output (written atomically at the end); refused before\n"
+        "                  any work if it is the input capture (even with\n"
+        "                  --force), a directory, a device or a FIFO\n"
         "  --bits B        2, 3, 4 or 8 (default 4)\n"
         "  --group G       channels per quantization group (default 64)\n"
-        "  --nmse NU       target cache NMSE (default 0.01)\n"
+        "  --nmse NU       target cache NMSE, 2^-30 (9.31e-10) .. 1e6 (default\n"
+        "                  0.01). The floor is float32's: the perturbation has\n"
+        "                  relative size sqrt(NU) and float32 rounds at 2^-24\n"
+        "                  relative, so below sqrt(NU) = 2^9 x 2^-24 rounding\n"
+        "                  exceeds 1/512 of the perturbation and the responses\n"
+        "                  turn into rounding noise (include/qmla/sweep.h)\n"
         "  --meta M        scale/minimum metadata: f16 (default), f32, or q8\n"
         "                  (compact: per-token float16 super-scales, 8-bit\n"
         "                  per-group codes; docs/quantizer.md)\n"
@@ -50,9 +50,12 @@ static void help(FILE *f)
         "  --force         discard a journal or results file of other parameters\n"
         "\n"
         "Resume: finished items are journaled in RESULTS.h5.journal; interrupt\n"
-        "(Ctrl-C) and rerun the same command to continue. An existing RESULTS.h5\n"
+        "(Ctrl-C or SIGTERM: exit 130 after the current item; a second one stops\n"
+        "at once) and rerun the same command to continue. An existing RESULTS.h5\n"
         "of the same capture and parameters is extended, not recomputed.\n"
-        "example: qmla sweep data/tiny-mla.h5 -o results.h5 --threads 2 -v\n");
+        "Temporary files RESULTS.h5.tmp.PID of processes that no longer run\n"
+        "are removed.\n"
+        "example: qmla sweep data/tiny-mla-default.h5 -o results.h5 --threads 2 -v\n");
 }
 
 static int progress(void *ctx, size_t done, size_t total, size_t resumed)
@@ -60,7 +63,7 @@ static int progress(void *ctx, size_t done, size_t total, size_t resumed)
     cli_progress *p = ctx;
     (void)resumed;
     cli_progress_update(p, done, total);
-    return interrupted;
+    return cli_interrupted() != 0;
 }
 
 int cmd_sweep(int argc, char **argv)
@@ -71,7 +74,8 @@ int cmd_sweep(int argc, char **argv)
         {"meta", required_argument, 0, 'm'},   {"layers", required_argument, 0, 'L'},
         {"cells", required_argument, 0, 'c'},  {"threads", required_argument, 0, 'j'},
         {"verify", no_argument, 0, 'V'},       {"force", no_argument, 0, 'f'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+        {"help", no_argument, 0, 'h'},         {"version", no_argument, 0, 'v' + 256},
+        {0, 0, 0, 0}};
     qmla_sweep_opts o;
     memset(&o, 0, sizeof o);
     o.params = qmla_sweep_defaults();
@@ -94,8 +98,12 @@ int cmd_sweep(int argc, char **argv)
             o.params.quant.group = (int)v;
             break;
         case 'n':
-            if (cli_parse_double(optarg, &o.params.nmse) || !(o.params.nmse > 0))
-                return cli_fail("sweep", "--nmse: expected a positive number, found \"%s\"", optarg);
+            if (cli_parse_double(optarg, &o.params.nmse) ||
+                !(o.params.nmse >= QMLA_NMSE_MIN && o.params.nmse <= QMLA_NMSE_MAX))
+                return cli_fail("sweep", "--nmse: expected a number in %.3g .. %g (the floor "
+                                "2^-30 is where float32 stops resolving the perturbation: "
+                                "see --help), found \"%s\"", QMLA_NMSE_MIN, QMLA_NMSE_MAX,
+                                optarg);
             break;
         case 'm':
             if (!strcmp(optarg, "f16"))
@@ -118,6 +126,7 @@ int cmd_sweep(int argc, char **argv)
         case 'V': o.verify = 1; break;
         case 'f': o.force = 1; break;
         case 'h': help(stdout); return QMLA_EXIT_OK;
+        case 'v' + 256: printf("qmla %s\n", qmla_version()); return QMLA_EXIT_OK;
         default: help(stderr); return QMLA_EXIT_USAGE;
         }
     }
@@ -126,6 +135,19 @@ int cmd_sweep(int argc, char **argv)
     if (!out)
         return cli_fail("sweep", "missing -o RESULTS.h5");
     const char *path = argv[optind];
+    /* Before any work: signals, the paths this sweep will write, and the
+     * temporaries of earlier runs that died (include/qmla/outpath.h). */
+    cli_signals_install();
+    {
+        qmla_error perr;
+        qmla_error_clear(&perr);
+        char jpath[4096];
+        snprintf(jpath, sizeof jpath, "%s.journal", out);
+        if (qmla_output_path_check(out, "output file (-o)", &path, 1, &perr) ||
+            qmla_output_path_check(jpath, "journal", &path, 1, &perr) ||
+            qmla_stale_tmp_remove(out, NULL, &perr))
+            return cli_lib_error("sweep", &perr);
+    }
 
     qmla_sweep_selection sel;
     memset(&sel, 0, sizeof sel);
@@ -149,15 +171,16 @@ int cmd_sweep(int argc, char **argv)
     qmla_error_clear(&err);
     qmla_capture *cap = NULL;
     int rc = QMLA_EXIT_OK;
-    if (qmla_capture_open(path, &cap, &err)) {
+    if (qmla_capture_open(path, &cap, &err) && !cli_interrupted()) {
         rc = cli_lib_error("sweep", &err);
         goto out;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    if (cli_interrupted()) {
+        fprintf(stderr, "qmla sweep: interrupted (%s) before the sweep began; nothing "
+                        "was written\n", cli_signal_name());
+        rc = QMLA_EXIT_INTERRUPTED;
+        goto out;
+    }
     cli_progress prog;
     cli_progress_init(&prog, "sweep");
     o.progress = progress;
@@ -169,9 +192,13 @@ int cmd_sweep(int argc, char **argv)
     int stopped = 0;
     int st = qmla_sweep_run(cap, &sel, &o, out, &s, &stopped, &err);
     cli_progress_end(&prog);
-    if (stopped) {
-        fprintf(stderr, "qmla sweep: interrupted; finished items are kept in %s.journal — "
-                        "rerun the same command to resume\n", out);
+    if (stopped || (st && cli_interrupted())) {
+        /* A failure while a signal was pending is the interruption: a
+         * blocked system call returned EINTR (no SA_RESTART, cli_signal.c). */
+        char escj[4096];
+        fprintf(stderr, "qmla sweep: interrupted (%s); finished items are kept in %s.journal — "
+                        "rerun the same command to resume\n", cli_signal_name(),
+                cli_esc(out, escj, sizeof escj));
         rc = QMLA_EXIT_INTERRUPTED;
         goto out;
     }
@@ -181,7 +208,9 @@ int cmd_sweep(int argc, char **argv)
     }
     const qmla_capture_config *cfg = qmla_capture_get_config(cap);
     const size_t fresh = prog.resumed == (size_t)-1 ? 0 : prog.resumed;
-    printf("capture  %s  (%s)\n", path, cfg->model);
+    char escp[1024], escm[1024];
+    printf("capture  %s  (%s)\n", cli_esc(path, escp, sizeof escp),
+           cli_esc(cfg->model, escm, sizeof escm));
     printf("quant    INT%d, group %d, %s metadata; error rescaled to cache NMSE %g\n",
            o.params.quant.bits, o.params.quant.group,
            qmla_meta_name(o.params.quant.meta), o.params.nmse);

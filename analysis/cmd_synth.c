@@ -1,5 +1,7 @@
 /* cmd_synth.c — `qmla synth`: write a synthetic qmla-capture v1 file. */
 #include "cli.h"
+#include "cli_safe.h"
+#include "qmla/outpath.h"
 #include "qmla/synth.h"
 
 #include <errno.h>
@@ -19,9 +21,12 @@ static void help(FILE *f)
         "model's shape (root attribute synthetic = 1). The attention output is\n"
         "computed by qmla from the stored tensors, so `qmla check` passes.\n"
         "\n"
-        "  -o FILE        output capture (refused if it exists, unless --force)\n"
+        "  -o FILE        output capture (refused if it exists, unless --force;\n"
+        "                 always refused if it is a directory, device or FIFO)\n"
         "  --shape NAME   one of the shapes below (default tiny)\n"
-        "  --seed S       RNG seed (GSL mt19937; default 1)\n"
+        "  --seed S       RNG seed, 0..4294967295 (GSL mt19937 takes a 32-bit\n"
+        "                 seed: larger values are refused, not wrapped; GSL\n"
+        "                 maps 0 to its default seed 4357; default 1)\n"
         "  --seqs N       sequences per cell (default 2)\n"
         "  --tokens T     tokens per sequence (default 64)\n"
         "  --layers L     layers to write (default: min(4, the model's))\n"
@@ -48,7 +53,8 @@ int cmd_synth(int argc, char **argv)
         {"cells", required_argument, 0, 'c'},  {"f16", no_argument, 0, 'h' + 256},
         {"gzip", required_argument, 0, 'z'},   {"no-pre", no_argument, 0, 'p'},
         {"threads", required_argument, 0, 'j'}, {"force", no_argument, 0, 'f'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+        {"help", no_argument, 0, 'h'},         {"version", no_argument, 0, 'v' + 256},
+        {0, 0, 0, 0}};
     const char *out = NULL, *shape = "tiny";
     qmla_synth_opts o;
     memset(&o, 0, sizeof o);
@@ -67,8 +73,11 @@ int cmd_synth(int argc, char **argv)
         case 'o': out = optarg; break;
         case 's': shape = optarg; break;
         case 'S':
-            if (cli_parse_long(optarg, 0, 0x7fffffffL, &v))
-                return cli_fail("synth", "--seed: expected a non-negative integer, found \"%s\"", optarg);
+            /* the full range GSL's mt19937 distinguishes (it keeps the
+             * low 32 bits of an unsigned long); refused beyond it */
+            if (cli_parse_long(optarg, 0, 0xffffffffL, &v))
+                return cli_fail("synth", "--seed: expected an integer in 0..4294967295 "
+                                "(a 32-bit mt19937 seed), found \"%s\"", optarg);
             o.seed = (unsigned long)v;
             break;
         case 'n':
@@ -105,6 +114,7 @@ int cmd_synth(int argc, char **argv)
             break;
         case 'f': force = 1; break;
         case 'h': help(stdout); return QMLA_EXIT_OK;
+        case 'v' + 256: printf("qmla %s\n", qmla_version()); return QMLA_EXIT_OK;
         default: help(stderr); return QMLA_EXIT_USAGE;
         }
     }
@@ -119,11 +129,20 @@ int cmd_synth(int argc, char **argv)
         return cli_fail("synth", "--layers %d: shape %s has %d layers", layers,
                         shape, o.shape->n_layers);
     o.n_layers = layers > 0 ? layers : (o.shape->n_layers < 4 ? o.shape->n_layers : 4);
+    qmla_error err;
+    qmla_error_clear(&err);
+    {
+        /* Before any work: a path the atomic rename may replace
+         * (include/qmla/outpath.h), and its temporary. */
+        char tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s.tmp", out);
+        if (qmla_output_path_check(out, "output file (-o)", NULL, 0, &err) ||
+            qmla_output_path_check(tmp, "temporary file", NULL, 0, &err))
+            return cli_lib_error("synth", &err);
+    }
     struct stat sb;
     if (!force && stat(out, &sb) == 0)
         return cli_fail("synth", "%s exists (use --force to overwrite)", out);
-    qmla_error err;
-    qmla_error_clear(&err);
     if (qmla_synth_write(out, &o, &err))
         return cli_lib_error("synth", &err);
     printf("wrote %s: shape %s, %d layers, %d cells x %d seqs x %d tokens, seed %lu%s\n",

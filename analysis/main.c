@@ -11,6 +11,7 @@
  * 2 bad usage or malformed input, 130 interrupted. */
 #include "cli.h"
 #include "qmla/attention.h"
+#include "cli_safe.h"
 #include "qmla/status.h"
 
 #include <errno.h>
@@ -20,7 +21,8 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: qmla <command> [options]   (qmla <command> --help for more)\n"
+            "usage: qmla <command> [options]   (qmla <command> --help or\n"
+            "       qmla help <command> for more; --version on any command)\n"
             "\n"
             "QuantMLA toolkit: how low-bit quantization of MLA's two KV caches\n"
             "(content latent, RoPE key) becomes attention-output error.\n"
@@ -58,6 +60,18 @@ static int dispatch(int argc, char **argv)
         return QMLA_EXIT_USAGE;
     }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "help") && argc >= 3) {
+        /* `qmla help sweep` is `qmla sweep --help` */
+        char *hargv[] = {argv[2], "--help", NULL};
+        if (!strcmp(argv[2], "check"))
+            return cmd_check(2, hargv);
+        if (!strcmp(argv[2], "sweep"))
+            return cmd_sweep(2, hargv);
+        if (!strcmp(argv[2], "synth"))
+            return cmd_synth(2, hargv);
+        return cli_fail("help", "unknown command \"%s\" (expected check, sweep or synth)",
+                        argv[2]);
+    }
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         usage(stdout);
         return QMLA_EXIT_OK;
@@ -78,7 +92,8 @@ static int dispatch(int argc, char **argv)
         return cmd_show(argc - 1, argv + 1);
     if (!strcmp(cmd, "figures"))
         return cmd_figures(argc - 1, argv + 1);
-    fprintf(stderr, "qmla: unknown command \"%s\"\n\n", cmd);
+    char esc[512];
+    fprintf(stderr, "qmla: unknown command \"%s\"\n\n", cli_esc(cmd, esc, sizeof esc));
     usage(stderr);
     return QMLA_EXIT_USAGE;
 }

@@ -8,6 +8,7 @@
  * (2048^3, OpenBLAS with THREADS threads, best of 5). bench/run.sh runs it
  * next to the NumPy implementation of the same protocol. */
 #include "qmla/capture.h"
+#include "qmla/outpath.h"
 #include "qmla/sweep.h"
 
 #include <cblas.h>
@@ -67,6 +68,15 @@ int main(int argc, char **argv)
     snprintf(out, sizeof out, "%s", argc > 3 ? argv[3] : "/tmp/qmla-bench-results.h5");
     qmla_error err;
     qmla_error_clear(&err);
+    /* it unlinks and rewrites `out`: never the capture, a device, a FIFO */
+    char jpath[4200];
+    snprintf(jpath, sizeof jpath, "%s.journal", out);
+    const char *in = argv[1];
+    if (qmla_output_path_check(out, "results file", &in, 1, &err) ||
+        qmla_output_path_check(jpath, "journal", &in, 1, &err)) {
+        fprintf(stderr, "bench_sweep: %s\n", err.msg);
+        return 2;
+    }
     qmla_capture *cap = NULL;
     if (qmla_capture_open(argv[1], &cap, &err)) {
         fprintf(stderr, "bench_sweep: %s\n", err.msg);

@@ -97,7 +97,13 @@ static inline float exp_neg(float x)
 {
     const float log2e = 1.44269504088896341f;
     const float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
-    x = x < -87.0f ? -87.0f : x;
+    /* Clamp to [-87, 88] so that the exponent n below is a small integer on
+     * any input: the conversion of a NaN or out-of-range float to int is
+     * undefined behaviour. NaN (e.g. inf - inf of overflowed logits) takes
+     * the clamp's -87 here and is passed through as NaN at the end, so a
+     * non-finite logit stays visible in the attention. */
+    const float x_in = x;
+    x = x >= -87.0f ? (x <= 88.0f ? x : 88.0f) : -87.0f;
     float n = floorf(x * log2e + 0.5f);
     float r = x - n * ln2_hi;
     r = r - n * ln2_lo;
@@ -110,7 +116,7 @@ static inline float exp_neg(float x)
     p = p * r * r + r + 1.0f;
     union { float f; int32_t i; } u;
     u.i = ((int32_t)n + 127) << 23;
-    return p * u.f;
+    return x_in == x_in ? p * u.f : x_in;
 }
 
 /* One causal softmax row: a[s] = softmax_{s<=i} z[s] (minus ref[s] when

@@ -33,6 +33,7 @@
 #include <hdf5.h>
 
 #include <errno.h>
+#include <float.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -166,10 +167,15 @@ static int validate_config(const qmla_h5_ctx *v, hid_t root, qmla_capture_config
     if ((st = qmla_h5_read_attr_dbl(v, g, "/config", "softmax_scale", 1,
                               &cfg->softmax_scale, NULL)))
         goto out;
-    if (!(isfinite(cfg->softmax_scale) && cfg->softmax_scale > 0)) {
+    /* The attention computes in float32 with (float)softmax_scale: a value
+     * that becomes 0, subnormal or infinite there is refused. */
+    if (!(isfinite(cfg->softmax_scale) && cfg->softmax_scale >= FLT_MIN &&
+          cfg->softmax_scale <= FLT_MAX)) {
         st = qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, "/config",
-                  "attribute softmax_scale: expected a finite value > 0, "
-                  "found %g", cfg->softmax_scale);
+                  "attribute softmax_scale: expected a finite value > 0 that "
+                  "is a normal float32 (%.9g .. %.9g: the attention computes "
+                  "in float32), found %g", (double)FLT_MIN, (double)FLT_MAX,
+                  cfg->softmax_scale);
         goto out;
     }
     if ((st = qmla_h5_read_attr_dbl(v, g, "/config", "rms_norm_eps", 1,

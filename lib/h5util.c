@@ -610,7 +610,21 @@ int qmla_h5_read_attr_int(const qmla_h5_ctx *v, hid_t obj, const char *opath,
     if (st || a < 0)
         return st;
     herr_t r = -1;
-    if (H5Tget_class(ft) == H5T_INTEGER) {
+    if (H5Tget_class(ft) == H5T_INTEGER && H5Tget_sign(ft) == H5T_SGN_NONE) {
+        /* read unsigned as unsigned: HDF5 would clamp 2^64-1 to INT64_MAX
+         * and the message would report a value the file does not hold */
+        uint64_t u = 0;
+        r = H5Aread(a, H5T_NATIVE_UINT64, &u);
+        if (r >= 0 && u > (uint64_t)INT64_MAX) {
+            H5Tclose(ft);
+            H5Aclose(a);
+            return qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, opath,
+                                "attribute %s: expected an integer of at most "
+                                "%" PRId64 ", found %" PRIu64,
+                                name, INT64_MAX, u);
+        }
+        *out = (int64_t)u;
+    } else if (H5Tget_class(ft) == H5T_INTEGER) {
         r = H5Aread(a, H5T_NATIVE_INT64, out);
     } else { /* H5T_ENUM */
         /* HDF5 does not convert enum to integer: read the enum in its native

@@ -20,12 +20,11 @@ qmla_sweep_params qmla_sweep_defaults(void)
 int qmla_sweep_params_check(const qmla_sweep_params *p,
                             const qmla_capture_config *cfg, qmla_error *err)
 {
-    if (!(p->nmse >= QMLA_SWEEP_NMSE_MIN && p->nmse <= QMLA_SWEEP_NMSE_MAX))
+    if (!(p->nmse >= QMLA_NMSE_MIN && p->nmse <= QMLA_NMSE_MAX))
         return qmla_error_set(err, QMLA_EINVAL,
-                              "target cache NMSE: expected %g <= nu <= %g (below "
-                              "the floor float32 cannot resolve the perturbation; "
-                              "docs/analysis.md), found %g",
-                              QMLA_SWEEP_NMSE_MIN, QMLA_SWEEP_NMSE_MAX, p->nmse);
+                              "target cache NMSE: expected %.3g (2^-30, the "
+                              "float32 floor; docs/analysis.md) .. %g, found %g",
+                              QMLA_NMSE_MIN, QMLA_NMSE_MAX, p->nmse);
     if (qmla_quant_check(&p->quant, (size_t)cfg->d_c, err))
         return qmla_error_prefix(err, "content cache (d_c = %d): ", cfg->d_c);
     if (qmla_quant_check(&p->quant, (size_t)cfg->d_r, err))

@@ -4,6 +4,7 @@
  * sequence at a time, journals each finished item, and writes the results
  * file atomically at the end. */
 #include "journal.h"
+#include "qmla/outpath.h"
 #include "qmla/plan.h"
 #include "qmla/results.h"
 #include "qmla/sweep.h"
@@ -267,6 +268,15 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
     int st = qmla_sweep_params_check(p, cfg, err);
     if (st)
         return st;
+    /* never write over the capture, a device, a FIFO or a directory */
+    {
+        const char *in = qmla_capture_path(cap);
+        char jp[4096];
+        snprintf(jp, sizeof jp, "%s.journal", results_path);
+        if ((st = qmla_output_path_check(results_path, "results file", &in, 1, err)) ||
+            (st = qmla_output_path_check(jp, "journal", &in, 1, err)))
+            return st;
+    }
     const qmla_plan_selection psel = {sel ? sel->layers : NULL,
                                       sel ? sel->n_layers : 0,
                                       sel ? sel->cells : NULL,

@@ -87,6 +87,52 @@ static void test_rope_rotate(void)
           "half pair 1: %g %g", post[1], post[3]);
 }
 
+/* Fault: non-finite logits (inf - inf in the max subtraction gives NaN)
+ * and logits far outside exp's range. Before the fix exp_neg converted NaN
+ * to int (undefined behaviour, flagged by UBSan); now a row with a NaN or
+ * +inf logit yields NaN weights (visible, never finite garbage), a row of
+ * huge finite logits stays a valid distribution, and rows without
+ * non-finite logits are unaffected. */
+static void test_softmax_nonfinite(void)
+{
+    const size_t H = 1, T = 20;
+    float Z[20 * 20], A[20 * 20];
+    for (size_t i = 0; i < T * T; i++)
+        Z[i] = (float)((i * 7) % 11) - 5.0f;
+    for (size_t s = 0; s <= 10; s++)
+        Z[10 * T + s] = s == 3 ? NAN : 1.0f;           /* row 10: a NaN */
+    Z[12 * T + 5] = INFINITY;                          /* row 12: +inf */
+    Z[13 * T + 0] = Z[13 * T + 1] = -INFINITY;         /* row 13: masked keys */
+    for (size_t s = 0; s <= 15; s++)
+        Z[15 * T + s] = s == 0 ? 3e38f : -3e38f;       /* row 15: huge, finite */
+    const qmla_exec ex = qmla_exec_cpu(1);
+    qmla_attn_softmax(&ex, H, T, Z, A);
+    int nan10 = 0, nan12 = 0;
+    for (size_t s = 0; s <= 10; s++)
+        nan10 += isnan(A[10 * T + s]);
+    for (size_t s = 0; s <= 12; s++)
+        nan12 += isnan(A[12 * T + s]);
+    CHECK(nan10 > 0, "a NaN logit must leave NaN in its row (found none)");
+    CHECK(nan12 > 0, "an inf logit (inf - inf) must leave NaN in its row (found none)");
+    double sum13 = 0.0;
+    for (size_t s = 0; s <= 13; s++)
+        sum13 += A[13 * T + s];
+    CHECK(A[13 * T + 0] >= 0 && A[13 * T + 0] < 1e-30f && A[13 * T + 1] < 1e-30f &&
+              fabs(sum13 - 1.0) < 1e-5,
+          "-inf logits get weight ~0: %g %g, sum %g", A[13 * T + 0], A[13 * T + 1], sum13);
+    double sum15 = 0.0;
+    for (size_t s = 0; s <= 15; s++)
+        sum15 += A[15 * T + s];
+    CHECK(fabs(A[15 * T] - 1.0) < 1e-6 && fabs(sum15 - 1.0) < 1e-6,
+          "huge finite logits: a[0] %g, sum %g", A[15 * T], sum15);
+    for (size_t i = 0; i < 10; i++) {
+        double sum = 0.0;
+        for (size_t s = 0; s <= i; s++)
+            sum += A[i * T + s];
+        CHECK(fabs(sum - 1.0) < 1e-5, "finite row %zu sums to %g", i, sum);
+    }
+}
+
 int main(void)
 {
     qmla_blas_set_threads(1); /* as the qmla program does */
@@ -100,5 +146,6 @@ int main(void)
     run_case(4, 96, 128, 32, 64, 32, 96, 2, 77);
     run_case(3, 70, 64, 16, 16, 16, 40, 3, 78);
     test_rope_rotate();
+    test_softmax_nonfinite();
     return check_summary("test_attention");
 }
