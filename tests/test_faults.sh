@@ -236,7 +236,10 @@ if command -v strace >/dev/null 2>&1; then
   child= held=0
   for _ in $(seq 1 1500); do
     child=$(pgrep -P $bgpid | head -1)
-    if [ -n "$child" ] && [ "$(cut -d' ' -f1 /proc/$child/syscall 2>/dev/null)" = 257 ]; then held=1; break; fi
+    # still in openat 0.3 s later: the held one (the loader's openat calls
+    # at start-up, before the handler exists, return at once)
+    if [ -n "$child" ] && [ "$(cut -d' ' -f1 /proc/$child/syscall 2>/dev/null)" = 257 ] &&
+       sleep 0.3 && [ "$(cut -d' ' -f1 /proc/$child/syscall 2>/dev/null)" = 257 ]; then held=1; break; fi
     sleep 0.02
   done
   [ $held = 1 ] || sleep 1
