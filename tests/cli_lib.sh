@@ -1,14 +1,16 @@
 # tests/cli_lib.sh — shared helpers of the shell tests (sourced): a private
 # work folder removed on exit (also on failure), pass/fail counters, and
 #   expect CODE DESCRIPTION -- command...   (stdout+stderr in $work/out)
-#   contains TEXT DESCRIPTION               (grep in $work/out)
+#   contains REGEX DESCRIPTION              (grep in $work/out)
+#   containsF TEXT DESCRIPTION / lacks TEXT DESCRIPTION (fixed strings)
 #   finish NAME                              (closing line and status)
 # Env (set by meson): QMLA_BIN, QMLA_SOURCE_ROOT, QMLA_PYTHON.
 QMLA=${QMLA_BIN:?}
 ROOT=${QMLA_SOURCE_ROOT:?}
 PY=${QMLA_PYTHON:-/usr/bin/python3}
 work=$(mktemp -d /tmp/qmla-test-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+# a test may define cleanup_extra (e.g. to stop a background job)
+trap 'declare -F cleanup_extra >/dev/null && cleanup_extra; rm -rf "$work"' EXIT
 pass=0 fail=0
 
 ok() { pass=$((pass + 1)); }
@@ -20,6 +22,8 @@ expect() {
   if [ "$got" = "$want" ]; then ok; else bad "$what: exit $got, expected $want"; sed 's/^/    /' "$work/out" | tail -5 >&2; fi
 }
 contains() { if grep -q -- "$1" "$work/out"; then ok; else bad "$2: output lacks \"$1\""; sed 's/^/    /' "$work/out" | tail -5 >&2; fi; }
+containsF() { if grep -qF -- "$1" "$work/out"; then ok; else bad "$2: output lacks \"$1\""; sed 's/^/    /' "$work/out" | tail -5 >&2; fi; }
+lacks() { if grep -qF -- "$1" "$work/out"; then bad "$2: output has \"$1\""; sed 's/^/    /' "$work/out" | tail -5 >&2; else ok; fi; }
 need_python() {
   "$PY" -c 'import numpy, h5py' 2>/dev/null && return 0
   echo "FAIL: $PY lacks numpy/h5py (apt-get install python3-numpy python3-h5py)"

@@ -6,36 +6,16 @@
 # `qmla synth` and modified with h5py (/usr/bin/python3).
 # Env (set by meson): QMLA_BIN, QMLA_SOURCE_ROOT, QMLA_PYTHON.
 set -u
-QMLA=${QMLA_BIN:?}
-ROOT=${QMLA_SOURCE_ROOT:?}
-PY=${QMLA_PYTHON:-/usr/bin/python3}
-work=$(mktemp -d /tmp/qmla-test-faults-XXXXXX)
-cleanup() {
-  [ -n "${bgpid:-}" ] && kill "$bgpid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/cli_lib.sh"
+cleanup_extra() { [ -n "${bgpid:-}" ] && kill "$bgpid" 2>/dev/null; }
 # run inside the scratch directory: a relative output (the "" case on an
 # unfixed binary writes ".journal") must not land in the caller's directory
 cd "$work" || exit 1
-pass=0 fail=0
-
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-# expect CODE DESCRIPTION -- command...   (stdout+stderr in $work/out)
-expect() {
-  local want=$1 what=$2; shift 3
-  "$@" >"$work/out" 2>&1
-  local got=$?
-  if [ "$got" = "$want" ]; then ok; else bad "$what: exit $got, expected $want"; sed 's/^/    /' "$work/out" | tail -5 >&2; fi
-}
-contains() { if grep -qF -- "$1" "$work/out"; then ok; else bad "$2: output lacks \"$1\""; sed 's/^/    /' "$work/out" | tail -5 >&2; fi; }
-lacks() { if grep -qF -- "$1" "$work/out"; then bad "$2: output has \"$1\""; sed 's/^/    /' "$work/out" | tail -5 >&2; else ok; fi; }
 # no sanitizer report (the ASan/UBSan build runs this script too)
 clean() { lacks "runtime error" "$1"; lacks "AddressSanitizer" "$1"; }
 h5edit() { "$PY" - "$@" || bad "h5py edit failed: $*"; }
 
-"$PY" -c 'import numpy, h5py' 2>/dev/null || { echo "FAIL: $PY lacks numpy/h5py"; echo "0 passed, 1 failed"; exit 1; }
+need_python
 
 "$QMLA" synth -o "$work/base.h5" --seed 3 --tokens 16 --seqs 2 >/dev/null || bad "synth base"
 "$QMLA" synth -o "$work/nopre.h5" --seed 3 --tokens 16 --seqs 2 --no-pre >/dev/null || bad "synth nopre"
@@ -53,14 +33,14 @@ with h5py.File(sys.argv[1], "r+") as f:
     d = f["layers/0/cells/synth-s1/q_rope"]; x = d[...]; x[1, 0, 3, 0] = 3e38; d[...] = x
 EOF
 expect 1 "check: q_rope 3e38 is a finding" -- "$QMLA" check "$work/qrope.h5"
-contains "NON-FINITE" "q_rope overflow row"
-contains "non-finite recomputation at layer 0, cell synth-s1, seq 1" "q_rope overflow names layer, cell, sequence"
-contains "q_rope·k_rope" "q_rope overflow names what overflowed"
-contains "INCONSISTENT" "q_rope overflow verdict"
+containsF "NON-FINITE" "q_rope overflow row"
+containsF "non-finite recomputation at layer 0, cell synth-s1, seq 1" "q_rope overflow names layer, cell, sequence"
+containsF "q_rope·k_rope" "q_rope overflow names what overflowed"
+containsF "INCONSISTENT" "q_rope overflow verdict"
 grep -qx "consistent" "$work/out" && bad "q_rope overflow: said consistent" || ok
 clean "check q_rope overflow"
 expect 1 "check -q: the non-finite row is still printed" -- "$QMLA" check -q "$work/qrope.h5"
-contains "non-finite recomputation at layer 0, cell synth-s1, seq 1" "check -q non-finite"
+containsF "non-finite recomputation at layer 0, cell synth-s1, seq 1" "check -q non-finite"
 
 # Fault: softmax_scale 1e38 (a finite float32): every logit overflows.
 # before: "consistent", exit 0.
@@ -71,8 +51,8 @@ with h5py.File(sys.argv[1], "r+") as f:
     f["config"].attrs["softmax_scale"] = 1e38
 EOF
 expect 1 "check: softmax_scale 1e38 is a finding" -- "$QMLA" check -q "$work/tau38.h5"
-contains "non-finite recomputation at layer 0, cell synth-s0, seq 0" "softmax_scale 1e38 names the item"
-contains "softmax_scale" "softmax_scale 1e38 names what overflowed"
+containsF "non-finite recomputation at layer 0, cell synth-s0, seq 0" "softmax_scale 1e38 names the item"
+containsF "softmax_scale" "softmax_scale 1e38 names what overflowed"
 grep -qx "consistent" "$work/out" && bad "softmax_scale 1e38: said consistent" || ok
 clean "check softmax_scale 1e38"
 
@@ -82,18 +62,18 @@ clean "check softmax_scale 1e38"
 # response 0, ratio 0.000x).
 for nu in 1e-16 1e-20 1e-80; do
   expect 2 "sweep --nmse $nu refused" -- "$QMLA" sweep "$work/base.h5" -o "$work/nu.h5" --nmse $nu
-  contains "9.31e-10" "--nmse $nu names the floor"
-  contains "float32" "--nmse $nu says why"
+  containsF "9.31e-10" "--nmse $nu names the floor"
+  containsF "float32" "--nmse $nu says why"
 done
 [ ! -e "$work/nu.h5" ] && ok || bad "refused --nmse left a results file"
 # Fault: --nmse above the ceiling. before: "must be > 0, found 1e+07".
 expect 2 "sweep --nmse 1e7 refused" -- "$QMLA" sweep "$work/base.h5" -o "$work/nu.h5" --nmse 1e7
-contains "9.31e-10 .. 1e+06" "--nmse 1e7 names the accepted range"
+containsF "9.31e-10 .. 1e+06" "--nmse 1e7 names the accepted range"
 lacks "must be > 0" "--nmse 1e7 message"
 expect 0 "sweep --nmse just above the floor runs" -- "$QMLA" sweep "$work/base.h5" -o "$work/nu.h5" --nmse 9.32e-10
 "$QMLA" sweep --help >"$work/out" 2>&1
-contains "2^-30" "--help documents the floor"
-contains "2^-24" "--help derives the floor from float32"
+containsF "2^-30" "--help documents the floor"
+containsF "2^-24" "--help derives the floor from float32"
 
 # Fault: a softmax_scale that is 0 in float32 (1e-50), or infinite (1e39).
 # before: accepted (1e-50: uniform attention, "INCONSISTENT" exit 1; 1e39:
@@ -106,8 +86,8 @@ with h5py.File(sys.argv[1], "r+") as f:
     f["config"].attrs["softmax_scale"] = float(sys.argv[2])
 EOF
   expect 2 "check: softmax_scale $tau refused by the reader" -- "$QMLA" check "$work/tau.h5"
-  contains "tau.h5: /config: attribute softmax_scale: expected" "softmax_scale $tau message: file, attribute, expected"
-  contains "found $(printf '%g' $tau)" "softmax_scale $tau message: found"
+  containsF "tau.h5: /config: attribute softmax_scale: expected" "softmax_scale $tau message: file, attribute, expected"
+  containsF "found $(printf '%g' $tau)" "softmax_scale $tau message: found"
   expect 2 "sweep: softmax_scale $tau refused" -- "$QMLA" sweep "$work/tau.h5" -o "$work/tau-r.h5"
 done
 
@@ -120,7 +100,7 @@ ln -s in.h5 "$work/in-sym.h5"
 ln "$work/in.h5" "$work/in-hard.h5"
 for o in in.h5 in-sym.h5 in-hard.h5; do
   expect 2 "sweep -o the input ($o) --force refused" -- "$QMLA" sweep "$work/in.h5" -o "$work/$o" --force
-  contains "same device and inode" "-o input ($o) message"
+  containsF "same device and inode" "-o input ($o) message"
 done
 [ "$(sha256sum <"$work/in.h5")" = "$sum0" ] && ok || bad "the input capture was modified"
 # the cases below read a fresh copy (on the old code in.h5 is gone by now)
@@ -133,19 +113,19 @@ mkfifo "$work/fifo.h5"
 for cmd in sweep synth; do
   if [ $cmd = sweep ]; then run=("$QMLA" sweep "$work/src.h5" --force -o); else run=("$QMLA" synth --tokens 8 --seqs 1 --force -o); fi
   expect 2 "$cmd -o directory" -- "${run[@]}" "$work/adir"
-  contains "found a directory" "$cmd -o directory message"
+  containsF "found a directory" "$cmd -o directory message"
   expect 2 "$cmd -o empty" -- "${run[@]}" ""
-  contains "found an empty string" "$cmd -o empty message"
+  containsF "found an empty string" "$cmd -o empty message"
   expect 2 "$cmd -o dir/" -- "${run[@]}" "$work/adir/"
   expect 2 "$cmd -o FIFO" -- timeout -k 5 30 "${run[@]}" "$work/fifo.h5"
-  contains "found a FIFO" "$cmd -o FIFO message"
+  containsF "found a FIFO" "$cmd -o FIFO message"
   [ -p "$work/fifo.h5" ] && ok || bad "$cmd -o FIFO --force replaced the FIFO"
   expect 2 "$cmd -o in a missing directory" -- "${run[@]}" "$work/nodir/x.h5"
 done
 if [ "$(id -u)" = 0 ] && mknod "$work/nulldev" c 1 3 2>/dev/null; then
   # a private device node with /dev/null's numbers, not /dev/null itself
   expect 2 "synth -o device --force" -- "$QMLA" synth --tokens 8 --seqs 1 --force -o "$work/nulldev"
-  contains "found a character device" "synth -o device message"
+  containsF "found a character device" "synth -o device message"
   [ -c "$work/nulldev" ] && ok || bad "synth -o device --force replaced the device node"
   expect 2 "sweep -o device --force" -- "$QMLA" sweep "$work/src.h5" --force -o "$work/nulldev"
   [ -c "$work/nulldev" ] && ok || bad "sweep -o device --force replaced the device node"
@@ -158,14 +138,14 @@ bench=$(dirname "$QMLA")/../bench/bench_sweep
 if [ -x "$bench" ]; then
   cp "$work/base.h5" "$work/bench-in.h5"
   expect 2 "bench_sweep with RESULTS = its capture" -- "$bench" "$work/bench-in.h5" 1 "$work/bench-in.h5"
-  contains "same device and inode" "bench_sweep message"
+  containsF "same device and inode" "bench_sweep message"
   [ -f "$work/bench-in.h5" ] && ok || bad "bench_sweep deleted its capture"
 fi
 # Fault: the journal path RESULTS.h5.journal is a FIFO. before: the sweep
 # blocked reading it forever (here: killed by timeout, exit 124).
 mkfifo "$work/rj.h5.journal"
 expect 2 "sweep with a FIFO journal refused" -- timeout -k 5 30 "$QMLA" sweep "$work/src.h5" -o "$work/rj.h5"
-contains "rj.h5.journal: journal: expected a regular file" "FIFO journal message"
+containsF "rj.h5.journal: journal: expected a regular file" "FIFO journal message"
 mkdir "$work/rd.h5.journal"
 expect 2 "sweep with a directory journal refused" -- "$QMLA" sweep "$work/src.h5" -o "$work/rd.h5"
 
@@ -209,7 +189,7 @@ grep -q "interrupted (SIGTERM)" "$work/term.out" && ok || bad "SIGTERM: message 
 grep -q "rerun the same command to resume" "$work/term.out" && ok || bad "SIGTERM: resume hint"
 ls "$work"/term.h5.tmp.* >/dev/null 2>&1 && bad "SIGTERM: temporary left" || ok
 expect 0 "resume after SIGTERM" -- "$QMLA" sweep "$work/mid.h5" -o "$work/term.h5" --threads 2
-contains "resumed" "resume after SIGTERM"
+containsF "resumed" "resume after SIGTERM"
 [ ! -e "$work/term.h5.journal" ] && ok || bad "journal left after resume"
 expect 0 "resumed results equal the uninterrupted run" -- "$PY" - "$work/full.h5" "$work/term.h5" <<'EOF'
 import sys, h5py, numpy as np
@@ -260,7 +240,7 @@ if command -v strace >/dev/null 2>&1; then
     -P "$work/eintr.h5.journal" -e trace=fsync \
     -e inject=fsync:error=EINTR:signal=SIGTERM:when=3 \
     "$QMLA" sweep "$work/mid.h5" -o "$work/eintr.h5"
-  contains "interrupted (SIGTERM)" "SIGTERM + EINTR message"
+  containsF "interrupted (SIGTERM)" "SIGTERM + EINTR message"
   [ -s "$work/eintr.h5.journal" ] && [ ! -e "$work/eintr.h5" ] && ok || bad "SIGTERM + EINTR: journal kept, no results"
   expect 0 "resume after SIGTERM + EINTR" -- "$QMLA" sweep "$work/mid.h5" -o "$work/eintr.h5"
   expect 0 "results after SIGTERM + EINTR equal the uninterrupted run" -- "$PY" - "$work/full.h5" "$work/eintr.h5" <<'EOF2'
@@ -285,8 +265,8 @@ with h5py.File(sys.argv[1], "r+") as f:
     f["config"].attrs["n_heads"] = np.uint64(2**64 - 1)
 EOF
 expect 2 "check: n_heads 2^64-1 refused" -- "$QMLA" check "$work/nh.h5"
-contains "attribute n_heads: expected" "n_heads message"
-contains "found 18446744073709551615" "n_heads reported as found"
+containsF "attribute n_heads: expected" "n_heads message"
+containsF "found 18446744073709551615" "n_heads reported as found"
 lacks "9223372036854775807 " "n_heads not clamped"
 
 # Fault: a cell's seed attribute stored as uint64 2^64-1. Decision: refused
@@ -299,18 +279,18 @@ with h5py.File(sys.argv[1], "r+") as f:
     f["layers/0/cells/synth-s0"].attrs["seed"] = np.uint64(2**64 - 1)
 EOF
 expect 2 "check: cell seed 2^64-1 refused" -- "$QMLA" check "$work/cseed.h5"
-contains "attribute seed: expected" "cell seed message"
-contains "found 18446744073709551615" "cell seed reported as found"
+containsF "attribute seed: expected" "cell seed message"
+containsF "found 18446744073709551615" "cell seed reported as found"
 
 # Fault: --seed 2^64-1 and seeds in 2^31 .. 2^32-1. Decision: the accepted
 # range is what GSL's mt19937 distinguishes, 0..2^32-1; beyond it refused
 # with the range named. before: 2^31..2^32-1 refused as "expected a
 # non-negative integer" (they are), and so was 2^64-1.
 expect 0 "synth --seed 4294967295 accepted" -- "$QMLA" synth -o "$work/seed.h5" --seed 4294967295 --tokens 8 --seqs 1 --layers 1 --cells 1
-contains "seed 4294967295" "synth reports the seed used"
+containsF "seed 4294967295" "synth reports the seed used"
 expect 2 "synth --seed 2^64-1 refused" -- "$QMLA" synth -o "$work/seed2.h5" --seed 18446744073709551615 --tokens 8 --seqs 1
-contains "0..4294967295" "--seed message names the range"
-contains "found \"18446744073709551615\"" "--seed message names the value"
+containsF "0..4294967295" "--seed message names the range"
+containsF "found \"18446744073709551615\"" "--seed message names the value"
 expect 2 "synth --seed 4294967296 refused" -- "$QMLA" synth -o "$work/seed2.h5" --seed 4294967296 --tokens 8 --seqs 1
 
 # Fault: cell and model names with terminal control characters (ESC
@@ -328,14 +308,14 @@ esc=$(printf '\033')
 noesc() { if grep -q "$esc" "$work/out"; then bad "$1: raw ESC printed"; else ok; fi; }
 expect 0 "check: control characters in names" -- "$QMLA" check "$work/ctl.h5"
 noesc "check"
-contains 'evil\x1b[31mred\x07' "check prints the escaped cell name"
-contains 'model\x1b]0;title\x07' "check prints the escaped model name"
+containsF 'evil\x1b[31mred\x07' "check prints the escaped cell name"
+containsF 'model\x1b]0;title\x07' "check prints the escaped model name"
 expect 0 "sweep -v: control characters in names" -- "$QMLA" sweep "$work/ctl.h5" -o "$work/ctl-r.h5" -v
 noesc "sweep -v"
 expect 2 "sweep --cells with an ESC" -- "$QMLA" sweep "$work/ctl.h5" -o "$work/ctl-r2.h5" --cells "nope${esc}[2J"
 noesc "sweep error message"
-contains 'nope\x1b[2J' "error message escapes the requested name"
-contains 'evil\x1b[31mred\x07' "error message escapes the capture's name"
+containsF 'nope\x1b[2J' "error message escapes the requested name"
+containsF 'evil\x1b[31mred\x07' "error message escapes the capture's name"
 cp "$work/ctl.h5" "$work/ctl-bad.h5"
 h5edit "$work/ctl-bad.h5" <<'EOF'
 import sys, h5py
@@ -354,15 +334,14 @@ for c in check sweep synth; do
   expect 0 "qmla $c --help" -- "$QMLA" $c --help
   lacks "data/tiny-mla.h5" "qmla $c --help names a file that does not exist"
   expect 0 "qmla help $c" -- "$QMLA" help $c
-  contains "usage: qmla $c" "qmla help $c is qmla $c --help"
+  containsF "usage: qmla $c" "qmla help $c is qmla $c --help"
   expect 0 "qmla $c --version" -- "$QMLA" $c --version
   grep -qE '^qmla [0-9]+\.[0-9]+' "$work/out" && ok || bad "qmla $c --version output"
 done
 "$QMLA" check --help >"$work/out" 2>&1
-contains "data/tiny-mla-default.h5" "check example"
+containsF "data/tiny-mla-default.h5" "check example"
 lacks "print only the summary line" "check -q description"
-contains "rows that fail" "check -q description"
+containsF "rows that fail" "check -q description"
 expect 2 "qmla help frobnicate" -- "$QMLA" help frobnicate
 
-echo "test_faults: $pass passed, $fail failed"
-[ $fail = 0 ]
+finish test_faults

@@ -18,7 +18,6 @@
 # (gnuplot-nox) and /usr/bin/python3 with numpy + h5py.
 set -u
 . "$(dirname "$0")/cli_lib.sh"
-lacks() { if grep -q -- "$1" "$work/out"; then bad "$2: output has \"$1\""; else ok; fi; }
 # python check: prints "ok N" or FAIL lines; counted here
 pycheck() {
   local what=$1; shift
