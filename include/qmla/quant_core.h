@@ -369,32 +369,26 @@ QMLA_HD static inline float qmla_core_f16_up(float v, int *overflow)
     return r;
 }
 
-/* q8 metadata of one token x[0..width) in groups of G (width = n_groups*G).
- * Writes scale[g] = s_g and lo[g] = l_g (float32), and, where not NULL,
- * sc[g], mq[g], *S16, *M16 (the stored fields). Returns QMLA_CORE_OK, or
- *   QMLA_CORE_NONFINITE   with *bad = the first non-finite element,
+/* q8 metadata of one token from its groups' extrema: on entry lo[g] and
+ * scale[g] hold the minimum and maximum of group g (as
+ * qmla_core_group_extrema gives them, all finite), g < ng; on return they
+ * hold the stored step s_g and minimum l_g (float32), and, where not NULL,
+ * sc[g], mq[g], *S16, *M16 the stored fields. Returns QMLA_CORE_OK, or
  *   QMLA_CORE_LO_RANGE    with *bad = max |lo_g| (M would exceed float16),
- *   QMLA_CORE_SCALE_RANGE with *bad = max s'_g (S would exceed float16);
- * *bad_group receives the group of a non-finite element. */
-QMLA_HD static inline int qmla_core_token_meta_q8(
-    const float *x, size_t width, size_t G, int bits, float *scale, float *lo,
-    uint8_t *sc, int8_t *mq, uint16_t *S16, uint16_t *M16, float *bad,
-    size_t *bad_group)
+ *   QMLA_CORE_SCALE_RANGE with *bad = max s'_g (S would exceed float16).
+ * Split from qmla_core_token_meta_q8 so that a GPU block can find the group
+ * extrema with one thread per group and finish each token with one thread. */
+QMLA_HD static inline int qmla_core_token_meta_q8_finish(
+    size_t ng, int bits, float *scale, float *lo, uint8_t *sc, int8_t *mq,
+    uint16_t *S16, uint16_t *M16, float *bad)
 {
-    const size_t ng = width / G;
     const float Lf = (float)qmla_core_levels(bits);
     float amax = 0.0f, smax = 0.0f, Mf, Sf;
     int ovf = 0;
     size_t g;
-    for (g = 0; g < ng; g++) { /* group extrema: lo[g] = min, scale[g] = max */
-        if (qmla_core_group_extrema(x + g * G, G, &lo[g], &scale[g], bad) !=
-            QMLA_CORE_OK) {
-            *bad_group = g;
-            return QMLA_CORE_NONFINITE;
-        }
+    for (g = 0; g < ng; g++)
         if (fabsf(lo[g]) > amax)
             amax = fabsf(lo[g]);
-    }
 #ifdef __CUDA_ARCH__
     Mf = qmla_core_f16_up(__fdiv_rn(amax, 127.0f), &ovf);
 #else
@@ -461,6 +455,31 @@ QMLA_HD static inline int qmla_core_token_meta_q8(
     return QMLA_CORE_OK;
 }
 
+/* q8 metadata of one token x[0..width) in groups of G (width = n_groups*G).
+ * Writes scale[g] = s_g and lo[g] = l_g (float32), and, where not NULL,
+ * sc[g], mq[g], *S16, *M16 (the stored fields). Returns QMLA_CORE_OK, or
+ *   QMLA_CORE_NONFINITE   with *bad = the first non-finite element,
+ *   QMLA_CORE_LO_RANGE    with *bad = max |lo_g| (M would exceed float16),
+ *   QMLA_CORE_SCALE_RANGE with *bad = max s'_g (S would exceed float16);
+ * *bad_group receives the group of a non-finite element. */
+QMLA_HD static inline int qmla_core_token_meta_q8(
+    const float *x, size_t width, size_t G, int bits, float *scale, float *lo,
+    uint8_t *sc, int8_t *mq, uint16_t *S16, uint16_t *M16, float *bad,
+    size_t *bad_group)
+{
+    const size_t ng = width / G;
+    size_t g;
+    for (g = 0; g < ng; g++) { /* group extrema: lo[g] = min, scale[g] = max */
+        if (qmla_core_group_extrema(x + g * G, G, &lo[g], &scale[g], bad) !=
+            QMLA_CORE_OK) {
+            *bad_group = g;
+            return QMLA_CORE_NONFINITE;
+        }
+    }
+    return qmla_core_token_meta_q8_finish(ng, bits, scale, lo, sc, mq, S16,
+                                          M16, bad);
+}
+
 /* ---- packing ------------------------------------------------------------- */
 
 /* Bytes taken by n packed codes of `bits` bits: ceil(n*bits/8). */
@@ -515,6 +534,29 @@ QMLA_HD static inline void qmla_core_unpack(const uint8_t *packed, size_t n,
     size_t j;
     for (j = 0; j < n; j++)
         codes[j] = (uint8_t)qmla_core_get_code(packed, j, bits);
+}
+
+/* The per-group emit loop, shared by the CPU (lib/quant.c) and the GPU
+ * kernels: with the stored metadata (s, l) of a group x[0..n), write its
+ * packed codes (all ceil(n*bits/8) bytes; may be NULL) and its dequantized
+ * values xhat[0..n) (may be NULL; may alias x: x[j] is read before xhat[j]
+ * is written). bits in 1..8. */
+QMLA_HD static inline void qmla_core_group_emit(const float *x, size_t n,
+                                                int bits, float s, float l,
+                                                uint8_t *packed, float *xhat)
+{
+    const unsigned L = qmla_core_levels(bits);
+    size_t j;
+    if (packed)
+        for (j = 0; j < qmla_core_packed_bytes(n, bits); j++)
+            packed[j] = 0;
+    for (j = 0; j < n; j++) {
+        unsigned q = qmla_core_code(x[j], s, l, L);
+        if (packed)
+            qmla_core_put_code(packed, j, bits, q);
+        if (xhat)
+            xhat[j] = qmla_core_dequant(q, s, l);
+    }
 }
 
 #endif
