@@ -272,22 +272,18 @@ QMLA_HD static inline int qmla_core_group_extrema(const float *x, size_t n,
     return QMLA_CORE_OK;
 }
 
-/* Stored metadata of one group x[0..n), n >= 1.
- * Writes *scale and *lo (float32 values exactly representable in the
- * metadata precision) and returns QMLA_CORE_OK, or returns
- *   QMLA_CORE_NONFINITE   with *bad = the first non-finite element,
+/* Stored metadata of a group from its extrema mn, mx (finite, as
+ * qmla_core_group_extrema gives them): *scale and *lo, or
  *   QMLA_CORE_LO_RANGE    with *bad = lo (float32) that does not fit,
- *   QMLA_CORE_SCALE_RANGE with *bad = scale (float32) that does not fit
- * (checked in this order; *scale and *lo are then unspecified). */
-QMLA_HD static inline int qmla_core_group_meta(const float *x, size_t n,
-                                               int bits, int meta,
-                                               float *scale, float *lo,
-                                               float *bad)
+ *   QMLA_CORE_SCALE_RANGE with *bad = scale (float32) that does not fit. */
+QMLA_HD static inline int qmla_core_group_meta_from_extrema(float mn, float mx,
+                                                            int bits, int meta,
+                                                            float *scale,
+                                                            float *lo,
+                                                            float *bad)
 {
-    float mn, mx, sc;
+    float sc;
     int ovf = 0;
-    if (qmla_core_group_extrema(x, n, &mn, &mx, bad) != QMLA_CORE_OK)
-        return QMLA_CORE_NONFINITE;
 #ifdef __CUDA_ARCH__
     sc = __fdiv_rn(__fsub_rn(mx, mn), (float)qmla_core_levels(bits));
 #else
@@ -304,6 +300,25 @@ QMLA_HD static inline int qmla_core_group_meta(const float *x, size_t n,
         return QMLA_CORE_SCALE_RANGE;
     }
     return QMLA_CORE_OK;
+}
+
+/* Stored metadata of one group x[0..n), n >= 1.
+ * Writes *scale and *lo (float32 values exactly representable in the
+ * metadata precision) and returns QMLA_CORE_OK, or returns
+ *   QMLA_CORE_NONFINITE   with *bad = the first non-finite element,
+ *   QMLA_CORE_LO_RANGE    with *bad = lo (float32) that does not fit,
+ *   QMLA_CORE_SCALE_RANGE with *bad = scale (float32) that does not fit
+ * (checked in this order; *scale and *lo are then unspecified). */
+QMLA_HD static inline int qmla_core_group_meta(const float *x, size_t n,
+                                               int bits, int meta,
+                                               float *scale, float *lo,
+                                               float *bad)
+{
+    float mn, mx;
+    if (qmla_core_group_extrema(x, n, &mn, &mx, bad) != QMLA_CORE_OK)
+        return QMLA_CORE_NONFINITE;
+    return qmla_core_group_meta_from_extrema(mn, mx, bits, meta, scale, lo,
+                                             bad);
 }
 
 /* Quantize one group x[0..n): stored metadata as qmla_core_group_meta, then
