@@ -28,6 +28,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <string.h>
 
 #define DEC_THREADS 256
 #define DEC_ROWS 16
@@ -105,68 +106,147 @@ template <int N> __device__ static inline void cp_async_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-/* ---- packed chunks: 8 codes of B bits (B bytes) ------------------------- */
-template <int B> struct chunk_t;
-template <> struct chunk_t<2> { typedef uint16_t type; };
-template <> struct chunk_t<4> { typedef uint32_t type; };
-template <> struct chunk_t<8> { typedef uint2 type; };
-
-template <int B>
-__device__ static inline uint4 dequant_chunk(typename chunk_t<B>::type v, uint32_t meta)
+/* ---- reconstruction of packed groups ------------------------------------
+ * Exactly qmla_kv_packed_value (kvcache.h), with cheaper instructions:
+ *   - float16 metadata -> float32 by moving the bits into a float32 and
+ *     multiplying by 2^112 (exact for every finite float16, subnormals too);
+ *   - code -> float through the 2^23 magic number (PRMT + FADD, exact for
+ *     codes < 2^23) instead of the quarter-rate I2F;
+ *   - x^ = fmaf(q, s, l) with __fmaf_rn as qmla_core_dequant; BF16 by
+ *     cvt.rn.bf16x2 (round to nearest even, as qmla_core_f32_to_bf16).
+ * A unit is NE consecutive channels of one group (G = 64) of one token.
+ */
+__device__ static inline float f16_to_f32_exact(uint32_t h)
 {
-    const float s = __half2float(__ushort_as_half((unsigned short)(meta & 0xffffu)));
-    const float l = __half2float(__ushort_as_half((unsigned short)(meta >> 16)));
-    uint64_t bitsv;
-    if constexpr (B == 8)
-        bitsv = (uint64_t)v.x | ((uint64_t)v.y << 32);
-    else
-        bitsv = (uint64_t)v;
-    float x[8];
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-        x[j] = qmla_core_dequant((unsigned)((bitsv >> (B * j)) & ((1u << B) - 1u)), s, l);
-    uint4 r;
-    __nv_bfloat162 h;
-    h = __floats2bfloat162_rn(x[0], x[1]);
-    r.x = *(uint32_t *)&h;
-    h = __floats2bfloat162_rn(x[2], x[3]);
-    r.y = *(uint32_t *)&h;
-    h = __floats2bfloat162_rn(x[4], x[5]);
-    r.z = *(uint32_t *)&h;
-    h = __floats2bfloat162_rn(x[6], x[7]);
-    r.w = *(uint32_t *)&h;
-    return r;
+    const uint32_t u = ((h & 0x8000u) << 16) | ((h & 0x7fffu) << 13);
+    return __fmul_rn(__uint_as_float(u), 5.192296858534828e33f /* 2^112 */);
 }
 
-/* Content chunks per thread (64 tokens x 64 chunks / 256 threads) and RoPE
- * chunks per thread (64 x 8 / 256). */
-#define CCH 16
-#define RCH 2
+/* Code in byte k of w (bits above the code cleared) as a float. */
+__device__ static inline float byte_code_f(uint32_t w, int k)
+{
+    return __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | (unsigned)k)),
+                     8388608.0f);
+}
 
+__device__ static inline uint32_t bf16x2(float lo, float hi)
+{
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&h;
+}
+
+/* NE codes of B bits (NE*B/8 bytes, as NE*B/128 uint4) with metadata word
+ * meta (low: step s, high: minimum l, float16 bits) -> NE BF16 (NE/8 uint4). */
+template <int B, int NE>
+__device__ static inline void dequant_unit(const uint4 *in, uint32_t meta, uint4 *out)
+{
+    const float s = f16_to_f32_exact(meta & 0xffffu), l = f16_to_f32_exact(meta >> 16);
+    const uint32_t *w = (const uint32_t *)in;
+    uint32_t *o = (uint32_t *)out;
+    if constexpr (B == 8) { /* 4 codes per word */
+#pragma unroll
+        for (int i = 0; i < NE / 4; i++) {
+            float x[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                x[k] = __fmaf_rn(byte_code_f(w[i], k), s, l);
+            o[2 * i] = bf16x2(x[0], x[1]);
+            o[2 * i + 1] = bf16x2(x[2], x[3]);
+        }
+    } else if constexpr (B == 4) { /* 8 codes per word: even ones low nibbles */
+#pragma unroll
+        for (int i = 0; i < NE / 8; i++) {
+            const uint32_t ev = w[i] & 0x0f0f0f0fu, od = (w[i] >> 4) & 0x0f0f0f0fu;
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                o[4 * i + k] = bf16x2(__fmaf_rn(byte_code_f(ev, k), s, l),
+                                      __fmaf_rn(byte_code_f(od, k), s, l));
+        }
+    } else { /* B == 2: 16 codes per word, code 4k + m in byte k at bits 2m */
+#pragma unroll
+        for (int i = 0; i < NE / 16; i++) {
+            uint32_t part[4];
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+                part[m] = (w[i] >> (2 * m)) & 0x03030303u;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                o[8 * i + 2 * k] = bf16x2(__fmaf_rn(byte_code_f(part[0], k), s, l),
+                                          __fmaf_rn(byte_code_f(part[1], k), s, l));
+                o[8 * i + 2 * k + 1] = bf16x2(__fmaf_rn(byte_code_f(part[2], k), s, l),
+                                              __fmaf_rn(byte_code_f(part[3], k), s, l));
+            }
+        }
+    }
+}
+
+/* Work of one thread per page (G = 64): content units u = tid + 256 j
+ * (j = 0, 1; token u % 64, group u / 64, 64 channels) and, for threads
+ * 64..191, one RoPE half-group v = tid - 64 (token v % 64, channels
+ * 512 + 32 (v / 64) ..+31). Eight consecutive threads take eight
+ * consecutive tokens, so the 16-byte tile stores do not conflict. */
 template <int CB, int RB> struct prefetch {
-    typename chunk_t<CB>::type c[CCH];
-    uint32_t cm[CCH];
-    typename chunk_t<RB>::type r[RCH];
-    uint32_t rm[RCH];
+    uint4 c[2][CB / 2]; /* 64 codes of CB bits = 8 CB bytes = CB/2 uint4 */
+    uint32_t cm[2];
+    uint4 r[RB / 4];    /* 32 codes of RB bits */
+    uint32_t rm;
 };
+
+__device__ static inline bool has_rope(int tid) { return tid >= 64 && tid < 192; }
 
 template <int CB, int RB>
 __device__ static inline void load_page(prefetch<CB, RB> &f, const uint8_t *pg,
                                         const qmla_kv_layout &L, int tid)
 {
-    const int lanes_c = L.G / 8;
 #pragma unroll
-    for (int j = 0; j < CCH; j++) {
-        const int c = tid + DEC_THREADS * j, tt = c >> 6, kk = c & 63;
-        f.c[j] = __ldg((const typename chunk_t<CB>::type *)pg + c);
-        f.cm[j] = __ldg((const uint32_t *)(pg + L.off_mc) + tt * L.ng_c + kk / lanes_c);
+    for (int j = 0; j < 2; j++) {
+        const int u = tid + DEC_THREADS * j, tt = u & 63, g = u >> 6;
+        const uint4 *src = (const uint4 *)(pg + (size_t)tt * L.cb_c + g * 8 * CB);
+#pragma unroll
+        for (int k = 0; k < CB / 2; k++)
+            f.c[j][k] = __ldg(src + k);
+        f.cm[j] = __ldg((const uint32_t *)(pg + L.off_mc) + tt * 8 + g);
+    }
+    if (has_rope(tid)) {
+        const int v = tid - 64, tt = v & 63, h = v >> 6;
+        const uint4 *src = (const uint4 *)(pg + L.off_rc + (size_t)tt * L.cb_r + h * 4 * RB);
+#pragma unroll
+        for (int k = 0; k < RB / 4; k++)
+            f.r[k] = __ldg(src + k);
+        f.rm = __ldg((const uint32_t *)(pg + L.off_mr) + tt);
+    }
+}
+
+/* BF16 source row of a protected token (kvcache.h). */
+__device__ static inline const uint16_t *protected_row(const dec_args &a, int b, long t)
+{
+    return t < a.S ? a.sink + ((size_t)b * a.S + t) * QMLA_KV_D
+                   : a.window + ((size_t)b * a.W + t % a.W) * QMLA_KV_D;
+}
+
+/* NE channels from ch of token t into dst: zero past the end, the BF16 copy
+ * for a protected token, else the reconstruction of the prefetched codes. */
+template <int B, int NE>
+__device__ static inline void unit_to_tile(__nv_bfloat16 *dst, const uint4 *codes, uint32_t meta,
+                                           bool special, const dec_args &a, int b, long t,
+                                           long len, int ch)
+{
+    uint4 v[NE / 8];
+    if (special && t >= len) {
+#pragma unroll
+        for (int k = 0; k < NE / 8; k++)
+            v[k] = make_uint4(0, 0, 0, 0);
+    } else if (special && (t < a.S || t >= len - a.W)) {
+        const uint4 *src = (const uint4 *)(protected_row(a, b, t) + ch);
+#pragma unroll
+        for (int k = 0; k < NE / 8; k++)
+            v[k] = __ldg(src + k);
+    } else {
+        dequant_unit<B, NE>(codes, meta, v);
     }
 #pragma unroll
-    for (int j = 0; j < RCH; j++) {
-        const int c = tid + DEC_THREADS * j, tt = c >> 3, kk = c & 7;
-        f.r[j] = __ldg((const typename chunk_t<RB>::type *)(pg + L.off_rc) + c);
-        f.rm[j] = __ldg((const uint32_t *)(pg + L.off_mr) + tt * L.ng_r + kk / lanes_c);
-    }
+    for (int k = 0; k < NE / 8; k++)
+        *((uint4 *)dst + k) = v[k];
 }
 
 /* Write the reconstructed page into the tile. t0: first token of the page. */
@@ -176,31 +256,15 @@ __device__ static inline void store_page(const prefetch<CB, RB> &f, __nv_bfloat1
 {
     const bool special = t0 < a.S || t0 + QMLA_KV_PAGE > len - a.W; /* protected or partial */
 #pragma unroll
-    for (int j = 0; j < CCH + RCH; j++) {
-        int tt, ch;
-        if (j < CCH) {
-            const int c = tid + DEC_THREADS * j;
-            tt = c >> 6;
-            ch = (c & 63) * 8;
-        } else {
-            const int c = tid + DEC_THREADS * (j - CCH);
-            tt = c >> 3;
-            ch = QMLA_KV_DC + (c & 7) * 8;
-        }
-        uint4 v;
-        const long t = t0 + tt;
-        if (special && t >= len) {
-            v = make_uint4(0, 0, 0, 0);
-        } else if (special && (t < a.S || t >= len - a.W)) {
-            const uint16_t *src = t < a.S ? a.sink + ((size_t)b * a.S + t) * QMLA_KV_D
-                                          : a.window + ((size_t)b * a.W + t % a.W) * QMLA_KV_D;
-            v = __ldg((const uint4 *)(src + ch));
-        } else if (j < CCH) {
-            v = dequant_chunk<CB>(f.c[j], f.cm[j]);
-        } else {
-            v = dequant_chunk<RB>(f.r[j - CCH], f.rm[j - CCH]);
-        }
-        *(uint4 *)(tile + tt * KSTR + ch) = v;
+    for (int j = 0; j < 2; j++) {
+        const int u = tid + DEC_THREADS * j, tt = u & 63, g = u >> 6;
+        unit_to_tile<CB, 64>(tile + tt * KSTR + g * 64, f.c[j], f.cm[j], special, a, b, t0 + tt,
+                             len, g * 64);
+    }
+    if (has_rope(tid)) {
+        const int v = tid - 64, tt = v & 63, h = v >> 6;
+        const int ch = QMLA_KV_DC + 32 * h;
+        unit_to_tile<RB, 32>(tile + tt * KSTR + ch, f.r, f.rm, special, a, b, t0 + tt, len, ch);
     }
 }
 
@@ -377,7 +441,7 @@ __device__ static inline long row_vis(const dec_args &a, int r0, long len, int t
 }
 
 template <int CB, int RB>
-__global__ void __launch_bounds__(DEC_THREADS, 1) decode_quant_kernel(dec_args a)
+__global__ void __launch_bounds__(DEC_THREADS, 2) decode_quant_kernel(dec_args a)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     dec_smem_quant &sm = *(dec_smem_quant *)smem_raw;
@@ -434,6 +498,33 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_bf16_kernel(dec_args a)
         attend_page(st, sm, sm.tile[(p - p0) & 1], a, (long)p * QMLA_KV_PAGE, vis, tid);
     }
     dec_finish(st, sm, a, b, split, r0, tid);
+}
+
+/* Reconstruction check: page blockIdx.x of sequence blockIdx.y through the
+ * decode kernel's own load_page / store_page, rows copied to
+ * out [b][max_pages * 64][576] (zero past the sequence). */
+template <int CB, int RB>
+__global__ void __launch_bounds__(DEC_THREADS) gather_kernel(dec_args a, uint16_t *out)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __nv_bfloat16 *tile = (__nv_bfloat16 *)smem_raw;
+    const int p = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
+    const long len = a.seq_len[b];
+    uint16_t *dst = out + ((size_t)b * a.max_pages + p) * QMLA_KV_PAGE * QMLA_KV_D;
+    if ((long)p * QMLA_KV_PAGE >= len) {
+        for (int i = tid; i < QMLA_KV_PAGE * QMLA_KV_D / 8; i += DEC_THREADS)
+            ((uint4 *)dst)[i] = make_uint4(0, 0, 0, 0);
+        return;
+    }
+    prefetch<CB, RB> f;
+    load_page<CB, RB>(f, a.pool + (size_t)a.block_table[(size_t)b * a.max_pages + p] *
+                             a.L.page_bytes, a.L, tid);
+    store_page<CB, RB>(f, tile, a, b, (long)p * QMLA_KV_PAGE, len, tid);
+    __syncthreads();
+    for (int i = tid; i < QMLA_KV_PAGE * 72; i += DEC_THREADS) {
+        const int tt = i / 72, k = i - tt * 72;
+        ((uint4 *)dst)[i] = *(const uint4 *)(tile + tt * KSTR + k * 8);
+    }
 }
 
 /* Combine: one block of 128 threads per (row, sequence), 4 channels each. */
@@ -503,7 +594,9 @@ extern "C" int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decod
     const int tiles = (int)((R + DEC_ROWS - 1) / DEC_ROWS);
     const long pages = (max_len + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE;
     const long per_seq = (long)a->batch * tiles;
-    long splits = ((long)n_sm + per_seq - 1) / per_seq; /* one wave of blocks */
+    /* one wave: blocks resident at once (2 per SM low-bit, 1 BF16) */
+    const long per_sm = cfg->c_bits == QMLA_KV_BF16 ? 1 : 2;
+    long splits = (long)n_sm * per_sm / per_seq;
     if (splits > pages)
         splits = pages;
     if (splits < 1)
@@ -543,6 +636,8 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
                                                 "16-byte aligned, out 8-byte aligned");
     if (!L.bf16 && ((kc->cfg.sink > 0 && !kc->sink) || (kc->cfg.window > 0 && !kc->window)))
         return qmla_error_set(err, QMLA_EINVAL, "decode: NULL protection buffer");
+    if (!L.bf16 && L.G != 64)
+        return qmla_error_set(err, QMLA_EINVAL, "decode: group %d: the kernel takes 64", L.G);
     if (!L.bf16 && !((L.c_bits == 4 && L.r_bits == 4) || (L.c_bits == 2 && L.r_bits == 4) ||
                      (L.c_bits == 8 && L.r_bits == 8)))
         return qmla_error_set(err, QMLA_EINVAL,
@@ -595,5 +690,45 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
         d.o_part, d.lse_part, d.n_splits, d.R, d.R_pad, out, lse);
     if ((e = cudaGetLastError()) != cudaSuccess)
         return cuda_fail(err, e, "decode combine kernel");
+    return QMLA_OK;
+}
+
+extern "C" int qmla_kv_gather_cuda(const qmla_kv_cache *kc, const qmla_decode_args *a,
+                                   uint16_t *out, cudaStream_t stream, qmla_error *err)
+{
+    int st = qmla_kv_check(kc ? &kc->cfg : nullptr, err);
+    if (st)
+        return st;
+    const qmla_kv_layout L = qmla_kv_layout_of(&kc->cfg);
+    if (L.bf16 || L.G != 64 ||
+        !((L.c_bits == 4 && L.r_bits == 4) || (L.c_bits == 2 && L.r_bits == 4) ||
+          (L.c_bits == 8 && L.r_bits == 8)))
+        return qmla_error_set(err, QMLA_EINVAL, "gather: C4R4, C2R4 or C8R8 with group 64");
+    if (!a || !out || a->batch < 1 || a->max_pages < 1)
+        return qmla_error_set(err, QMLA_EINVAL, "gather: bad arguments");
+    dec_args d;
+    memset(&d, 0, sizeof d);
+    d.pool = kc->pool;
+    d.sink = kc->sink;
+    d.window = kc->window;
+    d.block_table = a->block_table;
+    d.seq_len = a->seq_len;
+    d.max_pages = a->max_pages;
+    d.S = kc->cfg.sink;
+    d.W = kc->cfg.window;
+    d.L = L;
+    const dim3 grid((unsigned)a->max_pages, (unsigned)a->batch);
+    const size_t smem = sizeof(__nv_bfloat16) * QMLA_KV_PAGE * KSTR;
+    cudaError_t e;
+#define QMLA_GATHER(CB, RB)                                                                        do {                                                                                               e = cudaFuncSetAttribute(gather_kernel<CB, RB>,                                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);              if (e == cudaSuccess) {                                                                            gather_kernel<CB, RB><<<grid, DEC_THREADS, smem, stream>>>(d, out);                            e = cudaGetLastError();                                                                    }                                                                                          } while (0)
+    if (L.c_bits == 4)
+        QMLA_GATHER(4, 4);
+    else if (L.c_bits == 2)
+        QMLA_GATHER(2, 4);
+    else
+        QMLA_GATHER(8, 8);
+#undef QMLA_GATHER
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "gather kernel");
     return QMLA_OK;
 }

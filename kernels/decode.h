@@ -58,6 +58,13 @@ int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args *a,
                      const qmla_decode_plan *plan, void *ws, uint16_t *out, float *lse,
                      cudaStream_t stream, qmla_error *err);
 
+/* Test hook: every page of every sequence reconstructed by the decode
+ * kernel's own unpacking (BF16 bits, out [b, max_pages * 64, 576], zero rows
+ * past each sequence), to compare bit for bit with qmla_kv_token_ref.
+ * Low-bit configurations with group 64 only. */
+int qmla_kv_gather_cuda(const qmla_kv_cache *kc, const qmla_decode_args *a, uint16_t *out,
+                        cudaStream_t stream, qmla_error *err);
+
 #ifdef __cplusplus
 }
 #endif

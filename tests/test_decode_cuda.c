@@ -194,6 +194,33 @@ static int append(cache *c, const shape *s, const int *from, const int *to, void
     return same;
 }
 
+/* The kernel's reconstruction of every token, bit for bit against
+ * qmla_kv_token_ref. Returns the number of differing tokens. */
+static long check_gather(cache *c, const shape *s)
+{
+    const size_t n = (size_t)s->batch * c->maxp * 64 * QMLA_KV_D;
+    uint16_t *d = dalloc(n * 2), *h = malloc(n * 2);
+    qmla_error err;
+    int st = qmla_kv_gather_cuda(&c->d, &c->ad, d, 0, &err);
+    CHECK_OK(st, err);
+    CU(cudaDeviceSynchronize());
+    CU(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost));
+    long bad = 0;
+    float row[QMLA_KV_D];
+    for (int b = 0; b < s->batch; b++)
+        for (long t = 0; t < c->len[b]; t++) {
+            qmla_kv_token_ref(&c->h, &c->ah, b, t, row);
+            const uint16_t *g = h + ((size_t)b * c->maxp * 64 + t) * QMLA_KV_D;
+            int diff = 0;
+            for (int j = 0; j < QMLA_KV_D; j++)
+                diff |= qmla_core_f32_to_bf16(row[j]) != g[j];
+            bad += diff;
+        }
+    cudaFree(d);
+    free(h);
+    return bad;
+}
+
 /* Decode on the GPU (twice) and against the reference. Returns NMSE. */
 static double check_decode(cache *c, const shape *s, const char *what, double *lse_err,
                            int *identical)
@@ -278,8 +305,11 @@ int main(void)
     };
     const char *cfgs[] = {"BF16", "C4R4", "C2R4", "C8R8"};
     double worst_nmse = 0, worst_lse = 0;
+    /* QMLA_TEST_SMALL=1 (under compute-sanitizer): three shapes, 12 aging steps */
+    const int small = getenv("QMLA_TEST_SMALL") != NULL;
+    const size_t n_shapes = small ? 3 : sizeof shapes / sizeof *shapes;
     for (int ci = 0; ci < 4; ci++)
-        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        for (size_t si = 0; si < n_shapes; si++) {
             const shape *s = &shapes[si];
             qmla_kv_config cfg = {0};
             CHECK_OK(qmla_kv_parse_config(cfgs[ci], &cfg, &err), err);
@@ -292,6 +322,11 @@ int main(void)
             cache_alloc(&c, cfg, s, max_len);
             CHECK(append(&c, s, from, s->len, ws), "%s %s: writer bytes differ from the twin",
                   cfgs[ci], s->name);
+            if (ci > 0) {
+                const long bad = check_gather(&c, s);
+                CHECK(bad == 0, "%s %s: %ld tokens reconstructed differently from the twin",
+                      cfgs[ci], s->name, bad);
+            }
             double le;
             int same;
             const double nmse = check_decode(&c, s, s->name, &le, &same);
@@ -313,12 +348,13 @@ int main(void)
         int from[2] = {0, 0}, to[2] = {120, 60};
         int ok_bytes = append(&c, &s, from, to, ws), ok = 1, steps = 0;
         double wn = 0, wl = 0;
-        for (int step = 0; step < 90; step++, steps++) {
+        for (int step = 0; step < (small ? 12 : 90); step++, steps++) {
             from[0] = to[0];
             from[1] = to[1];
             to[0]++;
             to[1]++;
             ok_bytes &= append(&c, &s, from, to, ws);
+            ok &= check_gather(&c, &s) == 0;
             double le;
             int same;
             const double nmse = check_decode(&c, &s, "aging", &le, &same);
