@@ -61,6 +61,9 @@ __device__ static void report(const qdq_args &a, size_t t, int g, int st, float 
         *a.fail_value = v; /* best effort: the value of the lowest failure seen */
 }
 
+/* BITS: the bit width as a constant (0: a.bits at run time), so that the
+ * emit loop of an 8-element chunk unrolls with constant byte offsets. */
+template <int BITS>
 __global__ void __launch_bounds__(QDQ_THREADS) qdq_tile_kernel(qdq_args a)
 {
     extern __shared__ float4 smem4[];
@@ -172,9 +175,12 @@ __global__ void __launch_bounds__(QDQ_THREADS) qdq_tile_kernel(qdq_args a)
     for (int k = tid; k < nch; k += QDQ_THREADS) {
         const int g = k / a.cpg;
         float *xk = xs + k * a.cstride;
-        qmla_core_group_emit(xk, (size_t)a.c, a.bits, gs[g], gl[g],
-                             a.codes ? cs + (size_t)k * a.cbytes : nullptr,
-                             a.xhat ? xk : nullptr);
+        uint8_t *ck = a.codes ? cs + (size_t)k * a.cbytes : nullptr;
+        if (BITS != 0 && a.c == 8)
+            qmla_core_group_emit(xk, 8, BITS, gs[g], gl[g], ck, a.xhat ? xk : nullptr);
+        else
+            qmla_core_group_emit(xk, (size_t)a.c, a.bits, gs[g], gl[g], ck,
+                                 a.xhat ? xk : nullptr);
     }
     if (a.scale || a.lo)
         for (int g = tid; g < ngt; g += QDQ_THREADS) {
@@ -283,14 +289,19 @@ extern "C" int qmla_qdq_cuda_launch(const qmla_quant_params *p, const float *x, 
         TT /= 2;
     a.TT = TT;
     const size_t smem = tile_smem(TT, a.width, a.G, a.c, a.cstride, a.cb);
-    if (smem > 48 * 1024 &&
-        (e = cudaFuncSetAttribute(qdq_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)smem)) != cudaSuccess)
-        return cuda_fail(err, e, "qdq: shared memory");
     const size_t blocks = (T + TT - 1) / TT;
     if (blocks > 0x7fffffffu)
         return qmla_error_set(err, QMLA_EINVAL, "qdq_cuda: %zu tokens is too many", T);
-    qdq_tile_kernel<<<(unsigned)blocks, QDQ_THREADS, smem, stream>>>(a);
+    void (*kernel)(qdq_args) = p->bits == 2   ? qdq_tile_kernel<2>
+                               : p->bits == 3 ? qdq_tile_kernel<3>
+                               : p->bits == 4 ? qdq_tile_kernel<4>
+                               : p->bits == 8 ? qdq_tile_kernel<8>
+                                              : qdq_tile_kernel<0>;
+    if (smem > 48 * 1024 &&
+        (e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)smem)) != cudaSuccess)
+        return cuda_fail(err, e, "qdq: shared memory");
+    kernel<<<(unsigned)blocks, QDQ_THREADS, smem, stream>>>(a);
     if ((e = cudaGetLastError()) != cudaSuccess)
         return cuda_fail(err, e, "qdq kernel launch");
     return QMLA_OK;

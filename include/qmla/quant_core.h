@@ -230,6 +230,52 @@ QMLA_HD static inline unsigned qmla_core_code(float x, float s, float l,
     return (unsigned)r;
 }
 
+/* The same code as qmla_core_code, computed on the GPU without the IEEE
+ * division in almost every case (the host calls qmla_core_code).
+ * inv = __frcp_rn(s) (correctly rounded), d = x - l (exact as above),
+ * up = RN(d * inv). With Q = d / s exactly, |up - Q| <= |Q| 2^-23 (two
+ * roundings of 2^-24) and the CPU's u = RN(Q) has |u - Q| <= |Q| 2^-24, so
+ * |up - u| < 2^-12.4 when |up| < 1024. If up is farther than 2^-11 from
+ * every half-integer, u and up round to the same integer and neither is a
+ * tie: rint(up) is the CPU's rint(u). Otherwise (a near-tie, or a large
+ * quotient) the IEEE division decides. Rounding and the float -> unsigned
+ * step use the 1.5 * 2^23 / 2^23 magic numbers (exact for |v| < 2^22).
+ * Bit-identity with the CPU is tested in tests/test_qdq_cuda.c. */
+QMLA_HD static inline unsigned qmla_core_code_fast(float x, float s, float l,
+                                                   float inv, unsigned L)
+{
+#ifdef __CUDA_ARCH__
+    if (s != 0.0f) {
+        const float d = __fsub_rn(x, l);
+        const float up = __fmul_rn(d, inv);
+        const float r = __fsub_rn(__fadd_rn(up, 12582912.0f), 12582912.0f);
+        const float f = __fsub_rn(up, r);
+        if (fabsf(up) < 1024.0f && fabsf(f) < 0.49951171875f /* 0.5 - 2^-11 */) {
+            if (!(r > 0.0f))
+                return 0u;
+            if (r >= (float)L)
+                return L;
+            return (unsigned)__float_as_int(__fadd_rn(r, 8388608.0f)) & 0x7fffffu;
+        }
+    }
+#else
+    (void)inv;
+#endif
+    return qmla_core_code(x, s, l, L);
+}
+
+/* inv for qmla_core_code_fast: 1/s correctly rounded on the GPU (unused on
+ * the host). */
+QMLA_HD static inline float qmla_core_code_inv(float s)
+{
+#ifdef __CUDA_ARCH__
+    return s != 0.0f ? __frcp_rn(s) : 0.0f;
+#else
+    (void)s;
+    return 0.0f;
+#endif
+}
+
 /* x^ = fmaf(q, s, l), one rounding. */
 QMLA_HD static inline float qmla_core_dequant(unsigned q, float s, float l)
 {
@@ -561,12 +607,13 @@ QMLA_HD static inline void qmla_core_group_emit(const float *x, size_t n,
                                                 uint8_t *packed, float *xhat)
 {
     const unsigned L = qmla_core_levels(bits);
+    const float inv = qmla_core_code_inv(s);
     size_t j;
     if (packed)
         for (j = 0; j < qmla_core_packed_bytes(n, bits); j++)
             packed[j] = 0;
     for (j = 0; j < n; j++) {
-        unsigned q = qmla_core_code(x[j], s, l, L);
+        unsigned q = qmla_core_code_fast(x[j], s, l, inv, L);
         if (packed)
             qmla_core_put_code(packed, j, bits, q);
         if (xhat)
