@@ -19,6 +19,7 @@ enum {
 int cmd_check(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_storage(int argc, char **argv);
 
 /* Print "qmla <cmd>: <msg>" to stderr; returns QMLA_EXIT_USAGE. */
 int cli_fail(const char *cmd, const char *fmt, ...)
