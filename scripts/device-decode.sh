@@ -29,11 +29,15 @@ for step in "$@"; do
     q=""; [ "$step" = quick ] && q=--quick
     ./build-dev/bench/bench_decode $q --out "$OUT/bench_decode.tsv" 2>&1 | tee "$OUT/bench_decode.log" ;;
   ncu)
-    echo "== ncu"
-    timeout 240 ncu --clock-control none -k 'regex:qdq_tile|kv_write_kernel|decode_quant|decode_bf16' -c 8 \
-      --section SpeedOfLight --section Occupancy --section WarpStateStats --section InstructionStats \
-      --section LaunchStats ./build-dev/bench/bench_decode --profile --out /tmp/p.tsv >"$OUT/ncu.txt" 2>&1
-    echo "rc=$?"; grep -E "^  [a-z_]+.*\(|Duration|Throughput|Registers|Achieved Occupancy|Warp Cycles Per Issued|Issue Slots Busy|Stall|Executed Ipc A" "$OUT/ncu.txt" | head -80 ;;
+    # one launch of each kernel, full section set; key lines printed
+    n() { timeout 150 ncu --clock-control none --set full -k "regex:$1" --launch-skip "$2" -c 1 \
+            ./build-dev/bench/bench_decode --profile --out /tmp/p.tsv >"$OUT/ncu_$3.txt" 2>&1
+          echo "== ncu $3 rc=$?"
+          grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issue Slots Busy|Executed Ipc Active|Shared Memory.*%|Bank Conflicts|L1/TEX Hit|Max Bandwidth|Pipe|Stall|est\. speedup" "$OUT/ncu_$3.txt" | head -40; }
+    n decode_quant 0 decode_c4r4
+    n decode_bf16 0 decode_bf16
+    n qdq_tile 0 qdq
+    n kv_write 5 writer_c4r4 ;;
   sanitize)
     for tool in memcheck racecheck; do
       echo "== compute-sanitizer $tool (test_decode_cuda, QMLA_TEST_SMALL=1)"
