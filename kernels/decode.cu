@@ -34,6 +34,7 @@
 #define DEC_ROWS 16
 #define KSTR (QMLA_KV_D + 8)   /* tile row stride in BF16 elements */
 #define PSTR (QMLA_KV_PAGE + 8) /* P tile row stride */
+#define SSTR (QMLA_KV_PAGE + 4) /* score partial row stride (floats) */
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 
@@ -54,13 +55,15 @@ struct dec_args {
 /* ---- shared-memory plan -------------------------------------------------- */
 struct dec_smem_quant {
     __nv_bfloat16 tile[QMLA_KV_PAGE * KSTR];
-    float sp[4][DEC_ROWS][QMLA_KV_PAGE];
+    __nv_bfloat16 q[DEC_ROWS * KSTR];
+    float sp[4][DEC_ROWS][SSTR];
     __nv_bfloat16 p[DEC_ROWS * PSTR];
     float m[DEC_ROWS], l[DEC_ROWS], alpha[DEC_ROWS];
 };
 struct dec_smem_bf16 {
     __nv_bfloat16 tile[2][QMLA_KV_PAGE * KSTR];
-    float sp[4][DEC_ROWS][QMLA_KV_PAGE];
+    __nv_bfloat16 q[DEC_ROWS * KSTR];
+    float sp[4][DEC_ROWS][SSTR];
     __nv_bfloat16 p[DEC_ROWS * PSTR];
     float m[DEC_ROWS], l[DEC_ROWS], alpha[DEC_ROWS];
 };
@@ -281,8 +284,7 @@ __device__ static inline void async_page_bf16(__nv_bfloat16 *tile, const uint8_t
 
 /* ---- one page of attention on a ready tile ------------------------------ */
 struct dec_state {
-    uint32_t qf[9][4]; /* Q A-fragments of this warp's 9 k-steps */
-    float o[8][4];     /* O accumulators: 16 rows x 64 channels */
+    float o[8][4]; /* O accumulators: 16 rows x 64 channels */
 };
 
 template <class SM>
@@ -300,13 +302,15 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
 #pragma unroll
     for (int kk = 0; kk < 9; kk++) {
         const int k0 = (cg * 9 + kk) * 16;
+        uint32_t qa[4]; /* A = Q[16 rows][16 channels], as P below */
+        ldsm_x4(qa[0], qa[1], qa[2], qa[3], sm.q + (rr + 8 * (mi & 1)) * KSTR + k0 + 8 * (mi >> 1));
 #pragma unroll
         for (int np = 0; np < 2; np++) {
             const int n0 = th * 32 + np * 16;
             uint32_t b0, b1, b2, b3;
             ldsm_x4(b0, b1, b2, b3, tile + (n0 + rr + 8 * (mi >> 1)) * KSTR + k0 + 8 * (mi & 1));
-            mma16816(s[2 * np], st.qf[kk], b0, b1);
-            mma16816(s[2 * np + 1], st.qf[kk], b2, b3);
+            mma16816(s[2 * np], qa, b0, b1);
+            mma16816(s[2 * np + 1], qa, b2, b3);
         }
     }
 #pragma unroll
@@ -320,12 +324,15 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
     {
         const int row = tid >> 4, part = tid & 15;
         float z[4], mx = -INFINITY;
+        const float4 c0 = *(const float4 *)&sm.sp[0][row][part * 4];
+        const float4 c1 = *(const float4 *)&sm.sp[1][row][part * 4];
+        const float4 c2 = *(const float4 *)&sm.sp[2][row][part * 4];
+        const float4 c3 = *(const float4 *)&sm.sp[3][row][part * 4];
+        const float acc[4] = {((c0.x + c1.x) + c2.x) + c3.x, ((c0.y + c1.y) + c2.y) + c3.y,
+                              ((c0.z + c1.z) + c2.z) + c3.z, ((c0.w + c1.w) + c2.w) + c3.w};
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            const int tok = part * 4 + u;
-            const float acc = ((sm.sp[0][row][tok] + sm.sp[1][row][tok]) + sm.sp[2][row][tok]) +
-                              sm.sp[3][row][tok];
-            z[u] = t0 + tok < vis ? acc * a.scale_log2 : -INFINITY;
+            z[u] = t0 + part * 4 + u < vis ? acc[u] * a.scale_log2 : -INFINITY;
             mx = fmaxf(mx, z[u]);
         }
 #pragma unroll
@@ -333,13 +340,13 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
         const float m_old = sm.m[row], m_new = fmaxf(m_old, mx);
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-        float sum = 0.0f;
+        float sum = 0.0f, p[4];
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            const float p = exp2f(z[u] - m_use);
-            sum += p;
-            sm.p[row * PSTR + part * 4 + u] = __float2bfloat16_rn(p);
+            p[u] = exp2f(z[u] - m_use);
+            sum += p[u];
         }
+        *(uint2 *)(sm.p + row * PSTR + part * 4) = make_uint2(bf16x2(p[0], p[1]), bf16x2(p[2], p[3]));
 #pragma unroll
         for (int off = 8; off > 0; off >>= 1)
             sum += __shfl_xor_sync(0xffffffffu, sum, off);
@@ -382,23 +389,18 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
     }
 }
 
-/* Load Q fragments (zero rows past R) and reset the softmax state. */
+/* Q rows of this tile into shared memory (zero rows past R); reset the
+ * accumulators and the softmax state. Visible after the first barrier. */
 template <class SM>
 __device__ static inline void dec_init(dec_state &st, SM &sm, const dec_args &a, int b, int r0,
                                        int tid)
 {
-    const int warp = tid >> 5, lane = tid & 31, cg = warp & 3;
-    const int gr = lane >> 2, gc = lane & 3;
-    const int ra = r0 + gr, rb = r0 + gr + 8;
-    const uint32_t *qa = (const uint32_t *)(a.q + ((size_t)b * a.R + ra) * QMLA_KV_D);
-    const uint32_t *qb = (const uint32_t *)(a.q + ((size_t)b * a.R + rb) * QMLA_KV_D);
-#pragma unroll
-    for (int kk = 0; kk < 9; kk++) {
-        const int k0 = (cg * 9 + kk) * 16 + 2 * gc; /* even: one 32-bit word */
-        st.qf[kk][0] = ra < a.R ? __ldg(qa + k0 / 2) : 0u;
-        st.qf[kk][1] = rb < a.R ? __ldg(qb + k0 / 2) : 0u;
-        st.qf[kk][2] = ra < a.R ? __ldg(qa + k0 / 2 + 4) : 0u;
-        st.qf[kk][3] = rb < a.R ? __ldg(qb + k0 / 2 + 4) : 0u;
+    for (int i = tid; i < DEC_ROWS * 72; i += DEC_THREADS) {
+        const int r = i / 72, k = i - r * 72;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (r0 + r < a.R)
+            v = __ldg((const uint4 *)(a.q + ((size_t)b * a.R + r0 + r) * QMLA_KV_D) + k);
+        *(uint4 *)(sm.q + r * KSTR + k * 8) = v;
     }
 #pragma unroll
     for (int n = 0; n < 8; n++)

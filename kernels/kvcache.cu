@@ -1,14 +1,16 @@
 /* kernels/kvcache.cu — the fused cache writer (contract: kernels/kvcache.h).
  *
- * A block of 288 threads writes 4 tokens; thread k of a token (k < 72) owns
- * channels 8k..8k+7 (k < 64: content, else RoPE): one 16-byte load of the
+ * A block of 288 threads writes 16 tokens (groups of 32 or 64: E = 32
+ * channels per thread, 18 threads per token) or 4 tokens (groups of 8 or
+ * 16: E = 8, 72 threads per token); thread k of a token owns channels
+ * E k .. E k + E - 1 (content below 512, else RoPE): 16-byte loads of the
  * BF16 row, chunk extrema (quant_core.h), the group's extrema by shuffles
- * over the G/8 threads of the group, the stored metadata and the shared
- * emit loop qmla_core_group_emit on its 8 values; then one store of its
- * packed codes (bits bytes), one metadata store per group, and 16-byte
- * stores of the BF16 row into the sink / window buffers where the token is
- * protected. Templated on the two bit widths so that the emit loop unrolls
- * into registers (0: bits read at run time). Twin: qmla_kv_write_ref.
+ * over the G/E threads of the group, the stored metadata and the shared
+ * emit loop qmla_core_group_emit on its E values; then word stores of its
+ * packed codes, one metadata store per group, and 16-byte stores of the
+ * BF16 row into the sink / window buffers where the token is protected.
+ * Templated on the bit widths so that the emit loop unrolls into registers
+ * (0: bits read at run time). Twin: qmla_kv_write_ref.
  */
 #include "kvcache.h"
 #include "qmla/kvcache.h"
@@ -17,9 +19,7 @@
 #include <cuda_runtime.h>
 
 #define NO_FAILURE 0xffffffffffffffffull
-#define KVW_TOKENS 4
-#define KVW_CHUNKS (QMLA_KV_D / 8)
-#define KVW_THREADS (KVW_TOKENS * KVW_CHUNKS)
+#define KVW_THREADS 288 /* 4 tokens x 72 threads, or 16 tokens x 18 threads */
 
 struct kvw_args {
     const uint16_t *kv;       /* [n, 576] */
@@ -35,59 +35,67 @@ struct kvw_args {
     int S, W;
 };
 
-template <int B>
+/* Store n = E*bits/8 packed bytes (E elements of `bits` bits). */
+template <int E, int B>
 __device__ static inline void store_codes(uint8_t *dst, const uint8_t *src, int bits)
 {
-    const int nb = B ? B : bits; /* 8 codes of `bits` bits: `bits` bytes */
-    if (nb == 4) {
-        *(uint32_t *)dst = (uint32_t)src[0] | (uint32_t)src[1] << 8 |
-                           (uint32_t)src[2] << 16 | (uint32_t)src[3] << 24;
-    } else if (nb == 2) {
+    const int nb = E * (B ? B : bits) / 8;
+    if (B != 0 && nb % 4 == 0) { /* 4-byte aligned (chunk offsets are multiples of nb) */
+#pragma unroll
+        for (int w = 0; w < (B ? E * B / 32 : 1); w++)
+            ((uint32_t *)dst)[w] = (uint32_t)src[4 * w] | (uint32_t)src[4 * w + 1] << 8 |
+                                   (uint32_t)src[4 * w + 2] << 16 |
+                                   (uint32_t)src[4 * w + 3] << 24;
+    } else if (B != 0 && nb == 2) {
         *(uint16_t *)dst = (uint16_t)(src[0] | src[1] << 8);
-    } else if (nb == 8) {
-        uint2 v;
-        v.x = (uint32_t)src[0] | (uint32_t)src[1] << 8 | (uint32_t)src[2] << 16 |
-              (uint32_t)src[3] << 24;
-        v.y = (uint32_t)src[4] | (uint32_t)src[5] << 8 | (uint32_t)src[6] << 16 |
-              (uint32_t)src[7] << 24;
-        *(uint2 *)dst = v;
     } else {
         for (int j = 0; j < nb; j++)
             dst[j] = src[j];
     }
 }
 
-template <int CB, int RB>
+/* E: elements per thread (8, or 32 when the group size is 32 or 64);
+ * CB, RB: bit widths as constants (0: read at run time). */
+template <int CB, int RB, int E>
 __global__ void __launch_bounds__(KVW_THREADS) kv_write_kernel(kvw_args a)
 {
-    const int tid = threadIdx.x, tk = tid / KVW_CHUNKS, k = tid - tk * KVW_CHUNKS;
-    const size_t i = (size_t)blockIdx.x * KVW_TOKENS + tk;
+    constexpr int TPT = QMLA_KV_D / E;       /* threads per token */
+    constexpr int TOK = KVW_THREADS / TPT;   /* tokens per block */
+    const int tid = threadIdx.x, tk = tid / TPT, k = tid - tk * TPT;
+    const size_t i = (size_t)blockIdx.x * TOK + tk;
     const bool live = i < a.n && a.slot[i] >= 0;
     const qmla_kv_layout &L = a.L;
-    uint4 raw = make_uint4(0, 0, 0, 0);
-    if (live)
-        raw = __ldg((const uint4 *)(a.kv + i * QMLA_KV_D) + k);
+    uint4 raw[E / 8];
+#pragma unroll
+    for (int u = 0; u < E / 8; u++)
+        raw[u] = live ? __ldg((const uint4 *)(a.kv + i * QMLA_KV_D) + k * (E / 8) + u)
+                      : make_uint4(0, 0, 0, 0);
     const int64_t slot = live ? a.slot[i] : 0;
     uint8_t *pg = a.pool + (size_t)(slot / QMLA_KV_PAGE) * L.page_bytes;
     const int o = (int)(slot % QMLA_KV_PAGE);
 
     if (L.bf16) {
         if (live)
-            *((uint4 *)(pg + (size_t)o * QMLA_KV_D * 2) + k) = raw;
+#pragma unroll
+            for (int u = 0; u < E / 8; u++)
+                *((uint4 *)(pg + (size_t)o * QMLA_KV_D * 2) + k * (E / 8) + u) = raw[u];
         return;
     }
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-    float x[8];
+    float x[E];
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        x[2 * j] = __uint_as_float(w[j] << 16);
-        x[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+    for (int u = 0; u < E / 8; u++) {
+        const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            x[8 * u + 2 * j] = __uint_as_float(w[j] << 16);
+            x[8 * u + 2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+        }
     }
     float mn, mx, bad = 0.0f;
-    int nonfinite = qmla_core_group_extrema(x, 8, &mn, &mx, &bad) != QMLA_CORE_OK;
+    int nonfinite = qmla_core_group_extrema(x, E, &mn, &mx, &bad) != QMLA_CORE_OK;
     if (nonfinite)
         mn = mx = 0.0f;
-    const int lanes = L.G / 8; /* threads of one group: aligned, power of two */
+    const int lanes = L.G / E; /* threads of one group: aligned, power of two */
     for (int off = lanes / 2; off > 0; off /= 2) {
         mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, off));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
@@ -95,9 +103,9 @@ __global__ void __launch_bounds__(KVW_THREADS) kv_write_kernel(kvw_args a)
     }
     if (!live)
         return;
-    const bool rope = k >= QMLA_KV_DC / 8;
+    const bool rope = k >= QMLA_KV_DC / E;
     const int bits = rope ? (RB ? RB : L.r_bits) : (CB ? CB : L.c_bits);
-    const int kk = rope ? k - QMLA_KV_DC / 8 : k; /* chunk within its path */
+    const int kk = rope ? k - QMLA_KV_DC / E : k; /* chunk within its path */
     const int g = kk / lanes;
     const int gidx = rope ? L.ng_c + g : g;       /* group index within the token */
     float s = 0.0f, l = 0.0f;
@@ -109,22 +117,22 @@ __global__ void __launch_bounds__(KVW_THREADS) kv_write_kernel(kvw_args a)
         const unsigned long long code =
             ((unsigned long long)(i * (L.ng_c + L.ng_r) + gidx) << 2) | (unsigned)st;
         if (st != QMLA_CORE_NONFINITE ||
-            qmla_core_group_extrema(x, 8, &mn, &mx, &bad) != QMLA_CORE_OK) {
+            qmla_core_group_extrema(x, E, &mn, &mx, &bad) != QMLA_CORE_OK) {
             const unsigned long long old = atomicMin(a.fail, code);
             if (code < old)
                 *a.fail_value = bad;
         }
         return;
     }
-    uint8_t packed[8];
-    if (rope)
-        qmla_core_group_emit(x, 8, RB ? RB : bits, s, l, packed, nullptr);
-    else
-        qmla_core_group_emit(x, 8, CB ? CB : bits, s, l, packed, nullptr);
-    if (rope)
-        store_codes<RB>(pg + L.off_rc + (size_t)o * L.cb_r + (size_t)kk * bits, packed, bits);
-    else
-        store_codes<CB>(pg + (size_t)o * L.cb_c + (size_t)kk * bits, packed, bits);
+    uint8_t packed[E];
+    const size_t cbytes = (size_t)kk * E * bits / 8; /* chunk offset in the token's codes */
+    if (rope) {
+        qmla_core_group_emit(x, E, RB ? RB : bits, s, l, packed, nullptr);
+        store_codes<E, RB>(pg + L.off_rc + (size_t)o * L.cb_r + cbytes, packed, bits);
+    } else {
+        qmla_core_group_emit(x, E, CB ? CB : bits, s, l, packed, nullptr);
+        store_codes<E, CB>(pg + (size_t)o * L.cb_c + cbytes, packed, bits);
+    }
     if (kk % lanes == 0) {
         const uint32_t m = (uint32_t)qmla_core_f32_to_f16(s, nullptr) |
                            (uint32_t)qmla_core_f32_to_f16(l, nullptr) << 16;
@@ -136,9 +144,15 @@ __global__ void __launch_bounds__(KVW_THREADS) kv_write_kernel(kvw_args a)
     const int b = a.seq[i];
     const long p = a.pos[i], len = a.seq_len[b];
     if (p < a.S)
-        *((uint4 *)(a.sink + ((size_t)b * a.S + (size_t)p) * QMLA_KV_D) + k) = raw;
+#pragma unroll
+        for (int u = 0; u < E / 8; u++)
+            *((uint4 *)(a.sink + ((size_t)b * a.S + (size_t)p) * QMLA_KV_D) + k * (E / 8) + u) =
+                raw[u];
     if (a.W > 0 && p >= len - a.W)
-        *((uint4 *)(a.window + ((size_t)b * a.W + (size_t)(p % a.W)) * QMLA_KV_D) + k) = raw;
+#pragma unroll
+        for (int u = 0; u < E / 8; u++)
+            *((uint4 *)(a.window + ((size_t)b * a.W + (size_t)(p % a.W)) * QMLA_KV_D) +
+              k * (E / 8) + u) = raw[u];
 }
 
 static int cuda_fail(qmla_error *err, cudaError_t e, const char *what)
@@ -181,19 +195,23 @@ extern "C" int qmla_kv_write_cuda_launch(const qmla_kv_cache *kc, const qmla_kv_
     a.L = L;
     a.S = L.bf16 ? 0 : kc->cfg.sink;
     a.W = L.bf16 ? 0 : kc->cfg.window;
-    const size_t blocks = (w->n + KVW_TOKENS - 1) / KVW_TOKENS;
+    const bool wide = L.G >= 32; /* 32 elements per thread, else 8 */
+    const size_t tok = wide ? KVW_THREADS / (QMLA_KV_D / 32) : KVW_THREADS / (QMLA_KV_D / 8);
+    const size_t blocks = (w->n + tok - 1) / tok;
     if (blocks > 0x7fffffffu)
         return qmla_error_set(err, QMLA_EINVAL, "kv writer: %zu tokens is too many", w->n);
     const unsigned gb = (unsigned)blocks;
     const int cb = L.c_bits, rb = L.r_bits;
-    if (cb == 4 && rb == 4)
-        kv_write_kernel<4, 4><<<gb, KVW_THREADS, 0, stream>>>(a);
-    else if (cb == 2 && rb == 4)
-        kv_write_kernel<2, 4><<<gb, KVW_THREADS, 0, stream>>>(a);
-    else if (cb == 8 && rb == 8)
-        kv_write_kernel<8, 8><<<gb, KVW_THREADS, 0, stream>>>(a);
+    if (wide && cb == 4 && rb == 4)
+        kv_write_kernel<4, 4, 32><<<gb, KVW_THREADS, 0, stream>>>(a);
+    else if (wide && cb == 2 && rb == 4)
+        kv_write_kernel<2, 4, 32><<<gb, KVW_THREADS, 0, stream>>>(a);
+    else if (wide && cb == 8 && rb == 8)
+        kv_write_kernel<8, 8, 32><<<gb, KVW_THREADS, 0, stream>>>(a);
+    else if (wide)
+        kv_write_kernel<0, 0, 32><<<gb, KVW_THREADS, 0, stream>>>(a);
     else
-        kv_write_kernel<0, 0><<<gb, KVW_THREADS, 0, stream>>>(a);
+        kv_write_kernel<0, 0, 8><<<gb, KVW_THREADS, 0, stream>>>(a);
     if ((e = cudaGetLastError()) != cudaSuccess)
         return cuda_fail(err, e, "kv writer launch");
     return QMLA_OK;

@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(QDQ_THREADS) qdq_tile_kernel(qdq_args a)
     if (a.vec) {
         for (int i = tid; i < E / 4; i += QDQ_THREADS) {
             const float4 v = __ldg((const float4 *)x0 + i);
-            const int e = 4 * i, k = e / a.c, j = e - k * a.c;
+            const int e = 4 * i, k = a.c == 8 ? e >> 3 : e / a.c, j = e - k * a.c;
             float *d = xs + k * a.cstride + j;
             d[0] = v.x;
             d[1] = v.y;
@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(QDQ_THREADS) qdq_tile_kernel(qdq_args a)
 
     /* 4. the shared emit loop, one chunk per thread */
     for (int k = tid; k < nch; k += QDQ_THREADS) {
-        const int g = k / a.cpg;
+        const int g = a.cpg == 8 ? k >> 3 : k / a.cpg;
         float *xk = xs + k * a.cstride;
         uint8_t *ck = a.codes ? cs + (size_t)k * a.cbytes : nullptr;
         if (BITS != 0 && a.c == 8)
@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(QDQ_THREADS) qdq_tile_kernel(qdq_args a)
         float *h0 = a.xhat + t0 * a.width;
         if (a.vec) {
             for (int i = tid; i < E / 4; i += QDQ_THREADS) {
-                const int e = 4 * i, k = e / a.c, j = e - k * a.c;
+                const int e = 4 * i, k = a.c == 8 ? e >> 3 : e / a.c, j = e - k * a.c;
                 const float *s = xs + k * a.cstride + j;
                 ((float4 *)h0)[i] = make_float4(s[0], s[1], s[2], s[3]);
             }

@@ -339,6 +339,21 @@ int main(void)
             worst_lse = le > worst_lse ? le : worst_lse;
             cache_free(&c);
         }
+    /* the writer's other group sizes (32: 32 channels per thread; 16, 8: 8
+     * per thread) and C4R2 (run-time bit widths), bytes against the twin */
+    {
+        const shape s = {"groups", 3, 16, 1, 4, 128, {70, 131, 5}};
+        const int groups[4][3] = {{32, 4, 4}, {16, 4, 4}, {8, 2, 4}, {64, 4, 2}};
+        for (int gi = 0; gi < 4; gi++) {
+            qmla_kv_config cfg = {groups[gi][1], groups[gi][2], groups[gi][0], 4, 128};
+            cache c;
+            int from[3] = {0, 0, 0};
+            cache_alloc(&c, cfg, &s, 131);
+            CHECK(append(&c, &s, from, s.len, ws), "writer C%dR%d G %d: bytes differ from the twin",
+                  cfg.c_bits, cfg.r_bits, cfg.group);
+            cache_free(&c);
+        }
+    }
     /* token aging: two sequences grow one token per call across W = 128 */
     {
         const shape s = {"aging", 2, 16, 1, 4, 128, {0, 0}};
