@@ -38,6 +38,12 @@ for step in "$@"; do
     n decode_bf16 0 decode_bf16
     n qdq_tile 0 qdq
     n kv_write 5 writer_c4r4 ;;
+  ncu-decode)
+    n() { timeout 150 ncu --clock-control none --set full -k "regex:$1" --launch-skip "$2" -c 1 \
+            ./build-dev/bench/bench_decode --profile --out /tmp/p.tsv >"$OUT/ncu_$3.txt" 2>&1
+          echo "== ncu $3 rc=$?"
+          grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issue Slots Busy|Local Memory Spilling Requests  |highest-utilized|way bank" "$OUT/ncu_$3.txt" | head -20; }
+    n decode_quant 0 decode_c4r4 ;;
   sanitize)
     for tool in memcheck racecheck; do
       echo "== compute-sanitizer $tool (test_decode_cuda, QMLA_TEST_SMALL=1)"
