@@ -53,9 +53,13 @@ struct dec_args {
 };
 
 /* ---- shared-memory plan -------------------------------------------------- */
-/* Two page tiles: the BF16 kernel double-buffers its cp.async loads in
- * them, the low-bit kernel unpacks the next page into one while the other
- * is attended. */
+struct dec_smem_quant {
+    __nv_bfloat16 tile[QMLA_KV_PAGE * KSTR];
+    __nv_bfloat16 q[DEC_ROWS * KSTR];
+    float sp[4][DEC_ROWS][SSTR];
+    __nv_bfloat16 p[DEC_ROWS * PSTR];
+    float m[DEC_ROWS], l[DEC_ROWS], alpha[DEC_ROWS];
+};
 struct dec_smem_bf16 {
     __nv_bfloat16 tile[2][QMLA_KV_PAGE * KSTR];
     __nv_bfloat16 q[DEC_ROWS * KSTR];
@@ -92,25 +96,6 @@ __device__ static inline void mma16816(float c[4], const uint32_t a[4], uint32_t
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* Named barriers (ids 1..15; 0 is __syncthreads). */
-__device__ static inline void bar_sync(int id, int n)
-{
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-__device__ static inline void bar_arrive(int id, int n)
-{
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-/* Barrier of the attention threads: the whole block, or (WS) the 256
- * consumer threads of a warp-specialised block on named barrier 1. */
-template <bool WS> __device__ static inline void attn_sync()
-{
-    if (WS)
-        bar_sync(1, DEC_THREADS);
-    else
-        __syncthreads();
 }
 
 __device__ static inline void cp_async16(void *dst, const void *src, int src_bytes)
@@ -203,36 +188,30 @@ __device__ static inline void dequant_unit(const uint4 *in, uint32_t meta, uint4
  * 64..191, one RoPE half-group v = tid - 64 (token v % 64, channels
  * 512 + 32 (v / 64) ..+31). Eight consecutive threads take eight
  * consecutive tokens, so the 16-byte tile stores do not conflict. */
-template <int CB, int RB, int NT> struct prefetch {
-    uint4 c[512 / NT][CB / 2]; /* 64 codes of CB bits = 8 CB bytes = CB/2 uint4 */
-    uint32_t cm[512 / NT];
-    uint4 r[RB / 4];           /* 32 codes of RB bits */
+template <int CB, int RB> struct prefetch {
+    uint4 c[2][CB / 2]; /* 64 codes of CB bits = 8 CB bytes = CB/2 uint4 */
+    uint32_t cm[2];
+    uint4 r[RB / 4];    /* 32 codes of RB bits */
     uint32_t rm;
 };
 
-/* RoPE half-group of thread tid of NT (-1: none): 128 units over the middle
- * 128 threads of 256, or one per thread of 128. */
-template <int NT> __device__ static inline int rope_unit(int tid)
-{
-    const int v = NT == 256 ? tid - 64 : tid;
-    return v >= 0 && v < 128 ? v : -1;
-}
+__device__ static inline bool has_rope(int tid) { return tid >= 64 && tid < 192; }
 
-template <int CB, int RB, int NT>
-__device__ static inline void load_page(prefetch<CB, RB, NT> &f, const uint8_t *pg,
+template <int CB, int RB>
+__device__ static inline void load_page(prefetch<CB, RB> &f, const uint8_t *pg,
                                         const qmla_kv_layout &L, int tid)
 {
 #pragma unroll
-    for (int j = 0; j < 512 / NT; j++) {
-        const int u = tid + NT * j, tt = u & 63, g = u >> 6;
+    for (int j = 0; j < 2; j++) {
+        const int u = tid + DEC_THREADS * j, tt = u & 63, g = u >> 6;
         const uint4 *src = (const uint4 *)(pg + (size_t)tt * L.cb_c + g * 8 * CB);
 #pragma unroll
         for (int k = 0; k < CB / 2; k++)
             f.c[j][k] = __ldg(src + k);
         f.cm[j] = __ldg((const uint32_t *)(pg + L.off_mc) + tt * 8 + g);
     }
-    if (rope_unit<NT>(tid) >= 0) {
-        const int v = rope_unit<NT>(tid), tt = v & 63, h = v >> 6;
+    if (has_rope(tid)) {
+        const int v = tid - 64, tt = v & 63, h = v >> 6;
         const uint4 *src = (const uint4 *)(pg + L.off_rc + (size_t)tt * L.cb_r + h * 4 * RB);
 #pragma unroll
         for (int k = 0; k < RB / 4; k++)
@@ -274,19 +253,19 @@ __device__ static inline void unit_to_tile(__nv_bfloat16 *dst, const uint4 *code
 }
 
 /* Write the reconstructed page into the tile. t0: first token of the page. */
-template <int CB, int RB, int NT>
-__device__ static inline void store_page(const prefetch<CB, RB, NT> &f, __nv_bfloat16 *tile,
+template <int CB, int RB>
+__device__ static inline void store_page(const prefetch<CB, RB> &f, __nv_bfloat16 *tile,
                                          const dec_args &a, int b, long t0, long len, int tid)
 {
     const bool special = t0 < a.S || t0 + QMLA_KV_PAGE > len - a.W; /* protected or partial */
 #pragma unroll
-    for (int j = 0; j < 512 / NT; j++) {
-        const int u = tid + NT * j, tt = u & 63, g = u >> 6;
+    for (int j = 0; j < 2; j++) {
+        const int u = tid + DEC_THREADS * j, tt = u & 63, g = u >> 6;
         unit_to_tile<CB, 64>(tile + tt * KSTR + g * 64, f.c[j], f.cm[j], special, a, b, t0 + tt,
                              len, g * 64);
     }
-    if (rope_unit<NT>(tid) >= 0) {
-        const int v = rope_unit<NT>(tid), tt = v & 63, h = v >> 6;
+    if (has_rope(tid)) {
+        const int v = tid - 64, tt = v & 63, h = v >> 6;
         const int ch = QMLA_KV_DC + 32 * h;
         unit_to_tile<RB, 32>(tile + tt * KSTR + ch, f.r, f.rm, special, a, b, t0 + tt, len, ch);
     }
@@ -308,7 +287,7 @@ struct dec_state {
     float o[8][4]; /* O accumulators: 16 rows x 64 channels */
 };
 
-template <bool WS, class SM>
+template <class SM>
 __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bfloat16 *tile,
                                           const dec_args &a, long t0, long vis, int tid)
 {
@@ -340,7 +319,7 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
         *(float2 *)&sm.sp[cg][gr][tok] = make_float2(s[n][0], s[n][1]);
         *(float2 *)&sm.sp[cg][gr + 8][tok] = make_float2(s[n][2], s[n][3]);
     }
-    attn_sync<WS>();
+    __syncthreads();
     /* softmax: 16 threads per row, 4 tokens each (fixed summation order) */
     {
         const int row = tid >> 4, part = tid & 15;
@@ -379,7 +358,7 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
             sm.m[row] = m_new;
         }
     }
-    attn_sync<WS>();
+    __syncthreads();
     /* PV: rows x channels [64w, 64w+64) */
     {
         const float a0 = sm.alpha[gr], a1 = sm.alpha[gr + 8];
@@ -433,11 +412,11 @@ __device__ static inline void dec_init(dec_state &st, SM &sm, const dec_args &a,
 }
 
 /* Normalised partial output and natural-log LSE of this block's rows. */
-template <bool WS, class SM>
+template <class SM>
 __device__ static inline void dec_finish(const dec_state &st, SM &sm, const dec_args &a, int b,
                                          int split, int r0, int tid)
 {
-    attn_sync<WS>();
+    __syncthreads();
     const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
     const size_t base = ((size_t)b * a.n_splits + split) * a.R_pad + r0;
     const float la = sm.l[gr], lb = sm.l[gr + 8];
@@ -463,52 +442,31 @@ __device__ static inline long row_vis(const dec_args &a, int r0, long len, int t
     return row < a.R ? len - a.s_q + row / a.H + 1 : 0;
 }
 
-/* Low-bit pages, warp-specialised: warps 0-7 (256 threads) attend, warps
- * 8-11 (128 producer threads) unpack page i + 1 into the other tile while
- * page i is attended. Handoff on named barriers: FULL[buf] (ids 2, 3:
- * producers arrive after filling buf, consumers wait) and EMPTY[buf] (ids
- * 4, 5: consumers arrive when done with buf, producers wait before
- * refilling it); the attention's own barriers use id 1 (consumers only). */
-#define WS_THREADS (DEC_THREADS + 128)
 template <int CB, int RB>
-__global__ void __launch_bounds__(WS_THREADS, 1) decode_quant_kernel(dec_args a)
+__global__ void __launch_bounds__(DEC_THREADS, 2) decode_quant_kernel(dec_args a)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    dec_smem_bf16 &sm = *(dec_smem_bf16 *)smem_raw; /* two tiles */
+    dec_smem_quant &sm = *(dec_smem_quant *)smem_raw;
     const int split = blockIdx.x, r0 = blockIdx.y * DEC_ROWS, b = blockIdx.z, tid = threadIdx.x;
     const long len = a.seq_len[b];
     const int npages = (int)((len + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE);
-    const int p0 = split * a.pps, p1 = min(npages, p0 + a.pps), n = max(0, p1 - p0);
+    const int p0 = split * a.pps, p1 = min(npages, p0 + a.pps);
     dec_state st;
-    dec_init(st, sm, a, b, r0, tid < DEC_THREADS ? tid : DEC_THREADS);
-    __syncthreads();
-    const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
-    if (tid >= DEC_THREADS) { /* producers */
-        const int pt = tid - DEC_THREADS;
-        prefetch<CB, RB, 128> f;
-        if (n > 0)
-            load_page<CB, RB, 128>(f, a.pool + (size_t)bt[p0] * a.L.page_bytes, a.L, pt);
-        for (int i = 0; i < n; i++) {
-            const int buf = i & 1;
-            if (i >= 2)
-                bar_sync(4 + buf, WS_THREADS);
-            store_page<CB, RB, 128>(f, sm.tile[buf], a, b, (long)(p0 + i) * QMLA_KV_PAGE, len, pt);
-            bar_arrive(2 + buf, WS_THREADS);
-            if (i + 1 < n)
-                load_page<CB, RB, 128>(f, a.pool + (size_t)bt[p0 + i + 1] * a.L.page_bytes, a.L,
-                                       pt);
-        }
-        return;
-    }
+    dec_init(st, sm, a, b, r0, tid);
     const long vis = row_vis(a, r0, len, tid);
-    for (int i = 0; i < n; i++) {
-        const int buf = i & 1;
-        bar_sync(2 + buf, WS_THREADS);
-        attend_page<true>(st, sm, sm.tile[buf], a, (long)(p0 + i) * QMLA_KV_PAGE, vis, tid);
-        if (i + 2 < n)
-            bar_arrive(4 + buf, WS_THREADS);
+    const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
+    prefetch<CB, RB> f;
+    if (p0 < p1)
+        load_page<CB, RB>(f, a.pool + (size_t)bt[p0] * a.L.page_bytes, a.L, tid);
+    for (int p = p0; p < p1; p++) {
+        __syncthreads(); /* the tile's previous readers are done */
+        store_page<CB, RB>(f, sm.tile, a, b, (long)p * QMLA_KV_PAGE, len, tid);
+        __syncthreads();
+        if (p + 1 < p1)
+            load_page<CB, RB>(f, a.pool + (size_t)bt[p + 1] * a.L.page_bytes, a.L, tid);
+        attend_page(st, sm, sm.tile, a, (long)p * QMLA_KV_PAGE, vis, tid);
     }
-    dec_finish<true>(st, sm, a, b, split, r0, tid);
+    dec_finish(st, sm, a, b, split, r0, tid);
 }
 
 __global__ void __launch_bounds__(DEC_THREADS, 1) decode_bf16_kernel(dec_args a)
@@ -539,9 +497,9 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_bf16_kernel(dec_args a)
             cp_async_wait<0>();
         }
         __syncthreads();
-        attend_page<false>(st, sm, sm.tile[(p - p0) & 1], a, (long)p * QMLA_KV_PAGE, vis, tid);
+        attend_page(st, sm, sm.tile[(p - p0) & 1], a, (long)p * QMLA_KV_PAGE, vis, tid);
     }
-    dec_finish<false>(st, sm, a, b, split, r0, tid);
+    dec_finish(st, sm, a, b, split, r0, tid);
 }
 
 /* Reconstruction check: page blockIdx.x of sequence blockIdx.y through the
@@ -560,10 +518,10 @@ __global__ void __launch_bounds__(DEC_THREADS) gather_kernel(dec_args a, uint16_
             ((uint4 *)dst)[i] = make_uint4(0, 0, 0, 0);
         return;
     }
-    prefetch<CB, RB, DEC_THREADS> f;
-    load_page<CB, RB, DEC_THREADS>(f, a.pool + (size_t)a.block_table[(size_t)b * a.max_pages + p] *
-                                          a.L.page_bytes, a.L, tid);
-    store_page<CB, RB, DEC_THREADS>(f, tile, a, b, (long)p * QMLA_KV_PAGE, len, tid);
+    prefetch<CB, RB> f;
+    load_page<CB, RB>(f, a.pool + (size_t)a.block_table[(size_t)b * a.max_pages + p] *
+                             a.L.page_bytes, a.L, tid);
+    store_page<CB, RB>(f, tile, a, b, (long)p * QMLA_KV_PAGE, len, tid);
     __syncthreads();
     for (int i = tid; i < QMLA_KV_PAGE * 72; i += DEC_THREADS) {
         const int tt = i / 72, k = i - tt * 72;
@@ -638,8 +596,8 @@ extern "C" int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decod
     const int tiles = (int)((R + DEC_ROWS - 1) / DEC_ROWS);
     const long pages = (max_len + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE;
     const long per_seq = (long)a->batch * tiles;
-    /* one wave: one block per SM resident at once */
-    const long per_sm = 1;
+    /* one wave: blocks resident at once (2 per SM low-bit, 1 BF16) */
+    const long per_sm = cfg->c_bits == QMLA_KV_BF16 ? 1 : 2;
     long splits = (long)n_sm * per_sm / per_seq;
     if (splits > pages)
         splits = pages;
@@ -710,23 +668,23 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     d.lse_part = (float *)ws + rows * QMLA_KV_DC;
     dim3 grid((unsigned)d.n_splits, (unsigned)plan->row_tiles, (unsigned)a->batch);
     cudaError_t e = cudaSuccess;
-#define QMLA_LAUNCH(KERNEL, THREADS, SMEM)                                                     \
+#define QMLA_LAUNCH(KERNEL, SMEM)                                                              \
     do {                                                                                       \
         e = cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize,          \
                                  (int)(SMEM));                                                 \
         if (e == cudaSuccess) {                                                                \
-            KERNEL<<<grid, THREADS, SMEM, stream>>>(d);                                        \
+            KERNEL<<<grid, DEC_THREADS, SMEM, stream>>>(d);                                    \
             e = cudaGetLastError();                                                            \
         }                                                                                      \
     } while (0)
     if (L.bf16)
-        QMLA_LAUNCH(decode_bf16_kernel, DEC_THREADS, sizeof(dec_smem_bf16));
+        QMLA_LAUNCH(decode_bf16_kernel, sizeof(dec_smem_bf16));
     else if (L.c_bits == 4)
-        QMLA_LAUNCH((decode_quant_kernel<4, 4>), WS_THREADS, sizeof(dec_smem_bf16));
+        QMLA_LAUNCH((decode_quant_kernel<4, 4>), sizeof(dec_smem_quant));
     else if (L.c_bits == 2)
-        QMLA_LAUNCH((decode_quant_kernel<2, 4>), WS_THREADS, sizeof(dec_smem_bf16));
+        QMLA_LAUNCH((decode_quant_kernel<2, 4>), sizeof(dec_smem_quant));
     else
-        QMLA_LAUNCH((decode_quant_kernel<8, 8>), WS_THREADS, sizeof(dec_smem_bf16));
+        QMLA_LAUNCH((decode_quant_kernel<8, 8>), sizeof(dec_smem_quant));
 #undef QMLA_LAUNCH
     if (e != cudaSuccess)
         return cuda_fail(err, e, "decode main kernel");
