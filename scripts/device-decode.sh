@@ -28,6 +28,10 @@ for step in "$@"; do
     echo "== bench_decode"
     q=""; [ "$step" = quick ] && q=--quick
     ./build-dev/bench/bench_decode $q --out "$OUT/bench_decode.tsv" 2>&1 | tee "$OUT/bench_decode.log" ;;
+  bench2)
+    echo "== bench_decode, second run (spread)"
+    ./build-dev/bench/bench_decode --out "$OUT/bench_decode_2.tsv" >"$OUT/bench_decode_2.log" 2>&1
+    echo "rc=$?"; grep -E "^\| (8|32) " "$OUT/bench_decode_2.log" ;;
   ncu)
     # one launch of each kernel, full section set; key lines printed
     n() { timeout 150 ncu --clock-control none --set full -k "regex:$1" --launch-skip "$2" -c 1 \
