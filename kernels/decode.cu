@@ -183,40 +183,52 @@ __device__ static inline void dequant_unit(const uint4 *in, uint32_t meta, uint4
     }
 }
 
-/* Work of one thread per page (G = 64): content units u = tid + 256 j
- * (j = 0, 1; token u % 64, group u / 64, 64 channels) and, for threads
- * 64..191, one RoPE half-group v = tid - 64 (token v % 64, channels
- * 512 + 32 (v / 64) ..+31). Eight consecutive threads take eight
- * consecutive tokens, so the 16-byte tile stores do not conflict. */
+/* Work of one thread per page (G = 64), in 16-byte pieces of packed codes
+ * (a piece holds EP = 128 / B codes: 32 at 4 bits, 64 at 2, 16 at 8).
+ * Content: warp w, lane l take token (w % 4) * 16 + l / 2; the two lanes of
+ * a pair read the two pieces of one 32-byte sector, so every sector a warp
+ * touches is used whole; warps 0-3 take the token's first half of pieces,
+ * warps 4-7 the second (which is groups 4h .. 4h+3, whose metadata is one
+ * 16-byte load). RoPE: consecutive pieces of consecutive tokens (threads
+ * 64..191 at 4 bits, all 256 at 8). The 16-byte tile stores of a
+ * quarter-warp fall on 8 distinct bank groups (4 tokens x 2 pieces). */
+template <int B> struct piece_of {
+    static constexpr int EP = 128 / B;            /* codes per piece */
+    static constexpr int PPT = QMLA_KV_DC * B / 128; /* content pieces per token */
+    static constexpr int PT = PPT / 4;             /* content pieces per thread */
+};
+
 template <int CB, int RB> struct prefetch {
-    uint4 c[2][CB / 2]; /* 64 codes of CB bits = 8 CB bytes = CB/2 uint4 */
-    uint32_t cm[2];
-    uint4 r[RB / 4];    /* 32 codes of RB bits */
+    uint4 c[piece_of<CB>::PT];
+    uint4 cm;      /* metadata of groups 4h .. 4h+3 of the token */
+    uint4 r;       /* one RoPE piece */
     uint32_t rm;
 };
 
-__device__ static inline bool has_rope(int tid) { return tid >= 64 && tid < 192; }
+/* RoPE piece of thread tid (-1: none) and its token / piece index. */
+template <int RB> __device__ static inline int rope_piece(int tid)
+{
+    const int v = RB == 4 ? tid - 64 : tid; /* 128 pieces at 4 bits, 256 at 8 */
+    return v >= 0 && v < 64 * (QMLA_KV_DR * RB / 128) ? v : -1;
+}
 
 template <int CB, int RB>
 __device__ static inline void load_page(prefetch<CB, RB> &f, const uint8_t *pg,
                                         const qmla_kv_layout &L, int tid)
 {
+    typedef piece_of<CB> P;
+    const int warp = tid >> 5, lane = tid & 31, tok = (warp & 3) * 16 + (lane >> 1);
+    const int h = warp >> 2, par = lane & 1;
+    const uint4 *row = (const uint4 *)(pg + (size_t)tok * L.cb_c);
 #pragma unroll
-    for (int j = 0; j < 2; j++) {
-        const int u = tid + DEC_THREADS * j, tt = u & 63, g = u >> 6;
-        const uint4 *src = (const uint4 *)(pg + (size_t)tt * L.cb_c + g * 8 * CB);
-#pragma unroll
-        for (int k = 0; k < CB / 2; k++)
-            f.c[j][k] = __ldg(src + k);
-        f.cm[j] = __ldg((const uint32_t *)(pg + L.off_mc) + tt * 8 + g);
-    }
-    if (has_rope(tid)) {
-        const int v = tid - 64, tt = v & 63, h = v >> 6;
-        const uint4 *src = (const uint4 *)(pg + L.off_rc + (size_t)tt * L.cb_r + h * 4 * RB);
-#pragma unroll
-        for (int k = 0; k < RB / 4; k++)
-            f.r[k] = __ldg(src + k);
-        f.rm = __ldg((const uint32_t *)(pg + L.off_mr) + tt);
+    for (int j = 0; j < P::PT; j++)
+        f.c[j] = __ldg(row + 2 * (h * P::PT + j) + par);
+    f.cm = __ldg((const uint4 *)(pg + L.off_mc + (size_t)tok * 32) + h);
+    const int v = rope_piece<RB>(tid);
+    if (v >= 0) {
+        constexpr int RPT = QMLA_KV_DR * RB / 128; /* RoPE pieces per token */
+        f.r = __ldg((const uint4 *)(pg + L.off_rc) + v);
+        f.rm = __ldg((const uint32_t *)(pg + L.off_mr) + v / RPT);
     }
 }
 
@@ -257,17 +269,25 @@ template <int CB, int RB>
 __device__ static inline void store_page(const prefetch<CB, RB> &f, __nv_bfloat16 *tile,
                                          const dec_args &a, int b, long t0, long len, int tid)
 {
+    typedef piece_of<CB> P;
     const bool special = t0 < a.S || t0 + QMLA_KV_PAGE > len - a.W; /* protected or partial */
+    const int warp = tid >> 5, lane = tid & 31, tok = (warp & 3) * 16 + (lane >> 1);
+    const int h = warp >> 2, par = lane & 1;
+    const uint32_t meta[4] = {f.cm.x, f.cm.y, f.cm.z, f.cm.w};
 #pragma unroll
-    for (int j = 0; j < 2; j++) {
-        const int u = tid + DEC_THREADS * j, tt = u & 63, g = u >> 6;
-        unit_to_tile<CB, 64>(tile + tt * KSTR + g * 64, f.c[j], f.cm[j], special, a, b, t0 + tt,
-                             len, g * 64);
+    for (int j = 0; j < P::PT; j++) {
+        const int pp = 2 * (h * P::PT + j) + par; /* piece within the token */
+        const int ch = pp * P::EP;
+        /* group within 4h..4h+3: (2j + par) EP / 64, indices kept constant */
+        const uint32_t m = par ? meta[(2 * j + 1) * P::EP / 64] : meta[2 * j * P::EP / 64];
+        unit_to_tile<CB, P::EP>(tile + tok * KSTR + ch, &f.c[j], m, special, a, b, t0 + tok, len,
+                                ch);
     }
-    if (has_rope(tid)) {
-        const int v = tid - 64, tt = v & 63, h = v >> 6;
-        const int ch = QMLA_KV_DC + 32 * h;
-        unit_to_tile<RB, 32>(tile + tt * KSTR + ch, f.r, f.rm, special, a, b, t0 + tt, len, ch);
+    const int v = rope_piece<RB>(tid);
+    if (v >= 0) {
+        constexpr int RPT = QMLA_KV_DR * RB / 128, EPR = 128 / RB;
+        const int rt = v / RPT, ch = QMLA_KV_DC + (v % RPT) * EPR;
+        unit_to_tile<RB, EPR>(tile + rt * KSTR + ch, &f.r, f.rm, special, a, b, t0 + rt, len, ch);
     }
 }
 
