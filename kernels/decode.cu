@@ -34,7 +34,7 @@
 #define DEC_ROWS 16
 #define KSTR (QMLA_KV_D + 8)   /* tile row stride in BF16 elements */
 #define PSTR (QMLA_KV_PAGE + 8) /* P tile row stride */
-#define SSTR (QMLA_KV_PAGE + 4) /* score partial row stride (floats) */
+#define SSTR (QMLA_KV_PAGE + 8) /* score partial row stride (floats): 64-bit stores conflict-free */
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 
@@ -185,13 +185,14 @@ __device__ static inline void dequant_unit(const uint4 *in, uint32_t meta, uint4
 
 /* Work of one thread per page (G = 64), in 16-byte pieces of packed codes
  * (a piece holds EP = 128 / B codes: 32 at 4 bits, 64 at 2, 16 at 8).
- * Content: warp w, lane l take token (w % 4) * 16 + l / 2; the two lanes of
- * a pair read the two pieces of one 32-byte sector, so every sector a warp
+ * Content: warp w, lane l take token (w % 4) * 16 + l % 16; lanes l and
+ * l + 16 read the two pieces of one 32-byte sector, so every sector a warp
  * touches is used whole; warps 0-3 take the token's first half of pieces,
  * warps 4-7 the second (which is groups 4h .. 4h+3, whose metadata is one
  * 16-byte load). RoPE: consecutive pieces of consecutive tokens (threads
  * 64..191 at 4 bits, all 256 at 8). The 16-byte tile stores of a
- * quarter-warp fall on 8 distinct bank groups (4 tokens x 2 pieces). */
+ * quarter-warp (8 consecutive tokens, row stride 73 x 16 bytes) fall on 8
+ * distinct bank groups. */
 template <int B> struct piece_of {
     static constexpr int EP = 128 / B;            /* codes per piece */
     static constexpr int PPT = QMLA_KV_DC * B / 128; /* content pieces per token */
@@ -217,8 +218,8 @@ __device__ static inline void load_page(prefetch<CB, RB> &f, const uint8_t *pg,
                                         const qmla_kv_layout &L, int tid)
 {
     typedef piece_of<CB> P;
-    const int warp = tid >> 5, lane = tid & 31, tok = (warp & 3) * 16 + (lane >> 1);
-    const int h = warp >> 2, par = lane & 1;
+    const int warp = tid >> 5, lane = tid & 31, tok = (warp & 3) * 16 + (lane & 15);
+    const int h = warp >> 2, par = lane >> 4;
     const uint4 *row = (const uint4 *)(pg + (size_t)tok * L.cb_c);
 #pragma unroll
     for (int j = 0; j < P::PT; j++)
@@ -271,8 +272,8 @@ __device__ static inline void store_page(const prefetch<CB, RB> &f, __nv_bfloat1
 {
     typedef piece_of<CB> P;
     const bool special = t0 < a.S || t0 + QMLA_KV_PAGE > len - a.W; /* protected or partial */
-    const int warp = tid >> 5, lane = tid & 31, tok = (warp & 3) * 16 + (lane >> 1);
-    const int h = warp >> 2, par = lane & 1;
+    const int warp = tid >> 5, lane = tid & 31, tok = (warp & 3) * 16 + (lane & 15);
+    const int h = warp >> 2, par = lane >> 4;
     const uint32_t meta[4] = {f.cm.x, f.cm.y, f.cm.z, f.cm.w};
 #pragma unroll
     for (int j = 0; j < P::PT; j++) {
