@@ -38,9 +38,11 @@ int qmla_kv_parse_config(const char *name, qmla_kv_config *c, qmla_error *err)
     char tail = 0;
     if (!name || !c)
         return qmla_error_set(err, QMLA_EINVAL, "kv cache: NULL config name");
+    c->group = 64;
+    c->sink = 4;
+    c->window = 128;
     if (!strcmp(name, "BF16") || !strcmp(name, "bf16")) {
         c->c_bits = c->r_bits = QMLA_KV_BF16;
-        c->group = 64;
         return QMLA_OK;
     }
     if (sscanf(name, "C%dR%d%c", &cb, &rb, &tail) != 2)
@@ -49,7 +51,6 @@ int qmla_kv_parse_config(const char *name, qmla_kv_config *c, qmla_error *err)
                               "C8R8) or BF16", name);
     c->c_bits = cb;
     c->r_bits = rb;
-    c->group = 64;
     return qmla_kv_check(c, err);
 }
 

@@ -52,7 +52,8 @@ typedef struct qmla_decode_args {
 
 /* Validate a cache configuration (bits, group, S, W). */
 int qmla_kv_check(const qmla_kv_config *c, qmla_error *err);
-/* Parse "C4R4", "C2R4", "C8R8", "BF16" into c (group 64, S/W unchanged). */
+/* Parse "C4R4", "C2R4", "C8R8", "BF16" (any C{2,4,8}R{2,4,8}) into c, with
+ * the defaults group 64, sink 4, window 128 (callers override them). */
 int qmla_kv_parse_config(const char *name, qmla_kv_config *c, qmla_error *err);
 
 /* C twin of the fused cache writer: quantize each token (quant_core.h, f16
