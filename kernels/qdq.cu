@@ -176,9 +176,29 @@ __global__ void __launch_bounds__(QDQ_THREADS) qdq_tile_kernel(qdq_args a)
         const int g = a.cpg == 8 ? k >> 3 : k / a.cpg;
         float *xk = xs + k * a.cstride;
         uint8_t *ck = a.codes ? cs + (size_t)k * a.cbytes : nullptr;
-        if (BITS != 0 && a.c == 8)
-            qmla_core_group_emit(xk, 8, BITS, gs[g], gl[g], ck, a.xhat ? xk : nullptr);
-        else
+        if (BITS != 0 && a.c == 8) {
+            /* in registers: shared x and codes could alias for the compiler */
+            float xr[8];
+            uint8_t pk[BITS ? BITS : 1];
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                xr[j] = xk[j];
+            /* literal pointers, so that xr and pk stay in registers */
+            if (ck && a.xhat)
+                qmla_core_group_emit(xr, 8, BITS, gs[g], gl[g], pk, xr);
+            else if (ck)
+                qmla_core_group_emit(xr, 8, BITS, gs[g], gl[g], pk, nullptr);
+            else if (a.xhat)
+                qmla_core_group_emit(xr, 8, BITS, gs[g], gl[g], nullptr, xr);
+            if (ck)
+#pragma unroll
+                for (int j = 0; j < BITS; j++)
+                    ck[j] = pk[j];
+            if (a.xhat)
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    xk[j] = xr[j];
+        } else
             qmla_core_group_emit(xk, (size_t)a.c, a.bits, gs[g], gl[g], ck,
                                  a.xhat ? xk : nullptr);
     }
