@@ -601,17 +601,16 @@ QMLA_HD static inline void qmla_core_unpack(const uint8_t *packed, size_t n,
  * kernels: with the stored metadata (s, l) of a group x[0..n), write its
  * packed codes (all ceil(n*bits/8) bytes; may be NULL) and its dequantized
  * values xhat[0..n) (may be NULL; may alias x: x[j] is read before xhat[j]
- * is written). bits in 1..8.
- * On the GPU a branch-free pass first checks that every element is on the
- * fast path of qmla_core_code_fast (s != 0, |up| < 1024, not within 2^-11
- * of a half-integer); then the codes are rint(up) clamped to [0, L], which
- * is what qmla_core_code gives (see qmla_core_code_fast). Otherwise, and on
- * the host, every element goes through qmla_core_code. */
+ * is written). bits in 1..8. Codes by qmla_core_code_fast (on the host the
+ * same as qmla_core_code). A branch-free GPU variant (a check pass, then
+ * rint/clamp for the whole group) was measured in H200 run 9: faster for
+ * qdq and C8R8, slower for the C4R4 / C2R4 writer; not kept. */
 QMLA_HD static inline void qmla_core_group_emit(const float *x, size_t n,
                                                 int bits, float s, float l,
                                                 uint8_t *packed, float *xhat)
 {
     const unsigned L = qmla_core_levels(bits);
+    const float inv = qmla_core_code_inv(s);
     size_t j;
     if (packed)
 #ifdef __CUDA_ARCH__
@@ -620,37 +619,10 @@ QMLA_HD static inline void qmla_core_group_emit(const float *x, size_t n,
         for (j = 0; j < qmla_core_packed_bytes(n, bits); j++)
             packed[j] = 0;
 #ifdef __CUDA_ARCH__
-    if (s != 0.0f) {
-        const float inv = __frcp_rn(s);
-        bool fast = true;
-#pragma unroll
-        for (j = 0; j < n; j++) {
-            const float up = __fmul_rn(__fsub_rn(x[j], l), inv);
-            const float r = __fsub_rn(__fadd_rn(up, 12582912.0f), 12582912.0f);
-            fast &= fabsf(up) < 1024.0f && fabsf(__fsub_rn(up, r)) < 0.49951171875f;
-        }
-        if (fast) {
-#pragma unroll
-            for (j = 0; j < n; j++) {
-                const float up = __fmul_rn(__fsub_rn(x[j], l), inv);
-                const float r = __fsub_rn(__fadd_rn(up, 12582912.0f), 12582912.0f);
-                const float c = fminf(fmaxf(r, 0.0f), (float)L);
-                const unsigned q =
-                    (unsigned)__float_as_int(__fadd_rn(c, 8388608.0f)) & 0x7fffffu;
-                if (packed)
-                    qmla_core_put_code(packed, j, bits, q);
-                if (xhat)
-                    xhat[j] = qmla_core_dequant(q, s, l);
-            }
-            return;
-        }
-    }
-#endif
-#ifdef __CUDA_ARCH__
 #pragma unroll
 #endif
     for (j = 0; j < n; j++) {
-        unsigned q = qmla_core_code(x[j], s, l, L);
+        unsigned q = qmla_core_code_fast(x[j], s, l, inv, L);
         if (packed)
             qmla_core_put_code(packed, j, bits, q);
         if (xhat)
