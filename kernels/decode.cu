@@ -10,15 +10,20 @@
  *      unpacked, x^ = fmaf(q, s, l) (quant_core.h) rounded to BF16, except
  *      for protected tokens (sink / window), which are copied from their
  *      BF16 buffers: exactly one representation per token;
- *   2. QK: warp (cg, th) multiplies its 144 channels (Q fragments held in
- *      registers for the whole run) with 32 tokens; the 4 channel partials
- *      are summed in shared memory in a fixed order (deterministic);
+ *   2. QK: warp (cg, th) multiplies its 144 channels of Q (a [16][576] tile
+ *      in shared memory, loaded once, read with ldmatrix) with 32 tokens;
+ *      the 4 channel partials are summed in shared memory in a fixed order
+ *      (deterministic);
  *   3. online softmax (log2 domain) by 16 threads per row: P as BF16 tile,
  *      running max / sum and the rescale factor per row;
  *   4. PV: warp w accumulates output channels 64w..64w+63 (V = the tile's
  *      first 512 channels, loaded with ldmatrix.trans).
  * Each block writes its rows' normalised partial output and natural-log
  * LSE; the combine kernel merges the splits with one global softmax.
+ * Occupancy: the BF16 kernel one block per SM (two page tiles, 185 KB of
+ * shared memory); the low-bit kernels two blocks per SM (one tile, 112 KB,
+ * 128 registers). Twin: qmla_decode_ref; test: tests/test_decode_cuda.c;
+ * benchmark: bench/bench_decode.cu; description: docs/decode.md.
  */
 #include "decode.h"
 #include "qmla/kvcache.h"
