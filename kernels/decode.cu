@@ -59,15 +59,15 @@ struct dec_args {
 
 /* ---- shared-memory plan -------------------------------------------------- */
 struct dec_smem_quant {
-    __nv_bfloat16 tile[QMLA_KV_PAGE * KSTR];
-    __nv_bfloat16 q[DEC_ROWS * KSTR];
-    float sp[4][DEC_ROWS][SSTR];
-    __nv_bfloat16 p[DEC_ROWS * PSTR];
-    float m[DEC_ROWS], l[DEC_ROWS], alpha[DEC_ROWS];
+    __nv_bfloat16 tile[QMLA_KV_PAGE * KSTR]; /* [64 tokens][576 (+8 pad)] page */
+    __nv_bfloat16 q[DEC_ROWS * KSTR];         /* [16 rows][576 (+8)] queries */
+    float sp[4][DEC_ROWS][SSTR];              /* [channel quarter][16][64 (+8)] QK partials */
+    __nv_bfloat16 p[DEC_ROWS * PSTR];         /* [16][64 (+8)] probabilities */
+    float m[DEC_ROWS], l[DEC_ROWS], alpha[DEC_ROWS]; /* [16] running max (log2), sum, rescale */
 };
 struct dec_smem_bf16 {
-    __nv_bfloat16 tile[2][QMLA_KV_PAGE * KSTR];
-    __nv_bfloat16 q[DEC_ROWS * KSTR];
+    __nv_bfloat16 tile[2][QMLA_KV_PAGE * KSTR]; /* [2 buffers][64][576 (+8)] */
+    __nv_bfloat16 q[DEC_ROWS * KSTR];            /* as dec_smem_quant */
     float sp[4][DEC_ROWS][SSTR];
     __nv_bfloat16 p[DEC_ROWS * PSTR];
     float m[DEC_ROWS], l[DEC_ROWS], alpha[DEC_ROWS];
