@@ -6,6 +6,7 @@
  *   qmla export RESULTS.h5 [--table NAME] [--format tsv|csv|md|json]
  *   qmla show RESULTS.h5
  *   qmla figures RESULTS.h5 [MORE.h5 ...] -o DIR [--format png|svg|pdf]
+ *   qmla storage [--contexts LIST] [--config C4R4] [--policy sink4/local128]
  *
  * Exit status: 0 success, 1 a finding (e.g. an inconsistent capture),
  * 2 bad usage or malformed input, 130 interrupted. */
@@ -34,6 +35,7 @@ static void usage(FILE *f)
             "  export  one table of a results file as tsv, csv, md or json\n"
             "  show    print the summary stored in a results file\n"
             "  figures render the paper's figures and tables from results files\n"
+            "  storage bytes per token of the low-bit paged cache vs BF16\n"
             "\n"
             "exit status: 0 ok, 1 finding, 2 usage/malformed input, 130 interrupted\n");
 }
@@ -53,6 +55,24 @@ int main(int argc, char **argv)
     return rc;
 }
 
+/* The subcommands: one row each (adding a command is a line here). */
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+} commands[] = {
+    {"check", cmd_check},     {"sweep", cmd_sweep},     {"synth", cmd_synth},
+    {"storage", cmd_storage}, {"export", cmd_export},   {"show", cmd_show},
+    {"figures", cmd_figures},
+};
+
+static int (*find_command(const char *name))(int, char **)
+{
+    for (size_t k = 0; k < sizeof commands / sizeof commands[0]; k++)
+        if (!strcmp(commands[k].name, name))
+            return commands[k].run;
+    return NULL;
+}
+
 static int dispatch(int argc, char **argv)
 {
     if (argc < 2) {
@@ -60,17 +80,15 @@ static int dispatch(int argc, char **argv)
         return QMLA_EXIT_USAGE;
     }
     const char *cmd = argv[1];
+    char esc[512];
     if (!strcmp(cmd, "help") && argc >= 3) {
         /* `qmla help sweep` is `qmla sweep --help` */
         char *hargv[] = {argv[2], "--help", NULL};
-        if (!strcmp(argv[2], "check"))
-            return cmd_check(2, hargv);
-        if (!strcmp(argv[2], "sweep"))
-            return cmd_sweep(2, hargv);
-        if (!strcmp(argv[2], "synth"))
-            return cmd_synth(2, hargv);
-        return cli_fail("help", "unknown command \"%s\" (expected check, sweep or synth)",
-                        argv[2]);
+        int (*run)(int, char **) = find_command(argv[2]);
+        if (run)
+            return run(2, hargv);
+        return cli_fail("help", "unknown command \"%s\" (qmla --help lists them)",
+                        cli_esc(argv[2], esc, sizeof esc));
     }
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         usage(stdout);
@@ -80,19 +98,9 @@ static int dispatch(int argc, char **argv)
         printf("qmla %s\n", qmla_version());
         return QMLA_EXIT_OK;
     }
-    if (!strcmp(cmd, "check"))
-        return cmd_check(argc - 1, argv + 1);
-    if (!strcmp(cmd, "sweep"))
-        return cmd_sweep(argc - 1, argv + 1);
-    if (!strcmp(cmd, "synth"))
-        return cmd_synth(argc - 1, argv + 1);
-    if (!strcmp(cmd, "export"))
-        return cmd_export(argc - 1, argv + 1);
-    if (!strcmp(cmd, "show"))
-        return cmd_show(argc - 1, argv + 1);
-    if (!strcmp(cmd, "figures"))
-        return cmd_figures(argc - 1, argv + 1);
-    char esc[512];
+    int (*run)(int, char **) = find_command(cmd);
+    if (run)
+        return run(argc - 1, argv + 1);
     fprintf(stderr, "qmla: unknown command \"%s\"\n\n", cli_esc(cmd, esc, sizeof esc));
     usage(stderr);
     return QMLA_EXIT_USAGE;

@@ -231,19 +231,9 @@ int qmla_quant_qdq(const qmla_quant_params *p, const float *x, size_t T,
                                       "quantizer: token %zu, group %zu: unknown core status %d",
                                       t, g, st);
             }
-            uint8_t *cg = codes ? codes + (t * ng + g) * gbytes : NULL;
-            float *xh = xhat ? xhat + off : NULL;
-            if (cg)
-                memset(cg, 0, gbytes);
-            /* Element-wise: x[j] is read before xhat[j] is written, so xhat
-             * may alias x. */
-            for (size_t j = 0; j < G; j++) {
-                unsigned q = qmla_core_code(xg[j], s, l, L);
-                if (cg)
-                    qmla_core_put_code(cg, j, p->bits, q);
-                if (xh)
-                    xh[j] = qmla_core_dequant(q, s, l);
-            }
+            qmla_core_group_emit(xg, G, p->bits, s, l,
+                                 codes ? codes + (t * ng + g) * gbytes : NULL,
+                                 xhat ? xhat + off : NULL);
             if (scale)
                 scale[t * ng + g] = s;
             if (lo)

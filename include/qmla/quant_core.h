@@ -230,6 +230,52 @@ QMLA_HD static inline unsigned qmla_core_code(float x, float s, float l,
     return (unsigned)r;
 }
 
+/* The same code as qmla_core_code, computed on the GPU without the IEEE
+ * division in almost every case (the host calls qmla_core_code).
+ * inv = __frcp_rn(s) (correctly rounded), d = x - l (exact as above),
+ * up = RN(d * inv). With Q = d / s exactly, |up - Q| <= |Q| 2^-23 (two
+ * roundings of 2^-24) and the CPU's u = RN(Q) has |u - Q| <= |Q| 2^-24, so
+ * |up - u| < 2^-12.4 when |up| < 1024. If up is farther than 2^-11 from
+ * every half-integer, u and up round to the same integer and neither is a
+ * tie: rint(up) is the CPU's rint(u). Otherwise (a near-tie, or a large
+ * quotient) the IEEE division decides. Rounding and the float -> unsigned
+ * step use the 1.5 * 2^23 / 2^23 magic numbers (exact for |v| < 2^22).
+ * Bit-identity with the CPU is tested in tests/test_qdq_cuda.c. */
+QMLA_HD static inline unsigned qmla_core_code_fast(float x, float s, float l,
+                                                   float inv, unsigned L)
+{
+#ifdef __CUDA_ARCH__
+    if (s != 0.0f) {
+        const float d = __fsub_rn(x, l);
+        const float up = __fmul_rn(d, inv);
+        const float r = __fsub_rn(__fadd_rn(up, 12582912.0f), 12582912.0f);
+        const float f = __fsub_rn(up, r);
+        if (fabsf(up) < 1024.0f && fabsf(f) < 0.49951171875f /* 0.5 - 2^-11 */) {
+            if (!(r > 0.0f))
+                return 0u;
+            if (r >= (float)L)
+                return L;
+            return (unsigned)__float_as_int(__fadd_rn(r, 8388608.0f)) & 0x7fffffu;
+        }
+    }
+#else
+    (void)inv;
+#endif
+    return qmla_core_code(x, s, l, L);
+}
+
+/* inv for qmla_core_code_fast: 1/s correctly rounded on the GPU (unused on
+ * the host). */
+QMLA_HD static inline float qmla_core_code_inv(float s)
+{
+#ifdef __CUDA_ARCH__
+    return s != 0.0f ? __frcp_rn(s) : 0.0f;
+#else
+    (void)s;
+    return 0.0f;
+#endif
+}
+
 /* x^ = fmaf(q, s, l), one rounding. */
 QMLA_HD static inline float qmla_core_dequant(unsigned q, float s, float l)
 {
@@ -272,22 +318,18 @@ QMLA_HD static inline int qmla_core_group_extrema(const float *x, size_t n,
     return QMLA_CORE_OK;
 }
 
-/* Stored metadata of one group x[0..n), n >= 1.
- * Writes *scale and *lo (float32 values exactly representable in the
- * metadata precision) and returns QMLA_CORE_OK, or returns
- *   QMLA_CORE_NONFINITE   with *bad = the first non-finite element,
+/* Stored metadata of a group from its extrema mn, mx (finite, as
+ * qmla_core_group_extrema gives them): *scale and *lo, or
  *   QMLA_CORE_LO_RANGE    with *bad = lo (float32) that does not fit,
- *   QMLA_CORE_SCALE_RANGE with *bad = scale (float32) that does not fit
- * (checked in this order; *scale and *lo are then unspecified). */
-QMLA_HD static inline int qmla_core_group_meta(const float *x, size_t n,
-                                               int bits, int meta,
-                                               float *scale, float *lo,
-                                               float *bad)
+ *   QMLA_CORE_SCALE_RANGE with *bad = scale (float32) that does not fit. */
+QMLA_HD static inline int qmla_core_group_meta_from_extrema(float mn, float mx,
+                                                            int bits, int meta,
+                                                            float *scale,
+                                                            float *lo,
+                                                            float *bad)
 {
-    float mn, mx, sc;
+    float sc;
     int ovf = 0;
-    if (qmla_core_group_extrema(x, n, &mn, &mx, bad) != QMLA_CORE_OK)
-        return QMLA_CORE_NONFINITE;
 #ifdef __CUDA_ARCH__
     sc = __fdiv_rn(__fsub_rn(mx, mn), (float)qmla_core_levels(bits));
 #else
@@ -304,6 +346,25 @@ QMLA_HD static inline int qmla_core_group_meta(const float *x, size_t n,
         return QMLA_CORE_SCALE_RANGE;
     }
     return QMLA_CORE_OK;
+}
+
+/* Stored metadata of one group x[0..n), n >= 1.
+ * Writes *scale and *lo (float32 values exactly representable in the
+ * metadata precision) and returns QMLA_CORE_OK, or returns
+ *   QMLA_CORE_NONFINITE   with *bad = the first non-finite element,
+ *   QMLA_CORE_LO_RANGE    with *bad = lo (float32) that does not fit,
+ *   QMLA_CORE_SCALE_RANGE with *bad = scale (float32) that does not fit
+ * (checked in this order; *scale and *lo are then unspecified). */
+QMLA_HD static inline int qmla_core_group_meta(const float *x, size_t n,
+                                               int bits, int meta,
+                                               float *scale, float *lo,
+                                               float *bad)
+{
+    float mn, mx;
+    if (qmla_core_group_extrema(x, n, &mn, &mx, bad) != QMLA_CORE_OK)
+        return QMLA_CORE_NONFINITE;
+    return qmla_core_group_meta_from_extrema(mn, mx, bits, meta, scale, lo,
+                                             bad);
 }
 
 /* Quantize one group x[0..n): stored metadata as qmla_core_group_meta, then
@@ -369,32 +430,26 @@ QMLA_HD static inline float qmla_core_f16_up(float v, int *overflow)
     return r;
 }
 
-/* q8 metadata of one token x[0..width) in groups of G (width = n_groups*G).
- * Writes scale[g] = s_g and lo[g] = l_g (float32), and, where not NULL,
- * sc[g], mq[g], *S16, *M16 (the stored fields). Returns QMLA_CORE_OK, or
- *   QMLA_CORE_NONFINITE   with *bad = the first non-finite element,
+/* q8 metadata of one token from its groups' extrema: on entry lo[g] and
+ * scale[g] hold the minimum and maximum of group g (as
+ * qmla_core_group_extrema gives them, all finite), g < ng; on return they
+ * hold the stored step s_g and minimum l_g (float32), and, where not NULL,
+ * sc[g], mq[g], *S16, *M16 the stored fields. Returns QMLA_CORE_OK, or
  *   QMLA_CORE_LO_RANGE    with *bad = max |lo_g| (M would exceed float16),
- *   QMLA_CORE_SCALE_RANGE with *bad = max s'_g (S would exceed float16);
- * *bad_group receives the group of a non-finite element. */
-QMLA_HD static inline int qmla_core_token_meta_q8(
-    const float *x, size_t width, size_t G, int bits, float *scale, float *lo,
-    uint8_t *sc, int8_t *mq, uint16_t *S16, uint16_t *M16, float *bad,
-    size_t *bad_group)
+ *   QMLA_CORE_SCALE_RANGE with *bad = max s'_g (S would exceed float16).
+ * Split from qmla_core_token_meta_q8 so that a GPU block can find the group
+ * extrema with one thread per group and finish each token with one thread. */
+QMLA_HD static inline int qmla_core_token_meta_q8_finish(
+    size_t ng, int bits, float *scale, float *lo, uint8_t *sc, int8_t *mq,
+    uint16_t *S16, uint16_t *M16, float *bad)
 {
-    const size_t ng = width / G;
     const float Lf = (float)qmla_core_levels(bits);
     float amax = 0.0f, smax = 0.0f, Mf, Sf;
     int ovf = 0;
     size_t g;
-    for (g = 0; g < ng; g++) { /* group extrema: lo[g] = min, scale[g] = max */
-        if (qmla_core_group_extrema(x + g * G, G, &lo[g], &scale[g], bad) !=
-            QMLA_CORE_OK) {
-            *bad_group = g;
-            return QMLA_CORE_NONFINITE;
-        }
+    for (g = 0; g < ng; g++)
         if (fabsf(lo[g]) > amax)
             amax = fabsf(lo[g]);
-    }
 #ifdef __CUDA_ARCH__
     Mf = qmla_core_f16_up(__fdiv_rn(amax, 127.0f), &ovf);
 #else
@@ -461,6 +516,31 @@ QMLA_HD static inline int qmla_core_token_meta_q8(
     return QMLA_CORE_OK;
 }
 
+/* q8 metadata of one token x[0..width) in groups of G (width = n_groups*G).
+ * Writes scale[g] = s_g and lo[g] = l_g (float32), and, where not NULL,
+ * sc[g], mq[g], *S16, *M16 (the stored fields). Returns QMLA_CORE_OK, or
+ *   QMLA_CORE_NONFINITE   with *bad = the first non-finite element,
+ *   QMLA_CORE_LO_RANGE    with *bad = max |lo_g| (M would exceed float16),
+ *   QMLA_CORE_SCALE_RANGE with *bad = max s'_g (S would exceed float16);
+ * *bad_group receives the group of a non-finite element. */
+QMLA_HD static inline int qmla_core_token_meta_q8(
+    const float *x, size_t width, size_t G, int bits, float *scale, float *lo,
+    uint8_t *sc, int8_t *mq, uint16_t *S16, uint16_t *M16, float *bad,
+    size_t *bad_group)
+{
+    const size_t ng = width / G;
+    size_t g;
+    for (g = 0; g < ng; g++) { /* group extrema: lo[g] = min, scale[g] = max */
+        if (qmla_core_group_extrema(x + g * G, G, &lo[g], &scale[g], bad) !=
+            QMLA_CORE_OK) {
+            *bad_group = g;
+            return QMLA_CORE_NONFINITE;
+        }
+    }
+    return qmla_core_token_meta_q8_finish(ng, bits, scale, lo, sc, mq, S16,
+                                          M16, bad);
+}
+
 /* ---- packing ------------------------------------------------------------- */
 
 /* Bytes taken by n packed codes of `bits` bits: ceil(n*bits/8). */
@@ -515,6 +595,39 @@ QMLA_HD static inline void qmla_core_unpack(const uint8_t *packed, size_t n,
     size_t j;
     for (j = 0; j < n; j++)
         codes[j] = (uint8_t)qmla_core_get_code(packed, j, bits);
+}
+
+/* The per-group emit loop, shared by the CPU (lib/quant.c) and the GPU
+ * kernels: with the stored metadata (s, l) of a group x[0..n), write its
+ * packed codes (all ceil(n*bits/8) bytes; may be NULL) and its dequantized
+ * values xhat[0..n) (may be NULL; may alias x: x[j] is read before xhat[j]
+ * is written). bits in 1..8. Codes by qmla_core_code_fast (on the host the
+ * same as qmla_core_code). A branch-free GPU variant (a check pass, then
+ * rint/clamp for the whole group) was measured in H200 run 9: faster for
+ * qdq and C8R8, slower for the C4R4 / C2R4 writer; not kept. */
+QMLA_HD static inline void qmla_core_group_emit(const float *x, size_t n,
+                                                int bits, float s, float l,
+                                                uint8_t *packed, float *xhat)
+{
+    const unsigned L = qmla_core_levels(bits);
+    const float inv = qmla_core_code_inv(s);
+    size_t j;
+    if (packed)
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+        for (j = 0; j < qmla_core_packed_bytes(n, bits); j++)
+            packed[j] = 0;
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+    for (j = 0; j < n; j++) {
+        unsigned q = qmla_core_code_fast(x[j], s, l, inv, L);
+        if (packed)
+            qmla_core_put_code(packed, j, bits, q);
+        if (xhat)
+            xhat[j] = qmla_core_dequant(q, s, l);
+    }
 }
 
 #endif

@@ -1,0 +1,443 @@
+/* bench/bench_decode.cu — GPU benchmark of the low-bit MLA decode module
+ * (kernels/qdq.cu, kvcache.cu, decode.cu), all figures from one run:
+ *   copy      device-to-device cudaMemcpy, GB/s on bytes read + written
+ *             (the ceiling the other rows are compared with);
+ *   qdq       quantize-pack of 131072 x 576 float32 tokens (4-bit, G 64):
+ *             f16 codes+metadata, f16 with x^, q8 codes+metadata;
+ *   writer    the fused cache writer, 65536-token prefill, C4R4 / C2R4 /
+ *             C8R8 / BF16, GB/s on BF16 rows read + pages written;
+ *   decode    h_q 16, s_q 1, 64-token pages on a shuffled pool, batch 8 and
+ *             32, contexts 4K..1M: BF16 baseline and C4R4 / C2R4 / C8R8
+ *             (sink 4 / window 128); CUDA Graph of main + combine (the plan
+ *             is host-only and reused); L2 flushed before every sample;
+ *             --samples per point (default 40) in alternating order; median
+ *             microseconds, ratio to our BF16, GB/s on the bytes read.
+ * Synthetic BF16 queries and cache values (random, never zeros).
+ * Usage: bench_decode [--samples N] [--out results.tsv] [--quick]
+ * Writes a TSV (one row per measurement) and prints a Markdown table.
+ */
+#include "decode.h"
+#include "kvcache.h"
+#include "qdq.h"
+#include "qmla/decode.h"
+#include "qmla/kvcache.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CU(x)                                                                                  \
+    do {                                                                                       \
+        cudaError_t e_ = (x);                                                                  \
+        if (e_ != cudaSuccess) {                                                               \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            exit(1);                                                                           \
+        }                                                                                      \
+    } while (0)
+#define OK(st, err)                                                                            \
+    do {                                                                                       \
+        if (st) {                                                                              \
+            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, (err).msg);                     \
+            exit(1);                                                                           \
+        }                                                                                      \
+    } while (0)
+
+__device__ static inline uint32_t hash32(uint64_t i, uint32_t seed)
+{
+    uint64_t x = i * 0x9e3779b97f4a7c15ull + seed;
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 29;
+    return (uint32_t)x;
+}
+
+/* Random BF16 in about [-2, 2). */
+__global__ void fill_bf16(uint16_t *p, size_t n, uint32_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float v = ((float)(hash32(i, seed) >> 8) / 16777216.0f) * 4.0f - 2.0f;
+        p[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+    }
+}
+__global__ void fill_f32(float *p, size_t n, uint32_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        p[i] = ((float)(hash32(i, seed) >> 8) / 16777216.0f) * 4.0f - 2.0f;
+}
+/* Quantized pages: random codes, metadata float16 step 0.05, minimum -1. */
+__global__ void fill_pages(uint8_t *pool, size_t n_pages, qmla_kv_layout L, uint32_t seed)
+{
+    const size_t words = n_pages * (L.page_bytes / 4);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t off = (i * 4) % L.page_bytes;
+        uint32_t v = hash32(i, seed);
+        if (off >= L.off_mc) /* (step, minimum) pairs */
+            v = 0x2a66u | (0xbc00u << 16);
+        ((uint32_t *)pool)[i] = v;
+    }
+}
+__global__ void fill_i32(int32_t *p, size_t n, int32_t v)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        p[i] = v;
+}
+
+static void *dalloc(size_t n)
+{
+    void *p = NULL;
+    CU(cudaMalloc(&p, n ? n : 16));
+    return p;
+}
+
+static int cmp_f(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+static float median(float *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_f);
+    return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
+}
+
+typedef struct {
+    void *flush;
+    size_t flush_bytes;
+    cudaStream_t s;
+    cudaEvent_t e0, e1;
+    FILE *tsv;
+    int samples;
+    double copy_gbs;
+} bench;
+
+static void flush_l2(bench *B) { CU(cudaMemsetAsync(B->flush, 0, B->flush_bytes, B->s)); }
+
+/* Time a captured graph once (L2 flushed first); microseconds. */
+static float time_graph(bench *B, cudaGraphExec_t g)
+{
+    flush_l2(B);
+    CU(cudaEventRecord(B->e0, B->s));
+    CU(cudaGraphLaunch(g, B->s));
+    CU(cudaEventRecord(B->e1, B->s));
+    CU(cudaEventSynchronize(B->e1));
+    float ms = 0;
+    CU(cudaEventElapsedTime(&ms, B->e0, B->e1));
+    return ms * 1000.0f;
+}
+
+static void copy_bandwidth(bench *B)
+{
+    const size_t n = (size_t)2 << 30;
+    void *a = dalloc(n), *b = dalloc(n);
+    CU(cudaMemset(a, 1, n));
+    float t[20];
+    for (int i = 0; i < 22; i++) {
+        CU(cudaEventRecord(B->e0, B->s));
+        CU(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, B->s));
+        CU(cudaEventRecord(B->e1, B->s));
+        CU(cudaEventSynchronize(B->e1));
+        float ms;
+        CU(cudaEventElapsedTime(&ms, B->e0, B->e1));
+        if (i >= 2)
+            t[i - 2] = ms * 1000.0f;
+    }
+    const float us = median(t, 20);
+    B->copy_gbs = 2.0 * (double)n / (us * 1e3);
+    printf("copy: %zu MiB device-to-device, median %.1f us, %.0f GB/s (read + write)\n",
+           n >> 20, us, B->copy_gbs);
+    fprintf(B->tsv, "copy\t-\t-\t-\t%.2f\t-\t%zu\t%.1f\t100.0\n", us, 2 * n, B->copy_gbs);
+    cudaFree(a);
+    cudaFree(b);
+}
+
+static void bench_qdq(bench *B)
+{
+    const size_t T = 131072, w = 576;
+    float *x = (float *)dalloc(T * w * 4), *xh = (float *)dalloc(T * w * 4);
+    float *s = (float *)dalloc(T * 9 * 4), *l = (float *)dalloc(T * 9 * 4);
+    uint8_t *c = (uint8_t *)dalloc(T * w);
+    void *ws = dalloc(QMLA_QDQ_CUDA_WS_BYTES);
+    fill_f32<<<1024, 256>>>(x, T * w, 7);
+    CU(cudaGetLastError());
+    struct { const char *name; qmla_meta meta; int xhat; } v[3] = {
+        {"qdq f16 codes+meta", QMLA_META_F16, 0},
+        {"qdq f16 codes+meta+xhat", QMLA_META_F16, 1},
+        {"qdq q8 codes+meta", QMLA_META_Q8, 0}};
+    for (int k = 0; k < 3; k++) {
+        qmla_quant_params p = {4, 64, v[k].meta};
+        qmla_error err;
+        float t[64];
+        int st = 0;
+        for (int i = 0; i < B->samples + 2; i++) {
+            flush_l2(B);
+            CU(cudaEventRecord(B->e0, B->s));
+            st |= qmla_qdq_cuda_launch(&p, x, T, w, c, s, l, v[k].xhat ? xh : NULL, ws, B->s, &err);
+            CU(cudaEventRecord(B->e1, B->s));
+            CU(cudaEventSynchronize(B->e1));
+            float ms;
+            CU(cudaEventElapsedTime(&ms, B->e0, B->e1));
+            if (i >= 2)
+                t[i - 2] = ms * 1000.0f;
+        }
+        OK(st, err);
+        st = qmla_qdq_cuda_status(&p, w, ws, B->s, &err);
+        OK(st, err);
+        const float us = median(t, B->samples);
+        const double bytes = (double)T * (w * 4 + 288 + 9 * 8 + (v[k].xhat ? w * 4 : 0));
+        const double gbs = bytes / (us * 1e3);
+        printf("%-26s T %zu: %8.1f us  %6.0f GB/s  %5.1f %% of copy\n", v[k].name, T, us, gbs,
+               100.0 * gbs / B->copy_gbs);
+        fprintf(B->tsv, "%s\t-\t%zu\t-\t%.2f\t-\t%.0f\t%.1f\t%.1f\n", v[k].name, T, us, bytes,
+                gbs, 100.0 * gbs / B->copy_gbs);
+    }
+    cudaFree(x);
+    cudaFree(xh);
+    cudaFree(s);
+    cudaFree(l);
+    cudaFree(c);
+    cudaFree(ws);
+}
+
+static const char *CFG[4] = {"BF16", "C4R4", "C2R4", "C8R8"};
+
+static void bench_writer(bench *B)
+{
+    const size_t n = 65536;
+    uint16_t *kv = (uint16_t *)dalloc(n * QMLA_KV_D * 2);
+    int64_t *slot = (int64_t *)dalloc(n * 8);
+    int32_t *seq = (int32_t *)dalloc(n * 4), *pos = (int32_t *)dalloc(n * 4);
+    int32_t *len = (int32_t *)dalloc(4);
+    fill_bf16<<<1024, 256>>>(kv, n * QMLA_KV_D, 3);
+    /* one sequence, positions 0..n-1 in slots 0..n-1 */
+    int64_t *hs = (int64_t *)malloc(n * 8);
+    int32_t *hp = (int32_t *)malloc(n * 4);
+    for (size_t i = 0; i < n; i++) {
+        hs[i] = (int64_t)i;
+        hp[i] = (int32_t)i;
+    }
+    CU(cudaMemcpy(slot, hs, n * 8, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(pos, hp, n * 4, cudaMemcpyHostToDevice));
+    CU(cudaMemset(seq, 0, n * 4));
+    const int32_t hl = (int32_t)n;
+    CU(cudaMemcpy(len, &hl, 4, cudaMemcpyHostToDevice));
+    void *ws = dalloc(QMLA_KV_WRITE_WS_BYTES);
+    for (int ci = 0; ci < 4; ci++) {
+        qmla_kv_config cfg;
+        qmla_error err;
+        OK(qmla_kv_parse_config(CFG[ci], &cfg, &err), err);
+        cfg.sink = 4;
+        cfg.window = 128;
+        const qmla_kv_layout L = qmla_kv_layout_of(&cfg);
+        qmla_kv_cache kc = {cfg, (uint8_t *)dalloc(n / 64 * L.page_bytes), n / 64,
+                            (uint16_t *)dalloc(4 * 1152), (uint16_t *)dalloc(128 * 1152), 1};
+        qmla_kv_write w = {kv, n, slot, seq, pos, len};
+        float t[64];
+        int st = 0;
+        for (int i = 0; i < B->samples + 2; i++) {
+            flush_l2(B);
+            CU(cudaEventRecord(B->e0, B->s));
+            st |= qmla_kv_write_cuda_launch(&kc, &w, ws, B->s, &err);
+            CU(cudaEventRecord(B->e1, B->s));
+            CU(cudaEventSynchronize(B->e1));
+            float ms;
+            CU(cudaEventElapsedTime(&ms, B->e0, B->e1));
+            if (i >= 2)
+                t[i - 2] = ms * 1000.0f;
+        }
+        OK(st, err);
+        OK(qmla_kv_write_cuda_status(&kc, ws, B->s, &err), err);
+        const float us = median(t, B->samples);
+        const double bytes = (double)n * (1152 + 16) + (double)(n / 64) * L.page_bytes +
+                             (L.bf16 ? 0 : 132.0 * 1152);
+        const double gbs = bytes / (us * 1e3);
+        printf("writer %-5s %zu tokens: %8.1f us  %6.0f GB/s  %5.1f %% of copy\n", CFG[ci], n,
+               us, gbs, 100.0 * gbs / B->copy_gbs);
+        fprintf(B->tsv, "writer\t-\t%zu\t%s\t%.2f\t-\t%.0f\t%.1f\t%.1f\n", n, CFG[ci], us, bytes,
+                gbs, 100.0 * gbs / B->copy_gbs);
+        cudaFree(kc.pool);
+        cudaFree(kc.sink);
+        cudaFree(kc.window);
+    }
+    cudaFree(kv);
+    cudaFree(slot);
+    cudaFree(seq);
+    cudaFree(pos);
+    cudaFree(len);
+    cudaFree(ws);
+    free(hs);
+    free(hp);
+}
+
+/* One (batch, context) point: the four configurations side by side. */
+static void bench_decode_point(bench *B, int batch, long ctx, float res_us[4])
+{
+    const int H = 16, maxp = (int)((ctx + 63) / 64);
+    const size_t pages = (size_t)batch * maxp;
+    int32_t *hbt = (int32_t *)malloc(pages * 4);
+    for (size_t i = 0; i < pages; i++)
+        hbt[i] = (int32_t)i;
+    uint64_t r = 0x1234567ull + (uint64_t)ctx * 31 + (uint64_t)batch;
+    for (size_t i = pages; i > 1; i--) { /* independently owned, shuffled pages */
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        const size_t j = (size_t)(r % i);
+        const int32_t t = hbt[i - 1];
+        hbt[i - 1] = hbt[j];
+        hbt[j] = t;
+    }
+    int32_t *bt = (int32_t *)dalloc(pages * 4), *len = (int32_t *)dalloc((size_t)batch * 4);
+    CU(cudaMemcpy(bt, hbt, pages * 4, cudaMemcpyHostToDevice));
+    fill_i32<<<64, 256>>>(len, (size_t)batch, (int32_t)ctx);
+    uint16_t *q = (uint16_t *)dalloc((size_t)batch * H * QMLA_KV_D * 2);
+    fill_bf16<<<256, 256>>>(q, (size_t)batch * H * QMLA_KV_D, 11);
+    uint16_t *out = (uint16_t *)dalloc((size_t)batch * H * 512 * 2);
+    float *lse = (float *)dalloc((size_t)batch * H * 4);
+    qmla_decode_args a = {batch, 1, H, 1.0f / sqrtf(192.0f), q, bt, maxp, len};
+    qmla_kv_cache kc[4];
+    qmla_decode_plan plan[4];
+    void *ws[4];
+    cudaGraphExec_t gx[4];
+    double bytes[4];
+    for (int ci = 0; ci < 4; ci++) {
+        qmla_kv_config cfg;
+        qmla_error err;
+        OK(qmla_kv_parse_config(CFG[ci], &cfg, &err), err);
+        cfg.sink = 4;
+        cfg.window = 128;
+        const qmla_kv_layout L = qmla_kv_layout_of(&cfg);
+        kc[ci].cfg = cfg;
+        kc[ci].pool = (uint8_t *)dalloc(pages * L.page_bytes);
+        kc[ci].n_pages = pages;
+        kc[ci].sink = (uint16_t *)dalloc((size_t)batch * 4 * 1152);
+        kc[ci].window = (uint16_t *)dalloc((size_t)batch * 128 * 1152);
+        kc[ci].batch = batch;
+        if (L.bf16)
+            fill_bf16<<<4096, 256>>>((uint16_t *)kc[ci].pool, pages * L.page_bytes / 2, 5);
+        else
+            fill_pages<<<4096, 256>>>(kc[ci].pool, pages, L, 5);
+        fill_bf16<<<256, 256>>>(kc[ci].sink, (size_t)batch * 4 * 576, 6);
+        fill_bf16<<<256, 256>>>(kc[ci].window, (size_t)batch * 128 * 576, 7);
+        CU(cudaGetLastError());
+        OK(qmla_decode_cuda_plan(&cfg, &a, ctx, 0, &plan[ci], &err), err);
+        ws[ci] = dalloc(plan[ci].ws_bytes);
+        /* warm up outside the graph, then capture main + combine */
+        OK(qmla_decode_cuda(&kc[ci], &a, &plan[ci], ws[ci], out, lse, B->s, &err), err);
+        CU(cudaStreamSynchronize(B->s));
+        cudaGraph_t g;
+        CU(cudaStreamBeginCapture(B->s, cudaStreamCaptureModeGlobal));
+        OK(qmla_decode_cuda(&kc[ci], &a, &plan[ci], ws[ci], out, lse, B->s, &err), err);
+        CU(cudaStreamEndCapture(B->s, &g));
+        CU(cudaGraphInstantiate(&gx[ci], g, 0));
+        CU(cudaGraphDestroy(g));
+        const double prot = L.bf16 ? 0.0 : (double)batch * (ctx < 132 ? ctx : 132) * 1152;
+        bytes[ci] = (double)pages * L.page_bytes + prot + (double)batch * H * 1152 + pages * 4.0;
+    }
+    float t[4][256];
+    for (int i = 0; i < B->samples; i++)
+        for (int k = 0; k < 4; k++) {
+            const int ci = i % 2 ? 3 - k : k; /* alternating order */
+            t[ci][i] = time_graph(B, gx[ci]);
+        }
+    for (int ci = 0; ci < 4; ci++) {
+        res_us[ci] = median(t[ci], B->samples);
+        const double gbs = bytes[ci] / (res_us[ci] * 1e3);
+        fprintf(B->tsv, "decode\t%d\t%ld\t%s\t%.2f\t%.3f\t%.0f\t%.1f\t%.1f\n", batch, ctx, CFG[ci],
+                res_us[ci], res_us[ci] / res_us[0], bytes[ci], gbs, 100.0 * gbs / B->copy_gbs);
+        cudaGraphExecDestroy(gx[ci]);
+        cudaFree(kc[ci].pool);
+        cudaFree(kc[ci].sink);
+        cudaFree(kc[ci].window);
+        cudaFree(ws[ci]);
+    }
+    printf("| %2d | %7ld | %8.1f | %8.1f (%.2fx, %4.0f GB/s) | %8.1f (%.2fx) | %8.1f (%.2fx) | %5.0f |"
+           " %4d |\n",
+           batch, ctx, res_us[0], res_us[1], res_us[1] / res_us[0], bytes[1] / (res_us[1] * 1e3),
+           res_us[2], res_us[2] / res_us[0], res_us[3], res_us[3] / res_us[0],
+           bytes[0] / (res_us[0] * 1e3), plan[1].n_splits);
+    fflush(stdout);
+    cudaFree(bt);
+    cudaFree(len);
+    cudaFree(q);
+    cudaFree(out);
+    cudaFree(lse);
+    free(hbt);
+}
+
+int main(int argc, char **argv)
+{
+    bench B;
+    memset(&B, 0, sizeof B);
+    B.samples = 40;
+    const char *outp = "bench_decode.tsv";
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--samples") && i + 1 < argc)
+            B.samples = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc)
+            outp = argv[++i];
+        else if (!strcmp(argv[i], "--quick"))
+            quick = 1;
+        else if (!strcmp(argv[i], "--profile"))
+            quick = 2;
+        else {
+            fprintf(stderr, "usage: bench_decode [--samples N] [--out F] [--quick]\n");
+            return 2;
+        }
+    }
+    if (B.samples < 3 || B.samples > 250)
+        B.samples = 40;
+    qmla_error err;
+    if (!qmla_cuda_available(&err)) {
+        printf("SKIP: %s\n", err.msg);
+        return 77;
+    }
+    B.tsv = fopen(outp, "w");
+    if (!B.tsv) {
+        perror(outp);
+        return 1;
+    }
+    fprintf(B.tsv, "kind\tbatch\tcontext\tconfig\tmedian_us\tratio_to_bf16\tbytes\tGBps\tpct_copy\n");
+    CU(cudaStreamCreate(&B.s));
+    CU(cudaEventCreate(&B.e0));
+    CU(cudaEventCreate(&B.e1));
+    B.flush_bytes = (size_t)256 << 20; /* > 4x the 60 MB L2 */
+    B.flush = dalloc(B.flush_bytes);
+    cudaDeviceProp prop;
+    CU(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs, L2 %d MB; samples per point %d\n", prop.name,
+           prop.multiProcessorCount, prop.l2CacheSize >> 20, B.samples);
+    if (quick == 2) { /* one launch of each kernel, for ncu */
+        B.samples = 3;
+        B.copy_gbs = 1.0;
+        bench_qdq(&B);
+        bench_writer(&B);
+        float r[4];
+        bench_decode_point(&B, 32, 65536, r);
+        fclose(B.tsv);
+        return 0;
+    }
+    copy_bandwidth(&B);
+    bench_qdq(&B);
+    bench_writer(&B);
+    printf("\n| b | context | BF16 us | C4R4 us (ratio, GB/s) | C2R4 us | C8R8 us | BF16 GB/s |"
+           " splits |\n|---|---|---|---|---|---|---|---|\n");
+    const long ctx8[] = {4096, 16384, 32768, 65536, 131072, 262144, 1048576};
+    const long ctx32[] = {4096, 16384, 32768, 65536, 131072, 262144, 1048576};
+    const int n8 = quick ? 2 : 7, n32 = quick ? 1 : 7;
+    float res[4];
+    for (int i = 0; i < n8; i++)
+        bench_decode_point(&B, 8, ctx8[i], res);
+    for (int i = 0; i < n32; i++)
+        bench_decode_point(&B, 32, ctx32[i], res);
+    fclose(B.tsv);
+    printf("results: %s\n", outp);
+    return 0;
+}

@@ -1,0 +1,100 @@
+/* qmla/decode.h — the paged low-bit MLA cache and decode attention: C
+ * reference twins of the CUDA kernels (kernels/kvcache.cu, kernels/decode.cu)
+ * and the storage accounting of docs/math.md §9. Layout: qmla/kvcache.h;
+ * description: docs/decode.md.
+ *
+ * The twins work on host memory with the same structs the CUDA launchers
+ * take with device memory.
+ * Tests: tests/test_kvcache.c (CPU), tests/test_decode_cuda.c (GPU).
+ */
+#ifndef QMLA_DECODE_H
+#define QMLA_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qmla/kvcache.h"
+#include "qmla/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The cache of a batch of sequences (pointers to host or device memory). */
+typedef struct qmla_kv_cache {
+    qmla_kv_config cfg;
+    uint8_t *pool;      /* [n_pages, page_bytes] (qmla_kv_layout_of) */
+    size_t n_pages;
+    uint16_t *sink;     /* [batch, S, 576] BF16 bits; NULL when S == 0 */
+    uint16_t *window;   /* [batch, W, 576] BF16 bits, row t % W; NULL when W == 0 */
+    int batch;
+} qmla_kv_cache;
+
+/* Tokens to insert: rows of [c_kv ; k_rope]. */
+typedef struct qmla_kv_write {
+    const uint16_t *kv;     /* [n, 576] BF16 bits */
+    size_t n;
+    const int64_t *slot;    /* [n] physical page * 64 + offset; < 0: skip the token */
+    const int32_t *seq;     /* [n] sequence of each token, < batch */
+    const int32_t *pos;     /* [n] position of each token in its sequence */
+    const int32_t *seq_len; /* [batch] length of each sequence after this write */
+} qmla_kv_write;
+
+/* Decode attention inputs (queries absorbed into the latent space). */
+typedef struct qmla_decode_args {
+    int batch, s_q, heads;      /* b; query tokens per sequence; H */
+    float scale;                /* softmax scale tau */
+    const uint16_t *q;          /* [b, s_q, H, 576] BF16 bits */
+    const int32_t *block_table; /* [b, max_pages] physical page of logical page i */
+    int max_pages;
+    const int32_t *seq_len;     /* [b] tokens in the cache (>= 0) */
+} qmla_decode_args;
+
+/* Validate a cache configuration (bits, group, S, W). */
+int qmla_kv_check(const qmla_kv_config *c, qmla_error *err);
+/* Parse "C4R4", "C2R4", "C8R8", "BF16" (any C{2,4,8}R{2,4,8}) into c, with
+ * the defaults group 64, sink 4, window 128 (callers override them). */
+int qmla_kv_parse_config(const char *name, qmla_kv_config *c, qmla_error *err);
+
+/* C twin of the fused cache writer: quantize each token (quant_core.h, f16
+ * metadata), pack it into its slot, and store its BF16 row in the sink
+ * buffer when pos < S and in the window ring when pos >= seq_len - W.
+ * QMLA_ENONFINITE / QMLA_ERANGE name the first failing token and group. */
+int qmla_kv_write_ref(const qmla_kv_cache *kc, const qmla_kv_write *w,
+                      qmla_error *err);
+
+/* Token t of sequence bi as attention uses it: 576 BF16 values (as float),
+ * from the protection buffers or reconstructed from the packed copy. */
+void qmla_kv_token_ref(const qmla_kv_cache *kc, const qmla_decode_args *a,
+                       int bi, long t, float *row);
+
+/* Double-precision reference of decode attention on the reconstructed
+ * cache: query i of sequence bi sees tokens t <= len - s_q + i; one global
+ * softmax. out [b, s_q, H, 512], lse [b, s_q, H] (natural log; -inf and a
+ * zero output for a query that sees no token). */
+int qmla_decode_ref(const qmla_kv_cache *kc, const qmla_decode_args *a,
+                    double *out, double *lse, qmla_error *err);
+
+/* ---- storage accounting (docs/math.md §9) ------------------------------ */
+
+typedef struct qmla_storage_row {
+    long context;             /* tokens per sequence */
+    double code_bytes;        /* packed codes, per sequence */
+    double meta_bytes;        /* quantization metadata, per sequence */
+    double protect_bytes;     /* BF16 sink + window buffers, per sequence */
+    double table_bytes;       /* page-table entries (int32 per page) */
+    double total_bytes;
+    double bytes_per_token;
+    double ratio;             /* BF16 bytes (1152 per token) / total */
+} qmla_storage_row;
+
+/* Bytes of one sequence of `context` tokens in config c (c_bits 16: the BF16
+ * baseline, no protection buffers), metadata meta (QMLA_CORE_META_F16 or
+ * QMLA_CORE_META_Q8). */
+int qmla_storage_account(const qmla_kv_config *c, int meta, long context,
+                         qmla_storage_row *row, qmla_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

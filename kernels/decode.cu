@@ -1,0 +1,775 @@
+/* kernels/decode.cu — paged MLA decode attention (contract: kernels/decode.h).
+ *
+ * Main kernel: grid (split, row tile, sequence), 256 threads = 8 warps, one
+ * 64-token page per iteration, 16 query rows (heads x query tokens) per
+ * block, BF16 mma.sync m16n8k16 with float32 accumulation:
+ *   1. the page lands in shared memory as a BF16 tile [64][576] (row stride
+ *      584 to spread banks): BF16 cache via cp.async (double-buffered, zero
+ *      fill past the sequence); low-bit cache from packed codes and float16
+ *      metadata prefetched into registers during the previous page, then
+ *      unpacked, x^ = fmaf(q, s, l) (quant_core.h) rounded to BF16, except
+ *      for protected tokens (sink / window), which are copied from their
+ *      BF16 buffers: exactly one representation per token;
+ *   2. QK: warp (cg, th) multiplies its 144 channels of Q (a [16][576] tile
+ *      in shared memory, loaded once, read with ldmatrix) with 32 tokens;
+ *      the 4 channel partials are summed in shared memory in a fixed order
+ *      (deterministic);
+ *   3. online softmax (log2 domain) by 16 threads per row: P as BF16 tile,
+ *      running max / sum and the rescale factor per row;
+ *   4. PV: warp w accumulates output channels 64w..64w+63 (V = the tile's
+ *      first 512 channels, loaded with ldmatrix.trans).
+ * Each block writes its rows' normalised partial output and natural-log
+ * LSE; the combine kernel merges the splits with one global softmax.
+ * Occupancy: the BF16 kernel one block per SM (two page tiles, 185 KB of
+ * shared memory); the low-bit kernels two blocks per SM (one tile, 112 KB,
+ * 128 registers). Twin: qmla_decode_ref; test: tests/test_decode_cuda.c;
+ * benchmark: bench/bench_decode.cu; description: docs/decode.md.
+ */
+#include "decode.h"
+#include "qmla/kvcache.h"
+#include "qmla/quant_core.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <string.h>
+
+#define DEC_THREADS 256
+#define DEC_ROWS 16
+#define KSTR (QMLA_KV_D + 8)   /* tile row stride in BF16 elements */
+#define PSTR (QMLA_KV_PAGE + 8) /* P tile row stride */
+#define SSTR (QMLA_KV_PAGE + 8) /* score partial row stride (floats): 64-bit stores conflict-free */
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
+struct dec_args {
+    const uint16_t *q;          /* [b, R, 576] */
+    const uint8_t *pool;        /* [n_pages, page_bytes] */
+    const uint16_t *sink;       /* [b, S, 576] */
+    const uint16_t *window;     /* [b, W, 576] */
+    const int32_t *block_table; /* [b, max_pages] */
+    const int32_t *seq_len;     /* [b] */
+    float *o_part;              /* [b, n_splits, R_pad, 512] */
+    float *lse_part;            /* [b, n_splits, R_pad] */
+    int max_pages, s_q, H, R, R_pad, n_splits, pps, S, W;
+    float scale_log2;           /* softmax scale * log2(e) */
+    qmla_kv_layout L;
+};
+
+/* ---- shared-memory plan -------------------------------------------------- */
+struct dec_smem_quant {
+    __nv_bfloat16 tile[QMLA_KV_PAGE * KSTR]; /* [64 tokens][576 (+8 pad)] page */
+    __nv_bfloat16 q[DEC_ROWS * KSTR];         /* [16 rows][576 (+8)] queries */
+    float sp[4][DEC_ROWS][SSTR];              /* [channel quarter][16][64 (+8)] QK partials */
+    __nv_bfloat16 p[DEC_ROWS * PSTR];         /* [16][64 (+8)] probabilities */
+    float m[DEC_ROWS], l[DEC_ROWS], alpha[DEC_ROWS]; /* [16] running max (log2), sum, rescale */
+};
+struct dec_smem_bf16 {
+    __nv_bfloat16 tile[2][QMLA_KV_PAGE * KSTR]; /* [2 buffers][64][576 (+8)] */
+    __nv_bfloat16 q[DEC_ROWS * KSTR];            /* as dec_smem_quant */
+    float sp[4][DEC_ROWS][SSTR];
+    __nv_bfloat16 p[DEC_ROWS * PSTR];
+    float m[DEC_ROWS], l[DEC_ROWS], alpha[DEC_ROWS];
+};
+
+/* ---- PTX helpers --------------------------------------------------------- */
+__device__ static inline uint32_t smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ static inline void ldsm_x4(uint32_t &d0, uint32_t &d1, uint32_t &d2, uint32_t &d3,
+                                      const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(d0), "=r"(d1), "=r"(d2), "=r"(d3)
+                 : "r"(smem_addr(p)));
+}
+
+__device__ static inline void ldsm_x4_t(uint32_t &d0, uint32_t &d1, uint32_t &d2, uint32_t &d3,
+                                        const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(d0), "=r"(d1), "=r"(d2), "=r"(d3)
+                 : "r"(smem_addr(p)));
+}
+
+__device__ static inline void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ static inline void cp_async16(void *dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
+                 "l"(src), "r"(src_bytes));
+}
+__device__ static inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+template <int N> __device__ static inline void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* ---- reconstruction of packed groups ------------------------------------
+ * Exactly qmla_kv_packed_value (kvcache.h), with cheaper instructions:
+ *   - float16 metadata -> float32 by moving the bits into a float32 and
+ *     multiplying by 2^112 (exact for every finite float16, subnormals too);
+ *   - code -> float through the 2^23 magic number (PRMT + FADD, exact for
+ *     codes < 2^23) instead of the quarter-rate I2F;
+ *   - x^ = fmaf(q, s, l) with __fmaf_rn as qmla_core_dequant; BF16 by
+ *     cvt.rn.bf16x2 (round to nearest even, as qmla_core_f32_to_bf16).
+ * A unit is NE consecutive channels of one group (G = 64) of one token.
+ */
+__device__ static inline float f16_to_f32_exact(uint32_t h)
+{
+    const uint32_t u = ((h & 0x8000u) << 16) | ((h & 0x7fffu) << 13);
+    return __fmul_rn(__uint_as_float(u), 5.192296858534828e33f /* 2^112 */);
+}
+
+/* Code in byte k of w (bits above the code cleared) as a float. */
+__device__ static inline float byte_code_f(uint32_t w, int k)
+{
+    return __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | (unsigned)k)),
+                     8388608.0f);
+}
+
+__device__ static inline uint32_t bf16x2(float lo, float hi)
+{
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&h;
+}
+
+/* NE codes of B bits (NE*B/8 bytes, as NE*B/128 uint4) with metadata word
+ * meta (low: step s, high: minimum l, float16 bits) -> NE BF16 (NE/8 uint4). */
+template <int B, int NE>
+__device__ static inline void dequant_unit(const uint4 *in, uint32_t meta, uint4 *out)
+{
+    const float s = f16_to_f32_exact(meta & 0xffffu), l = f16_to_f32_exact(meta >> 16);
+    const uint32_t *w = (const uint32_t *)in;
+    uint32_t *o = (uint32_t *)out;
+    if constexpr (B == 8) { /* 4 codes per word */
+#pragma unroll
+        for (int i = 0; i < NE / 4; i++) {
+            float x[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                x[k] = __fmaf_rn(byte_code_f(w[i], k), s, l);
+            o[2 * i] = bf16x2(x[0], x[1]);
+            o[2 * i + 1] = bf16x2(x[2], x[3]);
+        }
+    } else if constexpr (B == 4) { /* 8 codes per word: even ones low nibbles */
+#pragma unroll
+        for (int i = 0; i < NE / 8; i++) {
+            const uint32_t ev = w[i] & 0x0f0f0f0fu, od = (w[i] >> 4) & 0x0f0f0f0fu;
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                o[4 * i + k] = bf16x2(__fmaf_rn(byte_code_f(ev, k), s, l),
+                                      __fmaf_rn(byte_code_f(od, k), s, l));
+        }
+    } else { /* B == 2: 16 codes per word, code 4k + m in byte k at bits 2m */
+#pragma unroll
+        for (int i = 0; i < NE / 16; i++) {
+            uint32_t part[4];
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+                part[m] = (w[i] >> (2 * m)) & 0x03030303u;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                o[8 * i + 2 * k] = bf16x2(__fmaf_rn(byte_code_f(part[0], k), s, l),
+                                          __fmaf_rn(byte_code_f(part[1], k), s, l));
+                o[8 * i + 2 * k + 1] = bf16x2(__fmaf_rn(byte_code_f(part[2], k), s, l),
+                                              __fmaf_rn(byte_code_f(part[3], k), s, l));
+            }
+        }
+    }
+}
+
+/* Work of one thread per page (G = 64), in 16-byte pieces of packed codes
+ * (a piece holds EP = 128 / B codes: 32 at 4 bits, 64 at 2, 16 at 8).
+ * Content: warp w takes tokens (w % 4) * 16 .. + 15, two lanes per token
+ * reading the two pieces of one 32-byte sector (piece_lane_*), so every
+ * sector a warp touches is used whole; warps 0-3 take the token's first half of pieces,
+ * warps 4-7 the second (which is groups 4h .. 4h+3, whose metadata is one
+ * 16-byte load). RoPE: consecutive pieces of consecutive tokens (threads
+ * 64..191 at 4 bits, all 256 at 8). The 16-byte tile stores of a
+ * quarter-warp (8 consecutive tokens, row stride 73 x 16 bytes) fall on 8
+ * distinct bank groups. */
+template <int B> struct piece_of {
+    static constexpr int EP = 128 / B;            /* codes per piece */
+    static constexpr int PPT = QMLA_KV_DC * B / 128; /* content pieces per token */
+    static constexpr int PT = PPT / 4;             /* content pieces per thread */
+};
+
+/* Lane -> (token within the warp's 16, piece parity). 4 bits: lane pairs
+ * (l / 2, l % 2), measured faster (ncu 711 vs 779 us at b 32, 64K; their
+ * 16-byte tile stores still hit 8 bank groups); 2 and 8 bits: (l % 16,
+ * l / 16), which keeps their tile stores conflict-free. */
+template <int CB> __device__ static inline int piece_lane_token(int lane)
+{
+    return CB == 4 ? lane >> 1 : lane & 15;
+}
+template <int CB> __device__ static inline int piece_lane_par(int lane)
+{
+    return CB == 4 ? lane & 1 : lane >> 4;
+}
+
+template <int CB, int RB> struct prefetch {
+    uint4 c[piece_of<CB>::PT];
+    uint4 cm;      /* metadata of groups 4h .. 4h+3 of the token */
+    uint4 r;       /* one RoPE piece */
+    uint32_t rm;
+};
+
+/* RoPE piece of thread tid (-1: none) and its token / piece index. */
+template <int RB> __device__ static inline int rope_piece(int tid)
+{
+    const int v = RB == 4 ? tid - 64 : tid; /* 128 pieces at 4 bits, 256 at 8 */
+    return v >= 0 && v < 64 * (QMLA_KV_DR * RB / 128) ? v : -1;
+}
+
+template <int CB, int RB>
+__device__ static inline void load_page(prefetch<CB, RB> &f, const uint8_t *pg,
+                                        const qmla_kv_layout &L, int tid)
+{
+    typedef piece_of<CB> P;
+    const int warp = tid >> 5, lane = tid & 31, tok = (warp & 3) * 16 + piece_lane_token<CB>(lane);
+    const int h = warp >> 2, par = piece_lane_par<CB>(lane);
+    const uint4 *row = (const uint4 *)(pg + (size_t)tok * L.cb_c);
+#pragma unroll
+    for (int j = 0; j < P::PT; j++)
+        f.c[j] = __ldg(row + 2 * (h * P::PT + j) + par);
+    f.cm = __ldg((const uint4 *)(pg + L.off_mc + (size_t)tok * 32) + h);
+    const int v = rope_piece<RB>(tid);
+    if (v >= 0) {
+        constexpr int RPT = QMLA_KV_DR * RB / 128; /* RoPE pieces per token */
+        f.r = __ldg((const uint4 *)(pg + L.off_rc) + v);
+        f.rm = __ldg((const uint32_t *)(pg + L.off_mr) + v / RPT);
+    }
+}
+
+/* BF16 source row of a protected token (kvcache.h). */
+__device__ static inline const uint16_t *protected_row(const dec_args &a, int b, long t)
+{
+    return t < a.S ? a.sink + ((size_t)b * a.S + t) * QMLA_KV_D
+                   : a.window + ((size_t)b * a.W + t % a.W) * QMLA_KV_D;
+}
+
+/* NE channels from ch of token t into dst: zero past the end, the BF16 copy
+ * for a protected token, else the reconstruction of the prefetched codes. */
+template <int B, int NE>
+__device__ static inline void unit_to_tile(__nv_bfloat16 *dst, const uint4 *codes, uint32_t meta,
+                                           bool special, const dec_args &a, int b, long t,
+                                           long len, int ch)
+{
+    uint4 v[NE / 8];
+    if (special && t >= len) {
+#pragma unroll
+        for (int k = 0; k < NE / 8; k++)
+            v[k] = make_uint4(0, 0, 0, 0);
+    } else if (special && (t < a.S || t >= len - a.W)) {
+        const uint4 *src = (const uint4 *)(protected_row(a, b, t) + ch);
+#pragma unroll
+        for (int k = 0; k < NE / 8; k++)
+            v[k] = __ldg(src + k);
+    } else {
+        dequant_unit<B, NE>(codes, meta, v);
+    }
+#pragma unroll
+    for (int k = 0; k < NE / 8; k++)
+        *((uint4 *)dst + k) = v[k];
+}
+
+/* Write the reconstructed page into the tile. t0: first token of the page. */
+template <int CB, int RB>
+__device__ static inline void store_page(const prefetch<CB, RB> &f, __nv_bfloat16 *tile,
+                                         const dec_args &a, int b, long t0, long len, int tid)
+{
+    typedef piece_of<CB> P;
+    const bool special = t0 < a.S || t0 + QMLA_KV_PAGE > len - a.W; /* protected or partial */
+    const int warp = tid >> 5, lane = tid & 31, tok = (warp & 3) * 16 + piece_lane_token<CB>(lane);
+    const int h = warp >> 2, par = piece_lane_par<CB>(lane);
+    const uint32_t meta[4] = {f.cm.x, f.cm.y, f.cm.z, f.cm.w};
+#pragma unroll
+    for (int j = 0; j < P::PT; j++) {
+        const int pp = 2 * (h * P::PT + j) + par; /* piece within the token */
+        const int ch = pp * P::EP;
+        /* group within 4h..4h+3: (2j + par) EP / 64, indices kept constant */
+        const uint32_t m = par ? meta[(2 * j + 1) * P::EP / 64] : meta[2 * j * P::EP / 64];
+        unit_to_tile<CB, P::EP>(tile + tok * KSTR + ch, &f.c[j], m, special, a, b, t0 + tok, len,
+                                ch);
+    }
+    const int v = rope_piece<RB>(tid);
+    if (v >= 0) {
+        constexpr int RPT = QMLA_KV_DR * RB / 128, EPR = 128 / RB;
+        const int rt = v / RPT, ch = QMLA_KV_DC + (v % RPT) * EPR;
+        unit_to_tile<RB, EPR>(tile + rt * KSTR + ch, &f.r, f.rm, special, a, b, t0 + rt, len, ch);
+    }
+}
+
+/* BF16 page: cp.async of 64 x 72 chunks of 16 bytes, zero past the end. */
+__device__ static inline void async_page_bf16(__nv_bfloat16 *tile, const uint8_t *pg, long t0,
+                                              long len, int tid)
+{
+#pragma unroll
+    for (int j = 0; j < 18; j++) {
+        const int c = tid + DEC_THREADS * j, tt = c / 72, kk = c - tt * 72;
+        cp_async16(tile + tt * KSTR + kk * 8, pg + (size_t)c * 16, t0 + tt < len ? 16 : 0);
+    }
+}
+
+/* ---- one page of attention on a ready tile ------------------------------ */
+struct dec_state {
+    float o[8][4]; /* O accumulators: 16 rows x 64 channels */
+};
+
+template <class SM>
+__device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bfloat16 *tile,
+                                          const dec_args &a, long t0, long vis, int tid)
+{
+    const int warp = tid >> 5, lane = tid & 31, cg = warp & 3, th = warp >> 2;
+    const int gr = lane >> 2, gc = lane & 3;
+    /* QK partial: 16 rows x 32 tokens over channels [144cg, 144cg+144) */
+    float s[4][4];
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    const int mi = lane >> 3, rr = lane & 7;
+#pragma unroll
+    for (int kk = 0; kk < 9; kk++) {
+        const int k0 = (cg * 9 + kk) * 16;
+        uint32_t qa[4]; /* A = Q[16 rows][16 channels], as P below */
+        ldsm_x4(qa[0], qa[1], qa[2], qa[3], sm.q + (rr + 8 * (mi & 1)) * KSTR + k0 + 8 * (mi >> 1));
+#pragma unroll
+        for (int np = 0; np < 2; np++) {
+            const int n0 = th * 32 + np * 16;
+            uint32_t b0, b1, b2, b3;
+            ldsm_x4(b0, b1, b2, b3, tile + (n0 + rr + 8 * (mi >> 1)) * KSTR + k0 + 8 * (mi & 1));
+            mma16816(s[2 * np], qa, b0, b1);
+            mma16816(s[2 * np + 1], qa, b2, b3);
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < 4; n++) {
+        const int tok = th * 32 + n * 8 + 2 * gc;
+        *(float2 *)&sm.sp[cg][gr][tok] = make_float2(s[n][0], s[n][1]);
+        *(float2 *)&sm.sp[cg][gr + 8][tok] = make_float2(s[n][2], s[n][3]);
+    }
+    __syncthreads();
+    /* softmax: 16 threads per row, 4 tokens each (fixed summation order) */
+    {
+        const int row = tid >> 4, part = tid & 15;
+        float z[4], mx = -INFINITY;
+        const float4 c0 = *(const float4 *)&sm.sp[0][row][part * 4];
+        const float4 c1 = *(const float4 *)&sm.sp[1][row][part * 4];
+        const float4 c2 = *(const float4 *)&sm.sp[2][row][part * 4];
+        const float4 c3 = *(const float4 *)&sm.sp[3][row][part * 4];
+        const float acc[4] = {((c0.x + c1.x) + c2.x) + c3.x, ((c0.y + c1.y) + c2.y) + c3.y,
+                              ((c0.z + c1.z) + c2.z) + c3.z, ((c0.w + c1.w) + c2.w) + c3.w};
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            z[u] = t0 + part * 4 + u < vis ? acc[u] * a.scale_log2 : -INFINITY;
+            mx = fmaxf(mx, z[u]);
+        }
+#pragma unroll
+        for (int off = 8; off > 0; off >>= 1)
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        const float m_old = sm.m[row], m_new = fmaxf(m_old, mx);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        float sum = 0.0f, p[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            p[u] = exp2f(z[u] - m_use);
+            sum += p[u];
+        }
+        *(uint2 *)(sm.p + row * PSTR + part * 4) = make_uint2(bf16x2(p[0], p[1]), bf16x2(p[2], p[3]));
+#pragma unroll
+        for (int off = 8; off > 0; off >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        __syncwarp();
+        if (part == 0) {
+            const float al = exp2f(m_old - m_use); /* m_old = -inf: 0 */
+            sm.alpha[row] = al;
+            sm.l[row] = sm.l[row] * al + sum;
+            sm.m[row] = m_new;
+        }
+    }
+    __syncthreads();
+    /* PV: rows x channels [64w, 64w+64) */
+    {
+        const float a0 = sm.alpha[gr], a1 = sm.alpha[gr + 8];
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            st.o[n][0] *= a0;
+            st.o[n][1] *= a0;
+            st.o[n][2] *= a1;
+            st.o[n][3] *= a1;
+        }
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++) {
+            uint32_t pa[4];
+            /* A = P[16 rows][16 tokens]: matrices (rows 0-7, k 0-7), (rows 8-15,
+             * k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15) */
+            ldsm_x4(pa[0], pa[1], pa[2], pa[3],
+                    sm.p + (rr + 8 * (mi & 1)) * PSTR + ks * 16 + 8 * (mi >> 1));
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                const int n0 = warp * 64 + np * 16;
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4_t(b0, b1, b2, b3,
+                          tile + (ks * 16 + rr + 8 * (mi & 1)) * KSTR + n0 + 8 * (mi >> 1));
+                mma16816(st.o[2 * np], pa, b0, b1);
+                mma16816(st.o[2 * np + 1], pa, b2, b3);
+            }
+        }
+    }
+}
+
+/* Q rows of this tile into shared memory (zero rows past R); reset the
+ * accumulators and the softmax state. Visible after the first barrier. */
+template <class SM>
+__device__ static inline void dec_init(dec_state &st, SM &sm, const dec_args &a, int b, int r0,
+                                       int tid)
+{
+    for (int i = tid; i < DEC_ROWS * 72; i += DEC_THREADS) {
+        const int r = i / 72, k = i - r * 72;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (r0 + r < a.R)
+            v = __ldg((const uint4 *)(a.q + ((size_t)b * a.R + r0 + r) * QMLA_KV_D) + k);
+        *(uint4 *)(sm.q + r * KSTR + k * 8) = v;
+    }
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+        st.o[n][0] = st.o[n][1] = st.o[n][2] = st.o[n][3] = 0.0f;
+    if (tid < DEC_ROWS) {
+        sm.m[tid] = -INFINITY;
+        sm.l[tid] = 0.0f;
+    }
+}
+
+/* Normalised partial output and natural-log LSE of this block's rows. */
+template <class SM>
+__device__ static inline void dec_finish(const dec_state &st, SM &sm, const dec_args &a, int b,
+                                         int split, int r0, int tid)
+{
+    __syncthreads();
+    const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
+    const size_t base = ((size_t)b * a.n_splits + split) * a.R_pad + r0;
+    const float la = sm.l[gr], lb = sm.l[gr + 8];
+    const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        const int ch = warp * 64 + n * 8 + 2 * gc;
+        *(float2 *)(a.o_part + (base + gr) * QMLA_KV_DC + ch) =
+            make_float2(st.o[n][0] * ia, st.o[n][1] * ia);
+        *(float2 *)(a.o_part + (base + gr + 8) * QMLA_KV_DC + ch) =
+            make_float2(st.o[n][2] * ib, st.o[n][3] * ib);
+    }
+    if (tid < DEC_ROWS) {
+        const float l = sm.l[tid];
+        a.lse_part[base + tid] = l > 0.0f ? (sm.m[tid] + log2f(l)) * LN2 : -INFINITY;
+    }
+}
+
+/* Visible-token bound (tokens t < vis) of the softmax row of thread tid. */
+__device__ static inline long row_vis(const dec_args &a, int r0, long len, int tid)
+{
+    const int row = r0 + (tid >> 4);
+    return row < a.R ? len - a.s_q + row / a.H + 1 : 0;
+}
+
+template <int CB, int RB>
+__global__ void __launch_bounds__(DEC_THREADS, 2) decode_quant_kernel(dec_args a)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    dec_smem_quant &sm = *(dec_smem_quant *)smem_raw;
+    const int split = blockIdx.x, r0 = blockIdx.y * DEC_ROWS, b = blockIdx.z, tid = threadIdx.x;
+    const long len = a.seq_len[b];
+    const int npages = (int)((len + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE);
+    const int p0 = split * a.pps, p1 = min(npages, p0 + a.pps);
+    dec_state st;
+    dec_init(st, sm, a, b, r0, tid);
+    const long vis = row_vis(a, r0, len, tid);
+    const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
+    prefetch<CB, RB> f;
+    if (p0 < p1)
+        load_page<CB, RB>(f, a.pool + (size_t)bt[p0] * a.L.page_bytes, a.L, tid);
+    for (int p = p0; p < p1; p++) {
+        __syncthreads(); /* the tile's previous readers are done */
+        store_page<CB, RB>(f, sm.tile, a, b, (long)p * QMLA_KV_PAGE, len, tid);
+        __syncthreads();
+        if (p + 1 < p1)
+            load_page<CB, RB>(f, a.pool + (size_t)bt[p + 1] * a.L.page_bytes, a.L, tid);
+        attend_page(st, sm, sm.tile, a, (long)p * QMLA_KV_PAGE, vis, tid);
+    }
+    dec_finish(st, sm, a, b, split, r0, tid);
+}
+
+__global__ void __launch_bounds__(DEC_THREADS, 1) decode_bf16_kernel(dec_args a)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    dec_smem_bf16 &sm = *(dec_smem_bf16 *)smem_raw;
+    const int split = blockIdx.x, r0 = blockIdx.y * DEC_ROWS, b = blockIdx.z, tid = threadIdx.x;
+    const long len = a.seq_len[b];
+    const int npages = (int)((len + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE);
+    const int p0 = split * a.pps, p1 = min(npages, p0 + a.pps);
+    dec_state st;
+    dec_init(st, sm, a, b, r0, tid);
+    const long vis = row_vis(a, r0, len, tid);
+    const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
+    if (p0 < p1) {
+        async_page_bf16(sm.tile[0], a.pool + (size_t)bt[p0] * a.L.page_bytes,
+                        (long)p0 * QMLA_KV_PAGE, len, tid);
+        cp_async_commit();
+    }
+    for (int p = p0; p < p1; p++) {
+        __syncthreads(); /* the buffer about to be refilled is no longer read */
+        if (p + 1 < p1) {
+            async_page_bf16(sm.tile[(p + 1 - p0) & 1], a.pool + (size_t)bt[p + 1] * a.L.page_bytes,
+                            (long)(p + 1) * QMLA_KV_PAGE, len, tid);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        attend_page(st, sm, sm.tile[(p - p0) & 1], a, (long)p * QMLA_KV_PAGE, vis, tid);
+    }
+    dec_finish(st, sm, a, b, split, r0, tid);
+}
+
+/* Reconstruction check: page blockIdx.x of sequence blockIdx.y through the
+ * decode kernel's own load_page / store_page, rows copied to
+ * out [b][max_pages * 64][576] (zero past the sequence). */
+template <int CB, int RB>
+__global__ void __launch_bounds__(DEC_THREADS) gather_kernel(dec_args a, uint16_t *out)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __nv_bfloat16 *tile = (__nv_bfloat16 *)smem_raw;
+    const int p = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
+    const long len = a.seq_len[b];
+    uint16_t *dst = out + ((size_t)b * a.max_pages + p) * QMLA_KV_PAGE * QMLA_KV_D;
+    if ((long)p * QMLA_KV_PAGE >= len) {
+        for (int i = tid; i < QMLA_KV_PAGE * QMLA_KV_D / 8; i += DEC_THREADS)
+            ((uint4 *)dst)[i] = make_uint4(0, 0, 0, 0);
+        return;
+    }
+    prefetch<CB, RB> f;
+    load_page<CB, RB>(f, a.pool + (size_t)a.block_table[(size_t)b * a.max_pages + p] *
+                             a.L.page_bytes, a.L, tid);
+    store_page<CB, RB>(f, tile, a, b, (long)p * QMLA_KV_PAGE, len, tid);
+    __syncthreads();
+    for (int i = tid; i < QMLA_KV_PAGE * 72; i += DEC_THREADS) {
+        const int tt = i / 72, k = i - tt * 72;
+        ((uint4 *)dst)[i] = *(const uint4 *)(tile + tt * KSTR + k * 8);
+    }
+}
+
+/* Combine: one block of 128 threads per (row, sequence), 4 channels each. */
+__global__ void __launch_bounds__(128) decode_combine_kernel(const float *o_part,
+                                                            const float *lse_part, int n_splits,
+                                                            int R, int R_pad, uint16_t *out,
+                                                            float *lse)
+{
+    const int r = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
+    float mx = -INFINITY;
+    for (int s = 0; s < n_splits; s++)
+        mx = fmaxf(mx, lse_part[((size_t)b * n_splits + s) * R_pad + r]);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sum = 0.0f;
+    if (mx != -INFINITY) {
+        for (int s = 0; s < n_splits; s++) {
+            const size_t row = ((size_t)b * n_splits + s) * R_pad + r;
+            const float ls = lse_part[row];
+            if (ls == -INFINITY)
+                continue;
+            const float w = expf(ls - mx);
+            sum += w;
+            const float4 v = *((const float4 *)(o_part + row * QMLA_KV_DC) + tid);
+            acc[0] += w * v.x;
+            acc[1] += w * v.y;
+            acc[2] += w * v.z;
+            acc[3] += w * v.w;
+        }
+    }
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    __nv_bfloat162 h0 = __floats2bfloat162_rn(acc[0] * inv, acc[1] * inv);
+    __nv_bfloat162 h1 = __floats2bfloat162_rn(acc[2] * inv, acc[3] * inv);
+    uint2 v;
+    v.x = *(uint32_t *)&h0;
+    v.y = *(uint32_t *)&h1;
+    *((uint2 *)(out + ((size_t)b * R + r) * QMLA_KV_DC) + tid) = v;
+    if (tid == 0)
+        lse[(size_t)b * R + r] = mx == -INFINITY ? -INFINITY : mx + logf(sum);
+}
+
+/* ---- host side ----------------------------------------------------------- */
+static int cuda_fail(qmla_error *err, cudaError_t e, const char *what)
+{
+    return qmla_error_set(err, QMLA_EIO, "CUDA: %s: %s", what, cudaGetErrorString(e));
+}
+
+extern "C" int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decode_args *a,
+                                     long max_len, int n_sm, qmla_decode_plan *plan,
+                                     qmla_error *err)
+{
+    int st = qmla_kv_check(cfg, err);
+    if (st)
+        return st;
+    if (!a || !plan || a->batch < 1 || a->s_q < 1 || a->heads < 1 || max_len < 0)
+        return qmla_error_set(err, QMLA_EINVAL, "decode plan: batch, s_q, heads >= 1 needed");
+    const long R = (long)a->s_q * a->heads;
+    if (R > QMLA_DECODE_MAX_ROWS)
+        return qmla_error_set(err, QMLA_EINVAL, "decode plan: s_q * H = %ld above %d", R,
+                              QMLA_DECODE_MAX_ROWS);
+    if (n_sm <= 0) {
+        int dev = 0;
+        cudaError_t e = cudaGetDevice(&dev);
+        if (e == cudaSuccess)
+            e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev);
+        if (e != cudaSuccess)
+            return cuda_fail(err, e, "multiprocessor count");
+    }
+    const int tiles = (int)((R + DEC_ROWS - 1) / DEC_ROWS);
+    const long pages = (max_len + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE;
+    const long per_seq = (long)a->batch * tiles;
+    /* one wave: blocks resident at once (2 per SM low-bit, 1 BF16) */
+    const long per_sm = cfg->c_bits == QMLA_KV_BF16 ? 1 : 2;
+    long splits = (long)n_sm * per_sm / per_seq;
+    if (splits > pages)
+        splits = pages;
+    if (splits < 1)
+        splits = 1;
+    long pps = (pages + splits - 1) / splits;
+    if (pps < 1)
+        pps = 1;
+    splits = pages > 0 ? (pages + pps - 1) / pps : 1;
+    plan->n_splits = (int)splits;
+    plan->pages_per_split = (int)pps;
+    plan->row_tiles = tiles;
+    const size_t rows = (size_t)a->batch * splits * tiles * DEC_ROWS;
+    plan->ws_bytes = rows * QMLA_KV_DC * 4 + ((rows * 4 + 15) & ~(size_t)15);
+    return QMLA_OK;
+}
+
+extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args *a,
+                                const qmla_decode_plan *plan, void *ws, uint16_t *out,
+                                float *lse, cudaStream_t stream, qmla_error *err)
+{
+    int st = qmla_kv_check(kc ? &kc->cfg : nullptr, err);
+    if (st)
+        return st;
+    if (!a || !plan || !ws || !out || !lse || !a->q || !a->block_table || !a->seq_len ||
+        !kc->pool)
+        return qmla_error_set(err, QMLA_EINVAL, "decode: NULL argument");
+    const qmla_kv_layout L = qmla_kv_layout_of(&kc->cfg);
+    const long R = (long)a->s_q * a->heads;
+    if (a->batch < 1 || a->s_q < 1 || a->heads < 1 || R > QMLA_DECODE_MAX_ROWS ||
+        plan->row_tiles != (int)((R + DEC_ROWS - 1) / DEC_ROWS) || plan->n_splits < 1)
+        return qmla_error_set(err, QMLA_EINVAL,
+                              "decode: batch %d, s_q %d, heads %d do not match the plan",
+                              a->batch, a->s_q, a->heads);
+    if (((uintptr_t)a->q & 15u) || ((uintptr_t)kc->pool & 15u) || ((uintptr_t)ws & 15u) ||
+        ((uintptr_t)kc->sink & 15u) || ((uintptr_t)kc->window & 15u) || ((uintptr_t)out & 7u))
+        return qmla_error_set(err, QMLA_EINVAL, "decode: q, pool, buffers, workspace must be "
+                                                "16-byte aligned, out 8-byte aligned");
+    if (!L.bf16 && ((kc->cfg.sink > 0 && !kc->sink) || (kc->cfg.window > 0 && !kc->window)))
+        return qmla_error_set(err, QMLA_EINVAL, "decode: NULL protection buffer");
+    if (!L.bf16 && L.G != 64)
+        return qmla_error_set(err, QMLA_EINVAL, "decode: group %d: the kernel takes 64", L.G);
+    if (!L.bf16 && !((L.c_bits == 4 && L.r_bits == 4) || (L.c_bits == 2 && L.r_bits == 4) ||
+                     (L.c_bits == 8 && L.r_bits == 8)))
+        return qmla_error_set(err, QMLA_EINVAL,
+                              "decode: C%dR%d is not built (C4R4, C2R4, C8R8, BF16)", L.c_bits,
+                              L.r_bits);
+    dec_args d;
+    d.q = a->q;
+    d.pool = kc->pool;
+    d.sink = kc->sink;
+    d.window = kc->window;
+    d.block_table = a->block_table;
+    d.seq_len = a->seq_len;
+    d.max_pages = a->max_pages;
+    d.s_q = a->s_q;
+    d.H = a->heads;
+    d.R = (int)R;
+    d.R_pad = plan->row_tiles * DEC_ROWS;
+    d.n_splits = plan->n_splits;
+    d.pps = plan->pages_per_split;
+    d.S = L.bf16 ? 0 : kc->cfg.sink;
+    d.W = L.bf16 ? 0 : kc->cfg.window;
+    d.scale_log2 = a->scale * LOG2E;
+    d.L = L;
+    const size_t rows = (size_t)a->batch * d.n_splits * d.R_pad;
+    d.o_part = (float *)ws;
+    d.lse_part = (float *)ws + rows * QMLA_KV_DC;
+    dim3 grid((unsigned)d.n_splits, (unsigned)plan->row_tiles, (unsigned)a->batch);
+    cudaError_t e = cudaSuccess;
+#define QMLA_LAUNCH(KERNEL, SMEM)                                                              \
+    do {                                                                                       \
+        e = cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize,          \
+                                 (int)(SMEM));                                                 \
+        if (e == cudaSuccess) {                                                                \
+            KERNEL<<<grid, DEC_THREADS, SMEM, stream>>>(d);                                    \
+            e = cudaGetLastError();                                                            \
+        }                                                                                      \
+    } while (0)
+    if (L.bf16)
+        QMLA_LAUNCH(decode_bf16_kernel, sizeof(dec_smem_bf16));
+    else if (L.c_bits == 4)
+        QMLA_LAUNCH((decode_quant_kernel<4, 4>), sizeof(dec_smem_quant));
+    else if (L.c_bits == 2)
+        QMLA_LAUNCH((decode_quant_kernel<2, 4>), sizeof(dec_smem_quant));
+    else
+        QMLA_LAUNCH((decode_quant_kernel<8, 8>), sizeof(dec_smem_quant));
+#undef QMLA_LAUNCH
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "decode main kernel");
+    decode_combine_kernel<<<dim3((unsigned)R, (unsigned)a->batch), 128, 0, stream>>>(
+        d.o_part, d.lse_part, d.n_splits, d.R, d.R_pad, out, lse);
+    if ((e = cudaGetLastError()) != cudaSuccess)
+        return cuda_fail(err, e, "decode combine kernel");
+    return QMLA_OK;
+}
+
+extern "C" int qmla_kv_gather_cuda(const qmla_kv_cache *kc, const qmla_decode_args *a,
+                                   uint16_t *out, cudaStream_t stream, qmla_error *err)
+{
+    int st = qmla_kv_check(kc ? &kc->cfg : nullptr, err);
+    if (st)
+        return st;
+    const qmla_kv_layout L = qmla_kv_layout_of(&kc->cfg);
+    if (L.bf16 || L.G != 64 ||
+        !((L.c_bits == 4 && L.r_bits == 4) || (L.c_bits == 2 && L.r_bits == 4) ||
+          (L.c_bits == 8 && L.r_bits == 8)))
+        return qmla_error_set(err, QMLA_EINVAL, "gather: C4R4, C2R4 or C8R8 with group 64");
+    if (!a || !out || a->batch < 1 || a->max_pages < 1)
+        return qmla_error_set(err, QMLA_EINVAL, "gather: bad arguments");
+    dec_args d;
+    memset(&d, 0, sizeof d);
+    d.pool = kc->pool;
+    d.sink = kc->sink;
+    d.window = kc->window;
+    d.block_table = a->block_table;
+    d.seq_len = a->seq_len;
+    d.max_pages = a->max_pages;
+    d.S = kc->cfg.sink;
+    d.W = kc->cfg.window;
+    d.L = L;
+    const dim3 grid((unsigned)a->max_pages, (unsigned)a->batch);
+    const size_t smem = sizeof(__nv_bfloat16) * QMLA_KV_PAGE * KSTR;
+    cudaError_t e;
+#define QMLA_GATHER(CB, RB)                                                                        do {                                                                                               e = cudaFuncSetAttribute(gather_kernel<CB, RB>,                                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);              if (e == cudaSuccess) {                                                                            gather_kernel<CB, RB><<<grid, DEC_THREADS, smem, stream>>>(d, out);                            e = cudaGetLastError();                                                                    }                                                                                          } while (0)
+    if (L.c_bits == 4)
+        QMLA_GATHER(4, 4);
+    else if (L.c_bits == 2)
+        QMLA_GATHER(2, 4);
+    else
+        QMLA_GATHER(8, 8);
+#undef QMLA_GATHER
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "gather kernel");
+    return QMLA_OK;
+}

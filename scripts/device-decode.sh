@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# scripts/device-decode.sh — on the accelerator machine: build qmla, then run
+# the named steps of the decode module's GPU work; logs and results go to
+# $OUT (or ./device-out).
+#   tests     test_qdq_cuda, test_decode_cuda
+#   bench     bench/bench_decode (full table)        quick: its --quick subset
+#   ncu       Nsight Compute summary of one launch of each kernel
+#   sanitize  compute-sanitizer memcheck + racecheck on test_decode_cuda (small)
+# Usage: bash scripts/device-decode.sh tests bench ncu sanitize
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-device-out}
+mkdir -p "$OUT"
+source scripts/device-env.sh
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv | tee "$OUT/gpu.txt"
+if [ ! -f build-dev/build.ninja ]; then
+  meson setup build-dev --buildtype=release >"$OUT/setup.log" 2>&1 || { tail -40 "$OUT/setup.log"; exit 1; }
+fi
+ninja -C build-dev >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
+for step in "$@"; do
+  case $step in
+  tests)
+    echo "== test_qdq_cuda"
+    ./build-dev/tests/test_qdq_cuda 2>&1 | tail -8 | tee "$OUT/test_qdq_cuda.log"
+    echo "== test_decode_cuda"
+    timeout 300 ./build-dev/tests/test_decode_cuda 2>&1 | tee "$OUT/test_decode_cuda.log" | tail -45 ;;
+  bench | quick)
+    echo "== bench_decode"
+    q=""; [ "$step" = quick ] && q=--quick
+    ./build-dev/bench/bench_decode $q --out "$OUT/bench_decode.tsv" 2>&1 | tee "$OUT/bench_decode.log" ;;
+  bench2)
+    echo "== bench_decode, second run (spread)"
+    ./build-dev/bench/bench_decode --out "$OUT/bench_decode_2.tsv" >"$OUT/bench_decode_2.log" 2>&1
+    echo "rc=$?"; grep -E "^\| (8|32) " "$OUT/bench_decode_2.log" ;;
+  ncu)
+    # one launch of each kernel, full section set; key lines printed
+    n() { timeout 150 ncu --clock-control none --set full -k "regex:$1" --launch-skip "$2" -c 1 \
+            ./build-dev/bench/bench_decode --profile --out /tmp/p.tsv >"$OUT/ncu_$3.txt" 2>&1
+          echo "== ncu $3 rc=$?"
+          grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issue Slots Busy|Executed Ipc Active|Shared Memory.*%|Bank Conflicts|L1/TEX Hit|Max Bandwidth|Pipe|Stall|est\. speedup" "$OUT/ncu_$3.txt" | head -40; }
+    n decode_quant 0 decode_c4r4
+    n decode_bf16 0 decode_bf16
+    n qdq_tile 0 qdq
+    n kv_write 5 writer_c4r4 ;;
+  ncu-decode)
+    n() { timeout 150 ncu --clock-control none --set full -k "regex:$1" --launch-skip "$2" -c 1 \
+            ./build-dev/bench/bench_decode --profile --out /tmp/p.tsv >"$OUT/ncu_$3.txt" 2>&1
+          echo "== ncu $3 rc=$?"
+          grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issue Slots Busy|Local Memory Spilling Requests  |highest-utilized|way bank" "$OUT/ncu_$3.txt" | head -20; }
+    n decode_quant 0 decode_c4r4 ;;
+  sanitize)
+    for tool in memcheck racecheck; do
+      echo "== compute-sanitizer $tool (test_decode_cuda, QMLA_TEST_SMALL=1)"
+      QMLA_TEST_SMALL=1 timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 \
+        ./build-dev/tests/test_decode_cuda >"$OUT/sanitize_$tool.log" 2>&1
+      echo "rc=$?"; tail -4 "$OUT/sanitize_$tool.log"
+    done ;;
+  esac
+done

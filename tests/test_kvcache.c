@@ -1,0 +1,334 @@
+/* test_kvcache.c — CPU tests of the paged low-bit cache (no GPU needed):
+ *  - pack layout: the C writer twin stores, for every token, the codes and
+ *    float16 metadata that qmla_quant_qdq gives for the same row (C4R4,
+ *    C2R4, C8R8, groups 64 and 32), and the reconstruction is BF16(x^);
+ *  - protection buffers: sink rows and the window ring hold the BF16 rows;
+ *  - decode reference against an independent naive attention: on the BF16
+ *    rows when the window covers everything, on BF16(x^) without
+ *    protection, and the causal rule for s_q = 2;
+ *  - storage accounting: exact bytes of docs/math.md §9 and the paper's
+ *    3.59x with q8 metadata at 128K.
+ * Run: meson test -C build test_kvcache */
+#include "check.h"
+#include "qmla/decode.h"
+#include "qmla/kvcache.h"
+#include "qmla/quant.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rs = 0x9e3779b97f4a7c15ULL;
+static double unif(void)
+{
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return ((double)(rs >> 11) + 0.5) / 9007199254740992.0;
+}
+static double gauss(void) { return sqrt(-2 * log(unif())) * cos(6.283185307179586 * unif()); }
+static uint16_t bf(double v) { return qmla_core_f32_to_bf16((float)v); }
+
+typedef struct {
+    qmla_kv_cache kc;
+    qmla_decode_args a;
+    int32_t *bt, *len;
+    uint16_t *q, *kv;
+} fixture;
+
+/* A batch of sequences of lengths len[], pages shuffled, every token written
+ * through the C writer twin. */
+static void build(fixture *f, qmla_kv_config cfg, int batch, const int *lens, int s_q, int H)
+{
+    memset(f, 0, sizeof *f);
+    int maxp = 1;
+    size_t ntok = 0;
+    for (int b = 0; b < batch; b++) {
+        int p = (lens[b] + 63) / 64;
+        if (p > maxp)
+            maxp = p;
+        ntok += (size_t)lens[b];
+    }
+    const qmla_kv_layout L = qmla_kv_layout_of(&cfg);
+    f->kc.cfg = cfg;
+    f->kc.batch = batch;
+    f->kc.n_pages = (size_t)batch * maxp;
+    f->kc.pool = calloc(f->kc.n_pages, L.page_bytes);
+    f->kc.sink = calloc((size_t)batch * (cfg.sink + 1), QMLA_KV_D * 2);
+    f->kc.window = calloc((size_t)batch * (cfg.window + 1), QMLA_KV_D * 2);
+    f->bt = malloc((size_t)batch * maxp * 4);
+    f->len = malloc((size_t)batch * 4);
+    /* a permutation of the physical pages */
+    for (size_t i = 0; i < f->kc.n_pages; i++)
+        f->bt[i] = (int32_t)i;
+    for (size_t i = f->kc.n_pages; i > 1; i--) {
+        size_t j = (size_t)(unif() * (double)i);
+        int32_t t = f->bt[i - 1];
+        f->bt[i - 1] = f->bt[j];
+        f->bt[j] = t;
+    }
+    f->kv = malloc((ntok + 1) * QMLA_KV_D * 2);
+    int64_t *slot = malloc((ntok + 1) * 8);
+    int32_t *seq = malloc((ntok + 1) * 4), *pos = malloc((ntok + 1) * 4);
+    size_t i = 0;
+    for (int b = 0; b < batch; b++) {
+        f->len[b] = lens[b];
+        for (int t = 0; t < lens[b]; t++, i++) {
+            for (int j = 0; j < QMLA_KV_D; j++)
+                f->kv[i * QMLA_KV_D + j] = bf(gauss() * (j % 37 == 3 ? 4.0 : 1.0) + 0.1 * b);
+            slot[i] = (int64_t)f->bt[b * maxp + t / 64] * 64 + t % 64;
+            seq[i] = b;
+            pos[i] = t;
+        }
+    }
+    qmla_kv_write w = {f->kv, ntok, slot, seq, pos, f->len};
+    qmla_error err;
+    int st = qmla_kv_write_ref(&f->kc, &w, &err);
+    CHECK_OK(st, err);
+    free(slot);
+    free(seq);
+    free(pos);
+    f->q = malloc((size_t)batch * s_q * H * QMLA_KV_D * 2);
+    for (size_t k = 0; k < (size_t)batch * s_q * H * QMLA_KV_D; k++)
+        f->q[k] = bf(gauss());
+    f->a.batch = batch;
+    f->a.s_q = s_q;
+    f->a.heads = H;
+    f->a.scale = 1.0f / sqrtf(192.0f);
+    f->a.q = f->q;
+    f->a.block_table = f->bt;
+    f->a.max_pages = maxp;
+    f->a.seq_len = f->len;
+}
+
+static void release(fixture *f)
+{
+    free(f->kc.pool);
+    free(f->kc.sink);
+    free(f->kc.window);
+    free(f->bt);
+    free(f->len);
+    free(f->q);
+    free(f->kv);
+}
+
+/* Naive attention of one query row over rows[0..n) (double). */
+static double naive(const uint16_t *q, const float *rows, long n, double scale, double *o)
+{
+    double m = -INFINITY, s = 0;
+    double *z = malloc((size_t)n * sizeof *z);
+    for (long t = 0; t < n; t++) {
+        double d = 0;
+        for (int j = 0; j < QMLA_KV_D; j++)
+            d += (double)qmla_core_bf16_to_f32(q[j]) * rows[t * QMLA_KV_D + j];
+        z[t] = d * scale;
+        m = z[t] > m ? z[t] : m;
+    }
+    for (int j = 0; j < QMLA_KV_DC; j++)
+        o[j] = 0;
+    for (long t = 0; t < n; t++) {
+        double p = exp(z[t] - m);
+        s += p;
+        for (int j = 0; j < QMLA_KV_DC; j++)
+            o[j] += p * rows[t * QMLA_KV_D + j];
+    }
+    for (int j = 0; j < QMLA_KV_DC; j++)
+        o[j] /= s;
+    free(z);
+    return m + log(s);
+}
+
+static void test_layout(int cb, int rb, int G)
+{
+    qmla_kv_config cfg = {cb, rb, G, 4, 128};
+    const int lens[2] = {70, 200};
+    fixture f;
+    build(&f, cfg, 2, lens, 1, 1);
+    const qmla_kv_layout L = qmla_kv_layout_of(&cfg);
+    qmla_quant_params pc = {cb, G, QMLA_META_F16}, pr = {rb, G, QMLA_META_F16};
+    int bad_codes = 0, bad_meta = 0, bad_rec = 0;
+    size_t i = 0;
+    for (int b = 0; b < 2; b++)
+        for (int t = 0; t < lens[b]; t++, i++) {
+            float x[QMLA_KV_D], xh[QMLA_KV_D], s[16], l[16];
+            uint8_t c[QMLA_KV_D];
+            for (int j = 0; j < QMLA_KV_D; j++)
+                x[j] = qmla_core_bf16_to_f32(f.kv[i * QMLA_KV_D + j]);
+            qmla_error err;
+            const uint8_t *pg = f.kc.pool + (size_t)f.bt[b * f.a.max_pages + t / 64] * L.page_bytes;
+            const int o = t % 64;
+            for (int path = 0; path < 2; path++) {
+                const qmla_quant_params *p = path ? &pr : &pc;
+                const int w = path ? QMLA_KV_DR : QMLA_KV_DC, ng = w / G;
+                const int cbytes = path ? L.cb_r : L.cb_c;
+                int st = qmla_quant_qdq(p, x + path * QMLA_KV_DC, 1, (size_t)w, c, s, l,
+                                        xh + path * QMLA_KV_DC, &err);
+                CHECK_OK(st, err);
+                const uint8_t *pc_ = pg + (path ? L.off_rc + (size_t)o * L.cb_r : (size_t)o * L.cb_c);
+                const uint8_t *pm = pg + (path ? L.off_mr + (size_t)o * 4 * L.ng_r
+                                               : L.off_mc + (size_t)o * 4 * L.ng_c);
+                bad_codes += memcmp(pc_, c, (size_t)cbytes) != 0;
+                for (int g = 0; g < ng; g++)
+                    bad_meta += qmla_f16_to_f32((uint16_t)(pm[4 * g] | pm[4 * g + 1] << 8)) != s[g] ||
+                                qmla_f16_to_f32((uint16_t)(pm[4 * g + 2] | pm[4 * g + 3] << 8)) != l[g];
+            }
+            for (int j = 0; j < QMLA_KV_D; j++)
+                bad_rec += qmla_kv_packed_value(&L, pg, o, j) != qmla_core_f32_to_bf16(xh[j]);
+            /* protection buffers */
+            if (t < 4)
+                CHECK(!memcmp(f.kc.sink + ((size_t)b * 4 + t) * QMLA_KV_D, f.kv + i * QMLA_KV_D,
+                              QMLA_KV_D * 2), "sink row %d of sequence %d", t, b);
+            if (t >= lens[b] - 128)
+                CHECK(!memcmp(f.kc.window + ((size_t)b * 128 + t % 128) * QMLA_KV_D,
+                              f.kv + i * QMLA_KV_D, QMLA_KV_D * 2),
+                      "window row %d of sequence %d", t, b);
+        }
+    CHECK(bad_codes == 0 && bad_meta == 0 && bad_rec == 0,
+          "C%dR%d G %d: tokens with other codes %d, metadata %d, values %d", cb, rb, G,
+          bad_codes, bad_meta, bad_rec);
+    release(&f);
+}
+
+/* decode_ref against naive attention; protect: 1 = window covers all,
+ * 0 = no protection. */
+static void test_decode_ref(int protect, int s_q)
+{
+    qmla_kv_config cfg = {4, 4, 64, protect ? 4 : 0, protect ? 4096 : 0};
+    const int lens[3] = {1, 65, 131};
+    const int H = 3;
+    fixture f;
+    build(&f, cfg, 3, lens, s_q, H);
+    double *out = malloc(3 * (size_t)s_q * H * 512 * 8), *lse = malloc(3 * (size_t)s_q * H * 8);
+    qmla_error err;
+    int st = qmla_decode_ref(&f.kc, &f.a, out, lse, &err);
+    CHECK_OK(st, err);
+    double worst = 0, worst_lse = 0;
+    size_t i0 = 0;
+    for (int b = 0; b < 3; b++) {
+        float *rows = malloc((size_t)lens[b] * QMLA_KV_D * 4);
+        for (int t = 0; t < lens[b]; t++) {
+            const uint16_t *src = f.kv + (i0 + t) * QMLA_KV_D;
+            float x[QMLA_KV_D];
+            for (int j = 0; j < QMLA_KV_D; j++)
+                x[j] = qmla_core_bf16_to_f32(src[j]);
+            if (!protect) { /* BF16(x^) from the CPU quantizer */
+                qmla_quant_params pc = {4, 64, QMLA_META_F16};
+                st = qmla_quant_qdq(&pc, x, 1, 512, NULL, NULL, NULL, x, &err);
+                st |= qmla_quant_qdq(&pc, x + 512, 1, 64, NULL, NULL, NULL, x + 512, &err);
+                for (int j = 0; j < QMLA_KV_D; j++)
+                    x[j] = qmla_core_bf16_to_f32(qmla_core_f32_to_bf16(x[j]));
+            }
+            memcpy(rows + (size_t)t * QMLA_KV_D, x, sizeof x);
+        }
+        for (int r = 0; r < s_q * H; r++) {
+            double o[512];
+            const long vis = lens[b] - s_q + r / H + 1;
+            const size_t k = (size_t)b * s_q * H + r;
+            if (vis <= 0) {
+                CHECK(isinf(lse[k]) && lse[k] < 0, "no visible token: lse %g", lse[k]);
+                continue;
+            }
+            double l = naive(f.q + k * QMLA_KV_D, rows, vis, f.a.scale, o);
+            for (int j = 0; j < 512; j++) {
+                double d = fabs(o[j] - out[k * 512 + j]);
+                worst = d > worst ? d : worst;
+            }
+            worst_lse = fabs(l - lse[k]) > worst_lse ? fabs(l - lse[k]) : worst_lse;
+        }
+        i0 += (size_t)lens[b];
+        free(rows);
+    }
+    CHECK(worst < 1e-12 && worst_lse < 1e-12,
+          "decode ref (protect %d, s_q %d) vs naive: worst output %g, lse %g", protect, s_q,
+          worst, worst_lse);
+    free(out);
+    free(lse);
+    release(&f);
+}
+
+/* The sink/window choice: protected tokens give the BF16 row, others the
+ * packed copy, and a token aging out of the window switches representation
+ * without being rewritten. */
+static void test_aging(void)
+{
+    qmla_kv_config cfg = {4, 4, 64, 4, 128};
+    const int lens[1] = {133};
+    fixture f;
+    build(&f, cfg, 1, lens, 1, 1);
+    float row[QMLA_KV_D];
+    int ok_bf = 1, ok_packed = 1;
+    for (long t = 0; t < 133; t++) {
+        qmla_kv_token_ref(&f.kc, &f.a, 0, t, row);
+        int same = 1;
+        for (int j = 0; j < QMLA_KV_D; j++)
+            same &= row[j] == qmla_core_bf16_to_f32(f.kv[t * QMLA_KV_D + j]);
+        if (t < 4 || t >= 5)
+            ok_bf &= same;
+        else
+            ok_packed &= !same;
+    }
+    CHECK(ok_bf && ok_packed, "len 133: tokens 0-3 and 5-132 BF16, token 4 packed");
+    f.len[0] = 134; /* token 5 leaves the window (no rewrite of its packed copy) */
+    qmla_kv_token_ref(&f.kc, &f.a, 0, 5, row);
+    int differs = 0;
+    for (int j = 0; j < QMLA_KV_D; j++)
+        differs |= row[j] != qmla_core_bf16_to_f32(f.kv[5 * QMLA_KV_D + j]);
+    CHECK(differs, "token 5 served from its packed copy once len = 134");
+    release(&f);
+}
+
+static void test_storage(void)
+{
+    qmla_kv_config c;
+    qmla_error err;
+    qmla_storage_row r;
+    CHECK_OK(qmla_kv_parse_config("C4R4", &c, &err), err);
+    c.sink = 4;
+    c.window = 128;
+    CHECK_OK(qmla_storage_account(&c, QMLA_CORE_META_F16, 4096, &r, &err), err);
+    /* 4096 * 324 + 132 * 1152 + 64 pages * 4 */
+    CHECK(r.total_bytes == 1479424.0 && fabs(r.ratio - 3.1895) < 1e-4, "4K f16: %.0f %.4f",
+          r.total_bytes, r.ratio);
+    CHECK_OK(qmla_storage_account(&c, QMLA_CORE_META_F16, 131072, &r, &err), err);
+    CHECK(r.total_bytes == 42627584.0 && fabs(r.ratio - 3.5421) < 1e-4, "128K f16: %.0f %.4f",
+          r.total_bytes, r.ratio);
+    CHECK_OK(qmla_storage_account(&c, QMLA_CORE_META_Q8, 131072, &r, &err), err);
+    CHECK(r.meta_bytes == 131072.0 * 26 && r.ratio >= 3.59, "128K q8: meta %.0f ratio %.4f",
+          r.meta_bytes, r.ratio);
+    CHECK_OK(qmla_kv_parse_config("C2R4", &c, &err), err);
+    CHECK_OK(qmla_storage_account(&c, QMLA_CORE_META_F16, 131072, &r, &err), err);
+    CHECK(r.code_bytes == 131072.0 * 160, "C2R4 codes %.0f", r.code_bytes);
+    CHECK(qmla_kv_parse_config("C5R4", &c, &err) == QMLA_EINVAL, "C5R4 refused");
+    CHECK(qmla_kv_parse_config("X", &c, &err) == QMLA_EINVAL, "X refused");
+}
+
+int main(void)
+{
+    test_layout(4, 4, 64);
+    test_layout(2, 4, 64);
+    test_layout(8, 8, 64);
+    test_layout(4, 2, 32);
+    test_decode_ref(1, 1);
+    test_decode_ref(0, 1);
+    test_decode_ref(0, 2);
+    test_aging();
+    test_storage();
+    /* the writer names a non-finite token */
+    {
+        qmla_kv_config cfg = {4, 4, 64, 4, 128};
+        uint8_t pool[20736];
+        uint16_t row[576], sink[4 * 576], win[128 * 576];
+        for (int j = 0; j < 576; j++)
+            row[j] = bf(0.5 * j);
+        row[300] = 0x7fc0;
+        int64_t slot = 3;
+        int32_t seq = 0, pos = 0, len = 1;
+        qmla_kv_cache kc = {cfg, pool, 1, sink, win, 1};
+        qmla_kv_write w = {row, 1, &slot, &seq, &pos, &len};
+        qmla_error err;
+        int st = qmla_kv_write_ref(&kc, &w, &err);
+        CHECK(st == QMLA_ENONFINITE && strstr(err.msg, "group 4"), "NaN: %d %s", st, err.msg);
+    }
+    return check_summary("test_kvcache");
+}

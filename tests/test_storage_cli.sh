@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# test_storage_cli.sh — `qmla storage`: the TSV header and columns, the exact
+# byte accounting of docs/math.md §9 (C4R4 f16: 1479424 bytes at 4K,
+# 42627584 at 128K), the paper's 3.59x at 128K reached with q8 metadata, and
+# usage errors (exit 2). Needs QMLA_BIN (set by meson).
+set -uo pipefail
+q=${QMLA_BIN:?QMLA_BIN not set}
+pass=0 fail=0
+ok() { if eval "$1"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: $2" >&2; fi; }
+out=$("$q" storage --contexts 4096,131072 --config C4R4 --policy sink4/local128 --format tsv)
+ok '[ "$(echo "$out" | head -1 | cut -f5,11,12)" = "$(printf "context\tbytes_per_token\tratio")" ]' "tsv header"
+ok '[ "$(echo "$out" | wc -l)" = 3 ]' "one row per context"
+ok '[ "$(echo "$out" | awk -F"\t" "NR==2{print \$10}")" = 1479424 ]' "4K total bytes"
+ok '[ "$(echo "$out" | awk -F"\t" "NR==3{print \$10}")" = 42627584 ]' "128K total bytes"
+r=$("$q" storage --contexts 131072 --config C4R4 --meta q8 --format tsv | awk -F'\t' 'NR==2{print $12}')
+ok 'awk -v r="$r" "BEGIN{exit !(r >= 3.59)}"' "q8 ratio at 128K >= 3.59 (found $r)"
+r=$("$q" storage --contexts 4096 --config C4R4 --policy none --format tsv | awk -F'\t' 'NR==2{print $8}')
+ok '[ "$r" = 0 ]' "policy none: no BF16 buffers"
+"$q" storage --config C5R4 >/dev/null 2>&1; ok '[ $? = 2 ]' "bad config exits 2"
+"$q" storage --policy sink4 >/dev/null 2>&1; ok '[ $? = 2 ]' "bad policy exits 2"
+"$q" storage --meta f32 >/dev/null 2>&1; ok '[ $? = 2 ]' "bad meta exits 2"
+"$q" storage --contexts 0 >/dev/null 2>&1; ok '[ $? = 2 ]' "context 0 exits 2"
+echo "test_storage_cli: $pass passed, $fail failed"
+[ $fail = 0 ]
