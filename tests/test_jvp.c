@@ -169,11 +169,12 @@ static void test_sens_case(size_t H, size_t T, unsigned seed)
         CHECK_OK(st, err);
         size_t within2 = 0, n = 0;
         double worst = 0;
-        /* tokens the path cannot reach (RoPE at t = T-1 with one key, ...)
-         * have a zero Jacobian: the exact route leaves rounding there */
+        /* tokens the path cannot reach (RoPE with a single key) have a zero
+         * Jacobian; the exact route's expanded Gram form leaves float
+         * cancellation of order 1e-7 of the content scale there */
         for (size_t t = 0; t < T; t++) {
-            if (ex_[t] <= 1e-9 * mc) {
-                CHECK(est[t] <= 1e-9 * mc, "Hutchinson: %g where the exact value "
+            if (ex_[t] <= 1e-6 * mc) {
+                CHECK(est[t] <= 1e-6 * mc, "Hutchinson: %g where the exact value "
                       "is zero", est[t]);
                 continue;
             }
