@@ -19,6 +19,11 @@ enum {
 int cmd_check(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_jvp(int argc, char **argv);
+int cmd_predict(int argc, char **argv);
+int cmd_intervene(int argc, char **argv);
+/* Shared body of `qmla jvp` (pred 0) and `qmla predict` (pred 1). */
+int cli_op_main(int argc, char **argv, int pred);
 
 /* Print "qmla <cmd>: <msg>" to stderr; returns QMLA_EXIT_USAGE. */
 int cli_fail(const char *cmd, const char *fmt, ...)

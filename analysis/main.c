@@ -26,6 +26,9 @@ static void usage(FILE *f)
             "  check   validate a qmla-capture file and recompute its attention\n"
             "  sweep   matched-NMSE path responses and error routes -> results.h5\n"
             "  synth   write a synthetic capture with random MLA weights\n"
+            "  jvp     local (JVP) versus finite gains of QDQ directions -> /jvp\n"
+            "  predict token sensitivities and the operator-error predictors -> /predict\n"
+            "  intervene  equal-energy interventions and joint-path perturbation\n"
             "\n"
             "exit status: 0 ok, 1 finding, 2 usage/malformed input, 130 interrupted\n");
 }
@@ -66,6 +69,12 @@ static int dispatch(int argc, char **argv)
         return cmd_sweep(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth"))
         return cmd_synth(argc - 1, argv + 1);
+    if (!strcmp(cmd, "jvp"))
+        return cmd_jvp(argc - 1, argv + 1);
+    if (!strcmp(cmd, "predict"))
+        return cmd_predict(argc - 1, argv + 1);
+    if (!strcmp(cmd, "intervene"))
+        return cmd_intervene(argc - 1, argv + 1);
     fprintf(stderr, "qmla: unknown command \"%s\"\n\n", cmd);
     usage(stderr);
     return QMLA_EXIT_USAGE;
