@@ -156,6 +156,7 @@ def compare_points(f, R, grp, chk):
     cache = {}
     pred = grp == "predict"
     gj, gf, pa = [], [], []
+    pts = {}  # (layer, cell, seq, bits, group, nu, path) -> (g_fin, pred_trace, pred_alloc, heldout)
     for k in range(n):
         key = (int(layers[k]), cells[k], int(seqs[k]))
         if key not in cache:
@@ -195,9 +196,29 @@ def compare_points(f, R, grp, chk):
             chk.close(where + " pred_trace", float(g["pred_trace"][k]), float(s.mean()))
             chk.close(where + " pred_alloc", float(g["pred_alloc"][k]), float((w * s).sum()))
             pa.append(float((w * s).sum()))
+            pts[key + (bits, group, nu, path)] = (g_fin, float(s.mean()), float((w * s).sum()),
+                                                 int(g["heldout"][k]))
     sp = spearman(gj, gf)
     chk.close(f"/{grp} spearman_jvp_vs_finite", float(g.attrs["spearman_jvp_vs_finite"]), sp,
               atol=0.02)
+    if pred:
+        e = [[], [], []]
+        for kk, (gfc, ptc, pac, _) in pts.items():
+            if kk[-1] != 0 or kk[:-1] + (1,) not in pts:
+                continue
+            gfp, ptp, pap, _ = pts[kk[:-1] + (1,)]
+            meas = np.log(gfp / gfc)
+            e[0].append(abs(meas))
+            e[1].append(abs(np.log(ptp / ptc) - meas))
+            e[2].append(abs(np.log(pap / pac) - meas))
+        for name, v in zip(("cache_only", "operator_only", "operator_allocation"), e):
+            chk.close(f"/predict mae_log_ratio_{name}", float(g.attrs[f"mae_log_ratio_{name}"]),
+                      float(np.mean(v)), atol=1e-3)
+        ho = [(v[2], v[0]) for v in pts.values() if v[3]]
+        chk.close("/predict spearman (held out)", float(g.attrs["spearman"]),
+                  spearman([a for a, _ in ho], [b for _, b in ho]), atol=0.02)
+        chk.close("/predict median_abs_log_error", float(g.attrs["median_abs_log_error"]),
+                  float(np.median([abs(np.log(a / b)) for a, b in ho])), atol=1e-3)
     return n
 
 
