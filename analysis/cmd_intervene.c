@@ -154,7 +154,8 @@ int cmd_intervene(int argc, char **argv)
     int st = qmla_intervene_run(cap, &sel, &o, out, &s, &stopped, &err);
     cli_progress_end(&prog);
     if (stopped) {
-        fprintf(stderr, "qmla intervene: interrupted; nothing written (rerun the command)\n");
+        fprintf(stderr, "qmla intervene: interrupted; finished items are kept in "
+                        "%s.interventions.journal — rerun the same command to resume\n", out);
         rc = QMLA_EXIT_INTERRUPTED;
         goto done;
     }

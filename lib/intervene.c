@@ -10,9 +10,13 @@
 #include <gsl/gsl_rng.h>
 #include <gsl/gsl_sort.h>
 #include <gsl/gsl_statistics_double.h>
+#include <errno.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const char *qmla_control_name(int c)
 {
@@ -313,6 +317,80 @@ out:
     return st;
 }
 
+/* The resume journal, RESULTS.h5.interventions.journal (text; reals as
+ * C99 hex floats):
+ *   qmla-iv-journal 1 <key>
+ *   I <plan item> <layer> <seq> <seed> <degenerate> <g_jvp C> <g_jvp P>
+ *     <R C> <R P> <R joint> <cross> <cross_rel>
+ *   R <2 x 3 x reps ratios>
+ *   E
+ * A block without its E line is recomputed. */
+static int iv_journal_write(FILE *f, size_t k, int layer, int seq,
+                            const qmla_iv_item *it, const double *ratio, size_t n)
+{
+    fprintf(f, "I %zu %d %d %llu %d %a %a %a %a %a %a %a\nR", k, layer, seq,
+            (unsigned long long)it->seed, it->degenerate, it->g_jvp[0], it->g_jvp[1],
+            it->r_finite[0], it->r_finite[1], it->r_joint, it->cross, it->cross_rel);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, " %a", ratio[i]);
+    fputs("\nE\n", f);
+    return fflush(f) || fsync(fileno(f)) ? -1 : 0;
+}
+
+/* Replays into items/ratio at each item's ordinal; 1: other key (ignored). */
+static int iv_journal_replay(const char *path, const char *key, const qmla_plan *plan,
+                             const size_t *ord, size_t nr, qmla_iv_item *items,
+                             double *ratio, unsigned char *done)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char head[8300];
+    int rc = 0;
+    if (!fgets(head, sizeof head, f)) {
+        fclose(f);
+        return 1;
+    }
+    head[strcspn(head, "\n")] = 0;
+    if (strncmp(head, "qmla-iv-journal 1 ", 18) || strcmp(head + 18, key)) {
+        fclose(f);
+        return 1;
+    }
+    double *r = malloc((nr ? nr : 1) * sizeof *r);
+    if (!r) {
+        fclose(f);
+        return -1;
+    }
+    for (;;) {
+        size_t k;
+        int layer, seq, degen;
+        unsigned long long seed;
+        qmla_iv_item it;
+        memset(&it, 0, sizeof it);
+        if (fscanf(f, " I %zu %d %d %llu %d %la %la %la %la %la %la %la", &k, &layer, &seq,
+                   &seed, &degen, &it.g_jvp[0], &it.g_jvp[1], &it.r_finite[0],
+                   &it.r_finite[1], &it.r_joint, &it.cross, &it.cross_rel) != 12)
+            break;
+        char tag[2];
+        int ok = fscanf(f, " %1s", tag) == 1 && tag[0] == 'R';
+        for (size_t i = 0; i < nr && ok; i++)
+            ok = fscanf(f, " %la", &r[i]) == 1;
+        if (!ok || fscanf(f, " %1s", tag) != 1 || tag[0] != 'E')
+            break;
+        if (k >= plan->n_items || !plan->wanted[k] || plan->items[k].layer != layer ||
+            (int)plan->items[k].seq != seq || done[ord[k]])
+            continue;
+        it.seed = seed;
+        it.degenerate = degen;
+        items[ord[k]] = it;
+        memcpy(ratio + ord[k] * nr, r, nr * sizeof *r);
+        done[ord[k]] = 1;
+    }
+    free(r);
+    fclose(f);
+    return rc;
+}
+
 int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                        const qmla_iv_opts *o, const char *results_path,
                        qmla_iv_stats *stats, int *stopped, qmla_error *err)
@@ -357,41 +435,88 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
         goto out;
     if ((st = qmla_op_ws_alloc(&d, plan.T_max, 0, o->threads, &ws, err)))
         goto out;
+    /* ordinal of each wanted item (plan order); results sit at it */
+    size_t *ord = malloc((plan.n_items + 1) * sizeof *ord);
+    unsigned char *done = calloc(nw + 1, 1);
+    char key[8192], jpath[4096];
+    FILE *jf = NULL;
+    if (!ord || !done) {
+        free(ord);
+        free(done);
+        st = qmla_error_set(err, QMLA_ENOMEM, "interventions: out of memory");
+        goto out;
+    }
     size_t n = 0;
+    for (size_t k = 0; k < plan.n_items; k++)
+        ord[k] = plan.wanted[k] ? n++ : SIZE_MAX;
+    {
+        size_t u = (size_t)snprintf(key, sizeof key,
+                                    "sha256=%s bits=%d group=%d meta=%d nmse=%a reps=%zu seed=%llu",
+                                    sha, o->params.quant.bits, o->params.quant.group,
+                                    (int)o->params.quant.meta, o->params.nmse, R,
+                                    (unsigned long long)o->seed);
+        for (size_t c = 0; c < plan.n_cells && u < sizeof key; c++)
+            u += (size_t)snprintf(key + u, sizeof key - u, "%s%s", c ? "," : " cells=",
+                                  plan.cells[c]);
+    }
+    snprintf(jpath, sizeof jpath, "%s.interventions.journal", results_path);
+    const size_t nr = 2 * QMLA_N_CTRL * R;
+    const int jr = iv_journal_replay(jpath, key, &plan, ord, nr, items, ratio, done);
+    if (jr < 0) {
+        st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", jpath);
+        goto out2;
+    }
+    size_t resumed = 0;
+    for (size_t k = 0; k < nw; k++)
+        resumed += done[k];
+    if (!(jf = fopen(jpath, resumed ? "a" : "w"))) {
+        st = qmla_error_set(err, QMLA_EIO, "%s: %s", jpath, strerror(errno));
+        goto out2;
+    }
+    if (!resumed)
+        fprintf(jf, "qmla-iv-journal 1 %s\n", key);
+    size_t fin = resumed;
     long cur = -1;
     for (size_t k = 0; k < plan.n_items; k++) {
-        if (!plan.wanted[k])
-            continue;
         const qmla_plan_item *it = &plan.items[k];
+        if (plan.wanted[k]) {
+            lay[ord[k]] = it->layer;
+            seq[ord[k]] = (int)it->seq;
+            cells[ord[k]] = qmla_capture_cell_name(cap, it->li, it->ci);
+        }
+        if (!plan.wanted[k] || done[ord[k]])
+            continue;
         if ((long)it->li != cur) {
             qmla_layer_free(&layer);
             if ((st = qmla_capture_load_layer(cap, it->li, &layer, err)))
-                goto out;
+                goto out2;
             cur = (long)it->li;
         }
         qmla_cell cell;
         memset(&cell, 0, sizeof cell);
         if ((st = qmla_capture_load_cell_parts(cap, it->li, it->ci, 0, &cell, err)))
-            goto out;
-        const size_t T = cell.T, H = d.H, q = it->seq;
+            goto out2;
+        const size_t T = cell.T, H = d.H, q = it->seq, j = ord[k];
         const qmla_mla_weights w = {layer.w_uk, layer.w_uv, layer.w_o};
         st = qmla_intervene_sequence(&ex, &d, T, &w, cell.q_nope + q * H * T * d.d_n,
                                      cell.q_rope + q * H * T * d.d_r,
                                      cell.c_kv + q * T * d.d_c, cell.k_rope + q * T * d.d_r,
-                                     &o->params, R, o->seed + k, &ws, &items[n],
-                                     ratio + n * 2 * QMLA_N_CTRL * R, err);
+                                     &o->params, R, o->seed + k, &ws, &items[j],
+                                     ratio + j * nr, err);
         qmla_cell_free(&cell);
         if (st) {
             qmla_error_prefix(err, "layer %d, sequence %zu: ", it->layer, q);
-            goto out;
+            goto out2;
         }
-        lay[n] = it->layer;
-        seq[n] = (int)q;
-        cells[n] = qmla_capture_cell_name(cap, it->li, it->ci);
-        n++;
-        if (o->progress && o->progress(o->progress_ctx, n, nw, 0)) {
+        if (iv_journal_write(jf, k, it->layer, (int)q, &items[j], ratio + j * nr, nr)) {
+            st = qmla_error_set(err, QMLA_EIO, "%s: cannot write: %s", jpath, strerror(errno));
+            goto out2;
+        }
+        done[j] = 1;
+        fin++;
+        if (o->progress && o->progress(o->progress_ctx, fin, nw, resumed)) {
             *stopped = 1;
-            goto out;
+            goto out2;
         }
     }
     /* headline statistics over the non-degenerate items */
@@ -421,11 +546,21 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                                 &stats->ci_lo[c][p], &stats->ci_hi[c][p],
                                 &stats->median[c][p])) {
                 st = qmla_error_set(err, QMLA_ENOMEM, "interventions: out of memory");
-                goto out;
+                goto out2;
             }
         }
     st = write_iv(results_path, o, qmla_capture_path(cap), sha, n, lay, cells, seq, items,
                   ratio, stats, err);
+    if (st == QMLA_OK) {
+        fclose(jf);
+        jf = NULL;
+        unlink(jpath);
+    }
+out2:
+    if (jf)
+        fclose(jf);
+    free(ord);
+    free(done);
 out:
     qmla_op_ws_free(&ws);
     qmla_layer_free(&layer);

@@ -199,6 +199,7 @@ static void test_sens_case(size_t H, size_t T, unsigned seed)
 
 int main(void)
 {
+    qmla_blas_set_threads(1); /* as the qmla program does */
     const size_t Ts[] = {1, 3, 17, 65, 130}, Hs[] = {1, 5};
     unsigned seed = 11;
     for (size_t a = 0; a < 5; a++)

@@ -72,6 +72,32 @@ for k in a.attrs:
 else
   echo "note: the run finished (exit $rc) before it could be interrupted; resume not exercised"
 fi
+# the same for `qmla intervene`
+expect 0 "intervene uninterrupted" -- "$QMLA" intervene "$big" -o "$work/full.h5" --threads 1 --reps 4
+"$QMLA" intervene "$big" -o "$work/res.h5" --threads 1 --reps 4 >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  grep -q '^E$' "$work/res.h5.interventions.journal" 2>/dev/null && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.05
+done
+kill -INT $pid 2>/dev/null
+wait $pid
+rc=$?
+if [ $rc = 130 ] && [ -f "$work/res.h5.interventions.journal" ]; then
+  ok
+  expect 0 "intervene resumed" -- "$QMLA" intervene "$big" -o "$work/res.h5" --threads 2 --reps 4
+  expect 0 "interventions resumed = uninterrupted" -- "$PY" -c "
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1])['interventions'], h5py.File(sys.argv[2])['interventions']
+assert sorted(a) == sorted(b)
+for k in a: assert np.array_equal(a[k][...], b[k][...]), k
+for k in a.attrs:
+    if k != 'command_line': assert a.attrs[k] == b.attrs[k], k
+" "$work/full.h5" "$work/res.h5"
+else
+  echo "note: intervene finished (exit $rc) before it could be interrupted; resume not exercised"
+fi
 # usage
 expect 2 "missing -o" -- "$QMLA" predict "$cap"
 expect 2 "bad --bits" -- "$QMLA" jvp "$cap" -o "$work/x.h5" --bits 5

@@ -75,7 +75,11 @@ typedef struct qmla_iv_stats {
 } qmla_iv_stats;
 
 /* Every selected item; group /interventions of results_path (created or
- * replaced, the file's other groups kept), atomically. */
+ * replaced, the file's other groups kept), atomically. Resume: finished
+ * items are journaled in `<results_path>.interventions.journal`; a rerun
+ * with the same capture, direction, reps, seed and cell set continues from
+ * it (a journal of other options is discarded), and the group does not
+ * depend on what was resumed. */
 int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                        const qmla_iv_opts *o, const char *results_path,
                        qmla_iv_stats *stats, int *stopped, qmla_error *err);
