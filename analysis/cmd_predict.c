@@ -147,8 +147,9 @@ int cli_op_main(int argc, char **argv, int pred)
         }
         for (size_t k = 0; k < nbits; k++) {
             if (bl[k] != 2 && bl[k] != 3 && bl[k] != 4 && bl[k] != 8) {
+                const int found = bl[k];
                 free(bl);
-                return cli_fail(name, "--bits: expected 2, 3, 4 or 8, found %d", bl[k]);
+                return cli_fail(name, "--bits: expected 2, 3, 4 or 8, found %d", found);
             }
             bits[k] = bl[k];
         }
