@@ -70,3 +70,28 @@ if "interventions" in f:
                 vals.append(np.exp(np.log(r).mean()))
         print(f"| {l} | " + " | ".join(f"{v:.3f}" for v in vals) +
               f" | {g['response_joint'][...][m].mean():.3f} | {g['cross_relative'][...][m].mean():+.3f} |")
+
+# frozen validation by held-out category (nothing is fitted; the
+# development direction is INT4 / G64 / nu 1e-3)
+print()
+print("### Frozen operator+allocation predictor by held-out category (both paths)")
+print()
+print("| held-out directions | points | Spearman | median \\|log(pred/measured)\\| |")
+print("|---|---|---|---|")
+
+
+def spear(x, y):
+    rx, ry = np.argsort(np.argsort(x)), np.argsort(np.argsort(y))
+    return np.corrcoef(rx, ry)[0, 1]
+
+
+ok = p["degenerate"][...] == 0
+cats = [("INT2, INT3, INT8 (G64, nu 1e-3)", (bits != 4) & (group == 64) & (nmse == 1e-3)),
+        ("INT4, nu 1e-4 and 1e-2", (bits == 4) & (group == 64) & (nmse != 1e-3)),
+        ("INT4, group 32", (bits == 4) & (group == 32)),
+        ("all held out", heldout == 1),
+        ("development (INT4, G64, nu 1e-3)", heldout == 0)]
+for name, m in cats:
+    m = m & ok
+    print(f"| {name} | {m.sum()} | {spear(pa[m], gf[m]):.3f} | "
+          f"{np.median(np.abs(np.log(pa[m] / gf[m]))):.3f} |")
