@@ -31,7 +31,7 @@ static void help(FILE *f)
     fprintf(f,
         "usage: qmla intervene CAPTURE.h5 -o RESULTS.h5 [--bits 4] [--group 64]\n"
         "                      [--nmse 1e-3] [--reps 32] [--seed 1] [--bootstrap 2000]\n"
-        "                      [--layers LIST] [--cells LIST] [--threads N]\n"
+        "                      [--layers LIST] [--cells LIST] [--threads N] [--force]\n"
         "\n"
         "Equal-energy interventions (docs/math.md §6): for every layer, cell and\n"
         "sequence and both paths, the QDQ direction E at cache NMSE --nmse is\n"
@@ -44,6 +44,9 @@ static void help(FILE *f)
         "response and cross term against the single-path responses.\n"
         "Every draw comes from mt19937 seeded with --seed + item index (recorded);\n"
         "the same seed gives the same file for any --threads.\n"
+        "Resume: interrupt and rerun the same command\n"
+        "(RESULTS.h5.interventions.journal); --force discards a journal of other\n"
+        "options.\n"
         "example: qmla intervene data/tiny-mla-default.h5 -o op.h5 --threads 2\n");
 }
 
@@ -56,7 +59,7 @@ int cmd_intervene(int argc, char **argv)
         {"bootstrap", required_argument, 0, 'B'},
         {"layers", required_argument, 0, 'L'}, {"cells", required_argument, 0, 'c'},
         {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+        {"force", no_argument, 0, 'f'},        {0, 0, 0, 0}};
     qmla_iv_opts o;
     memset(&o, 0, sizeof o);
     o.params = qmla_sweep_defaults();
@@ -108,6 +111,7 @@ int cmd_intervene(int argc, char **argv)
                 return cli_fail("intervene", "--threads: expected 1..1024, found \"%s\"", optarg);
             o.threads = (int)v;
             break;
+        case 'f': o.force = 1; break;
         case 'h': help(stdout); return QMLA_EXIT_OK;
         default: help(stderr); return QMLA_EXIT_USAGE;
         }

@@ -39,6 +39,7 @@ static void help(FILE *f, int pred)
     fprintf(f,
         "usage: qmla %s CAPTURE.h5 -o RESULTS.h5 [--nmse 1e-3] [--bits LIST]\n"
         "                 [--group 64] [--layers 0-3,7] [--cells a,b] [--threads N]\n"
+        "                 [--force]\n"
         "\n", name);
     if (!pred)
         fprintf(f,
@@ -66,6 +67,7 @@ static void help(FILE *f, int pred)
         "  --bits LIST     (jvp) bit widths, default 2,3,4,8\n"
         "  --group G       quantizer group size (default 64)\n"
         "  --layers LIST   --cells LIST   --threads N   as for qmla sweep\n"
+        "  --force         discard a journal of other options\n"
         "Resume: interrupt and rerun the same command (RESULTS.h5.%s.journal).\n"
         "example: qmla %s data/tiny-mla-default.h5 -o op.h5 --threads 2\n",
         name, name);
@@ -100,8 +102,9 @@ int cli_op_main(int argc, char **argv, int pred)
         {"group", required_argument, 0, 'g'},  {"nmse", required_argument, 0, 'n'},
         {"layers", required_argument, 0, 'L'}, {"cells", required_argument, 0, 'c'},
         {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+        {"force", no_argument, 0, 'f'},        {0, 0, 0, 0}};
     const char *out = NULL, *layers_arg = NULL, *cells_arg = NULL, *bits_arg = NULL;
+    int force = 0;
     double nu = 1e-3;
     long group = 64, v;
     int threads = cli_default_threads(), ch;
@@ -125,6 +128,7 @@ int cli_op_main(int argc, char **argv, int pred)
                 return cli_fail(name, "--threads: expected 1..1024, found \"%s\"", optarg);
             threads = (int)v;
             break;
+        case 'f': force = 1; break;
         case 'h': help(stdout, pred); return QMLA_EXIT_OK;
         default: help(stderr, pred); return QMLA_EXIT_USAGE;
         }
@@ -194,6 +198,7 @@ int cli_op_main(int argc, char **argv, int pred)
     o.nconf = nconf;
     o.sensitivities = pred;
     o.threads = threads;
+    o.force = force;
     o.command_line = cli_command_line();
     o.progress = progress;
     o.progress_ctx = &prog;

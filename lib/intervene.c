@@ -349,7 +349,7 @@ static int iv_journal_replay(const char *path, const char *key, const qmla_plan 
     int rc = 0;
     if (!fgets(head, sizeof head, f)) {
         fclose(f);
-        return 1;
+        return 0; /* empty: nothing to replay */
     }
     head[strcspn(head, "\n")] = 0;
     if (strncmp(head, "qmla-iv-journal 1 ", 18) || strcmp(head + 18, key)) {
@@ -464,6 +464,12 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
     const int jr = iv_journal_replay(jpath, key, &plan, ord, nr, items, ratio, done);
     if (jr < 0) {
         st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", jpath);
+        goto out2;
+    }
+    if (jr > 0 && !o->force) {
+        st = qmla_error_set(err, QMLA_EMISMATCH,
+                            "%s: a journal of another capture, direction, reps, seed or "
+                            "cell set; rerun with --force to discard it", jpath);
         goto out2;
     }
     size_t resumed = 0;

@@ -424,10 +424,13 @@ static int journal_replay(const char *path, const char *key, const qmla_plan *pl
     qmla_op_point *pts = NULL;
     double *vec = NULL;
     int rc = 0;
-    if (!line || !fgets(line, (int)cap, f)) {
-        rc = 1;
+    if (!line) {
+        rc = -1;
+        qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
         goto out;
     }
+    if (!fgets(line, (int)cap, f))
+        goto out; /* empty: nothing to replay */
     line[strcspn(line, "\n")] = 0;
     if (strncmp(line, "qmla-op-journal 1 ", 18) || strcmp(line + 18, key)) {
         rc = 1;
@@ -724,7 +727,13 @@ int qmla_op_run(qmla_capture *cap, const qmla_sweep_selection *sel,
         st = err->status;
         goto out;
     }
-    if (jr > 0) { /* another run's journal: start over */
+    if (jr > 0 && !o->force) {
+        st = qmla_error_set(err, QMLA_EMISMATCH,
+                            "%s: a journal of another capture, configuration set or "
+                            "cell set; rerun with --force to discard it", jpath);
+        goto out;
+    }
+    if (jr > 0) { /* another run's journal, --force: start over */
         store_free(&s);
         if (!(s.done = calloc(plan.n_items ? plan.n_items : 1, 1))) {
             st = qmla_error_set(err, QMLA_ENOMEM, "operator: out of memory");

@@ -98,6 +98,16 @@ for k in a.attrs:
 else
   echo "note: intervene finished (exit $rc) before it could be interrupted; resume not exercised"
 fi
+# a journal of other options is refused, --force discards it
+echo "qmla-op-journal 1 sha256=other" > "$work/j.h5.predict.journal"
+expect 2 "predict refuses a foreign journal" -- "$QMLA" predict "$cap" -o "$work/j.h5" --threads 2
+contains "--force" "the refusal names --force"
+expect 0 "predict --force discards it" -- "$QMLA" predict "$cap" -o "$work/j.h5" --threads 2 --force
+echo "qmla-iv-journal 1 sha256=other" > "$work/j.h5.interventions.journal"
+expect 2 "intervene refuses a foreign journal" -- "$QMLA" intervene "$cap" -o "$work/j.h5" --reps 2
+expect 0 "intervene --force discards it" -- "$QMLA" intervene "$cap" -o "$work/j.h5" --reps 2 --force
+: > "$work/e.h5.predict.journal"
+expect 0 "an empty journal is no foreign journal" -- "$QMLA" predict "$cap" -o "$work/e.h5" --threads 2
 # usage
 expect 2 "missing -o" -- "$QMLA" predict "$cap"
 expect 2 "bad --bits" -- "$QMLA" jvp "$cap" -o "$work/x.h5" --bits 5

@@ -59,6 +59,7 @@ typedef struct qmla_iv_opts {
     uint64_t seed;            /* item k uses seed + k (k in plan order) */
     size_t bootstrap;         /* resamples of the CI (default 2000) */
     int threads;
+    int force;                /* discard a journal of other options */
     const char *command_line;
     qmla_progress_fn progress;
     void *progress_ctx;
@@ -78,7 +79,8 @@ typedef struct qmla_iv_stats {
  * replaced, the file's other groups kept), atomically. Resume: finished
  * items are journaled in `<results_path>.interventions.journal`; a rerun
  * with the same capture, direction, reps, seed and cell set continues from
- * it (a journal of other options is discarded), and the group does not
+ * it (a journal of other options is QMLA_EMISMATCH unless force, which
+ * discards it), and the group does not
  * depend on what was resumed. */
 int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                        const qmla_iv_opts *o, const char *results_path,

@@ -111,6 +111,7 @@ typedef struct qmla_op_opts {
     size_t nconf;
     int sensitivities;        /* 1: `qmla predict` (sensitivities, predictors) */
     int threads;
+    int force;                /* discard a journal of other options */
     const char *command_line; /* recorded (may be NULL) */
     qmla_progress_fn progress;
     void *progress_ctx;
@@ -121,7 +122,8 @@ typedef struct qmla_op_opts {
  * when absent; an existing file keeps its other groups and the group is
  * replaced), atomically. Resume: a journal `<results_path>.<group>.journal`
  * holds finished (layer, cell, sequence) items; a rerun with the same
- * capture and options continues from it. *stats filled on success. */
+ * capture and options continues from it; a journal of other options is
+ * QMLA_EMISMATCH unless o->force (then discarded). *stats filled on success. */
 int qmla_op_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                 const qmla_op_opts *o, const char *results_path,
                 qmla_op_stats *stats, int *stopped, qmla_error *err);
