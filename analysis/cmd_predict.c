@@ -68,9 +68,51 @@ static void help(FILE *f, int pred)
         "  --group G       quantizer group size (default 64)\n"
         "  --layers LIST   --cells LIST   --threads N   as for qmla sweep\n"
         "  --force         discard a journal of other options\n"
+        "  -v              per-layer table (development direction for predict,\n"
+        "                  the last --bits for jvp; means over cells and sequences)\n"
         "Resume: interrupt and rerun the same command (RESULTS.h5.%s.journal).\n"
         "example: qmla %s data/tiny-mla-default.h5 -o op.h5 --threads 2\n",
         name, name);
+}
+
+/* Per layer, means over cells and sequences of the points of configuration
+ * c: finite and local gains per path, and (pred) the predicted RoPE/content
+ * log-ratio of the operator+allocation predictor against the measured one. */
+static void print_layers(const qmla_op_point *p, size_t n, const qmla_op_config *c,
+                         int pred)
+{
+    printf("\nper layer, INT%d/G%d/nu %g (means over cells and sequences)\n", c->bits,
+           c->group, c->nmse);
+    printf("%6s %10s %10s %10s %10s %10s", "layer", "R_C", "g_C(JVP)", "R_P", "g_P(JVP)",
+           "R_P/R_C");
+    if (pred)
+        printf(" %13s %15s", "log(R_P/R_C)", "pred op+alloc");
+    printf("\n");
+    for (size_t k = 0; k < n;) {
+        size_t j = k;
+        double a[6] = {0}, cnt[2] = {0};
+        for (; j < n && p[j].layer == p[k].layer; j++) {
+            const qmla_op_point *q = &p[j];
+            if (q->degenerate || q->bits != c->bits || q->group != c->group ||
+                q->nmse != c->nmse)
+                continue;
+            a[q->path * 2] += q->g_finite;
+            a[q->path * 2 + 1] += q->g_jvp;
+            a[4 + q->path] += log(q->pred_alloc);
+            cnt[q->path]++;
+        }
+        if (cnt[0] > 0 && cnt[1] > 0) {
+            const double rc = a[0] / cnt[0], rp = a[2] / cnt[1];
+            printf("%6d %10.4g %10.4g %10.4g %10.4g %9.3fx", p[k].layer, rc, a[1] / cnt[0],
+                   rp, a[3] / cnt[1], rp / rc);
+            if (pred)
+                printf(" %+13.3f %+15.3f", log(rp / rc), a[5] / cnt[1] - a[4] / cnt[0]);
+            printf("\n");
+        } else {
+            printf("%6d  degenerate\n", p[k].layer);
+        }
+        k = j;
+    }
 }
 
 static int build_configs(int pred, const int *bits, size_t nbits, int group,
@@ -104,14 +146,15 @@ int cli_op_main(int argc, char **argv, int pred)
         {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
         {"force", no_argument, 0, 'f'},        {0, 0, 0, 0}};
     const char *out = NULL, *layers_arg = NULL, *cells_arg = NULL, *bits_arg = NULL;
-    int force = 0;
+    int force = 0, verbose = 0;
     double nu = 1e-3;
     long group = 64, v;
     int threads = cli_default_threads(), ch;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "o:vh", lo, NULL)) != -1) {
         switch (ch) {
         case 'o': out = optarg; break;
+        case 'v': verbose = 1; break;
         case 'b': bits_arg = optarg; break;
         case 'g':
             if (cli_parse_long(optarg, 1, 1 << 20, &group))
@@ -205,7 +248,9 @@ int cli_op_main(int argc, char **argv, int pred)
     qmla_op_stats s;
     int stopped = 0;
     const double t0 = cli_now();
-    int st = qmla_op_run(cap, &sel, &o, out, &s, &stopped, &err);
+    qmla_op_point *pts = NULL;
+    size_t npts = 0;
+    int st = qmla_op_run_points(cap, &sel, &o, out, &s, &pts, &npts, &stopped, &err);
     cli_progress_end(&prog);
     if (stopped) {
         fprintf(stderr, "qmla %s: interrupted; finished items are kept in %s.%s.journal — "
@@ -241,6 +286,9 @@ int cli_op_main(int argc, char **argv, int pred)
                s.median_abs_log_error, "0.11");
         printf("(%zu RoPE/content pairs, %zu held-out points)\n", s.n_pairs, s.n_heldout);
     }
+    if (verbose)
+        print_layers(pts, npts, &conf[pred ? 0 : nconf - 1], pred);
+    free(pts);
 done:
     if (cap)
         qmla_capture_close(cap);

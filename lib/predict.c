@@ -674,7 +674,18 @@ int qmla_op_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                 const qmla_op_opts *o, const char *results_path,
                 qmla_op_stats *stats, int *stopped, qmla_error *err)
 {
+    return qmla_op_run_points(cap, sel, o, results_path, stats, NULL, NULL, stopped,
+                              err);
+}
+
+int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
+                       const qmla_op_opts *o, const char *results_path,
+                       qmla_op_stats *stats, qmla_op_point **points, size_t *npoints,
+                       int *stopped, qmla_error *err)
+{
     *stopped = 0;
+    if (points)
+        *points = NULL;
     const qmla_capture_config *cfg = qmla_capture_get_config(cap);
     const qmla_mla_dims d = {(size_t)cfg->H, (size_t)cfg->D, (size_t)cfg->d_c,
                              (size_t)cfg->d_n, (size_t)cfg->d_r, (size_t)cfg->d_v,
@@ -827,6 +838,11 @@ int qmla_op_run(qmla_capture *cap, const qmla_sweep_selection *sel,
     fclose(jf);
     jf = NULL;
     unlink(jpath);
+    if (points) {
+        *points = s.pts; /* handed over */
+        *npoints = s.n;
+        s.pts = NULL;
+    }
 out:
     if (jf)
         fclose(jf);

@@ -128,6 +128,13 @@ int qmla_op_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                 const qmla_op_opts *o, const char *results_path,
                 qmla_op_stats *stats, int *stopped, qmla_error *err);
 
+/* As qmla_op_run; on success *points (caller frees) receives the n points
+ * written, in file order (alloc_offset refers to the file's flat vector). */
+int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
+                       const qmla_op_opts *o, const char *results_path,
+                       qmla_op_stats *stats, qmla_op_point **points, size_t *n,
+                       int *stopped, qmla_error *err);
+
 #ifdef __cplusplus
 }
 #endif
