@@ -30,6 +30,11 @@ int cmd_figures(int argc, char **argv);
 /* Table `name` of a results file (cmd_export.c): the HDF5 group, or the
  * derived responses_by_layer when the file has no group of that name. */
 int cli_table_load(const char *path, const char *name, qmla_table **t, qmla_error *err);
+int cmd_jvp(int argc, char **argv);
+int cmd_predict(int argc, char **argv);
+int cmd_intervene(int argc, char **argv);
+/* Shared body of `qmla jvp` (pred 0) and `qmla predict` (pred 1). */
+int cli_op_main(int argc, char **argv, int pred);
 
 /* Print "qmla <cmd>: <msg>" to stderr; returns QMLA_EXIT_USAGE. */
 int cli_fail(const char *cmd, const char *fmt, ...)

@@ -168,6 +168,26 @@ void qmla_attn_softmax_delta(const qmla_exec *ex, size_t H, size_t T, const floa
         softmax_row(Z + k * T, Aref + k * T, D + k * T, k / H, T);
 }
 
+void qmla_attn_softmax_jvp(const qmla_exec *ex, size_t H, size_t T,
+                           const float *A, const float *dZ, float *dA)
+{
+    const size_t n = H * T;
+    QMLA_OMP_FOR(ex)
+    for (size_t k = 0; k < n; k++) {
+        const size_t i = k / H; /* token k/H, head k%H */
+        const float *a = A + k * T, *dz = dZ + k * T;
+        float *da = dA + k * T;
+        double m = 0.0;
+        for (size_t s = 0; s <= i; s++)
+            m += (double)a[s] * (double)dz[s];
+        const float mf = (float)m;
+        for (size_t s = 0; s <= i; s++)
+            da[s] = a[s] * (dz[s] - mf);
+        if (i + 1 < T)
+            memset(da + i + 1, 0, (T - i - 1) * sizeof *da);
+    }
+}
+
 void qmla_attn_project(const qmla_exec *ex, const qmla_mla_dims *d, size_t T, size_t S,
                        const qmla_mla_weights *w, const float *U, float *O,
                        float *Y)

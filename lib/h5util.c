@@ -980,3 +980,30 @@ int qmla_h5_read_dataset(const qmla_h5_ctx *v, hid_t g, const char *gpath,
     *out = buf;
     return QMLA_OK;
 }
+/* Open `path` in memory (a copy; nothing reaches disk until saved), or
+ * create an empty in-memory file when it does not exist. */
+hid_t qmla_h5_open_mem(const char *path, int *created, qmla_error *err)
+{
+    *created = 0;
+    if (access(path, F_OK) != 0) {
+        *created = 1;
+        hid_t f = qmla_h5_create_mem();
+        if (f < 0)
+            qmla_error_set(err, QMLA_EIO, "%s: cannot create an in-memory file", path);
+        return f;
+    }
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    hid_t f = -1;
+    if (fapl >= 0 && H5Pset_fapl_core(fapl, (size_t)1 << 20, 0) >= 0)
+        f = H5Fopen(path, H5F_ACC_RDWR, fapl);
+    if (fapl >= 0)
+        H5Pclose(fapl);
+    if (f < 0) {
+        char m[256];
+        qmla_h5_error_text(m, sizeof m);
+        qmla_error_set(err, QMLA_EIO, "%s: cannot open as HDF5 to add a group: %s",
+                       path, m);
+    }
+    return f;
+}
+

@@ -161,4 +161,10 @@ hid_t qmla_h5_create_mem(void);
  * on failure. */
 int qmla_h5_save_image(hid_t f, const char *path, qmla_error *err);
 
+/* Open `path` as an in-memory copy (core driver, no backing store: nothing
+ * reaches disk until qmla_h5_save_image), or create an empty in-memory file
+ * (*created = 1) when `path` does not exist; negative with err set on
+ * failure. Used to add a group to an existing results file atomically. */
+hid_t qmla_h5_open_mem(const char *path, int *created, qmla_error *err);
+
 #endif

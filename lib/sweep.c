@@ -126,6 +126,15 @@ static int path_error(const qmla_sweep_params *p, const float *X, size_t T,
     return QMLA_OK;
 }
 
+int qmla_sweep_error_direction(const qmla_sweep_params *p, const float *X,
+                               size_t T, size_t width, float *E, double *xx,
+                               double *nmse_qdq, double *nmse_cache,
+                               int *degenerate, qmla_error *err)
+{
+    return path_error(p, X, T, width, E, xx, nmse_qdq, nmse_cache, degenerate,
+                      err);
+}
+
 /* At = softmax(Z + tau Q E^T) - A, causal; Q [H,T,w], E [T,w]. */
 static void perturbed_attention_delta(const qmla_exec *ex,
                                       const qmla_mla_dims *d, size_t T,

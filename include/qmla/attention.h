@@ -76,6 +76,12 @@ void qmla_attn_softmax(const qmla_exec *ex, size_t H, size_t T, const float *Z, 
 void qmla_attn_softmax_delta(const qmla_exec *ex, size_t H, size_t T, const float *Z,
                              const float *Aref, float *D);
 
+/* Softmax JVP (docs/math.md §5), causal: for each row,
+ * dA[s] = A[s] (dZ[s] - sum_{s'<=i} A[s'] dZ[s']) for s <= i, 0 above the
+ * diagonal (sums in double). A, dZ, dA [T, H, T]; dA may alias dZ. */
+void qmla_attn_softmax_jvp(const qmla_exec *ex, size_t H, size_t T,
+                           const float *A, const float *dZ, float *dA);
+
 /* U[:,h] = A[:,h] X on the causal blocks (A zero above the diagonal):
  * A [T, H, T], X [T, w] -> U [T, H, w]. beta as in sgemm. */
 void qmla_attn_aggregate(const qmla_exec *ex, size_t H, size_t T, size_t w, const float *A,

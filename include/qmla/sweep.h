@@ -73,6 +73,16 @@ int qmla_sweep_ws_alloc(const qmla_mla_dims *d, size_t T_max, int verify,
 double qmla_sweep_ws_bytes(const qmla_mla_dims *d, size_t T_max, int verify);
 void qmla_sweep_ws_free(qmla_sweep_ws *ws);
 
+/* The matched-NMSE error direction of one path (math.md §3), as the sweep
+ * uses it: E [T, width] = alpha (QDQ(X) - X) with ||E||^2 = nu ||X||^2;
+ * *xx = ||X||^2, *nmse_qdq the raw NMSE of QDQ, *nmse_cache that of E;
+ * *degenerate = 1 (E left as QDQ(X), not rescaled) when X or Delta has no
+ * energy. The quantizer's error otherwise. */
+int qmla_sweep_error_direction(const qmla_sweep_params *p, const float *X,
+                               size_t T, size_t width, float *E, double *xx,
+                               double *nmse_qdq, double *nmse_cache,
+                               int *degenerate, qmla_error *err);
+
 /* Compute both paths of one sequence (threads from ex). q_nope [H,T,d_n], q_rope [H,T,d_r],
  * C [T,d_c], K [T,d_r]. out[0] = content, out[1] = rope (layer/cell/seq
  * fields are left for the caller). verify != 0 also recomputes Y~ with a

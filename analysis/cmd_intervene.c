@@ -1,0 +1,193 @@
+/* cmd_intervene.c — `qmla intervene`: equal-energy interventions (sign,
+ * whole-token permutation, isotropic; docs/math.md §6, paper Table 6) and
+ * the joint-path perturbation (App. B.2) on a capture -> group
+ * /interventions of a results file. */
+#include "cli.h"
+#include "qmla/capture.h"
+#include "qmla/intervene.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+static volatile sig_atomic_t interrupted = 0;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+static int progress(void *ctx, size_t done, size_t total, size_t resumed)
+{
+    (void)resumed;
+    cli_progress_update(ctx, done, total);
+    return interrupted;
+}
+
+static void help(FILE *f)
+{
+    fprintf(f,
+        "usage: qmla intervene CAPTURE.h5 -o RESULTS.h5 [--bits 4] [--group 64]\n"
+        "                      [--nmse 1e-3] [--reps 32] [--seed 1] [--bootstrap 2000]\n"
+        "                      [--layers LIST] [--cells LIST] [--threads N] [--force]\n"
+        "\n"
+        "Equal-energy interventions (docs/math.md §6): for every layer, cell and\n"
+        "sequence and both paths, the QDQ direction E at cache NMSE --nmse is\n"
+        "replaced --reps times by a control of the same energy (independent signs;\n"
+        "a whole-token permutation; an isotropic Gaussian direction) and the local\n"
+        "gain ratio g(E')/g(E) recorded. Prints geometric means with 95 %% bootstrap\n"
+        "intervals (paper, DeepSeek-V2-Lite layer 20: permutation raises the\n"
+        "content gain 5.9x, signs ~1.05x; the RoPE path moves far less). Also the\n"
+        "joint-path perturbation: both caches at once, each at NMSE --nmse, its\n"
+        "response and cross term against the single-path responses.\n"
+        "Every draw comes from mt19937 seeded with --seed + item index (recorded);\n"
+        "the same seed gives the same file for any --threads.\n"
+        "Resume: interrupt and rerun the same command\n"
+        "(RESULTS.h5.interventions.journal); --force discards a journal of other\n"
+        "options.\n"
+        "example: qmla intervene data/tiny-mla-default.h5 -o op.h5 --threads 2\n");
+}
+
+int cmd_intervene(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"output", required_argument, 0, 'o'}, {"bits", required_argument, 0, 'b'},
+        {"group", required_argument, 0, 'g'},  {"nmse", required_argument, 0, 'n'},
+        {"reps", required_argument, 0, 'r'},   {"seed", required_argument, 0, 's'},
+        {"bootstrap", required_argument, 0, 'B'},
+        {"layers", required_argument, 0, 'L'}, {"cells", required_argument, 0, 'c'},
+        {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
+        {"force", no_argument, 0, 'f'},        {0, 0, 0, 0}};
+    qmla_iv_opts o;
+    memset(&o, 0, sizeof o);
+    o.params = qmla_sweep_defaults();
+    o.params.nmse = 1e-3;
+    o.reps = 32;
+    o.seed = 1;
+    o.bootstrap = 2000;
+    o.threads = cli_default_threads();
+    const char *out = NULL, *layers_arg = NULL, *cells_arg = NULL;
+    long v;
+    int ch;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
+        switch (ch) {
+        case 'o': out = optarg; break;
+        case 'b':
+            if (cli_parse_long(optarg, 1, 64, &v) || (v != 2 && v != 3 && v != 4 && v != 8))
+                return cli_fail("intervene", "--bits: expected 2, 3, 4 or 8, found \"%s\"", optarg);
+            o.params.quant.bits = (int)v;
+            break;
+        case 'g':
+            if (cli_parse_long(optarg, 1, 1 << 20, &v))
+                return cli_fail("intervene", "--group: expected a positive integer, found \"%s\"", optarg);
+            o.params.quant.group = (int)v;
+            break;
+        case 'n':
+            if (cli_parse_double(optarg, &o.params.nmse) || !(o.params.nmse > 0))
+                return cli_fail("intervene", "--nmse: expected a positive number, found \"%s\"", optarg);
+            break;
+        case 'r':
+            if (cli_parse_long(optarg, 1, 1 << 20, &v))
+                return cli_fail("intervene", "--reps: expected 1..1048576, found \"%s\"", optarg);
+            o.reps = (size_t)v;
+            break;
+        case 's':
+            if (cli_parse_long(optarg, 0, 0x7fffffffL, &v))
+                return cli_fail("intervene", "--seed: expected 0..2^31-1, found \"%s\"", optarg);
+            o.seed = (uint64_t)v;
+            break;
+        case 'B':
+            if (cli_parse_long(optarg, 0, 1 << 24, &v))
+                return cli_fail("intervene", "--bootstrap: expected 0..2^24, found \"%s\"", optarg);
+            o.bootstrap = (size_t)v;
+            break;
+        case 'L': layers_arg = optarg; break;
+        case 'c': cells_arg = optarg; break;
+        case 'j':
+            if (cli_parse_long(optarg, 1, 1024, &v))
+                return cli_fail("intervene", "--threads: expected 1..1024, found \"%s\"", optarg);
+            o.threads = (int)v;
+            break;
+        case 'f': o.force = 1; break;
+        case 'h': help(stdout); return QMLA_EXIT_OK;
+        default: help(stderr); return QMLA_EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1)
+        return cli_fail("intervene", "expected exactly one CAPTURE.h5 (see qmla intervene --help)");
+    if (!out)
+        return cli_fail("intervene", "missing -o RESULTS.h5");
+    qmla_sweep_selection sel;
+    memset(&sel, 0, sizeof sel);
+    int *layers = NULL;
+    char **cells = NULL, *cellbuf = NULL, msg[256];
+    if (layers_arg && cli_parse_int_list(layers_arg, &layers, &sel.n_layers, msg, sizeof msg))
+        return cli_fail("intervene", "--layers: %s", msg);
+    sel.layers = layers;
+    if (cells_arg) {
+        if (cli_split_list(cells_arg, &cells, &sel.n_cells, &cellbuf)) {
+            free(layers);
+            return cli_fail("intervene", "--cells: empty list \"%s\"", cells_arg);
+        }
+        sel.cells = (const char *const *)cells;
+    }
+    qmla_error err;
+    qmla_error_clear(&err);
+    qmla_capture *cap = NULL;
+    int rc = QMLA_EXIT_OK;
+    if (qmla_capture_open(argv[optind], &cap, &err)) {
+        rc = cli_lib_error("intervene", &err);
+        goto done;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    cli_progress prog;
+    cli_progress_init(&prog, "intervene");
+    o.progress = progress;
+    o.progress_ctx = &prog;
+    o.command_line = cli_command_line();
+    qmla_iv_stats s;
+    int stopped = 0;
+    const double t0 = cli_now();
+    int st = qmla_intervene_run(cap, &sel, &o, out, &s, &stopped, &err);
+    cli_progress_end(&prog);
+    if (stopped) {
+        fprintf(stderr, "qmla intervene: interrupted; finished items are kept in "
+                        "%s.interventions.journal — rerun the same command to resume\n", out);
+        rc = QMLA_EXIT_INTERRUPTED;
+        goto done;
+    }
+    if (st) {
+        rc = cli_lib_error("intervene", &err);
+        goto done;
+    }
+    printf("capture  %s  (%s)\n", argv[optind], qmla_capture_get_config(cap)->model);
+    printf("results  %s  group /interventions  (%zu items x %zu reps; seed %llu; %.1f s)\n",
+           out, s.n_items, o.reps, (unsigned long long)o.seed, cli_now() - t0);
+    printf("direction INT%d, group %d, cache NMSE %g\n\n", o.params.quant.bits,
+           o.params.quant.group, o.params.nmse);
+    printf("gain ratio g(E')/g(E), geometric mean [95%% bootstrap CI]   paper (content / rope)\n");
+    static const char *paper[3] = {"~1.05 / ~1", "5.918 / smaller", "~5.9 / smaller"};
+    for (int c = 0; c < QMLA_N_CTRL; c++)
+        printf("  %-10s content %7.3f [%6.3f, %6.3f]   rope %7.3f [%6.3f, %6.3f]   %s\n",
+               qmla_control_name(c), s.gmean[c][0], s.ci_lo[c][0], s.ci_hi[c][0],
+               s.gmean[c][1], s.ci_lo[c][1], s.ci_hi[c][1], paper[c]);
+    printf("  median permutation ratio, content %.3f (paper, multi-layer: 2.853)\n",
+           s.median[1][0]);
+    printf("\njoint path: mean response %.4g (content %.4g, rope %.4g); cross term %+.3f of "
+           "the single-path sum\n", s.mean_r_joint, s.mean_r_content, s.mean_r_rope,
+           s.mean_cross_rel);
+done:
+    if (cap)
+        qmla_capture_close(cap);
+    free(layers);
+    free(cells);
+    free(cellbuf);
+    return rc;
+}
