@@ -239,6 +239,41 @@ static int write_summary(hid_t f, const char *path, const qmla_summary *s,
     return st;
 }
 
+/* Copy the root groups of `from` that this writer does not make (what other
+ * commands added to the file) into f. */
+static int carry_groups(hid_t f, const char *path, const char *from,
+                        qmla_error *err)
+{
+    if (!from || !from[0])
+        return QMLA_OK;
+    hid_t src = H5Fopen(from, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (src < 0)
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot reopen to keep its other "
+                              "groups", from);
+    int st = QMLA_OK;
+    H5G_info_t gi;
+    if (H5Gget_info(src, &gi) < 0)
+        st = qmla_error_set(err, QMLA_EIO, "%s: cannot list its groups", from);
+    for (hsize_t k = 0; !st && k < gi.nlinks; k++) {
+        char name[256];
+        if (H5Lget_name_by_idx(src, ".", H5_INDEX_NAME, H5_ITER_INC, k, name,
+                               sizeof name, H5P_DEFAULT) < 0) {
+            st = qmla_error_set(err, QMLA_EIO, "%s: cannot read link %llu", from,
+                                (unsigned long long)k);
+            break;
+        }
+        if (!strcmp(name, "responses") || !strcmp(name, "summary") ||
+            !strcmp(name, "cells"))
+            continue;
+        if (H5Ocopy(src, name, f, name, H5P_DEFAULT, H5P_DEFAULT) < 0)
+            st = qmla_error_set(err, QMLA_EIO, "%s: cannot carry /%s of %s into "
+                                "the new file", path, name, from);
+    }
+    if (H5Fclose(src) < 0 && !st)
+        st = qmla_error_set(err, QMLA_EIO, "%s: cannot close", from);
+    return st;
+}
+
 int qmla_results_write(const char *path, const qmla_results_meta *m,
                        const qmla_response *r_in, size_t n,
                        const qmla_summary *s, qmla_error *err)
@@ -304,7 +339,8 @@ int qmla_results_write(const char *path, const qmla_results_meta *m,
         TRY(-1, "group /responses (close)");
     }
     g = -1;
-    if ((st = write_cells(f, path, m, err)) || (st = write_summary(f, path, s, err)))
+    if ((st = write_cells(f, path, m, err)) || (st = write_summary(f, path, s, err)) ||
+        (st = carry_groups(f, path, m->keep_groups_from, err)))
         goto done;
     st = qmla_h5_save_image(f, path, err);
     f = -1; /* closed by save_image */

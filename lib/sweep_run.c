@@ -112,7 +112,8 @@ static int file_exists(const char *p)
 
 /* Rows of an existing results file of the same key count as done. */
 static int restore_results(const char *path, const char *key, int force,
-                           qmla_plan *plan, qmla_error *err)
+                           qmla_plan *plan, qmla_results_meta *meta,
+                           qmla_error *err)
 {
     if (!file_exists(path))
         return QMLA_OK;
@@ -126,8 +127,11 @@ static int restore_results(const char *path, const char *key, int force,
     char okey[8192];
     if (rs == QMLA_OK)
         qmla_results_key(&old, okey, sizeof okey);
-    if (rs == QMLA_OK && strcmp(okey, key) == 0)
+    if (rs == QMLA_OK && strcmp(okey, key) == 0) {
         st = qmla_plan_add(plan, rr, nr, path, err);
+        /* the groups other commands added stay with the rows they describe */
+        snprintf(meta->keep_groups_from, sizeof meta->keep_groups_from, "%s", path);
+    }
     else if (!force)
         st = qmla_error_set(
             err, QMLA_EMISMATCH,
@@ -292,7 +296,7 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
     if ((st = fill_meta(cap, &plan, opts, &meta, err)))
         goto done;
     qmla_results_key(&meta, key, sizeof key);
-    if ((st = restore_results(results_path, key, opts->force, &plan, err)))
+    if ((st = restore_results(results_path, key, opts->force, &plan, &meta, err)))
         goto done;
     {
         snprintf(jpath, sizeof jpath, "%s.journal", results_path);

@@ -180,6 +180,10 @@ assert "--cells synth-s0" in f.attrs["command_line"], f.attrs["command_line"]
 for name, d in f["responses"].items():
     assert "description" in d.attrs, name
 PYEOF
+# groups other commands added (/jvp, /predict, ...) survive an extension
+"$PY" -c 'import sys, h5py; f = h5py.File(sys.argv[1], "r+"); g = f.create_group("extra"); g["x"] = [1.5, 2.5]' "$work/ext.h5"
+expect 0 "extend a file that holds another command's group" -- "$QMLA" sweep "$cap" -o "$work/ext.h5" --layers 0-1 --cells synth-s0
+expect 0 "... the group is kept" -- "$PY" -c 'import sys, h5py; assert list(h5py.File(sys.argv[1], "r")["extra/x"][...]) == [1.5, 2.5]' "$work/ext.h5"
 expect 0 "another cell set with --force starts a new file" -- "$QMLA" sweep "$cap" -o "$work/ext.h5" --layers 1 --force
 expect 0 "... holding only what the forced run computed" -- "$PY" - "$work/ext.h5" <<'PYEOF'
 import sys, h5py
