@@ -22,6 +22,7 @@ int cmd_check(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_storage(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_figures(int argc, char **argv);

@@ -17,6 +17,8 @@ static void help(FILE *f)
         "usage: qmla sweep CAPTURE.h5 -o RESULTS.h5 [--bits 4] [--group 64]\n"
         "                  [--nmse 0.01] [--meta f16|f32|q8] [--layers 0-3,7]\n"
         "                  [--cells a,b] [--threads N] [-v] [--verify] [--force]\n"
+        "                  [--shard I/N [--balance]]\n"
+        "       mpirun -n K qmla sweep ... (built with MPI: ranks share the work)\n"
         "\n"
         "Matched-NMSE perturbation study (docs/math.md §3-4): for every layer,\n"
         "cell and sequence, quantize one cache path at a time (content latent or\n"
@@ -48,6 +50,9 @@ static void help(FILE *f)
         "  --verify        also recompute every perturbed output with a full\n"
         "                  forward and report the worst route-identity residual\n"
         "  --force         discard a journal or results file of other parameters\n"
+        "  --shard I/N     compute only shard I (0-based) of N and write a part\n"
+        "                  file to -o (items round robin, or by cost T^2 with\n"
+        "                  --balance); combine the N parts with qmla merge\n"
         "\n"
         "Resume: finished items are journaled in RESULTS.h5.journal; interrupt\n"
         "(Ctrl-C or SIGTERM: exit 130 after the current item; a second one stops\n"
@@ -75,6 +80,7 @@ int cmd_sweep(int argc, char **argv)
         {"cells", required_argument, 0, 'c'},  {"threads", required_argument, 0, 'j'},
         {"verify", no_argument, 0, 'V'},       {"force", no_argument, 0, 'f'},
         {"help", no_argument, 0, 'h'},         {"version", no_argument, 0, 'v' + 256},
+        {"shard", required_argument, 0, 's' + 256}, {"balance", no_argument, 0, 'B'},
         {0, 0, 0, 0}};
     qmla_sweep_opts o;
     memset(&o, 0, sizeof o);
@@ -125,6 +131,18 @@ int cmd_sweep(int argc, char **argv)
         case 'v': verbose = 1; break;
         case 'V': o.verify = 1; break;
         case 'f': o.force = 1; break;
+        case 'B': o.balance = 1; break;
+        case 's' + 256: {
+            unsigned long i, n;
+            char tail;
+            if (sscanf(optarg, "%lu/%lu%c", &i, &n, &tail) != 2 || n < 1 || i >= n ||
+                n > 1000000)
+                return cli_fail("sweep", "--shard: expected I/N with 0 <= I < N, "
+                                "found \"%s\"", optarg);
+            o.shard = i;
+            o.n_shards = n;
+            break;
+        }
         case 'h': help(stdout); return QMLA_EXIT_OK;
         case 'v' + 256: printf("qmla %s\n", qmla_version()); return QMLA_EXIT_OK;
         default: help(stderr); return QMLA_EXIT_USAGE;

@@ -36,6 +36,7 @@ static void usage(FILE *f)
             "  show    print the summary stored in a results file\n"
             "  figures render the paper's figures and tables from results files\n"
             "  storage bytes per token of the low-bit paged cache vs BF16\n"
+            "  merge   combine the part files of sharded sweeps -> results.h5\n"
             "  jvp     local (JVP) versus finite gains of QDQ directions -> /jvp\n"
             "  predict token sensitivities and the operator-error predictors -> /predict\n"
             "  intervene  equal-energy interventions and joint-path perturbation\n"
@@ -66,7 +67,7 @@ static const struct {
     {"check", cmd_check},     {"sweep", cmd_sweep},     {"synth", cmd_synth},
     {"storage", cmd_storage}, {"export", cmd_export},   {"show", cmd_show},
     {"figures", cmd_figures}, {"jvp", cmd_jvp},         {"predict", cmd_predict},
-    {"intervene", cmd_intervene},
+    {"intervene", cmd_intervene}, {"merge", cmd_merge},
 };
 
 static int (*find_command(const char *name))(int, char **)

@@ -326,3 +326,49 @@ void qmla_journal_close(qmla_journal *j, int remove_file)
     if (remove_file && j->path[0])
         unlink(j->path);
 }
+
+int qmla_journal_read(const char *path, const char *key, qmla_response **recs,
+                      size_t *n, qmla_error *err)
+{
+    *recs = NULL;
+    *n = 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot open journal: %s", path,
+                              strerror(errno));
+    char *line = NULL;
+    size_t lcap = 0, cap = 0, cnt = 0;
+    qmla_response *arr = NULL;
+    int st = QMLA_OK;
+    ssize_t len = getline(&line, &lcap, f);
+    const size_t klen = strlen(JOURNAL_MAGIC);
+    if (!(len > 0 && line[len - 1] == '\n' && strncmp(line, JOURNAL_MAGIC, klen) == 0))
+        st = qmla_error_set(err, QMLA_EFORMAT, "%s: expected a journal header "
+                            "\"%s...\", found none", path, JOURNAL_MAGIC);
+    else {
+        line[len - 1] = '\0';
+        if (strcmp(line + klen, key) != 0)
+            st = qmla_error_set(err, QMLA_EMISMATCH, "%s: journal of another sweep "
+                                "(found key \"%s\", expected \"%s\")", path,
+                                line + klen, key);
+    }
+    while (!st && (len = getline(&line, &lcap, f)) > 0) {
+        if (line[len - 1] != '\n')
+            break; /* torn last line (its writer may still be running) */
+        line[len - 1] = '\0';
+        qmla_response r;
+        if (parse_record(line, &r) != 0)
+            break;
+        if (push(&arr, &cnt, &cap, &r))
+            st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
+    }
+    free(line);
+    fclose(f);
+    if (st) {
+        free(arr);
+        return st;
+    }
+    *recs = arr;
+    *n = cnt;
+    return QMLA_OK;
+}

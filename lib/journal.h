@@ -26,6 +26,11 @@ int qmla_journal_open(qmla_journal *j, const char *path, const char *key,
 /* Append records durably. */
 int qmla_journal_append(qmla_journal *j, const qmla_response *r, size_t n,
                         qmla_error *err);
+/* Read the records of a journal without changing it (another process may be
+ * appending: a torn last line ends the read). QMLA_EMISMATCH for a journal
+ * of another key, QMLA_EFORMAT for no header, QMLA_EIO. */
+int qmla_journal_read(const char *path, const char *key, qmla_response **recs,
+                      size_t *n, qmla_error *err);
 /* Close; `remove_file` deletes it (after the results are safely written). */
 void qmla_journal_close(qmla_journal *j, int remove_file);
 

@@ -1,5 +1,6 @@
 /* sweep_plan.c — the work list of a sweep (include/qmla/plan.h). */
 #include "qmla/plan.h"
+#include "qmla/part.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -172,6 +173,15 @@ int qmla_plan_build(const qmla_capture *cap, const qmla_plan_selection *sel,
     }
     const size_t shards = sel && sel->n_shards > 1 ? sel->n_shards : 1;
     const size_t shard = sel && sel->n_shards > 1 ? sel->shard : 0;
+    double *cost = malloc((n ? n : 1) * sizeof *cost);
+    size_t *owner = malloc((n ? n : 1) * sizeof *owner);
+    if (!cost || !owner) {
+        free(cost);
+        free(owner);
+        st = qmla_error_set(err, QMLA_ENOMEM, "sweep plan: out of memory for "
+                            "%zu items", n);
+        goto fail;
+    }
     size_t k = 0;
     for (size_t li = 0; li < NL; li++) {
         const int layer = qmla_capture_layer_index(cap, li);
@@ -184,14 +194,25 @@ int qmla_plan_build(const qmla_capture *cap, const qmla_plan_selection *sel,
             const size_t T = qmla_capture_cell_t(cap, li, ci);
             for (size_t s = 0; s < N; s++, k++) {
                 p->items[k] = (qmla_plan_item){li, ci, s, layer};
-                p->wanted[k] = (unsigned char)(lw && k % shards == shard);
-                if (p->wanted[k]) {
-                    p->n_wanted++;
-                    p->T_max = T > p->T_max ? T : p->T_max;
-                }
+                p->wanted[k] = (unsigned char)lw;
+                cost[k] = (double)T * (double)T;
             }
         }
     }
+    st = qmla_shard_assign(cost, p->wanted, n, shards, sel ? sel->balance : 0,
+                           owner, err);
+    for (k = 0; !st && k < n; k++) {
+        p->wanted[k] = (unsigned char)(p->wanted[k] && owner[k] == shard);
+        if (p->wanted[k]) {
+            const size_t T = qmla_capture_cell_t(cap, p->items[k].li, p->items[k].ci);
+            p->n_wanted++;
+            p->T_max = T > p->T_max ? T : p->T_max;
+        }
+    }
+    free(cost);
+    free(owner);
+    if (st)
+        goto fail;
     if (p->n_wanted == 0) {
         st = qmla_error_set(err, QMLA_EINVAL,
                             "%s: the selection holds no (layer, cell) items",

@@ -5,6 +5,7 @@
  * file atomically at the end. */
 #include "journal.h"
 #include "qmla/outpath.h"
+#include "qmla/part.h"
 #include "qmla/plan.h"
 #include "qmla/results.h"
 #include "qmla/sweep.h"
@@ -241,19 +242,98 @@ static int compute_pending(qmla_capture *cap, qmla_plan *plan,
     return st;
 }
 
-/* Summary of every row, and the results file. */
-static int finish(const char *results_path, const qmla_plan *plan,
-                  qmla_results_meta *meta, qmla_summary *summary, qmla_error *err)
+/* Rows of the replayed files (read only) count as done; files of another
+ * key are skipped. */
+static int replay_files(const qmla_sweep_opts *opts, const char *key,
+                        qmla_plan *plan, qmla_error *err)
+{
+    for (size_t k = 0; k < opts->n_replay; k++) {
+        const char *f = opts->replay[k];
+        const size_t len = strlen(f);
+        qmla_response *r = NULL;
+        size_t n = 0;
+        qmla_error e2;
+        qmla_error_clear(&e2);
+        int rs;
+        if (len > 8 && !strcmp(f + len - 8, ".journal"))
+            rs = qmla_journal_read(f, key, &r, &n, &e2);
+        else {
+            qmla_results_meta m;
+            char okey[8192];
+            rs = qmla_results_read(f, &m, &r, &n, &e2);
+            if (rs == QMLA_OK) {
+                qmla_results_key(&m, okey, sizeof okey);
+                qmla_results_meta_free(&m);
+                if (strcmp(okey, key) != 0)
+                    rs = QMLA_EMISMATCH;
+            }
+        }
+        const int st = rs == QMLA_OK ? qmla_plan_add(plan, r, n, f, err) : QMLA_OK;
+        free(r);
+        if (st)
+            return st;
+    }
+    return QMLA_OK;
+}
+
+/* The plan's (layer, cell) slots for a part file (qmla/part.h). */
+static int part_info(qmla_capture *cap, const qmla_plan *plan,
+                     const qmla_sweep_selection *sel, const qmla_sweep_opts *o,
+                     qmla_part_info *pi, qmla_error *err)
+{
+    memset(pi, 0, sizeof *pi);
+    pi->slots = calloc(plan->n_layers * plan->n_cells + 1, sizeof *pi->slots);
+    if (!pi->slots)
+        return qmla_error_set(err, QMLA_ENOMEM, "sweep: out of memory");
+    pi->shard = o->shard;
+    pi->n_shards = o->n_shards;
+    pi->balance = o->balance;
+    for (size_t li = 0; li < plan->n_layers; li++)
+        for (size_t c = 0; c < plan->n_cells; c++) {
+            const size_t first = plan->first_item[li * plan->n_cells + c];
+            if (first == SIZE_MAX)
+                continue;
+            const qmla_plan_item *it = &plan->items[first];
+            int selected = !sel || !sel->layers;
+            for (size_t q = 0; !selected && q < sel->n_layers; q++)
+                selected = sel->layers[q] == it->layer;
+            pi->slots[pi->n_slots++] = (qmla_part_slot){
+                it->layer, (int)c, (long long)plan->n_seq[li * plan->n_cells + c],
+                (long long)qmla_capture_cell_t(cap, it->li, it->ci), selected};
+        }
+    return QMLA_OK;
+}
+
+/* Summary of every row (a part: of the shard's rows), and the results (or
+ * part) file. */
+static int finish(qmla_capture *cap, const qmla_sweep_selection *sel,
+                  const qmla_sweep_opts *opts, const char *results_path,
+                  const qmla_plan *plan, qmla_results_meta *meta,
+                  qmla_summary *summary, qmla_error *err)
 {
     qmla_response *rows = NULL;
     size_t n = 0;
+    const int part = opts->n_shards > 1;
     int st = qmla_plan_rows(plan, &rows, &n, err);
+    if (!st && part) { /* only the shard's own rows */
+        n = 0;
+        for (size_t k = 0; k < 2 * plan->n_items; k++)
+            if (plan->have[k] && plan->wanted[k / 2])
+                rows[n++] = plan->rows[k];
+    }
     if (!st)
         st = qmla_summary_compute(rows, n, summary, err);
     if (!st) {
         format_ranges(summary->layer, summary->n_layers, meta->layers,
                       sizeof meta->layers);
-        st = qmla_results_write(results_path, meta, rows, n, summary, err);
+        if (part) {
+            qmla_part_info pi;
+            st = part_info(cap, plan, sel, opts, &pi, err);
+            if (!st)
+                st = qmla_part_write(results_path, meta, rows, n, summary, &pi, err);
+            qmla_part_info_free(&pi);
+        } else
+            st = qmla_results_write(results_path, meta, rows, n, summary, err);
         if (st)
             qmla_summary_free(summary);
     }
@@ -284,7 +364,12 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
     const qmla_plan_selection psel = {sel ? sel->layers : NULL,
                                       sel ? sel->n_layers : 0,
                                       sel ? sel->cells : NULL,
-                                      sel ? sel->n_cells : 0, 0, 0};
+                                      sel ? sel->n_cells : 0, opts->shard,
+                                      opts->n_shards, opts->balance};
+    if (opts->n_shards > 1 && opts->shard >= opts->n_shards)
+        return qmla_error_set(err, QMLA_EINVAL, "sweep: shard %zu of %zu: expected "
+                              "a shard below %zu", opts->shard, opts->n_shards,
+                              opts->n_shards);
     qmla_plan plan;
     if ((st = qmla_plan_build(cap, &psel, &plan, err)))
         return st;
@@ -307,7 +392,7 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
         journal_open = 1;
         st = qmla_plan_add(&plan, jrecs, nj, jpath, err);
         free(jrecs);
-        if (st)
+        if (st || (st = replay_files(opts, key, &plan, err)))
             goto done;
     }
     const qmla_mla_dims dims = {(size_t)cfg->H, (size_t)cfg->D, (size_t)cfg->d_c,
@@ -315,7 +400,7 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                                 (size_t)cfg->d_v, cfg->softmax_scale};
     if ((st = compute_pending(cap, &plan, opts, &dims, &jr, stopped, err)) || *stopped)
         goto done;
-    if ((st = finish(results_path, &plan, &meta, summary, err)))
+    if ((st = finish(cap, sel, opts, results_path, &plan, &meta, summary, err)))
         goto done;
     qmla_journal_close(&jr, 1);
     journal_open = 0;

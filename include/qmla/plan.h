@@ -6,7 +6,8 @@
  * in capture order) x every sequence, in a fixed order (capture layer order,
  * then cell-set order, then sequence): the items a results file of this cell
  * set may hold. `wanted` marks the items of the selected layers and of shard
- * `shard` of `n_shards` (items split round-robin by index; 0 of 1 = all).
+ * `shard` of `n_shards` (items split round-robin by index, or balanced by
+ * cost T^2 with `balance`: qmla_shard_assign; 0 of 1 = all).
  * Rows are looked up in O(log cells) through a layer map and a sorted cell
  * index, never by scanning the items.
  *
@@ -60,6 +61,8 @@ typedef struct qmla_plan_selection {
                                  capture */
     size_t n_cells;
     size_t shard, n_shards;   /* 0 and 0 (or 1): everything */
+    int balance;              /* 0: shards round robin by item index;
+                                 1: by cost (qmla_shard_assign, qmla/part.h) */
 } qmla_plan_selection;
 
 /* Build the plan. QMLA_EINVAL naming the capture for a layer or cell the

@@ -153,6 +153,18 @@ typedef struct qmla_sweep_opts {
     qmla_progress_fn progress;
     void *progress_ctx;
     const char *command_line; /* recorded in the results file (may be NULL) */
+    /* Sharded run (qmla/part.h): n_shards > 1 computes only the items of
+     * shard `shard` (round robin, or by cost with `balance`) and writes a
+     * part file (those rows + /part) to results_path, for qmla_merge. */
+    size_t shard, n_shards;
+    int balance;
+    /* Files whose rows count as done, read only (another process may be
+     * appending to them): journals (names ending in ".journal") and results
+     * or part files. Files of another capture, parameters or cell set are
+     * skipped. The MPI driver passes the parts and journals of earlier
+     * runs with any number of ranks. */
+    const char *const *replay;
+    size_t n_replay;
 } qmla_sweep_opts;
 
 /* Run the sweep and write `results_path` (qmla-results v1,
