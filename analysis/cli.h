@@ -23,6 +23,14 @@ int cmd_sweep(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_storage(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
+#include "qmla_config.h"
+#if QMLA_HAVE_MPI
+/* analysis/mpi_sweep.c: 1 when started by mpirun/srun; the distributed
+ * sweep (returns -1 when there is one rank: run the serial sweep). */
+int cli_mpi_launched(void);
+int cli_mpi_sweep(qmla_capture *cap, const qmla_sweep_selection *sel,
+                  qmla_sweep_opts *o, const char *out, int verbose);
+#endif
 int cmd_export(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_figures(int argc, char **argv);

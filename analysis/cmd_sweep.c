@@ -199,6 +199,15 @@ int cmd_sweep(int argc, char **argv)
         rc = QMLA_EXIT_INTERRUPTED;
         goto out;
     }
+#if QMLA_HAVE_MPI
+    if (cli_mpi_launched()) {
+        o.command_line = cli_command_line();
+        rc = cli_mpi_sweep(cap, &sel, &o, out, verbose);
+        if (rc >= 0)
+            goto out;
+        rc = QMLA_EXIT_OK; /* one rank: the serial sweep */
+    }
+#endif
     cli_progress prog;
     cli_progress_init(&prog, "sweep");
     o.progress = progress;

@@ -179,7 +179,7 @@ static int read_col(hid_t g, const char *path, const char *name, hid_t mtype,
     *out = NULL;
     hid_t d = H5Dopen2(g, name, H5P_DEFAULT);
     if (d < 0)
-        return qmla_error_set(err, QMLA_EFORMAT, "%s: /part/%s: expected a "
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: %s: expected a "
                               "dataset, found none", path, name);
     hid_t sp = H5Dget_space(d);
     hsize_t dim = 0;
@@ -208,6 +208,63 @@ static int read_col(hid_t g, const char *path, const char *name, hid_t mtype,
         free(*out);
         *out = NULL;
     }
+    return st;
+}
+
+/* /cells of a results file into m->cell_info (qmla_results_read leaves it
+ * empty: the sweep takes it from the capture, a merge from its first part). */
+static int read_cells(const char *path, qmla_results_meta *m, qmla_error *err)
+{
+    h5_quiet q = qmla_h5_quiet_begin();
+    int st = QMLA_OK;
+    char **names = NULL, **ds = NULL;
+    int64_t *seed = NULL, *N = NULL, *T = NULL;
+    size_t n = SIZE_MAX;
+    hid_t g = -1, f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t st_t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(st_t, H5T_VARIABLE);
+    H5Tset_cset(st_t, H5T_CSET_UTF8);
+    if (f < 0 || (g = H5Gopen2(f, "cells", H5P_DEFAULT)) < 0) {
+        st = qmla_error_set(err, QMLA_EFORMAT, "%s: expected a group /cells, "
+                            "found none", path);
+        goto done;
+    }
+    if ((st = read_col(g, path, "seed", H5T_NATIVE_INT64, 8, &n, (void **)&seed, err)) ||
+        (st = read_col(g, path, "n_sequences", H5T_NATIVE_INT64, 8, &n, (void **)&N, err)) ||
+        (st = read_col(g, path, "n_tokens", H5T_NATIVE_INT64, 8, &n, (void **)&T, err)) ||
+        (st = read_col(g, path, "name", st_t, sizeof(char *), &n, (void **)&names, err)) ||
+        (st = read_col(g, path, "dataset", st_t, sizeof(char *), &n, (void **)&ds, err)))
+        goto done;
+    m->cell_info = calloc(n ? n : 1, sizeof *m->cell_info);
+    if (!m->cell_info) {
+        st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    m->n_cell_info = n;
+    for (size_t k = 0; k < n; k++) {
+        qmla_results_cell *c = &m->cell_info[k];
+        snprintf(c->name, sizeof c->name, "%s", names[k] ? names[k] : "");
+        snprintf(c->dataset, sizeof c->dataset, "%s", ds[k] ? ds[k] : "");
+        c->seed = (long)seed[k];
+        c->N = (long)N[k];
+        c->T = (long)T[k];
+    }
+done:
+    for (size_t k = 0; names && k < n; k++)
+        H5free_memory(names[k]);
+    for (size_t k = 0; ds && k < n; k++)
+        H5free_memory(ds[k]);
+    free(names);
+    free(ds);
+    free(seed);
+    free(N);
+    free(T);
+    H5Tclose(st_t);
+    if (g >= 0)
+        H5Gclose(g);
+    if (f >= 0)
+        H5Fclose(f);
+    qmla_h5_quiet_end(q);
     return st;
 }
 
@@ -560,6 +617,9 @@ int qmla_merge(const char *const *parts, size_t n_parts, const char *out,
         qmla_results_key(&m, key, sizeof key);
         if (p == 0) {
             ms.meta0 = m;
+            qmla_results_meta_free(&ms.meta0);
+            if ((st = read_cells(parts[p], &ms.meta0, err)))
+                goto next;
             ms.pi0 = pi;
             memcpy(key0, key, sizeof key0);
             if ((st = universe_build(&ms.pi0, &ms.u, err)))
