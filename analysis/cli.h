@@ -23,6 +23,7 @@ int cmd_sweep(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_storage(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
+int cmd_serve_sim(int argc, char **argv);
 #include "qmla_config.h"
 #if QMLA_HAVE_MPI
 /* analysis/mpi_sweep.c: 1 when started by mpirun/srun; the distributed

@@ -37,6 +37,7 @@ static void usage(FILE *f)
             "  figures render the paper's figures and tables from results files\n"
             "  storage bytes per token of the low-bit paged cache vs BF16\n"
             "  merge   combine the part files of sharded sweeps -> results.h5\n"
+            "  serve-sim  serving under KV-cache pressure (paper Table 10)\n"
             "  jvp     local (JVP) versus finite gains of QDQ directions -> /jvp\n"
             "  predict token sensitivities and the operator-error predictors -> /predict\n"
             "  intervene  equal-energy interventions and joint-path perturbation\n"
@@ -68,6 +69,7 @@ static const struct {
     {"storage", cmd_storage}, {"export", cmd_export},   {"show", cmd_show},
     {"figures", cmd_figures}, {"jvp", cmd_jvp},         {"predict", cmd_predict},
     {"intervene", cmd_intervene}, {"merge", cmd_merge},
+    {"serve-sim", cmd_serve_sim},
 };
 
 static int (*find_command(const char *name))(int, char **)
