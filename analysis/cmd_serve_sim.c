@@ -63,6 +63,15 @@ int cmd_serve_sim(int argc, char **argv)
            s.max_seqs, s.max_batched_tokens);
     if (s.calibrated_from[0])
         printf("decode attention calibrated from %s\n", s.calibrated_from);
+    for (size_t k = 0; k < s.n_configs; k++) {
+        const qmla_serve_config *c = &s.cfg[k];
+        printf("  %-6s attention per layer and step: %.2f us + %.3f us per 1e6 "
+               "context tokens", c->name, c->attn_base_us, c->attn_per_mtok_us);
+        if (c->fit_rows)
+            printf(" (fit to %d rows, worst residual %.1f%%)", c->fit_rows,
+                   100.0 * c->fit_worst_rel);
+        printf("\n");
+    }
     printf("\n%-8s %10s %8s %11s %14s %10s %10s %9s %9s\n", "config", "slots",
            "peak", "preemptions", "recomputed", "prefill", "elapsed_s", "tok/s",
            "vs first");
