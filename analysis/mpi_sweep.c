@@ -2,8 +2,9 @@
  * distributed over MPI ranks (built with -Dmpi, Open MPI). The library knows
  * nothing of MPI; this file only assigns shards and gathers:
  *   - rank r of K runs the ordinary sweep driver on shard r of K with the
- *     cost-balanced assignment (qmla_shard_assign: items by decreasing T^2,
- *     each to the least-loaded rank; deterministic), journaling to
+ *     cost-balanced assignment (qmla_shard_assign: consecutive runs of the
+ *     plan of equal total T^2, so a rank reads only its part of the
+ *     capture; deterministic), journaling to
  *     RESULTS.h5.part-r-of-K.journal and writing the part file
  *     RESULTS.h5.part-r-of-K (qmla/part.h);
  *   - every rank first replays, read only, every RESULTS.h5.part-* file and

@@ -13,79 +13,32 @@
 
 /* ---- assignment ------------------------------------------------------------ */
 
-static const double *g_cost; /* qsort has no context argument in C11 */
-
-static int cmp_cost_desc(const void *a, const void *b)
-{
-    const size_t i = *(const size_t *)a, j = *(const size_t *)b;
-    if (g_cost[i] != g_cost[j])
-        return g_cost[i] > g_cost[j] ? -1 : 1;
-    return i < j ? -1 : i > j;
-}
-
-/* binary min-heap of shards keyed by (load, shard) */
-static int heap_less(const double *load, size_t a, size_t b)
-{
-    return load[a] < load[b] || (load[a] == load[b] && a < b);
-}
-
-static void heap_down(size_t *h, size_t n, const double *load, size_t i)
-{
-    for (;;) {
-        size_t m = i, l = 2 * i + 1, r = l + 1;
-        if (l < n && heap_less(load, h[l], h[m]))
-            m = l;
-        if (r < n && heap_less(load, h[r], h[m]))
-            m = r;
-        if (m == i)
-            return;
-        const size_t t = h[i];
-        h[i] = h[m];
-        h[m] = t;
-        i = m;
-    }
-}
-
 int qmla_shard_assign(const double *cost, const unsigned char *sel,
                       size_t n_items, size_t n_shards, int balance,
                       size_t *owner, qmla_error *err)
 {
+    (void)err;
     if (n_shards < 1)
         n_shards = 1;
     for (size_t k = 0; k < n_items; k++)
         owner[k] = k % n_shards;
     if (!balance || n_shards == 1)
         return QMLA_OK;
-    size_t n_sel = 0;
-    for (size_t k = 0; k < n_items; k++)
-        n_sel += sel[k] != 0;
-    size_t *order = malloc((n_sel ? n_sel : 1) * sizeof *order);
-    size_t *heap = malloc(n_shards * sizeof *heap);
-    double *load = calloc(n_shards, sizeof *load);
-    if (!order || !heap || !load) {
-        free(order);
-        free(heap);
-        free(load);
-        return qmla_error_set(err, QMLA_ENOMEM, "shard assignment: out of memory "
-                              "for %zu items", n_items);
-    }
-    n_sel = 0;
+    /* contiguous runs of equal cost: item k goes to the shard whose share
+     * of the total cost holds the midpoint of k's cost interval */
+    double total = 0.0;
     for (size_t k = 0; k < n_items; k++)
         if (sel[k])
-            order[n_sel++] = k;
-    g_cost = cost;
-    qsort(order, n_sel, sizeof *order, cmp_cost_desc);
-    for (size_t s = 0; s < n_shards; s++)
-        heap[s] = s; /* all loads 0: already a heap in shard order */
-    for (size_t q = 0; q < n_sel; q++) {
-        const size_t s = heap[0];
-        owner[order[q]] = s;
-        load[s] += cost[order[q]];
-        heap_down(heap, n_shards, load, 0);
+            total += cost[k];
+    double before = 0.0;
+    for (size_t k = 0; k < n_items; k++) {
+        if (!sel[k])
+            continue;
+        const double mid = before + 0.5 * cost[k];
+        size_t s = total > 0.0 ? (size_t)(mid * (double)n_shards / total) : 0;
+        owner[k] = s < n_shards ? s : n_shards - 1;
+        before += cost[k];
     }
-    free(order);
-    free(heap);
-    free(load);
     return QMLA_OK;
 }
 
@@ -161,7 +114,10 @@ int qmla_part_write(const char *path, const qmla_results_meta *m,
     hid_t f = qmla_h5_open_mem(tmp, &created, err);
     if (f < 0)
         st = QMLA_EIO;
-    else if (write_part_group(f, pi)) {
+    else if ((H5Lexists(f, "part", H5P_DEFAULT) > 0 &&
+              H5Ldelete(f, "part", H5P_DEFAULT) < 0) || /* carried from an
+                                                           earlier part */
+             write_part_group(f, pi)) {
         H5Fclose(f);
         st = qmla_error_set(err, QMLA_EIO, "%s: cannot write /part", path);
     } else

@@ -213,7 +213,7 @@ int qmla_plan_build(const qmla_capture *cap, const qmla_plan_selection *sel,
     free(owner);
     if (st)
         goto fail;
-    if (p->n_wanted == 0) {
+    if (p->n_wanted == 0 && shards == 1) { /* a shard may be empty */
         st = qmla_error_set(err, QMLA_EINVAL,
                             "%s: the selection holds no (layer, cell) items",
                             qmla_capture_path(cap));

@@ -47,4 +47,9 @@ expect 2 "output that is a part refused" -- "$QMLA" merge p0.h5 p1.h5 p2.h5 -o p
 expect 2 "bad --shard" -- "$QMLA" sweep "$C" -o y.h5 --shard 3/3
 containsF "--shard: expected I/N with 0 <= I < N" "shard usage"
 expect 0 "incomplete refusal kept parts" -- test -s p0.h5
+# an output that already holds a part of another plan is rewritten
+cp p1.h5 re.h5
+expect 0 "balanced shard over a round-robin part" -- "$QMLA" sweep "$C" -o re.h5 --shard 1/2 --balance --threads 1
+expect 0 "merge with the rewritten part" -- "$QMLA" merge b0.h5 re.h5 -o mre.h5
+expect 0 "and it equals serial" -- h5same serial.h5 mre.h5
 finish test_merge

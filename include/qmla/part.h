@@ -31,12 +31,15 @@ extern "C" {
 
 /* Shard of each of n_items items: owner[k] in [0, n_shards).
  * balance = 0: round robin over the universe index (k mod n_shards).
- * balance = 1: longest-processing-time first over the selected items
- * (sel[k] != 0; unselected items get owner k mod n_shards): items in
- * decreasing cost (ties: lower index first), each to the shard with the
- * least assigned cost so far (ties: lower shard). Deterministic: a function
- * of (cost, sel, n_shards) only. cost[k] is the item's relative cost (the
- * sweep uses T^2: the H x T x T attention arrays dominate). QMLA_ENOMEM. */
+ * balance = 1: contiguous runs of equal cost over the selected items
+ * (sel[k] != 0; unselected items get owner k mod n_shards): in plan order,
+ * item k goes to shard floor(n_shards * m_k / C), m_k the midpoint of its
+ * interval of the cumulative cost and C the total, so every shard's cost is
+ * within one item's cost of C / n_shards, and a shard's items are
+ * consecutive (each rank reads about 1/n_shards of the capture instead of
+ * every cell). Deterministic: a function of (cost, sel, n_shards) only.
+ * cost[k] is the item's relative cost (the sweep uses T^2: the H x T x T
+ * attention arrays dominate). Returns QMLA_OK. */
 int qmla_shard_assign(const double *cost, const unsigned char *sel,
                       size_t n_items, size_t n_shards, int balance,
                       size_t *owner, qmla_error *err);
