@@ -244,6 +244,10 @@ int cmd_sweep(int argc, char **argv)
     printf("results  %s  (%zu layers%s; %.1f s%s)\n\n", out, s.n_layers,
            s.n_degenerate ? ", some degenerate items excluded" : "", cli_now() - t0,
            fresh ? ", resumed" : "");
+    if (o.n_shards > 1)
+        printf("(a part file: shard %zu of %zu; its summary covers this shard's "
+               "rows only; combine the parts with qmla merge)\n\n", o.shard,
+               o.n_shards);
     cli_print_summary(&s, verbose, o.verify);
     qmla_summary_free(&s);
 out:
