@@ -66,7 +66,7 @@ static const struct {
     {"check", cmd_check},     {"sweep", cmd_sweep},     {"synth", cmd_synth},
     {"storage", cmd_storage}, {"export", cmd_export},   {"show", cmd_show},
     {"figures", cmd_figures}, {"jvp", cmd_jvp},         {"predict", cmd_predict},
-    {"intervene", cmd_intervene},
+    {"intervene", cmd_intervene}, {"ppl", cmd_ppl},
 };
 
 static int (*find_command(const char *name))(int, char **)
