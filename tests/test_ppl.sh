@@ -69,6 +69,45 @@ expect 0 "ppl threads 2" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" --config C4
   --tokens 1024 --threads 2 -o "$work/t2.h5"
 "$PY" -c 'import h5py,sys; a,b=(h5py.File(p)["ppl"].attrs for p in sys.argv[1:]); assert a["nll_nats_per_token"]==b["nll_nats_per_token"]' \
   "$work/t1.h5" "$work/t2.h5" && ok || bad "1 and 2 threads agree exactly"
+# the loader: one unsharded model.safetensors (no index) in F32 gives the
+# same fp32 result exactly (float16 -> float32 is exact); BF16 loads too
+cat > "$work/conv.py" <<'PY'
+import json, os, struct, sys
+import numpy as np
+src, dst, dt = sys.argv[1:4]
+os.makedirs(dst, exist_ok=True)
+ws = {}
+for fn in sorted(set(json.load(open(src + "/model.safetensors.index.json"))["weight_map"].values())):
+    b = open(os.path.join(src, fn), "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    for k, t in h.items():
+        if k != "__metadata__":
+            o0, o1 = t["data_offsets"]
+            ws[k] = np.frombuffer(b[8 + n + o0:8 + n + o1], "<f2").astype(np.float32).reshape(t["shape"])
+hdr, blobs, off = {}, [], 0
+for k, a in ws.items():
+    if dt == "BF16":
+        raw = (a.view(np.uint32) >> 16).astype("<u2").tobytes()
+    else:
+        raw = a.astype("<f4").tobytes()
+    hdr[k] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
+    blobs.append(raw)
+    off += len(raw)
+hj = json.dumps(hdr).encode()
+with open(os.path.join(dst, "model.safetensors"), "wb") as f:
+    f.write(struct.pack("<Q", len(hj)) + hj + b"".join(blobs))
+open(os.path.join(dst, "config.json"), "w").write(open(src + "/config.json").read())
+PY
+for dt in F32 BF16; do
+  "$PY" "$work/conv.py" "$M" "$work/m$dt" $dt && ok || bad "convert to $dt"
+  expect 0 "ppl $dt checkpoint" -- "$QMLA" ppl "$work/m$dt" --text "$H/code.txt.gz" --config fp32 \
+    --tokens 1024 --threads 2 -o "$work/$dt.h5"
+done
+expect 0 "ppl F16 checkpoint" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" --config fp32 \
+  --tokens 1024 --threads 2 -o "$work/F16.h5"
+"$PY" -c 'import h5py,sys; a,b,c=(float(h5py.File(p)["ppl"].attrs["nll_nats_per_token"]) for p in sys.argv[1:]); assert a==b and 0<abs(a-c)<0.05, (a,b,c)' \
+  "$work/F16.h5" "$work/F32.h5" "$work/BF16.h5" && ok || bad "F32 checkpoint identical, BF16 close"
 # refusals
 mkdir -p "$work/moe" "$work/arch"
 for f in "$M"/*; do ln -s "$f" "$work/moe/"; ln -s "$f" "$work/arch/"; done
