@@ -10,6 +10,9 @@
 #     fp32 / bf16 within 2e-4 bits/byte; quantized rows within 3e-3 (a float
 #     rounding difference upstream moves a few codes by one step: the NumPy
 #     forward itself moves C4R4 by 7e-4 between float32 and float64);
+#   - the fp32 rows against transformers' float32 logits on the same windows
+#     (tests/data/tiny_mla_hf_ref.jsonl, from experiments/accuracy/hf_reference.py
+#     on the accelerator machine), within 1e-5 bits/byte;
 #   - the training run's figure is on the full held-out set (1.257 / 0.839,
 #     experiments/tiny-mla/README.md), too long for CI; the full-set command
 #     and its result are in experiments/accuracy/README.md;
@@ -60,6 +63,23 @@ sys.exit(1 if bad else 0)
 PY
 "$PY" "$work/cmp.py" "$ROOT/tests/data/tiny_mla_ppl_ref.jsonl" "$work/a.h5" "$work/b.h5" \
   && ok || bad "bits/byte against the NumPy forward"
+# and the fp32 rows against transformers' own logits on the same windows
+# (hf_reference.py on the accelerator machine; tests/data/tiny_mla_hf_ref.jsonl)
+"$PY" - "$ROOT/tests/data/tiny_mla_hf_ref.jsonl" "$work/a.h5" <<'PY' && ok || bad "fp32 against transformers"
+import json, sys, h5py
+ref = {json.loads(l)["text"].split("/")[-1]: json.loads(l) for l in open(sys.argv[1])}
+g = h5py.File(sys.argv[2], "r")["ppl"]
+n = 0
+for k in g:
+    a = g[k].attrs
+    if str(a["config"]) == "fp32":
+        r = ref[str(a["text"]).split("/")[-1]]
+        d = abs(float(a["bits_per_byte"]) - r["bits_per_byte"])
+        print("%s fp32: C %.7f transformers %.7f |d| %.1e" % (r["text"], a["bits_per_byte"], r["bits_per_byte"], d))
+        assert d < 1e-5 and int(a["tokens"]) == r["tokens"]
+        n += 1
+assert n == 2
+PY
 "$PY" -c 'import h5py,sys; f=h5py.File(sys.argv[1]); assert "other" in f and f["ppl"].attrs["rows"] == 10' \
   "$work/a.h5" && ok || bad "/ppl replaced, other groups kept"
 # thread count does not change the result
