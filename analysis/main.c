@@ -39,6 +39,7 @@ static void usage(FILE *f)
             "  jvp     local (JVP) versus finite gains of QDQ directions -> /jvp\n"
             "  predict token sensitivities and the operator-error predictors -> /predict\n"
             "  intervene  equal-energy interventions and joint-path perturbation\n"
+            "  ppl     bits/byte of an MLA checkpoint with quantized caches -> /ppl\n"
             "\n"
             "exit status: 0 ok, 1 finding, 2 usage/malformed input, 130 interrupted\n");
 }
