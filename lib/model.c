@@ -140,6 +140,7 @@ static int parse_config(const char *dir, qmla_model_config *c, size_t *first_den
     }
     json_t *eps = json_object_get(j, "rms_norm_eps");
     c->eps = json_is_number(eps) ? json_number_value(eps) : 1e-6;
+    c->latent_eps = 1e-6;
     /* RoPE: rope_parameters (transformers 5) or rope_theta + rope_scaling */
     json_t *rp = json_object_get(j, "rope_parameters");
     if (!rp || json_is_null(rp))
@@ -730,7 +731,7 @@ int qmla_model_forward(const qmla_model *m, const qmla_cache_spec *cs, qmla_mode
         /* queries */
         if (c->q_lora_rank) {
             linear(T, D, c->q_lora_rank, w->h, lw->q_a, w->qa);
-            rmsnorm(T, c->q_lora_rank, c->eps, w->qa, c->q_lora_rank, lw->q_a_ln, w->qa,
+            rmsnorm(T, c->q_lora_rank, c->latent_eps, w->qa, c->q_lora_rank, lw->q_a_ln, w->qa,
                     c->q_lora_rank);
             linear(T, c->q_lora_rank, H * qk, w->qa, lw->q_proj, w->q);
         } else {
@@ -745,7 +746,7 @@ int qmla_model_forward(const qmla_model *m, const qmla_cache_spec *cs, qmla_mode
         qmla_rope_rotate(H, T, dr, c->pairing, w->cos_, w->sin_, w->q_rope_pre, w->q_rope);
         /* latent and RoPE key: the cache row */
         linear(T, D, dc + dr, w->h, lw->kv_a, w->kv);
-        rmsnorm(T, dc, c->eps, w->kv, dc + dr, lw->kv_a_ln, w->C, dc);
+        rmsnorm(T, dc, c->latent_eps, w->kv, dc + dr, lw->kv_a_ln, w->C, dc);
         for (size_t t = 0; t < T; t++)
             memcpy(w->kr_pre + t * dr, w->kv + t * (dc + dr) + dc, dr * sizeof(float));
         qmla_rope_rotate(1, T, dr, c->pairing, w->cos_, w->sin_, w->kr_pre, w->K);

@@ -57,7 +57,9 @@ typedef struct qmla_model_config {
     size_t n_inter;      /* intermediate_size */
     size_t q_lora_rank;  /* 0: plain q_proj */
     size_t d_c, d_n, d_r, d_v;
-    double eps;          /* rms_norm_eps (all norms) */
+    double eps;          /* rms_norm_eps (input, post-attention, final norms) */
+    double latent_eps;   /* kv_a_layernorm / q_a_layernorm: transformers builds them
+                            with its default eps 1e-6, whatever rms_norm_eps says */
     double rope_theta;
     qmla_rope_pairing pairing;
     double tau;          /* (d_n + d_r)^-1/2 */
