@@ -876,10 +876,14 @@ int qmla_model_ppl(const qmla_model *m, const qmla_exec *ex, const qmla_cache_sp
         if (st) {
 #pragma omp critical(qmla_model_ppl_err)
             {
-                if (!st_all) {
-                    st_all = st;
+                int cur;
+#pragma omp atomic read
+                cur = st_all;
+                if (!cur) {
                     if (err)
                         *err = e;
+#pragma omp atomic write
+                    st_all = st;
                 }
             }
         }
