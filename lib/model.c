@@ -552,9 +552,21 @@ int qmla_cache_spec_parse(const char *config, const char *policy, qmla_cache_spe
                                       "expected f16 or q8", config, dash + 1);
         }
         qmla_kv_config kc;
-        int st = qmla_kv_parse_config(base, &kc, err);
-        if (st)
-            return st;
+        int cb = 0, rb = 0;
+        char tail = 0;
+        /* the paged cache (qmla_kv_parse_config) packs 2, 4 or 8 bits; the
+         * engine dequantizes in place and also takes the quantizer's 3 bits */
+        if (sscanf(base, "C%dR%d%c", &cb, &rb, &tail) == 2 && (cb == 3 || rb == 3) &&
+            (cb == 2 || cb == 3 || cb == 4 || cb == 8) &&
+            (rb == 2 || rb == 3 || rb == 4 || rb == 8)) {
+            kc.c_bits = cb;
+            kc.r_bits = rb;
+            kc.group = 64;
+        } else {
+            int st = qmla_kv_parse_config(base, &kc, err);
+            if (st)
+                return st;
+        }
         if (kc.c_bits == QMLA_KV_BF16)
             return qmla_error_set(err, QMLA_EINVAL, "cache config '%s': bf16 takes no "
                                   "metadata suffix", config);

@@ -66,9 +66,11 @@ int main(void)
     CHECK_OK(qmla_cache_spec_parse("C2R4-q8", "none", &s, &err), err);
     CHECK(s.c_bits == 2 && s.r_bits == 4 && s.meta == QMLA_META_Q8 && !s.sink && !s.window,
           "C2R4-q8");
+    CHECK_OK(qmla_cache_spec_parse("C3R4", "none", &s, &err), err);
+    CHECK(s.c_bits == 3 && s.r_bits == 4 && s.group == 64, "C3R4");
     CHECK_OK(qmla_cache_spec_parse("bf16", NULL, &s, &err), err);
     CHECK(s.c_bits == QMLA_CACHE_BF16, "bf16");
-    const char *badc[] = {"C5R4", "C4R4-q9", "C4", "bf16-q8", "C4R4x"};
+    const char *badc[] = {"C5R4", "C3R5", "C4R4-q9", "C4", "bf16-q8", "C4R4x", "C3R3x"};
     for (size_t i = 0; i < sizeof badc / sizeof *badc; i++)
         CHECK(qmla_cache_spec_parse(badc[i], "none", &s, &err) == QMLA_EINVAL, "%s", badc[i]);
     const char *badp[] = {"sink4", "sink-1/local3", "local128", "sink4/local128x"};

@@ -22,7 +22,8 @@
  * (post kv_a_layernorm latent, rotated RoPE key). Configurations:
  *   fp32  the float32 values as computed (the transformers reference);
  *   bf16  rounded to BF16 (the paper's BF16 baseline);
- *   C{x}R{y}[-f16|-q8]  qmla_quant_qdq with x / y bits per path, group G
+ *   C{x}R{y}[-f16|-q8]  x, y in {2, 3, 4, 8} (qmla_kv_parse_config's names,
+ *         plus the quantizer's 3 bits): qmla_quant_qdq with x / y bits per path, group G
  *         (default 64), f16 (default) or q8 metadata, dequantized values
  *         rounded to BF16 (as qmla/kvcache.h reconstructs them).
  * Policy sink S / local W: query i reads key s from its BF16 value when
@@ -94,7 +95,7 @@ typedef struct qmla_cache_hook {
 enum { QMLA_CACHE_FP32 = 32, QMLA_CACHE_BF16 = 16 };
 
 typedef struct qmla_cache_spec {
-    int c_bits, r_bits;     /* 32 fp32, 16 bf16, or 2/4/8 quantized */
+    int c_bits, r_bits;     /* 32 fp32, 16 bf16, or 2/3/4/8 quantized */
     int group;              /* G for quantized paths */
     qmla_meta meta;         /* f16 or q8 */
     int sink, window;       /* policy; 0 / 0 = none */
@@ -103,8 +104,8 @@ typedef struct qmla_cache_spec {
     char policy[32];        /* "none" or "sink4/local128" */
 } qmla_cache_spec;
 
-/* Parse a configuration name ("fp32", "bf16", "C4R4", "C2R4-q8"; the C/R
- * part through qmla_kv_parse_config) and a policy ("none",
+/* Parse a configuration name ("fp32", "bf16", "C4R4", "C3R4", "C2R4-q8"; the
+ * C/R part through qmla_kv_parse_config, 3 bits added) and a policy ("none",
  * "sink4/local128"). QMLA_EINVAL with a message otherwise. */
 int qmla_cache_spec_parse(const char *config, const char *policy, qmla_cache_spec *s,
                           qmla_error *err);
