@@ -41,6 +41,7 @@ static void usage(FILE *f)
             "  jvp     local (JVP) versus finite gains of QDQ directions -> /jvp\n"
             "  predict token sensitivities and the operator-error predictors -> /predict\n"
             "  intervene  equal-energy interventions and joint-path perturbation\n"
+            "  ppl     bits/byte of an MLA checkpoint with quantized caches -> /ppl\n"
             "\n"
             "exit status: 0 ok, 1 finding, 2 usage/malformed input, 130 interrupted\n");
 }
@@ -69,7 +70,7 @@ static const struct {
     {"storage", cmd_storage}, {"export", cmd_export},   {"show", cmd_show},
     {"figures", cmd_figures}, {"jvp", cmd_jvp},         {"predict", cmd_predict},
     {"intervene", cmd_intervene}, {"merge", cmd_merge},
-    {"serve-sim", cmd_serve_sim},
+    {"serve-sim", cmd_serve_sim}, {"ppl", cmd_ppl},
 };
 
 static int (*find_command(const char *name))(int, char **)

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pkgs=(gcc pkg-config meson ninja-build libhdf5-dev hdf5-tools libgsl-dev
-      libopenblas-dev libssl-dev python3 python3-numpy python3-h5py gnuplot-nox
+      libopenblas-dev libssl-dev libjansson-dev python3 python3-numpy python3-h5py gnuplot-nox
       strace fonts-dejavu-core libopenmpi-dev openmpi-bin)
 [ "${QMLA_WITH_FUZZ:-0}" = 1 ] && pkgs+=(clang)
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# bench/run_ppl.sh — the engine benchmark of issue 11 in one run: tokens/s of
+# the C engine (bf16, C4R4, C4R4 sink4/local128; context 512) and of the
+# NumPy forward (experiments/accuracy/numpy_forward.py, fp32 and C4R4), on the
+# same first WINDOWS windows of data/heldout/prose.txt.gz, with THREADS
+# threads each (OpenBLAS threads for NumPy), and the ratios. Appends the JSON
+# lines and the ratio table to bench/results/ppl.txt.
+#   bash bench/run_ppl.sh [BUILD_DIR=build] [THREADS=2] [WINDOWS=8]
+set -eu
+cd "$(dirname "$0")/.."
+B=${1:-build} J=${2:-2} N=${3:-8}
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+"$B/bench/bench_ppl" models/tiny-mla data/heldout/prose.txt.gz --windows "$N" --threads "$J" >> "$out"
+for c in fp32 C4R4; do
+  OPENBLAS_NUM_THREADS=$J /usr/bin/python3 experiments/accuracy/numpy_forward.py models/tiny-mla \
+    data/heldout/prose.txt.gz --windows "$N" --config $c --json |
+    /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); r["impl"]="NumPy"; print(json.dumps(r))' >> "$out"
+done
+{
+  echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD) threads $J windows $N load $(cut -d' ' -f1-3 /proc/loadavg)"
+  cat "$out"
+  /usr/bin/python3 - "$out" <<'PY'
+import json, sys
+rs = [json.loads(l) for l in open(sys.argv[1])]
+np_ = {r["config"]: r for r in rs if r["impl"] == "NumPy"}
+for r in rs:
+    if r["impl"] == "C":
+        ref = np_["fp32" if r["config"] == "bf16" else "C4R4"]
+        print("C %-5s %-15s %8.0f tok/s   NumPy %-5s %8.0f tok/s   C/NumPy %.2f" % (
+            r["config"], r["policy"], r["tokens_per_s"], ref["config"], ref["tokens_per_s"],
+            r["tokens_per_s"] / ref["tokens_per_s"]))
+PY
+} | tee -a bench/results/ppl.txt
