@@ -18,7 +18,9 @@
 # Usage: bash scripts/mutation-test.sh [PATTERN...]
 #   PATTERN  run only mutants whose file name contains one of them
 # Env: QMLA_MUT_KEEP=1 keeps the temporary copy; QMLA_MUT_JOBS (2) ninja and
-#      meson test parallelism; QMLA_PYTHON (/usr/bin/python3) for the tests.
+#      meson test parallelism; QMLA_PYTHON (/usr/bin/python3) for the tests;
+#      QMLA_MUT_ONLY_FAST=1 runs the C tests only, QMLA_MUT_TESTS="t1 t2"
+#      only the tests named (both for quick work on one test, not a score).
 # Exits 0 (a report, not a gate); not part of CI (.ci/run). Run time on 2
 # cores: see docs/testing.md.
 #
@@ -52,7 +54,7 @@ b="$tmp/build"
 echo "== copy in $src; setting up $b"
 if ! (meson setup "$b" "$src" --buildtype=release -Dcuda=disabled >"$tmp/setup.log" 2>&1 &&
       ninja -C "$b" -j "$JOBS" >"$tmp/build.log" 2>&1); then
-  echo "the unmutated copy does not build:"; tail -20 "$tmp/setup.log" "$tmp/build.log"
+  echo "the unmutated copy does not build:"; tail -n 20 "$tmp/setup.log" "$tmp/build.log"
   exit 0
 fi
 
@@ -91,6 +93,8 @@ run_tests() { # LIST -> 0 all passed, 1 a failure; sets $failed_test
   return 1
 }
 
+[ "${QMLA_MUT_ONLY_FAST:-0}" = 1 ] && slow=""
+[ -n "${QMLA_MUT_TESTS:-}" ] && { fast=$QMLA_MUT_TESTS; slow=""; }
 # --- baseline: every selected test passes on the unmutated copy -------------
 echo "== baseline (unmutated copy)"
 keep_fast="" keep_slow=""
@@ -198,6 +202,7 @@ for m in "${mutants[@]}"; do
   [ $result = SURVIVED ] && n_surv=$((n_surv + 1))
   # revert (a new mtime: ninja rebuilds the file for the next mutant)
   mv "$src/$file.mutation-orig" "$src/$file"
+  touch "$src/$file" # (mv keeps the old mtime, older than the mutant's objects)
   printf '%-40s %-11s %-9s %5s  %s\n' "$name" "$module" "$result" $(( $(date +%s) - t0 )) "$by"
 done
 
