@@ -11,6 +11,7 @@
 #include "naive.h"
 #include "qmla/attention.h"
 #include "qmla/capture.h"
+#include "qmla/norms.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -150,6 +151,20 @@ static void run_large_logits(int mode, double scale, unsigned seed)
     naive_case_free(&c);
 }
 
+/* The norms `qmla check` and the sweep report, on values worked by hand. */
+static void test_norms(void)
+{
+    const float a[3] = {1.5f, -2.0f, 0.0f}, b[3] = {1.0f, -2.0f, 0.0f};
+    const float z[3] = {0.0f, 0.0f, 0.0f};
+    CHECK(qmla_sumsq(a, 3) == 6.25, "sumsq %g", qmla_sumsq(a, 3));
+    CHECK(qmla_diff_sumsq(a, b, 3) == 0.25, "diff_sumsq %g", qmla_diff_sumsq(a, b, 3));
+    /* |a - b| / |b| = 0.5 / sqrt(5) */
+    CHECK(fabs(qmla_rel_fro(a, b, 3) - 0.5 / sqrt(5.0)) < 1e-15, "rel_fro %.17g",
+          qmla_rel_fro(a, b, 3));
+    CHECK(qmla_rel_fro(z, z, 3) == 0.0, "rel_fro of zeros");
+    CHECK(isinf(qmla_rel_fro(a, z, 3)), "rel_fro against zeros is infinite");
+}
+
 static void test_rope_rotate(void)
 {
     /* rotating by (cos, sin) then by (cos, -sin) is the identity; pairs as
@@ -187,6 +202,7 @@ int main(void)
     run_large_logits(0, 100.0, 92);
     run_large_logits(1, -100.0, 93);
     run_large_logits(1, -200.0, 94);
+    test_norms();
     test_rope_rotate();
     return check_summary("test_attention");
 }
