@@ -197,8 +197,8 @@ path = r["path"].asstr()[...]
 assert set(path) == {"content", "rope"}
 rope = path == "rope"
 assert np.all(r["nmse_out_interaction"][...][rope] == 0) and np.all(r["nmse_out_aggregation"][...][rope] == 0)
-assert np.allclose(r["nmse_cache"][...], 0.01, rtol=1e-6)
-assert np.allclose(r["response"][...], r["nmse_out"][...] / r["nmse_cache"][...], rtol=1e-12)
+assert np.allclose(r["nmse_cache"][...], 0.01, rtol=1e-6, atol=0)
+assert np.allclose(r["response"][...], r["nmse_out"][...] / r["nmse_cache"][...], rtol=1e-12, atol=0)
 s = f["summary"]
 # model means recomputed from the per-item table (cells -> layers -> model)
 lay, cell, resp = r["layer"][...], r["cell"].asstr()[...], r["response"][...]
@@ -209,9 +209,9 @@ for p in ("content", "rope"):
         cm = [resp[(lay == l) & (cell == c) & (path == p)].mean() for c in sorted(set(cell[lay == l]))]
         per_layer.append(np.mean(cm))
     means[p] = np.mean(per_layer)
-assert np.isclose(s.attrs["model_response_content"], means["content"], rtol=1e-12)
-assert np.isclose(s.attrs["model_response_rope"], means["rope"], rtol=1e-12)
-assert np.isclose(s.attrs["model_ratio"], means["rope"] / means["content"], rtol=1e-12)
+assert np.isclose(s.attrs["model_response_content"], means["content"], rtol=1e-12, atol=0)
+assert np.isclose(s.attrs["model_response_rope"], means["rope"], rtol=1e-12, atol=0)
+assert np.isclose(s.attrs["model_ratio"], means["rope"] / means["content"], rtol=1e-12, atol=0)
 print("schema ok")
 EOF
 
@@ -253,12 +253,12 @@ for p in ("content", "rope"):
         per_layer.append(np.mean(cm))
         pooled_differs |= abs(resp[sel].mean() - np.mean(cm)) > 1e-6 * np.mean(cm)
     key = "response_" + p
-    assert np.allclose(s[key][...], per_layer, rtol=1e-12), (p, s[key][...], per_layer)
+    assert np.allclose(s[key][...], per_layer, rtol=1e-12, atol=0), (p, s[key][...], per_layer)
     model[p] = np.mean(per_layer)
 assert pooled_differs, "the data cannot tell the pooled mean from the mean of cell means"
-assert np.isclose(s.attrs["model_response_content"], model["content"], rtol=1e-12)
-assert np.isclose(s.attrs["model_response_rope"], model["rope"], rtol=1e-12)
-assert np.isclose(s.attrs["model_ratio"], model["rope"] / model["content"], rtol=1e-12)
+assert np.isclose(s.attrs["model_response_content"], model["content"], rtol=1e-12, atol=0)
+assert np.isclose(s.attrs["model_response_rope"], model["rope"], rtol=1e-12, atol=0)
+assert np.isclose(s.attrs["model_ratio"], model["rope"] / model["content"], rtol=1e-12, atol=0)
 EOF
 
 # --- a resume with other parameters is refused ------------------------------------------

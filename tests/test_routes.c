@@ -130,6 +130,11 @@ static void run(size_t H, size_t T, size_t dc, size_t dr, unsigned seed)
         CHECK(rel(r->nmse_out, ref[path][0]) < 1e-4, "%s nmse_out %.8g vs ref %.8g",
               pn, r->nmse_out, ref[path][0]);
         CHECK(rel(r->response, ref[path][0] / nu) < 1e-4, "%s response", pn);
+        /* R is defined on the realised cache NMSE (not the target nu) */
+        CHECK(r->response == r->nmse_out / r->nmse_cache, "%s response %.17g != "
+              "nmse_out / nmse_cache %.17g", pn, r->response, r->nmse_out / r->nmse_cache);
+        CHECK(r->nmse_cache != nu, "%s: realised nmse_cache equals nu exactly: the "
+              "check above cannot tell them apart", pn);
         CHECK(rel(r->nmse_out_matching, ref[path][1]) < 1e-4,
               "%s matching %.8g vs %.8g", pn, r->nmse_out_matching, ref[path][1]);
         /* --verify ran: the row says so, and the residual is float32
