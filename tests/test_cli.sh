@@ -290,7 +290,7 @@ wait $pid
 rc=$?
 [ $rc = 130 ] && ok || bad "interrupted sweep: exit $rc, expected 130 (the signal must arrive mid-sweep)"
 [ ! -e "$work/int.h5" ] && ok || bad "interrupted sweep left a results file"
-jrows=$(grep -c '^R ' "$work/int.h5.journal" 2>/dev/null || echo 0)
+jrows=$(grep -c '^R ' "$work/int.h5.journal" 2>/dev/null); jrows=${jrows:-0}
 [ "$jrows" -ge 4 ] && [ "$jrows" -lt 64 ] && ok || bad "interrupted sweep: journal holds $jrows of 64 rows (expected a partial journal)"
 grep -q "rerun the same command to resume" "$work/int.out" && ok || bad "interrupt message"
 expect 0 "resume after SIGINT" -- "$QMLA" sweep "$work/mid.h5" -o "$work/int.h5"
