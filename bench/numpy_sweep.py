@@ -112,7 +112,7 @@ def sequence(w, C, K, qn, qr, tau, args, dt):
         dd = float(np.sum(D ** 2))
         rec = dict(path=path, degenerate=0)
         if xx == 0 or dd == 0 or yy == 0:
-            rec.update(degenerate=1, response=0.0, nmse_out=0.0, m=0.0, a=0.0, i=0.0)
+            rec.update(degenerate=1, response=0.0, nmse_out=0.0, m=0.0, a=0.0, i=0.0, qdq=0.0)
             out.append(rec)
             continue
         E = (np.sqrt(args.nmse * xx / dd) * D).astype(np.float32).astype(dt)
@@ -131,7 +131,8 @@ def sequence(w, C, K, qn, qr, tau, args, dt):
             tot = Ym
         s = lambda v: float(np.sum(v.astype(np.float64) ** 2)) / yy
         nmse_cache = ee / xx
-        rec.update(nmse_cache=nmse_cache, nmse_out=s(tot), m=s(Ym), a=s(Ya), i=s(Yi))
+        rec.update(nmse_cache=nmse_cache, nmse_out=s(tot), m=s(Ym), a=s(Ya), i=s(Yi),
+                   qdq=dd / xx)
         rec["response"] = rec["nmse_out"] / nmse_cache
         out.append(rec)
     return out
@@ -186,7 +187,7 @@ def main():
         r = h5py.File(args.compare, "r")["responses"]
         cols = {k: r[k][...] for k in ("layer", "seq", "response", "nmse_out",
                                        "nmse_out_matching", "nmse_out_aggregation",
-                                       "nmse_out_interaction", "degenerate")}
+                                       "nmse_out_interaction", "nmse_qdq", "degenerate")}
         cells = r["cell"].asstr()[...]
         paths = r["path"].asstr()[...]
         bad = checked = 0
@@ -203,7 +204,7 @@ def main():
                 continue
             for col, rk in (("response", "response"), ("nmse_out", "nmse_out"),
                             ("nmse_out_matching", "m"), ("nmse_out_aggregation", "a"),
-                            ("nmse_out_interaction", "i")):
+                            ("nmse_out_interaction", "i"), ("nmse_qdq", "qdq")):
                 a, b = float(cols[col][k]), ref[rk]
                 # interaction is a second-order route (~nu^2): compare it
                 # relative to the total output NMSE, not to itself

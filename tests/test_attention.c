@@ -2,11 +2,16 @@
  * a naive double-precision implementation of the *non-absorbed* form:
  * k_nope[h] = C w_uk[h]^T, v[h] = C w_uv[h]^T, logits from q_nope·k_nope +
  * q_rope·k_rope, causal softmax, o = a v, y = concat(o) w_o^T.
- * Odd shapes: T in {1, 3, 17, 64, 65, 130}, H in {1, 5}, odd widths. */
+ * Odd shapes: T in {1, 3, 17, 64, 65, 130}, H in {1, 5}, odd widths.
+ * Large logits: queries scaled so that logits reach about +-200 (exp of a
+ * raw logit overflows float32 above ~88) and shifted to about -100 with unit
+ * spread (exp of a raw logit underflows below ~-87, rows turn uniform): the
+ * probabilities must still equal the naive double softmax. */
 #include "check.h"
 #include "naive.h"
 #include "qmla/attention.h"
 #include "qmla/capture.h"
+#include "qmla/norms.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -64,6 +69,100 @@ static void run_case(size_t H, size_t T, size_t dc, size_t dn, size_t dr,
     free(Yref);
     qmla_attn_state_free(&ws);
     naive_case_free(&c);
+}
+
+/* Attention probabilities and output at large logits against the naive
+ * double reference. mode 0: queries x `scale` (logits ~ N(0, scale^2));
+ * mode 1: every logit shifted by `scale` (negative) through one constant
+ * RoPE channel, spread ~1 around it. */
+static void run_large_logits(int mode, double scale, unsigned seed)
+{
+    const size_t H = 3, T = 40, dc = 24, dn = 7, dr = 6, dv = 5, D = 11;
+    naive_case c;
+    naive_case_init(&c, H, T, dc, dn, dr, dv, D, seed);
+    if (mode == 0) {
+        for (size_t i = 0; i < H * T * dn; i++)
+            c.q_nope[i] = (float)(c.q_nope[i] * scale);
+        for (size_t i = 0; i < H * T * dr; i++)
+            c.q_rope[i] = (float)(c.q_rope[i] * scale);
+    } else {
+        /* K[s][0] = 4 for every key, q_rope[h][i][0] = scale / (4 tau): every
+         * logit gets + scale, the rest of the logit stays ~ N(0, 1) */
+        for (size_t s = 0; s < T; s++)
+            c.K[s * dr] = 4.0f;
+        for (size_t k = 0; k < H * T; k++)
+            c.q_rope[k * dr] = (float)(scale / (4.0 * c.tau));
+    }
+    qmla_mla_dims d = {H, D, dc, dn, dr, dv, c.tau};
+    qmla_mla_weights w = {c.w_uk, c.w_uv, c.w_o};
+    qmla_attn_state ws;
+    qmla_error err;
+    qmla_error_clear(&err);
+    CHECK_OK(qmla_attn_state_alloc(&d, T, 1, &ws, &err), err);
+    const qmla_exec ex = qmla_exec_cpu(1);
+    CHECK_OK(qmla_attn_state_forward(&ex, &d, T, &w, c.q_nope, c.q_rope, c.C, c.K, &ws,
+                                     &err), err);
+    double *Aref = malloc(H * T * T * sizeof *Aref), *Yref = malloc(T * D * sizeof *Yref);
+    naive_forward(&c, c.C, c.K, Yref, Aref);
+    double zmin = INFINITY, zmax = -INFINITY, worst = 0.0, spread_max = 0.0;
+    size_t at = 0;
+    int finite = 1;
+    for (size_t h = 0; h < H; h++)
+        for (size_t i = 0; i < T; i++) {
+            double rmin = INFINITY, rmax = -INFINITY;
+            for (size_t s = 0; s <= i; s++) {
+                const double z = ws.Z[(i * H + h) * T + s];
+                zmin = fmin(zmin, z);
+                zmax = fmax(zmax, z);
+                rmin = fmin(rmin, z);
+                rmax = fmax(rmax, z);
+                const double a = ws.A[(i * H + h) * T + s];
+                finite = finite && isfinite(a);
+                const double e = fabs(a - Aref[(h * T + i) * T + s]);
+                if (!(e <= worst)) {
+                    worst = e;
+                    at = (h * T + i) * T + s;
+                }
+            }
+            spread_max = fmax(spread_max, rmax - rmin);
+        }
+    /* the inputs are what this test claims they are */
+    if (mode == 0)
+        CHECK(zmax > 150.0 && zmin < -150.0, "mode 0: logits span [%g, %g], "
+              "expected beyond +-150", zmin, zmax);
+    else
+        CHECK(zmax < scale + 20 && zmin > scale - 20 && spread_max > 2.0,
+              "mode 1: logits in [%g, %g] around %g (row spread %g)", zmin, zmax,
+              scale, spread_max);
+    CHECK(finite, "large logits (mode %d, %g): non-finite attention", mode, scale);
+    CHECK(worst < 2e-3, "large logits (mode %d, %g): |A - A_ref| up to %.3e at %zu",
+          mode, scale, worst, at);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < T * D; i++) {
+        const double e = (double)ws.Y[i] - Yref[i];
+        num += e * e;
+        den += Yref[i] * Yref[i];
+    }
+    CHECK(sqrt(num / den) < 1e-3, "large logits (mode %d, %g): output rel err %.3e",
+          mode, scale, sqrt(num / den));
+    free(Aref);
+    free(Yref);
+    qmla_attn_state_free(&ws);
+    naive_case_free(&c);
+}
+
+/* The norms `qmla check` and the sweep report, on values worked by hand. */
+static void test_norms(void)
+{
+    const float a[3] = {1.5f, -2.0f, 0.0f}, b[3] = {1.0f, -2.0f, 0.0f};
+    const float z[3] = {0.0f, 0.0f, 0.0f};
+    CHECK(qmla_sumsq(a, 3) == 6.25, "sumsq %g", qmla_sumsq(a, 3));
+    CHECK(qmla_diff_sumsq(a, b, 3) == 0.25, "diff_sumsq %g", qmla_diff_sumsq(a, b, 3));
+    /* |a - b| / |b| = 0.5 / sqrt(5) */
+    CHECK(fabs(qmla_rel_fro(a, b, 3) - 0.5 / sqrt(5.0)) < 1e-15, "rel_fro %.17g",
+          qmla_rel_fro(a, b, 3));
+    CHECK(qmla_rel_fro(z, z, 3) == 0.0, "rel_fro of zeros");
+    CHECK(isinf(qmla_rel_fro(a, z, 3)), "rel_fro against zeros is infinite");
 }
 
 static void test_rope_rotate(void)
@@ -145,6 +244,11 @@ int main(void)
     /* realistic widths, threaded */
     run_case(4, 96, 128, 32, 64, 32, 96, 2, 77);
     run_case(3, 70, 64, 16, 16, 16, 40, 3, 78);
+    run_large_logits(0, 100.0, 91);
+    run_large_logits(0, 100.0, 92);
+    run_large_logits(1, -100.0, 93);
+    run_large_logits(1, -200.0, 94);
+    test_norms();
     test_rope_rotate();
     test_softmax_nonfinite();
     return check_summary("test_attention");

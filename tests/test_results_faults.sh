@@ -103,8 +103,8 @@ for i in range(4):
         vals["nmse_out"] = float("nan")
     if i == 2 and mut == "layer42":
         vals["layer"] = 42
-    if i == 2 and mut == "seq9":
-        vals["seq"] = 9
+    if i == 2 and mut == "seq3":  # one past the last sequence of a 3-sequence cell
+        vals["seq"] = 3
     fields = []
     for c in cols:
         v = vals[c]
@@ -134,15 +134,16 @@ contains "nmse_out" "NaN journal: column named"
 mkjournal "$work/l42.h5.journal" layer42
 expect 2 "journal record for layer 42 refused" -- "$QMLA" sweep "$cap" -o "$work/l42.h5"
 contains "layer 42" "layer-42 journal: named"
-mkjournal "$work/s9.h5.journal" seq9
-expect 2 "journal record for sequence 9 of a 3-sequence cell refused" -- "$QMLA" sweep "$cap" -o "$work/s9.h5"
-contains "sequence 9" "seq-9 journal: named"
+mkjournal "$work/s3.h5.journal" seq3
+expect 2 "journal record for sequence 3 of a 3-sequence cell (0-2) refused" -- "$QMLA" sweep "$cap" -o "$work/s3.h5"
+contains "sequence 3" "seq-3 journal: named"
 mkjournal "$work/dig.h5.journal" digit
 expect 0 "a record with one digit altered fails its checksum and is recomputed" -- "$QMLA" sweep "$cap" -o "$work/dig.h5" --threads 1
 expect 0 "... and the results equal the clean run" -- "$PY" "$ROOT/tests/results_same.py" "$work/clean.h5" "$work/dig.h5"
 
-# results files with a NaN row / a row of a layer the capture lacks
-for mut in nan layer42; do
+# results files with a NaN row / a row of a layer the capture lacks / a
+# negative value / a missing required column
+for mut in nan layer42 negative nocol; do
   cp "$work/clean.h5" "$work/res-$mut.h5"
   "$PY" - "$work/res-$mut.h5" "$mut" <<'PYEOF'
 import sys, h5py
@@ -150,13 +151,18 @@ with h5py.File(sys.argv[1], "r+") as f:
     r = f["responses"]
     if sys.argv[2] == "nan":
         x = r["response"][...]; x[5] = float("nan"); r["response"][...] = x
+    elif sys.argv[2] == "negative":
+        x = r["nmse_out"][...]; x[5] = -x[5]; r["nmse_out"][...] = x
+    elif sys.argv[2] == "nocol":
+        del r["nmse_out"]
     else:
         x = r["layer"][...]; x[5] = 42; r["layer"][...] = x
 PYEOF
   expect 2 "results file with a $mut row refused on resume" -- "$QMLA" sweep "$cap" -o "$work/res-$mut.h5"
   contains "res-$mut.h5" "$mut results row: file named"
+  [ $mut = layer42 ] && contains "layer 42" "layer-42 results row named"
 done
-contains "layer 42" "layer-42 results row named"
+contains "nmse_out" "results file without /responses/nmse_out: column named"
 
 # --- 3. one cell set per results file ---------------------------------------------
 expect 0 "sweep layer 0, cell synth-s0" -- "$QMLA" sweep "$cap" -o "$work/ext.h5" --layers 0 --cells synth-s0
@@ -229,6 +235,9 @@ v, res, lay = r["verified"][...], r["route_residual"][...], r["layer"][...]
 assert np.all(v[lay == 1] == 1) and np.all(v[lay == 0] == 0), v
 assert np.all((res[v == 1] > 0) & (res[v == 1] < 1e-3)), res
 assert np.all(res[v == 0] == 0)
+s = h5py.File(sys.argv[1], "r")["summary"].attrs
+assert s["n_verified"] == v.sum() == 12, s["n_verified"]
+assert s["worst_route_residual"] == res.max() > 0, (s["worst_route_residual"], res.max())
 PYEOF
 
 finish test_results_faults

@@ -3,7 +3,10 @@
  * only the rest and writes results bit-identical to an uninterrupted run. A
  * torn journal line is dropped; a journal or results file of other
  * parameters is refused unless forced; a results file is extended by a
- * sweep over more layers. Uses a synthetic capture (qmla_synth_write). */
+ * sweep over more layers. Every parameter of the resume key counts: a journal
+ * or results file of another nu, group, metadata precision, bit width or
+ * capture (same shape, other bytes) is refused. Uses synthetic captures
+ * (qmla_synth_write); the temporary folder goes also when a check fails. */
 #include "check.h"
 #include "qmla/capture.h"
 #include "qmla/results.h"
@@ -50,14 +53,13 @@ static int stop_cb(void *ctx, size_t done, size_t total, size_t resumed)
     return s->stop_after && s->computed >= s->stop_after;
 }
 
-static int run(qmla_capture *cap, const char *out, int bits, const int *layers,
-               size_t nl, size_t stop_after, int force, stopper *sp, int *stopped,
-               qmla_error *err)
+static int run_p(qmla_capture *cap, const char *out, const qmla_sweep_params *params,
+                 const int *layers, size_t nl, size_t stop_after, int force,
+                 stopper *sp, int *stopped, qmla_error *err)
 {
     qmla_sweep_opts o;
     memset(&o, 0, sizeof o);
-    o.params = qmla_sweep_defaults();
-    o.params.quant.bits = bits;
+    o.params = *params;
     o.threads = 2;
     o.force = force;
     memset(sp, 0, sizeof *sp);
@@ -70,6 +72,99 @@ static int run(qmla_capture *cap, const char *out, int bits, const int *layers,
     if (st == 0 && !*stopped)
         qmla_summary_free(&s);
     return st;
+}
+
+static int run(qmla_capture *cap, const char *out, int bits, const int *layers,
+               size_t nl, size_t stop_after, int force, stopper *sp, int *stopped,
+               qmla_error *err)
+{
+    qmla_sweep_params p = qmla_sweep_defaults();
+    p.quant.bits = bits;
+    return run_p(cap, out, &p, layers, nl, stop_after, force, sp, stopped, err);
+}
+
+/* Each parameter of the resume key: a partial journal and a complete
+ * results file of the defaults are refused by a sweep that differs in that
+ * one parameter (QMLA_EMISMATCH naming --force), and accepted by the same
+ * parameters. */
+static void test_key_parameters(qmla_capture *cap)
+{
+    stopper sp;
+    int stopped = 0;
+    qmla_error err;
+    qmla_error_clear(&err);
+    const qmla_sweep_params base = qmla_sweep_defaults();
+    struct {
+        const char *what;
+        qmla_sweep_params p;
+    } other[5];
+    size_t n = 0;
+    other[n].what = "nu 1e-3";
+    other[n].p = base;
+    other[n++].p.nmse = 1e-3;
+    other[n].what = "nu 0.010000001";
+    other[n].p = base;
+    other[n++].p.nmse = 0.010000001;
+    other[n].what = "group 16";
+    other[n].p = base;
+    other[n++].p.quant.group = 16;
+    other[n].what = "meta f32";
+    other[n].p = base;
+    other[n++].p.quant.meta = QMLA_META_F32;
+    other[n].what = "bits 3";
+    other[n].p = base;
+    other[n++].p.quant.bits = 3;
+    /* the base journal (2 items) and results file */
+    CHECK(run_p(cap, tmp("kj.h5"), &base, NULL, 0, 2, 0, &sp, &stopped, &err) == 0 &&
+              stopped, "key: base partial run");
+    CHECK_OK(run_p(cap, tmp("kr.h5"), &base, NULL, 0, 0, 0, &sp, &stopped, &err), err);
+    for (size_t k = 0; k < n; k++) {
+        int st = run_p(cap, tmp("kj.h5"), &other[k].p, NULL, 0, 0, 0, &sp, &stopped, &err);
+        CHECK(st == QMLA_EMISMATCH && strstr(err.msg, "--force"),
+              "journal of the defaults resumed with %s: st %d (%s)", other[k].what, st,
+              err.msg);
+        CHECK(exists(tmp("kj.h5.journal")) && !exists(tmp("kj.h5")),
+              "refused journal (%s) kept, no results written", other[k].what);
+        st = run_p(cap, tmp("kr.h5"), &other[k].p, NULL, 0, 0, 0, &sp, &stopped, &err);
+        CHECK(st == QMLA_EMISMATCH && strstr(err.msg, "--force"),
+              "results of the defaults extended with %s: st %d (%s)", other[k].what, st,
+              err.msg);
+    }
+    /* the same parameters resume */
+    CHECK_OK(run_p(cap, tmp("kj.h5"), &base, NULL, 0, 0, 0, &sp, &stopped, &err), err);
+    CHECK(sp.resumed == 2, "key: base journal resumed %zu items (expected 2)", sp.resumed);
+}
+
+/* The same path holding another capture (other bytes, same shape and cell
+ * names): its journal and results do not resume. */
+static void test_key_capture(qmla_capture *cap)
+{
+    stopper sp;
+    int stopped = 0;
+    qmla_error err;
+    qmla_error_clear(&err);
+    CHECK(run(cap, tmp("cj.h5"), 4, NULL, 0, 2, 0, &sp, &stopped, &err) == 0 && stopped,
+          "capture key: partial run");
+    CHECK_OK(run(cap, tmp("cr.h5"), 4, NULL, 0, 0, 0, &sp, &stopped, &err), err);
+    qmla_synth_opts so;
+    memset(&so, 0, sizeof so);
+    so.shape = qmla_shape_find("tiny");
+    so.seed = 6; /* other numbers, same layout */
+    so.n_layers = 2;
+    so.seqs = 3;
+    so.tokens = 40;
+    so.cells = 2;
+    so.threads = 1;
+    CHECK_OK(qmla_synth_write(tmp("cap6.h5"), &so, &err), err);
+    qmla_capture *c6 = NULL;
+    CHECK_OK(qmla_capture_open(tmp("cap6.h5"), &c6, &err), err);
+    if (!c6)
+        return;
+    int st = run(c6, tmp("cj.h5"), 4, NULL, 0, 0, 0, &sp, &stopped, &err);
+    CHECK(st == QMLA_EMISMATCH, "journal of another capture resumed: st %d", st);
+    st = run(c6, tmp("cr.h5"), 4, NULL, 0, 0, 0, &sp, &stopped, &err);
+    CHECK(st == QMLA_EMISMATCH, "results of another capture extended: st %d", st);
+    qmla_capture_close(c6);
 }
 
 static int same_results(const char *a, const char *b)
@@ -96,11 +191,8 @@ static int same_results(const char *a, const char *b)
 int main(void)
 {
     qmla_blas_set_threads(1); /* as the qmla program does */
-    snprintf(dir, sizeof dir, "/tmp/qmla-test-resume-XXXXXX");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
+    if (!check_tmpdir(dir, sizeof dir, "resume"))
         return 1;
-    }
     qmla_error err;
     qmla_error_clear(&err);
     qmla_synth_opts so;
@@ -181,11 +273,8 @@ int main(void)
     CHECK(st == QMLA_EINVAL && strstr(err.msg, "layer 9"), "missing layer: %s", err.msg);
     CHECK(!exists(tmp("bad.h5")), "no results for a bad selection");
 
+    test_key_parameters(cap);
+    test_key_capture(cap);
     qmla_capture_close(cap);
-    const char *files[] = {"cap.h5", "full.h5", "part.h5", "j8.h5", "ext.h5",
-                           "bad.h5.journal"};
-    for (size_t k = 0; k < sizeof files / sizeof *files; k++)
-        unlink(tmp(files[k]));
-    rmdir(dir);
     return check_summary("test_resume");
 }

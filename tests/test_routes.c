@@ -130,10 +130,42 @@ static void run(size_t H, size_t T, size_t dc, size_t dr, unsigned seed)
         CHECK(rel(r->nmse_out, ref[path][0]) < 1e-4, "%s nmse_out %.8g vs ref %.8g",
               pn, r->nmse_out, ref[path][0]);
         CHECK(rel(r->response, ref[path][0] / nu) < 1e-4, "%s response", pn);
+        /* R is defined on the realised cache NMSE (not the target nu) */
+        CHECK(r->response == r->nmse_out / r->nmse_cache, "%s response %.17g != "
+              "nmse_out / nmse_cache %.17g", pn, r->response, r->nmse_out / r->nmse_cache);
+        CHECK(r->nmse_cache != nu, "%s: realised nmse_cache equals nu exactly: the "
+              "check above cannot tell them apart", pn);
         CHECK(rel(r->nmse_out_matching, ref[path][1]) < 1e-4,
               "%s matching %.8g vs %.8g", pn, r->nmse_out_matching, ref[path][1]);
-        CHECK(r->route_residual < 1e-3, "%s route residual %.3e", pn,
-              r->route_residual);
+        /* --verify ran: the row says so, and the residual is float32
+         * rounding (never exactly 0: the full forward and the route sum are
+         * different computations) */
+        CHECK(r->verified == 1, "%s: verified flag %d with verify on", pn, r->verified);
+        if (ref[path][0] > 0.0) /* (T = 1: the RoPE path moves nothing) */
+            CHECK(r->route_residual > 0.0 && r->route_residual < 1e-3,
+                  "%s route residual %.3e (expected 0 < residual < 1e-3)", pn,
+                  r->route_residual);
+        else
+            CHECK(r->route_residual == 0.0, "%s: nothing moved, residual %.3e", pn,
+                  r->route_residual);
+        /* the raw quantizer NMSE against its definition computed here */
+        {
+            const size_t w = path == QMLA_PATH_CONTENT ? dc : dr;
+            const float *X = path == QMLA_PATH_CONTENT ? c.C : c.K;
+            float *xh = malloc(T * w * sizeof *xh);
+            qmla_error e2;
+            CHECK(qmla_quant_qdq(&p.quant, X, T, w, NULL, NULL, NULL, xh, &e2) == 0,
+                  "qdq: %s", e2.msg);
+            double dd = 0, xx = 0;
+            for (size_t i = 0; i < T * w; i++) {
+                const double e = (double)xh[i] - (double)X[i];
+                dd += e * e;
+                xx += (double)X[i] * (double)X[i];
+            }
+            CHECK(rel(r->nmse_qdq, dd / xx) < 1e-12, "%s nmse_qdq %.9g vs %.9g", pn,
+                  r->nmse_qdq, dd / xx);
+            free(xh);
+        }
         if (path == QMLA_PATH_CONTENT) {
             CHECK(rel(r->nmse_out_aggregation, ref[path][2]) < 1e-4,
                   "aggregation %.8g vs %.8g", r->nmse_out_aggregation, ref[path][2]);

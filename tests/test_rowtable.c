@@ -155,9 +155,9 @@ static int same_row(qmla_response *a, qmla_response *b, const char *where)
 
 static void test_round_trips(void)
 {
-    char dir[] = "/tmp/qmla-test-rowtable-XXXXXX";
-    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
-    char jpath[512], rpath[512];
+    char dir[512];
+    CHECK(check_tmpdir(dir, sizeof dir, "rowtable") != NULL, "mkdtemp");
+    char jpath[1024], rpath[1024];
     snprintf(jpath, sizeof jpath, "%s/r.h5.journal", dir);
     snprintf(rpath, sizeof rpath, "%s/r.h5", dir);
     qmla_response rows[2] = {sample_row(0), sample_row(1)};
