@@ -39,6 +39,8 @@ static void usage(FILE *f)
             "  jvp     local (JVP) versus finite gains of QDQ directions -> /jvp\n"
             "  predict token sensitivities and the operator-error predictors -> /predict\n"
             "  intervene  equal-energy interventions and joint-path perturbation\n"
+            "  learn      per-layer cache transforms: RTN, SmoothQuant†, QuaRot† (docs/transforms-format.md)\n"
+            "  eval       output NMSE of transforms at C4R4/C2R4, with the RoPE bound (/eval)\n"
             "\n"
             "exit status: 0 ok, 1 finding, 2 usage/malformed input, 130 interrupted\n");
 }
@@ -66,7 +68,7 @@ static const struct {
     {"check", cmd_check},     {"sweep", cmd_sweep},     {"synth", cmd_synth},
     {"storage", cmd_storage}, {"export", cmd_export},   {"show", cmd_show},
     {"figures", cmd_figures}, {"jvp", cmd_jvp},         {"predict", cmd_predict},
-    {"intervene", cmd_intervene},
+    {"intervene", cmd_intervene}, {"learn", cmd_learn},     {"eval", cmd_eval},
 };
 
 static int (*find_command(const char *name))(int, char **)
