@@ -31,6 +31,7 @@
 #include "naive.h"
 #include "qmla/capture.h"
 #include "qmla/synth.h"
+#include "qmla/tfeval.h"
 #include "qmla/transform.h"
 
 static void random_orthogonal(double *R, size_t d)
@@ -420,6 +421,104 @@ static void check_baselines(const qmla_exec *ex)
     free(g); free(C); free(K); free(Qc); free(Qp);
 }
 
+/* qmla_tf_eval_cell against the naive double attention fed with the
+ * effective caches, on a synth capture (2 sequences, T 23). */
+static void check_eval(const qmla_exec *ex, const char *shape)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/qmla_test_transform_ev_%ld.h5", (long)getpid());
+    qmla_synth_opts o;
+    memset(&o, 0, sizeof o);
+    o.shape = qmla_shape_find(shape);
+    o.seed = 3;
+    o.n_layers = 1;
+    o.seqs = 2;
+    o.tokens = 23;
+    o.cells = 1;
+    o.threads = 1;
+    qmla_error err;
+    CHECK_OK(qmla_synth_write(path, &o, &err), err);
+    qmla_capture *cap = NULL;
+    CHECK_OK(qmla_capture_open(path, &cap, &err), err);
+    if (!cap)
+        return;
+    const qmla_capture_config *cf = qmla_capture_get_config(cap);
+    qmla_layer L;
+    qmla_cell cell;
+    CHECK_OK(qmla_capture_load_layer(cap, 0, &L, &err), err);
+    CHECK_OK(qmla_capture_load_cell(cap, 0, 0, &cell, &err), err);
+    size_t H = cf->H, T = cell.T, dc = cf->d_c, dr = cf->d_r, D = cf->D;
+    qmla_transform t;
+    CHECK_OK(qmla_transform_alloc(dc, dr, cf->rope_pairing, &t, &err), err);
+    random_transform(&t);
+    for (size_t j = 0; j < dc; j++)
+        t.cscale[j] = fabs(L.kv_norm[j]) * exp(0.3 * naive_gauss());
+    t.layer = L.layer;
+    qmla_tf_eval_opts eo;
+    eo.qc = qmla_quant_defaults();
+    eo.qr = qmla_quant_defaults();
+    eo.qc.bits = 2;
+    eo.sink = 2;
+    eo.local = 3;
+    qmla_tf_eval_row row;
+    CHECK_OK(qmla_tf_eval_cell(ex, cap, 0, 0, &t, L.kv_norm, &eo, &row, &err), err);
+    double ref[4] = {0, 0, 0, 0};
+    float *work = malloc(T * dc * 4), *Ce = malloc(T * dc * 4), *Ke = malloc(T * dr * 4);
+    double *Y0 = malloc(T * D * 8), *Y1 = malloc(T * D * 8);
+    for (size_t n = 0; n < cell.N; n++) {
+        naive_case c = {H, T, dc, (size_t)cf->d_n, dr, (size_t)cf->d_v, D, cf->softmax_scale,
+                        L.w_uk, L.w_uv, L.w_o, cell.c_kv + n * T * dc, cell.k_rope + n * T * dr,
+                        cell.q_nope + n * H * T * cf->d_n, cell.q_rope + n * H * T * dr};
+        CHECK_OK(qmla_transform_effective_content(ex, &t, L.kv_norm, &eo.qc, c.C, T, 2, 3, work, Ce, &err), err);
+        CHECK_OK(qmla_transform_effective_rope(&t, &eo.qr, c.K, T, 2, 3, work, Ke, &err), err);
+        naive_forward(&c, c.C, c.K, Y0, NULL);
+        double yy = naive_sumsq(Y0, T * D);
+        const float *Cs[3] = {Ce, Ce, c.C}, *Ks[3] = {Ke, c.K, Ke};
+        for (int k = 0; k < 3; k++) {
+            naive_forward(&c, Cs[k], Ks[k], Y1, NULL);
+            double e = 0;
+            for (size_t i = 0; i < T * D; i++)
+                e += (Y1[i] - Y0[i]) * (Y1[i] - Y0[i]);
+            ref[k] += e / yy / cell.N;
+        }
+        double num = 0, den = 0;
+        for (size_t h = 0; h < H; h++)
+            for (size_t i = 0; i < T; i++)
+                for (size_t s = 0; s <= i; s++) {
+                    double z = 0, z1 = 0;
+                    for (size_t j = 0; j < dr; j++) {
+                        double q = c.q_rope[(h * T + i) * dr + j];
+                        z += q * c.K[s * dr + j];
+                        z1 += q * Ke[s * dr + j];
+                    }
+                    num += (z1 - z) * (z1 - z);
+                    den += z * z;
+                }
+        ref[3] += num / den / cell.N;
+    }
+    double got[4] = {row.nmse_out, row.nmse_c, row.nmse_p, row.pos_err};
+    const char *nm[4] = {"nmse_out", "nmse_out_content", "nmse_out_rope", "pos_score_err"};
+    for (int k = 0; k < 4; k++)
+        CHECK(fabs(got[k] - ref[k]) <= 1e-4 * ref[k] && ref[k] > 0, "%s eval %s: %.6g vs naive %.6g", shape,
+              nm[k], got[k], ref[k]);
+    CHECK(row.n_seq == 2 && row.bound_ok && row.bound_p >= row.nmse_p, "%s: bound %g vs rope NMSE %g",
+          shape, row.bound_p, row.nmse_p);
+    printf("eval %-18s C2R4 sink2/local3: nmse_out %.4e (naive %.4e), rope %.3e <= bound %.3e\n",
+           shape, got[0], ref[0], row.nmse_p, row.bound_p);
+    /* a transform made with another γ is refused */
+    float *g2 = malloc(dc * 4);
+    memcpy(g2, L.kv_norm, dc * 4);
+    g2[1] *= 1.01f;
+    CHECK(qmla_tf_eval_cell(ex, cap, 0, 0, &t, g2, &eo, &row, &err) == QMLA_EMISMATCH &&
+          strstr(err.msg, "gamma[1]"), "gamma mismatch: %s", err.msg);
+    free(g2); free(work); free(Ce); free(Ke); free(Y0); free(Y1);
+    qmla_transform_free(&t);
+    qmla_layer_free(&L);
+    qmla_cell_free(&cell);
+    qmla_capture_close(cap);
+    unlink(path);
+}
+
 static void check_file(void)
 {
     char path[128];
@@ -488,6 +587,8 @@ int main(void)
     check_commute_capture("deepseek-v2-lite");
     check_commute_capture("moonlight");
     check_baselines(&ex);
+    check_eval(&ex, "tiny");
+    check_eval(&ex, "moonlight");
     check_file();
     return check_summary("test_transform");
 }
