@@ -276,10 +276,14 @@ static void colmax(double *m, const float *X, size_t rows, size_t w)
 void qmla_calib_add(qmla_calib *c, size_t T, size_t H, const float *C,
                     const float *K, const float *q_lat, const float *q_rope_t)
 {
-    colmax(c->cmax, C, T, c->d_c);
-    colmax(c->kmax, K, T, c->d_r);
-    colmax(c->qcmax, q_lat, T * H, c->d_c);
-    colmax(c->qpmax, q_rope_t, T * H, c->d_r);
+    if (C)
+        colmax(c->cmax, C, T, c->d_c);
+    if (K)
+        colmax(c->kmax, K, T, c->d_r);
+    if (q_lat)
+        colmax(c->qcmax, q_lat, T * H, c->d_c);
+    if (q_rope_t)
+        colmax(c->qpmax, q_rope_t, T * H, c->d_r);
 }
 
 const char *qmla_tmethod_name(qmla_tmethod m)

@@ -119,7 +119,7 @@ typedef struct qmla_calib {
 int qmla_calib_alloc(size_t d_c, size_t d_r, qmla_calib *c, qmla_error *err);
 void qmla_calib_free(qmla_calib *c);
 /* Fold one sequence into c: C [T, d_c], K [T, d_r], q_lat [T, H, d_c]
- * (absorbed), q_rope_t [T, H, d_r]. */
+ * (absorbed), q_rope_t [T, H, d_r]; a NULL tensor is skipped. */
 void qmla_calib_add(qmla_calib *c, size_t T, size_t H, const float *C,
                     const float *K, const float *q_lat, const float *q_rope_t);
 
