@@ -349,12 +349,14 @@ int qmla_transform_quarot(qmla_transform *t, qmla_error *err)
 /* ---- the file ----------------------------------------------------------- */
 
 #define TF_FORMAT "qmla-transforms"
+static const char *const obj_names[QMLA_TOBJ_N] = {
+    "objective_content_init", "objective_content_best", "objective_rope_init",
+    "objective_rope_best"};
 #define TF_VERSION 1
 
 int qmla_transform_file_write(const char *path, const qmla_transform_meta *m,
                               const qmla_transform *t, const float *const *gammas,
-                              const double *obj_train, const double *obj_heldout,
-                              size_t n, qmla_error *err)
+                              const double *obj, size_t n, qmla_error *err)
 {
     h5_quiet q = qmla_h5_quiet_begin();
     hid_t f = qmla_h5_create_mem();
@@ -368,6 +370,8 @@ int qmla_transform_file_write(const char *path, const qmla_transform_meta *m,
         bad |= qmla_h5_attr_str(f, "train_cells", m->train_cells);
         bad |= qmla_h5_attr_str(f, "capture", m->capture);
         bad |= qmla_h5_attr_str(f, "command", m->command);
+        bad |= qmla_h5_attr_str(f, "settings", m->settings);
+        bad |= qmla_h5_attr_int(f, "complete", m->complete);
     }
     hid_t lg = bad ? -1 : H5Gcreate2(f, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     bad |= lg < 0;
@@ -391,8 +395,8 @@ int qmla_transform_file_write(const char *path, const qmla_transform_meta *m,
             bad |= qmla_h5_dset_1d(gr, "scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, t[i].d_r / 2,
                                    t[i].rscale, "s_i of T_P", "1");
             bad |= qmla_h5_attr_str(gr, "rope_pairing", qmla_rope_pairing_name(t[i].pairing));
-            bad |= qmla_h5_attr_dbl(g, "objective_train", obj_train ? obj_train[i] : NAN);
-            bad |= qmla_h5_attr_dbl(g, "objective_heldout", obj_heldout ? obj_heldout[i] : NAN);
+            for (int k = 0; k < QMLA_TOBJ_N; k++)
+                bad |= qmla_h5_attr_dbl(g, obj_names[k], obj ? obj[i * QMLA_TOBJ_N + k] : NAN);
         }
         if (gc >= 0) H5Gclose(gc);
         if (gr >= 0) H5Gclose(gr);
@@ -425,6 +429,7 @@ void qmla_transform_file_free(qmla_transform_file *f)
     }
     free(f->t);
     free(f->gamma);
+    free(f->obj);
     memset(f, 0, sizeof *f);
 }
 
@@ -512,6 +517,12 @@ static int read_layer(const qmla_h5_ctx *v, hid_t lg, const char *name,
         st = qmla_h5_read_dataset(v, gc, cp, "gamma", 1, &d1, H5T_NATIVE_FLOAT, sizeof(float), &buf);
     if (!st)
         f->gamma[i] = buf;
+    for (int k = 0; k < QMLA_TOBJ_N && !st; k++) {
+        int pr = 0;
+        double ov = NAN;
+        st = qmla_h5_read_attr_dbl(v, g, gp, obj_names[k], 0, &ov, &pr);
+        f->obj[i * QMLA_TOBJ_N + k] = pr ? ov : NAN;
+    }
     for (size_t j = 0; j < dc && !st; j++)
         if (!(t->cscale[j] > 0))
             st = qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, cp,
@@ -600,6 +611,17 @@ int qmla_transform_file_read(const char *path, qmla_transform_file *f,
     if (!st)
         st = qmla_h5_read_attr_dbl(&v, fh, "/", "smoothquant_alpha", 0, &f->meta.alpha, NULL);
     if (!st)
+        st = qmla_h5_read_attr_str(&v, fh, "/", "settings", 0, &s);
+    if (!st && s)
+        snprintf(f->meta.settings, sizeof f->meta.settings, "%s", s);
+    free(s);
+    s = NULL;
+    int64_t comp = 1;
+    int cpres = 0;
+    if (!st)
+        st = qmla_h5_read_attr_int(&v, fh, "/", "complete", 0, &comp, &cpres);
+    f->meta.complete = cpres ? (int)comp : 1;
+    if (!st)
         st = qmla_h5_open_child(&v, fh, "/", "layers", H5I_GROUP, "a group", 1, &lg);
     if (!st)
         st = qmla_h5_list_links(&v, lg, "/layers", &names, &nn);
@@ -609,7 +631,8 @@ int qmla_transform_file_read(const char *path, qmla_transform_file *f,
         qsort(names, nn, sizeof *names, cmp_layer);
         f->t = calloc(nn, sizeof *f->t);
         f->gamma = calloc(nn, sizeof *f->gamma);
-        if (!f->t || !f->gamma)
+        f->obj = calloc(nn * QMLA_TOBJ_N, sizeof *f->obj);
+        if (!f->t || !f->gamma || !f->obj)
             st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
         else
             f->n = nn;

@@ -537,11 +537,13 @@ static void check_file(void)
     m.method = QMLA_TM_SMOOTHQUANT;
     strcpy(m.config, "C4R4");
     m.alpha = 0.5;
-    double ot[2] = {0.1, 0.2}, oh[2] = {0.3, 0.4};
-    CHECK_OK(qmla_transform_file_write(path, &m, t, (const float *const *)g, ot, oh, 2, &err), err);
+    double ob[2 * QMLA_TOBJ_N] = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8};
+    strcpy(m.settings, "steps=3");
+    CHECK_OK(qmla_transform_file_write(path, &m, t, (const float *const *)g, ob, 2, &err), err);
     qmla_transform_file f;
     CHECK_OK(qmla_transform_file_read(path, &f, &err), err);
-    CHECK(f.n == 2 && f.meta.method == QMLA_TM_SMOOTHQUANT && !strcmp(f.meta.config, "C4R4"),
+    CHECK(f.n == 2 && f.meta.method == QMLA_TM_SMOOTHQUANT && !strcmp(f.meta.config, "C4R4") &&
+          !strcmp(f.meta.settings, "steps=3") && f.meta.complete == 0 && f.obj && !memcmp(f.obj, ob, sizeof ob),
           "file metadata");
     for (size_t i = 0; i < f.n && i < 2; i++) {
         CHECK(f.t[i].layer == t[i].layer && f.t[i].pairing == QMLA_ROPE_HALF, "layer %zu", i);
@@ -554,12 +556,12 @@ static void check_file(void)
     qmla_transform_file_free(&f);
     /* a non-orthogonal rotation and a negative scale are refused */
     t[1].rot[5] += 0.01;
-    CHECK_OK(qmla_transform_file_write(path, &m, t, (const float *const *)g, NULL, NULL, 2, &err), err);
+    CHECK_OK(qmla_transform_file_write(path, &m, t, (const float *const *)g, NULL, 2, &err), err);
     CHECK(qmla_transform_file_read(path, &f, &err) == QMLA_EFORMAT && strstr(err.msg, "/layers/4/content") &&
           strstr(err.msg, "orthogonal"), "non-orthogonal: %s", err.msg);
     t[1].rot[5] -= 0.01;
     t[0].rscale[2] = -1;
-    CHECK_OK(qmla_transform_file_write(path, &m, t, (const float *const *)g, NULL, NULL, 2, &err), err);
+    CHECK_OK(qmla_transform_file_write(path, &m, t, (const float *const *)g, NULL, 2, &err), err);
     CHECK(qmla_transform_file_read(path, &f, &err) == QMLA_EFORMAT && strstr(err.msg, "/layers/1/rope") &&
           strstr(err.msg, "scale[2]"), "negative scale: %s", err.msg);
     CHECK(qmla_transform_file_read("/nonexistent/x.h5", &f, &err) == QMLA_EIO, "missing file");

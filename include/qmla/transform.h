@@ -152,22 +152,28 @@ typedef struct qmla_transform_meta {
     char train_cells[256];/* comma list */
     char capture[512];    /* the capture it was computed on */
     char command[1024];   /* the command line (provenance) */
+    char settings[512];   /* learning settings (resume compares them) */
+    int complete;         /* 0 while a learning run is still adding layers */
 } qmla_transform_meta;
+
+/* Per-layer objective values (held-out bank; NaN when not learned). */
+enum { QMLA_TOBJ_C_INIT = 0, QMLA_TOBJ_C_BEST, QMLA_TOBJ_P_INIT, QMLA_TOBJ_P_BEST,
+       QMLA_TOBJ_N };
 
 /* Write n layers to `path` atomically (in-memory file, renamed over).
  * gammas[i] [d_c] is stored as content/gamma so a reader can check that it
- * is applied to the same model. objective values per layer: obj_train,
- * obj_heldout (may be NULL). */
+ * is applied to the same model. obj [n][QMLA_TOBJ_N] (may be NULL): the
+ * per-layer objective values, written as layer attributes. */
 int qmla_transform_file_write(const char *path, const qmla_transform_meta *m,
                               const qmla_transform *t, const float *const *gammas,
-                              const double *obj_train, const double *obj_heldout,
-                              size_t n, qmla_error *err);
+                              const double *obj, size_t n, qmla_error *err);
 
 typedef struct qmla_transform_file {
     qmla_transform_meta meta;
     size_t n;               /* layers */
     qmla_transform *t;      /* [n] */
     float **gamma;          /* [n][d_c] */
+    double *obj;            /* [n][QMLA_TOBJ_N] (NaN where absent) */
 } qmla_transform_file;
 
 /* Read and validate a transforms file: every dataset's shape, finite values,

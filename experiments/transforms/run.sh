@@ -1,0 +1,28 @@
+#!/bin/sh
+# experiments/transforms/run.sh — the transforms experiment on the trained
+# tiny-mla capture: learn/calibrate on prose-s0, evaluate on code-s0 (and the
+# reverse), C4R4. Outputs go to $OUT (default /tmp/qmla-transforms).
+# Run from the repository root: sh experiments/transforms/run.sh
+set -e
+Q=${QMLA:-build/analysis/qmla}
+CAP=${CAP:-data/tiny-mla-default.h5}
+OUT=${OUT:-/tmp/qmla-transforms}
+TH=${THREADS:-2}
+mkdir -p "$OUT"
+for dir in "prose-s0 code-s0" "code-s0 prose-s0"; do
+  set -- $dir; tr=$1; ev=$2
+  for m in rtn smoothquant quarot; do
+    $Q learn "$CAP" -o "$OUT/$m-$tr.h5" --method $m --train-cells $tr
+  done
+  for p in content both; do
+    $Q learn "$CAP" -o "$OUT/qm-$p-$tr.h5" --path $p --config C4R4 --steps 300 --seed 0 \
+       --train-cells $tr --heldout-cells none --threads $TH
+  done
+  for pol in none sink4/local128; do
+    tag=$(echo $pol | tr / -)
+    $Q eval "$CAP" --config C4R4 --policy $pol --cells $ev --threads $TH \
+       --transforms "$OUT/rtn-$tr.h5" --transforms "$OUT/smoothquant-$tr.h5" \
+       --transforms "$OUT/quarot-$tr.h5" --transforms "$OUT/qm-content-$tr.h5" \
+       --transforms "$OUT/qm-both-$tr.h5" -o "$OUT/eval-$tr-$tag.h5" | tee "$OUT/eval-$tr-$tag.txt"
+  done
+done
