@@ -276,8 +276,9 @@ int cmd_learn(int argc, char **argv)
     for (size_t a = 0; a < n_train; a++)
         for (size_t b = 0; b < n_held; b++)
             if (!strcmp(train[a], held[b])) {
+                int r = cli_fail("learn", "cell \"%s\" is in both --train-cells and --heldout-cells", train[a]);
                 free(layers); free(train); free(trainbuf); free(held); free(heldbuf);
-                return cli_fail("learn", "cell \"%s\" is in both --train-cells and --heldout-cells", train[a]);
+                return r;
             }
     cli_signals_install();
     qmla_exec ex = qmla_exec_cpu(threads);
