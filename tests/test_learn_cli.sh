@@ -76,6 +76,10 @@ for r in rows:
         v = [x for x, mm, l in zip(g["nmse_out"][...], m, g["layer"][...]) if mm == name and l == int(r[0])][0]
         assert abs(v - float(r[1 + k])) <= 1e-4 * v, (r, name, v)
 PY
+if command -v gnuplot >/dev/null; then
+  expect 0 "figure" -- "$QMLA" figures "$work/ev.h5" -o "$work/figs" --only transforms-nmse
+  expect 0 "figure size" -- "$PY" -c 'import struct,sys; b=open(sys.argv[1],"rb").read(); assert struct.unpack(">II", b[16:24]) == (540, 460)' "$work/figs/transforms-nmse.png"
+fi
 expect 2 "eval without --config" -- "$QMLA" eval "$cap" --transforms "$work/rtn.h5" -o "$work/x.h5"
 expect 2 "bad config" -- "$QMLA" learn "$cap" -o "$work/x.h5" --method rtn --config C3R4
 expect 2 "bad path" -- "$QMLA" learn "$cap" -o "$work/x.h5" --path all
