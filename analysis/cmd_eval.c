@@ -131,7 +131,7 @@ int cmd_eval(int argc, char **argv)
     qmla_exec ex = qmla_exec_cpu(threads);
     qmla_transform_file tf[MAX_TF];
     memset(tf, 0, sizeof tf);
-    char label[MAX_TF][48];
+    char label[MAX_TF][64];
     qmla_capture *cap = NULL;
     qmla_tf_eval_rec *rows = NULL;
     size_t n_rows = 0, cap_rows = 0;
@@ -141,14 +141,22 @@ int cmd_eval(int argc, char **argv)
             rc = cli_lib_error("eval", &err);
             goto done;
         }
-        const char *mn = qmla_tmethod_name(tf[k].meta.method);
+        /* label: the method; a QuantMLA file that learned one path only is
+         * quantmla-content / quantmla-rope; a repeated label gets #k */
+        char base[40];
+        snprintf(base, sizeof base, "%s", qmla_tmethod_name(tf[k].meta.method));
+        if (tf[k].meta.method == QMLA_TM_QUANTMLA && strstr(tf[k].meta.settings, "path=content "))
+            snprintf(base, sizeof base, "quantmla-content");
+        else if (tf[k].meta.method == QMLA_TM_QUANTMLA && strstr(tf[k].meta.settings, "path=rope "))
+            snprintf(base, sizeof base, "quantmla-rope");
         int dup = 0;
         for (size_t j = 0; j < k; j++)
-            dup += tf[j].meta.method == tf[k].meta.method;
+            dup += !strncmp(label[j], base, strlen(base)) &&
+                   (label[j][strlen(base)] == 0 || label[j][strlen(base)] == '#');
         if (dup)
-            snprintf(label[k], sizeof label[k], "%s#%d", mn, dup + 1);
+            snprintf(label[k], sizeof label[k], "%s#%d", base, dup + 1);
         else
-            snprintf(label[k], sizeof label[k], "%s", mn);
+            snprintf(label[k], sizeof label[k], "%s", base);
     }
     if (qmla_capture_open(capture, &cap, &err)) {
         rc = cli_lib_error("eval", &err);
@@ -159,7 +167,7 @@ int cmd_eval(int argc, char **argv)
            capture, config, policy);
     printf("%6s", "layer");
     for (size_t k = 0; k < n_tf; k++)
-        printf(" %14s", label[k]);
+        printf(" %16s", label[k]);
     printf("\n");
     double mean[MAX_TF] = {0};
     size_t n_mean = 0;
@@ -224,7 +232,7 @@ int cmd_eval(int argc, char **argv)
         for (size_t k = 0; k < n_tf; k++) {
             lay[k] /= (double)used;
             mean[k] += lay[k];
-            printf(" %14.4e", lay[k]);
+            printf(" %16.4e", lay[k]);
         }
         printf("\n");
         n_mean++;
@@ -235,7 +243,7 @@ int cmd_eval(int argc, char **argv)
     }
     printf("%6s", "mean");
     for (size_t k = 0; k < n_tf; k++)
-        printf(" %14.4e", mean[k] / (double)n_mean);
+        printf(" %16.4e", mean[k] / (double)n_mean);
     printf("\n\nper path (mean over layers and cells): content-only, RoPE-only NMSE, positional-score error, RoPE bound\n");
     for (size_t k = 0; k < n_tf; k++) {
         double a = 0, b = 0, c = 0, d = 0;
@@ -248,7 +256,7 @@ int cmd_eval(int argc, char **argv)
                 d += rows[i].r.bound_p;
                 m++;
             }
-        printf("%-14s content %.4e  rope %.4e  pos_err %.4e  bound %.4e\n", label[k], a / m,
+        printf("%-16s content %.4e  rope %.4e  pos_err %.4e  bound %.4e\n", label[k], a / m,
                b / m, c / m, d / m);
     }
     if (qmla_tf_eval_write(out, config, policy, cli_command_line(), rows, n_rows, &err)) {

@@ -8,10 +8,11 @@
 # Size 120 + 420 * nmodels by 460 pixels.
 load plotdir."/common.gp"
 
-methods = "rtn smoothquant quarot quantmla quantmla#2 quantmla#3"
+methods = "rtn smoothquant quarot quantmla-content quantmla-rope quantmla quantmla#2"
 mtitle(m) = m eq "rtn" ? "RTN" : m eq "smoothquant" ? "SmoothQuant†" : m eq "quarot" ? "QuaRot†" : \
-            m eq "quantmla" ? "QuantMLA" : m
-mcolor(k) = word("#606060 #2a9d8f #e9a23b #1f5fa8 #c8321e #7b4fa0", k)
+            m eq "quantmla" ? "QuantMLA" : m eq "quantmla-content" ? "QuantMLA content only" : \
+            m eq "quantmla-rope" ? "QuantMLA RoPE only" : m
+mcolor(k) = word("#606060 #2a9d8f #e9a23b #1f5fa8 #7b4fa0 #c8321e #8c564b", k)
 
 array present[words(methods)]
 do for [k=1:words(methods)] { present[k] = 0 }

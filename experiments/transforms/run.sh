@@ -26,3 +26,11 @@ for dir in "prose-s0 code-s0" "code-s0 prose-s0"; do
        --transforms "$OUT/qm-both-$tr.h5" -o "$OUT/eval-$tr-$tag.h5" | tee "$OUT/eval-$tr-$tag.txt"
   done
 done
+# C2R4 (one direction): QuantMLA learned at C2R4; the baselines do not
+# depend on the bit width.
+$Q learn "$CAP" -o "$OUT/qm-both-c2-prose-s0.h5" --path both --config C2R4 --steps 300 --seed 0 \
+   --train-cells prose-s0 --heldout-cells none --threads $TH
+$Q eval "$CAP" --config C2R4 --policy none --cells code-s0 --threads $TH \
+   --transforms "$OUT/rtn-prose-s0.h5" --transforms "$OUT/smoothquant-prose-s0.h5" \
+   --transforms "$OUT/quarot-prose-s0.h5" --transforms "$OUT/qm-both-c2-prose-s0.h5" \
+   -o "$OUT/eval-c2-prose-s0-none.h5" | tee "$OUT/eval-c2-prose-s0-none.txt"
