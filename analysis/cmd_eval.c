@@ -149,6 +149,10 @@ int cmd_eval(int argc, char **argv)
             snprintf(base, sizeof base, "quantmla-content");
         else if (tf[k].meta.method == QMLA_TM_QUANTMLA && strstr(tf[k].meta.settings, "path=rope "))
             snprintf(base, sizeof base, "quantmla-rope");
+        if (tf[k].meta.method == QMLA_TM_QUANTMLA && strstr(tf[k].meta.settings, "objective=recon ")) {
+            size_t bl = strlen(base);
+            snprintf(base + bl, sizeof base - bl, "-recon");
+        }
         int dup = 0;
         for (size_t j = 0; j < k; j++)
             dup += !strncmp(label[j], base, strlen(base)) &&

@@ -34,7 +34,8 @@ static void help(FILE *f)
     fprintf(f,
         "usage: qmla learn CAPTURE.h5 -o TRANSFORMS.h5 [--method quantmla|rtn|smoothquant|quarot]\n"
         "                  [--path content|rope|both] [--config C4R4|C2R4] [--steps 300]\n"
-        "                  [--lr 5e-3] [--seed S] [--alpha 0.5] [--layers LIST]\n"
+        "                  [--lr 5e-3] [--seed S] [--objective function|recon] [--alpha 0.5]\n"
+        "                  [--layers LIST]\n"
         "                  [--train-cells LIST] [--heldout-cells LIST] [--threads N] [--force]\n"
         "\n"
         "Per-layer cache transforms (docs/math.md §7) in the transforms format\n"
@@ -50,7 +51,9 @@ static void help(FILE *f)
         "best step on --heldout-cells (default: every cell not in --train-cells;\n"
         "none left: the last quarter of the train sequences; --heldout-cells none:\n"
         "the train objective selects). A path not learned stays the\n"
-        "identity. One progress line per layer and path. Resume: rerun the same\n"
+        "identity. --objective recon replaces both objectives by plain cache\n"
+        "reconstruction ‖X~ - X‖²/‖X‖² (the paper's Table 7 ablation).\n"
+        "One progress line per layer and path. Resume: rerun the same\n"
         "command (--force starts over).\n"
         "example: qmla learn data/tiny-mla-default.h5 -o qm.h5 --train-cells prose-s0\n");
 }
@@ -189,6 +192,7 @@ int cmd_learn(int argc, char **argv)
         {"heldout-cells", required_argument, 0, 'H'}, {"path", required_argument, 0, 'P'},
         {"steps", required_argument, 0, 'S'},  {"lr", required_argument, 0, 'r'},
         {"seed", required_argument, 0, 's'},   {"force", no_argument, 0, 'f'},
+        {"objective", required_argument, 0, 'O'},
         {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *out = NULL, *layers_arg = NULL, *train_arg = NULL, *held_arg = NULL;
@@ -234,6 +238,11 @@ int cmd_learn(int argc, char **argv)
             if (cli_parse_long(optarg, 0, 0x7fffffffL, &v))
                 return cli_fail("learn", "--seed: expected 0..2^31-1, found \"%s\"", optarg);
             lo_.seed = (unsigned long)v;
+            break;
+        case 'O':
+            if (strcmp(optarg, "function") && strcmp(optarg, "recon"))
+                return cli_fail("learn", "--objective: expected function or recon, found \"%s\"", optarg);
+            lo_.recon = !strcmp(optarg, "recon");
             break;
         case 'L': layers_arg = optarg; break;
         case 't': train_arg = optarg; break;
@@ -324,8 +333,8 @@ int cmd_learn(int argc, char **argv)
     snprintf(m.capture, sizeof m.capture, "%s", capture);
     snprintf(m.command, sizeof m.command, "%s", cli_command_line());
     snprintf(m.settings, sizeof m.settings,
-             "method=%s path=%s config=%s steps=%zu lr=%.17g warmup=%.17g seed=%lu alpha=%.17g train=%s heldout=%s layers=%s",
-             qmla_tmethod_name(method), path_arg, config, lo_.steps, lo_.lr, lo_.warmup, lo_.seed, alpha,
+             "method=%s path=%s objective=%s config=%s steps=%zu lr=%.17g warmup=%.17g seed=%lu alpha=%.17g train=%s heldout=%s layers=%s",
+             qmla_tmethod_name(method), path_arg, lo_.recon ? "recon" : "function", config, lo_.steps, lo_.lr, lo_.warmup, lo_.seed, alpha,
              train_arg ? train_arg : "-", held_arg ? held_arg : "-", layers_arg ? layers_arg : "-");
     /* resume: an incomplete file of the same settings keeps its layers */
     if (method == QMLA_TM_QUANTMLA && !force && access(out, F_OK) == 0) {

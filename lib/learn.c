@@ -149,7 +149,7 @@ static int content_seq(qmla_learner *l, seqws *q, scratch *s, const double *sc,
     const qmla_mla_dims *d = &l->d;
     size_t T = q->T, dc = d->d_c, H = d->H, D = d->D, HV = d->H * d->d_v;
     qmla_exec ex1 = qmla_exec_cpu(1);
-    double t0 = omp_get_wtime();
+    double t0 = omp_get_wtime(), t3 = 0;
     /* V = Cg R, W = V diag(s) */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)dc, (int)dc, 1.0f, q->Cg,
                 (int)dc, l->Rf, (int)dc, 0.0f, s->V, (int)dc);
@@ -173,6 +173,24 @@ static int content_seq(qmla_learner *l, seqws *q, scratch *s, const double *sc,
         for (size_t j = 0; j < dc; j++)
             s->Ct[t * dc + j] *= l->gamma[j];
     float tau = (float)d->tau;
+    if (l->o.recon) { /* plain reconstruction: G_C̃ = 2 (C̃ − C) / den */
+        double e = 0, den = 0;
+        for (size_t i = 0; i < T * dc; i++) {
+            double v = (double)s->Ct[i] - q->C[i];
+            e += v * v;
+            den += (double)q->C[i] * q->C[i];
+        }
+        den = den > 1e-8 ? den : 1e-8;
+        *f = e / den;
+        for (size_t i = 0; i < T * dc; i++)
+            s->GC[i] = (float)(2.0 * ((double)s->Ct[i] - q->C[i]) / den);
+        double t3r = omp_get_wtime();
+        tm[0] += (t1 - t0) + (t3r - t2);
+        tm[2] += t2 - t1;
+        if (!want_grad)
+            return QMLA_OK;
+        goto chain;
+    }
     qmla_attn_logits_acc(&ex1, H, T, dc, tau, q->q_lat, s->Ct, 0.0f, s->A);
     qmla_attn_logits_acc(&ex1, H, T, d->d_r, tau, q->q_rope_t, q->K, 1.0f, s->A);
     qmla_attn_softmax(&ex1, H, T, s->A, s->A);
@@ -185,7 +203,7 @@ static int content_seq(qmla_learner *l, seqws *q, scratch *s, const double *sc,
         s->GY[i] = (float)(2.0 * v / q->yden);
     }
     *f = e / q->yden;
-    double t3 = omp_get_wtime();
+    t3 = omp_get_wtime();
     tm[0] += (t1 - t0) + (t3 - t2);
     tm[2] += t2 - t1;
     if (!want_grad)
@@ -222,6 +240,8 @@ static int content_seq(qmla_learner *l, seqws *q, scratch *s, const double *sc,
     for (size_t h = 0; h < H; h++)
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)T, (int)dc, (int)T, tau,
                     s->GA + h * T, (int)(H * T), q->q_lat + h * dc, (int)(H * dc), 1.0f, s->GC, (int)dc);
+chain:
+    t3 = omp_get_wtime();
     /* GCg = GC diag(γ); GWs = GCg R; gR += GCg^T Ws */
     for (size_t t = 0; t < T; t++)
         for (size_t j = 0; j < dc; j++)
@@ -636,6 +656,11 @@ static int prep_bank(qmla_learner *l, int b, const qmla_learn_bank *bk, qmla_err
                 return qmla_error_set(err, QMLA_ENOMEM, "learn: out of memory (Γ, T %zu)", T);
             for (size_t tt = T; tt-- > 0;) {
                 double *G = q->Gam + tt * dr * dr;
+                if (l->o.recon) { /* plain reconstruction: Γ_s = I */
+                    for (size_t j = 0; j < dr; j++)
+                        G[j * dr + j] = 1.0;
+                    continue;
+                }
                 if (tt + 1 < T)
                     memcpy(G, G + dr * dr, dr * dr * sizeof(double));
                 for (size_t h = 0; h < d->H; h++) {

@@ -64,6 +64,9 @@ typedef struct qmla_learn_opts {
     double warmup;           /* fraction of steps, 0.1 */
     unsigned long seed;      /* initial S ~ N(0, (1e-4)^2) (content) */
     int threads;
+    int recon;               /* 1: plain cache reconstruction objective
+                                ‖X̃ − X‖² / max(‖X‖², 1e-8) instead of the
+                                function-aligned one (paper Table 7 ablation) */
 } qmla_learn_opts;
 
 qmla_learn_opts qmla_learn_defaults(void);
