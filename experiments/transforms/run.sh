@@ -34,3 +34,11 @@ $Q eval "$CAP" --config C2R4 --policy none --cells code-s0 --threads $TH \
    --transforms "$OUT/rtn-prose-s0.h5" --transforms "$OUT/smoothquant-prose-s0.h5" \
    --transforms "$OUT/quarot-prose-s0.h5" --transforms "$OUT/qm-both-c2-prose-s0.h5" \
    -o "$OUT/eval-c2-prose-s0-none.h5" | tee "$OUT/eval-c2-prose-s0-none.txt"
+# Objective ablation (paper Table 7): both paths learned against plain cache
+# reconstruction instead of the function-aligned objectives.
+$Q learn "$CAP" -o "$OUT/qm-recon-prose-s0.h5" --path both --objective recon --config C4R4 --steps 300 \
+   --seed 0 --train-cells prose-s0 --heldout-cells none --threads $TH
+$Q eval "$CAP" --config C4R4 --policy none --cells code-s0 --threads $TH \
+   --transforms "$OUT/rtn-prose-s0.h5" --transforms "$OUT/qm-recon-prose-s0.h5" \
+   --transforms "$OUT/qm-both-prose-s0.h5" -o "$OUT/eval-objective-prose-s0-none.h5" \
+   | tee "$OUT/eval-objective-prose-s0-none.txt"
