@@ -83,6 +83,10 @@ static const figure_def figures[] = {
      120, 400, 460, 0, NULL,
      "error routes per layer: output NMSE of matching, aggregation and interaction "
      "(content) and matching (RoPE)"},
+    {"transforms-nmse", "eval", "layer,nmse_out",
+     120, 420, 460, 0, NULL,
+     "output NMSE per layer for each cache transform (RTN, SmoothQuant†, QuaRot†, "
+     "QuantMLA), both caches quantized (`qmla eval`'s /eval)"},
     {"table4", "summary", "@model_response_content,@model_response_rope,@model_ratio",
      0, 0, 0, 0, render_table4,
      "model-level responses and ratio beside the paper's rows (paper Table 4), "

@@ -349,7 +349,9 @@ for name, (w, h) in sizes.items():
     print("ok" if good else "FAIL", p, fmt, "size", w, "x", h)
 EOF
 expect 0 "figures A B png" -- "$QMLA" figures "$work/A.h5" "$work/B.h5" -o "$work/figs"
-contains "4 written, 0 skipped" "figures A B png"
+# a sweep file has no /eval, so transforms-nmse (qmla eval's figure) is the one skipped
+contains "4 written, 1 skipped" "figures A B png"
+contains "skipped transforms-nmse: needs eval" "figures A B png"
 pycheck "figures png" "$work/check_images.py" "$work/figs" png 2
 for fmt in svg pdf; do
   expect 0 "figures A $fmt" -- "$QMLA" figures "$work/A.h5" -o "$work/figs-$fmt" --format $fmt
