@@ -41,6 +41,24 @@ void qmla_results_key(const qmla_results_meta *m, char *key, size_t len)
              m->capture_sha256, m->bits, m->group, m->meta, nu, m->cells);
 }
 
+/* "0-3,7" from sorted distinct ints. */
+static void format_ranges(const int *v, size_t n, char *out, size_t len)
+{
+    size_t o = 0;
+    out[0] = '\0';
+    for (size_t k = 0; k < n && o + 1 < len;) {
+        size_t j = k;
+        while (j + 1 < n && v[j + 1] == v[j] + 1)
+            j++;
+        int w = j > k ? snprintf(out + o, len - o, "%s%d-%d", o ? "," : "", v[k], v[j])
+                      : snprintf(out + o, len - o, "%s%d", o ? "," : "", v[k]);
+        if (w < 0)
+            break;
+        o += (size_t)w;
+        k = j + 1;
+    }
+}
+
 /* ---- writer ---------------------------------------------------------------- */
 
 #define TRY(expr, what)                                                       \
@@ -323,7 +341,12 @@ int qmla_results_write(const char *path, const qmla_results_meta *m,
     TRY(qmla_h5_attr_int(f, "group", m->group), "attribute group");
     TRY(qmla_h5_attr_str(f, "meta", m->meta), "attribute meta");
     TRY(qmla_h5_attr_dbl(f, "nmse_target", m->nmse), "attribute nmse_target");
-    TRY(qmla_h5_attr_str(f, "layers", m->layers), "attribute layers");
+    {
+        /* the layers the rows hold (the summary has one row per layer) */
+        char layers[sizeof m->layers];
+        format_ranges(s->layer, s->n_layers, layers, sizeof layers);
+        TRY(qmla_h5_attr_str(f, "layers", layers), "attribute layers");
+    }
     TRY(qmla_h5_attr_str(f, "cells", m->cells), "attribute cells");
     TRY(qmla_h5_attr_str(f, "quantizer",
                          "per-token asymmetric affine, groups of `group` channels, "

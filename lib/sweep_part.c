@@ -445,23 +445,6 @@ static int same_plan(const qmla_part_info *a, const qmla_part_info *b)
     return 1;
 }
 
-/* "0-3,7" from sorted distinct ints. */
-static void format_ranges(const int *v, size_t n, char *out, size_t len)
-{
-    size_t o = 0;
-    out[0] = '\0';
-    for (size_t k = 0; k < n && o + 1 < len;) {
-        size_t j = k;
-        while (j + 1 < n && v[j + 1] == v[j] + 1)
-            j++;
-        int w = j > k ? snprintf(out + o, len - o, "%s%d-%d", o ? "," : "", v[k], v[j])
-                      : snprintf(out + o, len - o, "%s%d", o ? "," : "", v[k]);
-        if (w < 0)
-            break;
-        o += (size_t)w;
-        k = j + 1;
-    }
-}
 
 typedef struct merge_state {
     qmla_results_meta meta0;
@@ -625,7 +608,6 @@ int qmla_merge(const char *const *parts, size_t n_parts, const char *out,
         st = qmla_summary_compute(all, n_all, summary, err);
     if (!st) {
         qmla_results_meta *m = &ms.meta0;
-        format_ranges(summary->layer, summary->n_layers, m->layers, sizeof m->layers);
         snprintf(m->command_line, sizeof m->command_line, "%s",
                  command_line ? command_line : "");
         const time_t now = time(NULL);

@@ -20,23 +20,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* "0-3,7" from sorted distinct ints. */
-static void format_ranges(const int *v, size_t n, char *out, size_t len)
-{
-    size_t o = 0;
-    out[0] = '\0';
-    for (size_t k = 0; k < n && o + 1 < len;) {
-        size_t j = k;
-        while (j + 1 < n && v[j + 1] == v[j] + 1)
-            j++;
-        int w = j > k ? snprintf(out + o, len - o, "%s%d-%d", o ? "," : "", v[k], v[j])
-                      : snprintf(out + o, len - o, "%s%d", o ? "," : "", v[k]);
-        if (w < 0)
-            break;
-        o += (size_t)w;
-        k = j + 1;
-    }
-}
 
 /* Capture, parameters, cell set and run provenance; the layers attribute is
  * filled from the rows at the end. */
@@ -324,8 +307,6 @@ static int finish(qmla_capture *cap, const qmla_sweep_selection *sel,
     if (!st)
         st = qmla_summary_compute(rows, n, summary, err);
     if (!st) {
-        format_ranges(summary->layer, summary->n_layers, meta->layers,
-                      sizeof meta->layers);
         if (part) {
             qmla_part_info pi;
             st = part_info(cap, plan, sel, opts, &pi, err);

@@ -43,7 +43,7 @@ typedef struct qmla_results_meta {
     char meta[8];             /* "f16" / "f32" / "q8" */
     double nmse;              /* target nu */
     /* what the file holds (derived from its rows when written) */
-    char layers[1024];        /* e.g. "0-3,7" */
+    char layers[1024];        /* e.g. "0-3,7"; the writer derives it from the rows */
     char cells[4096];         /* the cell set, comma-separated, capture order */
     qmla_results_cell *cell_info; /* [n_cell_info], owned (results_meta_free) */
     size_t n_cell_info;
