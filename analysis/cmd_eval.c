@@ -33,7 +33,9 @@ static void help(FILE *f)
         "keeps the first S and the last W tokens of each sequence clean (default\n"
         "none). Writes group /eval (other groups of RESULTS.h5 are kept).\n"
         "Evaluate on cells the transforms were not calibrated on (--cells).\n"
-        "Exit 1 when a measured RoPE-only distortion exceeds its bound.\n");
+        "Exit 1 when a measured RoPE-only distortion exceeds its bound.\n"
+        "example: qmla eval data/tiny-mla-default.h5 --transforms rtn.h5 --transforms qm.h5 \\\n"
+        "           --config C4R4 --cells code-s0 -o eval.h5\n");
 }
 
 static int parse_policy(const char *s, size_t *sink, size_t *local)

@@ -13,29 +13,12 @@
 # numpy + h5py.
 # Env (set by meson): QMLA_BIN, QMLA_SOURCE_ROOT, QMLA_PYTHON.
 set -u
-QMLA=${QMLA_BIN:?}
-ROOT=${QMLA_SOURCE_ROOT:?}
-PY=${QMLA_PYTHON:-/usr/bin/python3}
-work=$(mktemp -d /tmp/qmla-test-cli-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-pass=0 fail=0
-
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
-# expect CODE DESCRIPTION -- command...   (stdout+stderr in $work/out)
-expect() {
-  local want=$1 what=$2; shift 3
-  "$@" >"$work/out" 2>&1
-  local got=$?
-  if [ "$got" = "$want" ]; then ok; else bad "$what: exit $got, expected $want"; sed 's/^/    /' "$work/out" | tail -5 >&2; fi
-}
-contains() { if grep -q -- "$1" "$work/out"; then ok; else bad "$2: output lacks \"$1\""; sed 's/^/    /' "$work/out" | tail -5 >&2; fi; }
-
-"$PY" -c 'import numpy, h5py' 2>/dev/null || { echo "FAIL: $PY lacks numpy/h5py (apt-get install python3-numpy python3-h5py)"; echo "0 passed, 1 failed"; exit 1; }
+. "$(dirname "$0")/cli_lib.sh"
+need_python
 
 # --- usage and help --------------------------------------------------------
 expect 0 "qmla --help" -- "$QMLA" --help
-for c in check sweep synth; do
+for c in check sweep synth storage export show figures jvp predict intervene merge serve-sim ppl learn eval; do
   expect 0 "qmla $c --help" -- "$QMLA" $c --help
   contains "example:" "qmla $c --help"
 done
@@ -304,5 +287,4 @@ for k in a:
     assert x.shape == y.shape and np.array_equal(x, y), k
 EOF
 
-echo "test_cli: $pass passed, $fail failed"
-[ $fail = 0 ]
+finish test_cli
