@@ -248,7 +248,11 @@ static void float_attr(B *b, hid_t obj, const char *where, const char *name,
         a_f64(b, obj, name, t, good, 0);
         H5Tclose(t);
     } else {
-        a_f64(b, obj, name, H5T_IEEE_F64LE, 1e300, 0); /* finite: fine */
+        a_f64(b, obj, name, H5T_IEEE_F64LE, 1e300, 0); /* finite: fine ... */
+        /* ... except where the value is used in float32: softmax_scale must
+         * be a normal float32 (docs/capture-format.md) */
+        if (strcmp(name, "softmax_scale") == 0)
+            defect(b, "%s attribute %s beyond float32", where, name);
     }
 }
 
