@@ -35,6 +35,17 @@ for g in ("jvp", "predict", "interventions"):
         assert (x == y) or (isinstance(x, float) and np.isnan(x) and np.isnan(y)), (g, k, x, y)
 PY
 expect 0 "1 and 2 threads: identical groups" -- "$PY" "$work/same.py" "$work/t1.h5" "$work/t2.h5"
+# every control really moves the error: a direction that came back unchanged
+# gives a ratio of exactly 1 in every repetition (the identity "control")
+expect 0 "each control changes the direction" -- "$PY" -c "
+import sys, h5py, numpy as np
+g = h5py.File(sys.argv[1], 'r')['interventions']
+for c in ('sign', 'permute', 'isotropic'):
+    for p in ('content', 'rope'):
+        r = g['ratio_%s_%s' % (c, p)][...]
+        assert r.size > 0 and np.all(np.isfinite(r)), (c, p)
+        assert np.count_nonzero(r != 1.0) > r.size // 2, (c, p, r)
+" "$work/t1.h5"
 expect 0 "NumPy reference agrees" -- "$PY" "$ROOT/bench/numpy_operator.py" "$cap" --compare "$work/t1.h5"
 contains " 0 differ" "no point differs from NumPy"
 # the groups join an existing sweep results file
