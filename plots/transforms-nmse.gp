@@ -42,10 +42,10 @@ set yrange [ylo:yhi]
 set xrange [-0.5:lmax + 0.5]
 set xtics 0, (lmax > 15 ? 5 : 1)
 set xlabel "layer"
-set key top left Left reverse box opaque samplen 2 font ",10" maxrows 3
+set key top left Left reverse box opaque samplen 2 font ",10" maxrows 6
 do for [i=1:nmodels] {
-    set lmargin at screen (420.0 * (i - 1) + 90) / W
-    set rmargin at screen (420.0 * i + 100) / W
+    set lmargin at screen (420.0 * (i - 1) + 110) / W
+    set rmargin at screen (420.0 * i + 50) / W
     set title label[i] noenhanced
     if (i == 1) { set ylabel "output NMSE" } else { unset ylabel }
     plot for [k=1:words(methods)] data(i, "eval") \
