@@ -20,7 +20,7 @@ need_python
 expect 0 "qmla --help" -- "$QMLA" --help
 for c in check sweep synth storage export show figures jvp predict intervene merge serve-sim ppl learn eval; do
   expect 0 "qmla $c --help" -- "$QMLA" $c --help
-  contains "example:" "qmla $c --help"
+  contains "[Ee]xamples\?:" "qmla $c --help"
 done
 expect 2 "unknown command" -- "$QMLA" frobnicate
 expect 2 "no arguments" -- "$QMLA"
