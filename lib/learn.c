@@ -35,6 +35,7 @@ qmla_learn_opts qmla_learn_defaults(void)
 typedef struct seqws {
     size_t T;
     const float *C, *K; /* views [T, d_c], [T, d_r] */
+    const float *qn, *qr; /* views [H, T, d_n], [H, T, d_r] (head-major) */
     float *Cg;          /* [T, d_c] C diag(1/γ) (content) */
     float *q_lat;       /* [T, H, d_c] absorbed queries (content) */
     float *q_rope_t;    /* [T, H, d_r] */
@@ -48,6 +49,7 @@ typedef struct seqws {
 /* Per-thread scratch, sized for the longest sequence. */
 typedef struct scratch {
     float *V, *W, *Wh, *Ws, *Ct, *A, *GA, *U, *O, *Yt, *GY, *GO, *GU, *GC, *GW, *r;
+    float *Kc, *Vc, *GK, *GV; /* fast path: [T, H d_n], [T, H d_v] and gradients */
     int *imin, *imax;
     double *gs;  /* [d_c] or [d_r] */
     float *gR;   /* [d_c, d_c] */
@@ -76,6 +78,8 @@ struct qmla_learner {
     /* Cayley */
     double *Sfull, *LU, *Cay, *Z;
     int *ipiv;
+    double *pcay; /* the S parameters LU and Cay belong to (when cay_ok) */
+    int cay_ok;
     float *Rf; /* [d_c, d_c] R as float */
     qmla_learn_state st;
     qmla_calib cal;
@@ -140,57 +144,20 @@ static void ste_bwd(const qmla_quant_params *p, size_t T, size_t width,
         }
 }
 
-/* ---- content path: one sequence ------------------------------------------ */
+/* ---- content path: the attention part ------------------------------------ */
 
-static int content_seq(qmla_learner *l, seqws *q, scratch *s, const double *sc,
-                       int frozen, int want_grad, double *f, double *gs_out,
-                       double *tm, qmla_error *err)
+/* Reference (absorbed form, as in qmla/attention.h): logits and aggregation
+ * through the d_c-wide latents, the backward's A_hᵀ G_U,h, G_U,h C̃ᵀ and
+ * G_Z,hᵀ Q_C,h per head on full T×T blocks. Kept as the oracle of the fast
+ * path (tests/test_learn.c) and its benchmark baseline (bench/bench_learn.c).
+ * Ct [T, d_c] -> *f; with want_grad, GC = ∂f/∂Ct. */
+static void attn_ref(qmla_learner *l, seqws *q, scratch *s, int want_grad, double *f, double *tm)
 {
+    double a0 = omp_get_wtime();
     const qmla_mla_dims *d = &l->d;
     size_t T = q->T, dc = d->d_c, H = d->H, D = d->D, HV = d->H * d->d_v;
     qmla_exec ex1 = qmla_exec_cpu(1);
-    double t0 = omp_get_wtime(), t3 = 0;
-    /* V = Cg R, W = V diag(s) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)dc, (int)dc, 1.0f, q->Cg,
-                (int)dc, l->Rf, (int)dc, 0.0f, s->V, (int)dc);
-    for (size_t t = 0; t < T; t++)
-        for (size_t j = 0; j < dc; j++)
-            s->W[t * dc + j] = (float)(s->V[t * dc + j] * sc[j]);
-    double t1 = omp_get_wtime();
-    if (frozen && !q->rfz)
-        return qmla_error_set(err, QMLA_EINVAL, "learn: objective with frozen residuals before freeze");
-    int st = ste_fwd(&l->o.quant, s->W, T, dc, frozen ? q->rfz : NULL, s->r, s->Wh, s->imin, s->imax, err);
-    if (st)
-        return st;
-    double t2 = omp_get_wtime();
-    /* Ws = Wh diag(1/s); Ct = Ws R^T diag(γ) */
-    for (size_t t = 0; t < T; t++)
-        for (size_t j = 0; j < dc; j++)
-            s->Ws[t * dc + j] = (float)(s->Wh[t * dc + j] / sc[j]);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)dc, (int)dc, 1.0f, s->Ws,
-                (int)dc, l->Rf, (int)dc, 0.0f, s->Ct, (int)dc);
-    for (size_t t = 0; t < T; t++)
-        for (size_t j = 0; j < dc; j++)
-            s->Ct[t * dc + j] *= l->gamma[j];
     float tau = (float)d->tau;
-    if (l->o.recon) { /* plain reconstruction: G_C̃ = 2 (C̃ − C) / den */
-        double e = 0, den = 0;
-        for (size_t i = 0; i < T * dc; i++) {
-            double v = (double)s->Ct[i] - q->C[i];
-            e += v * v;
-            den += (double)q->C[i] * q->C[i];
-        }
-        den = den > 1e-8 ? den : 1e-8;
-        *f = e / den;
-        for (size_t i = 0; i < T * dc; i++)
-            s->GC[i] = (float)(2.0 * ((double)s->Ct[i] - q->C[i]) / den);
-        double t3r = omp_get_wtime();
-        tm[0] += (t1 - t0) + (t3r - t2);
-        tm[2] += t2 - t1;
-        if (!want_grad)
-            return QMLA_OK;
-        goto chain;
-    }
     qmla_attn_logits_acc(&ex1, H, T, dc, tau, q->q_lat, s->Ct, 0.0f, s->A);
     qmla_attn_logits_acc(&ex1, H, T, d->d_r, tau, q->q_rope_t, q->K, 1.0f, s->A);
     qmla_attn_softmax(&ex1, H, T, s->A, s->A);
@@ -203,11 +170,10 @@ static int content_seq(qmla_learner *l, seqws *q, scratch *s, const double *sc,
         s->GY[i] = (float)(2.0 * v / q->yden);
     }
     *f = e / q->yden;
-    t3 = omp_get_wtime();
-    tm[0] += (t1 - t0) + (t3 - t2);
-    tm[2] += t2 - t1;
+    double a1 = omp_get_wtime();
+    tm[0] += a1 - a0;
     if (!want_grad)
-        return QMLA_OK;
+        return;
     /* GO = GY w_o; GU_h = GO_h w_uv[h] */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)HV, (int)D, 1.0f, s->GY,
                 (int)D, l->w.w_o, (int)HV, 0.0f, s->GO, (int)HV);
@@ -240,8 +206,165 @@ static int content_seq(qmla_learner *l, seqws *q, scratch *s, const double *sc,
     for (size_t h = 0; h < H; h++)
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)T, (int)dc, (int)T, tau,
                     s->GA + h * T, (int)(H * T), q->q_lat + h * dc, (int)(H * dc), 1.0f, s->GC, (int)dc);
-chain:
-    t3 = omp_get_wtime();
+    tm[1] += omp_get_wtime() - a1;
+}
+
+/* Query rows per causal block of the fast path (one head at a time). */
+#define LEARN_BLOCK 64
+
+/* Fast path: the same function in the per-head (unabsorbed) form. With
+ * K_h = C̃ w_uk[h]ᵀ [T, d_n] and V_h = C̃ w_uv[h]ᵀ [T, d_v] (two GEMMs over all
+ * heads), Q_C,h C̃ᵀ = q_nope,h K_hᵀ and A_h C̃ w_uv[h]ᵀ = A_h V_h, so every T×T
+ * product is d_n or d_v wide instead of d_c wide:
+ *   Z_h = τ (q_nope,h K_hᵀ + Q_P,h Kᵀ),  A_h = softmax,  O_h = A_h V_h,
+ *   Y = O w_oᵀ;
+ *   G_O = G_Y w_o,  G_A,h = G_O,h V_hᵀ,  G_V,h = A_hᵀ G_O,h,
+ *   G_Z,h = A_h ⊙ (G_A,h − rowsum(A_h ⊙ G_A,h)),  G_K,h = τ G_Z,hᵀ q_nope,h,
+ *   G_C̃ = G_K w_uk + G_V w_uv    (w_uk as [H d_n, d_c], w_uv as [H d_v, d_c]).
+ * The T×T products are computed on causal row blocks of LEARN_BLOCK query
+ * tokens against the keys they see, per head (A and G_A head-major
+ * [H, T, T]). Heads run on `inner` threads; each head's work is done by one
+ * thread and the heads are combined by one GEMM, so the result does not
+ * depend on the thread count. */
+static void attn_fast(qmla_learner *l, seqws *q, scratch *s, int want_grad, int inner, double *f,
+                      double *tm)
+{
+    double a0 = omp_get_wtime();
+    const qmla_mla_dims *d = &l->d;
+    const size_t T = q->T, dc = d->d_c, H = d->H, D = d->D, dn = d->d_n, dv = d->d_v, dr = d->d_r;
+    const size_t HN = H * dn, HV = H * dv, B = LEARN_BLOCK, nb = (T + B - 1) / B;
+    qmla_exec ex1 = qmla_exec_cpu(1);
+    const float tau = (float)d->tau;
+    /* K_all = Ct w_uk^T, V_all = Ct w_uv^T */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)HN, (int)dc, 1.0f, s->Ct,
+                (int)dc, l->w.w_uk, (int)dc, 0.0f, s->Kc, (int)HN);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)HV, (int)dc, 1.0f, s->Ct,
+                (int)dc, l->w.w_uv, (int)dc, 0.0f, s->Vc, (int)HV);
+    long Hl = (long)H;
+#pragma omp parallel for schedule(static) num_threads(inner) if (inner > 1)
+    for (long hh = 0; hh < Hl; hh++) {
+        size_t h = (size_t)hh;
+        float *Z = s->A + h * T * T;
+        const float *qn = q->qn + h * T * dn, *qr = q->qr + h * T * dr;
+        for (size_t b = 0; b < nb; b++) {
+            size_t r0 = b * B, rows = r0 + B <= T ? B : T - r0, e = r0 + rows;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)e, (int)dn, tau,
+                        qn + r0 * dn, (int)dn, s->Kc + h * dn, (int)HN, 0.0f, Z + r0 * T, (int)T);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)e, (int)dr, tau,
+                        qr + r0 * dr, (int)dr, q->K, (int)dr, 1.0f, Z + r0 * T, (int)T);
+        }
+        qmla_attn_softmax(&ex1, 1, T, Z, Z);
+        for (size_t b = 0; b < nb; b++) {
+            size_t r0 = b * B, rows = r0 + B <= T ? B : T - r0, e = r0 + rows;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)dv, (int)e, 1.0f,
+                        Z + r0 * T, (int)T, s->Vc + h * dv, (int)HV, 0.0f, s->O + r0 * HV + h * dv,
+                        (int)HV);
+        }
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)D, (int)HV, 1.0f, s->O,
+                (int)HV, l->w.w_o, (int)HV, 0.0f, s->Yt, (int)D);
+    double e2 = 0;
+    for (size_t i = 0; i < T * D; i++) {
+        double v = (double)s->Yt[i] - q->Y[i];
+        e2 += v * v;
+        s->GY[i] = (float)(2.0 * v / q->yden);
+    }
+    *f = e2 / q->yden;
+    double a1 = omp_get_wtime();
+    tm[0] += a1 - a0;
+    if (!want_grad)
+        return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)HV, (int)D, 1.0f, s->GY,
+                (int)D, l->w.w_o, (int)HV, 0.0f, s->GO, (int)HV);
+    memset(s->GK, 0, T * HN * sizeof(float));
+    memset(s->GV, 0, T * HV * sizeof(float));
+#pragma omp parallel for schedule(static) num_threads(inner) if (inner > 1)
+    for (long hh = 0; hh < Hl; hh++) {
+        size_t h = (size_t)hh;
+        const float *A = s->A + h * T * T;
+        float *GA = s->GA + h * T * T;
+        const float *qn = q->qn + h * T * dn;
+        for (size_t b = 0; b < nb; b++) {
+            size_t r0 = b * B, rows = r0 + B <= T ? B : T - r0, e = r0 + rows;
+            /* GA_h = GO_h V_h^T; GV_h += A_h^T GO_h */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)e, (int)dv, 1.0f,
+                        s->GO + r0 * HV + h * dv, (int)HV, s->Vc + h * dv, (int)HV, 0.0f, GA + r0 * T,
+                        (int)T);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)e, (int)dv, (int)rows, 1.0f,
+                        A + r0 * T, (int)T, s->GO + r0 * HV + h * dv, (int)HV, 1.0f, s->GV + h * dv,
+                        (int)HV);
+        }
+        qmla_attn_softmax_jvp(&ex1, 1, T, A, GA, GA);
+        for (size_t b = 0; b < nb; b++) {
+            size_t r0 = b * B, rows = r0 + B <= T ? B : T - r0, e = r0 + rows;
+            /* GK_h += τ GZ_h^T q_nope,h */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)e, (int)dn, (int)rows, tau,
+                        GA + r0 * T, (int)T, qn + r0 * dn, (int)dn, 1.0f, s->GK + h * dn, (int)HN);
+        }
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)dc, (int)HN, 1.0f, s->GK,
+                (int)HN, l->w.w_uk, (int)dc, 0.0f, s->GC, (int)dc);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)dc, (int)HV, 1.0f, s->GV,
+                (int)HV, l->w.w_uv, (int)dc, 1.0f, s->GC, (int)dc);
+    tm[1] += omp_get_wtime() - a1;
+}
+
+/* ---- content path: one sequence ------------------------------------------ */
+
+/* inner: threads over heads inside the sequence (fast path only). */
+static int content_seq(qmla_learner *l, seqws *q, scratch *s, const double *sc,
+                       int frozen, int want_grad, int inner, double *f, double *gs_out,
+                       double *tm, qmla_error *err)
+{
+    const qmla_mla_dims *d = &l->d;
+    size_t T = q->T, dc = d->d_c;
+    double t0 = omp_get_wtime();
+    /* V = Cg R, W = V diag(s) */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)dc, (int)dc, 1.0f, q->Cg,
+                (int)dc, l->Rf, (int)dc, 0.0f, s->V, (int)dc);
+    for (size_t t = 0; t < T; t++)
+        for (size_t j = 0; j < dc; j++)
+            s->W[t * dc + j] = (float)(s->V[t * dc + j] * sc[j]);
+    double t1 = omp_get_wtime();
+    if (frozen && !q->rfz)
+        return qmla_error_set(err, QMLA_EINVAL, "learn: objective with frozen residuals before freeze");
+    int st = ste_fwd(&l->o.quant, s->W, T, dc, frozen ? q->rfz : NULL, s->r, s->Wh, s->imin, s->imax, err);
+    if (st)
+        return st;
+    double t2 = omp_get_wtime();
+    /* Ws = Wh diag(1/s); Ct = Ws R^T diag(γ) */
+    for (size_t t = 0; t < T; t++)
+        for (size_t j = 0; j < dc; j++)
+            s->Ws[t * dc + j] = (float)(s->Wh[t * dc + j] / sc[j]);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)dc, (int)dc, 1.0f, s->Ws,
+                (int)dc, l->Rf, (int)dc, 0.0f, s->Ct, (int)dc);
+    for (size_t t = 0; t < T; t++)
+        for (size_t j = 0; j < dc; j++)
+            s->Ct[t * dc + j] *= l->gamma[j];
+    double t2b = omp_get_wtime();
+    tm[0] += (t1 - t0) + (t2b - t2);
+    tm[2] += t2 - t1;
+    if (l->o.recon) { /* plain reconstruction: G_C̃ = 2 (C̃ − C) / den */
+        double e = 0, den = 0;
+        for (size_t i = 0; i < T * dc; i++) {
+            double v = (double)s->Ct[i] - q->C[i];
+            e += v * v;
+            den += (double)q->C[i] * q->C[i];
+        }
+        den = den > 1e-8 ? den : 1e-8;
+        *f = e / den;
+        if (want_grad)
+            for (size_t i = 0; i < T * dc; i++)
+                s->GC[i] = (float)(2.0 * ((double)s->Ct[i] - q->C[i]) / den);
+        tm[0] += omp_get_wtime() - t2b;
+    } else if (l->o.attn_reference) {
+        attn_ref(l, q, s, want_grad, f, tm);
+    } else {
+        attn_fast(l, q, s, want_grad, inner, f, tm);
+    }
+    if (!want_grad)
+        return QMLA_OK;
+    double t3 = omp_get_wtime();
     /* GCg = GC diag(γ); GWs = GCg R; gR += GCg^T Ws */
     for (size_t t = 0; t < T; t++)
         for (size_t j = 0; j < dc; j++)
@@ -388,6 +511,7 @@ static int cayley_fwd(qmla_learner *l, const double *p, qmla_error *err)
             l->LU[i * d + j] = (i == j) - l->Sfull[i * d + j];
             l->Cay[i * d + j] = (i == j) + l->Sfull[i * d + j]; /* col-major I − S */
         }
+    l->cay_ok = 0;
     dgetrf_(&n, &n, l->LU, &n, l->ipiv, &info);
     if (info != 0)
         return qmla_error_set(err, QMLA_EINTERNAL, "learn: Cayley: I + S singular (dgetrf info %d)", info);
@@ -400,6 +524,8 @@ static int cayley_fwd(qmla_learner *l, const double *p, qmla_error *err)
         for (size_t j = 0; j < d; j++)
             l->Rf[i * d + j] = (float)(sg * l->Cay[i * d + j]);
     }
+    memcpy(l->pcay, p, (l->n_params - d) * sizeof(double));
+    l->cay_ok = 1;
     return QMLA_OK;
 }
 
@@ -416,12 +542,12 @@ static int cayley_bwd(qmla_learner *l, const double *gR, double *gp, qmla_error 
         for (size_t j = 0; j < d; j++)
             GC[i * d + j] = sg * gR[i * d + j];
     }
-    /* Z^T = (Cay + I) G_Cay^T, row-major: its column-major view is Z */
+    /* Z^T = (Cay + I) G_Cay^T = Cay G_Cay^T + G_Cay^T, row-major: its
+     * column-major view is Z (Cay is left as cayley_fwd made it) */
     for (size_t i = 0; i < d; i++)
-        l->Cay[i * d + i] += 1.0;
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0, l->Cay, n, GC, n, 0.0, l->Z, n);
-    for (size_t i = 0; i < d; i++)
-        l->Cay[i * d + i] -= 1.0;
+        for (size_t j = 0; j < d; j++)
+            l->Z[i * d + j] = GC[j * d + i];
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0, l->Cay, n, GC, n, 1.0, l->Z, n);
     dgetrs_("N", &n, &n, l->LU, &n, l->ipiv, l->Z, &n, &info);
     if (info != 0)
         return qmla_error_set(err, QMLA_EINTERNAL, "learn: Cayley backward: dgetrs info %d", info);
@@ -448,10 +574,13 @@ static int bank_objective(qmla_learner *l, int bank, const double *p, double *gr
     double *expu = NULL;
     if (l->path == QMLA_LEARN_CONTENT) {
         double t0 = omp_get_wtime();
-        int st = cayley_fwd(l, p, err);
-        l->st.t_cayley += omp_get_wtime() - t0;
-        if (st)
-            return st;
+        /* the held-out and train objectives of a step share p: one LU */
+        if (!l->cay_ok || memcmp(l->pcay, p, (l->n_params - dc) * sizeof(double))) {
+            int st = cayley_fwd(l, p, err);
+            l->st.t_cayley += omp_get_wtime() - t0;
+            if (st)
+                return st;
+        }
         expu = malloc(dc * sizeof(double));
         if (!expu)
             return qmla_error_set(err, QMLA_ENOMEM, "learn: out of memory");
@@ -461,7 +590,11 @@ static int bank_objective(qmla_learner *l, int bank, const double *p, double *gr
     }
     long nn = (long)n;
     memset(l->tslot, 0, n * 3 * sizeof(double));
-#pragma omp parallel for schedule(static) num_threads(l->nth)
+    /* threads over sequences; with fewer sequences than threads (content),
+     * over the heads inside each sequence instead */
+    int outer = l->path == QMLA_LEARN_CONTENT && n < (size_t)l->nth ? 1 : l->nth;
+    int inner = outer == 1 ? l->nth : 1;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(outer) if (outer > 1)
     for (long k = 0; k < nn; k++) {
         scratch *s = &l->sc[omp_get_thread_num()];
         double *g = l->gslot + (size_t)k * l->n_grad;
@@ -469,7 +602,7 @@ static int bank_objective(qmla_learner *l, int bank, const double *p, double *gr
         qmla_error_clear(&e);
         int st;
         if (l->path == QMLA_LEARN_CONTENT) {
-            st = content_seq(l, &B[k], s, sc, frozen, want, &l->fslot[k], g + dc * dc,
+            st = content_seq(l, &B[k], s, sc, frozen, want, inner, &l->fslot[k], g + dc * dc,
                              l->tslot + 3 * k, &e);
             if (!st && want)
                 for (size_t i = 0; i < dc * dc; i++)
@@ -552,7 +685,7 @@ int qmla_learner_freeze(qmla_learner *l, int bank, const double *p,
             for (size_t j = 0; j < l->d.d_c; j++)
                 sc[j] = exp(p[l->n_params - l->d.d_c + j]);
             if (!st)
-                st = content_seq(l, &B[k], &l->sc[0], sc, 0, 0, &f, NULL, tm, err);
+                st = content_seq(l, &B[k], &l->sc[0], sc, 0, 0, 1, &f, NULL, tm, err);
             free(sc);
         } else {
             st = rope_seq(l, &B[k], &l->sc[0], p, p + l->n_pairs, 0, 0, &f, NULL, tm, err);
@@ -584,6 +717,7 @@ static void scratch_free(scratch *s)
     free(s->V); free(s->W); free(s->Wh); free(s->Ws); free(s->Ct); free(s->A); free(s->GA);
     free(s->U); free(s->O); free(s->Yt); free(s->GY); free(s->GO); free(s->GU); free(s->GC);
     free(s->GW); free(s->r); free(s->imin); free(s->imax); free(s->gs); free(s->gR);
+    free(s->Kc); free(s->Vc); free(s->GK); free(s->GV);
 }
 
 void qmla_learner_free(qmla_learner *l)
@@ -601,6 +735,7 @@ void qmla_learner_free(qmla_learner *l)
     free(l->gslot); free(l->fslot); free(l->stslot); free(l->tslot);
     free(l->p); free(l->best); free(l->m); free(l->v); free(l->grad);
     free(l->Sfull); free(l->LU); free(l->Cay); free(l->Z); free(l->ipiv); free(l->Rf);
+    free(l->pcay);
     qmla_calib_free(&l->cal);
     free(l);
 }
@@ -620,6 +755,8 @@ static int prep_bank(qmla_learner *l, int b, const qmla_learn_bank *bk, qmla_err
         q->T = T;
         q->C = bk->C[k];
         q->K = bk->K[k];
+        q->qn = bk->q_nope[k];
+        q->qr = bk->q_rope[k];
         if (T > l->Tmax)
             l->Tmax = T;
         if (!ALLOC(q->q_rope_t, T * d->H * d->d_r))
@@ -745,7 +882,8 @@ int qmla_learner_alloc(qmla_learn_path path, const qmla_mla_dims *d,
              ALLOC(l->grad, l->n_params);
     if (ok && path == QMLA_LEARN_CONTENT)
         ok = ALLOC(l->Sfull, dc * dc) && ALLOC(l->LU, dc * dc) && ALLOC(l->Cay, dc * dc) &&
-             ALLOC(l->Z, dc * dc) && ALLOC(l->ipiv, dc) && ALLOC(l->Rf, dc * dc);
+             ALLOC(l->Z, dc * dc) && ALLOC(l->ipiv, dc) && ALLOC(l->Rf, dc * dc) &&
+             ALLOC(l->pcay, l->n_params);
     size_t wmax = width > d->D ? width : d->D;
     size_t ng = qmla_quant_n_groups(&o->quant, width);
     for (int t = 0; ok && t < l->nth; t++) {
@@ -755,9 +893,14 @@ int qmla_learner_alloc(qmla_learn_path path, const qmla_mla_dims *d,
              ALLOC(s->r, T * width) && ALLOC(s->imin, T * ng) && ALLOC(s->imax, T * ng) &&
              ALLOC(s->gs, width) && ALLOC(s->GY, T * wmax);
         if (ok && path == QMLA_LEARN_CONTENT)
-            ok = ALLOC(s->A, T * H * T) && ALLOC(s->GA, T * H * T) && ALLOC(s->U, T * H * dc) &&
-                 ALLOC(s->O, T * H * d->d_v) && ALLOC(s->Yt, T * d->D) && ALLOC(s->GO, T * H * d->d_v) &&
-                 ALLOC(s->GU, T * H * dc) && ALLOC(s->GC, T * dc) && ALLOC(s->gR, dc * dc);
+            ok = ALLOC(s->A, T * H * T) && ALLOC(s->GA, T * H * T) && ALLOC(s->O, T * H * d->d_v) &&
+                 ALLOC(s->Yt, T * d->D) && ALLOC(s->GO, T * H * d->d_v) && ALLOC(s->GC, T * dc) &&
+                 ALLOC(s->gR, dc * dc);
+        if (ok && path == QMLA_LEARN_CONTENT && o->attn_reference)
+            ok = ALLOC(s->U, T * H * dc) && ALLOC(s->GU, T * H * dc);
+        if (ok && path == QMLA_LEARN_CONTENT && !o->attn_reference)
+            ok = ALLOC(s->Kc, T * H * d->d_n) && ALLOC(s->Vc, T * H * d->d_v) &&
+                 ALLOC(s->GK, T * H * d->d_n) && ALLOC(s->GV, T * H * d->d_v);
         if (ok && path == QMLA_LEARN_ROPE)
             ok = ALLOC(s->GO, T * width);
     }

@@ -67,6 +67,11 @@ typedef struct qmla_learn_opts {
     int recon;               /* 1: plain cache reconstruction objective
                                 ‖X̃ − X‖² / max(‖X‖², 1e-8) instead of the
                                 function-aligned one (paper Table 7 ablation) */
+    int attn_reference;      /* content path: 1 computes the attention in the
+                                absorbed form with full T×T backward products
+                                (the reference the default per-head causal
+                                path is tested and benchmarked against); same
+                                function, other rounding */
 } qmla_learn_opts;
 
 qmla_learn_opts qmla_learn_defaults(void);
