@@ -37,6 +37,7 @@ static void help(FILE *f)
         "                  [--lr 5e-3] [--seed S] [--objective function|recon] [--alpha 0.5]\n"
         "                  [--layers LIST]\n"
         "                  [--train-cells LIST] [--heldout-cells LIST] [--threads N] [--force]\n"
+        "                  [--also-content CONTENT.h5]\n"
         "\n"
         "Per-layer cache transforms (docs/math.md §7) in the transforms format\n"
         "(docs/transforms-format.md): RTN (T = I), SmoothQuant† (T = diag(σ)^-1,\n"
@@ -53,6 +54,10 @@ static void help(FILE *f)
         "the train objective selects). A path not learned stays the\n"
         "identity. --objective recon replaces both objectives by plain cache\n"
         "reconstruction ‖X~ - X‖²/‖X‖² (the paper's Table 7 ablation).\n"
+        "--also-content (with --path both) also writes CONTENT.h5: the same run's\n"
+        "content transform with the RoPE path the identity, which is what --path\n"
+        "content with the same settings writes (the paths are learned\n"
+        "independently), without learning the content path twice.\n"
         "One progress line per layer and path. Resume: rerun the same\n"
         "command (--force starts over).\n"
         "example: qmla learn data/tiny-mla-default.h5 -o qm.h5 --train-cells prose-s0\n");
@@ -192,10 +197,10 @@ int cmd_learn(int argc, char **argv)
         {"heldout-cells", required_argument, 0, 'H'}, {"path", required_argument, 0, 'P'},
         {"steps", required_argument, 0, 'S'},  {"lr", required_argument, 0, 'r'},
         {"seed", required_argument, 0, 's'},   {"force", no_argument, 0, 'f'},
-        {"objective", required_argument, 0, 'O'},
+        {"objective", required_argument, 0, 'O'}, {"also-content", required_argument, 0, 'A'},
         {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
-    const char *out = NULL, *layers_arg = NULL, *train_arg = NULL, *held_arg = NULL;
+    const char *out = NULL, *layers_arg = NULL, *train_arg = NULL, *held_arg = NULL, *also = NULL;
     const char *config = "C4R4", *path_arg = "both";
     qmla_tmethod method = QMLA_TM_QUANTMLA;
     int threads = cli_default_threads(), force = 0;
@@ -247,6 +252,7 @@ int cmd_learn(int argc, char **argv)
         case 'L': layers_arg = optarg; break;
         case 't': train_arg = optarg; break;
         case 'H': held_arg = optarg; break;
+        case 'A': also = optarg; break;
         case 'f': force = 1; break;
         case 'j':
             if (cli_parse_long(optarg, 1, 1024, &v))
@@ -262,9 +268,15 @@ int cmd_learn(int argc, char **argv)
     if (!out)
         return cli_fail("learn", "missing -o TRANSFORMS.h5");
     const char *capture = argv[optind];
+    if (also && (method != QMLA_TM_QUANTMLA || strcmp(path_arg, "both")))
+        return cli_fail("learn", "--also-content needs --method quantmla and --path both");
+    if (also && !strcmp(also, out))
+        return cli_fail("learn", "--also-content: \"%s\" is also the output (-o)", also);
     qmla_error err;
     qmla_error_clear(&err);
     if (qmla_output_path_check(out, "output file (-o)", &capture, 1, &err))
+        return cli_lib_error("learn", &err);
+    if (also && qmla_output_path_check(also, "output file (--also-content)", &capture, 1, &err))
         return cli_lib_error("learn", &err);
     int *layers = NULL;
     size_t n_layers_sel = 0, n_train = 0, n_held = 0;
@@ -292,9 +304,9 @@ int cmd_learn(int argc, char **argv)
     cli_signals_install();
     qmla_exec ex = qmla_exec_cpu(threads);
     qmla_capture *cap = NULL;
-    qmla_transform *ts = NULL;
+    qmla_transform *ts = NULL, *ts2 = NULL;
     float **gam = NULL;
-    double *obj = NULL;
+    double *obj = NULL, *obj2 = NULL;
     size_t nt = 0;
     int rc = QMLA_EXIT_OK;
     qmla_transform_file prev;
@@ -336,6 +348,20 @@ int cmd_learn(int argc, char **argv)
              "method=%s path=%s objective=%s config=%s steps=%zu lr=%.17g warmup=%.17g seed=%lu alpha=%.17g train=%s heldout=%s layers=%s",
              qmla_tmethod_name(method), path_arg, lo_.recon ? "recon" : "function", config, lo_.steps, lo_.lr, lo_.warmup, lo_.seed, alpha,
              train_arg ? train_arg : "-", held_arg ? held_arg : "-", layers_arg ? layers_arg : "-");
+    /* --also-content: the settings --path content would record */
+    qmla_transform_meta m2 = m;
+    if (also) {
+        snprintf(m2.settings, sizeof m2.settings,
+                 "method=%s path=content objective=%s config=%s steps=%zu lr=%.17g warmup=%.17g seed=%lu alpha=%.17g train=%s heldout=%s layers=%s",
+                 qmla_tmethod_name(method), lo_.recon ? "recon" : "function", config, lo_.steps, lo_.lr, lo_.warmup, lo_.seed, alpha,
+                 train_arg ? train_arg : "-", held_arg ? held_arg : "-", layers_arg ? layers_arg : "-");
+        ts2 = calloc(NL, sizeof *ts2);
+        obj2 = malloc((NL + 1) * QMLA_TOBJ_N * sizeof *obj2);
+        if (!ts2 || !obj2) {
+            rc = cli_fail("learn", "out of memory");
+            goto done;
+        }
+    }
     /* resume: an incomplete file of the same settings keeps its layers */
     if (method == QMLA_TM_QUANTMLA && !force && access(out, F_OK) == 0) {
         qmla_error e2;
@@ -462,6 +488,21 @@ int cmd_learn(int argc, char **argv)
         }
         free(cidx);
         free(hidx);
+        if (!st && also) { /* the content path of this layer, RoPE identity */
+            st = qmla_transform_alloc((size_t)cf->d_c, (size_t)cf->d_r, cf->rope_pairing, &ts2[nt], &err);
+            if (!st) {
+                memcpy(ts2[nt].rot, ts[nt].rot, (size_t)cf->d_c * cf->d_c * sizeof(double));
+                memcpy(ts2[nt].cscale, ts[nt].cscale, (size_t)cf->d_c * sizeof(double));
+                for (size_t i = 0; i < (size_t)cf->d_r / 2; i++) {
+                    ts2[nt].angle[i] = 0.0;
+                    ts2[nt].rscale[i] = 1.0;
+                }
+                ts2[nt].layer = ts[nt].layer;
+                memcpy(obj2 + nt * QMLA_TOBJ_N, obj + nt * QMLA_TOBJ_N, QMLA_TOBJ_N * sizeof(double));
+                obj2[nt * QMLA_TOBJ_N + QMLA_TOBJ_P_INIT] = NAN;
+                obj2[nt * QMLA_TOBJ_N + QMLA_TOBJ_P_BEST] = NAN;
+            }
+        }
         nt++;
         if (st) {
             rc = cli_lib_error("learn", &err);
@@ -471,6 +512,12 @@ int cmd_learn(int argc, char **argv)
             snprintf(m.train_cells, sizeof m.train_cells, "%s", cells_used);
             m.complete = 0;
             if (qmla_transform_file_write(out, &m, ts, (const float *const *)gam, obj, nt, &err)) {
+                rc = cli_lib_error("learn", &err);
+                goto done;
+            }
+            snprintf(m2.train_cells, sizeof m2.train_cells, "%s", cells_used);
+            m2.complete = 0;
+            if (also && qmla_transform_file_write(also, &m2, ts2, (const float *const *)gam, obj2, nt, &err)) {
                 rc = cli_lib_error("learn", &err);
                 goto done;
             }
@@ -487,9 +534,23 @@ int cmd_learn(int argc, char **argv)
         goto done;
     }
     printf("wrote %s: %s, %zu layers\n", out, qmla_tmethod_name(method), nt);
+    if (also) {
+        snprintf(m2.train_cells, sizeof m2.train_cells, "%s", cells_used);
+        m2.complete = 1;
+        if (qmla_transform_file_write(also, &m2, ts2, (const float *const *)gam, obj2, nt, &err)) {
+            rc = cli_lib_error("learn", &err);
+            goto done;
+        }
+        printf("wrote %s: %s (content path only), %zu layers\n", also, qmla_tmethod_name(method), nt);
+    }
 done:
-    for (size_t i = 0; ts && i < NL; i++)
+    for (size_t i = 0; ts && i < NL; i++) {
         qmla_transform_free(&ts[i]);
+        if (ts2)
+            qmla_transform_free(&ts2[i]);
+    }
+    free(ts2);
+    free(obj2);
     for (size_t i = 0; gam && i < NL; i++)
         free(gam[i]);
     free(ts);

@@ -7,7 +7,8 @@
 #   resume keeps finished layers (an interrupted run simulated by --layers
 #   and settings refused when they differ); eval's /eval group (h5py: one
 #   row per method, layer and cell; nmse_out equal to the printed table;
-#   bound_ok everywhere); usage errors exit 2.
+#   bound_ok everywhere); --also-content writes what --path content writes
+#   (datasets and settings equal); usage errors exit 2.
 # Needs QMLA_BIN, QMLA_SOURCE_ROOT, QMLA_PYTHON (set by meson).
 set -uo pipefail
 source "$(dirname "$0")/cli_lib.sh"
@@ -57,6 +58,26 @@ expect 2 "other settings refused" -- "$QMLA" learn "$cap" -o "$work/qm3.h5" --tr
 containsF "exists with other settings" "settings message"
 expect 0 "rerun is a no-op" -- "$QMLA" learn "$cap" -o "$work/qm3.h5" --train-cells synth-s0 --steps 12 --seed 3 --threads 1 --layers 0
 containsF "layer 0: kept from" "resumed layer"
+# --path both --also-content: the content-only file equals a --path content run
+expect 0 "learn both + also-content" -- "$QMLA" learn "$cap" -o "$work/qb.h5" --path both --also-content "$work/qc1.h5" \
+  --train-cells synth-s0 --heldout-cells synth-s1 --steps 6 --seed 2 --threads 2
+containsF "(content path only), 2 layers" "also-content summary"
+expect 0 "learn content" -- "$QMLA" learn "$cap" -o "$work/qc2.h5" --path content \
+  --train-cells synth-s0 --heldout-cells synth-s1 --steps 6 --seed 2 --threads 1
+expect 0 "also-content = --path content" -- "$PY" - "$work/qc1.h5" "$work/qc2.h5" "$work/qb.h5" <<'PY'
+import sys, h5py, numpy as np
+a, b, c = (h5py.File(p, "r") for p in sys.argv[1:4])
+assert a.attrs["settings"] == b.attrs["settings"] and "path=content " in a.attrs["settings"]
+assert a.attrs["complete"] == 1
+for l in ("0", "1"):
+    for k in ("content/rotation", "content/scale", "content/gamma", "rope/angle", "rope/scale"):
+        assert np.array_equal(a["layers"][l][k][...], b["layers"][l][k][...]), (l, k)
+    assert np.array_equal(a["layers"][l]["content/rotation"][...], c["layers"][l]["content/rotation"][...])
+    assert not np.array_equal(c["layers"][l]["rope/angle"][...], a["layers"][l]["rope/angle"][...])
+    for k in ("objective_content_init", "objective_content_best"):
+        assert a["layers"][l].attrs[k] == b["layers"][l].attrs[k], k
+PY
+expect 2 "also-content needs --path both" -- "$QMLA" learn "$cap" -o "$work/x.h5" --path content --also-content "$work/y.h5"
 expect 0 "eval" -- "$QMLA" eval "$cap" --transforms "$work/rtn.h5" --transforms "$work/smoothquant.h5" \
   --transforms "$work/quarot.h5" --transforms "$work/qm1.h5" --config C4R4 --policy sink4/local16 \
   --cells synth-s2 -o "$work/ev.h5" --threads 2
