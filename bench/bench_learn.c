@@ -5,13 +5,14 @@
  * the time (forward, backward, QDQ, Cayley solve). Growth: T in {128, 256,
  * 512} at d_c 256, and d_c in {128, 256, 512} at T 512.
  *
- *   build/bench/bench_learn [STEPS=10] [THREADS=2] [NSEQ=8] [REFSTEPS=3]
+ *   build/bench/bench_learn [STEPS=10] [THREADS=2] [NSEQ=8] [REFSTEPS=3] [T,D_C]
  *
  * Prints one line per configuration: seconds per step for each path and the
  * projected time of 300 steps of both paths; then, in the same run, the
  * content path's reference implementation (qmla_learn_opts.attn_reference:
  * absorbed form, full T×T backward products) for REFSTEPS steps and the
- * speed-up of the default path over it (0 skips the reference). */
+ * speed-up of the default path over it (0 skips the reference). T,D_C runs
+ * that one configuration only. */
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -122,6 +123,15 @@ int main(int argc, char **argv)
     qmla_blas_set_threads(1);
     printf("bench_learn: %zu steps per path (reference: %zu), %d threads, %zu train sequences\n", steps, refsteps,
            threads, nseq);
+    if (argc > 5) {
+        size_t T = 0, dc = 0;
+        if (sscanf(argv[5], "%zu,%zu", &T, &dc) != 2 || T == 0 || dc < 2) {
+            fprintf(stderr, "bench_learn: expected T,D_C (e.g. 512,256), found \"%s\"\n", argv[5]);
+            return 2;
+        }
+        run(T, dc, steps, threads, nseq, refsteps);
+        return 0;
+    }
     run(128, 256, steps, threads, nseq, refsteps);
     run(256, 256, steps, threads, nseq, refsteps);
     run(512, 256, steps, threads, nseq, refsteps);

@@ -89,11 +89,19 @@ void qmla_attn_aggregate(const qmla_exec *ex, size_t H, size_t T, size_t w, cons
     }
 }
 
+/* GCC: the softmax loops' comparisons may be if-converted (vectorised)
+ * only when floating-point traps are not modelled; values are unchanged. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define QMLA_NO_TRAPPING __attribute__((optimize("no-trapping-math")))
+#else
+#define QMLA_NO_TRAPPING
+#endif
+
 /* exp for x <= 0 (after max subtraction): Cody-Waite reduction by ln 2 and
  * a degree-6 polynomial, ~2 ulp; straight-line float code so that the
  * compiler vectorises the softmax loop. Inputs below -87 clamp to -87
  * (result ~1.6e-38, negligible against the row maximum's 1). */
-static inline float exp_neg(float x)
+QMLA_NO_TRAPPING static inline float exp_neg(float x)
 {
     const float log2e = 1.44269504088896341f;
     const float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
@@ -103,7 +111,7 @@ static inline float exp_neg(float x)
      * the clamp's -87 here and is passed through as NaN at the end, so a
      * non-finite logit stays visible in the attention. */
     const float x_in = x;
-    x = x >= -87.0f ? (x <= 88.0f ? x : 88.0f) : -87.0f;
+    x = isgreaterequal(x, -87.0f) ? (islessequal(x, 88.0f) ? x : 88.0f) : -87.0f;
     float n = floorf(x * log2e + 0.5f);
     float r = x - n * ln2_hi;
     r = r - n * ln2_lo;
@@ -121,18 +129,37 @@ static inline float exp_neg(float x)
 
 /* One causal softmax row: a[s] = softmax_{s<=i} z[s] (minus ref[s] when
  * ref is not NULL), zeros for s > i. Compiled for AVX-512, AVX2 and
- * baseline x86-64, picked at load time. */
+ * baseline x86-64, picked at load time. The maximum runs in 16 lanes and
+ * the exponentials in chunks of 16 (element s adds to part[s % 16] in
+ * increasing s, as a plain loop would), with quiet comparisons and
+ * no-trapping-math so that GCC vectorises both loops: the same values, bit
+ * for bit, as the scalar loops (NaN, ±inf and ±0 included). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
-static void softmax_row(const float *z, const float *ref, float *a, size_t i,
-                        size_t T)
+QMLA_NO_TRAPPING static void softmax_row(const float *z, const float *ref, float *a, size_t i,
+                                         size_t T)
 {
-    float m = z[0];
-    for (size_t s = 1; s <= i; s++)
-        m = z[s] > m ? z[s] : m;
+    const size_t n = i + 1, n16 = n / 16 * 16;
+    float mv[16];
+    for (int k = 0; k < 16; k++)
+        mv[k] = z[0];
+    for (size_t s = 0; s < n16; s += 16)
+        for (int k = 0; k < 16; k++)
+            mv[k] = isgreater(z[s + k], mv[k]) ? z[s + k] : mv[k];
+    float m = mv[0];
+    for (int k = 1; k < 16; k++)
+        m = isgreater(mv[k], m) ? mv[k] : m;
+    for (size_t s = n16; s < n; s++)
+        m = isgreater(z[s], m) ? z[s] : m;
     float part[16] = {0};
-    for (size_t s = 0; s <= i; s++) {
+    for (size_t s = 0; s < n16; s += 16)
+        for (int k = 0; k < 16; k++) {
+            const float e = exp_neg(z[s + k] - m);
+            a[s + k] = e;
+            part[k] += e;
+        }
+    for (size_t s = n16; s < n; s++) {
         const float e = exp_neg(z[s] - m);
         a[s] = e;
         part[s % 16] += e;

@@ -210,7 +210,9 @@ static void attn_ref(qmla_learner *l, seqws *q, scratch *s, int want_grad, doubl
 }
 
 /* Query rows per causal block of the fast path (one head at a time). */
+#ifndef LEARN_BLOCK
 #define LEARN_BLOCK 64
+#endif
 
 /* Fast path: the same function in the per-head (unabsorbed) form. With
  * K_h = C̃ w_uk[h]ᵀ [T, d_n] and V_h = C̃ w_uv[h]ᵀ [T, d_v] (two GEMMs over all
