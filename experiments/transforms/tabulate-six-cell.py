@@ -5,11 +5,16 @@
     /usr/bin/python3 experiments/transforms/tabulate-six-cell.py DIR > DIR/tables.md
 
 DIR holds eval-c4-none.h5, eval-c4-sink4-local128.h5,
-eval-objective-c4-none.h5 and (optional) eval-c2-none.h5. Every number is
-read from the /eval datasets (one row per method, layer and evaluation
-cell); "per layer" values are means over the evaluation cells, "mean" is the
-mean over layers of those, as `qmla eval` prints them.
+eval-objective-c4-none.h5 and (optional) eval-c2-none.h5, as run-six-cell.sh
+writes them; each may also be split into several files PREFIX-*.h5 (e.g. one
+per method group or layer), whose rows are merged (a (method, layer, cell)
+present twice must have the same values). Every number is read from the
+/eval datasets (one row per method, layer and evaluation cell); "per layer"
+values are means over the evaluation cells, "mean" is the mean over layers
+of those, as `qmla eval` prints them. The objective table takes RTN and
+QuantMLA from the C4R4 / none set when the objective set lacks them.
 """
+import glob
 import os
 import sys
 
@@ -21,13 +26,51 @@ NAMES = {"rtn": "RTN", "smoothquant": "SmoothQuant† (α 0.5)", "quarot": "QuaR
          "quantmla-recon": "QuantMLA, plain-reconstruction objective"}
 
 
-def load(path):
+ORDER = ["rtn", "smoothquant", "quarot", "quantmla-content", "quantmla-recon", "quantmla"]
+KEYS = ("nmse_out", "nmse_c", "nmse_p", "pos", "bound")
+
+
+def load_file(path):
     g = h5py.File(path, "r")["eval"]
     dec = lambda a: [x.decode() if isinstance(x, bytes) else x for x in a]
-    return {"method": dec(g["method"][...]), "cell": dec(g["cell"][...]), "layer": g["layer"][...],
-            "nmse_out": g["nmse_out"][...], "nmse_c": g["nmse_out_content"][...],
-            "nmse_p": g["nmse_out_rope"][...], "pos": g["pos_score_err"][...],
-            "bound": g["rope_bound_nmse"][...], "cmd": g.attrs["command"]}
+    return {"method": dec(g["method"][...]), "cell": dec(g["cell"][...]), "layer": list(g["layer"][...]),
+            "nmse_out": list(g["nmse_out"][...]), "nmse_c": list(g["nmse_out_content"][...]),
+            "nmse_p": list(g["nmse_out_rope"][...]), "pos": list(g["pos_score_err"][...]),
+            "bound": list(g["rope_bound_nmse"][...]), "cmd": [g.attrs["command"]]}
+
+
+def merge(parts):
+    rows = {}
+    cmds = []
+    for e in parts:
+        cmds += e["cmd"]
+        for i, m in enumerate(e["method"]):
+            k = (m, int(e["layer"][i]), e["cell"][i])
+            v = tuple(float(e[x][i]) for x in KEYS)
+            if k in rows and rows[k] != v:
+                sys.exit("tabulate-six-cell: %s given twice with different values" % (k,))
+            rows[k] = v
+    ks = sorted(rows, key=lambda k: (ORDER.index(k[0]) if k[0] in ORDER else len(ORDER), k[0], k[1], k[2]))
+    out = {"method": [k[0] for k in ks], "layer": np.array([k[1] for k in ks]), "cell": [k[2] for k in ks],
+           "cmd": cmds}
+    for j, x in enumerate(KEYS):
+        out[x] = np.array([rows[k][j] for k in ks])
+    return out
+
+
+def load(d, prefix):
+    files = sorted(glob.glob(os.path.join(d, prefix + ".h5")) + glob.glob(os.path.join(d, prefix + "-*.h5")))
+    if not files:
+        return None
+    return merge([load_file(f) for f in files])
+
+
+def only(e, keep):
+    sel = [i for i, m in enumerate(e["method"]) if m in keep]
+    out = {"method": [e["method"][i] for i in sel], "cell": [e["cell"][i] for i in sel], "cmd": e["cmd"]}
+    for x in ("layer",) + KEYS:
+        out[x] = np.asarray(e[x])[sel]
+    return out
 
 
 def methods(e):
@@ -63,7 +106,8 @@ def main_table(e, title, ref="quantmla"):
     pl = {m: per_layer(e, m) for m in ms}
     pc = {m: per_cell(e, m) for m in ms}
     print("### %s\n" % title)
-    print("`%s`\n" % e["cmd"])
+    for c in e["cmd"]:
+        print("`%s`\n" % c)
     print("| method | output NMSE (mean over layers) | %s / method | layers where %s is lower | (layer, cell) pairs where %s is lower |"
           % (NAMES.get(ref, ref), NAMES.get(ref, ref), NAMES.get(ref, ref)))
     print("|---|---|---|---|---|")
@@ -98,9 +142,9 @@ def main_table(e, title, ref="quantmla"):
 
 def main():
     d = sys.argv[1]
-    e4 = load(os.path.join(d, "eval-c4-none.h5"))
+    e4 = load(d, "eval-c4-none")
     pl4 = main_table(e4, "C4R4, no protection")
-    es = load(os.path.join(d, "eval-c4-sink4-local128.h5"))
+    es = load(d, "eval-c4-sink4-local128")
     pls = main_table(es, "C4R4, sink4/local128")
     print("### Cumulative ablation (paper Table 3's shape), C4R4, mean over layers\n")
     print("| step | output NMSE | paper (DeepSeek-V2-Lite, MMLU %, ↑) |")
@@ -112,9 +156,12 @@ def main():
     print("| SmoothQuant† (unprotected) | %s | 54.02 |" % f(mean(pl4["smoothquant"])))
     print("| QuaRot† (unprotected) | %s | 55.66 |" % f(mean(pl4["quarot"])))
     print()
-    eo = load(os.path.join(d, "eval-objective-c4-none.h5"))
+    eo = load(d, "eval-objective-c4-none")
+    have = set(eo["method"])
+    eo = merge([eo, only(e4, {"rtn", "quantmla"} - have)])
     print("### Objective ablation (paper Table 7's question), C4R4, no protection\n")
-    print("`%s`\n" % eo["cmd"])
+    for c in eo["cmd"]:
+        print("`%s`\n" % c)
     print("| objective | joint output NMSE (mean) | content-only | RoPE-only | positional-score error | layers where function-aligned is lower |")
     print("|---|---|---|---|---|---|")
     plf = per_layer(eo, "quantmla")
@@ -133,9 +180,9 @@ def main():
         print("| %d | %s | %s |" % (l, ("**%s**" if pr[l] < pf[l] else "%s") % f(pr[l]),
                                   ("**%s**" if pf[l] <= pr[l] else "%s") % f(pf[l])))
     print()
-    c2 = os.path.join(d, "eval-c2-none.h5")
-    if os.path.exists(c2):
-        main_table(load(c2), "C2R4, no protection (QuantMLA learned at C2R4)")
+    c2 = load(d, "eval-c2-none")
+    if c2 is not None:
+        main_table(c2, "C2R4, no protection (QuantMLA learned at C2R4)")
 
 
 if __name__ == "__main__":
