@@ -64,7 +64,8 @@ if [ "$C2" != 0 ]; then
 fi
 # the tables of the README and the figure of per-layer output NMSE
 /usr/bin/python3 experiments/transforms/tabulate-six-cell.py "$OUT" > "$OUT/tables.md"
-figs="$OUT/eval-c4-none.h5"; labs="C4R4 (learn prose-s0+code-s0; eval prose-s2+code-s2)"
+figs="$OUT/eval-c4-none.h5"
+labs="C4R4 - learn $(echo "$TRAIN" | tr , +) / eval $(echo "$EVAL" | tr , +)"
 if [ -f "$OUT/eval-c2-none.h5" ]; then figs="$figs $OUT/eval-c2-none.h5"; labs="$labs,C2R4"; fi
 # shellcheck disable=SC2086
 $Q figures $figs --labels "$labs" -o "$OUT/figs" --only transforms-nmse
