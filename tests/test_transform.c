@@ -423,6 +423,38 @@ static void check_baselines(const qmla_exec *ex)
 
 /* qmla_tf_eval_cell against the naive double attention fed with the
  * effective caches, on a synth capture (2 sequences, T 23). */
+/* Largest singular value of the m x n row-major matrix A in double, by power
+ * iteration on A^T A (independent of qmla_spectral_norm). */
+static double naive_spectral(const double *A, size_t m, size_t n)
+{
+    double *v = malloc(n * sizeof *v), *u = malloc(m * sizeof *u), s = 0;
+    for (size_t j = 0; j < n; j++)
+        v[j] = 1.0 + 0.01 * (double)(j % 7);
+    for (int it = 0; it < 2000; it++) {
+        double nv = 0;
+        for (size_t i = 0; i < m; i++) {
+            u[i] = 0;
+            for (size_t j = 0; j < n; j++)
+                u[i] += A[i * n + j] * v[j];
+        }
+        for (size_t j = 0; j < n; j++) {
+            v[j] = 0;
+            for (size_t i = 0; i < m; i++)
+                v[j] += A[i * n + j] * u[i];
+            nv += v[j] * v[j];
+        }
+        nv = sqrt(nv);
+        if (!(nv > 0))
+            break;
+        for (size_t j = 0; j < n; j++)
+            v[j] /= nv;
+        s = sqrt(nv);
+    }
+    free(v);
+    free(u);
+    return s;
+}
+
 static void check_eval(const qmla_exec *ex, const char *shape)
 {
     char path[256];
@@ -465,6 +497,21 @@ static void check_eval(const qmla_exec *ex, const char *shape)
     double ref[4] = {0, 0, 0, 0};
     float *work = malloc(T * dc * 4), *Ce = malloc(T * dc * 4), *Ke = malloc(T * dr * 4);
     double *Y0 = malloc(T * D * 8), *Y1 = malloc(T * D * 8);
+    /* the App. C.3 bound from its definition (docs/math.md §8):
+     * ||dY|| <= 1/2 sum_h ||P_h||_2 ||C||_2 ||dZ_P,h||_F, P_h = W_O[:, h] W_UV,h */
+    const size_t dv = (size_t)cf->d_v, HV = H * dv;
+    double *Ph = malloc(D * dc * 8), *Cd = malloc(T * dc * 8), *pnorm = malloc(H * 8);
+    for (size_t h = 0; h < H; h++) {
+        for (size_t o2 = 0; o2 < D; o2++)
+            for (size_t j = 0; j < dc; j++) {
+                double a = 0;
+                for (size_t v = 0; v < dv; v++)
+                    a += (double)L.w_o[o2 * HV + h * dv + v] * L.w_uv[(h * dv + v) * dc + j];
+                Ph[o2 * dc + j] = a;
+            }
+        pnorm[h] = naive_spectral(Ph, D, dc);
+    }
+    double ref_bound = 0;
     for (size_t n = 0; n < cell.N; n++) {
         naive_case c = {H, T, dc, (size_t)cf->d_n, dr, (size_t)cf->d_v, D, cf->softmax_scale,
                         L.w_uk, L.w_uv, L.w_o, cell.c_kv + n * T * dc, cell.k_rope + n * T * dr,
@@ -481,8 +528,9 @@ static void check_eval(const qmla_exec *ex, const char *shape)
                 e += (Y1[i] - Y0[i]) * (Y1[i] - Y0[i]);
             ref[k] += e / yy / cell.N;
         }
-        double num = 0, den = 0;
-        for (size_t h = 0; h < H; h++)
+        double num = 0, den = 0, bsum = 0;
+        for (size_t h = 0; h < H; h++) {
+            double nh = 0;
             for (size_t i = 0; i < T; i++)
                 for (size_t s = 0; s <= i; s++) {
                     double z = 0, z1 = 0;
@@ -491,10 +539,17 @@ static void check_eval(const qmla_exec *ex, const char *shape)
                         z += q * c.K[s * dr + j];
                         z1 += q * Ke[s * dr + j];
                     }
-                    num += (z1 - z) * (z1 - z);
+                    nh += (z1 - z) * (z1 - z);
                     den += z * z;
                 }
+            num += nh;
+            bsum += pnorm[h] * cf->softmax_scale * sqrt(nh);
+        }
         ref[3] += num / den / cell.N;
+        for (size_t i = 0; i < T * dc; i++)
+            Cd[i] = c.C[i];
+        const double bound = 0.5 * bsum * naive_spectral(Cd, T, dc);
+        ref_bound += bound * bound / yy / cell.N;
     }
     double got[4] = {row.nmse_out, row.nmse_c, row.nmse_p, row.pos_err};
     const char *nm[4] = {"nmse_out", "nmse_out_content", "nmse_out_rope", "pos_score_err"};
@@ -503,6 +558,12 @@ static void check_eval(const qmla_exec *ex, const char *shape)
               nm[k], got[k], ref[k]);
     CHECK(row.n_seq == 2 && row.bound_ok && row.bound_p >= row.nmse_p, "%s: bound %g vs rope NMSE %g",
           shape, row.bound_p, row.nmse_p);
+    /* the library inflates both spectral norms by 1e-5 (float storage): 4e-5 in NMSE */
+    CHECK(fabs(row.bound_p - ref_bound) <= 1e-3 * ref_bound && ref_bound > 0,
+          "%s: bound %.8g vs its definition %.8g", shape, row.bound_p, ref_bound);
+    free(Ph);
+    free(Cd);
+    free(pnorm);
     printf("eval %-18s C2R4 sink2/local3: nmse_out %.4e (naive %.4e), rope %.3e <= bound %.3e\n",
            shape, got[0], ref[0], row.nmse_p, row.bound_p);
     /* a transform made with another γ is refused */
