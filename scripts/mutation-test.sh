@@ -3,7 +3,7 @@
 # program: each mutant in tests/mutants/*.mut (one small fault, described in
 # one line) is applied to a temporary copy of the tree (never to the working
 # tree), the copy is rebuilt incrementally (one build directory, the mutated
-# file reverted between mutants), and the unit suite runs until its first
+# file reverted between mutants), and the unit and ref suites run until its first
 # failing test: the C tests first (seconds), then the shell tests of the
 # program (about a minute each). A mutant is
 #   caught    some test failed (or timed out);
@@ -59,8 +59,8 @@ if ! (meson setup "$b" "$src" --buildtype=release -Dcuda=disabled >"$tmp/setup.l
 fi
 
 # --- the test lists: C tests (fast) first, then the shell tests -------------
-all=$(meson test -C "$b" --list --suite unit 2>/dev/null | sed -n 's/^qmla:unit \/ \(.*\)$/\1/p; s/^qmla \/ \(.*\)$/\1/p')
-[ -n "$all" ] || all=$(meson test -C "$b" --list --suite unit 2>/dev/null | awk -F' / ' '{print $NF}')
+all=$(meson test -C "$b" --list --suite unit --suite ref 2>/dev/null | sed -n 's/^qmla:\(unit\|ref\) \/ \(.*\)$/\2/p; s/^qmla \/ \(.*\)$/\1/p')
+[ -n "$all" ] || all=$(meson test -C "$b" --list --suite unit --suite ref 2>/dev/null | awk -F' / ' '{print $NF}')
 fast="" slow=""
 for t in $all; do
   case $t in
