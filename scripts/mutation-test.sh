@@ -32,6 +32,7 @@
 #   regex:   a Python regular expression (first match; \s* makes it robust
 #            to re-formatting)
 #   replace: the replacement (for regex: a Python re replacement; \1 ...)
+#   tests:   optional; test names run first for this mutant (speed only)
 # Several find/regex + replace pairs may follow one another (all must match).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -159,6 +160,21 @@ PYEOF
 }
 
 field() { sed -n "s/^$2: *//p" "$1" | head -1; }
+# The tests a mutant names in its optional "tests:" line (the ones that
+# caught it before), among the tests used, run first: only the order changes
+# (a survivor still runs every test), so the score does not depend on it.
+hinted() {
+  local t out=""
+  for t in $(field "$1" tests); do
+    case " $fast $slow " in *" $t "*) out="$out $t" ;; esac
+  done
+  echo "$out"
+}
+without() { # LIST DROP -> LIST less the names in DROP
+  local t out=""
+  for t in $1; do case " $2 " in *" $t "*) ;; *) out="$out $t" ;; esac; done
+  echo "$out"
+}
 
 # --- the mutants ----------------------------------------------------------------
 mutants=()
@@ -190,9 +206,11 @@ for m in "${mutants[@]}"; do
   if ! ninja -C "$b" -j "$JOBS" >"$tmp/mbuild.log" 2>&1; then
     result=nobuild; by=$(grep -m1 'error:' "$tmp/mbuild.log" | cut -c1-80)
     n_nob=$((n_nob + 1))
-  elif ! run_tests "$fast"; then
+  elif ! run_tests "$(hinted "$m")"; then
     result=caught; by=$failed_test
-  elif ! run_tests "$slow"; then
+  elif ! run_tests "$(without "$fast" "$(hinted "$m")")"; then
+    result=caught; by=$failed_test
+  elif ! run_tests "$(without "$slow" "$(hinted "$m")")"; then
     result=caught; by=$failed_test
   else
     result=SURVIVED; by="every test passed"
