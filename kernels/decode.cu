@@ -32,6 +32,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -53,6 +54,7 @@ struct dec_args {
     float *o_part;              /* [b, n_splits, R_pad, 512] */
     float *lse_part;            /* [b, n_splits, R_pad] */
     int max_pages, s_q, H, R, R_pad, n_splits, pps, S, W;
+    int n_prot;                 /* fast kernel: blocks x < n_prot attend to protected tokens */
     float scale_log2;           /* softmax scale * log2(e) */
     qmla_kv_layout L;
 };
@@ -64,6 +66,7 @@ struct dec_smem_quant {
     float sp[4][DEC_ROWS][SSTR];              /* [channel quarter][16][64 (+8)] QK partials */
     __nv_bfloat16 p[DEC_ROWS * PSTR];         /* [16][64 (+8)] probabilities */
     float m[DEC_ROWS], l[DEC_ROWS], alpha[DEC_ROWS]; /* [16] running max (log2), sum, rescale */
+    int tmap[QMLA_KV_PAGE];                   /* protected path: token of each tile row */
 };
 struct dec_smem_bf16 {
     __nv_bfloat16 tile[2][QMLA_KV_PAGE * KSTR]; /* [2 buffers][64][576 (+8)] */
@@ -326,9 +329,12 @@ struct dec_state {
     float o[8][4]; /* O accumulators: 16 rows x 64 channels */
 };
 
+/* tmap: NULL for the page of tokens t0 .. t0+63, else the token of each
+ * tile row (INT_MAX: none), as the protected path gathers them. */
 template <class SM>
 __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bfloat16 *tile,
-                                          const dec_args &a, long t0, long vis, int tid)
+                                          const dec_args &a, long t0, long vis, int tid,
+                                          const int *tmap = nullptr)
 {
     const int warp = tid >> 5, lane = tid & 31, cg = warp & 3, th = warp >> 2;
     const int gr = lane >> 2, gc = lane & 3;
@@ -371,7 +377,8 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
                               ((c0.z + c1.z) + c2.z) + c3.z, ((c0.w + c1.w) + c2.w) + c3.w};
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            z[u] = t0 + part * 4 + u < vis ? acc[u] * a.scale_log2 : -INFINITY;
+            const long t = tmap ? (long)tmap[part * 4 + u] : t0 + part * 4 + u;
+            z[u] = t < vis ? acc[u] * a.scale_log2 : -INFINITY;
             mx = fmaxf(mx, z[u]);
         }
 #pragma unroll
@@ -541,6 +548,450 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_bf16_kernel(dec_args a)
     dec_finish(st, sm, a, b, split, r0, tid);
 }
 
+/* ---- C4R4 / C2R4: tensor cores on the codes, scale and minimum after ----
+ * For a packed token n and a group g of 64 channels, x = s q + l (step s,
+ * minimum l, code q). With the codes turned into BF16 as 128 + q (one LOP3
+ * per two codes: 0x4300 | code), per group
+ *   Q.x   = s (Q.(128 + q)) + (l - 128 s) sum(Q)
+ *   P x_c = (P s) (128 + q_c) + (P s) (l / s - 128)
+ * so QK multiplies the BF16 queries with the raw codes (m16n8k16, float32
+ * accumulation) and applies s and l - 128 s to the group's product; PV
+ * multiplies BF16(P s) with the raw codes and adds, by one more MMA column
+ * pair per k-step, BF16(P s) times l / s - 128 split into two BF16 parts.
+ * Rounding: as BF16(P) in the BF16-tile kernels, now BF16(P s) (relative
+ * 2^-9 per weight); the values themselves are not rounded to BF16, so the
+ * kernel attends to fmaf(q, s, l) unrounded (qmla_decode_ref_model with
+ * packed_f32 = 1 is its reference). A group with s = 0 has codes 0
+ * (quant_core.h) and uses s = 1 in PV.
+ * Block: 8 warps, warp w owns content group w: its queries' fragments stay
+ * in registers; per page it multiplies them with its group's codes of the
+ * 64 tokens (8 n-tiles) plus the RoPE group for tokens 8w .. 8w+7; the 8
+ * partial score tiles are summed in shared memory in a fixed order; online
+ * softmax by 16 threads per row; then warp w accumulates output channels
+ * 64w .. 64w+63 from the same codes. Pages arrive by cp.async, NST stages,
+ * content rows XOR-swizzled by 16-byte chunk so that both the QK (token
+ * rows) and the PV (token pairs) reads are free of bank conflicts.
+ * Protected tokens (sink, window) are masked here and attended to by the
+ * first n_prot blocks of each sequence from their BF16 buffers (up to 64
+ * tokens each, BF16 tile as decode_bf16_kernel); the combine merges both. */
+template <int CB> struct fcfg {
+    static constexpr int CBC = QMLA_KV_DC * CB / 8;  /* content code bytes per token */
+    static constexpr int CPR = CBC / 16;              /* 16-byte chunks per content row */
+    static constexpr int OFF_RC = QMLA_KV_PAGE * CBC;  /* RoPE codes, 32 bytes per token */
+    static constexpr int OFF_MC = OFF_RC + QMLA_KV_PAGE * 32;
+    static constexpr int OFF_MR = OFF_MC + QMLA_KV_PAGE * 32;
+    static constexpr int PB = OFF_MR + QMLA_KV_PAGE * 4; /* page bytes */
+    static constexpr int NST = CB == 4 ? 3 : 4;          /* pipeline stages */
+};
+
+template <int CB> struct dec_smem_fast {
+    uint8_t stage[fcfg<CB>::NST][fcfg<CB>::PB]; /* pages, content rows swizzled */
+    float sp[8][DEC_ROWS][SSTR];                /* [group][16][64 (+8)] score partials */
+    float pf[DEC_ROWS][SSTR];                   /* [16][64 (+8)] probabilities */
+    float2 qkm[8][QMLA_KV_PAGE];                /* [group][token] (s, l - 128 s) */
+    float pvs[8][QMLA_KV_PAGE];                 /* [group][token] s for PV, 0: masked */
+    uint16_t bh[8][QMLA_KV_PAGE], bl[8][QMLA_KV_PAGE]; /* l / s - 128, BF16 high + low */
+    float2 rqm[QMLA_KV_PAGE];                   /* RoPE (s, l - 128 s) */
+    float m[DEC_ROWS], l[DEC_ROWS], alpha[DEC_ROWS];
+};
+
+template <int CB> static constexpr size_t fast_smem_bytes()
+{
+    return sizeof(dec_smem_fast<CB>) > sizeof(dec_smem_quant) ? sizeof(dec_smem_fast<CB>)
+                                                               : sizeof(dec_smem_quant);
+}
+
+#define MAGIC_BF16X2 0x43004300u /* BF16 128.0 twice: 0x4300 | q = 128 + q */
+
+/* Chunk swizzle of token t's content row (16-byte chunks). */
+template <int CB> __device__ static inline int fast_swz(int t)
+{
+    return CB == 4 ? 2 * ((t + (t >> 2)) & 3) : (t & 7);
+}
+/* Stage offset of byte c of token t's content codes. */
+template <int CB> __device__ static inline int fast_coff(int t, int c)
+{
+    return t * fcfg<CB>::CBC + ((((c >> 4) ^ fast_swz<CB>(t))) << 4) + (c & 15);
+}
+
+template <int CB> __device__ static inline void fast_issue(uint8_t *dst, const uint8_t *src,
+                                                           int tid)
+{
+    typedef fcfg<CB> F;
+    for (int c = tid; c < F::PB / 16; c += DEC_THREADS) {
+        int d = c;
+        if (c < QMLA_KV_PAGE * F::CPR) {
+            const int t = c / F::CPR, k = c - t * F::CPR;
+            d = t * F::CPR + (k ^ fast_swz<CB>(t));
+        }
+        cp_async16(dst + d * 16, src + (size_t)c * 16, 16);
+    }
+}
+
+/* A lane's 16 channels of a group (its chunk: channels 16 gc .. 16 gc + 15)
+ * as 8 BF16 pairs: register r holds channels (fast_lo(r), fast_hi(r)) of
+ * the chunk. 4 bits: two words, register 4i + j = nibbles j, j+4 of word i;
+ * 2 bits: one word, register j = fields j, j+8. */
+template <int B> __host__ __device__ static constexpr int fast_lo(int r)
+{
+    return B == 4 ? 8 * (r >> 2) + (r & 3) : r;
+}
+template <int B> __host__ __device__ static constexpr int fast_hi(int r)
+{
+    return B == 4 ? 8 * (r >> 2) + 4 + (r & 3) : 8 + r;
+}
+__device__ static inline void nib_regs(uint32_t w, uint32_t *r)
+{
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        r[j] = ((w >> (4 * j)) & 0x000f000fu) | MAGIC_BF16X2;
+}
+__device__ static inline void crumb_regs(uint32_t w, uint32_t *r)
+{
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        r[j] = ((w >> (2 * j)) & 0x00030003u) | MAGIC_BF16X2;
+}
+
+/* Query fragments of this lane (rows gr, gr+8 of the tile; content group
+ * `g` with CB's channel order, RoPE with 4 bits') and the groups' query sums. */
+template <int CB>
+__device__ static inline void fast_q(const dec_args &a, int b, int r0, int g, int gr, int gc,
+                                     uint32_t qc[4][4], uint32_t qr[4][4], float sqc[2],
+                                     float sqr[2])
+{
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int r = r0 + gr + 8 * hr;
+        const uint16_t *q = a.q + ((size_t)b * a.R + (r < a.R ? r : 0)) * QMLA_KV_D;
+        const bool ok = r < a.R;
+        float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+        for (int reg = 0; reg < 8; reg++) {
+            const int c0 = 64 * g + 16 * gc, c1 = QMLA_KV_DC + 16 * gc;
+            const uint32_t x0 = ok ? q[c0 + fast_lo<CB>(reg)] : 0, x1 = ok ? q[c0 + fast_hi<CB>(reg)] : 0;
+            const uint32_t y0 = ok ? q[c1 + fast_lo<4>(reg)] : 0, y1 = ok ? q[c1 + fast_hi<4>(reg)] : 0;
+            /* a0 (row gr, pair 2ks), a1 (row gr+8), a2 (row gr, pair 2ks+1), a3 */
+            qc[reg >> 1][hr + 2 * (reg & 1)] = x0 | (x1 << 16);
+            qr[reg >> 1][hr + 2 * (reg & 1)] = y0 | (y1 << 16);
+            s1 += __uint_as_float(x0 << 16) + __uint_as_float(x1 << 16);
+            s2 += __uint_as_float(y0 << 16) + __uint_as_float(y1 << 16);
+        }
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+        s2 += __shfl_xor_sync(0xffffffffu, s2, 1);
+        s2 += __shfl_xor_sync(0xffffffffu, s2, 2);
+        sqc[hr] = s1;
+        sqr[hr] = s2;
+    }
+}
+
+/* Protected tokens of sequence b, the k-th 64 of them (sink rows first,
+ * then the window's), through the BF16 tile path. */
+__device__ static void prot_part(dec_smem_quant &sm, const dec_args &a, int b, int r0, int k,
+                                 int tid)
+{
+    const long len = a.seq_len[b];
+    dec_state st;
+    dec_init(st, sm, a, b, r0, tid);
+    const long vis = row_vis(a, r0, len, tid);
+    const long nS = len < a.S ? len : a.S, wlo = len - a.W > nS ? len - a.W : nS;
+    const long cnt = nS + (len - wlo);
+    if ((long)k * QMLA_KV_PAGE < cnt) {
+        if (tid < QMLA_KV_PAGE) {
+            const long i = (long)k * QMLA_KV_PAGE + tid;
+            sm.tmap[tid] = i < cnt ? (int)(i < nS ? i : wlo + (i - nS)) : INT_MAX;
+        }
+#pragma unroll
+        for (int j = 0; j < 18; j++) {
+            const int c = tid + DEC_THREADS * j, tt = c / 72, kk = c - tt * 72;
+            const long i = (long)k * QMLA_KV_PAGE + tt;
+            const bool ok = i < cnt;
+            const uint16_t *src = ok ? protected_row(a, b, i < nS ? i : wlo + (i - nS)) + kk * 8
+                                     : a.q;
+            cp_async16(sm.tile + tt * KSTR + kk * 8, src, ok ? 16 : 0);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        attend_page(st, sm, sm.tile, a, 0, vis, tid, sm.tmap);
+    }
+    dec_finish(st, sm, a, b, k, r0, tid);
+}
+
+template <int CB>
+__device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b, int r0,
+                                 int split, int slot, int tid)
+{
+    typedef fcfg<CB> F;
+    const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
+    const long len = a.seq_len[b], lenW = len - a.W; /* tokens >= lenW: window or absent */
+    /* pages holding packed, unprotected tokens [S, lenW) */
+    int p0 = split * a.pps, p1 = p0 + a.pps;
+    {
+        const int lo = a.S / QMLA_KV_PAGE;
+        const int hi = lenW > a.S ? (int)((lenW + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE) : 0;
+        p0 = p0 > lo ? p0 : lo;
+        p1 = p1 < hi ? p1 : hi;
+    }
+    const int np = p1 - p0;
+    uint32_t qc[4][4], qr[4][4];
+    float sqc[2], sqr[2];
+    fast_q<CB>(a, b, r0, warp, gr, gc, qc, qr, sqc, sqr);
+    float o[8][4], bacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    if (tid < DEC_ROWS) {
+        sm.m[tid] = -INFINITY;
+        sm.l[tid] = 0.0f;
+    }
+    const int srow = tid >> 4, spart = tid & 15;
+    long shi = 0; /* softmax row: tokens [S, shi) */
+    {
+        const int r = r0 + srow;
+        if (r < a.R) {
+            const long v = len - a.s_q + r / a.H + 1;
+            shi = v < lenW ? v : lenW;
+        }
+    }
+    const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
+#pragma unroll
+    for (int s = 0; s < F::NST - 1; s++) {
+        if (s < np)
+            fast_issue<CB>(sm.stage[s], a.pool + (size_t)bt[p0 + s] * F::PB, tid);
+        cp_async_commit();
+    }
+    for (int i = 0; i < np; i++) {
+        cp_async_wait<F::NST - 2>();
+        __syncthreads(); /* page i landed; page i-1 fully consumed */
+        {
+            const int j = i + F::NST - 1;
+            if (j < np)
+                fast_issue<CB>(sm.stage[j % F::NST], a.pool + (size_t)bt[p0 + j] * F::PB, tid);
+            cp_async_commit();
+        }
+        const uint8_t *pg = sm.stage[i % F::NST];
+        const long t0 = (long)(p0 + i) * QMLA_KV_PAGE;
+        /* metadata of group `warp` (warp-private) and RoPE of tokens 8w.. */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int tok = lane + 32 * h;
+            const long t = t0 + tok;
+            const uint32_t u = *(const uint32_t *)(pg + F::OFF_MC + tok * 32 + 4 * warp);
+            const float s = __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
+            const float m = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
+            sm.qkm[warp][tok] = make_float2(s, __fmaf_rn(-128.0f, s, m));
+            const bool ok = t >= a.S && t < lenW;
+            const float spv = ok ? (s == 0.0f ? 1.0f : s) : 0.0f;
+            const float bias = ok ? __fdiv_rn(m, spv) - 128.0f : 0.0f;
+            const __nv_bfloat16 bh = __float2bfloat16_rn(bias);
+            const __nv_bfloat16 bl = __float2bfloat16_rn(bias - __bfloat162float(bh));
+            sm.pvs[warp][tok] = spv;
+            sm.bh[warp][tok] = __bfloat16_as_ushort(bh);
+            sm.bl[warp][tok] = __bfloat16_as_ushort(bl);
+        }
+        if (lane < 8) {
+            const int tok = 8 * warp + lane;
+            const uint32_t u = *(const uint32_t *)(pg + F::OFF_MR + tok * 4);
+            const float s = __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
+            const float m = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
+            sm.rqm[tok] = make_float2(s, __fmaf_rn(-128.0f, s, m));
+        }
+        __syncwarp();
+        /* QK: RoPE for n-tile `warp`, then content group `warp` for 8 n-tiles */
+        {
+            float rc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            {
+                const uint2 v = *(const uint2 *)(pg + F::OFF_RC + (8 * warp + gr) * 32 + 8 * gc);
+                uint32_t br[8];
+                nib_regs(v.x, br);
+                nib_regs(v.y, br + 4);
+#pragma unroll
+                for (int ks = 0; ks < 4; ks++)
+                    mma16816(rc, qr[ks], br[2 * ks], br[2 * ks + 1]);
+                const float4 mm = *(const float4 *)&sm.rqm[8 * warp + 2 * gc];
+                rc[0] = fmaf(mm.x, rc[0], mm.y * sqr[0]);
+                rc[1] = fmaf(mm.z, rc[1], mm.w * sqr[0]);
+                rc[2] = fmaf(mm.x, rc[2], mm.y * sqr[1]);
+                rc[3] = fmaf(mm.z, rc[3], mm.w * sqr[1]);
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int tok = 8 * j + gr;
+                uint32_t bc[8];
+                if constexpr (CB == 4) {
+                    const uint2 v = *(const uint2 *)(pg + fast_coff<4>(tok, 32 * warp + 8 * gc));
+                    nib_regs(v.x, bc);
+                    nib_regs(v.y, bc + 4);
+                } else {
+                    crumb_regs(*(const uint32_t *)(pg + fast_coff<2>(tok, 16 * warp + 4 * gc)), bc);
+                }
+                float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int ks = 0; ks < 4; ks++)
+                    mma16816(c, qc[ks], bc[2 * ks], bc[2 * ks + 1]);
+                const float4 mm = *(const float4 *)&sm.qkm[warp][8 * j + 2 * gc];
+                float s0 = fmaf(mm.x, c[0], mm.y * sqc[0]), s1 = fmaf(mm.z, c[1], mm.w * sqc[0]);
+                float s2 = fmaf(mm.x, c[2], mm.y * sqc[1]), s3 = fmaf(mm.z, c[3], mm.w * sqc[1]);
+                if (j == warp) {
+                    s0 += rc[0];
+                    s1 += rc[1];
+                    s2 += rc[2];
+                    s3 += rc[3];
+                }
+                *(float2 *)&sm.sp[warp][gr][8 * j + 2 * gc] = make_float2(s0, s1);
+                *(float2 *)&sm.sp[warp][gr + 8][8 * j + 2 * gc] = make_float2(s2, s3);
+            }
+        }
+        __syncthreads();
+        /* softmax: 16 threads per row, 4 tokens each, partials summed in order */
+        {
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int w = 0; w < 8; w++) {
+                const float4 c = *(const float4 *)&sm.sp[w][srow][spart * 4];
+                acc[0] += c.x;
+                acc[1] += c.y;
+                acc[2] += c.z;
+                acc[3] += c.w;
+            }
+            float z[4], mx = -INFINITY;
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const long t = t0 + spart * 4 + u;
+                z[u] = t >= a.S && t < shi ? acc[u] * a.scale_log2 : -INFINITY;
+                mx = fmaxf(mx, z[u]);
+            }
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1)
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            const float m_old = sm.m[srow], m_new = fmaxf(m_old, mx);
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+            float sum = 0.0f, p[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                p[u] = exp2f(z[u] - m_use);
+                sum += p[u];
+            }
+            *(float4 *)&sm.pf[srow][spart * 4] = make_float4(p[0], p[1], p[2], p[3]);
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1)
+                sum += __shfl_xor_sync(0xffffffffu, sum, off);
+            __syncwarp();
+            if (spart == 0) {
+                const float al = exp2f(m_old - m_use);
+                sm.alpha[srow] = al;
+                sm.l[srow] = sm.l[srow] * al + sum;
+                sm.m[srow] = m_new;
+            }
+        }
+        __syncthreads();
+        /* PV: output channels 64w + 8n + nt (n: column of n-tile nt) */
+        {
+            const float al0 = sm.alpha[gr], al1 = sm.alpha[gr + 8];
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                o[n][0] *= al0;
+                o[n][1] *= al0;
+                o[n][2] *= al1;
+                o[n][3] *= al1;
+            }
+            bacc[0] *= al0;
+            bacc[1] *= al0;
+            bacc[2] *= al1;
+            bacc[3] *= al1;
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++) {
+                const int tA = 16 * ks + 2 * gc, tC = tA + 8;
+                const float2 sA = *(const float2 *)&sm.pvs[warp][tA];
+                const float2 sC = *(const float2 *)&sm.pvs[warp][tC];
+                const float2 pA0 = *(const float2 *)&sm.pf[gr][tA];
+                const float2 pA1 = *(const float2 *)&sm.pf[gr + 8][tA];
+                const float2 pC0 = *(const float2 *)&sm.pf[gr][tC];
+                const float2 pC1 = *(const float2 *)&sm.pf[gr + 8][tC];
+                uint32_t pa[4];
+                pa[0] = bf16x2(pA0.x * sA.x, pA0.y * sA.y);
+                pa[1] = bf16x2(pA1.x * sA.x, pA1.y * sA.y);
+                pa[2] = bf16x2(pC0.x * sC.x, pC0.y * sC.y);
+                pa[3] = bf16x2(pC1.x * sC.x, pC1.y * sC.y);
+                {
+                    uint32_t b0 = 0, b1 = 0;
+                    if (gr == 0) {
+                        b0 = *(const uint32_t *)&sm.bh[warp][tA];
+                        b1 = *(const uint32_t *)&sm.bh[warp][tC];
+                    } else if (gr == 1) {
+                        b0 = *(const uint32_t *)&sm.bl[warp][tA];
+                        b1 = *(const uint32_t *)&sm.bl[warp][tC];
+                    }
+                    mma16816(bacc, pa, b0, b1);
+                }
+                if constexpr (CB == 4) {
+                    const int bo = 32 * warp + 4 * gr; /* word gr: channels 8gr .. 8gr+7 */
+                    const uint32_t wa = *(const uint32_t *)(pg + fast_coff<4>(tA, bo));
+                    const uint32_t wb = *(const uint32_t *)(pg + fast_coff<4>(tA + 1, bo));
+                    const uint32_t wc = *(const uint32_t *)(pg + fast_coff<4>(tC, bo));
+                    const uint32_t wd = *(const uint32_t *)(pg + fast_coff<4>(tC + 1, bo));
+#pragma unroll
+                    for (int jb = 0; jb < 4; jb++) {
+                        /* bytes (a_jb, a_jb, b_jb, b_jb): channels 2jb, 2jb+1 of both tokens */
+                        const uint32_t sel = jb | (jb << 4) | ((4 + jb) << 8) | ((4 + jb) << 12);
+                        const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
+                        mma16816(o[2 * jb], pa, (x & 0x000f000fu) | MAGIC_BF16X2,
+                                 (y & 0x000f000fu) | MAGIC_BF16X2);
+                        mma16816(o[2 * jb + 1], pa, ((x >> 4) & 0x000f000fu) | MAGIC_BF16X2,
+                                 ((y >> 4) & 0x000f000fu) | MAGIC_BF16X2);
+                    }
+                } else {
+                    const int h = gr & 1, bo = 16 * warp + 4 * (gr >> 1); /* half h of word gr/2 */
+                    const uint32_t wa = *(const uint32_t *)(pg + fast_coff<2>(tA, bo));
+                    const uint32_t wb = *(const uint32_t *)(pg + fast_coff<2>(tA + 1, bo));
+                    const uint32_t wc = *(const uint32_t *)(pg + fast_coff<2>(tC, bo));
+                    const uint32_t wd = *(const uint32_t *)(pg + fast_coff<2>(tC + 1, bo));
+                    const uint32_t sel = (2 * h) | ((2 * h + 1) << 4) | ((4 + 2 * h) << 8) |
+                                         ((5 + 2 * h) << 12);
+                    const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
+#pragma unroll
+                    for (int nt = 0; nt < 8; nt++)
+                        mma16816(o[nt], pa, ((x >> (2 * nt)) & 0x00030003u) | MAGIC_BF16X2,
+                                 ((y >> (2 * nt)) & 0x00030003u) | MAGIC_BF16X2);
+                }
+            }
+        }
+    }
+    __syncthreads();
+    /* the bias columns 0 (high) and 1 (low) live in lanes gc = 0 */
+    float b0 = bacc[0] + bacc[1], b1 = bacc[2] + bacc[3];
+    b0 = __shfl_sync(0xffffffffu, b0, lane & ~3);
+    b1 = __shfl_sync(0xffffffffu, b1, lane & ~3);
+    const size_t base = ((size_t)b * a.n_splits + slot) * a.R_pad + r0;
+    const float la = sm.l[gr], lb = sm.l[gr + 8];
+    const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int ch = 64 * warp + 8 * (2 * gc + e) + nt;
+            a.o_part[(base + gr) * QMLA_KV_DC + ch] = (o[nt][e] + b0) * ia;
+            a.o_part[(base + gr + 8) * QMLA_KV_DC + ch] = (o[nt][2 + e] + b1) * ib;
+        }
+    if (tid < DEC_ROWS) {
+        const float l = sm.l[tid];
+        a.lse_part[base + tid] = l > 0.0f ? (sm.m[tid] + log2f(l)) * LN2 : -INFINITY;
+    }
+}
+
+template <int CB>
+__global__ void __launch_bounds__(DEC_THREADS, 2) decode_fast_kernel(dec_args a)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int b = blockIdx.z, r0 = blockIdx.y * DEC_ROWS, tid = threadIdx.x, x = blockIdx.x;
+    if (x < a.n_prot)
+        prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, x, tid);
+    else
+        fast_part<CB>(*(dec_smem_fast<CB> *)smem_raw, a, b, r0, x - a.n_prot, x, tid);
+}
+
 /* Reconstruction check: page blockIdx.x of sequence blockIdx.y through the
  * decode kernel's own load_page / store_page, rows copied to
  * out [b][max_pages * 64][576] (zero past the sequence). */
@@ -611,6 +1062,18 @@ static int cuda_fail(qmla_error *err, cudaError_t e, const char *what)
     return qmla_error_set(err, QMLA_EIO, "CUDA: %s: %s", what, cudaGetErrorString(e));
 }
 
+/* 1 for the configurations decode_fast_kernel takes (C4R4, C2R4, group 64). */
+static int fast_config(const qmla_kv_config *c)
+{
+    return c->c_bits != QMLA_KV_BF16 && c->group == 64 && c->r_bits == 4 &&
+           (c->c_bits == 4 || c->c_bits == 2);
+}
+
+extern "C" int qmla_decode_cuda_packed_f32(const qmla_kv_config *cfg)
+{
+    return cfg && fast_config(cfg);
+}
+
 extern "C" int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decode_args *a,
                                      long max_len, int n_sm, qmla_decode_plan *plan,
                                      qmla_error *err)
@@ -646,6 +1109,10 @@ extern "C" int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decod
     if (pps < 1)
         pps = 1;
     splits = pages > 0 ? (pages + pps - 1) / pps : 1;
+    /* C4R4 / C2R4: one more block per 64 protected tokens (sink + window) */
+    const long prot = fast_config(cfg) ? (cfg->sink + cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
+    splits += prot;
+    plan->n_prot = (int)prot;
     plan->n_splits = (int)splits;
     plan->pages_per_split = (int)pps;
     plan->row_tiles = tiles;
@@ -702,6 +1169,13 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     d.W = L.bf16 ? 0 : kc->cfg.window;
     d.scale_log2 = a->scale * LOG2E;
     d.L = L;
+    d.n_prot = fast_config(&kc->cfg) ? plan->n_prot : 0;
+    if (fast_config(&kc->cfg) &&
+        L.page_bytes != (size_t)(L.c_bits == 4 ? fcfg<4>::PB : fcfg<2>::PB))
+        return qmla_error_set(err, QMLA_EINVAL, "decode: unexpected page size %zu", L.page_bytes);
+    if (fast_config(&kc->cfg) &&
+        plan->n_prot != (kc->cfg.sink + kc->cfg.window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE)
+        return qmla_error_set(err, QMLA_EINVAL, "decode: the plan was made for another sink/window");
     const size_t rows = (size_t)a->batch * d.n_splits * d.R_pad;
     d.o_part = (float *)ws;
     d.lse_part = (float *)ws + rows * QMLA_KV_DC;
@@ -719,9 +1193,9 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     if (L.bf16)
         QMLA_LAUNCH(decode_bf16_kernel, sizeof(dec_smem_bf16));
     else if (L.c_bits == 4)
-        QMLA_LAUNCH((decode_quant_kernel<4, 4>), sizeof(dec_smem_quant));
+        QMLA_LAUNCH((decode_fast_kernel<4>), fast_smem_bytes<4>());
     else if (L.c_bits == 2)
-        QMLA_LAUNCH((decode_quant_kernel<2, 4>), sizeof(dec_smem_quant));
+        QMLA_LAUNCH((decode_fast_kernel<2>), fast_smem_bytes<2>());
     else
         QMLA_LAUNCH((decode_quant_kernel<8, 8>), sizeof(dec_smem_quant));
 #undef QMLA_LAUNCH

@@ -38,7 +38,7 @@ for step in "$@"; do
             ./build-dev/bench/bench_decode --profile --out /tmp/p.tsv >"$OUT/ncu_$3.txt" 2>&1
           echo "== ncu $3 rc=$?"
           grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issue Slots Busy|Executed Ipc Active|Shared Memory.*%|Bank Conflicts|L1/TEX Hit|Max Bandwidth|Pipe|Stall|est\. speedup" "$OUT/ncu_$3.txt" | head -40; }
-    n decode_quant 0 decode_c4r4
+    n decode_fast 0 decode_c4r4
     n decode_bf16 0 decode_bf16
     n qdq_tile 0 qdq
     n kv_write 5 writer_c4r4 ;;
@@ -47,7 +47,7 @@ for step in "$@"; do
             ./build-dev/bench/bench_decode --profile --out /tmp/p.tsv >"$OUT/ncu_$3.txt" 2>&1
           echo "== ncu $3 rc=$?"
           grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issue Slots Busy|Local Memory Spilling Requests  |highest-utilized|way bank" "$OUT/ncu_$3.txt" | head -20; }
-    n decode_quant 0 decode_c4r4 ;;
+    n decode_fast 0 decode_c4r4 ;;
   sanitize)
     for tool in memcheck racecheck; do
       echo "== compute-sanitizer $tool (test_decode_cuda, QMLA_TEST_SMALL=1)"
