@@ -16,7 +16,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw --form
 if [ ! -f build-dev/build.ninja ]; then
   meson setup build-dev --buildtype=release >"$OUT/setup.log" 2>&1 || { tail -40 "$OUT/setup.log"; exit 1; }
 fi
-ninja -C build-dev >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
+ninja -C build-dev tests/test_qdq_cuda tests/test_decode_cuda bench/bench_decode >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
 for step in "$@"; do
   case $step in
   tests)
