@@ -614,20 +614,6 @@ template <int CB> __device__ static inline int fast_coff(int t, int c)
     return t * fcfg<CB>::CBC + ((((c >> 4) ^ fast_swz<CB>(t))) << 4) + (c & 15);
 }
 
-template <int CB> __device__ static inline void fast_issue(uint8_t *dst, const uint8_t *src,
-                                                           int tid)
-{
-    typedef fcfg<CB> F;
-    for (int c = tid; c < F::PB / 16; c += DEC_THREADS) {
-        int d = c;
-        if (c < QMLA_KV_PAGE * F::CPR) {
-            const int t = c / F::CPR, k = c - t * F::CPR;
-            d = t * F::CPR + (k ^ fast_swz<CB>(t));
-        }
-        cp_async16(dst + d * 16, src + (size_t)c * 16, 16);
-    }
-}
-
 /* A lane's 16 channels of a group (its chunk: channels 16 gc .. 16 gc + 15)
  * as 8 BF16 pairs: register r holds channels (fast_lo(r), fast_hi(r)) of
  * the chunk. 4 bits: two words, register 4i + j = nibbles j, j+4 of word i;
@@ -719,22 +705,273 @@ __device__ static void prot_part(dec_smem_quant &sm, const dec_args &a, int b, i
     dec_finish(st, sm, a, b, k, r0, tid);
 }
 
+/* Per-thread constants of the fast path: stage offsets that do not depend
+ * on the page (the swizzle repeats every 16 tokens: fast_swz(t + 16) ==
+ * fast_swz(t), and every 32 copy chunks of a row hold tokens 16 apart). */
+template <int CB> struct fast_lane {
+    int qoff[2];  /* QK: token 8j + gr, j even / odd, minus 8j rows */
+    int poff[4];  /* PV: tokens 2gc + {0, 1, 8, 9} */
+    int roff;     /* RoPE codes of token 8 warp + gr, this lane's 8 bytes */
+    int dswz;     /* copy: byte shift of this thread's content chunks */
+    __device__ fast_lane(int tid)
+    {
+        typedef fcfg<CB> F;
+        const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
+        const int qb = CB == 4 ? 32 * warp + 8 * gc : 16 * warp + 4 * gc;
+        qoff[0] = fast_coff<CB>(gr, qb);
+        qoff[1] = fast_coff<CB>(8 + gr, qb) - 8 * F::CBC;
+        /* PV: 4 bits word gr of the group; 2 bits half gr&1 of word gr/2 */
+        const int pb = CB == 4 ? 32 * warp + 4 * gr : 16 * warp + 4 * (gr >> 1);
+        const int d[4] = {0, 1, 8, 9};
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            poff[i] = fast_coff<CB>(2 * gc + d[i], pb);
+        roff = F::OFF_RC + (8 * warp + gr) * 32 + 8 * gc;
+        const int t = tid / F::CPR, k = tid % F::CPR;
+        dswz = ((k ^ fast_swz<CB>(t)) - k) * 16;
+    }
+};
+
+/* Copy a page into a stage: chunk c = tid + 256 i; the content chunks
+ * (the first 64 * CPR, a multiple of 256) land swizzled. */
+template <int CB>
+__device__ static inline void fast_issue(uint8_t *dst, const uint8_t *src, int dswz, int tid)
+{
+    typedef fcfg<CB> F;
+    constexpr int NC = QMLA_KV_PAGE * F::CPR / DEC_THREADS, NALL = F::PB / 16;
+#pragma unroll
+    for (int i = 0; i < (NALL + DEC_THREADS - 1) / DEC_THREADS; i++) {
+        const int c = tid + DEC_THREADS * i;
+        if (i < NC || c < NALL)
+            cp_async16(dst + c * 16 + (i < NC ? dswz : 0), src + (size_t)c * 16, 16);
+    }
+}
+
+/* Metadata of page `pg` for group `warp` (warp-private tables) and the RoPE
+ * metadata of tokens 8 warp .. 8 warp + 7. Tokens outside [S, lenW) get
+ * zero PV weights (their scores are masked by the softmax). */
+template <int CB>
+__device__ static inline void fast_meta(dec_smem_fast<CB> &sm, const uint8_t *pg, int t0, int S,
+                                        int lenW, int warp, int lane)
+{
+    typedef fcfg<CB> F;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int tok = lane + 32 * h, t = t0 + tok;
+        const uint32_t u = *(const uint32_t *)(pg + F::OFF_MC + tok * 32 + 4 * warp);
+        const float s = __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
+        const float m = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
+        sm.qkm[warp][tok] = make_float2(s, __fmaf_rn(-128.0f, s, m));
+        const bool ok = t >= S && t < lenW;
+        const float spv = ok ? (s == 0.0f ? 1.0f : s) : 0.0f;
+        const float bias = ok ? __fdividef(m, spv) - 128.0f : 0.0f;
+        const __nv_bfloat16 bh = __float2bfloat16_rn(bias);
+        const __nv_bfloat16 bl = __float2bfloat16_rn(bias - __bfloat162float(bh));
+        sm.pvs[warp][tok] = spv;
+        sm.bh[warp][tok] = __bfloat16_as_ushort(bh);
+        sm.bl[warp][tok] = __bfloat16_as_ushort(bl);
+    }
+    if (lane < 8) {
+        const int tok = 8 * warp + lane;
+        const uint32_t u = *(const uint32_t *)(pg + F::OFF_MR + tok * 4);
+        const float s = __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
+        const float m = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
+        sm.rqm[tok] = make_float2(s, __fmaf_rn(-128.0f, s, m));
+    }
+    __syncwarp();
+}
+
+/* QK of page `pg`: the partial scores of group `warp` (plus the RoPE group
+ * for tokens 8 warp ..) into sm.sp[warp]. */
+template <int CB>
+__device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
+                                      const fast_lane<CB> &fl, const uint32_t qc[4][4],
+                                      const uint32_t qr[4][4], const float sqc[2],
+                                      const float sqr[2], int warp, int gr, int gc)
+{
+    typedef fcfg<CB> F;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        uint32_t bc[8];
+        const uint8_t *p = pg + fl.qoff[j & 1] + 8 * j * F::CBC;
+        if constexpr (CB == 4) {
+            const uint2 v = *(const uint2 *)p;
+            nib_regs(v.x, bc);
+            nib_regs(v.y, bc + 4);
+        } else {
+            crumb_regs(*(const uint32_t *)p, bc);
+        }
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++)
+            mma16816(c, qc[ks], bc[2 * ks], bc[2 * ks + 1]);
+        const float4 mm = *(const float4 *)&sm.qkm[warp][8 * j + 2 * gc];
+        *(float2 *)&sm.sp[warp][gr][8 * j + 2 * gc] =
+            make_float2(fmaf(mm.x, c[0], mm.y * sqc[0]), fmaf(mm.z, c[1], mm.w * sqc[0]));
+        *(float2 *)&sm.sp[warp][gr + 8][8 * j + 2 * gc] =
+            make_float2(fmaf(mm.x, c[2], mm.y * sqc[1]), fmaf(mm.z, c[3], mm.w * sqc[1]));
+    }
+    /* RoPE for n-tile `warp`, added to what this lane just stored */
+    const uint2 v = *(const uint2 *)(pg + fl.roff);
+    uint32_t br[8];
+    nib_regs(v.x, br);
+    nib_regs(v.y, br + 4);
+    float rc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++)
+        mma16816(rc, qr[ks], br[2 * ks], br[2 * ks + 1]);
+    const float4 mm = *(const float4 *)&sm.rqm[8 * warp + 2 * gc];
+    float2 *d0 = (float2 *)&sm.sp[warp][gr][8 * warp + 2 * gc];
+    float2 *d1 = (float2 *)&sm.sp[warp][gr + 8][8 * warp + 2 * gc];
+    float2 x0 = *d0, x1 = *d1;
+    x0.x += fmaf(mm.x, rc[0], mm.y * sqr[0]);
+    x0.y += fmaf(mm.z, rc[1], mm.w * sqr[0]);
+    x1.x += fmaf(mm.x, rc[2], mm.y * sqr[1]);
+    x1.y += fmaf(mm.z, rc[3], mm.w * sqr[1]);
+    *d0 = x0;
+    *d1 = x1;
+}
+
+/* Online softmax of the page's scores (16 threads per row, 4 tokens each,
+ * the 8 partials summed in a fixed order): P into sm.pf, rescale factor. */
+template <int CB>
+__device__ static inline void fast_softmax(dec_smem_fast<CB> &sm, const dec_args &a, int t0,
+                                           int shi, int srow, int spart)
+{
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int w = 0; w < 8; w++) {
+        const float4 c = *(const float4 *)&sm.sp[w][srow][spart * 4];
+        acc[0] += c.x;
+        acc[1] += c.y;
+        acc[2] += c.z;
+        acc[3] += c.w;
+    }
+    float z[4], mx = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        const int t = t0 + spart * 4 + u;
+        z[u] = t >= a.S && t < shi ? acc[u] * a.scale_log2 : -INFINITY;
+        mx = fmaxf(mx, z[u]);
+    }
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    const float m_old = sm.m[srow], m_new = fmaxf(m_old, mx);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    float sum = 0.0f, p[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        p[u] = exp2f(z[u] - m_use);
+        sum += p[u];
+    }
+    *(float4 *)&sm.pf[srow][spart * 4] = make_float4(p[0], p[1], p[2], p[3]);
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    __syncwarp();
+    if (spart == 0) {
+        const float al = exp2f(m_old - m_use);
+        sm.alpha[srow] = al;
+        sm.l[srow] = sm.l[srow] * al + sum;
+        sm.m[srow] = m_new;
+    }
+}
+
+/* PV of page `pg` for output channels 64 warp + 8n + nt (n: column of
+ * n-tile nt), and the bias columns. */
+template <int CB>
+__device__ static inline void fast_pv(dec_smem_fast<CB> &sm, const uint8_t *pg,
+                                      const fast_lane<CB> &fl, float o[8][4], float bacc[4],
+                                      int warp, int gr, int gc)
+{
+    typedef fcfg<CB> F;
+    const float al0 = sm.alpha[gr], al1 = sm.alpha[gr + 8];
+    if (__any_sync(0xffffffffu, al0 != 1.0f || al1 != 1.0f)) {
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            o[n][0] *= al0;
+            o[n][1] *= al0;
+            o[n][2] *= al1;
+            o[n][3] *= al1;
+        }
+        bacc[0] *= al0;
+        bacc[1] *= al0;
+        bacc[2] *= al1;
+        bacc[3] *= al1;
+    }
+    const uint16_t *bsrc = gr == 0 ? sm.bh[warp] : sm.bl[warp];
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) {
+        const int tA = 16 * ks + 2 * gc, tC = tA + 8;
+        const float2 sA = *(const float2 *)&sm.pvs[warp][tA];
+        const float2 sC = *(const float2 *)&sm.pvs[warp][tC];
+        const float2 pA0 = *(const float2 *)&sm.pf[gr][tA];
+        const float2 pA1 = *(const float2 *)&sm.pf[gr + 8][tA];
+        const float2 pC0 = *(const float2 *)&sm.pf[gr][tC];
+        const float2 pC1 = *(const float2 *)&sm.pf[gr + 8][tC];
+        uint32_t pa[4];
+        pa[0] = bf16x2(pA0.x * sA.x, pA0.y * sA.y);
+        pa[1] = bf16x2(pA1.x * sA.x, pA1.y * sA.y);
+        pa[2] = bf16x2(pC0.x * sC.x, pC0.y * sC.y);
+        pa[3] = bf16x2(pC1.x * sC.x, pC1.y * sC.y);
+        {
+            uint32_t b0 = 0, b1 = 0;
+            if (gr < 2) {
+                b0 = *(const uint32_t *)&bsrc[tA];
+                b1 = *(const uint32_t *)&bsrc[tC];
+            }
+            mma16816(bacc, pa, b0, b1);
+        }
+        const uint8_t *p = pg + 16 * ks * F::CBC;
+        const uint32_t wa = *(const uint32_t *)(p + fl.poff[0]);
+        const uint32_t wb = *(const uint32_t *)(p + fl.poff[1]);
+        const uint32_t wc = *(const uint32_t *)(p + fl.poff[2]);
+        const uint32_t wd = *(const uint32_t *)(p + fl.poff[3]);
+        if constexpr (CB == 4) {
+#pragma unroll
+            for (int jb = 0; jb < 4; jb++) {
+                /* bytes (a_jb, a_jb, b_jb, b_jb): channels 2jb, 2jb+1 of both tokens */
+                const uint32_t sel = jb | (jb << 4) | ((4 + jb) << 8) | ((4 + jb) << 12);
+                const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
+                mma16816(o[2 * jb], pa, (x & 0x000f000fu) | MAGIC_BF16X2,
+                         (y & 0x000f000fu) | MAGIC_BF16X2);
+                mma16816(o[2 * jb + 1], pa, ((x >> 4) & 0x000f000fu) | MAGIC_BF16X2,
+                         ((y >> 4) & 0x000f000fu) | MAGIC_BF16X2);
+            }
+        } else {
+            const int h = gr & 1;
+            const uint32_t sel = (2 * h) | ((2 * h + 1) << 4) | ((4 + 2 * h) << 8) | ((5 + 2 * h) << 12);
+            const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+                mma16816(o[nt], pa, ((x >> (2 * nt)) & 0x00030003u) | MAGIC_BF16X2,
+                         ((y >> (2 * nt)) & 0x00030003u) | MAGIC_BF16X2);
+        }
+    }
+}
+
+/* Pages of split `split`: per page two barriers; PV of page i and QK of
+ * page i+1 run in the same phase. NST = 3: page i+2 is copied while the
+ * phase of pages i / i+1 runs. */
 template <int CB>
 __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b, int r0,
                                  int split, int slot, int tid)
 {
     typedef fcfg<CB> F;
+    static_assert(F::NST >= 3, "fast_part needs three stages");
     const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
-    const long len = a.seq_len[b], lenW = len - a.W; /* tokens >= lenW: window or absent */
+    const int len = a.seq_len[b], lenW = len - a.W; /* tokens >= lenW: window or absent */
     /* pages holding packed, unprotected tokens [S, lenW) */
     int p0 = split * a.pps, p1 = p0 + a.pps;
     {
         const int lo = a.S / QMLA_KV_PAGE;
-        const int hi = lenW > a.S ? (int)((lenW + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE) : 0;
+        const int hi = lenW > a.S ? (lenW + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
         p0 = p0 > lo ? p0 : lo;
         p1 = p1 < hi ? p1 : hi;
     }
     const int np = p1 - p0;
+    const fast_lane<CB> fl(tid);
     uint32_t qc[4][4], qr[4][4];
     float sqc[2], sqr[2];
     fast_q<CB>(a, b, r0, warp, gr, gc, qc, qr, sqc, sqr);
@@ -747,216 +984,41 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
         sm.l[tid] = 0.0f;
     }
     const int srow = tid >> 4, spart = tid & 15;
-    long shi = 0; /* softmax row: tokens [S, shi) */
+    int shi = 0; /* softmax row: tokens [S, shi) */
     {
         const int r = r0 + srow;
         if (r < a.R) {
-            const long v = len - a.s_q + r / a.H + 1;
+            const int v = len - a.s_q + r / a.H + 1;
             shi = v < lenW ? v : lenW;
         }
     }
     const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
-#pragma unroll
-    for (int s = 0; s < F::NST - 1; s++) {
-        if (s < np)
-            fast_issue<CB>(sm.stage[s], a.pool + (size_t)bt[p0 + s] * F::PB, tid);
+    if (np > 0) {
+        fast_issue<CB>(sm.stage[0], a.pool + (size_t)bt[p0] * F::PB, fl.dswz, tid);
         cp_async_commit();
+        if (np > 1)
+            fast_issue<CB>(sm.stage[1], a.pool + (size_t)bt[p0 + 1] * F::PB, fl.dswz, tid);
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads(); /* page 0 landed */
+        fast_meta<CB>(sm, sm.stage[0], p0 * QMLA_KV_PAGE, a.S, lenW, warp, lane);
+        fast_qk<CB>(sm, sm.stage[0], fl, qc, qr, sqc, sqr, warp, gr, gc);
     }
     for (int i = 0; i < np; i++) {
-        cp_async_wait<F::NST - 2>();
-        __syncthreads(); /* page i landed; page i-1 fully consumed */
-        {
-            const int j = i + F::NST - 1;
-            if (j < np)
-                fast_issue<CB>(sm.stage[j % F::NST], a.pool + (size_t)bt[p0 + j] * F::PB, tid);
-            cp_async_commit();
-        }
-        const uint8_t *pg = sm.stage[i % F::NST];
-        const long t0 = (long)(p0 + i) * QMLA_KV_PAGE;
-        /* metadata of group `warp` (warp-private) and RoPE of tokens 8w.. */
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int tok = lane + 32 * h;
-            const long t = t0 + tok;
-            const uint32_t u = *(const uint32_t *)(pg + F::OFF_MC + tok * 32 + 4 * warp);
-            const float s = __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
-            const float m = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
-            sm.qkm[warp][tok] = make_float2(s, __fmaf_rn(-128.0f, s, m));
-            const bool ok = t >= a.S && t < lenW;
-            const float spv = ok ? (s == 0.0f ? 1.0f : s) : 0.0f;
-            const float bias = ok ? __fdiv_rn(m, spv) - 128.0f : 0.0f;
-            const __nv_bfloat16 bh = __float2bfloat16_rn(bias);
-            const __nv_bfloat16 bl = __float2bfloat16_rn(bias - __bfloat162float(bh));
-            sm.pvs[warp][tok] = spv;
-            sm.bh[warp][tok] = __bfloat16_as_ushort(bh);
-            sm.bl[warp][tok] = __bfloat16_as_ushort(bl);
-        }
-        if (lane < 8) {
-            const int tok = 8 * warp + lane;
-            const uint32_t u = *(const uint32_t *)(pg + F::OFF_MR + tok * 4);
-            const float s = __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
-            const float m = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
-            sm.rqm[tok] = make_float2(s, __fmaf_rn(-128.0f, s, m));
-        }
-        __syncwarp();
-        /* QK: RoPE for n-tile `warp`, then content group `warp` for 8 n-tiles */
-        {
-            float rc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            {
-                const uint2 v = *(const uint2 *)(pg + F::OFF_RC + (8 * warp + gr) * 32 + 8 * gc);
-                uint32_t br[8];
-                nib_regs(v.x, br);
-                nib_regs(v.y, br + 4);
-#pragma unroll
-                for (int ks = 0; ks < 4; ks++)
-                    mma16816(rc, qr[ks], br[2 * ks], br[2 * ks + 1]);
-                const float4 mm = *(const float4 *)&sm.rqm[8 * warp + 2 * gc];
-                rc[0] = fmaf(mm.x, rc[0], mm.y * sqr[0]);
-                rc[1] = fmaf(mm.z, rc[1], mm.w * sqr[0]);
-                rc[2] = fmaf(mm.x, rc[2], mm.y * sqr[1]);
-                rc[3] = fmaf(mm.z, rc[3], mm.w * sqr[1]);
-            }
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const int tok = 8 * j + gr;
-                uint32_t bc[8];
-                if constexpr (CB == 4) {
-                    const uint2 v = *(const uint2 *)(pg + fast_coff<4>(tok, 32 * warp + 8 * gc));
-                    nib_regs(v.x, bc);
-                    nib_regs(v.y, bc + 4);
-                } else {
-                    crumb_regs(*(const uint32_t *)(pg + fast_coff<2>(tok, 16 * warp + 4 * gc)), bc);
-                }
-                float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-                for (int ks = 0; ks < 4; ks++)
-                    mma16816(c, qc[ks], bc[2 * ks], bc[2 * ks + 1]);
-                const float4 mm = *(const float4 *)&sm.qkm[warp][8 * j + 2 * gc];
-                float s0 = fmaf(mm.x, c[0], mm.y * sqc[0]), s1 = fmaf(mm.z, c[1], mm.w * sqc[0]);
-                float s2 = fmaf(mm.x, c[2], mm.y * sqc[1]), s3 = fmaf(mm.z, c[3], mm.w * sqc[1]);
-                if (j == warp) {
-                    s0 += rc[0];
-                    s1 += rc[1];
-                    s2 += rc[2];
-                    s3 += rc[3];
-                }
-                *(float2 *)&sm.sp[warp][gr][8 * j + 2 * gc] = make_float2(s0, s1);
-                *(float2 *)&sm.sp[warp][gr + 8][8 * j + 2 * gc] = make_float2(s2, s3);
-            }
-        }
-        __syncthreads();
-        /* softmax: 16 threads per row, 4 tokens each, partials summed in order */
-        {
-            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int w = 0; w < 8; w++) {
-                const float4 c = *(const float4 *)&sm.sp[w][srow][spart * 4];
-                acc[0] += c.x;
-                acc[1] += c.y;
-                acc[2] += c.z;
-                acc[3] += c.w;
-            }
-            float z[4], mx = -INFINITY;
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const long t = t0 + spart * 4 + u;
-                z[u] = t >= a.S && t < shi ? acc[u] * a.scale_log2 : -INFINITY;
-                mx = fmaxf(mx, z[u]);
-            }
-#pragma unroll
-            for (int off = 8; off > 0; off >>= 1)
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-            const float m_old = sm.m[srow], m_new = fmaxf(m_old, mx);
-            const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-            float sum = 0.0f, p[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                p[u] = exp2f(z[u] - m_use);
-                sum += p[u];
-            }
-            *(float4 *)&sm.pf[srow][spart * 4] = make_float4(p[0], p[1], p[2], p[3]);
-#pragma unroll
-            for (int off = 8; off > 0; off >>= 1)
-                sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        __syncthreads(); /* scores of page i complete */
+        fast_softmax<CB>(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
+        cp_async_wait<0>();
+        __syncthreads(); /* P of page i; page i+1 landed; page i-1 consumed */
+        if (i + 2 < np)
+            fast_issue<CB>(sm.stage[(i + 2) % F::NST], a.pool + (size_t)bt[p0 + i + 2] * F::PB,
+                           fl.dswz, tid);
+        cp_async_commit();
+        fast_pv<CB>(sm, sm.stage[i % F::NST], fl, o, bacc, warp, gr, gc);
+        if (i + 1 < np) {
             __syncwarp();
-            if (spart == 0) {
-                const float al = exp2f(m_old - m_use);
-                sm.alpha[srow] = al;
-                sm.l[srow] = sm.l[srow] * al + sum;
-                sm.m[srow] = m_new;
-            }
-        }
-        __syncthreads();
-        /* PV: output channels 64w + 8n + nt (n: column of n-tile nt) */
-        {
-            const float al0 = sm.alpha[gr], al1 = sm.alpha[gr + 8];
-#pragma unroll
-            for (int n = 0; n < 8; n++) {
-                o[n][0] *= al0;
-                o[n][1] *= al0;
-                o[n][2] *= al1;
-                o[n][3] *= al1;
-            }
-            bacc[0] *= al0;
-            bacc[1] *= al0;
-            bacc[2] *= al1;
-            bacc[3] *= al1;
-#pragma unroll
-            for (int ks = 0; ks < 4; ks++) {
-                const int tA = 16 * ks + 2 * gc, tC = tA + 8;
-                const float2 sA = *(const float2 *)&sm.pvs[warp][tA];
-                const float2 sC = *(const float2 *)&sm.pvs[warp][tC];
-                const float2 pA0 = *(const float2 *)&sm.pf[gr][tA];
-                const float2 pA1 = *(const float2 *)&sm.pf[gr + 8][tA];
-                const float2 pC0 = *(const float2 *)&sm.pf[gr][tC];
-                const float2 pC1 = *(const float2 *)&sm.pf[gr + 8][tC];
-                uint32_t pa[4];
-                pa[0] = bf16x2(pA0.x * sA.x, pA0.y * sA.y);
-                pa[1] = bf16x2(pA1.x * sA.x, pA1.y * sA.y);
-                pa[2] = bf16x2(pC0.x * sC.x, pC0.y * sC.y);
-                pa[3] = bf16x2(pC1.x * sC.x, pC1.y * sC.y);
-                {
-                    uint32_t b0 = 0, b1 = 0;
-                    if (gr == 0) {
-                        b0 = *(const uint32_t *)&sm.bh[warp][tA];
-                        b1 = *(const uint32_t *)&sm.bh[warp][tC];
-                    } else if (gr == 1) {
-                        b0 = *(const uint32_t *)&sm.bl[warp][tA];
-                        b1 = *(const uint32_t *)&sm.bl[warp][tC];
-                    }
-                    mma16816(bacc, pa, b0, b1);
-                }
-                if constexpr (CB == 4) {
-                    const int bo = 32 * warp + 4 * gr; /* word gr: channels 8gr .. 8gr+7 */
-                    const uint32_t wa = *(const uint32_t *)(pg + fast_coff<4>(tA, bo));
-                    const uint32_t wb = *(const uint32_t *)(pg + fast_coff<4>(tA + 1, bo));
-                    const uint32_t wc = *(const uint32_t *)(pg + fast_coff<4>(tC, bo));
-                    const uint32_t wd = *(const uint32_t *)(pg + fast_coff<4>(tC + 1, bo));
-#pragma unroll
-                    for (int jb = 0; jb < 4; jb++) {
-                        /* bytes (a_jb, a_jb, b_jb, b_jb): channels 2jb, 2jb+1 of both tokens */
-                        const uint32_t sel = jb | (jb << 4) | ((4 + jb) << 8) | ((4 + jb) << 12);
-                        const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
-                        mma16816(o[2 * jb], pa, (x & 0x000f000fu) | MAGIC_BF16X2,
-                                 (y & 0x000f000fu) | MAGIC_BF16X2);
-                        mma16816(o[2 * jb + 1], pa, ((x >> 4) & 0x000f000fu) | MAGIC_BF16X2,
-                                 ((y >> 4) & 0x000f000fu) | MAGIC_BF16X2);
-                    }
-                } else {
-                    const int h = gr & 1, bo = 16 * warp + 4 * (gr >> 1); /* half h of word gr/2 */
-                    const uint32_t wa = *(const uint32_t *)(pg + fast_coff<2>(tA, bo));
-                    const uint32_t wb = *(const uint32_t *)(pg + fast_coff<2>(tA + 1, bo));
-                    const uint32_t wc = *(const uint32_t *)(pg + fast_coff<2>(tC, bo));
-                    const uint32_t wd = *(const uint32_t *)(pg + fast_coff<2>(tC + 1, bo));
-                    const uint32_t sel = (2 * h) | ((2 * h + 1) << 4) | ((4 + 2 * h) << 8) |
-                                         ((5 + 2 * h) << 12);
-                    const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
-#pragma unroll
-                    for (int nt = 0; nt < 8; nt++)
-                        mma16816(o[nt], pa, ((x >> (2 * nt)) & 0x00030003u) | MAGIC_BF16X2,
-                                 ((y >> (2 * nt)) & 0x00030003u) | MAGIC_BF16X2);
-                }
-            }
+            const uint8_t *pg = sm.stage[(i + 1) % F::NST];
+            fast_meta<CB>(sm, pg, (p0 + i + 1) * QMLA_KV_PAGE, a.S, lenW, warp, lane);
+            fast_qk<CB>(sm, pg, fl, qc, qr, sqc, sqr, warp, gr, gc);
         }
     }
     __syncthreads();

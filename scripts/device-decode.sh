@@ -34,7 +34,8 @@ for step in "$@"; do
     echo "rc=$?"; grep -E "^\| (8|32) " "$OUT/bench_decode_2.log" ;;
   ncu)
     # one launch of each kernel, full section set; key lines printed
-    n() { timeout 150 ncu --clock-control none --set full -k "regex:$1" --launch-skip "$2" -c 1 \
+    n() { timeout 150 ncu --clock-control none --set full \
+            --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" -k "regex:$1" --launch-skip "$2" -c 1 \
             ./build-dev/bench/bench_decode --profile --out /tmp/p.tsv >"$OUT/ncu_$3.txt" 2>&1
           echo "== ncu $3 rc=$?"
           grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issue Slots Busy|Executed Ipc Active|Shared Memory.*%|Bank Conflicts|L1/TEX Hit|Max Bandwidth|Pipe|Stall|est\. speedup" "$OUT/ncu_$3.txt" | head -40; }
@@ -43,10 +44,11 @@ for step in "$@"; do
     n qdq_tile 0 qdq
     n kv_write 5 writer_c4r4 ;;
   ncu-decode)
-    n() { timeout 150 ncu --clock-control none --set full -k "regex:$1" --launch-skip "$2" -c 1 \
+    n() { timeout 150 ncu --clock-control none --set full \
+            --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" -k "regex:$1" --launch-skip "$2" -c 1 \
             ./build-dev/bench/bench_decode --profile --out /tmp/p.tsv >"$OUT/ncu_$3.txt" 2>&1
           echo "== ncu $3 rc=$?"
-          grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issue Slots Busy|Local Memory Spilling Requests  |highest-utilized|way bank" "$OUT/ncu_$3.txt" | head -20; }
+          grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issue Slots Busy|Executed Instructions  |Local Memory Spilling Requests  |highest-utilized|way bank|issue_stalled" "$OUT/ncu_$3.txt" | head -40; }
     n decode_fast 0 decode_c4r4 ;;
   sanitize)
     for tool in memcheck racecheck; do
