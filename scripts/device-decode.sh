@@ -12,11 +12,15 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-device-out}
 mkdir -p "$OUT"
 source scripts/device-env.sh
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv | tee "$OUT/gpu.txt"
+# (at most 8 files come back from $OUT: the setup and build logs go there
+# only when they fail)
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv
 if [ ! -f build-dev/build.ninja ]; then
-  meson setup build-dev --buildtype=release >"$OUT/setup.log" 2>&1 || { tail -40 "$OUT/setup.log"; exit 1; }
+  meson setup build-dev --buildtype=release >/tmp/setup.log 2>&1 ||
+    { cp /tmp/setup.log "$OUT/"; tail -40 /tmp/setup.log; exit 1; }
 fi
-ninja -C build-dev tests/test_qdq_cuda tests/test_decode_cuda bench/bench_decode >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
+ninja -C build-dev tests/test_qdq_cuda tests/test_decode_cuda bench/bench_decode >/tmp/build.log 2>&1 ||
+  { cp /tmp/build.log "$OUT/"; grep -E "error" -A3 /tmp/build.log | head -60; exit 1; }
 for step in "$@"; do
   case $step in
   tests)
