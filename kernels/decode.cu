@@ -1,11 +1,15 @@
 /* kernels/decode.cu — paged MLA decode attention (contract: kernels/decode.h).
  *
- * Main kernel: grid (split, row tile, sequence), 256 threads = 8 warps, one
- * 64-token page per iteration, 16 query rows (heads x query tokens) per
- * block, BF16 mma.sync m16n8k16 with float32 accumulation:
+ * Two designs, both with grid (split, row tile, sequence), 256 threads = 8
+ * warps, one 64-token page per step, 16 query rows (heads x query tokens)
+ * per block, BF16 mma.sync m16n8k16 with float32 accumulation, and a
+ * normalised partial output + natural-log LSE per block that the combine
+ * kernel merges with one global softmax:
+ *
+ * BF16 tile (decode_bf16_kernel, decode_quant_kernel<8, 8> for C8R8):
  *   1. the page lands in shared memory as a BF16 tile [64][576] (row stride
  *      584 to spread banks): BF16 cache via cp.async (double-buffered, zero
- *      fill past the sequence); low-bit cache from packed codes and float16
+ *      fill past the sequence); C8R8 from packed codes and float16
  *      metadata prefetched into registers during the previous page, then
  *      unpacked, x^ = fmaf(q, s, l) (quant_core.h) rounded to BF16, except
  *      for protected tokens (sink / window), which are copied from their
@@ -18,12 +22,18 @@
  *      running max / sum and the rescale factor per row;
  *   4. PV: warp w accumulates output channels 64w..64w+63 (V = the tile's
  *      first 512 channels, loaded with ldmatrix.trans).
- * Each block writes its rows' normalised partial output and natural-log
- * LSE; the combine kernel merges the splits with one global softmax.
- * Occupancy: the BF16 kernel one block per SM (two page tiles, 185 KB of
- * shared memory); the low-bit kernels two blocks per SM (one tile, 112 KB,
- * 128 registers). Twin: qmla_decode_ref; test: tests/test_decode_cuda.c;
- * benchmark: bench/bench_decode.cu; description: docs/decode.md.
+ *   Occupancy: BF16 one block per SM (two page tiles, 185 KB of shared
+ *   memory); C8R8 two blocks per SM (one tile, 112 KB, 128 registers).
+ *
+ * Codes on tensor cores (decode_fast_kernel, C4R4 and C2R4): the packed
+ * codes themselves are the MMA operands (BF16 128 + q), step and minimum
+ * applied per group after the products; protected tokens are attended to by
+ * extra blocks through the BF16-tile path (see "C4R4 / C2R4" below).
+ *
+ * Twins: qmla_decode_ref_model (BF16-rounded packed values for the tile
+ * kernels, unrounded for decode_fast_kernel; qmla_decode_cuda_packed_f32);
+ * test: tests/test_decode_cuda.c; benchmark: bench/bench_decode.cu;
+ * description: docs/decode.md.
  */
 #include "decode.h"
 #include "qmla/kvcache.h"
