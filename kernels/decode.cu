@@ -64,7 +64,7 @@ struct dec_args {
     float *o_part;              /* [b, n_splits, R_pad, 512] */
     float *lse_part;            /* [b, n_splits, R_pad] */
     int max_pages, s_q, H, R, R_pad, n_splits, pps, S, W;
-    int n_prot;                 /* fast kernel: blocks x < n_prot attend to protected tokens */
+    int n_prot;                 /* fast kernel: partials n_splits - n_prot .. of protected tokens */
     float scale_log2;           /* softmax scale * log2(e) */
     qmla_kv_layout L;
 };
@@ -562,10 +562,10 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_bf16_kernel(dec_args a)
  * For a packed token n and a group g of 64 channels, x = s q + l (step s,
  * minimum l, code q). With the codes turned into BF16 as 128 + q (one LOP3
  * per two codes: 0x4300 | code), per group
- *   Q.x   = s (Q.(128 + q)) + (l - 128 s) sum(Q)
+ *   Q.x   = s (Q.q) + l sum(Q)       (QK: 128 + q - 128 = q, exact)
  *   P x_c = (P s) (128 + q_c) + (P s) (l / s - 128)
  * so QK multiplies the BF16 queries with the raw codes (m16n8k16, float32
- * accumulation) and applies s and l - 128 s to the group's product; PV
+ * accumulation) and applies s and l to the group's product; PV
  * multiplies BF16(P s) with the raw codes and adds, by one more MMA column
  * pair per k-step, BF16(P s) times l / s - 128 split into two BF16 parts.
  * Rounding: as BF16(P) in the BF16-tile kernels, now BF16(P s) (relative
@@ -581,9 +581,16 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_bf16_kernel(dec_args a)
  * 64w .. 64w+63 from the same codes. Pages arrive by cp.async, NST stages,
  * content rows XOR-swizzled by 16-byte chunk so that both the QK (token
  * rows) and the PV (token pairs) reads are free of bank conflicts.
- * Protected tokens (sink, window) are masked here and attended to by the
- * first n_prot blocks of each sequence from their BF16 buffers (up to 64
- * tokens each, BF16 tile as decode_bf16_kernel); the combine merges both. */
+ * Protected tokens (sink, window) are masked here and attended to, after
+ * their pages, by the last n_prot blocks of each sequence (those with the
+ * fewest packed pages: the window's pages are skipped) from their BF16
+ * buffers, up to 64 tokens each through the BF16 tile path, into partials
+ * of their own; no extra blocks, so the grid stays one wave. The combine
+ * merges all partials: exactly one representation per token.
+ * Precision: QK multiplies the codes themselves (the +128 is removed by one
+ * exact BF16 subtraction per two codes), so the float32 sums are those of
+ * Q.q, not of Q.(128 + q) (whose rounding, relative to 128 sum|Q|, cost
+ * 10-40x BF16's LSE error in H200 runs 16-17). */
 template <int CB> struct fcfg {
     static constexpr int CBC = QMLA_KV_DC * CB / 8;  /* content code bytes per token */
     static constexpr int CPR = CBC / 16;              /* 16-byte chunks per content row */
@@ -598,10 +605,10 @@ template <int CB> struct dec_smem_fast {
     uint8_t stage[fcfg<CB>::NST][fcfg<CB>::PB]; /* pages, content rows swizzled */
     float sp[8][DEC_ROWS][SSTR];                /* [group][16][64 (+8)] score partials */
     float pf[DEC_ROWS][SSTR];                   /* [16][64 (+8)] probabilities */
-    float2 qkm[8][QMLA_KV_PAGE];                /* [group][token] (s, l - 128 s) */
+    float2 qkm[8][QMLA_KV_PAGE];                /* [group][token] (s, l) */
     float pvs[8][QMLA_KV_PAGE];                 /* [group][token] s for PV, 0: masked */
     uint16_t bh[8][QMLA_KV_PAGE], bl[8][QMLA_KV_PAGE]; /* l / s - 128, BF16 high + low */
-    float2 rqm[QMLA_KV_PAGE];                   /* RoPE (s, l - 128 s) */
+    float2 rqm[QMLA_KV_PAGE];                   /* RoPE (s, l) */
     float m[DEC_ROWS], l[DEC_ROWS], alpha[DEC_ROWS];
 };
 
@@ -642,11 +649,38 @@ __device__ static inline void nib_regs(uint32_t w, uint32_t *r)
     for (int j = 0; j < 4; j++)
         r[j] = ((w >> (4 * j)) & 0x000f000fu) | MAGIC_BF16X2;
 }
-__device__ static inline void crumb_regs(uint32_t w, uint32_t *r)
+/* (128 + c) - 128 = c for both BF16 halves, exact (one HFMA2.BF16). */
+__device__ static inline uint32_t bf16x2_less128(uint32_t x)
 {
+    uint32_t r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(x), "r"(0x3f803f80u), "r"(0xc300c300u));
+    return r;
+}
+/* QK operands without the +128 offset: the codes as exact BF16 values.
+ * 4 bits: register j = q of nibbles (j, j + 4) of w, as nib_regs.
+ * 2 bits: the fields are not shifted down one by one: register j holds
+ * (c_j, c_(j+8)) times crumb_scale(j) = 1, 4, 16, 1, 4, 16, 1, 4 (fields
+ * 0-2 of w, 3-5 of w >> 6, 6-7 of w >> 12, each in mantissa bits 0-5 of
+ * 128.0); the queries of register j are divided by the same power of two
+ * (fast_q), so the products are unchanged. */
+__device__ static inline void nib_codes(uint32_t w, uint32_t *r)
+{
+    nib_regs(w, r);
 #pragma unroll
-    for (int j = 0; j < 8; j++)
-        r[j] = ((w >> (2 * j)) & 0x00030003u) | MAGIC_BF16X2;
+    for (int j = 0; j < 4; j++)
+        r[j] = bf16x2_less128(r[j]);
+}
+__host__ __device__ static constexpr int crumb_shift(int j) { return j < 3 ? 0 : j < 6 ? 6 : 12; }
+__host__ __device__ static constexpr int crumb_pos(int j) { return 2 * j - crumb_shift(j); }
+__host__ __device__ static constexpr float crumb_scale(int j) { return (float)(1 << crumb_pos(j)); }
+__device__ static inline void crumb_codes(uint32_t w, uint32_t *r)
+{
+    const uint32_t w6 = w >> 6, w12 = w >> 12;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const uint32_t src = crumb_shift(j) == 0 ? w : crumb_shift(j) == 6 ? w6 : w12;
+        r[j] = bf16x2_less128((src & (0x00030003u << crumb_pos(j))) | MAGIC_BF16X2);
+    }
 }
 
 /* Query fragments of this lane (rows gr, gr+8 of the tile; content group
@@ -660,15 +694,39 @@ __device__ static inline void fast_q(const dec_args &a, int b, int r0, int g, in
     for (int hr = 0; hr < 2; hr++) {
         const int r = r0 + gr + 8 * hr;
         const uint16_t *q = a.q + ((size_t)b * a.R + (r < a.R ? r : 0)) * QMLA_KV_D;
-        const bool ok = r < a.R;
+        const uint32_t keep = r < a.R ? 0xffffffffu : 0u;
+        /* the lane's 16 content and 16 RoPE channels: 4 loads of 16 bytes */
+        uint32_t cw[8], rw[8];
+        {
+            const uint4 *pc = (const uint4 *)(q + 64 * g + 16 * gc);
+            const uint4 *pr = (const uint4 *)(q + QMLA_KV_DC + 16 * gc);
+            const uint4 u0 = pc[0], u1 = pc[1], v0 = pr[0], v1 = pr[1];
+            cw[0] = u0.x; cw[1] = u0.y; cw[2] = u0.z; cw[3] = u0.w;
+            cw[4] = u1.x; cw[5] = u1.y; cw[6] = u1.z; cw[7] = u1.w;
+            rw[0] = v0.x; rw[1] = v0.y; rw[2] = v0.z; rw[3] = v0.w;
+            rw[4] = v1.x; rw[5] = v1.y; rw[6] = v1.z; rw[7] = v1.w;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                cw[i] &= keep;
+                rw[i] &= keep;
+            }
+        }
         float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
         for (int reg = 0; reg < 8; reg++) {
-            const int c0 = 64 * g + 16 * gc, c1 = QMLA_KV_DC + 16 * gc;
-            const uint32_t x0 = ok ? q[c0 + fast_lo<CB>(reg)] : 0, x1 = ok ? q[c0 + fast_hi<CB>(reg)] : 0;
-            const uint32_t y0 = ok ? q[c1 + fast_lo<4>(reg)] : 0, y1 = ok ? q[c1 + fast_hi<4>(reg)] : 0;
+#define QMLA_Q_ELEM(W, E) (((W)[(E) >> 1] >> (16 * ((E) & 1))) & 0xffffu)
+            const uint32_t x0 = QMLA_Q_ELEM(cw, fast_lo<CB>(reg)), x1 = QMLA_Q_ELEM(cw, fast_hi<CB>(reg));
+            const uint32_t y0 = QMLA_Q_ELEM(rw, fast_lo<4>(reg)), y1 = QMLA_Q_ELEM(rw, fast_hi<4>(reg));
+#undef QMLA_Q_ELEM
             /* a0 (row gr, pair 2ks), a1 (row gr+8), a2 (row gr, pair 2ks+1), a3 */
-            qc[reg >> 1][hr + 2 * (reg & 1)] = x0 | (x1 << 16);
+            if (CB == 2 && crumb_pos(reg) != 0) {
+                /* divided by crumb_scale(reg), a power of two: exact (BF16 subnormals aside) */
+                const float is = 1.0f / crumb_scale(reg);
+                const __nv_bfloat162 v = __floats2bfloat162_rn(__uint_as_float(x0 << 16) * is,
+                                                               __uint_as_float(x1 << 16) * is);
+                qc[reg >> 1][hr + 2 * (reg & 1)] = *(const uint32_t *)&v;
+            } else
+                qc[reg >> 1][hr + 2 * (reg & 1)] = x0 | (x1 << 16);
             qr[reg >> 1][hr + 2 * (reg & 1)] = y0 | (y1 << 16);
             s1 += __uint_as_float(x0 << 16) + __uint_as_float(x1 << 16);
             s2 += __uint_as_float(y0 << 16) + __uint_as_float(y1 << 16);
@@ -685,7 +743,7 @@ __device__ static inline void fast_q(const dec_args &a, int b, int r0, int g, in
 /* Protected tokens of sequence b, the k-th 64 of them (sink rows first,
  * then the window's), through the BF16 tile path. */
 __device__ static void prot_part(dec_smem_quant &sm, const dec_args &a, int b, int r0, int k,
-                                 int tid)
+                                 int slot, int tid)
 {
     const long len = a.seq_len[b];
     dec_state st;
@@ -712,7 +770,7 @@ __device__ static void prot_part(dec_smem_quant &sm, const dec_args &a, int b, i
         __syncthreads();
         attend_page(st, sm, sm.tile, a, 0, vis, tid, sm.tmap);
     }
-    dec_finish(st, sm, a, b, k, r0, tid);
+    dec_finish(st, sm, a, b, slot, r0, tid);
 }
 
 /* Per-thread constants of the fast path: stage offsets that do not depend
@@ -771,7 +829,7 @@ __device__ static inline void fast_meta(dec_smem_fast<CB> &sm, const uint8_t *pg
         const uint32_t u = *(const uint32_t *)(pg + F::OFF_MC + tok * 32 + 4 * warp);
         const float s = __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
         const float m = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
-        sm.qkm[warp][tok] = make_float2(s, __fmaf_rn(-128.0f, s, m));
+        sm.qkm[warp][tok] = make_float2(s, m);
         const bool ok = t >= S && t < lenW;
         const float spv = ok ? (s == 0.0f ? 1.0f : s) : 0.0f;
         const float bias = ok ? __fdividef(m, spv) - 128.0f : 0.0f;
@@ -786,7 +844,7 @@ __device__ static inline void fast_meta(dec_smem_fast<CB> &sm, const uint8_t *pg
         const uint32_t u = *(const uint32_t *)(pg + F::OFF_MR + tok * 4);
         const float s = __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
         const float m = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
-        sm.rqm[tok] = make_float2(s, __fmaf_rn(-128.0f, s, m));
+        sm.rqm[tok] = make_float2(s, m);
     }
     __syncwarp();
 }
@@ -806,10 +864,10 @@ __device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
         const uint8_t *p = pg + fl.qoff[j & 1] + 8 * j * F::CBC;
         if constexpr (CB == 4) {
             const uint2 v = *(const uint2 *)p;
-            nib_regs(v.x, bc);
-            nib_regs(v.y, bc + 4);
+            nib_codes(v.x, bc);
+            nib_codes(v.y, bc + 4);
         } else {
-            crumb_regs(*(const uint32_t *)p, bc);
+            crumb_codes(*(const uint32_t *)p, bc);
         }
         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -824,8 +882,8 @@ __device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
     /* RoPE for n-tile `warp`, added to what this lane just stored */
     const uint2 v = *(const uint2 *)(pg + fl.roff);
     uint32_t br[8];
-    nib_regs(v.x, br);
-    nib_regs(v.y, br + 4);
+    nib_codes(v.x, br);
+    nib_codes(v.y, br + 4);
     float rc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int ks = 0; ks < 4; ks++)
@@ -1058,10 +1116,13 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) decode_fast_kernel(dec_args a)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int b = blockIdx.z, r0 = blockIdx.y * DEC_ROWS, tid = threadIdx.x, x = blockIdx.x;
-    if (x < a.n_prot)
-        prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, x, tid);
-    else
-        fast_part<CB>(*(dec_smem_fast<CB> *)smem_raw, a, b, r0, x - a.n_prot, x, tid);
+    const int nblk = a.n_splits - a.n_prot; /* gridDim.x */
+    fast_part<CB>(*(dec_smem_fast<CB> *)smem_raw, a, b, r0, x, x, tid);
+    const int k = x - (nblk - a.n_prot);
+    if (k >= 0) { /* the last n_prot blocks (the fewest packed pages) */
+        __syncthreads();
+        prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, k, nblk + k, tid);
+    }
 }
 
 /* Reconstruction check: page blockIdx.x of sequence blockIdx.y through the
@@ -1181,8 +1242,12 @@ extern "C" int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decod
     if (pps < 1)
         pps = 1;
     splits = pages > 0 ? (pages + pps - 1) / pps : 1;
-    /* C4R4 / C2R4: one more block per 64 protected tokens (sink + window) */
+    /* C4R4 / C2R4: one more partial per 64 protected tokens (sink + window),
+     * computed by the last `prot` blocks after their pages (no extra blocks:
+     * the grid stays within one wave) */
     const long prot = fast_config(cfg) ? (cfg->sink + cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
+    if (splits < prot)
+        splits = prot;
     splits += prot;
     plan->n_prot = (int)prot;
     plan->n_splits = (int)splits;
@@ -1251,7 +1316,7 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     const size_t rows = (size_t)a->batch * d.n_splits * d.R_pad;
     d.o_part = (float *)ws;
     d.lse_part = (float *)ws + rows * QMLA_KV_DC;
-    dim3 grid((unsigned)d.n_splits, (unsigned)plan->row_tiles, (unsigned)a->batch);
+    dim3 grid((unsigned)(d.n_splits - d.n_prot), (unsigned)plan->row_tiles, (unsigned)a->batch);
     cudaError_t e = cudaSuccess;
 #define QMLA_LAUNCH(KERNEL, SMEM)                                                              \
     do {                                                                                       \

@@ -42,7 +42,7 @@ extern "C" {
 #define QMLA_DECODE_MAX_ROWS 1024
 
 typedef struct qmla_decode_plan {
-    int n_splits;        /* splits of each sequence's pages */
+    int n_splits;        /* partials per sequence (fast kernel: grid n_splits - n_prot) */
     int pages_per_split;
     int row_tiles;       /* ceil(s_q * H / 16) */
     int n_prot;          /* C4R4 / C2R4: partials of protected tokens (of n_splits) */
