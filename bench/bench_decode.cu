@@ -479,9 +479,10 @@ int main(int argc, char **argv)
     bench_writer(&B);
     printf("\n| b | context | BF16 us | C4R4 us (ratio, GB/s) | C2R4 us | C8R8 us | BF16 GB/s |"
            " splits |\n|---|---|---|---|---|---|---|---|\n");
-    const long ctx8[] = {4096, 16384, 32768, 65536, 131072, 262144, 1048576};
-    const long ctx32[] = {4096, 16384, 32768, 65536, 131072, 262144, 1048576};
-    const int n8 = quick ? 2 : 7, n32 = quick ? 1 : 7;
+    const long full[] = {4096, 16384, 32768, 65536, 131072, 262144, 1048576};
+    const long q8[] = {4096, 16384, 65536}, q32[] = {4096, 65536}; /* --quick */
+    const long *ctx8 = quick ? q8 : full, *ctx32 = quick ? q32 : full;
+    const int n8 = quick ? 3 : 7, n32 = quick ? 2 : 7;
     float res[4];
     for (int i = 0; i < n8; i++)
         bench_decode_point(&B, 8, ctx8[i], res);

@@ -1152,26 +1152,45 @@ __global__ void __launch_bounds__(DEC_THREADS) gather_kernel(dec_args a, uint16_
     }
 }
 
-/* Combine: one block of 128 threads per (row, sequence), 4 channels each. */
+/* Combine: one block of 128 threads per (row, sequence), 4 channels each.
+ * The partials' LSEs are read in parallel (max by shuffles), their weights
+ * exp(lse - max) kept in shared memory, then every thread sums the weights
+ * and its channels' partials in split order (deterministic); the partial
+ * loads are independent (unrolled by 4) and empty partials are skipped. */
+#define COMB_MAX_SPLITS 1024
 __global__ void __launch_bounds__(128) decode_combine_kernel(const float *o_part,
                                                             const float *lse_part, int n_splits,
                                                             int R, int R_pad, uint16_t *out,
                                                             float *lse)
 {
+    __shared__ float wsh[COMB_MAX_SPLITS];
+    __shared__ float red[4];
     const int r = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
+    const float *lp = lse_part + (size_t)b * n_splits * R_pad + r;
     float mx = -INFINITY;
-    for (int s = 0; s < n_splits; s++)
-        mx = fmaxf(mx, lse_part[((size_t)b * n_splits + s) * R_pad + r]);
+    for (int s = tid; s < n_splits; s += 128)
+        mx = fmaxf(mx, lp[(size_t)s * R_pad]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    if ((tid & 31) == 0)
+        red[tid >> 5] = mx;
+    __syncthreads();
+    mx = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+    for (int s = tid; s < n_splits; s += 128) {
+        const float ls = lp[(size_t)s * R_pad];
+        wsh[s] = mx == -INFINITY || ls == -INFINITY ? 0.0f : expf(ls - mx);
+    }
+    __syncthreads();
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sum = 0.0f;
-    if (mx != -INFINITY) {
-        for (int s = 0; s < n_splits; s++) {
-            const size_t row = ((size_t)b * n_splits + s) * R_pad + r;
-            const float ls = lse_part[row];
-            if (ls == -INFINITY)
-                continue;
-            const float w = expf(ls - mx);
+    const float4 *op = (const float4 *)(o_part + ((size_t)b * n_splits * R_pad + r) * QMLA_KV_DC) + tid;
+    const size_t stride = (size_t)R_pad * QMLA_KV_DC / 4; /* float4s between splits */
+#pragma unroll 4
+    for (int s = 0; s < n_splits; s++) {
+        const float w = wsh[s];
+        if (w != 0.0f) {
+            const float4 v = op[(size_t)s * stride];
             sum += w;
-            const float4 v = *((const float4 *)(o_part + row * QMLA_KV_DC) + tid);
             acc[0] += w * v.x;
             acc[1] += w * v.y;
             acc[2] += w * v.z;
@@ -1234,6 +1253,8 @@ extern "C" int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decod
     /* one wave: blocks resident at once (2 per SM low-bit, 1 BF16) */
     const long per_sm = cfg->c_bits == QMLA_KV_BF16 ? 1 : 2;
     long splits = (long)n_sm * per_sm / per_seq;
+    if (splits > COMB_MAX_SPLITS - 64)
+        splits = COMB_MAX_SPLITS - 64; /* room for the protected partials */
     if (splits > pages)
         splits = pages;
     if (splits < 1)
@@ -1271,7 +1292,8 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     const qmla_kv_layout L = qmla_kv_layout_of(&kc->cfg);
     const long R = (long)a->s_q * a->heads;
     if (a->batch < 1 || a->s_q < 1 || a->heads < 1 || R > QMLA_DECODE_MAX_ROWS ||
-        plan->row_tiles != (int)((R + DEC_ROWS - 1) / DEC_ROWS) || plan->n_splits < 1)
+        plan->row_tiles != (int)((R + DEC_ROWS - 1) / DEC_ROWS) || plan->n_splits < 1 ||
+        plan->n_splits > COMB_MAX_SPLITS)
         return qmla_error_set(err, QMLA_EINVAL,
                               "decode: batch %d, s_q %d, heads %d do not match the plan",
                               a->batch, a->s_q, a->heads);

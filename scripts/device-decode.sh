@@ -5,6 +5,7 @@
 #   tests     test_qdq_cuda, test_decode_cuda
 #   bench     bench/bench_decode (full table)        quick: its --quick subset
 #   ncu       Nsight Compute summary of one launch of each kernel
+#   ncu-decode / ncu-writer: only the C4R4 decode / the C4R4 writer
 #   sanitize  compute-sanitizer memcheck + racecheck on test_decode_cuda (small)
 # Usage: bash scripts/device-decode.sh tests bench ncu sanitize
 set -uo pipefail
@@ -22,6 +23,7 @@ fi
 ninja -C build-dev tests/test_qdq_cuda tests/test_decode_cuda bench/bench_decode >/tmp/build.log 2>&1 ||
   { cp /tmp/build.log "$OUT/"; grep -E "error" -A3 /tmp/build.log | head -60; exit 1; }
 for step in "$@"; do
+  echo "== step $step at ${SECONDS}s"
   case $step in
   tests)
     echo "== test_qdq_cuda"
@@ -54,6 +56,12 @@ for step in "$@"; do
           echo "== ncu $3 rc=$?"
           grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issue Slots Busy|Executed Instructions  |Local Memory Spilling Requests  |highest-utilized|way bank|issue_stalled" "$OUT/ncu_$3.txt" | head -40; }
     n decode_fast 0 decode_c4r4 ;;
+  ncu-writer)
+    n() { timeout 150 ncu --clock-control none --set full -k "regex:$1" --launch-skip "$2" -c 1 \
+            ./build-dev/bench/bench_decode --profile --out /tmp/p.tsv >"$OUT/ncu_$3.txt" 2>&1
+          echo "== ncu $3 rc=$?"
+          grep -E "Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Executed Instructions  |highest-utilized" "$OUT/ncu_$3.txt" | head -20; }
+    n kv_write 5 writer_c4r4 ;;
   sanitize)
     for tool in memcheck racecheck; do
       echo "== compute-sanitizer $tool (test_decode_cuda, QMLA_TEST_SMALL=1)"
