@@ -14,6 +14,9 @@
  *             microseconds, ratio to our BF16, GB/s on the bytes read.
  * Synthetic BF16 queries and cache values (random, never zeros).
  * Usage: bench_decode [--samples N] [--out results.tsv] [--h5 results.h5] [--quick]
+ * (--quick: a subset of the points; --profile: a few launches of each
+ * kernel, decode at b 32, 64K, for Nsight Compute; --profile-short: decode
+ * at b 8, 4K only)
  * Writes a TSV (one row per measurement), the same rows as an HDF5 results
  * file with the run's provenance and the decode rows in the paper's Table 9
  * shape (qmla/bench_results.h; default: the TSV's name with .h5), both
@@ -423,9 +426,11 @@ int main(int argc, char **argv)
             quick = 1;
         else if (!strcmp(argv[i], "--profile"))
             quick = 2;
+        else if (!strcmp(argv[i], "--profile-short"))
+            quick = 3;
         else {
             fprintf(stderr, "usage: bench_decode [--samples N] [--out F.tsv] [--h5 F.h5] "
-                            "[--quick]\n");
+                            "[--quick | --profile | --profile-short]\n");
             return 2;
         }
     }
@@ -463,13 +468,17 @@ int main(int argc, char **argv)
     CU(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, L2 %d MB; samples per point %d\n", prop.name,
            prop.multiProcessorCount, prop.l2CacheSize >> 20, B.samples);
-    if (quick == 2) { /* one launch of each kernel, for ncu */
+    if (quick >= 2) { /* a few launches of each kernel, for ncu */
         B.samples = 3;
         B.copy_gbs = 1.0;
-        bench_qdq(&B);
-        bench_writer(&B);
         float r[4];
-        bench_decode_point(&B, 32, 65536, r);
+        if (quick == 2) {
+            bench_qdq(&B);
+            bench_writer(&B);
+            bench_decode_point(&B, 32, 65536, r);
+        } else {
+            bench_decode_point(&B, 8, 4096, r); /* --profile-short */
+        }
         fclose(B.tsv);
         remove(tsvtmp);
         return 0;

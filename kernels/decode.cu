@@ -619,6 +619,16 @@ template <int CB> static constexpr size_t fast_smem_bytes()
 }
 
 #define MAGIC_BF16X2 0x43004300u /* BF16 128.0 twice: 0x4300 | q = 128 + q */
+/* Unrolling of the QK (8 n-tiles) and PV (4 k-steps) loops: full by
+ * default; smaller values shrink the code (the instruction cache is cold at
+ * every launch), a build-time experiment (docs/decode.md). */
+#ifndef QMLA_DECODE_QK_UNROLL
+#define QMLA_DECODE_QK_UNROLL 8
+#endif
+#ifndef QMLA_DECODE_PV_UNROLL
+#define QMLA_DECODE_PV_UNROLL 4
+#endif
+static constexpr int QK_UNROLL = QMLA_DECODE_QK_UNROLL, PV_UNROLL = QMLA_DECODE_PV_UNROLL;
 
 /* Chunk swizzle of token t's content row (16-byte chunks). */
 template <int CB> __device__ static inline int fast_swz(int t)
@@ -756,7 +766,7 @@ __device__ static void prot_part(dec_smem_quant &sm, const dec_args &a, int b, i
             const long i = (long)k * QMLA_KV_PAGE + tid;
             sm.tmap[tid] = i < cnt ? (int)(i < nS ? i : wlo + (i - nS)) : INT_MAX;
         }
-#pragma unroll
+#pragma unroll 1 /* code size: this path runs once per block */
         for (int j = 0; j < 18; j++) {
             const int c = tid + DEC_THREADS * j, tt = c / 72, kk = c - tt * 72;
             const long i = (long)k * QMLA_KV_PAGE + tt;
@@ -858,7 +868,7 @@ __device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
                                       const float sqr[2], int warp, int gr, int gc)
 {
     typedef fcfg<CB> F;
-#pragma unroll
+#pragma unroll QK_UNROLL
     for (int j = 0; j < 8; j++) {
         uint32_t bc[8];
         const uint8_t *p = pg + fl.qoff[j & 1] + 8 * j * F::CBC;
@@ -969,7 +979,7 @@ __device__ static inline void fast_pv(dec_smem_fast<CB> &sm, const uint8_t *pg,
         bacc[3] *= al1;
     }
     const uint16_t *bsrc = gr == 0 ? sm.bh[warp] : sm.bl[warp];
-#pragma unroll
+#pragma unroll PV_UNROLL
     for (int ks = 0; ks < 4; ks++) {
         const int tA = 16 * ks + 2 * gc, tC = tA + 8;
         const float2 sA = *(const float2 *)&sm.pvs[warp][tA];
@@ -1061,27 +1071,36 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
         }
     }
     const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
+    /* Iteration i: softmax and PV of page i (i >= 0), QK of page i + 1;
+     * page i + 2 is copied meanwhile (issued at i, awaited at i + 1). The
+     * first iteration (i = -1) only waits for page 0 and runs its QK, so
+     * that the QK code exists once (the kernel's code size is what costs
+     * at short contexts: every launch starts with a cold instruction
+     * cache). */
     if (np > 0) {
         fast_issue<CB>(sm.stage[0], a.pool + (size_t)bt[p0] * F::PB, fl.dswz, tid);
         cp_async_commit();
         if (np > 1)
             fast_issue<CB>(sm.stage[1], a.pool + (size_t)bt[p0 + 1] * F::PB, fl.dswz, tid);
         cp_async_commit();
-        cp_async_wait<1>();
-        __syncthreads(); /* page 0 landed */
-        fast_meta<CB>(sm, sm.stage[0], p0 * QMLA_KV_PAGE, a.S, lenW, warp, lane);
-        fast_qk<CB>(sm, sm.stage[0], fl, qc, qr, sqc, sqr, warp, gr, gc);
     }
-    for (int i = 0; i < np; i++) {
-        __syncthreads(); /* scores of page i complete */
-        fast_softmax<CB>(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
-        cp_async_wait<0>();
+    for (int i = -1; i < np; i++) {
+        if (i >= 0) {
+            __syncthreads(); /* scores of page i complete */
+            fast_softmax<CB>(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
+            cp_async_wait<0>();
+        } else {
+            cp_async_wait<1>(); /* page 0 (page 1 may be in flight) */
+        }
         __syncthreads(); /* P of page i; page i+1 landed; page i-1 consumed */
-        if (i + 2 < np)
-            fast_issue<CB>(sm.stage[(i + 2) % F::NST], a.pool + (size_t)bt[p0 + i + 2] * F::PB,
-                           fl.dswz, tid);
-        cp_async_commit();
-        fast_pv<CB>(sm, sm.stage[i % F::NST], fl, o, bacc, warp, gr, gc);
+        if (i >= 0) {
+            if (i + 2 < np)
+                fast_issue<CB>(sm.stage[(i + 2) % F::NST],
+                               a.pool + (size_t)bt[p0 + i + 2] * F::PB, fl.dswz, tid);
+            cp_async_commit();
+        }
+        if (i >= 0)
+            fast_pv<CB>(sm, sm.stage[i % F::NST], fl, o, bacc, warp, gr, gc);
         if (i + 1 < np) {
             __syncwarp();
             const uint8_t *pg = sm.stage[(i + 1) % F::NST];

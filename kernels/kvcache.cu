@@ -10,8 +10,12 @@
  * packed codes, one metadata store per group, and 16-byte stores of the
  * BF16 row into the sink / window buffers where the token is protected.
  * Templated on the bit widths so that the emit loop unrolls into registers
- * (0: bits read at run time). Twin: qmla_kv_write_ref.
+ * (0: bits read at run time). With constant widths and 32 elements per
+ * thread the codes come from qmla_emit_fast (emit_fast.cuh: branch-free,
+ * the rare elements near a rounding boundary recomputed exactly); three
+ * blocks per SM (at most 72 registers). Twin: qmla_kv_write_ref.
  */
+#include "emit_fast.cuh"
 #include "kvcache.h"
 #include "qmla/kvcache.h"
 #include "qmla/quant_core.h"
@@ -55,34 +59,13 @@ __device__ static inline void store_codes(uint8_t *dst, const uint8_t *src, int 
 }
 
 /* Codes of 32 elements of B bits into dst (4 B bytes, aligned to their
- * size), when every element takes qmla_core_code_fast's fast path:
- * the same arithmetic (d = x - l, up = RN(d inv), r = rint(up), and the
- * test |up| < 1024, |up - r| < 0.5 - 2^-11), with the clamp to [0, L] as
- * fminf/fmaxf and the codes packed straight into words (LSB first, as
- * qmla_core_put_code), no branch per element. Returns 0 without storing
- * when some element needs the exact division (the caller then runs the
- * shared emit loop): the codes are those of qmla_core_code_fast either way. */
+ * size): qmla_emit_fast (emit_fast.cuh), the codes of the shared emit loop
+ * without a branch per element. */
 template <int B>
-__device__ static inline int emit32_fast(const float *x, float s, float l, uint8_t *dst)
+__device__ static inline void emit32(const float *x, float s, float l, uint8_t *dst)
 {
-    constexpr unsigned L = (1u << B) - 1u;
-    const float inv = qmla_core_code_inv(s);
     uint32_t w[B];
-#pragma unroll
-    for (int i = 0; i < B; i++)
-        w[i] = 0u;
-    bool ok = true;
-#pragma unroll
-    for (int j = 0; j < 32; j++) {
-        const float up = __fmul_rn(__fsub_rn(x[j], l), inv);
-        const float r = __fsub_rn(__fadd_rn(up, 12582912.0f), 12582912.0f);
-        ok &= fabsf(up) < 1024.0f && fabsf(__fsub_rn(up, r)) < 0.49951171875f;
-        const float rc = fminf(fmaxf(r, 0.0f), (float)L);
-        const uint32_t q = (uint32_t)__float_as_int(__fadd_rn(rc, 8388608.0f)) & L;
-        w[j * B / 32] |= q << ((j * B) % 32);
-    }
-    if (!ok)
-        return 0;
+    qmla_emit_fast<32, B>(x, s, l, w, nullptr);
     if constexpr (B == 2) {
         *(uint2 *)dst = make_uint2(w[0], w[1]);
     } else {
@@ -90,13 +73,12 @@ __device__ static inline int emit32_fast(const float *x, float s, float l, uint8
         for (int i = 0; i < B / 4; i++)
             ((uint4 *)dst)[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
     }
-    return 1;
 }
 
 /* E: elements per thread (8, or 32 when the group size is 32 or 64);
  * CB, RB: bit widths as constants (0: read at run time). */
 template <int CB, int RB, int E>
-__global__ void __launch_bounds__(KVW_THREADS) kv_write_kernel(kvw_args a)
+__global__ void __launch_bounds__(KVW_THREADS, 3) kv_write_kernel(kvw_args a)
 {
     constexpr int TPT = QMLA_KV_D / E;       /* threads per token */
     constexpr int TOK = KVW_THREADS / TPT;   /* tokens per block */
@@ -165,17 +147,14 @@ __global__ void __launch_bounds__(KVW_THREADS) kv_write_kernel(kvw_args a)
     }
     uint8_t packed[E];
     const size_t cbytes = (size_t)kk * E * bits / 8; /* chunk offset in the token's codes */
-    int done = 0;
     if constexpr (E == 32 && CB != 0 && RB != 0) {
         /* constant widths: chunk offsets are multiples of the chunk's bytes */
         uint8_t *dst = rope ? pg + L.off_rc + (size_t)o * L.cb_r + cbytes
                             : pg + (size_t)o * L.cb_c + cbytes;
         if (CB == RB || !rope)
-            done = emit32_fast<CB>(x, s, l, dst);
+            emit32<CB>(x, s, l, dst);
         else
-            done = emit32_fast<RB>(x, s, l, dst);
-    }
-    if (done) {
+            emit32<RB>(x, s, l, dst);
     } else if (rope) {
         qmla_core_group_emit(x, E, RB ? RB : bits, s, l, packed, nullptr);
         store_codes<E, RB>(pg + L.off_rc + (size_t)o * L.cb_r + cbytes, packed, bits);

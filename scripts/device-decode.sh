@@ -5,7 +5,9 @@
 #   tests     test_qdq_cuda, test_decode_cuda
 #   bench     bench/bench_decode (full table)        quick: its --quick subset
 #   ncu       Nsight Compute summary of one launch of each kernel
-#   ncu-decode / ncu-writer: only the C4R4 decode / the C4R4 writer
+#   ncu-decode / ncu-writer: only the C4R4 decode (b 32 64K, b 8 4K) / writer
+#   variant   the --quick benchmark of a build with the decode loops unrolled by 2
+#   pack      the logs and profiles in $OUT into logs.tgz (last step)
 #   sanitize  compute-sanitizer memcheck + racecheck on test_decode_cuda (small)
 # Usage: bash scripts/device-decode.sh tests bench ncu sanitize
 set -uo pipefail
@@ -50,18 +52,34 @@ for step in "$@"; do
     n qdq_tile 0 qdq
     n kv_write 5 writer_c4r4 ;;
   ncu-decode)
+    # C4R4 decode at b 32, 64K (--profile) and at b 8, 4K (--profile-short)
     n() { timeout 150 ncu --clock-control none --set full \
             --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" -k "regex:$1" --launch-skip "$2" -c 1 \
-            ./build-dev/bench/bench_decode --profile --out /tmp/p.tsv >"$OUT/ncu_$3.txt" 2>&1
+            ./build-dev/bench/bench_decode $4 --out /tmp/p.tsv >"$OUT/ncu_$3.txt" 2>&1
           echo "== ncu $3 rc=$?"
           grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issue Slots Busy|Executed Instructions  |Local Memory Spilling Requests  |highest-utilized|way bank|issue_stalled" "$OUT/ncu_$3.txt" | head -40; }
-    n decode_fast 0 decode_c4r4 ;;
+    n decode_fast 0 decode_c4r4 --profile
+    n decode_fast 0 decode_c4r4_b8_4k --profile-short ;;
+  variant)
+    # build-time experiment: QK / PV loops unrolled by 2 (smaller code);
+    # its --quick benchmark beside the default build's
+    if [ ! -f build-var/build.ninja ]; then
+      meson setup build-var --buildtype=release \
+        "-Dcuda_args=-DQMLA_DECODE_QK_UNROLL=2 -DQMLA_DECODE_PV_UNROLL=2" >/tmp/setup-var.log 2>&1 ||
+        { tail -20 /tmp/setup-var.log; continue; }
+    fi
+    ninja -C build-var bench/bench_decode >/tmp/build-var.log 2>&1 || { tail -20 /tmp/build-var.log; continue; }
+    ./build-var/bench/bench_decode --quick --out "$OUT/variant_unroll2_bench_decode.tsv" 2>&1 |
+      tee "$OUT/variant_unroll2_bench_decode.log" ;;
   ncu-writer)
     n() { timeout 150 ncu --clock-control none --set full -k "regex:$1" --launch-skip "$2" -c 1 \
             ./build-dev/bench/bench_decode --profile --out /tmp/p.tsv >"$OUT/ncu_$3.txt" 2>&1
           echo "== ncu $3 rc=$?"
           grep -E "Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Executed Instructions  |highest-utilized" "$OUT/ncu_$3.txt" | head -20; }
     n kv_write 5 writer_c4r4 ;;
+  pack)
+    # at most 8 files come back: the logs and profiles in one archive
+    (cd "$OUT" && tar czf logs.tgz --remove-files $(ls | grep -vE '\.(tsv|h5|tgz)$')) ;;
   sanitize)
     for tool in memcheck racecheck; do
       echo "== compute-sanitizer $tool (test_decode_cuda, QMLA_TEST_SMALL=1)"
