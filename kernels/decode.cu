@@ -341,7 +341,7 @@ struct dec_state {
 
 /* tmap: NULL for the page of tokens t0 .. t0+63, else the token of each
  * tile row (INT_MAX: none), as the protected path gathers them. */
-template <class SM>
+template <class SM, int UNROLL = 9>
 __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bfloat16 *tile,
                                           const dec_args &a, long t0, long vis, int tid,
                                           const int *tmap = nullptr)
@@ -354,7 +354,7 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
     for (int n = 0; n < 4; n++)
         s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
     const int mi = lane >> 3, rr = lane & 7;
-#pragma unroll
+#pragma unroll UNROLL
     for (int kk = 0; kk < 9; kk++) {
         const int k0 = (cg * 9 + kk) * 16;
         uint32_t qa[4]; /* A = Q[16 rows][16 channels], as P below */
@@ -425,7 +425,7 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
             st.o[n][2] *= a1;
             st.o[n][3] *= a1;
         }
-#pragma unroll
+#pragma unroll (UNROLL < 4 ? UNROLL : 4)
         for (int ks = 0; ks < 4; ks++) {
             uint32_t pa[4];
             /* A = P[16 rows][16 tokens]: matrices (rows 0-7, k 0-7), (rows 8-15,
@@ -778,7 +778,8 @@ __device__ static void prot_part(dec_smem_quant &sm, const dec_args &a, int b, i
         cp_async_commit();
         cp_async_wait<0>();
         __syncthreads();
-        attend_page(st, sm, sm.tile, a, 0, vis, tid, sm.tmap);
+        /* loops not unrolled: this runs once per block, its code is cold */
+        attend_page<dec_smem_quant, 1>(st, sm, sm.tile, a, 0, vis, tid, sm.tmap);
     }
     dec_finish(st, sm, a, b, slot, r0, tid);
 }
