@@ -629,6 +629,12 @@ template <int CB> static constexpr size_t fast_smem_bytes()
 #define QMLA_DECODE_PV_UNROLL 4
 #endif
 static constexpr int QK_UNROLL = QMLA_DECODE_QK_UNROLL, PV_UNROLL = QMLA_DECODE_PV_UNROLL;
+/* 1: the fast kernel stores its partial outputs as float4 (full 16-byte
+ * pieces) instead of one float per store. Built and not yet measured on the
+ * device, hence off by default (docs/decode.md, "Not done"). */
+#ifndef QMLA_DECODE_VEC_EPILOGUE
+#define QMLA_DECODE_VEC_EPILOGUE 0
+#endif
 
 /* Chunk swizzle of token t's content row (16-byte chunks). */
 template <int CB> __device__ static inline int fast_swz(int t)
@@ -1117,6 +1123,23 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
     const size_t base = ((size_t)b * a.n_splits + slot) * a.R_pad + r0;
     const float la = sm.l[gr], lb = sm.l[gr + 8];
     const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
+#if QMLA_DECODE_VEC_EPILOGUE
+    /* channel 64 warp + 16 gc + 8 e + nt: the lane's 16 consecutive
+     * channels of rows gr and gr + 8, as 4 float4 each (float4 k: e = k / 2,
+     * nt = 4 (k % 2) .. + 3) */
+    float4 *d0 = (float4 *)(a.o_part + (base + gr) * QMLA_KV_DC + 64 * warp + 16 * gc);
+    float4 *d1 = (float4 *)(a.o_part + (base + gr + 8) * QMLA_KV_DC + 64 * warp + 16 * gc);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int e = k >> 1, n0 = 4 * (k & 1);
+        d0[k] = make_float4((o[n0][e] + b0) * ia, (o[n0 + 1][e] + b0) * ia,
+                            (o[n0 + 2][e] + b0) * ia, (o[n0 + 3][e] + b0) * ia);
+        d1[k] = make_float4((o[n0][2 + e] + b1) * ib, (o[n0 + 1][2 + e] + b1) * ib,
+                            (o[n0 + 2][2 + e] + b1) * ib, (o[n0 + 3][2 + e] + b1) * ib);
+    }
+#else
+    /* one float per store: 8x the partials' bytes in L2 write sectors (the
+     * short-context cost measured in H200 run 19, docs/decode.md) */
 #pragma unroll
     for (int nt = 0; nt < 8; nt++)
 #pragma unroll
@@ -1125,6 +1148,7 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
             a.o_part[(base + gr) * QMLA_KV_DC + ch] = (o[nt][e] + b0) * ia;
             a.o_part[(base + gr + 8) * QMLA_KV_DC + ch] = (o[nt][2 + e] + b1) * ib;
         }
+#endif
     if (tid < DEC_ROWS) {
         const float l = sm.l[tid];
         a.lse_part[base + tid] = l > 0.0f ? (sm.m[tid] + log2f(l)) * LN2 : -INFINITY;

@@ -6,7 +6,8 @@
 #   bench     bench/bench_decode (full table)        quick: its --quick subset
 #   ncu       Nsight Compute summary of one launch of each kernel
 #   ncu-decode / ncu-writer: only the C4R4 decode (b 32 64K, b 8 4K) / writer
-#   variant   the --quick benchmark of a build with the decode loops unrolled by 2
+#   variant   test_decode_cuda and the --quick benchmark of a build with other
+#             -D flags (VARIANT / VARIANT_ARGS; default: loops unrolled by 2)
 #   pack      the logs and profiles in $OUT into logs.tgz (last step)
 #   sanitize  compute-sanitizer memcheck + racecheck on test_decode_cuda (small)
 # Usage: bash scripts/device-decode.sh tests bench ncu sanitize
@@ -61,16 +62,23 @@ for step in "$@"; do
     n decode_fast 0 decode_c4r4 --profile
     n decode_fast 0 decode_c4r4_b8_4k --profile-short ;;
   variant)
-    # build-time experiment: QK / PV loops unrolled by 2 (smaller code);
-    # its --quick benchmark beside the default build's
+    # build-time experiment (VARIANT, VARIANT_ARGS: name and nvcc -D flags;
+    # default the run-19 one, QK / PV loops unrolled by 2): test_decode_cuda
+    # and the --quick benchmark of that build, beside the default build's.
+    # E.g. VARIANT=vecepi VARIANT_ARGS=-DQMLA_DECODE_VEC_EPILOGUE=1
+    v=${VARIANT:-unroll2}
+    va=${VARIANT_ARGS:--DQMLA_DECODE_QK_UNROLL=2 -DQMLA_DECODE_PV_UNROLL=2}
+    echo "variant $v: $va"
     if [ ! -f build-var/build.ninja ]; then
-      meson setup build-var --buildtype=release \
-        "-Dcuda_args=-DQMLA_DECODE_QK_UNROLL=2 -DQMLA_DECODE_PV_UNROLL=2" >/tmp/setup-var.log 2>&1 ||
+      meson setup build-var --buildtype=release "-Dcuda_args=$va" >/tmp/setup-var.log 2>&1 ||
         { tail -20 /tmp/setup-var.log; continue; }
     fi
-    ninja -C build-var bench/bench_decode >/tmp/build-var.log 2>&1 || { tail -20 /tmp/build-var.log; continue; }
-    ./build-var/bench/bench_decode --quick --out "$OUT/variant_unroll2_bench_decode.tsv" 2>&1 |
-      tee "$OUT/variant_unroll2_bench_decode.log" ;;
+    ninja -C build-var tests/test_decode_cuda bench/bench_decode >/tmp/build-var.log 2>&1 ||
+      { tail -20 /tmp/build-var.log; continue; }
+    timeout 300 ./build-var/tests/test_decode_cuda 2>&1 |
+      tee "$OUT/variant_${v}_test_decode_cuda.log" | tail -3
+    ./build-var/bench/bench_decode --quick --out "$OUT/variant_${v}_bench_decode.tsv" 2>&1 |
+      tee "$OUT/variant_${v}_bench_decode.log" ;;
   ncu-writer)
     n() { timeout 150 ncu --clock-control none --set full -k "regex:$1" --launch-skip "$2" -c 1 \
             ./build-dev/bench/bench_decode --profile --out /tmp/p.tsv >"$OUT/ncu_$3.txt" 2>&1
