@@ -1336,11 +1336,15 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     const qmla_kv_layout L = qmla_kv_layout_of(&kc->cfg);
     const long R = (long)a->s_q * a->heads;
     if (a->batch < 1 || a->s_q < 1 || a->heads < 1 || R > QMLA_DECODE_MAX_ROWS ||
-        plan->row_tiles != (int)((R + DEC_ROWS - 1) / DEC_ROWS) || plan->n_splits < 1 ||
-        plan->n_splits > COMB_MAX_SPLITS)
+        plan->row_tiles != (int)((R + DEC_ROWS - 1) / DEC_ROWS) || plan->n_splits < 1)
         return qmla_error_set(err, QMLA_EINVAL,
                               "decode: batch %d, s_q %d, heads %d do not match the plan",
                               a->batch, a->s_q, a->heads);
+    if (plan->n_splits > COMB_MAX_SPLITS)
+        return qmla_error_set(err, QMLA_EINVAL,
+                              "decode: %d partials per sequence in the plan, at most %d (sink "
+                              "+ window too large?)",
+                              plan->n_splits, COMB_MAX_SPLITS);
     if (((uintptr_t)a->q & 15u) || ((uintptr_t)kc->pool & 15u) || ((uintptr_t)ws & 15u) ||
         ((uintptr_t)kc->sink & 15u) || ((uintptr_t)kc->window & 15u) || ((uintptr_t)out & 7u))
         return qmla_error_set(err, QMLA_EINVAL, "decode: q, pool, buffers, workspace must be "
