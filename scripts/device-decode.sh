@@ -6,6 +6,7 @@
 #   bench     bench/bench_decode (full table)        quick: its --quick subset
 #   ncu       Nsight Compute summary of one launch of each kernel
 #   ncu-decode / ncu-writer: only the C4R4 decode (b 32 64K, b 8 4K) / writer
+#   ncu-short only the C4R4 decode at b 8, 4K, with its store sectors
 #   variant   test_decode_cuda and the --quick benchmark of a build with other
 #             -D flags (VARIANT / VARIANT_ARGS; default: loops unrolled by 2)
 #   pack      the logs and profiles in $OUT into logs.tgz (last step)
@@ -61,11 +62,21 @@ for step in "$@"; do
           grep -E "Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issue Slots Busy|Executed Instructions  |Local Memory Spilling Requests  |highest-utilized|way bank|issue_stalled" "$OUT/ncu_$3.txt" | head -40; }
     n decode_fast 0 decode_c4r4 --profile
     n decode_fast 0 decode_c4r4_b8_4k --profile-short ;;
+  ncu-short)
+    # only the C4R4 decode at b 8, 4K (--profile-short), with the global
+    # store sectors (L1) and the L2 write sectors: the epilogue's traffic
+    timeout 150 ncu --clock-control none --set full \
+      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,lts__t_sectors_op_write.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum" \
+      -k "regex:decode_fast" -c 1 ./build-dev/bench/bench_decode --profile-short --out /tmp/p.tsv \
+      >"$OUT/ncu_decode_c4r4_b8_4k.txt" 2>&1
+    echo "== ncu decode_c4r4_b8_4k rc=$?"
+    grep -E "Duration|DRAM Throughput|L2 Cache Throughput|Issue Slots Busy|Executed Instructions  |Warp Cycles Per Issued|sectors_op_write|global_op_st|lg_throttle|short_scoreboard|mio_throttle|drain" \
+      "$OUT/ncu_decode_c4r4_b8_4k.txt" | head -30 ;;
   variant)
     # build-time experiment (VARIANT, VARIANT_ARGS: name and nvcc -D flags;
     # default the run-19 one, QK / PV loops unrolled by 2): test_decode_cuda
     # and the --quick benchmark of that build, beside the default build's.
-    # E.g. VARIANT=vecepi VARIANT_ARGS=-DQMLA_DECODE_VEC_EPILOGUE=1
+    # E.g. VARIANT=scalarepi VARIANT_ARGS=-DQMLA_DECODE_VEC_EPILOGUE=0
     v=${VARIANT:-unroll2}
     va=${VARIANT_ARGS:--DQMLA_DECODE_QK_UNROLL=2 -DQMLA_DECODE_PV_UNROLL=2}
     echo "variant $v: $va"
