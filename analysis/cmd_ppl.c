@@ -16,7 +16,7 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: qmla ppl MODEL_DIR --text FILE[.gz] [--text FILE2 ...] -o RESULTS.h5\n"
         "                [--config LIST] [--policy LIST] [--transforms T.h5]\n"
-        "                [--tokens N] [--context T] [--threads N]\n"
+        "                [--transforms-only] [--tokens N] [--context T] [--threads N]\n"
         "\n"
         "Bits per byte and mean NLL of the checkpoint in MODEL_DIR (config.json +\n"
         "safetensors; DeepseekV2/V3 dense blocks) over each text, as the training\n"
@@ -38,6 +38,7 @@ static void usage(FILE *f)
         "                   (rtn, smoothquant, quarot) for every quantized config;\n"
         "                   fp32/bf16 get transformed rows only when --config holds\n"
         "                   no quantized config (the fusion check)\n"
+        "  --transforms-only  only the rows of the --transforms files\n"
         "  --tokens N       score the first ceil(N/T) windows (default: all)\n"
         "  --context T      window length (default 512)\n"
         "  --threads N      windows scored in parallel (default: online CPUs)\n"
@@ -112,11 +113,12 @@ int cmd_ppl(int argc, char **argv)
         {"policy", required_argument, 0, 'p'},   {"transforms", required_argument, 0, 'x'},
         {"tokens", required_argument, 0, 'n'},   {"context", required_argument, 0, 'T'},
         {"threads", required_argument, 0, 'j'},  {"output", required_argument, 0, 'o'},
-        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+        {"transforms-only", no_argument, 0, 'X'}, {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     const char *texts[16];
     size_t n_texts = 0;
     const char *configs = "bf16", *policies = "none", *out = NULL, *tfp[16];
     size_t n_tf = 0;
+    int tf_only = 0;
     long tokens = 0, context = 512, threads = cli_default_threads(), v;
     int ch;
     optind = 1;
@@ -135,6 +137,7 @@ int cmd_ppl(int argc, char **argv)
             tfp[n_tf++] = optarg;
             break;
         case 'o': out = optarg; break;
+        case 'X': tf_only = 1; break;
         case 'n':
             if (cli_parse_long(optarg, 1, 1L << 40, &v))
                 return cli_fail("ppl", "--tokens: expected a positive integer, found \"%s\"",
@@ -251,6 +254,8 @@ int cmd_ppl(int argc, char **argv)
                 const qmla_cache_spec *sp = &specs[s];
                 const int plain = sp->c_bits == QMLA_CACHE_FP32 ||
                                   sp->c_bits == QMLA_CACHE_BF16;
+                if (!v && tf_only)
+                    continue;
                 if (v) {
                     const qmla_transform_meta *tm = &tf[v - 1].meta;
                     if (plain && any_quant)

@@ -1340,6 +1340,10 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
         if (json_object_set_new(md, meta[2 * i], json_string(meta[2 * i + 1] ? meta[2 * i + 1]
                                                                              : "")))
             st = qmla_error_set(err, QMLA_ENOMEM, "safetensors metadata");
+    if (!st && md &&
+        (json_object_set_new(md, "qmla_tool_version", json_string(qmla_version())) ||
+         json_object_set_new(md, "qmla_git_commit", json_string(QMLA_GIT_COMMIT))))
+        st = qmla_error_set(err, QMLA_ENOMEM, "safetensors metadata");
     if (!st && (!md || json_object_set_new(o.hdr, "__metadata__", md)))
         st = qmla_error_set(err, QMLA_ENOMEM, "safetensors metadata");
     char nm[256];

@@ -135,7 +135,8 @@ const float *qmla_model_latent_gain(const qmla_model *m, size_t l);
 /* Write the model's weights as a float32 safetensors checkpoint
  * out_dir/model.safetensors (the checkpoint's tensor names and layout:
  * kv_b_proj reassembled from its key and value blocks) with the string pairs
- * meta[0..2*n_meta) as "__metadata__", and copy every other regular file of
+ * meta[0..2*n_meta) as "__metadata__" (plus qmla_tool_version and
+ * qmla_git_commit), and copy every other regular file of
  * src_dir (config.json, tokenizer and generation files) except safetensors
  * files and model.safetensors.index.json. Each file is written atomically.
  * out_dir is created when absent; QMLA_EINVAL when it is src_dir itself,
