@@ -18,7 +18,8 @@
 #     and its result are in experiments/accuracy/README.md;
 #   - /ppl attributes; other groups of the file kept; 1 and 2 threads agree
 #     exactly; unsupported architectures, MoE blocks, bad configs, policies
-#     and --transforms are refused with messages naming them (exit 2).
+#     and a missing --transforms file are refused with messages naming them
+#     (exit 2). --transforms itself: tests/test_fuse.sh.
 # Env (set by meson): QMLA_BIN, QMLA_SOURCE_ROOT, QMLA_PYTHON.
 source "$(dirname "$0")/cli_lib.sh"
 need_python
@@ -142,8 +143,8 @@ expect 2 "bad config" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" --config C5R4 
 contains "content bits" "bad config named"
 expect 2 "bad policy" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" --config C4R4 --policy sink4 --tokens 512 -o "$work/x.h5"
 contains "sink<S>/local<W>" "bad policy named"
-expect 2 "transforms refused" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" --transforms t.h5 --tokens 512 -o "$work/x.h5"
-contains "issue 10" "transforms refusal says why"
+expect 2 "missing transforms file" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" --transforms "$work/none.h5" --tokens 512 -o "$work/x.h5"
+contains "none.h5" "missing transforms file named"
 expect 2 "missing model" -- "$QMLA" ppl "$work/none" --text "$H/code.txt.gz" --tokens 512 -o "$work/x.h5"
 contains "config.json" "missing model names the file"
 finish test_ppl
