@@ -44,6 +44,7 @@ struct qmla_model {
     size_t n_params;
     float **owned;
     size_t n_owned, cap_owned;
+    qmla_attn_form form; /* QMLA_ATTN_AUTO by default */
 };
 
 /* ------------------------------------------------------------ JSON helpers */
@@ -601,6 +602,7 @@ struct qmla_model_ws {
     float *x, *h, *q, *qa, *q_nope, *q_rope_pre, *q_rope, *kv, *kr_pre;
     float *C, *K, *Cq, *Kq, *q_lat, *q_rope_t, *Z, *Z2, *U, *O, *Y, *g, *u;
     float *cos_, *sin_;
+    float *qc, *kc, *kc2, *vn, *vn2, *kn; /* the expanded (non-absorbed) form */
 };
 
 void qmla_model_ws_free(qmla_model_ws *w)
@@ -610,7 +612,7 @@ void qmla_model_ws_free(qmla_model_ws *w)
     float **p[] = {&w->x, &w->h, &w->q, &w->qa, &w->q_nope, &w->q_rope_pre, &w->q_rope,
                    &w->kv, &w->kr_pre, &w->C, &w->K, &w->Cq, &w->Kq, &w->q_lat,
                    &w->q_rope_t, &w->Z, &w->Z2, &w->U, &w->O, &w->Y, &w->g, &w->u,
-                   &w->cos_, &w->sin_};
+                   &w->cos_, &w->sin_, &w->qc, &w->kc, &w->kc2, &w->vn, &w->vn2, &w->kn};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         free(*p[i]);
     free(w);
@@ -634,7 +636,9 @@ int qmla_model_ws_alloc(const qmla_model *m, size_t T, qmla_model_ws **out, qmla
         {&w->q_rope_t, T * H * c->d_r}, {&w->Z, T * H * T}, {&w->Z2, T * H * T},
         {&w->U, T * H * c->d_c}, {&w->O, T * H * c->d_v}, {&w->Y, T * c->D},
         {&w->g, T * c->n_inter}, {&w->u, T * c->n_inter}, {&w->cos_, T * c->d_r / 2},
-        {&w->sin_, T * c->d_r / 2}};
+        {&w->sin_, T * c->d_r / 2}, {&w->qc, H * T * qk}, {&w->kc, H * T * qk},
+        {&w->kc2, H * T * qk}, {&w->vn, T * H * c->d_v}, {&w->vn2, T * H * c->d_v},
+        {&w->kn, T * H * c->d_n}};
     for (size_t i = 0; i < sizeof a / sizeof a[0]; i++)
         if (!(*a[i].p = calloc(a[i].n ? a[i].n : 1, sizeof(float)))) {
             qmla_model_ws_free(w);
@@ -718,6 +722,98 @@ static int write_cache(const qmla_cache_spec *cs, size_t layer, size_t T, size_t
     return QMLA_OK;
 }
 
+/* Causal row blocks of the expanded form. */
+enum { XB = 128 };
+
+/* Per-head keys and values of one cache representation X [T, d_c]:
+ * kc [H, T, d_n + d_r] = [X w_uk[h]^T | K], vn [T, H*d_v] = X w_uv^T. */
+static void expand_kv(const qmla_model_config *c, const layer_w *lw, size_t T, const float *X,
+                      const float *K, float *kn, float *kc, float *vn)
+{
+    const size_t H = c->H, dn = c->d_n, dr = c->d_r, qk = dn + dr;
+    linear(T, c->d_c, H * dn, X, lw->w_uk, kn);
+    linear(T, c->d_c, H * c->d_v, X, lw->w_uv, vn);
+    for (size_t h = 0; h < H; h++)
+        for (size_t t = 0; t < T; t++) {
+            float *dst = kc + (h * T + t) * qk;
+            memcpy(dst, kn + (t * H + h) * dn, dn * sizeof(float));
+            memcpy(dst + dn, K + t * dr, dr * sizeof(float));
+        }
+}
+
+/* Z[i][h][s] = tau q_h[i] . k_h[s] for s in the causal blocks ([T, H, T]). */
+static void expand_logits(size_t H, size_t T, size_t qk, float tau, const float *qc,
+                          const float *kc, float *Z)
+{
+    for (size_t h = 0; h < H; h++)
+        for (size_t r0 = 0; r0 < T; r0 += XB) {
+            const size_t r1 = r0 + XB < T ? r0 + XB : T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)r1,
+                        (int)qk, tau, qc + (h * T + r0) * qk, (int)qk, kc + h * T * qk,
+                        (int)qk, 0.0f, Z + (r0 * H + h) * T, (int)(H * T));
+        }
+}
+
+/* O[:, h] (+)= A[:, h] V[:, h] on the causal blocks: A [T, H, T], V and O
+ * [T, H*d_v]. */
+static void expand_aggregate(size_t H, size_t T, size_t dv, const float *A, const float *V,
+                             float beta, float *O)
+{
+    for (size_t h = 0; h < H; h++)
+        for (size_t r0 = 0; r0 < T; r0 += XB) {
+            const size_t r1 = r0 + XB < T ? r0 + XB : T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0), (int)dv,
+                        (int)r1, 1.0f, A + (r0 * H + h) * T, (int)(H * T), V + h * dv,
+                        (int)(H * dv), beta, O + r0 * H * dv + h * dv, (int)(H * dv));
+        }
+}
+
+/* Policy: key s is read from its protected value by query i when s < S or
+ * i - s < W. Z keeps the protected logits, Z2 the packed ones: Z takes Z2's
+ * value where the packed copy is read. */
+static void mix_logits(size_t H, size_t T, size_t S, size_t W, float *Z, const float *Z2)
+{
+    for (size_t i = 0; i < T; i++)
+        for (size_t h = 0; h < H; h++) {
+            float *zp = Z + (i * H + h) * T;
+            const float *zq = Z2 + (i * H + h) * T;
+            for (size_t s = 0; s <= i; s++)
+                if (!(s < S || i - s < W))
+                    zp[s] = zq[s];
+        }
+}
+
+/* Split the attention A (in Z): Z keeps the weights of protected keys, Z2
+ * receives those of packed ones. */
+static void split_attn(size_t H, size_t T, size_t S, size_t W, float *Z, float *Z2)
+{
+    for (size_t i = 0; i < T; i++)
+        for (size_t h = 0; h < H; h++) {
+            float *ap = Z + (i * H + h) * T, *aq = Z2 + (i * H + h) * T;
+            for (size_t s = 0; s < T; s++) {
+                if (s <= i && !(s < S || i - s < W)) {
+                    aq[s] = ap[s];
+                    ap[s] = 0.0f;
+                } else {
+                    aq[s] = 0.0f;
+                }
+            }
+        }
+}
+
+int qmla_model_expanded_cheaper(const qmla_model_config *c, size_t T)
+{
+    /* multiply-adds per token and head over one cache representation, causal
+     * average T/2 keys: the up-projections (expanded) cost what absorption
+     * plus w_uv cost (absorbed). A mixed policy reads two representations;
+     * the choice does not depend on the policy, so that every configuration
+     * of one model and window length runs in the same form. */
+    const double t2 = (double)T / 2.0, nv = (double)(c->d_n + c->d_v) * c->d_c;
+    return nv + t2 * (double)(c->d_n + c->d_r + c->d_v) < nv + t2 * (double)(2 * c->d_c + c->d_r);
+}
+
+void qmla_model_set_attn_form(qmla_model *m, qmla_attn_form f) { m->form = f; }
+
 static void silu_mul(size_t n, float *g, const float *u)
 {
     for (size_t i = 0; i < n; i++)
@@ -742,6 +838,8 @@ int qmla_model_forward(const qmla_model *m, const qmla_cache_spec *cs, qmla_mode
     const qmla_mla_dims dims = {H, D, dc, c->d_n, dr, c->d_v, c->tau};
     const int quant = cs->c_bits != QMLA_CACHE_FP32 && cs->c_bits != QMLA_CACHE_BF16;
     const int mixed = quant && (cs->sink > 0 || cs->window > 0);
+    const int expanded = m->form == QMLA_ATTN_EXPANDED ||
+                         (m->form == QMLA_ATTN_AUTO && qmla_model_expanded_cheaper(c, T));
     for (size_t l = 0; l < c->L; l++) {
         const layer_w *lw = &m->layers[l];
         rmsnorm(T, D, c->eps, w->x, D, lw->ln_in, w->h, D);
@@ -770,48 +868,55 @@ int qmla_model_forward(const qmla_model *m, const qmla_cache_spec *cs, qmla_mode
         int st = write_cache(cs, l, T, dc, dr, w->C, w->K, w->Cq, w->Kq, err);
         if (st)
             return st;
-        qmla_attn_absorb(&ex1, &dims, T, w->q_nope, lw->w_uk, w->q_lat);
-        qmla_attn_tokens_major(H, T, dr, w->q_rope, w->q_rope_t);
         const qmla_mla_weights mw = {lw->w_uk, lw->w_uv, lw->o_proj};
-        if (!quant) {
-            qmla_attn_from_queries(&ex1, &dims, T, &mw, w->q_lat, w->q_rope_t, w->C, w->K,
-                                   w->Z, w->Z, w->U, w->O, w->Y);
-        } else if (!mixed) {
-            qmla_attn_from_queries(&ex1, &dims, T, &mw, w->q_lat, w->q_rope_t, w->Cq, w->Kq,
-                                   w->Z, w->Z, w->U, w->O, w->Y);
+        const float tau = (float)c->tau;
+        const size_t S = (size_t)cs->sink, W = (size_t)cs->window;
+        /* the representation attention reads (unless mixed) */
+        const float *Cr = quant ? w->Cq : w->C, *Kr = quant ? w->Kq : w->K;
+        if (expanded) {
+            const size_t dn = c->d_n, dv = c->d_v;
+            for (size_t h = 0; h < H; h++)
+                for (size_t t = 0; t < T; t++) {
+                    float *dst = w->qc + (h * T + t) * qk;
+                    memcpy(dst, w->q_nope + (h * T + t) * dn, dn * sizeof(float));
+                    memcpy(dst + dn, w->q_rope + (h * T + t) * dr, dr * sizeof(float));
+                }
+            expand_kv(c, lw, T, mixed ? w->C : Cr, mixed ? w->K : Kr, w->kn, w->kc, w->vn);
+            expand_logits(H, T, qk, tau, w->qc, w->kc, w->Z);
+            if (mixed) {
+                expand_kv(c, lw, T, w->Cq, w->Kq, w->kn, w->kc2, w->vn2);
+                expand_logits(H, T, qk, tau, w->qc, w->kc2, w->Z2);
+                mix_logits(H, T, S, W, w->Z, w->Z2);
+                qmla_attn_softmax(&ex1, H, T, w->Z, w->Z);
+                split_attn(H, T, S, W, w->Z, w->Z2);
+                expand_aggregate(H, T, dv, w->Z, w->vn, 0.0f, w->O);
+                expand_aggregate(H, T, dv, w->Z2, w->vn2, 1.0f, w->O);
+            } else {
+                qmla_attn_softmax(&ex1, H, T, w->Z, w->Z);
+                expand_aggregate(H, T, dv, w->Z, w->vn, 0.0f, w->O);
+            }
+            linear(T, H * dv, D, w->O, lw->o_proj, w->Y);
         } else {
-            /* Z from the protected values where key s is protected for query
-             * i (s < S or i - s < W), from the packed copies elsewhere. */
-            const float tau = (float)c->tau;
-            qmla_attn_logits_acc(&ex1, H, T, dc, tau, w->q_lat, w->C, 0.0f, w->Z);
-            qmla_attn_logits_acc(&ex1, H, T, dr, tau, w->q_rope_t, w->K, 1.0f, w->Z);
-            qmla_attn_logits_acc(&ex1, H, T, dc, tau, w->q_lat, w->Cq, 0.0f, w->Z2);
-            qmla_attn_logits_acc(&ex1, H, T, dr, tau, w->q_rope_t, w->Kq, 1.0f, w->Z2);
-            const size_t S = (size_t)cs->sink, W = (size_t)cs->window;
-            for (size_t i = 0; i < T; i++)
-                for (size_t h = 0; h < H; h++) {
-                    float *zp = w->Z + (i * H + h) * T, *zq = w->Z2 + (i * H + h) * T;
-                    for (size_t s = 0; s <= i; s++)
-                        if (!(s < S || i - s < W))
-                            zp[s] = zq[s];
-                }
-            qmla_attn_softmax(&ex1, H, T, w->Z, w->Z);
-            /* split A: Z keeps the protected weights, Z2 the packed ones */
-            for (size_t i = 0; i < T; i++)
-                for (size_t h = 0; h < H; h++) {
-                    float *ap = w->Z + (i * H + h) * T, *aq = w->Z2 + (i * H + h) * T;
-                    for (size_t s = 0; s < T; s++) {
-                        if (s <= i && !(s < S || i - s < W)) {
-                            aq[s] = ap[s];
-                            ap[s] = 0.0f;
-                        } else {
-                            aq[s] = 0.0f;
-                        }
-                    }
-                }
-            qmla_attn_aggregate(&ex1, H, T, dc, w->Z, w->C, 0.0f, w->U);
-            qmla_attn_aggregate(&ex1, H, T, dc, w->Z2, w->Cq, 1.0f, w->U);
-            qmla_attn_project(&ex1, &dims, T, 1, &mw, w->U, w->O, w->Y);
+            qmla_attn_absorb(&ex1, &dims, T, w->q_nope, lw->w_uk, w->q_lat);
+            qmla_attn_tokens_major(H, T, dr, w->q_rope, w->q_rope_t);
+            if (!mixed) {
+                qmla_attn_from_queries(&ex1, &dims, T, &mw, w->q_lat, w->q_rope_t, Cr, Kr,
+                                       w->Z, w->Z, w->U, w->O, w->Y);
+            } else {
+                /* Z from the protected values where key s is protected for
+                 * query i (s < S or i - s < W), from the packed copies
+                 * elsewhere; one softmax; A split by representation. */
+                qmla_attn_logits_acc(&ex1, H, T, dc, tau, w->q_lat, w->C, 0.0f, w->Z);
+                qmla_attn_logits_acc(&ex1, H, T, dr, tau, w->q_rope_t, w->K, 1.0f, w->Z);
+                qmla_attn_logits_acc(&ex1, H, T, dc, tau, w->q_lat, w->Cq, 0.0f, w->Z2);
+                qmla_attn_logits_acc(&ex1, H, T, dr, tau, w->q_rope_t, w->Kq, 1.0f, w->Z2);
+                mix_logits(H, T, S, W, w->Z, w->Z2);
+                qmla_attn_softmax(&ex1, H, T, w->Z, w->Z);
+                split_attn(H, T, S, W, w->Z, w->Z2);
+                qmla_attn_aggregate(&ex1, H, T, dc, w->Z, w->C, 0.0f, w->U);
+                qmla_attn_aggregate(&ex1, H, T, dc, w->Z2, w->Cq, 1.0f, w->U);
+                qmla_attn_project(&ex1, &dims, T, 1, &mw, w->U, w->O, w->Y);
+            }
         }
         for (size_t i = 0; i < T * D; i++)
             w->x[i] += w->Y[i];

@@ -175,6 +175,25 @@ typedef struct qmla_cache_spec {
 int qmla_cache_spec_parse(const char *config, const char *policy, qmla_cache_spec *s,
                           qmla_error *err);
 
+/* How attention is computed over a window (prefill): the absorbed form of
+ * docs/math.md §1 through lib/attention.c (queries absorbed into the latent
+ * space, logits and aggregation over d_c channels), or the expanded form
+ * (the latent cache up-projected by kv_b_proj into per-head keys [T, d_n]
+ * and values [T, d_v], logits over d_n + d_r channels), both from the same
+ * cache as written, causal in row blocks, through sgemm. AUTO (the default)
+ * picks the one with fewer multiply-adds (qmla_model_expanded_cheaper): the
+ * expanded form when d_n + d_v is well below 2 d_c, as on tiny-mla (64 + 64
+ * vs 512). The two agree to float rounding (tests/test_model.c). */
+typedef enum qmla_attn_form {
+    QMLA_ATTN_AUTO = 0,
+    QMLA_ATTN_ABSORBED = 1,
+    QMLA_ATTN_EXPANDED = 2
+} qmla_attn_form;
+void qmla_model_set_attn_form(qmla_model *m, qmla_attn_form f);
+/* 1 when the expanded form costs fewer multiply-adds for a window of T
+ * tokens (per cache representation read; the same choice for every policy). */
+int qmla_model_expanded_cheaper(const qmla_model_config *c, size_t T);
+
 /* Work buffers of one sequence of up to T_max tokens. */
 typedef struct qmla_model_ws qmla_model_ws;
 int qmla_model_ws_alloc(const qmla_model *m, size_t T_max, qmla_model_ws **ws,
