@@ -7,6 +7,8 @@
 # windows of 512 bytes of each text (the training run's protocol; WINDOWS=0:
 # the whole text).
 #   bash experiments/accuracy/run_table.sh [BUILD_DIR=build] [WINDOWS=100] [THREADS=2]
+# (env: QMLA the binary, default BUILD_DIR/analysis/qmla; OUT the output
+# folder, default experiments/accuracy; TF the transforms folder)
 # The transforms are calibrated / learned on both cells of the default capture
 # data/tiny-mla-default.h5 (prose-s0, code-s0: 160 tokens each, from the
 # training text, not from data/heldout) into $TF (default
@@ -22,7 +24,7 @@
 set -eu
 cd "$(dirname "$0")/../.."
 B=${1:-build} N=${2:-100} J=${3:-2}
-Q="$B/analysis/qmla"
+Q=${QMLA:-$B/analysis/qmla}
 TF=${TF:-/tmp/qmla-accuracy-transforms}
 CAP=data/tiny-mla-default.h5
 CELLS=prose-s0,code-s0
@@ -39,7 +41,7 @@ for cfg in C4R4 C2R4; do
 done
 tok=()
 [ "$N" != 0 ] && tok=(--tokens $((N * 512)))
-out=experiments/accuracy
+out=${OUT:-experiments/accuracy}
 texts=(--text data/heldout/prose.txt.gz --text data/heldout/code.txt.gz)
 {
   echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD) windows ${N} threads $J transforms $TF"
