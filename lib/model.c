@@ -1056,6 +1056,96 @@ out:
     return st;
 }
 
+/* /ppl_table: the rows as a table (qmla/table.h: one 1-D dataset per
+ * column) for qmla export and qmla figures; delta_bits_per_byte is against
+ * the bf16 row (method none) of the same text, NaN when there is none. */
+static int ppl_table(hid_t f, const char *path, const qmla_ppl_row *rows, size_t n,
+                     qmla_error *err)
+{
+    int st = QMLA_OK;
+    hid_t g = -1;
+    const char **str[5];
+    for (int k = 0; k < 5; k++)
+        str[k] = calloc(n, sizeof(char *));
+    long long *ti = calloc(n, sizeof *ti), *ctx = calloc(n, sizeof *ctx),
+              *tok = calloc(n, sizeof *tok);
+    double *bpb = calloc(n, sizeof *bpb), *nll = calloc(n, sizeof *nll),
+           *dl = calloc(n, sizeof *dl);
+    if (!str[0] || !str[1] || !str[2] || !str[3] || !str[4] || !ti || !ctx || !tok || !bpb ||
+        !nll || !dl) {
+        st = qmla_error_set(err, QMLA_ENOMEM, "%s: ppl_table", path);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const qmla_ppl_row *r = &rows[i];
+        str[0][i] = r->text;
+        str[1][i] = r->config;
+        str[2][i] = r->method;
+        str[3][i] = r->policy;
+        str[4][i] = r->transforms ? r->transforms : "";
+        /* text index: order of first appearance */
+        ti[i] = 0;
+        for (size_t j = 0, k = 0; j < n; j++) {
+            int first = 1;
+            for (size_t q = 0; q < j && first; q++)
+                first = strcmp(rows[q].text, rows[j].text) != 0;
+            if (!first)
+                continue;
+            if (!strcmp(rows[j].text, r->text)) {
+                ti[i] = (long long)k;
+                break;
+            }
+            k++;
+        }
+        ctx[i] = (long long)r->context;
+        tok[i] = (long long)r->r.tokens;
+        bpb[i] = r->r.bits_per_byte;
+        nll[i] = r->r.nll_nats_per_token;
+        dl[i] = NAN;
+        for (size_t j = 0; j < n; j++)
+            if (!strcmp(rows[j].text, r->text) && !strcmp(rows[j].config, "bf16") &&
+                !strcmp(rows[j].method, "none"))
+                dl[i] = r->r.bits_per_byte - rows[j].r.bits_per_byte;
+    }
+    if (H5Lexists(f, "ppl_table", H5P_DEFAULT) > 0)
+        H5TRY(H5Ldelete(f, "ppl_table", H5P_DEFAULT), "ppl_table");
+    H5TRY(g = H5Gcreate2(f, "ppl_table", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "ppl_table");
+    H5TRY(qmla_h5_dset_strs(g, "text", n, str[0], "text file as given"), "ppl_table/text");
+    H5TRY(qmla_h5_dset_1d(g, "text_index", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, ti,
+                          "index of the text in the order given", ""), "ppl_table/text_index");
+    H5TRY(qmla_h5_dset_strs(g, "config", n, str[1], "cache configuration"), "ppl_table/config");
+    H5TRY(qmla_h5_dset_strs(g, "method", n, str[2], "none, RTN, or the transforms' method"),
+          "ppl_table/method");
+    H5TRY(qmla_h5_dset_strs(g, "policy", n, str[3], "none or sink<S>/local<W>"),
+          "ppl_table/policy");
+    H5TRY(qmla_h5_dset_strs(g, "transforms", n, str[4], "transforms file folded in"),
+          "ppl_table/transforms");
+    H5TRY(qmla_h5_dset_1d(g, "context", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, ctx,
+                          "window length", "tokens"), "ppl_table/context");
+    H5TRY(qmla_h5_dset_1d(g, "tokens", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, tok,
+                          "targets scored", "tokens"), "ppl_table/tokens");
+    H5TRY(qmla_h5_dset_1d(g, "bits_per_byte", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, bpb,
+                          "mean NLL / ln 2 (one token per byte)", "bit/byte"),
+          "ppl_table/bits_per_byte");
+    H5TRY(qmla_h5_dset_1d(g, "nll_nats_per_token", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, nll,
+                          "mean NLL", "nat/token"), "ppl_table/nll_nats_per_token");
+    H5TRY(qmla_h5_dset_1d(g, "delta_bits_per_byte", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, dl,
+                          "bits_per_byte minus the bf16 row's of the same text", "bit/byte"),
+          "ppl_table/delta_bits_per_byte");
+out:
+    if (g >= 0)
+        H5Gclose(g);
+    for (int k = 0; k < 5; k++)
+        free(str[k]);
+    free(ti);
+    free(ctx);
+    free(tok);
+    free(bpb);
+    free(nll);
+    free(dl);
+    return st;
+}
+
 int qmla_ppl_save(const char *path, const char *model_dir, const char *command_line,
                   const qmla_ppl_row *rows, size_t n, qmla_error *err)
 {
@@ -1096,6 +1186,8 @@ int qmla_ppl_save(const char *path, const char *model_dir, const char *command_l
     }
     H5Gclose(g);
     g = -1;
+    if ((st = ppl_table(f, path, rows, n, err)))
+        goto out;
     st = qmla_h5_save_image(f, path, err);
     f = -1;
 out:

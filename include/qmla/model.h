@@ -237,7 +237,11 @@ typedef struct qmla_ppl_row {
  * nll_nats_per_token, tokens, config, method, policy, text, context of row 0
  * on /ppl itself, every row as /ppl/row_NNN with the same attributes (and
  * transforms, the file folded in or ""), and model_dir, command_line, rows,
- * tool_version, git_commit on /ppl. QMLA_EIO naming the file. */
+ * tool_version, git_commit on /ppl; and the same rows as the table
+ * /ppl_table (qmla/table.h: columns text, text_index, config, method, policy,
+ * transforms, context, tokens, bits_per_byte, nll_nats_per_token,
+ * delta_bits_per_byte against the same text's bf16 row) for qmla export and
+ * qmla figures. QMLA_EIO naming the file. */
 int qmla_ppl_save(const char *path, const char *model_dir, const char *command_line,
                   const qmla_ppl_row *rows, size_t n, qmla_error *err);
 
