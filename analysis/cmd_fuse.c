@@ -12,9 +12,11 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: qmla fuse MODEL_DIR --transforms T.h5 -o FUSED_DIR\n"
+        "usage: qmla fuse MODEL_DIR --transforms T.h5 -o FUSED_DIR [--dtype f32|f16|bf16]\n"
         "\n"
-        "Write FUSED_DIR/model.safetensors (float32) with the transforms of T.h5\n"
+        "Write FUSED_DIR/model.safetensors (float32, or --dtype f16 / bf16: the\n"
+        "folded weights rounded, so the function moves by that rounding) with\n"
+        "the transforms of T.h5\n"
         "(qmla learn; docs/transforms-format.md) folded into the weights, and\n"
         "copy MODEL_DIR's other files (config.json, tokenizer, generation\n"
         "config). Per layer (docs/math.md section 7, checkpoint layout):\n"
@@ -32,7 +34,8 @@ static void usage(FILE *f)
         "for another model (content/gamma differs from kv_a_layernorm: then\n"
         "diag(gain/gamma) R acts before the norm, which is not orthogonal), a\n"
         "non-orthogonal R, another RoPE pairing, dimensions or layers.\n"
-        "FUSED_DIR is created; it may not be MODEL_DIR or hold a shard index.\n"
+        "FUSED_DIR is created (its parent must exist); it may not be MODEL_DIR or\n"
+        "hold a shard index.\n"
         "The provenance (source, transforms file, method, command, tool version,\n"
         "commit) is in the safetensors __metadata__.\n"
         "\n"
@@ -45,15 +48,27 @@ int cmd_fuse(int argc, char **argv)
 {
     static const struct option lo[] = {{"transforms", required_argument, 0, 'x'},
                                        {"output", required_argument, 0, 'o'},
+                                       {"dtype", required_argument, 0, 'd'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
-    const char *tfp = NULL, *out = NULL;
+    const char *tfp = NULL, *out = NULL, *dtype = "F32";
     int ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
         switch (ch) {
         case 'x': tfp = optarg; break;
         case 'o': out = optarg; break;
+        case 'd':
+            if (!strcmp(optarg, "f32"))
+                dtype = "F32";
+            else if (!strcmp(optarg, "f16"))
+                dtype = "F16";
+            else if (!strcmp(optarg, "bf16"))
+                dtype = "BF16";
+            else
+                return cli_fail("fuse", "--dtype: expected f32, f16 or bf16, found \"%s\"",
+                                optarg);
+            break;
         case 'h': usage(stdout); return QMLA_EXIT_OK;
         default: usage(stderr); return QMLA_EXIT_USAGE;
         }
@@ -90,12 +105,12 @@ int cmd_fuse(int argc, char **argv)
                           "qmla_transform_settings", tf.meta.settings,
                           "qmla_layers_fused", layers,
                           "qmla_command", cli_command_line()};
-    if (qmla_model_save(m, dir, out, meta, sizeof meta / sizeof meta[0] / 2, &err)) {
+    if (qmla_model_save(m, dir, out, dtype, meta, sizeof meta / sizeof meta[0] / 2, &err)) {
         rc = cli_lib_error("fuse", &err);
         goto done;
     }
     printf("wrote %s/model.safetensors: %s transforms of %zu layers from %s folded into %s "
-           "(float32)\n", out, qmla_tmethod_name(tf.meta.method), tf.n, tfp, dir);
+           "(%s)\n", out, qmla_tmethod_name(tf.meta.method), tf.n, tfp, dir, dtype);
 done:
     qmla_model_free(m);
     qmla_transform_file_free(&tf);

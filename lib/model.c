@@ -1434,11 +1434,34 @@ typedef struct st_out {
     const void **bufs;
     size_t *lens;
     size_t n, cap, off;
+    const char *dtype;  /* "F32", "F16", "BF16" */
+    uint16_t **conv;    /* converted tensors (F16/BF16), owned */
+    size_t n_conv;
 } st_out;
 
 static int st_add(st_out *o, const char *name, const float *x, size_t r, size_t c,
                   qmla_error *err)
 {
+    const size_t ne = r * (c ? c : 1);
+    const int half = strcmp(o->dtype, "F32") != 0;
+    uint16_t *h = NULL;
+    if (half) {
+        uint16_t **cv = realloc(o->conv, (o->n_conv + 1) * sizeof *cv);
+        if (!cv)
+            return qmla_error_set(err, QMLA_ENOMEM, "safetensors table");
+        o->conv = cv;
+        if (!(h = malloc((ne ? ne : 1) * sizeof *h)))
+            return qmla_error_set(err, QMLA_ENOMEM, "tensor %s", name);
+        o->conv[o->n_conv++] = h;
+        for (size_t i = 0; i < ne; i++) {
+            int ovf = 0;
+            h[i] = o->dtype[0] == 'B' ? qmla_core_f32_to_bf16(x[i]) : qmla_f32_to_f16(x[i], &ovf);
+            if (ovf)
+                return qmla_error_set(err, QMLA_ERANGE, "tensor %s: element %zu = %g does not "
+                                      "fit float16: write float32 or bfloat16", name, i,
+                                      (double)x[i]);
+        }
+    }
     if (o->n + 1 >= o->cap) {
         size_t nc = o->cap ? 2 * o->cap : 64;
         const void **b = realloc(o->bufs, nc * sizeof *b);
@@ -1451,15 +1474,15 @@ static int st_add(st_out *o, const char *name, const float *x, size_t r, size_t 
             return qmla_error_set(err, QMLA_ENOMEM, "safetensors table");
         o->cap = nc;
     }
-    const size_t bytes = r * (c ? c : 1) * sizeof(float);
+    const size_t bytes = ne * (half ? 2 : 4);
     json_t *shape = c ? json_pack("[II]", (json_int_t)r, (json_int_t)c)
                       : json_pack("[I]", (json_int_t)r);
-    json_t *e = json_pack("{s:s, s:o, s:[II]}", "dtype", "F32", "shape", shape,
+    json_t *e = json_pack("{s:s, s:o, s:[II]}", "dtype", o->dtype, "shape", shape,
                           "data_offsets", (json_int_t)o->off, (json_int_t)(o->off + bytes));
     if (!e || json_object_set_new(o->hdr, name, e))
         return qmla_error_set(err, QMLA_ENOMEM, "safetensors header: %s", name);
     /* slot 0 is the header; tensors follow in the order added */
-    o->bufs[1 + o->n] = x;
+    o->bufs[1 + o->n] = half ? (const void *)h : (const void *)x;
     o->lens[1 + o->n] = bytes;
     o->n++;
     o->off += bytes;
@@ -1509,8 +1532,14 @@ static int ends_with(const char *s, const char *suf)
 }
 
 int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_dir,
-                    const char *const *meta, size_t n_meta, qmla_error *err)
+                    const char *dtype, const char *const *meta, size_t n_meta,
+                    qmla_error *err)
 {
+    if (!dtype)
+        dtype = "F32";
+    if (strcmp(dtype, "F32") && strcmp(dtype, "F16") && strcmp(dtype, "BF16"))
+        return qmla_error_set(err, QMLA_EINVAL, "checkpoint dtype \"%s\": expected F32, F16 "
+                              "or BF16", dtype);
     const qmla_model_config *c = &m->c;
     char path[4096], rs[PATH_MAX], ro[PATH_MAX];
     if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
@@ -1527,6 +1556,7 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
     const size_t H = c->H, D = c->D, qk = c->d_n + c->d_r, dc = c->d_c;
     const size_t kvb_rows = H * (c->d_n + c->d_v);
     st_out o = {0};
+    o.dtype = dtype;
     float **kvb = calloc(c->L, sizeof *kvb);
     int st = QMLA_OK;
     o.hdr = json_object();
@@ -1644,6 +1674,9 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
         for (size_t l = 0; l < c->L; l++)
             free(kvb[l]);
     free(kvb);
+    for (size_t i = 0; i < o.n_conv; i++)
+        free(o.conv[i]);
+    free(o.conv);
     free(o.bufs);
     free(o.lens);
     json_decref(o.hdr);

@@ -276,7 +276,7 @@ int main(void)
     char out[] = "/tmp/qmla-test-fuse-XXXXXX";
     CHECK(mkdtemp(out) != NULL, "mkdtemp");
     const char *meta[] = {"qmla_test", "1"};
-    CHECK_OK(qmla_model_save(m1, dir, out, meta, 1, &err), err);
+    CHECK_OK(qmla_model_save(m1, dir, out, NULL, meta, 1, &err), err);
     qmla_model *m2 = NULL;
     CHECK_OK(qmla_model_load(out, &m2, &err), err);
     if (m2) {
@@ -288,7 +288,7 @@ int main(void)
     char p[4200];
     snprintf(p, sizeof p, "%s/config.json", out);
     CHECK(access(p, R_OK) == 0, "config.json copied");
-    CHECK(qmla_model_save(m1, dir, dir, meta, 1, &err) == QMLA_EINVAL &&
+    CHECK(qmla_model_save(m1, dir, dir, NULL, meta, 1, &err) == QMLA_EINVAL &&
           strstr(err.msg, "own folder"), "own folder: %s", err.msg);
     const char *rm[] = {"model.safetensors", "config.json", "generation_config.json",
                         "qmla_tokenizer.json"};

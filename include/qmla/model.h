@@ -132,8 +132,10 @@ int qmla_model_apply_transforms(qmla_model *m, const qmla_transform *t,
 /* The model's kv_a_layernorm weight of layer l ([d_c], a view). */
 const float *qmla_model_latent_gain(const qmla_model *m, size_t l);
 
-/* Write the model's weights as a float32 safetensors checkpoint
- * out_dir/model.safetensors (the checkpoint's tensor names and layout:
+/* Write the model's weights as a safetensors checkpoint
+ * out_dir/model.safetensors in dtype "F32" (NULL: F32), "F16" (QMLA_ERANGE
+ * naming the tensor for a value beyond float16) or "BF16" (round to
+ * nearest even), in the checkpoint's tensor names and layout (
  * kv_b_proj reassembled from its key and value blocks) with the string pairs
  * meta[0..2*n_meta) as "__metadata__" (plus qmla_tool_version and
  * qmla_git_commit), and copy every other regular file of
@@ -143,7 +145,8 @@ const float *qmla_model_latent_gain(const qmla_model *m, size_t l);
  * or when it holds a model.safetensors.index.json (a stale shard index would
  * take precedence over the new file); QMLA_EIO naming the file otherwise. */
 int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_dir,
-                    const char *const *meta, size_t n_meta, qmla_error *err);
+                    const char *dtype, const char *const *meta, size_t n_meta,
+                    qmla_error *err);
 
 /* An online cache hook that applies the transforms on the fly through the
  * transforms module (qmla_transform_content_apply / qmla_transform_rope_apply):
