@@ -10,8 +10,9 @@
 # (env: QMLA the binary, default BUILD_DIR/analysis/qmla; OUT the output
 # folder, default experiments/accuracy; TF the transforms folder)
 # The transforms are calibrated / learned on both cells of the default capture
-# data/tiny-mla-default.h5 (prose-s0, code-s0: 160 tokens each, from the
-# training text, not from data/heldout) into $TF (default
+# data/tiny-mla-default.h5 (prose-s0, code-s0: 160 byte tokens each from
+# data/heldout at offset 1,770,880 = window 3,458 of 512, far from the first
+# WINDOWS windows scored here) into $TF (default
 # /tmp/qmla-accuracy-transforms; 3 MB per file, so not committed) when absent:
 #   qmla learn data/tiny-mla-default.h5 -o $TF/{rtn,smoothquant,quarot}.h5 \
 #       --method M --train-cells prose-s0,code-s0
