@@ -42,7 +42,9 @@ static void usage(FILE *f)
         "  --tokens N       score the first ceil(N/T) windows (default: all)\n"
         "  --context T      window length (default 512)\n"
         "  --threads N      windows scored in parallel (default: online CPUs)\n"
-        "  -o FILE          results file; group /ppl is replaced, others kept\n"
+        "  -o FILE          results file; groups /ppl and /ppl_table (the rows as\n"
+        "                   a table, for qmla export / figures) are replaced,\n"
+        "                   others kept\n"
         "\n"
         "example: qmla ppl models/tiny-mla --text data/heldout/prose.txt.gz \\\n"
         "           --config bf16,C4R4 --policy none,sink4/local128 --tokens 20480 -o ppl.h5\n");
