@@ -44,6 +44,7 @@ int cmd_jvp(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
 int cmd_intervene(int argc, char **argv);
 int cmd_ppl(int argc, char **argv);
+int cmd_fuse(int argc, char **argv);
 int cmd_learn(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 /* Shared body of `qmla jvp` (pred 0) and `qmla predict` (pred 1). */
