@@ -42,6 +42,7 @@ static void usage(FILE *f)
             "  predict token sensitivities and the operator-error predictors -> /predict\n"
             "  intervene  equal-energy interventions and joint-path perturbation\n"
             "  ppl     bits/byte of an MLA checkpoint with quantized caches -> /ppl\n"
+            "  capture a capture file from the native engine (same windows as the Python tool)\n"
             "  learn      per-layer cache transforms: RTN, SmoothQuant†, QuaRot† (docs/transforms-format.md)\n"
             "  eval       output NMSE of transforms at C4R4/C2R4, with the RoPE bound (/eval)\n"
             "\n"
@@ -73,7 +74,7 @@ static const struct {
     {"figures", cmd_figures}, {"jvp", cmd_jvp},         {"predict", cmd_predict},
     {"intervene", cmd_intervene}, {"merge", cmd_merge},
     {"serve-sim", cmd_serve_sim}, {"ppl", cmd_ppl},
-    {"learn", cmd_learn},     {"eval", cmd_eval},
+    {"learn", cmd_learn},     {"eval", cmd_eval},       {"capture", cmd_capture},
 };
 
 static int (*find_command(const char *name))(int, char **)
