@@ -213,8 +213,12 @@ int cmd_capture(int argc, char **argv)
                 if (!strcmp(names[i], list[k]))
                     ci = i;
             if (ci == n_corpora) {
+                if (colon)
+                    *colon = ':';
+                char nm[128];
+                snprintf(nm, sizeof nm, "%.*s", (int)(colon ? colon - list[k] : 127), list[k]);
                 rc = cli_fail("capture", "--cells %s: no --corpus %s=FILE given",
-                              cli_esc(list[k], e1, sizeof e1), cli_esc(list[k], e2, sizeof e2));
+                              cli_esc(list[k], e1, sizeof e1), cli_esc(nm, e2, sizeof e2));
                 goto done;
             }
             v = 0;
