@@ -20,7 +20,8 @@
 #   - refused, exit 2, message naming the cause, no output file left: a corpus
 #     too short for the windows, a missing corpus file, invalid UTF-8, a bad
 #     model directory, an unwritable output, an existing output without
-#     --force, --cells naming no corpus, a layer beyond the model.
+#     --force, --cells naming no corpus, a layer beyond the model; SIGINT
+#     exits 130 and writes nothing.
 # Env (set by meson): QMLA_BIN, QMLA_SOURCE_ROOT, QMLA_PYTHON.
 source "$(dirname "$0")/cli_lib.sh"
 M=$ROOT/models/tiny-mla
@@ -111,4 +112,15 @@ expect 2 "layer beyond the model" -- "$QMLA" capture "$M" --corpus prose=$P --se
   --layers 6 -o "$work/x.h5"
 containsF "found 6" "layer named"
 if [ -e "$work/x.h5" ] || ls "$work"/x.h5.tmp* >/dev/null 2>&1; then bad "a refused run left an output"; else ok; fi
+# SIGINT: exit 130, nothing written (the file is built in memory)
+"$QMLA" capture "$M" --corpus prose=$P --seeds 0,1,2 --seqs 8 --tokens 512 --threads 1 \
+  -o "$work/int.h5" > "$work/out" 2>&1 &
+cpid=$!
+sleep 2
+kill -INT $cpid
+wait $cpid
+rc=$?
+if [ $rc = 130 ]; then ok; else bad "SIGINT: exit $rc, expected 130"; fi
+containsF "interrupted (SIGINT); nothing written" "interruption reported"
+if ls "$work"/int.h5* >/dev/null 2>&1; then bad "an interrupted run left a file"; else ok; fi
 finish test_capture_cli
