@@ -161,6 +161,7 @@ int cmd_capture(int argc, char **argv)
     if (!n_corpora)
         return cli_fail("capture", "no --corpus NAME=FILE given");
     const char *dir = argv[optind];
+    cli_signals_install(); /* before any work: SIGINT always reports, writes nothing */
 
     int rc = QMLA_EXIT_OK;
     qmla_error err;
@@ -306,7 +307,6 @@ int cmd_capture(int argc, char **argv)
         corp[i].bytes = bufs[i];
         corp[i].n = nb;
     }
-    cli_signals_install();
     double t0 = cli_now();
     if (qmla_model_load(dir, &m, &err)) {
         rc = cli_lib_error("capture", &err);
