@@ -45,6 +45,23 @@ static double maxabs(const float *x, size_t n)
     return m;
 }
 
+/* "WHAT overflows float32 (max M) at token i, head h" for the first
+ * non-finite entry of a [T, H, width] array (H 0: [T, width], a channel). */
+static int stage_bad(const float *x, size_t T, size_t H, size_t width, const char *what,
+                     char *out, size_t len)
+{
+    const size_t n = T * (H ? H : 1) * width, at = first_bad(x, n);
+    if (at >= n)
+        return 0;
+    if (H)
+        snprintf(out, len, "%s overflows float32 (max %.4g) at token %zu, head %zu", what,
+                 (double)FLT_MAX, at / (H * width), at / width % H);
+    else
+        snprintf(out, len, "%s overflows float32 (max %.4g) at token %zu, output channel %zu",
+                 what, (double)FLT_MAX, at / width, at % width);
+    return 1;
+}
+
 void check_diag_nonfinite(size_t H, size_t T, size_t d_c, size_t d_r,
                           size_t d_v, size_t D, double tau, const float *q_lat,
                           const float *q_rope_t, const float *A, const float *U,
@@ -53,13 +70,8 @@ void check_diag_nonfinite(size_t H, size_t T, size_t d_c, size_t d_r,
 {
     const double fmax32 = (double)FLT_MAX;
     size_t at;
-    if ((at = first_bad(q_lat, T * H * d_c)) < T * H * d_c) {
-        snprintf(out, len,
-                 "the absorbed query q_nope·w_uk overflows float32 (max %.4g) "
-                 "at token %zu, head %zu",
-                 fmax32, at / (H * d_c), at / d_c % H);
+    if (stage_bad(q_lat, T, H, d_c, "the absorbed query q_nope·w_uk", out, len))
         return;
-    }
     if ((at = first_bad(A, T * H * T)) < T * H * T) {
         const size_t i = at / (H * T), h = at / T % H;
         const float *qc = q_lat + (i * H + h) * d_c, *qr = q_rope_t + (i * H + h) * d_r;
@@ -101,26 +113,9 @@ void check_diag_nonfinite(size_t H, size_t T, size_t d_c, size_t d_r,
                  fmax32, i, h, worst, what, wc, wr, tau, z, maxabs(qr, d_r));
         return;
     }
-    if ((at = first_bad(U, T * H * d_c)) < T * H * d_c) {
-        snprintf(out, len,
-                 "the aggregation attention·c_kv overflows float32 (max %.4g) "
-                 "at token %zu, head %zu",
-                 fmax32, at / (H * d_c), at / d_c % H);
+    if (stage_bad(U, T, H, d_c, "the aggregation attention·c_kv", out, len) ||
+        stage_bad(O, T, H, d_v, "the value projection U·w_uv", out, len) ||
+        stage_bad(Y, T, 0, D, "the output projection O·w_o", out, len))
         return;
-    }
-    if ((at = first_bad(O, T * H * d_v)) < T * H * d_v) {
-        snprintf(out, len,
-                 "the value projection U·w_uv overflows float32 (max %.4g) at "
-                 "token %zu, head %zu",
-                 fmax32, at / (H * d_v), at / d_v % H);
-        return;
-    }
-    if ((at = first_bad(Y, T * D)) < T * D) {
-        snprintf(out, len,
-                 "the output projection O·w_o overflows float32 (max %.4g) at "
-                 "token %zu, output channel %zu",
-                 fmax32, at / D, at % D);
-        return;
-    }
     snprintf(out, len, "the comparison with attn_out is not a finite number");
 }

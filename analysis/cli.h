@@ -45,6 +45,7 @@ int cmd_jvp(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
 int cmd_intervene(int argc, char **argv);
 int cmd_ppl(int argc, char **argv);
+int cmd_fuse(int argc, char **argv);
 int cmd_learn(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_capture(int argc, char **argv);
@@ -68,6 +69,30 @@ int cli_split_list(const char *s, char ***out, size_t *n, char **buf);
 /* Strict numeric parsing; -1 on error. */
 int cli_parse_long(const char *s, long lo, long hi, long *v);
 int cli_parse_double(const char *s, double *v);
+
+/* Options several subcommands share (--bits, --group, --nmse, --meta,
+ * --threads): parse ARG into *out, or print "qmla CMD: --opt: expected ...,
+ * found ..." and return QMLA_EXIT_USAGE. */
+int cli_opt_bits(const char *cmd, const char *arg, int *bits);
+int cli_opt_group(const char *cmd, const char *arg, int *group);
+int cli_opt_nmse(const char *cmd, const char *arg, double *nmse);
+int cli_opt_meta(const char *cmd, const char *arg, qmla_meta *meta);
+int cli_opt_threads(const char *cmd, const char *arg, int *threads);
+
+/* --layers L and --cells A,B (the cells option's name in messages:
+ * cells_opt, NULL for "--cells") as a sweep selection; the arrays are owned
+ * here. Returns 0, or QMLA_EXIT_USAGE after a message (nothing to free). */
+typedef struct cli_selection {
+    qmla_sweep_selection sel;
+    int *layers;
+    size_t n_layers;
+    char **cells;
+    size_t n_cells;
+    char *cellbuf;
+} cli_selection;
+int cli_selection_parse(const char *cmd, const char *layers_arg, const char *cells_arg,
+                        const char *cells_opt, cli_selection *s);
+void cli_selection_free(cli_selection *s);
 
 /* The program's command line, shell-quoted where needed, as recorded by
  * main() (results files store it as provenance). */

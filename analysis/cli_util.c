@@ -303,3 +303,83 @@ int cli_read_text(const char *path, uint8_t **out, size_t *n, char *msg, size_t 
     *n = k;
     return 0;
 }
+
+/* ---- options shared by several subcommands ------------------------------ */
+
+int cli_opt_bits(const char *cmd, const char *arg, int *bits)
+{
+    long v;
+    if (cli_parse_long(arg, 1, 64, &v) || (v != 2 && v != 3 && v != 4 && v != 8))
+        return cli_fail(cmd, "--bits: expected 2, 3, 4 or 8, found \"%s\"", arg);
+    *bits = (int)v;
+    return 0;
+}
+
+int cli_opt_group(const char *cmd, const char *arg, int *group)
+{
+    long v;
+    if (cli_parse_long(arg, 1, 1 << 20, &v))
+        return cli_fail(cmd, "--group: expected a positive integer, found \"%s\"", arg);
+    *group = (int)v;
+    return 0;
+}
+
+int cli_opt_nmse(const char *cmd, const char *arg, double *nmse)
+{
+    double x;
+    if (cli_parse_double(arg, &x) || !(x >= QMLA_NMSE_MIN && x <= QMLA_NMSE_MAX))
+        return cli_fail(cmd, "--nmse: expected a number in %.3g .. %g (the floor "
+                        "2^-30 is where float32 stops resolving the perturbation: "
+                        "see --help), found \"%s\"", QMLA_NMSE_MIN, QMLA_NMSE_MAX, arg);
+    *nmse = x;
+    return 0;
+}
+
+int cli_opt_meta(const char *cmd, const char *arg, qmla_meta *meta)
+{
+    if (!strcmp(arg, "f16"))
+        *meta = QMLA_META_F16;
+    else if (!strcmp(arg, "f32"))
+        *meta = QMLA_META_F32;
+    else if (!strcmp(arg, "q8"))
+        *meta = QMLA_META_Q8;
+    else
+        return cli_fail(cmd, "--meta: expected f16, f32 or q8, found \"%s\"", arg);
+    return 0;
+}
+
+int cli_opt_threads(const char *cmd, const char *arg, int *threads)
+{
+    long v;
+    if (cli_parse_long(arg, 1, 1024, &v))
+        return cli_fail(cmd, "--threads: expected 1..1024, found \"%s\"", arg);
+    *threads = (int)v;
+    return 0;
+}
+
+int cli_selection_parse(const char *cmd, const char *layers_arg, const char *cells_arg,
+                        const char *cells_opt, cli_selection *s)
+{
+    char msg[256];
+    memset(s, 0, sizeof *s);
+    if (layers_arg && cli_parse_int_list(layers_arg, &s->layers, &s->n_layers, msg, sizeof msg))
+        return cli_fail(cmd, "--layers: %s", msg);
+    if (cells_arg && cli_split_list(cells_arg, &s->cells, &s->n_cells, &s->cellbuf)) {
+        cli_selection_free(s);
+        return cli_fail(cmd, "%s: empty list \"%s\"", cells_opt ? cells_opt : "--cells",
+                        cells_arg);
+    }
+    s->sel.layers = s->layers;
+    s->sel.n_layers = s->n_layers;
+    s->sel.cells = (const char *const *)s->cells;
+    s->sel.n_cells = s->n_cells;
+    return 0;
+}
+
+void cli_selection_free(cli_selection *s)
+{
+    free(s->layers);
+    free(s->cells);
+    free(s->cellbuf);
+    memset(s, 0, sizeof *s);
+}

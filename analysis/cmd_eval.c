@@ -65,7 +65,6 @@ int cmd_eval(int argc, char **argv)
     const char *layers_arg = NULL, *cells_arg = NULL;
     size_t n_tf = 0, sink = 0, local = 0;
     int threads = cli_default_threads();
-    long v;
     int ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
@@ -89,9 +88,8 @@ int cmd_eval(int argc, char **argv)
         case 'L': layers_arg = optarg; break;
         case 'C': cells_arg = optarg; break;
         case 'j':
-            if (cli_parse_long(optarg, 1, 1024, &v))
-                return cli_fail("eval", "--threads: expected 1..1024, found \"%s\"", optarg);
-            threads = (int)v;
+            if (cli_opt_threads("eval", optarg, &threads))
+                return QMLA_EXIT_USAGE;
             break;
         case 'h': help(stdout); return QMLA_EXIT_OK;
         default: help(stderr); return QMLA_EXIT_USAGE;

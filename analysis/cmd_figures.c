@@ -87,6 +87,10 @@ static const figure_def figures[] = {
      120, 420, 460, 0, NULL,
      "output NMSE per layer for each cache transform (RTN, SmoothQuant†, QuaRot†, "
      "QuantMLA), both caches quantized (`qmla eval`'s /eval)"},
+    {"ppl-bits", "ppl_table", "text_index,delta_bits_per_byte",
+     120, 840, 460, 0, NULL,
+     "bits/byte above the BF16 cache per cache configuration, policy and method, "
+     "one panel per text (`qmla ppl`'s /ppl_table; the accuracy table)"},
     {"table4", "summary", "@model_response_content,@model_response_rope,@model_ratio",
      0, 0, 0, 0, render_table4,
      "model-level responses and ratio beside the paper's rows (paper Table 4), "

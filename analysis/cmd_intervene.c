@@ -76,18 +76,16 @@ int cmd_intervene(int argc, char **argv)
         switch (ch) {
         case 'o': out = optarg; break;
         case 'b':
-            if (cli_parse_long(optarg, 1, 64, &v) || (v != 2 && v != 3 && v != 4 && v != 8))
-                return cli_fail("intervene", "--bits: expected 2, 3, 4 or 8, found \"%s\"", optarg);
-            o.params.quant.bits = (int)v;
+            if (cli_opt_bits("intervene", optarg, &o.params.quant.bits))
+                return QMLA_EXIT_USAGE;
             break;
         case 'g':
-            if (cli_parse_long(optarg, 1, 1 << 20, &v))
-                return cli_fail("intervene", "--group: expected a positive integer, found \"%s\"", optarg);
-            o.params.quant.group = (int)v;
+            if (cli_opt_group("intervene", optarg, &o.params.quant.group))
+                return QMLA_EXIT_USAGE;
             break;
         case 'n':
-            if (cli_parse_double(optarg, &o.params.nmse) || !(o.params.nmse > 0))
-                return cli_fail("intervene", "--nmse: expected a positive number, found \"%s\"", optarg);
+            if (cli_opt_nmse("intervene", optarg, &o.params.nmse))
+                return QMLA_EXIT_USAGE;
             break;
         case 'r':
             if (cli_parse_long(optarg, 1, 1 << 20, &v))
@@ -107,9 +105,8 @@ int cmd_intervene(int argc, char **argv)
         case 'L': layers_arg = optarg; break;
         case 'c': cells_arg = optarg; break;
         case 'j':
-            if (cli_parse_long(optarg, 1, 1024, &v))
-                return cli_fail("intervene", "--threads: expected 1..1024, found \"%s\"", optarg);
-            o.threads = (int)v;
+            if (cli_opt_threads("intervene", optarg, &o.threads))
+                return QMLA_EXIT_USAGE;
             break;
         case 'f': o.force = 1; break;
         case 'h': help(stdout); return QMLA_EXIT_OK;
@@ -120,20 +117,9 @@ int cmd_intervene(int argc, char **argv)
         return cli_fail("intervene", "expected exactly one CAPTURE.h5 (see qmla intervene --help)");
     if (!out)
         return cli_fail("intervene", "missing -o RESULTS.h5");
-    qmla_sweep_selection sel;
-    memset(&sel, 0, sizeof sel);
-    int *layers = NULL;
-    char **cells = NULL, *cellbuf = NULL, msg[256];
-    if (layers_arg && cli_parse_int_list(layers_arg, &layers, &sel.n_layers, msg, sizeof msg))
-        return cli_fail("intervene", "--layers: %s", msg);
-    sel.layers = layers;
-    if (cells_arg) {
-        if (cli_split_list(cells_arg, &cells, &sel.n_cells, &cellbuf)) {
-            free(layers);
-            return cli_fail("intervene", "--cells: empty list \"%s\"", cells_arg);
-        }
-        sel.cells = (const char *const *)cells;
-    }
+    cli_selection cs;
+    if (cli_selection_parse("intervene", layers_arg, cells_arg, NULL, &cs))
+        return QMLA_EXIT_USAGE;
     qmla_error err;
     qmla_error_clear(&err);
     qmla_capture *cap = NULL;
@@ -155,7 +141,7 @@ int cmd_intervene(int argc, char **argv)
     qmla_iv_stats s;
     int stopped = 0;
     const double t0 = cli_now();
-    int st = qmla_intervene_run(cap, &sel, &o, out, &s, &stopped, &err);
+    int st = qmla_intervene_run(cap, &cs.sel, &o, out, &s, &stopped, &err);
     cli_progress_end(&prog);
     if (stopped) {
         fprintf(stderr, "qmla intervene: interrupted; finished items are kept in "
@@ -186,8 +172,6 @@ int cmd_intervene(int argc, char **argv)
 done:
     if (cap)
         qmla_capture_close(cap);
-    free(layers);
-    free(cells);
-    free(cellbuf);
+    cli_selection_free(&cs);
     return rc;
 }

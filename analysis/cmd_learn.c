@@ -249,9 +249,8 @@ int cmd_learn(int argc, char **argv)
         case 'H': held_arg = optarg; break;
         case 'f': force = 1; break;
         case 'j':
-            if (cli_parse_long(optarg, 1, 1024, &v))
-                return cli_fail("learn", "--threads: expected 1..1024, found \"%s\"", optarg);
-            threads = (int)v;
+            if (cli_opt_threads("learn", optarg, &threads))
+                return QMLA_EXIT_USAGE;
             break;
         case 'h': help(stdout); return QMLA_EXIT_OK;
         default: help(stderr); return QMLA_EXIT_USAGE;

@@ -15,7 +15,7 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: qmla ppl MODEL_DIR --text FILE[.gz] [--text FILE2 ...] -o RESULTS.h5\n"
         "                [--config LIST] [--policy LIST] [--transforms T.h5]\n"
-        "                [--tokens N] [--context T] [--threads N]\n"
+        "                [--transforms-only] [--tokens N] [--context T] [--threads N]\n"
         "\n"
         "Bits per byte and mean NLL of the checkpoint in MODEL_DIR (config.json +\n"
         "safetensors; DeepseekV2/V3 dense blocks) over each text, as the training\n"
@@ -28,15 +28,40 @@ static void usage(FILE *f)
         "                   -f16 (default) or -q8 metadata, e.g. C4R4,C2R4-q8\n"
         "  --policy LIST    comma-separated: none (default) or sink<S>/local<W>,\n"
         "                   e.g. none,sink4/local128 (quantized configs only)\n"
-        "  --transforms F   per-path cache transforms (issue 10): not available in\n"
-        "                   this build; refused\n"
+        "  --transforms F   a transforms file (qmla learn; docs/transforms-format.md),\n"
+        "                   repeatable: its content and RoPE transforms are folded\n"
+        "                   into the weights (the cache stores X T, the consumers\n"
+        "                   are compensated: docs/math.md section 7), one more row\n"
+        "                   per config with the file's method. A QuantMLA file is\n"
+        "                   used for the config it was learned for, a baseline\n"
+        "                   (rtn, smoothquant, quarot) for every quantized config;\n"
+        "                   fp32/bf16 get transformed rows only when --config holds\n"
+        "                   no quantized config (the fusion check)\n"
+        "  --transforms-only  only the rows of the --transforms files\n"
         "  --tokens N       score the first ceil(N/T) windows (default: all)\n"
         "  --context T      window length (default 512)\n"
         "  --threads N      windows scored in parallel (default: online CPUs)\n"
-        "  -o FILE          results file; group /ppl is replaced, others kept\n"
+        "  -o FILE          results file; groups /ppl and /ppl_table (the rows as\n"
+        "                   a table, for qmla export / figures) are replaced,\n"
+        "                   others kept\n"
         "\n"
         "example: qmla ppl models/tiny-mla --text data/heldout/prose.txt.gz \\\n"
         "           --config bf16,C4R4 --policy none,sink4/local128 --tokens 20480 -o ppl.h5\n");
+}
+
+/* The row label of a transforms file: its method, and the learned path of a
+ * QuantMLA file learned on one path only. */
+static void tf_label(const qmla_transform_file *f, char *out, size_t n)
+{
+    static const char *const names[] = {"RTN", "SmoothQuant", "QuaRot", "QuantMLA"};
+    const char *p = strstr(f->meta.settings, "path=");
+    char path[16] = "both";
+    if (p)
+        sscanf(p + 5, "%15[a-z]", path);
+    if (f->meta.method == QMLA_TM_QUANTMLA && strcmp(path, "both"))
+        snprintf(out, n, "QuantMLA-%s", path);
+    else
+        snprintf(out, n, "%s", names[f->meta.method]);
 }
 
 int cmd_ppl(int argc, char **argv)
@@ -46,10 +71,12 @@ int cmd_ppl(int argc, char **argv)
         {"policy", required_argument, 0, 'p'},   {"transforms", required_argument, 0, 'x'},
         {"tokens", required_argument, 0, 'n'},   {"context", required_argument, 0, 'T'},
         {"threads", required_argument, 0, 'j'},  {"output", required_argument, 0, 'o'},
-        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+        {"transforms-only", no_argument, 0, 'X'}, {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     const char *texts[16];
     size_t n_texts = 0;
-    const char *configs = "bf16", *policies = "none", *out = NULL, *transforms = NULL;
+    const char *configs = "bf16", *policies = "none", *out = NULL, *tfp[16];
+    size_t n_tf = 0;
+    int tf_only = 0;
     long tokens = 0, context = 512, threads = cli_default_threads(), v;
     int ch;
     optind = 1;
@@ -62,8 +89,13 @@ int cmd_ppl(int argc, char **argv)
             break;
         case 'c': configs = optarg; break;
         case 'p': policies = optarg; break;
-        case 'x': transforms = optarg; break;
+        case 'x':
+            if (n_tf == 16)
+                return cli_fail("ppl", "--transforms: at most 16 files");
+            tfp[n_tf++] = optarg;
+            break;
         case 'o': out = optarg; break;
+        case 'X': tf_only = 1; break;
         case 'n':
             if (cli_parse_long(optarg, 1, 1L << 40, &v))
                 return cli_fail("ppl", "--tokens: expected a positive integer, found \"%s\"",
@@ -91,12 +123,6 @@ int cmd_ppl(int argc, char **argv)
         return cli_fail("ppl", "--text is required");
     if (!out)
         return cli_fail("ppl", "-o RESULTS.h5 is required");
-    if (transforms)
-        return cli_fail("ppl", "--transforms %s: the transforms file format (issue 10, "
-                        "docs/transforms-format.md) is not available in this build; the "
-                        "engine's hook (qmla_cache_hook in qmla/model.h) is where its reader "
-                        "will plug in. Run without --transforms for the RTN rows.",
-                        transforms);
     const char *dir = argv[optind];
     char **cl = NULL, **pl = NULL, *cbuf = NULL, *pbuf = NULL;
     size_t nc = 0, np = 0;
@@ -108,13 +134,18 @@ int cmd_ppl(int argc, char **argv)
     qmla_error_clear(&err);
     size_t n_spec = 0, n_rows = 0;
     qmla_cache_spec *specs = calloc(nc * np, sizeof *specs);
-    qmla_ppl_row *rows = calloc(nc * np * n_texts, sizeof *rows);
+    /* variant 0: the checkpoint as it is; 1..n_tf: with the file's transforms */
+    qmla_model *mv[17] = {0};
+    qmla_transform_file tf[16];
+    char labels[17][32];
+    memset(tf, 0, sizeof tf);
+    qmla_ppl_row *rows = calloc(nc * np * n_texts * (n_tf + 1), sizeof *rows);
     uint8_t *buf = NULL;
-    qmla_model *m = NULL;
     if (!specs || !rows) {
         rc = cli_fail("ppl", "out of memory");
         goto done;
     }
+    int any_quant = 0;
     for (size_t p = 0; p < np; p++)
         for (size_t c = 0; c < nc; c++) {
             qmla_cache_spec s;
@@ -122,26 +153,49 @@ int cmd_ppl(int argc, char **argv)
                 rc = cli_lib_error("ppl", &err);
                 goto done;
             }
+            const int plain = s.c_bits == QMLA_CACHE_FP32 || s.c_bits == QMLA_CACHE_BF16;
             /* a policy changes nothing for unquantized caches: one row */
-            if ((s.c_bits == QMLA_CACHE_FP32 || s.c_bits == QMLA_CACHE_BF16) && p > 0 &&
-                strcmp(s.policy, "none"))
+            if (plain && p > 0 && strcmp(s.policy, "none"))
                 continue;
-            if (s.c_bits == QMLA_CACHE_FP32 || s.c_bits == QMLA_CACHE_BF16)
+            if (plain)
                 snprintf(s.policy, sizeof s.policy, "none"), s.sink = s.window = 0;
+            any_quant |= !plain;
             specs[n_spec++] = s;
         }
-    qmla_blas_set_threads(1);
-    double t0 = cli_now();
-    if (qmla_model_load(dir, &m, &err)) {
-        rc = cli_lib_error("ppl", &err);
-        goto done;
+    for (size_t i = 0; i < n_tf; i++) {
+        if (qmla_transform_file_read(tfp[i], &tf[i], &err)) {
+            rc = cli_lib_error("ppl", &err);
+            goto done;
+        }
+        tf_label(&tf[i], labels[i + 1], sizeof labels[i + 1]);
     }
-    const qmla_model_config *mc = qmla_model_cfg(m);
-    fprintf(stderr, "qmla ppl: %s: %s, %zu parameters, %zu layers, d_c %zu, d_r %zu "
-            "(loaded in %.2f s)\n", dir, mc->arch, qmla_model_n_params(m), mc->L, mc->d_c,
-            mc->d_r, cli_now() - t0);
+    qmla_blas_set_threads(1);
+    for (size_t v = 0; v <= n_tf; v++) {
+        double t0 = cli_now();
+        if (qmla_model_load(dir, &mv[v], &err)) {
+            rc = cli_lib_error("ppl", &err);
+            goto done;
+        }
+        if (v && qmla_model_apply_transforms(mv[v], tf[v - 1].t,
+                                             (const float *const *)tf[v - 1].gamma,
+                                             tf[v - 1].n, &err)) {
+            qmla_error_prefix(&err, "%s: ", tfp[v - 1]);
+            rc = cli_lib_error("ppl", &err);
+            goto done;
+        }
+        const qmla_model_config *mc = qmla_model_cfg(mv[v]);
+        if (!v)
+            fprintf(stderr, "qmla ppl: %s: %s, %zu parameters, %zu layers, d_c %zu, d_r %zu "
+                    "(loaded in %.2f s)\n", dir, mc->arch, qmla_model_n_params(mv[v]), mc->L,
+                    mc->d_c, mc->d_r, cli_now() - t0);
+        else
+            fprintf(stderr, "qmla ppl: %s: %s transforms (%s, learned for %s) of %zu layers "
+                    "folded into the weights\n", tfp[v - 1], labels[v],
+                    qmla_tmethod_name(tf[v - 1].meta.method), tf[v - 1].meta.config,
+                    tf[v - 1].n);
+    }
     const qmla_exec ex = qmla_exec_cpu((int)threads);
-    printf("%-28s %-10s %-6s %-16s %9s %9s %12s %8s\n", "text", "config", "method", "policy",
+    printf("%-28s %-10s %-16s %-16s %9s %9s %12s %8s\n", "text", "config", "method", "policy",
            "bits/byte", "nats/tok", "tokens", "s");
     for (size_t k = 0; k < n_texts; k++) {
         size_t nb = 0;
@@ -153,33 +207,51 @@ int cmd_ppl(int argc, char **argv)
             goto done;
         }
         size_t maxw = tokens ? (size_t)((tokens + context - 1) / context) : 0;
-        for (size_t s = 0; s < n_spec; s++) {
-            qmla_ppl_row *r = &rows[n_rows];
-            double t1 = cli_now();
-            if (qmla_model_ppl(m, &ex, &specs[s], buf, nb, (size_t)context, maxw, &r->r,
-                               &err)) {
-                qmla_error_prefix(&err, "%s, %s, %s: ", texts[k], specs[s].name,
-                                  specs[s].policy);
-                rc = cli_lib_error("ppl", &err);
-                goto done;
+        for (size_t v = 0; v <= n_tf; v++)
+            for (size_t s = 0; s < n_spec; s++) {
+                const qmla_cache_spec *sp = &specs[s];
+                const int plain = sp->c_bits == QMLA_CACHE_FP32 ||
+                                  sp->c_bits == QMLA_CACHE_BF16;
+                if (!v && tf_only)
+                    continue;
+                if (v) {
+                    const qmla_transform_meta *tm = &tf[v - 1].meta;
+                    if (plain && any_quant)
+                        continue;
+                    /* a learned file serves the configuration it was learned for */
+                    if (!plain && tm->method == QMLA_TM_QUANTMLA &&
+                        strncmp(sp->name, tm->config, strlen(tm->config)))
+                        continue;
+                }
+                qmla_ppl_row *r = &rows[n_rows];
+                double t1 = cli_now();
+                if (qmla_model_ppl(mv[v], &ex, sp, buf, nb, (size_t)context, maxw, &r->r,
+                                   &err)) {
+                    qmla_error_prefix(&err, "%s, %s, %s%s%s: ", texts[k], sp->name, sp->policy,
+                                      v ? ", transforms " : "", v ? tfp[v - 1] : "");
+                    rc = cli_lib_error("ppl", &err);
+                    goto done;
+                }
+                r->text = texts[k];
+                r->config = sp->name;
+                r->policy = sp->policy;
+                r->method = v ? labels[v] : plain ? "none" : "RTN";
+                r->transforms = v ? tfp[v - 1] : "";
+                r->context = (size_t)context;
+                n_rows++;
+                printf("%-28s %-10s %-16s %-16s %9.4f %9.5f %12zu %8.1f\n", texts[k],
+                       r->config, r->method, r->policy, r->r.bits_per_byte,
+                       r->r.nll_nats_per_token, r->r.tokens, cli_now() - t1);
+                fflush(stdout);
             }
-            r->text = texts[k];
-            r->config = specs[s].name;
-            r->policy = specs[s].policy;
-            r->method = (specs[s].c_bits == QMLA_CACHE_FP32 ||
-                         specs[s].c_bits == QMLA_CACHE_BF16) ? "none" : "RTN";
-            r->context = (size_t)context;
-            n_rows++;
-            printf("%-28s %-10s %-6s %-16s %9.4f %9.5f %12zu %8.1f\n", texts[k], r->config,
-                   r->method, r->policy, r->r.bits_per_byte, r->r.nll_nats_per_token,
-                   r->r.tokens, cli_now() - t1);
-            fflush(stdout);
-        }
     }
     if (qmla_ppl_save(out, dir, cli_command_line(), rows, n_rows, &err))
         rc = cli_lib_error("ppl", &err);
 done:
-    qmla_model_free(m);
+    for (size_t v = 0; v <= n_tf; v++)
+        qmla_model_free(mv[v]);
+    for (size_t i = 0; i < n_tf; i++)
+        qmla_transform_file_free(&tf[i]);
     free(buf);
     free(specs);
     free(rows);

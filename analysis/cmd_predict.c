@@ -175,7 +175,7 @@ int cli_op_main(int argc, char **argv, int pred)
     const char *out = NULL, *layers_arg = NULL, *cells_arg = NULL, *bits_arg = NULL;
     int force = 0, verbose = 0;
     double nu = 1e-3;
-    long group = 64, v;
+    long group = 64;
     int threads = cli_default_threads(), ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "o:vh", lo, NULL)) != -1) {
@@ -188,15 +188,14 @@ int cli_op_main(int argc, char **argv, int pred)
                 return cli_fail(name, "--group: expected a positive integer, found \"%s\"", optarg);
             break;
         case 'n':
-            if (cli_parse_double(optarg, &nu) || !(nu > 0))
-                return cli_fail(name, "--nmse: expected a positive number, found \"%s\"", optarg);
+            if (cli_opt_nmse(name, optarg, &nu))
+                return QMLA_EXIT_USAGE;
             break;
         case 'L': layers_arg = optarg; break;
         case 'c': cells_arg = optarg; break;
         case 'j':
-            if (cli_parse_long(optarg, 1, 1024, &v))
-                return cli_fail(name, "--threads: expected 1..1024, found \"%s\"", optarg);
-            threads = (int)v;
+            if (cli_opt_threads(name, optarg, &threads))
+                return QMLA_EXIT_USAGE;
             break;
         case 'f': force = 1; break;
         case 'h': help(stdout, pred); return QMLA_EXIT_OK;
@@ -233,20 +232,9 @@ int cli_op_main(int argc, char **argv, int pred)
     size_t nconf;
     build_configs(pred, bits, nbits, (int)group, nu, conf, &nconf);
 
-    qmla_sweep_selection sel;
-    memset(&sel, 0, sizeof sel);
-    int *layers = NULL;
-    char **cells = NULL, *cellbuf = NULL;
-    if (layers_arg && cli_parse_int_list(layers_arg, &layers, &sel.n_layers, msg, sizeof msg))
-        return cli_fail(name, "--layers: %s", msg);
-    sel.layers = layers;
-    if (cells_arg) {
-        if (cli_split_list(cells_arg, &cells, &sel.n_cells, &cellbuf)) {
-            free(layers);
-            return cli_fail(name, "--cells: empty list \"%s\"", cells_arg);
-        }
-        sel.cells = (const char *const *)cells;
-    }
+    cli_selection cs;
+    if (cli_selection_parse(name, layers_arg, cells_arg, NULL, &cs))
+        return QMLA_EXIT_USAGE;
     qmla_error err;
     qmla_error_clear(&err);
     qmla_capture *cap = NULL;
@@ -277,7 +265,7 @@ int cli_op_main(int argc, char **argv, int pred)
     const double t0 = cli_now();
     qmla_op_point *pts = NULL;
     size_t npts = 0;
-    int st = qmla_op_run_points(cap, &sel, &o, out, &s, &pts, &npts, &stopped, &err);
+    int st = qmla_op_run_points(cap, &cs.sel, &o, out, &s, &pts, &npts, &stopped, &err);
     cli_progress_end(&prog);
     if (stopped) {
         fprintf(stderr, "qmla %s: interrupted; finished items are kept in %s.%s.journal — "
@@ -324,9 +312,7 @@ int cli_op_main(int argc, char **argv, int pred)
 done:
     if (cap)
         qmla_capture_close(cap);
-    free(layers);
-    free(cells);
-    free(cellbuf);
+    cli_selection_free(&cs);
     return rc;
 }
 

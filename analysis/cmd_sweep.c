@@ -88,45 +88,31 @@ int cmd_sweep(int argc, char **argv)
     o.threads = cli_default_threads();
     const char *out = NULL, *layers_arg = NULL, *cells_arg = NULL;
     int verbose = 0, ch;
-    long v;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "o:vh", lo, NULL)) != -1) {
         switch (ch) {
         case 'o': out = optarg; break;
         case 'b':
-            if (cli_parse_long(optarg, 1, 64, &v) || (v != 2 && v != 3 && v != 4 && v != 8))
-                return cli_fail("sweep", "--bits: expected 2, 3, 4 or 8, found \"%s\"", optarg);
-            o.params.quant.bits = (int)v;
+            if (cli_opt_bits("sweep", optarg, &o.params.quant.bits))
+                return QMLA_EXIT_USAGE;
             break;
         case 'g':
-            if (cli_parse_long(optarg, 1, 1 << 20, &v))
-                return cli_fail("sweep", "--group: expected a positive integer, found \"%s\"", optarg);
-            o.params.quant.group = (int)v;
+            if (cli_opt_group("sweep", optarg, &o.params.quant.group))
+                return QMLA_EXIT_USAGE;
             break;
         case 'n':
-            if (cli_parse_double(optarg, &o.params.nmse) ||
-                !(o.params.nmse >= QMLA_NMSE_MIN && o.params.nmse <= QMLA_NMSE_MAX))
-                return cli_fail("sweep", "--nmse: expected a number in %.3g .. %g (the floor "
-                                "2^-30 is where float32 stops resolving the perturbation: "
-                                "see --help), found \"%s\"", QMLA_NMSE_MIN, QMLA_NMSE_MAX,
-                                optarg);
+            if (cli_opt_nmse("sweep", optarg, &o.params.nmse))
+                return QMLA_EXIT_USAGE;
             break;
         case 'm':
-            if (!strcmp(optarg, "f16"))
-                o.params.quant.meta = QMLA_META_F16;
-            else if (!strcmp(optarg, "f32"))
-                o.params.quant.meta = QMLA_META_F32;
-            else if (!strcmp(optarg, "q8"))
-                o.params.quant.meta = QMLA_META_Q8;
-            else
-                return cli_fail("sweep", "--meta: expected f16, f32 or q8, found \"%s\"", optarg);
+            if (cli_opt_meta("sweep", optarg, &o.params.quant.meta))
+                return QMLA_EXIT_USAGE;
             break;
         case 'L': layers_arg = optarg; break;
         case 'c': cells_arg = optarg; break;
         case 'j':
-            if (cli_parse_long(optarg, 1, 1024, &v))
-                return cli_fail("sweep", "--threads: expected 1..1024, found \"%s\"", optarg);
-            o.threads = (int)v;
+            if (cli_opt_threads("sweep", optarg, &o.threads))
+                return QMLA_EXIT_USAGE;
             break;
         case 'v': verbose = 1; break;
         case 'V': o.verify = 1; break;
@@ -167,23 +153,9 @@ int cmd_sweep(int argc, char **argv)
             return cli_lib_error("sweep", &perr);
     }
 
-    qmla_sweep_selection sel;
-    memset(&sel, 0, sizeof sel);
-    int *layers = NULL;
-    char **cells = NULL, *cellbuf = NULL;
-    char msg[256];
-    if (layers_arg && cli_parse_int_list(layers_arg, &layers, &sel.n_layers, msg, sizeof msg))
-        return cli_fail("sweep", "--layers: %s", msg);
-    sel.layers = layers;
-    if (cells_arg) {
-        if (cli_split_list(cells_arg, &cells, &sel.n_cells, &cellbuf)) {
-            free(layers);
-            free(cells);
-            free(cellbuf);
-            return cli_fail("sweep", "--cells: empty list \"%s\"", cells_arg);
-        }
-        sel.cells = (const char *const *)cells;
-    }
+    cli_selection cs;
+    if (cli_selection_parse("sweep", layers_arg, cells_arg, NULL, &cs))
+        return QMLA_EXIT_USAGE;
 
     qmla_error err;
     qmla_error_clear(&err);
@@ -202,7 +174,7 @@ int cmd_sweep(int argc, char **argv)
 #if QMLA_HAVE_MPI
     if (cli_mpi_launched()) {
         o.command_line = cli_command_line();
-        rc = cli_mpi_sweep(cap, &sel, &o, out, verbose);
+        rc = cli_mpi_sweep(cap, &cs.sel, &o, out, verbose);
         if (rc >= 0)
             goto out;
         rc = QMLA_EXIT_OK; /* one rank: the serial sweep */
@@ -217,7 +189,7 @@ int cmd_sweep(int argc, char **argv)
     const double t0 = cli_now();
     qmla_summary s;
     int stopped = 0;
-    int st = qmla_sweep_run(cap, &sel, &o, out, &s, &stopped, &err);
+    int st = qmla_sweep_run(cap, &cs.sel, &o, out, &s, &stopped, &err);
     cli_progress_end(&prog);
     if (stopped || (st && cli_interrupted())) {
         /* A failure while a signal was pending is the interruption: a
@@ -253,8 +225,6 @@ int cmd_sweep(int argc, char **argv)
 out:
     if (cap)
         qmla_capture_close(cap);
-    free(layers);
-    free(cells);
-    free(cellbuf);
+    cli_selection_free(&cs);
     return rc;
 }

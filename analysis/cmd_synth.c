@@ -108,9 +108,8 @@ int cmd_synth(int argc, char **argv)
             break;
         case 'p': o.with_pre = 0; break;
         case 'j':
-            if (cli_parse_long(optarg, 1, 1024, &v))
-                return cli_fail("synth", "--threads: expected 1..1024, found \"%s\"", optarg);
-            o.threads = (int)v;
+            if (cli_opt_threads("synth", optarg, &o.threads))
+                return QMLA_EXIT_USAGE;
             break;
         case 'f': force = 1; break;
         case 'h': help(stdout); return QMLA_EXIT_OK;

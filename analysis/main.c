@@ -43,6 +43,7 @@ static void usage(FILE *f)
             "  intervene  equal-energy interventions and joint-path perturbation\n"
             "  ppl     bits/byte of an MLA checkpoint with quantized caches -> /ppl\n"
             "  capture a capture file from the native engine (same windows as the Python tool)\n"
+            "  fuse    fold a transforms file into an MLA checkpoint (safetensors)\n"
             "  learn      per-layer cache transforms: RTN, SmoothQuant†, QuaRot† (docs/transforms-format.md)\n"
             "  eval       output NMSE of transforms at C4R4/C2R4, with the RoPE bound (/eval)\n"
             "\n"
@@ -74,6 +75,7 @@ static const struct {
     {"figures", cmd_figures}, {"jvp", cmd_jvp},         {"predict", cmd_predict},
     {"intervene", cmd_intervene}, {"merge", cmd_merge},
     {"serve-sim", cmd_serve_sim}, {"ppl", cmd_ppl},
+    {"fuse", cmd_fuse},
     {"learn", cmd_learn},     {"eval", cmd_eval},       {"capture", cmd_capture},
 };
 

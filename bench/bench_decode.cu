@@ -13,12 +13,19 @@
  *             --samples per point (default 40) in alternating order; median
  *             microseconds, ratio to our BF16, GB/s on the bytes read.
  * Synthetic BF16 queries and cache values (random, never zeros).
- * Usage: bench_decode [--samples N] [--out results.tsv] [--quick]
- * Writes a TSV (one row per measurement) and prints a Markdown table.
+ * Usage: bench_decode [--samples N] [--out results.tsv] [--h5 results.h5] [--quick]
+ * (--quick: a subset of the points; --profile: a few launches of each
+ * kernel, decode at b 32, 64K, for Nsight Compute; --profile-short: decode
+ * at b 8, 4K only)
+ * Writes a TSV (one row per measurement), the same rows as an HDF5 results
+ * file with the run's provenance and the decode rows in the paper's Table 9
+ * shape (qmla/bench_results.h; default: the TSV's name with .h5), both
+ * atomically, and prints a Markdown table.
  */
 #include "decode.h"
 #include "kvcache.h"
 #include "qdq.h"
+#include "qmla/bench_results.h"
 #include "qmla/decode.h"
 #include "qmla/kvcache.h"
 
@@ -28,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CU(x)                                                                                  \
     do {                                                                                       \
@@ -115,7 +123,40 @@ typedef struct {
     FILE *tsv;
     int samples;
     double copy_gbs;
+    qmla_bench_row rows[160]; /* everything measured, for the HDF5 file */
+    size_t n_rows;
 } bench;
+
+/* One measurement: a TSV line (columns kind, batch, context, config,
+ * median_us, ratio_to_bf16, bytes, GBps, pct_copy; "-" where none) and a row
+ * of the HDF5 results file. */
+static void emit(bench *B, const char *kind, int batch, long size, const char *config,
+                 double us, double ratio, double bytes)
+{
+    const double gbs = bytes / (us * 1e3), pct = 100.0 * gbs / B->copy_gbs;
+    char bs[16] = "-", cs[24] = "-", rs[24] = "-";
+    if (batch > 0)
+        snprintf(bs, sizeof bs, "%d", batch);
+    if (size > 0)
+        snprintf(cs, sizeof cs, "%ld", size);
+    if (!isnan(ratio))
+        snprintf(rs, sizeof rs, "%.3f", ratio);
+    fprintf(B->tsv, "%s\t%s\t%s\t%s\t%.2f\t%s\t%.0f\t%.1f\t%.1f\n", kind, bs, cs,
+            *config ? config : "-", us, rs, bytes, gbs, pct);
+    if (B->n_rows < sizeof B->rows / sizeof B->rows[0]) {
+        qmla_bench_row *r = &B->rows[B->n_rows++];
+        memset(r, 0, sizeof *r);
+        snprintf(r->kind, sizeof r->kind, "%s", kind);
+        snprintf(r->config, sizeof r->config, "%s", config);
+        r->batch = batch;
+        r->size = size;
+        r->median_us = us;
+        r->ratio_to_bf16 = ratio;
+        r->bytes = bytes;
+        r->gbps = gbs;
+        r->pct_copy = pct;
+    }
+}
 
 static void flush_l2(bench *B) { CU(cudaMemsetAsync(B->flush, 0, B->flush_bytes, B->s)); }
 
@@ -152,7 +193,7 @@ static void copy_bandwidth(bench *B)
     B->copy_gbs = 2.0 * (double)n / (us * 1e3);
     printf("copy: %zu MiB device-to-device, median %.1f us, %.0f GB/s (read + write)\n",
            n >> 20, us, B->copy_gbs);
-    fprintf(B->tsv, "copy\t-\t-\t-\t%.2f\t-\t%zu\t%.1f\t100.0\n", us, 2 * n, B->copy_gbs);
+    emit(B, "copy", 0, 0, "", us, NAN, 2.0 * (double)n);
     cudaFree(a);
     cudaFree(b);
 }
@@ -194,8 +235,7 @@ static void bench_qdq(bench *B)
         const double gbs = bytes / (us * 1e3);
         printf("%-26s T %zu: %8.1f us  %6.0f GB/s  %5.1f %% of copy\n", v[k].name, T, us, gbs,
                100.0 * gbs / B->copy_gbs);
-        fprintf(B->tsv, "%s\t-\t%zu\t-\t%.2f\t-\t%.0f\t%.1f\t%.1f\n", v[k].name, T, us, bytes,
-                gbs, 100.0 * gbs / B->copy_gbs);
+        emit(B, v[k].name, 0, (long)T, "", us, NAN, bytes);
     }
     cudaFree(x);
     cudaFree(xh);
@@ -259,8 +299,7 @@ static void bench_writer(bench *B)
         const double gbs = bytes / (us * 1e3);
         printf("writer %-5s %zu tokens: %8.1f us  %6.0f GB/s  %5.1f %% of copy\n", CFG[ci], n,
                us, gbs, 100.0 * gbs / B->copy_gbs);
-        fprintf(B->tsv, "writer\t-\t%zu\t%s\t%.2f\t-\t%.0f\t%.1f\t%.1f\n", n, CFG[ci], us, bytes,
-                gbs, 100.0 * gbs / B->copy_gbs);
+        emit(B, "writer", 0, (long)n, CFG[ci], us, NAN, bytes);
         cudaFree(kc.pool);
         cudaFree(kc.sink);
         cudaFree(kc.window);
@@ -348,9 +387,7 @@ static void bench_decode_point(bench *B, int batch, long ctx, float res_us[4])
         }
     for (int ci = 0; ci < 4; ci++) {
         res_us[ci] = median(t[ci], B->samples);
-        const double gbs = bytes[ci] / (res_us[ci] * 1e3);
-        fprintf(B->tsv, "decode\t%d\t%ld\t%s\t%.2f\t%.3f\t%.0f\t%.1f\t%.1f\n", batch, ctx, CFG[ci],
-                res_us[ci], res_us[ci] / res_us[0], bytes[ci], gbs, 100.0 * gbs / B->copy_gbs);
+        emit(B, "decode", batch, ctx, CFG[ci], res_us[ci], res_us[ci] / res_us[0], bytes[ci]);
         cudaGraphExecDestroy(gx[ci]);
         cudaFree(kc[ci].pool);
         cudaFree(kc[ci].sink);
@@ -376,19 +413,24 @@ int main(int argc, char **argv)
     bench B;
     memset(&B, 0, sizeof B);
     B.samples = 40;
-    const char *outp = "bench_decode.tsv";
+    const char *outp = "bench_decode.tsv", *h5p = NULL;
     int quick = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--samples") && i + 1 < argc)
             B.samples = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--out") && i + 1 < argc)
             outp = argv[++i];
+        else if (!strcmp(argv[i], "--h5") && i + 1 < argc)
+            h5p = argv[++i];
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else if (!strcmp(argv[i], "--profile"))
             quick = 2;
+        else if (!strcmp(argv[i], "--profile-short"))
+            quick = 3;
         else {
-            fprintf(stderr, "usage: bench_decode [--samples N] [--out F] [--quick]\n");
+            fprintf(stderr, "usage: bench_decode [--samples N] [--out F.tsv] [--h5 F.h5] "
+                            "[--quick | --profile | --profile-short]\n");
             return 2;
         }
     }
@@ -399,9 +441,21 @@ int main(int argc, char **argv)
         printf("SKIP: %s\n", err.msg);
         return 77;
     }
-    B.tsv = fopen(outp, "w");
+    char h5buf[1024], tsvtmp[1100], cmd[2048] = "";
+    if (!h5p) {
+        const size_t k = strlen(outp);
+        snprintf(h5buf, sizeof h5buf, "%.*s.h5",
+                 (int)(k > 4 && !strcmp(outp + k - 4, ".tsv") ? k - 4 : k), outp);
+        h5p = h5buf;
+    }
+    for (int i = 0; i < argc; i++) {
+        const size_t k = strlen(cmd);
+        snprintf(cmd + k, sizeof cmd - k, "%s%s", i ? " " : "", argv[i]);
+    }
+    snprintf(tsvtmp, sizeof tsvtmp, "%s.tmp.%ld", outp, (long)getpid());
+    B.tsv = fopen(tsvtmp, "w"); /* renamed over outp when complete */
     if (!B.tsv) {
-        perror(outp);
+        perror(tsvtmp);
         return 1;
     }
     fprintf(B.tsv, "kind\tbatch\tcontext\tconfig\tmedian_us\tratio_to_bf16\tbytes\tGBps\tpct_copy\n");
@@ -414,14 +468,19 @@ int main(int argc, char **argv)
     CU(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, L2 %d MB; samples per point %d\n", prop.name,
            prop.multiProcessorCount, prop.l2CacheSize >> 20, B.samples);
-    if (quick == 2) { /* one launch of each kernel, for ncu */
+    if (quick >= 2) { /* a few launches of each kernel, for ncu */
         B.samples = 3;
         B.copy_gbs = 1.0;
-        bench_qdq(&B);
-        bench_writer(&B);
         float r[4];
-        bench_decode_point(&B, 32, 65536, r);
+        if (quick == 2) {
+            bench_qdq(&B);
+            bench_writer(&B);
+            bench_decode_point(&B, 32, 65536, r);
+        } else {
+            bench_decode_point(&B, 8, 4096, r); /* --profile-short */
+        }
         fclose(B.tsv);
+        remove(tsvtmp);
         return 0;
     }
     copy_bandwidth(&B);
@@ -429,15 +488,32 @@ int main(int argc, char **argv)
     bench_writer(&B);
     printf("\n| b | context | BF16 us | C4R4 us (ratio, GB/s) | C2R4 us | C8R8 us | BF16 GB/s |"
            " splits |\n|---|---|---|---|---|---|---|---|\n");
-    const long ctx8[] = {4096, 16384, 32768, 65536, 131072, 262144, 1048576};
-    const long ctx32[] = {4096, 16384, 32768, 65536, 131072, 262144, 1048576};
-    const int n8 = quick ? 2 : 7, n32 = quick ? 1 : 7;
+    const long full[] = {4096, 16384, 32768, 65536, 131072, 262144, 1048576};
+    const long q8[] = {4096, 16384, 65536}, q32[] = {4096, 65536}; /* --quick */
+    const long *ctx8 = quick ? q8 : full, *ctx32 = quick ? q32 : full;
+    const int n8 = quick ? 3 : 7, n32 = quick ? 2 : 7;
     float res[4];
     for (int i = 0; i < n8; i++)
         bench_decode_point(&B, 8, ctx8[i], res);
     for (int i = 0; i < n32; i++)
         bench_decode_point(&B, 32, ctx32[i], res);
-    fclose(B.tsv);
-    printf("results: %s\n", outp);
+    if (fclose(B.tsv) != 0 || rename(tsvtmp, outp) != 0) {
+        perror(outp);
+        remove(tsvtmp);
+        return 1;
+    }
+    char dev[300];
+    snprintf(dev, sizeof dev, "%s, %d SMs, L2 %d MB", prop.name, prop.multiProcessorCount,
+             prop.l2CacheSize >> 20);
+    const char *pn[] = {"samples", "heads", "s_q", "page_tokens", "group", "sink", "window",
+                        "l2_flush_bytes", "copy_GBps", "quick"};
+    const double pv[] = {(double)B.samples, 16, 1, 64, 64, 4, 128, (double)B.flush_bytes,
+                         B.copy_gbs, (double)quick};
+    const qmla_bench_meta meta = {"bench_decode", cmd, dev, sizeof pn / sizeof pn[0], pn, pv};
+    if (qmla_bench_write_h5(h5p, &meta, B.rows, B.n_rows, &err)) {
+        fprintf(stderr, "bench_decode: %s\n", err.msg);
+        return 1;
+    }
+    printf("results: %s, %s\n", outp, h5p);
     return 0;
 }

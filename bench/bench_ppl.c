@@ -1,7 +1,10 @@
 /* bench/bench_ppl.c — tokens per second of the C engine (qmla/model.h) on a
  * held-out text for the bf16 cache, C4R4 and C4R4 under sink4/local128, each
- * timed on the same windows in one run (bench/run_ppl.sh adds the NumPy
- * forward of experiments/accuracy/numpy_forward.py and the ratios).
+ * timed on the same windows in one run with attention in the absorbed form
+ * and in the expanded form (qmla_model_set_attn_form; the default picks the
+ * expanded one on tiny-mla), interleaved so that both see the same machine
+ * load (bench/run_ppl.sh adds the NumPy forward of
+ * experiments/accuracy/numpy_forward.py and the ratios).
  *
  *   bench_ppl MODEL_DIR TEXT.gz [--windows N] [--threads N] [--context T]
  *   bench_ppl --logits MODEL_DIR TEXT.gz N OUT.f32
@@ -19,6 +22,13 @@ static double now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
@@ -101,20 +111,25 @@ int main(int argc, char **argv)
         return fprintf(stderr, "bench_ppl: cannot read %s\n", argv[2]), 1;
     const char *cfg[][2] = {{"bf16", "none"}, {"C4R4", "none"}, {"C4R4", "sink4/local128"}};
     const qmla_exec ex = qmla_exec_cpu(threads);
-    for (size_t i = 0; i < 3; i++) {
-        qmla_cache_spec s;
-        qmla_ppl_result r;
-        qmla_cache_spec_parse(cfg[i][0], cfg[i][1], &s, &err);
-        double t0 = now();
-        if (qmla_model_ppl(m, &ex, &s, txt, nb, context, windows, &r, &err))
-            return die(&err);
-        double dt = now() - t0;
-        printf("{\"impl\": \"C\", \"config\": \"%s\", \"policy\": \"%s\", \"threads\": %d, "
-               "\"tokens\": %zu, \"seconds\": %.3f, \"tokens_per_s\": %.1f, "
-               "\"bits_per_byte\": %.6f}\n", cfg[i][0], cfg[i][1], threads, r.tokens, dt,
-               r.tokens / dt, r.bits_per_byte);
-        fflush(stdout);
-    }
+    const qmla_attn_form forms[2] = {QMLA_ATTN_ABSORBED, QMLA_ATTN_EXPANDED};
+    const char *fname[2] = {"absorbed", "expanded"};
+    for (size_t i = 0; i < 3; i++)
+        for (int f = 0; f < 2; f++) {
+            qmla_cache_spec s;
+            qmla_ppl_result r;
+            qmla_cache_spec_parse(cfg[i][0], cfg[i][1], &s, &err);
+            qmla_model_set_attn_form(m, forms[f]);
+            double t0 = now(), c0 = cpu_now();
+            if (qmla_model_ppl(m, &ex, &s, txt, nb, context, windows, &r, &err))
+                return die(&err);
+            double dt = now() - t0, dc = cpu_now() - c0;
+            printf("{\"impl\": \"C\", \"form\": \"%s\", \"config\": \"%s\", "
+                   "\"policy\": \"%s\", \"threads\": %d, \"tokens\": %zu, \"seconds\": %.3f, "
+                   "\"tokens_per_s\": %.1f, \"cpu_seconds\": %.3f, \"tokens_per_cpu_s\": %.1f, "
+                   "\"bits_per_byte\": %.6f}\n", fname[f], cfg[i][0], cfg[i][1], threads,
+                   r.tokens, dt, r.tokens / dt, dc, r.tokens / dc, r.bits_per_byte);
+            fflush(stdout);
+        }
     free(txt);
     qmla_model_free(m);
     return 0;

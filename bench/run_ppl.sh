@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/run_ppl.sh — the engine benchmark of issue 11 in one run: tokens/s of
-# the C engine (bf16, C4R4, C4R4 sink4/local128; context 512) and of the
+# the C engine (bf16, C4R4, C4R4 sink4/local128; context 512; attention in
+# the absorbed and in the expanded form) and of the
 # NumPy forward (experiments/accuracy/numpy_forward.py, fp32 and C4R4), on the
 # same first WINDOWS windows of data/heldout/prose.txt.gz, with THREADS
 # threads each (OpenBLAS threads for NumPy), and the ratios. Appends the JSON
@@ -24,11 +25,14 @@ done
 import json, sys
 rs = [json.loads(l) for l in open(sys.argv[1])]
 np_ = {r["config"]: r for r in rs if r["impl"] == "NumPy"}
+absorbed = {(r["config"], r["policy"]): r for r in rs if r.get("form") == "absorbed"}
 for r in rs:
     if r["impl"] == "C":
         ref = np_["fp32" if r["config"] == "bf16" else "C4R4"]
-        print("C %-5s %-15s %8.0f tok/s   NumPy %-5s %8.0f tok/s   C/NumPy %.2f" % (
-            r["config"], r["policy"], r["tokens_per_s"], ref["config"], ref["tokens_per_s"],
-            r["tokens_per_s"] / ref["tokens_per_s"]))
+        a = absorbed[(r["config"], r["policy"])]
+        print("C %-8s %-5s %-15s %8.0f tok/s (%5.0f per CPU-s)   NumPy %-5s %8.0f tok/s   C/NumPy %.2f   vs absorbed %.2f (CPU %.2f)" % (
+            r["form"], r["config"], r["policy"], r["tokens_per_s"], r["tokens_per_cpu_s"], ref["config"],
+            ref["tokens_per_s"], r["tokens_per_s"] / ref["tokens_per_s"], r["tokens_per_s"] / a["tokens_per_s"],
+            r["tokens_per_cpu_s"] / a["tokens_per_cpu_s"]))
 PY
 } | tee -a bench/results/ppl.txt

@@ -1,11 +1,15 @@
 /* kernels/decode.cu — paged MLA decode attention (contract: kernels/decode.h).
  *
- * Main kernel: grid (split, row tile, sequence), 256 threads = 8 warps, one
- * 64-token page per iteration, 16 query rows (heads x query tokens) per
- * block, BF16 mma.sync m16n8k16 with float32 accumulation:
+ * Two designs, both with grid (split, row tile, sequence), 256 threads = 8
+ * warps, one 64-token page per step, 16 query rows (heads x query tokens)
+ * per block, BF16 mma.sync m16n8k16 with float32 accumulation, and a
+ * normalised partial output + natural-log LSE per block that the combine
+ * kernel merges with one global softmax:
+ *
+ * BF16 tile (decode_bf16_kernel, decode_quant_kernel<8, 8> for C8R8):
  *   1. the page lands in shared memory as a BF16 tile [64][576] (row stride
  *      584 to spread banks): BF16 cache via cp.async (double-buffered, zero
- *      fill past the sequence); low-bit cache from packed codes and float16
+ *      fill past the sequence); C8R8 from packed codes and float16
  *      metadata prefetched into registers during the previous page, then
  *      unpacked, x^ = fmaf(q, s, l) (quant_core.h) rounded to BF16, except
  *      for protected tokens (sink / window), which are copied from their
@@ -18,12 +22,18 @@
  *      running max / sum and the rescale factor per row;
  *   4. PV: warp w accumulates output channels 64w..64w+63 (V = the tile's
  *      first 512 channels, loaded with ldmatrix.trans).
- * Each block writes its rows' normalised partial output and natural-log
- * LSE; the combine kernel merges the splits with one global softmax.
- * Occupancy: the BF16 kernel one block per SM (two page tiles, 185 KB of
- * shared memory); the low-bit kernels two blocks per SM (one tile, 112 KB,
- * 128 registers). Twin: qmla_decode_ref; test: tests/test_decode_cuda.c;
- * benchmark: bench/bench_decode.cu; description: docs/decode.md.
+ *   Occupancy: BF16 one block per SM (two page tiles, 185 KB of shared
+ *   memory); C8R8 two blocks per SM (one tile, 112 KB, 128 registers).
+ *
+ * Codes on tensor cores (decode_fast_kernel, C4R4 and C2R4): the packed
+ * codes themselves are the MMA operands (BF16 128 + q), step and minimum
+ * applied per group after the products; protected tokens are attended to by
+ * extra blocks through the BF16-tile path (see "C4R4 / C2R4" below).
+ *
+ * Twins: qmla_decode_ref_model (BF16-rounded packed values for the tile
+ * kernels, unrounded for decode_fast_kernel; qmla_decode_cuda_packed_f32);
+ * test: tests/test_decode_cuda.c; benchmark: bench/bench_decode.cu;
+ * description: docs/decode.md.
  */
 #include "decode.h"
 #include "qmla/kvcache.h"
@@ -32,6 +42,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -53,6 +64,7 @@ struct dec_args {
     float *o_part;              /* [b, n_splits, R_pad, 512] */
     float *lse_part;            /* [b, n_splits, R_pad] */
     int max_pages, s_q, H, R, R_pad, n_splits, pps, S, W;
+    int n_prot;                 /* fast kernel: partials n_splits - n_prot .. of protected tokens */
     float scale_log2;           /* softmax scale * log2(e) */
     qmla_kv_layout L;
 };
@@ -64,6 +76,7 @@ struct dec_smem_quant {
     float sp[4][DEC_ROWS][SSTR];              /* [channel quarter][16][64 (+8)] QK partials */
     __nv_bfloat16 p[DEC_ROWS * PSTR];         /* [16][64 (+8)] probabilities */
     float m[DEC_ROWS], l[DEC_ROWS], alpha[DEC_ROWS]; /* [16] running max (log2), sum, rescale */
+    int tmap[QMLA_KV_PAGE];                   /* protected path: token of each tile row */
 };
 struct dec_smem_bf16 {
     __nv_bfloat16 tile[2][QMLA_KV_PAGE * KSTR]; /* [2 buffers][64][576 (+8)] */
@@ -326,9 +339,12 @@ struct dec_state {
     float o[8][4]; /* O accumulators: 16 rows x 64 channels */
 };
 
-template <class SM>
+/* tmap: NULL for the page of tokens t0 .. t0+63, else the token of each
+ * tile row (INT_MAX: none), as the protected path gathers them. */
+template <class SM, int UNROLL = 9>
 __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bfloat16 *tile,
-                                          const dec_args &a, long t0, long vis, int tid)
+                                          const dec_args &a, long t0, long vis, int tid,
+                                          const int *tmap = nullptr)
 {
     const int warp = tid >> 5, lane = tid & 31, cg = warp & 3, th = warp >> 2;
     const int gr = lane >> 2, gc = lane & 3;
@@ -338,7 +354,7 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
     for (int n = 0; n < 4; n++)
         s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
     const int mi = lane >> 3, rr = lane & 7;
-#pragma unroll
+#pragma unroll UNROLL
     for (int kk = 0; kk < 9; kk++) {
         const int k0 = (cg * 9 + kk) * 16;
         uint32_t qa[4]; /* A = Q[16 rows][16 channels], as P below */
@@ -371,7 +387,8 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
                               ((c0.z + c1.z) + c2.z) + c3.z, ((c0.w + c1.w) + c2.w) + c3.w};
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            z[u] = t0 + part * 4 + u < vis ? acc[u] * a.scale_log2 : -INFINITY;
+            const long t = tmap ? (long)tmap[part * 4 + u] : t0 + part * 4 + u;
+            z[u] = t < vis ? acc[u] * a.scale_log2 : -INFINITY;
             mx = fmaxf(mx, z[u]);
         }
 #pragma unroll
@@ -408,7 +425,7 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
             st.o[n][2] *= a1;
             st.o[n][3] *= a1;
         }
-#pragma unroll
+#pragma unroll (UNROLL < 4 ? UNROLL : 4)
         for (int ks = 0; ks < 4; ks++) {
             uint32_t pa[4];
             /* A = P[16 rows][16 tokens]: matrices (rows 0-7, k 0-7), (rows 8-15,
@@ -541,6 +558,618 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_bf16_kernel(dec_args a)
     dec_finish(st, sm, a, b, split, r0, tid);
 }
 
+/* ---- C4R4 / C2R4: tensor cores on the codes, scale and minimum after ----
+ * For a packed token n and a group g of 64 channels, x = s q + l (step s,
+ * minimum l, code q). With the codes turned into BF16 as 128 + q (one LOP3
+ * per two codes: 0x4300 | code), per group
+ *   Q.x   = s (Q.q) + l sum(Q)       (QK: 128 + q - 128 = q, exact)
+ *   P x_c = (P s) (128 + q_c) + (P s) (l / s - 128)
+ * so QK multiplies the BF16 queries with the raw codes (m16n8k16, float32
+ * accumulation) and applies s and l to the group's product; PV
+ * multiplies BF16(P s) with the raw codes and adds, by one more MMA column
+ * pair per k-step, BF16(P s) times l / s - 128 split into two BF16 parts.
+ * Rounding: as BF16(P) in the BF16-tile kernels, now BF16(P s) (relative
+ * 2^-9 per weight); the values themselves are not rounded to BF16, so the
+ * kernel attends to fmaf(q, s, l) unrounded (qmla_decode_ref_model with
+ * packed_f32 = 1 is its reference). A group with s = 0 has codes 0
+ * (quant_core.h) and uses s = 1 in PV.
+ * Block: 8 warps, warp w owns content group w: its queries' fragments stay
+ * in registers; per page it multiplies them with its group's codes of the
+ * 64 tokens (8 n-tiles) plus the RoPE group for tokens 8w .. 8w+7; the 8
+ * partial score tiles are summed in shared memory in a fixed order; online
+ * softmax by 16 threads per row; then warp w accumulates output channels
+ * 64w .. 64w+63 from the same codes. Pages arrive by cp.async, NST stages,
+ * content rows XOR-swizzled by 16-byte chunk so that both the QK (token
+ * rows) and the PV (token pairs) reads are free of bank conflicts.
+ * Protected tokens (sink, window) are masked here and attended to, after
+ * their pages, by the last n_prot blocks of each sequence (those with the
+ * fewest packed pages: the window's pages are skipped) from their BF16
+ * buffers, up to 64 tokens each through the BF16 tile path, into partials
+ * of their own; no extra blocks, so the grid stays one wave. The combine
+ * merges all partials: exactly one representation per token.
+ * Precision: QK multiplies the codes themselves (the +128 is removed by one
+ * exact BF16 subtraction per two codes), so the float32 sums are those of
+ * Q.q, not of Q.(128 + q) (whose rounding, relative to 128 sum|Q|, cost
+ * 10-40x BF16's LSE error in H200 runs 16-17). */
+template <int CB> struct fcfg {
+    static constexpr int CBC = QMLA_KV_DC * CB / 8;  /* content code bytes per token */
+    static constexpr int CPR = CBC / 16;              /* 16-byte chunks per content row */
+    static constexpr int OFF_RC = QMLA_KV_PAGE * CBC;  /* RoPE codes, 32 bytes per token */
+    static constexpr int OFF_MC = OFF_RC + QMLA_KV_PAGE * 32;
+    static constexpr int OFF_MR = OFF_MC + QMLA_KV_PAGE * 32;
+    static constexpr int PB = OFF_MR + QMLA_KV_PAGE * 4; /* page bytes */
+    static constexpr int NST = CB == 4 ? 3 : 4;          /* pipeline stages */
+};
+
+template <int CB> struct dec_smem_fast {
+    uint8_t stage[fcfg<CB>::NST][fcfg<CB>::PB]; /* pages, content rows swizzled */
+    float sp[8][DEC_ROWS][SSTR];                /* [group][16][64 (+8)] score partials */
+    float pf[DEC_ROWS][SSTR];                   /* [16][64 (+8)] probabilities */
+    float2 qkm[8][QMLA_KV_PAGE];                /* [group][token] (s, l) */
+    float pvs[8][QMLA_KV_PAGE];                 /* [group][token] s for PV, 0: masked */
+    uint16_t bh[8][QMLA_KV_PAGE], bl[8][QMLA_KV_PAGE]; /* l / s - 128, BF16 high + low */
+    float2 rqm[QMLA_KV_PAGE];                   /* RoPE (s, l) */
+    float m[DEC_ROWS], l[DEC_ROWS], alpha[DEC_ROWS];
+};
+
+template <int CB> static constexpr size_t fast_smem_bytes()
+{
+    return sizeof(dec_smem_fast<CB>) > sizeof(dec_smem_quant) ? sizeof(dec_smem_fast<CB>)
+                                                               : sizeof(dec_smem_quant);
+}
+
+#define MAGIC_BF16X2 0x43004300u /* BF16 128.0 twice: 0x4300 | q = 128 + q */
+/* Unrolling of the QK (8 n-tiles) and PV (4 k-steps) loops: full by
+ * default; smaller values shrink the code (the instruction cache is cold at
+ * every launch), a build-time experiment (docs/decode.md). */
+#ifndef QMLA_DECODE_QK_UNROLL
+#define QMLA_DECODE_QK_UNROLL 8
+#endif
+#ifndef QMLA_DECODE_PV_UNROLL
+#define QMLA_DECODE_PV_UNROLL 4
+#endif
+static constexpr int QK_UNROLL = QMLA_DECODE_QK_UNROLL, PV_UNROLL = QMLA_DECODE_PV_UNROLL;
+/* 1 (default): the fast kernel stores its partial outputs as float4 (8
+ * 16-byte stores per lane) instead of one float per store (32 4-byte
+ * stores, each in its own 32-byte sector: 0, the run-19 epilogue, kept as
+ * a build-time comparison; docs/decode.md). Same values either way. */
+#ifndef QMLA_DECODE_VEC_EPILOGUE
+#define QMLA_DECODE_VEC_EPILOGUE 1
+#endif
+
+/* Chunk swizzle of token t's content row (16-byte chunks). */
+template <int CB> __device__ static inline int fast_swz(int t)
+{
+    return CB == 4 ? 2 * ((t + (t >> 2)) & 3) : (t & 7);
+}
+/* Stage offset of byte c of token t's content codes. */
+template <int CB> __device__ static inline int fast_coff(int t, int c)
+{
+    return t * fcfg<CB>::CBC + ((((c >> 4) ^ fast_swz<CB>(t))) << 4) + (c & 15);
+}
+
+/* A lane's 16 channels of a group (its chunk: channels 16 gc .. 16 gc + 15)
+ * as 8 BF16 pairs: register r holds channels (fast_lo(r), fast_hi(r)) of
+ * the chunk. 4 bits: two words, register 4i + j = nibbles j, j+4 of word i;
+ * 2 bits: one word, register j = fields j, j+8. */
+template <int B> __host__ __device__ static constexpr int fast_lo(int r)
+{
+    return B == 4 ? 8 * (r >> 2) + (r & 3) : r;
+}
+template <int B> __host__ __device__ static constexpr int fast_hi(int r)
+{
+    return B == 4 ? 8 * (r >> 2) + 4 + (r & 3) : 8 + r;
+}
+__device__ static inline void nib_regs(uint32_t w, uint32_t *r)
+{
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        r[j] = ((w >> (4 * j)) & 0x000f000fu) | MAGIC_BF16X2;
+}
+/* (128 + c) - 128 = c for both BF16 halves, exact (one HFMA2.BF16). */
+__device__ static inline uint32_t bf16x2_less128(uint32_t x)
+{
+    uint32_t r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(x), "r"(0x3f803f80u), "r"(0xc300c300u));
+    return r;
+}
+/* QK operands without the +128 offset: the codes as exact BF16 values.
+ * 4 bits: register j = q of nibbles (j, j + 4) of w, as nib_regs.
+ * 2 bits: the fields are not shifted down one by one: register j holds
+ * (c_j, c_(j+8)) times crumb_scale(j) = 1, 4, 16, 1, 4, 16, 1, 4 (fields
+ * 0-2 of w, 3-5 of w >> 6, 6-7 of w >> 12, each in mantissa bits 0-5 of
+ * 128.0); the queries of register j are divided by the same power of two
+ * (fast_q), so the products are unchanged. */
+__device__ static inline void nib_codes(uint32_t w, uint32_t *r)
+{
+    nib_regs(w, r);
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        r[j] = bf16x2_less128(r[j]);
+}
+__host__ __device__ static constexpr int crumb_shift(int j) { return j < 3 ? 0 : j < 6 ? 6 : 12; }
+__host__ __device__ static constexpr int crumb_pos(int j) { return 2 * j - crumb_shift(j); }
+__host__ __device__ static constexpr float crumb_scale(int j) { return (float)(1 << crumb_pos(j)); }
+__device__ static inline void crumb_codes(uint32_t w, uint32_t *r)
+{
+    const uint32_t w6 = w >> 6, w12 = w >> 12;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const uint32_t src = crumb_shift(j) == 0 ? w : crumb_shift(j) == 6 ? w6 : w12;
+        r[j] = bf16x2_less128((src & (0x00030003u << crumb_pos(j))) | MAGIC_BF16X2);
+    }
+}
+
+/* Query fragments of this lane (rows gr, gr+8 of the tile; content group
+ * `g` with CB's channel order, RoPE with 4 bits') and the groups' query sums. */
+template <int CB>
+__device__ static inline void fast_q(const dec_args &a, int b, int r0, int g, int gr, int gc,
+                                     uint32_t qc[4][4], uint32_t qr[4][4], float sqc[2],
+                                     float sqr[2])
+{
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int r = r0 + gr + 8 * hr;
+        const uint16_t *q = a.q + ((size_t)b * a.R + (r < a.R ? r : 0)) * QMLA_KV_D;
+        const uint32_t keep = r < a.R ? 0xffffffffu : 0u;
+        /* the lane's 16 content and 16 RoPE channels: 4 loads of 16 bytes */
+        uint32_t cw[8], rw[8];
+        {
+            const uint4 *pc = (const uint4 *)(q + 64 * g + 16 * gc);
+            const uint4 *pr = (const uint4 *)(q + QMLA_KV_DC + 16 * gc);
+            const uint4 u0 = pc[0], u1 = pc[1], v0 = pr[0], v1 = pr[1];
+            cw[0] = u0.x; cw[1] = u0.y; cw[2] = u0.z; cw[3] = u0.w;
+            cw[4] = u1.x; cw[5] = u1.y; cw[6] = u1.z; cw[7] = u1.w;
+            rw[0] = v0.x; rw[1] = v0.y; rw[2] = v0.z; rw[3] = v0.w;
+            rw[4] = v1.x; rw[5] = v1.y; rw[6] = v1.z; rw[7] = v1.w;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                cw[i] &= keep;
+                rw[i] &= keep;
+            }
+        }
+        float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+        for (int reg = 0; reg < 8; reg++) {
+#define QMLA_Q_ELEM(W, E) (((W)[(E) >> 1] >> (16 * ((E) & 1))) & 0xffffu)
+            const uint32_t x0 = QMLA_Q_ELEM(cw, fast_lo<CB>(reg)), x1 = QMLA_Q_ELEM(cw, fast_hi<CB>(reg));
+            const uint32_t y0 = QMLA_Q_ELEM(rw, fast_lo<4>(reg)), y1 = QMLA_Q_ELEM(rw, fast_hi<4>(reg));
+#undef QMLA_Q_ELEM
+            /* a0 (row gr, pair 2ks), a1 (row gr+8), a2 (row gr, pair 2ks+1), a3 */
+            if (CB == 2 && crumb_pos(reg) != 0) {
+                /* divided by crumb_scale(reg), a power of two: exact (BF16 subnormals aside) */
+                const float is = 1.0f / crumb_scale(reg);
+                const __nv_bfloat162 v = __floats2bfloat162_rn(__uint_as_float(x0 << 16) * is,
+                                                               __uint_as_float(x1 << 16) * is);
+                qc[reg >> 1][hr + 2 * (reg & 1)] = *(const uint32_t *)&v;
+            } else
+                qc[reg >> 1][hr + 2 * (reg & 1)] = x0 | (x1 << 16);
+            qr[reg >> 1][hr + 2 * (reg & 1)] = y0 | (y1 << 16);
+            s1 += __uint_as_float(x0 << 16) + __uint_as_float(x1 << 16);
+            s2 += __uint_as_float(y0 << 16) + __uint_as_float(y1 << 16);
+        }
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+        s2 += __shfl_xor_sync(0xffffffffu, s2, 1);
+        s2 += __shfl_xor_sync(0xffffffffu, s2, 2);
+        sqc[hr] = s1;
+        sqr[hr] = s2;
+    }
+}
+
+/* Protected tokens of sequence b, the k-th 64 of them (sink rows first,
+ * then the window's), through the BF16 tile path. */
+__device__ static void prot_part(dec_smem_quant &sm, const dec_args &a, int b, int r0, int k,
+                                 int slot, int tid)
+{
+    const long len = a.seq_len[b];
+    dec_state st;
+    dec_init(st, sm, a, b, r0, tid);
+    const long vis = row_vis(a, r0, len, tid);
+    const long nS = len < a.S ? len : a.S, wlo = len - a.W > nS ? len - a.W : nS;
+    const long cnt = nS + (len - wlo);
+    if ((long)k * QMLA_KV_PAGE < cnt) {
+        if (tid < QMLA_KV_PAGE) {
+            const long i = (long)k * QMLA_KV_PAGE + tid;
+            sm.tmap[tid] = i < cnt ? (int)(i < nS ? i : wlo + (i - nS)) : INT_MAX;
+        }
+#pragma unroll 1 /* code size: this path runs once per block */
+        for (int j = 0; j < 18; j++) {
+            const int c = tid + DEC_THREADS * j, tt = c / 72, kk = c - tt * 72;
+            const long i = (long)k * QMLA_KV_PAGE + tt;
+            const bool ok = i < cnt;
+            const uint16_t *src = ok ? protected_row(a, b, i < nS ? i : wlo + (i - nS)) + kk * 8
+                                     : a.q;
+            cp_async16(sm.tile + tt * KSTR + kk * 8, src, ok ? 16 : 0);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        /* loops not unrolled: this runs once per block, its code is cold */
+        attend_page<dec_smem_quant, 1>(st, sm, sm.tile, a, 0, vis, tid, sm.tmap);
+    }
+    dec_finish(st, sm, a, b, slot, r0, tid);
+}
+
+/* Per-thread constants of the fast path: stage offsets that do not depend
+ * on the page (the swizzle repeats every 16 tokens: fast_swz(t + 16) ==
+ * fast_swz(t), and every 32 copy chunks of a row hold tokens 16 apart). */
+template <int CB> struct fast_lane {
+    int qoff[2];  /* QK: token 8j + gr, j even / odd, minus 8j rows */
+    int poff[4];  /* PV: tokens 2gc + {0, 1, 8, 9} */
+    int roff;     /* RoPE codes of token 8 warp + gr, this lane's 8 bytes */
+    int dswz;     /* copy: byte shift of this thread's content chunks */
+    __device__ fast_lane(int tid)
+    {
+        typedef fcfg<CB> F;
+        const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
+        const int qb = CB == 4 ? 32 * warp + 8 * gc : 16 * warp + 4 * gc;
+        qoff[0] = fast_coff<CB>(gr, qb);
+        qoff[1] = fast_coff<CB>(8 + gr, qb) - 8 * F::CBC;
+        /* PV: 4 bits word gr of the group; 2 bits half gr&1 of word gr/2 */
+        const int pb = CB == 4 ? 32 * warp + 4 * gr : 16 * warp + 4 * (gr >> 1);
+        const int d[4] = {0, 1, 8, 9};
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            poff[i] = fast_coff<CB>(2 * gc + d[i], pb);
+        roff = F::OFF_RC + (8 * warp + gr) * 32 + 8 * gc;
+        const int t = tid / F::CPR, k = tid % F::CPR;
+        dswz = ((k ^ fast_swz<CB>(t)) - k) * 16;
+    }
+};
+
+/* Copy a page into a stage: chunk c = tid + 256 i; the content chunks
+ * (the first 64 * CPR, a multiple of 256) land swizzled. */
+template <int CB>
+__device__ static inline void fast_issue(uint8_t *dst, const uint8_t *src, int dswz, int tid)
+{
+    typedef fcfg<CB> F;
+    constexpr int NC = QMLA_KV_PAGE * F::CPR / DEC_THREADS, NALL = F::PB / 16;
+#pragma unroll
+    for (int i = 0; i < (NALL + DEC_THREADS - 1) / DEC_THREADS; i++) {
+        const int c = tid + DEC_THREADS * i;
+        if (i < NC || c < NALL)
+            cp_async16(dst + c * 16 + (i < NC ? dswz : 0), src + (size_t)c * 16, 16);
+    }
+}
+
+/* Metadata of page `pg` for group `warp` (warp-private tables) and the RoPE
+ * metadata of tokens 8 warp .. 8 warp + 7. Tokens outside [S, lenW) get
+ * zero PV weights (their scores are masked by the softmax). */
+template <int CB>
+__device__ static inline void fast_meta(dec_smem_fast<CB> &sm, const uint8_t *pg, int t0, int S,
+                                        int lenW, int warp, int lane)
+{
+    typedef fcfg<CB> F;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int tok = lane + 32 * h, t = t0 + tok;
+        const uint32_t u = *(const uint32_t *)(pg + F::OFF_MC + tok * 32 + 4 * warp);
+        const float s = __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
+        const float m = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
+        sm.qkm[warp][tok] = make_float2(s, m);
+        const bool ok = t >= S && t < lenW;
+        const float spv = ok ? (s == 0.0f ? 1.0f : s) : 0.0f;
+        const float bias = ok ? __fdividef(m, spv) - 128.0f : 0.0f;
+        const __nv_bfloat16 bh = __float2bfloat16_rn(bias);
+        const __nv_bfloat16 bl = __float2bfloat16_rn(bias - __bfloat162float(bh));
+        sm.pvs[warp][tok] = spv;
+        sm.bh[warp][tok] = __bfloat16_as_ushort(bh);
+        sm.bl[warp][tok] = __bfloat16_as_ushort(bl);
+    }
+    if (lane < 8) {
+        const int tok = 8 * warp + lane;
+        const uint32_t u = *(const uint32_t *)(pg + F::OFF_MR + tok * 4);
+        const float s = __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
+        const float m = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
+        sm.rqm[tok] = make_float2(s, m);
+    }
+    __syncwarp();
+}
+
+/* QK of page `pg`: the partial scores of group `warp` (plus the RoPE group
+ * for tokens 8 warp ..) into sm.sp[warp]. */
+template <int CB>
+__device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
+                                      const fast_lane<CB> &fl, const uint32_t qc[4][4],
+                                      const uint32_t qr[4][4], const float sqc[2],
+                                      const float sqr[2], int warp, int gr, int gc)
+{
+    typedef fcfg<CB> F;
+#pragma unroll QK_UNROLL
+    for (int j = 0; j < 8; j++) {
+        uint32_t bc[8];
+        const uint8_t *p = pg + fl.qoff[j & 1] + 8 * j * F::CBC;
+        if constexpr (CB == 4) {
+            const uint2 v = *(const uint2 *)p;
+            nib_codes(v.x, bc);
+            nib_codes(v.y, bc + 4);
+        } else {
+            crumb_codes(*(const uint32_t *)p, bc);
+        }
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++)
+            mma16816(c, qc[ks], bc[2 * ks], bc[2 * ks + 1]);
+        const float4 mm = *(const float4 *)&sm.qkm[warp][8 * j + 2 * gc];
+        *(float2 *)&sm.sp[warp][gr][8 * j + 2 * gc] =
+            make_float2(fmaf(mm.x, c[0], mm.y * sqc[0]), fmaf(mm.z, c[1], mm.w * sqc[0]));
+        *(float2 *)&sm.sp[warp][gr + 8][8 * j + 2 * gc] =
+            make_float2(fmaf(mm.x, c[2], mm.y * sqc[1]), fmaf(mm.z, c[3], mm.w * sqc[1]));
+    }
+    /* RoPE for n-tile `warp`, added to what this lane just stored */
+    const uint2 v = *(const uint2 *)(pg + fl.roff);
+    uint32_t br[8];
+    nib_codes(v.x, br);
+    nib_codes(v.y, br + 4);
+    float rc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++)
+        mma16816(rc, qr[ks], br[2 * ks], br[2 * ks + 1]);
+    const float4 mm = *(const float4 *)&sm.rqm[8 * warp + 2 * gc];
+    float2 *d0 = (float2 *)&sm.sp[warp][gr][8 * warp + 2 * gc];
+    float2 *d1 = (float2 *)&sm.sp[warp][gr + 8][8 * warp + 2 * gc];
+    float2 x0 = *d0, x1 = *d1;
+    x0.x += fmaf(mm.x, rc[0], mm.y * sqr[0]);
+    x0.y += fmaf(mm.z, rc[1], mm.w * sqr[0]);
+    x1.x += fmaf(mm.x, rc[2], mm.y * sqr[1]);
+    x1.y += fmaf(mm.z, rc[3], mm.w * sqr[1]);
+    *d0 = x0;
+    *d1 = x1;
+}
+
+/* Online softmax of the page's scores (16 threads per row, 4 tokens each,
+ * the 8 partials summed in a fixed order): P into sm.pf, rescale factor. */
+template <int CB>
+__device__ static inline void fast_softmax(dec_smem_fast<CB> &sm, const dec_args &a, int t0,
+                                           int shi, int srow, int spart)
+{
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int w = 0; w < 8; w++) {
+        const float4 c = *(const float4 *)&sm.sp[w][srow][spart * 4];
+        acc[0] += c.x;
+        acc[1] += c.y;
+        acc[2] += c.z;
+        acc[3] += c.w;
+    }
+    float z[4], mx = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        const int t = t0 + spart * 4 + u;
+        z[u] = t >= a.S && t < shi ? acc[u] * a.scale_log2 : -INFINITY;
+        mx = fmaxf(mx, z[u]);
+    }
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    const float m_old = sm.m[srow], m_new = fmaxf(m_old, mx);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    float sum = 0.0f, p[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        p[u] = exp2f(z[u] - m_use);
+        sum += p[u];
+    }
+    *(float4 *)&sm.pf[srow][spart * 4] = make_float4(p[0], p[1], p[2], p[3]);
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    __syncwarp();
+    if (spart == 0) {
+        const float al = exp2f(m_old - m_use);
+        sm.alpha[srow] = al;
+        sm.l[srow] = sm.l[srow] * al + sum;
+        sm.m[srow] = m_new;
+    }
+}
+
+/* PV of page `pg` for output channels 64 warp + 8n + nt (n: column of
+ * n-tile nt), and the bias columns. */
+template <int CB>
+__device__ static inline void fast_pv(dec_smem_fast<CB> &sm, const uint8_t *pg,
+                                      const fast_lane<CB> &fl, float o[8][4], float bacc[4],
+                                      int warp, int gr, int gc)
+{
+    typedef fcfg<CB> F;
+    const float al0 = sm.alpha[gr], al1 = sm.alpha[gr + 8];
+    if (__any_sync(0xffffffffu, al0 != 1.0f || al1 != 1.0f)) {
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            o[n][0] *= al0;
+            o[n][1] *= al0;
+            o[n][2] *= al1;
+            o[n][3] *= al1;
+        }
+        bacc[0] *= al0;
+        bacc[1] *= al0;
+        bacc[2] *= al1;
+        bacc[3] *= al1;
+    }
+    const uint16_t *bsrc = gr == 0 ? sm.bh[warp] : sm.bl[warp];
+#pragma unroll PV_UNROLL
+    for (int ks = 0; ks < 4; ks++) {
+        const int tA = 16 * ks + 2 * gc, tC = tA + 8;
+        const float2 sA = *(const float2 *)&sm.pvs[warp][tA];
+        const float2 sC = *(const float2 *)&sm.pvs[warp][tC];
+        const float2 pA0 = *(const float2 *)&sm.pf[gr][tA];
+        const float2 pA1 = *(const float2 *)&sm.pf[gr + 8][tA];
+        const float2 pC0 = *(const float2 *)&sm.pf[gr][tC];
+        const float2 pC1 = *(const float2 *)&sm.pf[gr + 8][tC];
+        uint32_t pa[4];
+        pa[0] = bf16x2(pA0.x * sA.x, pA0.y * sA.y);
+        pa[1] = bf16x2(pA1.x * sA.x, pA1.y * sA.y);
+        pa[2] = bf16x2(pC0.x * sC.x, pC0.y * sC.y);
+        pa[3] = bf16x2(pC1.x * sC.x, pC1.y * sC.y);
+        {
+            uint32_t b0 = 0, b1 = 0;
+            if (gr < 2) {
+                b0 = *(const uint32_t *)&bsrc[tA];
+                b1 = *(const uint32_t *)&bsrc[tC];
+            }
+            mma16816(bacc, pa, b0, b1);
+        }
+        const uint8_t *p = pg + 16 * ks * F::CBC;
+        const uint32_t wa = *(const uint32_t *)(p + fl.poff[0]);
+        const uint32_t wb = *(const uint32_t *)(p + fl.poff[1]);
+        const uint32_t wc = *(const uint32_t *)(p + fl.poff[2]);
+        const uint32_t wd = *(const uint32_t *)(p + fl.poff[3]);
+        if constexpr (CB == 4) {
+#pragma unroll
+            for (int jb = 0; jb < 4; jb++) {
+                /* bytes (a_jb, a_jb, b_jb, b_jb): channels 2jb, 2jb+1 of both tokens */
+                const uint32_t sel = jb | (jb << 4) | ((4 + jb) << 8) | ((4 + jb) << 12);
+                const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
+                mma16816(o[2 * jb], pa, (x & 0x000f000fu) | MAGIC_BF16X2,
+                         (y & 0x000f000fu) | MAGIC_BF16X2);
+                mma16816(o[2 * jb + 1], pa, ((x >> 4) & 0x000f000fu) | MAGIC_BF16X2,
+                         ((y >> 4) & 0x000f000fu) | MAGIC_BF16X2);
+            }
+        } else {
+            const int h = gr & 1;
+            const uint32_t sel = (2 * h) | ((2 * h + 1) << 4) | ((4 + 2 * h) << 8) | ((5 + 2 * h) << 12);
+            const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+                mma16816(o[nt], pa, ((x >> (2 * nt)) & 0x00030003u) | MAGIC_BF16X2,
+                         ((y >> (2 * nt)) & 0x00030003u) | MAGIC_BF16X2);
+        }
+    }
+}
+
+/* Pages of split `split`: per page two barriers; PV of page i and QK of
+ * page i+1 run in the same phase. NST = 3: page i+2 is copied while the
+ * phase of pages i / i+1 runs. */
+template <int CB>
+__device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b, int r0,
+                                 int split, int slot, int tid)
+{
+    typedef fcfg<CB> F;
+    static_assert(F::NST >= 3, "fast_part needs three stages");
+    const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
+    const int len = a.seq_len[b], lenW = len - a.W; /* tokens >= lenW: window or absent */
+    /* pages holding packed, unprotected tokens [S, lenW) */
+    int p0 = split * a.pps, p1 = p0 + a.pps;
+    {
+        const int lo = a.S / QMLA_KV_PAGE;
+        const int hi = lenW > a.S ? (lenW + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
+        p0 = p0 > lo ? p0 : lo;
+        p1 = p1 < hi ? p1 : hi;
+    }
+    const int np = p1 - p0;
+    const fast_lane<CB> fl(tid);
+    uint32_t qc[4][4], qr[4][4];
+    float sqc[2], sqr[2];
+    fast_q<CB>(a, b, r0, warp, gr, gc, qc, qr, sqc, sqr);
+    float o[8][4], bacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    if (tid < DEC_ROWS) {
+        sm.m[tid] = -INFINITY;
+        sm.l[tid] = 0.0f;
+    }
+    const int srow = tid >> 4, spart = tid & 15;
+    int shi = 0; /* softmax row: tokens [S, shi) */
+    {
+        const int r = r0 + srow;
+        if (r < a.R) {
+            const int v = len - a.s_q + r / a.H + 1;
+            shi = v < lenW ? v : lenW;
+        }
+    }
+    const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
+    /* Iteration i: softmax and PV of page i (i >= 0), QK of page i + 1;
+     * page i + 2 is copied meanwhile (issued at i, awaited at i + 1). The
+     * first iteration (i = -1) only waits for page 0 and runs its QK, so
+     * that the QK code exists once (the kernel's code size is what costs
+     * at short contexts: every launch starts with a cold instruction
+     * cache). */
+    if (np > 0) {
+        fast_issue<CB>(sm.stage[0], a.pool + (size_t)bt[p0] * F::PB, fl.dswz, tid);
+        cp_async_commit();
+        if (np > 1)
+            fast_issue<CB>(sm.stage[1], a.pool + (size_t)bt[p0 + 1] * F::PB, fl.dswz, tid);
+        cp_async_commit();
+    }
+    for (int i = -1; i < np; i++) {
+        if (i >= 0) {
+            __syncthreads(); /* scores of page i complete */
+            fast_softmax<CB>(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
+            cp_async_wait<0>();
+        } else {
+            cp_async_wait<1>(); /* page 0 (page 1 may be in flight) */
+        }
+        __syncthreads(); /* P of page i; page i+1 landed; page i-1 consumed */
+        if (i >= 0) {
+            if (i + 2 < np)
+                fast_issue<CB>(sm.stage[(i + 2) % F::NST],
+                               a.pool + (size_t)bt[p0 + i + 2] * F::PB, fl.dswz, tid);
+            cp_async_commit();
+        }
+        if (i >= 0)
+            fast_pv<CB>(sm, sm.stage[i % F::NST], fl, o, bacc, warp, gr, gc);
+        if (i + 1 < np) {
+            __syncwarp();
+            const uint8_t *pg = sm.stage[(i + 1) % F::NST];
+            fast_meta<CB>(sm, pg, (p0 + i + 1) * QMLA_KV_PAGE, a.S, lenW, warp, lane);
+            fast_qk<CB>(sm, pg, fl, qc, qr, sqc, sqr, warp, gr, gc);
+        }
+    }
+    __syncthreads();
+    /* the bias columns 0 (high) and 1 (low) live in lanes gc = 0 */
+    float b0 = bacc[0] + bacc[1], b1 = bacc[2] + bacc[3];
+    b0 = __shfl_sync(0xffffffffu, b0, lane & ~3);
+    b1 = __shfl_sync(0xffffffffu, b1, lane & ~3);
+    const size_t base = ((size_t)b * a.n_splits + slot) * a.R_pad + r0;
+    const float la = sm.l[gr], lb = sm.l[gr + 8];
+    const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
+#if QMLA_DECODE_VEC_EPILOGUE
+    /* channel 64 warp + 16 gc + 8 e + nt: the lane's 16 consecutive
+     * channels of rows gr and gr + 8, as 4 float4 each (float4 k: e = k / 2,
+     * nt = 4 (k % 2) .. + 3) */
+    float4 *d0 = (float4 *)(a.o_part + (base + gr) * QMLA_KV_DC + 64 * warp + 16 * gc);
+    float4 *d1 = (float4 *)(a.o_part + (base + gr + 8) * QMLA_KV_DC + 64 * warp + 16 * gc);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int e = k >> 1, n0 = 4 * (k & 1);
+        d0[k] = make_float4((o[n0][e] + b0) * ia, (o[n0 + 1][e] + b0) * ia,
+                            (o[n0 + 2][e] + b0) * ia, (o[n0 + 3][e] + b0) * ia);
+        d1[k] = make_float4((o[n0][2 + e] + b1) * ib, (o[n0 + 1][2 + e] + b1) * ib,
+                            (o[n0 + 2][2 + e] + b1) * ib, (o[n0 + 3][2 + e] + b1) * ib);
+    }
+#else
+    /* one float per store: 8x the partials' bytes in L2 write sectors (the
+     * short-context cost measured in H200 run 19, docs/decode.md) */
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int ch = 64 * warp + 8 * (2 * gc + e) + nt;
+            a.o_part[(base + gr) * QMLA_KV_DC + ch] = (o[nt][e] + b0) * ia;
+            a.o_part[(base + gr + 8) * QMLA_KV_DC + ch] = (o[nt][2 + e] + b1) * ib;
+        }
+#endif
+    if (tid < DEC_ROWS) {
+        const float l = sm.l[tid];
+        a.lse_part[base + tid] = l > 0.0f ? (sm.m[tid] + log2f(l)) * LN2 : -INFINITY;
+    }
+}
+
+template <int CB>
+__global__ void __launch_bounds__(DEC_THREADS, 2) decode_fast_kernel(dec_args a)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int b = blockIdx.z, r0 = blockIdx.y * DEC_ROWS, tid = threadIdx.x, x = blockIdx.x;
+    const int nblk = a.n_splits - a.n_prot; /* gridDim.x */
+    fast_part<CB>(*(dec_smem_fast<CB> *)smem_raw, a, b, r0, x, x, tid);
+    const int k = x - (nblk - a.n_prot);
+    if (k >= 0) { /* the last n_prot blocks (the fewest packed pages) */
+        __syncthreads();
+        prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, k, nblk + k, tid);
+    }
+}
+
 /* Reconstruction check: page blockIdx.x of sequence blockIdx.y through the
  * decode kernel's own load_page / store_page, rows copied to
  * out [b][max_pages * 64][576] (zero past the sequence). */
@@ -568,26 +1197,45 @@ __global__ void __launch_bounds__(DEC_THREADS) gather_kernel(dec_args a, uint16_
     }
 }
 
-/* Combine: one block of 128 threads per (row, sequence), 4 channels each. */
+/* Combine: one block of 128 threads per (row, sequence), 4 channels each.
+ * The partials' LSEs are read in parallel (max by shuffles), their weights
+ * exp(lse - max) kept in shared memory, then every thread sums the weights
+ * and its channels' partials in split order (deterministic); the partial
+ * loads are independent (unrolled by 4) and empty partials are skipped. */
+#define COMB_MAX_SPLITS 1024
 __global__ void __launch_bounds__(128) decode_combine_kernel(const float *o_part,
                                                             const float *lse_part, int n_splits,
                                                             int R, int R_pad, uint16_t *out,
                                                             float *lse)
 {
+    __shared__ float wsh[COMB_MAX_SPLITS];
+    __shared__ float red[4];
     const int r = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
+    const float *lp = lse_part + (size_t)b * n_splits * R_pad + r;
     float mx = -INFINITY;
-    for (int s = 0; s < n_splits; s++)
-        mx = fmaxf(mx, lse_part[((size_t)b * n_splits + s) * R_pad + r]);
+    for (int s = tid; s < n_splits; s += 128)
+        mx = fmaxf(mx, lp[(size_t)s * R_pad]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    if ((tid & 31) == 0)
+        red[tid >> 5] = mx;
+    __syncthreads();
+    mx = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+    for (int s = tid; s < n_splits; s += 128) {
+        const float ls = lp[(size_t)s * R_pad];
+        wsh[s] = mx == -INFINITY || ls == -INFINITY ? 0.0f : expf(ls - mx);
+    }
+    __syncthreads();
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sum = 0.0f;
-    if (mx != -INFINITY) {
-        for (int s = 0; s < n_splits; s++) {
-            const size_t row = ((size_t)b * n_splits + s) * R_pad + r;
-            const float ls = lse_part[row];
-            if (ls == -INFINITY)
-                continue;
-            const float w = expf(ls - mx);
+    const float4 *op = (const float4 *)(o_part + ((size_t)b * n_splits * R_pad + r) * QMLA_KV_DC) + tid;
+    const size_t stride = (size_t)R_pad * QMLA_KV_DC / 4; /* float4s between splits */
+#pragma unroll 4
+    for (int s = 0; s < n_splits; s++) {
+        const float w = wsh[s];
+        if (w != 0.0f) {
+            const float4 v = op[(size_t)s * stride];
             sum += w;
-            const float4 v = *((const float4 *)(o_part + row * QMLA_KV_DC) + tid);
             acc[0] += w * v.x;
             acc[1] += w * v.y;
             acc[2] += w * v.z;
@@ -609,6 +1257,18 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const float *o_part
 static int cuda_fail(qmla_error *err, cudaError_t e, const char *what)
 {
     return qmla_error_set(err, QMLA_EIO, "CUDA: %s: %s", what, cudaGetErrorString(e));
+}
+
+/* 1 for the configurations decode_fast_kernel takes (C4R4, C2R4, group 64). */
+static int fast_config(const qmla_kv_config *c)
+{
+    return c->c_bits != QMLA_KV_BF16 && c->group == 64 && c->r_bits == 4 &&
+           (c->c_bits == 4 || c->c_bits == 2);
+}
+
+extern "C" int qmla_decode_cuda_packed_f32(const qmla_kv_config *cfg)
+{
+    return cfg && fast_config(cfg);
 }
 
 extern "C" int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decode_args *a,
@@ -638,6 +1298,8 @@ extern "C" int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decod
     /* one wave: blocks resident at once (2 per SM low-bit, 1 BF16) */
     const long per_sm = cfg->c_bits == QMLA_KV_BF16 ? 1 : 2;
     long splits = (long)n_sm * per_sm / per_seq;
+    if (splits > COMB_MAX_SPLITS - 64)
+        splits = COMB_MAX_SPLITS - 64; /* room for the protected partials */
     if (splits > pages)
         splits = pages;
     if (splits < 1)
@@ -646,6 +1308,14 @@ extern "C" int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decod
     if (pps < 1)
         pps = 1;
     splits = pages > 0 ? (pages + pps - 1) / pps : 1;
+    /* C4R4 / C2R4: one more partial per 64 protected tokens (sink + window),
+     * computed by the last `prot` blocks after their pages (no extra blocks:
+     * the grid stays within one wave) */
+    const long prot = fast_config(cfg) ? (cfg->sink + cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
+    if (splits < prot)
+        splits = prot;
+    splits += prot;
+    plan->n_prot = (int)prot;
     plan->n_splits = (int)splits;
     plan->pages_per_split = (int)pps;
     plan->row_tiles = tiles;
@@ -671,6 +1341,11 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
         return qmla_error_set(err, QMLA_EINVAL,
                               "decode: batch %d, s_q %d, heads %d do not match the plan",
                               a->batch, a->s_q, a->heads);
+    if (plan->n_splits > COMB_MAX_SPLITS)
+        return qmla_error_set(err, QMLA_EINVAL,
+                              "decode: %d partials per sequence in the plan, at most %d (sink "
+                              "+ window too large?)",
+                              plan->n_splits, COMB_MAX_SPLITS);
     if (((uintptr_t)a->q & 15u) || ((uintptr_t)kc->pool & 15u) || ((uintptr_t)ws & 15u) ||
         ((uintptr_t)kc->sink & 15u) || ((uintptr_t)kc->window & 15u) || ((uintptr_t)out & 7u))
         return qmla_error_set(err, QMLA_EINVAL, "decode: q, pool, buffers, workspace must be "
@@ -702,10 +1377,17 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     d.W = L.bf16 ? 0 : kc->cfg.window;
     d.scale_log2 = a->scale * LOG2E;
     d.L = L;
+    d.n_prot = fast_config(&kc->cfg) ? plan->n_prot : 0;
+    if (fast_config(&kc->cfg) &&
+        L.page_bytes != (size_t)(L.c_bits == 4 ? fcfg<4>::PB : fcfg<2>::PB))
+        return qmla_error_set(err, QMLA_EINVAL, "decode: unexpected page size %zu", L.page_bytes);
+    if (fast_config(&kc->cfg) &&
+        plan->n_prot != (kc->cfg.sink + kc->cfg.window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE)
+        return qmla_error_set(err, QMLA_EINVAL, "decode: the plan was made for another sink/window");
     const size_t rows = (size_t)a->batch * d.n_splits * d.R_pad;
     d.o_part = (float *)ws;
     d.lse_part = (float *)ws + rows * QMLA_KV_DC;
-    dim3 grid((unsigned)d.n_splits, (unsigned)plan->row_tiles, (unsigned)a->batch);
+    dim3 grid((unsigned)(d.n_splits - d.n_prot), (unsigned)plan->row_tiles, (unsigned)a->batch);
     cudaError_t e = cudaSuccess;
 #define QMLA_LAUNCH(KERNEL, SMEM)                                                              \
     do {                                                                                       \
@@ -719,9 +1401,9 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     if (L.bf16)
         QMLA_LAUNCH(decode_bf16_kernel, sizeof(dec_smem_bf16));
     else if (L.c_bits == 4)
-        QMLA_LAUNCH((decode_quant_kernel<4, 4>), sizeof(dec_smem_quant));
+        QMLA_LAUNCH((decode_fast_kernel<4>), fast_smem_bytes<4>());
     else if (L.c_bits == 2)
-        QMLA_LAUNCH((decode_quant_kernel<2, 4>), sizeof(dec_smem_quant));
+        QMLA_LAUNCH((decode_fast_kernel<2>), fast_smem_bytes<2>());
     else
         QMLA_LAUNCH((decode_quant_kernel<8, 8>), sizeof(dec_smem_quant));
 #undef QMLA_LAUNCH

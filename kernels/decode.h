@@ -9,8 +9,11 @@
  *   out[b, i, h, :] = sum_t softmax(z)_t v_t       (v_t = k_t[0:512])
  *   lse[b, i, h]    = log sum_t exp(z_t)           (natural log)
  * with k_t the token as reconstructed (kvcache.h): BF16 for protected
- * tokens, BF16(fmaf(q, s, l)) for the others. Products in BF16 tensor-core
- * MMA with float32 accumulation; one global softmax over the splits.
+ * tokens, for the others BF16(fmaf(q, s, l)) (C8R8) or fmaf(q, s, l)
+ * unrounded (C4R4, C2R4: tensor-core products of the raw codes, scale and
+ * minimum applied per group after; qmla_decode_cuda_packed_f32). Products
+ * in BF16 tensor-core MMA with float32 accumulation; one global softmax
+ * over the splits.
  *
  * Work: split-KV. A plan (qmla_decode_cuda_plan, host only, no kernel)
  * fixes the splits for a batch shape and can be reused while the shape is
@@ -39,9 +42,10 @@ extern "C" {
 #define QMLA_DECODE_MAX_ROWS 1024
 
 typedef struct qmla_decode_plan {
-    int n_splits;        /* splits of each sequence's pages */
+    int n_splits;        /* partials per sequence (fast kernel: grid n_splits - n_prot) */
     int pages_per_split;
     int row_tiles;       /* ceil(s_q * H / 16) */
+    int n_prot;          /* C4R4 / C2R4: partials of protected tokens (of n_splits) */
     size_t ws_bytes;     /* device workspace the launch needs */
 } qmla_decode_plan;
 
@@ -57,6 +61,12 @@ int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decode_args *a,
 int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args *a,
                      const qmla_decode_plan *plan, void *ws, uint16_t *out, float *lse,
                      cudaStream_t stream, qmla_error *err);
+
+/* 1 when the decode kernel of this configuration attends to packed values
+ * unrounded, fmaf(q, s, l) (C4R4, C2R4: scale and minimum applied after
+ * tensor-core products of the codes), 0 when to BF16(fmaf(q, s, l)): the
+ * packed_f32 argument of qmla_decode_ref_model that is its reference. */
+int qmla_decode_cuda_packed_f32(const qmla_kv_config *cfg);
 
 /* Test hook: every page of every sequence reconstructed by the decode
  * kernel's own unpacking (BF16 bits, out [b, max_pages * 64, 576], zero rows

@@ -10,8 +10,12 @@
  * packed codes, one metadata store per group, and 16-byte stores of the
  * BF16 row into the sink / window buffers where the token is protected.
  * Templated on the bit widths so that the emit loop unrolls into registers
- * (0: bits read at run time). Twin: qmla_kv_write_ref.
+ * (0: bits read at run time). With constant widths and 32 elements per
+ * thread the codes come from qmla_emit_fast (emit_fast.cuh: branch-free,
+ * the rare elements near a rounding boundary recomputed exactly); three
+ * blocks per SM (at most 72 registers). Twin: qmla_kv_write_ref.
  */
+#include "emit_fast.cuh"
 #include "kvcache.h"
 #include "qmla/kvcache.h"
 #include "qmla/quant_core.h"
@@ -54,10 +58,27 @@ __device__ static inline void store_codes(uint8_t *dst, const uint8_t *src, int 
     }
 }
 
+/* Codes of 32 elements of B bits into dst (4 B bytes, aligned to their
+ * size): qmla_emit_fast (emit_fast.cuh), the codes of the shared emit loop
+ * without a branch per element. */
+template <int B>
+__device__ static inline void emit32(const float *x, float s, float l, uint8_t *dst)
+{
+    uint32_t w[B];
+    qmla_emit_fast<32, B>(x, s, l, w, nullptr);
+    if constexpr (B == 2) {
+        *(uint2 *)dst = make_uint2(w[0], w[1]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < B / 4; i++)
+            ((uint4 *)dst)[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+    }
+}
+
 /* E: elements per thread (8, or 32 when the group size is 32 or 64);
  * CB, RB: bit widths as constants (0: read at run time). */
 template <int CB, int RB, int E>
-__global__ void __launch_bounds__(KVW_THREADS) kv_write_kernel(kvw_args a)
+__global__ void __launch_bounds__(KVW_THREADS, 3) kv_write_kernel(kvw_args a)
 {
     constexpr int TPT = QMLA_KV_D / E;       /* threads per token */
     constexpr int TOK = KVW_THREADS / TPT;   /* tokens per block */
@@ -126,7 +147,15 @@ __global__ void __launch_bounds__(KVW_THREADS) kv_write_kernel(kvw_args a)
     }
     uint8_t packed[E];
     const size_t cbytes = (size_t)kk * E * bits / 8; /* chunk offset in the token's codes */
-    if (rope) {
+    if constexpr (E == 32 && CB != 0 && RB != 0) {
+        /* constant widths: chunk offsets are multiples of the chunk's bytes */
+        uint8_t *dst = rope ? pg + L.off_rc + (size_t)o * L.cb_r + cbytes
+                            : pg + (size_t)o * L.cb_c + cbytes;
+        if (CB == RB || !rope)
+            emit32<CB>(x, s, l, dst);
+        else
+            emit32<RB>(x, s, l, dst);
+    } else if (rope) {
         qmla_core_group_emit(x, E, RB ? RB : bits, s, l, packed, nullptr);
         store_codes<E, RB>(pg + L.off_rc + (size_t)o * L.cb_r + cbytes, packed, bits);
     } else {

@@ -13,10 +13,13 @@
  *      qmla_core_token_meta_q8_finish);
  *   4. a thread per chunk runs the shared emit loop qmla_core_group_emit
  *      (codes into shared memory in their global byte layout, x^ in place);
+ *      8-element chunks of a constant bit width use its branch-free twin
+ *      qmla_emit_fast (emit_fast.cuh), the same codes and x^;
  *   5. codes, metadata and x^ are written back with coalesced stores.
  * The arithmetic is quant_core.h's, shared with lib/quant.c; no fast-math,
  * no flush-to-zero (see quant_core.h). Reference twin: qmla_quant_qdq.
  */
+#include "emit_fast.cuh"
 #include "qdq.h"
 #include "qmla/quant_core.h"
 
@@ -179,21 +182,20 @@ __global__ void __launch_bounds__(QDQ_THREADS) qdq_tile_kernel(qdq_args a)
         if (BITS != 0 && a.c == 8) {
             /* in registers: shared x and codes could alias for the compiler */
             float xr[8];
-            uint8_t pk[BITS ? BITS : 1];
+            uint32_t w[(8 * (BITS ? BITS : 1) + 31) / 32];
 #pragma unroll
             for (int j = 0; j < 8; j++)
                 xr[j] = xk[j];
-            /* literal pointers, so that xr and pk stay in registers */
-            if (ck && a.xhat)
-                qmla_core_group_emit(xr, 8, BITS, gs[g], gl[g], pk, xr);
-            else if (ck)
-                qmla_core_group_emit(xr, 8, BITS, gs[g], gl[g], pk, nullptr);
-            else if (a.xhat)
-                qmla_core_group_emit(xr, 8, BITS, gs[g], gl[g], nullptr, xr);
+            /* branch-free, the codes and x^ of qmla_core_group_emit
+             * (emit_fast.cuh); literal pointers keep xr in registers */
+            if (a.xhat)
+                qmla_emit_fast<8, BITS ? BITS : 1>(xr, gs[g], gl[g], w, xr);
+            else
+                qmla_emit_fast<8, BITS ? BITS : 1>(xr, gs[g], gl[g], w, nullptr);
             if (ck)
 #pragma unroll
                 for (int j = 0; j < BITS; j++)
-                    ck[j] = pk[j];
+                    ck[j] = (uint8_t)(w[j >> 2] >> (8 * (j & 3)));
             if (a.xhat)
 #pragma unroll
                 for (int j = 0; j < 8; j++)

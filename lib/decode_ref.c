@@ -1,7 +1,8 @@
 /* decode_ref.c — double-precision reference of paged decode attention on
  * the reconstructed cache: the C twin of kernels/decode.cu (contract:
  * include/qmla/decode.h). Each token is reconstructed exactly as the kernel
- * reconstructs it (qmla_kv_token_ref), then logits, one global softmax, the
+ * uses it (qmla_kv_token_model: packed values rounded to BF16, or unrounded
+ * for the C4R4 / C2R4 kernel), then logits, one global softmax, the
  * latent aggregation and the log-sum-exp are computed in double.
  * Test: tests/test_kvcache.c (CPU), tests/test_decode_cuda.c (GPU).
  */
@@ -13,6 +14,12 @@
 
 int qmla_decode_ref(const qmla_kv_cache *kc, const qmla_decode_args *a, double *out,
                     double *lse, qmla_error *err)
+{
+    return qmla_decode_ref_model(kc, a, 0, out, lse, err);
+}
+
+int qmla_decode_ref_model(const qmla_kv_cache *kc, const qmla_decode_args *a, int packed_f32,
+                          double *out, double *lse, qmla_error *err)
 {
     int st = qmla_kv_check(kc ? &kc->cfg : NULL, err);
     if (st)
@@ -37,7 +44,7 @@ int qmla_decode_ref(const qmla_kv_cache *kc, const qmla_decode_args *a, double *
     for (int b = 0; b < a->batch; b++) {
         const long len = a->seq_len[b];
         for (long t = 0; t < len; t++)
-            qmla_kv_token_ref(kc, a, b, t, kv + (size_t)t * QMLA_KV_D);
+            qmla_kv_token_model(kc, a, b, t, packed_f32, kv + (size_t)t * QMLA_KV_D);
         for (int r = 0; r < R; r++) {
             const int i = r / H; /* query token */
             const long vis = len - a->s_q + i + 1; /* tokens t < vis are visible */

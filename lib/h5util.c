@@ -232,13 +232,48 @@ static int write_all(int fd, const unsigned char *p, size_t n)
     return 0;
 }
 
+int qmla_save_bytes_atomic(const char *path, const void *const *bufs,
+                           const size_t *lens, size_t n, qmla_error *err)
+{
+    int st = QMLA_OK;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot create %s: %s", path, tmp,
+                              strerror(errno));
+    for (size_t i = 0; i < n && st == QMLA_OK; i++)
+        if (write_all(fd, bufs[i], lens[i]) != 0)
+            st = qmla_error_set(err, QMLA_EIO, "%s: cannot write %zu bytes to %s: %s",
+                                path, lens[i], tmp, strerror(errno));
+    if (st == QMLA_OK && fsync(fd) != 0)
+        st = qmla_error_set(err, QMLA_EIO, "%s: cannot fsync %s: %s", path, tmp,
+                            strerror(errno));
+    if (close(fd) != 0 && st == QMLA_OK)
+        st = qmla_error_set(err, QMLA_EIO, "%s: cannot close %s: %s", path, tmp,
+                            strerror(errno));
+    if (st == QMLA_OK && rename(tmp, path) != 0)
+        st = qmla_error_set(err, QMLA_EIO, "%s: cannot rename %s to it: %s", path, tmp,
+                            strerror(errno));
+    if (st != QMLA_OK) {
+        unlink(tmp);
+        return st;
+    }
+    /* make the rename durable */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
+    }
+    return QMLA_OK;
+}
+
 int qmla_h5_save_image(hid_t f, const char *path, qmla_error *err)
 {
     int st = QMLA_OK;
     unsigned char *img = NULL;
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = -1;
 
     if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0) {
         st = qmla_error_set(err, QMLA_EIO, "%s: cannot flush the in-memory file",
@@ -253,49 +288,12 @@ int qmla_h5_save_image(hid_t f, const char *path, qmla_error *err)
                             sz);
         goto done;
     }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        st = qmla_error_set(err, QMLA_EIO, "%s: cannot create %s: %s", path,
-                            tmp, strerror(errno));
-        goto done;
-    }
-    if (write_all(fd, img, (size_t)sz) != 0) {
-        st = qmla_error_set(err, QMLA_EIO, "%s: cannot write %zd bytes to %s: %s",
-                            path, sz, tmp, strerror(errno));
-        goto done;
-    }
-    if (fsync(fd) != 0) {
-        st = qmla_error_set(err, QMLA_EIO, "%s: cannot fsync %s: %s", path,
-                            tmp, strerror(errno));
-        goto done;
-    }
-    if (close(fd) != 0) {
-        fd = -1;
-        st = qmla_error_set(err, QMLA_EIO, "%s: cannot close %s: %s", path,
-                            tmp, strerror(errno));
-        goto done;
-    }
-    fd = -1;
-    if (rename(tmp, path) != 0) {
-        st = qmla_error_set(err, QMLA_EIO, "%s: cannot rename %s to it: %s",
-                            path, tmp, strerror(errno));
-        goto done;
-    }
     {
-        /* make the rename durable */
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%s", path);
-        int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-            (void)fsync(dfd);
-            close(dfd);
-        }
+        const void *b[1] = {img};
+        size_t l[1] = {(size_t)sz};
+        st = qmla_save_bytes_atomic(path, b, l, 1, err);
     }
 done:
-    if (fd >= 0)
-        close(fd);
-    if (st != QMLA_OK)
-        unlink(tmp);
     free(img);
     if (H5Fclose(f) < 0 && st == QMLA_OK)
         st = qmla_error_set(err, QMLA_EIO, "%s: cannot close the in-memory file",

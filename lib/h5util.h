@@ -160,6 +160,12 @@ hid_t qmla_h5_create_mem(void);
  * (also on failure). QMLA_EIO with a message naming the file and the cause
  * on failure. */
 int qmla_h5_save_image(hid_t f, const char *path, qmla_error *err);
+/* The same save for plain bytes: the n buffers, concatenated, written to
+ * PATH.tmp.PID (checked write()/fsync()), renamed over PATH, the directory
+ * fsynced; on failure the temporary file is removed and PATH left as it was
+ * (QMLA_EIO naming PATH, the temporary file and the reason). */
+int qmla_save_bytes_atomic(const char *path, const void *const *bufs,
+                           const size_t *lens, size_t n, qmla_error *err);
 
 /* Open `path` as an in-memory copy (core driver, no backing store: nothing
  * reaches disk until qmla_h5_save_image), or create an empty in-memory file

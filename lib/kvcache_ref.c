@@ -132,6 +132,12 @@ int qmla_kv_write_ref(const qmla_kv_cache *kc, const qmla_kv_write *w, qmla_erro
 void qmla_kv_token_ref(const qmla_kv_cache *kc, const qmla_decode_args *a, int bi, long t,
                        float *row)
 {
+    qmla_kv_token_model(kc, a, bi, t, 0, row);
+}
+
+void qmla_kv_token_model(const qmla_kv_cache *kc, const qmla_decode_args *a, int bi, long t,
+                         int packed_f32, float *row)
+{
     const qmla_kv_config *c = &kc->cfg;
     const qmla_kv_layout L = qmla_kv_layout_of(c);
     const long len = a->seq_len[bi];
@@ -155,5 +161,6 @@ void qmla_kv_token_ref(const qmla_kv_cache *kc, const qmla_decode_args *a, int b
         return;
     }
     for (int j = 0; j < QMLA_KV_D; j++)
-        row[j] = qmla_core_bf16_to_f32(qmla_kv_packed_value(&L, pg, o, j));
+        row[j] = packed_f32 ? qmla_kv_packed_f32(&L, pg, o, j)
+                            : qmla_core_bf16_to_f32(qmla_kv_packed_value(&L, pg, o, j));
 }

@@ -8,6 +8,7 @@
 #include "qmla/decode.h"
 #include "qmla/kvcache.h"
 #include "h5util.h"
+#include "qmla_commit.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -15,7 +16,11 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
+#include <limits.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -39,6 +44,7 @@ struct qmla_model {
     size_t n_params;
     float **owned;
     size_t n_owned, cap_owned;
+    qmla_attn_form form; /* QMLA_ATTN_AUTO by default */
 };
 
 /* ------------------------------------------------------------ JSON helpers */
@@ -596,6 +602,7 @@ struct qmla_model_ws {
     float *x, *h, *q, *qa, *q_nope, *q_rope_pre, *q_rope, *kv, *kr_pre;
     float *C, *K, *Cq, *Kq, *q_lat, *q_rope_t, *Z, *Z2, *U, *O, *Y, *g, *u;
     float *cos_, *sin_;
+    float *qc, *kc, *kc2, *vn, *vn2, *kn; /* the expanded (non-absorbed) form */
 };
 
 void qmla_model_ws_free(qmla_model_ws *w)
@@ -605,7 +612,7 @@ void qmla_model_ws_free(qmla_model_ws *w)
     float **p[] = {&w->x, &w->h, &w->q, &w->qa, &w->q_nope, &w->q_rope_pre, &w->q_rope,
                    &w->kv, &w->kr_pre, &w->C, &w->K, &w->Cq, &w->Kq, &w->q_lat,
                    &w->q_rope_t, &w->Z, &w->Z2, &w->U, &w->O, &w->Y, &w->g, &w->u,
-                   &w->cos_, &w->sin_};
+                   &w->cos_, &w->sin_, &w->qc, &w->kc, &w->kc2, &w->vn, &w->vn2, &w->kn};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         free(*p[i]);
     free(w);
@@ -629,7 +636,9 @@ int qmla_model_ws_alloc(const qmla_model *m, size_t T, qmla_model_ws **out, qmla
         {&w->q_rope_t, T * H * c->d_r}, {&w->Z, T * H * T}, {&w->Z2, T * H * T},
         {&w->U, T * H * c->d_c}, {&w->O, T * H * c->d_v}, {&w->Y, T * c->D},
         {&w->g, T * c->n_inter}, {&w->u, T * c->n_inter}, {&w->cos_, T * c->d_r / 2},
-        {&w->sin_, T * c->d_r / 2}};
+        {&w->sin_, T * c->d_r / 2}, {&w->qc, H * T * qk}, {&w->kc, H * T * qk},
+        {&w->kc2, H * T * qk}, {&w->vn, T * H * c->d_v}, {&w->vn2, T * H * c->d_v},
+        {&w->kn, T * H * c->d_n}};
     for (size_t i = 0; i < sizeof a / sizeof a[0]; i++)
         if (!(*a[i].p = calloc(a[i].n ? a[i].n : 1, sizeof(float)))) {
             qmla_model_ws_free(w);
@@ -713,6 +722,98 @@ static int write_cache(const qmla_cache_spec *cs, size_t layer, size_t T, size_t
     return QMLA_OK;
 }
 
+/* Causal row blocks of the expanded form. */
+enum { XB = 128 };
+
+/* Per-head keys and values of one cache representation X [T, d_c]:
+ * kc [H, T, d_n + d_r] = [X w_uk[h]^T | K], vn [T, H*d_v] = X w_uv^T. */
+static void expand_kv(const qmla_model_config *c, const layer_w *lw, size_t T, const float *X,
+                      const float *K, float *kn, float *kc, float *vn)
+{
+    const size_t H = c->H, dn = c->d_n, dr = c->d_r, qk = dn + dr;
+    linear(T, c->d_c, H * dn, X, lw->w_uk, kn);
+    linear(T, c->d_c, H * c->d_v, X, lw->w_uv, vn);
+    for (size_t h = 0; h < H; h++)
+        for (size_t t = 0; t < T; t++) {
+            float *dst = kc + (h * T + t) * qk;
+            memcpy(dst, kn + (t * H + h) * dn, dn * sizeof(float));
+            memcpy(dst + dn, K + t * dr, dr * sizeof(float));
+        }
+}
+
+/* Z[i][h][s] = tau q_h[i] . k_h[s] for s in the causal blocks ([T, H, T]). */
+static void expand_logits(size_t H, size_t T, size_t qk, float tau, const float *qc,
+                          const float *kc, float *Z)
+{
+    for (size_t h = 0; h < H; h++)
+        for (size_t r0 = 0; r0 < T; r0 += XB) {
+            const size_t r1 = r0 + XB < T ? r0 + XB : T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)r1,
+                        (int)qk, tau, qc + (h * T + r0) * qk, (int)qk, kc + h * T * qk,
+                        (int)qk, 0.0f, Z + (r0 * H + h) * T, (int)(H * T));
+        }
+}
+
+/* O[:, h] (+)= A[:, h] V[:, h] on the causal blocks: A [T, H, T], V and O
+ * [T, H*d_v]. */
+static void expand_aggregate(size_t H, size_t T, size_t dv, const float *A, const float *V,
+                             float beta, float *O)
+{
+    for (size_t h = 0; h < H; h++)
+        for (size_t r0 = 0; r0 < T; r0 += XB) {
+            const size_t r1 = r0 + XB < T ? r0 + XB : T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0), (int)dv,
+                        (int)r1, 1.0f, A + (r0 * H + h) * T, (int)(H * T), V + h * dv,
+                        (int)(H * dv), beta, O + r0 * H * dv + h * dv, (int)(H * dv));
+        }
+}
+
+/* Policy: key s is read from its protected value by query i when s < S or
+ * i - s < W. Z keeps the protected logits, Z2 the packed ones: Z takes Z2's
+ * value where the packed copy is read. */
+static void mix_logits(size_t H, size_t T, size_t S, size_t W, float *Z, const float *Z2)
+{
+    for (size_t i = 0; i < T; i++)
+        for (size_t h = 0; h < H; h++) {
+            float *zp = Z + (i * H + h) * T;
+            const float *zq = Z2 + (i * H + h) * T;
+            for (size_t s = 0; s <= i; s++)
+                if (!(s < S || i - s < W))
+                    zp[s] = zq[s];
+        }
+}
+
+/* Split the attention A (in Z): Z keeps the weights of protected keys, Z2
+ * receives those of packed ones. */
+static void split_attn(size_t H, size_t T, size_t S, size_t W, float *Z, float *Z2)
+{
+    for (size_t i = 0; i < T; i++)
+        for (size_t h = 0; h < H; h++) {
+            float *ap = Z + (i * H + h) * T, *aq = Z2 + (i * H + h) * T;
+            for (size_t s = 0; s < T; s++) {
+                if (s <= i && !(s < S || i - s < W)) {
+                    aq[s] = ap[s];
+                    ap[s] = 0.0f;
+                } else {
+                    aq[s] = 0.0f;
+                }
+            }
+        }
+}
+
+int qmla_model_expanded_cheaper(const qmla_model_config *c, size_t T)
+{
+    /* multiply-adds per token and head over one cache representation, causal
+     * average T/2 keys: the up-projections (expanded) cost what absorption
+     * plus w_uv cost (absorbed). A mixed policy reads two representations;
+     * the choice does not depend on the policy, so that every configuration
+     * of one model and window length runs in the same form. */
+    const double t2 = (double)T / 2.0, nv = (double)(c->d_n + c->d_v) * c->d_c;
+    return nv + t2 * (double)(c->d_n + c->d_r + c->d_v) < nv + t2 * (double)(2 * c->d_c + c->d_r);
+}
+
+void qmla_model_set_attn_form(qmla_model *m, qmla_attn_form f) { m->form = f; }
+
 static void silu_mul(size_t n, float *g, const float *u)
 {
     for (size_t i = 0; i < n; i++)
@@ -762,6 +863,8 @@ int qmla_model_forward_tap(const qmla_model *m, const qmla_cache_spec *cs,
     const qmla_mla_dims dims = {H, D, dc, c->d_n, dr, c->d_v, c->tau};
     const int quant = cs->c_bits != QMLA_CACHE_FP32 && cs->c_bits != QMLA_CACHE_BF16;
     const int mixed = quant && (cs->sink > 0 || cs->window > 0);
+    const int expanded = m->form == QMLA_ATTN_EXPANDED ||
+                         (m->form == QMLA_ATTN_AUTO && qmla_model_expanded_cheaper(c, T));
     for (size_t l = 0; l < n_run; l++) {
         const layer_w *lw = &m->layers[l];
         rmsnorm(T, D, c->eps, w->x, D, lw->ln_in, w->h, D);
@@ -790,48 +893,55 @@ int qmla_model_forward_tap(const qmla_model *m, const qmla_cache_spec *cs,
         int st = write_cache(cs, l, T, dc, dr, w->C, w->K, w->Cq, w->Kq, err);
         if (st)
             return st;
-        qmla_attn_absorb(&ex1, &dims, T, w->q_nope, lw->w_uk, w->q_lat);
-        qmla_attn_tokens_major(H, T, dr, w->q_rope, w->q_rope_t);
         const qmla_mla_weights mw = {lw->w_uk, lw->w_uv, lw->o_proj};
-        if (!quant) {
-            qmla_attn_from_queries(&ex1, &dims, T, &mw, w->q_lat, w->q_rope_t, w->C, w->K,
-                                   w->Z, w->Z, w->U, w->O, w->Y);
-        } else if (!mixed) {
-            qmla_attn_from_queries(&ex1, &dims, T, &mw, w->q_lat, w->q_rope_t, w->Cq, w->Kq,
-                                   w->Z, w->Z, w->U, w->O, w->Y);
+        const float tau = (float)c->tau;
+        const size_t S = (size_t)cs->sink, W = (size_t)cs->window;
+        /* the representation attention reads (unless mixed) */
+        const float *Cr = quant ? w->Cq : w->C, *Kr = quant ? w->Kq : w->K;
+        if (expanded) {
+            const size_t dn = c->d_n, dv = c->d_v;
+            for (size_t h = 0; h < H; h++)
+                for (size_t t = 0; t < T; t++) {
+                    float *dst = w->qc + (h * T + t) * qk;
+                    memcpy(dst, w->q_nope + (h * T + t) * dn, dn * sizeof(float));
+                    memcpy(dst + dn, w->q_rope + (h * T + t) * dr, dr * sizeof(float));
+                }
+            expand_kv(c, lw, T, mixed ? w->C : Cr, mixed ? w->K : Kr, w->kn, w->kc, w->vn);
+            expand_logits(H, T, qk, tau, w->qc, w->kc, w->Z);
+            if (mixed) {
+                expand_kv(c, lw, T, w->Cq, w->Kq, w->kn, w->kc2, w->vn2);
+                expand_logits(H, T, qk, tau, w->qc, w->kc2, w->Z2);
+                mix_logits(H, T, S, W, w->Z, w->Z2);
+                qmla_attn_softmax(&ex1, H, T, w->Z, w->Z);
+                split_attn(H, T, S, W, w->Z, w->Z2);
+                expand_aggregate(H, T, dv, w->Z, w->vn, 0.0f, w->O);
+                expand_aggregate(H, T, dv, w->Z2, w->vn2, 1.0f, w->O);
+            } else {
+                qmla_attn_softmax(&ex1, H, T, w->Z, w->Z);
+                expand_aggregate(H, T, dv, w->Z, w->vn, 0.0f, w->O);
+            }
+            linear(T, H * dv, D, w->O, lw->o_proj, w->Y);
         } else {
-            /* Z from the protected values where key s is protected for query
-             * i (s < S or i - s < W), from the packed copies elsewhere. */
-            const float tau = (float)c->tau;
-            qmla_attn_logits_acc(&ex1, H, T, dc, tau, w->q_lat, w->C, 0.0f, w->Z);
-            qmla_attn_logits_acc(&ex1, H, T, dr, tau, w->q_rope_t, w->K, 1.0f, w->Z);
-            qmla_attn_logits_acc(&ex1, H, T, dc, tau, w->q_lat, w->Cq, 0.0f, w->Z2);
-            qmla_attn_logits_acc(&ex1, H, T, dr, tau, w->q_rope_t, w->Kq, 1.0f, w->Z2);
-            const size_t S = (size_t)cs->sink, W = (size_t)cs->window;
-            for (size_t i = 0; i < T; i++)
-                for (size_t h = 0; h < H; h++) {
-                    float *zp = w->Z + (i * H + h) * T, *zq = w->Z2 + (i * H + h) * T;
-                    for (size_t s = 0; s <= i; s++)
-                        if (!(s < S || i - s < W))
-                            zp[s] = zq[s];
-                }
-            qmla_attn_softmax(&ex1, H, T, w->Z, w->Z);
-            /* split A: Z keeps the protected weights, Z2 the packed ones */
-            for (size_t i = 0; i < T; i++)
-                for (size_t h = 0; h < H; h++) {
-                    float *ap = w->Z + (i * H + h) * T, *aq = w->Z2 + (i * H + h) * T;
-                    for (size_t s = 0; s < T; s++) {
-                        if (s <= i && !(s < S || i - s < W)) {
-                            aq[s] = ap[s];
-                            ap[s] = 0.0f;
-                        } else {
-                            aq[s] = 0.0f;
-                        }
-                    }
-                }
-            qmla_attn_aggregate(&ex1, H, T, dc, w->Z, w->C, 0.0f, w->U);
-            qmla_attn_aggregate(&ex1, H, T, dc, w->Z2, w->Cq, 1.0f, w->U);
-            qmla_attn_project(&ex1, &dims, T, 1, &mw, w->U, w->O, w->Y);
+            qmla_attn_absorb(&ex1, &dims, T, w->q_nope, lw->w_uk, w->q_lat);
+            qmla_attn_tokens_major(H, T, dr, w->q_rope, w->q_rope_t);
+            if (!mixed) {
+                qmla_attn_from_queries(&ex1, &dims, T, &mw, w->q_lat, w->q_rope_t, Cr, Kr,
+                                       w->Z, w->Z, w->U, w->O, w->Y);
+            } else {
+                /* Z from the protected values where key s is protected for
+                 * query i (s < S or i - s < W), from the packed copies
+                 * elsewhere; one softmax; A split by representation. */
+                qmla_attn_logits_acc(&ex1, H, T, dc, tau, w->q_lat, w->C, 0.0f, w->Z);
+                qmla_attn_logits_acc(&ex1, H, T, dr, tau, w->q_rope_t, w->K, 1.0f, w->Z);
+                qmla_attn_logits_acc(&ex1, H, T, dc, tau, w->q_lat, w->Cq, 0.0f, w->Z2);
+                qmla_attn_logits_acc(&ex1, H, T, dr, tau, w->q_rope_t, w->Kq, 1.0f, w->Z2);
+                mix_logits(H, T, S, W, w->Z, w->Z2);
+                qmla_attn_softmax(&ex1, H, T, w->Z, w->Z);
+                split_attn(H, T, S, W, w->Z, w->Z2);
+                qmla_attn_aggregate(&ex1, H, T, dc, w->Z, w->C, 0.0f, w->U);
+                qmla_attn_aggregate(&ex1, H, T, dc, w->Z2, w->Cq, 1.0f, w->U);
+                qmla_attn_project(&ex1, &dims, T, 1, &mw, w->U, w->O, w->Y);
+            }
         }
         if (tap && tap->layer) {
             const qmla_model_tap_layer d = {l, T, w->h, w->C, w->kr_pre, w->K,
@@ -975,7 +1085,98 @@ static int row_attrs(hid_t g, const char *path, const qmla_ppl_row *r, qmla_erro
     H5TRY(qmla_h5_attr_str(g, "method", r->method), "method");
     H5TRY(qmla_h5_attr_str(g, "policy", r->policy), "policy");
     H5TRY(qmla_h5_attr_str(g, "text", r->text), "text");
+    H5TRY(qmla_h5_attr_str(g, "transforms", r->transforms ? r->transforms : ""), "transforms");
 out:
+    return st;
+}
+
+/* /ppl_table: the rows as a table (qmla/table.h: one 1-D dataset per
+ * column) for qmla export and qmla figures; delta_bits_per_byte is against
+ * the bf16 row (method none) of the same text, NaN when there is none. */
+static int ppl_table(hid_t f, const char *path, const qmla_ppl_row *rows, size_t n,
+                     qmla_error *err)
+{
+    int st = QMLA_OK;
+    hid_t g = -1;
+    const char **str[5];
+    for (int k = 0; k < 5; k++)
+        str[k] = calloc(n, sizeof(char *));
+    long long *ti = calloc(n, sizeof *ti), *ctx = calloc(n, sizeof *ctx),
+              *tok = calloc(n, sizeof *tok);
+    double *bpb = calloc(n, sizeof *bpb), *nll = calloc(n, sizeof *nll),
+           *dl = calloc(n, sizeof *dl);
+    if (!str[0] || !str[1] || !str[2] || !str[3] || !str[4] || !ti || !ctx || !tok || !bpb ||
+        !nll || !dl) {
+        st = qmla_error_set(err, QMLA_ENOMEM, "%s: ppl_table", path);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const qmla_ppl_row *r = &rows[i];
+        str[0][i] = r->text;
+        str[1][i] = r->config;
+        str[2][i] = r->method;
+        str[3][i] = r->policy;
+        str[4][i] = r->transforms ? r->transforms : "";
+        /* text index: order of first appearance */
+        ti[i] = 0;
+        for (size_t j = 0, k = 0; j < n; j++) {
+            int first = 1;
+            for (size_t q = 0; q < j && first; q++)
+                first = strcmp(rows[q].text, rows[j].text) != 0;
+            if (!first)
+                continue;
+            if (!strcmp(rows[j].text, r->text)) {
+                ti[i] = (long long)k;
+                break;
+            }
+            k++;
+        }
+        ctx[i] = (long long)r->context;
+        tok[i] = (long long)r->r.tokens;
+        bpb[i] = r->r.bits_per_byte;
+        nll[i] = r->r.nll_nats_per_token;
+        dl[i] = NAN;
+        for (size_t j = 0; j < n; j++)
+            if (!strcmp(rows[j].text, r->text) && !strcmp(rows[j].config, "bf16") &&
+                !strcmp(rows[j].method, "none"))
+                dl[i] = r->r.bits_per_byte - rows[j].r.bits_per_byte;
+    }
+    if (H5Lexists(f, "ppl_table", H5P_DEFAULT) > 0)
+        H5TRY(H5Ldelete(f, "ppl_table", H5P_DEFAULT), "ppl_table");
+    H5TRY(g = H5Gcreate2(f, "ppl_table", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "ppl_table");
+    H5TRY(qmla_h5_dset_strs(g, "text", n, str[0], "text file as given"), "ppl_table/text");
+    H5TRY(qmla_h5_dset_1d(g, "text_index", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, ti,
+                          "index of the text in the order given", ""), "ppl_table/text_index");
+    H5TRY(qmla_h5_dset_strs(g, "config", n, str[1], "cache configuration"), "ppl_table/config");
+    H5TRY(qmla_h5_dset_strs(g, "method", n, str[2], "none, RTN, or the transforms' method"),
+          "ppl_table/method");
+    H5TRY(qmla_h5_dset_strs(g, "policy", n, str[3], "none or sink<S>/local<W>"),
+          "ppl_table/policy");
+    H5TRY(qmla_h5_dset_strs(g, "transforms", n, str[4], "transforms file folded in"),
+          "ppl_table/transforms");
+    H5TRY(qmla_h5_dset_1d(g, "context", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, ctx,
+                          "window length", "tokens"), "ppl_table/context");
+    H5TRY(qmla_h5_dset_1d(g, "tokens", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, tok,
+                          "targets scored", "tokens"), "ppl_table/tokens");
+    H5TRY(qmla_h5_dset_1d(g, "bits_per_byte", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, bpb,
+                          "mean NLL / ln 2 (one token per byte)", "bit/byte"),
+          "ppl_table/bits_per_byte");
+    H5TRY(qmla_h5_dset_1d(g, "nll_nats_per_token", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, nll,
+                          "mean NLL", "nat/token"), "ppl_table/nll_nats_per_token");
+    H5TRY(qmla_h5_dset_1d(g, "delta_bits_per_byte", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, dl,
+                          "bits_per_byte minus the bf16 row's of the same text", "bit/byte"),
+          "ppl_table/delta_bits_per_byte");
+out:
+    if (g >= 0)
+        H5Gclose(g);
+    for (int k = 0; k < 5; k++)
+        free(str[k]);
+    free(ti);
+    free(ctx);
+    free(tok);
+    free(bpb);
+    free(nll);
+    free(dl);
     return st;
 }
 
@@ -1003,6 +1204,8 @@ int qmla_ppl_save(const char *path, const char *model_dir, const char *command_l
     H5TRY(qmla_h5_attr_str(g, "command_line", command_line ? command_line : ""),
           "command_line");
     H5TRY(qmla_h5_attr_int(g, "rows", (long long)n), "rows");
+    H5TRY(qmla_h5_attr_str(g, "tool_version", qmla_version()), "tool_version");
+    H5TRY(qmla_h5_attr_str(g, "git_commit", QMLA_GIT_COMMIT), "git_commit");
     if ((st = row_attrs(g, path, &rows[0], err)))
         goto out;
     for (size_t i = 0; i < n; i++) {
@@ -1017,6 +1220,8 @@ int qmla_ppl_save(const char *path, const char *model_dir, const char *command_l
     }
     H5Gclose(g);
     g = -1;
+    if ((st = ppl_table(f, path, rows, n, err)))
+        goto out;
     st = qmla_h5_save_image(f, path, err);
     f = -1;
 out:
@@ -1025,5 +1230,489 @@ out:
     if (f >= 0)
         H5Fclose(f);
     qmla_h5_quiet_end(q);
+    return st;
+}
+
+/* ------------------------------------------------------------ transforms */
+
+/* The checks of qmla_model_apply_transforms (nothing is changed). */
+static int check_transforms(const qmla_model *m, const qmla_transform *t,
+                            const float *const *gammas, size_t n, qmla_error *err)
+{
+    const qmla_model_config *c = &m->c;
+    for (size_t i = 0; i < n; i++) {
+        const qmla_transform *x = &t[i];
+        if (x->layer < 0 || (size_t)x->layer >= c->L)
+            return qmla_error_set(err, QMLA_EMISMATCH, "transform %zu: layer %d: expected a "
+                                  "layer of the model (0 to %zu)", i, x->layer, c->L - 1);
+        for (size_t k = 0; k < i; k++)
+            if (t[k].layer == x->layer)
+                return qmla_error_set(err, QMLA_EMISMATCH, "layer %d: two transforms",
+                                      x->layer);
+        if (x->d_c != c->d_c || x->d_r != c->d_r)
+            return qmla_error_set(err, QMLA_EMISMATCH, "layer %d: transform for d_c %zu, "
+                                  "d_r %zu: expected the model's d_c %zu, d_r %zu", x->layer,
+                                  x->d_c, x->d_r, c->d_c, c->d_r);
+        if (x->pairing != c->pairing)
+            return qmla_error_set(err, QMLA_EMISMATCH, "layer %d: transform's rope_pairing "
+                                  "%s: expected the model's %s (a rotation in other pairs "
+                                  "does not commute with the model's RoPE)", x->layer,
+                                  qmla_rope_pairing_name(x->pairing),
+                                  qmla_rope_pairing_name(c->pairing));
+        const size_t d = c->d_c;
+        const float *g = m->layers[x->layer].kv_a_ln;
+        for (size_t j = 0; j < d; j++)
+            if (fabs((double)gammas[i][j] - g[j]) > 1e-6 * fabs((double)g[j]) + 1e-30)
+                return qmla_error_set(err, QMLA_EMISMATCH, "layer %d: the transform's "
+                                      "content/gamma[%zu] = %.9g, expected the model's "
+                                      "kv_a_layernorm weight %.9g (made for another model?). "
+                                      "Not fusible: T_C = diag(gamma)^-1 R diag(s) passes "
+                                      "through the RMSNorm only when gamma is the norm's own "
+                                      "gain; otherwise diag(gain/gamma) R acts before the "
+                                      "norm and is not orthogonal", x->layer, j,
+                                      (double)gammas[i][j], (double)g[j]);
+        double worst = 0.0;
+        for (size_t a = 0; a < d; a++)
+            for (size_t b = a; b < d; b++) {
+                double s = 0.0;
+                for (size_t k = 0; k < d; k++)
+                    s += x->rot[k * d + a] * x->rot[k * d + b];
+                double e = fabs(s - (a == b ? 1.0 : 0.0));
+                worst = e > worst ? e : worst;
+            }
+        if (!(worst <= 1e-5))
+            return qmla_error_set(err, QMLA_EINVAL, "layer %d: content rotation R: max "
+                                  "|R^T R - I| = %.3g, expected <= 1e-5. Not fusible: only an "
+                                  "orthogonal map commutes with the latent RMSNorm", x->layer,
+                                  worst);
+        for (size_t j = 0; j < d; j++)
+            if (!(x->cscale[j] > 0.0) || !isfinite(x->cscale[j]))
+                return qmla_error_set(err, QMLA_EINVAL, "layer %d: content scale[%zu] = %g: "
+                                      "expected a finite positive value", x->layer, j,
+                                      x->cscale[j]);
+        for (size_t j = 0; j < c->d_r / 2; j++)
+            if (!(x->rscale[j] > 0.0) || !isfinite(x->rscale[j]) || !isfinite(x->angle[j]))
+                return qmla_error_set(err, QMLA_EINVAL, "layer %d: RoPE pair %zu: scale %g, "
+                                      "angle %g: expected a finite positive scale and a "
+                                      "finite angle", x->layer, j, x->rscale[j],
+                                      x->angle[j]);
+    }
+    return QMLA_OK;
+}
+
+/* Rows W [r, in] -> rows of (W^T M)^T, i.e. every column of W, read as a row
+ * vector of length r, goes through the RoPE map m (r = d_r). */
+static int rope_rows(const qmla_transform *t, qmla_tmap m, float *W, size_t in,
+                     qmla_error *err)
+{
+    const size_t r = t->d_r;
+    float *buf = malloc(in * r * sizeof *buf);
+    if (!buf)
+        return qmla_error_set(err, QMLA_ENOMEM, "RoPE rows");
+    for (size_t a = 0; a < r; a++)
+        for (size_t j = 0; j < in; j++)
+            buf[j * r + a] = W[a * in + j];
+    qmla_transform_rope_apply(t, m, buf, in, buf);
+    for (size_t a = 0; a < r; a++)
+        for (size_t j = 0; j < in; j++)
+            W[a * in + j] = buf[j * r + a];
+    free(buf);
+    return QMLA_OK;
+}
+
+const float *qmla_model_latent_gain(const qmla_model *m, size_t l)
+{
+    return l < m->c.L ? m->layers[l].kv_a_ln : NULL;
+}
+
+int qmla_model_apply_transforms(qmla_model *m, const qmla_transform *t,
+                                const float *const *gammas, size_t n, qmla_error *err)
+{
+    int st = check_transforms(m, t, gammas, n, err);
+    if (st)
+        return st;
+    const qmla_model_config *c = &m->c;
+    const size_t D = c->D, H = c->H, dc = c->d_c, dr = c->d_r, qk = c->d_n + c->d_r;
+    const size_t qin = c->q_lora_rank ? c->q_lora_rank : D;
+    const qmla_exec ex1 = qmla_exec_cpu(1);
+    const qmla_mla_dims dims = {H, D, dc, c->d_n, dr, c->d_v, c->tau};
+    double *acc = malloc(D * sizeof *acc);
+    float *wc = malloc(dc * D * sizeof *wc);
+    float *uk = malloc(H * c->d_n * dc * sizeof *uk);
+    float *uv = malloc(H * c->d_v * dc * sizeof *uv);
+    if (!acc || !wc || !uk || !uv)
+        st = qmla_error_set(err, QMLA_ENOMEM, "transforms: fusion buffers");
+    for (size_t i = 0; i < n && !st; i++) {
+        const qmla_transform *x = &t[i];
+        layer_w *lw = &m->layers[x->layer];
+        /* consumers first: T_C^-T is built with the model's gain */
+        const qmla_mla_weights mw = {lw->w_uk, lw->w_uv, lw->o_proj};
+        qmla_transform_fuse_weights(&ex1, x, lw->kv_a_ln, &dims, &mw, uk, uv);
+        memcpy(lw->w_uk, uk, H * c->d_n * dc * sizeof *uk);
+        memcpy(lw->w_uv, uv, H * c->d_v * dc * sizeof *uv);
+        /* latent rows: W_c' = R^T W_c, gain s */
+        memcpy(wc, lw->kv_a, dc * D * sizeof *wc);
+        for (size_t k = 0; k < dc; k++) {
+            memset(acc, 0, D * sizeof *acc);
+            for (size_t j = 0; j < dc; j++) {
+                const double r = x->rot[j * dc + k];
+                if (r == 0.0)
+                    continue;
+                const float *src = wc + j * D;
+                for (size_t e = 0; e < D; e++)
+                    acc[e] += r * src[e];
+            }
+            for (size_t e = 0; e < D; e++)
+                lw->kv_a[k * D + e] = (float)acc[e];
+            lw->kv_a_ln[k] = (float)x->cscale[k];
+        }
+        /* RoPE rows of the key (T_P) and of every head's query (T_P^-T) */
+        st = rope_rows(x, QMLA_TMAP_FWD, lw->kv_a + dc * D, D, err);
+        for (size_t h = 0; h < H && !st; h++)
+            st = rope_rows(x, QMLA_TMAP_INVT, lw->q_proj + (h * qk + c->d_n) * qin, qin, err);
+    }
+    free(acc);
+    free(wc);
+    free(uk);
+    free(uv);
+    return st;
+}
+
+/* ---- the online hook ---- */
+
+typedef struct tf_hook_ctx {
+    const qmla_transform **t; /* [L], NULL: identity */
+    const float **gamma;      /* [L] */
+} tf_hook_ctx;
+
+static int tf_hook_apply(void *ctx, size_t layer, int path, float *x, size_t T, size_t w,
+                         qmla_tmap m, qmla_error *err)
+{
+    const tf_hook_ctx *k = ctx;
+    const qmla_transform *t = k->t[layer];
+    if (!t)
+        return QMLA_OK;
+    if (path == 1) {
+        qmla_transform_rope_apply(t, m, x, T, x);
+        return QMLA_OK;
+    }
+    float *y = malloc(T * w * sizeof *y);
+    if (!y)
+        return qmla_error_set(err, QMLA_ENOMEM, "transform hook: %zu x %zu", T, w);
+    const qmla_exec ex1 = qmla_exec_cpu(1);
+    qmla_transform_content_apply(&ex1, t, k->gamma[layer], m, x, T, y);
+    memcpy(x, y, T * w * sizeof *y);
+    free(y);
+    return QMLA_OK;
+}
+
+static int tf_hook_fwd(void *ctx, size_t layer, int path, float *x, size_t T, size_t w,
+                       qmla_error *err)
+{
+    return tf_hook_apply(ctx, layer, path, x, T, w, QMLA_TMAP_FWD, err);
+}
+
+static int tf_hook_inv(void *ctx, size_t layer, int path, float *x, size_t T, size_t w,
+                       qmla_error *err)
+{
+    return tf_hook_apply(ctx, layer, path, x, T, w, QMLA_TMAP_INV, err);
+}
+
+int qmla_model_transform_hook(const qmla_model *m, const qmla_transform *t,
+                              const float *const *gammas, size_t n, const char *method,
+                              qmla_cache_hook *hk, qmla_error *err)
+{
+    memset(hk, 0, sizeof *hk);
+    int st = check_transforms(m, t, gammas, n, err);
+    if (st)
+        return st;
+    tf_hook_ctx *k = calloc(1, sizeof *k);
+    if (k) {
+        k->t = calloc(m->c.L, sizeof *k->t);
+        k->gamma = calloc(m->c.L, sizeof *k->gamma);
+    }
+    if (!k || !k->t || !k->gamma) {
+        if (k) {
+            free(k->t);
+            free(k->gamma);
+        }
+        free(k);
+        return qmla_error_set(err, QMLA_ENOMEM, "transform hook");
+    }
+    for (size_t i = 0; i < n; i++) {
+        k->t[t[i].layer] = &t[i];
+        k->gamma[t[i].layer] = gammas[i];
+    }
+    hk->forward = tf_hook_fwd;
+    hk->inverse = tf_hook_inv;
+    hk->ctx = k;
+    hk->method = method;
+    return QMLA_OK;
+}
+
+void qmla_model_transform_hook_free(qmla_cache_hook *hk)
+{
+    if (!hk || !hk->ctx)
+        return;
+    tf_hook_ctx *k = hk->ctx;
+    free(k->t);
+    free(k->gamma);
+    free(k);
+    hk->ctx = NULL;
+}
+
+/* ------------------------------------------------------------ saving */
+
+typedef struct st_out {
+    json_t *hdr;
+    const void **bufs;
+    size_t *lens;
+    size_t n, cap, off;
+    const char *dtype;  /* "F32", "F16", "BF16" */
+    uint16_t **conv;    /* converted tensors (F16/BF16), owned */
+    size_t n_conv;
+} st_out;
+
+static int st_add(st_out *o, const char *name, const float *x, size_t r, size_t c,
+                  qmla_error *err)
+{
+    const size_t ne = r * (c ? c : 1);
+    const int half = strcmp(o->dtype, "F32") != 0;
+    uint16_t *h = NULL;
+    if (half) {
+        uint16_t **cv = realloc(o->conv, (o->n_conv + 1) * sizeof *cv);
+        if (!cv)
+            return qmla_error_set(err, QMLA_ENOMEM, "safetensors table");
+        o->conv = cv;
+        if (!(h = malloc((ne ? ne : 1) * sizeof *h)))
+            return qmla_error_set(err, QMLA_ENOMEM, "tensor %s", name);
+        o->conv[o->n_conv++] = h;
+        for (size_t i = 0; i < ne; i++) {
+            int ovf = 0;
+            h[i] = o->dtype[0] == 'B' ? qmla_core_f32_to_bf16(x[i]) : qmla_f32_to_f16(x[i], &ovf);
+            if (ovf)
+                return qmla_error_set(err, QMLA_ERANGE, "tensor %s: element %zu = %g does not "
+                                      "fit float16: write float32 or bfloat16", name, i,
+                                      (double)x[i]);
+        }
+    }
+    if (o->n + 1 >= o->cap) {
+        size_t nc = o->cap ? 2 * o->cap : 64;
+        const void **b = realloc(o->bufs, nc * sizeof *b);
+        if (b)
+            o->bufs = b;
+        size_t *l = realloc(o->lens, nc * sizeof *l);
+        if (l)
+            o->lens = l;
+        if (!b || !l)
+            return qmla_error_set(err, QMLA_ENOMEM, "safetensors table");
+        o->cap = nc;
+    }
+    const size_t bytes = ne * (half ? 2 : 4);
+    json_t *shape = c ? json_pack("[II]", (json_int_t)r, (json_int_t)c)
+                      : json_pack("[I]", (json_int_t)r);
+    json_t *e = json_pack("{s:s, s:o, s:[II]}", "dtype", o->dtype, "shape", shape,
+                          "data_offsets", (json_int_t)o->off, (json_int_t)(o->off + bytes));
+    if (!e || json_object_set_new(o->hdr, name, e))
+        return qmla_error_set(err, QMLA_ENOMEM, "safetensors header: %s", name);
+    /* slot 0 is the header; tensors follow in the order added */
+    o->bufs[1 + o->n] = half ? (const void *)h : (const void *)x;
+    o->lens[1 + o->n] = bytes;
+    o->n++;
+    o->off += bytes;
+    return QMLA_OK;
+}
+
+static int read_whole(const char *path, unsigned char **out, size_t *n, qmla_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 1 << 16, k = 0;
+    unsigned char *b = malloc(cap);
+    while (b) {
+        if (k == cap) {
+            unsigned char *nb = realloc(b, cap * 2);
+            if (!nb) {
+                free(b);
+                b = NULL;
+                break;
+            }
+            b = nb;
+            cap *= 2;
+        }
+        size_t r = fread(b + k, 1, cap - k, f);
+        k += r;
+        if (r == 0)
+            break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!b)
+        return qmla_error_set(err, QMLA_ENOMEM, "%s: reading", path);
+    if (bad) {
+        free(b);
+        return qmla_error_set(err, QMLA_EIO, "%s: read error", path);
+    }
+    *out = b;
+    *n = k;
+    return QMLA_OK;
+}
+
+static int ends_with(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_dir,
+                    const char *dtype, const char *const *meta, size_t n_meta,
+                    qmla_error *err)
+{
+    if (!dtype)
+        dtype = "F32";
+    if (strcmp(dtype, "F32") && strcmp(dtype, "F16") && strcmp(dtype, "BF16"))
+        return qmla_error_set(err, QMLA_EINVAL, "checkpoint dtype \"%s\": expected F32, F16 "
+                              "or BF16", dtype);
+    const qmla_model_config *c = &m->c;
+    char path[4096], rs[PATH_MAX], ro[PATH_MAX];
+    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot create the folder: %s", out_dir,
+                              strerror(errno));
+    if (realpath(src_dir, rs) && realpath(out_dir, ro) && !strcmp(rs, ro))
+        return qmla_error_set(err, QMLA_EINVAL, "%s: the output folder is the model's own "
+                              "folder: expected another one", out_dir);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", out_dir);
+    if (access(path, F_OK) == 0)
+        return qmla_error_set(err, QMLA_EINVAL, "%s: holds a shard index that would take "
+                              "precedence over the new model.safetensors: expected a folder "
+                              "without one", out_dir);
+    const size_t H = c->H, D = c->D, qk = c->d_n + c->d_r, dc = c->d_c;
+    const size_t kvb_rows = H * (c->d_n + c->d_v);
+    st_out o = {0};
+    o.dtype = dtype;
+    float **kvb = calloc(c->L, sizeof *kvb);
+    int st = QMLA_OK;
+    o.hdr = json_object();
+    if (!o.hdr || !kvb)
+        st = qmla_error_set(err, QMLA_ENOMEM, "safetensors header");
+    json_t *md = json_object();
+    for (size_t i = 0; i < n_meta && !st && md; i++)
+        if (json_object_set_new(md, meta[2 * i], json_string(meta[2 * i + 1] ? meta[2 * i + 1]
+                                                                             : "")))
+            st = qmla_error_set(err, QMLA_ENOMEM, "safetensors metadata");
+    if (!st && md &&
+        (json_object_set_new(md, "qmla_tool_version", json_string(qmla_version())) ||
+         json_object_set_new(md, "qmla_git_commit", json_string(QMLA_GIT_COMMIT))))
+        st = qmla_error_set(err, QMLA_ENOMEM, "safetensors metadata");
+    if (!st && (!md || json_object_set_new(o.hdr, "__metadata__", md)))
+        st = qmla_error_set(err, QMLA_ENOMEM, "safetensors metadata");
+    char nm[256];
+#define ADD(name, x, r, cc)                                                          \
+    do {                                                                             \
+        if (!st)                                                                     \
+            st = st_add(&o, name, x, r, cc, err);                                    \
+    } while (0)
+    ADD("model.embed_tokens.weight", m->embed, c->V, D);
+    ADD("model.norm.weight", m->norm, D, 0);
+    ADD("lm_head.weight", m->lm_head, c->V, D);
+    for (size_t l = 0; l < c->L && !st; l++) {
+        const layer_w *w = &m->layers[l];
+#define LADD(suffix, x, r, cc)                                                       \
+    do {                                                                             \
+        snprintf(nm, sizeof nm, "model.layers.%zu.%s", l, suffix);                   \
+        ADD(nm, x, r, cc);                                                           \
+    } while (0)
+        LADD("input_layernorm.weight", w->ln_in, D, 0);
+        LADD("post_attention_layernorm.weight", w->ln_post, D, 0);
+        if (c->q_lora_rank) {
+            LADD("self_attn.q_a_proj.weight", w->q_a, c->q_lora_rank, D);
+            LADD("self_attn.q_a_layernorm.weight", w->q_a_ln, c->q_lora_rank, 0);
+            LADD("self_attn.q_b_proj.weight", w->q_proj, H * qk, c->q_lora_rank);
+        } else {
+            LADD("self_attn.q_proj.weight", w->q_proj, H * qk, D);
+        }
+        LADD("self_attn.kv_a_proj_with_mqa.weight", w->kv_a, dc + c->d_r, D);
+        LADD("self_attn.kv_a_layernorm.weight", w->kv_a_ln, dc, 0);
+        if (!st && !(kvb[l] = malloc(kvb_rows * dc * sizeof(float))))
+            st = qmla_error_set(err, QMLA_ENOMEM, "kv_b_proj of layer %zu", l);
+        if (!st)
+            for (size_t h = 0; h < H; h++) {
+                float *blk = kvb[l] + h * (c->d_n + c->d_v) * dc;
+                memcpy(blk, w->w_uk + h * c->d_n * dc, c->d_n * dc * sizeof(float));
+                memcpy(blk + c->d_n * dc, w->w_uv + h * c->d_v * dc,
+                       c->d_v * dc * sizeof(float));
+            }
+        LADD("self_attn.kv_b_proj.weight", kvb[l], kvb_rows, dc);
+        LADD("self_attn.o_proj.weight", w->o_proj, D, H * c->d_v);
+        LADD("mlp.gate_proj.weight", w->gate, c->n_inter, D);
+        LADD("mlp.up_proj.weight", w->up, c->n_inter, D);
+        LADD("mlp.down_proj.weight", w->down, D, c->n_inter);
+#undef LADD
+    }
+#undef ADD
+    char *hj = NULL;
+    if (!st && !(hj = json_dumps(o.hdr, JSON_COMPACT | JSON_SORT_KEYS)))
+        st = qmla_error_set(err, QMLA_ENOMEM, "safetensors header");
+    unsigned char *head = NULL;
+    if (!st) {
+        /* 8-byte little-endian header length, the JSON padded with spaces to
+         * a multiple of 8 (so the data are aligned) */
+        size_t hl = strlen(hj), pad = (8 - hl % 8) % 8;
+        head = malloc(8 + hl + pad);
+        if (!head) {
+            st = qmla_error_set(err, QMLA_ENOMEM, "safetensors header");
+        } else {
+            uint64_t L = hl + pad;
+            for (int b = 0; b < 8; b++)
+                head[b] = (unsigned char)(L >> (8 * b));
+            memcpy(head + 8, hj, hl);
+            memset(head + 8 + hl, ' ', pad);
+            o.bufs[0] = head;
+            o.lens[0] = 8 + hl + pad;
+        }
+    }
+    if (!st) {
+        snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
+        st = qmla_save_bytes_atomic(path, o.bufs, o.lens, o.n + 1, err);
+    }
+    /* the other files of the model folder (config, tokenizer, generation) */
+    DIR *dp = st ? NULL : opendir(src_dir);
+    if (!st && !dp)
+        st = qmla_error_set(err, QMLA_EIO, "%s: cannot list: %s", src_dir, strerror(errno));
+    struct dirent *de;
+    while (!st && dp && (de = readdir(dp))) {
+        if (de->d_name[0] == '.' || ends_with(de->d_name, ".safetensors") ||
+            !strcmp(de->d_name, "model.safetensors.index.json"))
+            continue;
+        char sp[4096];
+        snprintf(sp, sizeof sp, "%s/%s", src_dir, de->d_name);
+        struct stat sb;
+        if (stat(sp, &sb) != 0 || !S_ISREG(sb.st_mode))
+            continue;
+        unsigned char *data = NULL;
+        size_t len = 0;
+        st = read_whole(sp, &data, &len, err);
+        if (!st) {
+            snprintf(path, sizeof path, "%s/%s", out_dir, de->d_name);
+            const void *b[1] = {data};
+            st = qmla_save_bytes_atomic(path, b, &len, 1, err);
+        }
+        free(data);
+    }
+    if (dp)
+        closedir(dp);
+    free(head);
+    free(hj);
+    if (kvb)
+        for (size_t l = 0; l < c->L; l++)
+            free(kvb[l]);
+    free(kvb);
+    for (size_t i = 0; i < o.n_conv; i++)
+        free(o.conv[i]);
+    free(o.conv);
+    free(o.bufs);
+    free(o.lens);
+    json_decref(o.hdr);
     return st;
 }

@@ -3,7 +3,7 @@
 # program: each mutant in tests/mutants/*.mut (one small fault, described in
 # one line) is applied to a temporary copy of the tree (never to the working
 # tree), the copy is rebuilt incrementally (one build directory, the mutated
-# file reverted between mutants), and the unit suite runs until its first
+# file reverted between mutants), and the unit and ref suites run until its first
 # failing test: the C tests first (seconds), then the shell tests of the
 # program (about a minute each). A mutant is
 #   caught    some test failed (or timed out);
@@ -32,6 +32,7 @@
 #   regex:   a Python regular expression (first match; \s* makes it robust
 #            to re-formatting)
 #   replace: the replacement (for regex: a Python re replacement; \1 ...)
+#   tests:   optional; test names run first for this mutant (speed only)
 # Several find/regex + replace pairs may follow one another (all must match).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -59,8 +60,8 @@ if ! (meson setup "$b" "$src" --buildtype=release -Dcuda=disabled >"$tmp/setup.l
 fi
 
 # --- the test lists: C tests (fast) first, then the shell tests -------------
-all=$(meson test -C "$b" --list --suite unit 2>/dev/null | sed -n 's/^qmla:unit \/ \(.*\)$/\1/p; s/^qmla \/ \(.*\)$/\1/p')
-[ -n "$all" ] || all=$(meson test -C "$b" --list --suite unit 2>/dev/null | awk -F' / ' '{print $NF}')
+all=$(meson test -C "$b" --list --suite unit --suite ref 2>/dev/null | sed -n 's/^qmla:\(unit\|ref\) \/ \(.*\)$/\2/p; s/^qmla \/ \(.*\)$/\1/p')
+[ -n "$all" ] || all=$(meson test -C "$b" --list --suite unit --suite ref 2>/dev/null | awk -F' / ' '{print $NF}')
 fast="" slow=""
 for t in $all; do
   case $t in
@@ -107,6 +108,7 @@ for t in $fast $slow; do
 done
 fast=$keep_fast slow=$keep_slow
 echo "   tests used, in order:$fast |$slow"
+all_targets=" $(ninja -C "$b" -t targets all 2>/dev/null | sed -n 's/^\([^:]*\): .*/\1/p' | tr '\n' ' ') "
 base_s=$(( $(date +%s) - start ))
 
 # --- apply one mutant (python: literal or regex substitution) ----------------
@@ -159,6 +161,21 @@ PYEOF
 }
 
 field() { sed -n "s/^$2: *//p" "$1" | head -1; }
+# The tests a mutant names in its optional "tests:" line (the ones that
+# caught it before), among the tests used, run first: only the order changes
+# (a survivor still runs every test), so the score does not depend on it.
+hinted() {
+  local t out=""
+  for t in $(field "$1" tests); do
+    case " $fast $slow " in *" $t "*) out="$out $t" ;; esac
+  done
+  echo "$out"
+}
+without() { # LIST DROP -> LIST less the names in DROP
+  local t out=""
+  for t in $1; do case " $2 " in *" $t "*) ;; *) out="$out $t" ;; esac; done
+  echo "$out"
+}
 
 # --- the mutants ----------------------------------------------------------------
 mutants=()
@@ -187,12 +204,24 @@ for m in "${mutants[@]}"; do
       continue ;;
   esac
   result="" by=""
-  if ! ninja -C "$b" -j "$JOBS" >"$tmp/mbuild.log" 2>&1; then
+  # First only what the hinted tests run (their executables, the program,
+  # libqmla.so, bench_sweep), then, unless they catch it, everything: no test
+  # runs an executable that was not rebuilt with this mutant.
+  h=$(hinted "$m") htargets="analysis/qmla python/libqmla.so bench/bench_sweep"
+  for t in $h; do
+    case " $all_targets " in *" tests/$t "*) htargets="$htargets tests/$t" ;; esac
+  done
+  if ! ninja -C "$b" -j "$JOBS" $htargets >"$tmp/mbuild.log" 2>&1; then
     result=nobuild; by=$(grep -m1 'error:' "$tmp/mbuild.log" | cut -c1-80)
     n_nob=$((n_nob + 1))
-  elif ! run_tests "$fast"; then
+  elif ! run_tests "$h"; then
     result=caught; by=$failed_test
-  elif ! run_tests "$slow"; then
+  elif ! ninja -C "$b" -j "$JOBS" >"$tmp/mbuild.log" 2>&1; then
+    result=nobuild; by=$(grep -m1 'error:' "$tmp/mbuild.log" | cut -c1-80)
+    n_nob=$((n_nob + 1))
+  elif ! run_tests "$(without "$fast" "$h")"; then
+    result=caught; by=$failed_test
+  elif ! run_tests "$(without "$slow" "$h")"; then
     result=caught; by=$failed_test
   else
     result=SURVIVED; by="every test passed"

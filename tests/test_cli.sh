@@ -18,7 +18,7 @@ need_python
 
 # --- usage and help --------------------------------------------------------
 expect 0 "qmla --help" -- "$QMLA" --help
-for c in check sweep synth storage export show figures jvp predict intervene merge serve-sim ppl learn eval; do
+for c in check sweep synth storage export show figures jvp predict intervene merge serve-sim ppl fuse learn eval; do
   expect 0 "qmla $c --help" -- "$QMLA" $c --help
   contains "[Ee]xamples\?:" "qmla $c --help"
 done

@@ -3,7 +3,8 @@
  *  - writer: pool pages, sink and window buffers bit for bit equal to
  *    qmla_kv_write_ref (prefill-sized writes), and the same error for NaN;
  *  - decode: output and LSE against the double-precision reference on the
- *    reconstructed cache (qmla_decode_ref), NMSE <= 1e-5 and
+ *    cache as the kernel attends to it (qmla_decode_ref_model with
+ *    qmla_decode_cuda_packed_f32), NMSE <= 1e-5 and
  *    |LSE error| <= 1e-4, over BF16, C4R4, C2R4, C8R8 and odd shapes
  *    (batch 1/3/8, contexts 1, 63, 64, 65, 131, 4097, H 16 and 128,
  *    s_q 1 and 2, window covering everything or nothing); outputs poisoned
@@ -252,7 +253,10 @@ static double check_decode(cache *c, const shape *s, const char *what, double *l
     CU(cudaMemcpy(out2, dout, rows * 512 * 2, cudaMemcpyDeviceToHost));
     CU(cudaMemcpy(lse2, dlse, rows * 4, cudaMemcpyDeviceToHost));
     *identical = !memcmp(out, out2, rows * 512 * 2) && !memcmp(lse, lse2, rows * 4);
-    st = qmla_decode_ref(&c->h, &c->ah, ro, rl, &err);
+    /* the reference on the cache the kernel attends to (packed values
+     * unrounded for C4R4 / C2R4, BF16-rounded otherwise) */
+    st = qmla_decode_ref_model(&c->h, &c->ah, qmla_decode_cuda_packed_f32(&c->d.cfg), ro, rl,
+                               &err);
     CHECK_OK(st, err);
     double num = 0, den = 0, le = 0;
     int nonfinite = 0;

@@ -71,6 +71,13 @@ expect 2 "sweep --nmse 1e7 refused" -- "$QMLA" sweep "$work/base.h5" -o "$work/n
 containsF "9.31e-10 .. 1e+06" "--nmse 1e7 names the accepted range"
 lacks "must be > 0" "--nmse 1e7 message"
 expect 0 "sweep --nmse just above the floor runs" -- "$QMLA" sweep "$work/base.h5" -o "$work/nu.h5" --nmse 9.32e-10
+# The operator commands rescale directions to the same nu: the same range.
+# before: predict/intervene/jvp took --nmse 1e-20 (any positive number).
+for sub in jvp predict intervene; do
+  expect 2 "$sub --nmse 1e-20 refused" -- "$QMLA" $sub "$work/base.h5" -o "$work/nu-$sub.h5" --nmse 1e-20
+  containsF "9.31e-10 .. 1e+06" "$sub --nmse 1e-20 names the accepted range"
+  [ ! -e "$work/nu-$sub.h5" ] && ok || bad "$sub: refused --nmse left a results file"
+done
 "$QMLA" sweep --help >"$work/out" 2>&1
 containsF "2^-30" "--help documents the floor"
 containsF "2^-24" "--help derives the floor from float32"

@@ -349,9 +349,11 @@ for name, (w, h) in sizes.items():
     print("ok" if good else "FAIL", p, fmt, "size", w, "x", h)
 EOF
 expect 0 "figures A B png" -- "$QMLA" figures "$work/A.h5" "$work/B.h5" -o "$work/figs"
-# a sweep file has no /eval, so transforms-nmse (qmla eval's figure) is the one skipped
-contains "4 written, 1 skipped" "figures A B png"
+# a sweep file has no /eval and no /ppl_table, so transforms-nmse (qmla eval's
+# figure) and ppl-bits (qmla ppl's) are the ones skipped
+contains "4 written, 2 skipped" "figures A B png"
 contains "skipped transforms-nmse: needs eval" "figures A B png"
+contains "skipped ppl-bits: needs ppl_table" "figures A B png"
 pycheck "figures png" "$work/check_images.py" "$work/figs" png 2
 for fmt in svg pdf; do
   expect 0 "figures A $fmt" -- "$QMLA" figures "$work/A.h5" -o "$work/figs-$fmt" --format $fmt
@@ -442,4 +444,20 @@ contains "cannot run \"/nonexistent/gnuplot\"" "figures without gnuplot"
 expect 0 "figures --list" -- "$QMLA" figures --list
 for f in fig2-responses fig6-atlas routes table4; do contains "$f" "figures --list"; done
 
+# ppl-bits from a qmla ppl file (one panel per text: 120 + 840 x 460)
+expect 0 "ppl for ppl-bits" -- "$QMLA" ppl "$ROOT/models/tiny-mla" --text "$ROOT/data/heldout/prose.txt.gz" \
+  --text "$ROOT/data/heldout/code.txt.gz" --config bf16,C4R4 --policy none,sink4/local128 --tokens 512 \
+  --threads 2 -o "$work/ppl.h5"
+expect 0 "figures ppl-bits" -- "$QMLA" figures "$work/ppl.h5" -o "$work/figsP" --only ppl-bits
+pycheck "ppl-bits png" - "$work/figsP/ppl-bits.png" "$work/figsP/data/m1.ppl_table.tsv" <<'EOF2'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+print("ok" if b[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", b[16:24]) == (960, 460) else "FAIL", "ppl-bits size")
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[2]) if not l.startswith("#")]
+h, rows = rows[0], rows[1:]
+d = {(r[h.index("text_index")], r[h.index("config")], r[h.index("policy")]): float(r[h.index("delta_bits_per_byte")]) for r in rows}
+bpb = {(r[h.index("text_index")], r[h.index("config")], r[h.index("policy")]): float(r[h.index("bits_per_byte")]) for r in rows}
+good = len(rows) == 6 and all(abs(d[k] - (bpb[k] - bpb[(k[0], "bf16", "none")])) < 1e-12 for k in d) and d[("0", "bf16", "none")] == 0
+print("ok" if good else "FAIL", "ppl_table deltas against the bf16 row of the same text")
+EOF2
 finish test_figures

@@ -191,8 +191,9 @@ static void test_layout(int cb, int rb, int G)
 }
 
 /* decode_ref against naive attention; protect: 1 = window covers all,
- * 0 = no protection. */
-static void test_decode_ref(int protect, int s_q)
+ * 0 = no protection; packed_f32: qmla_decode_ref_model's unrounded packed
+ * values (the C4R4 / C2R4 GPU kernel's model) instead of BF16(x^). */
+static void test_decode_ref(int protect, int s_q, int packed_f32)
 {
     qmla_kv_config cfg = {4, 4, 64, protect ? 4 : 0, protect ? 4096 : 0};
     const int lens[3] = {1, 65, 131};
@@ -201,7 +202,8 @@ static void test_decode_ref(int protect, int s_q)
     build(&f, cfg, 3, lens, s_q, H);
     double *out = malloc(3 * (size_t)s_q * H * 512 * 8), *lse = malloc(3 * (size_t)s_q * H * 8);
     qmla_error err;
-    int st = qmla_decode_ref(&f.kc, &f.a, out, lse, &err);
+    int st = packed_f32 ? qmla_decode_ref_model(&f.kc, &f.a, 1, out, lse, &err)
+                        : qmla_decode_ref(&f.kc, &f.a, out, lse, &err);
     CHECK_OK(st, err);
     double worst = 0, worst_lse = 0;
     size_t i0 = 0;
@@ -212,11 +214,11 @@ static void test_decode_ref(int protect, int s_q)
             float x[QMLA_KV_D];
             for (int j = 0; j < QMLA_KV_D; j++)
                 x[j] = qmla_core_bf16_to_f32(src[j]);
-            if (!protect) { /* BF16(x^) from the CPU quantizer */
+            if (!protect) { /* x^ (BF16(x^)) from the CPU quantizer */
                 qmla_quant_params pc = {4, 64, QMLA_META_F16};
                 st = qmla_quant_qdq(&pc, x, 1, 512, NULL, NULL, NULL, x, &err);
                 st |= qmla_quant_qdq(&pc, x + 512, 1, 64, NULL, NULL, NULL, x + 512, &err);
-                for (int j = 0; j < QMLA_KV_D; j++)
+                for (int j = 0; j < QMLA_KV_D && !packed_f32; j++)
                     x[j] = qmla_core_bf16_to_f32(qmla_core_f32_to_bf16(x[j]));
             }
             memcpy(rows + (size_t)t * QMLA_KV_D, x, sizeof x);
@@ -240,8 +242,8 @@ static void test_decode_ref(int protect, int s_q)
         free(rows);
     }
     CHECK(worst < 1e-12 && worst_lse < 1e-12,
-          "decode ref (protect %d, s_q %d) vs naive: worst output %g, lse %g", protect, s_q,
-          worst, worst_lse);
+          "decode ref (protect %d, s_q %d, packed_f32 %d) vs naive: worst output %g, lse %g",
+          protect, s_q, packed_f32, worst, worst_lse);
     free(out);
     free(lse);
     release(&f);
@@ -309,9 +311,12 @@ int main(void)
     test_layout(2, 4, 64);
     test_layout(8, 8, 64);
     test_layout(4, 2, 32);
-    test_decode_ref(1, 1);
-    test_decode_ref(0, 1);
-    test_decode_ref(0, 2);
+    test_decode_ref(1, 1, 0);
+    test_decode_ref(0, 1, 0);
+    test_decode_ref(0, 2, 0);
+    test_decode_ref(1, 1, 1);
+    test_decode_ref(0, 1, 1);
+    test_decode_ref(0, 2, 1);
     test_aging();
     test_storage();
     /* the writer names a non-finite token */

@@ -8,7 +8,12 @@
  *     scales by 2 and back (exact in binary: QDQ(2x) = 2 QDQ(x) with f16
  *     metadata in range) leaves the logits bit-identical to RTN;
  *   - the sink/local policy with S = T covers every token: the logits equal
- *     the bf16 cache's exactly (one representation per token).
+ *     the bf16 cache's exactly (one representation per token);
+ *   - attention in the absorbed and in the expanded form (qmla_attn_form):
+ *     with the fp32 cache the logits agree within 2e-4 (float rounding; the
+ *     largest logits are ~25), and for every policy and cache under the
+ *     expanded form a sink covering all tokens still equals bf16 exactly;
+ *     the automatic choice is the expanded form on tiny-mla.
  * Numerical agreement with an independent forward is tests/test_ppl.sh. */
 #include "check.h"
 #include "qmla/model.h"
@@ -111,6 +116,23 @@ int main(void)
     for (size_t i = 0; i < T * c->V; i++)
         d = fmax(d, fabs((double)a[i] - b[i]));
     CHECK(d > 1e-3, "C2R4 moves the logits (max %g)", d);
+    /* the two attention forms */
+    CHECK(qmla_model_expanded_cheaper(c, T) && qmla_model_expanded_cheaper(c, 512),
+          "expanded form chosen on tiny-mla");
+    qmla_cache_spec fp;
+    qmla_cache_spec_parse("fp32", "none", &fp, &err);
+    qmla_model_set_attn_form(m, QMLA_ATTN_ABSORBED);
+    CHECK_OK(qmla_model_forward(m, &fp, ws, tok, T, a, &err), err);
+    qmla_model_set_attn_form(m, QMLA_ATTN_EXPANDED);
+    CHECK_OK(qmla_model_forward(m, &fp, ws, tok, T, b, &err), err);
+    d = 0;
+    for (size_t i = 0; i < T * c->V; i++)
+        d = fmax(d, fabs((double)a[i] - b[i]));
+    CHECK(d < 2e-4 && d > 0, "absorbed vs expanded fp32 logits: max |d| %g", d);
+    CHECK_OK(qmla_model_forward(m, &bf, ws, tok, T, a, &err), err);
+    CHECK_OK(qmla_model_forward(m, &all, ws, tok, T, b, &err), err);
+    CHECK(!memcmp(a, b, sizeof(float) * T * c->V), "expanded: sink covering all = bf16");
+    qmla_model_set_attn_form(m, QMLA_ATTN_AUTO);
     free(a);
     free(b);
     qmla_model_ws_free(ws);

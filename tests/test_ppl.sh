@@ -7,9 +7,11 @@
 #     forward (experiments/accuracy/numpy_forward.py, naive MLA form, NumPy
 #     quantizer), committed as tests/data/tiny_mla_ppl_ref.jsonl
 #     (experiments/accuracy/make_ppl_ref.sh regenerates it):
-#     fp32 / bf16 within 2e-4 bits/byte; quantized rows within 3e-3 (a float
-#     rounding difference upstream moves a few codes by one step: the NumPy
-#     forward itself moves C4R4 by 7e-4 between float32 and float64);
+#     fp32 / bf16 within 2e-4 bits/byte; quantized rows within 3e-3, C2R4
+#     rows within 6e-3 (a float rounding difference upstream moves a few codes
+#     by one step: the NumPy forward itself moves C4R4 by 7e-4 between
+#     float32 and float64, and the engine's absorbed and expanded attention
+#     forms give C2R4 on the prose prefix 1.36784 and 1.37256, 4.7e-3 apart);
 #   - the fp32 rows against transformers' float32 logits on the same windows
 #     (tests/data/tiny_mla_hf_ref.jsonl, from experiments/accuracy/hf_reference.py
 #     on the accelerator machine), within 1e-5 bits/byte;
@@ -18,7 +20,8 @@
 #     and its result are in experiments/accuracy/README.md;
 #   - /ppl attributes; other groups of the file kept; 1 and 2 threads agree
 #     exactly; unsupported architectures, MoE blocks, bad configs, policies
-#     and --transforms are refused with messages naming them (exit 2).
+#     and a missing --transforms file are refused with messages naming them
+#     (exit 2). --transforms itself: tests/test_fuse.sh.
 # Env (set by meson): QMLA_BIN, QMLA_SOURCE_ROOT, QMLA_PYTHON.
 source "$(dirname "$0")/cli_lib.sh"
 need_python
@@ -51,7 +54,7 @@ for path in sys.argv[2:]:
             a = g[name].attrs
             key = (str(a["text"]).split("/")[-1], str(a["config"]), str(a["policy"]))
             r = ref[key]
-            tol = 2e-4 if key[1] in ("fp32", "bf16") else 3e-3
+            tol = 2e-4 if key[1] in ("fp32", "bf16") else 6e-3 if key[1].startswith("C2") else 3e-3
             d = abs(float(a["bits_per_byte"]) - r["bits_per_byte"])
             ok = d <= tol and int(a["tokens"]) == r["tokens"] == 2048
             n += 1
@@ -142,8 +145,8 @@ expect 2 "bad config" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" --config C5R4 
 contains "content bits" "bad config named"
 expect 2 "bad policy" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" --config C4R4 --policy sink4 --tokens 512 -o "$work/x.h5"
 contains "sink<S>/local<W>" "bad policy named"
-expect 2 "transforms refused" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" --transforms t.h5 --tokens 512 -o "$work/x.h5"
-contains "issue 10" "transforms refusal says why"
+expect 2 "missing transforms file" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" --transforms "$work/none.h5" --tokens 512 -o "$work/x.h5"
+contains "none.h5" "missing transforms file named"
 expect 2 "missing model" -- "$QMLA" ppl "$work/none" --text "$H/code.txt.gz" --tokens 512 -o "$work/x.h5"
 contains "config.json" "missing model names the file"
 finish test_ppl

@@ -423,6 +423,63 @@ static void check_baselines(const qmla_exec *ex)
 
 /* qmla_tf_eval_cell against the naive double attention fed with the
  * effective caches, on a synth capture (2 sequences, T 23). */
+/* Largest eigenvalue of the n x n product A B of two symmetric PSD matrices
+ * (its eigenvalues are real and >= 0), by power iteration in double until
+ * the estimate stops moving. Independent of the library's qmla_spectral_norm
+ * (which forms one Gram matrix of the whole operator). */
+static double naive_lambda_max(const double *A, const double *B, size_t n)
+{
+    double *v = malloc(n * sizeof *v), *u = malloc(n * sizeof *u), l = 0;
+    for (size_t j = 0; j < n; j++)
+        v[j] = 1.0 + 0.01 * (double)(j % 7);
+    for (int it = 0; it < 20000; it++) {
+        for (size_t i = 0; i < n; i++) {
+            u[i] = 0;
+            for (size_t j = 0; j < n; j++)
+                u[i] += B[i * n + j] * v[j];
+        }
+        double nv = 0, vv = 0;
+        for (size_t i = 0; i < n; i++) {
+            double a = 0;
+            for (size_t j = 0; j < n; j++)
+                a += A[i * n + j] * u[j];
+            nv += a * a;
+            vv += v[i] * v[i];
+            v[i] = a;
+        }
+        const double lnew = sqrt(nv / vv);
+        nv = sqrt(nv);
+        for (size_t j = 0; j < n; j++)
+            v[j] /= nv;
+        if (it > 10 && fabs(lnew - l) <= 1e-13 * lnew) {
+            l = lnew;
+            break;
+        }
+        l = lnew;
+    }
+    free(v);
+    free(u);
+    return l;
+}
+
+/* G = X X^T (rows) or X^T X (cols) of the m x k row-major float matrix X. */
+static void naive_gram(const float *X, size_t m, size_t k, size_t ld, size_t off, int rows,
+                       double *G)
+{
+    const size_t n = rows ? m : k;
+    for (size_t a = 0; a < n; a++)
+        for (size_t b = 0; b < n; b++) {
+            double g = 0;
+            if (rows)
+                for (size_t j = 0; j < k; j++)
+                    g += (double)X[a * ld + off + j] * X[b * ld + off + j];
+            else
+                for (size_t i = 0; i < m; i++)
+                    g += (double)X[i * ld + off + a] * X[i * ld + off + b];
+            G[a * n + b] = g;
+        }
+}
+
 static void check_eval(const qmla_exec *ex, const char *shape)
 {
     char path[256];
@@ -465,6 +522,20 @@ static void check_eval(const qmla_exec *ex, const char *shape)
     double ref[4] = {0, 0, 0, 0};
     float *work = malloc(T * dc * 4), *Ce = malloc(T * dc * 4), *Ke = malloc(T * dr * 4);
     double *Y0 = malloc(T * D * 8), *Y1 = malloc(T * D * 8);
+    /* the App. C.3 bound from its definition (docs/math.md §8):
+     * ||dY|| <= 1/2 sum_h ||P_h||_2 ||C||_2 ||dZ_P,h||_F, P_h = W_O[:, h] W_UV,h */
+    const size_t dv = (size_t)cf->d_v, HV = H * dv;
+    /* ||P_h||^2 = lambda_max((W_O,h^T W_O,h)(W_UV,h W_UV,h^T)), d_v x d_v */
+    double *Ga = malloc(dv * dv * 8), *Gb = malloc(dv * dv * 8), *I = malloc(T * T * 8);
+    double *Gc = malloc(T * T * 8), *pnorm = malloc(H * 8);
+    for (size_t h = 0; h < H; h++) {
+        naive_gram(L.w_o, D, dv, HV, h * dv, 0, Ga);
+        naive_gram(L.w_uv + h * dv * dc, dv, dc, dc, 0, 1, Gb);
+        pnorm[h] = sqrt(naive_lambda_max(Ga, Gb, dv));
+    }
+    for (size_t i = 0; i < T * T; i++)
+        I[i] = (i / T == i % T);
+    double ref_bound = 0;
     for (size_t n = 0; n < cell.N; n++) {
         naive_case c = {H, T, dc, (size_t)cf->d_n, dr, (size_t)cf->d_v, D, cf->softmax_scale,
                         L.w_uk, L.w_uv, L.w_o, cell.c_kv + n * T * dc, cell.k_rope + n * T * dr,
@@ -481,8 +552,9 @@ static void check_eval(const qmla_exec *ex, const char *shape)
                 e += (Y1[i] - Y0[i]) * (Y1[i] - Y0[i]);
             ref[k] += e / yy / cell.N;
         }
-        double num = 0, den = 0;
-        for (size_t h = 0; h < H; h++)
+        double num = 0, den = 0, bsum = 0;
+        for (size_t h = 0; h < H; h++) {
+            double nh = 0;
             for (size_t i = 0; i < T; i++)
                 for (size_t s = 0; s <= i; s++) {
                     double z = 0, z1 = 0;
@@ -491,10 +563,16 @@ static void check_eval(const qmla_exec *ex, const char *shape)
                         z += q * c.K[s * dr + j];
                         z1 += q * Ke[s * dr + j];
                     }
-                    num += (z1 - z) * (z1 - z);
+                    nh += (z1 - z) * (z1 - z);
                     den += z * z;
                 }
+            num += nh;
+            bsum += pnorm[h] * cf->softmax_scale * sqrt(nh);
+        }
         ref[3] += num / den / cell.N;
+        naive_gram(c.C, T, dc, dc, 0, 1, Gc); /* ||C||^2 = lambda_max(C C^T) */
+        const double bound = 0.5 * bsum * sqrt(naive_lambda_max(I, Gc, T));
+        ref_bound += bound * bound / yy / cell.N;
     }
     double got[4] = {row.nmse_out, row.nmse_c, row.nmse_p, row.pos_err};
     const char *nm[4] = {"nmse_out", "nmse_out_content", "nmse_out_rope", "pos_score_err"};
@@ -503,6 +581,14 @@ static void check_eval(const qmla_exec *ex, const char *shape)
               nm[k], got[k], ref[k]);
     CHECK(row.n_seq == 2 && row.bound_ok && row.bound_p >= row.nmse_p, "%s: bound %g vs rope NMSE %g",
           shape, row.bound_p, row.nmse_p);
+    /* the library inflates both spectral norms by 1e-5 (float storage): 4e-5 in NMSE */
+    CHECK(fabs(row.bound_p - ref_bound) <= 1e-3 * ref_bound && ref_bound > 0,
+          "%s: bound %.8g vs its definition %.8g", shape, row.bound_p, ref_bound);
+    free(Ga);
+    free(Gb);
+    free(Gc);
+    free(I);
+    free(pnorm);
     printf("eval %-18s C2R4 sink2/local3: nmse_out %.4e (naive %.4e), rope %.3e <= bound %.3e\n",
            shape, got[0], ref[0], row.nmse_p, row.bound_p);
     /* a transform made with another γ is refused */

@@ -67,6 +67,10 @@ int qmla_kv_write_ref(const qmla_kv_cache *kc, const qmla_kv_write *w,
  * from the protection buffers or reconstructed from the packed copy. */
 void qmla_kv_token_ref(const qmla_kv_cache *kc, const qmla_decode_args *a,
                        int bi, long t, float *row);
+/* The same with packed_f32 != 0: packed values unrounded (qmla_kv_packed_f32,
+ * the values the C4R4 / C2R4 GPU decode attends to); protected ones as above. */
+void qmla_kv_token_model(const qmla_kv_cache *kc, const qmla_decode_args *a,
+                         int bi, long t, int packed_f32, float *row);
 
 /* Double-precision reference of decode attention on the reconstructed
  * cache: query i of sequence bi sees tokens t <= len - s_q + i; one global
@@ -74,6 +78,9 @@ void qmla_kv_token_ref(const qmla_kv_cache *kc, const qmla_decode_args *a,
  * zero output for a query that sees no token). */
 int qmla_decode_ref(const qmla_kv_cache *kc, const qmla_decode_args *a,
                     double *out, double *lse, qmla_error *err);
+/* The same on the cache of qmla_kv_token_model(packed_f32). */
+int qmla_decode_ref_model(const qmla_kv_cache *kc, const qmla_decode_args *a,
+                          int packed_f32, double *out, double *lse, qmla_error *err);
 
 /* ---- storage accounting (docs/math.md §9) ------------------------------ */
 

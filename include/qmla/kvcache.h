@@ -26,7 +26,10 @@
  *
  * Reconstruction (what attention multiplies): a packed value is
  * x^ = fmaf(q, s, l) (quant_core.h) rounded to BF16 (nearest even); a
- * protected value is its stored BF16.
+ * protected value is its stored BF16. The C4R4 / C2R4 decode kernel applies
+ * s and l after tensor-core products of the codes, so it attends to the
+ * unrounded fmaf(q, s, l) instead (qmla_kv_packed_f32; qmla_decode_ref_model
+ * is its reference).
  */
 #ifndef QMLA_KVCACHE_H
 #define QMLA_KVCACHE_H
@@ -112,11 +115,11 @@ QMLA_HD static inline int qmla_kv_protected(const qmla_kv_config *c, long t, lon
     return t < c->sink || t >= len - c->window;
 }
 
-/* Channel ch (0..575) of a packed token: the reconstructed value as BF16
- * bits. page: the physical page's bytes; o: the token's offset in it. */
-QMLA_HD static inline uint16_t qmla_kv_packed_value(const qmla_kv_layout *L,
-                                                     const uint8_t *page, int o,
-                                                     int ch)
+/* Channel ch (0..575) of a packed token before the BF16 rounding:
+ * fmaf(q, s, l) as float. page: the physical page's bytes; o: the token's
+ * offset in it. */
+QMLA_HD static inline float qmla_kv_packed_f32(const qmla_kv_layout *L, const uint8_t *page,
+                                               int o, int ch)
 {
     const int rope = ch >= QMLA_KV_DC;
     const int k = rope ? ch - QMLA_KV_DC : ch;
@@ -128,8 +131,16 @@ QMLA_HD static inline uint16_t qmla_kv_packed_value(const qmla_kv_layout *L,
                                     : L->off_mc + ((size_t)o * L->ng_c + g) * 4);
     const float s = qmla_core_f16_to_f32((uint16_t)(m[0] | (m[1] << 8)));
     const float l = qmla_core_f16_to_f32((uint16_t)(m[2] | (m[3] << 8)));
-    return qmla_core_f32_to_bf16(
-        qmla_core_dequant(qmla_core_get_code(codes, (size_t)j, bits), s, l));
+    return qmla_core_dequant(qmla_core_get_code(codes, (size_t)j, bits), s, l);
+}
+
+/* The same value as BF16 bits (round to nearest even): the reconstruction
+ * of a packed value. */
+QMLA_HD static inline uint16_t qmla_kv_packed_value(const qmla_kv_layout *L,
+                                                     const uint8_t *page, int o,
+                                                     int ch)
+{
+    return qmla_core_f32_to_bf16(qmla_kv_packed_f32(L, page, o, ch));
 }
 
 #endif

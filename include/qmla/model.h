@@ -47,6 +47,7 @@
 #include "qmla/quant.h"
 #include "qmla/rope.h"
 #include "qmla/status.h"
+#include "qmla/transform.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -94,6 +95,73 @@ typedef struct qmla_cache_hook {
 
 enum { QMLA_CACHE_FP32 = 32, QMLA_CACHE_BF16 = 16 };
 
+/* ---- cache transforms (docs/math.md §7, docs/transforms-format.md) -------
+ *
+ * Fold the per-layer transforms t[0..n) (each for layer t[i].layer, made with
+ * the latent gain gammas[i]) into the model's weights in place, so that the
+ * cache the forward pass writes is the transformed one and its consumers are
+ * compensated (right-multiplying convention, X -> X T):
+ *   content  C T_C with T_C = diag(γ)^-1 R diag(s): the latent rows W_c of
+ *            kv_a_proj_with_mqa become R^T W_c and the kv_a_layernorm gain
+ *            becomes s. This passes through the RMSNorm because the norm
+ *            without its gain commutes with an orthogonal R (‖yR‖ = ‖y‖) and
+ *            diag(γ)^-1 cancels the old gain: norm(y) diag(γ) T_C =
+ *            norm(y R) diag(s). kv_b_proj's key and value blocks become
+ *            w_uk[h] T_C^-T and w_uv[h] T_C^-T.
+ *   RoPE     K T_P with T_P = blockdiag(s_i R(θ_i)) on the model's RoPE
+ *            pairs (a scaled rotation in each pair's plane commutes with the
+ *            positional rotation): the RoPE rows W_r of kv_a_proj_with_mqa
+ *            become T_P^T W_r and the RoPE rows of each head of q_proj (or
+ *            q_b_proj) are multiplied by T_P^-1 from the left, so that
+ *            q_rope becomes q_rope T_P^-T. Rows are in checkpoint order; the
+ *            pairs are those the engine rotates (the checkpoint's pairing).
+ * Only what can be folded is accepted; everything else is refused before any
+ * weight changes: a layer index outside the model or given twice,
+ * d_c / d_r / pairing other than the model's (QMLA_EMISMATCH), R not
+ * orthogonal to 1e-5 or a non-positive / non-finite scale (QMLA_EINVAL: a
+ * non-orthogonal content map does not commute with the RMSNorm and cannot be
+ * folded), and a gain γ that differs from the model's kv_a_layernorm weight
+ * by more than 1e-6 relative (QMLA_EMISMATCH: T_C would then carry
+ * diag(γ_model / γ) R before the norm, which is not orthogonal and cannot
+ * be folded). Layers without an entry stay unchanged (identity). With every
+ * cache unquantized the model computes the same function up to float
+ * rounding. */
+int qmla_model_apply_transforms(qmla_model *m, const qmla_transform *t,
+                                const float *const *gammas, size_t n, qmla_error *err);
+
+/* The model's kv_a_layernorm weight of layer l ([d_c], a view). */
+const float *qmla_model_latent_gain(const qmla_model *m, size_t l);
+
+/* Write the model's weights as a safetensors checkpoint
+ * out_dir/model.safetensors in dtype "F32" (NULL: F32), "F16" (QMLA_ERANGE
+ * naming the tensor for a value beyond float16) or "BF16" (round to
+ * nearest even), in the checkpoint's tensor names and layout (
+ * kv_b_proj reassembled from its key and value blocks) with the string pairs
+ * meta[0..2*n_meta) as "__metadata__" (plus qmla_tool_version and
+ * qmla_git_commit), and copy every other regular file of
+ * src_dir (config.json, tokenizer and generation files) except safetensors
+ * files and model.safetensors.index.json. Each file is written atomically.
+ * out_dir is created when absent; QMLA_EINVAL when it is src_dir itself,
+ * or when it holds a model.safetensors.index.json (a stale shard index would
+ * take precedence over the new file); QMLA_EIO naming the file otherwise. */
+int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_dir,
+                    const char *dtype, const char *const *meta, size_t n_meta,
+                    qmla_error *err);
+
+/* An online cache hook that applies the transforms on the fly through the
+ * transforms module (qmla_transform_content_apply / qmla_transform_rope_apply):
+ * forward X -> X T before the quantizer, inverse X -> X T^-1 after it, so
+ * attention reads QDQ(X T) T^-1 with the model's own weights: the effective
+ * cache of qmla_transform_effective_content / _rope. Checks as
+ * qmla_model_apply_transforms. The hook keeps pointers to t and gammas
+ * (which must outlive it); free with qmla_model_transform_hook_free. */
+int qmla_model_transform_hook(const qmla_model *m, const qmla_transform *t,
+                              const float *const *gammas, size_t n, const char *method,
+                              qmla_cache_hook *hk, qmla_error *err);
+void qmla_model_transform_hook_free(qmla_cache_hook *hk);
+
+
+
 typedef struct qmla_cache_spec {
     int c_bits, r_bits;     /* 32 fp32, 16 bf16, or 2/3/4/8 quantized */
     int group;              /* G for quantized paths */
@@ -109,6 +177,25 @@ typedef struct qmla_cache_spec {
  * "sink4/local128"). QMLA_EINVAL with a message otherwise. */
 int qmla_cache_spec_parse(const char *config, const char *policy, qmla_cache_spec *s,
                           qmla_error *err);
+
+/* How attention is computed over a window (prefill): the absorbed form of
+ * docs/math.md §1 through lib/attention.c (queries absorbed into the latent
+ * space, logits and aggregation over d_c channels), or the expanded form
+ * (the latent cache up-projected by kv_b_proj into per-head keys [T, d_n]
+ * and values [T, d_v], logits over d_n + d_r channels), both from the same
+ * cache as written, causal in row blocks, through sgemm. AUTO (the default)
+ * picks the one with fewer multiply-adds (qmla_model_expanded_cheaper): the
+ * expanded form when d_n + d_v is well below 2 d_c, as on tiny-mla (64 + 64
+ * vs 512). The two agree to float rounding (tests/test_model.c). */
+typedef enum qmla_attn_form {
+    QMLA_ATTN_AUTO = 0,
+    QMLA_ATTN_ABSORBED = 1,
+    QMLA_ATTN_EXPANDED = 2
+} qmla_attn_form;
+void qmla_model_set_attn_form(qmla_model *m, qmla_attn_form f);
+/* 1 when the expanded form costs fewer multiply-adds for a window of T
+ * tokens (per cache representation read; the same choice for every policy). */
+int qmla_model_expanded_cheaper(const qmla_model_config *c, size_t T);
 
 /* Work buffers of one sequence of up to T_max tokens. */
 typedef struct qmla_model_ws qmla_model_ws;
@@ -184,6 +271,7 @@ typedef struct qmla_ppl_row {
     const char *config;   /* cache_spec name */
     const char *method;   /* "none" (fp32/bf16), "RTN", or the hook's method */
     const char *policy;
+    const char *transforms; /* transforms file folded in ("" or NULL: none) */
     size_t context;
     qmla_ppl_result r;
 } qmla_ppl_row;
@@ -191,8 +279,13 @@ typedef struct qmla_ppl_row {
 /* Write group /ppl of the results file `path` atomically (other groups of an
  * existing file are kept): the attributes bits_per_byte,
  * nll_nats_per_token, tokens, config, method, policy, text, context of row 0
- * on /ppl itself, every row as /ppl/row_NNN with the same attributes, and
- * model_dir, command_line, rows on /ppl. QMLA_EIO naming the file. */
+ * on /ppl itself, every row as /ppl/row_NNN with the same attributes (and
+ * transforms, the file folded in or ""), and model_dir, command_line, rows,
+ * tool_version, git_commit on /ppl; and the same rows as the table
+ * /ppl_table (qmla/table.h: columns text, text_index, config, method, policy,
+ * transforms, context, tokens, bits_per_byte, nll_nats_per_token,
+ * delta_bits_per_byte against the same text's bf16 row) for qmla export and
+ * qmla figures. QMLA_EIO naming the file. */
 int qmla_ppl_save(const char *path, const char *model_dir, const char *command_line,
                   const qmla_ppl_row *rows, size_t n, qmla_error *err);
 
