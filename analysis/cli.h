@@ -5,6 +5,7 @@
 #define QMLA_CLI_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "qmla/status.h"
@@ -47,6 +48,7 @@ int cmd_ppl(int argc, char **argv);
 int cmd_fuse(int argc, char **argv);
 int cmd_learn(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_capture(int argc, char **argv);
 /* Shared body of `qmla jvp` (pred 0) and `qmla predict` (pred 1). */
 int cli_op_main(int argc, char **argv, int pred);
 
@@ -117,5 +119,8 @@ void cli_progress_init(cli_progress *p, const char *label);
 void cli_progress_update(cli_progress *p, size_t done, size_t total);
 void cli_progress_end(cli_progress *p);
 double cli_now(void);
+/* Read a whole file, gzip-compressed or plain, into *out (malloc'ed, *n
+ * bytes). -1 with msg "<path>: <cause>" on failure. */
+int cli_read_text(const char *path, uint8_t **out, size_t *n, char *msg, size_t len);
 
 #endif

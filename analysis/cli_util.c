@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 /* Messages quote file names, cell names and model names read from files
  * and arguments: printed through cli_esc() so that none reaches the
@@ -258,6 +259,50 @@ void cli_record_command_line(int argc, char **argv)
 }
 
 const char *cli_command_line(void) { return command_line; }
+
+/* A whole file, gzip or plain (zlib reads both). */
+int cli_read_text(const char *path, uint8_t **out, size_t *n, char *msg, size_t len)
+{
+    gzFile g = gzopen(path, "rb");
+    if (!g) {
+        snprintf(msg, len, "%s: cannot open", path);
+        return -1;
+    }
+    size_t cap = 1 << 20, k = 0;
+    uint8_t *b = malloc(cap);
+    for (;;) {
+        if (!b) {
+            gzclose(g);
+            snprintf(msg, len, "%s: out of memory", path);
+            return -1;
+        }
+        if (k == cap) {
+            uint8_t *nb = realloc(b, cap * 2);
+            if (!nb) {
+                free(b);
+                b = NULL;
+                continue;
+            }
+            b = nb;
+            cap *= 2;
+        }
+        int r = gzread(g, b + k, (unsigned)(cap - k));
+        if (r < 0) {
+            int e;
+            snprintf(msg, len, "%s: %s", path, gzerror(g, &e));
+            free(b);
+            gzclose(g);
+            return -1;
+        }
+        if (r == 0)
+            break;
+        k += (size_t)r;
+    }
+    gzclose(g);
+    *out = b;
+    *n = k;
+    return 0;
+}
 
 /* ---- options shared by several subcommands ------------------------------ */
 

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
 static void usage(FILE *f)
 {
@@ -63,49 +62,6 @@ static void tf_label(const qmla_transform_file *f, char *out, size_t n)
         snprintf(out, n, "QuantMLA-%s", path);
     else
         snprintf(out, n, "%s", names[f->meta.method]);
-}
-
-static int read_text(const char *path, uint8_t **out, size_t *n, char *msg, size_t len)
-{
-    gzFile g = gzopen(path, "rb");
-    if (!g) {
-        snprintf(msg, len, "%s: cannot open", path);
-        return -1;
-    }
-    size_t cap = 1 << 20, k = 0;
-    uint8_t *b = malloc(cap);
-    for (;;) {
-        if (!b) {
-            gzclose(g);
-            snprintf(msg, len, "%s: out of memory", path);
-            return -1;
-        }
-        if (k == cap) {
-            uint8_t *nb = realloc(b, cap * 2);
-            if (!nb) {
-                free(b);
-                b = NULL;
-                continue;
-            }
-            b = nb;
-            cap *= 2;
-        }
-        int r = gzread(g, b + k, (unsigned)(cap - k));
-        if (r < 0) {
-            int e;
-            snprintf(msg, len, "%s: %s", path, gzerror(g, &e));
-            free(b);
-            gzclose(g);
-            return -1;
-        }
-        if (r == 0)
-            break;
-        k += (size_t)r;
-    }
-    gzclose(g);
-    *out = b;
-    *n = k;
-    return 0;
 }
 
 int cmd_ppl(int argc, char **argv)
@@ -246,7 +202,7 @@ int cmd_ppl(int argc, char **argv)
         char msg[512];
         free(buf);
         buf = NULL;
-        if (read_text(texts[k], &buf, &nb, msg, sizeof msg)) {
+        if (cli_read_text(texts[k], &buf, &nb, msg, sizeof msg)) {
             rc = cli_fail("ppl", "%s", msg);
             goto done;
         }

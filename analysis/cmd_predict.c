@@ -136,6 +136,33 @@ static int build_configs(int pred, const int *bits, size_t nbits, int group,
     return 0;
 }
 
+/* The frozen operator+allocation predictor by cell and by direction (also
+ * in /predict as by_cell_* and by_direction_*). */
+static int print_splits(const qmla_op_point *p, size_t n, qmla_error *err)
+{
+    for (int by = 0; by < 2; by++) {
+        qmla_op_split *r = NULL;
+        size_t nr = 0;
+        if (qmla_op_split_compute(p, n, by, &r, &nr, err))
+            return -1;
+        printf("\nfrozen operator+allocation predictor by %s\n", by ? "direction" : "cell");
+        printf("%-22s %8s %9s %9s   %6s %9s %9s   %6s %9s\n", by ? "direction" : "cell",
+               "heldout", "Spearman", "med|err|", "all", "Spearman", "med|err|", "pairs",
+               "MAE");
+        for (size_t k = 0; k < nr; k++) {
+            char key[160];
+            snprintf(key, sizeof key, "%s%s", r[k].key, r[k].heldout == 1 ? "*" : "");
+            printf("%-22s %8zu %9.3f %9.3f   %6zu %9.3f %9.3f   %6zu %9.3f\n", key,
+                   r[k].n_heldout, r[k].spearman_heldout, r[k].median_heldout, r[k].n_all,
+                   r[k].spearman_all, r[k].median_all, r[k].n_pairs, r[k].mae_alloc);
+        }
+        free(r);
+    }
+    printf("(heldout: points of held-out directions; all: every direction; MAE: the\n"
+           " operator+allocation RoPE/content log-ratio MAE over the row's pairs)\n");
+    return 0;
+}
+
 int cli_op_main(int argc, char **argv, int pred)
 {
     const char *name = pred ? "predict" : "jvp";
@@ -273,6 +300,11 @@ int cli_op_main(int argc, char **argv, int pred)
         printf("%-44s %10.3f %10s\n", "held-out median |log error|",
                s.median_abs_log_error, "0.11");
         printf("(%zu RoPE/content pairs, %zu held-out points)\n", s.n_pairs, s.n_heldout);
+    }
+    if (pred && print_splits(pts, npts, &err)) {
+        free(pts);
+        rc = cli_lib_error(name, &err);
+        goto done;
     }
     if (verbose)
         print_layers(pts, npts, &conf[pred ? 0 : nconf - 1], pred);

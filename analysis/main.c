@@ -42,6 +42,7 @@ static void usage(FILE *f)
             "  predict token sensitivities and the operator-error predictors -> /predict\n"
             "  intervene  equal-energy interventions and joint-path perturbation\n"
             "  ppl     bits/byte of an MLA checkpoint with quantized caches -> /ppl\n"
+            "  capture a capture file from the native engine (same windows as the Python tool)\n"
             "  fuse    fold a transforms file into an MLA checkpoint (safetensors)\n"
             "  learn      per-layer cache transforms: RTN, SmoothQuant†, QuaRot† (docs/transforms-format.md)\n"
             "  eval       output NMSE of transforms at C4R4/C2R4, with the RoPE bound (/eval)\n"
@@ -75,7 +76,7 @@ static const struct {
     {"intervene", cmd_intervene}, {"merge", cmd_merge},
     {"serve-sim", cmd_serve_sim}, {"ppl", cmd_ppl},
     {"fuse", cmd_fuse},
-    {"learn", cmd_learn},     {"eval", cmd_eval},
+    {"learn", cmd_learn},     {"eval", cmd_eval},       {"capture", cmd_capture},
 };
 
 static int (*find_command(const char *name))(int, char **)

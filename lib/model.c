@@ -820,10 +820,35 @@ static void silu_mul(size_t n, float *g, const float *u)
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+int qmla_model_attn_weights(const qmla_model *m, size_t l, const float **w_uk,
+                            const float **w_uv, const float **w_o, const float **kv_norm,
+                            qmla_error *err)
+{
+    if (l >= m->c.L)
+        return qmla_error_set(err, QMLA_EINVAL, "layer %zu: expected a layer below %zu", l,
+                              m->c.L);
+    *w_uk = m->layers[l].w_uk;
+    *w_uv = m->layers[l].w_uv;
+    *w_o = m->layers[l].o_proj;
+    *kv_norm = m->layers[l].kv_a_ln;
+    return QMLA_OK;
+}
+
 int qmla_model_forward(const qmla_model *m, const qmla_cache_spec *cs, qmla_model_ws *w,
                        const int32_t *tokens, size_t T, float *logits, qmla_error *err)
 {
+    return qmla_model_forward_tap(m, cs, w, tokens, T, logits, NULL, err);
+}
+
+int qmla_model_forward_tap(const qmla_model *m, const qmla_cache_spec *cs,
+                           qmla_model_ws *w, const int32_t *tokens, size_t T,
+                           float *logits, const qmla_model_tap *tap, qmla_error *err)
+{
     const qmla_model_config *c = &m->c;
+    const size_t n_run = tap && tap->n_layers && tap->n_layers < c->L ? tap->n_layers : c->L;
+    if (n_run < c->L && logits)
+        return qmla_error_set(err, QMLA_EINVAL, "forward: logits need all %zu layers, "
+                              "the tap stops after %zu", c->L, n_run);
     if (T == 0 || T > w->T_max)
         return qmla_error_set(err, QMLA_EINVAL, "forward: T = %zu outside [1, %zu]", T,
                               w->T_max);
@@ -840,7 +865,7 @@ int qmla_model_forward(const qmla_model *m, const qmla_cache_spec *cs, qmla_mode
     const int mixed = quant && (cs->sink > 0 || cs->window > 0);
     const int expanded = m->form == QMLA_ATTN_EXPANDED ||
                          (m->form == QMLA_ATTN_AUTO && qmla_model_expanded_cheaper(c, T));
-    for (size_t l = 0; l < c->L; l++) {
+    for (size_t l = 0; l < n_run; l++) {
         const layer_w *lw = &m->layers[l];
         rmsnorm(T, D, c->eps, w->x, D, lw->ln_in, w->h, D);
         /* queries */
@@ -918,6 +943,13 @@ int qmla_model_forward(const qmla_model *m, const qmla_cache_spec *cs, qmla_mode
                 qmla_attn_project(&ex1, &dims, T, 1, &mw, w->U, w->O, w->Y);
             }
         }
+        if (tap && tap->layer) {
+            const qmla_model_tap_layer d = {l, T, w->h, w->C, w->kr_pre, w->K,
+                                            w->q_nope, w->q_rope_pre, w->q_rope,
+                                            w->cos_, w->sin_, w->Y};
+            if ((st = tap->layer(tap->ctx, &d, err)))
+                return st;
+        }
         for (size_t i = 0; i < T * D; i++)
             w->x[i] += w->Y[i];
         /* SwiGLU MLP */
@@ -929,6 +961,8 @@ int qmla_model_forward(const qmla_model *m, const qmla_cache_spec *cs, qmla_mode
         for (size_t i = 0; i < T * D; i++)
             w->x[i] += w->Y[i];
     }
+    if (!logits)
+        return QMLA_OK;
     rmsnorm(T, D, c->eps, w->x, D, m->norm, w->h, D);
     linear(T, D, c->V, w->h, m->lm_head, logits);
     return QMLA_OK;

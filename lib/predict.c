@@ -231,6 +231,105 @@ int qmla_op_stats_compute(const qmla_op_point *p, size_t n, int with_pred,
     return QMLA_OK;
 }
 
+/* ---- splits by cell and by direction ------------------------------------ */
+
+static void split_key(const qmla_op_point *p, int by, char *key, size_t len)
+{
+    if (by == QMLA_OP_SPLIT_CELL)
+        snprintf(key, len, "%s", p->cell);
+    else
+        snprintf(key, len, "INT%d/G%d/nu%g", p->bits, p->group, p->nmse);
+}
+
+/* Spearman and median |log(pred/meas)| of the m pairs in x (pred), y (meas);
+ * x is overwritten. */
+static void frozen_stats(double *x, double *y, size_t m, double *rho, double *med)
+{
+    *rho = qmla_spearman(x, y, m);
+    *med = NAN;
+    if (!m)
+        return;
+    for (size_t k = 0; k < m; k++)
+        x[k] = fabs(log(x[k] / y[k]));
+    gsl_sort(x, 1, m);
+    *med = gsl_stats_median_from_sorted_data(x, 1, m);
+}
+
+static int cmp_split(const void *a, const void *b)
+{
+    return strcmp(((const qmla_op_split *)a)->key, ((const qmla_op_split *)b)->key);
+}
+
+int qmla_op_split_compute(const qmla_op_point *p, size_t n, int by, qmla_op_split **rows,
+                          size_t *n_rows, qmla_error *err)
+{
+    *rows = NULL;
+    *n_rows = 0;
+    qmla_op_split *r = calloc(n ? n : 1, sizeof *r);
+    double *x = calloc(n ? n : 1, sizeof *x), *y = calloc(n ? n : 1, sizeof *y);
+    if (!r || !x || !y) {
+        free(r);
+        free(x);
+        free(y);
+        return qmla_error_set(err, QMLA_ENOMEM, "operator split: out of memory");
+    }
+    size_t nr = 0;
+    char key[QMLA_CELL_NAME_MAX];
+    for (size_t k = 0; k < n; k++) {
+        split_key(&p[k], by, key, sizeof key);
+        size_t j = 0;
+        while (j < nr && strcmp(r[j].key, key))
+            j++;
+        if (j == nr) {
+            snprintf(r[nr].key, sizeof r[nr].key, "%s", key);
+            r[nr].heldout = by == QMLA_OP_SPLIT_CELL ? -1 : p[k].heldout;
+            nr++;
+        }
+    }
+    if (by == QMLA_OP_SPLIT_CELL)
+        qsort(r, nr, sizeof *r, cmp_split);
+    for (size_t j = 0; j < nr; j++) {
+        for (int all = 0; all < 2; all++) {
+            size_t m = 0;
+            for (size_t k = 0; k < n; k++) {
+                split_key(&p[k], by, key, sizeof key);
+                if (strcmp(key, r[j].key) || p[k].degenerate || (!all && !p[k].heldout))
+                    continue;
+                x[m] = p[k].pred_alloc;
+                y[m++] = p[k].g_finite;
+            }
+            if (all) {
+                r[j].n_all = m;
+                frozen_stats(x, y, m, &r[j].spearman_all, &r[j].median_all);
+            } else {
+                r[j].n_heldout = m;
+                frozen_stats(x, y, m, &r[j].spearman_heldout, &r[j].median_heldout);
+            }
+        }
+        double e = 0.0;
+        size_t np = 0;
+        for (size_t k = 0; k < n; k++) {
+            split_key(&p[k], by, key, sizeof key);
+            if (strcmp(key, r[j].key) || p[k].path != QMLA_PATH_CONTENT || p[k].degenerate)
+                continue;
+            for (size_t i = 0; i < n; i++)
+                if (p[i].path == QMLA_PATH_ROPE && !p[i].degenerate && same_item(&p[k], &p[i])) {
+                    const double meas = log(p[i].g_finite / p[k].g_finite);
+                    e += fabs(log(p[i].pred_alloc / p[k].pred_alloc) - meas);
+                    np++;
+                    break;
+                }
+        }
+        r[j].n_pairs = np;
+        r[j].mae_alloc = np ? e / (double)np : NAN;
+    }
+    free(x);
+    free(y);
+    *rows = r;
+    *n_rows = nr;
+    return QMLA_OK;
+}
+
 /* ---- journal ------------------------------------------------------------ */
 /* Text, one finished item per block, doubles as C99 hex floats (exact):
  *   qmla-op-journal 1 <key>
@@ -637,6 +736,52 @@ static int write_group(const char *path, const char *gname, const op_store *s,
         H5TRY(dset_d(g, "sensitivity", s->nsig, s->sig,
                      "sigma_b,t = tr(J_t^T J_t)/d_b * ||X_b||^2/||Y||^2 (exact), flat", "1"),
               "sensitivity");
+    }
+    if (with_pred) {
+        /* the frozen predictor by cell and by direction (qmla_op_split_compute) */
+        static const char *const pre[2] = {"by_cell_", "by_direction_"};
+        for (int by = 0; by < 2; by++) {
+            qmla_op_split *sp = NULL;
+            size_t nsp = 0;
+            if ((st = qmla_op_split_compute(s->pts, n, by, &sp, &nsp, err)))
+                goto out;
+            const char **keys = malloc((nsp ? nsp : 1) * sizeof *keys);
+            double *col = malloc((nsp ? nsp : 1) * sizeof *col);
+            int r = (!keys || !col) ? -2 : 0;
+            char nm[64];
+#define SPLIT_D(field, desc)                                                   \
+    if (r == 0) {                                                              \
+        for (size_t k = 0; k < nsp; k++)                                       \
+            col[k] = (double)sp[k].field;                                      \
+        snprintf(nm, sizeof nm, "%s%s", pre[by], #field);                      \
+        r = dset_d(g, nm, nsp, col, desc, "1");                                \
+    }
+            if (r == 0) {
+                for (size_t k = 0; k < nsp; k++)
+                    keys[k] = sp[k].key;
+                snprintf(nm, sizeof nm, "%skey", pre[by]);
+                r = qmla_h5_dset_strs(g, nm, nsp, keys, by ? "direction INTb/Gg/nu" :
+                                      "cell name");
+            }
+            SPLIT_D(heldout, "direction held out (1) or development (0); -1 for cells")
+            SPLIT_D(n_heldout, "non-degenerate held-out points")
+            SPLIT_D(spearman_heldout, "Spearman(pred_alloc, g_finite), held-out points")
+            SPLIT_D(median_heldout, "median |log(pred_alloc/g_finite)|, held-out points")
+            SPLIT_D(n_all, "non-degenerate points, all directions")
+            SPLIT_D(spearman_all, "Spearman(pred_alloc, g_finite), all directions")
+            SPLIT_D(median_all, "median |log(pred_alloc/g_finite)|, all directions")
+            SPLIT_D(n_pairs, "RoPE/content pairs")
+            SPLIT_D(mae_alloc, "operator+allocation log-ratio MAE over the pairs")
+#undef SPLIT_D
+            free(keys);
+            free(col);
+            free(sp);
+            if (r == -2) {
+                st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
+                goto out;
+            }
+            H5TRY(r, nm);
+        }
     }
 #undef COL_I
 #undef COL_D

@@ -95,3 +95,22 @@ for name, m in cats:
     m = m & ok
     print(f"| {name} | {m.sum()} | {spear(pa[m], gf[m]):.3f} | "
           f"{np.median(np.abs(np.log(pa[m] / gf[m]))):.3f} |")
+
+# frozen validation by cell group: each seed's cells pooled (every cell is
+# held out from the predictor, which fits nothing; the rows say whether it
+# holds on cells it was never looked at with — e.g. prose-s2 and code-s2)
+seeds = sorted({c.rsplit("-s", 1)[1] for c in cell if "-s" in c})
+if len(seeds) > 1 or len(set(cell)) > 2:
+    print()
+    print("### Frozen operator+allocation predictor by cells (held-out directions, both paths)")
+    print()
+    print("| cells | points | Spearman | median \\|log(pred/measured)\\| |")
+    print("|---|---|---|---|")
+    groups = [(f"seed {s} ({', '.join(sorted(c for c in set(cell) if c.endswith('-s' + s)))})",
+               np.array([c.endswith("-s" + s) for c in cell])) for s in seeds]
+    groups += [(f"corpus {k}", np.array([c.startswith(k + "-s") for c in cell]))
+               for k in sorted({c.rsplit("-s", 1)[0] for c in cell})]
+    for name, m in groups:
+        m = m & ok & (heldout == 1)
+        print(f"| {name} | {m.sum()} | {spear(pa[m], gf[m]):.3f} | "
+              f"{np.median(np.abs(np.log(pa[m] / gf[m]))):.3f} |")

@@ -14,6 +14,8 @@
 #   cells, 8 non-overlapping 512-token sequences each, all layers, written to
 #   /tmp (about 0.6 GB, float16), then `qmla check` and `qmla sweep` on it; the
 #   sweep results (small) go to $OUT/tiny-mla-full-sweep.h5.
+# Without an accelerator: experiments/tiny-mla/capture-native.sh makes the
+# same captures with qmla's native engine (`qmla capture`, same windows).
 set -euo pipefail
 what=${1:-both}
 OUT=${OUT:?set OUT to an output directory}

@@ -209,6 +209,47 @@ void qmla_model_ws_free(qmla_model_ws *ws);
 int qmla_model_forward(const qmla_model *m, const qmla_cache_spec *cs, qmla_model_ws *ws,
                        const int32_t *tokens, size_t T, float *logits, qmla_error *err);
 
+/* What one layer computed for one sequence, handed to a tap (qmla capture,
+ * lib/capture_native.c). Row-major float32, valid during the call only:
+ *   hidden_in  [T, D]     the attention module's input (after input_layernorm)
+ *   c_kv       [T, d_c]   the content latent after kv_a_layernorm, as
+ *                         attention read it (for fp32 the value as computed)
+ *   k_rope_pre [T, d_r]   the RoPE key before the rotation, k_rope after it
+ *   q_nope     [H, T, d_n] content queries (before absorption)
+ *   q_rope_pre [H, T, d_r] RoPE queries before the rotation, q_rope after it
+ *   rope_cos, rope_sin [T, d_r/2] per pair, what the rotation applied
+ *   attn_out   [T, D]     the attention output after o_proj (before the
+ *                         residual add). Positions are 0..T-1. */
+typedef struct qmla_model_tap_layer {
+    size_t layer, T;
+    const float *hidden_in, *c_kv, *k_rope_pre, *k_rope;
+    const float *q_nope, *q_rope_pre, *q_rope;
+    const float *rope_cos, *rope_sin, *attn_out;
+} qmla_model_tap_layer;
+
+typedef struct qmla_model_tap {
+    /* called after each layer's attention; a non-zero return stops the
+     * forward pass with that status (the tap sets err) */
+    int (*layer)(void *ctx, const qmla_model_tap_layer *d, qmla_error *err);
+    void *ctx;
+    size_t n_layers; /* run layers 0..n_layers-1 only (0 = all) */
+} qmla_model_tap;
+
+/* qmla_model_forward with a tap (NULL: none). logits may be NULL (the final
+ * norm and lm_head are then skipped), and must be when tap->n_layers stops
+ * before the last layer. */
+int qmla_model_forward_tap(const qmla_model *m, const qmla_cache_spec *cs,
+                           qmla_model_ws *ws, const int32_t *tokens, size_t T,
+                           float *logits, const qmla_model_tap *tap, qmla_error *err);
+
+/* The attention weights of layer l as the capture format stores them
+ * (docs/capture-format.md): w_uk [H, d_n, d_c], w_uv [H, d_v, d_c] (from
+ * kv_b_proj), o_proj [D, H*d_v], kv_a_layernorm's gain [d_c]. Borrowed
+ * pointers; QMLA_EINVAL for l >= L. */
+int qmla_model_attn_weights(const qmla_model *m, size_t l, const float **w_uk,
+                            const float **w_uv, const float **w_o, const float **kv_norm,
+                            qmla_error *err);
+
 typedef struct qmla_ppl_result {
     double nll_sum;            /* nats, summed over targets */
     size_t tokens;             /* targets scored */

@@ -101,6 +101,28 @@ typedef struct qmla_op_stats {
 int qmla_op_stats_compute(const qmla_op_point *p, size_t n, int with_pred,
                           qmla_op_stats *s, qmla_error *err);
 
+/* The frozen operator+allocation predictor split by cell or by direction
+ * (one row per distinct key, cells by name, directions in first-appearance
+ * order): over the row's non-degenerate points, held-out directions only
+ * (n_heldout, spearman_heldout, median_heldout: Spearman of pred_alloc
+ * against g_finite and the median |log(pred_alloc/g_finite)|) and all
+ * directions (n_all, spearman_all, median_all), and the operator+allocation
+ * RoPE/content log-ratio MAE over the row's pairs (n_pairs, mae_alloc).
+ * The predictor has no fitted parameter, so a cell's row is its held-out
+ * validation: the predictor applied to that cell alone. NaN where a row has
+ * no points (Spearman: fewer than 2). */
+enum { QMLA_OP_SPLIT_CELL = 0, QMLA_OP_SPLIT_DIRECTION = 1 };
+typedef struct qmla_op_split {
+    char key[QMLA_CELL_NAME_MAX]; /* cell name, or "INT4/G64/nu0.001" */
+    int heldout;                  /* direction rows: 1 when held out; cells: -1 */
+    size_t n_heldout, n_all, n_pairs;
+    double spearman_heldout, median_heldout, spearman_all, median_all, mae_alloc;
+} qmla_op_split;
+
+/* Rows of the split `by` of n points into *rows (caller frees), *n_rows. */
+int qmla_op_split_compute(const qmla_op_point *p, size_t n, int by, qmla_op_split **rows,
+                          size_t *n_rows, qmla_error *err);
+
 /* Spearman rank correlation of x and y (GSL), NaN for n < 2. */
 double qmla_spearman(const double *x, const double *y, size_t n);
 
