@@ -16,6 +16,7 @@ ninja -C "$B" analysis/qmla >"$OUT/build.log" 2>&1 || { grep -A3 error "$OUT/bui
 J=$(nproc)
 QMLA=$B/analysis/qmla bash experiments/tiny-mla/capture-native.sh full "$J" >"$OUT/capture.log" 2>&1 || { tail -20 "$OUT/capture.log"; exit 1; }
 tail -3 "$OUT/capture.log"
-/usr/bin/time -v "$B/analysis/qmla" intervene /tmp/tiny-mla-full.h5 -o "$OUT/tiny-mla-full-intervene.h5" \
-  --threads "$J" 2>"$OUT/intervene.err" | tee "$OUT/intervene-full.txt"
-grep -E 'Elapsed|User time' "$OUT/intervene.err"
+TIMEFORMAT="intervene: %R s wall, %U s user on $J threads"
+time "$B/analysis/qmla" intervene /tmp/tiny-mla-full.h5 -o "$OUT/tiny-mla-full-intervene.h5" \
+  --threads "$J" 2>"$OUT/intervene.err" >"$OUT/intervene-full.txt"
+cat "$OUT/intervene-full.txt"
