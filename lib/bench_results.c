@@ -12,14 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#define TRY(expr, what)                                                       \
-    do {                                                                      \
-        if ((expr) < 0) {                                                     \
-            st = qmla_error_set(err, QMLA_EIO, "%s: cannot write %s", path,   \
-                                what);                                        \
-            goto done;                                                        \
-        }                                                                     \
-    } while (0)
+#define TRY(expr, what) QMLA_H5_TRY_TO(done, expr, what)
 
 static const char *const reserved[] = {"format", "format_version", "tool", "tool_version",
                                        "git_commit", "command_line", "created_utc", "device"};

@@ -173,4 +173,18 @@ int qmla_save_bytes_atomic(const char *path, const void *const *bufs,
  * failure. Used to add a group to an existing results file atomically. */
 hid_t qmla_h5_open_mem(const char *path, int *created, qmla_error *err);
 
+/* In a writer with `int st`, `qmla_error *err` and `const char *path` in
+ * scope: when x is negative (an HDF5 call failed), st = QMLA_EIO naming the
+ * file, what was being written and HDF5's own message, then goto label. */
+#define QMLA_H5_TRY_TO(label, x, what)                                        \
+    do {                                                                      \
+        if ((x) < 0) {                                                        \
+            char h5m_[256];                                                   \
+            qmla_h5_error_text(h5m_, sizeof h5m_);                            \
+            st = qmla_error_set(err, QMLA_EIO, "%s: cannot write %s: %s",     \
+                                path, what, h5m_);                            \
+            goto label;                                                       \
+        }                                                                     \
+    } while (0)
+
 #endif

@@ -189,16 +189,7 @@ static int bootstrap_gmean(const double *lr, size_t n, size_t B, uint64_t seed,
     return 0;
 }
 
-#define H5TRY(x, what)                                                         \
-    do {                                                                       \
-        if ((x) < 0) {                                                         \
-            char h5m[256];                                                     \
-            qmla_h5_error_text(h5m, sizeof h5m);                               \
-            st = qmla_error_set(err, QMLA_EIO, "%s: cannot write %s: %s", path, \
-                                what, h5m);                                    \
-            goto out;                                                          \
-        }                                                                      \
-    } while (0)
+#define H5TRY(x, what) QMLA_H5_TRY_TO(out, x, what)
 
 static int write_iv(const char *path, const qmla_iv_opts *o, const char *capture,
                     const char *sha, size_t n, const int *layer, const char **cell,

@@ -151,6 +151,20 @@ static void ste_bwd(const qmla_quant_params *p, size_t T, size_t width,
  * G_Z,hᵀ Q_C,h per head on full T×T blocks. Kept as the oracle of the fast
  * path (tests/test_learn.c) and its benchmark baseline (bench/bench_learn.c).
  * Ct [T, d_c] -> *f; with want_grad, GC = ∂f/∂Ct. */
+
+/* The output objective ||Yt - Y||^2 / yden, and its gradient with respect to
+ * Yt into GY (float). */
+static double out_loss(const float *Yt, const float *Y, double yden, size_t n, float *GY)
+{
+    double e = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double v = (double)Yt[i] - Y[i];
+        e += v * v;
+        GY[i] = (float)(2.0 * v / yden);
+    }
+    return e / yden;
+}
+
 static void attn_ref(qmla_learner *l, seqws *q, scratch *s, int want_grad, double *f, double *tm)
 {
     double a0 = omp_get_wtime();
@@ -163,13 +177,7 @@ static void attn_ref(qmla_learner *l, seqws *q, scratch *s, int want_grad, doubl
     qmla_attn_softmax(&ex1, H, T, s->A, s->A);
     qmla_attn_aggregate(&ex1, H, T, dc, s->A, s->Ct, 0.0f, s->U);
     qmla_attn_project(&ex1, d, T, 1, &l->w, s->U, s->O, s->Yt);
-    double e = 0;
-    for (size_t i = 0; i < T * D; i++) {
-        double v = (double)s->Yt[i] - q->Y[i];
-        e += v * v;
-        s->GY[i] = (float)(2.0 * v / q->yden);
-    }
-    *f = e / q->yden;
+    *f = out_loss(s->Yt, q->Y, q->yden, T * D, s->GY);
     double a1 = omp_get_wtime();
     tm[0] += a1 - a0;
     if (!want_grad)
@@ -265,13 +273,7 @@ static void attn_fast(qmla_learner *l, seqws *q, scratch *s, int want_grad, int 
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)D, (int)HV, 1.0f, s->O,
                 (int)HV, l->w.w_o, (int)HV, 0.0f, s->Yt, (int)D);
-    double e2 = 0;
-    for (size_t i = 0; i < T * D; i++) {
-        double v = (double)s->Yt[i] - q->Y[i];
-        e2 += v * v;
-        s->GY[i] = (float)(2.0 * v / q->yden);
-    }
-    *f = e2 / q->yden;
+    *f = out_loss(s->Yt, q->Y, q->yden, T * D, s->GY);
     double a1 = omp_get_wtime();
     tm[0] += a1 - a0;
     if (!want_grad)

@@ -1061,16 +1061,7 @@ int qmla_model_ppl(const qmla_model *m, const qmla_exec *ex, const qmla_cache_sp
 
 /* ------------------------------------------------------------ results */
 
-#define H5TRY(x, what)                                                         \
-    do {                                                                       \
-        if ((x) < 0) {                                                         \
-            char h5m[256];                                                     \
-            qmla_h5_error_text(h5m, sizeof h5m);                               \
-            st = qmla_error_set(err, QMLA_EIO, "%s: cannot write %s: %s", path, \
-                                what, h5m);                                    \
-            goto out;                                                          \
-        }                                                                      \
-    } while (0)
+#define H5TRY(x, what) QMLA_H5_TRY_TO(out, x, what)
 
 static int row_attrs(hid_t g, const char *path, const qmla_ppl_row *r, qmla_error *err)
 {

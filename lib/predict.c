@@ -588,16 +588,7 @@ out:
 
 /* ---- the results group --------------------------------------------------- */
 
-#define H5TRY(x, what)                                                         \
-    do {                                                                       \
-        if ((x) < 0) {                                                         \
-            char h5m[256];                                                     \
-            qmla_h5_error_text(h5m, sizeof h5m);                               \
-            st = qmla_error_set(err, QMLA_EIO, "%s: cannot write %s: %s", path, \
-                                what, h5m);                                    \
-            goto out;                                                          \
-        }                                                                      \
-    } while (0)
+#define H5TRY(x, what) QMLA_H5_TRY_TO(out, x, what)
 
 static int dset_d(hid_t g, const char *name, size_t n, const double *v,
                   const char *desc, const char *units)

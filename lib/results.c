@@ -61,14 +61,7 @@ static void format_ranges(const int *v, size_t n, char *out, size_t len)
 
 /* ---- writer ---------------------------------------------------------------- */
 
-#define TRY(expr, what)                                                       \
-    do {                                                                      \
-        if ((expr) < 0) {                                                     \
-            st = qmla_error_set(err, QMLA_EIO, "%s: cannot write %s", path,   \
-                                what);                                        \
-            goto done;                                                        \
-        }                                                                     \
-    } while (0)
+#define TRY(expr, what) QMLA_H5_TRY_TO(done, expr, what)
 
 /* /responses from the row table. */
 static int write_responses(hid_t g, const char *path, qmla_response *r,
