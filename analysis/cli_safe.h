@@ -19,6 +19,10 @@ const char *cli_esc(const char *in, char *out, size_t len);
 void cli_signals_install(void);
 int cli_interrupted(void);
 const char *cli_signal_name(void);
+/* The library's progress callback for the resumable commands: ctx is a
+ * cli_progress (cli.h); updates the bar and returns nonzero (stop after
+ * the current item) once SIGINT/SIGTERM arrived. */
+int cli_progress_poll(void *ctx, size_t done, size_t total, size_t resumed);
 
 /* Where did a float32 recomputation of one sequence go non-finite? Inputs
  * are the stages of the forward pass, token-major as in attention.h:

@@ -15,6 +15,7 @@
  * fsync and survives that; a stale temporary file is removed by the next
  * run). */
 #include "cli.h"
+#include "cli_safe.h"
 
 #include <signal.h>
 #include <string.h>
@@ -45,4 +46,11 @@ int cli_interrupted(void)
 const char *cli_signal_name(void)
 {
     return got_signal == SIGTERM ? "SIGTERM" : got_signal == SIGINT ? "SIGINT" : "a signal";
+}
+
+int cli_progress_poll(void *ctx, size_t done, size_t total, size_t resumed)
+{
+    (void)resumed;
+    cli_progress_update(ctx, done, total);
+    return cli_interrupted() != 0;
 }

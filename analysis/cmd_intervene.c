@@ -3,28 +3,13 @@
  * the joint-path perturbation (App. B.2) on a capture -> group
  * /interventions of a results file. */
 #include "cli.h"
+#include "cli_safe.h"
 #include "qmla/capture.h"
 #include "qmla/intervene.h"
 
 #include <getopt.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-
-static volatile sig_atomic_t interrupted = 0;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    interrupted = 1;
-}
-
-static int progress(void *ctx, size_t done, size_t total, size_t resumed)
-{
-    (void)resumed;
-    cli_progress_update(ctx, done, total);
-    return interrupted;
-}
 
 static void help(FILE *f)
 {
@@ -128,14 +113,10 @@ int cmd_intervene(int argc, char **argv)
         rc = cli_lib_error("intervene", &err);
         goto done;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    cli_signals_install();
     cli_progress prog;
     cli_progress_init(&prog, "intervene");
-    o.progress = progress;
+    o.progress = cli_progress_poll;
     o.progress_ctx = &prog;
     o.command_line = cli_command_line();
     qmla_iv_stats s;
@@ -144,8 +125,9 @@ int cmd_intervene(int argc, char **argv)
     int st = qmla_intervene_run(cap, &cs.sel, &o, out, &s, &stopped, &err);
     cli_progress_end(&prog);
     if (stopped) {
-        fprintf(stderr, "qmla intervene: interrupted; finished items are kept in "
-                        "%s.interventions.journal — rerun the same command to resume\n", out);
+        fprintf(stderr, "qmla intervene: interrupted (%s); finished items are kept in "
+                        "%s.interventions.journal — rerun the same command to resume\n",
+                cli_signal_name(), out);
         rc = QMLA_EXIT_INTERRUPTED;
         goto done;
     }

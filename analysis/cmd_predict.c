@@ -9,29 +9,14 @@
  * Both resume from RESULTS.h5.<group>.journal and add their group to
  * RESULTS.h5 (docs/results-format.md). */
 #include "cli.h"
+#include "cli_safe.h"
 #include "qmla/capture.h"
 #include "qmla/predict.h"
 
 #include <getopt.h>
 #include <math.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-
-static volatile sig_atomic_t interrupted = 0;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    interrupted = 1;
-}
-
-static int progress(void *ctx, size_t done, size_t total, size_t resumed)
-{
-    (void)resumed;
-    cli_progress_update(ctx, done, total);
-    return interrupted;
-}
 
 static void help(FILE *f, int pred)
 {
@@ -243,11 +228,7 @@ int cli_op_main(int argc, char **argv, int pred)
         rc = cli_lib_error(name, &err);
         goto done;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    cli_signals_install();
     cli_progress prog;
     cli_progress_init(&prog, name);
     qmla_op_opts o;
@@ -258,7 +239,7 @@ int cli_op_main(int argc, char **argv, int pred)
     o.threads = threads;
     o.force = force;
     o.command_line = cli_command_line();
-    o.progress = progress;
+    o.progress = cli_progress_poll;
     o.progress_ctx = &prog;
     qmla_op_stats s;
     int stopped = 0;
@@ -268,8 +249,8 @@ int cli_op_main(int argc, char **argv, int pred)
     int st = qmla_op_run_points(cap, &cs.sel, &o, out, &s, &pts, &npts, &stopped, &err);
     cli_progress_end(&prog);
     if (stopped) {
-        fprintf(stderr, "qmla %s: interrupted; finished items are kept in %s.%s.journal — "
-                "rerun the same command to resume\n", name, out, name);
+        fprintf(stderr, "qmla %s: interrupted (%s); finished items are kept in %s.%s.journal — "
+                "rerun the same command to resume\n", name, cli_signal_name(), out, name);
         rc = QMLA_EXIT_INTERRUPTED;
         goto done;
     }

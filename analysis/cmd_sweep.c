@@ -63,14 +63,6 @@ static void help(FILE *f)
         "example: qmla sweep data/tiny-mla-default.h5 -o results.h5 --threads 2 -v\n");
 }
 
-static int progress(void *ctx, size_t done, size_t total, size_t resumed)
-{
-    cli_progress *p = ctx;
-    (void)resumed;
-    cli_progress_update(p, done, total);
-    return cli_interrupted() != 0;
-}
-
 int cmd_sweep(int argc, char **argv)
 {
     static const struct option lo[] = {
@@ -182,7 +174,7 @@ int cmd_sweep(int argc, char **argv)
 #endif
     cli_progress prog;
     cli_progress_init(&prog, "sweep");
-    o.progress = progress;
+    o.progress = cli_progress_poll;
     o.progress_ctx = &prog;
     o.command_line = cli_command_line();
 

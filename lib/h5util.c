@@ -270,6 +270,16 @@ int qmla_save_bytes_atomic(const char *path, const void *const *bufs,
     return QMLA_OK;
 }
 
+int qmla_h5_finish(hid_t f, int st, const char *path, qmla_error *err)
+{
+    if (f < 0)
+        return st;
+    if (st == QMLA_OK)
+        return qmla_h5_save_image(f, path, err);
+    H5Fclose(f);
+    return st;
+}
+
 int qmla_h5_save_image(hid_t f, const char *path, qmla_error *err)
 {
     int st = QMLA_OK;

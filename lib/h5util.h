@@ -160,6 +160,10 @@ hid_t qmla_h5_create_mem(void);
  * (also on failure). QMLA_EIO with a message naming the file and the cause
  * on failure. */
 int qmla_h5_save_image(hid_t f, const char *path, qmla_error *err);
+/* A writer's last step: when st is QMLA_OK, qmla_h5_save_image(f, ...);
+ * otherwise close f (when open, f >= 0) without saving, leaving PATH as it
+ * was. Returns the final status. */
+int qmla_h5_finish(hid_t f, int st, const char *path, qmla_error *err);
 /* The same save for plain bytes: the n buffers, concatenated, written to
  * PATH.tmp.PID (checked write()/fsync()), renamed over PATH, the directory
  * fsynced; on failure the temporary file is removed and PATH left as it was

@@ -296,12 +296,7 @@ static int write_iv(const char *path, const qmla_iv_opts *o, const char *capture
 out:
     if (g >= 0)
         H5Gclose(g);
-    if (f >= 0) {
-        if (st == QMLA_OK)
-            st = qmla_h5_save_image(f, path, err);
-        else
-            H5Fclose(f);
-    }
+    st = qmla_h5_finish(f, st, path, err);
     qmla_h5_quiet_end(q);
     free(v);
     free(u);

@@ -165,11 +165,27 @@ static double out_loss(const float *Yt, const float *Y, double yden, size_t n, f
     return e / yden;
 }
 
+/* The common tail of both attention paths' forward: the objective into *f,
+ * the forward time (since a0) into tm[0]; with want_grad, GO = GY w_o
+ * [T, H d_v] and 1 (the backward goes on), else 0. */
+static int out_loss_go(const qmla_learner *l, const seqws *q, scratch *s, int want_grad,
+                       double *f, double *tm, double a0)
+{
+    const size_t T = q->T, D = l->d.D, HV = l->d.H * l->d.d_v;
+    *f = out_loss(s->Yt, q->Y, q->yden, T * D, s->GY);
+    tm[0] += omp_get_wtime() - a0;
+    if (!want_grad)
+        return 0;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)HV, (int)D, 1.0f, s->GY,
+                (int)D, l->w.w_o, (int)HV, 0.0f, s->GO, (int)HV);
+    return 1;
+}
+
 static void attn_ref(qmla_learner *l, seqws *q, scratch *s, int want_grad, double *f, double *tm)
 {
     double a0 = omp_get_wtime();
     const qmla_mla_dims *d = &l->d;
-    size_t T = q->T, dc = d->d_c, H = d->H, D = d->D, HV = d->H * d->d_v;
+    size_t T = q->T, dc = d->d_c, H = d->H, HV = d->H * d->d_v;
     qmla_exec ex1 = qmla_exec_cpu(1);
     float tau = (float)d->tau;
     qmla_attn_logits_acc(&ex1, H, T, dc, tau, q->q_lat, s->Ct, 0.0f, s->A);
@@ -177,14 +193,10 @@ static void attn_ref(qmla_learner *l, seqws *q, scratch *s, int want_grad, doubl
     qmla_attn_softmax(&ex1, H, T, s->A, s->A);
     qmla_attn_aggregate(&ex1, H, T, dc, s->A, s->Ct, 0.0f, s->U);
     qmla_attn_project(&ex1, d, T, 1, &l->w, s->U, s->O, s->Yt);
-    *f = out_loss(s->Yt, q->Y, q->yden, T * D, s->GY);
-    double a1 = omp_get_wtime();
-    tm[0] += a1 - a0;
-    if (!want_grad)
+    if (!out_loss_go(l, q, s, want_grad, f, tm, a0))
         return;
-    /* GO = GY w_o; GU_h = GO_h w_uv[h] */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)HV, (int)D, 1.0f, s->GY,
-                (int)D, l->w.w_o, (int)HV, 0.0f, s->GO, (int)HV);
+    double a1 = omp_get_wtime();
+    /* GU_h = GO_h w_uv[h] */
     for (size_t h = 0; h < H; h++)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)dc, (int)d->d_v, 1.0f,
                     s->GO + h * d->d_v, (int)HV, l->w.w_uv + h * d->d_v * dc, (int)dc, 0.0f,
@@ -273,13 +285,9 @@ static void attn_fast(qmla_learner *l, seqws *q, scratch *s, int want_grad, int 
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)D, (int)HV, 1.0f, s->O,
                 (int)HV, l->w.w_o, (int)HV, 0.0f, s->Yt, (int)D);
-    *f = out_loss(s->Yt, q->Y, q->yden, T * D, s->GY);
-    double a1 = omp_get_wtime();
-    tm[0] += a1 - a0;
-    if (!want_grad)
+    if (!out_loss_go(l, q, s, want_grad, f, tm, a0))
         return;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)HV, (int)D, 1.0f, s->GY,
-                (int)D, l->w.w_o, (int)HV, 0.0f, s->GO, (int)HV);
+    double a1 = omp_get_wtime();
     memset(s->GK, 0, T * HN * sizeof(float));
     memset(s->GV, 0, T * HV * sizeof(float));
 #pragma omp parallel for schedule(static) num_threads(inner) if (inner > 1)

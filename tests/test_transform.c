@@ -284,26 +284,36 @@ static void check_commute_random(size_t dr, qmla_rope_pairing pp)
     qmla_transform_free(&t);
 }
 
+/* A one-layer, one-cell synthetic capture of `shape` written to path and
+ * opened (NULL, counted as a failure, when either step fails). */
+static qmla_capture *synth_capture(const char *path, const char *shape, unsigned long seed,
+                                   int seqs, int tokens, int with_pre)
+{
+    qmla_synth_opts o;
+    memset(&o, 0, sizeof o);
+    o.shape = qmla_shape_find(shape);
+    o.seed = seed;
+    o.n_layers = 1;
+    o.seqs = seqs;
+    o.tokens = tokens;
+    o.cells = 1;
+    o.with_pre = with_pre;
+    o.threads = 1;
+    qmla_error err;
+    qmla_capture *cap = NULL;
+    CHECK_OK(qmla_synth_write(path, &o, &err), err);
+    CHECK_OK(qmla_capture_open(path, &cap, &err), err);
+    return cap;
+}
+
 /* With a synth capture's pre-RoPE tensors: rotate(k_pre T_P) = k_rope T_P,
  * rotate(q_pre T_P^-T) = q_rope T_P^-T. */
 static void check_commute_capture(const char *shape)
 {
     char path[256];
     snprintf(path, sizeof path, "/tmp/qmla_test_transform_%ld_%s.h5", (long)getpid(), shape);
-    qmla_synth_opts o;
-    memset(&o, 0, sizeof o);
-    o.shape = qmla_shape_find(shape);
-    o.seed = 7;
-    o.n_layers = 1;
-    o.seqs = 1;
-    o.tokens = 9;
-    o.cells = 1;
-    o.with_pre = 1;
-    o.threads = 1;
     qmla_error err;
-    CHECK_OK(qmla_synth_write(path, &o, &err), err);
-    qmla_capture *cap = NULL;
-    CHECK_OK(qmla_capture_open(path, &cap, &err), err);
+    qmla_capture *cap = synth_capture(path, shape, 7, 1, 9, 1);
     if (!cap)
         return;
     const qmla_capture_config *cf = qmla_capture_get_config(cap);
@@ -484,19 +494,8 @@ static void check_eval(const qmla_exec *ex, const char *shape)
 {
     char path[256];
     snprintf(path, sizeof path, "/tmp/qmla_test_transform_ev_%ld.h5", (long)getpid());
-    qmla_synth_opts o;
-    memset(&o, 0, sizeof o);
-    o.shape = qmla_shape_find(shape);
-    o.seed = 3;
-    o.n_layers = 1;
-    o.seqs = 2;
-    o.tokens = 23;
-    o.cells = 1;
-    o.threads = 1;
     qmla_error err;
-    CHECK_OK(qmla_synth_write(path, &o, &err), err);
-    qmla_capture *cap = NULL;
-    CHECK_OK(qmla_capture_open(path, &cap, &err), err);
+    qmla_capture *cap = synth_capture(path, shape, 3, 2, 23, 0);
     if (!cap)
         return;
     const qmla_capture_config *cf = qmla_capture_get_config(cap);
