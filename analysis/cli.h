@@ -58,6 +58,12 @@ int cli_fail(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* After getopt_long: exactly one positional argument (named `what`, e.g.
+ * "CAPTURE.h5") left at argv[optind], and -o given (out non-NULL) when
+ * out_what ("-o RESULTS.h5") is not NULL. 0, or the usage error printed
+ * and QMLA_EXIT_USAGE. */
+int cli_require_args(const char *cmd, int argc, const char *what, const char *out,
+                     const char *out_what);
 /* Print a library error and return the exit code for its status. */
 int cli_lib_error(const char *cmd, const qmla_error *err);
 

@@ -3,6 +3,7 @@
 #include "cli_safe.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -23,6 +24,16 @@ int cli_fail(const char *cmd, const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "qmla %s: %s\n", cmd, cli_esc(msg, esc, sizeof esc));
     return QMLA_EXIT_USAGE;
+}
+
+int cli_require_args(const char *cmd, int argc, const char *what, const char *out,
+                     const char *out_what)
+{
+    if (optind != argc - 1)
+        return cli_fail(cmd, "expected exactly one %s (see qmla %s --help)", what, cmd);
+    if (out_what && !out)
+        return cli_fail(cmd, "missing %s", out_what);
+    return 0;
 }
 
 int cli_lib_error(const char *cmd, const qmla_error *err)

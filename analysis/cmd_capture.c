@@ -154,10 +154,8 @@ int cmd_capture(int argc, char **argv)
         default: help(stderr); return QMLA_EXIT_USAGE;
         }
     }
-    if (optind != argc - 1)
-        return cli_fail("capture", "expected one MODEL_DIR (qmla capture --help)");
-    if (!out)
-        return cli_fail("capture", "-o CAPTURE.h5 is required");
+    if (cli_require_args("capture", argc, "MODEL_DIR", out, "-o CAPTURE.h5"))
+        return QMLA_EXIT_USAGE;
     if (!n_corpora)
         return cli_fail("capture", "no --corpus NAME=FILE given");
     const char *dir = argv[optind];

@@ -64,8 +64,8 @@ int cmd_check(int argc, char **argv)
         default: help(stderr); return QMLA_EXIT_USAGE;
         }
     }
-    if (optind != argc - 1)
-        return cli_fail("check", "expected exactly one CAPTURE.h5 (see qmla check --help)");
+    if (cli_require_args("check", argc, "CAPTURE.h5", NULL, NULL))
+        return QMLA_EXIT_USAGE;
     const char *path = argv[optind];
     qmla_error err;
     qmla_error_clear(&err);

@@ -95,10 +95,8 @@ int cmd_eval(int argc, char **argv)
         default: help(stderr); return QMLA_EXIT_USAGE;
         }
     }
-    if (optind != argc - 1)
-        return cli_fail("eval", "expected exactly one CAPTURE.h5 (see qmla eval --help)");
-    if (!out)
-        return cli_fail("eval", "missing -o RESULTS.h5");
+    if (cli_require_args("eval", argc, "CAPTURE.h5", out, "-o RESULTS.h5"))
+        return QMLA_EXIT_USAGE;
     if (!n_tf)
         return cli_fail("eval", "missing --transforms T.h5");
     if (!config)

@@ -108,8 +108,8 @@ int cmd_export(int argc, char **argv)
         default: help(stderr); return QMLA_EXIT_USAGE;
         }
     }
-    if (optind != argc - 1)
-        return cli_fail("export", "expected exactly one RESULTS.h5 (see qmla export --help)");
+    if (cli_require_args("export", argc, "RESULTS.h5", NULL, NULL))
+        return QMLA_EXIT_USAGE;
     const char *path = argv[optind];
     qmla_error err;
     qmla_error_clear(&err);

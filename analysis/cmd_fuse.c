@@ -73,8 +73,8 @@ int cmd_fuse(int argc, char **argv)
         default: usage(stderr); return QMLA_EXIT_USAGE;
         }
     }
-    if (optind != argc - 1)
-        return cli_fail("fuse", "expected one MODEL_DIR (qmla fuse --help)");
+    if (cli_require_args("fuse", argc, "MODEL_DIR", NULL, NULL))
+        return QMLA_EXIT_USAGE;
     if (!tfp)
         return cli_fail("fuse", "--transforms T.h5 is required");
     if (!out)

@@ -98,10 +98,8 @@ int cmd_intervene(int argc, char **argv)
         default: help(stderr); return QMLA_EXIT_USAGE;
         }
     }
-    if (optind != argc - 1)
-        return cli_fail("intervene", "expected exactly one CAPTURE.h5 (see qmla intervene --help)");
-    if (!out)
-        return cli_fail("intervene", "missing -o RESULTS.h5");
+    if (cli_require_args("intervene", argc, "CAPTURE.h5", out, "-o RESULTS.h5"))
+        return QMLA_EXIT_USAGE;
     cli_selection cs;
     if (cli_selection_parse("intervene", layers_arg, cells_arg, NULL, &cs))
         return QMLA_EXIT_USAGE;

@@ -262,10 +262,8 @@ int cmd_learn(int argc, char **argv)
         default: help(stderr); return QMLA_EXIT_USAGE;
         }
     }
-    if (optind != argc - 1)
-        return cli_fail("learn", "expected exactly one CAPTURE.h5 (see qmla learn --help)");
-    if (!out)
-        return cli_fail("learn", "missing -o TRANSFORMS.h5");
+    if (cli_require_args("learn", argc, "CAPTURE.h5", out, "-o TRANSFORMS.h5"))
+        return QMLA_EXIT_USAGE;
     const char *capture = argv[optind];
     if (also && (method != QMLA_TM_QUANTMLA || strcmp(path_arg, "both")))
         return cli_fail("learn", "--also-content needs --method quantmla and --path both");

@@ -187,10 +187,8 @@ int cli_op_main(int argc, char **argv, int pred)
         default: help(stderr, pred); return QMLA_EXIT_USAGE;
         }
     }
-    if (optind != argc - 1)
-        return cli_fail(name, "expected exactly one CAPTURE.h5 (see qmla %s --help)", name);
-    if (!out)
-        return cli_fail(name, "missing -o RESULTS.h5");
+    if (cli_require_args(name, argc, "CAPTURE.h5", out, "-o RESULTS.h5"))
+        return QMLA_EXIT_USAGE;
     int bits[8] = {2, 3, 4, 8}, *bl = NULL;
     size_t nbits = 4;
     char msg[256];

@@ -43,8 +43,8 @@ int cmd_serve_sim(int argc, char **argv)
         default: help(stderr); return QMLA_EXIT_USAGE;
         }
     }
-    if (optind != argc - 1)
-        return cli_fail("serve-sim", "expected exactly one SCENARIO (see qmla serve-sim --help)");
+    if (cli_require_args("serve-sim", argc, "SCENARIO", NULL, NULL))
+        return QMLA_EXIT_USAGE;
     const char *path = argv[optind];
     qmla_error err;
     qmla_error_clear(&err);

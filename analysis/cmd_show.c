@@ -67,8 +67,8 @@ int cmd_show(int argc, char **argv)
         default: help(stderr); return QMLA_EXIT_USAGE;
         }
     }
-    if (optind != argc - 1)
-        return cli_fail("show", "expected exactly one RESULTS.h5 (see qmla show --help)");
+    if (cli_require_args("show", argc, "RESULTS.h5", NULL, NULL))
+        return QMLA_EXIT_USAGE;
     const char *path = argv[optind];
     qmla_error err;
     qmla_error_clear(&err);

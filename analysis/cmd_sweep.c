@@ -126,10 +126,8 @@ int cmd_sweep(int argc, char **argv)
         default: help(stderr); return QMLA_EXIT_USAGE;
         }
     }
-    if (optind != argc - 1)
-        return cli_fail("sweep", "expected exactly one CAPTURE.h5 (see qmla sweep --help)");
-    if (!out)
-        return cli_fail("sweep", "missing -o RESULTS.h5");
+    if (cli_require_args("sweep", argc, "CAPTURE.h5", out, "-o RESULTS.h5"))
+        return QMLA_EXIT_USAGE;
     const char *path = argv[optind];
     /* Before any work: signals, the paths this sweep will write, and the
      * temporaries of earlier runs that died (include/qmla/outpath.h). */
