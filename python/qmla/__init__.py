@@ -249,8 +249,8 @@ class Transforms:
     qmla_transform_content_apply / qmla_transform_rope_apply.
 
     tf.layers             layer indices present, ascending file order
-    tf.meta               method, config, alpha, train_cells, capture, command,
-                          settings, complete
+    tf.meta               method, config, alpha (SmoothQuant α or NaN), settings,
+                          complete
     tf.layer(l)           dict: d_c, d_r, pairing, rotation [d_c, d_c], content_scale
                           [d_c], gamma [d_c] (float32), angle, rope_scale [d_r/2],
                           and the four objective values
@@ -281,9 +281,10 @@ class Transforms:
     def meta(self):
         m = self._f.meta
         s = lambda b: b.decode(errors="replace")  # noqa: E731
+        # what qmla_transform_file_read reads (train_cells, capture and command
+        # are provenance it leaves unread: h5py shows them)
         return {"method": _L().qmla_tmethod_name(m.method).decode(), "config": s(m.config),
-                "alpha": m.alpha, "train_cells": s(m.train_cells), "capture": s(m.capture),
-                "command": s(m.command), "settings": s(m.settings), "complete": bool(m.complete)}
+                "alpha": m.alpha, "settings": s(m.settings), "complete": bool(m.complete)}
 
     def _t(self, layer):
         if not self._open:
