@@ -125,7 +125,7 @@ def qdq(x, bits=4, group=64, meta="f16"):
 
 
 class Model:
-    """An MLA checkpoint loaded by the C engine (qmla/model.h)."""
+    """An MLA checkpoint loaded by the C engine (include/qmla/model.h)."""
 
     def __init__(self, model_dir):
         self._h = C.c_void_p()
