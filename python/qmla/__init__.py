@@ -5,8 +5,15 @@
     m = qmla.Model("models/tiny-mla")                  # the C engine
     r = m.ppl(open("t.txt", "rb").read(), config="C4R4", policy="sink4/local128")
     r["bits_per_byte"]
+    tf = qmla.Transforms("qm.h5")                      # qmla learn's file
+    y = tf.apply(3, c_kv, path="content")              # C T_C of layer 3
+    e = tf.effective(3, c_kv, "content", bits=4)       # QDQ(C T_C) T_C^-1
+    cap = qmla.Capture("data/tiny-mla-default.h5")     # the library's reader
+    cap.cell(0, "prose-s0")["c_kv"]                    # [N, T, d_c] float32
+    qmla.qdq_cuda(ptr, T, width, bits=4)               # device memory, in place
+    qmla.qdq_torch(t, bits=4)                          # a torch tensor, CPU or GPU
 
-The shared library is found through $QMLA_LIB, else build/python/libqmla.so
+docs/python.md documents every call. The shared library is found through $QMLA_LIB, else build/python/libqmla.so
 relative to the repository (meson setup build && ninja -C build). No build
 step of its own: Debian's python3 and numpy suffice.
 """
@@ -15,11 +22,17 @@ import os
 
 import numpy as np
 
-__all__ = ["qdq", "Model", "QmlaError", "version", "lib_path"]
+__all__ = ["qdq", "qdq_cuda", "qdq_torch", "cuda_available", "Model", "Transforms",
+           "Capture", "QmlaError", "version", "lib_path"]
 
 
 class QmlaError(RuntimeError):
-    pass
+    """A refusal of libqmla: str(e) is the library's message (naming the file,
+    dataset, expected and found); e.status the status name ("EFORMAT")."""
+
+    def __init__(self, msg, status=""):
+        super().__init__(msg)
+        self.status = status
 
 
 class _Err(C.Structure):
@@ -77,6 +90,11 @@ def _L():
                                        C.POINTER(_Res), C.POINTER(_Err)]
         lib.qmla_blas_set_threads.argtypes = [C.c_int]
         lib.qmla_version.restype = C.c_char_p
+        lib.qmla_status_name.argtypes = [C.c_int]
+        lib.qmla_status_name.restype = C.c_char_p
+        _declare_transforms(lib)
+        _declare_capture(lib)
+        _declare_cuda(lib)
         lib.qmla_blas_set_threads(1)
         _lib = lib
     return _lib
@@ -84,7 +102,8 @@ def _L():
 
 def _check(st, e):
     if st:
-        raise QmlaError(e.msg.decode(errors="replace"))
+        L = _L()
+        raise QmlaError(e.msg.decode(errors="replace"), L.qmla_status_name(st).decode())
 
 
 def version():
@@ -106,7 +125,7 @@ def qdq(x, bits=4, group=64, meta="f16"):
 
 
 class Model:
-    """An MLA checkpoint loaded by the C engine (qmla/model.h)."""
+    """An MLA checkpoint loaded by the C engine (include/qmla/model.h)."""
 
     def __init__(self, model_dir):
         self._h = C.c_void_p()
@@ -139,3 +158,522 @@ class Model:
             self.close()
         except Exception:
             pass
+
+
+# ---------------------------------------------------------------------------
+# the quantizer's parameters (shared by qdq, Transforms.effective, qdq_cuda)
+# ---------------------------------------------------------------------------
+def _qparams(bits, group, meta):
+    if meta not in _META:
+        raise ValueError(f"meta {meta!r}: expected one of {', '.join(_META)}")
+    return _QParams(int(bits), int(group), _META[meta])
+
+
+def _rows(x, width, what):
+    """x [..., width] as a C-contiguous float32 2-D array [n, width] and the
+    original shape."""
+    a = np.ascontiguousarray(x, dtype=np.float32)
+    if a.ndim < 1 or a.shape[-1] != width:
+        raise ValueError(f"{what}: expected an array [..., {width}], got shape {a.shape}")
+    return a.reshape(-1, width), a.shape
+
+
+_FP = C.POINTER(C.c_float)
+_DP = C.POINTER(C.c_double)
+
+
+def _fp(a):
+    return a.ctypes.data_as(_FP)
+
+
+def _copy(ptr, shape, dtype=np.float32):
+    """A NumPy copy of `shape` elements at the C pointer `ptr` (None: NULL)."""
+    if not ptr:
+        return None
+    return np.ctypeslib.as_array(ptr, shape=tuple(int(s) for s in shape)).astype(dtype, copy=True)
+
+
+# ---------------------------------------------------------------------------
+# transforms files (include/qmla/transform.h, docs/transforms-format.md)
+# ---------------------------------------------------------------------------
+class _Transform(C.Structure):
+    _fields_ = [("layer", C.c_int), ("d_c", C.c_size_t), ("d_r", C.c_size_t),
+                ("pairing", C.c_int), ("rot", _DP), ("cscale", _DP), ("angle", _DP),
+                ("rscale", _DP)]
+
+
+class _TMeta(C.Structure):
+    _fields_ = [("method", C.c_int), ("config", C.c_char * 16), ("alpha", C.c_double),
+                ("train_cells", C.c_char * 256), ("capture", C.c_char * 512),
+                ("command", C.c_char * 1024), ("settings", C.c_char * 512),
+                ("complete", C.c_int)]
+
+
+class _TFile(C.Structure):
+    _fields_ = [("meta", _TMeta), ("n", C.c_size_t), ("t", C.POINTER(_Transform)),
+                ("gamma", C.POINTER(_FP)), ("obj", _DP)]
+
+
+_TMAP = {"fwd": 0, "inv": 1, "invT": 2}
+_PATHS = ("content", "rope")
+_PAIRING = {0: "interleaved", 1: "half"}
+_OBJ = ("objective_content_init", "objective_content_best", "objective_rope_init",
+        "objective_rope_best")
+
+
+def _declare_transforms(lib):
+    T, E = C.POINTER(_Transform), C.POINTER(_Err)
+    lib.qmla_transform_file_read.argtypes = [C.c_char_p, C.POINTER(_TFile), E]
+    lib.qmla_transform_file_free.argtypes = [C.POINTER(_TFile)]
+    lib.qmla_transform_content_apply.argtypes = [C.POINTER(_Exec), T, _FP, C.c_int, _FP,
+                                                 C.c_size_t, _FP]
+    lib.qmla_transform_content_apply.restype = None
+    lib.qmla_transform_rope_apply.argtypes = [T, C.c_int, _FP, C.c_size_t, _FP]
+    lib.qmla_transform_rope_apply.restype = None
+    lib.qmla_transform_content_mats.argtypes = [T, _FP, _DP, _DP]
+    lib.qmla_transform_content_mats.restype = None
+    lib.qmla_transform_effective_content.argtypes = [
+        C.POINTER(_Exec), T, _FP, C.POINTER(_QParams), _FP, C.c_size_t, C.c_size_t,
+        C.c_size_t, _FP, _FP, E]
+    lib.qmla_transform_effective_rope.argtypes = [
+        T, C.POINTER(_QParams), _FP, C.c_size_t, C.c_size_t, C.c_size_t, _FP, _FP, E]
+    lib.qmla_tmethod_name.argtypes = [C.c_int]
+    lib.qmla_tmethod_name.restype = C.c_char_p
+
+
+class Transforms:
+    """A transforms file of `qmla learn` (docs/transforms-format.md), read and
+    validated by qmla_transform_file_read: per layer the content transform
+    T_C = diag(γ)^-1 R diag(s) and the RoPE transform T_P = blockdiag(s_i R(θ_i)),
+    applied to row vectors from the right (X -> X T) by the library's own
+    qmla_transform_content_apply / qmla_transform_rope_apply.
+
+    tf.layers             layer indices present, ascending file order
+    tf.meta               method, config, alpha (SmoothQuant α or NaN), settings,
+                          complete
+    tf.layer(l)           dict: d_c, d_r, pairing, rotation [d_c, d_c], content_scale
+                          [d_c], gamma [d_c] (float32), angle, rope_scale [d_r/2],
+                          and the four objective values
+    tf.apply(l, x, path="content"|"rope", map="fwd"|"inv"|"invT")
+                          x [..., width] float32 -> X T, X T^-1 or X T^-T
+    tf.effective(l, x, path, bits=4, group=64, meta="f16", sink=0, local=0)
+                          the effective quantized cache QDQ(X T) T^-1 (tokens
+                          t < sink and t >= n - local keep their values)
+    tf.content_matrices(l) dense (T_C, T_C^-T) [d_c, d_c] float64
+    """
+
+    def __init__(self, path, threads=1):
+        self.path = os.fspath(path)
+        self._f = _TFile()
+        self._open = False
+        self._ex = _Exec(int(threads))
+        e = _Err()
+        _check(_L().qmla_transform_file_read(os.fsencode(self.path), C.byref(self._f),
+                                             C.byref(e)), e)
+        self._open = True
+        self._index = {self._f.t[i].layer: i for i in range(self._f.n)}
+
+    @property
+    def layers(self):
+        return [self._f.t[i].layer for i in range(self._f.n)]
+
+    @property
+    def meta(self):
+        m = self._f.meta
+        s = lambda b: b.decode(errors="replace")  # noqa: E731
+        # what qmla_transform_file_read reads (train_cells, capture and command
+        # are provenance it leaves unread: h5py shows them)
+        return {"method": _L().qmla_tmethod_name(m.method).decode(), "config": s(m.config),
+                "alpha": m.alpha, "settings": s(m.settings), "complete": bool(m.complete)}
+
+    def _t(self, layer):
+        if not self._open:
+            raise QmlaError(f"{self.path}: the transforms file is closed", "EINVAL")
+        i = self._index.get(int(layer))
+        if i is None:
+            raise QmlaError(f"{self.path}: no transform for layer {layer} (layers "
+                            f"{', '.join(map(str, self.layers)) or 'none'})", "EINVAL")
+        return i, self._f.t[i], self._f.gamma[i]
+
+    def layer(self, layer):
+        i, t, g = self._t(layer)
+        h = t.d_r // 2
+        d = {"layer": t.layer, "d_c": t.d_c, "d_r": t.d_r, "pairing": _PAIRING[t.pairing],
+             "rotation": _copy(t.rot, (t.d_c, t.d_c), np.float64),
+             "content_scale": _copy(t.cscale, (t.d_c,), np.float64),
+             "gamma": _copy(g, (t.d_c,)),
+             "angle": _copy(t.angle, (h,), np.float64) if h else np.zeros(0),
+             "rope_scale": _copy(t.rscale, (h,), np.float64) if h else np.zeros(0)}
+        for k, name in enumerate(_OBJ):
+            d[name] = self._f.obj[i * len(_OBJ) + k] if self._f.obj else float("nan")
+        return d
+
+    def _width(self, t, path):
+        if path not in _PATHS:
+            raise ValueError(f"path {path!r}: expected 'content' or 'rope'")
+        return t.d_c if path == "content" else t.d_r
+
+    def apply(self, layer, x, path="content", map="fwd"):
+        """X T (map "fwd"), X T^-1 ("inv") or X T^-T ("invT") for the rows of x
+        [..., width] (width d_c for "content", d_r for "rope"), float32 in and
+        out, accumulated in double by the library."""
+        _, t, g = self._t(layer)
+        if map not in _TMAP:
+            raise ValueError(f"map {map!r}: expected fwd, inv or invT")
+        a, shape = _rows(x, self._width(t, path), f"layer {layer} {path} transform")
+        out = np.empty_like(a)
+        if path == "content":
+            _L().qmla_transform_content_apply(C.byref(self._ex), C.byref(t), g, _TMAP[map],
+                                              _fp(a), a.shape[0], _fp(out))
+        else:
+            _L().qmla_transform_rope_apply(C.byref(t), _TMAP[map], _fp(a), a.shape[0], _fp(out))
+        return out.reshape(shape)
+
+    def effective(self, layer, x, path="content", bits=4, group=64, meta="f16", sink=0,
+                  local=0, quantize=True):
+        """The effective cache QDQ(X T) T^-1 of the tokens x [T, width]
+        (qmla_transform_effective_content / _rope); quantize=False gives
+        X T T^-1 (the fusion round trip)."""
+        _, t, g = self._t(layer)
+        a, shape = _rows(x, self._width(t, path), f"layer {layer} {path} cache")
+        work, out = np.empty_like(a), np.empty_like(a)
+        p, e = _qparams(bits, group, meta), _Err()
+        pp = C.byref(p) if quantize else None
+        if path == "content":
+            st = _L().qmla_transform_effective_content(C.byref(self._ex), C.byref(t), g, pp,
+                                                       _fp(a), a.shape[0], int(sink),
+                                                       int(local), _fp(work), _fp(out),
+                                                       C.byref(e))
+        else:
+            st = _L().qmla_transform_effective_rope(C.byref(t), pp, _fp(a), a.shape[0],
+                                                    int(sink), int(local), _fp(work),
+                                                    _fp(out), C.byref(e))
+        if st:
+            e.msg = (f"{self.path}: layer {layer}: ".encode() + e.msg)[:1023]
+        _check(st, e)
+        return out.reshape(shape)
+
+    def content_matrices(self, layer):
+        """Dense (T_C, T_C^-T), [d_c, d_c] float64 (qmla_transform_content_mats)."""
+        _, t, g = self._t(layer)
+        a, b = np.empty((t.d_c, t.d_c)), np.empty((t.d_c, t.d_c))
+        _L().qmla_transform_content_mats(C.byref(t), g, a.ctypes.data_as(_DP),
+                                         b.ctypes.data_as(_DP))
+        return a, b
+
+    def close(self):
+        if self._open:
+            _L().qmla_transform_file_free(C.byref(self._f))
+            self._open = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+# ---------------------------------------------------------------------------
+# capture files (include/qmla/capture.h, docs/capture-format.md)
+# ---------------------------------------------------------------------------
+class _CapConfig(C.Structure):
+    _fields_ = [("n_layers", C.c_int), ("H", C.c_int), ("D", C.c_int), ("d_c", C.c_int),
+                ("d_n", C.c_int), ("d_r", C.c_int), ("d_v", C.c_int),
+                ("softmax_scale", C.c_double), ("rope_pairing", C.c_int),
+                ("rms_norm_eps", C.c_double), ("model", C.c_char * 256),
+                ("source", C.c_char * 512), ("has_check_tolerance", C.c_int),
+                ("check_tolerance", C.c_double), ("synthetic", C.c_int)]
+
+
+class _Layer(C.Structure):
+    _fields_ = [("layer", C.c_int), ("w_uk", _FP), ("w_uv", _FP), ("w_o", _FP),
+                ("kv_norm", _FP)]
+
+
+class _Cell(C.Structure):
+    _fields_ = [("name", C.c_char * 128), ("dataset", C.c_char * 128), ("seed", C.c_long),
+                ("N", C.c_size_t), ("T", C.c_size_t), ("c_kv", _FP), ("k_rope", _FP),
+                ("q_nope", _FP), ("q_rope", _FP), ("attn_out", _FP),
+                ("positions", C.POINTER(C.c_int64)), ("k_rope_pre", _FP),
+                ("q_rope_pre", _FP), ("rope_cos", _FP), ("rope_sin", _FP)]
+
+
+_PARTS = {"output": 1, "positions": 2, "pre": 4}
+
+
+def _declare_capture(lib):
+    E, P = C.POINTER(_Err), C.c_void_p
+    lib.qmla_capture_open.argtypes = [C.c_char_p, C.POINTER(C.c_void_p), E]
+    lib.qmla_capture_close.argtypes = [P]
+    lib.qmla_capture_get_config.argtypes = [P]
+    lib.qmla_capture_get_config.restype = C.POINTER(_CapConfig)
+    lib.qmla_capture_n_layers.argtypes = [P]
+    lib.qmla_capture_n_layers.restype = C.c_size_t
+    lib.qmla_capture_layer_index.argtypes = [P, C.c_size_t]
+    lib.qmla_capture_n_cells.argtypes = [P, C.c_size_t]
+    lib.qmla_capture_n_cells.restype = C.c_size_t
+    lib.qmla_capture_cell_name.argtypes = [P, C.c_size_t, C.c_size_t]
+    lib.qmla_capture_cell_name.restype = C.c_char_p
+    lib.qmla_capture_cell_n.argtypes = [P, C.c_size_t, C.c_size_t]
+    lib.qmla_capture_cell_n.restype = C.c_size_t
+    lib.qmla_capture_cell_t.argtypes = [P, C.c_size_t, C.c_size_t]
+    lib.qmla_capture_cell_t.restype = C.c_size_t
+    lib.qmla_capture_load_layer.argtypes = [P, C.c_size_t, C.POINTER(_Layer), E]
+    lib.qmla_layer_free.argtypes = [C.POINTER(_Layer)]
+    lib.qmla_capture_load_cell_parts.argtypes = [P, C.c_size_t, C.c_size_t, C.c_uint,
+                                                 C.POINTER(_Cell), E]
+    lib.qmla_cell_free.argtypes = [C.POINTER(_Cell)]
+
+
+class Capture:
+    """A qmla-capture v1 file opened by the library's reader (qmla_capture_open:
+    the whole structure validated on open; each tensor converted to float32
+    and checked finite when read), so Python sees what `qmla sweep` sees.
+
+    cap.config              dict of /config and the root attributes
+    cap.layers              layer indices present
+    cap.cells(l)            cell names of layer l, sorted
+    cap.shape(l, cell)      (N, T)
+    cap.weights(l)          dict w_uk [H, d_n, d_c], w_uv [H, d_v, d_c],
+                            w_o [D, H*d_v], kv_norm [d_c]
+    cap.cell(l, cell, parts=("output", "positions", "pre"))
+                            dict c_kv [N, T, d_c], k_rope [N, T, d_r],
+                            q_nope [N, H, T, d_n], q_rope [N, H, T, d_r] and the
+                            parts asked for (attn_out, positions; k_rope_pre,
+                            q_rope_pre, rope_cos, rope_sin when present)
+    cap.latent(l, cell), cap.rope_key(l, cell), cap.queries(l, cell)
+                            c_kv; k_rope; (q_nope, q_rope)
+    """
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self._h = C.c_void_p()
+        e = _Err()
+        _check(_L().qmla_capture_open(os.fsencode(self.path), C.byref(self._h), C.byref(e)), e)
+
+    def _handle(self):
+        if not self._h:
+            raise QmlaError(f"{self.path}: the capture is closed", "EINVAL")
+        return self._h
+
+    @property
+    def config(self):
+        c = _L().qmla_capture_get_config(self._handle()).contents
+        s = lambda b: b.decode(errors="replace")  # noqa: E731
+        return {"n_layers": c.n_layers, "H": c.H, "D": c.D, "d_c": c.d_c, "d_n": c.d_n,
+                "d_r": c.d_r, "d_v": c.d_v, "softmax_scale": c.softmax_scale,
+                "rope_pairing": _PAIRING[c.rope_pairing], "rms_norm_eps": c.rms_norm_eps,
+                "model": s(c.model), "source": s(c.source),
+                "check_tolerance": c.check_tolerance if c.has_check_tolerance else None,
+                "synthetic": bool(c.synthetic)}
+
+    @property
+    def layers(self):
+        h = self._handle()
+        return [_L().qmla_capture_layer_index(h, i) for i in range(_L().qmla_capture_n_layers(h))]
+
+    def _li(self, layer):
+        try:
+            return self.layers.index(int(layer))
+        except ValueError:
+            raise QmlaError(f"{self.path}: no layer {layer} (layers "
+                            f"{', '.join(map(str, self.layers))})", "EINVAL") from None
+
+    def cells(self, layer):
+        h, li = self._handle(), self._li(layer)
+        return [_L().qmla_capture_cell_name(h, li, i).decode()
+                for i in range(_L().qmla_capture_n_cells(h, li))]
+
+    def _ci(self, layer, cell):
+        li = self._li(layer)
+        names = self.cells(layer)
+        if cell not in names:
+            raise QmlaError(f"{self.path}: layer {layer} has no cell {cell!r} (cells "
+                            f"{', '.join(names)})", "EINVAL")
+        return li, names.index(cell)
+
+    def shape(self, layer, cell):
+        li, ci = self._ci(layer, cell)
+        h = self._handle()
+        return _L().qmla_capture_cell_n(h, li, ci), _L().qmla_capture_cell_t(h, li, ci)
+
+    def weights(self, layer):
+        li = self._li(layer)
+        c = self.config
+        H, D, dc, dn, dv = c["H"], c["D"], c["d_c"], c["d_n"], c["d_v"]
+        w, e = _Layer(), _Err()
+        try:
+            _check(_L().qmla_capture_load_layer(self._handle(), li, C.byref(w), C.byref(e)), e)
+            return {"w_uk": _copy(w.w_uk, (H, dn, dc)), "w_uv": _copy(w.w_uv, (H, dv, dc)),
+                    "w_o": _copy(w.w_o, (D, H * dv)), "kv_norm": _copy(w.kv_norm, (dc,))}
+        finally:
+            _L().qmla_layer_free(C.byref(w))
+
+    def cell(self, layer, cell, parts=("output", "positions", "pre")):
+        li, ci = self._ci(layer, cell)
+        bad = [p for p in parts if p not in _PARTS]
+        if bad:
+            raise ValueError(f"parts {bad}: expected a subset of {tuple(_PARTS)}")
+        mask = sum(_PARTS[p] for p in set(parts))
+        c = self.config
+        H, D, dc, dn, dr = c["H"], c["D"], c["d_c"], c["d_n"], c["d_r"]
+        x, e = _Cell(), _Err()
+        try:
+            _check(_L().qmla_capture_load_cell_parts(self._handle(), li, ci, mask, C.byref(x),
+                                                     C.byref(e)), e)
+            N, T = x.N, x.T
+            out = {"name": x.name.decode(), "dataset": x.dataset.decode(), "seed": x.seed,
+                   "N": N, "T": T,
+                   "c_kv": _copy(x.c_kv, (N, T, dc)), "k_rope": _copy(x.k_rope, (N, T, dr)),
+                   "q_nope": _copy(x.q_nope, (N, H, T, dn)),
+                   "q_rope": _copy(x.q_rope, (N, H, T, dr))}
+            opt = {"attn_out": (x.attn_out, (N, T, D), np.float32),
+                   "positions": (x.positions, (N, T), np.int64),
+                   "k_rope_pre": (x.k_rope_pre, (N, T, dr), np.float32),
+                   "q_rope_pre": (x.q_rope_pre, (N, H, T, dr), np.float32),
+                   "rope_cos": (x.rope_cos, (N, T, dr // 2), np.float32),
+                   "rope_sin": (x.rope_sin, (N, T, dr // 2), np.float32)}
+            for k, (ptr, shp, dt) in opt.items():
+                if ptr:
+                    out[k] = _copy(ptr, shp, dt)
+            return out
+        finally:
+            _L().qmla_cell_free(C.byref(x))
+
+    def latent(self, layer, cell):
+        return self.cell(layer, cell, parts=())["c_kv"]
+
+    def rope_key(self, layer, cell):
+        return self.cell(layer, cell, parts=())["k_rope"]
+
+    def queries(self, layer, cell):
+        d = self.cell(layer, cell, parts=())
+        return d["q_nope"], d["q_rope"]
+
+    def close(self):
+        if self._h:
+            _L().qmla_capture_close(self._h)
+            self._h = C.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+# ---------------------------------------------------------------------------
+# the quantizer on the GPU (kernels/qdq.h), linked into libqmla.so by -Dcuda
+# ---------------------------------------------------------------------------
+QDQ_CUDA_WS_BYTES = 16  # QMLA_QDQ_CUDA_WS_BYTES
+
+
+def _declare_cuda(lib):
+    try:
+        lib.qmla_qdq_cuda
+    except AttributeError:
+        lib._qmla_has_cuda = False
+        return
+    lib._qmla_has_cuda = True
+    E = C.POINTER(_Err)
+    lib.qmla_cuda_available.argtypes = [E]
+    lib.qmla_qdq_cuda.argtypes = [C.POINTER(_QParams), C.c_void_p, C.c_size_t, C.c_size_t,
+                                  C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p,
+                                  C.c_void_p, E]
+    lib.cudaMalloc.argtypes = [C.POINTER(C.c_void_p), C.c_size_t]
+    lib.cudaGetDevice.argtypes = [C.POINTER(C.c_int)]
+
+
+_NO_CUDA = ("libqmla.so was built without the CUDA kernels (configure with "
+            "meson setup -Dcuda=enabled and rebuild)")
+
+
+def cuda_available():
+    """(True, "") when libqmla.so has the CUDA launcher and a device is usable,
+    else (False, why)."""
+    lib = _L()
+    if not lib._qmla_has_cuda:
+        return False, _NO_CUDA
+    e = _Err()
+    if lib.qmla_cuda_available(C.byref(e)):
+        return True, ""
+    return False, e.msg.decode(errors="replace")
+
+
+_ws = {}
+
+
+def _workspace():
+    """QDQ_CUDA_WS_BYTES of device memory on the current device, allocated
+    once per device with the runtime libqmla.so links (cudaMalloc)."""
+    lib, dev = _L(), C.c_int(0)
+    if lib.cudaGetDevice(C.byref(dev)):
+        raise QmlaError("CUDA: cudaGetDevice failed", "EIO")
+    if dev.value not in _ws:
+        p = C.c_void_p()
+        if lib.cudaMalloc(C.byref(p), QDQ_CUDA_WS_BYTES):
+            raise QmlaError("CUDA: cudaMalloc of the qdq workspace failed", "ENOMEM")
+        _ws[dev.value] = p.value
+    return _ws[dev.value]
+
+
+def qdq_cuda(x_ptr, T, width, bits=4, group=64, meta="f16", out_ptr=None, stream=0,
+             ws=None, codes_ptr=None, scale_ptr=None, lo_ptr=None):
+    """Quantize-dequantize T tokens of `width` float32 channels in device memory
+    at x_ptr (e.g. tensor.data_ptr()) with the CUDA launcher qmla_qdq_cuda on
+    `stream` (a cudaStream_t as an int, e.g. torch.cuda.current_stream().cuda_stream;
+    0: the default stream), bit for bit the CPU qdq. The result goes to out_ptr
+    (default: x_ptr, in place); codes/scale/lo pointers are optional outputs
+    (kernels/qdq.h). Synchronises the stream. ws: QDQ_CUDA_WS_BYTES of device
+    workspace (default: one per device, allocated once). QmlaError when libqmla.so
+    has no CUDA launcher or no device is usable, and for the quantizer's refusals."""
+    ok, why = cuda_available()
+    if not ok:
+        raise QmlaError(f"qdq_cuda: {why}", "EINVAL")
+    if not x_ptr:
+        raise QmlaError("qdq_cuda: NULL input pointer", "EINVAL")
+    p, e = _qparams(bits, group, meta), _Err()
+    w = ws if ws is not None else _workspace()
+    _check(_L().qmla_qdq_cuda(C.byref(p), x_ptr, int(T), int(width), codes_ptr, scale_ptr,
+                              lo_ptr, out_ptr if out_ptr is not None else x_ptr, w,
+                              stream or None, C.byref(e)), e)
+
+
+def qdq_torch(t, bits=4, group=64, meta="f16", out=None):
+    """QDQ of a torch tensor [..., width] per token: float32 CUDA tensors go
+    through the CUDA launcher (qdq_cuda, on the current stream), others through
+    the CPU quantizer (a NumPy round trip). Returns `out` (default a new tensor)."""
+    import torch
+    if t.dtype != torch.float32:
+        raise QmlaError(f"qdq_torch: expected float32, got {t.dtype}", "EINVAL")
+    width = t.shape[-1]
+    if t.is_cuda:
+        src = t.contiguous()
+        dst = torch.empty_like(src) if out is None else out
+        if dst.shape != src.shape or not dst.is_contiguous() or dst.device != src.device:
+            raise QmlaError("qdq_torch: out must be a contiguous tensor shaped and placed "
+                            "like the input", "EINVAL")
+        with torch.cuda.device(src.device):
+            qdq_cuda(src.data_ptr(), src.numel() // width if width else 0, width, bits, group,
+                     meta, out_ptr=dst.data_ptr(), stream=torch.cuda.current_stream().cuda_stream)
+        return dst
+    r = torch.from_numpy(qdq(t.detach().reshape(-1, width).numpy(), bits, group, meta))
+    r = r.reshape(t.shape)
+    if out is None:
+        return r
+    out.copy_(r)
+    return out
