@@ -12,6 +12,9 @@
  * the rare near-ties by the exact division), and stores the group's codes
  * with 4- to 16-byte stores, its metadata as one word, and, for a protected
  * token (sink / window), its BF16 values into the sink / window buffers.
+ * Loads of the rows, BF16 page rows and codes of 32 bytes or more go
+ * through qmla_pair_load / qmla_pair_store (emit_fast.cuh): lane pairs
+ * move whole 32-byte sectors per instruction.
  * No shared memory, no shuffles, no barriers. Prefill- and decode-sized
  * writes use the same launch. Twin: qmla_kv_write_ref (bit for bit,
  * test_decode_cuda).
@@ -51,10 +54,11 @@ __device__ static inline float kvw_elem(const uint4 *raw, int j)
 }
 
 /* Codes of one group (B bits, G elements) into dst (G B / 8 bytes,
- * aligned to that size up to 16). */
+ * aligned to that size up to 16); act: this lane stores (every lane of the
+ * warp calls: qmla_pair_store). */
 template <int G, int B>
 __device__ static inline void kvw_codes(const uint4 *raw, const uint16_t *src, float s, float l,
-                                        uint8_t *dst)
+                                        uint8_t *dst, bool act)
 {
     auto x = [&](int j) { return kvw_elem<G>(raw, j); };
     if constexpr ((G * B) % 32 == 0) {
@@ -64,13 +68,17 @@ __device__ static inline void kvw_codes(const uint4 *raw, const uint16_t *src, f
         qmla_emit_fix_codes<G, B>(bad, [&](int j) { return __uint_as_float((uint32_t)src[j] << 16); },
                                   s, l, w);
         if constexpr (NW == 1) {
-            *(uint32_t *)dst = w[0];
+            if (act)
+                *(uint32_t *)dst = w[0];
         } else if constexpr (NW == 2) {
-            *(uint2 *)dst = make_uint2(w[0], w[1]);
+            if (act)
+                *(uint2 *)dst = make_uint2(w[0], w[1]);
         } else {
+            uint4 v[NW / 4];
 #pragma unroll
             for (int i = 0; i < NW / 4; i++)
-                ((uint4 *)dst)[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+                v[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+            qmla_pair_store<NW / 4>((uint4 *)dst, act, v);
         }
     } else { /* G 8, B 2: two bytes, by the shared emit loop */
         float xs[G];
@@ -79,7 +87,8 @@ __device__ static inline void kvw_codes(const uint4 *raw, const uint16_t *src, f
         for (int j = 0; j < G; j++)
             xs[j] = x(j);
         qmla_core_group_emit(xs, G, B, s, l, p, nullptr);
-        *(uint16_t *)dst = (uint16_t)(p[0] | p[1] << 8);
+        if (act)
+            *(uint16_t *)dst = (uint16_t)(p[0] | p[1] << 8);
     }
 }
 
@@ -94,23 +103,18 @@ __global__ void __launch_bounds__(KVW_THREADS, 2) kv_write_kernel(kvw_args a)
     const int u = rope ? tid - 256 : tid;
     const int tk = rope ? u / NGR : u / NGC, g = rope ? u % NGR : u % NGC;
     const size_t i = (size_t)blockIdx.x * TOK + tk;
-    if (i >= a.n)
-        return;
-    const int64_t slot = a.slot[i];
-    if (slot < 0)
-        return;
+    /* no early return: lane pairs load and store together (qmla_pair_load) */
+    const int64_t slot = i < a.n ? a.slot[i] : -1;
+    bool act = slot >= 0;
     const qmla_kv_layout &L = a.L;
     const int ch = rope ? QMLA_KV_DC + g * G : g * G; /* first channel */
+    const uint16_t *src = a.kv + (act ? i : 0) * QMLA_KV_D + ch;
     uint4 raw[G / 8];
-#pragma unroll
-    for (int v = 0; v < G / 8; v++)
-        raw[v] = __ldg((const uint4 *)(a.kv + i * QMLA_KV_D + ch) + v);
-    uint8_t *pg = a.pool + (size_t)(slot / QMLA_KV_PAGE) * L.page_bytes;
-    const int o = (int)(slot % QMLA_KV_PAGE);
+    qmla_pair_load<G / 8>((const uint4 *)src, act, raw);
+    uint8_t *pg = a.pool + (size_t)(act ? slot / QMLA_KV_PAGE : 0) * L.page_bytes;
+    const int o = act ? (int)(slot % QMLA_KV_PAGE) : 0;
     if (L.bf16) {
-#pragma unroll
-        for (int v = 0; v < G / 8; v++)
-            ((uint4 *)(pg + ((size_t)o * QMLA_KV_D + ch) * 2))[v] = raw[v];
+        qmla_pair_store<G / 8>((uint4 *)(pg + ((size_t)o * QMLA_KV_D + ch) * 2), act, raw);
         return;
     }
 
@@ -135,7 +139,7 @@ __global__ void __launch_bounds__(KVW_THREADS, 2) kv_write_kernel(kvw_args a)
             qmla_fmax_nan(__uint_as_float(mxu << 16), __uint_as_float(mxu & 0xffff0000u)), &mn,
             &mx))
         st = qmla_core_group_meta_from_extrema(mn, mx, bits, QMLA_CORE_META_F16, &s, &l, &bad);
-    if (st != QMLA_CORE_OK) {
+    if (act && st != QMLA_CORE_OK) {
         if (st == QMLA_CORE_NONFINITE) { /* the first non-finite value, as the twin */
 #pragma unroll
             for (int j = G - 1; j >= 0; j--) {
@@ -150,32 +154,35 @@ __global__ void __launch_bounds__(KVW_THREADS, 2) kv_write_kernel(kvw_args a)
         const unsigned long long old = atomicMin(a.fail, code);
         if (code < old)
             *a.fail_value = bad;
-        return;
+        act = false;
     }
-    const uint16_t *src = a.kv + i * QMLA_KV_D + ch; /* the group, for the rare near-ties */
+    if (st != QMLA_CORE_OK)
+        s = l = 0.0f;
+    const uint32_t meta = (uint32_t)__half_as_ushort(__float2half_rn(s)) |
+                          (uint32_t)__half_as_ushort(__float2half_rn(l)) << 16; /* exact */
     if (rope) {
         uint8_t *dst = pg + L.off_rc + (size_t)o * L.cb_r + (size_t)g * L.gb_r;
         if (bits == 2)
-            kvw_codes<G, 2>(raw, src, s, l, dst);
+            kvw_codes<G, 2>(raw, src, s, l, dst, act);
         else if (bits == 4)
-            kvw_codes<G, 4>(raw, src, s, l, dst);
+            kvw_codes<G, 4>(raw, src, s, l, dst, act);
         else
-            kvw_codes<G, 8>(raw, src, s, l, dst);
-        *(uint32_t *)(pg + L.off_mr + ((size_t)o * NGR + g) * 4) =
-            (uint32_t)__half_as_ushort(__float2half_rn(s)) |
-            (uint32_t)__half_as_ushort(__float2half_rn(l)) << 16; /* exact: f16 values */
+            kvw_codes<G, 8>(raw, src, s, l, dst, act);
+        if (act)
+            *(uint32_t *)(pg + L.off_mr + ((size_t)o * NGR + g) * 4) = meta;
     } else {
         uint8_t *dst = pg + (size_t)o * L.cb_c + (size_t)g * L.gb_c;
         if (bits == 2)
-            kvw_codes<G, 2>(raw, src, s, l, dst);
+            kvw_codes<G, 2>(raw, src, s, l, dst, act);
         else if (bits == 4)
-            kvw_codes<G, 4>(raw, src, s, l, dst);
+            kvw_codes<G, 4>(raw, src, s, l, dst, act);
         else
-            kvw_codes<G, 8>(raw, src, s, l, dst);
-        *(uint32_t *)(pg + L.off_mc + ((size_t)o * NGC + g) * 4) =
-            (uint32_t)__half_as_ushort(__float2half_rn(s)) |
-            (uint32_t)__half_as_ushort(__float2half_rn(l)) << 16;
+            kvw_codes<G, 8>(raw, src, s, l, dst, act);
+        if (act)
+            *(uint32_t *)(pg + L.off_mc + ((size_t)o * NGC + g) * 4) = meta;
     }
+    if (!act)
+        return;
     const int b = a.seq[i];
     const long p = a.pos[i], len = a.seq_len[b];
     if (p < a.S)

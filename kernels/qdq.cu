@@ -11,7 +11,9 @@
  *   one thread per token runs qmla_core_token_meta_q8_finish), the codes
  *   and x^ by qmla_emit_fast (emit_fast.cuh: about 10 instructions per
  *   element, the rare near-ties by the exact division), and stores its
- *   codes with 16-byte stores and x^ with float4 stores.
+ *   codes and x^; loads and stores of 32 bytes or more per thread go
+ *   through qmla_pair_load / qmla_pair_store (lane pairs move whole
+ *   32-byte sectors per instruction).
  *   Any other shape (3 bits, any group size, unaligned rows): the same
  *   thread-per-group structure running quant_core.h's per-group functions
  *   (qmla_core_group_meta, qmla_core_group_emit) on device memory.
@@ -91,14 +93,16 @@ __global__ void __launch_bounds__(QDQ_THREADS) qdq_fast_kernel(qdq_args a)
     const int g = act ? gl % a.ng : 0;
     const size_t e0 = t * a.width + (size_t)g * G; /* first element */
     float x[G];
-    const float4 *xv = (const float4 *)(a.x + e0);
+    {
+        uint4 r[G / 4];
+        qmla_pair_load<G / 4>((const uint4 *)(a.x + e0), act, r);
 #pragma unroll
-    for (int v = 0; v < G / 4; v++) {
-        const float4 f = act ? __ldg(xv + v) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        x[4 * v] = f.x;
-        x[4 * v + 1] = f.y;
-        x[4 * v + 2] = f.z;
-        x[4 * v + 3] = f.w;
+        for (int v = 0; v < G / 4; v++) {
+            x[4 * v] = __uint_as_float(r[v].x);
+            x[4 * v + 1] = __uint_as_float(r[v].y);
+            x[4 * v + 2] = __uint_as_float(r[v].z);
+            x[4 * v + 3] = __uint_as_float(r[v].w);
+        }
     }
     float mn = x[0], mx = x[0];
 #pragma unroll
@@ -133,30 +137,36 @@ __global__ void __launch_bounds__(QDQ_THREADS) qdq_fast_kernel(qdq_args a)
             s = l = 0.0f;
         }
     }
-    if (!act)
-        return;
     uint32_t w[NW], flg[2];
     const float *xg = a.x + e0;
     qmla_emit_fast<G, B, XH>([&](int j) { return x[j]; }, s, l, w, x, flg);
     /* before any store: x^ may overwrite x */
     qmla_emit_fix_codes<G, B>(flg, [&](int j) { return xg[j]; }, s, l, w);
+    /* lane pairs store whole sectors (every lane of the warp takes part) */
     if (a.codes) {
-        uint4 *c = (uint4 *)(a.codes + t * a.cb + (size_t)g * a.gb);
+        uint4 v[NW / 4];
 #pragma unroll
         for (int i = 0; i < NW / 4; i++)
-            c[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+            v[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+        qmla_pair_store<NW / 4>((uint4 *)(a.codes + t * a.cb + (size_t)g * a.gb), act, v);
     }
+    if (XH) {
+        uint4 v[G / 4];
+#pragma unroll
+        for (int i = 0; i < G / 4; i++)
+            v[i] = make_uint4(__float_as_uint(x[4 * i]), __float_as_uint(x[4 * i + 1]),
+                              __float_as_uint(x[4 * i + 2]), __float_as_uint(x[4 * i + 3]));
+        qmla_pair_store<G / 4>((uint4 *)(a.xhat + e0), act, v);
+        __syncwarp(); /* the partner's bulk stores before this lane's fixes */
+        if (act)
+            qmla_emit_fixed_xhat<G, B>(flg, w, s, l, [&](int j, float v) { a.xhat[e0 + j] = v; });
+    }
+    if (!act)
+        return;
     if (a.scale)
         a.scale[t * a.ng + g] = s;
     if (a.lo)
         a.lo[t * a.ng + g] = l;
-    if (XH) {
-        float4 *h = (float4 *)(a.xhat + e0);
-#pragma unroll
-        for (int v = 0; v < G / 4; v++)
-            h[v] = make_float4(x[4 * v], x[4 * v + 1], x[4 * v + 2], x[4 * v + 3]);
-        qmla_emit_fixed_xhat<G, B>(flg, w, s, l, [&](int j, float v) { a.xhat[e0 + j] = v; });
-    }
 }
 
 /* Any shape: quant_core.h's per-group functions on device memory, one
