@@ -15,7 +15,7 @@
  * Loads of the rows, BF16 page rows and codes of 32 bytes or more go
  * through qmla_pair_load / qmla_pair_store (emit_fast.cuh): lane pairs
  * move whole 32-byte sectors per instruction.
- * No shared memory, no shuffles, no barriers. Prefill- and decode-sized
+ * No shared memory and no barriers. Prefill- and decode-sized
  * writes use the same launch. Twin: qmla_kv_write_ref (bit for bit,
  * test_decode_cuda).
  */
