@@ -264,6 +264,39 @@ __device__ static inline void load_page(prefetch<CB, RB> &f, const uint8_t *pg,
     }
 }
 
+/* One online-softmax step of a query row (log2 domain), shared by the
+ * BF16-tile and the tensor-core kernels: 16 threads per row (part 0..15,
+ * one half-warp) each hold 4 of the page's 64 scores z (-inf: masked);
+ * p = exp2(z - m_new); thread part 0 updates the row's running maximum m,
+ * sum l and rescale factor alpha = exp2(m_old - m_new) (0 for the first
+ * visible page). Fixed reduction order (bit-identical across runs). */
+__device__ static inline void softmax_step(const float z[4], int part, float *m, float *l,
+                                           float *alpha, float p[4])
+{
+    float mx = fmaxf(fmaxf(z[0], z[1]), fmaxf(z[2], z[3]));
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    const float m_old = *m, m_new = fmaxf(m_old, mx);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    float sum = 0.0f;
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        p[u] = exp2f(z[u] - m_use);
+        sum += p[u];
+    }
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    __syncwarp();
+    if (part == 0) {
+        const float al = exp2f(m_old - m_use); /* m_old = -inf: 0 */
+        *alpha = al;
+        *l = *l * al + sum;
+        *m = m_new;
+    }
+}
+
 /* BF16 source row of a protected token (kvcache.h). */
 __device__ static inline const uint16_t *protected_row(const dec_args &a, int b, long t)
 {
@@ -378,7 +411,7 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
     /* softmax: 16 threads per row, 4 tokens each (fixed summation order) */
     {
         const int row = tid >> 4, part = tid & 15;
-        float z[4], mx = -INFINITY;
+        float z[4];
         const float4 c0 = *(const float4 *)&sm.sp[0][row][part * 4];
         const float4 c1 = *(const float4 *)&sm.sp[1][row][part * 4];
         const float4 c2 = *(const float4 *)&sm.sp[2][row][part * 4];
@@ -389,30 +422,10 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
         for (int u = 0; u < 4; u++) {
             const long t = tmap ? (long)tmap[part * 4 + u] : t0 + part * 4 + u;
             z[u] = t < vis ? acc[u] * a.scale_log2 : -INFINITY;
-            mx = fmaxf(mx, z[u]);
         }
-#pragma unroll
-        for (int off = 8; off > 0; off >>= 1)
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-        const float m_old = sm.m[row], m_new = fmaxf(m_old, mx);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-        float sum = 0.0f, p[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            p[u] = exp2f(z[u] - m_use);
-            sum += p[u];
-        }
+        float p[4];
+        softmax_step(z, part, &sm.m[row], &sm.l[row], &sm.alpha[row], p);
         *(uint2 *)(sm.p + row * PSTR + part * 4) = make_uint2(bf16x2(p[0], p[1]), bf16x2(p[2], p[3]));
-#pragma unroll
-        for (int off = 8; off > 0; off >>= 1)
-            sum += __shfl_xor_sync(0xffffffffu, sum, off);
-        __syncwarp();
-        if (part == 0) {
-            const float al = exp2f(m_old - m_use); /* m_old = -inf: 0 */
-            sm.alpha[row] = al;
-            sm.l[row] = sm.l[row] * al + sum;
-            sm.m[row] = m_new;
-        }
     }
     __syncthreads();
     /* PV: rows x channels [64w, 64w+64) */
@@ -933,35 +946,14 @@ __device__ static inline void fast_softmax(dec_smem_fast<CB> &sm, const dec_args
         acc[2] += c.z;
         acc[3] += c.w;
     }
-    float z[4], mx = -INFINITY;
+    float z[4], p[4];
 #pragma unroll
     for (int u = 0; u < 4; u++) {
         const int t = t0 + spart * 4 + u;
         z[u] = t >= a.S && t < shi ? acc[u] * a.scale_log2 : -INFINITY;
-        mx = fmaxf(mx, z[u]);
     }
-#pragma unroll
-    for (int off = 8; off > 0; off >>= 1)
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    const float m_old = sm.m[srow], m_new = fmaxf(m_old, mx);
-    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-    float sum = 0.0f, p[4];
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-        p[u] = exp2f(z[u] - m_use);
-        sum += p[u];
-    }
+    softmax_step(z, spart, &sm.m[srow], &sm.l[srow], &sm.alpha[srow], p);
     *(float4 *)&sm.pf[srow][spart * 4] = make_float4(p[0], p[1], p[2], p[3]);
-#pragma unroll
-    for (int off = 8; off > 0; off >>= 1)
-        sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    __syncwarp();
-    if (spart == 0) {
-        const float al = exp2f(m_old - m_use);
-        sm.alpha[srow] = al;
-        sm.l[srow] = sm.l[srow] * al + sum;
-        sm.m[srow] = m_new;
-    }
 }
 
 /* PV of page `pg` for output channels 64 warp + 8n + nt (n: column of

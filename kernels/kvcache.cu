@@ -1,29 +1,34 @@
 /* kernels/kvcache.cu — the fused cache writer (contract: kernels/kvcache.h).
  *
- * A block of 288 threads writes 16 tokens (groups of 32 or 64: E = 32
- * channels per thread, 18 threads per token) or 4 tokens (groups of 8 or
- * 16: E = 8, 72 threads per token); thread k of a token owns channels
- * E k .. E k + E - 1 (content below 512, else RoPE): 16-byte loads of the
- * BF16 row, chunk extrema (quant_core.h), the group's extrema by shuffles
- * over the G/E threads of the group, the stored metadata and the shared
- * emit loop qmla_core_group_emit on its E values; then word stores of its
- * packed codes, one metadata store per group, and 16-byte stores of the
- * BF16 row into the sink / window buffers where the token is protected.
- * Templated on the bit widths so that the emit loop unrolls into registers
- * (0: bits read at run time). With constant widths and 32 elements per
- * thread the codes come from qmla_emit_fast (emit_fast.cuh: branch-free,
- * the rare elements near a rounding boundary recomputed exactly); three
- * blocks per SM (at most 72 registers). Twin: qmla_kv_write_ref.
+ * One thread per group of G channels (G in {8, 16, 32, 64}); a block of 288
+ * threads writes G/2 tokens: warps 0-7 the content groups (512/G per
+ * token, 256 threads), warp 8 the RoPE groups (64/G per token, 32
+ * threads), so every warp runs one bit width (C2R4 has no divergent
+ * paths). A thread loads its group's BF16 values with 16-byte loads
+ * (G/8 of them), finds the extrema by NaN-propagating BF16x2 minimum /
+ * maximum (exact; a zero extremum becomes +0 as in qmla_core_group_extrema),
+ * the stored f16 metadata by qmla_core_group_meta_from_extrema, the codes
+ * by qmla_emit_fast (emit_fast.cuh: about 10 instructions per element,
+ * the rare near-ties by the exact division), and stores the group's codes
+ * with 4- to 16-byte stores, its metadata as one word, and, for a protected
+ * token (sink / window), its BF16 values into the sink / window buffers.
+ * Loads of the rows, BF16 page rows and codes of 32 bytes or more go
+ * through qmla_pair_load / qmla_pair_store (emit_fast.cuh): lane pairs
+ * move whole 32-byte sectors per instruction.
+ * No shared memory and no barriers. Prefill- and decode-sized
+ * writes use the same launch. Twin: qmla_kv_write_ref (bit for bit,
+ * test_decode_cuda).
  */
 #include "emit_fast.cuh"
 #include "kvcache.h"
 #include "qmla/kvcache.h"
 #include "qmla/quant_core.h"
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #define NO_FAILURE 0xffffffffffffffffull
-#define KVW_THREADS 288 /* 4 tokens x 72 threads, or 16 tokens x 18 threads */
+#define KVW_THREADS 288 /* 256 content + 32 RoPE group threads */
 
 struct kvw_args {
     const uint16_t *kv;       /* [n, 576] */
@@ -39,149 +44,156 @@ struct kvw_args {
     int S, W;
 };
 
-/* Store n = E*bits/8 packed bytes (E elements of `bits` bits). */
-template <int E, int B>
-__device__ static inline void store_codes(uint8_t *dst, const uint8_t *src, int bits)
+/* Element j (float32) of a group held as G/8 uint4 of BF16 pairs. */
+template <int G>
+__device__ static inline float kvw_elem(const uint4 *raw, int j)
 {
-    const int nb = E * (B ? B : bits) / 8;
-    if (B != 0 && nb % 4 == 0) { /* 4-byte aligned (chunk offsets are multiples of nb) */
+    const uint4 v = raw[j / 8];
+    const uint32_t u = (j % 8) < 2 ? v.x : (j % 8) < 4 ? v.y : (j % 8) < 6 ? v.z : v.w;
+    return __uint_as_float(j % 2 ? u & 0xffff0000u : u << 16);
+}
+
+/* Codes of one group (B bits, G elements) into dst (G B / 8 bytes,
+ * aligned to that size up to 16); act: this lane stores (every lane of the
+ * warp calls: qmla_pair_store). */
+template <int G, int B>
+__device__ static inline void kvw_codes(const uint4 *raw, const uint16_t *src, float s, float l,
+                                        uint8_t *dst, bool act)
+{
+    auto x = [&](int j) { return kvw_elem<G>(raw, j); };
+    if constexpr ((G * B) % 32 == 0) {
+        constexpr int NW = G * B / 32;
+        uint32_t w[NW], bad[(G + 31) / 32];
+        qmla_emit_fast<G, B, false>(x, s, l, w, nullptr, bad);
+        qmla_emit_fix_codes<G, B>(bad, [&](int j) { return __uint_as_float((uint32_t)src[j] << 16); },
+                                  s, l, w);
+        if constexpr (NW == 1) {
+            if (act)
+                *(uint32_t *)dst = w[0];
+        } else if constexpr (NW == 2) {
+            if (act)
+                *(uint2 *)dst = make_uint2(w[0], w[1]);
+        } else {
+            uint4 v[NW / 4];
 #pragma unroll
-        for (int w = 0; w < (B ? E * B / 32 : 1); w++)
-            ((uint32_t *)dst)[w] = (uint32_t)src[4 * w] | (uint32_t)src[4 * w + 1] << 8 |
-                                   (uint32_t)src[4 * w + 2] << 16 |
-                                   (uint32_t)src[4 * w + 3] << 24;
-    } else if (B != 0 && nb == 2) {
-        *(uint16_t *)dst = (uint16_t)(src[0] | src[1] << 8);
-    } else {
-        for (int j = 0; j < nb; j++)
-            dst[j] = src[j];
+            for (int i = 0; i < NW / 4; i++)
+                v[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+            qmla_pair_store<NW / 4>((uint4 *)dst, act, v);
+        }
+    } else { /* G 8, B 2: two bytes, by the shared emit loop */
+        float xs[G];
+        uint8_t p[G * B / 8];
+#pragma unroll
+        for (int j = 0; j < G; j++)
+            xs[j] = x(j);
+        qmla_core_group_emit(xs, G, B, s, l, p, nullptr);
+        if (act)
+            *(uint16_t *)dst = (uint16_t)(p[0] | p[1] << 8);
     }
 }
 
-/* Codes of 32 elements of B bits into dst (4 B bytes, aligned to their
- * size): qmla_emit_fast (emit_fast.cuh), the codes of the shared emit loop
- * without a branch per element. */
-template <int B>
-__device__ static inline void emit32(const float *x, float s, float l, uint8_t *dst)
+template <int G>
+__global__ void __launch_bounds__(KVW_THREADS, 2) kv_write_kernel(kvw_args a)
 {
-    uint32_t w[B];
-    qmla_emit_fast<32, B>(x, s, l, w, nullptr);
-    if constexpr (B == 2) {
-        *(uint2 *)dst = make_uint2(w[0], w[1]);
-    } else {
-#pragma unroll
-        for (int i = 0; i < B / 4; i++)
-            ((uint4 *)dst)[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
-    }
-}
-
-/* E: elements per thread (8, or 32 when the group size is 32 or 64);
- * CB, RB: bit widths as constants (0: read at run time). */
-template <int CB, int RB, int E>
-__global__ void __launch_bounds__(KVW_THREADS, 3) kv_write_kernel(kvw_args a)
-{
-    constexpr int TPT = QMLA_KV_D / E;       /* threads per token */
-    constexpr int TOK = KVW_THREADS / TPT;   /* tokens per block */
-    const int tid = threadIdx.x, tk = tid / TPT, k = tid - tk * TPT;
+    constexpr int TOK = G / 2;              /* tokens per block */
+    constexpr int NGC = QMLA_KV_DC / G;     /* content groups per token */
+    constexpr int NGR = QMLA_KV_DR / G;     /* RoPE groups per token */
+    const int tid = threadIdx.x;
+    const bool rope = tid >= 256;
+    const int u = rope ? tid - 256 : tid;
+    const int tk = rope ? u / NGR : u / NGC, g = rope ? u % NGR : u % NGC;
     const size_t i = (size_t)blockIdx.x * TOK + tk;
-    const bool live = i < a.n && a.slot[i] >= 0;
+    /* no early return: lane pairs load and store together (qmla_pair_load) */
+    const int64_t slot = i < a.n ? a.slot[i] : -1;
+    bool act = slot >= 0;
     const qmla_kv_layout &L = a.L;
-    uint4 raw[E / 8];
-#pragma unroll
-    for (int u = 0; u < E / 8; u++)
-        raw[u] = live ? __ldg((const uint4 *)(a.kv + i * QMLA_KV_D) + k * (E / 8) + u)
-                      : make_uint4(0, 0, 0, 0);
-    const int64_t slot = live ? a.slot[i] : 0;
-    uint8_t *pg = a.pool + (size_t)(slot / QMLA_KV_PAGE) * L.page_bytes;
-    const int o = (int)(slot % QMLA_KV_PAGE);
-
+    const int ch = rope ? QMLA_KV_DC + g * G : g * G; /* first channel */
+    const uint16_t *src = a.kv + (act ? i : 0) * QMLA_KV_D + ch;
+    uint4 raw[G / 8];
+    qmla_pair_load<G / 8>((const uint4 *)src, act, raw);
+    uint8_t *pg = a.pool + (size_t)(act ? slot / QMLA_KV_PAGE : 0) * L.page_bytes;
+    const int o = act ? (int)(slot % QMLA_KV_PAGE) : 0;
     if (L.bf16) {
-        if (live)
-#pragma unroll
-            for (int u = 0; u < E / 8; u++)
-                *((uint4 *)(pg + (size_t)o * QMLA_KV_D * 2) + k * (E / 8) + u) = raw[u];
+        qmla_pair_store<G / 8>((uint4 *)(pg + ((size_t)o * QMLA_KV_D + ch) * 2), act, raw);
         return;
     }
-    float x[E];
+
+    /* extrema: NaN-propagating BF16x2 min / max (exact) */
+    __nv_bfloat162 mn2 = *(const __nv_bfloat162 *)&raw[0].x, mx2 = mn2;
 #pragma unroll
-    for (int u = 0; u < E / 8; u++) {
-        const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+    for (int v = 0; v < G / 8; v++) {
+        const uint32_t wv[4] = {raw[v].x, raw[v].y, raw[v].z, raw[v].w};
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            x[8 * u + 2 * j] = __uint_as_float(w[j] << 16);
-            x[8 * u + 2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+        for (int k = 0; k < 4; k++) {
+            const __nv_bfloat162 p = *(const __nv_bfloat162 *)&wv[k];
+            mn2 = __hmin2_nan(mn2, p);
+            mx2 = __hmax2_nan(mx2, p);
         }
     }
-    float mn, mx, bad = 0.0f;
-    int nonfinite = qmla_core_group_extrema(x, E, &mn, &mx, &bad) != QMLA_CORE_OK;
-    if (nonfinite)
-        mn = mx = 0.0f;
-    const int lanes = L.G / E; /* threads of one group: aligned, power of two */
-    for (int off = lanes / 2; off > 0; off /= 2) {
-        mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, off));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-        nonfinite |= __shfl_xor_sync(0xffffffffu, nonfinite, off);
-    }
-    if (!live)
-        return;
-    const bool rope = k >= QMLA_KV_DC / E;
-    const int bits = rope ? (RB ? RB : L.r_bits) : (CB ? CB : L.c_bits);
-    const int kk = rope ? k - QMLA_KV_DC / E : k; /* chunk within its path */
-    const int g = kk / lanes;
-    const int gidx = rope ? L.ng_c + g : g;       /* group index within the token */
-    float s = 0.0f, l = 0.0f;
+    const uint32_t mnu = *(const uint32_t *)&mn2, mxu = *(const uint32_t *)&mx2;
+    float mn, mx, s = 0.0f, l = 0.0f, bad = 0.0f;
     int st = QMLA_CORE_NONFINITE;
-    if (!nonfinite)
+    const int bits = rope ? L.r_bits : L.c_bits;
+    if (qmla_emit_extrema_finish(
+            qmla_fmin_nan(__uint_as_float(mnu << 16), __uint_as_float(mnu & 0xffff0000u)),
+            qmla_fmax_nan(__uint_as_float(mxu << 16), __uint_as_float(mxu & 0xffff0000u)), &mn,
+            &mx))
         st = qmla_core_group_meta_from_extrema(mn, mx, bits, QMLA_CORE_META_F16, &s, &l, &bad);
-    if (st != QMLA_CORE_OK) {
-        /* each failing thread of the group reports; atomicMin keeps the lowest */
+    if (act && st != QMLA_CORE_OK) {
+        if (st == QMLA_CORE_NONFINITE) { /* the first non-finite value, as the twin */
+#pragma unroll
+            for (int j = G - 1; j >= 0; j--) {
+                const float v = kvw_elem<G>(raw, j);
+                if (!qmla_core_isfinite(v))
+                    bad = v;
+            }
+        }
+        const int gidx = rope ? L.ng_c + g : g; /* group index within the token */
         const unsigned long long code =
             ((unsigned long long)(i * (L.ng_c + L.ng_r) + gidx) << 2) | (unsigned)st;
-        if (st != QMLA_CORE_NONFINITE ||
-            qmla_core_group_extrema(x, E, &mn, &mx, &bad) != QMLA_CORE_OK) {
-            const unsigned long long old = atomicMin(a.fail, code);
-            if (code < old)
-                *a.fail_value = bad;
-        }
-        return;
+        const unsigned long long old = atomicMin(a.fail, code);
+        if (code < old)
+            *a.fail_value = bad;
+        act = false;
     }
-    uint8_t packed[E];
-    const size_t cbytes = (size_t)kk * E * bits / 8; /* chunk offset in the token's codes */
-    if constexpr (E == 32 && CB != 0 && RB != 0) {
-        /* constant widths: chunk offsets are multiples of the chunk's bytes */
-        uint8_t *dst = rope ? pg + L.off_rc + (size_t)o * L.cb_r + cbytes
-                            : pg + (size_t)o * L.cb_c + cbytes;
-        if (CB == RB || !rope)
-            emit32<CB>(x, s, l, dst);
+    if (st != QMLA_CORE_OK)
+        s = l = 0.0f;
+    const uint32_t meta = (uint32_t)__half_as_ushort(__float2half_rn(s)) |
+                          (uint32_t)__half_as_ushort(__float2half_rn(l)) << 16; /* exact */
+    if (rope) {
+        uint8_t *dst = pg + L.off_rc + (size_t)o * L.cb_r + (size_t)g * L.gb_r;
+        if (bits == 2)
+            kvw_codes<G, 2>(raw, src, s, l, dst, act);
+        else if (bits == 4)
+            kvw_codes<G, 4>(raw, src, s, l, dst, act);
         else
-            emit32<RB>(x, s, l, dst);
-    } else if (rope) {
-        qmla_core_group_emit(x, E, RB ? RB : bits, s, l, packed, nullptr);
-        store_codes<E, RB>(pg + L.off_rc + (size_t)o * L.cb_r + cbytes, packed, bits);
+            kvw_codes<G, 8>(raw, src, s, l, dst, act);
+        if (act)
+            *(uint32_t *)(pg + L.off_mr + ((size_t)o * NGR + g) * 4) = meta;
     } else {
-        qmla_core_group_emit(x, E, CB ? CB : bits, s, l, packed, nullptr);
-        store_codes<E, CB>(pg + (size_t)o * L.cb_c + cbytes, packed, bits);
-    }
-    if (kk % lanes == 0) {
-        const uint32_t m = (uint32_t)qmla_core_f32_to_f16(s, nullptr) |
-                           (uint32_t)qmla_core_f32_to_f16(l, nullptr) << 16;
-        if (rope)
-            *(uint32_t *)(pg + L.off_mr + ((size_t)o * L.ng_r + g) * 4) = m;
+        uint8_t *dst = pg + (size_t)o * L.cb_c + (size_t)g * L.gb_c;
+        if (bits == 2)
+            kvw_codes<G, 2>(raw, src, s, l, dst, act);
+        else if (bits == 4)
+            kvw_codes<G, 4>(raw, src, s, l, dst, act);
         else
-            *(uint32_t *)(pg + L.off_mc + ((size_t)o * L.ng_c + g) * 4) = m;
+            kvw_codes<G, 8>(raw, src, s, l, dst, act);
+        if (act)
+            *(uint32_t *)(pg + L.off_mc + ((size_t)o * NGC + g) * 4) = meta;
     }
+    if (!act)
+        return;
     const int b = a.seq[i];
     const long p = a.pos[i], len = a.seq_len[b];
     if (p < a.S)
 #pragma unroll
-        for (int u = 0; u < E / 8; u++)
-            *((uint4 *)(a.sink + ((size_t)b * a.S + (size_t)p) * QMLA_KV_D) + k * (E / 8) + u) =
-                raw[u];
+        for (int v = 0; v < G / 8; v++)
+            ((uint4 *)(a.sink + ((size_t)b * a.S + (size_t)p) * QMLA_KV_D + ch))[v] = raw[v];
     if (a.W > 0 && p >= len - a.W)
 #pragma unroll
-        for (int u = 0; u < E / 8; u++)
-            *((uint4 *)(a.window + ((size_t)b * a.W + (size_t)(p % a.W)) * QMLA_KV_D) +
-              k * (E / 8) + u) = raw[u];
+        for (int v = 0; v < G / 8; v++)
+            ((uint4 *)(a.window + ((size_t)b * a.W + (size_t)(p % a.W)) * QMLA_KV_D + ch))[v] =
+                raw[v];
 }
 
 static int cuda_fail(qmla_error *err, cudaError_t e, const char *what)
@@ -224,23 +236,17 @@ extern "C" int qmla_kv_write_cuda_launch(const qmla_kv_cache *kc, const qmla_kv_
     a.L = L;
     a.S = L.bf16 ? 0 : kc->cfg.sink;
     a.W = L.bf16 ? 0 : kc->cfg.window;
-    const bool wide = L.G >= 32; /* 32 elements per thread, else 8 */
-    const size_t tok = wide ? KVW_THREADS / (QMLA_KV_D / 32) : KVW_THREADS / (QMLA_KV_D / 8);
+    const size_t tok = (size_t)L.G / 2; /* tokens per block */
     const size_t blocks = (w->n + tok - 1) / tok;
     if (blocks > 0x7fffffffu)
         return qmla_error_set(err, QMLA_EINVAL, "kv writer: %zu tokens is too many", w->n);
     const unsigned gb = (unsigned)blocks;
-    const int cb = L.c_bits, rb = L.r_bits;
-    if (wide && cb == 4 && rb == 4)
-        kv_write_kernel<4, 4, 32><<<gb, KVW_THREADS, 0, stream>>>(a);
-    else if (wide && cb == 2 && rb == 4)
-        kv_write_kernel<2, 4, 32><<<gb, KVW_THREADS, 0, stream>>>(a);
-    else if (wide && cb == 8 && rb == 8)
-        kv_write_kernel<8, 8, 32><<<gb, KVW_THREADS, 0, stream>>>(a);
-    else if (wide)
-        kv_write_kernel<0, 0, 32><<<gb, KVW_THREADS, 0, stream>>>(a);
-    else
-        kv_write_kernel<0, 0, 8><<<gb, KVW_THREADS, 0, stream>>>(a);
+    switch (L.G) {
+    case 8: kv_write_kernel<8><<<gb, KVW_THREADS, 0, stream>>>(a); break;
+    case 16: kv_write_kernel<16><<<gb, KVW_THREADS, 0, stream>>>(a); break;
+    case 32: kv_write_kernel<32><<<gb, KVW_THREADS, 0, stream>>>(a); break;
+    default: kv_write_kernel<64><<<gb, KVW_THREADS, 0, stream>>>(a); break;
+    }
     if ((e = cudaGetLastError()) != cudaSuccess)
         return cuda_fail(err, e, "kv writer launch");
     return QMLA_OK;

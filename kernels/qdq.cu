@@ -1,23 +1,25 @@
 /* kernels/qdq.cu — GPU quantize-pack-dequantize (contract: kernels/qdq.h).
  *
- * One block of 256 threads per tile of TT tokens (about 4096 elements):
- *   1. the tile is loaded with coalesced (float4 where aligned) reads into
- *      shared memory, cut into chunks of c elements (c = 8 when the group
- *      size is a multiple of 8, else c = G), each chunk at an odd word
- *      stride so that a thread per chunk reads without bank conflicts;
- *   2. a thread per chunk finds the chunk's extrema (quant_core.h's
- *      qmla_core_group_extrema; min/max are exact and a zero extremum is
- *      +0, so the combined extrema equal the CPU's serial ones);
- *   3. a thread per group (f16/f32) or per token (q8) turns the extrema
- *      into stored metadata (qmla_core_group_meta_from_extrema,
- *      qmla_core_token_meta_q8_finish);
- *   4. a thread per chunk runs the shared emit loop qmla_core_group_emit
- *      (codes into shared memory in their global byte layout, x^ in place);
- *      8-element chunks of a constant bit width use its branch-free twin
- *      qmla_emit_fast (emit_fast.cuh), the same codes and x^;
- *   5. codes, metadata and x^ are written back with coalesced stores.
+ * One thread per group; a block of 256 threads takes TT = 256 / n_groups
+ * whole tokens (at least one), so that the q8 metadata of a token (one
+ * per-token super-scale over its groups) are finished inside the block.
+ *   Fast path (group 64, b in {2, 4, 8}, 16-byte aligned rows): a thread
+ *   loads its group with 16 float4 loads into registers, finds the
+ *   extrema by NaN-propagating min / max (exact; a zero extremum becomes
+ *   +0, qmla_core_group_extrema), the stored metadata
+ *   (qmla_core_group_meta_from_extrema; q8: extrema into shared memory,
+ *   one thread per token runs qmla_core_token_meta_q8_finish), the codes
+ *   and x^ by qmla_emit_fast (emit_fast.cuh: about 10 instructions per
+ *   element, the rare near-ties by the exact division), and stores its
+ *   codes and x^; loads and stores of 32 bytes or more per thread go
+ *   through qmla_pair_load / qmla_pair_store (lane pairs move whole
+ *   32-byte sectors per instruction).
+ *   Any other shape (3 bits, any group size, unaligned rows): the same
+ *   thread-per-group structure running quant_core.h's per-group functions
+ *   (qmla_core_group_meta, qmla_core_group_emit) on device memory.
  * The arithmetic is quant_core.h's, shared with lib/quant.c; no fast-math,
- * no flush-to-zero (see quant_core.h). Reference twin: qmla_quant_qdq.
+ * no flush-to-zero (see quant_core.h). Reference twin: qmla_quant_qdq
+ * (bit for bit, test_qdq_cuda).
  */
 #include "emit_fast.cuh"
 #include "qdq.h"
@@ -29,7 +31,6 @@
  * (token * n_groups + group) * 4 + core status. */
 #define NO_FAILURE 0xffffffffffffffffull
 #define QDQ_THREADS 256
-#define QDQ_TILE_ELEMS 4096
 
 struct qdq_args {
     const float *x;            /* [T, width] */
@@ -39,22 +40,9 @@ struct qdq_args {
     unsigned long long *fail;  /* workspace: first failure */
     float *fail_value;         /* workspace: its value */
     size_t T;
-    int width, G, ng, cb;      /* cb: code bytes per token */
-    int c, cstride, cbytes;    /* chunk: elements, smem stride (floats), packed bytes */
-    int cpg;                   /* chunks per group */
-    int bits, meta, TT;        /* TT: tokens per tile */
-    int vec;                   /* 1: float4 loads/stores of x and x^ */
+    int width, G, ng, cb, gb;  /* cb: code bytes per token, gb: per group */
+    int bits, meta, TT;        /* TT: tokens per block */
 };
-
-/* Shared-memory bytes of one tile (see qdq_tile_kernel). */
-static size_t tile_smem(int TT, int width, int G, int c, int cstride, int cb)
-{
-    const size_t nch = (size_t)TT * width / c, ngt = (size_t)TT * (width / G);
-    size_t b = nch * cstride * 4 + 2 * ngt * 4;
-    if (c != G)
-        b += 2 * nch * 4;
-    return b + (((size_t)TT * cb + 15) & ~(size_t)15);
-}
 
 __device__ static void report(const qdq_args &a, size_t t, int g, int st, float v)
 {
@@ -64,183 +52,169 @@ __device__ static void report(const qdq_args &a, size_t t, int g, int st, float 
         *a.fail_value = v; /* best effort: the value of the lowest failure seen */
 }
 
-/* BITS: the bit width as a constant (0: a.bits at run time), so that the
- * emit loop of an 8-element chunk unrolls with constant byte offsets. */
-template <int BITS>
-__global__ void __launch_bounds__(QDQ_THREADS) qdq_tile_kernel(qdq_args a)
+/* q8: the tokens' metadata from the group extrema in shared memory (lo,
+ * hi: [nt * ng]; a NaN marks a group with a non-finite value, reported
+ * already); on return lo / hi hold the stored l_g / s_g. Barriers inside:
+ * every thread of the block calls it. */
+__device__ static void q8_finish_tokens(const qdq_args &a, size_t t0, int nt, float *lo,
+                                        float *hi)
 {
-    extern __shared__ float4 smem4[];
+    __syncthreads();
+    for (int t = threadIdx.x; t < nt; t += QDQ_THREADS) {
+        float *ts = hi + (size_t)t * a.ng, *tl = lo + (size_t)t * a.ng, bad;
+        int nonfinite = 0;
+        for (int g = 0; g < a.ng; g++)
+            nonfinite |= !qmla_core_isfinite(tl[g]);
+        const int st = nonfinite ? QMLA_CORE_NONFINITE
+                                 : qmla_core_token_meta_q8_finish((size_t)a.ng, a.bits, ts, tl,
+                                                                  nullptr, nullptr, nullptr,
+                                                                  nullptr, &bad);
+        if (st != QMLA_CORE_OK) {
+            if (!nonfinite)
+                report(a, t0 + t, 0, st, bad);
+            for (int g = 0; g < a.ng; g++)
+                ts[g] = tl[g] = 0.0f;
+        }
+    }
+    __syncthreads();
+}
+
+/* Group 64, B in {2, 4, 8}, 16-byte aligned rows; XH: x^ wanted. */
+template <int B, bool XH>
+__global__ void __launch_bounds__(QDQ_THREADS) qdq_fast_kernel(qdq_args a)
+{
+    __shared__ float q8lo[QDQ_THREADS], q8hi[QDQ_THREADS];
+    constexpr int G = 64, NW = G * B / 32;
     const size_t t0 = (size_t)blockIdx.x * a.TT;
     const int nt = (int)min((size_t)a.TT, a.T - t0);
-    const int E = nt * a.width, nch = E / a.c, ngt = nt * a.ng;
-    const int maxch = a.TT * a.width / a.c, maxg = a.TT * a.ng;
-    float *xs = (float *)smem4;                      /* [maxch][cstride] */
-    float *gs = xs + (size_t)maxch * a.cstride;      /* [maxg] scale (max) */
-    float *gl = gs + maxg;                           /* [maxg] lo (min) */
-    float *pmx = gs, *pmn = gl;                      /* chunk extrema */
-    uint8_t *cs;                                     /* [TT * cb] codes */
-    if (a.c != a.G) {
-        pmx = gl + maxg;
-        pmn = pmx + maxch;
-        cs = (uint8_t *)(pmn + maxch);
-    } else {
-        cs = (uint8_t *)(gl + maxg);
-    }
-    const float *x0 = a.x + t0 * a.width;
-    const int tid = threadIdx.x;
-
-    /* 1. load */
-    if (a.vec) {
-        for (int i = tid; i < E / 4; i += QDQ_THREADS) {
-            const float4 v = __ldg((const float4 *)x0 + i);
-            const int e = 4 * i, k = a.c == 8 ? e >> 3 : e / a.c, j = e - k * a.c;
-            float *d = xs + k * a.cstride + j;
-            d[0] = v.x;
-            d[1] = v.y;
-            d[2] = v.z;
-            d[3] = v.w;
-        }
-    } else {
-        for (int e = tid; e < E; e += QDQ_THREADS) {
-            const int k = e / a.c, j = e - k * a.c;
-            xs[k * a.cstride + j] = __ldg(x0 + e);
+    const int gl = threadIdx.x;
+    const bool act = gl < nt * a.ng;
+    const size_t t = t0 + (act ? gl / a.ng : 0);
+    const int g = act ? gl % a.ng : 0;
+    const size_t e0 = t * a.width + (size_t)g * G; /* first element */
+    float x[G];
+    {
+        uint4 r[G / 4];
+        qmla_pair_load<G / 4>((const uint4 *)(a.x + e0), act, r);
+#pragma unroll
+        for (int v = 0; v < G / 4; v++) {
+            x[4 * v] = __uint_as_float(r[v].x);
+            x[4 * v + 1] = __uint_as_float(r[v].y);
+            x[4 * v + 2] = __uint_as_float(r[v].z);
+            x[4 * v + 3] = __uint_as_float(r[v].w);
         }
     }
-    __syncthreads();
-
-    /* 2. chunk extrema */
-    for (int k = tid; k < nch; k += QDQ_THREADS) {
-        float mn = 0.0f, mx = 0.0f, bad;
-        if (qmla_core_group_extrema(xs + k * a.cstride, (size_t)a.c, &mn, &mx, &bad) !=
-            QMLA_CORE_OK) {
-            const int g = k / a.cpg;
-            report(a, t0 + g / a.ng, g % a.ng, QMLA_CORE_NONFINITE, bad);
-            mn = mx = __int_as_float(0x7fc00000); /* marks the group as reported */
-        }
-        pmn[k] = mn;
-        pmx[k] = mx;
+    float mn = x[0], mx = x[0];
+#pragma unroll
+    for (int j = 1; j < G; j++) {
+        mn = qmla_fmin_nan(mn, x[j]);
+        mx = qmla_fmax_nan(mx, x[j]);
     }
-    __syncthreads();
-
-    /* 3. stored metadata */
-    if (a.meta != QMLA_CORE_META_Q8) {
-        for (int g = tid; g < ngt; g += QDQ_THREADS) {
-            float mn = pmn[g * a.cpg], mx = pmx[g * a.cpg], s = 0.0f, l = 0.0f, bad;
-            int nonfinite = !qmla_core_isfinite(mn);
-            for (int k = 1; k < a.cpg; k++) {
-                nonfinite |= !qmla_core_isfinite(pmn[g * a.cpg + k]);
-                mn = fminf(mn, pmn[g * a.cpg + k]);
-                mx = fmaxf(mx, pmx[g * a.cpg + k]);
-            }
-            const int st = nonfinite ? QMLA_CORE_OK
-                                     : qmla_core_group_meta_from_extrema(mn, mx, a.bits, a.meta,
-                                                                         &s, &l, &bad);
-            if (nonfinite) {
-                s = l = 0.0f;
-            } else if (st != QMLA_CORE_OK) {
-                report(a, t0 + g / a.ng, g % a.ng, st, bad);
-                s = l = 0.0f;
-            }
-            gs[g] = s;
-            gl[g] = l;
-        }
-    } else {
-        for (int t = tid; t < nt; t += QDQ_THREADS) {
-            float *ts = gs + t * a.ng, *tl = gl + t * a.ng, bad;
-            int nonfinite = 0;
-            for (int g = 0; g < a.ng; g++) {
-                const int k0 = (t * a.ng + g) * a.cpg;
-                float mn = pmn[k0], mx = pmx[k0];
-                for (int k = 0; k < a.cpg; k++)
-                    nonfinite |= !qmla_core_isfinite(pmn[k0 + k]);
-                for (int k = 1; k < a.cpg; k++) {
-                    mn = fminf(mn, pmn[k0 + k]);
-                    mx = fmaxf(mx, pmx[k0 + k]);
-                }
-                tl[g] = mn;
-                ts[g] = mx;
-            }
-            const int st = nonfinite ? QMLA_CORE_NONFINITE
-                                     : qmla_core_token_meta_q8_finish((size_t)a.ng, a.bits, ts,
-                                                                      tl, nullptr, nullptr,
-                                                                      nullptr, nullptr, &bad);
+    float s = 0.0f, l = 0.0f, bad = 0.0f;
+    const int ok = qmla_emit_extrema_finish(mn, mx, &l, &s); /* l, s: extrema */
+    if (act && !ok) {
+        bad = x[0];
+#pragma unroll
+        for (int j = G - 1; j >= 0; j--)
+            if (!qmla_core_isfinite(x[j]))
+                bad = x[j];
+        report(a, t, g, QMLA_CORE_NONFINITE, bad);
+    }
+    if (a.meta == QMLA_CORE_META_Q8) {
+        q8lo[gl] = ok ? l : __int_as_float(0x7fc00000); /* NaN: reported above */
+        q8hi[gl] = ok ? s : __int_as_float(0x7fc00000);
+        q8_finish_tokens(a, t0, nt, q8lo, q8hi);
+        s = q8hi[gl];
+        l = q8lo[gl];
+    } else if (act) {
+        if (ok) {
+            const int st = qmla_core_group_meta_from_extrema(l, s, B, a.meta, &s, &l, &bad);
             if (st != QMLA_CORE_OK) {
-                if (!nonfinite) /* a non-finite value was reported in step 2 */
-                    report(a, t0 + t, 0, st, bad);
-                for (int g = 0; g < a.ng; g++)
-                    ts[g] = tl[g] = 0.0f;
+                report(a, t, g, st, bad);
+                s = l = 0.0f;
             }
+        } else {
+            s = l = 0.0f;
         }
     }
-    __syncthreads();
-
-    /* 4. the shared emit loop, one chunk per thread */
-    for (int k = tid; k < nch; k += QDQ_THREADS) {
-        const int g = a.cpg == 8 ? k >> 3 : k / a.cpg;
-        float *xk = xs + k * a.cstride;
-        uint8_t *ck = a.codes ? cs + (size_t)k * a.cbytes : nullptr;
-        if (BITS != 0 && a.c == 8) {
-            /* in registers: shared x and codes could alias for the compiler */
-            float xr[8];
-            uint32_t w[(8 * (BITS ? BITS : 1) + 31) / 32];
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                xr[j] = xk[j];
-            /* branch-free, the codes and x^ of qmla_core_group_emit
-             * (emit_fast.cuh); literal pointers keep xr in registers */
-            if (a.xhat)
-                qmla_emit_fast<8, BITS ? BITS : 1>(xr, gs[g], gl[g], w, xr);
-            else
-                qmla_emit_fast<8, BITS ? BITS : 1>(xr, gs[g], gl[g], w, nullptr);
-            if (ck)
-#pragma unroll
-                for (int j = 0; j < BITS; j++)
-                    ck[j] = (uint8_t)(w[j >> 2] >> (8 * (j & 3)));
-            if (a.xhat)
-#pragma unroll
-                for (int j = 0; j < 8; j++)
-                    xk[j] = xr[j];
-        } else
-            qmla_core_group_emit(xk, (size_t)a.c, a.bits, gs[g], gl[g], ck,
-                                 a.xhat ? xk : nullptr);
-    }
-    if (a.scale || a.lo)
-        for (int g = tid; g < ngt; g += QDQ_THREADS) {
-            if (a.scale)
-                a.scale[t0 * a.ng + g] = gs[g];
-            if (a.lo)
-                a.lo[t0 * a.ng + g] = gl[g];
-        }
-    __syncthreads();
-
-    /* 5. write back */
+    uint32_t w[NW], flg[2];
+    const float *xg = a.x + e0;
+    qmla_emit_fast<G, B, XH>([&](int j) { return x[j]; }, s, l, w, x, flg);
+    /* before any store: x^ may overwrite x */
+    qmla_emit_fix_codes<G, B>(flg, [&](int j) { return xg[j]; }, s, l, w);
+    /* lane pairs store whole sectors (every lane of the warp takes part) */
     if (a.codes) {
-        uint8_t *c0 = a.codes + t0 * a.cb;
-        const int nb = nt * a.cb;
-        if (((uintptr_t)c0 & 3u) == 0) {
-            for (int i = tid; i < nb / 4; i += QDQ_THREADS)
-                ((uint32_t *)c0)[i] = ((const uint32_t *)cs)[i];
-            for (int i = (nb / 4) * 4 + tid; i < nb; i += QDQ_THREADS)
-                c0[i] = cs[i];
-        } else {
-            for (int i = tid; i < nb; i += QDQ_THREADS)
-                c0[i] = cs[i];
-        }
+        uint4 v[NW / 4];
+#pragma unroll
+        for (int i = 0; i < NW / 4; i++)
+            v[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+        qmla_pair_store<NW / 4>((uint4 *)(a.codes + t * a.cb + (size_t)g * a.gb), act, v);
     }
-    if (a.xhat) {
-        float *h0 = a.xhat + t0 * a.width;
-        if (a.vec) {
-            for (int i = tid; i < E / 4; i += QDQ_THREADS) {
-                const int e = 4 * i, k = a.c == 8 ? e >> 3 : e / a.c, j = e - k * a.c;
-                const float *s = xs + k * a.cstride + j;
-                ((float4 *)h0)[i] = make_float4(s[0], s[1], s[2], s[3]);
+    if (XH) {
+        uint4 v[G / 4];
+#pragma unroll
+        for (int i = 0; i < G / 4; i++)
+            v[i] = make_uint4(__float_as_uint(x[4 * i]), __float_as_uint(x[4 * i + 1]),
+                              __float_as_uint(x[4 * i + 2]), __float_as_uint(x[4 * i + 3]));
+        qmla_pair_store<G / 4>((uint4 *)(a.xhat + e0), act, v);
+        __syncwarp(); /* the partner's bulk stores before this lane's fixes */
+        if (act)
+            qmla_emit_fixed_xhat<G, B>(flg, w, s, l, [&](int j, float v) { a.xhat[e0 + j] = v; });
+    }
+    if (!act)
+        return;
+    if (a.scale)
+        a.scale[t * a.ng + g] = s;
+    if (a.lo)
+        a.lo[t * a.ng + g] = l;
+}
+
+/* Any shape: quant_core.h's per-group functions on device memory, one
+ * thread per group (a block loops over its tokens' groups). */
+__global__ void __launch_bounds__(QDQ_THREADS) qdq_generic_kernel(qdq_args a)
+{
+    extern __shared__ float q8sm[]; /* q8: [TT * ng] lo, then hi */
+    const size_t t0 = (size_t)blockIdx.x * a.TT;
+    const int nt = (int)min((size_t)a.TT, a.T - t0), ngl = nt * a.ng;
+    const int q8 = a.meta == QMLA_CORE_META_Q8;
+    float *q8lo = q8sm, *q8hi = q8sm + (size_t)a.TT * a.ng;
+    if (q8) {
+        for (int gl = threadIdx.x; gl < ngl; gl += QDQ_THREADS) {
+            const size_t t = t0 + gl / a.ng;
+            const int g = gl % a.ng;
+            float mn = 0.0f, mx = 0.0f, bad;
+            if (qmla_core_group_extrema(a.x + t * a.width + (size_t)g * a.G, (size_t)a.G, &mn,
+                                        &mx, &bad) != QMLA_CORE_OK) {
+                report(a, t, g, QMLA_CORE_NONFINITE, bad);
+                mn = mx = __int_as_float(0x7fc00000);
             }
+            q8lo[gl] = mn;
+            q8hi[gl] = mx;
+        }
+        q8_finish_tokens(a, t0, nt, q8lo, q8hi);
+    }
+    for (int gl = threadIdx.x; gl < ngl; gl += QDQ_THREADS) {
+        const size_t t = t0 + gl / a.ng;
+        const int g = gl % a.ng;
+        const float *xg = a.x + t * a.width + (size_t)g * a.G;
+        float s, l, bad;
+        if (q8) {
+            s = q8hi[gl];
+            l = q8lo[gl];
         } else {
-            for (int e = tid; e < E; e += QDQ_THREADS) {
-                const int k = e / a.c, j = e - k * a.c;
-                h0[e] = xs[k * a.cstride + j];
+            const int st = qmla_core_group_meta(xg, (size_t)a.G, a.bits, a.meta, &s, &l, &bad);
+            if (st != QMLA_CORE_OK) {
+                report(a, t, g, st, bad);
+                s = l = 0.0f;
             }
         }
+        qmla_core_group_emit(xg, (size_t)a.G, a.bits, s, l,
+                             a.codes ? a.codes + t * a.cb + (size_t)g * a.gb : nullptr,
+                             a.xhat ? a.xhat + t * a.width + (size_t)g * a.G : nullptr);
+        if (a.scale)
+            a.scale[t * a.ng + g] = s;
+        if (a.lo)
+            a.lo[t * a.ng + g] = l;
     }
 }
 
@@ -298,32 +272,31 @@ extern "C" int qmla_qdq_cuda_launch(const qmla_quant_params *p, const float *x, 
     a.G = (int)qmla_quant_group_size(p, width);
     a.ng = a.width / a.G;
     a.cb = (int)qmla_quant_code_bytes(p, width);
-    a.c = a.G % 8 == 0 ? 8 : a.G;
-    a.cstride = a.c | 1;
-    a.cbytes = (int)qmla_core_packed_bytes((size_t)a.c, p->bits);
-    a.cpg = a.G / a.c;
+    a.gb = (int)qmla_core_packed_bytes((size_t)a.G, p->bits);
     a.bits = p->bits;
     a.meta = (int)p->meta;
-    a.vec = a.c % 4 == 0 && ((uintptr_t)x & 15u) == 0 &&
-            (!xhat || ((uintptr_t)xhat & 15u) == 0);
-    int TT = a.width >= QDQ_TILE_ELEMS ? 1 : QDQ_TILE_ELEMS / a.width;
-    while (TT > 1 && tile_smem(TT, a.width, a.G, a.c, a.cstride, a.cb) > 48 * 1024)
-        TT /= 2;
-    a.TT = TT;
-    const size_t smem = tile_smem(TT, a.width, a.G, a.c, a.cstride, a.cb);
-    const size_t blocks = (T + TT - 1) / TT;
+    if (p->meta == QMLA_META_Q8 && a.ng > QMLA_Q8_MAX_GROUPS)
+        return qmla_error_set(err, QMLA_EINVAL,
+                              "qdq_cuda: q8 metadata: at most %d groups per token, found %d",
+                              QMLA_Q8_MAX_GROUPS, a.ng);
+    a.TT = a.ng >= QDQ_THREADS ? 1 : QDQ_THREADS / a.ng;
+    const size_t blocks = (T + a.TT - 1) / a.TT;
     if (blocks > 0x7fffffffu)
         return qmla_error_set(err, QMLA_EINVAL, "qdq_cuda: %zu tokens is too many", T);
-    void (*kernel)(qdq_args) = p->bits == 2   ? qdq_tile_kernel<2>
-                               : p->bits == 3 ? qdq_tile_kernel<3>
-                               : p->bits == 4 ? qdq_tile_kernel<4>
-                               : p->bits == 8 ? qdq_tile_kernel<8>
-                                              : qdq_tile_kernel<0>;
-    if (smem > 48 * 1024 &&
-        (e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)smem)) != cudaSuccess)
-        return cuda_fail(err, e, "qdq: shared memory");
-    kernel<<<(unsigned)blocks, QDQ_THREADS, smem, stream>>>(a);
+    const int fast = a.G == 64 && (p->bits == 2 || p->bits == 4 || p->bits == 8) &&
+                     ((uintptr_t)x & 15u) == 0 && ((uintptr_t)xhat & 15u) == 0 &&
+                     ((uintptr_t)codes & 15u) == 0;
+    const unsigned gb = (unsigned)blocks;
+    if (fast) {
+        void (*k)(qdq_args) =
+            p->bits == 2 ? (xhat ? qdq_fast_kernel<2, true> : qdq_fast_kernel<2, false>)
+            : p->bits == 4 ? (xhat ? qdq_fast_kernel<4, true> : qdq_fast_kernel<4, false>)
+                           : (xhat ? qdq_fast_kernel<8, true> : qdq_fast_kernel<8, false>);
+        k<<<gb, QDQ_THREADS, 0, stream>>>(a);
+    } else {
+        const size_t smem = p->meta == QMLA_META_Q8 ? 2 * (size_t)a.TT * a.ng * sizeof(float) : 0;
+        qdq_generic_kernel<<<gb, QDQ_THREADS, smem, stream>>>(a);
+    }
     if ((e = cudaGetLastError()) != cudaSuccess)
         return cuda_fail(err, e, "qdq kernel launch");
     return QMLA_OK;

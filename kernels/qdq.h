@@ -35,7 +35,7 @@ extern "C" {
 #endif
 
 #define QMLA_QDQ_CUDA_WS_BYTES 16
-/* Widest token row the kernel takes (its tile stays in shared memory). */
+/* Widest token row the launcher takes (the range test_qdq_cuda covers). */
 #define QMLA_QDQ_CUDA_MAX_WIDTH 8192
 
 /* 1 when a CUDA device is usable, else 0 (and err says why). */

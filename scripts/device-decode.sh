@@ -5,7 +5,8 @@
 #   tests     test_qdq_cuda, test_decode_cuda
 #   bench     bench/bench_decode (full table)        quick: its --quick subset
 #   ncu       Nsight Compute summary of one launch of each kernel
-#   ncu-decode / ncu-writer: only the C4R4 decode (b 32 64K, b 8 4K) / writer
+#   ncu-decode / ncu-writer: only the C4R4 decode (b 32 64K, b 8 4K) / the
+#             C4R4 and C2R4 writer and qdq (f16 metadata, codes + metadata)
 #   ncu-short only the C4R4 decode at b 8, 4K, with its store sectors
 #   variant   test_decode_cuda and the --quick benchmark of a build with other
 #             -D flags (VARIANT / VARIANT_ARGS; default: loops unrolled by 2)
@@ -95,7 +96,9 @@ for step in "$@"; do
             ./build-dev/bench/bench_decode --profile --out /tmp/p.tsv >"$OUT/ncu_$3.txt" 2>&1
           echo "== ncu $3 rc=$?"
           grep -E "Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Executed Instructions  |highest-utilized" "$OUT/ncu_$3.txt" | head -20; }
-    n kv_write 5 writer_c4r4 ;;
+    n kv_write 5 writer_c4r4
+    n kv_write 10 writer_c2r4
+    n qdq_fast 0 qdq_f16 ;;
   pack)
     # at most 8 files come back: the logs and profiles in one archive
     (cd "$OUT" && tar czf logs.tgz --remove-files $(ls | grep -vE '\.(tsv|h5|tgz)$')) ;;
