@@ -6,7 +6,7 @@
 #   bench     bench/bench_decode (full table)        quick: its --quick subset
 #   ncu       Nsight Compute summary of one launch of each kernel
 #   ncu-decode / ncu-writer: only the C4R4 decode (b 32 64K, b 8 4K) / the
-#             C4R4 and C2R4 writer and qdq (f16 metadata, codes + metadata)
+#             C4R4, C8R8 and BF16 writer and qdq (f16 metadata, codes + metadata)
 #   ncu-short only the C4R4 decode at b 8, 4K, with its store sectors
 #   variant   test_decode_cuda and the --quick benchmark of a build with other
 #             -D flags (VARIANT / VARIANT_ARGS; default: loops unrolled by 2)
@@ -53,7 +53,7 @@ for step in "$@"; do
     n decode_fast 0 decode_c4r4
     n decode_bf16 0 decode_bf16
     n qdq_tile 0 qdq
-    n kv_write 5 writer_c4r4 ;;
+    n kv_write 0 writer_c4r4 ;;
   ncu-decode)
     # C4R4 decode at b 32, 64K (--profile) and at b 8, 4K (--profile-short)
     n() { timeout 150 ncu --clock-control none --set full \
@@ -96,8 +96,11 @@ for step in "$@"; do
             ./build-dev/bench/bench_decode --profile --out /tmp/p.tsv >"$OUT/ncu_$3.txt" 2>&1
           echo "== ncu $3 rc=$?"
           grep -E "Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Executed Instructions  |highest-utilized" "$OUT/ncu_$3.txt" | head -20; }
-    n kv_write 5 writer_c4r4
-    n kv_write 10 writer_c2r4
+    # (--profile: 5 launches per configuration; the BF16 layout has its own
+    # copy kernel, so kv_write's launches are C4R4, C2R4, C8R8)
+    n kv_write 0 writer_c4r4
+    n kv_write 10 writer_c8r8
+    n kv_copy_bf16 0 writer_bf16
     n qdq_fast 0 qdq_f16 ;;
   pack)
     # at most 8 files come back: the logs and profiles in one archive
