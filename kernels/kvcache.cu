@@ -30,7 +30,7 @@
 #define NO_FAILURE 0xffffffffffffffffull
 #define KVW_THREADS 288 /* 256 content + 32 RoPE threads */
 #ifndef QMLA_KVW_MIN_BLOCKS /* blocks per SM the registers allow (build-time experiment) */
-#define QMLA_KVW_MIN_BLOCKS 3
+#define QMLA_KVW_MIN_BLOCKS 4 /* H200 run 22a: 3 blocks 51.9 us, 4 blocks 48.7 (C4R4) */
 #endif
 
 struct kvw_args {
@@ -98,8 +98,10 @@ __global__ void __launch_bounds__(KVC_THREADS) kv_copy_bf16_kernel(kvw_args a)
 #pragma unroll
     for (int k = 0; k < KVC_UNROLL; k++) {
         const size_t q = q0 + (size_t)k * KVC_THREADS;
+        /* the row is loaded whatever the slot (rows [n] exist): the two
+         * loads are in flight together */
         slot[k] = q < nq ? __ldg((const long long *)a.slot + q / CPT) : -1;
-        v[k] = slot[k] >= 0 ? __ldg((const uint4 *)a.kv + q) : make_uint4(0u, 0u, 0u, 0u);
+        v[k] = q < nq ? __ldg((const uint4 *)a.kv + q) : make_uint4(0u, 0u, 0u, 0u);
     }
 #pragma unroll
     for (int k = 0; k < KVC_UNROLL; k++) {
@@ -132,13 +134,20 @@ __global__ void __launch_bounds__(KVW_THREADS, QMLA_KVW_MIN_BLOCKS) kv_write_ker
     const int g = k / LP, half = k % LP;    /* group within the path, half of it */
     const size_t i = (size_t)blockIdx.x * TOK + tk;
     /* no early return: lane pairs load, shuffle and store together */
-    const int64_t slot = i < a.n ? a.slot[i] : -1;
+    /* All loads issued at once: the row (whatever its slot: rows [n]
+     * exist), its slot, sequence and position, then the sequence's length;
+     * none waits for another DRAM round trip but the length. */
+    const bool live = i < a.n;
+    const int64_t slot = live ? a.slot[i] : -1;
+    const int bseq = live ? a.seq[i] : 0;
+    const long p = live ? a.pos[i] : 0;
     bool act = slot >= 0;
     const qmla_kv_layout &L = a.L;
     const int ch = rope ? QMLA_KV_DC + k * E : k * E; /* first channel */
-    const uint16_t *src = a.kv + (act ? i : 0) * QMLA_KV_D + ch;
+    const uint16_t *src = a.kv + (live ? i : 0) * QMLA_KV_D + ch;
     uint4 raw[E / 8];
-    qmla_pair_load<E / 8>((const uint4 *)src, act, raw);
+    qmla_pair_load<E / 8>((const uint4 *)src, live, raw);
+    const long len = act ? a.seq_len[bseq] : 0;
     uint8_t *pg = a.pool + (size_t)(act ? slot / QMLA_KV_PAGE : 0) * L.page_bytes;
     const int o = act ? (int)(slot % QMLA_KV_PAGE) : 0;
 
@@ -228,8 +237,7 @@ __global__ void __launch_bounds__(KVW_THREADS, QMLA_KVW_MIN_BLOCKS) kv_write_ker
     }
     if (!act)
         return;
-    const int b = a.seq[i];
-    const long p = a.pos[i], len = a.seq_len[b];
+    const int b = bseq;
     if (p < a.S)
 #pragma unroll
         for (int v = 0; v < E / 8; v++)
