@@ -1,23 +1,28 @@
 /* kernels/kvcache.cu — the fused cache writer (contract: kernels/kvcache.h).
  *
- * One thread per group of G channels (G in {8, 16, 32, 64}); a block of 288
- * threads writes G/2 tokens: warps 0-7 the content groups (512/G per
- * token, 256 threads), warp 8 the RoPE groups (64/G per token, 32
- * threads), so every warp runs one bit width (C2R4 has no divergent
- * paths). A thread loads its group's BF16 values with 16-byte loads
- * (G/8 of them), finds the extrema by NaN-propagating BF16x2 minimum /
- * maximum (exact; a zero extremum becomes +0 as in qmla_core_group_extrema),
- * the stored f16 metadata by qmla_core_group_meta_from_extrema, the codes
- * by qmla_emit_fast (emit_fast.cuh: about 10 instructions per element,
- * the rare near-ties by the exact division), and stores the group's codes
- * with 4- to 16-byte stores, its metadata as one word, and, for a protected
+ * BF16 layout: kv_copy_bf16_kernel, a gathered copy of the rows into their
+ * page slots (one 16-byte chunk per thread, KVC_UNROLL in flight;
+ * consecutive threads on consecutive chunks).
+ * Quantized layouts: kv_write_kernel, one thread per E = min(G, 32)
+ * channels; a group of 64 is split over a lane pair (lane, lane ^ 1), its
+ * extrema combined by one shuffle each. A block of 288 threads writes E/2
+ * tokens: warps 0-7 the content (512/E threads per token), warp 8 the RoPE
+ * (64/E per token), so every warp runs one bit width (C2R4 has no
+ * divergent paths). A thread issues its loads at once (its row's BF16
+ * values with 16-byte loads, E/8 of them, whatever the slot; the slot,
+ * sequence, position; then the sequence's length), finds the extrema by
+ * NaN-propagating BF16x2 minimum / maximum (exact; a zero extremum becomes
+ * +0 as in qmla_core_group_extrema), the stored f16 metadata by
+ * qmla_core_group_meta_from_extrema, the codes by qmla_emit_fast
+ * (emit_fast.cuh: about 10 instructions per element, the rare near-ties
+ * by the exact division), and stores its codes with 4- to 16-byte stores,
+ * the group's metadata as one word (first half), and, for a protected
  * token (sink / window), its BF16 values into the sink / window buffers.
- * Loads of the rows, BF16 page rows and codes of 32 bytes or more go
- * through qmla_pair_load / qmla_pair_store (emit_fast.cuh): lane pairs
- * move whole 32-byte sectors per instruction.
- * No shared memory and no barriers. Prefill- and decode-sized
- * writes use the same launch. Twin: qmla_kv_write_ref (bit for bit,
- * test_decode_cuda).
+ * Loads of the rows and stores of codes of 32 bytes or more go through
+ * qmla_pair_load / qmla_pair_store (emit_fast.cuh): lane pairs move whole
+ * 32-byte sectors per instruction. No shared memory and no barriers.
+ * Prefill- and decode-sized writes use the same launch. Twin:
+ * qmla_kv_write_ref (bit for bit, test_decode_cuda).
  */
 #include "emit_fast.cuh"
 #include "kvcache.h"

@@ -1,21 +1,23 @@
 /* kernels/qdq.cu — GPU quantize-pack-dequantize (contract: kernels/qdq.h).
  *
- * One thread per group; a block of 256 threads takes TT = 256 / n_groups
- * whole tokens (at least one), so that the q8 metadata of a token (one
- * per-token super-scale over its groups) are finished inside the block.
- *   Fast path (group 64, b in {2, 4, 8}, 16-byte aligned rows): a thread
- *   loads its group with 16 float4 loads into registers, finds the
- *   extrema by NaN-propagating min / max (exact; a zero extremum becomes
- *   +0, qmla_core_group_extrema), the stored metadata
+ * A block of 256 threads takes TT whole tokens (at least one), so that the
+ * q8 metadata of a token (one per-token super-scale over its groups) are
+ * finished inside the block.
+ *   Fast path (group 64, b in {2, 4, 8}, at most 128 groups per token,
+ *   16-byte aligned rows; TT = 128 / n_groups): a lane pair per group,
+ *   lane 2k + h loads elements 32 h .. 32 h + 31 of it with 8 float4
+ *   loads into registers, finds their extrema by NaN-propagating min /
+ *   max and the pair's by one shuffle each (exact; a zero extremum
+ *   becomes +0, qmla_core_group_extrema), the stored metadata
  *   (qmla_core_group_meta_from_extrema; q8: extrema into shared memory,
  *   one thread per token runs qmla_core_token_meta_q8_finish), the codes
- *   and x^ by qmla_emit_fast (emit_fast.cuh: about 10 instructions per
- *   element, the rare near-ties by the exact division), and stores its
- *   codes and x^; loads and stores of 32 bytes or more per thread go
- *   through qmla_pair_load / qmla_pair_store (lane pairs move whole
- *   32-byte sectors per instruction).
- *   Any other shape (3 bits, any group size, unaligned rows): the same
- *   thread-per-group structure running quant_core.h's per-group functions
+ *   and x^ of its 32 elements by qmla_emit_fast (emit_fast.cuh: about 10
+ *   instructions per element, the rare near-ties by the exact division),
+ *   and stores its codes and x^; loads and stores of 32 bytes or more per
+ *   thread go through qmla_pair_load / qmla_pair_store (lane pairs move
+ *   whole 32-byte sectors per instruction).
+ *   Any other shape (3 bits, any group size, unaligned rows; TT = 256 /
+ *   n_groups): one thread per group running quant_core.h's per-group functions
  *   (qmla_core_group_meta, qmla_core_group_emit) on device memory.
  * The arithmetic is quant_core.h's, shared with lib/quant.c; no fast-math,
  * no flush-to-zero (see quant_core.h). Reference twin: qmla_quant_qdq
