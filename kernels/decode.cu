@@ -632,6 +632,28 @@ template <int CB> static constexpr size_t fast_smem_bytes()
 }
 
 #define MAGIC_BF16X2 0x43004300u /* BF16 128.0 twice: 0x4300 | q = 128 + q */
+/* (x & mask) | MAGIC_BF16X2, the codes of x under mask as BF16 128 + q.
+ * Written plainly, ptxas emits two LOP3 per call (an AND, then an OR: one
+ * LOP3 holds one immediate), 2 x 1086 of the 8572 warp instructions per
+ * page of the C4R4 decode (H200 run 22, bench/results/opmix_run22_*).
+ * QMLA_DECODE_LOP3 1: one lop3.b32 with the magic in a register (the same
+ * bits by construction: LUT 0xEA = (a & b) | c); a build-time experiment
+ * not yet run on the accelerator (scripts/device-decode.sh variant with
+ * VARIANT_ARGS=-DQMLA_DECODE_LOP3=1), hence off by default. */
+#ifndef QMLA_DECODE_LOP3
+#define QMLA_DECODE_LOP3 0
+#endif
+__device__ static inline uint32_t magic_or(uint32_t x, uint32_t mask)
+{
+#if QMLA_DECODE_LOP3
+    uint32_t m, d;
+    asm("mov.b32 %0, 0x43004300;\n" : "=r"(m)); /* a register, not an immediate */
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(x), "r"(mask), "r"(m));
+    return d;
+#else
+    return (x & mask) | MAGIC_BF16X2;
+#endif
+}
 /* Unrolling of the QK (8 n-tiles) and PV (4 k-steps) loops: full by
  * default; smaller values shrink the code (the instruction cache is cold at
  * every launch), a build-time experiment (docs/decode.md). */
@@ -677,7 +699,7 @@ __device__ static inline void nib_regs(uint32_t w, uint32_t *r)
 {
 #pragma unroll
     for (int j = 0; j < 4; j++)
-        r[j] = ((w >> (4 * j)) & 0x000f000fu) | MAGIC_BF16X2;
+        r[j] = magic_or(w >> (4 * j), 0x000f000fu);
 }
 /* (128 + c) - 128 = c for both BF16 halves, exact (one HFMA2.BF16). */
 __device__ static inline uint32_t bf16x2_less128(uint32_t x)
@@ -709,7 +731,7 @@ __device__ static inline void crumb_codes(uint32_t w, uint32_t *r)
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         const uint32_t src = crumb_shift(j) == 0 ? w : crumb_shift(j) == 6 ? w6 : w12;
-        r[j] = bf16x2_less128((src & (0x00030003u << crumb_pos(j))) | MAGIC_BF16X2);
+        r[j] = bf16x2_less128(magic_or(src, 0x00030003u << crumb_pos(j)));
     }
 }
 
@@ -1012,10 +1034,9 @@ __device__ static inline void fast_pv(dec_smem_fast<CB> &sm, const uint8_t *pg,
                 /* bytes (a_jb, a_jb, b_jb, b_jb): channels 2jb, 2jb+1 of both tokens */
                 const uint32_t sel = jb | (jb << 4) | ((4 + jb) << 8) | ((4 + jb) << 12);
                 const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
-                mma16816(o[2 * jb], pa, (x & 0x000f000fu) | MAGIC_BF16X2,
-                         (y & 0x000f000fu) | MAGIC_BF16X2);
-                mma16816(o[2 * jb + 1], pa, ((x >> 4) & 0x000f000fu) | MAGIC_BF16X2,
-                         ((y >> 4) & 0x000f000fu) | MAGIC_BF16X2);
+                mma16816(o[2 * jb], pa, magic_or(x, 0x000f000fu), magic_or(y, 0x000f000fu));
+                mma16816(o[2 * jb + 1], pa, magic_or(x >> 4, 0x000f000fu),
+                         magic_or(y >> 4, 0x000f000fu));
             }
         } else {
             const int h = gr & 1;
@@ -1023,8 +1044,8 @@ __device__ static inline void fast_pv(dec_smem_fast<CB> &sm, const uint8_t *pg,
             const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
 #pragma unroll
             for (int nt = 0; nt < 8; nt++)
-                mma16816(o[nt], pa, ((x >> (2 * nt)) & 0x00030003u) | MAGIC_BF16X2,
-                         ((y >> (2 * nt)) & 0x00030003u) | MAGIC_BF16X2);
+                mma16816(o[nt], pa, magic_or(x >> (2 * nt), 0x00030003u),
+                         magic_or(y >> (2 * nt), 0x00030003u));
         }
     }
 }

@@ -205,6 +205,28 @@ __device__ static inline void qmla_pair_store(uint4 *p, bool act, const uint4 *v
     }
 }
 
+/* Store NW words of codes at dst (aligned to 4 NW bytes up to 16): one
+ * 4-, 8- or 16-byte store, or lane pairs moving whole sectors
+ * (qmla_pair_store: every lane of the warp calls). */
+template <int NW>
+__device__ static inline void qmla_store_words(uint8_t *dst, bool act, const uint32_t *w)
+{
+    if constexpr (NW == 1) {
+        if (act)
+            *(uint32_t *)dst = w[0];
+    } else if constexpr (NW == 2) {
+        if (act)
+            *(uint2 *)dst = make_uint2(w[0], w[1]);
+    } else {
+        static_assert(NW % 4 == 0, "whole 16-byte chunks");
+        uint4 v[NW / 4];
+#pragma unroll
+        for (int i = 0; i < NW / 4; i++)
+            v[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+        qmla_pair_store<NW / 4>((uint4 *)dst, act, v);
+    }
+}
+
 /* Extrema of a group as qmla_core_group_extrema gives them (a zero
  * extremum is +0), from a running NaN-propagating minimum and maximum:
  * returns 0 when a NaN or an infinity was among the values. */

@@ -1,23 +1,28 @@
 /* kernels/kvcache.cu — the fused cache writer (contract: kernels/kvcache.h).
  *
- * One thread per group of G channels (G in {8, 16, 32, 64}); a block of 288
- * threads writes G/2 tokens: warps 0-7 the content groups (512/G per
- * token, 256 threads), warp 8 the RoPE groups (64/G per token, 32
- * threads), so every warp runs one bit width (C2R4 has no divergent
- * paths). A thread loads its group's BF16 values with 16-byte loads
- * (G/8 of them), finds the extrema by NaN-propagating BF16x2 minimum /
- * maximum (exact; a zero extremum becomes +0 as in qmla_core_group_extrema),
- * the stored f16 metadata by qmla_core_group_meta_from_extrema, the codes
- * by qmla_emit_fast (emit_fast.cuh: about 10 instructions per element,
- * the rare near-ties by the exact division), and stores the group's codes
- * with 4- to 16-byte stores, its metadata as one word, and, for a protected
+ * BF16 layout: kv_copy_bf16_kernel, a gathered copy of the rows into their
+ * page slots (one 16-byte chunk per thread, KVC_UNROLL in flight;
+ * consecutive threads on consecutive chunks).
+ * Quantized layouts: kv_write_kernel, one thread per E = min(G, 32)
+ * channels; a group of 64 is split over a lane pair (lane, lane ^ 1), its
+ * extrema combined by one shuffle each. A block of 288 threads writes E/2
+ * tokens: warps 0-7 the content (512/E threads per token), warp 8 the RoPE
+ * (64/E per token), so every warp runs one bit width (C2R4 has no
+ * divergent paths). A thread issues its loads at once (its row's BF16
+ * values with 16-byte loads, E/8 of them, whatever the slot; the slot,
+ * sequence, position; then the sequence's length), finds the extrema by
+ * NaN-propagating BF16x2 minimum / maximum (exact; a zero extremum becomes
+ * +0 as in qmla_core_group_extrema), the stored f16 metadata by
+ * qmla_core_group_meta_from_extrema, the codes by qmla_emit_fast
+ * (emit_fast.cuh: about 10 instructions per element, the rare near-ties
+ * by the exact division), and stores its codes with 4- to 16-byte stores,
+ * the group's metadata as one word (first half), and, for a protected
  * token (sink / window), its BF16 values into the sink / window buffers.
- * Loads of the rows, BF16 page rows and codes of 32 bytes or more go
- * through qmla_pair_load / qmla_pair_store (emit_fast.cuh): lane pairs
- * move whole 32-byte sectors per instruction.
- * No shared memory and no barriers. Prefill- and decode-sized
- * writes use the same launch. Twin: qmla_kv_write_ref (bit for bit,
- * test_decode_cuda).
+ * Loads of the rows and stores of codes of 32 bytes or more go through
+ * qmla_pair_load / qmla_pair_store (emit_fast.cuh): lane pairs move whole
+ * 32-byte sectors per instruction. No shared memory and no barriers.
+ * Prefill- and decode-sized writes use the same launch. Twin:
+ * qmla_kv_write_ref (bit for bit, test_decode_cuda).
  */
 #include "emit_fast.cuh"
 #include "kvcache.h"
@@ -28,7 +33,10 @@
 #include <cuda_runtime.h>
 
 #define NO_FAILURE 0xffffffffffffffffull
-#define KVW_THREADS 288 /* 256 content + 32 RoPE group threads */
+#define KVW_THREADS 288 /* 256 content + 32 RoPE threads */
+#ifndef QMLA_KVW_MIN_BLOCKS /* blocks per SM the registers allow (build-time experiment) */
+#define QMLA_KVW_MIN_BLOCKS 4 /* H200 run 22a: 3 blocks 51.9 us, 4 blocks 48.7 (C4R4) */
+#endif
 
 struct kvw_args {
     const uint16_t *kv;       /* [n, 576] */
@@ -44,8 +52,8 @@ struct kvw_args {
     int S, W;
 };
 
-/* Element j (float32) of a group held as G/8 uint4 of BF16 pairs. */
-template <int G>
+/* Element j (float32) of E elements held as E/8 uint4 of BF16 pairs. */
+template <int E>
 __device__ static inline float kvw_elem(const uint4 *raw, int j)
 {
     const uint4 v = raw[j / 8];
@@ -53,84 +61,122 @@ __device__ static inline float kvw_elem(const uint4 *raw, int j)
     return __uint_as_float(j % 2 ? u & 0xffff0000u : u << 16);
 }
 
-/* Codes of one group (B bits, G elements) into dst (G B / 8 bytes,
+/* Codes of one thread's E elements (B bits) into dst (E B / 8 bytes,
  * aligned to that size up to 16); act: this lane stores (every lane of the
- * warp calls: qmla_pair_store). */
-template <int G, int B>
+ * warp calls: qmla_store_words). */
+template <int E, int B>
 __device__ static inline void kvw_codes(const uint4 *raw, const uint16_t *src, float s, float l,
                                         uint8_t *dst, bool act)
 {
-    auto x = [&](int j) { return kvw_elem<G>(raw, j); };
-    if constexpr ((G * B) % 32 == 0) {
-        constexpr int NW = G * B / 32;
-        uint32_t w[NW], bad[(G + 31) / 32];
-        qmla_emit_fast<G, B, false>(x, s, l, w, nullptr, bad);
-        qmla_emit_fix_codes<G, B>(bad, [&](int j) { return __uint_as_float((uint32_t)src[j] << 16); },
+    auto x = [&](int j) { return kvw_elem<E>(raw, j); };
+    if constexpr ((E * B) % 32 == 0) {
+        constexpr int NW = E * B / 32;
+        uint32_t w[NW], bad[(E + 31) / 32];
+        qmla_emit_fast<E, B, false>(x, s, l, w, nullptr, bad);
+        qmla_emit_fix_codes<E, B>(bad, [&](int j) { return __uint_as_float((uint32_t)src[j] << 16); },
                                   s, l, w);
-        if constexpr (NW == 1) {
-            if (act)
-                *(uint32_t *)dst = w[0];
-        } else if constexpr (NW == 2) {
-            if (act)
-                *(uint2 *)dst = make_uint2(w[0], w[1]);
-        } else {
-            uint4 v[NW / 4];
+        qmla_store_words<NW>(dst, act, w);
+    } else { /* E 8, B 2: two bytes, by the shared emit loop */
+        float xs[E];
+        uint8_t p[E * B / 8];
 #pragma unroll
-            for (int i = 0; i < NW / 4; i++)
-                v[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
-            qmla_pair_store<NW / 4>((uint4 *)dst, act, v);
-        }
-    } else { /* G 8, B 2: two bytes, by the shared emit loop */
-        float xs[G];
-        uint8_t p[G * B / 8];
-#pragma unroll
-        for (int j = 0; j < G; j++)
+        for (int j = 0; j < E; j++)
             xs[j] = x(j);
-        qmla_core_group_emit(xs, G, B, s, l, p, nullptr);
+        qmla_core_group_emit(xs, E, B, s, l, p, nullptr);
         if (act)
             *(uint16_t *)dst = (uint16_t)(p[0] | p[1] << 8);
     }
 }
 
-template <int G>
-__global__ void __launch_bounds__(KVW_THREADS, 2) kv_write_kernel(kvw_args a)
+/* The BF16 layout: a gathered copy of the rows into their page slots, one
+ * 16-byte chunk per thread and KVC_UNROLL chunks in flight (72 chunks per
+ * token; consecutive threads, consecutive chunks: every access coalesced). */
+#define KVC_THREADS 256
+#define KVC_UNROLL 4
+__global__ void __launch_bounds__(KVC_THREADS) kv_copy_bf16_kernel(kvw_args a)
 {
-    constexpr int TOK = G / 2;              /* tokens per block */
+    constexpr int CPT = QMLA_KV_D * 2 / 16; /* 72 chunks per token */
+    const size_t q0 = (size_t)blockIdx.x * (KVC_THREADS * KVC_UNROLL) + threadIdx.x;
+    const size_t nq = a.n * CPT;
+    uint4 v[KVC_UNROLL];
+    int64_t slot[KVC_UNROLL];
+#pragma unroll
+    for (int k = 0; k < KVC_UNROLL; k++) {
+        const size_t q = q0 + (size_t)k * KVC_THREADS;
+        /* the row is loaded whatever the slot (rows [n] exist): the two
+         * loads are in flight together */
+        slot[k] = q < nq ? __ldg((const long long *)a.slot + q / CPT) : -1;
+        v[k] = q < nq ? __ldg((const uint4 *)a.kv + q) : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int k = 0; k < KVC_UNROLL; k++) {
+        const size_t q = q0 + (size_t)k * KVC_THREADS;
+        if (slot[k] >= 0)
+            ((uint4 *)(a.pool + (size_t)(slot[k] / QMLA_KV_PAGE) * a.L.page_bytes))
+                [(size_t)(slot[k] % QMLA_KV_PAGE) * CPT + q % CPT] = v[k];
+    }
+}
+
+/* Quantized layouts. One thread per E = min(G, 32) channels: a group of 64
+ * is split over a lane pair (lane, lane ^ 1: the halves; extrema combined
+ * by one shuffle each), smaller groups take one thread. A block of 288
+ * threads writes E/2 tokens: warps 0-7 the content (512/E threads per
+ * token), warp 8 the RoPE (64/E per token). */
+template <int G>
+__global__ void __launch_bounds__(KVW_THREADS, QMLA_KVW_MIN_BLOCKS) kv_write_kernel(kvw_args a)
+{
+    constexpr int E = G > 32 ? 32 : G;      /* channels per thread */
+    constexpr int LP = G / E;               /* lanes per group: 1 or 2 */
+    constexpr int TOK = E / 2;              /* tokens per block */
+    constexpr int TPC = QMLA_KV_DC / E;     /* content threads per token */
+    constexpr int TPR = QMLA_KV_DR / E;     /* RoPE threads per token */
     constexpr int NGC = QMLA_KV_DC / G;     /* content groups per token */
     constexpr int NGR = QMLA_KV_DR / G;     /* RoPE groups per token */
     const int tid = threadIdx.x;
     const bool rope = tid >= 256;
     const int u = rope ? tid - 256 : tid;
-    const int tk = rope ? u / NGR : u / NGC, g = rope ? u % NGR : u % NGC;
+    const int tk = rope ? u / TPR : u / TPC, k = rope ? u % TPR : u % TPC;
+    const int g = k / LP, half = k % LP;    /* group within the path, half of it */
     const size_t i = (size_t)blockIdx.x * TOK + tk;
-    /* no early return: lane pairs load and store together (qmla_pair_load) */
-    const int64_t slot = i < a.n ? a.slot[i] : -1;
+    /* no early return: lane pairs load, shuffle and store together */
+    /* All loads issued at once: the row (whatever its slot: rows [n]
+     * exist), its slot, sequence and position, then the sequence's length;
+     * none waits for another DRAM round trip but the length. */
+    const bool live = i < a.n;
+    const int64_t slot = live ? a.slot[i] : -1;
+    const int bseq = live ? a.seq[i] : 0;
+    const long p = live ? a.pos[i] : 0;
     bool act = slot >= 0;
     const qmla_kv_layout &L = a.L;
-    const int ch = rope ? QMLA_KV_DC + g * G : g * G; /* first channel */
-    const uint16_t *src = a.kv + (act ? i : 0) * QMLA_KV_D + ch;
-    uint4 raw[G / 8];
-    qmla_pair_load<G / 8>((const uint4 *)src, act, raw);
+    const int ch = rope ? QMLA_KV_DC + k * E : k * E; /* first channel */
+    const uint16_t *src = a.kv + (live ? i : 0) * QMLA_KV_D + ch;
+    uint4 raw[E / 8];
+    qmla_pair_load<E / 8>((const uint4 *)src, live, raw);
+    const long len = act ? a.seq_len[bseq] : 0;
     uint8_t *pg = a.pool + (size_t)(act ? slot / QMLA_KV_PAGE : 0) * L.page_bytes;
     const int o = act ? (int)(slot % QMLA_KV_PAGE) : 0;
-    if (L.bf16) {
-        qmla_pair_store<G / 8>((uint4 *)(pg + ((size_t)o * QMLA_KV_D + ch) * 2), act, raw);
-        return;
-    }
 
     /* extrema: NaN-propagating BF16x2 min / max (exact) */
     __nv_bfloat162 mn2 = *(const __nv_bfloat162 *)&raw[0].x, mx2 = mn2;
 #pragma unroll
-    for (int v = 0; v < G / 8; v++) {
+    for (int v = 0; v < E / 8; v++) {
         const uint32_t wv[4] = {raw[v].x, raw[v].y, raw[v].z, raw[v].w};
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const __nv_bfloat162 p = *(const __nv_bfloat162 *)&wv[k];
+        for (int q = 0; q < 4; q++) {
+            const __nv_bfloat162 p = *(const __nv_bfloat162 *)&wv[q];
             mn2 = __hmin2_nan(mn2, p);
             mx2 = __hmax2_nan(mx2, p);
         }
     }
-    const uint32_t mnu = *(const uint32_t *)&mn2, mxu = *(const uint32_t *)&mx2;
+    uint32_t mnu = *(const uint32_t *)&mn2, mxu = *(const uint32_t *)&mx2;
+    if constexpr (LP == 2) { /* the other half of the group */
+        const uint32_t pmn = __shfl_xor_sync(0xffffffffu, mnu, 1);
+        const uint32_t pmx = __shfl_xor_sync(0xffffffffu, mxu, 1);
+        mn2 = __hmin2_nan(mn2, *(const __nv_bfloat162 *)&pmn);
+        mx2 = __hmax2_nan(mx2, *(const __nv_bfloat162 *)&pmx);
+        mnu = *(const uint32_t *)&mn2;
+        mxu = *(const uint32_t *)&mx2;
+    }
     float mn, mx, s = 0.0f, l = 0.0f, bad = 0.0f;
     int st = QMLA_CORE_NONFINITE;
     const int bits = rope ? L.r_bits : L.c_bits;
@@ -139,21 +185,34 @@ __global__ void __launch_bounds__(KVW_THREADS, 2) kv_write_kernel(kvw_args a)
             qmla_fmax_nan(__uint_as_float(mxu << 16), __uint_as_float(mxu & 0xffff0000u)), &mn,
             &mx))
         st = qmla_core_group_meta_from_extrema(mn, mx, bits, QMLA_CORE_META_F16, &s, &l, &bad);
-    if (act && st != QMLA_CORE_OK) {
-        if (st == QMLA_CORE_NONFINITE) { /* the first non-finite value, as the twin */
+    if (act && st != QMLA_CORE_OK) { /* both lanes of a pair (same token, same status) */
+        bool report = half == 0;
+        if (st == QMLA_CORE_NONFINITE) { /* the group's first non-finite value, as the twin */
+            bool mine = false;
 #pragma unroll
-            for (int j = G - 1; j >= 0; j--) {
-                const float v = kvw_elem<G>(raw, j);
-                if (!qmla_core_isfinite(v))
+            for (int j = E - 1; j >= 0; j--) {
+                const float v = kvw_elem<E>(raw, j);
+                if (!qmla_core_isfinite(v)) {
                     bad = v;
+                    mine = true;
+                }
+            }
+            if constexpr (LP == 2) { /* the first half's, else the second's */
+                const unsigned pair = 3u << (tid & 30);
+                const bool first = __shfl_sync(pair, (int)mine, tid & 30) != 0;
+                report = half == 0 ? mine : !first;
+            } else {
+                report = true;
             }
         }
-        const int gidx = rope ? L.ng_c + g : g; /* group index within the token */
-        const unsigned long long code =
-            ((unsigned long long)(i * (L.ng_c + L.ng_r) + gidx) << 2) | (unsigned)st;
-        const unsigned long long old = atomicMin(a.fail, code);
-        if (code < old)
-            *a.fail_value = bad;
+        if (report) {
+            const int gidx = rope ? L.ng_c + g : g; /* group index within the token */
+            const unsigned long long code =
+                ((unsigned long long)(i * (L.ng_c + L.ng_r) + gidx) << 2) | (unsigned)st;
+            const unsigned long long old = atomicMin(a.fail, code);
+            if (code < old)
+                *a.fail_value = bad;
+        }
         act = false;
     }
     if (st != QMLA_CORE_OK)
@@ -163,35 +222,34 @@ __global__ void __launch_bounds__(KVW_THREADS, 2) kv_write_kernel(kvw_args a)
     if (rope) {
         uint8_t *dst = pg + L.off_rc + (size_t)o * L.cb_r + (size_t)g * L.gb_r;
         if (bits == 2)
-            kvw_codes<G, 2>(raw, src, s, l, dst, act);
+            kvw_codes<E, 2>(raw, src, s, l, dst + half * (E * 2 / 8), act);
         else if (bits == 4)
-            kvw_codes<G, 4>(raw, src, s, l, dst, act);
+            kvw_codes<E, 4>(raw, src, s, l, dst + half * (E * 4 / 8), act);
         else
-            kvw_codes<G, 8>(raw, src, s, l, dst, act);
-        if (act)
+            kvw_codes<E, 8>(raw, src, s, l, dst + half * (E * 8 / 8), act);
+        if (act && half == 0)
             *(uint32_t *)(pg + L.off_mr + ((size_t)o * NGR + g) * 4) = meta;
     } else {
         uint8_t *dst = pg + (size_t)o * L.cb_c + (size_t)g * L.gb_c;
         if (bits == 2)
-            kvw_codes<G, 2>(raw, src, s, l, dst, act);
+            kvw_codes<E, 2>(raw, src, s, l, dst + half * (E * 2 / 8), act);
         else if (bits == 4)
-            kvw_codes<G, 4>(raw, src, s, l, dst, act);
+            kvw_codes<E, 4>(raw, src, s, l, dst + half * (E * 4 / 8), act);
         else
-            kvw_codes<G, 8>(raw, src, s, l, dst, act);
-        if (act)
+            kvw_codes<E, 8>(raw, src, s, l, dst + half * (E * 8 / 8), act);
+        if (act && half == 0)
             *(uint32_t *)(pg + L.off_mc + ((size_t)o * NGC + g) * 4) = meta;
     }
     if (!act)
         return;
-    const int b = a.seq[i];
-    const long p = a.pos[i], len = a.seq_len[b];
+    const int b = bseq;
     if (p < a.S)
 #pragma unroll
-        for (int v = 0; v < G / 8; v++)
+        for (int v = 0; v < E / 8; v++)
             ((uint4 *)(a.sink + ((size_t)b * a.S + (size_t)p) * QMLA_KV_D + ch))[v] = raw[v];
     if (a.W > 0 && p >= len - a.W)
 #pragma unroll
-        for (int v = 0; v < G / 8; v++)
+        for (int v = 0; v < E / 8; v++)
             ((uint4 *)(a.window + ((size_t)b * a.W + (size_t)(p % a.W)) * QMLA_KV_D + ch))[v] =
                 raw[v];
 }
@@ -236,16 +294,24 @@ extern "C" int qmla_kv_write_cuda_launch(const qmla_kv_cache *kc, const qmla_kv_
     a.L = L;
     a.S = L.bf16 ? 0 : kc->cfg.sink;
     a.W = L.bf16 ? 0 : kc->cfg.window;
-    const size_t tok = (size_t)L.G / 2; /* tokens per block */
-    const size_t blocks = (w->n + tok - 1) / tok;
-    if (blocks > 0x7fffffffu)
-        return qmla_error_set(err, QMLA_EINVAL, "kv writer: %zu tokens is too many", w->n);
-    const unsigned gb = (unsigned)blocks;
-    switch (L.G) {
-    case 8: kv_write_kernel<8><<<gb, KVW_THREADS, 0, stream>>>(a); break;
-    case 16: kv_write_kernel<16><<<gb, KVW_THREADS, 0, stream>>>(a); break;
-    case 32: kv_write_kernel<32><<<gb, KVW_THREADS, 0, stream>>>(a); break;
-    default: kv_write_kernel<64><<<gb, KVW_THREADS, 0, stream>>>(a); break;
+    if (L.bf16) {
+        const size_t per = (size_t)KVC_THREADS * KVC_UNROLL, nq = w->n * (QMLA_KV_D * 2 / 16);
+        const size_t blocks = (nq + per - 1) / per;
+        if (blocks > 0x7fffffffu)
+            return qmla_error_set(err, QMLA_EINVAL, "kv writer: %zu tokens is too many", w->n);
+        kv_copy_bf16_kernel<<<(unsigned)blocks, KVC_THREADS, 0, stream>>>(a);
+    } else {
+        const size_t tok = (size_t)(L.G > 32 ? 32 : L.G) / 2; /* tokens per block */
+        const size_t blocks = (w->n + tok - 1) / tok;
+        if (blocks > 0x7fffffffu)
+            return qmla_error_set(err, QMLA_EINVAL, "kv writer: %zu tokens is too many", w->n);
+        const unsigned gb = (unsigned)blocks;
+        switch (L.G) {
+        case 8: kv_write_kernel<8><<<gb, KVW_THREADS, 0, stream>>>(a); break;
+        case 16: kv_write_kernel<16><<<gb, KVW_THREADS, 0, stream>>>(a); break;
+        case 32: kv_write_kernel<32><<<gb, KVW_THREADS, 0, stream>>>(a); break;
+        default: kv_write_kernel<64><<<gb, KVW_THREADS, 0, stream>>>(a); break;
+        }
     }
     if ((e = cudaGetLastError()) != cudaSuccess)
         return cuda_fail(err, e, "kv writer launch");

@@ -1,21 +1,23 @@
 /* kernels/qdq.cu — GPU quantize-pack-dequantize (contract: kernels/qdq.h).
  *
- * One thread per group; a block of 256 threads takes TT = 256 / n_groups
- * whole tokens (at least one), so that the q8 metadata of a token (one
- * per-token super-scale over its groups) are finished inside the block.
- *   Fast path (group 64, b in {2, 4, 8}, 16-byte aligned rows): a thread
- *   loads its group with 16 float4 loads into registers, finds the
- *   extrema by NaN-propagating min / max (exact; a zero extremum becomes
- *   +0, qmla_core_group_extrema), the stored metadata
+ * A block of 256 threads takes TT whole tokens (at least one), so that the
+ * q8 metadata of a token (one per-token super-scale over its groups) are
+ * finished inside the block.
+ *   Fast path (group 64, b in {2, 4, 8}, at most 128 groups per token,
+ *   16-byte aligned rows; TT = 128 / n_groups): a lane pair per group,
+ *   lane 2k + h loads elements 32 h .. 32 h + 31 of it with 8 float4
+ *   loads into registers, finds their extrema by NaN-propagating min /
+ *   max and the pair's by one shuffle each (exact; a zero extremum
+ *   becomes +0, qmla_core_group_extrema), the stored metadata
  *   (qmla_core_group_meta_from_extrema; q8: extrema into shared memory,
  *   one thread per token runs qmla_core_token_meta_q8_finish), the codes
- *   and x^ by qmla_emit_fast (emit_fast.cuh: about 10 instructions per
- *   element, the rare near-ties by the exact division), and stores its
- *   codes and x^; loads and stores of 32 bytes or more per thread go
- *   through qmla_pair_load / qmla_pair_store (lane pairs move whole
- *   32-byte sectors per instruction).
- *   Any other shape (3 bits, any group size, unaligned rows): the same
- *   thread-per-group structure running quant_core.h's per-group functions
+ *   and x^ of its 32 elements by qmla_emit_fast (emit_fast.cuh: about 10
+ *   instructions per element, the rare near-ties by the exact division),
+ *   and stores its codes and x^; loads and stores of 32 bytes or more per
+ *   thread go through qmla_pair_load / qmla_pair_store (lane pairs move
+ *   whole 32-byte sectors per instruction).
+ *   Any other shape (3 bits, any group size, unaligned rows; TT = 256 /
+ *   n_groups): one thread per group running quant_core.h's per-group functions
  *   (qmla_core_group_meta, qmla_core_group_emit) on device memory.
  * The arithmetic is quant_core.h's, shared with lib/quant.c; no fast-math,
  * no flush-to-zero (see quant_core.h). Reference twin: qmla_quant_qdq
@@ -31,6 +33,9 @@
  * (token * n_groups + group) * 4 + core status. */
 #define NO_FAILURE 0xffffffffffffffffull
 #define QDQ_THREADS 256
+#ifndef QMLA_QDQ_MIN_BLOCKS /* fast path: blocks per SM the registers allow */
+#define QMLA_QDQ_MIN_BLOCKS 3
+#endif
 
 struct qdq_args {
     const float *x;            /* [T, width] */
@@ -79,25 +84,28 @@ __device__ static void q8_finish_tokens(const qdq_args &a, size_t t0, int nt, fl
     __syncthreads();
 }
 
-/* Group 64, B in {2, 4, 8}, 16-byte aligned rows; XH: x^ wanted. */
+/* Group 64, B in {2, 4, 8}, 16-byte aligned rows; XH: x^ wanted. A group
+ * is split over a lane pair (lane, lane ^ 1: elements 0-31 and 32-63),
+ * the extrema combined by one shuffle each; a block takes TT = 128 / ng
+ * whole tokens. */
 template <int B, bool XH>
-__global__ void __launch_bounds__(QDQ_THREADS) qdq_fast_kernel(qdq_args a)
+__global__ void __launch_bounds__(QDQ_THREADS, QMLA_QDQ_MIN_BLOCKS) qdq_fast_kernel(qdq_args a)
 {
-    __shared__ float q8lo[QDQ_THREADS], q8hi[QDQ_THREADS];
-    constexpr int G = 64, NW = G * B / 32;
+    __shared__ float q8lo[QDQ_THREADS / 2], q8hi[QDQ_THREADS / 2];
+    constexpr int G = 64, E = 32, NW = E * B / 32;
     const size_t t0 = (size_t)blockIdx.x * a.TT;
     const int nt = (int)min((size_t)a.TT, a.T - t0);
-    const int gl = threadIdx.x;
+    const int gl = threadIdx.x >> 1, half = threadIdx.x & 1; /* group slot, its half */
     const bool act = gl < nt * a.ng;
     const size_t t = t0 + (act ? gl / a.ng : 0);
     const int g = act ? gl % a.ng : 0;
-    const size_t e0 = t * a.width + (size_t)g * G; /* first element */
-    float x[G];
+    const size_t e0 = t * a.width + (size_t)g * G + half * E; /* first element */
+    float x[E];
     {
-        uint4 r[G / 4];
-        qmla_pair_load<G / 4>((const uint4 *)(a.x + e0), act, r);
+        uint4 r[E / 4];
+        qmla_pair_load<E / 4>((const uint4 *)(a.x + e0), act, r);
 #pragma unroll
-        for (int v = 0; v < G / 4; v++) {
+        for (int v = 0; v < E / 4; v++) {
             x[4 * v] = __uint_as_float(r[v].x);
             x[4 * v + 1] = __uint_as_float(r[v].y);
             x[4 * v + 2] = __uint_as_float(r[v].z);
@@ -106,23 +114,32 @@ __global__ void __launch_bounds__(QDQ_THREADS) qdq_fast_kernel(qdq_args a)
     }
     float mn = x[0], mx = x[0];
 #pragma unroll
-    for (int j = 1; j < G; j++) {
+    for (int j = 1; j < E; j++) {
         mn = qmla_fmin_nan(mn, x[j]);
         mx = qmla_fmax_nan(mx, x[j]);
     }
+    mn = qmla_fmin_nan(mn, __shfl_xor_sync(0xffffffffu, mn, 1)); /* the other half */
+    mx = qmla_fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     float s = 0.0f, l = 0.0f, bad = 0.0f;
     const int ok = qmla_emit_extrema_finish(mn, mx, &l, &s); /* l, s: extrema */
-    if (act && !ok) {
-        bad = x[0];
+    if (act && !ok) { /* both lanes of the pair: the group's first non-finite value */
+        bool mine = false;
 #pragma unroll
-        for (int j = G - 1; j >= 0; j--)
-            if (!qmla_core_isfinite(x[j]))
+        for (int j = E - 1; j >= 0; j--)
+            if (!qmla_core_isfinite(x[j])) {
                 bad = x[j];
-        report(a, t, g, QMLA_CORE_NONFINITE, bad);
+                mine = true;
+            }
+        const unsigned lane = threadIdx.x & 31u, pair = 3u << (lane & 30u);
+        const bool first = __shfl_sync(pair, (int)mine, (int)(lane & 30u)) != 0;
+        if (half == 0 ? mine : !first)
+            report(a, t, g, QMLA_CORE_NONFINITE, bad);
     }
     if (a.meta == QMLA_CORE_META_Q8) {
-        q8lo[gl] = ok ? l : __int_as_float(0x7fc00000); /* NaN: reported above */
-        q8hi[gl] = ok ? s : __int_as_float(0x7fc00000);
+        if (half == 0) {
+            q8lo[gl] = ok ? l : __int_as_float(0x7fc00000); /* NaN: reported above */
+            q8hi[gl] = ok ? s : __int_as_float(0x7fc00000);
+        }
         q8_finish_tokens(a, t0, nt, q8lo, q8hi);
         s = q8hi[gl];
         l = q8lo[gl];
@@ -130,38 +147,33 @@ __global__ void __launch_bounds__(QDQ_THREADS) qdq_fast_kernel(qdq_args a)
         if (ok) {
             const int st = qmla_core_group_meta_from_extrema(l, s, B, a.meta, &s, &l, &bad);
             if (st != QMLA_CORE_OK) {
-                report(a, t, g, st, bad);
+                if (half == 0)
+                    report(a, t, g, st, bad);
                 s = l = 0.0f;
             }
         } else {
             s = l = 0.0f;
         }
     }
-    uint32_t w[NW], flg[2];
+    uint32_t w[NW], flg[1];
     const float *xg = a.x + e0;
-    qmla_emit_fast<G, B, XH>([&](int j) { return x[j]; }, s, l, w, x, flg);
+    qmla_emit_fast<E, B, XH>([&](int j) { return x[j]; }, s, l, w, x, flg);
     /* before any store: x^ may overwrite x */
-    qmla_emit_fix_codes<G, B>(flg, [&](int j) { return xg[j]; }, s, l, w);
-    /* lane pairs store whole sectors (every lane of the warp takes part) */
-    if (a.codes) {
-        uint4 v[NW / 4];
-#pragma unroll
-        for (int i = 0; i < NW / 4; i++)
-            v[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
-        qmla_pair_store<NW / 4>((uint4 *)(a.codes + t * a.cb + (size_t)g * a.gb), act, v);
-    }
+    qmla_emit_fix_codes<E, B>(flg, [&](int j) { return xg[j]; }, s, l, w);
+    if (a.codes)
+        qmla_store_words<NW>(a.codes + t * a.cb + (size_t)g * a.gb + half * (E * B / 8), act, w);
     if (XH) {
-        uint4 v[G / 4];
+        uint4 v[E / 4];
 #pragma unroll
-        for (int i = 0; i < G / 4; i++)
+        for (int i = 0; i < E / 4; i++)
             v[i] = make_uint4(__float_as_uint(x[4 * i]), __float_as_uint(x[4 * i + 1]),
                               __float_as_uint(x[4 * i + 2]), __float_as_uint(x[4 * i + 3]));
-        qmla_pair_store<G / 4>((uint4 *)(a.xhat + e0), act, v);
+        qmla_pair_store<E / 4>((uint4 *)(a.xhat + e0), act, v);
         __syncwarp(); /* the partner's bulk stores before this lane's fixes */
         if (act)
-            qmla_emit_fixed_xhat<G, B>(flg, w, s, l, [&](int j, float v) { a.xhat[e0 + j] = v; });
+            qmla_emit_fixed_xhat<E, B>(flg, w, s, l, [&](int j, float v) { a.xhat[e0 + j] = v; });
     }
-    if (!act)
+    if (!act || half)
         return;
     if (a.scale)
         a.scale[t * a.ng + g] = s;
@@ -279,13 +291,16 @@ extern "C" int qmla_qdq_cuda_launch(const qmla_quant_params *p, const float *x, 
         return qmla_error_set(err, QMLA_EINVAL,
                               "qdq_cuda: q8 metadata: at most %d groups per token, found %d",
                               QMLA_Q8_MAX_GROUPS, a.ng);
-    a.TT = a.ng >= QDQ_THREADS ? 1 : QDQ_THREADS / a.ng;
+    /* the fast path: a lane pair per group, at most 128 groups per token */
+    const int fast = a.G == 64 && a.ng <= QDQ_THREADS / 2 &&
+                     (p->bits == 2 || p->bits == 4 || p->bits == 8) &&
+                     ((uintptr_t)x & 15u) == 0 && ((uintptr_t)xhat & 15u) == 0 &&
+                     ((uintptr_t)codes & 15u) == 0;
+    const int slots = fast ? QDQ_THREADS / 2 : QDQ_THREADS; /* groups per block */
+    a.TT = a.ng >= slots ? 1 : slots / a.ng;
     const size_t blocks = (T + a.TT - 1) / a.TT;
     if (blocks > 0x7fffffffu)
         return qmla_error_set(err, QMLA_EINVAL, "qdq_cuda: %zu tokens is too many", T);
-    const int fast = a.G == 64 && (p->bits == 2 || p->bits == 4 || p->bits == 8) &&
-                     ((uintptr_t)x & 15u) == 0 && ((uintptr_t)xhat & 15u) == 0 &&
-                     ((uintptr_t)codes & 15u) == 0;
     const unsigned gb = (unsigned)blocks;
     if (fast) {
         void (*k)(qdq_args) =

@@ -6,11 +6,14 @@
 #   bench     bench/bench_decode (full table)        quick: its --quick subset
 #   ncu       Nsight Compute summary of one launch of each kernel
 #   ncu-decode / ncu-writer: only the C4R4 decode (b 32 64K, b 8 4K) / the
-#             C4R4 and C2R4 writer and qdq (f16 metadata, codes + metadata)
+#             C4R4, C8R8 and BF16 writer and qdq (f16 metadata, codes + metadata)
 #   ncu-short only the C4R4 decode at b 8, 4K, with its store sectors
 #   variant   test_decode_cuda and the --quick benchmark of a build with other
 #             -D flags (VARIANT / VARIANT_ARGS; default: loops unrolled by 2)
-#   pack      the logs and profiles in $OUT into logs.tgz (last step)
+#   opmix     SASS with executed counts per instruction (ncu source page) of the
+#             C4R4 decode and writer; cuobjdump -sass of the kernel objects
+#   pack      the logs and profiles in $OUT into logs.tgz (logs2.tgz, ... when
+#             given again)
 #   sanitize  compute-sanitizer memcheck + racecheck on test_decode_cuda (small)
 # Usage: bash scripts/device-decode.sh tests bench ncu sanitize
 set -uo pipefail
@@ -53,7 +56,7 @@ for step in "$@"; do
     n decode_fast 0 decode_c4r4
     n decode_bf16 0 decode_bf16
     n qdq_tile 0 qdq
-    n kv_write 5 writer_c4r4 ;;
+    n kv_write 0 writer_c4r4 ;;
   ncu-decode)
     # C4R4 decode at b 32, 64K (--profile) and at b 8, 4K (--profile-short)
     n() { timeout 150 ncu --clock-control none --set full \
@@ -96,12 +99,33 @@ for step in "$@"; do
             ./build-dev/bench/bench_decode --profile --out /tmp/p.tsv >"$OUT/ncu_$3.txt" 2>&1
           echo "== ncu $3 rc=$?"
           grep -E "Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Executed Instructions  |highest-utilized" "$OUT/ncu_$3.txt" | head -20; }
-    n kv_write 5 writer_c4r4
-    n kv_write 10 writer_c2r4
+    # (--profile: 5 launches per configuration; the BF16 layout has its own
+    # copy kernel, so kv_write's launches are C4R4, C2R4, C8R8)
+    n kv_write 0 writer_c4r4
+    n kv_write 10 writer_c8r8
+    n kv_copy_bf16 0 writer_bf16
     n qdq_fast 0 qdq_f16 ;;
   pack)
-    # at most 8 files come back: the logs and profiles in one archive
-    (cd "$OUT" && tar czf logs.tgz --remove-files $(ls | grep -vE '\.(tsv|h5|tgz)$')) ;;
+    # at most 8 files come back: the logs and profiles so far in one archive
+    # (logs.tgz, then logs2.tgz, ... when packed again)
+    k=""; while [ -e "$OUT/logs$k.tgz" ]; do k=$(( ${k:-1} + 1 )); done
+    (cd "$OUT" && tar czf "logs$k.tgz" --remove-files $(ls | grep -vE '\.(tsv|h5|tgz)$')) ;;
+  opmix)
+    # executed instructions by SASS opcode: the per-instruction source page
+    # (SASS, with executed-instruction counts) of one launch of the C4R4
+    # decode (b 32, 64K) and of the C4R4 writer, and the static SASS of the
+    # kernel objects (cuobjdump)
+    for kk in "decode_fast 0 decode_c4r4" "kv_write 0 writer_c4r4"; do
+      read -r kn ks kf <<<"$kk"
+      timeout 150 ncu --clock-control none --section SourceCounters --section InstructionStats \
+        -k "regex:$kn" --launch-skip "$ks" -c 1 --page source --print-source sass --csv \
+        ./build-dev/bench/bench_decode --profile --out /tmp/p.tsv >"$OUT/opmix_$kf.csv" 2>&1
+      echo "== opmix $kf rc=$? $(wc -l <"$OUT/opmix_$kf.csv") lines"
+    done
+    for o in $(find build-dev/kernels -name '*.cu.o'); do
+      cuobjdump -sass "$o" >"$OUT/sass_$(basename "$o" .cu.o).txt" 2>&1
+      echo "== sass $o rc=$? $(wc -l <"$OUT/sass_$(basename "$o" .cu.o).txt") lines"
+    done ;;
   sanitize)
     for tool in memcheck racecheck; do
       echo "== compute-sanitizer $tool (test_decode_cuda, QMLA_TEST_SMALL=1)"

@@ -386,8 +386,10 @@ int main(void)
         CHECK(ok, "aging: worst nmse %g lse %g", wn, wl);
         cache_free(&c);
     }
-    /* writer error: the same token and group as the twin */
-    {
+    /* writer error: the same token, group and value as the twin (the
+     * group's first non-finite value, in either half of a group of 64:
+     * the kernel splits it over two threads) */
+    for (int v = 0; v < 3; v++) {
         const shape s = {"nan", 1, 16, 1, 4, 128, {10}};
         qmla_kv_config cfg = {4, 4, 64, 4, 128};
         cache c;
@@ -395,7 +397,18 @@ int main(void)
         uint16_t kv[3 * 576];
         for (int j = 0; j < 3 * 576; j++)
             kv[j] = qmla_core_f32_to_bf16((float)gauss());
-        kv[2 * 576 + 530] = 0x7fc0;
+        if (v == 0) { /* RoPE group 8, first half */
+            kv[2 * 576 + 530] = 0x7fc0;
+        } else if (v == 1) { /* content group 1: NaN in the first half, -inf in the second */
+            kv[2 * 576 + 70] = 0x7fc0;
+            kv[2 * 576 + 100] = 0xff80;
+        } else { /* content group 1: -inf then NaN, both in the second half */
+            kv[2 * 576 + 100] = 0xff80;
+            kv[2 * 576 + 120] = 0x7fc0;
+        }
+        const char *want = v == 0 ? "group 8: non-finite value nan"
+                           : v == 1 ? "group 1: non-finite value nan"
+                                    : "group 1: non-finite value -inf";
         int64_t slot[3] = {(int64_t)c.bt[0] * 64, (int64_t)c.bt[0] * 64 + 1,
                            (int64_t)c.bt[0] * 64 + 2};
         int32_t seq[3] = {0, 0, 0}, pos[3] = {0, 1, 2}, len[1] = {3};
@@ -408,8 +421,8 @@ int main(void)
         if (!st2)
             st2 = qmla_kv_write_cuda_status(&c.d, ws, 0, &e2);
         CHECK(st1 == QMLA_ENONFINITE && st2 == QMLA_ENONFINITE && strstr(e2.msg, "token 2,") &&
-                  strstr(e2.msg, "group 8"),
-              "NaN: %s / %s", e1.msg, e2.msg);
+                  strstr(e2.msg, want) && strcmp(e1.msg, e2.msg) == 0,
+              "non-finite %d: %s / %s", v, e1.msg, e2.msg);
         cudaFree((void *)wd.kv);
         cudaFree((void *)wd.slot);
         cudaFree((void *)wd.seq);

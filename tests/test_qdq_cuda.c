@@ -153,7 +153,22 @@ int main(void)
         CHECK(st1 == QMLA_ENONFINITE && st2 == QMLA_ENONFINITE && strstr(e2.msg, "token 5") &&
                   strstr(e2.msg, "group 2"),
               "NaN (%s): cpu %d %s / gpu %d %s", qmla_meta_name(p.meta), st1, e1.msg, st2, e2.msg);
+        /* the group's first non-finite value, whichever half of the group
+         * (the fast kernel splits a group over two threads) holds it */
+        x[5 * 512 + 2 * 64 + 40] = -INFINITY;
+        st2 = run_gpu(&p, x, 10, 512, c, s, l, xh, &e2);
+        CHECK(st2 == QMLA_ENONFINITE && strstr(e2.msg, "group 2") && strstr(e2.msg, "nan") &&
+                  !strstr(e2.msg, "inf"),
+              "NaN then -inf (%s): gpu %d %s", qmla_meta_name(p.meta), st2, e2.msg);
         x[5 * 512 + 2 * 64 + 3] = 0.0f;
+        x[5 * 512 + 2 * 64 + 50] = NAN;
+        st1 = qmla_quant_qdq(&p, x, 10, 512, c, s, l, xh, &e1);
+        st2 = run_gpu(&p, x, 10, 512, c, s, l, xh, &e2);
+        CHECK(st1 == QMLA_ENONFINITE && st2 == QMLA_ENONFINITE && strstr(e1.msg, "value -inf") &&
+                  strstr(e2.msg, "group 2: non-finite value -inf"),
+              "-inf then NaN (%s): cpu %d %s / gpu %d %s", qmla_meta_name(p.meta), st1, e1.msg,
+              st2, e2.msg);
+        x[5 * 512 + 2 * 64 + 40] = x[5 * 512 + 2 * 64 + 50] = 0.0f;
         for (int j = 0; j < 64; j++)
             x[7 * 512 + j] = -1e7f + (float)j;
         st1 = qmla_quant_qdq(&p, x, 10, 512, c, s, l, xh, &e1);
