@@ -269,7 +269,17 @@ __device__ static inline void load_page(prefetch<CB, RB> &f, const uint8_t *pg,
  * one half-warp) each hold 4 of the page's 64 scores z (-inf: masked);
  * p = exp2(z - m_new); thread part 0 updates the row's running maximum m,
  * sum l and rescale factor alpha = exp2(m_old - m_new) (0 for the first
- * visible page). Fixed reduction order (bit-identical across runs). */
+ * visible page). Fixed reduction order (bit-identical across runs).
+ * FTZ (the tensor-core kernel): exp2 by ex2.approx.ftz, without exp2f's
+ * fix-up for results below 2^-126 (3 instructions per value; such weights
+ * become 0, 2^-126 below the row's largest, which is 1). */
+__device__ static inline float ex2_ftz(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+template <bool FTZ = false>
 __device__ static inline void softmax_step(const float z[4], int part, float *m, float *l,
                                            float *alpha, float p[4])
 {
@@ -282,7 +292,7 @@ __device__ static inline void softmax_step(const float z[4], int part, float *m,
     float sum = 0.0f;
 #pragma unroll
     for (int u = 0; u < 4; u++) {
-        p[u] = exp2f(z[u] - m_use);
+        p[u] = FTZ ? ex2_ftz(z[u] - m_use) : exp2f(z[u] - m_use);
         sum += p[u];
     }
 #pragma unroll
@@ -290,7 +300,7 @@ __device__ static inline void softmax_step(const float z[4], int part, float *m,
         sum += __shfl_xor_sync(0xffffffffu, sum, off);
     __syncwarp();
     if (part == 0) {
-        const float al = exp2f(m_old - m_use); /* m_old = -inf: 0 */
+        const float al = FTZ ? ex2_ftz(m_old - m_use) : exp2f(m_old - m_use); /* m_old = -inf: 0 */
         *alpha = al;
         *l = *l * al + sum;
         *m = m_new;
@@ -623,6 +633,7 @@ template <int CB> struct dec_smem_fast {
     uint16_t bh[8][QMLA_KV_PAGE], bl[8][QMLA_KV_PAGE]; /* l / s - 128, BF16 high + low */
     float2 rqm[QMLA_KV_PAGE];                   /* RoPE (s, l) */
     float m[DEC_ROWS], l[DEC_ROWS], alpha[DEC_ROWS];
+    float zs[DEC_ROWS]; /* [16] softmax: the row's scores times zs in log2 units */
 };
 
 template <int CB> static constexpr size_t fast_smem_bytes()
@@ -631,29 +642,6 @@ template <int CB> static constexpr size_t fast_smem_bytes()
                                                                : sizeof(dec_smem_quant);
 }
 
-#define MAGIC_BF16X2 0x43004300u /* BF16 128.0 twice: 0x4300 | q = 128 + q */
-/* (x & mask) | MAGIC_BF16X2, the codes of x under mask as BF16 128 + q.
- * Written plainly, ptxas emits two LOP3 per call (an AND, then an OR: one
- * LOP3 holds one immediate), 2 x 1086 of the 8572 warp instructions per
- * page of the C4R4 decode (H200 run 22, bench/results/opmix_run22_*).
- * QMLA_DECODE_LOP3 1: one lop3.b32 with the magic in a register (the same
- * bits by construction: LUT 0xEA = (a & b) | c); a build-time experiment
- * not yet run on the accelerator (scripts/device-decode.sh variant with
- * VARIANT_ARGS=-DQMLA_DECODE_LOP3=1), hence off by default. */
-#ifndef QMLA_DECODE_LOP3
-#define QMLA_DECODE_LOP3 0
-#endif
-__device__ static inline uint32_t magic_or(uint32_t x, uint32_t mask)
-{
-#if QMLA_DECODE_LOP3
-    uint32_t m, d;
-    asm("mov.b32 %0, 0x43004300;\n" : "=r"(m)); /* a register, not an immediate */
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(x), "r"(mask), "r"(m));
-    return d;
-#else
-    return (x & mask) | MAGIC_BF16X2;
-#endif
-}
 /* Unrolling of the QK (8 n-tiles) and PV (4 k-steps) loops: full by
  * default; smaller values shrink the code (the instruction cache is cold at
  * every launch), a build-time experiment (docs/decode.md). */
@@ -695,6 +683,77 @@ template <int B> __host__ __device__ static constexpr int fast_hi(int r)
 {
     return B == 4 ? 8 * (r >> 2) + 4 + (r & 3) : 8 + r;
 }
+/* QMLA_DECODE_SUBN 1 (default): the codes become MMA operands as BF16
+ * values of the smallest binade. A BF16 bit pattern n < 256 (exponent
+ * field 0 or 1) is the value n 2^-133 exactly (subnormal for n < 128,
+ * 2^-126 (1 + (n - 128) / 128) above: the same line), so a code field at
+ * bit position p < 8 of a 16-bit half, everything else cleared, is the
+ * exact BF16 value q 2^(p - 133): one LOP3 (an AND with one immediate) per
+ * two codes, no shift for fields inside bits 0-7 and one shift by 8 per
+ * word for the rest, and no +128 to take off (no HFMA2; PV's l / s column
+ * no longer carries a -128). The 2^(p - 133) is undone outside the loop: QK scales the queries of
+ * each register by 2^(E - p) (E per query row, chosen from the row's
+ * largest exponent so that the scaled row stays below 2^127; exact,
+ * powers of two) and multiplies the softmax scale by 2^(133 - E); PV
+ * multiplies P s by 2^110 before its BF16 rounding (exact) and each
+ * n-tile's accumulator by 2^(23 - p) in the epilogue, the l / s column by
+ * 2^-110. All these are powers of two, so the scores are the old kernel's
+ * bit for bit and the PV terms are BF16(P s) q and BF16(P s) l / s as
+ * before (no 128 offset to cancel); underflow is possible only for terms
+ * 2^-100 below the row's largest. Needs the tensor cores to take BF16
+ * subnormal inputs unflushed (test_decode_cuda checks it).
+ * 0: the run-22 conversion (0x4300 | q = 128 + q, minus 128 for QK).
+ * Register j of a 4-bit word: nibbles (j, j + 4) at p = 4 (j & 1); of a
+ * 2-bit word: fields (j, j + 8) at p = 2 (j & 3). */
+#ifndef QMLA_DECODE_SUBN
+#define QMLA_DECODE_SUBN 1
+#endif
+template <int B> __host__ __device__ static constexpr int subn_pos(int reg)
+{
+    return B == 4 ? 4 * (reg & 1) : 2 * (reg & 3);
+}
+#define PV_PSCALE 1.298074214633707e33f /* 2^110: P s is scaled by it before BF16 */
+#define PV_BSCALE 7.703719777548943e-34f /* 2^-110: the l / s column */
+#if QMLA_DECODE_SUBN
+__device__ static inline void nib_codes(uint32_t w, uint32_t *r)
+{
+    const uint32_t w8 = w >> 8;
+    r[0] = w & 0x000f000fu;
+    r[1] = w & 0x00f000f0u;
+    r[2] = w8 & 0x000f000fu;
+    r[3] = w8 & 0x00f000f0u;
+}
+__device__ static inline void crumb_codes(uint32_t w, uint32_t *r)
+{
+    const uint32_t w8 = w >> 8;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        r[j] = (j < 4 ? w : w8) & (0x00030003u << subn_pos<2>(j));
+}
+#else
+#define MAGIC_BF16X2 0x43004300u /* BF16 128.0 twice: 0x4300 | q = 128 + q */
+/* (x & mask) | MAGIC_BF16X2, the codes of x under mask as BF16 128 + q.
+ * Written plainly, ptxas emits two LOP3 per call (an AND, then an OR: one
+ * LOP3 holds one immediate), 2 x 1086 of the 8572 warp instructions per
+ * page of the C4R4 decode (H200 run 22, bench/results/opmix_run22_*).
+ * QMLA_DECODE_LOP3 1: one lop3.b32 with the magic in a register (the same
+ * bits by construction: LUT 0xEA = (a & b) | c); a build-time experiment
+ * not yet run on the accelerator (scripts/device-decode.sh variant with
+ * VARIANT_ARGS=-DQMLA_DECODE_LOP3=1), hence off by default. */
+#ifndef QMLA_DECODE_LOP3
+#define QMLA_DECODE_LOP3 0
+#endif
+__device__ static inline uint32_t magic_or(uint32_t x, uint32_t mask)
+{
+#if QMLA_DECODE_LOP3
+    uint32_t m, d;
+    asm("mov.b32 %0, 0x43004300;\n" : "=r"(m)); /* a register, not an immediate */
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(x), "r"(mask), "r"(m));
+    return d;
+#else
+    return (x & mask) | MAGIC_BF16X2;
+#endif
+}
 __device__ static inline void nib_regs(uint32_t w, uint32_t *r)
 {
 #pragma unroll
@@ -734,13 +793,14 @@ __device__ static inline void crumb_codes(uint32_t w, uint32_t *r)
         r[j] = bf16x2_less128(magic_or(src, 0x00030003u << crumb_pos(j)));
     }
 }
+#endif
 
 /* Query fragments of this lane (rows gr, gr+8 of the tile; content group
  * `g` with CB's channel order, RoPE with 4 bits') and the groups' query sums. */
 template <int CB>
 __device__ static inline void fast_q(const dec_args &a, int b, int r0, int g, int gr, int gc,
                                      uint32_t qc[4][4], uint32_t qr[4][4], float sqc[2],
-                                     float sqr[2])
+                                     float sqr[2], int qe[2])
 {
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
@@ -771,6 +831,7 @@ __device__ static inline void fast_q(const dec_args &a, int b, int r0, int g, in
             const uint32_t y0 = QMLA_Q_ELEM(rw, fast_lo<4>(reg)), y1 = QMLA_Q_ELEM(rw, fast_hi<4>(reg));
 #undef QMLA_Q_ELEM
             /* a0 (row gr, pair 2ks), a1 (row gr+8), a2 (row gr, pair 2ks+1), a3 */
+#if !QMLA_DECODE_SUBN
             if (CB == 2 && crumb_pos(reg) != 0) {
                 /* divided by crumb_scale(reg), a power of two: exact (BF16 subnormals aside) */
                 const float is = 1.0f / crumb_scale(reg);
@@ -778,6 +839,7 @@ __device__ static inline void fast_q(const dec_args &a, int b, int r0, int g, in
                                                                __uint_as_float(x1 << 16) * is);
                 qc[reg >> 1][hr + 2 * (reg & 1)] = *(const uint32_t *)&v;
             } else
+#endif
                 qc[reg >> 1][hr + 2 * (reg & 1)] = x0 | (x1 << 16);
             qr[reg >> 1][hr + 2 * (reg & 1)] = y0 | (y1 << 16);
             s1 += __uint_as_float(x0 << 16) + __uint_as_float(x1 << 16);
@@ -789,6 +851,58 @@ __device__ static inline void fast_q(const dec_args &a, int b, int r0, int g, in
         s2 += __shfl_xor_sync(0xffffffffu, s2, 2);
         sqc[hr] = s1;
         sqr[hr] = s2;
+        /* the largest BF16 exponent field of the lane's channels, then of
+         * the row's 4 lanes (QMLA_DECODE_SUBN's row exponent) */
+        uint32_t em = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            em = __vmaxu2(em, cw[i] & 0x7f807f80u);
+            em = __vmaxu2(em, rw[i] & 0x7f807f80u);
+        }
+        int e = (int)(max(em & 0xffffu, em >> 16) >> 7);
+        e = max(e, __shfl_xor_sync(0xffffffffu, e, 1));
+        e = max(e, __shfl_xor_sync(0xffffffffu, e, 2));
+        qe[hr] = e;
+    }
+}
+
+/* 2^k as a float, k in [-126, 127]. */
+__device__ static inline float pow2f(int k) { return __int_as_float((127 + k) << 23); }
+/* QMLA_DECODE_SUBN's row exponent E from the row's largest BF16 exponent
+ * field e: the row times 2^(E - p) has exponent fields <= 253 (values
+ * < 2^127) for e <= 246; rows with |Q| >= 2^119 overflow (their scores
+ * would not fit a float anyway). E in [7, 252]. */
+__device__ static inline int subn_rowexp(int e)
+{
+    const int E = 253 - e;
+    return E < 7 ? 7 : E > 252 ? 252 : E;
+}
+/* Both BF16 halves of x times 2^k, k in [1, 252] (two exact multiplies). */
+__device__ static inline uint32_t bf16x2_ldexp(uint32_t x, int k)
+{
+    const float fa = pow2f(k >> 1), fb = pow2f(k - (k >> 1));
+    return bf16x2(__fmul_rn(__fmul_rn(__uint_as_float(x << 16), fa), fb),
+                  __fmul_rn(__fmul_rn(__uint_as_float(x & 0xffff0000u), fa), fb));
+}
+/* The query fragments of rows gr (hr 0), gr + 8 (hr 1) times 2^(E - p),
+ * p the code position of the register (subn_pos), and the query sums
+ * times 2^(E - 133): the scores come out times 2^(E - 133). */
+template <int CB>
+__device__ static inline void fast_qscale(uint32_t qc[4][4], uint32_t qr[4][4], float sqc[2],
+                                          float sqr[2], const int E[2])
+{
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int hr = k & 1, reg = 2 * ks + (k >> 1);
+            qc[ks][k] = bf16x2_ldexp(qc[ks][k], E[hr] - subn_pos<CB>(reg));
+            qr[ks][k] = bf16x2_ldexp(qr[ks][k], E[hr] - subn_pos<4>(reg));
+        }
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        sqc[hr] = __fmul_rn(sqc[hr], pow2f(E[hr] - 133));
+        sqr[hr] = __fmul_rn(sqr[hr], pow2f(E[hr] - 133));
     }
 }
 
@@ -860,11 +974,14 @@ __device__ static inline void fast_issue(uint8_t *dst, const uint8_t *src, int d
 {
     typedef fcfg<CB> F;
     constexpr int NC = QMLA_KV_PAGE * F::CPR / DEC_THREADS, NALL = F::PB / 16;
+    /* one base per thread, chunk i at a constant offset (immediates) */
+    const uint8_t *s0 = src + 16 * tid;
+    uint8_t *d0 = dst + 16 * tid, *d1 = d0 + dswz;
 #pragma unroll
     for (int i = 0; i < (NALL + DEC_THREADS - 1) / DEC_THREADS; i++) {
         const int c = tid + DEC_THREADS * i;
         if (i < NC || c < NALL)
-            cp_async16(dst + c * 16 + (i < NC ? dswz : 0), src + (size_t)c * 16, 16);
+            cp_async16((i < NC ? d1 : d0) + 16 * DEC_THREADS * i, s0 + 16 * DEC_THREADS * i, 16);
     }
 }
 
@@ -885,10 +1002,17 @@ __device__ static inline void fast_meta(dec_smem_fast<CB> &sm, const uint8_t *pg
         sm.qkm[warp][tok] = make_float2(s, m);
         const bool ok = t >= S && t < lenW;
         const float spv = ok ? (s == 0.0f ? 1.0f : s) : 0.0f;
+#if QMLA_DECODE_SUBN
+        /* P s 2^110 and l / s 2^-110 (QMLA_DECODE_SUBN) */
+        const float bias = ok ? __fdividef(m, spv) * PV_BSCALE : 0.0f;
+        const float spvs = spv * PV_PSCALE;
+#else
         const float bias = ok ? __fdividef(m, spv) - 128.0f : 0.0f;
+        const float spvs = spv;
+#endif
         const __nv_bfloat16 bh = __float2bfloat16_rn(bias);
         const __nv_bfloat16 bl = __float2bfloat16_rn(bias - __bfloat162float(bh));
-        sm.pvs[warp][tok] = spv;
+        sm.pvs[warp][tok] = spvs;
         sm.bh[warp][tok] = __bfloat16_as_ushort(bh);
         sm.bl[warp][tok] = __bfloat16_as_ushort(bl);
     }
@@ -969,12 +1093,13 @@ __device__ static inline void fast_softmax(dec_smem_fast<CB> &sm, const dec_args
         acc[3] += c.w;
     }
     float z[4], p[4];
+    const float zs = sm.zs[srow];
 #pragma unroll
     for (int u = 0; u < 4; u++) {
         const int t = t0 + spart * 4 + u;
-        z[u] = t >= a.S && t < shi ? acc[u] * a.scale_log2 : -INFINITY;
+        z[u] = t >= a.S && t < shi ? acc[u] * zs : -INFINITY;
     }
-    softmax_step(z, spart, &sm.m[srow], &sm.l[srow], &sm.alpha[srow], p);
+    softmax_step<true>(z, spart, &sm.m[srow], &sm.l[srow], &sm.alpha[srow], p);
     *(float4 *)&sm.pf[srow][spart * 4] = make_float4(p[0], p[1], p[2], p[3]);
 }
 
@@ -1034,20 +1159,42 @@ __device__ static inline void fast_pv(dec_smem_fast<CB> &sm, const uint8_t *pg,
                 /* bytes (a_jb, a_jb, b_jb, b_jb): channels 2jb, 2jb+1 of both tokens */
                 const uint32_t sel = jb | (jb << 4) | ((4 + jb) << 8) | ((4 + jb) << 12);
                 const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
+#if QMLA_DECODE_SUBN
+                /* low nibbles at p = 0, high nibbles at p = 4 (unshifted) */
+                mma16816(o[2 * jb], pa, x & 0x000f000fu, y & 0x000f000fu);
+                mma16816(o[2 * jb + 1], pa, x & 0x00f000f0u, y & 0x00f000f0u);
+#else
                 mma16816(o[2 * jb], pa, magic_or(x, 0x000f000fu), magic_or(y, 0x000f000fu));
                 mma16816(o[2 * jb + 1], pa, magic_or(x >> 4, 0x000f000fu),
                          magic_or(y >> 4, 0x000f000fu));
+#endif
             }
         } else {
             const int h = gr & 1;
             const uint32_t sel = (2 * h) | ((2 * h + 1) << 4) | ((4 + 2 * h) << 8) | ((5 + 2 * h) << 12);
             const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
+#if QMLA_DECODE_SUBN
+            const uint32_t x8 = x >> 8, y8 = y >> 8;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+                const uint32_t mk = 0x00030003u << subn_pos<2>(nt);
+                mma16816(o[nt], pa, (nt < 4 ? x : x8) & mk, (nt < 4 ? y : y8) & mk);
+            }
+#else
 #pragma unroll
             for (int nt = 0; nt < 8; nt++)
                 mma16816(o[nt], pa, magic_or(x >> (2 * nt), 0x00030003u),
                          magic_or(y >> (2 * nt), 0x00030003u));
+#endif
         }
     }
+}
+
+/* Factor of n-tile nt's PV accumulator: 2^(133 - 110 - p) for the codes
+ * at position p (QMLA_DECODE_SUBN), else 1. */
+template <int CB> __host__ __device__ static constexpr float pv_unscale(int nt)
+{
+    return QMLA_DECODE_SUBN ? (float)(1 << 23) / (float)(1 << subn_pos<CB>(nt)) : 1.0f;
 }
 
 /* Pages of split `split`: per page two barriers; PV of page i and QK of
@@ -1073,7 +1220,17 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
     const fast_lane<CB> fl(tid);
     uint32_t qc[4][4], qr[4][4];
     float sqc[2], sqr[2];
-    fast_q<CB>(a, b, r0, warp, gr, gc, qc, qr, sqc, sqr);
+    int qe[2];
+    fast_q<CB>(a, b, r0, warp, gr, gc, qc, qr, sqc, sqr, qe);
+    /* the rows' exponent fields per warp, [8][16], in sm.pf (unused until
+     * the first softmax, two barriers later) */
+    int *qex = (int *)&sm.pf[0][0];
+    if (gc == 0) {
+        qex[warp * DEC_ROWS + gr] = qe[0];
+        qex[warp * DEC_ROWS + gr + 8] = qe[1];
+    }
+    if (tid < DEC_ROWS)
+        sm.zs[tid] = a.scale_log2; /* QMLA_DECODE_SUBN 0 */
     float o[8][4], bacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int n = 0; n < 8; n++)
@@ -1114,6 +1271,22 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
             cp_async_wait<1>(); /* page 0 (page 1 may be in flight) */
         }
         __syncthreads(); /* P of page i; page i+1 landed; page i-1 consumed */
+#if QMLA_DECODE_SUBN
+        if (i < 0) { /* the row exponents (QMLA_DECODE_SUBN) */
+            int e0 = 0, e1 = 0;
+#pragma unroll
+            for (int w = 0; w < 8; w++) {
+                e0 = max(e0, qex[w * DEC_ROWS + gr]);
+                e1 = max(e1, qex[w * DEC_ROWS + gr + 8]);
+            }
+            const int E[2] = {subn_rowexp(e0), subn_rowexp(e1)};
+            fast_qscale<CB>(qc, qr, sqc, sqr, E);
+            if (tid < 32 && gc == 0) { /* lanes 0, 4, .., 28 of warp 0: rows gr, gr + 8 */
+                sm.zs[gr] = a.scale_log2 * pow2f(133 - E[0]);
+                sm.zs[gr + 8] = a.scale_log2 * pow2f(133 - E[1]);
+            }
+        }
+#endif
         if (i >= 0) {
             if (i + 2 < np)
                 fast_issue<CB>(sm.stage[(i + 2) % F::NST],
@@ -1146,10 +1319,12 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         const int e = k >> 1, n0 = 4 * (k & 1);
-        d0[k] = make_float4((o[n0][e] + b0) * ia, (o[n0 + 1][e] + b0) * ia,
-                            (o[n0 + 2][e] + b0) * ia, (o[n0 + 3][e] + b0) * ia);
-        d1[k] = make_float4((o[n0][2 + e] + b1) * ib, (o[n0 + 1][2 + e] + b1) * ib,
-                            (o[n0 + 2][2 + e] + b1) * ib, (o[n0 + 3][2 + e] + b1) * ib);
+#define QMLA_OUT(N, C, BB, I) (fmaf(o[N][C], pv_unscale<CB>(N), BB) * (I))
+        d0[k] = make_float4(QMLA_OUT(n0, e, b0, ia), QMLA_OUT(n0 + 1, e, b0, ia),
+                            QMLA_OUT(n0 + 2, e, b0, ia), QMLA_OUT(n0 + 3, e, b0, ia));
+        d1[k] = make_float4(QMLA_OUT(n0, 2 + e, b1, ib), QMLA_OUT(n0 + 1, 2 + e, b1, ib),
+                            QMLA_OUT(n0 + 2, 2 + e, b1, ib), QMLA_OUT(n0 + 3, 2 + e, b1, ib));
+#undef QMLA_OUT
     }
 #else
     /* one float per store: 8x the partials' bytes in L2 write sectors (the
@@ -1159,8 +1334,9 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int ch = 64 * warp + 8 * (2 * gc + e) + nt;
-            a.o_part[(base + gr) * QMLA_KV_DC + ch] = (o[nt][e] + b0) * ia;
-            a.o_part[(base + gr + 8) * QMLA_KV_DC + ch] = (o[nt][2 + e] + b1) * ib;
+            a.o_part[(base + gr) * QMLA_KV_DC + ch] = fmaf(o[nt][e], pv_unscale<CB>(nt), b0) * ia;
+            a.o_part[(base + gr + 8) * QMLA_KV_DC + ch] =
+                fmaf(o[nt][2 + e], pv_unscale<CB>(nt), b1) * ib;
         }
 #endif
     if (tid < DEC_ROWS) {
