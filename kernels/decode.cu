@@ -614,6 +614,17 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_bf16_kernel(dec_args a)
  * exact BF16 subtraction per two codes), so the float32 sums are those of
  * Q.q, not of Q.(128 + q) (whose rounding, relative to 128 sum|Q|, cost
  * 10-40x BF16's LSE error in H200 runs 16-17). */
+/* Build-time experiments of the C4R4 / C2R4 QK (docs/decode.md, run 23):
+ * QMLA_DECODE_QK_SPLIT 1: each n-tile's four k-steps as two chains of two
+ * dependent MMAs, added (shorter dependent chains, different float32
+ * summation order); QMLA_DECODE_ROPE_SMEM 1: the RoPE query fragments
+ * read from shared memory per page instead of held in 16 registers. */
+#ifndef QMLA_DECODE_QK_SPLIT
+#define QMLA_DECODE_QK_SPLIT 0
+#endif
+#ifndef QMLA_DECODE_ROPE_SMEM
+#define QMLA_DECODE_ROPE_SMEM 0
+#endif
 template <int CB> struct fcfg {
     static constexpr int CBC = QMLA_KV_DC * CB / 8;  /* content code bytes per token */
     static constexpr int CPR = CBC / 16;              /* 16-byte chunks per content row */
@@ -634,6 +645,9 @@ template <int CB> struct dec_smem_fast {
     float2 rqm[QMLA_KV_PAGE];                   /* RoPE (s, l) */
     float m[DEC_ROWS], l[DEC_ROWS], alpha[DEC_ROWS];
     float zs[DEC_ROWS]; /* [16] softmax: the row's scores times zs in log2 units */
+#if QMLA_DECODE_ROPE_SMEM
+    uint4 qrs[32][4]; /* [lane][k-step] RoPE query fragments (QMLA_DECODE_ROPE_SMEM) */
+#endif
 };
 
 template <int CB> static constexpr size_t fast_smem_bytes()
@@ -985,6 +999,15 @@ __device__ static inline void fast_issue(uint8_t *dst, const uint8_t *src, int d
     }
 }
 
+/* 1 / x by the hardware approximation (MUFU.RCP, about 1 ulp), without
+ * __fdividef's range handling: x is a float16 step (>= 2^-24) or 1. */
+__device__ static inline float rcp_approx(float x)
+{
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* Metadata of page `pg` for group `warp` (warp-private tables) and the RoPE
  * metadata of tokens 8 warp .. 8 warp + 7. Tokens outside [S, lenW) get
  * zero PV weights (their scores are masked by the softmax). */
@@ -1004,10 +1027,10 @@ __device__ static inline void fast_meta(dec_smem_fast<CB> &sm, const uint8_t *pg
         const float spv = ok ? (s == 0.0f ? 1.0f : s) : 0.0f;
 #if QMLA_DECODE_SUBN
         /* P s 2^110 and l / s 2^-110 (QMLA_DECODE_SUBN) */
-        const float bias = ok ? __fdividef(m, spv) * PV_BSCALE : 0.0f;
+        const float bias = ok ? m * rcp_approx(spv) * PV_BSCALE : 0.0f;
         const float spvs = spv * PV_PSCALE;
 #else
-        const float bias = ok ? __fdividef(m, spv) - 128.0f : 0.0f;
+        const float bias = ok ? m * rcp_approx(spv) - 128.0f : 0.0f;
         const float spvs = spv;
 #endif
         const __nv_bfloat16 bh = __float2bfloat16_rn(bias);
@@ -1047,9 +1070,22 @@ __device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
             crumb_codes(*(const uint32_t *)p, bc);
         }
         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#if QMLA_DECODE_QK_SPLIT
+        { /* two chains of two dependent MMAs instead of one of four */
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma16816(c, qc[0], bc[0], bc[1]);
+            mma16816(d, qc[1], bc[2], bc[3]);
+            mma16816(c, qc[2], bc[4], bc[5]);
+            mma16816(d, qc[3], bc[6], bc[7]);
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                c[k] += d[k];
+        }
+#else
 #pragma unroll
         for (int ks = 0; ks < 4; ks++)
             mma16816(c, qc[ks], bc[2 * ks], bc[2 * ks + 1]);
+#endif
         const float4 mm = *(const float4 *)&sm.qkm[warp][8 * j + 2 * gc];
         *(float2 *)&sm.sp[warp][gr][8 * j + 2 * gc] =
             make_float2(fmaf(mm.x, c[0], mm.y * sqc[0]), fmaf(mm.z, c[1], mm.w * sqc[0]));
@@ -1063,8 +1099,15 @@ __device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
     nib_codes(v.y, br + 4);
     float rc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-    for (int ks = 0; ks < 4; ks++)
+    for (int ks = 0; ks < 4; ks++) {
+#if QMLA_DECODE_ROPE_SMEM
+        const uint4 v4 = sm.qrs[gr * 4 + gc][ks];
+        const uint32_t qa[4] = {v4.x, v4.y, v4.z, v4.w};
+        mma16816(rc, qa, br[2 * ks], br[2 * ks + 1]);
+#else
         mma16816(rc, qr[ks], br[2 * ks], br[2 * ks + 1]);
+#endif
+    }
     const float4 mm = *(const float4 *)&sm.rqm[8 * warp + 2 * gc];
     float2 *d0 = (float2 *)&sm.sp[warp][gr][8 * warp + 2 * gc];
     float2 *d1 = (float2 *)&sm.sp[warp][gr + 8][8 * warp + 2 * gc];
@@ -1094,10 +1137,15 @@ __device__ static inline void fast_softmax(dec_smem_fast<CB> &sm, const dec_args
     }
     float z[4], p[4];
     const float zs = sm.zs[srow];
+    const int tb = t0 + spart * 4;
+    if (tb >= a.S && tb + 4 <= shi) { /* all 4 visible (most pages) */
 #pragma unroll
-    for (int u = 0; u < 4; u++) {
-        const int t = t0 + spart * 4 + u;
-        z[u] = t >= a.S && t < shi ? acc[u] * zs : -INFINITY;
+        for (int u = 0; u < 4; u++)
+            z[u] = acc[u] * zs;
+    } else {
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            z[u] = tb + u >= a.S && tb + u < shi ? acc[u] * zs : -INFINITY;
     }
     softmax_step<true>(z, spart, &sm.m[srow], &sm.l[srow], &sm.alpha[srow], p);
     *(float4 *)&sm.pf[srow][spart * 4] = make_float4(p[0], p[1], p[2], p[3]);
@@ -1251,10 +1299,10 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
     const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
     /* Iteration i: softmax and PV of page i (i >= 0), QK of page i + 1;
      * page i + 2 is copied meanwhile (issued at i, awaited at i + 1). The
-     * first iteration (i = -1) only waits for page 0 and runs its QK, so
-     * that the QK code exists once (the kernel's code size is what costs
-     * at short contexts: every launch starts with a cold instruction
-     * cache). */
+     * first iteration (i = -1) only runs the QK of page 0 (awaited before
+     * the loop), so that the QK code exists once (the kernel's code size
+     * is what costs at short contexts: every launch starts with a cold
+     * instruction cache). */
     if (np > 0) {
         fast_issue<CB>(sm.stage[0], a.pool + (size_t)bt[p0] * F::PB, fl.dswz, tid);
         cp_async_commit();
@@ -1262,39 +1310,45 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
             fast_issue<CB>(sm.stage[1], a.pool + (size_t)bt[p0 + 1] * F::PB, fl.dswz, tid);
         cp_async_commit();
     }
+    cp_async_wait<1>(); /* page 0 (page 1 may be in flight) */
+    __syncthreads();    /* page 0 landed; the rows' exponent fields */
+#if QMLA_DECODE_SUBN
+    { /* the row exponents (QMLA_DECODE_SUBN) */
+        int e0 = 0, e1 = 0;
+#pragma unroll
+        for (int w = 0; w < 8; w++) {
+            e0 = max(e0, qex[w * DEC_ROWS + gr]);
+            e1 = max(e1, qex[w * DEC_ROWS + gr + 8]);
+        }
+        const int E[2] = {subn_rowexp(e0), subn_rowexp(e1)};
+        fast_qscale<CB>(qc, qr, sqc, sqr, E);
+        if (tid < 32 && gc == 0) { /* lanes 0, 4, .., 28 of warp 0: rows gr, gr + 8 */
+            sm.zs[gr] = a.scale_log2 * pow2f(133 - E[0]);
+            sm.zs[gr + 8] = a.scale_log2 * pow2f(133 - E[1]);
+        }
+    }
+#endif
+#if QMLA_DECODE_ROPE_SMEM
+    /* the RoPE query fragments (the same in every warp) to shared memory:
+     * 16 registers fewer in the loop, 4 shared loads per page */
+    if (warp == 0)
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++)
+            sm.qrs[lane][ks] = make_uint4(qr[ks][0], qr[ks][1], qr[ks][2], qr[ks][3]);
+    __syncthreads();
+#endif
     for (int i = -1; i < np; i++) {
         if (i >= 0) {
             __syncthreads(); /* scores of page i complete */
             fast_softmax<CB>(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
             cp_async_wait<0>();
-        } else {
-            cp_async_wait<1>(); /* page 0 (page 1 may be in flight) */
-        }
-        __syncthreads(); /* P of page i; page i+1 landed; page i-1 consumed */
-#if QMLA_DECODE_SUBN
-        if (i < 0) { /* the row exponents (QMLA_DECODE_SUBN) */
-            int e0 = 0, e1 = 0;
-#pragma unroll
-            for (int w = 0; w < 8; w++) {
-                e0 = max(e0, qex[w * DEC_ROWS + gr]);
-                e1 = max(e1, qex[w * DEC_ROWS + gr + 8]);
-            }
-            const int E[2] = {subn_rowexp(e0), subn_rowexp(e1)};
-            fast_qscale<CB>(qc, qr, sqc, sqr, E);
-            if (tid < 32 && gc == 0) { /* lanes 0, 4, .., 28 of warp 0: rows gr, gr + 8 */
-                sm.zs[gr] = a.scale_log2 * pow2f(133 - E[0]);
-                sm.zs[gr + 8] = a.scale_log2 * pow2f(133 - E[1]);
-            }
-        }
-#endif
-        if (i >= 0) {
+            __syncthreads(); /* P of page i; page i+1 landed; page i-1 consumed */
             if (i + 2 < np)
                 fast_issue<CB>(sm.stage[(i + 2) % F::NST],
                                a.pool + (size_t)bt[p0 + i + 2] * F::PB, fl.dswz, tid);
             cp_async_commit();
-        }
-        if (i >= 0)
             fast_pv<CB>(sm, sm.stage[i % F::NST], fl, o, bacc, warp, gr, gc);
+        }
         if (i + 1 < np) {
             __syncwarp();
             const uint8_t *pg = sm.stage[(i + 1) % F::NST];

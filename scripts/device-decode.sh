@@ -9,7 +9,9 @@
 #             C4R4, C8R8 and BF16 writer and qdq (f16 metadata, codes + metadata)
 #   ncu-short only the C4R4 decode at b 8, 4K, with its store sectors
 #   variant   test_decode_cuda and the --quick benchmark of a build with other
-#             -D flags (VARIANT / VARIANT_ARGS; default: loops unrolled by 2)
+#             -D flags (VARIANT / VARIANT_ARGS; default: loops unrolled by 2;
+#             VARIANT_BENCH=full: the full benchmark), in build-var-$VARIANT,
+#             so that several variants can run in one call
 #   opmix     SASS with executed counts per instruction (ncu source page) of the
 #             C4R4 decode and writer; cuobjdump -sass of the kernel objects
 #   pack      the logs and profiles in $OUT into logs.tgz (logs2.tgz, ... when
@@ -84,15 +86,17 @@ for step in "$@"; do
     v=${VARIANT:-unroll2}
     va=${VARIANT_ARGS:--DQMLA_DECODE_QK_UNROLL=2 -DQMLA_DECODE_PV_UNROLL=2}
     echo "variant $v: $va"
-    if [ ! -f build-var/build.ninja ]; then
-      meson setup build-var --buildtype=release "-Dcuda_args=$va" >/tmp/setup-var.log 2>&1 ||
+    bv=build-var-$v
+    if [ ! -f $bv/build.ninja ]; then
+      meson setup $bv --buildtype=release "-Dcuda_args=$va" >/tmp/setup-var.log 2>&1 ||
         { tail -20 /tmp/setup-var.log; continue; }
     fi
-    ninja -C build-var tests/test_decode_cuda bench/bench_decode >/tmp/build-var.log 2>&1 ||
+    ninja -C $bv tests/test_decode_cuda bench/bench_decode >/tmp/build-var.log 2>&1 ||
       { tail -20 /tmp/build-var.log; continue; }
-    timeout 300 ./build-var/tests/test_decode_cuda 2>&1 |
+    timeout 300 ./$bv/tests/test_decode_cuda 2>&1 |
       tee "$OUT/variant_${v}_test_decode_cuda.log" | tail -3
-    ./build-var/bench/bench_decode --quick --out "$OUT/variant_${v}_bench_decode.tsv" 2>&1 |
+    q=--quick; [ "${VARIANT_BENCH:-}" = full ] && q=""
+    ./$bv/bench/bench_decode $q --out "$OUT/variant_${v}_bench_decode.tsv" 2>&1 |
       tee "$OUT/variant_${v}_bench_decode.log" ;;
   ncu-writer)
     n() { timeout 150 ncu --clock-control none --set full -k "regex:$1" --launch-skip "$2" -c 1 \
