@@ -26,8 +26,8 @@
  *   memory); C8R8 two blocks per SM (one tile, 112 KB, 128 registers).
  *
  * Codes on tensor cores (decode_fast_kernel, C4R4 and C2R4): the packed
- * codes themselves are the MMA operands (BF16 128 + q), step and minimum
- * applied per group after the products; protected tokens are attended to by
+ * codes themselves are the MMA operands (exact BF16 values q 2^(p-133)),
+ * step and minimum applied per group after the products; protected tokens are attended to by
  * extra blocks through the BF16-tile path (see "C4R4 / C2R4" below).
  *
  * Twins: qmla_decode_ref_model (BF16-rounded packed values for the tile
@@ -583,14 +583,14 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_bf16_kernel(dec_args a)
 
 /* ---- C4R4 / C2R4: tensor cores on the codes, scale and minimum after ----
  * For a packed token n and a group g of 64 channels, x = s q + l (step s,
- * minimum l, code q). With the codes turned into BF16 as 128 + q (one LOP3
- * per two codes: 0x4300 | code), per group
- *   Q.x   = s (Q.q) + l sum(Q)       (QK: 128 + q - 128 = q, exact)
- *   P x_c = (P s) (128 + q_c) + (P s) (l / s - 128)
+ * minimum l, code q). With the codes as exact BF16 values (q times a power
+ * of two, one LOP3 per two codes: "Codes as MMA operands" below), per group
+ *   Q.x   = s (Q.q) + l sum(Q)
+ *   P x_c = (P s) q_c + (P s) (l / s)
  * so QK multiplies the BF16 queries with the raw codes (m16n8k16, float32
  * accumulation) and applies s and l to the group's product; PV
  * multiplies BF16(P s) with the raw codes and adds, by one more MMA column
- * pair per k-step, BF16(P s) times l / s - 128 split into two BF16 parts.
+ * pair per k-step, BF16(P s) times l / s split into two BF16 parts.
  * Rounding: as BF16(P) in the BF16-tile kernels, now BF16(P s) (relative
  * 2^-9 per weight); the values themselves are not rounded to BF16, so the
  * kernel attends to fmaf(q, s, l) unrounded (qmla_decode_ref_model with
@@ -610,21 +610,9 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_bf16_kernel(dec_args a)
  * buffers, up to 64 tokens each through the BF16 tile path, into partials
  * of their own; no extra blocks, so the grid stays one wave. The combine
  * merges all partials: exactly one representation per token.
- * Precision: QK multiplies the codes themselves (the +128 is removed by one
- * exact BF16 subtraction per two codes), so the float32 sums are those of
- * Q.q, not of Q.(128 + q) (whose rounding, relative to 128 sum|Q|, cost
- * 10-40x BF16's LSE error in H200 runs 16-17). */
-/* Build-time experiments of the C4R4 / C2R4 QK (docs/decode.md, run 23):
- * QMLA_DECODE_QK_SPLIT 1: each n-tile's four k-steps as two chains of two
- * dependent MMAs, added (shorter dependent chains, different float32
- * summation order); QMLA_DECODE_ROPE_SMEM 1: the RoPE query fragments
- * read from shared memory per page instead of held in 16 registers. */
-#ifndef QMLA_DECODE_QK_SPLIT
-#define QMLA_DECODE_QK_SPLIT 0
-#endif
-#ifndef QMLA_DECODE_ROPE_SMEM
-#define QMLA_DECODE_ROPE_SMEM 0
-#endif
+ * Precision: QK multiplies the codes themselves, so the float32 sums are
+ * those of Q.q, not of Q.(128 + q) (whose rounding, relative to
+ * 128 sum|Q|, cost 10-40x BF16's LSE error in H200 runs 16-17). */
 template <int CB> struct fcfg {
     static constexpr int CBC = QMLA_KV_DC * CB / 8;  /* content code bytes per token */
     static constexpr int CPR = CBC / 16;              /* 16-byte chunks per content row */
@@ -641,13 +629,10 @@ template <int CB> struct dec_smem_fast {
     float pf[DEC_ROWS][SSTR];                   /* [16][64 (+8)] probabilities */
     float2 qkm[8][QMLA_KV_PAGE];                /* [group][token] (s, l) */
     float pvs[8][QMLA_KV_PAGE];                 /* [group][token] s for PV, 0: masked */
-    uint16_t bh[8][QMLA_KV_PAGE], bl[8][QMLA_KV_PAGE]; /* l / s - 128, BF16 high + low */
+    uint16_t bh[8][QMLA_KV_PAGE], bl[8][QMLA_KV_PAGE]; /* l / s 2^-110, BF16 high + low */
     float2 rqm[QMLA_KV_PAGE];                   /* RoPE (s, l) */
     float m[DEC_ROWS], l[DEC_ROWS], alpha[DEC_ROWS];
     float zs[DEC_ROWS]; /* [16] softmax: the row's scores times zs in log2 units */
-#if QMLA_DECODE_ROPE_SMEM
-    uint4 qrs[32][4]; /* [lane][k-step] RoPE query fragments (QMLA_DECODE_ROPE_SMEM) */
-#endif
 };
 
 template <int CB> static constexpr size_t fast_smem_bytes()
@@ -697,38 +682,34 @@ template <int B> __host__ __device__ static constexpr int fast_hi(int r)
 {
     return B == 4 ? 8 * (r >> 2) + 4 + (r & 3) : 8 + r;
 }
-/* QMLA_DECODE_SUBN 1 (default): the codes become MMA operands as BF16
- * values of the smallest binade. A BF16 bit pattern n < 256 (exponent
- * field 0 or 1) is the value n 2^-133 exactly (subnormal for n < 128,
- * 2^-126 (1 + (n - 128) / 128) above: the same line), so a code field at
- * bit position p < 8 of a 16-bit half, everything else cleared, is the
- * exact BF16 value q 2^(p - 133): one LOP3 (an AND with one immediate) per
- * two codes, no shift for fields inside bits 0-7 and one shift by 8 per
- * word for the rest, and no +128 to take off (no HFMA2; PV's l / s column
- * no longer carries a -128). The 2^(p - 133) is undone outside the loop: QK scales the queries of
- * each register by 2^(E - p) (E per query row, chosen from the row's
- * largest exponent so that the scaled row stays below 2^127; exact,
+/* Codes as MMA operands: BF16 values of the smallest binade. A BF16 bit
+ * pattern n < 256 (exponent field 0 or 1) is the value n 2^-133 exactly
+ * (subnormal for n < 128, 2^-126 (1 + (n - 128) / 128) above: the same
+ * line), so a code field at bit position p < 8 of a 16-bit half, all other
+ * bits cleared, is the exact BF16 value q 2^(p - 133): one LOP3 (an AND
+ * with one immediate) per two codes, no shift for fields inside bits 0-7,
+ * one shift by 8 per word for the rest, and nothing to take off (until
+ * H200 run 22: 0x4300 | q = 128 + q by two LOP3 and, for QK, an HFMA2
+ * to subtract the 128 again; about 3750 of the 8572 warp instructions per
+ * page). The 2^(p - 133) is undone outside the page loop: QK scales the
+ * queries of each register by 2^(E - p) (E per query row, from the row's
+ * largest exponent, so that the scaled row stays below 2^127; exact,
  * powers of two) and multiplies the softmax scale by 2^(133 - E); PV
  * multiplies P s by 2^110 before its BF16 rounding (exact) and each
  * n-tile's accumulator by 2^(23 - p) in the epilogue, the l / s column by
- * 2^-110. All these are powers of two, so the scores are the old kernel's
- * bit for bit and the PV terms are BF16(P s) q and BF16(P s) l / s as
- * before (no 128 offset to cancel); underflow is possible only for terms
- * 2^-100 below the row's largest. Needs the tensor cores to take BF16
- * subnormal inputs unflushed (test_decode_cuda checks it).
- * 0: the run-22 conversion (0x4300 | q = 128 + q, minus 128 for QK).
+ * 2^-110. All of these are powers of two, so the scores are the run-22
+ * kernel's bit for bit and the PV terms are BF16(P s) q and BF16(P s) l / s
+ * as before (without the 128 offset to cancel); underflow can only drop
+ * terms 2^-100 below the row's largest. The tensor cores take BF16
+ * subnormal inputs unflushed (test_decode_cuda, H200 run 23).
  * Register j of a 4-bit word: nibbles (j, j + 4) at p = 4 (j & 1); of a
  * 2-bit word: fields (j, j + 8) at p = 2 (j & 3). */
-#ifndef QMLA_DECODE_SUBN
-#define QMLA_DECODE_SUBN 1
-#endif
 template <int B> __host__ __device__ static constexpr int subn_pos(int reg)
 {
     return B == 4 ? 4 * (reg & 1) : 2 * (reg & 3);
 }
 #define PV_PSCALE 1.298074214633707e33f /* 2^110: P s is scaled by it before BF16 */
 #define PV_BSCALE 7.703719777548943e-34f /* 2^-110: the l / s column */
-#if QMLA_DECODE_SUBN
 __device__ static inline void nib_codes(uint32_t w, uint32_t *r)
 {
     const uint32_t w8 = w >> 8;
@@ -744,70 +725,6 @@ __device__ static inline void crumb_codes(uint32_t w, uint32_t *r)
     for (int j = 0; j < 8; j++)
         r[j] = (j < 4 ? w : w8) & (0x00030003u << subn_pos<2>(j));
 }
-#else
-#define MAGIC_BF16X2 0x43004300u /* BF16 128.0 twice: 0x4300 | q = 128 + q */
-/* (x & mask) | MAGIC_BF16X2, the codes of x under mask as BF16 128 + q.
- * Written plainly, ptxas emits two LOP3 per call (an AND, then an OR: one
- * LOP3 holds one immediate), 2 x 1086 of the 8572 warp instructions per
- * page of the C4R4 decode (H200 run 22, bench/results/opmix_run22_*).
- * QMLA_DECODE_LOP3 1: one lop3.b32 with the magic in a register (the same
- * bits by construction: LUT 0xEA = (a & b) | c); a build-time experiment
- * not yet run on the accelerator (scripts/device-decode.sh variant with
- * VARIANT_ARGS=-DQMLA_DECODE_LOP3=1), hence off by default. */
-#ifndef QMLA_DECODE_LOP3
-#define QMLA_DECODE_LOP3 0
-#endif
-__device__ static inline uint32_t magic_or(uint32_t x, uint32_t mask)
-{
-#if QMLA_DECODE_LOP3
-    uint32_t m, d;
-    asm("mov.b32 %0, 0x43004300;\n" : "=r"(m)); /* a register, not an immediate */
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(x), "r"(mask), "r"(m));
-    return d;
-#else
-    return (x & mask) | MAGIC_BF16X2;
-#endif
-}
-__device__ static inline void nib_regs(uint32_t w, uint32_t *r)
-{
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-        r[j] = magic_or(w >> (4 * j), 0x000f000fu);
-}
-/* (128 + c) - 128 = c for both BF16 halves, exact (one HFMA2.BF16). */
-__device__ static inline uint32_t bf16x2_less128(uint32_t x)
-{
-    uint32_t r;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(x), "r"(0x3f803f80u), "r"(0xc300c300u));
-    return r;
-}
-/* QK operands without the +128 offset: the codes as exact BF16 values.
- * 4 bits: register j = q of nibbles (j, j + 4) of w, as nib_regs.
- * 2 bits: the fields are not shifted down one by one: register j holds
- * (c_j, c_(j+8)) times crumb_scale(j) = 1, 4, 16, 1, 4, 16, 1, 4 (fields
- * 0-2 of w, 3-5 of w >> 6, 6-7 of w >> 12, each in mantissa bits 0-5 of
- * 128.0); the queries of register j are divided by the same power of two
- * (fast_q), so the products are unchanged. */
-__device__ static inline void nib_codes(uint32_t w, uint32_t *r)
-{
-    nib_regs(w, r);
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-        r[j] = bf16x2_less128(r[j]);
-}
-__host__ __device__ static constexpr int crumb_shift(int j) { return j < 3 ? 0 : j < 6 ? 6 : 12; }
-__host__ __device__ static constexpr int crumb_pos(int j) { return 2 * j - crumb_shift(j); }
-__host__ __device__ static constexpr float crumb_scale(int j) { return (float)(1 << crumb_pos(j)); }
-__device__ static inline void crumb_codes(uint32_t w, uint32_t *r)
-{
-    const uint32_t w6 = w >> 6, w12 = w >> 12;
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        const uint32_t src = crumb_shift(j) == 0 ? w : crumb_shift(j) == 6 ? w6 : w12;
-        r[j] = bf16x2_less128(magic_or(src, 0x00030003u << crumb_pos(j)));
-    }
-}
-#endif
 
 /* Query fragments of this lane (rows gr, gr+8 of the tile; content group
  * `g` with CB's channel order, RoPE with 4 bits') and the groups' query sums. */
@@ -845,15 +762,6 @@ __device__ static inline void fast_q(const dec_args &a, int b, int r0, int g, in
             const uint32_t y0 = QMLA_Q_ELEM(rw, fast_lo<4>(reg)), y1 = QMLA_Q_ELEM(rw, fast_hi<4>(reg));
 #undef QMLA_Q_ELEM
             /* a0 (row gr, pair 2ks), a1 (row gr+8), a2 (row gr, pair 2ks+1), a3 */
-#if !QMLA_DECODE_SUBN
-            if (CB == 2 && crumb_pos(reg) != 0) {
-                /* divided by crumb_scale(reg), a power of two: exact (BF16 subnormals aside) */
-                const float is = 1.0f / crumb_scale(reg);
-                const __nv_bfloat162 v = __floats2bfloat162_rn(__uint_as_float(x0 << 16) * is,
-                                                               __uint_as_float(x1 << 16) * is);
-                qc[reg >> 1][hr + 2 * (reg & 1)] = *(const uint32_t *)&v;
-            } else
-#endif
                 qc[reg >> 1][hr + 2 * (reg & 1)] = x0 | (x1 << 16);
             qr[reg >> 1][hr + 2 * (reg & 1)] = y0 | (y1 << 16);
             s1 += __uint_as_float(x0 << 16) + __uint_as_float(x1 << 16);
@@ -866,7 +774,7 @@ __device__ static inline void fast_q(const dec_args &a, int b, int r0, int g, in
         sqc[hr] = s1;
         sqr[hr] = s2;
         /* the largest BF16 exponent field of the lane's channels, then of
-         * the row's 4 lanes (QMLA_DECODE_SUBN's row exponent) */
+         * the row's 4 lanes (the row exponent of the codes' 2^-133 scaling) */
         uint32_t em = 0;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
@@ -882,7 +790,7 @@ __device__ static inline void fast_q(const dec_args &a, int b, int r0, int g, in
 
 /* 2^k as a float, k in [-126, 127]. */
 __device__ static inline float pow2f(int k) { return __int_as_float((127 + k) << 23); }
-/* QMLA_DECODE_SUBN's row exponent E from the row's largest BF16 exponent
+/* The row exponent E (the codes' 2^-133 scaling) from the row's largest BF16 exponent
  * field e: the row times 2^(E - p) has exponent fields <= 253 (values
  * < 2^127) for e <= 246; rows with |Q| >= 2^119 overflow (their scores
  * would not fit a float anyway). E in [7, 252]. */
@@ -1025,14 +933,9 @@ __device__ static inline void fast_meta(dec_smem_fast<CB> &sm, const uint8_t *pg
         sm.qkm[warp][tok] = make_float2(s, m);
         const bool ok = t >= S && t < lenW;
         const float spv = ok ? (s == 0.0f ? 1.0f : s) : 0.0f;
-#if QMLA_DECODE_SUBN
-        /* P s 2^110 and l / s 2^-110 (QMLA_DECODE_SUBN) */
+        /* P s 2^110 and l / s 2^-110 (the codes' 2^-133, above) */
         const float bias = ok ? m * rcp_approx(spv) * PV_BSCALE : 0.0f;
         const float spvs = spv * PV_PSCALE;
-#else
-        const float bias = ok ? m * rcp_approx(spv) - 128.0f : 0.0f;
-        const float spvs = spv;
-#endif
         const __nv_bfloat16 bh = __float2bfloat16_rn(bias);
         const __nv_bfloat16 bl = __float2bfloat16_rn(bias - __bfloat162float(bh));
         sm.pvs[warp][tok] = spvs;
@@ -1070,8 +973,8 @@ __device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
             crumb_codes(*(const uint32_t *)p, bc);
         }
         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#if QMLA_DECODE_QK_SPLIT
-        { /* two chains of two dependent MMAs instead of one of four */
+        { /* two chains of two dependent MMAs instead of one of four (H200
+           * run 23: 0.3-1.4 % faster than the single chain) */
             float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             mma16816(c, qc[0], bc[0], bc[1]);
             mma16816(d, qc[1], bc[2], bc[3]);
@@ -1081,11 +984,6 @@ __device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
             for (int k = 0; k < 4; k++)
                 c[k] += d[k];
         }
-#else
-#pragma unroll
-        for (int ks = 0; ks < 4; ks++)
-            mma16816(c, qc[ks], bc[2 * ks], bc[2 * ks + 1]);
-#endif
         const float4 mm = *(const float4 *)&sm.qkm[warp][8 * j + 2 * gc];
         *(float2 *)&sm.sp[warp][gr][8 * j + 2 * gc] =
             make_float2(fmaf(mm.x, c[0], mm.y * sqc[0]), fmaf(mm.z, c[1], mm.w * sqc[0]));
@@ -1099,15 +997,8 @@ __device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
     nib_codes(v.y, br + 4);
     float rc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-    for (int ks = 0; ks < 4; ks++) {
-#if QMLA_DECODE_ROPE_SMEM
-        const uint4 v4 = sm.qrs[gr * 4 + gc][ks];
-        const uint32_t qa[4] = {v4.x, v4.y, v4.z, v4.w};
-        mma16816(rc, qa, br[2 * ks], br[2 * ks + 1]);
-#else
+    for (int ks = 0; ks < 4; ks++)
         mma16816(rc, qr[ks], br[2 * ks], br[2 * ks + 1]);
-#endif
-    }
     const float4 mm = *(const float4 *)&sm.rqm[8 * warp + 2 * gc];
     float2 *d0 = (float2 *)&sm.sp[warp][gr][8 * warp + 2 * gc];
     float2 *d1 = (float2 *)&sm.sp[warp][gr + 8][8 * warp + 2 * gc];
@@ -1207,42 +1098,29 @@ __device__ static inline void fast_pv(dec_smem_fast<CB> &sm, const uint8_t *pg,
                 /* bytes (a_jb, a_jb, b_jb, b_jb): channels 2jb, 2jb+1 of both tokens */
                 const uint32_t sel = jb | (jb << 4) | ((4 + jb) << 8) | ((4 + jb) << 12);
                 const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
-#if QMLA_DECODE_SUBN
                 /* low nibbles at p = 0, high nibbles at p = 4 (unshifted) */
                 mma16816(o[2 * jb], pa, x & 0x000f000fu, y & 0x000f000fu);
                 mma16816(o[2 * jb + 1], pa, x & 0x00f000f0u, y & 0x00f000f0u);
-#else
-                mma16816(o[2 * jb], pa, magic_or(x, 0x000f000fu), magic_or(y, 0x000f000fu));
-                mma16816(o[2 * jb + 1], pa, magic_or(x >> 4, 0x000f000fu),
-                         magic_or(y >> 4, 0x000f000fu));
-#endif
             }
         } else {
             const int h = gr & 1;
             const uint32_t sel = (2 * h) | ((2 * h + 1) << 4) | ((4 + 2 * h) << 8) | ((5 + 2 * h) << 12);
             const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
-#if QMLA_DECODE_SUBN
             const uint32_t x8 = x >> 8, y8 = y >> 8;
 #pragma unroll
             for (int nt = 0; nt < 8; nt++) {
                 const uint32_t mk = 0x00030003u << subn_pos<2>(nt);
                 mma16816(o[nt], pa, (nt < 4 ? x : x8) & mk, (nt < 4 ? y : y8) & mk);
             }
-#else
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-                mma16816(o[nt], pa, magic_or(x >> (2 * nt), 0x00030003u),
-                         magic_or(y >> (2 * nt), 0x00030003u));
-#endif
         }
     }
 }
 
 /* Factor of n-tile nt's PV accumulator: 2^(133 - 110 - p) for the codes
- * at position p (QMLA_DECODE_SUBN), else 1. */
+ * at position p. */
 template <int CB> __host__ __device__ static constexpr float pv_unscale(int nt)
 {
-    return QMLA_DECODE_SUBN ? (float)(1 << 23) / (float)(1 << subn_pos<CB>(nt)) : 1.0f;
+    return (float)(1 << 23) / (float)(1 << subn_pos<CB>(nt));
 }
 
 /* Pages of split `split`: per page two barriers; PV of page i and QK of
@@ -1278,7 +1156,7 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
         qex[warp * DEC_ROWS + gr + 8] = qe[1];
     }
     if (tid < DEC_ROWS)
-        sm.zs[tid] = a.scale_log2; /* QMLA_DECODE_SUBN 0 */
+        sm.zs[tid] = a.scale_log2; /* overwritten below for every row (kept: the SASS measured in H200 run 23) */
     float o[8][4], bacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int n = 0; n < 8; n++)
@@ -1312,8 +1190,7 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
     }
     cp_async_wait<1>(); /* page 0 (page 1 may be in flight) */
     __syncthreads();    /* page 0 landed; the rows' exponent fields */
-#if QMLA_DECODE_SUBN
-    { /* the row exponents (QMLA_DECODE_SUBN) */
+    { /* the row exponents (the codes' 2^-133, above) */
         int e0 = 0, e1 = 0;
 #pragma unroll
         for (int w = 0; w < 8; w++) {
@@ -1327,16 +1204,6 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
             sm.zs[gr + 8] = a.scale_log2 * pow2f(133 - E[1]);
         }
     }
-#endif
-#if QMLA_DECODE_ROPE_SMEM
-    /* the RoPE query fragments (the same in every warp) to shared memory:
-     * 16 registers fewer in the loop, 4 shared loads per page */
-    if (warp == 0)
-#pragma unroll
-        for (int ks = 0; ks < 4; ks++)
-            sm.qrs[lane][ks] = make_uint4(qr[ks][0], qr[ks][1], qr[ks][2], qr[ks][3]);
-    __syncthreads();
-#endif
     for (int i = -1; i < np; i++) {
         if (i >= 0) {
             __syncthreads(); /* scores of page i complete */
