@@ -27,8 +27,9 @@
  *
  * Codes on tensor cores (decode_fast_kernel, C4R4 and C2R4): the packed
  * codes themselves are the MMA operands (exact BF16 values q 2^(p-133)),
- * step and minimum applied per group after the products; protected tokens are attended to by
- * extra blocks through the BF16-tile path (see "C4R4 / C2R4" below).
+ * step and minimum applied per group after the products; protected tokens
+ * are attended to by extra blocks through the BF16-tile path (see "C4R4 /
+ * C2R4" below).
  *
  * Twins: qmla_decode_ref_model (BF16-rounded packed values for the tile
  * kernels, unrounded for decode_fast_kernel; qmla_decode_cuda_packed_f32);
@@ -762,7 +763,7 @@ __device__ static inline void fast_q(const dec_args &a, int b, int r0, int g, in
             const uint32_t y0 = QMLA_Q_ELEM(rw, fast_lo<4>(reg)), y1 = QMLA_Q_ELEM(rw, fast_hi<4>(reg));
 #undef QMLA_Q_ELEM
             /* a0 (row gr, pair 2ks), a1 (row gr+8), a2 (row gr, pair 2ks+1), a3 */
-                qc[reg >> 1][hr + 2 * (reg & 1)] = x0 | (x1 << 16);
+            qc[reg >> 1][hr + 2 * (reg & 1)] = x0 | (x1 << 16);
             qr[reg >> 1][hr + 2 * (reg & 1)] = y0 | (y1 << 16);
             s1 += __uint_as_float(x0 << 16) + __uint_as_float(x1 << 16);
             s2 += __uint_as_float(y0 << 16) + __uint_as_float(y1 << 16);
@@ -790,10 +791,10 @@ __device__ static inline void fast_q(const dec_args &a, int b, int r0, int g, in
 
 /* 2^k as a float, k in [-126, 127]. */
 __device__ static inline float pow2f(int k) { return __int_as_float((127 + k) << 23); }
-/* The row exponent E (the codes' 2^-133 scaling) from the row's largest BF16 exponent
- * field e: the row times 2^(E - p) has exponent fields <= 253 (values
- * < 2^127) for e <= 246; rows with |Q| >= 2^119 overflow (their scores
- * would not fit a float anyway). E in [7, 252]. */
+/* The row exponent E (the codes' 2^-133 scaling) from the row's largest
+ * BF16 exponent field e: the row times 2^(E - p) has exponent fields <= 253
+ * (values < 2^127) for e <= 246; rows with |Q| >= 2^119 overflow (their
+ * scores would not fit a float anyway). E in [7, 252]. */
 __device__ static inline int subn_rowexp(int e)
 {
     const int E = 253 - e;
@@ -974,7 +975,7 @@ __device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
         }
         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         { /* two chains of two dependent MMAs instead of one of four (H200
-           * run 23: 0.3-1.4 % faster than the single chain) */
+           * run 23: up to 1.4 % faster than the single chain) */
             float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             mma16816(c, qc[0], bc[0], bc[1]);
             mma16816(d, qc[1], bc[2], bc[3]);
@@ -1156,7 +1157,7 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
         qex[warp * DEC_ROWS + gr + 8] = qe[1];
     }
     if (tid < DEC_ROWS)
-        sm.zs[tid] = a.scale_log2; /* overwritten below for every row (kept: the SASS measured in H200 run 23) */
+        sm.zs[tid] = a.scale_log2; /* set below for every row; kept: the measured SASS (run 23) */
     float o[8][4], bacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int n = 0; n < 8; n++)
