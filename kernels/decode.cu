@@ -117,6 +117,15 @@ __device__ static inline void mma16816(float c[4], const uint32_t a[4], uint32_t
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* The same with float16 operands (the l sum(Q) term of decode_fast_kernel). */
+__device__ static inline void mma16816_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 __device__ static inline void cp_async16(void *dst, const void *src, int src_bytes)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
@@ -659,6 +668,15 @@ static constexpr int QK_UNROLL = QMLA_DECODE_QK_UNROLL, PV_UNROLL = QMLA_DECODE_
 #ifndef QMLA_DECODE_VEC_EPILOGUE
 #define QMLA_DECODE_VEC_EPILOGUE 1
 #endif
+/* 1: the content groups' l sum(Q) terms of the scores by one float16 MMA
+ * per warp and page (k = 8 groups x (sum(Q) high, low float16 part), n =
+ * the warp's 8 RoPE tokens, B = the metadata's float16 minimum l as
+ * stored), added with the RoPE tile; the content epilogue is then s acc
+ * only (one FMUL per score instead of FMUL + FFMA). 0: l sum(Q) by one
+ * FMUL per score and group (run 23). */
+#ifndef QMLA_DECODE_LMMA
+#define QMLA_DECODE_LMMA 1
+#endif
 
 /* Chunk swizzle of token t's content row (16-byte chunks). */
 template <int CB> __device__ static inline int fast_swz(int t)
@@ -959,7 +977,8 @@ template <int CB>
 __device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
                                       const fast_lane<CB> &fl, const uint32_t qc[4][4],
                                       const uint32_t qr[4][4], const float sqc[2],
-                                      const float sqr[2], int warp, int gr, int gc)
+                                      const float sqr[2], const uint32_t la[4], int warp, int gr,
+                                      int gc)
 {
     typedef fcfg<CB> F;
 #pragma unroll QK_UNROLL
@@ -986,10 +1005,15 @@ __device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
                 c[k] += d[k];
         }
         const float4 mm = *(const float4 *)&sm.qkm[warp][8 * j + 2 * gc];
+#if QMLA_DECODE_LMMA
+        *(float2 *)&sm.sp[warp][gr][8 * j + 2 * gc] = make_float2(mm.x * c[0], mm.z * c[1]);
+        *(float2 *)&sm.sp[warp][gr + 8][8 * j + 2 * gc] = make_float2(mm.x * c[2], mm.z * c[3]);
+#else
         *(float2 *)&sm.sp[warp][gr][8 * j + 2 * gc] =
             make_float2(fmaf(mm.x, c[0], mm.y * sqc[0]), fmaf(mm.z, c[1], mm.w * sqc[0]));
         *(float2 *)&sm.sp[warp][gr + 8][8 * j + 2 * gc] =
             make_float2(fmaf(mm.x, c[2], mm.y * sqc[1]), fmaf(mm.z, c[3], mm.w * sqc[1]));
+#endif
     }
     /* RoPE for n-tile `warp`, added to what this lane just stored */
     const uint2 v = *(const uint2 *)(pg + fl.roff);
@@ -1004,10 +1028,25 @@ __device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
     float2 *d0 = (float2 *)&sm.sp[warp][gr][8 * warp + 2 * gc];
     float2 *d1 = (float2 *)&sm.sp[warp][gr + 8][8 * warp + 2 * gc];
     float2 x0 = *d0, x1 = *d1;
+#if QMLA_DECODE_LMMA
+    { /* the 8 content groups' l sum(Q) of tokens 8 warp + 2 gc (+1), rows
+       * gr, gr + 8: B (k 2g, 2g + 1; token gr) = l of group g, twice (the
+       * high half of the group's metadata word) */
+        const uint8_t *mt = pg + F::OFF_MC + (8 * warp + gr) * 32 + 4 * gc;
+        const uint32_t u0 = *(const uint32_t *)mt, u1 = *(const uint32_t *)(mt + 16);
+        float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma16816_f16(e, la, __byte_perm(u0, 0, 0x3232), __byte_perm(u1, 0, 0x3232));
+        x0.x += fmaf(mm.x, rc[0], fmaf(mm.y, sqr[0], e[0]));
+        x0.y += fmaf(mm.z, rc[1], fmaf(mm.w, sqr[0], e[1]));
+        x1.x += fmaf(mm.x, rc[2], fmaf(mm.y, sqr[1], e[2]));
+        x1.y += fmaf(mm.z, rc[3], fmaf(mm.w, sqr[1], e[3]));
+    }
+#else
     x0.x += fmaf(mm.x, rc[0], mm.y * sqr[0]);
     x0.y += fmaf(mm.z, rc[1], mm.w * sqr[0]);
     x1.x += fmaf(mm.x, rc[2], mm.y * sqr[1]);
     x1.y += fmaf(mm.z, rc[3], mm.w * sqr[1]);
+#endif
     *d0 = x0;
     *d1 = x1;
 }
@@ -1148,6 +1187,7 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
     uint32_t qc[4][4], qr[4][4];
     float sqc[2], sqr[2];
     int qe[2];
+    uint32_t lqa[4] = {0u, 0u, 0u, 0u}; /* A of the l sum(Q) MMA (QMLA_DECODE_LMMA) */
     fast_q<CB>(a, b, r0, warp, gr, gc, qc, qr, sqc, sqr, qe);
     /* the rows' exponent fields per warp, [8][16], in sm.pf (unused until
      * the first softmax, two barriers later) */
@@ -1155,6 +1195,10 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
     if (gc == 0) {
         qex[warp * DEC_ROWS + gr] = qe[0];
         qex[warp * DEC_ROWS + gr + 8] = qe[1];
+#if QMLA_DECODE_LMMA
+        qex[8 * DEC_ROWS + warp * DEC_ROWS + gr] = __float_as_int(sqc[0]); /* unscaled sum(Q) */
+        qex[8 * DEC_ROWS + warp * DEC_ROWS + gr + 8] = __float_as_int(sqc[1]);
+#endif
     }
     if (tid < DEC_ROWS)
         sm.zs[tid] = a.scale_log2; /* set below for every row; kept: the measured SASS (run 23) */
@@ -1200,6 +1244,20 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
         }
         const int E[2] = {subn_rowexp(e0), subn_rowexp(e1)};
         fast_qscale<CB>(qc, qr, sqc, sqr, E);
+#if QMLA_DECODE_LMMA
+        /* A of the l sum(Q) MMA: row gr / gr + 8 (E[0] / E[1]), k 2g, 2g + 1
+         * = sum(Q) of group g times 2^(E - 133) (as sqc: |x| < 1) as float16
+         * high and low parts (22 bits), g = gc (a0, a1), gc + 4 (a2, a3) */
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int hr = k & 1, g = gc + 4 * (k >> 1);
+            const float x = __fmul_rn(__int_as_float(qex[8 * DEC_ROWS + g * DEC_ROWS + gr + 8 * hr]),
+                                      pow2f(E[hr] - 133));
+            const __half h = __float2half_rn(x);
+            const __half l = __float2half_rn(x - __half2float(h));
+            lqa[k] = (uint32_t)__half_as_ushort(h) | ((uint32_t)__half_as_ushort(l) << 16);
+        }
+#endif
         if (tid < 32 && gc == 0) { /* lanes 0, 4, .., 28 of warp 0: rows gr, gr + 8 */
             sm.zs[gr] = a.scale_log2 * pow2f(133 - E[0]);
             sm.zs[gr + 8] = a.scale_log2 * pow2f(133 - E[1]);
@@ -1221,7 +1279,7 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
             __syncwarp();
             const uint8_t *pg = sm.stage[(i + 1) % F::NST];
             fast_meta<CB>(sm, pg, (p0 + i + 1) * QMLA_KV_PAGE, a.S, lenW, warp, lane);
-            fast_qk<CB>(sm, pg, fl, qc, qr, sqc, sqr, warp, gr, gc);
+            fast_qk<CB>(sm, pg, fl, qc, qr, sqc, sqr, lqa, warp, gr, gc);
         }
     }
     __syncthreads();
