@@ -633,11 +633,35 @@ template <int CB> struct fcfg {
     static constexpr int NST = CB == 4 ? 3 : 4;          /* pipeline stages */
 };
 
+/* 1: the content groups' l sum(Q) terms of the scores by one float16 MMA
+ * per warp and page (k = 8 groups x (sum(Q) high, low float16 part), n =
+ * the warp's 8 RoPE tokens, B = the metadata's float16 minimum l as
+ * stored), added with the RoPE tile; the content epilogue is then s acc
+ * only (one FMUL per score instead of FMUL + FFMA). 0: l sum(Q) by one
+ * FMUL per score and group (run 23). */
+#ifndef QMLA_DECODE_LMMA
+#define QMLA_DECODE_LMMA 1
+#endif
+/* 1: the metadata pass without the per-token visibility selects on pages
+ * whose 64 tokens all lie in [S, lenW) (a warp-uniform branch), l / s as
+ * m RCP(s 2^110) (one FMUL less), and, with QMLA_DECODE_LMMA, only s in
+ * the QK table (the epilogue's shared load 8 instead of 16 bytes). */
+#ifndef QMLA_DECODE_META2
+#define QMLA_DECODE_META2 1
+#endif
+#if QMLA_DECODE_META2 && !QMLA_DECODE_LMMA
+#error "QMLA_DECODE_META2 needs QMLA_DECODE_LMMA"
+#endif
+
 template <int CB> struct dec_smem_fast {
     uint8_t stage[fcfg<CB>::NST][fcfg<CB>::PB]; /* pages, content rows swizzled */
     float sp[8][DEC_ROWS][SSTR];                /* [group][16][64 (+8)] score partials */
     float pf[DEC_ROWS][SSTR];                   /* [16][64 (+8)] probabilities */
+#if QMLA_DECODE_META2
+    float qks[8][QMLA_KV_PAGE];                 /* [group][token] s */
+#else
     float2 qkm[8][QMLA_KV_PAGE];                /* [group][token] (s, l) */
+#endif
     float pvs[8][QMLA_KV_PAGE];                 /* [group][token] s for PV, 0: masked */
     uint16_t bh[8][QMLA_KV_PAGE], bl[8][QMLA_KV_PAGE]; /* l / s 2^-110, BF16 high + low */
     float2 rqm[QMLA_KV_PAGE];                   /* RoPE (s, l) */
@@ -667,15 +691,6 @@ static constexpr int QK_UNROLL = QMLA_DECODE_QK_UNROLL, PV_UNROLL = QMLA_DECODE_
  * a build-time comparison; docs/decode.md). Same values either way. */
 #ifndef QMLA_DECODE_VEC_EPILOGUE
 #define QMLA_DECODE_VEC_EPILOGUE 1
-#endif
-/* 1: the content groups' l sum(Q) terms of the scores by one float16 MMA
- * per warp and page (k = 8 groups x (sum(Q) high, low float16 part), n =
- * the warp's 8 RoPE tokens, B = the metadata's float16 minimum l as
- * stored), added with the RoPE tile; the content epilogue is then s acc
- * only (one FMUL per score instead of FMUL + FFMA). 0: l sum(Q) by one
- * FMUL per score and group (run 23). */
-#ifndef QMLA_DECODE_LMMA
-#define QMLA_DECODE_LMMA 1
 #endif
 
 /* Chunk swizzle of token t's content row (16-byte chunks). */
@@ -943,6 +958,43 @@ __device__ static inline void fast_meta(dec_smem_fast<CB> &sm, const uint8_t *pg
                                         int lenW, int warp, int lane)
 {
     typedef fcfg<CB> F;
+#if QMLA_DECODE_META2
+    if (t0 >= S && t0 + QMLA_KV_PAGE <= lenW) { /* every token visible (most pages) */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int tok = lane + 32 * h;
+            const uint32_t u = *(const uint32_t *)(pg + F::OFF_MC + tok * 32 + 4 * warp);
+            const float s = __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
+            const float m = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
+            sm.qks[warp][tok] = s;
+            const float spvs = (s == 0.0f ? 1.0f : s) * PV_PSCALE;
+            /* l / s 2^-110 = m / (s 2^110): powers of two, normal range */
+            const float bias = m * rcp_approx(spvs);
+            const __nv_bfloat16 bh = __float2bfloat16_rn(bias);
+            const __nv_bfloat16 bl = __float2bfloat16_rn(bias - __bfloat162float(bh));
+            sm.pvs[warp][tok] = spvs;
+            sm.bh[warp][tok] = __bfloat16_as_ushort(bh);
+            sm.bl[warp][tok] = __bfloat16_as_ushort(bl);
+        }
+    } else {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int tok = lane + 32 * h, t = t0 + tok;
+            const uint32_t u = *(const uint32_t *)(pg + F::OFF_MC + tok * 32 + 4 * warp);
+            const float s = __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
+            const float m = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
+            sm.qks[warp][tok] = s;
+            const bool ok = t >= S && t < lenW;
+            const float spvs = ok ? (s == 0.0f ? 1.0f : s) * PV_PSCALE : 0.0f;
+            const float bias = ok ? m * rcp_approx(spvs) : 0.0f;
+            const __nv_bfloat16 bh = __float2bfloat16_rn(bias);
+            const __nv_bfloat16 bl = __float2bfloat16_rn(bias - __bfloat162float(bh));
+            sm.pvs[warp][tok] = spvs;
+            sm.bh[warp][tok] = __bfloat16_as_ushort(bh);
+            sm.bl[warp][tok] = __bfloat16_as_ushort(bl);
+        }
+    }
+#else
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int tok = lane + 32 * h, t = t0 + tok;
@@ -961,6 +1013,7 @@ __device__ static inline void fast_meta(dec_smem_fast<CB> &sm, const uint8_t *pg
         sm.bh[warp][tok] = __bfloat16_as_ushort(bh);
         sm.bl[warp][tok] = __bfloat16_as_ushort(bl);
     }
+#endif
     if (lane < 8) {
         const int tok = 8 * warp + lane;
         const uint32_t u = *(const uint32_t *)(pg + F::OFF_MR + tok * 4);
@@ -1004,11 +1057,16 @@ __device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
             for (int k = 0; k < 4; k++)
                 c[k] += d[k];
         }
+#if QMLA_DECODE_META2
+        const float2 ss = *(const float2 *)&sm.qks[warp][8 * j + 2 * gc];
+        *(float2 *)&sm.sp[warp][gr][8 * j + 2 * gc] = make_float2(ss.x * c[0], ss.y * c[1]);
+        *(float2 *)&sm.sp[warp][gr + 8][8 * j + 2 * gc] = make_float2(ss.x * c[2], ss.y * c[3]);
+#elif QMLA_DECODE_LMMA
         const float4 mm = *(const float4 *)&sm.qkm[warp][8 * j + 2 * gc];
-#if QMLA_DECODE_LMMA
         *(float2 *)&sm.sp[warp][gr][8 * j + 2 * gc] = make_float2(mm.x * c[0], mm.z * c[1]);
         *(float2 *)&sm.sp[warp][gr + 8][8 * j + 2 * gc] = make_float2(mm.x * c[2], mm.z * c[3]);
 #else
+        const float4 mm = *(const float4 *)&sm.qkm[warp][8 * j + 2 * gc];
         *(float2 *)&sm.sp[warp][gr][8 * j + 2 * gc] =
             make_float2(fmaf(mm.x, c[0], mm.y * sqc[0]), fmaf(mm.z, c[1], mm.w * sqc[0]));
         *(float2 *)&sm.sp[warp][gr + 8][8 * j + 2 * gc] =
