@@ -598,7 +598,10 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_bf16_kernel(dec_args a)
  *   Q.x   = s (Q.q) + l sum(Q)
  *   P x_c = (P s) q_c + (P s) (l / s)
  * so QK multiplies the BF16 queries with the raw codes (m16n8k16, float32
- * accumulation) and applies s and l to the group's product; PV
+ * accumulation) and scales the group's product by s; the l sum(Q) terms of
+ * the 8 content groups are one float16 MMA per 8 tokens (k: the groups'
+ * sum(Q) as float16 high and low parts, B: the stored float16 l; since
+ * H200 run 24, 1.5-2 % faster than one FMUL per score and group); PV
  * multiplies BF16(P s) with the raw codes and adds, by one more MMA column
  * pair per k-step, BF16(P s) times l / s split into two BF16 parts.
  * Rounding: as BF16(P) in the BF16-tile kernels, now BF16(P s) (relative
@@ -633,35 +636,11 @@ template <int CB> struct fcfg {
     static constexpr int NST = CB == 4 ? 3 : 4;          /* pipeline stages */
 };
 
-/* 1: the content groups' l sum(Q) terms of the scores by one float16 MMA
- * per warp and page (k = 8 groups x (sum(Q) high, low float16 part), n =
- * the warp's 8 RoPE tokens, B = the metadata's float16 minimum l as
- * stored), added with the RoPE tile; the content epilogue is then s acc
- * only (one FMUL per score instead of FMUL + FFMA). 0: l sum(Q) by one
- * FMUL per score and group (run 23). */
-#ifndef QMLA_DECODE_LMMA
-#define QMLA_DECODE_LMMA 1
-#endif
-/* 1: the metadata pass without the per-token visibility selects on pages
- * whose 64 tokens all lie in [S, lenW) (a warp-uniform branch), l / s as
- * m RCP(s 2^110) (one FMUL less), and, with QMLA_DECODE_LMMA, only s in
- * the QK table (the epilogue's shared load 8 instead of 16 bytes). */
-#ifndef QMLA_DECODE_META2
-#define QMLA_DECODE_META2 1
-#endif
-#if QMLA_DECODE_META2 && !QMLA_DECODE_LMMA
-#error "QMLA_DECODE_META2 needs QMLA_DECODE_LMMA"
-#endif
-
 template <int CB> struct dec_smem_fast {
     uint8_t stage[fcfg<CB>::NST][fcfg<CB>::PB]; /* pages, content rows swizzled */
     float sp[8][DEC_ROWS][SSTR];                /* [group][16][64 (+8)] score partials */
     float pf[DEC_ROWS][SSTR];                   /* [16][64 (+8)] probabilities */
-#if QMLA_DECODE_META2
-    float qks[8][QMLA_KV_PAGE];                 /* [group][token] s */
-#else
     float2 qkm[8][QMLA_KV_PAGE];                /* [group][token] (s, l) */
-#endif
     float pvs[8][QMLA_KV_PAGE];                 /* [group][token] s for PV, 0: masked */
     uint16_t bh[8][QMLA_KV_PAGE], bl[8][QMLA_KV_PAGE]; /* l / s 2^-110, BF16 high + low */
     float2 rqm[QMLA_KV_PAGE];                   /* RoPE (s, l) */
@@ -958,43 +937,6 @@ __device__ static inline void fast_meta(dec_smem_fast<CB> &sm, const uint8_t *pg
                                         int lenW, int warp, int lane)
 {
     typedef fcfg<CB> F;
-#if QMLA_DECODE_META2
-    if (t0 >= S && t0 + QMLA_KV_PAGE <= lenW) { /* every token visible (most pages) */
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int tok = lane + 32 * h;
-            const uint32_t u = *(const uint32_t *)(pg + F::OFF_MC + tok * 32 + 4 * warp);
-            const float s = __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
-            const float m = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
-            sm.qks[warp][tok] = s;
-            const float spvs = (s == 0.0f ? 1.0f : s) * PV_PSCALE;
-            /* l / s 2^-110 = m / (s 2^110): powers of two, normal range */
-            const float bias = m * rcp_approx(spvs);
-            const __nv_bfloat16 bh = __float2bfloat16_rn(bias);
-            const __nv_bfloat16 bl = __float2bfloat16_rn(bias - __bfloat162float(bh));
-            sm.pvs[warp][tok] = spvs;
-            sm.bh[warp][tok] = __bfloat16_as_ushort(bh);
-            sm.bl[warp][tok] = __bfloat16_as_ushort(bl);
-        }
-    } else {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int tok = lane + 32 * h, t = t0 + tok;
-            const uint32_t u = *(const uint32_t *)(pg + F::OFF_MC + tok * 32 + 4 * warp);
-            const float s = __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
-            const float m = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
-            sm.qks[warp][tok] = s;
-            const bool ok = t >= S && t < lenW;
-            const float spvs = ok ? (s == 0.0f ? 1.0f : s) * PV_PSCALE : 0.0f;
-            const float bias = ok ? m * rcp_approx(spvs) : 0.0f;
-            const __nv_bfloat16 bh = __float2bfloat16_rn(bias);
-            const __nv_bfloat16 bl = __float2bfloat16_rn(bias - __bfloat162float(bh));
-            sm.pvs[warp][tok] = spvs;
-            sm.bh[warp][tok] = __bfloat16_as_ushort(bh);
-            sm.bl[warp][tok] = __bfloat16_as_ushort(bl);
-        }
-    }
-#else
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int tok = lane + 32 * h, t = t0 + tok;
@@ -1013,7 +955,6 @@ __device__ static inline void fast_meta(dec_smem_fast<CB> &sm, const uint8_t *pg
         sm.bh[warp][tok] = __bfloat16_as_ushort(bh);
         sm.bl[warp][tok] = __bfloat16_as_ushort(bl);
     }
-#endif
     if (lane < 8) {
         const int tok = 8 * warp + lane;
         const uint32_t u = *(const uint32_t *)(pg + F::OFF_MR + tok * 4);
@@ -1024,14 +965,14 @@ __device__ static inline void fast_meta(dec_smem_fast<CB> &sm, const uint8_t *pg
     __syncwarp();
 }
 
-/* QK of page `pg`: the partial scores of group `warp` (plus the RoPE group
- * for tokens 8 warp ..) into sm.sp[warp]. */
+/* QK of page `pg`: the partial scores s (Q.q) of group `warp` (plus, for
+ * tokens 8 warp .., the RoPE group and the content groups' l sum(Q)) into
+ * sm.sp[warp]. */
 template <int CB>
 __device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
                                       const fast_lane<CB> &fl, const uint32_t qc[4][4],
-                                      const uint32_t qr[4][4], const float sqc[2],
-                                      const float sqr[2], const uint32_t la[4], int warp, int gr,
-                                      int gc)
+                                      const uint32_t qr[4][4], const float sqr[2],
+                                      const uint32_t la[4], int warp, int gr, int gc)
 {
     typedef fcfg<CB> F;
 #pragma unroll QK_UNROLL
@@ -1057,21 +998,9 @@ __device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
             for (int k = 0; k < 4; k++)
                 c[k] += d[k];
         }
-#if QMLA_DECODE_META2
-        const float2 ss = *(const float2 *)&sm.qks[warp][8 * j + 2 * gc];
-        *(float2 *)&sm.sp[warp][gr][8 * j + 2 * gc] = make_float2(ss.x * c[0], ss.y * c[1]);
-        *(float2 *)&sm.sp[warp][gr + 8][8 * j + 2 * gc] = make_float2(ss.x * c[2], ss.y * c[3]);
-#elif QMLA_DECODE_LMMA
         const float4 mm = *(const float4 *)&sm.qkm[warp][8 * j + 2 * gc];
         *(float2 *)&sm.sp[warp][gr][8 * j + 2 * gc] = make_float2(mm.x * c[0], mm.z * c[1]);
         *(float2 *)&sm.sp[warp][gr + 8][8 * j + 2 * gc] = make_float2(mm.x * c[2], mm.z * c[3]);
-#else
-        const float4 mm = *(const float4 *)&sm.qkm[warp][8 * j + 2 * gc];
-        *(float2 *)&sm.sp[warp][gr][8 * j + 2 * gc] =
-            make_float2(fmaf(mm.x, c[0], mm.y * sqc[0]), fmaf(mm.z, c[1], mm.w * sqc[0]));
-        *(float2 *)&sm.sp[warp][gr + 8][8 * j + 2 * gc] =
-            make_float2(fmaf(mm.x, c[2], mm.y * sqc[1]), fmaf(mm.z, c[3], mm.w * sqc[1]));
-#endif
     }
     /* RoPE for n-tile `warp`, added to what this lane just stored */
     const uint2 v = *(const uint2 *)(pg + fl.roff);
@@ -1086,10 +1015,11 @@ __device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
     float2 *d0 = (float2 *)&sm.sp[warp][gr][8 * warp + 2 * gc];
     float2 *d1 = (float2 *)&sm.sp[warp][gr + 8][8 * warp + 2 * gc];
     float2 x0 = *d0, x1 = *d1;
-#if QMLA_DECODE_LMMA
     { /* the 8 content groups' l sum(Q) of tokens 8 warp + 2 gc (+1), rows
        * gr, gr + 8: B (k 2g, 2g + 1; token gr) = l of group g, twice (the
-       * high half of the group's metadata word) */
+       * high half of the group's metadata word), A = sum(Q) of group g,
+       * float16 high and low part (fast_part); the products are exact, the
+       * sum float32 (the terms of garbage tokens stay in their column) */
         const uint8_t *mt = pg + F::OFF_MC + (8 * warp + gr) * 32 + 4 * gc;
         const uint32_t u0 = *(const uint32_t *)mt, u1 = *(const uint32_t *)(mt + 16);
         float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -1099,12 +1029,6 @@ __device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
         x1.x += fmaf(mm.x, rc[2], fmaf(mm.y, sqr[1], e[2]));
         x1.y += fmaf(mm.z, rc[3], fmaf(mm.w, sqr[1], e[3]));
     }
-#else
-    x0.x += fmaf(mm.x, rc[0], mm.y * sqr[0]);
-    x0.y += fmaf(mm.z, rc[1], mm.w * sqr[0]);
-    x1.x += fmaf(mm.x, rc[2], mm.y * sqr[1]);
-    x1.y += fmaf(mm.z, rc[3], mm.w * sqr[1]);
-#endif
     *d0 = x0;
     *d1 = x1;
 }
@@ -1245,7 +1169,7 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
     uint32_t qc[4][4], qr[4][4];
     float sqc[2], sqr[2];
     int qe[2];
-    uint32_t lqa[4] = {0u, 0u, 0u, 0u}; /* A of the l sum(Q) MMA (QMLA_DECODE_LMMA) */
+    uint32_t lqa[4] = {0u, 0u, 0u, 0u}; /* A of the l sum(Q) MMA (fast_qk) */
     fast_q<CB>(a, b, r0, warp, gr, gc, qc, qr, sqc, sqr, qe);
     /* the rows' exponent fields per warp, [8][16], in sm.pf (unused until
      * the first softmax, two barriers later) */
@@ -1253,10 +1177,8 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
     if (gc == 0) {
         qex[warp * DEC_ROWS + gr] = qe[0];
         qex[warp * DEC_ROWS + gr + 8] = qe[1];
-#if QMLA_DECODE_LMMA
         qex[8 * DEC_ROWS + warp * DEC_ROWS + gr] = __float_as_int(sqc[0]); /* unscaled sum(Q) */
         qex[8 * DEC_ROWS + warp * DEC_ROWS + gr + 8] = __float_as_int(sqc[1]);
-#endif
     }
     if (tid < DEC_ROWS)
         sm.zs[tid] = a.scale_log2; /* set below for every row; kept: the measured SASS (run 23) */
@@ -1302,7 +1224,6 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
         }
         const int E[2] = {subn_rowexp(e0), subn_rowexp(e1)};
         fast_qscale<CB>(qc, qr, sqc, sqr, E);
-#if QMLA_DECODE_LMMA
         /* A of the l sum(Q) MMA: row gr / gr + 8 (E[0] / E[1]), k 2g, 2g + 1
          * = sum(Q) of group g times 2^(E - 133) (as sqc: |x| < 1) as float16
          * high and low parts (22 bits), g = gc (a0, a1), gc + 4 (a2, a3) */
@@ -1315,7 +1236,6 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
             const __half l = __float2half_rn(x - __half2float(h));
             lqa[k] = (uint32_t)__half_as_ushort(h) | ((uint32_t)__half_as_ushort(l) << 16);
         }
-#endif
         if (tid < 32 && gc == 0) { /* lanes 0, 4, .., 28 of warp 0: rows gr, gr + 8 */
             sm.zs[gr] = a.scale_log2 * pow2f(133 - E[0]);
             sm.zs[gr + 8] = a.scale_log2 * pow2f(133 - E[1]);
@@ -1337,7 +1257,7 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
             __syncwarp();
             const uint8_t *pg = sm.stage[(i + 1) % F::NST];
             fast_meta<CB>(sm, pg, (p0 + i + 1) * QMLA_KV_PAGE, a.S, lenW, warp, lane);
-            fast_qk<CB>(sm, pg, fl, qc, qr, sqc, sqr, lqa, warp, gr, gc);
+            fast_qk<CB>(sm, pg, fl, qc, qr, sqr, lqa, warp, gr, gc);
         }
     }
     __syncthreads();
