@@ -268,6 +268,8 @@ static void bench_writer(bench *B)
     const int32_t hl = (int32_t)n;
     CU(cudaMemcpy(len, &hl, 4, cudaMemcpyHostToDevice));
     void *ws = dalloc(QMLA_KV_WRITE_WS_BYTES);
+    qmla_error err0;
+    OK(qmla_kv_write_cuda_ws_init(ws, B->s, &err0), err0);
     for (int ci = 0; ci < 4; ci++) {
         qmla_kv_config cfg;
         qmla_error err;

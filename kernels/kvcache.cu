@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(KVC_THREADS) kv_copy_bf16_kernel(kvw_args a)
  * by one shuffle each), smaller groups take one thread. A block of 288
  * threads writes E/2 tokens: warps 0-7 the content (512/E threads per
  * token), warp 8 the RoPE (64/E per token). */
-template <int G>
+template <int G, int BC, int BR>
 __global__ void __launch_bounds__(KVW_THREADS, QMLA_KVW_MIN_BLOCKS) kv_write_kernel(kvw_args a)
 {
     constexpr int E = G > 32 ? 32 : G;      /* channels per thread */
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(KVW_THREADS, QMLA_KVW_MIN_BLOCKS) kv_write_ker
     }
     float mn, mx, s = 0.0f, l = 0.0f, bad = 0.0f;
     int st = QMLA_CORE_NONFINITE;
-    const int bits = rope ? L.r_bits : L.c_bits;
+    const int bits = rope ? BR : BC; /* warp-uniform */
     if (qmla_emit_extrema_finish(
             qmla_fmin_nan(__uint_as_float(mnu << 16), __uint_as_float(mnu & 0xffff0000u)),
             qmla_fmax_nan(__uint_as_float(mxu << 16), __uint_as_float(mxu & 0xffff0000u)), &mn,
@@ -217,41 +217,64 @@ __global__ void __launch_bounds__(KVW_THREADS, QMLA_KVW_MIN_BLOCKS) kv_write_ker
     }
     if (st != QMLA_CORE_OK)
         s = l = 0.0f;
+    /* the BF16 rows of protected tokens first: raw is then dead element by
+     * element in the emitter (fewer live registers) */
+    if (act && p < a.S)
+#pragma unroll
+        for (int v = 0; v < E / 8; v++)
+            ((uint4 *)(a.sink + ((size_t)bseq * a.S + (size_t)p) * QMLA_KV_D + ch))[v] = raw[v];
+    if (act && a.W > 0 && p >= len - a.W)
+#pragma unroll
+        for (int v = 0; v < E / 8; v++)
+            ((uint4 *)(a.window + ((size_t)bseq * a.W + (size_t)(p % a.W)) * QMLA_KV_D + ch))[v] =
+                raw[v];
     const uint32_t meta = (uint32_t)__half_as_ushort(__float2half_rn(s)) |
                           (uint32_t)__half_as_ushort(__float2half_rn(l)) << 16; /* exact */
     if (rope) {
         uint8_t *dst = pg + L.off_rc + (size_t)o * L.cb_r + (size_t)g * L.gb_r;
-        if (bits == 2)
-            kvw_codes<E, 2>(raw, src, s, l, dst + half * (E * 2 / 8), act);
-        else if (bits == 4)
-            kvw_codes<E, 4>(raw, src, s, l, dst + half * (E * 4 / 8), act);
-        else
-            kvw_codes<E, 8>(raw, src, s, l, dst + half * (E * 8 / 8), act);
+        kvw_codes<E, BR>(raw, src, s, l, dst + half * (E * BR / 8), act);
         if (act && half == 0)
             *(uint32_t *)(pg + L.off_mr + ((size_t)o * NGR + g) * 4) = meta;
     } else {
         uint8_t *dst = pg + (size_t)o * L.cb_c + (size_t)g * L.gb_c;
-        if (bits == 2)
-            kvw_codes<E, 2>(raw, src, s, l, dst + half * (E * 2 / 8), act);
-        else if (bits == 4)
-            kvw_codes<E, 4>(raw, src, s, l, dst + half * (E * 4 / 8), act);
-        else
-            kvw_codes<E, 8>(raw, src, s, l, dst + half * (E * 8 / 8), act);
+        kvw_codes<E, BC>(raw, src, s, l, dst + half * (E * BC / 8), act);
         if (act && half == 0)
             *(uint32_t *)(pg + L.off_mc + ((size_t)o * NGC + g) * 4) = meta;
     }
-    if (!act)
-        return;
-    const int b = bseq;
-    if (p < a.S)
-#pragma unroll
-        for (int v = 0; v < E / 8; v++)
-            ((uint4 *)(a.sink + ((size_t)b * a.S + (size_t)p) * QMLA_KV_D + ch))[v] = raw[v];
-    if (a.W > 0 && p >= len - a.W)
-#pragma unroll
-        for (int v = 0; v < E / 8; v++)
-            ((uint4 *)(a.window + ((size_t)b * a.W + (size_t)(p % a.W)) * QMLA_KV_D + ch))[v] =
-                raw[v];
+}
+
+/* One instantiation per group size and bit widths (the bit widths are
+ * compile-time: no per-warp switch between three code paths). */
+template <int BC, int BR>
+static void kvw_launch_b(unsigned gb, cudaStream_t stream, const kvw_args &a)
+{
+    switch (a.L.G) {
+    case 8: kv_write_kernel<8, BC, BR><<<gb, KVW_THREADS, 0, stream>>>(a); break;
+    case 16: kv_write_kernel<16, BC, BR><<<gb, KVW_THREADS, 0, stream>>>(a); break;
+    case 32: kv_write_kernel<32, BC, BR><<<gb, KVW_THREADS, 0, stream>>>(a); break;
+    default: kv_write_kernel<64, BC, BR><<<gb, KVW_THREADS, 0, stream>>>(a); break;
+    }
+}
+
+template <int BC>
+static void kvw_launch_r(unsigned gb, cudaStream_t stream, const kvw_args &a)
+{
+    if (a.L.r_bits == 2)
+        kvw_launch_b<BC, 2>(gb, stream, a);
+    else if (a.L.r_bits == 4)
+        kvw_launch_b<BC, 4>(gb, stream, a);
+    else
+        kvw_launch_b<BC, 8>(gb, stream, a);
+}
+
+static void kvw_launch_g(unsigned gb, cudaStream_t stream, const kvw_args &a)
+{
+    if (a.L.c_bits == 2)
+        kvw_launch_r<2>(gb, stream, a);
+    else if (a.L.c_bits == 4)
+        kvw_launch_r<4>(gb, stream, a);
+    else
+        kvw_launch_r<8>(gb, stream, a);
 }
 
 static int cuda_fail(qmla_error *err, cudaError_t e, const char *what)
@@ -274,9 +297,10 @@ extern "C" int qmla_kv_write_cuda_launch(const qmla_kv_cache *kc, const qmla_kv_
     const qmla_kv_layout L = qmla_kv_layout_of(&kc->cfg);
     if (!L.bf16 && ((kc->cfg.sink > 0 && !kc->sink) || (kc->cfg.window > 0 && !kc->window)))
         return qmla_error_set(err, QMLA_EINVAL, "kv writer: NULL protection buffer");
-    cudaError_t e = cudaMemsetAsync(ws, 0xff, sizeof(unsigned long long), stream);
-    if (e != cudaSuccess)
-        return cuda_fail(err, e, "cudaMemsetAsync");
+    /* no per-call reset of ws: qmla_kv_write_cuda_ws_init once, and status
+     * resets it after a failure (H200 run 22: the memset was ~5 % of a
+     * 64K-token write) */
+    cudaError_t e;
     if (w->n == 0)
         return QMLA_OK;
     kvw_args a;
@@ -305,21 +329,23 @@ extern "C" int qmla_kv_write_cuda_launch(const qmla_kv_cache *kc, const qmla_kv_
         const size_t blocks = (w->n + tok - 1) / tok;
         if (blocks > 0x7fffffffu)
             return qmla_error_set(err, QMLA_EINVAL, "kv writer: %zu tokens is too many", w->n);
-        const unsigned gb = (unsigned)blocks;
-        switch (L.G) {
-        case 8: kv_write_kernel<8><<<gb, KVW_THREADS, 0, stream>>>(a); break;
-        case 16: kv_write_kernel<16><<<gb, KVW_THREADS, 0, stream>>>(a); break;
-        case 32: kv_write_kernel<32><<<gb, KVW_THREADS, 0, stream>>>(a); break;
-        default: kv_write_kernel<64><<<gb, KVW_THREADS, 0, stream>>>(a); break;
-        }
+        kvw_launch_g((unsigned)blocks, stream, a);
     }
     if ((e = cudaGetLastError()) != cudaSuccess)
         return cuda_fail(err, e, "kv writer launch");
     return QMLA_OK;
 }
 
-extern "C" int qmla_kv_write_cuda_status(const qmla_kv_cache *kc, const void *ws,
-                                         cudaStream_t stream, qmla_error *err)
+extern "C" int qmla_kv_write_cuda_ws_init(void *ws, cudaStream_t stream, qmla_error *err)
+{
+    if (!ws || ((uintptr_t)ws & 7u))
+        return qmla_error_set(err, QMLA_EINVAL, "kv writer: ws NULL or not 8-byte aligned");
+    const cudaError_t e = cudaMemsetAsync(ws, 0xff, sizeof(unsigned long long), stream);
+    return e == cudaSuccess ? QMLA_OK : cuda_fail(err, e, "cudaMemsetAsync");
+}
+
+extern "C" int qmla_kv_write_cuda_status(const qmla_kv_cache *kc, void *ws, cudaStream_t stream,
+                                         qmla_error *err)
 {
     unsigned long long code = NO_FAILURE;
     float value = 0.0f;
@@ -333,6 +359,9 @@ extern "C" int qmla_kv_write_cuda_status(const qmla_kv_cache *kc, const void *ws
         return cuda_fail(err, e, "kv writer");
     if (code == NO_FAILURE)
         return QMLA_OK;
+    /* ready for the next launch (synchronous: ws is free again on return) */
+    if ((e = cudaMemset(ws, 0xff, sizeof(unsigned long long))) != cudaSuccess)
+        return cuda_fail(err, e, "kv writer: cudaMemset");
     const qmla_kv_layout L = qmla_kv_layout_of(&kc->cfg);
     const size_t ngt = (size_t)(L.ng_c + L.ng_r), idx = (size_t)(code >> 2);
     const int cs = (int)(code & 3u);

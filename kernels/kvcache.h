@@ -7,10 +7,13 @@
  * needs no new quantization. Bit for bit the C twin qmla_kv_write_ref.
  *
  * All pointers in qmla_kv_cache / qmla_kv_write are device pointers.
- * ws: QMLA_KV_WRITE_WS_BYTES of caller-owned device memory (first failure).
+ * ws: QMLA_KV_WRITE_WS_BYTES of caller-owned device memory (first failure),
+ * set up once by qmla_kv_write_cuda_ws_init before the first launch.
  * Launch validates and enqueues on `stream` (no allocation, no
- * synchronisation); status synchronises and reports QMLA_ENONFINITE /
- * QMLA_ERANGE naming the first failing token and group, as the twin does.
+ * synchronisation, no reset of ws); status synchronises and reports
+ * QMLA_ENONFINITE / QMLA_ERANGE naming the first failing token and group of
+ * the launches since the last status (one launch: as the twin does), and
+ * leaves ws ready for the next launch.
  * Test: tests/test_decode_cuda.c (suite cuda).
  */
 #ifndef QMLA_KERNELS_KVCACHE_H
@@ -28,7 +31,8 @@ extern "C" {
 
 int qmla_kv_write_cuda_launch(const qmla_kv_cache *kc, const qmla_kv_write *w, void *ws,
                               cudaStream_t stream, qmla_error *err);
-int qmla_kv_write_cuda_status(const qmla_kv_cache *kc, const void *ws, cudaStream_t stream,
+int qmla_kv_write_cuda_ws_init(void *ws, cudaStream_t stream, qmla_error *err);
+int qmla_kv_write_cuda_status(const qmla_kv_cache *kc, void *ws, cudaStream_t stream,
                               qmla_error *err);
 
 #ifdef __cplusplus

@@ -298,6 +298,13 @@ int main(void)
         return 77;
     }
     void *ws = dalloc(QMLA_KV_WRITE_WS_BYTES);
+    {
+        qmla_error e;
+        if (qmla_kv_write_cuda_ws_init(ws, 0, &e)) {
+            printf("FAIL: %s\n", e.msg);
+            return 1;
+        }
+    }
     const shape shapes[] = {
         {"b1 ctx1", 1, 16, 1, 4, 128, {1}},
         {"b3 ctx63/64/65", 3, 16, 1, 4, 128, {63, 64, 65}},
