@@ -205,6 +205,10 @@ static void bench_qdq(bench *B)
     float *s = (float *)dalloc(T * 9 * 4), *l = (float *)dalloc(T * 9 * 4);
     uint8_t *c = (uint8_t *)dalloc(T * w);
     void *ws = dalloc(QMLA_QDQ_CUDA_WS_BYTES);
+    {
+        qmla_error e0;
+        OK(qmla_qdq_cuda_ws_init(ws, B->s, &e0), e0);
+    }
     fill_f32<<<1024, 256>>>(x, T * w, 7);
     CU(cudaGetLastError());
     struct { const char *name; qmla_meta meta; int xhat; } v[3] = {

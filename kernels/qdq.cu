@@ -266,9 +266,9 @@ extern "C" int qmla_qdq_cuda_launch(const qmla_quant_params *p, const float *x, 
                               ws ? "input" : "workspace");
     if (((uintptr_t)ws & 7u) != 0)
         return qmla_error_set(err, QMLA_EINVAL, "qdq_cuda: workspace not 8-byte aligned");
-    cudaError_t e = cudaMemsetAsync(ws, 0xff, sizeof(unsigned long long), stream);
-    if (e != cudaSuccess)
-        return cuda_fail(err, e, "cudaMemsetAsync");
+    /* no per-call reset of ws (qmla_qdq_cuda_ws_init once; status resets
+     * it after a failure) */
+    cudaError_t e;
     if (T == 0)
         return QMLA_OK;
     qdq_args a;
@@ -317,7 +317,15 @@ extern "C" int qmla_qdq_cuda_launch(const qmla_quant_params *p, const float *x, 
     return QMLA_OK;
 }
 
-extern "C" int qmla_qdq_cuda_status(const qmla_quant_params *p, size_t width, const void *ws,
+extern "C" int qmla_qdq_cuda_ws_init(void *ws, cudaStream_t stream, qmla_error *err)
+{
+    if (!ws || ((uintptr_t)ws & 7u))
+        return qmla_error_set(err, QMLA_EINVAL, "qdq_cuda: workspace NULL or not 8-byte aligned");
+    const cudaError_t e = cudaMemsetAsync(ws, 0xff, sizeof(unsigned long long), stream);
+    return e == cudaSuccess ? QMLA_OK : cuda_fail(err, e, "cudaMemsetAsync");
+}
+
+extern "C" int qmla_qdq_cuda_status(const qmla_quant_params *p, size_t width, void *ws,
                                     cudaStream_t stream, qmla_error *err)
 {
     unsigned long long code = NO_FAILURE;
@@ -332,6 +340,9 @@ extern "C" int qmla_qdq_cuda_status(const qmla_quant_params *p, size_t width, co
         return cuda_fail(err, e, "qdq kernel");
     if (code == NO_FAILURE)
         return QMLA_OK;
+    /* ready for the next launch (synchronous) */
+    if ((e = cudaMemset(ws, 0xff, sizeof(unsigned long long))) != cudaSuccess)
+        return cuda_fail(err, e, "qdq kernel: cudaMemset");
     const size_t ng = qmla_quant_n_groups(p, width);
     const size_t idx = (size_t)(code >> 2), t = idx / ng, g = idx % ng;
     const int cs = (int)(code & 3u);

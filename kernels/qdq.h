@@ -9,14 +9,16 @@
  *   scale, lo [T, n_groups] stored metadata as float32, may be NULL
  *   xhat   [T, width]       dequantized values, may be NULL, may alias x
  *   ws     QMLA_QDQ_CUDA_WS_BYTES bytes of caller-owned device workspace
- *          (the first failure); one workspace per call in flight.
+ *          (the first failure), set up once by qmla_qdq_cuda_ws_init;
+ *          one workspace per call in flight.
  *
  * qmla_qdq_cuda_launch validates the parameters (the kernels assume valid
  * input) and enqueues on `stream` without allocating or synchronising.
  * qmla_qdq_cuda_status synchronises the stream and reports a non-finite
  * value or a metadata overflow as the CPU does (QMLA_ENONFINITE /
- * QMLA_ERANGE naming the first offending token and group); the outputs are
- * then unspecified. qmla_qdq_cuda does both.
+ * QMLA_ERANGE naming the first offending token and group of the launches
+ * since the last status); the outputs are then unspecified, and ws is
+ * ready for the next launch (launch does not reset it). qmla_qdq_cuda does both.
  * Test: meson test -C build --suite cuda (test_qdq_cuda; SKIP without a GPU).
  */
 #ifndef QMLA_KERNELS_QDQ_H
@@ -47,7 +49,8 @@ int qmla_qdq_cuda_launch(const qmla_quant_params *p, const float *x, size_t T,
                          qmla_error *err);
 
 int qmla_qdq_cuda_status(const qmla_quant_params *p, size_t width,
-                         const void *ws, cudaStream_t stream, qmla_error *err);
+                         void *ws, cudaStream_t stream, qmla_error *err);
+int qmla_qdq_cuda_ws_init(void *ws, cudaStream_t stream, qmla_error *err);
 
 int qmla_qdq_cuda(const qmla_quant_params *p, const float *x, size_t T,
                   size_t width, uint8_t *codes, float *scale, float *lo,

@@ -96,7 +96,8 @@ int main(void)
         printf("SKIP: %s\n", err.msg);
         return 77;
     }
-    if (cudaMalloc(&ws, QMLA_QDQ_CUDA_WS_BYTES) != cudaSuccess) {
+    if (cudaMalloc(&ws, QMLA_QDQ_CUDA_WS_BYTES) != cudaSuccess ||
+        qmla_qdq_cuda_ws_init(ws, 0, &err)) {
         printf("FAIL: no workspace\n");
         return 1;
     }
