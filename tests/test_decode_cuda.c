@@ -395,9 +395,8 @@ int main(void)
     }
     /* writer error: the same token, group and value as the twin (the
      * group's first non-finite value, in either half of a group of 64:
-     * the kernel splits it over two threads, 16-byte chunks interleaved:
-     * channels 8-15 of a group are the second thread's) */
-    for (int v = 0; v < 4; v++) {
+     * the kernel splits it over two threads) */
+    for (int v = 0; v < 3; v++) {
         const shape s = {"nan", 1, 16, 1, 4, 128, {10}};
         qmla_kv_config cfg = {4, 4, 64, 4, 128};
         cache c;
@@ -410,12 +409,9 @@ int main(void)
         } else if (v == 1) { /* content group 1: NaN in the first half, -inf in the second */
             kv[2 * 576 + 70] = 0x7fc0;
             kv[2 * 576 + 100] = 0xff80;
-        } else if (v == 2) { /* content group 1: -inf then NaN, both in the second half */
+        } else { /* content group 1: -inf then NaN, both in the second half */
             kv[2 * 576 + 100] = 0xff80;
             kv[2 * 576 + 120] = 0x7fc0;
-        } else { /* content group 1: -inf at channel 10 (second thread), NaN at 20 */
-            kv[2 * 576 + 74] = 0xff80;
-            kv[2 * 576 + 84] = 0x7fc0;
         }
         const char *want = v == 0 ? "group 8: non-finite value nan"
                            : v == 1 ? "group 1: non-finite value nan"
