@@ -34,9 +34,6 @@
 
 #define NO_FAILURE 0xffffffffffffffffull
 #define KVW_THREADS 288 /* 256 content + 32 RoPE threads */
-#ifndef QMLA_KVW_INTERLEAVE /* group of 64: lane pair with interleaved chunks (0: halves, run 24) */
-#define QMLA_KVW_INTERLEAVE 1
-#endif
 #ifndef QMLA_KVW_MIN_BLOCKS /* blocks per SM the registers allow (build-time experiment) */
 #define QMLA_KVW_MIN_BLOCKS 4 /* H200 run 22a: 3 blocks 51.9 us, 4 blocks 48.7 (C4R4) */
 #endif
@@ -64,58 +61,21 @@ __device__ static inline float kvw_elem(const uint4 *raw, int j)
     return __uint_as_float(j % 2 ? u & 0xffff0000u : u << 16);
 }
 
-/* Codes of one thread's E elements (B bits); src(j): element j reloaded
- * (the rare near-ties); act: this lane stores (every lane of the warp
- * calls: shuffles).
- * IL (a group of 64 over a lane pair, chunks interleaved): the thread's
- * element j is element 16 (j / 8) + 8 half + j % 8 of the group; the pair
- * exchanges codes so that lane h stores the group's code bytes
- * [h W / 2, (h + 1) W / 2) (W = 64 B / 8 code bytes per group), C8: code
- * chunks h and 2 + h; dst: the group's codes.
- * Else: the thread's E contiguous elements; dst: their codes (E B / 8
- * bytes, aligned to that size up to 16). */
-template <int E, int B, bool IL, class SRC>
-__device__ static inline void kvw_codes(const uint4 *raw, SRC src, float s, float l,
-                                        uint8_t *dst, int half, bool act)
+/* Codes of one thread's E elements (B bits) into dst (E B / 8 bytes,
+ * aligned to that size up to 16); act: this lane stores (every lane of the
+ * warp calls: qmla_store_words). */
+template <int E, int B>
+__device__ static inline void kvw_codes(const uint4 *raw, const uint16_t *src, float s, float l,
+                                        uint8_t *dst, bool act)
 {
     auto x = [&](int j) { return kvw_elem<E>(raw, j); };
     if constexpr ((E * B) % 32 == 0) {
         constexpr int NW = E * B / 32;
         uint32_t w[NW], bad[(E + 31) / 32];
         qmla_emit_fast<E, B, false>(x, s, l, w, nullptr, bad);
-        qmla_emit_fix_codes<E, B>(bad, src, s, l, w);
-        if constexpr (IL) {
-            static_assert(E == 32, "a group of 64 over a lane pair");
-            const bool h = half != 0;
-            if constexpr (B == 4) { /* local word m: group word 2 m + h */
-                const uint32_t r0 = __shfl_xor_sync(0xffffffffu, h ? w[0] : w[2], 1);
-                const uint32_t r1 = __shfl_xor_sync(0xffffffffu, h ? w[1] : w[3], 1);
-                if (act)
-                    ((uint4 *)dst)[h] = h ? make_uint4(r0, w[2], r1, w[3])
-                                          : make_uint4(w[0], r0, w[1], r1);
-            } else if constexpr (B == 8) { /* local words 2m, 2m+1: group 4m+2h, +1 */
-#pragma unroll
-                for (int q = 0; q < 2; q++) {
-                    const uint32_t ra =
-                        __shfl_xor_sync(0xffffffffu, h ? w[4 * q] : w[4 * q + 2], 1);
-                    const uint32_t rb =
-                        __shfl_xor_sync(0xffffffffu, h ? w[4 * q + 1] : w[4 * q + 3], 1);
-                    if (act)
-                        ((uint4 *)dst)[2 * q + h] =
-                            h ? make_uint4(ra, rb, w[4 * q + 2], w[4 * q + 3])
-                              : make_uint4(w[4 * q], w[4 * q + 1], ra, rb);
-                }
-            } else { /* B 2: local chunk m in half m % 2 of local word m / 2;
-                      * group word m = even's chunk m | odd's chunk m << 16 */
-                const uint32_t r = __shfl_xor_sync(0xffffffffu, h ? w[0] : w[1], 1);
-                const uint32_t lo = h ? r : w[0], hi = h ? w[1] : r;
-                if (act)
-                    ((uint2 *)dst)[h] =
-                        make_uint2(__byte_perm(lo, hi, 0x5410), __byte_perm(lo, hi, 0x7632));
-            }
-        } else {
-            qmla_store_words<NW>(dst, act, w);
-        }
+        qmla_emit_fix_codes<E, B>(bad, [&](int j) { return __uint_as_float((uint32_t)src[j] << 16); },
+                                  s, l, w);
+        qmla_store_words<NW>(dst, act, w);
     } else { /* E 8, B 2: two bytes, by the shared emit loop */
         float xs[E];
         uint8_t p[E * B / 8];
@@ -188,23 +148,10 @@ __global__ void __launch_bounds__(KVW_THREADS, QMLA_KVW_MIN_BLOCKS) kv_write_ker
     const long p = live ? a.pos[i] : 0;
     bool act = slot >= 0;
     const qmla_kv_layout &L = a.L;
-    /* IL: a group of 64 over a lane pair with its 16-byte chunks
-     * interleaved (chunk m of the thread: chunk 2 m + half of the group),
-     * so that each load / store instruction of the pair covers a whole
-     * 32-byte sector without shuffles; else E contiguous channels per
-     * thread (qmla_pair_load). Chunk m of the thread: channel ch + m CS 8. */
-    constexpr bool IL = LP == 2 && QMLA_KVW_INTERLEAVE;
-    constexpr int CS = IL ? 2 : 1;
-    const int ch = (rope ? QMLA_KV_DC : 0) + (IL ? g * G + half * 8 : k * E); /* first channel */
+    const int ch = rope ? QMLA_KV_DC + k * E : k * E; /* first channel */
     const uint16_t *src = a.kv + (live ? i : 0) * QMLA_KV_D + ch;
     uint4 raw[E / 8];
-    if constexpr (IL) {
-#pragma unroll
-        for (int m = 0; m < E / 8; m++)
-            raw[m] = live ? __ldg((const uint4 *)src + m * CS) : make_uint4(0u, 0u, 0u, 0u);
-    } else {
-        qmla_pair_load<E / 8>((const uint4 *)src, live, raw);
-    }
+    qmla_pair_load<E / 8>((const uint4 *)src, live, raw);
     const long len = act ? a.seq_len[bseq] : 0;
     uint8_t *pg = a.pool + (size_t)(act ? slot / QMLA_KV_PAGE : 0) * L.page_bytes;
     const int o = act ? (int)(slot % QMLA_KV_PAGE) : 0;
@@ -250,16 +197,7 @@ __global__ void __launch_bounds__(KVW_THREADS, QMLA_KVW_MIN_BLOCKS) kv_write_ker
                     mine = true;
                 }
             }
-            if constexpr (IL) { /* the lower group index of the two lanes' first */
-                int jf = E;
-#pragma unroll
-                for (int j = E - 1; j >= 0; j--)
-                    if (!qmla_core_isfinite(kvw_elem<E>(raw, j)))
-                        jf = j;
-                const int gi = jf < E ? 16 * (jf / 8) + 8 * half + jf % 8 : G;
-                const unsigned pair = 3u << (tid & 30);
-                report = mine && gi < __shfl_xor_sync(pair, gi, 1);
-            } else if constexpr (LP == 2) { /* the first half's, else the second's */
+            if constexpr (LP == 2) { /* the first half's, else the second's */
                 const unsigned pair = 3u << (tid & 30);
                 const bool first = __shfl_sync(pair, (int)mine, tid & 30) != 0;
                 report = half == 0 ? mine : !first;
@@ -284,28 +222,22 @@ __global__ void __launch_bounds__(KVW_THREADS, QMLA_KVW_MIN_BLOCKS) kv_write_ker
     if (act && p < a.S)
 #pragma unroll
         for (int v = 0; v < E / 8; v++)
-            ((uint4 *)(a.sink + ((size_t)bseq * a.S + (size_t)p) * QMLA_KV_D + ch))[v * CS] =
-                raw[v];
+            ((uint4 *)(a.sink + ((size_t)bseq * a.S + (size_t)p) * QMLA_KV_D + ch))[v] = raw[v];
     if (act && a.W > 0 && p >= len - a.W)
 #pragma unroll
         for (int v = 0; v < E / 8; v++)
-            ((uint4 *)(a.window + ((size_t)bseq * a.W + (size_t)(p % a.W)) * QMLA_KV_D + ch))
-                [v * CS] = raw[v];
-    /* element j of the thread, reloaded (the rare near-ties) */
-    auto xr = [&](int j) {
-        return __uint_as_float((uint32_t)src[(j / 8) * 8 * CS + j % 8] << 16);
-    };
-    const int cofs = IL ? 0 : half * (E * (rope ? BR : BC) / 8); /* code byte offset */
+            ((uint4 *)(a.window + ((size_t)bseq * a.W + (size_t)(p % a.W)) * QMLA_KV_D + ch))[v] =
+                raw[v];
     const uint32_t meta = (uint32_t)__half_as_ushort(__float2half_rn(s)) |
                           (uint32_t)__half_as_ushort(__float2half_rn(l)) << 16; /* exact */
     if (rope) {
         uint8_t *dst = pg + L.off_rc + (size_t)o * L.cb_r + (size_t)g * L.gb_r;
-        kvw_codes<E, BR, IL>(raw, xr, s, l, dst + cofs, half, act);
+        kvw_codes<E, BR>(raw, src, s, l, dst + half * (E * BR / 8), act);
         if (act && half == 0)
             *(uint32_t *)(pg + L.off_mr + ((size_t)o * NGR + g) * 4) = meta;
     } else {
         uint8_t *dst = pg + (size_t)o * L.cb_c + (size_t)g * L.gb_c;
-        kvw_codes<E, BC, IL>(raw, xr, s, l, dst + cofs, half, act);
+        kvw_codes<E, BC>(raw, src, s, l, dst + half * (E * BC / 8), act);
         if (act && half == 0)
             *(uint32_t *)(pg + L.off_mc + ((size_t)o * NGC + g) * 4) = meta;
     }
