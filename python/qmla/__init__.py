@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 
-__all__ = ["qdq", "qdq_cuda", "qdq_torch", "cuda_available", "Model", "Transforms",
+__all__ = ["qdq", "qdq_cuda", "qdq_cuda_ws_init", "qdq_torch", "cuda_available", "Model", "Transforms",
            "Capture", "QmlaError", "version", "lib_path"]
 
 
@@ -594,6 +594,7 @@ def _declare_cuda(lib):
     lib.qmla_qdq_cuda.argtypes = [C.POINTER(_QParams), C.c_void_p, C.c_size_t, C.c_size_t,
                                   C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p,
                                   C.c_void_p, E]
+    lib.qmla_qdq_cuda_ws_init.argtypes = [C.c_void_p, C.c_void_p, E]
     lib.cudaMalloc.argtypes = [C.POINTER(C.c_void_p), C.c_size_t]
     lib.cudaGetDevice.argtypes = [C.POINTER(C.c_int)]
 
@@ -627,8 +628,19 @@ def _workspace():
         p = C.c_void_p()
         if lib.cudaMalloc(C.byref(p), QDQ_CUDA_WS_BYTES):
             raise QmlaError("CUDA: cudaMalloc of the qdq workspace failed", "ENOMEM")
+        qdq_cuda_ws_init(p.value)
         _ws[dev.value] = p.value
     return _ws[dev.value]
+
+
+def qdq_cuda_ws_init(ws, stream=0):
+    """Set up QDQ_CUDA_WS_BYTES of caller-owned device memory at `ws` as a
+    qdq workspace (qmla_qdq_cuda_ws_init; once, before its first use)."""
+    ok, why = cuda_available()
+    if not ok:
+        raise QmlaError(f"qdq_cuda_ws_init: {why}", "EINVAL")
+    e = _Err()
+    _check(_L().qmla_qdq_cuda_ws_init(ws, stream or None, C.byref(e)), e)
 
 
 def qdq_cuda(x_ptr, T, width, bits=4, group=64, meta="f16", out_ptr=None, stream=0,
@@ -639,7 +651,8 @@ def qdq_cuda(x_ptr, T, width, bits=4, group=64, meta="f16", out_ptr=None, stream
     0: the default stream), bit for bit the CPU qdq. The result goes to out_ptr
     (default: x_ptr, in place); codes/scale/lo pointers are optional outputs
     (kernels/qdq.h). Synchronises the stream. ws: QDQ_CUDA_WS_BYTES of device
-    workspace (default: one per device, allocated once). QmlaError when libqmla.so
+    workspace set up once by qdq_cuda_ws_init (default: one per device,
+    allocated and set up once). QmlaError when libqmla.so
     has no CUDA launcher or no device is usable, and for the quantizer's refusals."""
     ok, why = cuda_available()
     if not ok:
