@@ -241,7 +241,24 @@ def _declare_transforms(lib):
     lib.qmla_tmethod_name.restype = C.c_char_p
 
 
-class Transforms:
+class _Closable:
+    """with-statement and garbage-collection support for a close() method."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Transforms(_Closable):
     """A transforms file of `qmla learn` (docs/transforms-format.md), read and
     validated by qmla_transform_file_read: per layer the content transform
     T_C = diag(γ)^-1 R diag(s) and the RoPE transform T_P = blockdiag(s_i R(θ_i)),
@@ -366,19 +383,6 @@ class Transforms:
             _L().qmla_transform_file_free(C.byref(self._f))
             self._open = False
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
 
 # ---------------------------------------------------------------------------
 # capture files (include/qmla/capture.h, docs/capture-format.md)
@@ -432,7 +436,7 @@ def _declare_capture(lib):
     lib.qmla_cell_free.argtypes = [C.POINTER(_Cell)]
 
 
-class Capture:
+class Capture(_Closable):
     """A qmla-capture v1 file opened by the library's reader (qmla_capture_open:
     the whole structure validated on open; each tensor converted to float32
     and checked finite when read), so Python sees what `qmla sweep` sees.
@@ -561,19 +565,6 @@ class Capture:
         if self._h:
             _L().qmla_capture_close(self._h)
             self._h = C.c_void_p()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 # ---------------------------------------------------------------------------
