@@ -45,6 +45,11 @@ static void usage(FILE *f)
         "                   a table, for qmla export / figures) are replaced,\n"
         "                   others kept\n"
         "\n"
+        "The configurations of one text and model (or transforms file) are scored\n"
+        "together, window by window: quantized ones under a sink/local policy share\n"
+        "the tokens that read only BF16 keys (the first S + W of each window), with\n"
+        "the same results as alone. s(grp): seconds for the whole group.\n"
+        "\n"
         "example: qmla ppl models/tiny-mla --text data/heldout/prose.txt.gz \\\n"
         "           --config bf16,C4R4 --policy none,sink4/local128 --tokens 20480 -o ppl.h5\n");
 }
@@ -140,8 +145,10 @@ int cmd_ppl(int argc, char **argv)
     char labels[17][32];
     memset(tf, 0, sizeof tf);
     qmla_ppl_row *rows = calloc(nc * np * n_texts * (n_tf + 1), sizeof *rows);
+    qmla_cache_spec *grp = calloc(nc * np, sizeof *grp);
+    qmla_ppl_result *res = calloc(nc * np, sizeof *res);
     uint8_t *buf = NULL;
-    if (!specs || !rows) {
+    if (!specs || !rows || !grp || !res) {
         rc = cli_fail("ppl", "out of memory");
         goto done;
     }
@@ -196,7 +203,7 @@ int cmd_ppl(int argc, char **argv)
     }
     const qmla_exec ex = qmla_exec_cpu((int)threads);
     printf("%-28s %-10s %-16s %-16s %9s %9s %12s %8s\n", "text", "config", "method", "policy",
-           "bits/byte", "nats/tok", "tokens", "s");
+           "bits/byte", "nats/tok", "tokens", "s(grp)");
     for (size_t k = 0; k < n_texts; k++) {
         size_t nb = 0;
         char msg[512];
@@ -207,7 +214,10 @@ int cmd_ppl(int argc, char **argv)
             goto done;
         }
         size_t maxw = tokens ? (size_t)((tokens + context - 1) / context) : 0;
-        for (size_t v = 0; v <= n_tf; v++)
+        /* the configurations of one text and one model variant are scored
+         * together: protected ones share the clean prefix (qmla/model.h) */
+        for (size_t v = 0; v <= n_tf; v++) {
+            size_t n_grp = 0;
             for (size_t s = 0; s < n_spec; s++) {
                 const qmla_cache_spec *sp = &specs[s];
                 const int plain = sp->c_bits == QMLA_CACHE_FP32 ||
@@ -223,27 +233,36 @@ int cmd_ppl(int argc, char **argv)
                         strncmp(sp->name, tm->config, strlen(tm->config)))
                         continue;
                 }
-                qmla_ppl_row *r = &rows[n_rows];
-                double t1 = cli_now();
-                if (qmla_model_ppl(mv[v], &ex, sp, buf, nb, (size_t)context, maxw, &r->r,
-                                   &err)) {
-                    qmla_error_prefix(&err, "%s, %s, %s%s%s: ", texts[k], sp->name, sp->policy,
-                                      v ? ", transforms " : "", v ? tfp[v - 1] : "");
-                    rc = cli_lib_error("ppl", &err);
-                    goto done;
-                }
+                grp[n_grp] = *sp;
+                qmla_ppl_row *r = &rows[n_rows + n_grp];
                 r->text = texts[k];
                 r->config = sp->name;
                 r->policy = sp->policy;
                 r->method = v ? labels[v] : plain ? "none" : "RTN";
                 r->transforms = v ? tfp[v - 1] : "";
                 r->context = (size_t)context;
-                n_rows++;
+                n_grp++;
+            }
+            if (!n_grp)
+                continue;
+            double t1 = cli_now();
+            if (qmla_model_ppl_multi(mv[v], &ex, grp, n_grp, buf, nb, (size_t)context, maxw,
+                                     res, &err)) {
+                qmla_error_prefix(&err, "%s%s%s: ", texts[k], v ? ", transforms " : "",
+                                  v ? tfp[v - 1] : "");
+                rc = cli_lib_error("ppl", &err);
+                goto done;
+            }
+            const double dt = cli_now() - t1;
+            for (size_t j = 0; j < n_grp; j++, n_rows++) {
+                qmla_ppl_row *r = &rows[n_rows];
+                r->r = res[j];
                 printf("%-28s %-10s %-16s %-16s %9.4f %9.5f %12zu %8.1f\n", texts[k],
                        r->config, r->method, r->policy, r->r.bits_per_byte,
-                       r->r.nll_nats_per_token, r->r.tokens, cli_now() - t1);
-                fflush(stdout);
+                       r->r.nll_nats_per_token, r->r.tokens, dt);
             }
+            fflush(stdout);
+        }
     }
     if (qmla_ppl_save(out, dir, cli_command_line(), rows, n_rows, &err))
         rc = cli_lib_error("ppl", &err);
@@ -255,6 +274,8 @@ done:
     free(buf);
     free(specs);
     free(rows);
+    free(grp);
+    free(res);
     free(cl);
     free(cbuf);
     free(pl);

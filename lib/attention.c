@@ -186,6 +186,15 @@ void qmla_attn_softmax(const qmla_exec *ex, size_t H, size_t T, const float *Z, 
         softmax_row(Z + k * T, NULL, A + k * T, k / H, T); /* token k/H, head k%H */
 }
 
+void qmla_attn_softmax_rows(const qmla_exec *ex, size_t H, size_t T, size_t t0, size_t t1,
+                            const float *Z, float *A)
+{
+    const size_t k0 = t0 * H, k1 = t1 * H;
+    QMLA_OMP_FOR(ex)
+    for (size_t k = k0; k < k1; k++)
+        softmax_row(Z + k * T, NULL, A + k * T, k / H, T);
+}
+
 void qmla_attn_softmax_delta(const qmla_exec *ex, size_t H, size_t T, const float *Z,
                              const float *Aref, float *D)
 {

@@ -603,7 +603,11 @@ struct qmla_model_ws {
     float *C, *K, *Cq, *Kq, *q_lat, *q_rope_t, *Z, *Z2, *U, *O, *Y, *g, *u;
     float *cos_, *sin_;
     float *qc, *kc, *kc2, *vn, *vn2, *kn; /* the expanded (non-absorbed) form */
+    struct prefix_state *pre;             /* the clean prefix (allocated when used) */
+    size_t L;
 };
+typedef struct prefix_state prefix_state;
+static void prefix_free(prefix_state *p, size_t L);
 
 void qmla_model_ws_free(qmla_model_ws *w)
 {
@@ -615,6 +619,7 @@ void qmla_model_ws_free(qmla_model_ws *w)
                    &w->cos_, &w->sin_, &w->qc, &w->kc, &w->kc2, &w->vn, &w->vn2, &w->kn};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         free(*p[i]);
+    prefix_free(w->pre, w->L);
     free(w);
 }
 
@@ -625,6 +630,7 @@ int qmla_model_ws_alloc(const qmla_model *m, size_t T, qmla_model_ws **out, qmla
     if (!w)
         return qmla_error_set(err, QMLA_ENOMEM, "model workspace");
     w->T_max = T;
+    w->L = c->L;
     const size_t H = c->H, qk = c->d_n + c->d_r;
     struct { float **p; size_t n; } a[] = {
         {&w->x, T * c->D}, {&w->h, T * c->D}, {&w->q, T * H * qk},
@@ -725,18 +731,22 @@ static int write_cache(const qmla_cache_spec *cs, size_t layer, size_t T, size_t
 /* Causal row blocks of the expanded form. */
 enum { XB = 128 };
 
-/* Per-head keys and values of one cache representation X [T, d_c]:
- * kc [H, T, d_n + d_r] = [X w_uk[h]^T | K], vn [T, H*d_v] = X w_uv^T. */
-static void expand_kv(const qmla_model_config *c, const layer_w *lw, size_t T, const float *X,
-                      const float *K, float *kn, float *kc, float *vn)
+/* Per-head keys and values of one cache representation X [T, d_c] for the
+ * tokens t0..t1-1: kc [H, T, d_n + d_r] = [X w_uk[h]^T | K],
+ * vn [T, H*d_v] = X w_uv^T (rows t0..t1-1 written; kn is scratch). */
+static void expand_kv(const qmla_model_config *c, const layer_w *lw, size_t T, size_t t0,
+                      size_t t1, const float *X, const float *K, float *kn, float *kc,
+                      float *vn)
 {
     const size_t H = c->H, dn = c->d_n, dr = c->d_r, qk = dn + dr;
-    linear(T, c->d_c, H * dn, X, lw->w_uk, kn);
-    linear(T, c->d_c, H * c->d_v, X, lw->w_uv, vn);
+    if (t1 <= t0)
+        return;
+    linear(t1 - t0, c->d_c, H * dn, X + t0 * c->d_c, lw->w_uk, kn);
+    linear(t1 - t0, c->d_c, H * c->d_v, X + t0 * c->d_c, lw->w_uv, vn + t0 * H * c->d_v);
     for (size_t h = 0; h < H; h++)
-        for (size_t t = 0; t < T; t++) {
+        for (size_t t = t0; t < t1; t++) {
             float *dst = kc + (h * T + t) * qk;
-            memcpy(dst, kn + (t * H + h) * dn, dn * sizeof(float));
+            memcpy(dst, kn + ((t - t0) * H + h) * dn, dn * sizeof(float));
             memcpy(dst + dn, K + t * dr, dr * sizeof(float));
         }
 }
@@ -801,6 +811,117 @@ static void split_attn(size_t H, size_t T, size_t S, size_t W, float *Z, float *
         }
 }
 
+/* The sink/local policy in the expanded form, by causal row blocks: only the
+ * key columns some query of the block reads from a representation are
+ * computed from it. For rows r0..r1-1 (query i reads key s protected when
+ * s < S or i - s < W, packed otherwise):
+ *   sinks [0, min(S, r1))  protected for every row;
+ *   band  [b0, r1)         b0 = max(S, r0 + 1 - W): protected for some rows
+ *                          (empty when W = 0);
+ *   packed [S, q1)         q1 = r1 - W: packed for some rows;
+ *   [S, min(b0, q1))       packed for every row of the block;
+ *   [b0, q1)               the overlap, both computed, one taken per row.
+ * One softmax over each row as before; the aggregation sums the protected
+ * weights against the protected values and the packed weights against the
+ * packed values, so each (query, key) pair is read in exactly one
+ * representation, as mix_logits / split_attn do over the whole square. The
+ * packed keys and values are needed only for tokens S..T-W-1
+ * (band_packed_rows). Z [T, H, T] holds the logits, then the weights; Z2
+ * the overlap's packed logits, then its packed weights. */
+typedef struct band_blk {
+    size_t r0, r1, s1, b0, q1, p1; /* p1 = min(b0, q1): end of all-packed cols */
+} band_blk;
+
+static band_blk band_block(size_t r0, size_t r1, size_t S, size_t W)
+{
+    band_blk b = {r0, r1, S < r1 ? S : r1, r1, S, S};
+    if (W > 0) {
+        size_t lo = r0 + 1 > W ? r0 + 1 - W : 0;
+        b.b0 = lo > b.s1 ? lo : b.s1;
+    }
+    if (r1 > W && r1 - W > S)
+        b.q1 = r1 - W;
+    b.p1 = b.b0 < b.q1 ? b.b0 : b.q1;
+    if (b.p1 < S)
+        b.p1 = S;
+    return b;
+}
+
+static void band_packed_rows(size_t T, size_t S, size_t W, size_t *t0, size_t *t1)
+{
+    *t0 = S < T ? S : T;
+    *t1 = T > W && T - W > *t0 ? T - W : *t0;
+}
+
+/* Z[rows, c0..c1) = tau q . k over columns c0..c1 (one head's block). */
+static void band_gemm_logits(size_t H, size_t T, size_t qk, float tau, const float *qc,
+                             const float *kc, size_t h, size_t r0, size_t r1, size_t c0,
+                             size_t c1, float *Z)
+{
+    if (c1 <= c0)
+        return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)(c1 - c0),
+                (int)qk, tau, qc + (h * T + r0) * qk, (int)qk, kc + (h * T + c0) * qk,
+                (int)qk, 0.0f, Z + (r0 * H + h) * T + c0, (int)(H * T));
+}
+
+/* O[rows, h] (+)= A[rows, c0..c1) V[c0..c1, h]; *beta turns 1 after a call. */
+static void band_gemm_agg(size_t H, size_t T, size_t dv, const float *A, const float *V,
+                          size_t h, size_t r0, size_t r1, size_t c0, size_t c1, float *beta,
+                          float *O)
+{
+    if (c1 <= c0)
+        return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0), (int)dv,
+                (int)(c1 - c0), 1.0f, A + (r0 * H + h) * T + c0, (int)(H * T),
+                V + c0 * H * dv + h * dv, (int)(H * dv), *beta, O + r0 * H * dv + h * dv,
+                (int)(H * dv));
+    *beta = 1.0f;
+}
+
+static void expand_attn_band(const qmla_exec *ex1, size_t H, size_t T, size_t t0, size_t qk,
+                             size_t dv, float tau, size_t S, size_t W, const float *qc,
+                             const float *kc, const float *vn, const float *kc2,
+                             const float *vn2, float *Z, float *Z2, float *O)
+{
+    for (size_t h = 0; h < H; h++)
+        for (size_t r0 = t0; r0 < T; r0 += XB) {
+            const band_blk b = band_block(r0, r0 + XB < T ? r0 + XB : T, S, W);
+            band_gemm_logits(H, T, qk, tau, qc, kc, h, b.r0, b.r1, 0, b.s1, Z);
+            band_gemm_logits(H, T, qk, tau, qc, kc, h, b.r0, b.r1, b.b0, b.r1, Z);
+            band_gemm_logits(H, T, qk, tau, qc, kc2, h, b.r0, b.r1, S, b.p1, Z);
+            band_gemm_logits(H, T, qk, tau, qc, kc2, h, b.r0, b.r1, b.b0, b.q1, Z2);
+            for (size_t i = b.r0; i < b.r1; i++) {
+                float *zp = Z + (i * H + h) * T;
+                const float *zq = Z2 + (i * H + h) * T;
+                for (size_t s = b.b0; s < b.q1 && s + W <= i; s++)
+                    zp[s] = zq[s];
+            }
+        }
+    if (t0)
+        qmla_attn_softmax_rows(ex1, H, T, t0, T, Z, Z);
+    else
+        qmla_attn_softmax(ex1, H, T, Z, Z);
+    for (size_t h = 0; h < H; h++)
+        for (size_t r0 = t0; r0 < T; r0 += XB) {
+            const band_blk b = band_block(r0, r0 + XB < T ? r0 + XB : T, S, W);
+            for (size_t i = b.r0; i < b.r1; i++) {
+                float *ap = Z + (i * H + h) * T, *aq = Z2 + (i * H + h) * T;
+                for (size_t s = S; s < b.q1; s++) {
+                    if (s + W <= i) {
+                        aq[s] = ap[s];
+                        ap[s] = 0.0f;
+                    } else {
+                        aq[s] = 0.0f;
+                    }
+                }
+            }
+            float beta = 0.0f;
+            band_gemm_agg(H, T, dv, Z, vn, h, b.r0, b.r1, 0, b.r1, &beta, O);
+            band_gemm_agg(H, T, dv, Z2, vn2, h, b.r0, b.r1, S, b.q1, &beta, O);
+        }
+}
+
 int qmla_model_expanded_cheaper(const qmla_model_config *c, size_t T)
 {
     /* multiply-adds per token and head over one cache representation, causal
@@ -840,56 +961,140 @@ int qmla_model_forward(const qmla_model *m, const qmla_cache_spec *cs, qmla_mode
     return qmla_model_forward_tap(m, cs, w, tokens, T, logits, NULL, err);
 }
 
-int qmla_model_forward_tap(const qmla_model *m, const qmla_cache_spec *cs,
-                           qmla_model_ws *w, const int32_t *tokens, size_t T,
-                           float *logits, const qmla_model_tap *tap, qmla_error *err)
+/* ---- the clean prefix of the sink/local policy ----
+ * Under sink S / local W, query t < P = S + W reads every key in its
+ * protected (BF16) value, in every layer, so the forward pass of tokens
+ * 0..P-1 is the BF16 cache's whatever the packed configuration (its packed
+ * copies are only read by later queries). A protected configuration in the
+ * expanded form is therefore computed in two phases: tokens 0..P-1 as a BF16
+ * forward pass of length P (phase 1, the same for every protected
+ * configuration of the model with that P), then tokens P..T-1 (phase 2), whose
+ * attention reads the prefix's keys and values from phase 1's state.
+ * qmla_model_ppl_multi runs phase 1 once per window for all such
+ * configurations; running a configuration alone takes the same two phases,
+ * so sharing changes no bit. */
+struct prefix_state {
+    size_t P;                 /* rows held (0: none) */
+    float **C, **K;           /* [L][P, d_c], [L][P, d_r]: cache rows before rounding */
+    float **kc, **vn;         /* [L][H, P, d_n + d_r], [L][P, H d_v]: BF16 keys, values */
+    float *logits;            /* [P, V] */
+};
+
+static void prefix_free(prefix_state *p, size_t L)
+{
+    if (!p)
+        return;
+    for (size_t l = 0; l < L; l++) {
+        if (p->C) free(p->C[l]);
+        if (p->K) free(p->K[l]);
+        if (p->kc) free(p->kc[l]);
+        if (p->vn) free(p->vn[l]);
+    }
+    free(p->C);
+    free(p->K);
+    free(p->kc);
+    free(p->vn);
+    free(p->logits);
+    free(p);
+}
+
+static int prefix_alloc(const qmla_model_config *c, qmla_model_ws *w, qmla_error *err)
+{
+    if (w->pre)
+        return QMLA_OK;
+    const size_t T = w->T_max, L = c->L, qk = c->d_n + c->d_r;
+    prefix_state *p = calloc(1, sizeof *p);
+    int ok = p && (p->C = calloc(L, sizeof(float *))) && (p->K = calloc(L, sizeof(float *))) &&
+             (p->kc = calloc(L, sizeof(float *))) && (p->vn = calloc(L, sizeof(float *))) &&
+             (p->logits = malloc(T * c->V * sizeof(float)));
+    for (size_t l = 0; l < L && ok; l++)
+        ok = (p->C[l] = malloc(T * c->d_c * sizeof(float))) &&
+             (p->K[l] = malloc(T * c->d_r * sizeof(float))) &&
+             (p->kc[l] = malloc(c->H * T * qk * sizeof(float))) &&
+             (p->vn[l] = malloc(T * c->H * c->d_v * sizeof(float)));
+    if (!ok) {
+        prefix_free(p, L);
+        return qmla_error_set(err, QMLA_ENOMEM, "model workspace: the clean prefix for T = %zu",
+                              T);
+    }
+    w->pre = p;
+    return QMLA_OK;
+}
+
+/* The prefix length P of a configuration computed in two phases, 0 when it
+ * is computed in one (unquantized caches, no policy, the absorbed form, or
+ * P >= T). */
+static size_t clean_prefix(const qmla_model *m, const qmla_cache_spec *cs, size_t T)
+{
+    const int quant = cs->c_bits != QMLA_CACHE_FP32 && cs->c_bits != QMLA_CACHE_BF16;
+    if (!quant || (cs->sink <= 0 && cs->window <= 0))
+        return 0;
+    const int expanded = m->form == QMLA_ATTN_EXPANDED ||
+                         (m->form == QMLA_ATTN_AUTO && qmla_model_expanded_cheaper(&m->c, T));
+    const size_t P = (size_t)cs->sink + (size_t)cs->window;
+    return expanded && P < T ? P : 0;
+}
+
+/* The forward pass of rows t0..T-1 of tokens[0..T) (all of them for t0 = 0):
+ * t0 > 0 is phase 2 (expanded form, a mixed policy, the prefix state holding
+ * rows 0..t0-1, no tap); save (with t0 = 0) is phase 1: the rows' cache,
+ * keys and values are kept in the prefix state. logits rows t0..T-1. */
+static int forward_rows(const qmla_model *m, const qmla_cache_spec *cs, qmla_model_ws *w,
+                        const int32_t *tokens, size_t T, size_t t0, int save, int expanded,
+                        float *logits, const qmla_model_tap *tap, qmla_error *err)
 {
     const qmla_model_config *c = &m->c;
     const size_t n_run = tap && tap->n_layers && tap->n_layers < c->L ? tap->n_layers : c->L;
-    if (n_run < c->L && logits)
-        return qmla_error_set(err, QMLA_EINVAL, "forward: logits need all %zu layers, "
-                              "the tap stops after %zu", c->L, n_run);
-    if (T == 0 || T > w->T_max)
-        return qmla_error_set(err, QMLA_EINVAL, "forward: T = %zu outside [1, %zu]", T,
-                              w->T_max);
     const size_t D = c->D, H = c->H, qk = c->d_n + c->d_r, dc = c->d_c, dr = c->d_r;
-    for (size_t t = 0; t < T; t++) {
-        if (tokens[t] < 0 || (size_t)tokens[t] >= c->V)
-            return qmla_error_set(err, QMLA_EINVAL, "forward: token %zu is %d, outside "
-                                  "[0, %zu)", t, (int)tokens[t], c->V);
+    const size_t n = T - t0, P2 = dr / 2, NI = c->n_inter;
+    prefix_state *pre = w->pre;
+    for (size_t t = t0; t < T; t++)
         memcpy(w->x + t * D, m->embed + (size_t)tokens[t] * D, D * sizeof(float));
-    }
     const qmla_exec ex1 = qmla_exec_cpu(1);
     const qmla_mla_dims dims = {H, D, dc, c->d_n, dr, c->d_v, c->tau};
     const int quant = cs->c_bits != QMLA_CACHE_FP32 && cs->c_bits != QMLA_CACHE_BF16;
     const int mixed = quant && (cs->sink > 0 || cs->window > 0);
-    const int expanded = m->form == QMLA_ATTN_EXPANDED ||
-                         (m->form == QMLA_ATTN_AUTO && qmla_model_expanded_cheaper(c, T));
     for (size_t l = 0; l < n_run; l++) {
         const layer_w *lw = &m->layers[l];
-        rmsnorm(T, D, c->eps, w->x, D, lw->ln_in, w->h, D);
+        rmsnorm(n, D, c->eps, w->x + t0 * D, D, lw->ln_in, w->h + t0 * D, D);
         /* queries */
         if (c->q_lora_rank) {
-            linear(T, D, c->q_lora_rank, w->h, lw->q_a, w->qa);
-            rmsnorm(T, c->q_lora_rank, c->latent_eps, w->qa, c->q_lora_rank, lw->q_a_ln, w->qa,
-                    c->q_lora_rank);
-            linear(T, c->q_lora_rank, H * qk, w->qa, lw->q_proj, w->q);
+            const size_t qr = c->q_lora_rank;
+            linear(n, D, qr, w->h + t0 * D, lw->q_a, w->qa + t0 * qr);
+            rmsnorm(n, qr, c->latent_eps, w->qa + t0 * qr, qr, lw->q_a_ln, w->qa + t0 * qr, qr);
+            linear(n, qr, H * qk, w->qa + t0 * qr, lw->q_proj, w->q + t0 * H * qk);
         } else {
-            linear(T, D, H * qk, w->h, lw->q_proj, w->q);
+            linear(n, D, H * qk, w->h + t0 * D, lw->q_proj, w->q + t0 * H * qk);
         }
         for (size_t h = 0; h < H; h++)
-            for (size_t t = 0; t < T; t++) {
+            for (size_t t = t0; t < T; t++) {
                 const float *src = w->q + (t * H + h) * qk;
                 memcpy(w->q_nope + (h * T + t) * c->d_n, src, c->d_n * sizeof(float));
                 memcpy(w->q_rope_pre + (h * T + t) * dr, src + c->d_n, dr * sizeof(float));
             }
-        qmla_rope_rotate(H, T, dr, c->pairing, w->cos_, w->sin_, w->q_rope_pre, w->q_rope);
+        if (!t0)
+            qmla_rope_rotate(H, T, dr, c->pairing, w->cos_, w->sin_, w->q_rope_pre, w->q_rope);
+        else
+            for (size_t h = 0; h < H; h++)
+                qmla_rope_rotate(1, n, dr, c->pairing, w->cos_ + t0 * P2, w->sin_ + t0 * P2,
+                                 w->q_rope_pre + (h * T + t0) * dr,
+                                 w->q_rope + (h * T + t0) * dr);
         /* latent and RoPE key: the cache row */
-        linear(T, D, dc + dr, w->h, lw->kv_a, w->kv);
-        rmsnorm(T, dc, c->latent_eps, w->kv, dc + dr, lw->kv_a_ln, w->C, dc);
-        for (size_t t = 0; t < T; t++)
+        linear(n, D, dc + dr, w->h + t0 * D, lw->kv_a, w->kv + t0 * (dc + dr));
+        rmsnorm(n, dc, c->latent_eps, w->kv + t0 * (dc + dr), dc + dr, lw->kv_a_ln,
+                w->C + t0 * dc, dc);
+        for (size_t t = t0; t < T; t++)
             memcpy(w->kr_pre + t * dr, w->kv + t * (dc + dr) + dc, dr * sizeof(float));
-        qmla_rope_rotate(1, T, dr, c->pairing, w->cos_, w->sin_, w->kr_pre, w->K);
+        qmla_rope_rotate(1, n, dr, c->pairing, w->cos_ + t0 * P2, w->sin_ + t0 * P2,
+                         w->kr_pre + t0 * dr, w->K + t0 * dr);
+        if (t0) {
+            memcpy(w->C, pre->C[l], t0 * dc * sizeof(float));
+            memcpy(w->K, pre->K[l], t0 * dr * sizeof(float));
+        }
+        if (save) {
+            memcpy(pre->C[l], w->C, T * dc * sizeof(float));
+            memcpy(pre->K[l], w->K, T * dr * sizeof(float));
+        }
         int st = write_cache(cs, l, T, dc, dr, w->C, w->K, w->Cq, w->Kq, err);
         if (st)
             return st;
@@ -901,26 +1106,35 @@ int qmla_model_forward_tap(const qmla_model *m, const qmla_cache_spec *cs,
         if (expanded) {
             const size_t dn = c->d_n, dv = c->d_v;
             for (size_t h = 0; h < H; h++)
-                for (size_t t = 0; t < T; t++) {
+                for (size_t t = t0; t < T; t++) {
                     float *dst = w->qc + (h * T + t) * qk;
                     memcpy(dst, w->q_nope + (h * T + t) * dn, dn * sizeof(float));
                     memcpy(dst + dn, w->q_rope + (h * T + t) * dr, dr * sizeof(float));
                 }
-            expand_kv(c, lw, T, mixed ? w->C : Cr, mixed ? w->K : Kr, w->kn, w->kc, w->vn);
-            expand_logits(H, T, qk, tau, w->qc, w->kc, w->Z);
+            expand_kv(c, lw, T, t0, T, mixed ? w->C : Cr, mixed ? w->K : Kr, w->kn, w->kc,
+                      w->vn);
+            if (t0) {
+                for (size_t h = 0; h < H; h++)
+                    memcpy(w->kc + h * T * qk, pre->kc[l] + h * t0 * qk,
+                           t0 * qk * sizeof(float));
+                memcpy(w->vn, pre->vn[l], t0 * H * dv * sizeof(float));
+            }
+            if (save) {
+                memcpy(pre->kc[l], w->kc, H * T * qk * sizeof(float));
+                memcpy(pre->vn[l], w->vn, T * H * dv * sizeof(float));
+            }
             if (mixed) {
-                expand_kv(c, lw, T, w->Cq, w->Kq, w->kn, w->kc2, w->vn2);
-                expand_logits(H, T, qk, tau, w->qc, w->kc2, w->Z2);
-                mix_logits(H, T, S, W, w->Z, w->Z2);
-                qmla_attn_softmax(&ex1, H, T, w->Z, w->Z);
-                split_attn(H, T, S, W, w->Z, w->Z2);
-                expand_aggregate(H, T, dv, w->Z, w->vn, 0.0f, w->O);
-                expand_aggregate(H, T, dv, w->Z2, w->vn2, 1.0f, w->O);
+                size_t p0, p1;
+                band_packed_rows(T, S, W, &p0, &p1);
+                expand_kv(c, lw, T, p0, p1, w->Cq, w->Kq, w->kn, w->kc2, w->vn2);
+                expand_attn_band(&ex1, H, T, t0, qk, dv, tau, S, W, w->qc, w->kc, w->vn,
+                                 w->kc2, w->vn2, w->Z, w->Z2, w->O);
             } else {
+                expand_logits(H, T, qk, tau, w->qc, w->kc, w->Z);
                 qmla_attn_softmax(&ex1, H, T, w->Z, w->Z);
                 expand_aggregate(H, T, dv, w->Z, w->vn, 0.0f, w->O);
             }
-            linear(T, H * dv, D, w->O, lw->o_proj, w->Y);
+            linear(n, H * dv, D, w->O + t0 * H * dv, lw->o_proj, w->Y + t0 * D);
         } else {
             qmla_attn_absorb(&ex1, &dims, T, w->q_nope, lw->w_uk, w->q_lat);
             qmla_attn_tokens_major(H, T, dr, w->q_rope, w->q_rope_t);
@@ -950,32 +1164,114 @@ int qmla_model_forward_tap(const qmla_model *m, const qmla_cache_spec *cs,
             if ((st = tap->layer(tap->ctx, &d, err)))
                 return st;
         }
-        for (size_t i = 0; i < T * D; i++)
+        for (size_t i = t0 * D; i < T * D; i++)
             w->x[i] += w->Y[i];
         /* SwiGLU MLP */
-        rmsnorm(T, D, c->eps, w->x, D, lw->ln_post, w->h, D);
-        linear(T, D, c->n_inter, w->h, lw->gate, w->g);
-        linear(T, D, c->n_inter, w->h, lw->up, w->u);
-        silu_mul(T * c->n_inter, w->g, w->u);
-        linear(T, c->n_inter, D, w->g, lw->down, w->Y);
-        for (size_t i = 0; i < T * D; i++)
+        rmsnorm(n, D, c->eps, w->x + t0 * D, D, lw->ln_post, w->h + t0 * D, D);
+        linear(n, D, NI, w->h + t0 * D, lw->gate, w->g + t0 * NI);
+        linear(n, D, NI, w->h + t0 * D, lw->up, w->u + t0 * NI);
+        silu_mul(n * NI, w->g + t0 * NI, w->u + t0 * NI);
+        linear(n, NI, D, w->g + t0 * NI, lw->down, w->Y + t0 * D);
+        for (size_t i = t0 * D; i < T * D; i++)
             w->x[i] += w->Y[i];
     }
     if (!logits)
         return QMLA_OK;
-    rmsnorm(T, D, c->eps, w->x, D, m->norm, w->h, D);
-    linear(T, D, c->V, w->h, m->lm_head, logits);
+    rmsnorm(n, D, c->eps, w->x + t0 * D, D, m->norm, w->h + t0 * D, D);
+    linear(n, D, c->V, w->h + t0 * D, m->lm_head, logits + t0 * c->V);
     return QMLA_OK;
 }
 
+/* Phase 1 for tokens[0..P): the BF16 forward of length P, expanded form,
+ * kept in the prefix state (its logits in pre->logits). */
+static int prefix_forward(const qmla_model *m, qmla_model_ws *w, const int32_t *tokens,
+                          size_t P, qmla_error *err)
+{
+    int st = prefix_alloc(&m->c, w, err);
+    if (st)
+        return st;
+    qmla_cache_spec bf;
+    memset(&bf, 0, sizeof bf);
+    bf.c_bits = bf.r_bits = QMLA_CACHE_BF16;
+    w->pre->P = 0;
+    st = forward_rows(m, &bf, w, tokens, P, 0, 1, 1, w->pre->logits, NULL, err);
+    if (!st)
+        w->pre->P = P;
+    return st;
+}
+
+static int forward_check(const qmla_model *m, const qmla_model_ws *w, const int32_t *tokens,
+                         size_t T, qmla_error *err)
+{
+    if (T == 0 || T > w->T_max)
+        return qmla_error_set(err, QMLA_EINVAL, "forward: T = %zu outside [1, %zu]", T,
+                              w->T_max);
+    for (size_t t = 0; t < T; t++)
+        if (tokens[t] < 0 || (size_t)tokens[t] >= m->c.V)
+            return qmla_error_set(err, QMLA_EINVAL, "forward: token %zu is %d, outside "
+                                  "[0, %zu)", t, (int)tokens[t], m->c.V);
+    return QMLA_OK;
+}
+
+int qmla_model_forward_tap(const qmla_model *m, const qmla_cache_spec *cs,
+                           qmla_model_ws *w, const int32_t *tokens, size_t T,
+                           float *logits, const qmla_model_tap *tap, qmla_error *err)
+{
+    const qmla_model_config *c = &m->c;
+    const size_t n_run = tap && tap->n_layers && tap->n_layers < c->L ? tap->n_layers : c->L;
+    if (n_run < c->L && logits)
+        return qmla_error_set(err, QMLA_EINVAL, "forward: logits need all %zu layers, "
+                              "the tap stops after %zu", c->L, n_run);
+    int st = forward_check(m, w, tokens, T, err);
+    if (st)
+        return st;
+    const size_t P = tap || !logits ? 0 : clean_prefix(m, cs, T);
+    if (P) {
+        if ((st = prefix_forward(m, w, tokens, P, err)) ||
+            (st = forward_rows(m, cs, w, tokens, T, P, 0, 1, logits, NULL, err)))
+            return st;
+        memcpy(logits, w->pre->logits, P * c->V * sizeof(float));
+        return QMLA_OK;
+    }
+    const int expanded = m->form == QMLA_ATTN_EXPANDED ||
+                         (m->form == QMLA_ATTN_AUTO && qmla_model_expanded_cheaper(c, T));
+    return forward_rows(m, cs, w, tokens, T, 0, 0, expanded, logits, tap, err);
+}
+
 /* ------------------------------------------------------------ perplexity */
+
+/* Sum over t of -log softmax(row t)[target t] in double, rows t < P from
+ * the prefix logits and the rest from lg (P = 0: all from lg). */
+static double window_nll(const float *lg, const float *pre, size_t P, size_t T, size_t V,
+                         const uint8_t *win)
+{
+    double s = 0.0;
+    for (size_t t = 0; t < T; t++) {
+        const float *r = (t < P ? pre : lg) + t * V;
+        float mx = r[0];
+        for (size_t v = 1; v < V; v++)
+            mx = r[v] > mx ? r[v] : mx;
+        double z = 0.0;
+        for (size_t v = 0; v < V; v++)
+            z += exp((double)r[v] - mx);
+        s += log(z) + mx - (double)r[win[t]];
+    }
+    return s;
+}
 
 int qmla_model_ppl(const qmla_model *m, const qmla_exec *ex, const qmla_cache_spec *cs,
                    const uint8_t *text, size_t n_bytes, size_t context, size_t max_windows,
                    qmla_ppl_result *res, qmla_error *err)
 {
+    return qmla_model_ppl_multi(m, ex, cs, 1, text, n_bytes, context, max_windows, res, err);
+}
+
+int qmla_model_ppl_multi(const qmla_model *m, const qmla_exec *ex, const qmla_cache_spec *cs,
+                         size_t n_cs, const uint8_t *text, size_t n_bytes, size_t context,
+                         size_t max_windows, qmla_ppl_result *res, qmla_error *err)
+{
     const qmla_model_config *c = &m->c;
-    memset(res, 0, sizeof *res);
+    memset(res, 0, n_cs * sizeof *res);
     if (context < 1 || context > c->max_pos)
         return qmla_error_set(err, QMLA_EINVAL, "context %zu: expected 1 to "
                               "max_position_embeddings %zu", context, c->max_pos);
@@ -988,7 +1284,7 @@ int qmla_model_ppl(const qmla_model *m, const qmla_exec *ex, const qmla_cache_sp
                               n_bytes, context);
     if (max_windows && max_windows < n)
         n = max_windows;
-    double *nll = calloc(n, sizeof *nll);
+    double *nll = calloc(n * (n_cs ? n_cs : 1), sizeof *nll);
     if (!nll)
         return qmla_error_set(err, QMLA_ENOMEM, "%zu windows", n);
     int st_all = QMLA_OK;
@@ -1013,21 +1309,29 @@ int qmla_model_ppl(const qmla_model *m, const qmla_exec *ex, const qmla_cache_sp
             tok[0] = c->bos;
             for (size_t t = 1; t < context; t++)
                 tok[t] = win[t - 1];
-            st = qmla_model_forward(m, cs, ws, tok, context, lg, &e);
-            if (st)
+            if ((st = forward_check(m, ws, tok, context, &e)))
                 continue;
-            double s = 0.0;
-            for (size_t t = 0; t < context; t++) {
-                const float *r = lg + t * c->V;
-                float mx = r[0];
-                for (size_t v = 1; v < c->V; v++)
-                    mx = r[v] > mx ? r[v] : mx;
-                double z = 0.0;
-                for (size_t v = 0; v < c->V; v++)
-                    z += exp((double)r[v] - mx);
-                s += log(z) + mx - (double)r[win[t]];
+            size_t have = 0; /* the prefix length phase 1 holds for this window */
+            for (size_t j = 0; j < n_cs && !st; j++) {
+                const size_t P = clean_prefix(m, &cs[j], context);
+                if (P) {
+                    if (P != have) {
+                        st = prefix_forward(m, ws, tok, P, &e);
+                        have = st ? 0 : P;
+                    }
+                    if (!st)
+                        st = forward_rows(m, &cs[j], ws, tok, context, P, 0, 1, lg, NULL, &e);
+                } else {
+                    st = qmla_model_forward(m, &cs[j], ws, tok, context, lg, &e);
+                }
+                if (st) {
+                    if (n_cs > 1)
+                        qmla_error_prefix(&e, "%s %s: ", cs[j].name, cs[j].policy);
+                    continue;
+                }
+                nll[k * n_cs + j] = window_nll(lg, P ? ws->pre->logits : NULL, P, context,
+                                               c->V, win);
             }
-            nll[k] = s;
         }
         if (st) {
 #pragma omp critical(qmla_model_ppl_err)
@@ -1047,14 +1351,16 @@ int qmla_model_ppl(const qmla_model *m, const qmla_exec *ex, const qmla_cache_sp
         free(tok);
         free(lg);
     }
-    if (!st_all) {
-        for (size_t k = 0; k < n; k++)
-            res->nll_sum += nll[k];
-        res->windows = n;
-        res->tokens = n * context;
-        res->nll_nats_per_token = res->nll_sum / (double)res->tokens;
-        res->bits_per_byte = res->nll_nats_per_token / log(2.0);
-    }
+    if (!st_all)
+        for (size_t j = 0; j < n_cs; j++) {
+            qmla_ppl_result *r = &res[j];
+            for (size_t k = 0; k < n; k++)
+                r->nll_sum += nll[k * n_cs + j];
+            r->windows = n;
+            r->tokens = n * context;
+            r->nll_nats_per_token = r->nll_sum / (double)r->tokens;
+            r->bits_per_byte = r->nll_nats_per_token / log(2.0);
+        }
     free(nll);
     return st_all;
 }

@@ -13,7 +13,23 @@
  *     with the fp32 cache the logits agree within 2e-4 (float rounding; the
  *     largest logits are ~25), and for every policy and cache under the
  *     expanded form a sink covering all tokens still equals bf16 exactly;
- *     the automatic choice is the expanded form on tiny-mla.
+ *     the automatic choice is the expanded form on tiny-mla;
+ *   - the expanded form computes the sink/local policy by causal blocks
+ *     (only the keys some query of a block reads in a representation):
+ *     layer 0's attention output over T = 300 (three blocks of 128) for
+ *     sink4/local100, sink0/local100, sink4/local0, sink4/local200 and
+ *     sink200/local0 equals the absorbed form's square mixing
+ *     (mix_logits / split_attn over every key) within 2e-5 of its largest
+ *     value, while reading one key in the wrong representation moves it
+ *     by more (layer 0: the cache both forms read is the same);
+ *   - the clean prefix (qmla_model_ppl_multi): a protected configuration
+ *     computed in two phases has as its first S + W logit rows the BF16
+ *     forward pass of that length, bit for bit, and its mean NLL agrees with
+ *     the single pass (a tap forces it) within 0.2 % (not closer: a last-bit
+ *     difference flips BF16 roundings and codes of the cache downstream);
+ *     qmla_model_ppl_multi over bf16, protected and unprotected
+ *     configurations gives each one's qmla_model_ppl result alone bit for
+ *     bit, with 1 and 2 threads.
  * Numerical agreement with an independent forward is tests/test_ppl.sh. */
 #include "check.h"
 #include "qmla/model.h"
@@ -42,6 +58,63 @@ static int hk_inv(void *ctx, size_t layer, int path, float *x, size_t T, size_t 
     for (size_t i = 0; i < T * w; i++)
         x[i] *= 0.5f;
     return QMLA_OK;
+}
+
+/* The attention output of layer 0 (tap) for tokens tok[0..T). */
+typedef struct y0_ctx {
+    float *y;
+    size_t n;
+} y0_ctx;
+
+static int y0_tap(void *ctx, const qmla_model_tap_layer *d, qmla_error *err)
+{
+    (void)err;
+    y0_ctx *k = ctx;
+    memcpy(k->y, d->attn_out, k->n * sizeof(float));
+    return QMLA_OK;
+}
+
+static int layer0_out(qmla_model *m, qmla_attn_form f, const char *cfg, const char *pol,
+                      qmla_model_ws *ws, const int32_t *tok, size_t T, float *y,
+                      qmla_error *err)
+{
+    qmla_cache_spec s;
+    int st = qmla_cache_spec_parse(cfg, pol, &s, err);
+    if (st)
+        return st;
+    y0_ctx k = {y, T * qmla_model_cfg(m)->D};
+    const qmla_model_tap tap = {y0_tap, &k, 1};
+    qmla_model_set_attn_form(m, f);
+    st = qmla_model_forward_tap(m, &s, ws, tok, T, NULL, &tap, err);
+    qmla_model_set_attn_form(m, QMLA_ATTN_AUTO);
+    return st;
+}
+
+/* mean NLL of tokens 1..T-1 given the logits of rows 0..T-2 */
+static double seq_nll(const float *lg, const int32_t *tok, size_t T, size_t V)
+{
+    double s = 0;
+    for (size_t t = 0; t + 1 < T; t++) {
+        const float *r = lg + t * V;
+        double mx = r[0], z = 0;
+        for (size_t v = 1; v < V; v++)
+            mx = fmax(mx, r[v]);
+        for (size_t v = 0; v < V; v++)
+            z += exp(r[v] - mx);
+        s += log(z) + mx - r[tok[t + 1]];
+    }
+    return s / (double)(T - 1);
+}
+
+/* max |a - b| / max |b| */
+static double rel_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0, mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        mx = fmax(mx, fabs((double)b[i]));
+    }
+    return mx > 0 ? d / mx : d;
 }
 
 int main(void)
@@ -133,6 +206,108 @@ int main(void)
     CHECK_OK(qmla_model_forward(m, &all, ws, tok, T, b, &err), err);
     CHECK(!memcmp(a, b, sizeof(float) * T * c->V), "expanded: sink covering all = bf16");
     qmla_model_set_attn_form(m, QMLA_ATTN_AUTO);
+    /* the sink/local policy by causal blocks (expanded) against the square
+     * mixing (absorbed), layer 0, three query blocks */
+    {
+        enum { TB = 300 };
+        qmla_model_ws *wb = NULL;
+        CHECK_OK(qmla_model_ws_alloc(m, TB, &wb, &err), err);
+        int32_t tb[TB];
+        tb[0] = 256;
+        for (size_t t = 1; t < TB; t++)
+            tb[t] = (unsigned char)txt[(t * 7) % strlen(txt)];
+        const size_t n = TB * c->D;
+        float *ya = malloc(sizeof(float) * n), *yb = malloc(sizeof(float) * n),
+              *yc = malloc(sizeof(float) * n);
+        const char *pols[] = {"sink4/local100", "sink0/local100", "sink4/local0",
+                              "sink4/local200", "sink200/local0"};
+        for (size_t k = 0; k < sizeof pols / sizeof *pols && wb; k++) {
+            CHECK_OK(layer0_out(m, QMLA_ATTN_ABSORBED, "C2R4", pols[k], wb, tb, TB, ya, &err),
+                     err);
+            CHECK_OK(layer0_out(m, QMLA_ATTN_EXPANDED, "C2R4", pols[k], wb, tb, TB, yb, &err),
+                     err);
+            const double d = rel_diff(yb, ya, n);
+            CHECK(d < 2e-5, "%s: blocked vs square mixing: max |d| / max %g", pols[k], d);
+            printf("layer 0, C2R4 %-15s blocked vs square: %.2e\n", pols[k], d);
+        }
+        /* one key step off the window: sink4/local99 and local101 differ from
+         * local100 by more than the tolerance above */
+        const char *near[] = {"sink4/local99", "sink4/local101", "sink3/local100"};
+        CHECK_OK(layer0_out(m, QMLA_ATTN_ABSORBED, "C2R4", "sink4/local100", wb, tb, TB, ya,
+                            &err), err);
+        for (size_t k = 0; k < sizeof near / sizeof *near && wb; k++) {
+            CHECK_OK(layer0_out(m, QMLA_ATTN_EXPANDED, "C2R4", near[k], wb, tb, TB, yc, &err),
+                     err);
+            const double d = rel_diff(yc, ya, n);
+            CHECK(d > 1e-4, "%s vs sink4/local100: max |d| / max %g", near[k], d);
+            printf("layer 0, C2R4 %-15s vs sink4/local100: %.2e\n", near[k], d);
+        }
+        free(ya);
+        free(yb);
+        free(yc);
+        qmla_model_ws_free(wb);
+    }
+    /* the clean prefix: two phases against the single pass */
+    {
+        enum { TP = 300 };
+        qmla_model_ws *wp = NULL;
+        CHECK_OK(qmla_model_ws_alloc(m, TP, &wp, &err), err);
+        int32_t tp[TP];
+        tp[0] = 256;
+        for (size_t t = 1; t < TP; t++)
+            tp[t] = (unsigned char)txt[(t * 5) % strlen(txt)];
+        float *la = malloc(sizeof(float) * TP * c->V), *lb = malloc(sizeof(float) * TP * c->V);
+        const qmla_model_tap none = {NULL, NULL, 0};
+        const char *cf[][2] = {{"C4R4", "sink4/local100"}, {"C2R4", "sink4/local100"},
+                               {"C2R4", "sink0/local60"}, {"C2R4", "sink30/local0"}};
+        qmla_cache_spec bf16;
+        qmla_cache_spec_parse("bf16", "none", &bf16, &err);
+        for (size_t k = 0; k < sizeof cf / sizeof *cf && wp; k++) {
+            qmla_cache_spec sp;
+            qmla_cache_spec_parse(cf[k][0], cf[k][1], &sp, &err);
+            const size_t P = (size_t)(sp.sink + sp.window);
+            CHECK_OK(qmla_model_forward(m, &sp, wp, tp, TP, la, &err), err);
+            CHECK_OK(qmla_model_forward(m, &bf16, wp, tp, P, lb, &err), err);
+            CHECK(!memcmp(la, lb, sizeof(float) * P * c->V), "%s %s: the first %zu rows are "
+                  "not the BF16 forward of length %zu", cf[k][0], cf[k][1], P, P);
+            CHECK_OK(qmla_model_forward_tap(m, &sp, wp, tp, TP, lb, &none, &err), err);
+            const double na = seq_nll(la, tp, TP, c->V), nb = seq_nll(lb, tp, TP, c->V);
+            CHECK(fabs(na - nb) < 2e-3 * nb, "%s %s: two phases %g vs one pass %g nats/token",
+                  cf[k][0], cf[k][1], na, nb);
+            printf("%s %s: nats/token two phases %.6f, single pass %.6f\n", cf[k][0],
+                   cf[k][1], na, nb);
+        }
+        free(la);
+        free(lb);
+        qmla_model_ws_free(wp);
+        /* sharing: each configuration of a group as alone, bit for bit */
+        enum { CTX = 300, NW = 3 };
+        uint8_t text[CTX * NW];
+        for (size_t i = 0; i < sizeof text; i++)
+            text[i] = (uint8_t)txt[(i * 3) % strlen(txt)];
+        const char *gc[][2] = {{"bf16", "none"}, {"C4R4", "sink4/local100"},
+                               {"C4R4", "none"}, {"C2R4", "sink4/local100"},
+                               {"C2R4", "sink8/local50"}};
+        enum { NG = sizeof gc / sizeof *gc };
+        qmla_cache_spec gs[NG];
+        qmla_ppl_result ra[NG], rg[NG];
+        for (size_t j = 0; j < NG; j++)
+            qmla_cache_spec_parse(gc[j][0], gc[j][1], &gs[j], &err);
+        for (int th = 1; th <= 2; th++) {
+            const qmla_exec ex = qmla_exec_cpu(th);
+            CHECK_OK(qmla_model_ppl_multi(m, &ex, gs, NG, text, sizeof text, CTX, 0, rg, &err),
+                     err);
+            for (size_t j = 0; j < NG; j++) {
+                CHECK_OK(qmla_model_ppl(m, &ex, &gs[j], text, sizeof text, CTX, 0, &ra[j], &err),
+                         err);
+                CHECK(ra[j].nll_sum == rg[j].nll_sum && rg[j].tokens == CTX * NW,
+                      "%s %s, %d threads: shared %.17g, alone %.17g", gc[j][0], gc[j][1], th,
+                      rg[j].nll_sum, ra[j].nll_sum);
+            }
+            CHECK(rg[1].nll_sum != rg[2].nll_sum && rg[1].nll_sum != rg[0].nll_sum &&
+                  rg[3].nll_sum != rg[4].nll_sum, "configurations differ");
+        }
+    }
     free(a);
     free(b);
     qmla_model_ws_free(ws);

@@ -16,8 +16,7 @@
 #     (tests/data/tiny_mla_hf_ref.jsonl, from experiments/accuracy/hf_reference.py
 #     on the accelerator machine), within 1e-5 bits/byte;
 #   - the training run's figure is on the full held-out set (1.257 / 0.839,
-#     experiments/tiny-mla/README.md), too long for CI; the full-set command
-#     and its result are in experiments/accuracy/README.md;
+#     experiments/tiny-mla/README.md): tests/test_ppl_full.sh (suite full);
 #   - /ppl attributes; other groups of the file kept; 1 and 2 threads agree
 #     exactly; unsupported architectures, MoE blocks, bad configs, policies
 #     and a missing --transforms file are refused with messages naming them

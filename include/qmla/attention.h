@@ -70,6 +70,9 @@ void qmla_attn_logits_acc(const qmla_exec *ex, size_t H, size_t T, size_t w, flo
 /* Causal row softmax: A[i][h][s] = softmax_{s<=i} Z[i][h][s], zeros above
  * the diagonal. A may alias Z. */
 void qmla_attn_softmax(const qmla_exec *ex, size_t H, size_t T, const float *Z, float *A);
+/* The same for the query rows t0..t1-1 only (the other rows untouched). */
+void qmla_attn_softmax_rows(const qmla_exec *ex, size_t H, size_t T, size_t t0, size_t t1,
+                            const float *Z, float *A);
 
 /* D = softmax(Z) - Aref in one pass (causal; zeros above the diagonal),
  * the attention change of a perturbation. D may alias Z. */

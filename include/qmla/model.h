@@ -265,6 +265,21 @@ int qmla_model_ppl(const qmla_model *m, const qmla_exec *ex, const qmla_cache_sp
                    const uint8_t *text, size_t n_bytes, size_t context,
                    size_t max_windows, qmla_ppl_result *res, qmla_error *err);
 
+/* qmla_model_ppl for the configurations cs[0..n_cs) at once (res[n_cs]),
+ * window by window: protected configurations (a quantized cache under a
+ * sink S / local W policy, expanded form, P = S + W < context) share the
+ * clean prefix. Query t < P reads every key from its BF16 value in every
+ * layer, so tokens 0..P-1 go through the BF16 forward pass whatever the
+ * configuration: they are computed once per window (a forward pass of
+ * length P) for every such configuration, and each configuration then
+ * computes tokens P..T-1 only. qmla_model_forward and qmla_model_ppl take
+ * the same two phases for such a configuration alone, so each result is
+ * bit for bit the one of qmla_model_ppl with that configuration alone
+ * (tests/test_model.c). Errors name the configuration. */
+int qmla_model_ppl_multi(const qmla_model *m, const qmla_exec *ex, const qmla_cache_spec *cs,
+                         size_t n_cs, const uint8_t *text, size_t n_bytes, size_t context,
+                         size_t max_windows, qmla_ppl_result *res, qmla_error *err);
+
 /* One row of a perplexity table. */
 typedef struct qmla_ppl_row {
     const char *text;     /* text file as given */
