@@ -12,8 +12,8 @@ echo "== tests (release build)"
 meson test -C build --print-errorlogs --num-processes 2
 echo "== tests under ASan + UBSan"
 if [ ! -f build-asan/build.ninja ]; then
-  meson setup build-asan --buildtype=debugoptimized -Db_sanitize=address,undefined \
-    -Db_lundef=false -Dc_args=-fno-sanitize-recover=all >/dev/null
+  bash scripts/meson-setup.sh build-asan --buildtype=debugoptimized \
+    -Db_sanitize=address,undefined -Db_lundef=false -Dc_args=-fno-sanitize-recover=all
 fi
 ninja -C build-asan
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

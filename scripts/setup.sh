@@ -29,7 +29,7 @@ if [ ${#missing[@]} -gt 0 ] || [ $need_rt = 1 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 if [ ! -f build/build.ninja ]; then
-  meson setup build --buildtype=release >/dev/null
+  bash scripts/meson-setup.sh build --buildtype=release
 fi
 # The compiler log goes to a file; shown only when the build fails.
 if ! ninja -C build >build/last-build.log 2>&1; then
