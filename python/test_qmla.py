@@ -33,6 +33,12 @@ try:
     print("qdq 5 bits: not refused FAIL")
 except qmla.QmlaError as e:
     print("qdq 5 bits refused:", e)
+try:  # docs/python.md: an unknown meta is a ValueError, as in Transforms.effective
+    qmla.qdq(np.zeros((2, 64), np.float32), 4, 64, "f8")
+    fails += 1
+    print("qdq meta f8: not refused FAIL")
+except ValueError as e:
+    print("qdq meta f8 refused:", e)
 m = qmla.Model(os.path.join(root, "models", "tiny-mla"))
 fails += m.n_params != 9770560
 text = gzip.decompress(open(os.path.join(root, "data/heldout/prose.txt.gz"), "rb").read())

@@ -117,7 +117,7 @@ def qdq(x, bits=4, group=64, meta="f16"):
     if x.ndim != 2:
         raise ValueError("qdq: expected a 2-D array [tokens, width]")
     out = np.empty_like(x)
-    p, e = _QParams(bits, group, _META[meta]), _Err()
+    p, e = _qparams(bits, group, meta), _Err()
     fp = C.POINTER(C.c_float)
     _check(_L().qmla_quant_qdq(C.byref(p), x.ctypes.data_as(fp), x.shape[0], x.shape[1],
                                None, None, None, out.ctypes.data_as(fp), C.byref(e)), e)
