@@ -574,8 +574,10 @@ int qmla_cache_spec_parse(const char *config, const char *policy, qmla_cache_spe
                 return st;
         }
         if (kc.c_bits == QMLA_KV_BF16)
-            return qmla_error_set(err, QMLA_EINVAL, "cache config '%s': bf16 takes no "
-                                  "metadata suffix", config);
+            return qmla_error_set(err, QMLA_EINVAL, dash ? "cache config '%s': bf16 takes "
+                                  "no metadata suffix" : "cache config '%s': expected a "
+                                  "quantized C{x}R{y} (16 bits is the unquantized bf16 "
+                                  "configuration: name it bf16)", config);
         s->c_bits = kc.c_bits;
         s->r_bits = kc.r_bits;
         s->group = kc.group;
@@ -586,9 +588,12 @@ int qmla_cache_spec_parse(const char *config, const char *policy, qmla_cache_spe
     }
     int S = -1, W = -1;
     char tail = 0;
-    if (sscanf(policy, "sink%d/local%d%c", &S, &W, &tail) != 2 || S < 0 || W < 0)
+    /* at most 9 digits each: S, W and S + W stay far inside int (a longer
+     * number, which %d would have wrapped, does not match) */
+    if (sscanf(policy, "sink%9d/local%9d%c", &S, &W, &tail) != 2 || S < 0 || W < 0)
         return qmla_error_set(err, QMLA_EINVAL, "policy '%s': expected none or "
-                              "sink<S>/local<W> (e.g. sink4/local128)", policy);
+                              "sink<S>/local<W> with S, W in 0..999999999 (e.g. "
+                              "sink4/local128)", policy);
     s->sink = S;
     s->window = W;
     snprintf(s->policy, sizeof s->policy, "sink%d/local%d", S, W);
@@ -841,6 +846,11 @@ static band_blk band_block(size_t r0, size_t r1, size_t S, size_t W)
     }
     if (r1 > W && r1 - W > S)
         b.q1 = r1 - W;
+    /* no row of the block reads a packed key at or beyond r1: with S > r1
+     * the range [b0, q1) would otherwise run past the window (S > T wrote
+     * past the end of Z2) */
+    if (b.q1 > r1)
+        b.q1 = r1;
     b.p1 = b.b0 < b.q1 ? b.b0 : b.q1;
     if (b.p1 < S)
         b.p1 = S;
