@@ -78,7 +78,7 @@ static int get_size(json_t *cfg, const char *path, const char *key, size_t *v, i
 }
 
 static int parse_config(const char *dir, qmla_model_config *c, size_t *first_dense,
-                        size_t *n_routed, qmla_error *err)
+                        size_t *n_routed, size_t *n_mtp, qmla_error *err)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -117,10 +117,16 @@ static int parse_config(const char *dir, qmla_model_config *c, size_t *first_den
         (st = get_size(j, path, "qk_rope_head_dim", &c->d_r, 1, err)) ||
         (st = get_size(j, path, "v_head_dim", &c->d_v, 1, err)) ||
         (st = get_size(j, path, "max_position_embeddings", &c->max_pos, 1, err)) ||
-        (st = get_size(j, path, "bos_token_id", &bos, 0, err)) ||
+        (st = get_size(j, path, "bos_token_id", &bos, 1, err)) ||
         (st = get_size(j, path, "first_k_dense_replace", first_dense, 0, err)) ||
-        (st = get_size(j, path, "n_routed_experts", n_routed, 0, err)))
+        (st = get_size(j, path, "n_routed_experts", n_routed, 0, err)) ||
+        (st = get_size(j, path, "num_nextn_predict_layers", n_mtp, 0, err)))
         goto out;
+    if (bos >= c->V) {
+        st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"bos_token_id\": expected a token "
+                            "id below vocab_size %zu, found %zu", path, c->V, bos);
+        goto out;
+    }
     c->bos = (int)bos;
     if (!c->V || !c->D || !c->L || !c->H || !c->d_c || !c->d_n || !c->d_v ||
         !c->d_r || (c->d_r & 1)) {
@@ -146,6 +152,12 @@ static int parse_config(const char *dir, qmla_model_config *c, size_t *first_den
     }
     json_t *eps = json_object_get(j, "rms_norm_eps");
     c->eps = json_is_number(eps) ? json_number_value(eps) : 1e-6;
+    if ((eps && !json_is_null(eps) && !json_is_number(eps)) || !(c->eps >= 0.0)) {
+        st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"rms_norm_eps\": expected a "
+                            "non-negative number, found %s", path,
+                            json_is_number(eps) ? "a negative one" : "another type");
+        goto out;
+    }
     c->latent_eps = 1e-6;
     /* RoPE: rope_parameters (transformers 5) or rope_theta + rope_scaling */
     json_t *rp = json_object_get(j, "rope_parameters");
@@ -165,6 +177,11 @@ static int parse_config(const char *dir, qmla_model_config *c, size_t *first_den
             theta = json_object_get(rp, "rope_theta");
     }
     c->rope_theta = json_is_number(theta) ? json_number_value(theta) : 10000.0;
+    if (!(c->rope_theta > 0.0)) {
+        st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"rope_theta\": expected a positive "
+                            "number, found %g", path, c->rope_theta);
+        goto out;
+    }
     c->pairing = QMLA_ROPE_INTERLEAVED;
     if (v3 && json_is_false(json_object_get(j, "rope_interleave")))
         c->pairing = QMLA_ROPE_HALF;
@@ -268,9 +285,16 @@ static int st_read(st_file *s, const char *name, size_t r, size_t c, float *out,
     else
         return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: dtype %s: expected F16, "
                               "BF16 or F32", s->path, name, dt);
-    size_t b0 = (size_t)json_integer_value(json_array_get(off, 0));
-    size_t b1 = (size_t)json_integer_value(json_array_get(off, 1));
-    if (b1 < b0 || b1 - b0 != n * es || s->data_off + b1 > s->size)
+    json_t *o0 = json_array_get(off, 0), *o1 = json_array_get(off, 1);
+    /* negative offsets, cast to size_t, wrapped past the bound check below
+     * and read the header's bytes as weights */
+    if (json_array_size(off) != 2 || !json_is_integer(o0) || !json_is_integer(o1) ||
+        json_integer_value(o0) < 0 || json_integer_value(o1) < 0)
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: data_offsets: expected two "
+                              "non-negative integers [begin, end]", s->path, name);
+    size_t b0 = (size_t)json_integer_value(o0);
+    size_t b1 = (size_t)json_integer_value(o1);
+    if (b1 < b0 || b1 - b0 != n * es || b1 > s->size - s->data_off)
         return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: data_offsets [%zu, %zu] do "
                               "not hold %zu values of %s within the file", s->path, name, b0,
                               b1, n, dt);
@@ -442,8 +466,8 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
     qmla_model *m = calloc(1, sizeof *m);
     if (!m)
         return qmla_error_set(err, QMLA_ENOMEM, "model");
-    size_t first_dense = 0, n_routed = 0;
-    int st = parse_config(dir, &m->c, &first_dense, &n_routed, err);
+    size_t first_dense = 0, n_routed = 0, n_mtp = 0;
+    int st = parse_config(dir, &m->c, &first_dense, &n_routed, &n_mtp, err);
     if (st) {
         free(m);
         return st;
@@ -515,6 +539,12 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
 #undef LT
     }
     free(kvb);
+    /* a checkpoint with more layers than config.json's num_hidden_layers
+     * (and no multi-token-prediction layers declared) would run truncated */
+    snprintf(nm, sizeof nm, "model.layers.%zu.self_attn.kv_a_proj_with_mqa.weight", c->L);
+    if (!st && !n_mtp && shards_has(&S, nm))
+        st = qmla_error_set(err, QMLA_EFORMAT, "config.json: num_hidden_layers is %zu, but "
+                            "the checkpoint holds more layers (found tensor %s)", c->L, nm);
     shards_close(&S);
     if (st) {
         qmla_error_prefix(err, "%s: ", dir);
@@ -1341,6 +1371,13 @@ int qmla_model_ppl_multi(const qmla_model *m, const qmla_exec *ex, const qmla_ca
                 }
                 nll[k * n_cs + j] = window_nll(lg, P ? ws->pre->logits : NULL, P, context,
                                                c->V, win);
+                /* never a NaN in the results: name where it went non-finite */
+                if (!isfinite(nll[k * n_cs + j]))
+                    st = qmla_error_set(&e, QMLA_ENONFINITE, "config %s, policy %s, window "
+                                        "%zu (bytes %zu..%zu): the NLL is %g (the forward "
+                                        "pass went non-finite)", cs[j].name, cs[j].policy, k,
+                                        k * context, (k + 1) * context - 1,
+                                        nll[k * n_cs + j]);
             }
         }
         if (st) {
