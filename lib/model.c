@@ -12,6 +12,7 @@
 
 #include <cblas.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -1909,6 +1910,53 @@ static int ends_with(const char *s, const char *suf)
     return a >= b && !strcmp(s + a - b, suf);
 }
 
+/* The staging folder of qmla_model_save: remove its files and itself. */
+static void stage_remove(const char *stage)
+{
+    DIR *dp = opendir(stage);
+    struct dirent *de;
+    while (dp && (de = readdir(dp))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", stage, de->d_name);
+        unlink(p);
+    }
+    if (dp)
+        closedir(dp);
+    rmdir(stage);
+}
+
+/* Move every file of the staging folder into out_dir (one folder: renames
+ * that need no room), then make the renames durable. */
+static int stage_commit(const char *stage, const char *out_dir, qmla_error *err)
+{
+    DIR *dp = opendir(stage);
+    if (!dp)
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot list: %s", stage, strerror(errno));
+    int st = QMLA_OK;
+    struct dirent *de;
+    while (!st && (de = readdir(dp))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        char a[4096], b[4096];
+        if (snprintf(a, sizeof a, "%s/%s", stage, de->d_name) >= (int)sizeof a ||
+            snprintf(b, sizeof b, "%s/%s", out_dir, de->d_name) >= (int)sizeof b)
+            st = qmla_error_set(err, QMLA_EINVAL, "%s/%s: path too long", out_dir,
+                                de->d_name);
+        else if (rename(a, b) != 0)
+            st = qmla_error_set(err, QMLA_EIO, "%s: cannot rename %s to it: %s", b, a,
+                                strerror(errno));
+    }
+    closedir(dp);
+    int dfd = open(out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
+    }
+    return st;
+}
+
 int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_dir,
                     const char *dtype, const char *const *meta, size_t n_meta,
                     qmla_error *err)
@@ -1919,8 +1967,14 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
         return qmla_error_set(err, QMLA_EINVAL, "checkpoint dtype \"%s\": expected F32, F16 "
                               "or BF16", dtype);
     const qmla_model_config *c = &m->c;
-    char path[4096], rs[PATH_MAX], ro[PATH_MAX];
-    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
+    char path[4096], rs[PATH_MAX], ro[PATH_MAX], stage[4096];
+    /* Every file is written into a staging folder inside out_dir first and
+     * moved into place only when all are written: a failure (a full disk, a
+     * tensor beyond float16) leaves out_dir as it was, and removes it when
+     * this call created it (it used to leave the new folder behind, empty or
+     * with model.safetensors but no config.json). */
+    int made = mkdir(out_dir, 0755) == 0;
+    if (!made && errno != EEXIST)
         return qmla_error_set(err, QMLA_EIO, "%s: cannot create the folder: %s", out_dir,
                               strerror(errno));
     if (realpath(src_dir, rs) && realpath(out_dir, ro) && !strcmp(rs, ro))
@@ -1931,6 +1985,20 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
         return qmla_error_set(err, QMLA_EINVAL, "%s: holds a shard index that would take "
                               "precedence over the new model.safetensors: expected a folder "
                               "without one", out_dir);
+    if (snprintf(stage, sizeof stage, "%s/.qmla-fuse.tmp.%ld", out_dir, (long)getpid()) >=
+        (int)sizeof stage) {
+        if (made)
+            rmdir(out_dir);
+        return qmla_error_set(err, QMLA_EINVAL, "%s: path too long", out_dir);
+    }
+    stage_remove(stage); /* a stale one of an earlier process with this pid */
+    if (mkdir(stage, 0755) != 0) {
+        int e = errno;
+        if (made)
+            rmdir(out_dir);
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot create the staging folder %s: %s",
+                              out_dir, stage, strerror(e));
+    }
     const size_t H = c->H, D = c->D, qk = c->d_n + c->d_r, dc = c->d_c;
     const size_t kvb_rows = H * (c->d_n + c->d_v);
     st_out o = {0};
@@ -2016,10 +2084,12 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
             o.lens[0] = 8 + hl + pad;
         }
     }
-    if (!st) {
-        snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
+    if (st)
+        qmla_error_prefix(err, "%s/model.safetensors: ", out_dir);
+    if (!st && snprintf(path, sizeof path, "%s/model.safetensors", stage) >= (int)sizeof path)
+        st = qmla_error_set(err, QMLA_EINVAL, "%s: path too long", out_dir);
+    if (!st)
         st = qmla_save_bytes_atomic(path, o.bufs, o.lens, o.n + 1, err);
-    }
     /* the other files of the model folder (config, tokenizer, generation) */
     DIR *dp = st ? NULL : opendir(src_dir);
     if (!st && !dp)
@@ -2037,8 +2107,9 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
         unsigned char *data = NULL;
         size_t len = 0;
         st = read_whole(sp, &data, &len, err);
+        if (!st && snprintf(path, sizeof path, "%s/%s", stage, de->d_name) >= (int)sizeof path)
+            st = qmla_error_set(err, QMLA_EINVAL, "%s/%s: path too long", out_dir, de->d_name);
         if (!st) {
-            snprintf(path, sizeof path, "%s/%s", out_dir, de->d_name);
             const void *b[1] = {data};
             st = qmla_save_bytes_atomic(path, b, &len, 1, err);
         }
@@ -2046,6 +2117,11 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
     }
     if (dp)
         closedir(dp);
+    if (!st)
+        st = stage_commit(stage, out_dir, err);
+    stage_remove(stage);
+    if (st && made)
+        rmdir(out_dir);
     free(head);
     free(hj);
     if (kvb)
