@@ -1,5 +1,6 @@
 /* h5util.c — see h5util.h. */
 #include "h5util.h"
+#include "qmla/outpath.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -241,12 +242,8 @@ int qmla_save_bytes_atomic(const char *path, const void *const *bufs,
     /* rename() replaces whatever PATH names: run as root, -o /dev/null or
      * /dev/full became a regular file (exit 0). Only a regular file (or
      * nothing) is replaced; a symbolic link to one is replaced by the file. */
-    struct stat sb;
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
-        return qmla_error_set(err, QMLA_EIO, "%s: expected a regular file (or a new "
-                              "name) to write, found %s", path,
-                              S_ISDIR(sb.st_mode) ? "a directory" : "a device or other "
-                              "special file");
+    if ((st = qmla_output_path_check(path, "output file", NULL, 0, err)))
+        return st;
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
@@ -1013,13 +1010,8 @@ hid_t qmla_h5_open_mem(const char *path, int *created, qmla_error *err)
             qmla_error_set(err, QMLA_EIO, "%s: cannot create an in-memory file", path);
         return f;
     }
-    struct stat sb;
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        qmla_error_set(err, QMLA_EIO, "%s: expected a results file (or a new name) to "
-                       "write, found %s", path, S_ISDIR(sb.st_mode) ? "a directory" :
-                       "a device or other special file");
+    if (qmla_output_path_check(path, "results file", NULL, 0, err))
         return -1;
-    }
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     hid_t f = -1;
     if (fapl >= 0 && H5Pset_fapl_core(fapl, (size_t)1 << 20, 0) >= 0)
