@@ -242,8 +242,11 @@ int qmla_save_bytes_atomic(const char *path, const void *const *bufs,
     /* rename() replaces whatever PATH names: run as root, -o /dev/null or
      * /dev/full became a regular file (exit 0). Only a regular file (or
      * nothing) is replaced; a symbolic link to one is replaced by the file. */
-    if ((st = qmla_output_path_check(path, "output file", NULL, 0, err)))
-        return st;
+    if (qmla_output_path_check(path, "output file", NULL, 0, err)) {
+        if (err)
+            err->status = QMLA_EIO; /* this function's status for a path it cannot write */
+        return QMLA_EIO;
+    }
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)

@@ -173,8 +173,11 @@ int qmla_save_bytes_atomic(const char *path, const void *const *bufs,
 
 /* Open `path` as an in-memory copy (core driver, no backing store: nothing
  * reaches disk until qmla_h5_save_image), or create an empty in-memory file
- * (*created = 1) when `path` does not exist; negative with err set on
- * failure. Used to add a group to an existing results file atomically. */
+ * (*created = 1) when `path` does not exist or is an empty file; negative
+ * with err set on failure: `path` not a regular file, not HDF5, or with a
+ * root "format" other than "qmla-results" (a capture, transforms or
+ * serve-sim file is not rewritten). Used to add a group to an existing
+ * results file atomically. */
 hid_t qmla_h5_open_mem(const char *path, int *created, qmla_error *err);
 
 /* In a writer with `int st`, `qmla_error *err` and `const char *path` in
