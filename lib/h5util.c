@@ -1000,6 +1000,33 @@ int qmla_h5_read_dataset(const qmla_h5_ctx *v, hid_t g, const char *gpath,
 }
 /* Open `path` in memory (a copy; nothing reaches disk until saved), or
  * create an empty in-memory file when it does not exist. */
+int qmla_h5_check_replace(const char *path, const char *format, qmla_error *err)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0 || (S_ISREG(sb.st_mode) && sb.st_size == 0))
+        return QMLA_OK;
+    h5_quiet q = qmla_h5_quiet_begin();
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    char *fmt = NULL;
+    qmla_error e2;
+    qmla_error_clear(&e2);
+    const qmla_h5_ctx v = {path, H5P_DEFAULT, &e2};
+    if (f >= 0)
+        (void)qmla_h5_read_attr_str(&v, f, "/", "format", 0, &fmt);
+    if (f >= 0)
+        H5Fclose(f);
+    qmla_h5_quiet_end(q);
+    int st = QMLA_OK;
+    if (!fmt || strcmp(fmt, format))
+        st = qmla_error_set(err, QMLA_EINVAL, "%s: exists and is %s%s%s: expected a new name "
+                            "or an earlier %s file (the whole file would be replaced)", path,
+                            f < 0 ? "not an HDF5 file" : fmt ? "of format \"" :
+                            "an HDF5 file without a format attribute", fmt ? fmt : "",
+                            fmt ? "\"" : "", format);
+    free(fmt);
+    return st;
+}
+
 hid_t qmla_h5_open_mem(const char *path, int *created, qmla_error *err)
 {
     *created = 0;

@@ -180,6 +180,12 @@ int qmla_save_bytes_atomic(const char *path, const void *const *bufs,
  * results file atomically. */
 hid_t qmla_h5_open_mem(const char *path, int *created, qmla_error *err);
 
+/* Before a writer replaces `path` with a whole new file: QMLA_OK when it
+ * does not exist, is empty, or is an HDF5 file whose root "format" is
+ * `format` (an earlier output of the same kind); QMLA_EINVAL naming what
+ * was found otherwise (another kind of results, a capture, not HDF5). */
+int qmla_h5_check_replace(const char *path, const char *format, qmla_error *err);
+
 /* In a writer with `int st`, `qmla_error *err` and `const char *path` in
  * scope: when x is negative (an HDF5 call failed), st = QMLA_EIO naming the
  * file, what was being written and HDF5's own message, then goto label. */

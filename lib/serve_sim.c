@@ -159,6 +159,8 @@ int qmla_serve_scenario_read(const char *path, qmla_serve_scenario *s,
                                 "(see include/qmla/serve_sim.h), found \"%s\"", path,
                                 ln, k);
     }
+    if (!st && ferror(f))
+        st = qmla_error_set(err, QMLA_EIO, "%s: cannot read: %s", path, strerror(errno));
     fclose(f);
     if (st)
         return st;
@@ -410,6 +412,10 @@ int qmla_serve_write(const char *path, const char *scenario_path,
                      const qmla_serve_scenario *s, const qmla_serve_result *r,
                      qmla_error *err)
 {
+    /* the whole file is replaced: an existing results file of sweep or ppl,
+     * or a capture, given as -o was replaced without a word (exit 0) */
+    if (qmla_h5_check_replace(path, "qmla-serve-sim", err))
+        return QMLA_EINVAL;
     const size_t n = s->n_configs;
     const char *names[QMLA_SERVE_MAX_CONFIGS];
     long long iv[7][QMLA_SERVE_MAX_CONFIGS];

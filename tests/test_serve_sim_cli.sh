@@ -22,6 +22,15 @@ printf 'requests 1\ninput_tokens 10\noutput_tokens 1\npage_tokens 4\nmax_seqs 1\
 expect 2 "config without its attention cost" -- "$QMLA" serve-sim "$work/noattn.scn"
 containsF "config A: expected its decode attention cost" "attention cost message"
 expect 2 "-o the scenario itself" -- "$QMLA" serve-sim "$S" -o "$S"
+# -o replaces the whole file: an earlier serve-sim file is replaced, a file
+# of another kind refused and left as it was (a capture or a sweep's
+# results were replaced with exit 0)
+expect 0 "-o an earlier serve-sim file" -- "$QMLA" serve-sim "$S" -o "$work/serve.h5"
+"$QMLA" synth -o "$work/cap.h5" --seqs 1 --tokens 8 >/dev/null || bad "synth"
+sum0=$(sha256sum <"$work/cap.h5")
+expect 2 "-o a capture" -- "$QMLA" serve-sim "$S" -o "$work/cap.h5"
+containsF 'of format "qmla-capture"' "-o a capture: format named"
+[ "$(sha256sum <"$work/cap.h5")" = "$sum0" ] && ok || bad "-o a capture: the capture changed"
 # nonsense numbers: refused with the line or the cost named, no results file
 # (before: NaN, negative or infinite times and a capacity of 0 blocks, exit 0)
 scn() { # EDIT: a small valid scenario with one sed edit
