@@ -217,6 +217,12 @@ static int st_open(st_file *s, const char *path, qmla_error *err)
     s->f = fopen(path, "rb");
     if (!s->f)
         return qmla_error_set(err, QMLA_EIO, "%s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(s->f), &sb) != 0)
+        return qmla_error_set(err, QMLA_EIO, "%s: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: expected a safetensors file, found %s",
+                              path, S_ISDIR(sb.st_mode) ? "a directory" : "no regular file");
     uint8_t b[8];
     if (fread(b, 1, 8, s->f) != 8)
         return qmla_error_set(err, QMLA_EFORMAT, "%s: expected an 8-byte safetensors header "
