@@ -52,11 +52,20 @@ struct qmla_model {
 
 static json_t *load_json(const char *path, qmla_error *err)
 {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        qmla_error_set(err, QMLA_EFORMAT, "%s: expected a JSON file, found %s", path,
+                       S_ISDIR(sb.st_mode) ? "a directory" : "no regular file");
+        return NULL;
+    }
     json_error_t je;
+    errno = 0;
     json_t *j = json_load_file(path, 0, &je);
-    if (!j)
-        qmla_error_set(err, errno == ENOENT ? QMLA_EIO : QMLA_EFORMAT,
-                       "%s: line %d: %s", path, je.line, je.text);
+    if (!j && je.line < 1) /* not opened or not read: no line to name */
+        qmla_error_set(err, QMLA_EIO, "%s: cannot read: %s", path,
+                       errno ? strerror(errno) : je.text);
+    else if (!j)
+        qmla_error_set(err, QMLA_EFORMAT, "%s: line %d: %s", path, je.line, je.text);
     return j;
 }
 
