@@ -172,6 +172,15 @@ if [ "$(id -u)" = 0 ] && mknod "$work/full" c 1 7 2>/dev/null; then
   expect 2 "-o a device" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" "${T1[@]}" -o "$work/full"
   [ -c "$work/full" ] && ok || bad "-o a device: the device node was replaced"
 fi
+mkdir -p "$work/ro"
+if [ "$(id -u)" = 0 ] && mount -t tmpfs -o ro,size=64k tmpfs "$work/ro" 2>/dev/null; then
+  # a read-only file system: refused before any work (it failed after the run)
+  expect 2 "-o on a read-only file system" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" "${T1[@]}" \
+    -o "$work/ro/x.h5"
+  contains "expected a writable directory" "read-only directory named"
+  lacks "loaded in" "refused before the model is loaded"
+  umount "$work/ro"
+fi
 cp "$H/code.txt.gz" "$work/in.gz"
 expect 2 "-o the text" -- "$QMLA" ppl "$M" --text "$work/in.gz" "${T1[@]}" -o "$work/in.gz"
 cmp -s "$work/in.gz" "$H/code.txt.gz" && ok || bad "-o the text: the text changed"
