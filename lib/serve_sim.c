@@ -86,6 +86,11 @@ int qmla_serve_scenario_read(const char *path, qmla_serve_scenario *s,
     int ln = 0, st = QMLA_OK;
     while (!st && fgets(line, sizeof line, f)) {
         ln++;
+        if (!strchr(line, '\n') && !feof(f)) {
+            st = qmla_error_set(err, QMLA_EINVAL, "%s:%d: expected a line of at most %zu "
+                                "bytes, found a longer one", path, ln, sizeof line - 2);
+            break;
+        }
         char *h = strchr(line, '#');
         if (h)
             *h = '\0';
