@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <dirent.h>
@@ -1942,6 +1943,31 @@ static void stage_remove(const char *stage)
     rmdir(stage);
 }
 
+/* Staging folders of fuse runs that died (killed, interrupted) before they
+ * moved their files into place: .qmla-fuse.tmp.PID of a PID that no longer
+ * runs. */
+static void stage_remove_stale(const char *out_dir)
+{
+    DIR *dp = opendir(out_dir);
+    struct dirent *de;
+    static const char pre[] = ".qmla-fuse.tmp.";
+    while (dp && (de = readdir(dp))) {
+        if (strncmp(de->d_name, pre, sizeof pre - 1))
+            continue;
+        const char *digits = de->d_name + sizeof pre - 1;
+        if (!*digits || strlen(digits) > 10 || strspn(digits, "0123456789") != strlen(digits))
+            continue;
+        const long pid = strtol(digits, NULL, 10);
+        if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char p[4096];
+        if (snprintf(p, sizeof p, "%s/%s", out_dir, de->d_name) < (int)sizeof p)
+            stage_remove(p);
+    }
+    if (dp)
+        closedir(dp);
+}
+
 /* Move every file of the staging folder into out_dir (one folder: renames
  * that need no room), then make the renames durable. */
 static int stage_commit(const char *stage, const char *out_dir, qmla_error *err)
@@ -2007,6 +2033,7 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
         return qmla_error_set(err, QMLA_EINVAL, "%s: path too long", out_dir);
     }
     stage_remove(stage); /* a stale one of an earlier process with this pid */
+    stage_remove_stale(out_dir);
     if (mkdir(stage, 0755) != 0) {
         int e = errno;
         if (made)

@@ -147,6 +147,11 @@ mkdir "$work/Fold" && echo keep > "$work/Fold/keep"
 expect 2 "f16 overflow into an existing folder" -- "$QMLA" fuse "$work/minf" --transforms "$work/qr.h5" \
   -o "$work/Fold" --dtype f16
 [ "$(ls -A "$work/Fold")" = keep ] && ok || bad "existing folder changed: $(ls -A "$work/Fold" | tr '\n' ' ')"
+# the staging folder of a run that died (no such pid) is removed by the next
+mkdir "$work/Fold/.qmla-fuse.tmp.999999999" && echo part > "$work/Fold/.qmla-fuse.tmp.999999999/model.safetensors"
+expect 0 "fuse into a folder with a dead run's staging" -- "$QMLA" fuse "$M" --transforms "$work/qr.h5" -o "$work/Fold"
+[ "$(ls -A "$work/Fold" | tr '\n' ' ')" = "config.json generation_config.json keep model.safetensors qmla_tokenizer.json " ] \
+  && ok || bad "after fuse: $(ls -A "$work/Fold" | tr '\n' ' ')"
 mnt="$work/small"
 mkdir -p "$mnt"
 if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=4m tmpfs "$mnt" 2>/dev/null; then
