@@ -288,10 +288,15 @@ static int st_read(st_file *s, const char *name, size_t r, size_t c, float *out,
     size_t want_nd = c ? 2 : 1;
     size_t s0 = nd > 0 ? (size_t)json_integer_value(json_array_get(sh, 0)) : 0;
     size_t s1 = nd > 1 ? (size_t)json_integer_value(json_array_get(sh, 1)) : 0;
-    if (nd != want_nd || s0 != r || (c && s1 != c))
-        return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: expected shape [%zu%s%zu], "
-                              "found %zu dims [%zu, %zu]", s->path, name, r, c ? ", " : "",
-                              c ? c : (size_t)0, nd, s0, s1);
+    if (nd != want_nd || s0 != r || (c && s1 != c)) {
+        char want[64];
+        if (c)
+            snprintf(want, sizeof want, "[%zu, %zu]", r, c);
+        else
+            snprintf(want, sizeof want, "[%zu]", r); /* was printed "[3200]" for [320] */
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: expected shape %s, "
+                              "found %zu dims [%zu, %zu]", s->path, name, want, nd, s0, s1);
+    }
     size_t n = r * (c ? c : 1), es;
     if (!dt)
         dt = "?";
