@@ -246,8 +246,11 @@ int qmla_serve_simulate(const qmla_serve_scenario *s, size_t config,
     const long long max_steps = 100000000;
     while (finished < n && !st) {
         if (r->steps++ > max_steps) {
-            st = qmla_error_set(err, QMLA_EINVAL, "serve-sim: config %s: no progress "
-                                "after %lld steps", cf->name, max_steps);
+            st = qmla_error_set(err, QMLA_EINVAL, "serve-sim: config %s: not finished "
+                                "after %lld steps: expected a scenario that ends within "
+                                "them (each request's prefill alone takes input_tokens / "
+                                "max_batched_tokens = %lld steps)", cf->name, max_steps,
+                                ceil_div(s->input_tokens, s->max_batched_tokens));
             break;
         }
         long long budget = s->max_batched_tokens;
