@@ -271,12 +271,18 @@ void cli_record_command_line(int argc, char **argv)
 
 const char *cli_command_line(void) { return command_line; }
 
-/* A whole file, gzip or plain (zlib reads both). */
+/* A whole file, gzip or plain (zlib reads both). A gzip stream cut short
+ * is an error: gzread() returns the bytes it had and reports the missing
+ * end only through gzerror() (Z_BUF_ERROR, "unexpected end of file"), so
+ * without the check below a truncated .gz scored as a shorter text with
+ * exit 0. gzerror()'s message already starts with the path. */
 int cli_read_text(const char *path, uint8_t **out, size_t *n, char *msg, size_t len)
 {
+    errno = 0;
     gzFile g = gzopen(path, "rb");
     if (!g) {
-        snprintf(msg, len, "%s: cannot open", path);
+        snprintf(msg, len, "%s: cannot open: %s", path,
+                 errno ? strerror(errno) : "out of memory");
         return -1;
     }
     size_t cap = 1 << 20, k = 0;
@@ -298,9 +304,14 @@ int cli_read_text(const char *path, uint8_t **out, size_t *n, char *msg, size_t 
             cap *= 2;
         }
         int r = gzread(g, b + k, (unsigned)(cap - k));
-        if (r < 0) {
-            int e;
-            snprintf(msg, len, "%s: %s", path, gzerror(g, &e));
+        int e = Z_OK;
+        const char *why = r <= 0 ? gzerror(g, &e) : NULL;
+        if (r < 0 || (r == 0 && e != Z_OK)) {
+            if (e == Z_BUF_ERROR)
+                snprintf(msg, len, "%s: truncated gzip stream (unexpected end of file "
+                         "after %zu bytes of text)", path, k);
+            else
+                snprintf(msg, len, "%s", why);
             free(b);
             gzclose(g);
             return -1;

@@ -268,10 +268,14 @@ int cmd_capture(int argc, char **argv)
         }
     }
     {
-        /* Before any work: a path the atomic rename may replace. */
+        /* Before any work: a path the atomic rename may replace, and none
+         * of the corpora (-o CORPUS --force replaced the text it read) */
         char tmp[4096];
         snprintf(tmp, sizeof tmp, "%s.tmp", out);
-        if (qmla_output_path_check(out, "output file (-o)", NULL, 0, &err) ||
+        const char *in[MAX_CORPORA];
+        for (size_t i = 0; i < n_corpora; i++)
+            in[i] = corp[i].path;
+        if (qmla_output_path_check(out, "output file (-o)", in, n_corpora, &err) ||
             qmla_output_path_check(tmp, "temporary file", NULL, 0, &err)) {
             rc = cli_lib_error("capture", &err);
             goto done;

@@ -4,6 +4,7 @@
  * and of /ppl in the results file. */
 #include "cli.h"
 #include "qmla/model.h"
+#include "qmla/outpath.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -43,7 +44,8 @@ static void usage(FILE *f)
         "  --threads N      windows scored in parallel (default: online CPUs)\n"
         "  -o FILE          results file; groups /ppl and /ppl_table (the rows as\n"
         "                   a table, for qmla export / figures) are replaced,\n"
-        "                   others kept\n"
+        "                   others kept (an existing file must be a results\n"
+        "                   file: a capture or transforms file is refused)\n"
         "\n"
         "The configurations of one text and model (or transforms file) are scored\n"
         "together, window by window: quantized ones under a sink/local policy share\n"
@@ -137,6 +139,23 @@ int cmd_ppl(int argc, char **argv)
     int rc = QMLA_EXIT_OK;
     qmla_error err;
     qmla_error_clear(&err);
+    {
+        /* before any work (a full text takes minutes): -o must be a regular
+         * file or a new name, and none of the inputs */
+        const char *in[32];
+        size_t n_in = 0;
+        for (size_t k = 0; k < n_texts; k++)
+            in[n_in++] = texts[k];
+        for (size_t k = 0; k < n_tf; k++)
+            in[n_in++] = tfp[k];
+        if (qmla_output_path_check(out, "output file (-o)", in, n_in, &err)) {
+            free(cl);
+            free(cbuf);
+            free(pl);
+            free(pbuf);
+            return cli_lib_error("ppl", &err);
+        }
+    }
     size_t n_spec = 0, n_rows = 0;
     qmla_cache_spec *specs = calloc(nc * np, sizeof *specs);
     /* variant 0: the checkpoint as it is; 1..n_tf: with the file's transforms */

@@ -44,7 +44,9 @@ static int parse_policy(const char *s, int *S, int *W)
         return 0;
     }
     char tail = 0;
-    if (sscanf(s, "sink%d/local%d%c", S, W, &tail) != 2 || *S < 0 || *W < 0)
+    /* at most 9 digits each (a longer number, which %d wrapped into a
+     * meaningless or negative byte count, does not match) */
+    if (sscanf(s, "sink%9d/local%9d%c", S, W, &tail) != 2 || *S < 0 || *W < 0)
         return -1;
     return 0;
 }
@@ -88,8 +90,8 @@ int cmd_storage(int argc, char **argv)
     if (optind < argc)
         return cli_fail("storage", "unexpected argument \"%s\"", argv[optind]);
     if (parse_policy(policy, &S, &W))
-        return cli_fail("storage", "--policy: expected sinkS/localW (e.g. sink4/local128) "
-                                   "or none, found \"%s\"", policy);
+        return cli_fail("storage", "--policy: expected sinkS/localW with S, W in "
+                        "0..999999999 (e.g. sink4/local128) or none, found \"%s\"", policy);
     char **ctx = NULL, **cfg = NULL, *cbuf = NULL, *kbuf = NULL;
     size_t nctx = 0, ncfg = 0;
     int rc = QMLA_EXIT_OK;

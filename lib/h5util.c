@@ -1,5 +1,6 @@
 /* h5util.c — see h5util.h. */
 #include "h5util.h"
+#include "qmla/outpath.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 h5_quiet qmla_h5_quiet_begin(void)
@@ -237,6 +239,14 @@ int qmla_save_bytes_atomic(const char *path, const void *const *bufs,
 {
     int st = QMLA_OK;
     char tmp[4096];
+    /* rename() replaces whatever PATH names: run as root, -o /dev/null or
+     * /dev/full became a regular file (exit 0). Only a regular file (or
+     * nothing) is replaced; a symbolic link to one is replaced by the file. */
+    if (qmla_output_path_check(path, "output file", NULL, 0, err)) {
+        if (err)
+            err->status = QMLA_EIO; /* this function's status for a path it cannot write */
+        return QMLA_EIO;
+    }
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
@@ -990,16 +1000,48 @@ int qmla_h5_read_dataset(const qmla_h5_ctx *v, hid_t g, const char *gpath,
 }
 /* Open `path` in memory (a copy; nothing reaches disk until saved), or
  * create an empty in-memory file when it does not exist. */
+int qmla_h5_check_replace(const char *path, const char *format, qmla_error *err)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0 || (S_ISREG(sb.st_mode) && sb.st_size == 0))
+        return QMLA_OK;
+    h5_quiet q = qmla_h5_quiet_begin();
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    char *fmt = NULL;
+    qmla_error e2;
+    qmla_error_clear(&e2);
+    const qmla_h5_ctx v = {path, H5P_DEFAULT, &e2};
+    if (f >= 0)
+        (void)qmla_h5_read_attr_str(&v, f, "/", "format", 0, &fmt);
+    if (f >= 0)
+        H5Fclose(f);
+    qmla_h5_quiet_end(q);
+    int st = QMLA_OK;
+    if (!fmt || strcmp(fmt, format))
+        st = qmla_error_set(err, QMLA_EINVAL, "%s: exists and is %s%s%s: expected a new name "
+                            "or an earlier %s file (the whole file would be replaced)", path,
+                            f < 0 ? "not an HDF5 file" : fmt ? "of format \"" :
+                            "an HDF5 file without a format attribute", fmt ? fmt : "",
+                            fmt ? "\"" : "", format);
+    free(fmt);
+    return st;
+}
+
 hid_t qmla_h5_open_mem(const char *path, int *created, qmla_error *err)
 {
     *created = 0;
-    if (access(path, F_OK) != 0) {
+    struct stat sb0;
+    /* an empty file (e.g. from mktemp) is a new results file */
+    if (access(path, F_OK) != 0 ||
+        (stat(path, &sb0) == 0 && S_ISREG(sb0.st_mode) && sb0.st_size == 0)) {
         *created = 1;
         hid_t f = qmla_h5_create_mem();
         if (f < 0)
             qmla_error_set(err, QMLA_EIO, "%s: cannot create an in-memory file", path);
         return f;
     }
+    if (qmla_output_path_check(path, "results file", NULL, 0, err))
+        return -1;
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     hid_t f = -1;
     if (fapl >= 0 && H5Pset_fapl_core(fapl, (size_t)1 << 20, 0) >= 0)
@@ -1011,7 +1053,26 @@ hid_t qmla_h5_open_mem(const char *path, int *created, qmla_error *err)
         qmla_h5_error_text(m, sizeof m);
         qmla_error_set(err, QMLA_EIO, "%s: cannot open as HDF5 to add a group: %s",
                        path, m);
+        return f;
     }
+    /* a group is added to a results file only: a capture, a transforms file
+     * or a serve-sim file given as -o was rewritten with the new group in it
+     * (exit 0). Files without a format attribute (qmla eval's) are taken. */
+    char *fmt = NULL;
+    const qmla_h5_ctx v = {path, H5P_DEFAULT, err};
+    if (qmla_h5_read_attr_str(&v, f, "/", "format", 0, &fmt) != QMLA_OK) {
+        H5Fclose(f);
+        return -1;
+    }
+    if (fmt && strcmp(fmt, "qmla-results")) {
+        qmla_error_set(err, QMLA_EFORMAT, "%s: expected a qmla-results file to add a group "
+                       "to (or a new name), found format \"%s\" (a file of another "
+                       "kind is not overwritten)", path, fmt);
+        free(fmt);
+        H5Fclose(f);
+        return -1;
+    }
+    free(fmt);
     return f;
 }
 

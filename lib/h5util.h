@@ -173,9 +173,18 @@ int qmla_save_bytes_atomic(const char *path, const void *const *bufs,
 
 /* Open `path` as an in-memory copy (core driver, no backing store: nothing
  * reaches disk until qmla_h5_save_image), or create an empty in-memory file
- * (*created = 1) when `path` does not exist; negative with err set on
- * failure. Used to add a group to an existing results file atomically. */
+ * (*created = 1) when `path` does not exist or is an empty file; negative
+ * with err set on failure: `path` not a regular file, not HDF5, or with a
+ * root "format" other than "qmla-results" (a capture, transforms or
+ * serve-sim file is not rewritten). Used to add a group to an existing
+ * results file atomically. */
 hid_t qmla_h5_open_mem(const char *path, int *created, qmla_error *err);
+
+/* Before a writer replaces `path` with a whole new file: QMLA_OK when it
+ * does not exist, is empty, or is an HDF5 file whose root "format" is
+ * `format` (an earlier output of the same kind); QMLA_EINVAL naming what
+ * was found otherwise (another kind of results, a capture, not HDF5). */
+int qmla_h5_check_replace(const char *path, const char *format, qmla_error *err);
 
 /* In a writer with `int st`, `qmla_error *err` and `const char *path` in
  * scope: when x is negative (an HDF5 call failed), st = QMLA_EIO naming the

@@ -12,8 +12,10 @@
 
 #include <cblas.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <dirent.h>
@@ -51,11 +53,20 @@ struct qmla_model {
 
 static json_t *load_json(const char *path, qmla_error *err)
 {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        qmla_error_set(err, QMLA_EFORMAT, "%s: expected a JSON file, found %s", path,
+                       S_ISDIR(sb.st_mode) ? "a directory" : "no regular file");
+        return NULL;
+    }
     json_error_t je;
+    errno = 0;
     json_t *j = json_load_file(path, 0, &je);
-    if (!j)
-        qmla_error_set(err, errno == ENOENT ? QMLA_EIO : QMLA_EFORMAT,
-                       "%s: line %d: %s", path, je.line, je.text);
+    if (!j && je.line < 1) /* not opened or not read: no line to name */
+        qmla_error_set(err, QMLA_EIO, "%s: cannot read: %s", path,
+                       errno ? strerror(errno) : je.text);
+    else if (!j)
+        qmla_error_set(err, QMLA_EFORMAT, "%s: line %d: %s", path, je.line, je.text);
     return j;
 }
 
@@ -78,7 +89,7 @@ static int get_size(json_t *cfg, const char *path, const char *key, size_t *v, i
 }
 
 static int parse_config(const char *dir, qmla_model_config *c, size_t *first_dense,
-                        size_t *n_routed, qmla_error *err)
+                        size_t *n_routed, size_t *n_mtp, qmla_error *err)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -117,10 +128,16 @@ static int parse_config(const char *dir, qmla_model_config *c, size_t *first_den
         (st = get_size(j, path, "qk_rope_head_dim", &c->d_r, 1, err)) ||
         (st = get_size(j, path, "v_head_dim", &c->d_v, 1, err)) ||
         (st = get_size(j, path, "max_position_embeddings", &c->max_pos, 1, err)) ||
-        (st = get_size(j, path, "bos_token_id", &bos, 0, err)) ||
+        (st = get_size(j, path, "bos_token_id", &bos, 1, err)) ||
         (st = get_size(j, path, "first_k_dense_replace", first_dense, 0, err)) ||
-        (st = get_size(j, path, "n_routed_experts", n_routed, 0, err)))
+        (st = get_size(j, path, "n_routed_experts", n_routed, 0, err)) ||
+        (st = get_size(j, path, "num_nextn_predict_layers", n_mtp, 0, err)))
         goto out;
+    if (bos >= c->V) {
+        st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"bos_token_id\": expected a token "
+                            "id below vocab_size %zu, found %zu", path, c->V, bos);
+        goto out;
+    }
     c->bos = (int)bos;
     if (!c->V || !c->D || !c->L || !c->H || !c->d_c || !c->d_n || !c->d_v ||
         !c->d_r || (c->d_r & 1)) {
@@ -146,6 +163,12 @@ static int parse_config(const char *dir, qmla_model_config *c, size_t *first_den
     }
     json_t *eps = json_object_get(j, "rms_norm_eps");
     c->eps = json_is_number(eps) ? json_number_value(eps) : 1e-6;
+    if ((eps && !json_is_null(eps) && !json_is_number(eps)) || !(c->eps >= 0.0)) {
+        st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"rms_norm_eps\": expected a "
+                            "non-negative number, found %s", path,
+                            json_is_number(eps) ? "a negative one" : "another type");
+        goto out;
+    }
     c->latent_eps = 1e-6;
     /* RoPE: rope_parameters (transformers 5) or rope_theta + rope_scaling */
     json_t *rp = json_object_get(j, "rope_parameters");
@@ -165,6 +188,11 @@ static int parse_config(const char *dir, qmla_model_config *c, size_t *first_den
             theta = json_object_get(rp, "rope_theta");
     }
     c->rope_theta = json_is_number(theta) ? json_number_value(theta) : 10000.0;
+    if (!(c->rope_theta > 0.0)) {
+        st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"rope_theta\": expected a positive "
+                            "number, found %g", path, c->rope_theta);
+        goto out;
+    }
     c->pairing = QMLA_ROPE_INTERLEAVED;
     if (v3 && json_is_false(json_object_get(j, "rope_interleave")))
         c->pairing = QMLA_ROPE_HALF;
@@ -199,6 +227,12 @@ static int st_open(st_file *s, const char *path, qmla_error *err)
     s->f = fopen(path, "rb");
     if (!s->f)
         return qmla_error_set(err, QMLA_EIO, "%s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(s->f), &sb) != 0)
+        return qmla_error_set(err, QMLA_EIO, "%s: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: expected a safetensors file, found %s",
+                              path, S_ISDIR(sb.st_mode) ? "a directory" : "no regular file");
     uint8_t b[8];
     if (fread(b, 1, 8, s->f) != 8)
         return qmla_error_set(err, QMLA_EFORMAT, "%s: expected an 8-byte safetensors header "
@@ -254,10 +288,15 @@ static int st_read(st_file *s, const char *name, size_t r, size_t c, float *out,
     size_t want_nd = c ? 2 : 1;
     size_t s0 = nd > 0 ? (size_t)json_integer_value(json_array_get(sh, 0)) : 0;
     size_t s1 = nd > 1 ? (size_t)json_integer_value(json_array_get(sh, 1)) : 0;
-    if (nd != want_nd || s0 != r || (c && s1 != c))
-        return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: expected shape [%zu%s%zu], "
-                              "found %zu dims [%zu, %zu]", s->path, name, r, c ? ", " : "",
-                              c ? c : (size_t)0, nd, s0, s1);
+    if (nd != want_nd || s0 != r || (c && s1 != c)) {
+        char want[64];
+        if (c)
+            snprintf(want, sizeof want, "[%zu, %zu]", r, c);
+        else
+            snprintf(want, sizeof want, "[%zu]", r); /* was printed "[3200]" for [320] */
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: expected shape %s, "
+                              "found %zu dims [%zu, %zu]", s->path, name, want, nd, s0, s1);
+    }
     size_t n = r * (c ? c : 1), es;
     if (!dt)
         dt = "?";
@@ -268,9 +307,16 @@ static int st_read(st_file *s, const char *name, size_t r, size_t c, float *out,
     else
         return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: dtype %s: expected F16, "
                               "BF16 or F32", s->path, name, dt);
-    size_t b0 = (size_t)json_integer_value(json_array_get(off, 0));
-    size_t b1 = (size_t)json_integer_value(json_array_get(off, 1));
-    if (b1 < b0 || b1 - b0 != n * es || s->data_off + b1 > s->size)
+    json_t *o0 = json_array_get(off, 0), *o1 = json_array_get(off, 1);
+    /* negative offsets, cast to size_t, wrapped past the bound check below
+     * and read the header's bytes as weights */
+    if (json_array_size(off) != 2 || !json_is_integer(o0) || !json_is_integer(o1) ||
+        json_integer_value(o0) < 0 || json_integer_value(o1) < 0)
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: data_offsets: expected two "
+                              "non-negative integers [begin, end]", s->path, name);
+    size_t b0 = (size_t)json_integer_value(o0);
+    size_t b1 = (size_t)json_integer_value(o1);
+    if (b1 < b0 || b1 - b0 != n * es || b1 > s->size - s->data_off)
         return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: data_offsets [%zu, %zu] do "
                               "not hold %zu values of %s within the file", s->path, name, b0,
                               b1, n, dt);
@@ -442,8 +488,8 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
     qmla_model *m = calloc(1, sizeof *m);
     if (!m)
         return qmla_error_set(err, QMLA_ENOMEM, "model");
-    size_t first_dense = 0, n_routed = 0;
-    int st = parse_config(dir, &m->c, &first_dense, &n_routed, err);
+    size_t first_dense = 0, n_routed = 0, n_mtp = 0;
+    int st = parse_config(dir, &m->c, &first_dense, &n_routed, &n_mtp, err);
     if (st) {
         free(m);
         return st;
@@ -515,6 +561,12 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
 #undef LT
     }
     free(kvb);
+    /* a checkpoint with more layers than config.json's num_hidden_layers
+     * (and no multi-token-prediction layers declared) would run truncated */
+    snprintf(nm, sizeof nm, "model.layers.%zu.self_attn.kv_a_proj_with_mqa.weight", c->L);
+    if (!st && !n_mtp && shards_has(&S, nm))
+        st = qmla_error_set(err, QMLA_EFORMAT, "config.json: num_hidden_layers is %zu, but "
+                            "the checkpoint holds more layers (found tensor %s)", c->L, nm);
     shards_close(&S);
     if (st) {
         qmla_error_prefix(err, "%s: ", dir);
@@ -574,8 +626,10 @@ int qmla_cache_spec_parse(const char *config, const char *policy, qmla_cache_spe
                 return st;
         }
         if (kc.c_bits == QMLA_KV_BF16)
-            return qmla_error_set(err, QMLA_EINVAL, "cache config '%s': bf16 takes no "
-                                  "metadata suffix", config);
+            return qmla_error_set(err, QMLA_EINVAL, dash ? "cache config '%s': bf16 takes "
+                                  "no metadata suffix" : "cache config '%s': expected a "
+                                  "quantized C{x}R{y} (16 bits is the unquantized bf16 "
+                                  "configuration: name it bf16)", config);
         s->c_bits = kc.c_bits;
         s->r_bits = kc.r_bits;
         s->group = kc.group;
@@ -586,9 +640,12 @@ int qmla_cache_spec_parse(const char *config, const char *policy, qmla_cache_spe
     }
     int S = -1, W = -1;
     char tail = 0;
-    if (sscanf(policy, "sink%d/local%d%c", &S, &W, &tail) != 2 || S < 0 || W < 0)
+    /* at most 9 digits each: S, W and S + W stay far inside int (a longer
+     * number, which %d would have wrapped, does not match) */
+    if (sscanf(policy, "sink%9d/local%9d%c", &S, &W, &tail) != 2 || S < 0 || W < 0)
         return qmla_error_set(err, QMLA_EINVAL, "policy '%s': expected none or "
-                              "sink<S>/local<W> (e.g. sink4/local128)", policy);
+                              "sink<S>/local<W> with S, W in 0..999999999 (e.g. "
+                              "sink4/local128)", policy);
     s->sink = S;
     s->window = W;
     snprintf(s->policy, sizeof s->policy, "sink%d/local%d", S, W);
@@ -841,6 +898,11 @@ static band_blk band_block(size_t r0, size_t r1, size_t S, size_t W)
     }
     if (r1 > W && r1 - W > S)
         b.q1 = r1 - W;
+    /* no row of the block reads a packed key at or beyond r1: with S > r1
+     * the range [b0, q1) would otherwise run past the window (S > T wrote
+     * past the end of Z2) */
+    if (b.q1 > r1)
+        b.q1 = r1;
     b.p1 = b.b0 < b.q1 ? b.b0 : b.q1;
     if (b.p1 < S)
         b.p1 = S;
@@ -1331,6 +1393,13 @@ int qmla_model_ppl_multi(const qmla_model *m, const qmla_exec *ex, const qmla_ca
                 }
                 nll[k * n_cs + j] = window_nll(lg, P ? ws->pre->logits : NULL, P, context,
                                                c->V, win);
+                /* never a NaN in the results: name where it went non-finite */
+                if (!isfinite(nll[k * n_cs + j]))
+                    st = qmla_error_set(&e, QMLA_ENONFINITE, "config %s, policy %s, window "
+                                        "%zu (bytes %zu..%zu): the NLL is %g (the forward "
+                                        "pass went non-finite)", cs[j].name, cs[j].policy, k,
+                                        k * context, (k + 1) * context - 1,
+                                        nll[k * n_cs + j]);
             }
         }
         if (st) {
@@ -1862,6 +1931,78 @@ static int ends_with(const char *s, const char *suf)
     return a >= b && !strcmp(s + a - b, suf);
 }
 
+/* The staging folder of qmla_model_save: remove its files and itself. */
+static void stage_remove(const char *stage)
+{
+    DIR *dp = opendir(stage);
+    struct dirent *de;
+    while (dp && (de = readdir(dp))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", stage, de->d_name);
+        unlink(p);
+    }
+    if (dp)
+        closedir(dp);
+    rmdir(stage);
+}
+
+/* Staging folders of fuse runs that died (killed, interrupted) before they
+ * moved their files into place: .qmla-fuse.tmp.PID of a PID that no longer
+ * runs. */
+static void stage_remove_stale(const char *out_dir)
+{
+    DIR *dp = opendir(out_dir);
+    struct dirent *de;
+    static const char pre[] = ".qmla-fuse.tmp.";
+    while (dp && (de = readdir(dp))) {
+        if (strncmp(de->d_name, pre, sizeof pre - 1))
+            continue;
+        const char *digits = de->d_name + sizeof pre - 1;
+        if (!*digits || strlen(digits) > 10 || strspn(digits, "0123456789") != strlen(digits))
+            continue;
+        const long pid = strtol(digits, NULL, 10);
+        if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char p[4096];
+        if (snprintf(p, sizeof p, "%s/%s", out_dir, de->d_name) < (int)sizeof p)
+            stage_remove(p);
+    }
+    if (dp)
+        closedir(dp);
+}
+
+/* Move every file of the staging folder into out_dir (one folder: renames
+ * that need no room), then make the renames durable. */
+static int stage_commit(const char *stage, const char *out_dir, qmla_error *err)
+{
+    DIR *dp = opendir(stage);
+    if (!dp)
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot list: %s", stage, strerror(errno));
+    int st = QMLA_OK;
+    struct dirent *de;
+    while (!st && (de = readdir(dp))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        char a[4096], b[4096];
+        if (snprintf(a, sizeof a, "%s/%s", stage, de->d_name) >= (int)sizeof a ||
+            snprintf(b, sizeof b, "%s/%s", out_dir, de->d_name) >= (int)sizeof b)
+            st = qmla_error_set(err, QMLA_EINVAL, "%s/%s: path too long", out_dir,
+                                de->d_name);
+        else if (rename(a, b) != 0)
+            st = qmla_error_set(err, QMLA_EIO, "%s: cannot rename %s to it: %s", b, a,
+                                strerror(errno));
+    }
+    closedir(dp);
+    int dfd = open(out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
+    }
+    return st;
+}
+
 int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_dir,
                     const char *dtype, const char *const *meta, size_t n_meta,
                     qmla_error *err)
@@ -1872,8 +2013,14 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
         return qmla_error_set(err, QMLA_EINVAL, "checkpoint dtype \"%s\": expected F32, F16 "
                               "or BF16", dtype);
     const qmla_model_config *c = &m->c;
-    char path[4096], rs[PATH_MAX], ro[PATH_MAX];
-    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
+    char path[4096], rs[PATH_MAX], ro[PATH_MAX], stage[4096];
+    /* Every file is written into a staging folder inside out_dir first and
+     * moved into place only when all are written: a failure (a full disk, a
+     * tensor beyond float16) leaves out_dir as it was, and removes it when
+     * this call created it (it used to leave the new folder behind, empty or
+     * with model.safetensors but no config.json). */
+    int made = mkdir(out_dir, 0755) == 0;
+    if (!made && errno != EEXIST)
         return qmla_error_set(err, QMLA_EIO, "%s: cannot create the folder: %s", out_dir,
                               strerror(errno));
     if (realpath(src_dir, rs) && realpath(out_dir, ro) && !strcmp(rs, ro))
@@ -1884,6 +2031,21 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
         return qmla_error_set(err, QMLA_EINVAL, "%s: holds a shard index that would take "
                               "precedence over the new model.safetensors: expected a folder "
                               "without one", out_dir);
+    if (snprintf(stage, sizeof stage, "%s/.qmla-fuse.tmp.%ld", out_dir, (long)getpid()) >=
+        (int)sizeof stage) {
+        if (made)
+            rmdir(out_dir);
+        return qmla_error_set(err, QMLA_EINVAL, "%s: path too long", out_dir);
+    }
+    stage_remove(stage); /* a stale one of an earlier process with this pid */
+    stage_remove_stale(out_dir);
+    if (mkdir(stage, 0755) != 0) {
+        int e = errno;
+        if (made)
+            rmdir(out_dir);
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot create the staging folder %s: %s",
+                              out_dir, stage, strerror(e));
+    }
     const size_t H = c->H, D = c->D, qk = c->d_n + c->d_r, dc = c->d_c;
     const size_t kvb_rows = H * (c->d_n + c->d_v);
     st_out o = {0};
@@ -1969,10 +2131,12 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
             o.lens[0] = 8 + hl + pad;
         }
     }
-    if (!st) {
-        snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
+    if (st)
+        qmla_error_prefix(err, "%s/model.safetensors: ", out_dir);
+    if (!st && snprintf(path, sizeof path, "%s/model.safetensors", stage) >= (int)sizeof path)
+        st = qmla_error_set(err, QMLA_EINVAL, "%s: path too long", out_dir);
+    if (!st)
         st = qmla_save_bytes_atomic(path, o.bufs, o.lens, o.n + 1, err);
-    }
     /* the other files of the model folder (config, tokenizer, generation) */
     DIR *dp = st ? NULL : opendir(src_dir);
     if (!st && !dp)
@@ -1990,8 +2154,9 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
         unsigned char *data = NULL;
         size_t len = 0;
         st = read_whole(sp, &data, &len, err);
+        if (!st && snprintf(path, sizeof path, "%s/%s", stage, de->d_name) >= (int)sizeof path)
+            st = qmla_error_set(err, QMLA_EINVAL, "%s/%s: path too long", out_dir, de->d_name);
         if (!st) {
-            snprintf(path, sizeof path, "%s/%s", out_dir, de->d_name);
             const void *b[1] = {data};
             st = qmla_save_bytes_atomic(path, b, &len, 1, err);
         }
@@ -1999,6 +2164,11 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
     }
     if (dp)
         closedir(dp);
+    if (!st)
+        st = stage_commit(stage, out_dir, err);
+    stage_remove(stage);
+    if (st && made)
+        rmdir(out_dir);
     free(head);
     free(hj);
     if (kvb)

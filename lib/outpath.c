@@ -97,6 +97,12 @@ int qmla_output_path_check(const char *path, const char *what,
         return qmla_error_set(err, QMLA_EINVAL,
                               "%s: %s: expected %s to be a directory, found "
                               "%s", path, what, dir, kind_name(db.st_mode));
+    /* the temporary is created there: a read-only directory (or file
+     * system) is refused now, not after the work */
+    if (access(dir, W_OK | X_OK) != 0)
+        return qmla_error_set(err, QMLA_EINVAL,
+                              "%s: %s: expected a writable directory %s, found "
+                              "%s", path, what, dir, strerror(errno));
     return QMLA_OK;
 }
 

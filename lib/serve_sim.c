@@ -57,6 +57,9 @@ int qmla_serve_calibrate(const char *tsv, qmla_serve_config *c, qmla_error *err)
 
 /* ---- scenario file --------------------------------------------------------- */
 
+#define SERVE_MAX_COUNT (1LL << 40)    /* tokens, slots, pages, layers, ... */
+#define SERVE_MAX_REQUESTS (1LL << 20) /* requests (memory: one record each) */
+
 int qmla_serve_scenario_read(const char *path, qmla_serve_scenario *s,
                              qmla_error *err)
 {
@@ -83,6 +86,11 @@ int qmla_serve_scenario_read(const char *path, qmla_serve_scenario *s,
     int ln = 0, st = QMLA_OK;
     while (!st && fgets(line, sizeof line, f)) {
         ln++;
+        if (!strchr(line, '\n') && !feof(f)) {
+            st = qmla_error_set(err, QMLA_EINVAL, "%s:%d: expected a line of at most %zu "
+                                "bytes, found a longer one", path, ln, sizeof line - 2);
+            break;
+        }
         char *h = strchr(line, '#');
         if (h)
             *h = '\0';
@@ -100,11 +108,15 @@ int qmla_serve_scenario_read(const char *path, qmla_serve_scenario *s,
                 st = qmla_error_set(err, QMLA_EINVAL, "%s:%d: %s: expected one "
                                     "value, found %d", path, ln, k, nf - 1);
             else if (keys[q].i) {
+                /* bounded so that no sum or product of counts overflows
+                 * (input + output tokens wrapped negative and passed the
+                 * capacity check) */
+                const long long hi = q == 0 ? SERVE_MAX_REQUESTS : SERVE_MAX_COUNT;
                 const long long v = strtoll(a, &end, 10);
-                if (*end || errno || v < 0)
-                    st = qmla_error_set(err, QMLA_EINVAL, "%s:%d: %s: expected a "
-                                        "non-negative integer, found \"%s\"", path,
-                                        ln, k, a);
+                if (*end || errno || v < 0 || v > hi)
+                    st = qmla_error_set(err, QMLA_EINVAL, "%s:%d: %s: expected an "
+                                        "integer in 0..%lld, found \"%s\"", path,
+                                        ln, k, hi, a);
                 *keys[q].i = v;
             } else {
                 const double v = strtod(a, &end);
@@ -122,11 +134,12 @@ int qmla_serve_scenario_read(const char *path, qmla_serve_scenario *s,
             }
             qmla_serve_config *cf = &s->cfg[s->n_configs++];
             snprintf(cf->name, sizeof cf->name, "%.31s", a);
+            errno = 0;
             cf->slots = strtoll(b, &end, 10);
-            if (*end || cf->slots <= 0)
+            if (*end || errno || cf->slots <= 0 || cf->slots > SERVE_MAX_COUNT)
                 st = qmla_error_set(err, QMLA_EINVAL, "%s:%d: config %s: expected "
-                                    "a positive slot count, found \"%s\"", path, ln,
-                                    a, b);
+                                    "a slot count in 1..%lld, found \"%s\"", path, ln,
+                                    a, SERVE_MAX_COUNT, b);
         } else if (!strcmp(k, "attn") && nf == 4) {
             size_t j = 0;
             while (j < s->n_configs && strcmp(s->cfg[j].name, a))
@@ -139,9 +152,10 @@ int qmla_serve_scenario_read(const char *path, qmla_serve_scenario *s,
             char *e2 = NULL;
             s->cfg[j].attn_base_us = strtod(b, &end);
             s->cfg[j].attn_per_mtok_us = strtod(c, &e2);
-            if (*end || *e2)
+            if (*end || *e2 || !isfinite(s->cfg[j].attn_base_us) ||
+                !isfinite(s->cfg[j].attn_per_mtok_us))
                 st = qmla_error_set(err, QMLA_EINVAL, "%s:%d: attn %s: expected two "
-                                    "numbers, found \"%s %s\"", path, ln, a, b, c);
+                                    "finite numbers, found \"%s %s\"", path, ln, a, b, c);
             s->cfg[j].have_attn = 1;
         } else if (!strcmp(k, "calibrate") && nf == 2) {
             snprintf(calib, sizeof calib, "%s", a);
@@ -150,6 +164,8 @@ int qmla_serve_scenario_read(const char *path, qmla_serve_scenario *s,
                                 "(see include/qmla/serve_sim.h), found \"%s\"", path,
                                 ln, k);
     }
+    if (!st && ferror(f))
+        st = qmla_error_set(err, QMLA_EIO, "%s: cannot read: %s", path, strerror(errno));
     fclose(f);
     if (st)
         return st;
@@ -191,7 +207,7 @@ typedef struct sim_req {
     int done;
 } sim_req;
 
-static long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
+static long long ceil_div(long long a, long long b) { return a / b + (a % b != 0); }
 
 int qmla_serve_simulate(const qmla_serve_scenario *s, size_t config,
                         qmla_serve_result *r, qmla_error *err)
@@ -230,8 +246,11 @@ int qmla_serve_simulate(const qmla_serve_scenario *s, size_t config,
     const long long max_steps = 100000000;
     while (finished < n && !st) {
         if (r->steps++ > max_steps) {
-            st = qmla_error_set(err, QMLA_EINVAL, "serve-sim: config %s: no progress "
-                                "after %lld steps", cf->name, max_steps);
+            st = qmla_error_set(err, QMLA_EINVAL, "serve-sim: config %s: not finished "
+                                "after %lld steps: expected a scenario that ends within "
+                                "them (each request's prefill alone takes input_tokens / "
+                                "max_batched_tokens = %lld steps)", cf->name, max_steps,
+                                ceil_div(s->input_tokens, s->max_batched_tokens));
             break;
         }
         long long budget = s->max_batched_tokens;
@@ -329,6 +348,18 @@ int qmla_serve_simulate(const qmla_serve_scenario *s, size_t config,
             dt += s->decode_fixed_us +
                   (double)s->n_layers * (cf->attn_base_us + cf->attn_per_mtok_us *
                                                                 dec_ctx / 1e6);
+        /* a cost model that makes a step negative or non-finite (an attn
+         * fit below zero, a huge coefficient) gave NaN, negative or infinite
+         * times with exit 0 */
+        if (!(dt >= 0) || !isfinite(dt)) {
+            st = qmla_error_set(err, QMLA_EINVAL, "serve-sim: config %s: step %lld costs "
+                                "%g us (%lld prefill tokens, %lld decodes): expected a "
+                                "finite non-negative time from the cost model (step_fixed_us, "
+                                "prefill_*, decode_fixed_us, n_layers x attn %g + %g per "
+                                "Mtok)", cf->name, r->steps, dt, (long long)pf_tok, n_dec,
+                                cf->attn_base_us, cf->attn_per_mtok_us);
+            break;
+        }
         t_us += dt;
         if (pf_tok > 0)
             r->prefill_s += dt / 1e6;
@@ -365,6 +396,10 @@ int qmla_serve_simulate(const qmla_serve_scenario *s, size_t config,
                 x->tokens++;
         }
     }
+    if (!st && !(t_us > 0))
+        st = qmla_error_set(err, QMLA_EINVAL, "serve-sim: config %s: the cost model gives "
+                            "the whole run %g us: expected a positive time (throughput is "
+                            "output tokens per second)", cf->name, t_us);
     if (!st && r->output_tokens != n * s->output_tokens)
         st = qmla_error_set(err, QMLA_EINVAL, "serve-sim: %lld outputs sampled, "
                             "expected %lld", r->output_tokens, n * s->output_tokens);
@@ -385,6 +420,10 @@ int qmla_serve_write(const char *path, const char *scenario_path,
                      const qmla_serve_scenario *s, const qmla_serve_result *r,
                      qmla_error *err)
 {
+    /* the whole file is replaced: an existing results file of sweep or ppl,
+     * or a capture, given as -o was replaced without a word (exit 0) */
+    if (qmla_h5_check_replace(path, "qmla-serve-sim", err))
+        return QMLA_EINVAL;
     const size_t n = s->n_configs;
     const char *names[QMLA_SERVE_MAX_CONFIGS];
     long long iv[7][QMLA_SERVE_MAX_CONFIGS];

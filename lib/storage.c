@@ -31,7 +31,7 @@ int qmla_storage_account(const qmla_kv_config *c, int meta, long context,
         row->code_bytes = T * (L.cb_c + L.cb_r);
         row->meta_bytes = T * (meta == QMLA_CORE_META_Q8 ? (4 + 2 * L.ng_c) + (4 + 2 * L.ng_r)
                                                          : 4 * (L.ng_c + L.ng_r));
-        row->protect_bytes = (double)(c->sink + c->window) * QMLA_KV_D * 2;
+        row->protect_bytes = ((double)c->sink + (double)c->window) * QMLA_KV_D * 2;
     }
     row->total_bytes = row->code_bytes + row->meta_bytes + row->protect_bytes + row->table_bytes;
     row->bytes_per_token = row->total_bytes / T;

@@ -20,7 +20,8 @@
 #   - refused, exit 2, message naming the cause, no output file left: a corpus
 #     too short for the windows, a missing corpus file, invalid UTF-8, a bad
 #     model directory, an unwritable output, an existing output without
-#     --force, --cells naming no corpus, a layer beyond the model; SIGINT
+#     --force, --cells naming no corpus, a layer beyond the model, -o one of
+#     the corpora (even with --force); SIGINT
 #     exits 130 and writes nothing.
 # Env (set by meson): QMLA_BIN, QMLA_SOURCE_ROOT, QMLA_PYTHON.
 source "$(dirname "$0")/cli_lib.sh"
@@ -111,6 +112,12 @@ containsF "--cells code:1: no --corpus code=FILE given" "unknown corpus named"
 expect 2 "layer beyond the model" -- "$QMLA" capture "$M" --corpus prose=$P --seqs 1 --tokens 8 \
   --layers 6 -o "$work/x.h5"
 containsF "found 6" "layer named"
+# -o the corpus it reads, even with --force (before: replaced the text)
+cp "$P" "$work/corpus.gz"
+expect 2 "-o the corpus --force" -- "$QMLA" capture "$M" --corpus prose="$work/corpus.gz" --seqs 1 \
+  --tokens 8 --layers 0 --force -o "$work/corpus.gz"
+containsF "found the input $work/corpus.gz itself" "the corpus named"
+cmp -s "$work/corpus.gz" "$P" && ok || bad "-o the corpus: the corpus changed"
 if [ -e "$work/x.h5" ] || ls "$work"/x.h5.tmp* >/dev/null 2>&1; then bad "a refused run left an output"; else ok; fi
 # SIGINT: exit 130, nothing written (the file is built in memory)
 "$QMLA" capture "$M" --corpus prose=$P --seeds 0,1,2 --seqs 8 --tokens 512 --threads 1 \

@@ -17,7 +17,9 @@
 #     command, tool version and commit; config.json is copied;
 #   - refusals (exit 2, message naming the cause): a transforms file whose
 #     content/gamma is not the model's (not fusible through the RMSNorm), the
-#     model's own folder as output, a missing --transforms.
+#     model's own folder as output, a missing --transforms;
+#   - a failure while writing (a tensor beyond float16, a full tmpfs where
+#     mounting is allowed) leaves no new folder and an existing one unchanged.
 # Env (set by meson): QMLA_BIN, QMLA_SOURCE_ROOT, QMLA_PYTHON.
 source "$(dirname "$0")/cli_lib.sh"
 need_python
@@ -134,4 +136,31 @@ expect 2 "own folder" -- "$QMLA" fuse "$M" --transforms "$work/qr.h5" -o "$M"
 contains "own folder" "own folder refused"
 expect 2 "no transforms" -- "$QMLA" fuse "$M" -o "$work/Fy"
 contains "--transforms" "missing --transforms named"
+# a failed fuse leaves no folder behind (it left the new folder, empty or
+# with model.safetensors and no config.json) and an existing folder as it was:
+# a tensor beyond float16 (lm_head filled with 3e38), a full file system
+"$PY" "$ROOT/tests/st_fault.py" "$M" "$work/minf" --fill lm_head.weight=3e38 && ok || bad "st_fault fill"
+expect 2 "f16 overflow" -- "$QMLA" fuse "$work/minf" --transforms "$work/qr.h5" -o "$work/Fnew" --dtype f16
+contains "Fnew/model.safetensors: tensor lm_head.weight: .*does not fit float16" "overflow names file and tensor"
+[ ! -e "$work/Fnew" ] && ok || bad "f16 overflow left $work/Fnew"
+mkdir "$work/Fold" && echo keep > "$work/Fold/keep"
+expect 2 "f16 overflow into an existing folder" -- "$QMLA" fuse "$work/minf" --transforms "$work/qr.h5" \
+  -o "$work/Fold" --dtype f16
+[ "$(ls -A "$work/Fold")" = keep ] && ok || bad "existing folder changed: $(ls -A "$work/Fold" | tr '\n' ' ')"
+# the staging folder of a run that died (no such pid) is removed by the next
+mkdir "$work/Fold/.qmla-fuse.tmp.999999999" && echo part > "$work/Fold/.qmla-fuse.tmp.999999999/model.safetensors"
+expect 0 "fuse into a folder with a dead run's staging" -- "$QMLA" fuse "$M" --transforms "$work/qr.h5" -o "$work/Fold"
+[ "$(ls -A "$work/Fold" | tr '\n' ' ')" = "config.json generation_config.json keep model.safetensors qmla_tokenizer.json " ] \
+  && ok || bad "after fuse: $(ls -A "$work/Fold" | tr '\n' ' ')"
+mnt="$work/small"
+mkdir -p "$mnt"
+if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=4m tmpfs "$mnt" 2>/dev/null; then
+  cleanup_extra() { umount "$mnt" 2>/dev/null; }
+  expect 2 "fuse onto a full disk" -- "$QMLA" fuse "$M" --transforms "$work/qr.h5" -o "$mnt/F"
+  contains "No space left on device" "full disk: cause named"
+  [ -z "$(ls -A "$mnt")" ] && ok || bad "full disk: left $(ls -A "$mnt" | tr '\n' ' ')"
+  umount "$mnt"
+else
+  echo "SKIP (full-disk part): cannot mount a small tmpfs here"
+fi
 finish test_fuse

@@ -108,4 +108,11 @@ expect 2 "train = held-out" -- "$QMLA" learn "$cap" -o "$work/x.h5" --train-cell
 expect 2 "missing cell" -- "$QMLA" learn "$cap" -o "$work/x.h5" --method rtn --train-cells nope
 expect 2 "not a transforms file" -- "$QMLA" eval "$cap" --transforms "$cap" --config C4R4 -o "$work/x.h5"
 containsF "attribute format" "format message"
+# -o an existing results file (eval's): refused and left as it was (learn
+# replaced it with the transforms, exit 0); an earlier transforms file is replaced
+sum0=$(sha256sum <"$work/ev.h5")
+expect 2 "learn -o a results file" -- "$QMLA" learn "$cap" -o "$work/ev.h5" --method rtn --train-cells synth-s0
+containsF "expected a new name or an earlier qmla-transforms file" "learn -o results: refusal"
+[ "$(sha256sum <"$work/ev.h5")" = "$sum0" ] && ok || bad "learn -o a results file: it changed"
+expect 0 "learn -o an earlier transforms file" -- "$QMLA" learn "$cap" -o "$work/rtn.h5" --method rtn --train-cells synth-s0
 finish test_learn_cli

@@ -93,36 +93,8 @@ expect 0 "ppl threads 2" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" --config C4
   "$work/t1.h5" "$work/t2.h5" && ok || bad "1 and 2 threads agree exactly"
 # the loader: one unsharded model.safetensors (no index) in F32 gives the
 # same fp32 result exactly (float16 -> float32 is exact); BF16 loads too
-cat > "$work/conv.py" <<'PY'
-import json, os, struct, sys
-import numpy as np
-src, dst, dt = sys.argv[1:4]
-os.makedirs(dst, exist_ok=True)
-ws = {}
-for fn in sorted(set(json.load(open(src + "/model.safetensors.index.json"))["weight_map"].values())):
-    b = open(os.path.join(src, fn), "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    for k, t in h.items():
-        if k != "__metadata__":
-            o0, o1 = t["data_offsets"]
-            ws[k] = np.frombuffer(b[8 + n + o0:8 + n + o1], "<f2").astype(np.float32).reshape(t["shape"])
-hdr, blobs, off = {}, [], 0
-for k, a in ws.items():
-    if dt == "BF16":
-        raw = (a.view(np.uint32) >> 16).astype("<u2").tobytes()
-    else:
-        raw = a.astype("<f4").tobytes()
-    hdr[k] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
-    blobs.append(raw)
-    off += len(raw)
-hj = json.dumps(hdr).encode()
-with open(os.path.join(dst, "model.safetensors"), "wb") as f:
-    f.write(struct.pack("<Q", len(hj)) + hj + b"".join(blobs))
-open(os.path.join(dst, "config.json"), "w").write(open(src + "/config.json").read())
-PY
 for dt in F32 BF16; do
-  "$PY" "$work/conv.py" "$M" "$work/m$dt" $dt && ok || bad "convert to $dt"
+  "$PY" "$ROOT/tests/st_fault.py" "$M" "$work/m$dt" --dtype $dt && ok || bad "convert to $dt"
   expect 0 "ppl $dt checkpoint" -- "$QMLA" ppl "$work/m$dt" --text "$H/code.txt.gz" --config fp32 \
     --tokens 1024 --threads 2 -o "$work/$dt.h5"
 done
@@ -148,4 +120,73 @@ expect 2 "missing transforms file" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" -
 contains "none.h5" "missing transforms file named"
 expect 2 "missing model" -- "$QMLA" ppl "$work/none" --text "$H/code.txt.gz" --tokens 512 -o "$work/x.h5"
 contains "config.json" "missing model names the file"
+# ---- injected faults: before the fixes each of these exited 0 with a wrong
+# or NaN result, wrote past a buffer, hung, or replaced a file it should not
+T1=(--tokens 512 --threads 2)
+# a gzip text cut short: gzread() reports the cut only through gzerror(), so
+# it was scored as a shorter text
+"$PY" -c 'import gzip,sys; sys.stdout.buffer.write(gzip.compress(gzip.open(sys.argv[1]).read()[:200000])[:30000])' \
+  "$H/code.txt.gz" > "$work/cut.gz"
+expect 2 "truncated gzip text" -- "$QMLA" ppl "$M" --text "$work/cut.gz" "${T1[@]}" -o "$work/x.h5"
+contains "cut.gz: truncated gzip stream" "truncated text named"
+# a sink longer than the window: every key protected, so C4R4 equals bf16
+# (it wrote past the attention buffer: the ASan build sees it)
+expect 0 "sink beyond the window" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" "${T1[@]}" \
+  --config bf16,C4R4 --policy sink600/local0 -o "$work/sink.h5"
+"$PY" -c 'import h5py,sys; g=h5py.File(sys.argv[1])["ppl"]; v=[float(g[k].attrs["nll_nats_per_token"]) for k in sorted(g)]; assert len(v)==2 and abs(v[0]-v[1])<1e-6*v[0], v' \
+  "$work/sink.h5" && ok || bad "sink600/local0 equals bf16"
+expect 2 "policy number beyond int" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" "${T1[@]}" --config C4R4 \
+  --policy sink99999999999/local1 -o "$work/x.h5"
+contains "0..999999999" "policy range named"
+# config.json: each key named, nothing written
+badcfg() { # NAME PYTHON-EDIT-OF-c
+  mkdir -p "$work/$1"
+  for f in "$M"/*; do ln -sf "$f" "$work/$1/"; done
+  rm "$work/$1/config.json"
+  "$PY" -c "import json,sys; c=json.load(open(sys.argv[1])); $2; json.dump(c, open(sys.argv[2], 'w'))" \
+    "$M/config.json" "$work/$1/config.json"
+}
+for fault in "bos|c['bos_token_id']=2**40|bos_token_id" "nobos|c['bos_token_id']=None|bos_token_id" \
+             "eps|c['rms_norm_eps']=-1|rms_norm_eps" "theta|c['rope_parameters']['rope_theta']=0|rope_theta" \
+             "layers|c['num_hidden_layers']=5|num_hidden_layers is 5"; do
+  IFS='|' read -r name edit key <<<"$fault"
+  badcfg "c$name" "$edit"
+  expect 2 "config.json $edit" -- "$QMLA" ppl "$work/c$name" --text "$H/code.txt.gz" "${T1[@]}" -o "$work/x.h5"
+  containsF "$key" "config.json $edit: key named"
+done
+# safetensors: negative data_offsets (read the header as weights); weights
+# whose logits overflow (a NaN NLL was written)
+"$PY" "$ROOT/tests/st_fault.py" "$M" "$work/mneg" --negative-offsets model.norm.weight && ok || bad "st_fault neg"
+expect 2 "negative data_offsets" -- "$QMLA" ppl "$work/mneg" --text "$H/code.txt.gz" "${T1[@]}" -o "$work/x.h5"
+contains "model.norm.weight: data_offsets" "tensor and field named"
+"$PY" "$ROOT/tests/st_fault.py" "$M" "$work/minf" --fill lm_head.weight=3e38 && ok || bad "st_fault fill"
+expect 2 "non-finite NLL" -- "$QMLA" ppl "$work/minf" --text "$H/code.txt.gz" "${T1[@]}" -o "$work/x.h5"
+contains "window 0 .*non-finite" "non-finite window named"
+[ ! -e "$work/x.h5" ] && ok || bad "a refused run left $work/x.h5"
+# -o: a FIFO (hung reading it), a device (run as root, the rename replaced
+# the device node with the results), one of the inputs, a file of another kind
+mkfifo "$work/fifo.h5"
+expect 2 "-o a FIFO" -- timeout 60 "$QMLA" ppl "$M" --text "$H/code.txt.gz" "${T1[@]}" -o "$work/fifo.h5"
+contains "FIFO" "-o FIFO named"
+if [ "$(id -u)" = 0 ] && mknod "$work/full" c 1 7 2>/dev/null; then
+  expect 2 "-o a device" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" "${T1[@]}" -o "$work/full"
+  [ -c "$work/full" ] && ok || bad "-o a device: the device node was replaced"
+fi
+mkdir -p "$work/ro"
+if [ "$(id -u)" = 0 ] && mount -t tmpfs -o ro,size=64k tmpfs "$work/ro" 2>/dev/null; then
+  # a read-only file system: refused before any work (it failed after the run)
+  expect 2 "-o on a read-only file system" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" "${T1[@]}" \
+    -o "$work/ro/x.h5"
+  contains "expected a writable directory" "read-only directory named"
+  lacks "loaded in" "refused before the model is loaded"
+  umount "$work/ro"
+fi
+cp "$H/code.txt.gz" "$work/in.gz"
+expect 2 "-o the text" -- "$QMLA" ppl "$M" --text "$work/in.gz" "${T1[@]}" -o "$work/in.gz"
+cmp -s "$work/in.gz" "$H/code.txt.gz" && ok || bad "-o the text: the text changed"
+"$QMLA" synth -o "$work/cap.h5" --seqs 1 --tokens 8 >/dev/null || bad "synth"
+sum0=$(sha256sum <"$work/cap.h5")
+expect 2 "-o a capture" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" "${T1[@]}" -o "$work/cap.h5"
+containsF 'found format "qmla-capture"' "-o capture: format named"
+[ "$(sha256sum <"$work/cap.h5")" = "$sum0" ] && ok || bad "-o a capture: the capture changed"
 finish test_ppl

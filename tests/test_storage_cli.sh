@@ -2,7 +2,7 @@
 # test_storage_cli.sh — `qmla storage`: the TSV header and columns, the exact
 # byte accounting of docs/math.md §9 (C4R4 f16: 1479424 bytes at 4K,
 # 42627584 at 128K), the paper's 3.59x at 128K reached with q8 metadata, and
-# usage errors (exit 2). Needs QMLA_BIN (set by meson).
+# usage errors (exit 2), policy numbers beyond int refused. Needs QMLA_BIN (set by meson).
 set -uo pipefail
 q=${QMLA_BIN:?QMLA_BIN not set}
 pass=0 fail=0
@@ -20,5 +20,13 @@ ok '[ "$r" = 0 ]' "policy none: no BF16 buffers"
 "$q" storage --policy sink4 >/dev/null 2>&1; ok '[ $? = 2 ]' "bad policy exits 2"
 "$q" storage --meta f32 >/dev/null 2>&1; ok '[ $? = 2 ]' "bad meta exits 2"
 "$q" storage --contexts 0 >/dev/null 2>&1; ok '[ $? = 2 ]' "context 0 exits 2"
+# policy numbers: beyond 9 digits refused (%d wrapped them: sink 1215752191,
+# or negative byte counts with exit 0); the largest accepted are counted
+# exactly: (999999999 + 999999999) x 576 x 2 bytes of BF16 buffers
+for p in sink99999999999/local1 sink2000000000/local2000000000; do
+  "$q" storage --policy $p >/dev/null 2>&1; ok '[ $? = 2 ]' "policy $p exits 2"
+done
+r=$("$q" storage --contexts 64 --policy sink999999999/local999999999 --format tsv | awk -F'\t' 'NR==2{print $8}')
+ok '[ "$r" = 2303999997696 ]' "9-digit sink and window: BF16 buffer bytes (found $r)"
 echo "test_storage_cli: $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -140,8 +140,10 @@ const float *qmla_model_latent_gain(const qmla_model *m, size_t l);
  * meta[0..2*n_meta) as "__metadata__" (plus qmla_tool_version and
  * qmla_git_commit), and copy every other regular file of
  * src_dir (config.json, tokenizer and generation files) except safetensors
- * files and model.safetensors.index.json. Each file is written atomically.
- * out_dir is created when absent; QMLA_EINVAL when it is src_dir itself,
+ * files and model.safetensors.index.json. The files are written into a
+ * staging folder inside out_dir and renamed into place when all are
+ * written: on failure out_dir is left as it was (removed when this call
+ * created it). out_dir is created when absent; QMLA_EINVAL when it is src_dir itself,
  * or when it holds a model.safetensors.index.json (a stale shard index would
  * take precedence over the new file); QMLA_EIO naming the file otherwise. */
 int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_dir,

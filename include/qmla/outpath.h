@@ -27,7 +27,8 @@ extern "C" {
  *    directory, character or block device, FIFO or socket;
  *  - the same file as one of `inputs` (same st_dev and st_ino: also a hard
  *    or symbolic link to it), whatever the caller's --force says;
- *  - a path whose directory does not exist or is not a directory.
+ *  - a path whose directory does not exist, is not a directory or cannot
+ *    be written (a read-only directory or file system).
  * `inputs` (n_inputs of them, may be NULL) are files the caller reads; an
  * input that cannot be stat'ed is skipped (its reader reports it).
  * Returns QMLA_OK or QMLA_EINVAL. */
