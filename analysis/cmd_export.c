@@ -71,10 +71,12 @@ static int list_tables(const char *path)
     size_t n;
     if (qmla_table_names(path, &names, &n, &err))
         return cli_lib_error("export", &err);
-    int rc = QMLA_EXIT_OK;
+    int rc = QMLA_EXIT_OK, has_resp = 0, has_by_layer = 0;
     printf("%-24s %8s %8s\n", "table", "rows", "columns");
     for (size_t k = 0; k < n; k++) {
         qmla_table *t;
+        has_resp |= !strcmp(names[k], "responses");
+        has_by_layer |= !strcmp(names[k], "responses_by_layer");
         if (qmla_table_read(path, names[k], &t, &err)) {
             rc = cli_lib_error("export", &err);
         } else {
@@ -84,6 +86,17 @@ static int list_tables(const char *path)
         free(names[k]);
     }
     free(names);
+    /* the derived table, which --table also takes */
+    qmla_table *t;
+    if (has_resp && !has_by_layer && rc == QMLA_EXIT_OK) {
+        if (cli_table_load(path, "responses_by_layer", &t, &err)) {
+            rc = cli_lib_error("export", &err);
+        } else {
+            printf("%-24s %8zu %8zu  (derived from responses)\n", "responses_by_layer",
+                   t->n_rows, t->n_cols);
+            qmla_table_free(t);
+        }
+    }
     return rc;
 }
 

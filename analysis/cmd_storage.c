@@ -112,6 +112,22 @@ int cmd_storage(int argc, char **argv)
             free(T);
             goto out;
         }
+    /* every config is checked before anything is printed */
+    qmla_kv_config *kc = malloc(ncfg * sizeof *kc);
+    if (!kc) {
+        rc = cli_fail("storage", "out of memory");
+        free(T);
+        goto out;
+    }
+    for (size_t k = 0; k < ncfg; k++) {
+        qmla_error err;
+        if (qmla_kv_parse_config(cfg[k], &kc[k], &err)) {
+            rc = cli_lib_error("storage", &err);
+            free(kc);
+            free(T);
+            goto out;
+        }
+    }
     if (tsv)
         printf("config\tmeta\tsink\twindow\tcontext\tcode_bytes\tmeta_bytes\tprotect_bytes\t"
                "table_bytes\ttotal_bytes\tbytes_per_token\tratio\n");
@@ -120,12 +136,8 @@ int cmd_storage(int argc, char **argv)
                "policy", "context", "codes", "metadata", "bf16 buf", "pages", "total",
                "B/token", "ratio");
     for (size_t k = 0; k < ncfg && rc == QMLA_EXIT_OK; k++) {
-        qmla_kv_config c;
+        qmla_kv_config c = kc[k];
         qmla_error err;
-        if (qmla_kv_parse_config(cfg[k], &c, &err)) {
-            rc = cli_lib_error("storage", &err);
-            break;
-        }
         c.sink = c.c_bits == QMLA_KV_BF16 ? 0 : S;
         c.window = c.c_bits == QMLA_KV_BF16 ? 0 : W;
         const char *mname = c.c_bits == QMLA_KV_BF16 ? "-" : (meta == QMLA_CORE_META_Q8 ? "q8" : "f16");
@@ -142,7 +154,10 @@ int cmd_storage(int argc, char **argv)
                        r.ratio);
             else {
                 char pol[48];
-                snprintf(pol, sizeof pol, "sink%d/local%d", c.sink, c.window);
+                if (c.sink == 0 && c.window == 0)
+                    snprintf(pol, sizeof pol, "none");
+                else
+                    snprintf(pol, sizeof pol, "sink%d/local%d", c.sink, c.window);
                 printf("%-6s %-4s %-15s %9ld %14.0f %12.0f %10.0f %10.0f %14.0f %10.2f %6.3fx\n",
                        cfg[k], mname, pol, r.context, r.code_bytes, r.meta_bytes,
                        r.protect_bytes, r.table_bytes, r.total_bytes, r.bytes_per_token,
@@ -150,6 +165,7 @@ int cmd_storage(int argc, char **argv)
             }
         }
     }
+    free(kc);
     free(T);
 out:
     free(ctx);

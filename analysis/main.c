@@ -44,8 +44,9 @@ static void usage(FILE *f)
             "  ppl     bits/byte of an MLA checkpoint with quantized caches -> /ppl\n"
             "  capture a capture file from the native engine (same windows as the Python tool)\n"
             "  fuse    fold a transforms file into an MLA checkpoint (safetensors)\n"
-            "  learn      per-layer cache transforms: RTN, SmoothQuant†, QuaRot† (docs/transforms-format.md)\n"
-            "  eval       output NMSE of transforms at C4R4/C2R4, with the RoPE bound (/eval)\n"
+            "  learn   per-layer cache transforms: QuantMLA (learned), RTN, SmoothQuant†,\n"
+            "          QuaRot† -> a transforms file (docs/transforms-format.md)\n"
+            "  eval    output NMSE of transforms at C4R4/C2R4, with the RoPE bound (/eval)\n"
             "\n"
             "exit status: 0 ok, 1 finding, 2 usage/malformed input, 130 interrupted\n");
 }
@@ -113,8 +114,15 @@ static int dispatch(int argc, char **argv)
         return QMLA_EXIT_OK;
     }
     int (*run)(int, char **) = find_command(cmd);
-    if (run)
+    if (run) {
+        /* `qmla <command> ... --version`, for every command alike */
+        for (int k = 2; k < argc && strcmp(argv[k], "--"); k++)
+            if (!strcmp(argv[k], "--version")) {
+                printf("qmla %s\n", qmla_version());
+                return QMLA_EXIT_OK;
+            }
         return run(argc - 1, argv + 1);
+    }
     fprintf(stderr, "qmla: unknown command \"%s\"\n\n", cli_esc(cmd, esc, sizeof esc));
     usage(stderr);
     return QMLA_EXIT_USAGE;

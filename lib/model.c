@@ -582,6 +582,9 @@ size_t qmla_model_n_params(const qmla_model *m) { return m->n_params; }
 
 /* ------------------------------------------------------------ cache specs */
 
+/* the quantizer's bit widths (lib/quant.c) */
+static int cache_bits_ok(int b) { return b == 2 || b == 3 || b == 4 || b == 8; }
+
 int qmla_cache_spec_parse(const char *config, const char *policy, qmla_cache_spec *s,
                           qmla_error *err)
 {
@@ -609,30 +612,26 @@ int qmla_cache_spec_parse(const char *config, const char *policy, qmla_cache_spe
                 return qmla_error_set(err, QMLA_EINVAL, "cache config '%s': metadata '%s': "
                                       "expected f16 or q8", config, dash + 1);
         }
-        qmla_kv_config kc;
+        /* the engine dequantizes in place, so it takes every bit width of the
+         * quantizer (the paged cache of qmla_kv_parse_config packs 2, 4, 8) */
         int cb = 0, rb = 0;
         char tail = 0;
-        /* the paged cache (qmla_kv_parse_config) packs 2, 4 or 8 bits; the
-         * engine dequantizes in place and also takes the quantizer's 3 bits */
-        if (sscanf(base, "C%dR%d%c", &cb, &rb, &tail) == 2 && (cb == 3 || rb == 3) &&
-            (cb == 2 || cb == 3 || cb == 4 || cb == 8) &&
-            (rb == 2 || rb == 3 || rb == 4 || rb == 8)) {
-            kc.c_bits = cb;
-            kc.r_bits = rb;
-            kc.group = 64;
-        } else {
-            int st = qmla_kv_parse_config(base, &kc, err);
-            if (st)
-                return st;
-        }
-        if (kc.c_bits == QMLA_KV_BF16)
+        if (sscanf(base, "C%dR%d%c", &cb, &rb, &tail) != 2)
+            return qmla_error_set(err, QMLA_EINVAL, "cache config '%s': expected fp32, bf16 "
+                                  "or C<x>R<y>[-f16|-q8] (e.g. C4R4, C2R4-q8)", config);
+        if (cb == 16 && rb == 16)
             return qmla_error_set(err, QMLA_EINVAL, dash ? "cache config '%s': bf16 takes "
                                   "no metadata suffix" : "cache config '%s': expected a "
                                   "quantized C{x}R{y} (16 bits is the unquantized bf16 "
                                   "configuration: name it bf16)", config);
-        s->c_bits = kc.c_bits;
-        s->r_bits = kc.r_bits;
-        s->group = kc.group;
+        if (!cache_bits_ok(cb) || !cache_bits_ok(rb))
+            return qmla_error_set(err, QMLA_EINVAL, "cache config '%s': %s bits: expected "
+                                  "2, 3, 4 or 8, found %d", config,
+                                  cache_bits_ok(cb) ? "RoPE" : "content",
+                                  cache_bits_ok(cb) ? rb : cb);
+        s->c_bits = cb;
+        s->r_bits = rb;
+        s->group = 64;
     }
     if (!policy || !strcmp(policy, "none")) {
         snprintf(s->policy, sizeof s->policy, "none");

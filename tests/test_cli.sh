@@ -18,9 +18,15 @@ need_python
 
 # --- usage and help --------------------------------------------------------
 expect 0 "qmla --help" -- "$QMLA" --help
-for c in check sweep synth storage export show figures jvp predict intervene merge serve-sim ppl fuse learn eval; do
+# every command `qmla --help` lists (a two-space indent, then the name)
+cmds=$(sed -n '/^commands:/,/^$/s/^  \([a-z][a-z-]*\) .*/\1/p' "$work/out")
+[ "$(echo $cmds | wc -w)" -ge 17 ] && ok || bad "qmla --help lists $(echo $cmds | wc -w) commands: $cmds"
+version=$("$QMLA" --version)
+for c in $cmds; do
   expect 0 "qmla $c --help" -- "$QMLA" $c --help
   contains "[Ee]xamples\?:" "qmla $c --help"
+  expect 0 "qmla $c --version" -- "$QMLA" $c --version
+  [ "$(cat "$work/out")" = "$version" ] && ok || bad "qmla $c --version printed: $(head -c 200 "$work/out")"
 done
 expect 2 "unknown command" -- "$QMLA" frobnicate
 expect 2 "no arguments" -- "$QMLA"

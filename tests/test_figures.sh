@@ -236,6 +236,11 @@ pycheck "exported tables equal the HDF5 data" "$work/check_export.py" "$work/C.h
 
 # --- the derived per-layer table ---------------------------------------------
 expect 0 "export responses_by_layer" -- "$QMLA" export "$work/A.h5" --table responses_by_layer -o "$work/A.bylayer.tsv"
+# --list names every table --table takes, the derived one included, with its size
+expect 0 "export --list" -- "$QMLA" export "$work/A.h5" --list
+for t in responses summary cells; do contains "^$t " "export --list"; done
+nl=$(($(wc -l < "$work/A.bylayer.tsv") - $(grep -c '^#' "$work/A.bylayer.tsv") - 1))
+contains "^responses_by_layer *$nl " "export --list (derived table, $nl rows)"
 cat > "$work/check_bylayer.py" <<'EOF'
 import sys, h5py, numpy as np
 f = h5py.File(sys.argv[1], "r")

@@ -17,6 +17,14 @@ ok 'awk -v r="$r" "BEGIN{exit !(r >= 3.59)}"' "q8 ratio at 128K >= 3.59 (found $
 r=$("$q" storage --contexts 4096 --config C4R4 --policy none --format tsv | awk -F'\t' 'NR==2{print $8}')
 ok '[ "$r" = 0 ]' "policy none: no BF16 buffers"
 "$q" storage --config C5R4 >/dev/null 2>&1; ok '[ $? = 2 ]' "bad config exits 2"
+# a bad config anywhere in the list: the message names it, nothing on stdout
+so=$("$q" storage --config C4R4,C5R4 2>/tmp/qmla-storage-err.$$); rc=$?
+ok '[ $rc = 2 ] && [ -z "$so" ]' "bad second config: exit 2 (found $rc), no table printed (found: ${so:0:60})"
+ok 'grep -q "found 5" /tmp/qmla-storage-err.$$' "bad second config named in the message"
+rm -f /tmp/qmla-storage-err.$$
+# no protection is printed as the policy none (was sink0/local0)
+r=$("$q" storage --contexts 4096 --config C4R4 --policy none | awk 'NR==2{print $3}')
+ok '[ "$r" = none ]' "policy none printed as none (found $r)"
 "$q" storage --policy sink4 >/dev/null 2>&1; ok '[ $? = 2 ]' "bad policy exits 2"
 "$q" storage --meta f32 >/dev/null 2>&1; ok '[ $? = 2 ]' "bad meta exits 2"
 "$q" storage --contexts 0 >/dev/null 2>&1; ok '[ $? = 2 ]' "context 0 exits 2"
