@@ -34,7 +34,7 @@ static void help(FILE *f)
     fprintf(f,
         "usage: qmla learn CAPTURE.h5 -o TRANSFORMS.h5 [--method quantmla|rtn|smoothquant|quarot]\n"
         "                  [--path content|rope|both] [--config C4R4|C2R4] [--steps 300]\n"
-        "                  [--lr 5e-3] [--seed S] [--objective function|recon] [--alpha 0.5]\n"
+        "                  [--lr 5e-3] [--seed 0] [--objective function|recon] [--alpha 0.5]\n"
         "                  [--layers LIST]\n"
         "                  [--train-cells LIST] [--heldout-cells LIST] [--threads N] [--force]\n"
         "                  [--also-content CONTENT.h5]\n"
@@ -177,9 +177,9 @@ static int run_path(qmla_learn_path path, const qmla_learn_opts *o, const qmla_m
         qmla_learn_state s = qmla_learner_state(l);
         const char *nm = path == QMLA_LEARN_CONTENT ? "content" : "rope";
         fprintf(stderr,
-                "qmla learn: layer %d %-7s steps %zu  init α %-4g  held-out %.4e -> best %.4e (step %zu)  train %.4e  %.1f s "
+                "qmla learn: layer %d %-7s steps %zu  init α %-4g  %s %.4e -> best %.4e (step %zu)  train %.4e  %.1f s "
                 "(fwd %.1f, bwd %.1f, qdq %.1f, cayley %.1f)\n",
-                layer, nm, s.step, alpha, s.init_obj, s.best_held, s.best_step, s.train_obj, cli_now() - t0,
+                layer, nm, s.step, alpha, he && he->n ? "held-out" : "selected on train", s.init_obj, s.best_held, s.best_step, s.train_obj, cli_now() - t0,
                 s.t_forward, s.t_backward, s.t_qdq, s.t_cayley);
         obj[path == QMLA_LEARN_CONTENT ? QMLA_TOBJ_C_INIT : QMLA_TOBJ_P_INIT] = s.init_obj;
         obj[path == QMLA_LEARN_CONTENT ? QMLA_TOBJ_C_BEST : QMLA_TOBJ_P_BEST] = s.best_held;
