@@ -105,13 +105,14 @@ int cmd_ppl(int argc, char **argv)
         case 'X': tf_only = 1; break;
         case 'n':
             if (cli_parse_long(optarg, 1, 1L << 40, &v))
-                return cli_fail("ppl", "--tokens: expected a positive integer, found \"%s\"",
+                return cli_fail("ppl", "--tokens: expected an integer in 1..2^40, found \"%s\"",
                                 optarg);
             tokens = v;
             break;
         case 'T':
             if (cli_parse_long(optarg, 1, 1L << 20, &v))
-                return cli_fail("ppl", "--context: expected a positive integer, found \"%s\"",
+                return cli_fail("ppl", "--context: expected an integer in 1..2^20 (and at most the "
+                                "model's max_position_embeddings), found \"%s\"",
                                 optarg);
             context = v;
             break;
