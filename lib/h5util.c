@@ -998,8 +998,7 @@ int qmla_h5_read_dataset(const qmla_h5_ctx *v, hid_t g, const char *gpath,
     *out = buf;
     return QMLA_OK;
 }
-/* Open `path` in memory (a copy; nothing reaches disk until saved), or
- * create an empty in-memory file when it does not exist. */
+/* See h5util.h: refuse to replace an existing file of another format. */
 int qmla_h5_check_replace(const char *path, const char *format, qmla_error *err)
 {
     struct stat sb;
@@ -1027,6 +1026,8 @@ int qmla_h5_check_replace(const char *path, const char *format, qmla_error *err)
     return st;
 }
 
+/* Open `path` in memory (a copy; nothing reaches disk until saved), or
+ * create an empty in-memory file when it does not exist (or is empty). */
 hid_t qmla_h5_open_mem(const char *path, int *created, qmla_error *err)
 {
     *created = 0;
