@@ -15,7 +15,6 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <dirent.h>
