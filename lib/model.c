@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
+#include <signal.h> /* kill(pid, 0): is a staging folder's owner alive */
 #include <stdio.h>
 #include <stdlib.h>
 #include <dirent.h>
