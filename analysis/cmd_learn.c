@@ -275,6 +275,10 @@ int cmd_learn(int argc, char **argv)
         return cli_lib_error("learn", &err);
     if (also && qmla_output_path_check(also, "output file (--also-content)", &capture, 1, &err))
         return cli_lib_error("learn", &err);
+    /* a file of another kind at -o is refused now, not after the learning */
+    if (qmla_transform_file_check_output(out, &err) ||
+        (also && qmla_transform_file_check_output(also, &err)))
+        return cli_lib_error("learn", &err);
     int *layers = NULL;
     size_t n_layers_sel = 0, n_train = 0, n_held = 0;
     char **train = NULL, *trainbuf = NULL, **held = NULL, *heldbuf = NULL, msg[256];

@@ -49,7 +49,8 @@ int cmd_serve_sim(int argc, char **argv)
     qmla_error err;
     qmla_error_clear(&err);
     qmla_serve_scenario s;
-    if (out && qmla_output_path_check(out, "output file (-o)", &path, 1, &err))
+    if (out && (qmla_output_path_check(out, "output file (-o)", &path, 1, &err) ||
+                qmla_serve_check_output(out, &err)))
         return cli_lib_error("serve-sim", &err);
     if (qmla_serve_scenario_read(path, &s, &err))
         return cli_lib_error("serve-sim", &err);

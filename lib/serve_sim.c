@@ -416,13 +416,18 @@ int qmla_serve_simulate(const qmla_serve_scenario *s, size_t config,
 
 #include "h5util.h"
 
+int qmla_serve_check_output(const char *path, qmla_error *err)
+{
+    return qmla_h5_check_replace(path, "qmla-serve-sim", err) ? QMLA_EINVAL : QMLA_OK;
+}
+
 int qmla_serve_write(const char *path, const char *scenario_path,
                      const qmla_serve_scenario *s, const qmla_serve_result *r,
                      qmla_error *err)
 {
     /* the whole file is replaced: an existing results file of sweep or ppl,
      * or a capture, given as -o was replaced without a word (exit 0) */
-    if (qmla_h5_check_replace(path, "qmla-serve-sim", err))
+    if (qmla_serve_check_output(path, err))
         return QMLA_EINVAL;
     const size_t n = s->n_configs;
     const char *names[QMLA_SERVE_MAX_CONFIGS];

@@ -354,12 +354,17 @@ static const char *const obj_names[QMLA_TOBJ_N] = {
     "objective_rope_best"};
 #define TF_VERSION 1
 
+int qmla_transform_file_check_output(const char *path, qmla_error *err)
+{
+    return qmla_h5_check_replace(path, TF_FORMAT, err) ? QMLA_EINVAL : QMLA_OK;
+}
+
 int qmla_transform_file_write(const char *path, const qmla_transform_meta *m,
                               const qmla_transform *t, const float *const *gammas,
                               const double *obj, size_t n, qmla_error *err)
 {
     /* the whole file is replaced: a results file given as -o was lost */
-    if (qmla_h5_check_replace(path, TF_FORMAT, err))
+    if (qmla_transform_file_check_output(path, err))
         return QMLA_EINVAL;
     h5_quiet q = qmla_h5_quiet_begin();
     hid_t f = qmla_h5_create_mem();

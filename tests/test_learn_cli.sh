@@ -114,5 +114,13 @@ sum0=$(sha256sum <"$work/ev.h5")
 expect 2 "learn -o a results file" -- "$QMLA" learn "$cap" -o "$work/ev.h5" --method rtn --train-cells synth-s0
 containsF "expected a new name or an earlier qmla-transforms file" "learn -o results: refusal"
 [ "$(sha256sum <"$work/ev.h5")" = "$sum0" ] && ok || bad "learn -o a results file: it changed"
+# ... and refused before any learning (it was refused only when writing)
+expect 2 "learn quantmla -o a results file" -- "$QMLA" learn "$cap" -o "$work/ev.h5" --train-cells synth-s0 --steps 5
+lacks "qmla learn: layer" "learn quantmla -o a results file: refused before learning"
+cp "$cap" "$work/cap2.h5"
+expect 2 "learn --also-content a capture" -- "$QMLA" learn "$cap" -o "$work/qa.h5" --train-cells synth-s0 --steps 5 --also-content "$work/cap2.h5"
+lacks "qmla learn: layer" "learn --also-content a capture: refused before learning"
+containsF 'of format "qmla-capture"' "learn --also-content a capture: format named"
+[ ! -e "$work/qa.h5" ] && cmp -s "$cap" "$work/cap2.h5" && ok || bad "learn --also-content a capture: a file was written or changed"
 expect 0 "learn -o an earlier transforms file" -- "$QMLA" learn "$cap" -o "$work/rtn.h5" --method rtn --train-cells synth-s0
 finish test_learn_cli

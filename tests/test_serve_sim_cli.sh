@@ -31,6 +31,9 @@ sum0=$(sha256sum <"$work/cap.h5")
 expect 2 "-o a capture" -- "$QMLA" serve-sim "$S" -o "$work/cap.h5"
 containsF 'of format "qmla-capture"' "-o a capture: format named"
 [ "$(sha256sum <"$work/cap.h5")" = "$sum0" ] && ok || bad "-o a capture: the capture changed"
+# ... refused before the simulation, whose table would go to standard output
+so=$("$QMLA" serve-sim "$S" -o "$work/cap.h5" 2>/dev/null)
+[ -z "$so" ] && ok || bad "-o a capture: refused before simulating (printed: ${so:0:80})"
 # nonsense numbers: refused with the line or the cost named, no results file
 # (before: NaN, negative or infinite times and a capacity of 0 blocks, exit 0)
 scn() { # EDIT: a small valid scenario with one sed edit

@@ -119,6 +119,11 @@ int qmla_serve_write(const char *path, const char *scenario_path,
                      const qmla_serve_scenario *s, const qmla_serve_result *r,
                      qmla_error *err);
 
+/* Whether qmla_serve_write may replace `path`: QMLA_OK when it does not
+ * exist, is empty or is a serve-sim file; QMLA_EINVAL naming what it is
+ * otherwise. Callers check before the simulation; the writer checks again. */
+int qmla_serve_check_output(const char *path, qmla_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -168,6 +168,12 @@ int qmla_transform_file_write(const char *path, const qmla_transform_meta *m,
                               const qmla_transform *t, const float *const *gammas,
                               const double *obj, size_t n, qmla_error *err);
 
+/* Whether qmla_transform_file_write may replace `path`: QMLA_OK when it does
+ * not exist, is empty or is a transforms file; QMLA_EINVAL naming what it is
+ * otherwise (a capture, results of another command). Callers check before
+ * long work; the writer checks again. */
+int qmla_transform_file_check_output(const char *path, qmla_error *err);
+
 typedef struct qmla_transform_file {
     qmla_transform_meta meta;
     size_t n;               /* layers */
