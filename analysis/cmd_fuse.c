@@ -89,7 +89,9 @@ int cmd_fuse(int argc, char **argv)
     memset(&tf, 0, sizeof tf);
     qmla_model *m = NULL;
     int rc = QMLA_EXIT_OK;
-    if (qmla_transform_file_read(tfp, &tf, &err) || qmla_model_load(dir, &m, &err)) {
+    /* the output folder is checked before the model is loaded */
+    if (qmla_model_save_check(dir, out, &err) || qmla_transform_file_read(tfp, &tf, &err) ||
+        qmla_model_load(dir, &m, &err)) {
         rc = cli_lib_error("fuse", &err);
         goto done;
     }

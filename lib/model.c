@@ -7,6 +7,7 @@
 #include "qmla/attention.h"
 #include "qmla/decode.h"
 #include "qmla/kvcache.h"
+#include "qmla/outpath.h"
 #include "h5util.h"
 #include "qmla_commit.h"
 
@@ -2002,6 +2003,34 @@ static int stage_commit(const char *stage, const char *out_dir, qmla_error *err)
     return st;
 }
 
+int qmla_model_save_check(const char *src_dir, const char *out_dir, qmla_error *err)
+{
+    struct stat sb;
+    char path[4096], rs[PATH_MAX], ro[PATH_MAX];
+    if (stat(out_dir, &sb) != 0) {
+        if (errno != ENOENT)
+            return qmla_error_set(err, QMLA_EINVAL, "%s: output folder: %s", out_dir,
+                                  strerror(errno));
+        /* a new folder: its parent must exist and be writable */
+        return qmla_output_path_check(out_dir, "output folder", NULL, 0, err);
+    }
+    if (!S_ISDIR(sb.st_mode))
+        return qmla_error_set(err, QMLA_EINVAL, "%s: output folder: expected a folder (or "
+                              "a new name), found another kind of file", out_dir);
+    if (access(out_dir, W_OK | X_OK) != 0)
+        return qmla_error_set(err, QMLA_EINVAL, "%s: output folder: expected a writable "
+                              "folder, found %s", out_dir, strerror(errno));
+    if (realpath(src_dir, rs) && realpath(out_dir, ro) && !strcmp(rs, ro))
+        return qmla_error_set(err, QMLA_EINVAL, "%s: the output folder is the model's own "
+                              "folder: expected another one", out_dir);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", out_dir);
+    if (access(path, F_OK) == 0)
+        return qmla_error_set(err, QMLA_EINVAL, "%s: holds a shard index that would take "
+                              "precedence over the new model.safetensors: expected a folder "
+                              "without one", out_dir);
+    return QMLA_OK;
+}
+
 int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_dir,
                     const char *dtype, const char *const *meta, size_t n_meta,
                     qmla_error *err)
@@ -2012,24 +2041,19 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
         return qmla_error_set(err, QMLA_EINVAL, "checkpoint dtype \"%s\": expected F32, F16 "
                               "or BF16", dtype);
     const qmla_model_config *c = &m->c;
-    char path[4096], rs[PATH_MAX], ro[PATH_MAX], stage[4096];
+    char path[4096], stage[4096];
     /* Every file is written into a staging folder inside out_dir first and
      * moved into place only when all are written: a failure (a full disk, a
      * tensor beyond float16) leaves out_dir as it was, and removes it when
      * this call created it (it used to leave the new folder behind, empty or
      * with model.safetensors but no config.json). */
+    int st0 = qmla_model_save_check(src_dir, out_dir, err);
+    if (st0)
+        return st0;
     int made = mkdir(out_dir, 0755) == 0;
     if (!made && errno != EEXIST)
         return qmla_error_set(err, QMLA_EIO, "%s: cannot create the folder: %s", out_dir,
                               strerror(errno));
-    if (realpath(src_dir, rs) && realpath(out_dir, ro) && !strcmp(rs, ro))
-        return qmla_error_set(err, QMLA_EINVAL, "%s: the output folder is the model's own "
-                              "folder: expected another one", out_dir);
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", out_dir);
-    if (access(path, F_OK) == 0)
-        return qmla_error_set(err, QMLA_EINVAL, "%s: holds a shard index that would take "
-                              "precedence over the new model.safetensors: expected a folder "
-                              "without one", out_dir);
     if (snprintf(stage, sizeof stage, "%s/.qmla-fuse.tmp.%ld", out_dir, (long)getpid()) >=
         (int)sizeof stage) {
         if (made)

@@ -136,6 +136,14 @@ expect 2 "own folder" -- "$QMLA" fuse "$M" --transforms "$work/qr.h5" -o "$M"
 contains "own folder" "own folder refused"
 expect 2 "no transforms" -- "$QMLA" fuse "$M" -o "$work/Fy"
 contains "--transforms" "missing --transforms named"
+# the output folder is checked before the model is read (a long load for a
+# real checkpoint): a file, or a folder under a missing parent, is refused
+# even with a model folder that does not exist
+echo x > "$work/afile"
+expect 2 "-o a file" -- "$QMLA" fuse "$work/nomodel" --transforms "$work/qr.h5" -o "$work/afile"
+contains "afile: output folder: expected a folder" "-o a file refused first"
+expect 2 "-o under a missing folder" -- "$QMLA" fuse "$work/nomodel" --transforms "$work/qr.h5" -o "$work/nodir/F"
+contains "nodir/F: output folder" "-o under a missing folder refused first"
 # a failed fuse leaves no folder behind (it left the new folder, empty or
 # with model.safetensors and no config.json) and an existing folder as it was:
 # a tensor beyond float16 (lm_head filled with 3e38), a full file system

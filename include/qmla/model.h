@@ -150,6 +150,13 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
                     const char *dtype, const char *const *meta, size_t n_meta,
                     qmla_error *err);
 
+/* The checks of qmla_model_save on out_dir, for callers to make before long
+ * work (the save makes them again): out_dir absent with a writable parent
+ * folder, or a writable folder that is not src_dir and holds no
+ * model.safetensors.index.json. QMLA_OK, or QMLA_EINVAL naming what was
+ * found. */
+int qmla_model_save_check(const char *src_dir, const char *out_dir, qmla_error *err);
+
 /* An online cache hook that applies the transforms on the fly through the
  * transforms module (qmla_transform_content_apply / qmla_transform_rope_apply):
  * forward X -> X T before the quantizer, inverse X -> X T^-1 after it, so
