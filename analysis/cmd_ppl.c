@@ -3,6 +3,7 @@
  * Every (text, policy, config) combination is one row of the printed table
  * and of /ppl in the results file. */
 #include "cli.h"
+#include "cli_safe.h"
 #include "qmla/model.h"
 #include "qmla/outpath.h"
 
@@ -51,6 +52,9 @@ static void usage(FILE *f)
         "together, window by window: quantized ones under a sink/local policy share\n"
         "the tokens that read only BF16 keys (the first S + W of each window), with\n"
         "the same results as alone. s(grp): seconds for the whole group.\n"
+        "Progress (windows of the group) goes to stderr: a bar on a terminal, else\n"
+        "a line every 30 s. SIGINT or SIGTERM stops after the windows in flight:\n"
+        "exit 130, nothing written (the results are written once, at the end).\n"
         "\n"
         "example: qmla ppl models/tiny-mla --text data/heldout/prose.txt.gz \\\n"
         "           --config bf16,C4R4 --policy none,sink4/local128 --tokens 20480 -o ppl.h5\n");
@@ -197,6 +201,7 @@ int cmd_ppl(int argc, char **argv)
         tf_label(&tf[i], labels[i + 1], sizeof labels[i + 1]);
     }
     qmla_blas_set_threads(1);
+    cli_signals_install(); /* polled after each window (and before the write) */
     for (size_t v = 0; v <= n_tf; v++) {
         double t0 = cli_now();
         if (qmla_model_load(dir, &mv[v], &err)) {
@@ -266,8 +271,26 @@ int cmd_ppl(int argc, char **argv)
             if (!n_grp)
                 continue;
             double t1 = cli_now();
-            if (qmla_model_ppl_multi(mv[v], &ex, grp, n_grp, buf, nb, (size_t)context, maxw,
-                                     res, &err)) {
+            /* windows done, on stderr (a bar on a terminal, else a line every
+             * 30 s); SIGINT/SIGTERM stop at the next window: exit 130 */
+            char label[600];
+            const char *base = strrchr(texts[k], '/');
+            snprintf(label, sizeof label, "ppl %s%s%s", base ? base + 1 : texts[k],
+                     v ? " + " : "", v ? labels[v] : "");
+            cli_progress prog;
+            cli_progress_init(&prog, label);
+            int stopped = 0;
+            const int st = qmla_model_ppl_multi_progress(mv[v], &ex, grp, n_grp, buf, nb,
+                                                         (size_t)context, maxw, cli_progress_poll,
+                                                         &prog, &stopped, res, &err);
+            cli_progress_end(&prog);
+            if (stopped || cli_interrupted()) {
+                fprintf(stderr, "qmla ppl: interrupted (%s); nothing written to %s\n",
+                        cli_signal_name(), out);
+                rc = QMLA_EXIT_INTERRUPTED;
+                goto done;
+            }
+            if (st) {
                 qmla_error_prefix(&err, "%s%s%s: ", texts[k], v ? ", transforms " : "",
                                   v ? tfp[v - 1] : "");
                 rc = cli_lib_error("ppl", &err);
@@ -283,6 +306,12 @@ int cmd_ppl(int argc, char **argv)
             }
             fflush(stdout);
         }
+    }
+    if (cli_interrupted()) { /* after the last window: still nothing written */
+        fprintf(stderr, "qmla ppl: interrupted (%s); nothing written to %s\n",
+                cli_signal_name(), out);
+        rc = QMLA_EXIT_INTERRUPTED;
+        goto done;
     }
     if (qmla_ppl_save(out, dir, cli_command_line(), rows, n_rows, &err))
         rc = cli_lib_error("ppl", &err);

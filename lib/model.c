@@ -1332,7 +1332,19 @@ int qmla_model_ppl_multi(const qmla_model *m, const qmla_exec *ex, const qmla_ca
                          size_t n_cs, const uint8_t *text, size_t n_bytes, size_t context,
                          size_t max_windows, qmla_ppl_result *res, qmla_error *err)
 {
+    return qmla_model_ppl_multi_progress(m, ex, cs, n_cs, text, n_bytes, context, max_windows,
+                                         NULL, NULL, NULL, res, err);
+}
+
+int qmla_model_ppl_multi_progress(const qmla_model *m, const qmla_exec *ex,
+                                  const qmla_cache_spec *cs, size_t n_cs, const uint8_t *text,
+                                  size_t n_bytes, size_t context, size_t max_windows,
+                                  qmla_progress_fn progress, void *progress_ctx,
+                                  int *stopped, qmla_ppl_result *res, qmla_error *err)
+{
     const qmla_model_config *c = &m->c;
+    if (stopped)
+        *stopped = 0;
     memset(res, 0, n_cs * sizeof *res);
     if (context < 1 || context > c->max_pos)
         return qmla_error_set(err, QMLA_EINVAL, "context %zu: expected 1 to "
@@ -1349,7 +1361,8 @@ int qmla_model_ppl_multi(const qmla_model *m, const qmla_exec *ex, const qmla_ca
     double *nll = calloc(n * (n_cs ? n_cs : 1), sizeof *nll);
     if (!nll)
         return qmla_error_set(err, QMLA_ENOMEM, "%zu windows", n);
-    int st_all = QMLA_OK;
+    int st_all = QMLA_OK, halt = 0; /* halt: the progress callback stopped it */
+    size_t done = 0;
     const int nt = qmla_exec_threads(ex);
 #pragma omp parallel num_threads(nt)
     {
@@ -1362,10 +1375,12 @@ int qmla_model_ppl_multi(const qmla_model *m, const qmla_exec *ex, const qmla_ca
                  qmla_model_ws_alloc(m, context, &ws, &e);
 #pragma omp for schedule(dynamic, 1)
         for (size_t k = 0; k < n; k++) {
-            int stop;
+            int stop, halted;
 #pragma omp atomic read
             stop = st_all;
-            if (st || stop)
+#pragma omp atomic read
+            halted = halt;
+            if (st || stop || halted)
                 continue;
             const uint8_t *win = text + k * context;
             tok[0] = c->bos;
@@ -1401,6 +1416,20 @@ int qmla_model_ppl_multi(const qmla_model *m, const qmla_exec *ex, const qmla_ca
                                         k * context, (k + 1) * context - 1,
                                         nll[k * n_cs + j]);
             }
+            /* every finished window is reported, one call at a time (the
+             * callback need not be thread-safe), none after a stop */
+            if (!st && progress) {
+#pragma omp critical(qmla_model_ppl_progress)
+                {
+                    int h;
+#pragma omp atomic read
+                    h = halt;
+                    if (!h && progress(progress_ctx, ++done, n, 0)) {
+#pragma omp atomic write
+                        halt = 1;
+                    }
+                }
+            }
         }
         if (st) {
 #pragma omp critical(qmla_model_ppl_err)
@@ -1420,7 +1449,9 @@ int qmla_model_ppl_multi(const qmla_model *m, const qmla_exec *ex, const qmla_ca
         free(tok);
         free(lg);
     }
-    if (!st_all)
+    if (!st_all && halt && stopped)
+        *stopped = 1;
+    if (!st_all && !halt)
         for (size_t j = 0; j < n_cs; j++) {
             qmla_ppl_result *r = &res[j];
             for (size_t k = 0; k < n; k++)

@@ -29,7 +29,8 @@
  *     difference flips BF16 roundings and codes of the cache downstream);
  *     qmla_model_ppl_multi over bf16, protected and unprotected
  *     configurations gives each one's qmla_model_ppl result alone bit for
- *     bit, with 1 and 2 threads.
+ *     bit, with 1 and 2 threads; with a progress callback the same, every
+ *     window reported; a callback that stops it at once: *stopped, no result.
  * Numerical agreement with an independent forward is tests/test_ppl.sh. */
 #include "check.h"
 #include "qmla/model.h"
@@ -104,6 +105,21 @@ static double seq_nll(const float *lg, const int32_t *tok, size_t T, size_t V)
         s += log(z) + mx - r[tok[t + 1]];
     }
     return s / (double)(T - 1);
+}
+
+/* what the progress callback saw; stop_at_first: return 1 on the first call */
+typedef struct prog_log {
+    size_t calls, max_done, total;
+    int stop_at_first;
+} prog_log;
+
+static int prog_cb(void *ctx, size_t done, size_t total, size_t resumed)
+{
+    prog_log *p = ctx;
+    p->calls++;
+    p->max_done = done > p->max_done ? done : p->max_done;
+    p->total = total;
+    return p->stop_at_first || resumed != 0;
 }
 
 /* max |a - b| / max |b| */
@@ -306,6 +322,26 @@ int main(void)
             }
             CHECK(rg[1].nll_sum != rg[2].nll_sum && rg[1].nll_sum != rg[0].nll_sum &&
                   rg[3].nll_sum != rg[4].nll_sum, "configurations differ");
+            /* progress: a callback that lets it run changes nothing and sees
+             * every window; one that stops it at its first call is called
+             * once and gives *stopped, QMLA_OK and no result */
+            prog_log pl = {0, 0, 0, 0};
+            qmla_ppl_result rp[NG];
+            int stopped = -1;
+            CHECK_OK(qmla_model_ppl_multi_progress(m, &ex, gs, NG, text, sizeof text, CTX, 0,
+                                                   prog_cb, &pl, &stopped, rp, &err), err);
+            for (size_t j = 0; j < NG; j++)
+                CHECK(rp[j].nll_sum == rg[j].nll_sum, "with progress: %s %s", gc[j][0],
+                      gc[j][1]);
+            CHECK(!stopped && pl.calls == NW && pl.total == NW && pl.max_done == NW,
+                  "%d threads: progress calls %zu, max done %zu of %zu, stopped %d", th,
+                  pl.calls, pl.max_done, pl.total, stopped);
+            prog_log ps = {0, 0, 0, 1};
+            CHECK(qmla_model_ppl_multi_progress(m, &ex, gs, NG, text, sizeof text, CTX, 0,
+                                                prog_cb, &ps, &stopped, rp, &err) == QMLA_OK &&
+                      stopped == 1 && ps.calls == 1 && rp[0].tokens == 0 && rp[0].nll_sum == 0,
+                  "%d threads: a stop: stopped %d, calls %zu, tokens %zu", th, stopped, ps.calls,
+                  rp[0].tokens);
         }
     }
     free(a);

@@ -5,6 +5,8 @@
 #ifndef QMLA_EXEC_H
 #define QMLA_EXEC_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -24,6 +26,12 @@ static inline int qmla_exec_threads(const qmla_exec *ex)
 {
     return ex && ex->threads > 1 ? ex->threads : 1;
 }
+
+/* Progress of a long computation: called after each finished item with the
+ * items done so far (of total; `resumed` of them were already complete from
+ * an earlier run); a non-zero return asks the computation to stop cleanly.
+ * Each routine that takes one says from which thread it calls it. */
+typedef int (*qmla_progress_fn)(void *ctx, size_t done, size_t total, size_t resumed);
 
 /* Threads of each BLAS call (OpenBLAS). qmla parallelises its own loops and
  * calls BLAS from inside them, so programs set 1 once, before any work:

@@ -289,6 +289,17 @@ int qmla_model_ppl_multi(const qmla_model *m, const qmla_exec *ex, const qmla_ca
                          size_t n_cs, const uint8_t *text, size_t n_bytes, size_t context,
                          size_t max_windows, qmla_ppl_result *res, qmla_error *err);
 
+/* qmla_model_ppl_multi with a progress callback (qmla/exec.h; may be NULL),
+ * called after each finished window with the windows finished so far
+ * (resumed 0), one call at a time from any of the threads. When the callback stops it: *stopped = 1,
+ * QMLA_OK and res zeroed (the windows already scored are dropped). stopped
+ * may be NULL. */
+int qmla_model_ppl_multi_progress(const qmla_model *m, const qmla_exec *ex,
+                                  const qmla_cache_spec *cs, size_t n_cs, const uint8_t *text,
+                                  size_t n_bytes, size_t context, size_t max_windows,
+                                  qmla_progress_fn progress, void *progress_ctx,
+                                  int *stopped, qmla_ppl_result *res, qmla_error *err);
+
 /* One row of a perplexity table. */
 typedef struct qmla_ppl_row {
     const char *text;     /* text file as given */

@@ -17,6 +17,7 @@
 
 #include "qmla/attention.h"
 #include "qmla/capture.h"
+#include "qmla/exec.h"
 #include "qmla/quant.h"
 #include "qmla/response.h"
 #include "qmla/status.h"
@@ -139,11 +140,10 @@ typedef struct qmla_sweep_selection {
     size_t n_cells;
 } qmla_sweep_selection;
 
-/* Progress callback: called after each finished item (done of total, items
- * skipped because already complete are counted in done); a non-zero return
- * stops the sweep cleanly (finished items stay in the journal). */
-typedef int (*qmla_progress_fn)(void *ctx, size_t done, size_t total,
-                                size_t resumed);
+/* Progress (qmla_progress_fn, qmla/exec.h): called after each finished
+ * item (items skipped because already complete are counted in done and in
+ * resumed); a non-zero return stops the sweep cleanly (finished items stay
+ * in the journal). */
 
 typedef struct qmla_sweep_opts {
     qmla_sweep_params params;
