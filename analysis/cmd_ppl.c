@@ -193,6 +193,12 @@ int cmd_ppl(int argc, char **argv)
             any_quant |= !plain;
             specs[n_spec++] = s;
         }
+    int any_policy = 0;
+    for (size_t p = 0; p < np; p++)
+        any_policy |= strcmp(pl[p], "none") != 0;
+    if (any_policy && !any_quant)
+        fprintf(stderr, "qmla ppl: note: --policy applies to quantized configs only; the "
+                        "fp32/bf16 rows are scored without one (policy none)\n");
     for (size_t i = 0; i < n_tf; i++) {
         if (qmla_transform_file_read(tfp[i], &tf[i], &err)) {
             rc = cli_lib_error("ppl", &err);
@@ -220,10 +226,14 @@ int cmd_ppl(int argc, char **argv)
             fprintf(stderr, "qmla ppl: %s: %s, %zu parameters, %zu layers, d_c %zu, d_r %zu "
                     "(loaded in %.2f s)\n", dir, mc->arch, qmla_model_n_params(mv[v]), mc->L,
                     mc->d_c, mc->d_r, cli_now() - t0);
-        else
+        else if (tf[v - 1].meta.method == QMLA_TM_QUANTMLA)
             fprintf(stderr, "qmla ppl: %s: %s transforms (%s, learned for %s) of %zu layers "
                     "folded into the weights\n", tfp[v - 1], labels[v],
                     qmla_tmethod_name(tf[v - 1].meta.method), tf[v - 1].meta.config,
+                    tf[v - 1].n);
+        else
+            fprintf(stderr, "qmla ppl: %s: %s transforms (a baseline, used for every quantized "
+                    "config) of %zu layers folded into the weights\n", tfp[v - 1], labels[v],
                     tf[v - 1].n);
     }
     const qmla_exec ex = qmla_exec_cpu((int)threads);

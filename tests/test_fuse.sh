@@ -38,6 +38,8 @@ for t in qr qm; do
   expect 0 "ppl --transforms $t" -- "$QMLA" ppl "$M" --text "$TXT" --config C4R4 --tokens 1024 \
     --threads 2 --transforms "$work/$t.h5" -o "$work/t$t.h5"
   contains "folded into the weights" "ppl says the transforms are folded"
+  if [ $t = qm ]; then contains "learned for C4R4" "ppl names the config a QuantMLA file was learned for"
+  else contains "a baseline, used for every quantized config" "ppl says a baseline serves every config"; fi
   "$PY" - "$work/t$t.h5" <<'PY' && ok || bad "ppl --transforms rows"
 import sys, h5py
 g = h5py.File(sys.argv[1])["ppl"]

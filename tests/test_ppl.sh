@@ -190,6 +190,10 @@ sum0=$(sha256sum <"$work/cap.h5")
 expect 2 "-o a capture" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" "${T1[@]}" -o "$work/cap.h5"
 containsF 'found format "qmla-capture"' "-o capture: format named"
 [ "$(sha256sum <"$work/cap.h5")" = "$sum0" ] && ok || bad "-o a capture: the capture changed"
+# a policy with only unquantized configs: one row, policy none, said so
+expect 0 "policy with bf16 only" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" --config bf16 \
+  --policy sink4/local128 --tokens 512 -o "$work/pb.h5"
+contains "applies to quantized configs only" "policy with bf16 only: note"
 # SIGINT mid-run: exit 130, nothing written, said so (the signal is polled
 # after each window). 400 windows on 1 thread take over a minute, so the run
 # is still scoring when the signal arrives a moment after the model is loaded.
