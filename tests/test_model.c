@@ -107,6 +107,15 @@ static double seq_nll(const float *lg, const int32_t *tok, size_t T, size_t V)
     return s / (double)(T - 1);
 }
 
+/* tok[0] = BOS (256), then the bytes of txt taken cyclically with stride:
+ * tok[t] = txt[(t * stride) mod strlen(txt)] */
+static void bos_text_tokens(int32_t *tok, size_t T, const char *txt, size_t stride)
+{
+    tok[0] = 256;
+    for (size_t t = 1; t < T; t++)
+        tok[t] = (unsigned char)txt[(t * stride) % strlen(txt)];
+}
+
 /* what the progress callback saw; stop_at_first: return 1 on the first call */
 typedef struct prog_log {
     size_t calls, max_done, total;
@@ -229,9 +238,7 @@ int main(void)
         qmla_model_ws *wb = NULL;
         CHECK_OK(qmla_model_ws_alloc(m, TB, &wb, &err), err);
         int32_t tb[TB];
-        tb[0] = 256;
-        for (size_t t = 1; t < TB; t++)
-            tb[t] = (unsigned char)txt[(t * 7) % strlen(txt)];
+        bos_text_tokens(tb, TB, txt, 7);
         const size_t n = TB * c->D;
         float *ya = malloc(sizeof(float) * n), *yb = malloc(sizeof(float) * n),
               *yc = malloc(sizeof(float) * n);
@@ -269,9 +276,7 @@ int main(void)
         qmla_model_ws *wp = NULL;
         CHECK_OK(qmla_model_ws_alloc(m, TP, &wp, &err), err);
         int32_t tp[TP];
-        tp[0] = 256;
-        for (size_t t = 1; t < TP; t++)
-            tp[t] = (unsigned char)txt[(t * 5) % strlen(txt)];
+        bos_text_tokens(tp, TP, txt, 5);
         float *la = malloc(sizeof(float) * TP * c->V), *lb = malloc(sizeof(float) * TP * c->V);
         const qmla_model_tap none = {NULL, NULL, 0};
         const char *cf[][2] = {{"C4R4", "sink4/local100"}, {"C2R4", "sink4/local100"},
