@@ -16,7 +16,6 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
-#include <signal.h> /* kill(pid, 0): is a staging folder's owner alive */
 #include <stdio.h>
 #include <stdlib.h>
 #include <dirent.h>
@@ -1990,11 +1989,7 @@ static void stage_remove_stale(const char *out_dir)
     while (dp && (de = readdir(dp))) {
         if (strncmp(de->d_name, pre, sizeof pre - 1))
             continue;
-        const char *digits = de->d_name + sizeof pre - 1;
-        if (!*digits || strlen(digits) > 10 || strspn(digits, "0123456789") != strlen(digits))
-            continue;
-        const long pid = strtol(digits, NULL, 10);
-        if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        if (!qmla_tmp_owner_gone(de->d_name + sizeof pre - 1))
             continue;
         char p[4096];
         if (snprintf(p, sizeof p, "%s/%s", out_dir, de->d_name) < (int)sizeof p)

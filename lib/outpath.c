@@ -106,6 +106,16 @@ int qmla_output_path_check(const char *path, const char *what,
     return QMLA_OK;
 }
 
+int qmla_tmp_owner_gone(const char *digits)
+{
+    if (!*digits || strlen(digits) > 10 || strspn(digits, "0123456789") != strlen(digits))
+        return 0;
+    const long pid = strtol(digits, NULL, 10);
+    if (pid <= 0 || pid == (long)getpid())
+        return 0;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
 int qmla_stale_tmp_remove(const char *path, size_t *removed, qmla_error *err)
 {
     if (removed)
@@ -127,20 +137,12 @@ int qmla_stale_tmp_remove(const char *path, size_t *removed, qmla_error *err)
                               "stale temporary files: %s", path, dir,
                               strerror(errno));
     int st = QMLA_OK;
-    const pid_t self = getpid();
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (strncmp(e->d_name, prefix, (size_t)pn) != 0)
             continue;
-        const char *digits = e->d_name + pn;
-        if (!*digits || strlen(digits) > 10 ||
-            strspn(digits, "0123456789") != strlen(digits))
-            continue;
-        const long pid = strtol(digits, NULL, 10);
-        if (pid <= 0 || pid == (long)self)
-            continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-            continue; /* alive, or not ours to judge (EPERM) */
+        if (!qmla_tmp_owner_gone(e->d_name + pn))
+            continue; /* alive, not ours to judge (EPERM), or not a pid */
         char full[8192];
         snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
         struct stat sb;
@@ -148,9 +150,9 @@ int qmla_stale_tmp_remove(const char *path, size_t *removed, qmla_error *err)
             continue;
         if (unlink(full) != 0) {
             st = qmla_error_set(err, QMLA_EIO,
-                                "%s: stale temporary file of process %ld "
+                                "%s: stale temporary file of process %s "
                                 "(no longer running): expected to remove it, "
-                                "found %s", full, pid, strerror(errno));
+                                "found %s", full, e->d_name + pn, strerror(errno));
             break;
         }
         if (removed)

@@ -45,6 +45,12 @@ int qmla_output_path_check(const char *path, const char *what,
  * directory cannot be read or a stale file cannot be removed. */
 int qmla_stale_tmp_remove(const char *path, size_t *removed, qmla_error *err);
 
+/* Whether `pid_digits` (the tail of a temporary's name such as
+ * "<path>.tmp.<pid>") names a process that no longer exists: 1 when it is
+ * 1 to 10 decimal digits, not this process, and kill(pid, 0) fails with
+ * ESRCH; 0 otherwise (alive, another user's: EPERM, or not a pid). */
+int qmla_tmp_owner_gone(const char *pid_digits);
+
 #ifdef __cplusplus
 }
 #endif
