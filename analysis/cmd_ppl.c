@@ -75,6 +75,14 @@ static void tf_label(const qmla_transform_file *f, char *out, size_t n)
         snprintf(out, n, "%s", names[f->meta.method]);
 }
 
+/* SIGINT/SIGTERM arrived: say so; nothing is written. */
+static int ppl_interrupted(const char *out)
+{
+    fprintf(stderr, "qmla ppl: interrupted (%s); nothing written to %s\n", cli_signal_name(),
+            out);
+    return QMLA_EXIT_INTERRUPTED;
+}
+
 int cmd_ppl(int argc, char **argv)
 {
     static const struct option lo[] = {
@@ -295,9 +303,7 @@ int cmd_ppl(int argc, char **argv)
                                                          &prog, &stopped, res, &err);
             cli_progress_end(&prog);
             if (stopped || cli_interrupted()) {
-                fprintf(stderr, "qmla ppl: interrupted (%s); nothing written to %s\n",
-                        cli_signal_name(), out);
-                rc = QMLA_EXIT_INTERRUPTED;
+                rc = ppl_interrupted(out);
                 goto done;
             }
             if (st) {
@@ -318,9 +324,7 @@ int cmd_ppl(int argc, char **argv)
         }
     }
     if (cli_interrupted()) { /* after the last window: still nothing written */
-        fprintf(stderr, "qmla ppl: interrupted (%s); nothing written to %s\n",
-                cli_signal_name(), out);
-        rc = QMLA_EXIT_INTERRUPTED;
+        rc = ppl_interrupted(out);
         goto done;
     }
     if (qmla_ppl_save(out, dir, cli_command_line(), rows, n_rows, &err))
