@@ -22,9 +22,9 @@
  * shape (qmla/bench_results.h; default: the TSV's name with .h5), both
  * atomically, and prints a Markdown table.
  */
-#include "decode.h"
-#include "kvcache.h"
-#include "qdq.h"
+#include "decode_cuda.h"
+#include "kvcache_cuda.h"
+#include "qdq_cuda.h"
 #include "qmla/bench_results.h"
 #include "qmla/decode.h"
 #include "qmla/kvcache.h"

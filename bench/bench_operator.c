@@ -1,4 +1,4 @@
-/* bench_operator.c — exact token sensitivities (lib/jvp.c) against the
+/* bench_operator.c — exact token sensitivities (lib/operator/jvp.c) against the
  * matched-NMSE sweep, side by side in one run.
  *
  *   bench_operator CAPTURE.h5 [THREADS] [GROWTH_T_LIST]

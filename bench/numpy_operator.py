@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """numpy_operator.py — a plain NumPy (float64) implementation of the
 operator–error model (docs/math.md §5–6), written independently of the C
-library (lib/jvp.c, lib/predict.c, lib/intervene.c). Two uses:
+library (lib/operator/jvp.c, lib/operator/predict.c, lib/operator/intervene.c). Two uses:
 
   * the independent computation the tests compare `qmla jvp`, `qmla predict`
     and `qmla intervene` with (--compare RESULTS.h5: exit 1 when a point

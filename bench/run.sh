@@ -19,9 +19,9 @@ threads=${2:-$(nproc)}
 work=$(mktemp -d /tmp/qmla-bench-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cap=$work/v2lite.h5
-"$build/analysis/qmla" synth -o "$cap" --shape deepseek-v2-lite --tokens 512 \
+"$build/cli/qmla" synth -o "$cap" --shape deepseek-v2-lite --tokens 512 \
   --seqs 8 --layers 1 --cells 1 --seed 1 --threads "$threads" >/dev/null
-echo "capture: $("$build/analysis/qmla" --version), deepseek-v2-lite shape, T 512, N 8, 1 layer-cell; $threads threads"
+echo "capture: $("$build/cli/qmla" --version), deepseek-v2-lite shape, T 512, N 8, 1 layer-cell; $threads threads"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores"
 for mode in as-is unset; do
   if [ "$mode" = unset ]; then run=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE);

@@ -19,7 +19,7 @@ build=${1:-$here/build}
 threads=${2:-$(nproc)}
 work=$(mktemp -d /tmp/qmla-bench-op-XXXXXX)
 trap 'rm -rf "$work"' EXIT
-q="$build/analysis/qmla"
+q="$build/cli/qmla"
 "$q" synth -o "$work/v2.h5" --shape deepseek-v2-lite --tokens 512 --seqs 8 \
   --layers 1 --cells 1 --seed 1 --threads "$threads" >/dev/null
 "$q" synth -o "$work/v2s.h5" --shape deepseek-v2-lite --tokens 32 --seqs 1 \

@@ -5,7 +5,7 @@
 # NumPy forward (experiments/accuracy/numpy_forward.py, fp32 and C4R4), on the
 # same first WINDOWS windows of data/heldout/prose.txt.gz, with THREADS
 # threads each (OpenBLAS threads for NumPy), and the ratios. Appends the JSON
-# lines and the ratio table to bench/results/ppl.txt.
+# lines and the ratio table to bench/results/ppl.txt (untracked; the run the docs cite is docs/evidence/ppl.txt).
 #   bash bench/run_ppl.sh [BUILD_DIR=build] [THREADS=2] [WINDOWS=8]
 set -eu
 cd "$(dirname "$0")/.."
@@ -45,4 +45,4 @@ for r in rs:
                 r["form"], r["config"], r["policy"], r["tokens_per_s"] / b["tokens_per_s"],
                 r["tokens_per_cpu_s"] / b["tokens_per_cpu_s"], r["bits_per_byte"], b["bits_per_byte"]))
 PY
-} | tee -a bench/results/ppl.txt
+} | { mkdir -p bench/results; tee -a bench/results/ppl.txt; }

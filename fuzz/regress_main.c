@@ -8,7 +8,7 @@
  * leave no HDF5 identifier open. Prints "N passed, M failed".
  */
 #include "recipe.h"
-#include "../tests/check.h"
+#include "../tests/support/check.h"
 
 #include <dirent.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* kernels/decode.cu — paged MLA decode attention (contract: kernels/decode.h).
+/* kernels/decode.cu — paged MLA decode attention (contract: kernels/decode_cuda.h).
  *
  * Two designs, both with grid (split, row tile, sequence), 256 threads = 8
  * warps, one 64-token page per step, 16 query rows (heads x query tokens)
@@ -33,10 +33,10 @@
  *
  * Twins: qmla_decode_ref_model (BF16-rounded packed values for the tile
  * kernels, unrounded for decode_fast_kernel; qmla_decode_cuda_packed_f32);
- * test: tests/test_decode_cuda.c; benchmark: bench/bench_decode.cu;
+ * test: tests/cache/test_decode_cuda.c; benchmark: bench/bench_decode.cu;
  * description: docs/decode.md.
  */
-#include "decode.h"
+#include "decode_cuda.h"
 #include "qmla/kvcache.h"
 #include "qmla/quant_core.h"
 

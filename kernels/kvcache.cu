@@ -1,4 +1,4 @@
-/* kernels/kvcache.cu — the fused cache writer (contract: kernels/kvcache.h).
+/* kernels/kvcache.cu — the fused cache writer (contract: kernels/kvcache_cuda.h).
  *
  * BF16 layout: kv_copy_bf16_kernel, a gathered copy of the rows into their
  * page slots (one 16-byte chunk per thread, KVC_UNROLL in flight;
@@ -29,7 +29,7 @@
  * qmla_kv_write_ref (bit for bit, test_decode_cuda).
  */
 #include "emit_fast.cuh"
-#include "kvcache.h"
+#include "kvcache_cuda.h"
 #include "qmla/kvcache.h"
 #include "qmla/quant_core.h"
 

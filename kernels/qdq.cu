@@ -1,4 +1,4 @@
-/* kernels/qdq.cu — GPU quantize-pack-dequantize (contract: kernels/qdq.h).
+/* kernels/qdq.cu — GPU quantize-pack-dequantize (contract: kernels/qdq_cuda.h).
  *
  * A block of 256 threads takes TT whole tokens (at least one), so that the
  * q8 metadata of a token (one per-token super-scale over its groups) are
@@ -19,12 +19,12 @@
  *   Any other shape (3 bits, any group size, unaligned rows; TT = 256 /
  *   n_groups): one thread per group running quant_core.h's per-group functions
  *   (qmla_core_group_meta, qmla_core_group_emit) on device memory.
- * The arithmetic is quant_core.h's, shared with lib/quant.c; no fast-math,
+ * The arithmetic is quant_core.h's, shared with lib/quant/quant.c; no fast-math,
  * no flush-to-zero (see quant_core.h). Reference twin: qmla_quant_qdq
  * (bit for bit, test_qdq_cuda).
  */
 #include "emit_fast.cuh"
-#include "qdq.h"
+#include "qdq_cuda.h"
 #include "qmla/quant_core.h"
 
 #include <cuda_runtime.h>

@@ -6,7 +6,7 @@
 # 1e-2 and 1e-3, experiments/tiny-mla/results/). Needs a build (scripts/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-qmla=./build/analysis/qmla
+qmla=./build/cli/qmla
 mkdir -p results
 [ -f results/default-sweep.h5 ] ||
   "$qmla" sweep data/tiny-mla-default.h5 -o results/default-sweep.h5 --threads "$(nproc)"

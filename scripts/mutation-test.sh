@@ -210,7 +210,7 @@ for m in "${mutants[@]}"; do
   # First only what the hinted tests run (their executables, the program,
   # libqmla.so, bench_sweep), then, unless they catch it, everything: no test
   # runs an executable that was not rebuilt with this mutant.
-  h=$(hinted "$m") htargets="analysis/qmla python/libqmla.so bench/bench_sweep"
+  h=$(hinted "$m") htargets="cli/qmla python/libqmla.so bench/bench_sweep"
   for t in $h; do
     case " $all_targets " in *" tests/$t "*) htargets="$htargets tests/$t" ;; esac
   done

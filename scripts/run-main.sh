@@ -10,6 +10,6 @@ bash scripts/setup.sh
 cap=${1:-data/tiny-mla-default.h5}
 mkdir -p results
 threads=$(nproc)
-./build/analysis/qmla check "$cap" -q --threads "$threads"
-./build/analysis/qmla sweep "$cap" -o results/default-sweep.h5 -v --threads "$threads"
-./build/analysis/qmla figures results/default-sweep.h5 -o results/figures
+./build/cli/qmla check "$cap" -q --threads "$threads"
+./build/cli/qmla sweep "$cap" -o results/default-sweep.h5 -v --threads "$threads"
+./build/cli/qmla figures results/default-sweep.h5 -o results/figures

@@ -11,8 +11,8 @@ OUT=${OUT:?set OUT}
 source scripts/device-env.sh
 B=/tmp/qmla-fused-build TF=/tmp/qmla-fused-tf
 meson setup "$B" --buildtype=release -Dcuda=disabled >"$OUT/setup.log" 2>&1 || { tail -30 "$OUT/setup.log"; exit 1; }
-ninja -C "$B" analysis/qmla >"$OUT/build.log" 2>&1 || { grep -A3 error "$OUT/build.log" | head -40; exit 1; }
-Q=$B/analysis/qmla
+ninja -C "$B" cli/qmla >"$OUT/build.log" 2>&1 || { grep -A3 error "$OUT/build.log" | head -40; exit 1; }
+Q=$B/cli/qmla
 mkdir -p "$TF"
 CAP=data/tiny-mla-default.h5 CELLS=prose-s0,code-s0
 "$Q" learn $CAP -o "$TF/quarot.h5" --method quarot --train-cells $CELLS

@@ -12,13 +12,13 @@ source scripts/device-env.sh
 B=/tmp/qmla-table-build
 [ -f .qmla-commit ] || echo "${QMLA_COMMIT:-unknown}" > .qmla-commit
 meson setup "$B" --buildtype=release -Dcuda=disabled >"$OUT/setup.log" 2>&1 || { tail -30 "$OUT/setup.log"; exit 1; }
-ninja -C "$B" analysis/qmla >"$OUT/build.log" 2>&1 || { grep -A3 error "$OUT/build.log" | head -40; exit 1; }
+ninja -C "$B" cli/qmla >"$OUT/build.log" 2>&1 || { grep -A3 error "$OUT/build.log" | head -40; exit 1; }
 rm -f "$OUT/setup.log" "$OUT/build.log"
 echo "== full held-out BF16 at ${SECONDS}s ($J threads)"
-"$B/analysis/qmla" ppl models/tiny-mla --text data/heldout/prose.txt.gz --text data/heldout/code.txt.gz \
+"$B/cli/qmla" ppl models/tiny-mla --text data/heldout/prose.txt.gz --text data/heldout/code.txt.gz \
   --config bf16 --threads "$J" -o "$OUT/heldout-bf16.h5" 2>&1 | tee "$OUT/heldout-bf16.txt"
 echo "== table, $N windows, at ${SECONDS}s"
-QMLA=$B/analysis/qmla OUT=$OUT TF=/tmp/qmla-accuracy-transforms \
+QMLA=$B/cli/qmla OUT=$OUT TF=/tmp/qmla-accuracy-transforms \
   bash experiments/accuracy/run_table.sh "$B" "$N" "$J" >/dev/null
 tail -50 "$OUT/table.txt"
 echo "== done at ${SECONDS}s"

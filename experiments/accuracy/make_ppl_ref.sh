@@ -1,6 +1,6 @@
 #!/bin/sh
 # experiments/accuracy/make_ppl_ref.sh — regenerate tests/data/tiny_mla_ppl_ref.jsonl,
-# the CI reference of tests/test_ppl.sh: the independent NumPy forward
+# the CI reference of tests/engine/test_ppl.sh: the independent NumPy forward
 # (numpy_forward.py, float32, naive MLA form) on the first 4 windows of 512
 # bytes (2,048 tokens) of each held-out text, for each cache configuration.
 #   sh experiments/accuracy/make_ppl_ref.sh     (about 1 minute on 2 cores)

@@ -4,7 +4,7 @@ the tiny MLA checkpoint (DeepseekV2ForCausalLM, dense blocks), written from
 transformers' DeepseekV2 modelling code in the *naive* (non-absorbed) form:
 keys and values are expanded per head through kv_b_proj, RoPE is applied as
 complex multiplication of interleaved pairs, attention is an explicit masked
-softmax. It shares no code with the C engine (lib/model.c) and reads the
+softmax. It shares no code with the C engine (lib/engine/model.c) and reads the
 safetensors with NumPy alone.
 
 Scores held-out text under the training run's protocol (train.py,
@@ -14,7 +14,7 @@ heldout_windows): non-overlapping windows of T bytes from the start, input
 Cache configurations (--config fp32 | bf16 | C4R4 | C2R4[-q8]) quantize the
 post-norm latent and the rotated RoPE key of every token with the NumPy
 quantizer of bench/numpy_sweep.py (docs/math.md §2, written independently
-of lib/quant.c), dequantized values rounded to BF16; --policy sinkS/localW
+of lib/quant/quant.c), dequantized values rounded to BF16; --policy sinkS/localW
 serves key s to query i from its BF16 value when s < S or i - s < W.
 
 usage: numpy_forward.py MODEL_DIR TEXT[.gz] [--windows N] [--context T]

@@ -7,7 +7,7 @@
 # windows of 512 bytes of each text (the training run's protocol; WINDOWS=0:
 # the whole text).
 #   bash experiments/accuracy/run_table.sh [BUILD_DIR=build] [WINDOWS=100] [THREADS=2]
-# (env: QMLA the binary, default BUILD_DIR/analysis/qmla; OUT the output
+# (env: QMLA the binary, default BUILD_DIR/cli/qmla; OUT the output
 # folder, default experiments/accuracy; TF the transforms folder)
 # The transforms are calibrated / learned on both cells of the default capture
 # data/tiny-mla-default.h5 (prose-s0, code-s0: 160 byte tokens each from
@@ -25,7 +25,7 @@
 set -eu
 cd "$(dirname "$0")/../.."
 B=${1:-build} N=${2:-100} J=${3:-2}
-Q=${QMLA:-$B/analysis/qmla}
+Q=${QMLA:-$B/cli/qmla}
 TF=${TF:-/tmp/qmla-accuracy-transforms}
 CAP=data/tiny-mla-default.h5
 CELLS=prose-s0,code-s0

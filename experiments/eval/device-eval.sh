@@ -15,8 +15,8 @@ source scripts/device-env.sh
 B=/tmp/qmla-eval-build TF=/tmp/qmla-eval-tf G=/tmp/qmla-eval-logs
 mkdir -p "$G"
 meson setup "$B" --buildtype=release -Dcuda=enabled >"$G/setup.log" 2>&1 || { tail -30 "$G/setup.log"; exit 1; }
-ninja -C "$B" analysis/qmla python/libqmla.so >"$G/build.log" 2>&1 || { grep -A3 error "$G/build.log" | head -40; exit 1; }
-Q=$B/analysis/qmla
+ninja -C "$B" cli/qmla python/libqmla.so >"$G/build.log" 2>&1 || { grep -A3 error "$G/build.log" | head -40; exit 1; }
+Q=$B/cli/qmla
 export QMLA_LIB=$B/python/libqmla.so QMLA_SOURCE_ROOT=$PWD
 rc=0
 python3 python/test_qmla_files.py >"$G/test_python_files.log" 2>&1 || rc=1

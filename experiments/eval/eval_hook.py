@@ -14,7 +14,7 @@ and the rotated RoPE key (RoPE path) are replaced, before any query reads them,
 by what the cache configuration stores:
   fp32   unchanged;  bf16   rounded to BF16;
   C{x}R{y}  QDQ with x / y bits, groups of 64, f16 metadata (the library's
-         quantizer: qmla.qdq_torch, i.e. the CUDA launcher kernels/qdq.h on a
+         quantizer: qmla.qdq_torch, i.e. the CUDA launcher kernels/qdq_cuda.h on a
          float32 CUDA tensor when libqmla.so has it, else the CPU quantizer
          through a NumPy round trip), then rounded to BF16;
   with --transforms T.h5: the library's effective cache QDQ(X T) T^-1
@@ -34,7 +34,7 @@ tiny: models/tiny-mla on the first W windows of data/heldout/{prose,code}
   Tolerances (bits/byte): fp32 1e-5 and bf16 1e-4 (GPU vs CPU float32
   summation order only; the engine agrees with transformers to 3e-8 on CPU,
   experiments/accuracy/README.md); quantized configurations 1e-3 (C4R4,
-  tighter than tests/test_ppl.sh's 3e-3) and 6e-3 (C2R4, test_ppl.sh's):
+  tighter than tests/engine/test_ppl.sh's 3e-3) and 6e-3 (C2R4, test_ppl.sh's):
   a last-bit difference upstream of
   the quantizer moves a code by one step, and the loss is a discontinuous
   function of the cache — the NumPy forward itself moves C4R4 by 7e-4 between

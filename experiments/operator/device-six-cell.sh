@@ -12,11 +12,11 @@ OUT=${OUT:?set OUT}
 [ -d .deb ] && source scripts/device-env.sh
 B=/tmp/qmla-op-build
 meson setup "$B" --buildtype=release -Dcuda=disabled >"$OUT/setup.log" 2>&1 || { tail -30 "$OUT/setup.log"; exit 1; }
-ninja -C "$B" analysis/qmla >"$OUT/build.log" 2>&1 || { grep -A3 error "$OUT/build.log" | head -40; exit 1; }
+ninja -C "$B" cli/qmla >"$OUT/build.log" 2>&1 || { grep -A3 error "$OUT/build.log" | head -40; exit 1; }
 J=$(nproc)
-QMLA=$B/analysis/qmla bash experiments/tiny-mla/capture-native.sh full "$J" >"$OUT/capture.log" 2>&1 || { tail -20 "$OUT/capture.log"; exit 1; }
+QMLA=$B/cli/qmla bash experiments/tiny-mla/capture-native.sh full "$J" >"$OUT/capture.log" 2>&1 || { tail -20 "$OUT/capture.log"; exit 1; }
 tail -3 "$OUT/capture.log"
 TIMEFORMAT="intervene: %R s wall, %U s user on $J threads"
-time "$B/analysis/qmla" intervene /tmp/tiny-mla-full.h5 -o "$OUT/tiny-mla-full-intervene.h5" \
+time "$B/cli/qmla" intervene /tmp/tiny-mla-full.h5 -o "$OUT/tiny-mla-full-intervene.h5" \
   --threads "$J" 2>"$OUT/intervene.err" >"$OUT/intervene-full.txt"
 cat "$OUT/intervene-full.txt"

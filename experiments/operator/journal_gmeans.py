@@ -2,7 +2,7 @@
 """experiments/operator/journal_gmeans.py JOURNAL — geometric-mean gain
 ratios per path and control over the finished items of a `qmla intervene`
 journal (RESULTS.h5.interventions.journal; its R records hold, per item,
-2 paths x 3 controls x reps ratios, path-major, as lib/intervene.c writes
+2 paths x 3 controls x reps ratios, path-major, as lib/operator/intervene.c writes
 them), for a run that did not finish: the layers it covers are printed."""
 import math
 import sys

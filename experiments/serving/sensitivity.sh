@@ -7,12 +7,12 @@
 # and the ratio. Usage: bash experiments/serving/sensitivity.sh [QMLA]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-q=${1:-$here/../../build/analysis/qmla}
+q=${1:-$here/../../build/cli/qmla}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 printf "prefill_x\tdecode_fixed_ms\tbf16_s\tc4r4_s\tbf16_tok_s\tc4r4_tok_s\tratio\n"
 for S in ${SCALES:-1 2 4 5 6 8}; do
   for D in ${DECODES:-25 50 100}; do
-    sed -e "s|^calibrate .*|calibrate $here/../../bench/results/final_bench_decode.tsv|" \
+    sed -e "s|^calibrate .*|calibrate $here/../../docs/evidence/final_bench_decode.tsv|" \
         -e "s|^prefill_token_us .*|prefill_token_us $(awk -v s=$S 'BEGIN{print 9.25*s}')|" \
         -e "s|^prefill_attn_us_per_mpair .*|prefill_attn_us_per_mpair $(awk -v s=$S 'BEGIN{print 1250*s}')|" \
         -e "s|^decode_fixed_us .*|decode_fixed_us $((D * 1000))|" \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # experiments/tiny-mla/capture-native.sh — the captures of capture.sh made by
-# qmla's native engine (`qmla capture`, lib/capture_native.c) on any machine,
+# qmla's native engine (`qmla capture`, lib/capture/capture_native.c) on any machine,
 # no torch or GPU needed; same windows, same options, same file format
 # (experiments/tiny-mla/README.md, "The native capture"). From the
 # repository root, after `ninja -C build`:
@@ -16,7 +16,7 @@
 set -euo pipefail
 what=${1:-full}
 threads=${2:-2}
-Q=${QMLA:-build/analysis/qmla}
+Q=${QMLA:-build/cli/qmla}
 cap="$Q capture models/tiny-mla --model-name qmla/tiny-mla --corpus prose=data/heldout/prose.txt.gz
   --corpus code=data/heldout/code.txt.gz --store float16 --threads $threads --force"
 if [ "$what" != full ]; then

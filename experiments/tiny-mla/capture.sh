@@ -33,7 +33,7 @@ if [ "$what" != default ]; then
   ls -l /tmp/tiny-mla-full.h5
   [ -d .deb ] && source scripts/device-env.sh
   [ -f /tmp/qmla-build/build.ninja ] || meson setup /tmp/qmla-build -Dcuda=disabled 2>&1 | tail -25
-  ninja -C /tmp/qmla-build analysis/qmla | tail -3
-  /tmp/qmla-build/analysis/qmla check /tmp/tiny-mla-full.h5 -q --threads "$(nproc)"
-  /tmp/qmla-build/analysis/qmla sweep /tmp/tiny-mla-full.h5 -o "$OUT/tiny-mla-full-sweep.h5" -v --threads "$(nproc)"
+  ninja -C /tmp/qmla-build cli/qmla | tail -3
+  /tmp/qmla-build/cli/qmla check /tmp/tiny-mla-full.h5 -q --threads "$(nproc)"
+  /tmp/qmla-build/cli/qmla sweep /tmp/tiny-mla-full.h5 -o "$OUT/tiny-mla-full-sweep.h5" -v --threads "$(nproc)"
 fi

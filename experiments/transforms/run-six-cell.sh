@@ -20,7 +20,7 @@
 #      (--objective recon), eval C4R4 none;
 #   5. C2R4 (skipped with C2=0): QuantMLA learned at C2R4, eval C2R4 none.
 set -e
-Q=${QMLA:-build/analysis/qmla}
+Q=${QMLA:-build/cli/qmla}
 CAP=${CAP:-/tmp/tiny-mla-full.h5}
 OUT=${OUT:-/tmp/qmla-six-cell}
 TH=${THREADS:-2}

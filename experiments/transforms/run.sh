@@ -4,7 +4,7 @@
 # reverse), C4R4. Outputs go to $OUT (default /tmp/qmla-transforms).
 # Run from the repository root: sh experiments/transforms/run.sh
 set -e
-Q=${QMLA:-build/analysis/qmla}
+Q=${QMLA:-build/cli/qmla}
 CAP=${CAP:-data/tiny-mla-default.h5}
 OUT=${OUT:-/tmp/qmla-transforms}
 TH=${THREADS:-2}

@@ -1,6 +1,6 @@
 /* qmla/bench_results.h — benchmark results as HDF5 (docs/decode.md,
  * "Results file"): the measurement rows of one run with its provenance,
- * written atomically (lib/h5util.h: in-memory file, then rename).
+ * written atomically (lib/io/h5util.h: in-memory file, then rename).
  *
  * Layout (format "qmla-bench", version 1):
  *   /            attributes: format, format_version, tool, tool_version,
@@ -16,7 +16,7 @@
  *                where that configuration was not measured)
  * Both groups are tables in the sense of qmla/table.h (1-D columns of one
  * length, `units` and `description` attributes). Writer: bench/bench_decode.cu;
- * test: tests/test_bench_results.c. */
+ * test: tests/cache/test_bench_results.c. */
 #ifndef QMLA_BENCH_RESULTS_H
 #define QMLA_BENCH_RESULTS_H
 

@@ -5,7 +5,7 @@
  *
  * The twins work on host memory with the same structs the CUDA launchers
  * take with device memory.
- * Tests: tests/test_kvcache.c (CPU), tests/test_decode_cuda.c (GPU).
+ * Tests: tests/cache/test_kvcache.c (CPU), tests/cache/test_decode_cuda.c (GPU).
  */
 #ifndef QMLA_DECODE_H
 #define QMLA_DECODE_H

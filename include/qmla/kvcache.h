@@ -2,7 +2,7 @@
  * §2 and §9): its configuration, the byte layout of one page, the BF16
  * protection buffers, and the reconstruction of a token as the decode kernel
  * sees it. The inline parts (QMLA_HD) are shared by the C reference twins
- * (lib/kvcache_ref.c, lib/decode_ref.c) and the CUDA kernels (kernels/).
+ * (lib/cache/kvcache_ref.c, lib/cache/decode_ref.c) and the CUDA kernels (kernels/).
  *
  * A token is the row [c_kv ; k_rope] of d_c + d_r = 512 + 64 = 576 BF16
  * values. Pages hold QMLA_KV_PAGE = 64 tokens; a sequence's block table maps

@@ -188,14 +188,14 @@ int qmla_cache_spec_parse(const char *config, const char *policy, qmla_cache_spe
                           qmla_error *err);
 
 /* How attention is computed over a window (prefill): the absorbed form of
- * docs/math.md §1 through lib/attention.c (queries absorbed into the latent
+ * docs/math.md §1 through lib/attention/attention.c (queries absorbed into the latent
  * space, logits and aggregation over d_c channels), or the expanded form
  * (the latent cache up-projected by kv_b_proj into per-head keys [T, d_n]
  * and values [T, d_v], logits over d_n + d_r channels), both from the same
  * cache as written, causal in row blocks, through sgemm. AUTO (the default)
  * picks the one with fewer multiply-adds (qmla_model_expanded_cheaper): the
  * expanded form when d_n + d_v is well below 2 d_c, as on tiny-mla (64 + 64
- * vs 512). The two agree to float rounding (tests/test_model.c). */
+ * vs 512). The two agree to float rounding (tests/engine/test_model.c). */
 typedef enum qmla_attn_form {
     QMLA_ATTN_AUTO = 0,
     QMLA_ATTN_ABSORBED = 1,
@@ -219,7 +219,7 @@ int qmla_model_forward(const qmla_model *m, const qmla_cache_spec *cs, qmla_mode
                        const int32_t *tokens, size_t T, float *logits, qmla_error *err);
 
 /* What one layer computed for one sequence, handed to a tap (qmla capture,
- * lib/capture_native.c). Row-major float32, valid during the call only:
+ * lib/capture/capture_native.c). Row-major float32, valid during the call only:
  *   hidden_in  [T, D]     the attention module's input (after input_layernorm)
  *   c_kv       [T, d_c]   the content latent after kv_a_layernorm, as
  *                         attention read it (for fp32 the value as computed)
@@ -284,7 +284,7 @@ int qmla_model_ppl(const qmla_model *m, const qmla_exec *ex, const qmla_cache_sp
  * computes tokens P..T-1 only. qmla_model_forward and qmla_model_ppl take
  * the same two phases for such a configuration alone, so each result is
  * bit for bit the one of qmla_model_ppl with that configuration alone
- * (tests/test_model.c). Errors name the configuration. */
+ * (tests/engine/test_model.c). Errors name the configuration. */
 int qmla_model_ppl_multi(const qmla_model *m, const qmla_exec *ex, const qmla_cache_spec *cs,
                          size_t n_cs, const uint8_t *text, size_t n_bytes, size_t context,
                          size_t max_windows, qmla_ppl_result *res, qmla_error *err);

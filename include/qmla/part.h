@@ -14,7 +14,7 @@
  * exactly the order of qmla/plan.h, and its shard is qmla_shard_assign's.
  *
  * Used by `qmla sweep --shard i/n`, `qmla merge` and the MPI driver of
- * `qmla sweep` (analysis/mpi_sweep.c): every rank writes a part, rank 0
+ * `qmla sweep` (cli/mpi_sweep.c): every rank writes a part, rank 0
  * merges. */
 #ifndef QMLA_PART_H
 #define QMLA_PART_H

@@ -11,7 +11,7 @@
  * Rows are looked up in O(log cells) through a layer map and a sorted cell
  * index, never by scanning the items.
  *
- * Drivers (the CPU sweep in lib/sweep_run.c, and engines to come) iterate
+ * Drivers (the CPU sweep in lib/sweep/sweep_run.c, and engines to come) iterate
  * the wanted items that are not done, compute both paths, and hand the rows
  * back with qmla_plan_add. */
 #ifndef QMLA_PLAN_H

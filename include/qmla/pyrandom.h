@@ -3,7 +3,7 @@
  * Nishimura's generator) seeded as CPython seeds it from an int, its
  * getrandbits(k), and randint(a, b) through _randbelow (rejection sampling
  * on k = bit_length(n) bits). Written from the algorithm's description; the
- * unit test (tests/test_pyrandom.c) compares against /usr/bin/python3.
+ * unit test (tests/core/test_pyrandom.c) compares against /usr/bin/python3.
  *
  * Seeding from an int n >= 0: the key is the 32-bit words of n, least
  * significant first (one word, 0, for n = 0), fed to MT19937's

@@ -1,6 +1,6 @@
 /* qmla/quant_core.h — the per-group arithmetic of the cache quantizer
  * (docs/math.md §2, docs/quantizer.md), shared verbatim by the C library
- * (lib/quant.c), the CUDA kernels (kernels/) and the tests.
+ * (lib/quant/quant.c), the CUDA kernels (kernels/) and the tests.
  *
  * Everything here is `static inline` and marked QMLA_HD, which is
  * `__host__ __device__` under nvcc and empty otherwise, so one definition
@@ -25,7 +25,7 @@
  *     to the nearest even integer by definition (CUDA Math API);
  *   - the dequantisation: one fused multiply-add, `fmaf` on the host,
  *     `__fmaf_rn` on the device. No expression below has the form a*b + c,
- *     so no compiler contraction can change a result; lib/quant.c is
+ *     so no compiler contraction can change a result; lib/quant/quant.c is
  *     nevertheless built with -ffp-contract=off;
  *   - no flush-to-zero: float32 subnormals must be kept (do not build the
  *     kernels with -ftz=true or --use_fast_math, which implies it);
@@ -240,7 +240,7 @@ QMLA_HD static inline unsigned qmla_core_code(float x, float s, float l,
  * tie: rint(up) is the CPU's rint(u). Otherwise (a near-tie, or a large
  * quotient) the IEEE division decides. Rounding and the float -> unsigned
  * step use the 1.5 * 2^23 / 2^23 magic numbers (exact for |v| < 2^22).
- * Bit-identity with the CPU is tested in tests/test_qdq_cuda.c. */
+ * Bit-identity with the CPU is tested in tests/cache/test_qdq_cuda.c. */
 QMLA_HD static inline unsigned qmla_core_code_fast(float x, float s, float l,
                                                    float inv, unsigned L)
 {
@@ -597,7 +597,7 @@ QMLA_HD static inline void qmla_core_unpack(const uint8_t *packed, size_t n,
         codes[j] = (uint8_t)qmla_core_get_code(packed, j, bits);
 }
 
-/* The per-group emit loop, shared by the CPU (lib/quant.c) and the GPU
+/* The per-group emit loop, shared by the CPU (lib/quant/quant.c) and the GPU
  * kernels: with the stored metadata (s, l) of a group x[0..n), write its
  * packed codes (all ceil(n*bits/8) bytes; may be NULL) and its dequantized
  * values xhat[0..n) (may be NULL; may alias x: x[j] is read before xhat[j]

@@ -1,8 +1,8 @@
 /* qmla/response.h — the one definition of a result row of the matched-NMSE
  * sweep (docs/results-format.md, /responses). The X-macro table below
- * generates the struct, and drives the journal (lib/journal.c), the results
- * writer and reader (lib/results.c), the validation of replayed rows and the
- * test that keeps docs/results-format.md in step (tests/test_rowtable.c):
+ * generates the struct, and drives the journal (lib/io/journal.c), the results
+ * writer and reader (lib/sweep/results.c), the validation of replayed rows and the
+ * test that keeps docs/results-format.md in step (tests/io/test_rowtable.c):
  * a new column is one line here.
  *
  * X(name, kind, ctype, array, units, description)

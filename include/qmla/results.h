@@ -3,7 +3,7 @@
  * qmla/response.h), their summary, and the provenance of the run, in HDF5,
  * readable with h5py / h5dump without this project. Written atomically: the
  * file is built in memory and saved through a temporary file, fsync and
- * rename (lib/h5util.c); a reader never sees a half-written file and a
+ * rename (lib/io/h5util.c); a reader never sees a half-written file and a
  * failed write leaves no file. */
 #ifndef QMLA_RESULTS_H
 #define QMLA_RESULTS_H

@@ -28,7 +28,7 @@
  *     (sum of the decoding sequences' contexts) / 1e6)
  * attn_base/attn_per_mtok are per configuration (per layer, per GPU), and
  * can be fitted to the decode rows of the CUDA benchmark's results file
- * (bench/results/final_bench_decode.tsv: microseconds per decode step by
+ * (docs/evidence/final_bench_decode.tsv: microseconds per decode step by
  * batch and context, 16 heads = one GPU of TP8).
  *
  * Scenario file (experiments/serving/paper-table10.scn): `key value` lines,

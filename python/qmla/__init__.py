@@ -112,7 +112,7 @@ def version():
 
 def qdq(x, bits=4, group=64, meta="f16"):
     """Quantize-dequantize x [T, width] (float32) per token in groups of
-    `group` channels, exactly as docs/math.md §2 and lib/quant.c define it."""
+    `group` channels, exactly as docs/math.md §2 and lib/quant/quant.c define it."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     if x.ndim != 2:
         raise ValueError("qdq: expected a 2-D array [tokens, width]")
@@ -568,7 +568,7 @@ class Capture(_Closable):
 
 
 # ---------------------------------------------------------------------------
-# the quantizer on the GPU (kernels/qdq.h), linked into libqmla.so by -Dcuda
+# the quantizer on the GPU (kernels/qdq_cuda.h), linked into libqmla.so by -Dcuda
 # ---------------------------------------------------------------------------
 QDQ_CUDA_WS_BYTES = 16  # QMLA_QDQ_CUDA_WS_BYTES
 
@@ -641,7 +641,7 @@ def qdq_cuda(x_ptr, T, width, bits=4, group=64, meta="f16", out_ptr=None, stream
     `stream` (a cudaStream_t as an int, e.g. torch.cuda.current_stream().cuda_stream;
     0: the default stream), bit for bit the CPU qdq. The result goes to out_ptr
     (default: x_ptr, in place); codes/scale/lo pointers are optional outputs
-    (kernels/qdq.h). Synchronises the stream. ws: QDQ_CUDA_WS_BYTES of device
+    (kernels/qdq_cuda.h). Synchronises the stream. ws: QDQ_CUDA_WS_BYTES of device
     workspace set up once by qdq_cuda_ws_init (default: one per device,
     allocated and set up once). QmlaError when libqmla.so
     has no CUDA launcher or no device is usable, and for the quantizer's refusals."""

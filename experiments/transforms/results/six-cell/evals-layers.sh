@@ -2,7 +2,7 @@
 # QuantMLA evaluations per layer, as qmla learn writes each layer of
 # qm-both.h5 / qm-content.h5 (after the baseline evaluations are done)
 set -e
-Q=build/analysis/qmla; CAP=/tmp/qmla-tf-six-cell.h5; O=/tmp/qmla-six-cell; EV=prose-s2,code-s2
+Q=build/cli/qmla; CAP=/tmp/qmla-tf-six-cell.h5; O=/tmp/qmla-six-cell; EV=prose-s2,code-s2
 while ! grep -q '^done' $O/evals-parallel.log 2>/dev/null; do sleep 10; done
 for L in 0 1 2 3 4 5; do
   while ! grep -q "layer $L rope" $O/learn-qm-both.txt $O/learn-qm-both-part1.txt 2>/dev/null; do sleep 10; done

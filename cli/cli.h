@@ -1,0 +1,132 @@
+/* cli/cli.h — shared pieces of the `qmla` command-line program:
+ * exit codes, option parsing helpers, the progress bar, subcommand entry
+ * points. */
+#ifndef QMLA_CLI_H
+#define QMLA_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "qmla/status.h"
+#include "qmla/sweep.h"
+#include "qmla/table.h"
+
+enum {
+    QMLA_EXIT_OK = 0,
+    QMLA_EXIT_FINDING = 1,   /* e.g. a capture that does not reproduce */
+    QMLA_EXIT_USAGE = 2,     /* bad usage, malformed input, I/O error */
+    QMLA_EXIT_INTERRUPTED = 130
+};
+
+int cmd_check(int argc, char **argv);
+int cmd_sweep(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_storage(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
+int cmd_serve_sim(int argc, char **argv);
+#include "qmla_config.h"
+#if QMLA_HAVE_MPI
+/* cli/mpi_sweep.c: 1 when started by mpirun/srun; the distributed
+ * sweep (returns -1 when there is one rank: run the serial sweep). */
+int cli_mpi_launched(void);
+int cli_mpi_sweep(qmla_capture *cap, const qmla_sweep_selection *sel,
+                  qmla_sweep_opts *o, const char *out, int verbose);
+#endif
+int cmd_export(int argc, char **argv);
+int cmd_show(int argc, char **argv);
+int cmd_figures(int argc, char **argv);
+
+
+/* Table `name` of a results file (cmd_export.c): the HDF5 group, or the
+ * derived responses_by_layer when the file has no group of that name. */
+int cli_table_load(const char *path, const char *name, qmla_table **t, qmla_error *err);
+int cmd_jvp(int argc, char **argv);
+int cmd_predict(int argc, char **argv);
+int cmd_intervene(int argc, char **argv);
+int cmd_ppl(int argc, char **argv);
+int cmd_fuse(int argc, char **argv);
+int cmd_learn(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_capture(int argc, char **argv);
+/* Shared body of `qmla jvp` (pred 0) and `qmla predict` (pred 1). */
+int cli_op_main(int argc, char **argv, int pred);
+
+/* Print "qmla <cmd>: <msg>" to stderr; returns QMLA_EXIT_USAGE. */
+int cli_fail(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* After getopt_long: exactly one positional argument (named `what`, e.g.
+ * "CAPTURE.h5") left at argv[optind], and -o given (out non-NULL) when
+ * out_what ("-o RESULTS.h5") is not NULL. 0, or the usage error printed
+ * and QMLA_EXIT_USAGE. */
+int cli_require_args(const char *cmd, int argc, const char *what, const char *out,
+                     const char *out_what);
+/* Print a library error and return the exit code for its status. */
+int cli_lib_error(const char *cmd, const qmla_error *err);
+
+/* "0-3,7" -> sorted unique ints. Returns 0, or -1 with msg filled. */
+int cli_parse_int_list(const char *s, int **out, size_t *n, char *msg,
+                       size_t len);
+/* "a,b,c" -> array of strings pointing into a copy (free *out and *buf). */
+int cli_split_list(const char *s, char ***out, size_t *n, char **buf);
+/* Strict numeric parsing; -1 on error. */
+int cli_parse_long(const char *s, long lo, long hi, long *v);
+int cli_parse_double(const char *s, double *v);
+
+/* Options several subcommands share (--bits, --group, --nmse, --meta,
+ * --threads): parse ARG into *out, or print "qmla CMD: --opt: expected ...,
+ * found ..." and return QMLA_EXIT_USAGE. */
+int cli_opt_bits(const char *cmd, const char *arg, int *bits);
+int cli_opt_group(const char *cmd, const char *arg, int *group);
+int cli_opt_nmse(const char *cmd, const char *arg, double *nmse);
+int cli_opt_meta(const char *cmd, const char *arg, qmla_meta *meta);
+int cli_opt_threads(const char *cmd, const char *arg, int *threads);
+
+/* --layers L and --cells A,B (the cells option's name in messages:
+ * cells_opt, NULL for "--cells") as a sweep selection; the arrays are owned
+ * here. Returns 0, or QMLA_EXIT_USAGE after a message (nothing to free). */
+typedef struct cli_selection {
+    qmla_sweep_selection sel;
+    int *layers;
+    size_t n_layers;
+    char **cells;
+    size_t n_cells;
+    char *cellbuf;
+} cli_selection;
+int cli_selection_parse(const char *cmd, const char *layers_arg, const char *cells_arg,
+                        const char *cells_opt, cli_selection *s);
+void cli_selection_free(cli_selection *s);
+
+/* The program's command line, shell-quoted where needed, as recorded by
+ * main() (results files store it as provenance). */
+void cli_record_command_line(int argc, char **argv);
+const char *cli_command_line(void);
+
+/* The summary table of `qmla sweep` and `qmla show` (cli_summary.c) on
+ * stdout: per-layer rows when per_layer, model means over the
+ * non-degenerate layers, degenerate layers named, and the route-identity
+ * line when verify or any row is verified. */
+void cli_print_summary(const qmla_summary *s, int per_layer, int verify);
+
+/* Progress bar on stderr (only when stderr is a terminal). */
+typedef struct cli_progress {
+    int tty;
+    double t0;
+    size_t resumed;
+    double last_report; /* seconds since t0 of the last log line (no tty) */
+    const char *label;
+} cli_progress;
+/* Online processors (the default of --threads). */
+int cli_default_threads(void);
+void cli_progress_init(cli_progress *p, const char *label);
+void cli_progress_update(cli_progress *p, size_t done, size_t total);
+void cli_progress_end(cli_progress *p);
+double cli_now(void);
+/* Read a whole file, gzip-compressed or plain, into *out (malloc'ed, *n
+ * bytes). -1 with msg "<path>: <cause>" on failure. */
+int cli_read_text(const char *path, uint8_t **out, size_t *n, char *msg, size_t len);
+
+#endif

@@ -1,0 +1,176 @@
+/* cmd_storage.c — `qmla storage`: persistent bytes of the mixed-precision
+ * MLA cache per sequence and the compression against BF16 (docs/math.md §9,
+ * paper Fig. 5(a)), from lib/cache/storage.c. CPU only.
+ *
+ *   qmla storage --contexts 4096,131072 --config C4R4 --policy sink4/local128
+ *                [--meta f16|q8] [--format table|tsv]
+ */
+#include "cli.h"
+#include "qmla/decode.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void help(FILE *f)
+{
+    fprintf(f,
+        "usage: qmla storage [--contexts LIST] [--config NAME[,NAME...]]\n"
+        "                    [--policy sinkS/localW|none] [--meta f16|q8]\n"
+        "                    [--format table|tsv]\n"
+        "\n"
+        "Bytes of one sequence's MLA cache (d_c 512 + d_r 64, 64-token pages,\n"
+        "group 64) with everything counted: packed codes of every token,\n"
+        "quantization metadata, the BF16 sink/window buffers ((S + W) x 576 x 2)\n"
+        "and the page-table entries (4 bytes per page); the ratio is BF16's\n"
+        "1152 bytes per token over the total.\n"
+        "\n"
+        "  --contexts LIST  tokens per sequence, comma-separated (default 4096,131072)\n"
+        "  --config NAMES   C4R4, C2R4, C8R8 or BF16, comma-separated (default C4R4)\n"
+        "  --policy P       sink4/local128 (default) or none\n"
+        "  --meta M         f16 (4 bytes per group, default) or q8 (per token two\n"
+        "                   float16 super-scales + 2 bytes per group)\n"
+        "  --format F       table (default) or tsv: a header line, then one row per\n"
+        "                   (config, context)\n"
+        "\n"
+        "example: qmla storage --contexts 4096,131072 --config C4R4 --meta q8\n");
+}
+
+static int parse_policy(const char *s, int *S, int *W)
+{
+    if (!strcmp(s, "none")) {
+        *S = *W = 0;
+        return 0;
+    }
+    char tail = 0;
+    /* at most 9 digits each (a longer number, which %d wrapped into a
+     * meaningless or negative byte count, does not match) */
+    if (sscanf(s, "sink%9d/local%9d%c", S, W, &tail) != 2 || *S < 0 || *W < 0)
+        return -1;
+    return 0;
+}
+
+int cmd_storage(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"contexts", required_argument, 0, 'c'}, {"config", required_argument, 0, 'k'},
+        {"policy", required_argument, 0, 'p'},   {"meta", required_argument, 0, 'm'},
+        {"format", required_argument, 0, 'f'},   {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    const char *contexts = "4096,131072", *configs = "C4R4", *policy = "sink4/local128";
+    int meta = QMLA_CORE_META_F16, tsv = 0, S = 4, W = 128, ch;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (ch) {
+        case 'c': contexts = optarg; break;
+        case 'k': configs = optarg; break;
+        case 'p': policy = optarg; break;
+        case 'm':
+            if (!strcmp(optarg, "f16"))
+                meta = QMLA_CORE_META_F16;
+            else if (!strcmp(optarg, "q8"))
+                meta = QMLA_CORE_META_Q8;
+            else
+                return cli_fail("storage", "--meta: expected f16 or q8, found \"%s\"", optarg);
+            break;
+        case 'f':
+            if (!strcmp(optarg, "tsv"))
+                tsv = 1;
+            else if (!strcmp(optarg, "table"))
+                tsv = 0;
+            else
+                return cli_fail("storage", "--format: expected table or tsv, found \"%s\"",
+                                optarg);
+            break;
+        case 'h': help(stdout); return QMLA_EXIT_OK;
+        default: help(stderr); return QMLA_EXIT_USAGE;
+        }
+    }
+    if (optind < argc)
+        return cli_fail("storage", "unexpected argument \"%s\"", argv[optind]);
+    if (parse_policy(policy, &S, &W))
+        return cli_fail("storage", "--policy: expected sinkS/localW with S, W in "
+                        "0..999999999 (e.g. sink4/local128) or none, found \"%s\"", policy);
+    char **ctx = NULL, **cfg = NULL, *cbuf = NULL, *kbuf = NULL;
+    size_t nctx = 0, ncfg = 0;
+    int rc = QMLA_EXIT_OK;
+    if (cli_split_list(contexts, &ctx, &nctx, &cbuf) || cli_split_list(configs, &cfg, &ncfg, &kbuf) ||
+        !nctx || !ncfg) {
+        rc = cli_fail("storage", "--contexts / --config: expected comma-separated lists");
+        goto out;
+    }
+    long *T = malloc(nctx * sizeof *T);
+    if (!T) {
+        rc = cli_fail("storage", "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < nctx; i++)
+        if (cli_parse_long(ctx[i], 1, 1L << 40, &T[i])) {
+            rc = cli_fail("storage", "--contexts: expected positive integers, found \"%s\"",
+                          ctx[i]);
+            free(T);
+            goto out;
+        }
+    /* every config is checked before anything is printed */
+    qmla_kv_config *kc = malloc(ncfg * sizeof *kc);
+    if (!kc) {
+        rc = cli_fail("storage", "out of memory");
+        free(T);
+        goto out;
+    }
+    for (size_t k = 0; k < ncfg; k++) {
+        qmla_error err;
+        if (qmla_kv_parse_config(cfg[k], &kc[k], &err)) {
+            rc = cli_lib_error("storage", &err);
+            free(kc);
+            free(T);
+            goto out;
+        }
+    }
+    if (tsv)
+        printf("config\tmeta\tsink\twindow\tcontext\tcode_bytes\tmeta_bytes\tprotect_bytes\t"
+               "table_bytes\ttotal_bytes\tbytes_per_token\tratio\n");
+    else
+        printf("%-6s %-4s %-15s %9s %14s %12s %10s %10s %14s %10s %7s\n", "config", "meta",
+               "policy", "context", "codes", "metadata", "bf16 buf", "pages", "total",
+               "B/token", "ratio");
+    for (size_t k = 0; k < ncfg && rc == QMLA_EXIT_OK; k++) {
+        qmla_kv_config c = kc[k];
+        qmla_error err;
+        c.sink = c.c_bits == QMLA_KV_BF16 ? 0 : S;
+        c.window = c.c_bits == QMLA_KV_BF16 ? 0 : W;
+        const char *mname = c.c_bits == QMLA_KV_BF16 ? "-" : (meta == QMLA_CORE_META_Q8 ? "q8" : "f16");
+        for (size_t i = 0; i < nctx; i++) {
+            qmla_storage_row r;
+            if (qmla_storage_account(&c, meta, T[i], &r, &err)) {
+                rc = cli_lib_error("storage", &err);
+                break;
+            }
+            if (tsv)
+                printf("%s\t%s\t%d\t%d\t%ld\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.4f\t%.4f\n", cfg[k],
+                       mname, c.sink, c.window, r.context, r.code_bytes, r.meta_bytes,
+                       r.protect_bytes, r.table_bytes, r.total_bytes, r.bytes_per_token,
+                       r.ratio);
+            else {
+                char pol[48];
+                if (c.sink == 0 && c.window == 0)
+                    snprintf(pol, sizeof pol, "none");
+                else
+                    snprintf(pol, sizeof pol, "sink%d/local%d", c.sink, c.window);
+                printf("%-6s %-4s %-15s %9ld %14.0f %12.0f %10.0f %10.0f %14.0f %10.2f %6.3fx\n",
+                       cfg[k], mname, pol, r.context, r.code_bytes, r.meta_bytes,
+                       r.protect_bytes, r.table_bytes, r.total_bytes, r.bytes_per_token,
+                       r.ratio);
+            }
+        }
+    }
+    free(kc);
+    free(T);
+out:
+    free(ctx);
+    free(cfg);
+    free(cbuf);
+    free(kbuf);
+    return rc;
+}

@@ -1,0 +1,81 @@
+/* kernels/decode_cuda.h — paged MLA decode attention on the GPU over the low-bit
+ * cache (C4R4, C2R4, C8R8 with sink/window BF16 protection) and over a BF16
+ * cache with the same structure (layout: include/qmla/kvcache.h;
+ * description: docs/decode.md). Twin: qmla_decode_ref (lib/cache/decode_ref.c).
+ *
+ * Per sequence b and query row r = i * H + h (query token i < s_q, head h):
+ *   logits  z_t = scale * q[b, i, h, :] . k_t      (576 channels, t visible:
+ *                                                     t <= len - s_q + i)
+ *   out[b, i, h, :] = sum_t softmax(z)_t v_t       (v_t = k_t[0:512])
+ *   lse[b, i, h]    = log sum_t exp(z_t)           (natural log)
+ * with k_t the token as reconstructed (kvcache.h): BF16 for protected
+ * tokens, for the others BF16(fmaf(q, s, l)) (C8R8) or fmaf(q, s, l)
+ * unrounded (C4R4, C2R4: tensor-core products of the raw codes, scale and
+ * minimum applied per group after; qmla_decode_cuda_packed_f32). Products
+ * in BF16 tensor-core MMA with float32 accumulation; one global softmax
+ * over the splits.
+ *
+ * Work: split-KV. A plan (qmla_decode_cuda_plan, host only, no kernel)
+ * fixes the splits for a batch shape and can be reused while the shape is
+ * unchanged (across layers and steps); the main kernel writes per-split
+ * partial outputs and LSEs into the caller's workspace, a combine kernel
+ * merges them. Output: out [b, s_q, H, 512] BF16 bits, lse [b, s_q, H]
+ * float32. Inputs and outputs are device pointers; the launcher validates
+ * and enqueues on `stream`, it neither allocates nor synchronises.
+ * Limits: H * s_q <= QMLA_DECODE_MAX_ROWS; 16-byte aligned q, pool, buffers.
+ * Test: tests/cache/test_decode_cuda.c (suite cuda); benchmark: bench/bench_decode.
+ */
+#ifndef QMLA_KERNELS_DECODE_H
+#define QMLA_KERNELS_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "qmla/decode.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QMLA_DECODE_MAX_ROWS 1024
+
+typedef struct qmla_decode_plan {
+    int n_splits;        /* partials per sequence (fast kernel: grid n_splits - n_prot) */
+    int pages_per_split;
+    int row_tiles;       /* ceil(s_q * H / 16) */
+    int n_prot;          /* C4R4 / C2R4: partials of protected tokens (of n_splits) */
+    size_t ws_bytes;     /* device workspace the launch needs */
+} qmla_decode_plan;
+
+/* Plan for a batch (a->batch, s_q, heads) whose longest sequence has at most
+ * max_len tokens, on a device of n_sm multiprocessors (0: ask the current
+ * device). Host arithmetic only. */
+int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decode_args *a,
+                          long max_len, int n_sm, qmla_decode_plan *plan, qmla_error *err);
+
+/* Enqueue main + combine. Every seq_len must be <= the plan's max_len;
+ * block_table rows must cover ceil(len / 64) pages. ws: plan->ws_bytes,
+ * 16-byte aligned. */
+int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args *a,
+                     const qmla_decode_plan *plan, void *ws, uint16_t *out, float *lse,
+                     cudaStream_t stream, qmla_error *err);
+
+/* 1 when the decode kernel of this configuration attends to packed values
+ * unrounded, fmaf(q, s, l) (C4R4, C2R4: scale and minimum applied after
+ * tensor-core products of the codes), 0 when to BF16(fmaf(q, s, l)): the
+ * packed_f32 argument of qmla_decode_ref_model that is its reference. */
+int qmla_decode_cuda_packed_f32(const qmla_kv_config *cfg);
+
+/* Test hook: every page of every sequence reconstructed by the decode
+ * kernel's own unpacking (BF16 bits, out [b, max_pages * 64, 576], zero rows
+ * past each sequence), to compare bit for bit with qmla_kv_token_ref.
+ * Low-bit configurations with group 64 only. */
+int qmla_kv_gather_cuda(const qmla_kv_cache *kc, const qmla_decode_args *a, uint16_t *out,
+                        cudaStream_t stream, qmla_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,498 @@
+/* lib/capture/capture_native.c — qmla/capture_native.h: a qmla-capture v1 file from
+ * the native engine (the tap of qmla_model_forward_tap), windows sampled as
+ * experiments/capture/qmla_capture.py samples them (lib/core/pyrandom.c), written
+ * through the capture writer (lib/capture/capture_write.c). */
+#include "qmla/capture_native.h"
+#include "qmla/attention.h"
+#include "qmla/capture.h"
+#include "qmla/exec.h"
+#include "qmla/norms.h"
+#include "qmla/pyrandom.h"
+#include "qmla/quant.h"
+#include "qmla_commit.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ tokenizer, text */
+
+int qmla_byte_tokenizer_load(const char *model_dir, int *bos, qmla_error *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/qmla_tokenizer.json", model_dir);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j) {
+        if (errno == ENOENT)
+            return qmla_error_set(err, QMLA_EIO, "%s: cannot open: expected the byte tokenizer "
+                                  "spec {\"type\": \"bytes\", \"bos_id\": N} (the native "
+                                  "capture knows no other tokenizer), found: %s", path,
+                                  strerror(ENOENT));
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: line %d: %s", path, je.line, je.text);
+    }
+    int st = QMLA_OK;
+    const char *type = json_string_value(json_object_get(j, "type"));
+    json_t *b = json_object_get(j, "bos_id");
+    if (!type || strcmp(type, "bytes"))
+        st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"type\": expected \"bytes\", found %s",
+                            path, type ? type : "no string");
+    else if (!json_is_integer(b) || json_integer_value(b) < 0 ||
+             json_integer_value(b) > 1000000000)
+        st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"bos_id\": expected a non-negative "
+                            "integer, found %s", path, b ? "another value" : "nothing");
+    else
+        *bos = (int)json_integer_value(b);
+    json_decref(j);
+    return st;
+}
+
+/* Length of the valid UTF-8 sequence at p (Python's strict decoder), 0 when
+ * invalid. */
+static size_t utf8_len(const uint8_t *p, size_t left)
+{
+    const uint8_t c = p[0];
+    if (c < 0x80)
+        return 1;
+    size_t n;
+    uint32_t lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF)
+        n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0)
+            lo = 0xA0;          /* overlong */
+        else if (c == 0xED)
+            hi = 0x9F;          /* surrogates */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F;          /* beyond U+10FFFF */
+    } else
+        return 0;
+    if (left < n)
+        return 0;
+    if (p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t k = 2; k < n; k++)
+        if (p[k] < 0x80 || p[k] > 0xBF)
+            return 0;
+    return n;
+}
+
+int qmla_text_as_python(uint8_t *buf, size_t *n, const char *label, qmla_error *err)
+{
+    size_t r = 0, w = 0;
+    const size_t len = *n;
+    while (r < len) {
+        const size_t k = utf8_len(buf + r, len - r);
+        if (!k)
+            return qmla_error_set(err, QMLA_EFORMAT, "%s: expected UTF-8 text, found an invalid "
+                                  "byte 0x%02x at offset %zu", label, buf[r], r);
+        if (buf[r] == '\r') {
+            buf[w++] = '\n';
+            r += (r + 1 < len && buf[r + 1] == '\n') ? 2 : 1;
+            continue;
+        }
+        memmove(buf + w, buf + r, k);
+        w += k;
+        r += k;
+    }
+    *n = w;
+    return QMLA_OK;
+}
+
+/* ------------------------------------------------------------ capture */
+
+typedef struct slot {          /* one selected layer: its cell tensors (float32) */
+    int layer;
+    float *w_uk, *w_uv, *w_o, *kv_norm; /* as stored (rounded when float16) */
+    float *c_kv, *k_rope, *q_nope, *q_rope, *attn_out;
+    float *k_pre, *q_pre, *cos_, *sin_;
+} slot;
+
+typedef struct run {
+    const qmla_model_config *c;
+    slot *slots;
+    int *slot_of;              /* [L]: slot index or -1 */
+    int pre;
+} run;
+
+typedef struct tap_ctx {
+    const run *r;
+    size_t seq;
+} tap_ctx;
+
+static int on_layer(void *ctx, const qmla_model_tap_layer *d, qmla_error *err)
+{
+    (void)err;
+    const tap_ctx *t = ctx;
+    const run *r = t->r;
+    const int si = r->slot_of[d->layer];
+    if (si < 0)
+        return QMLA_OK;
+    const qmla_model_config *c = r->c;
+    const slot *s = &r->slots[si];
+    const size_t T = d->T, n = t->seq, H = c->H, P = c->d_r / 2;
+    memcpy(s->c_kv + n * T * c->d_c, d->c_kv, T * c->d_c * sizeof(float));
+    memcpy(s->k_rope + n * T * c->d_r, d->k_rope, T * c->d_r * sizeof(float));
+    memcpy(s->q_nope + n * H * T * c->d_n, d->q_nope, H * T * c->d_n * sizeof(float));
+    memcpy(s->q_rope + n * H * T * c->d_r, d->q_rope, H * T * c->d_r * sizeof(float));
+    memcpy(s->attn_out + n * T * c->D, d->attn_out, T * c->D * sizeof(float));
+    if (r->pre) {
+        memcpy(s->k_pre + n * T * c->d_r, d->k_rope_pre, T * c->d_r * sizeof(float));
+        memcpy(s->q_pre + n * H * T * c->d_r, d->q_rope_pre, H * T * c->d_r * sizeof(float));
+        memcpy(s->cos_ + n * T * P, d->rope_cos, T * P * sizeof(float));
+        memcpy(s->sin_ + n * T * P, d->rope_sin, T * P * sizeof(float));
+    }
+    return QMLA_OK;
+}
+
+/* Round to binary16 and back (what the reader will see), refusing values
+ * the writer refuses, by name. */
+static int round_store(float *x, size_t n, int f16, const char *what, const char *cell,
+                       int layer, qmla_error *err)
+{
+    if (!f16)
+        return QMLA_OK;
+    for (size_t i = 0; i < n; i++) {
+        int ovf = 0;
+        const uint16_t h = qmla_f32_to_f16(x[i], &ovf);
+        if (ovf)
+            return qmla_error_set(err, QMLA_ERANGE, "layer %d%s%s: %s: expected values that "
+                                  "fit float16 storage (|x| < 65520), found %g at element %zu "
+                                  "(use --store float32)", layer, cell ? ", cell " : "",
+                                  cell ? cell : "", what, (double)x[i], i);
+        x[i] = qmla_f16_to_f32(h);
+    }
+    return QMLA_OK;
+}
+
+static void slots_free(slot *s, size_t n)
+{
+    if (!s)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        float *p[] = {s[i].w_uk, s[i].w_uv, s[i].w_o, s[i].kv_norm, s[i].c_kv, s[i].k_rope,
+                      s[i].q_nope, s[i].q_rope, s[i].attn_out, s[i].k_pre, s[i].q_pre,
+                      s[i].cos_, s[i].sin_};
+        for (size_t k = 0; k < sizeof p / sizeof p[0]; k++)
+            free(p[k]);
+    }
+    free(s);
+}
+
+int qmla_capture_native(const qmla_model *m, const char *path,
+                        const qmla_native_capture_opts *o, qmla_error *err)
+{
+    const qmla_model_config *c = qmla_model_cfg(m);
+    const size_t N = o->seqs, T = o->tokens, H = c->H, D = c->D, dc = c->d_c, dn = c->d_n,
+                 dr = c->d_r, dv = c->d_v, P = dr / 2;
+    if (o->stopped)
+        *o->stopped = 0;
+    if (!N || !T || T > c->max_pos)
+        return qmla_error_set(err, QMLA_EINVAL, "expected --seqs >= 1 and 1 <= --tokens <= "
+                              "max_position_embeddings %zu, found %zu and %zu", c->max_pos,
+                              N, T);
+    if (!o->n_cells || !o->n_corpora)
+        return qmla_error_set(err, QMLA_EINVAL, "expected at least one cell and one corpus");
+    int bos = 0;
+    int st = qmla_byte_tokenizer_load(o->model_dir, &bos, err);
+    if (st)
+        return st;
+    if (bos < 0 || (size_t)bos >= c->V || c->V < 256)
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: byte tokenizer with BOS %d: expected "
+                              "a vocabulary of at least 256 holding the BOS id, found %zu",
+                              o->model_dir, bos, c->V);
+    /* windows of every cell first: a short corpus is refused before any work */
+    size_t *offs = malloc(o->n_cells * N * sizeof *offs);
+    if (!offs)
+        return qmla_error_set(err, QMLA_ENOMEM, "window offsets");
+    for (size_t k = 0; k < o->n_cells; k++) {
+        const qmla_native_corpus *cp = &o->corpora[o->cells[k].corpus];
+        char what[512];
+        snprintf(what, sizeof what, "corpus %s (%s)", cp->name, cp->path);
+        if ((st = qmla_sample_windows(cp->n, N, T, 1, o->cells[k].seed, what, offs + k * N,
+                                      err))) {
+            free(offs);
+            return st;
+        }
+    }
+    if (o->offsets_out)
+        memcpy(o->offsets_out, offs, o->n_cells * N * sizeof *offs);
+
+    /* the layers: all, or the selection */
+    const size_t ns = o->layers ? o->n_layers : c->L;
+    run r = {c, NULL, NULL, o->with_pre != 0};
+    r.slots = calloc(ns ? ns : 1, sizeof *r.slots);
+    r.slot_of = malloc(c->L * sizeof *r.slot_of);
+    qmla_capture_writer *wr = NULL;
+    qmla_attn_state as;
+    memset(&as, 0, sizeof as);
+    double worst = 0.0;
+    if (!r.slots || !r.slot_of) {
+        st = qmla_error_set(err, QMLA_ENOMEM, "layer table");
+        goto done;
+    }
+    for (size_t l = 0; l < c->L; l++)
+        r.slot_of[l] = -1;
+    size_t last = 0;
+    for (size_t i = 0; i < ns; i++) {
+        const int l = o->layers ? o->layers[i] : (int)i;
+        if (l < 0 || (size_t)l >= c->L || (i && l <= r.slots[i - 1].layer)) {
+            st = qmla_error_set(err, QMLA_EINVAL, "layers: expected ascending indices below "
+                                "%zu (the model's layers), found %d", c->L, l);
+            goto done;
+        }
+        r.slots[i].layer = l;
+        r.slot_of[l] = (int)i;
+        last = (size_t)l;
+    }
+    const double tol = o->check_tol > 0 ? o->check_tol : (o->float16 ? 5e-3 : 1e-5);
+    qmla_capture_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.n_layers = (int)c->L;
+    cfg.H = (int)H;
+    cfg.D = (int)D;
+    cfg.d_c = (int)dc;
+    cfg.d_n = (int)dn;
+    cfg.d_r = (int)dr;
+    cfg.d_v = (int)dv;
+    cfg.softmax_scale = c->tau;
+    cfg.rope_pairing = c->pairing;
+    cfg.rms_norm_eps = c->latent_eps;
+    snprintf(cfg.model, sizeof cfg.model, "%s", o->model_name ? o->model_name : o->model_dir);
+    snprintf(cfg.source, sizeof cfg.source,
+             "qmla capture %s (commit %s): native C engine lib/engine/model.c, %s; byte tokenizer "
+             "(BOS %d); compute float32 (OpenBLAS sgemm, one thread per sequence); store %s, "
+             "weights %s; c_kv after kv_a_layernorm, q/k after RoPE (%s pairing), attn_out "
+             "after o_proj", qmla_version(), QMLA_GIT_COMMIT[0] ? QMLA_GIT_COMMIT : "unknown",
+             c->arch, bos, o->float16 ? "float16" : "float32",
+             o->float16 ? "float16" : "float32",
+             c->pairing == QMLA_ROPE_HALF ? "half" : "interleaved");
+    cfg.has_check_tolerance = 1;
+    cfg.check_tolerance = tol;
+    if ((st = qmla_capture_writer_open(path, &cfg, o->float16, o->gzip, &wr, err)))
+        goto done;
+
+    /* weights (rounded copies: the recomputation check uses what is stored) */
+    for (size_t i = 0; i < ns; i++) {
+        slot *s = &r.slots[i];
+        const float *wk, *wv, *wo, *g;
+        if ((st = qmla_model_attn_weights(m, (size_t)s->layer, &wk, &wv, &wo, &g, err)))
+            goto done;
+        const size_t nk = H * dn * dc, nv = H * dv * dc, no = D * H * dv;
+        s->w_uk = malloc(nk * sizeof(float));
+        s->w_uv = malloc(nv * sizeof(float));
+        s->w_o = malloc(no * sizeof(float));
+        s->kv_norm = malloc(dc * sizeof(float));
+        s->c_kv = malloc(N * T * dc * sizeof(float));
+        s->k_rope = malloc(N * T * dr * sizeof(float));
+        s->q_nope = malloc(N * H * T * dn * sizeof(float));
+        s->q_rope = malloc(N * H * T * dr * sizeof(float));
+        s->attn_out = malloc(N * T * D * sizeof(float));
+        int bad = !s->w_uk || !s->w_uv || !s->w_o || !s->kv_norm || !s->c_kv || !s->k_rope ||
+                  !s->q_nope || !s->q_rope || !s->attn_out;
+        if (r.pre) {
+            s->k_pre = malloc(N * T * dr * sizeof(float));
+            s->q_pre = malloc(N * H * T * dr * sizeof(float));
+            s->cos_ = malloc(N * T * P * sizeof(float));
+            s->sin_ = malloc(N * T * P * sizeof(float));
+            bad = bad || !s->k_pre || !s->q_pre || !s->cos_ || !s->sin_;
+        }
+        if (bad) {
+            st = qmla_error_set(err, QMLA_ENOMEM, "capture buffers of layer %d (%zu x %zu "
+                                "tokens)", s->layer, N, T);
+            goto done;
+        }
+        memcpy(s->w_uk, wk, nk * sizeof(float));
+        memcpy(s->w_uv, wv, nv * sizeof(float));
+        memcpy(s->w_o, wo, no * sizeof(float));
+        memcpy(s->kv_norm, g, dc * sizeof(float));
+        if ((st = round_store(s->w_uk, nk, o->float16, "w_uk", NULL, s->layer, err)) ||
+            (st = round_store(s->w_uv, nv, o->float16, "w_uv", NULL, s->layer, err)) ||
+            (st = round_store(s->w_o, no, o->float16, "w_o", NULL, s->layer, err)) ||
+            (st = round_store(s->kv_norm, dc, o->float16, "kv_norm_weight", NULL, s->layer,
+                              err)))
+            goto done;
+        const qmla_layer lay = {s->layer, s->w_uk, s->w_uv, s->w_o, s->kv_norm};
+        if ((st = qmla_capture_writer_layer(wr, &lay, err)))
+            goto done;
+    }
+
+    const qmla_mla_dims dims = {H, D, dc, dn, dr, dv, c->tau};
+    const qmla_exec ex = qmla_exec_cpu(o->threads > 0 ? o->threads : 1);
+    if ((st = qmla_attn_state_alloc(&dims, T, 0, &as, err)))
+        goto done;
+    int64_t *pos = malloc(N * T * sizeof *pos);
+    if (!pos) {
+        st = qmla_error_set(err, QMLA_ENOMEM, "positions");
+        goto done;
+    }
+    for (size_t i = 0; i < N * T; i++)
+        pos[i] = (int64_t)(i % T);
+    const int nt = o->threads > 0 ? o->threads : 1;
+    for (size_t k = 0; k < o->n_cells && !st; k++) {
+        const qmla_native_corpus *cp = &o->corpora[o->cells[k].corpus];
+        char name[128];
+        snprintf(name, sizeof name, "%s-s%llu", cp->name, (unsigned long long)o->cells[k].seed);
+        int st_all = QMLA_OK, stop_all = 0;
+        size_t done_seqs = 0;
+#pragma omp parallel num_threads(nt)
+        {
+            qmla_error e;
+            qmla_error_clear(&e);
+            qmla_model_ws *ws = NULL;
+            int32_t *tok = malloc(T * sizeof *tok);
+            int sst = !tok ? qmla_error_set(&e, QMLA_ENOMEM, "tokens") :
+                      qmla_model_ws_alloc(m, T, &ws, &e);
+#pragma omp for schedule(dynamic, 1)
+            for (size_t n = 0; n < N; n++) {
+                int stop;
+#pragma omp atomic read
+                stop = st_all;
+                if (sst || stop || stop_all)
+                    continue;
+                const size_t off = offs[k * N + n];
+                tok[0] = bos;
+                for (size_t t = 1; t < T; t++)
+                    tok[t] = cp->bytes[off + t - 1];
+                tap_ctx tc = {&r, n};
+                const qmla_model_tap tap = {on_layer, &tc, last + 1};
+                qmla_cache_spec fp32;
+                if (!(sst = qmla_cache_spec_parse("fp32", "none", &fp32, &e)))
+                    sst = qmla_model_forward_tap(m, &fp32, ws, tok, T, NULL, &tap, &e);
+                if (sst)
+                    continue;
+#pragma omp critical(qmla_capture_native_progress)
+                {
+                    done_seqs++;
+                    if (o->progress) {
+                        const qmla_native_event ev = {0, k, done_seqs, N, name, -1, N, T,
+                                                      0.0, tol};
+                        if (o->progress(o->progress_ctx, &ev))
+                            stop_all = 1;
+                    }
+                }
+            }
+            if (sst) {
+#pragma omp critical(qmla_capture_native_err)
+                {
+                    if (!st_all) {
+                        *err = e;
+                        st_all = sst;
+                    }
+                }
+            }
+            qmla_model_ws_free(ws);
+            free(tok);
+        }
+        if (st_all) {
+            st = qmla_error_prefix(err, "cell %s: ", name);
+            break;
+        }
+        if (stop_all) {
+            if (o->stopped)
+                *o->stopped = 1;
+            free(pos);
+            goto done; /* nothing written: the writer is aborted */
+        }
+        for (size_t i = 0; i < ns && !st; i++) {
+            slot *s = &r.slots[i];
+            if ((st = round_store(s->c_kv, N * T * dc, o->float16, "c_kv", name, s->layer,
+                                  err)) ||
+                (st = round_store(s->k_rope, N * T * dr, o->float16, "k_rope", name, s->layer,
+                                  err)) ||
+                (st = round_store(s->q_nope, N * H * T * dn, o->float16, "q_nope", name,
+                                  s->layer, err)) ||
+                (st = round_store(s->q_rope, N * H * T * dr, o->float16, "q_rope", name,
+                                  s->layer, err)) ||
+                (st = round_store(s->attn_out, N * T * D, o->float16, "attn_out", name,
+                                  s->layer, err)))
+                break;
+            if (r.pre &&
+                ((st = round_store(s->k_pre, N * T * dr, o->float16, "k_rope_pre", name,
+                                   s->layer, err)) ||
+                 (st = round_store(s->q_pre, N * H * T * dr, o->float16, "q_rope_pre", name,
+                                   s->layer, err)) ||
+                 (st = round_store(s->cos_, N * T * P, o->float16, "rope_cos", name, s->layer,
+                                   err)) ||
+                 (st = round_store(s->sin_, N * T * P, o->float16, "rope_sin", name, s->layer,
+                                   err))))
+                break;
+            /* the recomputation check, on the stored values */
+            const qmla_mla_weights w = {s->w_uk, s->w_uv, s->w_o};
+            double e_cell = 0.0;
+            for (size_t n = 0; n < N && !st; n++) {
+                st = qmla_attn_state_forward(&ex, &dims, T, &w, s->q_nope + n * H * T * dn,
+                                             s->q_rope + n * H * T * dr, s->c_kv + n * T * dc,
+                                             s->k_rope + n * T * dr, &as, err);
+                if (!st) {
+                    const double e = qmla_rel_fro(as.Y, s->attn_out + n * T * D, T * D);
+                    if (!(e <= e_cell))
+                        e_cell = e; /* NaN propagates */
+                }
+            }
+            if (st)
+                break;
+            if (!(e_cell <= tol)) {
+                st = qmla_error_set(err, QMLA_EFORMAT, "layer %d cell %s: attention recomputed "
+                                    "from the captured tensors misses attn_out by %.3g "
+                                    "(tolerance %.3g); nothing written", s->layer, name,
+                                    e_cell, tol);
+                break;
+            }
+            worst = e_cell > worst ? e_cell : worst;
+            qmla_cell cell;
+            memset(&cell, 0, sizeof cell);
+            snprintf(cell.name, sizeof cell.name, "%s", name);
+            snprintf(cell.dataset, sizeof cell.dataset, "%s", cp->name);
+            cell.seed = (long)o->cells[k].seed;
+            cell.N = N;
+            cell.T = T;
+            cell.c_kv = s->c_kv;
+            cell.k_rope = s->k_rope;
+            cell.q_nope = s->q_nope;
+            cell.q_rope = s->q_rope;
+            cell.attn_out = s->attn_out;
+            cell.positions = pos;
+            if (r.pre) {
+                cell.k_rope_pre = s->k_pre;
+                cell.q_rope_pre = s->q_pre;
+                cell.rope_cos = s->cos_;
+                cell.rope_sin = s->sin_;
+            }
+            if ((st = qmla_capture_writer_cell(wr, s->layer, &cell, err)))
+                break;
+            if (o->progress) {
+                const qmla_native_event ev = {1, k, k + 1, o->n_cells, name, s->layer, N, T,
+                                              e_cell, tol};
+                if (o->progress(o->progress_ctx, &ev)) {
+                    if (o->stopped)
+                        *o->stopped = 1;
+                    free(pos);
+                    goto done;
+                }
+            }
+        }
+    }
+    free(pos);
+    if (st)
+        goto done;
+    st = qmla_capture_writer_close(wr, err);
+    wr = NULL;
+    if (!st && o->worst_out)
+        *o->worst_out = worst;
+done:
+    qmla_capture_writer_abort(wr);
+    qmla_attn_state_free(&as);
+    slots_free(r.slots, ns);
+    free(r.slot_of);
+    free(offs);
+    return st;
+}

@@ -1,0 +1,567 @@
+/* intervene.c — equal-energy interventions and the joint-path perturbation
+ * (include/qmla/intervene.h, docs/math.md §6, paper Table 6, App. B.2),
+ * with a GSL percentile bootstrap of the geometric-mean gain ratios. */
+#include "qmla/intervene.h"
+#include "qmla/norms.h"
+#include "qmla/plan.h"
+#include "io/h5util.h"
+
+#include <gsl/gsl_randist.h>
+#include <gsl/gsl_rng.h>
+#include <gsl/gsl_sort.h>
+#include <gsl/gsl_statistics_double.h>
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char *qmla_control_name(int c)
+{
+    return c == QMLA_CTRL_SIGN ? "sign" : c == QMLA_CTRL_PERMUTE ? "permute"
+                                                                : "isotropic";
+}
+
+/* ||J_b E'||^2 / ||Y||^2 / (||E'||^2/||X||^2) with the clean pass of ws. */
+static int local_gain(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
+                      const qmla_mla_weights *w, const float *C, int path,
+                      const float *E, double xx, double yy, qmla_op_ws *ws,
+                      double *g, qmla_error *err)
+{
+    const size_t width = path == QMLA_PATH_CONTENT ? d->d_c : d->d_r;
+    int st = qmla_jvp_apply(ex, d, T, w, &ws->sweep.clean, C,
+                            path == QMLA_PATH_CONTENT ? E : NULL,
+                            path == QMLA_PATH_CONTENT ? NULL : E, &ws->jvp, err);
+    if (st)
+        return st;
+    const double ee = qmla_sumsq(E, T * width);
+    *g = (qmla_sumsq(ws->jvp.dY, T * d->D) / yy) / (ee / xx);
+    return QMLA_OK;
+}
+
+int qmla_intervene_sequence(const qmla_exec *ex, const qmla_mla_dims *d,
+                            size_t T, const qmla_mla_weights *w,
+                            const float *q_nope, const float *q_rope,
+                            const float *C, const float *K,
+                            const qmla_sweep_params *p, size_t reps,
+                            uint64_t seed, qmla_op_ws *ws, qmla_iv_item *out,
+                            double *ratio, qmla_error *err)
+{
+    const size_t dc = d->d_c, dr = d->d_r, nY = T * d->D;
+    memset(out, 0, sizeof *out);
+    out->seed = seed;
+    qmla_response fin[2];
+    int st = qmla_sweep_sequence(ex, p, d, T, w, q_nope, q_rope, C, K, 0, &ws->sweep,
+                                 fin, err);
+    if (st)
+        return st;
+    const float *Y = ws->sweep.clean.Y;
+    const double yy = qmla_sumsq(Y, nY);
+    const size_t wmax = dc > dr ? dc : dr;
+    float *E0 = malloc(T * wmax * sizeof *E0), *E1 = malloc(T * wmax * sizeof *E1);
+    float *Ek = malloc(T * dr * sizeof *Ek), *Cp = malloc(T * dc * sizeof *Cp);
+    float *Kp = malloc(T * dr * sizeof *Kp);
+    size_t *perm = malloc(T * sizeof *perm);
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    if (!E0 || !E1 || !Ek || !Cp || !Kp || !perm || !rng) {
+        st = qmla_error_set(err, QMLA_ENOMEM, "interventions: out of memory");
+        goto out;
+    }
+    gsl_rng_set(rng, (unsigned long)seed);
+    for (size_t k = 0; k < 2 * QMLA_N_CTRL * reps; k++)
+        ratio[k] = NAN;
+    out->degenerate = fin[0].degenerate || fin[1].degenerate || yy == 0.0;
+    if (out->degenerate)
+        goto out;
+    for (int path = 0; path < 2; path++) {
+        const int content = path == QMLA_PATH_CONTENT;
+        const float *X = content ? C : K;
+        const size_t width = content ? dc : dr, n = T * width;
+        double xx, nq, nc;
+        int degen;
+        if ((st = qmla_sweep_error_direction(p, X, T, width, E0, &xx, &nq, &nc, &degen,
+                                             err)))
+            goto out;
+        if (!content)
+            memcpy(Ek, E0, n * sizeof *Ek); /* kept for the joint perturbation */
+        else
+            memcpy(Cp, E0, n * sizeof *Cp);
+        out->r_finite[path] = fin[path].response;
+        if ((st = local_gain(ex, d, T, w, C, path, E0, xx, yy, ws, &out->g_jvp[path], err)))
+            goto out;
+        const double e0 = sqrt(qmla_sumsq(E0, n));
+        for (int c = 0; c < QMLA_N_CTRL; c++)
+            for (size_t r = 0; r < reps; r++) {
+                if (c == QMLA_CTRL_SIGN) {
+                    for (size_t i = 0; i < n; i++)
+                        E1[i] = (gsl_rng_get(rng) & 1u) ? E0[i] : -E0[i];
+                } else if (c == QMLA_CTRL_PERMUTE) {
+                    for (size_t t = 0; t < T; t++)
+                        perm[t] = t;
+                    gsl_ran_shuffle(rng, perm, T, sizeof *perm);
+                    for (size_t t = 0; t < T; t++)
+                        memcpy(E1 + t * width, E0 + perm[t] * width,
+                               width * sizeof *E1);
+                } else {
+                    double gg = 0.0;
+                    for (size_t i = 0; i < n; i++) {
+                        const double v = gsl_ran_gaussian_ziggurat(rng, 1.0);
+                        E1[i] = (float)v;
+                        gg += v * v;
+                    }
+                    const double s = e0 / sqrt(gg);
+                    for (size_t i = 0; i < n; i++)
+                        E1[i] = (float)((double)E1[i] * s);
+                }
+                double g;
+                if ((st = local_gain(ex, d, T, w, C, path, E1, xx, yy, ws, &g, err)))
+                    goto out;
+                ratio[((size_t)path * QMLA_N_CTRL + (size_t)c) * reps + r] =
+                    g / out->g_jvp[path];
+            }
+    }
+    /* joint: C + E_C (kept in Cp as the error), K + E_K, one full forward into
+     * the JVP workspace (logits/attention in dZ, latents dU, values dO). */
+    for (size_t i = 0; i < T * dc; i++)
+        Cp[i] = C[i] + Cp[i];
+    for (size_t i = 0; i < T * dr; i++)
+        Kp[i] = K[i] + Ek[i];
+    qmla_attn_from_queries(ex, d, T, w, ws->sweep.clean.q_lat, ws->sweep.clean.q_rope_t,
+                           Cp, Kp, ws->jvp.dZ, ws->jvp.dZ, ws->jvp.dU, ws->jvp.dO,
+                           ws->jvp.dY);
+    {
+        const double oj = qmla_diff_sumsq(ws->jvp.dY, Y, nY) / yy;
+        const double oc = fin[0].nmse_out, op = fin[1].nmse_out;
+        out->r_joint = oj / p->nmse;
+        out->cross = oj - oc - op;
+        out->cross_rel = (oc + op) > 0 ? out->cross / (oc + op) : 0.0;
+    }
+out:
+    if (rng)
+        gsl_rng_free(rng);
+    free(E0);
+    free(E1);
+    free(Ek);
+    free(Cp);
+    free(Kp);
+    free(perm);
+    return st;
+}
+
+/* ---- over a capture -------------------------------------------------------- */
+
+static int bootstrap_gmean(const double *lr, size_t n, size_t B, uint64_t seed,
+                           double *gm, double *lo, double *hi, double *med)
+{
+    *gm = *lo = *hi = *med = NAN;
+    if (n == 0)
+        return 0;
+    double *m = malloc((B ? B : 1) * sizeof *m), *s = malloc(n * sizeof *s);
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    if (!m || !s || !rng) {
+        free(m);
+        free(s);
+        if (rng)
+            gsl_rng_free(rng);
+        return -1;
+    }
+    gsl_rng_set(rng, (unsigned long)seed);
+    *gm = exp(gsl_stats_mean(lr, 1, n));
+    memcpy(s, lr, n * sizeof *s);
+    gsl_sort(s, 1, n);
+    *med = exp(gsl_stats_median_from_sorted_data(s, 1, n));
+    for (size_t b = 0; b < B; b++) {
+        double acc = 0.0;
+        for (size_t k = 0; k < n; k++)
+            acc += lr[gsl_rng_uniform_int(rng, n)];
+        m[b] = acc / (double)n;
+    }
+    if (B) {
+        gsl_sort(m, 1, B);
+        *lo = exp(gsl_stats_quantile_from_sorted_data(m, 1, B, 0.025));
+        *hi = exp(gsl_stats_quantile_from_sorted_data(m, 1, B, 0.975));
+    }
+    gsl_rng_free(rng);
+    free(m);
+    free(s);
+    return 0;
+}
+
+#define H5TRY(x, what) QMLA_H5_TRY_TO(out, x, what)
+
+static int write_iv(const char *path, const qmla_iv_opts *o, const char *capture,
+                    const char *sha, size_t n, const int *layer, const char **cell,
+                    const int *seq, const qmla_iv_item *it, const double *ratio,
+                    const qmla_iv_stats *s, qmla_error *err)
+{
+    int st = QMLA_OK, created = 0;
+    hid_t g = -1;
+    h5_quiet q = qmla_h5_quiet_begin();
+    hid_t f = qmla_h5_open_mem(path, &created, err);
+    double *v = malloc((2 * n + 1) * sizeof *v);
+    long long *u = malloc((n + 1) * sizeof *u);
+    if (f < 0) {
+        st = err ? err->status : QMLA_EIO;
+        goto out;
+    }
+    if (!v || !u) {
+        st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    if (created) {
+        H5TRY(qmla_h5_attr_str(f, "format", "qmla-results"), "attribute format");
+        H5TRY(qmla_h5_attr_int(f, "format_version", 1), "attribute format_version");
+    }
+    if (H5Lexists(f, "interventions", H5P_DEFAULT) > 0)
+        H5TRY(H5Ldelete(f, "interventions", H5P_DEFAULT), "interventions");
+    H5TRY(g = H5Gcreate2(f, "interventions", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+          "interventions");
+    H5TRY(qmla_h5_attr_str(g, "capture_file", capture), "attribute capture_file");
+    H5TRY(qmla_h5_attr_str(g, "capture_sha256", sha), "attribute capture_sha256");
+    H5TRY(qmla_h5_attr_str(g, "command_line", o->command_line ? o->command_line : ""),
+          "attribute command_line");
+    H5TRY(qmla_h5_attr_int(g, "bits", o->params.quant.bits), "attribute bits");
+    H5TRY(qmla_h5_attr_int(g, "group", o->params.quant.group), "attribute group");
+    H5TRY(qmla_h5_attr_dbl(g, "nmse", o->params.nmse), "attribute nmse");
+    H5TRY(qmla_h5_attr_int(g, "reps", (long long)o->reps), "attribute reps");
+    H5TRY(qmla_h5_attr_int(g, "seed", (long long)o->seed), "attribute seed");
+    H5TRY(qmla_h5_attr_int(g, "bootstrap_resamples", (long long)o->bootstrap),
+          "attribute bootstrap_resamples");
+    H5TRY(qmla_h5_attr_int(g, "n_items", (long long)s->n_items), "attribute n_items");
+    for (int c = 0; c < QMLA_N_CTRL; c++)
+        for (int p = 0; p < 2; p++) {
+            char a[96];
+            const char *pn = p ? "rope" : "content";
+            snprintf(a, sizeof a, "gain_ratio_%s_%s", qmla_control_name(c), pn);
+            H5TRY(qmla_h5_attr_dbl(g, a, s->gmean[c][p]), a);
+            snprintf(a, sizeof a, "gain_ratio_%s_%s_ci_low", qmla_control_name(c), pn);
+            H5TRY(qmla_h5_attr_dbl(g, a, s->ci_lo[c][p]), a);
+            snprintf(a, sizeof a, "gain_ratio_%s_%s_ci_high", qmla_control_name(c), pn);
+            H5TRY(qmla_h5_attr_dbl(g, a, s->ci_hi[c][p]), a);
+            snprintf(a, sizeof a, "median_gain_ratio_%s_%s", qmla_control_name(c), pn);
+            H5TRY(qmla_h5_attr_dbl(g, a, s->median[c][p]), a);
+        }
+    H5TRY(qmla_h5_attr_dbl(g, "mean_joint_response", s->mean_r_joint), "mean_joint_response");
+    H5TRY(qmla_h5_attr_dbl(g, "mean_response_content", s->mean_r_content), "mean_response_content");
+    H5TRY(qmla_h5_attr_dbl(g, "mean_response_rope", s->mean_r_rope), "mean_response_rope");
+    H5TRY(qmla_h5_attr_dbl(g, "mean_cross_relative", s->mean_cross_rel), "mean_cross_relative");
+    H5TRY(qmla_h5_dset_1d(g, "layer", H5T_STD_I32LE, H5T_NATIVE_INT, n, layer, "layer index", NULL),
+          "layer");
+    H5TRY(qmla_h5_dset_strs(g, "cell", n, cell, "cell name"), "cell");
+    H5TRY(qmla_h5_dset_1d(g, "seq", H5T_STD_I32LE, H5T_NATIVE_INT, n, seq, "sequence", NULL),
+          "seq");
+    for (size_t k = 0; k < n; k++)
+        u[k] = (long long)it[k].seed;
+    H5TRY(qmla_h5_dset_1d(g, "item_seed", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, u,
+                          "mt19937 seed of the item's draws", NULL), "item_seed");
+    for (size_t k = 0; k < n; k++)
+        u[k] = it[k].degenerate;
+    H5TRY(qmla_h5_dset_1d(g, "degenerate", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, u,
+                          "1: a path or the output has no energy", NULL), "degenerate");
+#define ITEM_D(name, expr, desc)                                                \
+    for (size_t k = 0; k < n; k++)                                              \
+        v[k] = (expr);                                                          \
+    H5TRY(qmla_h5_dset_1d(g, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, v, desc, "1"), name)
+    ITEM_D("g_jvp_content", it[k].g_jvp[0], "local gain of the content QDQ direction");
+    ITEM_D("g_jvp_rope", it[k].g_jvp[1], "local gain of the RoPE QDQ direction");
+    ITEM_D("response_content", it[k].r_finite[0], "finite content response at nu");
+    ITEM_D("response_rope", it[k].r_finite[1], "finite RoPE response at nu");
+    ITEM_D("response_joint", it[k].r_joint, "joint response NMSE_out,joint / nu");
+    ITEM_D("cross", it[k].cross, "NMSE_out,joint - NMSE_out,C - NMSE_out,P");
+    ITEM_D("cross_relative", it[k].cross_rel, "cross / (NMSE_out,C + NMSE_out,P)");
+#undef ITEM_D
+    for (int c = 0; c < QMLA_N_CTRL; c++)
+        for (int p = 0; p < 2; p++) {
+            char name[64];
+            snprintf(name, sizeof name, "ratio_%s_%s", qmla_control_name(c),
+                     p ? "rope" : "content");
+            double *r = malloc((n * o->reps + 1) * sizeof *r);
+            if (!r) {
+                st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
+                goto out;
+            }
+            for (size_t k = 0; k < n; k++)
+                memcpy(r + k * o->reps,
+                       ratio + ((k * 2 + (size_t)p) * QMLA_N_CTRL + (size_t)c) * o->reps,
+                       o->reps * sizeof *r);
+            const int rr = qmla_h5_dset_1d(g, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+                                           n * o->reps, r,
+                                           "gain ratio g(E')/g(E), item-major, reps per item",
+                                           "1");
+            free(r);
+            H5TRY(rr, name);
+        }
+out:
+    if (g >= 0)
+        H5Gclose(g);
+    st = qmla_h5_finish(f, st, path, err);
+    qmla_h5_quiet_end(q);
+    free(v);
+    free(u);
+    return st;
+}
+
+/* The resume journal, RESULTS.h5.interventions.journal (text; reals as
+ * C99 hex floats):
+ *   qmla-iv-journal 1 <key>
+ *   I <plan item> <layer> <seq> <seed> <degenerate> <g_jvp C> <g_jvp P>
+ *     <R C> <R P> <R joint> <cross> <cross_rel>
+ *   R <2 x 3 x reps ratios>
+ *   E
+ * A block without its E line is recomputed. */
+static int iv_journal_write(FILE *f, size_t k, int layer, int seq,
+                            const qmla_iv_item *it, const double *ratio, size_t n)
+{
+    fprintf(f, "I %zu %d %d %llu %d %a %a %a %a %a %a %a\nR", k, layer, seq,
+            (unsigned long long)it->seed, it->degenerate, it->g_jvp[0], it->g_jvp[1],
+            it->r_finite[0], it->r_finite[1], it->r_joint, it->cross, it->cross_rel);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, " %a", ratio[i]);
+    fputs("\nE\n", f);
+    return fflush(f) || fsync(fileno(f)) ? -1 : 0;
+}
+
+/* Replays into items/ratio at each item's ordinal; 1: other key (ignored). */
+static int iv_journal_replay(const char *path, const char *key, const qmla_plan *plan,
+                             const size_t *ord, size_t nr, qmla_iv_item *items,
+                             double *ratio, unsigned char *done)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char head[8300];
+    int rc = 0;
+    if (!fgets(head, sizeof head, f)) {
+        fclose(f);
+        return 0; /* empty: nothing to replay */
+    }
+    head[strcspn(head, "\n")] = 0;
+    if (strncmp(head, "qmla-iv-journal 1 ", 18) || strcmp(head + 18, key)) {
+        fclose(f);
+        return 1;
+    }
+    double *r = malloc((nr ? nr : 1) * sizeof *r);
+    if (!r) {
+        fclose(f);
+        return -1;
+    }
+    for (;;) {
+        size_t k;
+        int layer, seq, degen;
+        unsigned long long seed;
+        qmla_iv_item it;
+        memset(&it, 0, sizeof it);
+        if (fscanf(f, " I %zu %d %d %llu %d %la %la %la %la %la %la %la", &k, &layer, &seq,
+                   &seed, &degen, &it.g_jvp[0], &it.g_jvp[1], &it.r_finite[0],
+                   &it.r_finite[1], &it.r_joint, &it.cross, &it.cross_rel) != 12)
+            break;
+        char tag[2];
+        int ok = fscanf(f, " %1s", tag) == 1 && tag[0] == 'R';
+        for (size_t i = 0; i < nr && ok; i++)
+            ok = fscanf(f, " %la", &r[i]) == 1;
+        if (!ok || fscanf(f, " %1s", tag) != 1 || tag[0] != 'E')
+            break;
+        if (k >= plan->n_items || !plan->wanted[k] || plan->items[k].layer != layer ||
+            (int)plan->items[k].seq != seq || done[ord[k]])
+            continue;
+        it.seed = seed;
+        it.degenerate = degen;
+        items[ord[k]] = it;
+        memcpy(ratio + ord[k] * nr, r, nr * sizeof *r);
+        done[ord[k]] = 1;
+    }
+    free(r);
+    fclose(f);
+    return rc;
+}
+
+int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
+                       const qmla_iv_opts *o, const char *results_path,
+                       qmla_iv_stats *stats, int *stopped, qmla_error *err)
+{
+    *stopped = 0;
+    memset(stats, 0, sizeof *stats);
+    const qmla_capture_config *cfg = qmla_capture_get_config(cap);
+    const qmla_mla_dims d = {(size_t)cfg->H, (size_t)cfg->D, (size_t)cfg->d_c,
+                             (size_t)cfg->d_n, (size_t)cfg->d_r, (size_t)cfg->d_v,
+                             cfg->softmax_scale};
+    int st = qmla_sweep_params_check(&o->params, cfg, err);
+    if (st)
+        return st;
+    if (o->reps == 0)
+        return qmla_error_set(err, QMLA_EINVAL, "interventions: expected reps >= 1, found 0");
+    qmla_plan plan;
+    qmla_plan_selection ps;
+    memset(&ps, 0, sizeof ps);
+    ps.layers = sel->layers;
+    ps.n_layers = sel->n_layers;
+    ps.cells = sel->cells;
+    ps.n_cells = sel->n_cells;
+    if ((st = qmla_plan_build(cap, &ps, &plan, err)))
+        return st;
+    const size_t nw = plan.n_wanted, R = o->reps;
+    qmla_op_ws ws;
+    memset(&ws, 0, sizeof ws);
+    qmla_layer layer;
+    memset(&layer, 0, sizeof layer);
+    int *lay = malloc((nw + 1) * sizeof *lay), *seq = malloc((nw + 1) * sizeof *seq);
+    const char **cells = malloc((nw + 1) * sizeof *cells);
+    qmla_iv_item *items = malloc((nw + 1) * sizeof *items);
+    double *ratio = malloc((nw * 2 * QMLA_N_CTRL * R + 1) * sizeof *ratio);
+    double *lr = malloc((nw * R + 1) * sizeof *lr);
+    char sha[65];
+    const qmla_exec ex = qmla_exec_cpu(o->threads);
+    if (!lay || !seq || !cells || !items || !ratio || !lr) {
+        st = qmla_error_set(err, QMLA_ENOMEM, "interventions: out of memory");
+        goto out;
+    }
+    if ((st = qmla_sha256_file(qmla_capture_path(cap), sha, err)))
+        goto out;
+    if ((st = qmla_op_ws_alloc(&d, plan.T_max, 0, o->threads, &ws, err)))
+        goto out;
+    /* ordinal of each wanted item (plan order); results sit at it */
+    size_t *ord = malloc((plan.n_items + 1) * sizeof *ord);
+    unsigned char *done = calloc(nw + 1, 1);
+    char key[8192], jpath[4096];
+    FILE *jf = NULL;
+    if (!ord || !done) {
+        free(ord);
+        free(done);
+        st = qmla_error_set(err, QMLA_ENOMEM, "interventions: out of memory");
+        goto out;
+    }
+    size_t n = 0;
+    for (size_t k = 0; k < plan.n_items; k++)
+        ord[k] = plan.wanted[k] ? n++ : SIZE_MAX;
+    {
+        size_t u = (size_t)snprintf(key, sizeof key,
+                                    "sha256=%s bits=%d group=%d meta=%d nmse=%a reps=%zu seed=%llu",
+                                    sha, o->params.quant.bits, o->params.quant.group,
+                                    (int)o->params.quant.meta, o->params.nmse, R,
+                                    (unsigned long long)o->seed);
+        for (size_t c = 0; c < plan.n_cells && u < sizeof key; c++)
+            u += (size_t)snprintf(key + u, sizeof key - u, "%s%s", c ? "," : " cells=",
+                                  plan.cells[c]);
+    }
+    snprintf(jpath, sizeof jpath, "%s.interventions.journal", results_path);
+    const size_t nr = 2 * QMLA_N_CTRL * R;
+    const int jr = iv_journal_replay(jpath, key, &plan, ord, nr, items, ratio, done);
+    if (jr < 0) {
+        st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", jpath);
+        goto out2;
+    }
+    if (jr > 0 && !o->force) {
+        st = qmla_error_set(err, QMLA_EMISMATCH,
+                            "%s: a journal of another capture, direction, reps, seed or "
+                            "cell set; rerun with --force to discard it", jpath);
+        goto out2;
+    }
+    size_t resumed = 0;
+    for (size_t k = 0; k < nw; k++)
+        resumed += done[k];
+    if (!(jf = fopen(jpath, resumed ? "a" : "w"))) {
+        st = qmla_error_set(err, QMLA_EIO, "%s: %s", jpath, strerror(errno));
+        goto out2;
+    }
+    if (!resumed)
+        fprintf(jf, "qmla-iv-journal 1 %s\n", key);
+    size_t fin = resumed;
+    long cur = -1;
+    for (size_t k = 0; k < plan.n_items; k++) {
+        const qmla_plan_item *it = &plan.items[k];
+        if (plan.wanted[k]) {
+            lay[ord[k]] = it->layer;
+            seq[ord[k]] = (int)it->seq;
+            cells[ord[k]] = qmla_capture_cell_name(cap, it->li, it->ci);
+        }
+        if (!plan.wanted[k] || done[ord[k]])
+            continue;
+        if ((long)it->li != cur) {
+            qmla_layer_free(&layer);
+            if ((st = qmla_capture_load_layer(cap, it->li, &layer, err)))
+                goto out2;
+            cur = (long)it->li;
+        }
+        qmla_cell cell;
+        memset(&cell, 0, sizeof cell);
+        if ((st = qmla_capture_load_cell_parts(cap, it->li, it->ci, 0, &cell, err)))
+            goto out2;
+        const size_t T = cell.T, H = d.H, q = it->seq, j = ord[k];
+        const qmla_mla_weights w = {layer.w_uk, layer.w_uv, layer.w_o};
+        st = qmla_intervene_sequence(&ex, &d, T, &w, cell.q_nope + q * H * T * d.d_n,
+                                     cell.q_rope + q * H * T * d.d_r,
+                                     cell.c_kv + q * T * d.d_c, cell.k_rope + q * T * d.d_r,
+                                     &o->params, R, o->seed + k, &ws, &items[j],
+                                     ratio + j * nr, err);
+        qmla_cell_free(&cell);
+        if (st) {
+            qmla_error_prefix(err, "layer %d, sequence %zu: ", it->layer, q);
+            goto out2;
+        }
+        if (iv_journal_write(jf, k, it->layer, (int)q, &items[j], ratio + j * nr, nr)) {
+            st = qmla_error_set(err, QMLA_EIO, "%s: cannot write: %s", jpath, strerror(errno));
+            goto out2;
+        }
+        done[j] = 1;
+        fin++;
+        if (o->progress && o->progress(o->progress_ctx, fin, nw, resumed)) {
+            *stopped = 1;
+            goto out2;
+        }
+    }
+    /* headline statistics over the non-degenerate items */
+    size_t good = 0;
+    double rj = 0, rc = 0, rp = 0, cr = 0;
+    for (size_t k = 0; k < n; k++)
+        if (!items[k].degenerate) {
+            good++;
+            rj += items[k].r_joint;
+            rc += items[k].r_finite[0];
+            rp += items[k].r_finite[1];
+            cr += items[k].cross_rel;
+        }
+    stats->n_items = good;
+    stats->mean_r_joint = good ? rj / (double)good : NAN;
+    stats->mean_r_content = good ? rc / (double)good : NAN;
+    stats->mean_r_rope = good ? rp / (double)good : NAN;
+    stats->mean_cross_rel = good ? cr / (double)good : NAN;
+    for (int c = 0; c < QMLA_N_CTRL; c++)
+        for (int p = 0; p < 2; p++) {
+            size_t m = 0;
+            for (size_t k = 0; k < n; k++)
+                if (!items[k].degenerate)
+                    for (size_t r = 0; r < R; r++)
+                        lr[m++] = log(ratio[((k * 2 + (size_t)p) * QMLA_N_CTRL + (size_t)c) * R + r]);
+            if (bootstrap_gmean(lr, m, o->bootstrap, o->seed, &stats->gmean[c][p],
+                                &stats->ci_lo[c][p], &stats->ci_hi[c][p],
+                                &stats->median[c][p])) {
+                st = qmla_error_set(err, QMLA_ENOMEM, "interventions: out of memory");
+                goto out2;
+            }
+        }
+    st = write_iv(results_path, o, qmla_capture_path(cap), sha, n, lay, cells, seq, items,
+                  ratio, stats, err);
+    if (st == QMLA_OK) {
+        fclose(jf);
+        jf = NULL;
+        unlink(jpath);
+    }
+out2:
+    if (jf)
+        fclose(jf);
+    free(ord);
+    free(done);
+out:
+    qmla_op_ws_free(&ws);
+    qmla_layer_free(&layer);
+    qmla_plan_free(&plan);
+    free(lay);
+    free(seq);
+    free(cells);
+    free(items);
+    free(ratio);
+    free(lr);
+    return st;
+}

@@ -1,0 +1,367 @@
+/* tfeval.c — baseline calibration on a capture and evaluation of transforms
+ * (qmla/tfeval.h, docs/math.md §7–9). */
+#include "qmla/tfeval.h"
+
+#include <gsl/gsl_eigen.h>
+#include <gsl/gsl_matrix.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qmla/attention.h"
+
+static qmla_mla_dims dims_of(const qmla_capture_config *c)
+{
+    qmla_mla_dims d = {(size_t)c->H, (size_t)c->D, (size_t)c->d_c, (size_t)c->d_n,
+                       (size_t)c->d_r, (size_t)c->d_v, c->softmax_scale};
+    return d;
+}
+
+int qmla_tf_baseline(const qmla_exec *ex, qmla_capture *cap, size_t li,
+                     const size_t *cells, size_t n_cells, qmla_tmethod method,
+                     double alpha, qmla_transform *t, float *gamma_out,
+                     qmla_error *err)
+{
+    const qmla_capture_config *cf = qmla_capture_get_config(cap);
+    qmla_mla_dims d = dims_of(cf);
+    qmla_layer L;
+    memset(&L, 0, sizeof L);
+    int st = qmla_capture_load_layer(cap, li, &L, err);
+    if (st)
+        return st;
+    memcpy(gamma_out, L.kv_norm, d.d_c * sizeof(float));
+    t->layer = L.layer;
+    if (method == QMLA_TM_RTN) {
+        st = qmla_transform_set_identity(t, L.kv_norm, err);
+    } else if (method == QMLA_TM_QUAROT) {
+        st = qmla_transform_set_identity(t, L.kv_norm, err);
+        if (!st)
+            st = qmla_transform_quarot(t, err);
+    } else if (method == QMLA_TM_SMOOTHQUANT) {
+        qmla_calib cal;
+        st = qmla_calib_alloc(d.d_c, d.d_r, &cal, err);
+        for (size_t k = 0; k < n_cells && !st; k++) {
+            qmla_cell cell;
+            memset(&cell, 0, sizeof cell);
+            st = qmla_capture_load_cell_parts(cap, li, cells[k], 0, &cell, err);
+            if (st)
+                break;
+            size_t T = cell.T;
+            float *ql = malloc(T * d.H * d.d_c * sizeof(float));
+            float *qr = malloc(T * d.H * d.d_r * sizeof(float));
+            if (!ql || !qr)
+                st = qmla_error_set(err, QMLA_ENOMEM, "smoothquant calibration: out of memory");
+            for (size_t n = 0; n < cell.N && !st; n++) {
+                qmla_attn_absorb(ex, &d, T, cell.q_nope + n * d.H * T * d.d_n, L.w_uk, ql);
+                qmla_attn_tokens_major(d.H, T, d.d_r, cell.q_rope + n * d.H * T * d.d_r, qr);
+                qmla_calib_add(&cal, T, d.H, cell.c_kv + n * T * d.d_c,
+                               cell.k_rope + n * T * d.d_r, ql, qr);
+            }
+            free(ql);
+            free(qr);
+            qmla_cell_free(&cell);
+        }
+        if (!st)
+            st = qmla_transform_smoothquant(t, L.kv_norm, &cal, alpha, err);
+        qmla_calib_free(&cal);
+    } else {
+        st = qmla_error_set(err, QMLA_EINVAL, "baseline: method %s is learned, not calibrated",
+                            qmla_tmethod_name(method));
+    }
+    qmla_layer_free(&L);
+    return st;
+}
+
+static double lambda_max_gram(const double *G, size_t d)
+{
+    gsl_matrix *m = gsl_matrix_alloc(d, d);
+    gsl_vector *ev = gsl_vector_alloc(d);
+    gsl_eigen_symm_workspace *w = gsl_eigen_symm_alloc(d);
+    double r = NAN;
+    if (m && ev && w) {
+        memcpy(m->data, G, d * d * sizeof(double)); /* tda == d for a fresh matrix */
+        gsl_eigen_symm(m, ev, w);
+        r = gsl_vector_max(ev);
+    }
+    if (w) gsl_eigen_symm_free(w);
+    if (ev) gsl_vector_free(ev);
+    if (m) gsl_matrix_free(m);
+    return r;
+}
+
+double qmla_spectral_norm(const float *X, size_t n, size_t d)
+{
+    double *G = calloc(d * d, sizeof *G);
+    if (!G)
+        return NAN;
+    for (size_t r = 0; r < n; r++) {
+        const float *x = X + r * d;
+        for (size_t j = 0; j < d; j++) {
+            double v = x[j];
+            for (size_t k = j; k < d; k++)
+                G[j * d + k] += v * x[k];
+        }
+    }
+    for (size_t j = 0; j < d; j++)
+        for (size_t k = 0; k < j; k++)
+            G[j * d + k] = G[k * d + j];
+    double l = lambda_max_gram(G, d);
+    free(G);
+    return sqrt(l > 0 ? l : 0);
+}
+
+/* ‖P_h‖₂ for every head: P_h^T = W_O,h W_UV,h [D, d_c]. */
+static int head_norms(const qmla_mla_dims *d, const qmla_layer *L, double *pn,
+                      qmla_error *err)
+{
+    float *X = malloc(d->D * d->d_c * sizeof(float));
+    double *row = malloc(d->d_c * sizeof(double));
+    if (!X || !row) {
+        free(X);
+        free(row);
+        return qmla_error_set(err, QMLA_ENOMEM, "bound: out of memory");
+    }
+    size_t HV = d->H * d->d_v;
+    for (size_t h = 0; h < d->H; h++) {
+        const float *wuv = L->w_uv + h * d->d_v * d->d_c;
+        for (size_t o = 0; o < d->D; o++) {
+            memset(row, 0, d->d_c * sizeof(double));
+            for (size_t v = 0; v < d->d_v; v++) {
+                double a = L->w_o[o * HV + h * d->d_v + v];
+                const float *u = wuv + v * d->d_c;
+                for (size_t j = 0; j < d->d_c; j++)
+                    row[j] += a * u[j];
+            }
+            for (size_t j = 0; j < d->d_c; j++)
+                X[o * d->d_c + j] = (float)row[j];
+        }
+        /* float storage of P_h^T loses ~1e-7 relative: inflate by 1e-5 so the
+         * bound stays an upper bound */
+        pn[h] = qmla_spectral_norm(X, d->D, d->d_c) * (1.0 + 1e-5);
+    }
+    free(X);
+    free(row);
+    return QMLA_OK;
+}
+
+static double sq_diff(const float *a, const float *b, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++) {
+        double v = (double)a[i] - b[i];
+        s += v * v;
+    }
+    return s;
+}
+
+int qmla_tf_eval_cell(const qmla_exec *ex, qmla_capture *cap, size_t li,
+                      size_t ci, const qmla_transform *t, const float *gamma,
+                      const qmla_tf_eval_opts *o, qmla_tf_eval_row *row,
+                      qmla_error *err)
+{
+    const qmla_capture_config *cf = qmla_capture_get_config(cap);
+    qmla_mla_dims d = dims_of(cf);
+    memset(row, 0, sizeof *row);
+    row->bound_ok = 1;
+    if (t->d_c != d.d_c || t->d_r != d.d_r || t->pairing != cf->rope_pairing)
+        return qmla_error_set(err, QMLA_EMISMATCH,
+                              "transform of layer %d: expected d_c %zu, d_r %zu, %s pairing (the capture), found %zu, %zu, %s",
+                              t->layer, d.d_c, d.d_r, qmla_rope_pairing_name(cf->rope_pairing), t->d_c,
+                              t->d_r, qmla_rope_pairing_name(t->pairing));
+    qmla_layer L;
+    memset(&L, 0, sizeof L);
+    qmla_cell cell;
+    memset(&cell, 0, sizeof cell);
+    qmla_attn_state s0, s1;
+    memset(&s0, 0, sizeof s0);
+    memset(&s1, 0, sizeof s1);
+    float *Ce = NULL, *Ke = NULL, *work = NULL;
+    double *pn = NULL;
+    int st = qmla_capture_load_layer(cap, li, &L, err);
+    if (st)
+        goto out;
+    for (size_t j = 0; j < d.d_c; j++)
+        if (fabs((double)gamma[j] - L.kv_norm[j]) > 1e-6 * fabs((double)L.kv_norm[j]) + 1e-30) {
+            st = qmla_error_set(err, QMLA_EMISMATCH,
+                                "layer %d: the transform's content/gamma[%zu] = %.9g, expected the capture's kv_norm %.9g (transforms made for another model?)",
+                                L.layer, j, (double)gamma[j], (double)L.kv_norm[j]);
+            goto out;
+        }
+    st = qmla_capture_load_cell_parts(cap, li, ci, 0, &cell, err);
+    if (st)
+        goto out;
+    size_t T = cell.T;
+    st = qmla_attn_state_alloc(&d, T, 0, &s0, err);
+    if (!st)
+        st = qmla_attn_state_alloc(&d, T, 0, &s1, err);
+    if (st)
+        goto out;
+    Ce = malloc(T * d.d_c * sizeof(float));
+    Ke = malloc(T * d.d_r * sizeof(float));
+    work = malloc(T * (d.d_c > d.d_r ? d.d_c : d.d_r) * sizeof(float));
+    pn = malloc(d.H * sizeof(double));
+    if (!Ce || !Ke || !work || !pn) {
+        st = qmla_error_set(err, QMLA_ENOMEM, "eval: out of memory (T %zu)", T);
+        goto out;
+    }
+    st = head_norms(&d, &L, pn, err);
+    if (st)
+        goto out;
+    qmla_mla_weights w = {L.w_uk, L.w_uv, L.w_o};
+    for (size_t n = 0; n < cell.N; n++) {
+        const float *C = cell.c_kv + n * T * d.d_c, *K = cell.k_rope + n * T * d.d_r;
+        st = qmla_attn_state_forward(ex, &d, T, &w, cell.q_nope + n * d.H * T * d.d_n,
+                                     cell.q_rope + n * d.H * T * d.d_r, C, K, &s0, err);
+        if (!st)
+            st = qmla_transform_effective_content(ex, t, gamma, &o->qc, C, T, o->sink, o->local,
+                                                  work, Ce, err);
+        if (!st)
+            st = qmla_transform_effective_rope(t, &o->qr, K, T, o->sink, o->local, work, Ke, err);
+        if (st) {
+            qmla_error_prefix(err, "layer %d, cell %s, sequence %zu: ", L.layer, cell.name, n);
+            goto out;
+        }
+        double yy = 0;
+        for (size_t i = 0; i < T * d.D; i++)
+            yy += (double)s0.Y[i] * s0.Y[i];
+        if (!(yy > 0))
+            yy = 1e-30;
+        const float *Cs[3] = {Ce, Ce, C}, *Ks[3] = {Ke, K, Ke};
+        double r[3];
+        for (int k = 0; k < 3; k++) {
+            qmla_attn_from_queries(ex, &d, T, &w, s0.q_lat, s0.q_rope_t, Cs[k], Ks[k], s1.A, s1.A,
+                                   s1.U, s1.O, s1.Y);
+            r[k] = sq_diff(s1.Y, s0.Y, T * d.D) / yy;
+        }
+        /* positional scores, masked, with τ */
+        double num = 0, den = 0, bsum = 0;
+        for (size_t h = 0; h < d.H; h++) {
+            double nh = 0;
+            for (size_t i = 0; i < T; i++) {
+                const float *q = s0.q_rope_t + (i * d.H + h) * d.d_r;
+                for (size_t s = 0; s <= i; s++) {
+                    double z = 0, dz = 0;
+                    for (size_t j = 0; j < d.d_r; j++) {
+                        z += (double)q[j] * K[s * d.d_r + j];
+                        dz += (double)q[j] * ((double)Ke[s * d.d_r + j] - K[s * d.d_r + j]);
+                    }
+                    den += z * z;
+                    nh += dz * dz;
+                }
+            }
+            num += nh;
+            bsum += pn[h] * d.tau * sqrt(nh);
+        }
+        double cn = qmla_spectral_norm(C, T, d.d_c) * (1.0 + 1e-5);
+        double bound = 0.5 * bsum * cn;
+        double bnmse = bound * bound / yy;
+        row->nmse_out += r[0];
+        row->nmse_c += r[1];
+        row->nmse_p += r[2];
+        row->pos_err += num / (den > 1e-8 ? den : 1e-8);
+        row->bound_p += bnmse;
+        if (r[2] > bnmse)
+            row->bound_ok = 0;
+        row->n_seq++;
+    }
+    if (row->n_seq) {
+        double k = (double)row->n_seq;
+        row->nmse_out /= k;
+        row->nmse_c /= k;
+        row->nmse_p /= k;
+        row->pos_err /= k;
+        row->bound_p /= k;
+    }
+out:
+    free(Ce);
+    free(Ke);
+    free(work);
+    free(pn);
+    qmla_attn_state_free(&s0);
+    qmla_attn_state_free(&s1);
+    qmla_cell_free(&cell);
+    qmla_layer_free(&L);
+    return st;
+}
+
+/* ---- /eval writer --------------------------------------------------------- */
+
+#include "io/h5util.h"
+
+int qmla_tf_eval_write(const char *path, const char *config,
+                       const char *policy, const char *command,
+                       const qmla_tf_eval_rec *rows, size_t n,
+                       qmla_error *err)
+{
+    int created = 0;
+    h5_quiet q = qmla_h5_quiet_begin();
+    hid_t f = qmla_h5_open_mem(path, &created, err);
+    if (f < 0) {
+        qmla_h5_quiet_end(q);
+        return err && err->status ? err->status : QMLA_EIO;
+    }
+    if (!created && H5Lexists(f, "eval", H5P_DEFAULT) > 0)
+        H5Ldelete(f, "eval", H5P_DEFAULT);
+    hid_t g = H5Gcreate2(f, "eval", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    int bad = g < 0;
+    const char **meth = calloc(n + 1, sizeof *meth), **tf = calloc(n + 1, sizeof *tf),
+               **cell = calloc(n + 1, sizeof *cell);
+    int *layer = calloc(n + 1, sizeof *layer), *ok = calloc(n + 1, sizeof *ok);
+    long long *ns = calloc(n + 1, sizeof *ns);
+    double *col[6];
+    for (int k = 0; k < 6; k++)
+        col[k] = calloc(n + 1, sizeof(double));
+    bad |= !meth || !tf || !cell || !layer || !ok || !ns;
+    for (int k = 0; k < 6; k++)
+        bad |= !col[k];
+    for (size_t i = 0; i < n && !bad; i++) {
+        meth[i] = rows[i].method;
+        tf[i] = rows[i].transforms;
+        cell[i] = rows[i].cell;
+        layer[i] = rows[i].layer;
+        ok[i] = rows[i].r.bound_ok;
+        ns[i] = (long long)rows[i].r.n_seq;
+        col[0][i] = rows[i].r.nmse_out;
+        col[1][i] = rows[i].r.nmse_c;
+        col[2][i] = rows[i].r.nmse_p;
+        col[3][i] = rows[i].r.pos_err;
+        col[4][i] = rows[i].r.bound_p;
+    }
+    if (!bad) {
+        bad |= qmla_h5_attr_str(g, "config", config);
+        bad |= qmla_h5_attr_str(g, "policy", policy);
+        bad |= qmla_h5_attr_str(g, "command", command ? command : "");
+        bad |= qmla_h5_dset_strs(g, "method", n, meth, "transform method (label)");
+        bad |= qmla_h5_dset_strs(g, "transforms", n, tf, "transforms file");
+        bad |= qmla_h5_dset_1d(g, "layer", H5T_STD_I32LE, H5T_NATIVE_INT, n, layer, "layer index", "");
+        bad |= qmla_h5_dset_strs(g, "cell", n, cell, "cell name");
+        bad |= qmla_h5_dset_1d(g, "n_seq", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, ns, "sequences averaged", "");
+        bad |= qmla_h5_dset_1d(g, "nmse_out", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, col[0],
+                               "output NMSE, both caches quantized in transformed coordinates", "1");
+        bad |= qmla_h5_dset_1d(g, "nmse_out_content", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, col[1],
+                               "output NMSE, only the content cache quantized", "1");
+        bad |= qmla_h5_dset_1d(g, "nmse_out_rope", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, col[2],
+                               "output NMSE, only the RoPE cache quantized", "1");
+        bad |= qmla_h5_dset_1d(g, "pos_score_err", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, col[3],
+                               "positional-score error L_P (math.md section 8)", "1");
+        bad |= qmla_h5_dset_1d(g, "rope_bound_nmse", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, col[4],
+                               "App. C.3 bound on nmse_out_rope (squared, over |Y|^2)", "1");
+        bad |= qmla_h5_dset_1d(g, "bound_ok", H5T_STD_I8LE, H5T_NATIVE_INT, n, ok,
+                               "1 when every sequence had nmse_out_rope <= its bound", "");
+    }
+    free(meth); free(tf); free(cell); free(layer); free(ok); free(ns);
+    for (int k = 0; k < 6; k++)
+        free(col[k]);
+    if (g >= 0)
+        H5Gclose(g);
+    if (bad) {
+        char msg[256];
+        qmla_h5_error_text(msg, sizeof msg);
+        H5Fclose(f);
+        qmla_h5_quiet_end(q);
+        return qmla_error_set(err, QMLA_EIO, "%s: building group /eval: %s", path, msg);
+    }
+    int st = qmla_h5_save_image(f, path, err);
+    qmla_h5_quiet_end(q);
+    return st;
+}

@@ -1,0 +1,443 @@
+/* test_decode_cuda.c — the fused cache writer (kernels/kvcache.cu) and paged
+ * decode attention (kernels/decode.cu) on the GPU against their C twins:
+ *  - writer: pool pages, sink and window buffers bit for bit equal to
+ *    qmla_kv_write_ref (prefill-sized writes), and the same error for NaN;
+ *  - decode: output and LSE against the double-precision reference on the
+ *    cache as the kernel attends to it (qmla_decode_ref_model with
+ *    qmla_decode_cuda_packed_f32), NMSE <= 1e-5 and
+ *    |LSE error| <= 1e-4, over BF16, C4R4, C2R4, C8R8 and odd shapes
+ *    (batch 1/3/8, contexts 1, 63, 64, 65, 131, 4097, H 16 and 128,
+ *    s_q 1 and 2, window covering everything or nothing); outputs poisoned
+ *    before each call; a second call bit-identical;
+ *  - token aging: tokens appended one per sequence per call (decode-sized
+ *    writes) across the window boundary, checked after each step.
+ * SKIP (77) without a usable GPU. Run: meson test -C build --suite cuda */
+#include "check.h"
+#include "decode_cuda.h"
+#include "kvcache_cuda.h"
+#include "qdq_cuda.h"
+#include "qmla/decode.h"
+#include "qmla/kvcache.h"
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rs = 0x2545f4914f6cdd1dULL;
+static double unif(void)
+{
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return ((double)(rs >> 11) + 0.5) / 9007199254740992.0;
+}
+static double gauss(void) { return sqrt(-2 * log(unif())) * cos(6.283185307179586 * unif()); }
+
+#define CU(x)                                                                                  \
+    do {                                                                                       \
+        cudaError_t e_ = (x);                                                                  \
+        if (e_ != cudaSuccess) {                                                               \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            exit(1);                                                                           \
+        }                                                                                      \
+    } while (0)
+
+static void *dalloc(size_t n)
+{
+    void *p = NULL;
+    CU(cudaMalloc(&p, n ? n : 16));
+    return p;
+}
+static void *up(const void *h, size_t n)
+{
+    void *d = dalloc(n);
+    if (n)
+        CU(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    return d;
+}
+
+typedef struct {
+    const char *name;
+    int batch, H, s_q, S, W;
+    int len[8];
+} shape;
+
+/* Host and device copies of one batch's cache and queries. */
+typedef struct {
+    qmla_kv_cache h, d;       /* host twin, device */
+    qmla_decode_args ah, ad;  /* host / device pointers */
+    size_t pool_bytes, sink_bytes, win_bytes;
+    int32_t *bt, *len, *dbt, *dlen;
+    uint16_t *q, *dq;
+    int maxp;
+} cache;
+
+static void cache_alloc(cache *c, qmla_kv_config cfg, const shape *s, int max_len)
+{
+    memset(c, 0, sizeof *c);
+    const qmla_kv_layout L = qmla_kv_layout_of(&cfg);
+    c->maxp = (max_len + 63) / 64;
+    const size_t pages = (size_t)s->batch * c->maxp + 3;
+    c->pool_bytes = pages * L.page_bytes;
+    c->sink_bytes = (size_t)s->batch * (cfg.sink + 1) * QMLA_KV_D * 2;
+    c->win_bytes = (size_t)s->batch * (cfg.window + 1) * QMLA_KV_D * 2;
+    c->h.cfg = c->d.cfg = cfg;
+    c->h.batch = c->d.batch = s->batch;
+    c->h.n_pages = c->d.n_pages = pages;
+    c->h.pool = calloc(1, c->pool_bytes);
+    c->h.sink = calloc(1, c->sink_bytes);
+    c->h.window = calloc(1, c->win_bytes);
+    c->d.pool = dalloc(c->pool_bytes);
+    c->d.sink = dalloc(c->sink_bytes);
+    c->d.window = dalloc(c->win_bytes);
+    CU(cudaMemset(c->d.pool, 0, c->pool_bytes));
+    CU(cudaMemset(c->d.sink, 0, c->sink_bytes));
+    CU(cudaMemset(c->d.window, 0, c->win_bytes));
+    /* block tables: a random permutation of physical pages 3.. */
+    int32_t *perm = malloc(pages * 4);
+    for (size_t i = 0; i < pages; i++)
+        perm[i] = (int32_t)i;
+    for (size_t i = pages; i > 1; i--) {
+        size_t j = (size_t)(unif() * (double)i);
+        int32_t t = perm[i - 1];
+        perm[i - 1] = perm[j];
+        perm[j] = t;
+    }
+    c->bt = malloc((size_t)s->batch * c->maxp * 4);
+    memcpy(c->bt, perm, (size_t)s->batch * c->maxp * 4);
+    free(perm);
+    c->len = calloc((size_t)s->batch, 4);
+    c->dbt = up(c->bt, (size_t)s->batch * c->maxp * 4);
+    c->dlen = up(c->len, (size_t)s->batch * 4);
+    const size_t nq = (size_t)s->batch * s->s_q * s->H * QMLA_KV_D;
+    c->q = malloc(nq * 2);
+    for (size_t i = 0; i < nq; i++)
+        c->q[i] = qmla_core_f32_to_bf16((float)gauss());
+    c->dq = up(c->q, nq * 2);
+    qmla_decode_args a = {s->batch, s->s_q, s->H, 1.0f / sqrtf(192.0f), c->q, c->bt, c->maxp,
+                          c->len};
+    c->ah = a;
+    c->ad = a;
+    c->ad.q = c->dq;
+    c->ad.block_table = c->dbt;
+    c->ad.seq_len = c->dlen;
+}
+
+static void cache_free(cache *c)
+{
+    free(c->h.pool);
+    free(c->h.sink);
+    free(c->h.window);
+    cudaFree(c->d.pool);
+    cudaFree(c->d.sink);
+    cudaFree(c->d.window);
+    free(c->bt);
+    free(c->len);
+    free(c->q);
+    cudaFree(c->dbt);
+    cudaFree(c->dlen);
+    cudaFree(c->dq);
+}
+
+/* Append tokens: for each sequence b, positions from..to-1 (to <= its slot
+ * capacity), through the GPU writer and the C twin; compare the bytes. */
+static int append(cache *c, const shape *s, const int *from, const int *to, void *ws)
+{
+    size_t n = 0;
+    for (int b = 0; b < s->batch; b++)
+        n += (size_t)(to[b] - from[b]);
+    uint16_t *kv = malloc((n + 1) * QMLA_KV_D * 2);
+    int64_t *slot = malloc((n + 1) * 8);
+    int32_t *seq = malloc((n + 1) * 4), *pos = malloc((n + 1) * 4);
+    size_t i = 0;
+    for (int b = 0; b < s->batch; b++) {
+        for (int t = from[b]; t < to[b]; t++, i++) {
+            for (int j = 0; j < QMLA_KV_D; j++)
+                kv[i * QMLA_KV_D + j] = qmla_core_f32_to_bf16(
+                    (float)(gauss() * (j % 41 == 7 ? 3.0 : 1.0) + (j < 512 ? 0.05 * b : 0.0)));
+            slot[i] = (int64_t)c->bt[b * c->maxp + t / 64] * 64 + t % 64;
+            seq[i] = b;
+            pos[i] = t;
+        }
+        c->len[b] = to[b];
+    }
+    qmla_kv_write wh = {kv, n, slot, seq, pos, c->len};
+    qmla_kv_write wd = {up(kv, n * QMLA_KV_D * 2), n, up(slot, n * 8), up(seq, n * 4),
+                        up(pos, n * 4), up(c->len, (size_t)s->batch * 4)};
+    qmla_error e1, e2;
+    int st1 = qmla_kv_write_ref(&c->h, &wh, &e1);
+    int st2 = qmla_kv_write_cuda_launch(&c->d, &wd, ws, 0, &e2);
+    if (!st2)
+        st2 = qmla_kv_write_cuda_status(&c->d, ws, 0, &e2);
+    CHECK(st1 == 0 && st2 == 0, "writer: %s / %s", e1.msg, e2.msg);
+    CU(cudaMemcpy(c->dlen, c->len, (size_t)s->batch * 4, cudaMemcpyHostToDevice));
+    uint8_t *pool = malloc(c->pool_bytes), *sink = malloc(c->sink_bytes),
+            *win = malloc(c->win_bytes);
+    CU(cudaMemcpy(pool, c->d.pool, c->pool_bytes, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(sink, c->d.sink, c->sink_bytes, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(win, c->d.window, c->win_bytes, cudaMemcpyDeviceToHost));
+    int same = !memcmp(pool, c->h.pool, c->pool_bytes) && !memcmp(sink, c->h.sink, c->sink_bytes) &&
+               !memcmp(win, c->h.window, c->win_bytes);
+    free(pool);
+    free(sink);
+    free(win);
+    cudaFree((void *)wd.kv);
+    cudaFree((void *)wd.slot);
+    cudaFree((void *)wd.seq);
+    cudaFree((void *)wd.pos);
+    cudaFree((void *)wd.seq_len);
+    free(kv);
+    free(slot);
+    free(seq);
+    free(pos);
+    return same;
+}
+
+/* The kernel's reconstruction of every token, bit for bit against
+ * qmla_kv_token_ref. Returns the number of differing tokens. */
+static long check_gather(cache *c, const shape *s)
+{
+    const size_t n = (size_t)s->batch * c->maxp * 64 * QMLA_KV_D;
+    uint16_t *d = dalloc(n * 2), *h = malloc(n * 2);
+    qmla_error err;
+    int st = qmla_kv_gather_cuda(&c->d, &c->ad, d, 0, &err);
+    CHECK_OK(st, err);
+    CU(cudaDeviceSynchronize());
+    CU(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost));
+    long bad = 0;
+    float row[QMLA_KV_D];
+    for (int b = 0; b < s->batch; b++)
+        for (long t = 0; t < c->len[b]; t++) {
+            qmla_kv_token_ref(&c->h, &c->ah, b, t, row);
+            const uint16_t *g = h + ((size_t)b * c->maxp * 64 + t) * QMLA_KV_D;
+            int diff = 0;
+            for (int j = 0; j < QMLA_KV_D; j++)
+                diff |= qmla_core_f32_to_bf16(row[j]) != g[j];
+            bad += diff;
+        }
+    cudaFree(d);
+    free(h);
+    return bad;
+}
+
+/* Decode on the GPU (twice) and against the reference. Returns NMSE. */
+static double check_decode(cache *c, const shape *s, const char *what, double *lse_err,
+                           int *identical)
+{
+    const size_t R = (size_t)s->s_q * s->H, rows = (size_t)s->batch * R;
+    int max_len = 0;
+    for (int b = 0; b < s->batch; b++)
+        max_len = c->len[b] > max_len ? c->len[b] : max_len;
+    qmla_decode_plan plan;
+    qmla_error err;
+    int st = qmla_decode_cuda_plan(&c->d.cfg, &c->ad, max_len, 0, &plan, &err);
+    CHECK_OK(st, err);
+    void *ws = dalloc(plan.ws_bytes);
+    uint16_t *dout = dalloc(rows * 512 * 2);
+    float *dlse = dalloc(rows * 4);
+    uint16_t *out = malloc(rows * 512 * 2), *out2 = malloc(rows * 512 * 2);
+    float *lse = malloc(rows * 4), *lse2 = malloc(rows * 4);
+    double *ro = malloc(rows * 512 * 8), *rl = malloc(rows * 8);
+    CU(cudaMemset(dout, 0xff, rows * 512 * 2)); /* poison: NaN */
+    CU(cudaMemset(dlse, 0xff, rows * 4));
+    st = qmla_decode_cuda(&c->d, &c->ad, &plan, ws, dout, dlse, 0, &err);
+    CHECK_OK(st, err);
+    CU(cudaDeviceSynchronize());
+    CU(cudaMemcpy(out, dout, rows * 512 * 2, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(lse, dlse, rows * 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemset(dout, 0xff, rows * 512 * 2));
+    st = qmla_decode_cuda(&c->d, &c->ad, &plan, ws, dout, dlse, 0, &err);
+    CU(cudaDeviceSynchronize());
+    CU(cudaMemcpy(out2, dout, rows * 512 * 2, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(lse2, dlse, rows * 4, cudaMemcpyDeviceToHost));
+    *identical = !memcmp(out, out2, rows * 512 * 2) && !memcmp(lse, lse2, rows * 4);
+    /* the reference on the cache the kernel attends to (packed values
+     * unrounded for C4R4 / C2R4, BF16-rounded otherwise) */
+    st = qmla_decode_ref_model(&c->h, &c->ah, qmla_decode_cuda_packed_f32(&c->d.cfg), ro, rl,
+                               &err);
+    CHECK_OK(st, err);
+    double num = 0, den = 0, le = 0;
+    int nonfinite = 0;
+    for (size_t r = 0; r < rows; r++) {
+        for (int j = 0; j < 512; j++) {
+            const double g = qmla_core_bf16_to_f32(out[r * 512 + j]), f = ro[r * 512 + j];
+            if (!isfinite(g))
+                nonfinite++;
+            num += (g - f) * (g - f);
+            den += f * f;
+        }
+        if (isinf(rl[r])) {
+            if (!(isinf(lse[r]) && lse[r] < 0))
+                le = INFINITY;
+        } else {
+            const double d = fabs((double)lse[r] - rl[r]);
+            le = d > le || isnan(d) ? d : le;
+        }
+    }
+    CHECK(nonfinite == 0, "%s: %d non-finite outputs", what, nonfinite);
+    *lse_err = le;
+    cudaFree(ws);
+    cudaFree(dout);
+    cudaFree(dlse);
+    free(out);
+    free(out2);
+    free(lse);
+    free(lse2);
+    free(ro);
+    free(rl);
+    return den > 0 ? num / den : num;
+}
+
+int main(void)
+{
+    qmla_error err;
+    if (!qmla_cuda_available(&err)) {
+        printf("SKIP: %s\n", err.msg);
+        return 77;
+    }
+    void *ws = dalloc(QMLA_KV_WRITE_WS_BYTES);
+    {
+        qmla_error e;
+        if (qmla_kv_write_cuda_ws_init(ws, 0, &e)) {
+            printf("FAIL: %s\n", e.msg);
+            return 1;
+        }
+    }
+    const shape shapes[] = {
+        {"b1 ctx1", 1, 16, 1, 4, 128, {1}},
+        {"b3 ctx63/64/65", 3, 16, 1, 4, 128, {63, 64, 65}},
+        {"b8 mixed", 8, 16, 1, 4, 128, {1, 63, 64, 65, 131, 4097, 200, 1000}},
+        {"b3 H128", 3, 128, 1, 4, 128, {131, 4097, 65}},
+        {"b3 s_q2", 3, 16, 2, 4, 128, {5, 131, 300}},
+        {"b3 window covers all", 3, 16, 1, 4, 8192, {131, 4097, 64}},
+        {"b1 no protection", 1, 16, 1, 0, 0, {4097}},
+    };
+    const char *cfgs[] = {"BF16", "C4R4", "C2R4", "C8R8"};
+    double worst_nmse = 0, worst_lse = 0;
+    /* QMLA_TEST_SMALL=1 (under compute-sanitizer): three shapes, 12 aging steps */
+    const int small = getenv("QMLA_TEST_SMALL") != NULL;
+    const size_t n_shapes = small ? 3 : sizeof shapes / sizeof *shapes;
+    for (int ci = 0; ci < 4; ci++)
+        for (size_t si = 0; si < n_shapes; si++) {
+            const shape *s = &shapes[si];
+            qmla_kv_config cfg = {0};
+            CHECK_OK(qmla_kv_parse_config(cfgs[ci], &cfg, &err), err);
+            cfg.sink = s->S;
+            cfg.window = s->W;
+            int max_len = 0, from[8] = {0};
+            for (int b = 0; b < s->batch; b++)
+                max_len = s->len[b] > max_len ? s->len[b] : max_len;
+            cache c;
+            cache_alloc(&c, cfg, s, max_len);
+            CHECK(append(&c, s, from, s->len, ws), "%s %s: writer bytes differ from the twin",
+                  cfgs[ci], s->name);
+            if (ci > 0) {
+                const long bad = check_gather(&c, s);
+                CHECK(bad == 0, "%s %s: %ld tokens reconstructed differently from the twin",
+                      cfgs[ci], s->name, bad);
+            }
+            double le;
+            int same;
+            const double nmse = check_decode(&c, s, s->name, &le, &same);
+            printf("%-5s %-22s nmse %.3e  lse err %.3e  %s\n", cfgs[ci], s->name, nmse, le,
+                   same ? "repeat identical" : "REPEAT DIFFERS");
+            CHECK(nmse <= 1e-5 && le <= 1e-4, "%s %s: nmse %g lse %g", cfgs[ci], s->name, nmse,
+                  le);
+            CHECK(same, "%s %s: second call differs", cfgs[ci], s->name);
+            worst_nmse = nmse > worst_nmse ? nmse : worst_nmse;
+            worst_lse = le > worst_lse ? le : worst_lse;
+            cache_free(&c);
+        }
+    /* the writer's other group sizes (32: 32 channels per thread; 16, 8: 8
+     * per thread) and C4R2 (run-time bit widths), bytes against the twin */
+    {
+        const shape s = {"groups", 3, 16, 1, 4, 128, {70, 131, 5}};
+        const int groups[4][3] = {{32, 4, 4}, {16, 4, 4}, {8, 2, 4}, {64, 4, 2}};
+        for (int gi = 0; gi < 4; gi++) {
+            qmla_kv_config cfg = {groups[gi][1], groups[gi][2], groups[gi][0], 4, 128};
+            cache c;
+            int from[3] = {0, 0, 0};
+            cache_alloc(&c, cfg, &s, 131);
+            CHECK(append(&c, &s, from, s.len, ws), "writer C%dR%d G %d: bytes differ from the twin",
+                  cfg.c_bits, cfg.r_bits, cfg.group);
+            cache_free(&c);
+        }
+    }
+    /* token aging: two sequences grow one token per call across W = 128 */
+    {
+        const shape s = {"aging", 2, 16, 1, 4, 128, {0, 0}};
+        qmla_kv_config cfg = {4, 4, 64, 4, 128};
+        cache c;
+        cache_alloc(&c, cfg, &s, 300);
+        int from[2] = {0, 0}, to[2] = {120, 60};
+        int ok_bytes = append(&c, &s, from, to, ws), ok = 1, steps = 0;
+        double wn = 0, wl = 0;
+        for (int step = 0; step < (small ? 12 : 90); step++, steps++) {
+            from[0] = to[0];
+            from[1] = to[1];
+            to[0]++;
+            to[1]++;
+            ok_bytes &= append(&c, &s, from, to, ws);
+            ok &= check_gather(&c, &s) == 0;
+            double le;
+            int same;
+            const double nmse = check_decode(&c, &s, "aging", &le, &same);
+            ok &= nmse <= 1e-5 && le <= 1e-4 && same;
+            wn = nmse > wn ? nmse : wn;
+            wl = le > wl ? le : wl;
+        }
+        printf("C4R4  aging (%d steps)      nmse %.3e  lse err %.3e\n", steps, wn, wl);
+        CHECK(ok_bytes, "aging: writer bytes differ from the twin");
+        CHECK(ok, "aging: worst nmse %g lse %g", wn, wl);
+        cache_free(&c);
+    }
+    /* writer error: the same token, group and value as the twin (the
+     * group's first non-finite value, in either half of a group of 64:
+     * the kernel splits it over two threads) */
+    for (int v = 0; v < 3; v++) {
+        const shape s = {"nan", 1, 16, 1, 4, 128, {10}};
+        qmla_kv_config cfg = {4, 4, 64, 4, 128};
+        cache c;
+        cache_alloc(&c, cfg, &s, 64);
+        uint16_t kv[3 * 576];
+        for (int j = 0; j < 3 * 576; j++)
+            kv[j] = qmla_core_f32_to_bf16((float)gauss());
+        if (v == 0) { /* RoPE group 8, first half */
+            kv[2 * 576 + 530] = 0x7fc0;
+        } else if (v == 1) { /* content group 1: NaN in the first half, -inf in the second */
+            kv[2 * 576 + 70] = 0x7fc0;
+            kv[2 * 576 + 100] = 0xff80;
+        } else { /* content group 1: -inf then NaN, both in the second half */
+            kv[2 * 576 + 100] = 0xff80;
+            kv[2 * 576 + 120] = 0x7fc0;
+        }
+        const char *want = v == 0 ? "group 8: non-finite value nan"
+                           : v == 1 ? "group 1: non-finite value nan"
+                                    : "group 1: non-finite value -inf";
+        int64_t slot[3] = {(int64_t)c.bt[0] * 64, (int64_t)c.bt[0] * 64 + 1,
+                           (int64_t)c.bt[0] * 64 + 2};
+        int32_t seq[3] = {0, 0, 0}, pos[3] = {0, 1, 2}, len[1] = {3};
+        qmla_kv_write wh = {kv, 3, slot, seq, pos, len};
+        qmla_kv_write wd = {up(kv, sizeof kv), 3, up(slot, 24), up(seq, 12), up(pos, 12),
+                            up(len, 4)};
+        qmla_error e1, e2;
+        int st1 = qmla_kv_write_ref(&c.h, &wh, &e1);
+        int st2 = qmla_kv_write_cuda_launch(&c.d, &wd, ws, 0, &e2);
+        if (!st2)
+            st2 = qmla_kv_write_cuda_status(&c.d, ws, 0, &e2);
+        CHECK(st1 == QMLA_ENONFINITE && st2 == QMLA_ENONFINITE && strstr(e2.msg, "token 2,") &&
+                  strstr(e2.msg, want) && strcmp(e1.msg, e2.msg) == 0,
+              "non-finite %d: %s / %s", v, e1.msg, e2.msg);
+        cudaFree((void *)wd.kv);
+        cudaFree((void *)wd.slot);
+        cudaFree((void *)wd.seq);
+        cudaFree((void *)wd.pos);
+        cudaFree((void *)wd.seq_len);
+        cache_free(&c);
+    }
+    printf("worst nmse %.3e, worst lse error %.3e\n", worst_nmse, worst_lse);
+    cudaFree(ws);
+    return check_summary("test_decode_cuda");
+}

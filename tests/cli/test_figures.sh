@@ -1,0 +1,468 @@
+#!/usr/bin/env bash
+# tests/cli/test_figures.sh — `qmla export`, `qmla show` and `qmla figures` end to
+# end, on small results files made here (two synthetic sweeps, plus files
+# edited with h5py: extra tables, units/descriptions, odd strings, a model the
+# paper has, a file lacking /responses):
+#  - every exported table (tsv, csv, md, json) equals the HDF5 data read by
+#    h5py, every row and column, exactly; the provenance equals the root
+#    attributes; units and descriptions are carried;
+#  - responses_by_layer equals an independent NumPy computation, and its
+#    response means equal /summary;
+#  - `qmla show` prints the table `qmla sweep -v` printed;
+#  - every figure renders as a valid PNG (header + IHDR size), SVG and PDF of
+#    the size the figure table gives; Table 4 holds the summary attributes and
+#    the paper's row beside a matching model;
+#  - a file lacking a figure's data gives the "needs ..." line and no figure;
+#  - bad or missing files give exit 2 and a message naming the file.
+# Env (set by meson): QMLA_BIN, QMLA_SOURCE_ROOT, QMLA_PYTHON. Needs gnuplot
+# (gnuplot-nox) and /usr/bin/python3 with numpy + h5py.
+set -u
+. "$(dirname "$0")/../support/cli_lib.sh"
+# python check: prints "ok N" or FAIL lines; counted here
+pycheck() {
+  local what=$1; shift
+  "$PY" "$@" >"$work/py" 2>&1
+  local rc=$?
+  local n; n=$(grep -c '^ok' "$work/py")
+  pass=$((pass + n))
+  if [ $rc != 0 ] || grep -q '^FAIL' "$work/py"; then
+    fail=$((fail + 1)); echo "FAIL: $what" >&2; grep -v '^ok' "$work/py" | head -20 | sed 's/^/    /' >&2
+  fi
+}
+
+need_python
+command -v gnuplot >/dev/null || { echo "FAIL: gnuplot not found (apt-get install gnuplot-nox)"; echo "0 passed, 1 failed"; exit 1; }
+
+# --- small results files -----------------------------------------------------
+expect 0 "synth A" -- "$QMLA" synth -o "$work/capA.h5" --seed 3 --tokens 40 --seqs 2 --cells 2
+expect 0 "synth B" -- "$QMLA" synth -o "$work/capB.h5" --seed 5 --tokens 40 --seqs 3 --cells 1
+expect 0 "sweep A" -- "$QMLA" sweep "$work/capA.h5" -o "$work/A.h5" --threads 2 -v
+cp "$work/out" "$work/sweepA.txt"
+expect 0 "sweep B (nu 1e-3)" -- "$QMLA" sweep "$work/capB.h5" -o "$work/B.h5" --threads 2 --nmse 0.001
+# C: A plus an extra table of odd types and strings, units and descriptions
+cp "$work/A.h5" "$work/C.h5"
+"$PY" - "$work/C.h5" <<'EOF'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    f["responses/nmse_out"].attrs["units"] = "1"
+    f["responses/nmse_out"].attrs["description"] = "output NMSE, tab\there"
+    g = f.create_group("extra")
+    g.create_dataset("id", data=np.array([1, 2, 3, 4], dtype=np.uint16))
+    g.create_dataset("neg", data=np.array([-5, 0, 7, -2**40], dtype=np.int64))
+    g.create_dataset("x32", data=np.array([0.1, -2.5, 1e-30, 3.0], dtype=np.float32))
+    g.create_dataset("xnf", data=np.array([np.nan, np.inf, -np.inf, 0.0]))
+    g.create_dataset("fixed", data=np.array([b"ab", b"c", b"", b"defgh"], dtype="S5"))
+    g.create_dataset("text", data=["plain", "tab\tcomma,quote\"", "new\nline|pipe", "ünïcødé ν"],
+                     dtype=h5py.string_dtype())
+    g["x32"].attrs["units"] = "s"
+    g.attrs["note"] = "extra table"
+    g.attrs["vec"] = np.array([1.5, 2.5])
+    f.attrs["odd"] = "comma, \"quote\" and\ttab"
+EOF
+# D: the summary of A under a model the paper has, and no /responses
+cp "$work/A.h5" "$work/D.h5"
+"$PY" - "$work/D.h5" <<'EOF'
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    del f["responses"]
+    f.attrs["model"] = "deepseek-ai/DeepSeek-V2-Lite"
+EOF
+
+# --- export equals the HDF5 data ---------------------------------------------
+for t in responses summary extra; do
+  for fmt in tsv csv md json; do
+    expect 0 "export C $t $fmt" -- "$QMLA" export "$work/C.h5" --table $t --format $fmt -o "$work/C.$t.$fmt"
+  done
+done
+"$QMLA" export "$work/C.h5" --table summary > "$work/stdout.tsv" 2>&1
+if cmp -s "$work/stdout.tsv" "$work/C.summary.tsv"; then ok; else bad "export to stdout differs from -o"; fi
+cat > "$work/check_export.py" <<'EOF'
+import csv, io, json, math, sys, h5py, numpy as np
+path, d = sys.argv[1], sys.argv[2]
+f = h5py.File(path, "r")
+
+def want_cols(g):
+    cols = []
+    for name in g:            # order is checked separately (creation order)
+        ds = g[name]
+        v = ds[...]
+        if v.dtype.kind in "SO":
+            v = [x.decode() if isinstance(x, bytes) else x for x in v.tolist()]
+        cols.append((name, v))
+    return dict(cols)
+
+def same_num(text, x):
+    if isinstance(x, (float, np.floating)):
+        if math.isnan(x):
+            return text in ("nan", None)
+        if math.isinf(x):
+            return text == ("inf" if x > 0 else "-inf") or text is None
+        return float(text) == float(x)
+    return int(text) == int(x)
+
+def check_rows(t, header, rows, fmt, unescape=lambda s: s):
+    g = f[t]
+    want = want_cols(g)
+    if sorted(header) != sorted(want):
+        print("FAIL", t, fmt, "columns", header, "expected", sorted(want)); return
+    n = len(next(iter(want.values())))
+    if len(rows) != n:
+        print("FAIL", t, fmt, "rows", len(rows), "expected", n); return
+    bad = 0
+    for r, row in enumerate(rows):
+        for c, name in enumerate(header):
+            x = want[name][r]
+            cell = row[c]
+            if isinstance(x, str):
+                good = unescape(cell) == x
+            else:
+                good = same_num(cell, x)
+            if not good:
+                bad += 1
+                if bad < 5:
+                    print("FAIL", t, fmt, "row", r, "column", name, "found", repr(cell), "expected", repr(x))
+    if not bad:
+        print("ok", t, fmt, n, "rows x", len(header), "columns")
+
+def root_attr_text(v):
+    if isinstance(v, bytes): v = v.decode()
+    if isinstance(v, str): return v
+    if isinstance(v, np.ndarray): return ", ".join(root_attr_text(x) for x in v.tolist())
+    if isinstance(v, (float, np.floating)): return repr(float(v))
+    return str(int(v))
+
+def unescape_tsv(s):
+    out, i = [], 0
+    while i < len(s):
+        if s[i] == "\\" and i + 1 < len(s):
+            out.append({"t": "\t", "n": "\n", "r": "\r", "\\": "\\"}[s[i + 1]]); i += 2
+        else:
+            out.append(s[i]); i += 1
+    return "".join(out)
+
+for t in ("responses", "summary", "extra"):
+    # tsv
+    lines = open(f"{d}/C.{t}.tsv", encoding="utf-8").read().split("\n")
+    comments = [l for l in lines if l.startswith("#")]
+    data = [l for l in lines if l and not l.startswith("#")]
+    header = data[0].split("\t")
+    check_rows(t, header, [l.split("\t") for l in data[1:]], "tsv", unescape_tsv)
+    # creation order (h5py lists name order): the writer follows the row
+    # table of include/qmla/response.h, which starts layer, cell, seq, path
+    if t == "responses" and header[:4] != ["layer", "cell", "seq", "path"]:
+        print("FAIL responses column order", header[:4])
+    # provenance: every root attribute as '# key: value'
+    prov = {}
+    for l in comments[1:]:
+        k, _, v = l[2:].partition(": ")
+        prov[k] = unescape_tsv(v)
+    missing = 0
+    for k, v in f.attrs.items():
+        got = prov.get(k)
+        want = root_attr_text(v)
+        if isinstance(v, (float, np.floating)):
+            good = got is not None and float(got) == float(v)
+        else:
+            good = got == want
+        if not good:
+            missing += 1; print("FAIL", t, "tsv provenance", k, repr(got), "expected", repr(want))
+    for k, v in f[t].attrs.items():
+        got = prov.get(f"{t}.{k}")
+        if got is None:
+            missing += 1; print("FAIL", t, "tsv table attribute", k)
+        elif not isinstance(v, (str, bytes)) and np.ndim(v) == 0 and float(got) != float(v):
+            missing += 1; print("FAIL", t, "tsv table attribute", k, got, v)
+    if not missing:
+        print("ok", t, "tsv provenance", len(f.attrs), "+", len(f[t].attrs))
+    # csv (pandas-style: comment lines, then RFC 4180)
+    text = open(f"{d}/C.{t}.csv", encoding="utf-8", newline="").read()
+    body = "".join(l for l in io.StringIO(text, newline="").readlines() if not l.startswith("#"))
+    rows = list(csv.reader(io.StringIO(body, newline="")))
+    check_rows(t, rows[0], rows[1:], "csv")
+    # json
+    j = json.load(open(f"{d}/C.{t}.json", encoding="utf-8"))
+    header = [c["name"] for c in j["columns"]]
+    jrows = [[r[h] for h in header] for r in j["rows"]]
+    jrows = [[c if isinstance(c, str) or c is None else (repr(c) if isinstance(c, float) else str(c)) for c in r] for r in jrows]
+    check_rows(t, header, jrows, "json")
+    if j["provenance"].get("model") == f.attrs["model"] and j["table"] == t and j["n_rows"] == len(j["rows"]):
+        print("ok", t, "json provenance")
+    else:
+        print("FAIL", t, "json provenance", j["provenance"].get("model"))
+    units = {c["name"]: c["units"] for c in j["columns"]}
+    for name in f[t]:
+        u = f[t][name].attrs.get("units", "")
+        if units[name] != (u.decode() if isinstance(u, bytes) else u):
+            print("FAIL", t, "json units of", name, units[name])
+    # md: | a | b | rows after the |---| line
+    md = [l for l in open(f"{d}/C.{t}.md", encoding="utf-8").read().split("\n") if l.startswith("|")]
+    def cells(l):
+        parts, cur, i = [], "", 1
+        while i < len(l):
+            if l[i] == "\\" and i + 1 < len(l) and l[i + 1] == "|":
+                cur += "|"; i += 2; continue
+            if l[i] == "|":
+                parts.append(cur.strip()); cur = ""
+            else:
+                cur += l[i]
+            i += 1
+        return parts
+    header = [h.split(" [")[0] for h in cells(md[0])]
+    mdrows = [cells(l) for l in md[2:]]
+    # md turns line breaks into spaces
+    want = want_cols(f[t])
+    for name in want:
+        if len(want[name]) and isinstance(want[name][0], str):
+            want[name] = [s.replace("\n", " ").strip() for s in want[name]]
+    g_cols = want
+    bad = 0
+    for r, row in enumerate(mdrows):
+        for c, name in enumerate(header):
+            x = g_cols[name][r]
+            good = row[c] == x if isinstance(x, str) else same_num(row[c], x)
+            bad += not good
+    print("ok" if bad == 0 and len(mdrows) == len(next(iter(g_cols.values()))) else "FAIL", t, "md", bad, "bad cells")
+
+# units / description line for the annotated column
+tsv = open(f"{d}/C.responses.tsv", encoding="utf-8").read()
+if "# column nmse_out [1]: output NMSE, tab\\there\n" in tsv:
+    print("ok units and description comment line")
+else:
+    print("FAIL no '# column nmse_out [1]: ...' line")
+md = open(f"{d}/C.extra.md", encoding="utf-8").read()
+print("ok md units header" if "| x32 [s] |" in md else "FAIL md header lacks 'x32 [s]'")
+EOF
+pycheck "exported tables equal the HDF5 data" "$work/check_export.py" "$work/C.h5" "$work"
+
+# --- the derived per-layer table ---------------------------------------------
+expect 0 "export responses_by_layer" -- "$QMLA" export "$work/A.h5" --table responses_by_layer -o "$work/A.bylayer.tsv"
+# --list names every table --table takes, the derived one included, with its size
+expect 0 "export --list" -- "$QMLA" export "$work/A.h5" --list
+for t in responses summary cells; do contains "^$t " "export --list"; done
+nl=$(($(wc -l < "$work/A.bylayer.tsv") - $(grep -c '^#' "$work/A.bylayer.tsv") - 1))
+contains "^responses_by_layer *$nl " "export --list (derived table, $nl rows)"
+cat > "$work/check_bylayer.py" <<'EOF'
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")
+r = f["responses"]
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[2]) if not l.startswith("#")]
+head, body = rows[0], rows[1:]
+col = {h: np.array([float(b[i]) for b in body]) for i, h in enumerate(head)}
+layer = r["layer"][...]; cell = r["cell"].asstr()[...]; path = r["path"].asstr()[...]
+deg = r["degenerate"][...]
+layers = sorted(set(layer.tolist()))
+bad = 0
+for name in r:
+    if r[name].dtype.kind != "f":
+        continue
+    x = r[name][...]
+    for p in ("content", "rope"):
+        got = col[f"{p}_{name}"]
+        for li, L in enumerate(layers):
+            cm = []
+            for c in sorted(set(cell.tolist())):
+                m = (layer == L) & (path == p) & (cell == c) & (deg == 0)
+                if m.any():
+                    cm.append(x[m].mean())
+            want = np.mean(cm)
+            if not (abs(got[li] - want) <= 1e-12 * max(abs(want), 1e-300)):
+                bad += 1; print("FAIL", p, name, "layer", L, got[li], want)
+print("ok by-layer means" if not bad else "FAIL by-layer means")
+s = f["summary"]
+for p, sc in (("content", "response_content"), ("rope", "response_rope")):
+    d = np.abs(col[f"{p}_response"] - s[sc][...]) / np.abs(s[sc][...])
+    print("ok", sc, "equals summary" if d.max() <= 1e-12 else "FAIL", sc, d.max())
+if col["layer"].tolist() == [float(x) for x in s["layer"][...]]:
+    print("ok layers")
+else:
+    print("FAIL layers", col["layer"])
+EOF
+pycheck "responses_by_layer equals NumPy" "$work/check_bylayer.py" "$work/A.h5" "$work/A.bylayer.tsv"
+# F: unequal sequence counts per cell and a degenerate row (mean over cells
+# of the mean over sequences differs from the plain mean; degenerate rows are
+# left out); its /summary recomputed by the same rule in NumPy
+"$PY" - "$work/A.h5" "$work/F.h5" <<'EOF2'
+import sys, h5py, numpy as np
+src, dst = sys.argv[1], sys.argv[2]
+with h5py.File(src, "r") as a, h5py.File(dst, "w") as b:
+    for k, v in a.attrs.items():
+        b.attrs[k] = v
+    r = a["responses"]
+    cell = r["cell"].asstr()[...]; seq = r["seq"][...]
+    keep = ~((cell == cell[0]) & (seq == 1))
+    g = b.create_group("responses")
+    for name in r:
+        x = r[name][...][keep]
+        if name == "response":
+            x[0] *= 100.0
+        if name == "degenerate":
+            x[0] = 1
+        g.create_dataset(name, data=x)
+    layer = g["layer"][...]; path = g["path"].asstr()[...]; cell = g["cell"].asstr()[...]
+    deg = g["degenerate"][...]; resp = g["response"][...]
+    Ls = sorted(set(layer.tolist()))
+    s = b.create_group("summary")
+    s.create_dataset("layer", data=np.array(Ls, dtype=np.int32))
+    for p, name in (("content", "response_content"), ("rope", "response_rope")):
+        v = []
+        for L in Ls:
+            cm = [resp[(layer == L) & (path == p) & (cell == c) & (deg == 0)].mean()
+                  for c in sorted(set(cell.tolist()))
+                  if ((layer == L) & (path == p) & (cell == c) & (deg == 0)).any()]
+            v.append(np.mean(cm))
+        s.create_dataset(name, data=np.array(v))
+EOF2
+expect 0 "export F responses_by_layer" -- "$QMLA" export "$work/F.h5" --table responses_by_layer -o "$work/F.bylayer.tsv"
+pycheck "responses_by_layer with unequal cells and a degenerate row" "$work/check_bylayer.py" "$work/F.h5" "$work/F.bylayer.tsv"
+
+# --- show prints what sweep printed ------------------------------------------
+expect 0 "show A" -- "$QMLA" show "$work/A.h5"
+sed -n '/^layer/,/^model mean/p' "$work/sweepA.txt" > "$work/t1"
+sed -n '/^layer/,/^model mean/p' "$work/out" > "$work/t2"
+if [ -s "$work/t1" ] && cmp -s "$work/t1" "$work/t2"; then ok; else bad "show table differs from sweep -v"; diff "$work/t1" "$work/t2" | head >&2; fi
+grep '^quant' "$work/sweepA.txt" > "$work/t1"; grep '^quant' "$work/out" > "$work/t2"
+if cmp -s "$work/t1" "$work/t2"; then ok; else bad "show quant line differs from sweep"; fi
+expect 0 "show --brief" -- "$QMLA" show "$work/A.h5" --brief
+lacks "R_P/R_C" "show --brief"
+contains "model mean over layers" "show --brief"
+
+# --- figures: every format, sizes from the figure table ---------------------
+cat > "$work/check_images.py" <<'EOF'
+import re, struct, sys, os
+d, fmt, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+# sizes of the figure table (cli/cmd_figures.c): w + w_model n, h + h_model n
+sizes = {"fig2-responses": (420 + 360 * n, 460), "fig6-atlas": (1000, 300 + 100 * n),
+         "routes": (120 + 400 * n, 460)}
+for name, (w, h) in sizes.items():
+    p = f"{d}/{name}.{fmt}"
+    if not os.path.exists(p) or os.path.getsize(p) < 1000:
+        print("FAIL", p, "missing or smaller than 1000 bytes"); continue
+    b = open(p, "rb").read()
+    if fmt == "png":
+        if b[:8] != b"\x89PNG\r\n\x1a\n" or b[12:16] != b"IHDR":
+            print("FAIL", p, "not a PNG"); continue
+        W, H = struct.unpack(">II", b[16:24])
+        good = (W, H) == (w, h) and b[-8:-4] == b"IEND"
+    elif fmt == "svg":
+        t = b.decode("utf-8", "replace")
+        m = re.search(r'<svg[^>]*width="(\d+)"[^>]*height="(\d+)"', t)
+        good = bool(m) and (int(m.group(1)), int(m.group(2))) == (w, h) and t.rstrip().endswith("</svg>")
+    else:
+        m = re.search(rb"/MediaBox \[\s*0 0 ([\d.]+) ([\d.]+)\s*\]", b)
+        good = b[:5] == b"%PDF-" and b"%%EOF" in b[-32:] and bool(m) and \
+            abs(float(m.group(1)) - w * 0.72) < 1 and abs(float(m.group(2)) - h * 0.72) < 1
+    print("ok" if good else "FAIL", p, fmt, "size", w, "x", h)
+EOF
+expect 0 "figures A B png" -- "$QMLA" figures "$work/A.h5" "$work/B.h5" -o "$work/figs"
+# a sweep file has no /eval and no /ppl_table, so transforms-nmse (qmla eval's
+# figure) and ppl-bits (qmla ppl's) are the ones skipped
+contains "4 written, 2 skipped" "figures A B png"
+contains "skipped transforms-nmse: needs eval" "figures A B png"
+contains "skipped ppl-bits: needs ppl_table" "figures A B png"
+pycheck "figures png" "$work/check_images.py" "$work/figs" png 2
+for fmt in svg pdf; do
+  expect 0 "figures A $fmt" -- "$QMLA" figures "$work/A.h5" -o "$work/figs-$fmt" --format $fmt
+  pycheck "figures $fmt" "$work/check_images.py" "$work/figs-$fmt" $fmt 1
+done
+# the exported data the scripts read equal qmla export's
+"$QMLA" export "$work/B.h5" --table summary > "$work/Bsum.tsv" 2>&1
+if tail -n +2 "$work/Bsum.tsv" | cmp -s - <(tail -n +2 "$work/figs/data/m2.summary.tsv"); then ok; else bad "figures data/m2.summary.tsv differs from qmla export"; fi
+# labels: same model, different nu -> the nu is added
+if grep -q "label\[2\] = 'synthetic tiny, ν=0.001'" "$work/figs/data/inputs.gp"; then ok; else bad "label of B lacks its nu"; cat "$work/figs/data/inputs.gp" >&2; fi
+
+# --labels replaces the default labels, in the data the scripts read
+expect 0 "figures --labels" -- "$QMLA" figures "$work/A.h5" "$work/B.h5" -o "$work/figsL" --only fig2-responses --labels "first,it's B"
+if grep -q "label\[1\] = 'first'" "$work/figsL/data/inputs.gp" && grep -q "label\[2\] = 'it''s B'" "$work/figsL/data/inputs.gp"; then ok; else bad "--labels not in inputs.gp"; cat "$work/figsL/data/inputs.gp" >&2; fi
+pycheck "figures --labels png" - "$work/figsL/fig2-responses.png" <<'EOF2'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+print("ok" if b[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", b[16:24]) == (1140, 460) else "FAIL", "labelled fig2 size")
+EOF2
+# Table 4: our model-level values, exactly; the paper's row beside a match
+cat > "$work/check_table4.py" <<'EOF'
+import csv, sys, h5py
+d, files = sys.argv[1], sys.argv[2:]
+rows = list(csv.DictReader(open(f"{d}/table4.csv")))
+ours = [r for r in rows if r["source"].startswith("ours")]
+paper = [r for r in rows if r["source"] == "paper"]
+if len(ours) != len(files) or len(paper) != 6:
+    print("FAIL rows", len(ours), len(paper))
+for r, p in zip(ours, files):
+    s = h5py.File(p, "r")["summary"].attrs
+    good = all(float(r[k]) == float(s[a]) for k, a in (("content_response", "model_response_content"),
+               ("rope_response", "model_response_rope"), ("ratio", "model_ratio")))
+    print("ok" if good else "FAIL", "table4 values of", p)
+i = next(k for k, r in enumerate(rows) if r["source"].startswith("ours") and "DeepSeek-V2-Lite" in r["model"]) if any("DeepSeek-V2-Lite" in r["model"] and r["source"].startswith("ours") for r in rows) else None
+if i is not None:
+    nxt = rows[i + 1]
+    good = nxt["source"] == "paper" and nxt["model"] == "DeepSeek-V2-Lite" and nxt["ratio"] == "6.331"
+    print("ok" if good else "FAIL", "paper row beside the matching model")
+EOF
+pycheck "table4 A B" "$work/check_table4.py" "$work/figs" "$work/A.h5" "$work/B.h5"
+
+# --- a file lacking a figure's data: the needs line, no figure ---------------
+expect 0 "figures D (no /responses)" -- "$QMLA" figures "$work/D.h5" -o "$work/figsD"
+contains "skipped fig6-atlas: needs responses_by_layer (per-layer means of /responses)" "figures D"
+contains "skipped routes: needs" "figures D"
+contains "no table /responses" "figures D"
+contains "wrote $work/figsD/fig2-responses.png" "figures D"
+if [ ! -e "$work/figsD/fig6-atlas.png" ] && [ ! -e "$work/figsD/routes.png" ]; then ok; else bad "figures D drew a figure without its data"; fi
+pycheck "table4 D (paper row beside DeepSeek-V2-Lite)" "$work/check_table4.py" "$work/figsD" "$work/D.h5"
+# A with D: all inputs must have the data
+expect 0 "figures A D" -- "$QMLA" figures "$work/A.h5" "$work/D.h5" -o "$work/figsAD" --only routes
+contains "skipped routes: needs" "figures A D"
+# summary without its attributes: Table 4 skipped
+cp "$work/A.h5" "$work/E.h5"
+"$PY" -c "import h5py,sys; f=h5py.File(sys.argv[1],'r+'); del f['summary'].attrs['model_ratio']" "$work/E.h5"
+expect 0 "figures E (no model_ratio)" -- "$QMLA" figures "$work/E.h5" -o "$work/figsE" --only table4
+contains "skipped table4: needs summary with @model_response_content,@model_response_rope,@model_ratio" "figures E"
+contains "attribute model_ratio absent" "figures E"
+
+# --- bad input never crashes: exit 2 and a message ----------------------------
+printf 'not hdf5\n' > "$work/garbage.h5"
+head -c 3000 "$work/A.h5" > "$work/truncated.h5"
+for cmd in "export" "show" "figures"; do
+  extra=(); [ $cmd = figures ] && extra=(-o "$work/figsX")
+  expect 2 "$cmd missing file" -- "$QMLA" $cmd "$work/missing.h5" "${extra[@]}"
+  contains "missing.h5: cannot open" "$cmd missing file"
+  expect 2 "$cmd garbage file" -- "$QMLA" $cmd "$work/garbage.h5" "${extra[@]}"
+  contains "garbage.h5: not an HDF5 file" "$cmd garbage file"
+  expect 2 "$cmd truncated file" -- "$QMLA" $cmd "$work/truncated.h5" "${extra[@]}"
+  contains "truncated.h5" "$cmd truncated file"
+  expect 0 "$cmd --help" -- "$QMLA" $cmd --help
+  contains "examples:" "$cmd --help"
+done
+expect 2 "show on a capture" -- "$QMLA" show "$work/capA.h5"
+contains "root attribute format: expected \"qmla-results\"" "show on a capture"
+expect 2 "export unknown table" -- "$QMLA" export "$work/A.h5" --table nope
+contains "no table /nope (expected one of: cells, responses, summary)" "export unknown table"
+expect 2 "export bad format" -- "$QMLA" export "$work/A.h5" --format xml
+contains "expected tsv, csv, md or json, found \"xml\"" "export bad format"
+expect 2 "export a capture's group that is not a table" -- "$QMLA" export "$work/capA.h5" --table layers
+contains "expected a 1-D dataset" "export non-table"
+expect 2 "figures bad format" -- "$QMLA" figures "$work/A.h5" -o "$work/x" --format gif
+expect 2 "figures without -o" -- "$QMLA" figures "$work/A.h5"
+expect 2 "figures unknown --only" -- "$QMLA" figures "$work/A.h5" -o "$work/x" --only fig99
+expect 2 "figures wrong label count" -- "$QMLA" figures "$work/A.h5" -o "$work/x" --labels a,b
+expect 2 "figures without gnuplot" -- "$QMLA" figures "$work/A.h5" -o "$work/x" --gnuplot /nonexistent/gnuplot --only routes
+contains "cannot run \"/nonexistent/gnuplot\"" "figures without gnuplot"
+expect 0 "figures --list" -- "$QMLA" figures --list
+for f in fig2-responses fig6-atlas routes table4; do contains "$f" "figures --list"; done
+
+# ppl-bits from a qmla ppl file (one panel per text: 120 + 840 x 460)
+expect 0 "ppl for ppl-bits" -- "$QMLA" ppl "$ROOT/models/tiny-mla" --text "$ROOT/data/heldout/prose.txt.gz" \
+  --text "$ROOT/data/heldout/code.txt.gz" --config bf16,C4R4 --policy none,sink4/local128 --tokens 512 \
+  --threads 2 -o "$work/ppl.h5"
+expect 0 "figures ppl-bits" -- "$QMLA" figures "$work/ppl.h5" -o "$work/figsP" --only ppl-bits
+pycheck "ppl-bits png" - "$work/figsP/ppl-bits.png" "$work/figsP/data/m1.ppl_table.tsv" <<'EOF2'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+print("ok" if b[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", b[16:24]) == (960, 460) else "FAIL", "ppl-bits size")
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[2]) if not l.startswith("#")]
+h, rows = rows[0], rows[1:]
+d = {(r[h.index("text_index")], r[h.index("config")], r[h.index("policy")]): float(r[h.index("delta_bits_per_byte")]) for r in rows}
+bpb = {(r[h.index("text_index")], r[h.index("config")], r[h.index("policy")]): float(r[h.index("bits_per_byte")]) for r in rows}
+good = len(rows) == 6 and all(abs(d[k] - (bpb[k] - bpb[(k[0], "bf16", "none")])) < 1e-12 for k in d) and d[("0", "bf16", "none")] == 0
+print("ok" if good else "FAIL", "ppl_table deltas against the bf16 row of the same text")
+EOF2
+finish test_figures
