@@ -23,6 +23,7 @@
  * no flush-to-zero (see quant_core.h). Reference twin: qmla_quant_qdq
  * (bit for bit, test_qdq_cuda).
  */
+#include "cuda_status.cuh"
 #include "emit_fast.cuh"
 #include "qdq_cuda.h"
 #include "qmla/quant_core.h"
@@ -230,17 +231,12 @@ __global__ void __launch_bounds__(QDQ_THREADS) qdq_generic_kernel(qdq_args a)
     }
 }
 
-static int cuda_fail(qmla_error *err, cudaError_t e, const char *what)
-{
-    return qmla_error_set(err, QMLA_EIO, "CUDA: %s: %s", what, cudaGetErrorString(e));
-}
-
 extern "C" int qmla_cuda_available(qmla_error *err)
 {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
-        cuda_fail(err, e, "cudaGetDeviceCount");
+        qmla_cuda_fail(err, e, "cudaGetDeviceCount");
         return 0;
     }
     if (n < 1) {
@@ -313,7 +309,7 @@ extern "C" int qmla_qdq_cuda_launch(const qmla_quant_params *p, const float *x, 
         qdq_generic_kernel<<<gb, QDQ_THREADS, smem, stream>>>(a);
     }
     if ((e = cudaGetLastError()) != cudaSuccess)
-        return cuda_fail(err, e, "qdq kernel launch");
+        return qmla_cuda_fail(err, e, "qdq kernel launch");
     return QMLA_OK;
 }
 
@@ -322,7 +318,7 @@ extern "C" int qmla_qdq_cuda_ws_init(void *ws, cudaStream_t stream, qmla_error *
     if (!ws || ((uintptr_t)ws & 7u))
         return qmla_error_set(err, QMLA_EINVAL, "qdq_cuda: workspace NULL or not 8-byte aligned");
     const cudaError_t e = cudaMemsetAsync(ws, 0xff, sizeof(unsigned long long), stream);
-    return e == cudaSuccess ? QMLA_OK : cuda_fail(err, e, "cudaMemsetAsync");
+    return e == cudaSuccess ? QMLA_OK : qmla_cuda_fail(err, e, "cudaMemsetAsync");
 }
 
 extern "C" int qmla_qdq_cuda_status(const qmla_quant_params *p, size_t width, void *ws,
@@ -337,12 +333,12 @@ extern "C" int qmla_qdq_cuda_status(const qmla_quant_params *p, size_t width, vo
         e = cudaMemcpy(&value, (const unsigned long long *)ws + 1, sizeof value,
                        cudaMemcpyDeviceToHost);
     if (e != cudaSuccess)
-        return cuda_fail(err, e, "qdq kernel");
+        return qmla_cuda_fail(err, e, "qdq kernel");
     if (code == NO_FAILURE)
         return QMLA_OK;
     /* ready for the next launch (synchronous) */
     if ((e = cudaMemset(ws, 0xff, sizeof(unsigned long long))) != cudaSuccess)
-        return cuda_fail(err, e, "qdq kernel: cudaMemset");
+        return qmla_cuda_fail(err, e, "qdq kernel: cudaMemset");
     const size_t ng = qmla_quant_n_groups(p, width);
     const size_t idx = (size_t)(code >> 2), t = idx / ng, g = idx % ng;
     const int cs = (int)(code & 3u);
