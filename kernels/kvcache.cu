@@ -37,7 +37,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#define NO_FAILURE 0xffffffffffffffffull
 #define KVW_THREADS 288 /* 256 content + 32 RoPE threads */
 #ifndef QMLA_KVW_MIN_BLOCKS /* blocks per SM the registers allow (build-time experiment) */
 #define QMLA_KVW_MIN_BLOCKS 4 /* H200 run 22a: 3 blocks 51.9 us, 4 blocks 48.7 (C4R4) */
@@ -347,21 +346,12 @@ extern "C" int qmla_kv_write_cuda_ws_init(void *ws, cudaStream_t stream, qmla_er
 extern "C" int qmla_kv_write_cuda_status(const qmla_kv_cache *kc, void *ws, cudaStream_t stream,
                                          qmla_error *err)
 {
-    unsigned long long code = NO_FAILURE;
-    float value = 0.0f;
-    cudaError_t e = cudaStreamSynchronize(stream);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(&code, ws, sizeof code, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(&value, (const unsigned long long *)ws + 1, sizeof value,
-                       cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess)
-        return qmla_cuda_fail(err, e, "kv writer");
-    if (code == NO_FAILURE)
-        return QMLA_OK;
-    /* ready for the next launch (synchronous: ws is free again on return) */
-    if ((e = cudaMemset(ws, 0xff, sizeof(unsigned long long))) != cudaSuccess)
-        return qmla_cuda_fail(err, e, "kv writer: cudaMemset");
+    unsigned long long code;
+    float value;
+    int failed;
+    const int st = qmla_cuda_failure_word(ws, stream, "kv writer", &code, &value, &failed, err);
+    if (st || !failed)
+        return st;
     const qmla_kv_layout L = qmla_kv_layout_of(&kc->cfg);
     const size_t ngt = (size_t)(L.ng_c + L.ng_r), idx = (size_t)(code >> 2);
     const int cs = (int)(code & 3u);

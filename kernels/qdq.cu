@@ -32,7 +32,6 @@
 
 /* First failure, encoded so that atomicMin keeps the lowest (token, group):
  * (token * n_groups + group) * 4 + core status. */
-#define NO_FAILURE 0xffffffffffffffffull
 #define QDQ_THREADS 256
 #ifndef QMLA_QDQ_MIN_BLOCKS /* fast path: blocks per SM the registers allow */
 #define QMLA_QDQ_MIN_BLOCKS 3
@@ -324,21 +323,12 @@ extern "C" int qmla_qdq_cuda_ws_init(void *ws, cudaStream_t stream, qmla_error *
 extern "C" int qmla_qdq_cuda_status(const qmla_quant_params *p, size_t width, void *ws,
                                     cudaStream_t stream, qmla_error *err)
 {
-    unsigned long long code = NO_FAILURE;
-    float value = 0.0f;
-    cudaError_t e = cudaStreamSynchronize(stream);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(&code, ws, sizeof code, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(&value, (const unsigned long long *)ws + 1, sizeof value,
-                       cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess)
-        return qmla_cuda_fail(err, e, "qdq kernel");
-    if (code == NO_FAILURE)
-        return QMLA_OK;
-    /* ready for the next launch (synchronous) */
-    if ((e = cudaMemset(ws, 0xff, sizeof(unsigned long long))) != cudaSuccess)
-        return qmla_cuda_fail(err, e, "qdq kernel: cudaMemset");
+    unsigned long long code;
+    float value;
+    int failed;
+    const int st = qmla_cuda_failure_word(ws, stream, "qdq kernel", &code, &value, &failed, err);
+    if (st || !failed)
+        return st;
     const size_t ng = qmla_quant_n_groups(p, width);
     const size_t idx = (size_t)(code >> 2), t = idx / ng, g = idx % ng;
     const int cs = (int)(code & 3u);
