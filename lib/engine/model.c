@@ -1,9 +1,11 @@
 /* lib/engine/model.c — the MLA inference engine of qmla/model.h: config.json and
  * safetensors loading (jansson), the forward pass with the absorbed MLA
- * cache through lib/attention/attention.c, cache configurations through the library
+ * cache through lib/attention/attention.c (and the expanded form of
+ * lib/attention/expanded.c), cache configurations through the library
  * quantizer (qmla_quant_qdq, bit for bit the analysis quantizer) and the
  * sink/local policy, and bits per byte over a text. */
 #include "qmla/model.h"
+#include "attention/attention_int.h"
 #include "qmla/attention.h"
 #include "qmla/decode.h"
 #include "qmla/kvcache.h"
@@ -723,13 +725,6 @@ int qmla_model_ws_alloc(const qmla_model *m, size_t T, qmla_model_ws **out, qmla
 
 /* ------------------------------------------------------------ forward */
 
-/* y[T, out] = x[T, in] W^T, W [out, in]. */
-static void linear(size_t T, size_t in, size_t out_n, const float *x, const float *W, float *y)
-{
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)out_n, (int)in, 1.0f, x,
-                (int)in, W, (int)in, 0.0f, y, (int)out_n);
-}
-
 static void rmsnorm(size_t T, size_t n, double eps, const float *x, size_t ldx,
                     const float *g, float *y, size_t ldy)
 {
@@ -782,205 +777,6 @@ static int write_cache(const qmla_cache_spec *cs, size_t layer, size_t T, size_t
     round_bf16(C, T * d_c);
     round_bf16(K, T * d_r);
     return QMLA_OK;
-}
-
-/* Causal row blocks of the expanded form. */
-enum { XB = 128 };
-
-/* Per-head keys and values of one cache representation X [T, d_c] for the
- * tokens t0..t1-1: kc [H, T, d_n + d_r] = [X w_uk[h]^T | K],
- * vn [T, H*d_v] = X w_uv^T (rows t0..t1-1 written; kn is scratch). */
-static void expand_kv(const qmla_model_config *c, const layer_w *lw, size_t T, size_t t0,
-                      size_t t1, const float *X, const float *K, float *kn, float *kc,
-                      float *vn)
-{
-    const size_t H = c->H, dn = c->d_n, dr = c->d_r, qk = dn + dr;
-    if (t1 <= t0)
-        return;
-    linear(t1 - t0, c->d_c, H * dn, X + t0 * c->d_c, lw->w_uk, kn);
-    linear(t1 - t0, c->d_c, H * c->d_v, X + t0 * c->d_c, lw->w_uv, vn + t0 * H * c->d_v);
-    for (size_t h = 0; h < H; h++)
-        for (size_t t = t0; t < t1; t++) {
-            float *dst = kc + (h * T + t) * qk;
-            memcpy(dst, kn + ((t - t0) * H + h) * dn, dn * sizeof(float));
-            memcpy(dst + dn, K + t * dr, dr * sizeof(float));
-        }
-}
-
-/* Z[i][h][s] = tau q_h[i] . k_h[s] for s in the causal blocks ([T, H, T]). */
-static void expand_logits(size_t H, size_t T, size_t qk, float tau, const float *qc,
-                          const float *kc, float *Z)
-{
-    for (size_t h = 0; h < H; h++)
-        for (size_t r0 = 0; r0 < T; r0 += XB) {
-            const size_t r1 = r0 + XB < T ? r0 + XB : T;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)r1,
-                        (int)qk, tau, qc + (h * T + r0) * qk, (int)qk, kc + h * T * qk,
-                        (int)qk, 0.0f, Z + (r0 * H + h) * T, (int)(H * T));
-        }
-}
-
-/* O[:, h] (+)= A[:, h] V[:, h] on the causal blocks: A [T, H, T], V and O
- * [T, H*d_v]. */
-static void expand_aggregate(size_t H, size_t T, size_t dv, const float *A, const float *V,
-                             float beta, float *O)
-{
-    for (size_t h = 0; h < H; h++)
-        for (size_t r0 = 0; r0 < T; r0 += XB) {
-            const size_t r1 = r0 + XB < T ? r0 + XB : T;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0), (int)dv,
-                        (int)r1, 1.0f, A + (r0 * H + h) * T, (int)(H * T), V + h * dv,
-                        (int)(H * dv), beta, O + r0 * H * dv + h * dv, (int)(H * dv));
-        }
-}
-
-/* Policy: key s is read from its protected value by query i when s < S or
- * i - s < W. Z keeps the protected logits, Z2 the packed ones: Z takes Z2's
- * value where the packed copy is read. */
-static void mix_logits(size_t H, size_t T, size_t S, size_t W, float *Z, const float *Z2)
-{
-    for (size_t i = 0; i < T; i++)
-        for (size_t h = 0; h < H; h++) {
-            float *zp = Z + (i * H + h) * T;
-            const float *zq = Z2 + (i * H + h) * T;
-            for (size_t s = 0; s <= i; s++)
-                if (!(s < S || i - s < W))
-                    zp[s] = zq[s];
-        }
-}
-
-/* Split the attention A (in Z): Z keeps the weights of protected keys, Z2
- * receives those of packed ones. */
-static void split_attn(size_t H, size_t T, size_t S, size_t W, float *Z, float *Z2)
-{
-    for (size_t i = 0; i < T; i++)
-        for (size_t h = 0; h < H; h++) {
-            float *ap = Z + (i * H + h) * T, *aq = Z2 + (i * H + h) * T;
-            for (size_t s = 0; s < T; s++) {
-                if (s <= i && !(s < S || i - s < W)) {
-                    aq[s] = ap[s];
-                    ap[s] = 0.0f;
-                } else {
-                    aq[s] = 0.0f;
-                }
-            }
-        }
-}
-
-/* The sink/local policy in the expanded form, by causal row blocks: only the
- * key columns some query of the block reads from a representation are
- * computed from it. For rows r0..r1-1 (query i reads key s protected when
- * s < S or i - s < W, packed otherwise):
- *   sinks [0, min(S, r1))  protected for every row;
- *   band  [b0, r1)         b0 = max(S, r0 + 1 - W): protected for some rows
- *                          (empty when W = 0);
- *   packed [S, q1)         q1 = r1 - W: packed for some rows;
- *   [S, min(b0, q1))       packed for every row of the block;
- *   [b0, q1)               the overlap, both computed, one taken per row.
- * One softmax over each row as before; the aggregation sums the protected
- * weights against the protected values and the packed weights against the
- * packed values, so each (query, key) pair is read in exactly one
- * representation, as mix_logits / split_attn do over the whole square. The
- * packed keys and values are needed only for tokens S..T-W-1
- * (band_packed_rows). Z [T, H, T] holds the logits, then the weights; Z2
- * the overlap's packed logits, then its packed weights. */
-typedef struct band_blk {
-    size_t r0, r1, s1, b0, q1, p1; /* p1 = min(b0, q1): end of all-packed cols */
-} band_blk;
-
-static band_blk band_block(size_t r0, size_t r1, size_t S, size_t W)
-{
-    band_blk b = {r0, r1, S < r1 ? S : r1, r1, S, S};
-    if (W > 0) {
-        size_t lo = r0 + 1 > W ? r0 + 1 - W : 0;
-        b.b0 = lo > b.s1 ? lo : b.s1;
-    }
-    if (r1 > W && r1 - W > S)
-        b.q1 = r1 - W;
-    /* no row of the block reads a packed key at or beyond r1: with S > r1
-     * the range [b0, q1) would otherwise run past the window (S > T wrote
-     * past the end of Z2) */
-    if (b.q1 > r1)
-        b.q1 = r1;
-    b.p1 = b.b0 < b.q1 ? b.b0 : b.q1;
-    if (b.p1 < S)
-        b.p1 = S;
-    return b;
-}
-
-static void band_packed_rows(size_t T, size_t S, size_t W, size_t *t0, size_t *t1)
-{
-    *t0 = S < T ? S : T;
-    *t1 = T > W && T - W > *t0 ? T - W : *t0;
-}
-
-/* Z[rows, c0..c1) = tau q . k over columns c0..c1 (one head's block). */
-static void band_gemm_logits(size_t H, size_t T, size_t qk, float tau, const float *qc,
-                             const float *kc, size_t h, size_t r0, size_t r1, size_t c0,
-                             size_t c1, float *Z)
-{
-    if (c1 <= c0)
-        return;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)(c1 - c0),
-                (int)qk, tau, qc + (h * T + r0) * qk, (int)qk, kc + (h * T + c0) * qk,
-                (int)qk, 0.0f, Z + (r0 * H + h) * T + c0, (int)(H * T));
-}
-
-/* O[rows, h] (+)= A[rows, c0..c1) V[c0..c1, h]; *beta turns 1 after a call. */
-static void band_gemm_agg(size_t H, size_t T, size_t dv, const float *A, const float *V,
-                          size_t h, size_t r0, size_t r1, size_t c0, size_t c1, float *beta,
-                          float *O)
-{
-    if (c1 <= c0)
-        return;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0), (int)dv,
-                (int)(c1 - c0), 1.0f, A + (r0 * H + h) * T + c0, (int)(H * T),
-                V + c0 * H * dv + h * dv, (int)(H * dv), *beta, O + r0 * H * dv + h * dv,
-                (int)(H * dv));
-    *beta = 1.0f;
-}
-
-static void expand_attn_band(const qmla_exec *ex1, size_t H, size_t T, size_t t0, size_t qk,
-                             size_t dv, float tau, size_t S, size_t W, const float *qc,
-                             const float *kc, const float *vn, const float *kc2,
-                             const float *vn2, float *Z, float *Z2, float *O)
-{
-    for (size_t h = 0; h < H; h++)
-        for (size_t r0 = t0; r0 < T; r0 += XB) {
-            const band_blk b = band_block(r0, r0 + XB < T ? r0 + XB : T, S, W);
-            band_gemm_logits(H, T, qk, tau, qc, kc, h, b.r0, b.r1, 0, b.s1, Z);
-            band_gemm_logits(H, T, qk, tau, qc, kc, h, b.r0, b.r1, b.b0, b.r1, Z);
-            band_gemm_logits(H, T, qk, tau, qc, kc2, h, b.r0, b.r1, S, b.p1, Z);
-            band_gemm_logits(H, T, qk, tau, qc, kc2, h, b.r0, b.r1, b.b0, b.q1, Z2);
-            for (size_t i = b.r0; i < b.r1; i++) {
-                float *zp = Z + (i * H + h) * T;
-                const float *zq = Z2 + (i * H + h) * T;
-                for (size_t s = b.b0; s < b.q1 && s + W <= i; s++)
-                    zp[s] = zq[s];
-            }
-        }
-    if (t0)
-        qmla_attn_softmax_rows(ex1, H, T, t0, T, Z, Z);
-    else
-        qmla_attn_softmax(ex1, H, T, Z, Z);
-    for (size_t h = 0; h < H; h++)
-        for (size_t r0 = t0; r0 < T; r0 += XB) {
-            const band_blk b = band_block(r0, r0 + XB < T ? r0 + XB : T, S, W);
-            for (size_t i = b.r0; i < b.r1; i++) {
-                float *ap = Z + (i * H + h) * T, *aq = Z2 + (i * H + h) * T;
-                for (size_t s = S; s < b.q1; s++) {
-                    if (s + W <= i) {
-                        aq[s] = ap[s];
-                        ap[s] = 0.0f;
-                    } else {
-                        aq[s] = 0.0f;
-                    }
-                }
-            }
-            float beta = 0.0f;
-            band_gemm_agg(H, T, dv, Z, vn, h, b.r0, b.r1, 0, b.r1, &beta, O);
-            band_gemm_agg(H, T, dv, Z2, vn2, h, b.r0, b.r1, S, b.q1, &beta, O);
-        }
 }
 
 int qmla_model_expanded_cheaper(const qmla_model_config *c, size_t T)
@@ -1121,11 +917,11 @@ static int forward_rows(const qmla_model *m, const qmla_cache_spec *cs, qmla_mod
         /* queries */
         if (c->q_lora_rank) {
             const size_t qr = c->q_lora_rank;
-            linear(n, D, qr, w->h + t0 * D, lw->q_a, w->qa + t0 * qr);
+            qmla_linear(n, D, qr, w->h + t0 * D, lw->q_a, w->qa + t0 * qr);
             rmsnorm(n, qr, c->latent_eps, w->qa + t0 * qr, qr, lw->q_a_ln, w->qa + t0 * qr, qr);
-            linear(n, qr, H * qk, w->qa + t0 * qr, lw->q_proj, w->q + t0 * H * qk);
+            qmla_linear(n, qr, H * qk, w->qa + t0 * qr, lw->q_proj, w->q + t0 * H * qk);
         } else {
-            linear(n, D, H * qk, w->h + t0 * D, lw->q_proj, w->q + t0 * H * qk);
+            qmla_linear(n, D, H * qk, w->h + t0 * D, lw->q_proj, w->q + t0 * H * qk);
         }
         for (size_t h = 0; h < H; h++)
             for (size_t t = t0; t < T; t++) {
@@ -1141,7 +937,7 @@ static int forward_rows(const qmla_model *m, const qmla_cache_spec *cs, qmla_mod
                                  w->q_rope_pre + (h * T + t0) * dr,
                                  w->q_rope + (h * T + t0) * dr);
         /* latent and RoPE key: the cache row */
-        linear(n, D, dc + dr, w->h + t0 * D, lw->kv_a, w->kv + t0 * (dc + dr));
+        qmla_linear(n, D, dc + dr, w->h + t0 * D, lw->kv_a, w->kv + t0 * (dc + dr));
         rmsnorm(n, dc, c->latent_eps, w->kv + t0 * (dc + dr), dc + dr, lw->kv_a_ln,
                 w->C + t0 * dc, dc);
         for (size_t t = t0; t < T; t++)
@@ -1172,8 +968,8 @@ static int forward_rows(const qmla_model *m, const qmla_cache_spec *cs, qmla_mod
                     memcpy(dst, w->q_nope + (h * T + t) * dn, dn * sizeof(float));
                     memcpy(dst + dn, w->q_rope + (h * T + t) * dr, dr * sizeof(float));
                 }
-            expand_kv(c, lw, T, t0, T, mixed ? w->C : Cr, mixed ? w->K : Kr, w->kn, w->kc,
-                      w->vn);
+            qmla_attn_expand_kv(H, dc, dn, dr, dv, lw->w_uk, lw->w_uv, T, t0, T,
+                                mixed ? w->C : Cr, mixed ? w->K : Kr, w->kn, w->kc, w->vn);
             if (t0) {
                 for (size_t h = 0; h < H; h++)
                     memcpy(w->kc + h * T * qk, pre->kc[l] + h * t0 * qk,
@@ -1186,16 +982,17 @@ static int forward_rows(const qmla_model *m, const qmla_cache_spec *cs, qmla_mod
             }
             if (mixed) {
                 size_t p0, p1;
-                band_packed_rows(T, S, W, &p0, &p1);
-                expand_kv(c, lw, T, p0, p1, w->Cq, w->Kq, w->kn, w->kc2, w->vn2);
-                expand_attn_band(&ex1, H, T, t0, qk, dv, tau, S, W, w->qc, w->kc, w->vn,
-                                 w->kc2, w->vn2, w->Z, w->Z2, w->O);
+                qmla_attn_band_packed_rows(T, S, W, &p0, &p1);
+                qmla_attn_expand_kv(H, dc, dn, dr, dv, lw->w_uk, lw->w_uv, T, p0, p1, w->Cq,
+                                    w->Kq, w->kn, w->kc2, w->vn2);
+                qmla_attn_expand_band(&ex1, H, T, t0, qk, dv, tau, S, W, w->qc, w->kc, w->vn,
+                                      w->kc2, w->vn2, w->Z, w->Z2, w->O);
             } else {
-                expand_logits(H, T, qk, tau, w->qc, w->kc, w->Z);
+                qmla_attn_expand_logits(H, T, qk, tau, w->qc, w->kc, w->Z);
                 qmla_attn_softmax(&ex1, H, T, w->Z, w->Z);
-                expand_aggregate(H, T, dv, w->Z, w->vn, 0.0f, w->O);
+                qmla_attn_expand_aggregate(H, T, dv, w->Z, w->vn, 0.0f, w->O);
             }
-            linear(n, H * dv, D, w->O + t0 * H * dv, lw->o_proj, w->Y + t0 * D);
+            qmla_linear(n, H * dv, D, w->O + t0 * H * dv, lw->o_proj, w->Y + t0 * D);
         } else {
             qmla_attn_absorb(&ex1, &dims, T, w->q_nope, lw->w_uk, w->q_lat);
             qmla_attn_tokens_major(H, T, dr, w->q_rope, w->q_rope_t);
@@ -1210,9 +1007,9 @@ static int forward_rows(const qmla_model *m, const qmla_cache_spec *cs, qmla_mod
                 qmla_attn_logits_acc(&ex1, H, T, dr, tau, w->q_rope_t, w->K, 1.0f, w->Z);
                 qmla_attn_logits_acc(&ex1, H, T, dc, tau, w->q_lat, w->Cq, 0.0f, w->Z2);
                 qmla_attn_logits_acc(&ex1, H, T, dr, tau, w->q_rope_t, w->Kq, 1.0f, w->Z2);
-                mix_logits(H, T, S, W, w->Z, w->Z2);
+                qmla_attn_mix_logits(H, T, S, W, w->Z, w->Z2);
                 qmla_attn_softmax(&ex1, H, T, w->Z, w->Z);
-                split_attn(H, T, S, W, w->Z, w->Z2);
+                qmla_attn_split(H, T, S, W, w->Z, w->Z2);
                 qmla_attn_aggregate(&ex1, H, T, dc, w->Z, w->C, 0.0f, w->U);
                 qmla_attn_aggregate(&ex1, H, T, dc, w->Z2, w->Cq, 1.0f, w->U);
                 qmla_attn_project(&ex1, &dims, T, 1, &mw, w->U, w->O, w->Y);
@@ -1229,17 +1026,17 @@ static int forward_rows(const qmla_model *m, const qmla_cache_spec *cs, qmla_mod
             w->x[i] += w->Y[i];
         /* SwiGLU MLP */
         rmsnorm(n, D, c->eps, w->x + t0 * D, D, lw->ln_post, w->h + t0 * D, D);
-        linear(n, D, NI, w->h + t0 * D, lw->gate, w->g + t0 * NI);
-        linear(n, D, NI, w->h + t0 * D, lw->up, w->u + t0 * NI);
+        qmla_linear(n, D, NI, w->h + t0 * D, lw->gate, w->g + t0 * NI);
+        qmla_linear(n, D, NI, w->h + t0 * D, lw->up, w->u + t0 * NI);
         silu_mul(n * NI, w->g + t0 * NI, w->u + t0 * NI);
-        linear(n, NI, D, w->g + t0 * NI, lw->down, w->Y + t0 * D);
+        qmla_linear(n, NI, D, w->g + t0 * NI, lw->down, w->Y + t0 * D);
         for (size_t i = t0 * D; i < T * D; i++)
             w->x[i] += w->Y[i];
     }
     if (!logits)
         return QMLA_OK;
     rmsnorm(n, D, c->eps, w->x + t0 * D, D, m->norm, w->h + t0 * D, D);
-    linear(n, D, c->V, w->h + t0 * D, m->lm_head, logits + t0 * c->V);
+    qmla_linear(n, D, c->V, w->h + t0 * D, m->lm_head, logits + t0 * c->V);
     return QMLA_OK;
 }
 
