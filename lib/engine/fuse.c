@@ -142,7 +142,12 @@ int qmla_model_apply_transforms(qmla_model *m, const qmla_transform *t,
         qmla_transform_fuse_weights(&ex1, x, lw->kv_a_ln, &dims, &mw, uk, uv);
         memcpy(lw->w_uk, uk, H * c->d_n * dc * sizeof *uk);
         memcpy(lw->w_uv, uv, H * c->d_v * dc * sizeof *uv);
-        /* latent rows: W_c' = R^T W_c, gain s */
+        /* latent rows: W_c' = R^T W_c, gain s. Written here, not through
+         * qmla_transform_content_apply: that applies R only between the
+         * scalings diag(1/γ) and diag(s) (the cache's T_C), whereas the
+         * fused rows take R alone (γ cancels in the latent RMSNorm and s
+         * becomes its gain). The RoPE rows and the consumers below do go
+         * through transform.c's maps. */
         memcpy(wc, lw->kv_a, dc * D * sizeof *wc);
         for (size_t k = 0; k < dc; k++) {
             memset(acc, 0, D * sizeof *acc);
