@@ -4,7 +4,7 @@ the tiny MLA checkpoint (DeepseekV2ForCausalLM, dense blocks), written from
 transformers' DeepseekV2 modelling code in the *naive* (non-absorbed) form:
 keys and values are expanded per head through kv_b_proj, RoPE is applied as
 complex multiplication of interleaved pairs, attention is an explicit masked
-softmax. It shares no code with the C engine (lib/engine/model.c) and reads the
+softmax. It shares no code with the C engine (lib/engine/) and reads the
 safetensors with NumPy alone.
 
 Scores held-out text under the training run's protocol (train.py,

@@ -6,7 +6,7 @@ rows are what `qmla ppl` computes now bit for bit, see README.md).
 
   /usr/bin/python3 experiments/accuracy/ppl_table.py RESULTS.h5
 
-Columns as lib/engine/model.c's ppl_table() writes them (include/qmla/model.h):
+Columns as lib/engine/ppl.c's ppl_table() writes them (include/qmla/model.h):
 text, text_index, config, method, policy, transforms, context, tokens,
 bits_per_byte, nll_nats_per_token, delta_bits_per_byte (against the same
 text's bf16 row, NaN without one). Refuses a file that has /ppl_table

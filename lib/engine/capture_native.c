@@ -268,7 +268,7 @@ int qmla_capture_native(const qmla_model *m, const char *path,
     cfg.rms_norm_eps = c->latent_eps;
     snprintf(cfg.model, sizeof cfg.model, "%s", o->model_name ? o->model_name : o->model_dir);
     snprintf(cfg.source, sizeof cfg.source,
-             "qmla capture %s (commit %s): native C engine lib/engine/model.c, %s; byte tokenizer "
+             "qmla capture %s (commit %s): native C engine lib/engine, %s; byte tokenizer "
              "(BOS %d); compute float32 (OpenBLAS sgemm, one thread per sequence); store %s, "
              "weights %s; c_kv after kv_a_layernorm, q/k after RoPE (%s pairing), attn_out "
              "after o_proj", qmla_version(), QMLA_GIT_COMMIT[0] ? QMLA_GIT_COMMIT : "unknown",

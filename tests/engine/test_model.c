@@ -19,9 +19,10 @@
  *     layer 0's attention output over T = 300 (three blocks of 128) for
  *     sink4/local100, sink0/local100, sink4/local0, sink4/local200 and
  *     sink200/local0 equals the absorbed form's square mixing
- *     (mix_logits / split_attn over every key) within 2e-5 of its largest
- *     value, while reading one key in the wrong representation moves it
- *     by more (layer 0: the cache both forms read is the same);
+ *     (qmla_attn_mix_logits / qmla_attn_split over every key) within 2e-5
+ *     of its largest value, while reading one key in the wrong
+ *     representation moves it by more (layer 0: the cache both forms read
+ *     is the same);
  *   - the clean prefix (qmla_model_ppl_multi): a protected configuration
  *     computed in two phases has as its first S + W logit rows the BF16
  *     forward pass of that length, bit for bit, and its mean NLL agrees with

@@ -1,0 +1,94 @@
+/* engine_int.h (private) — what the files of the inference engine of
+ * qmla/model.h share: the model's weights (struct qmla_model, one layer_w
+ * per layer), config.json parsing (config.c), the safetensors writer that
+ * fusion saves through (safetensors.c), and the forward pass's entry points
+ * for the perplexity loop (forward.c).
+ *
+ * The engine's files, in the order a checkpoint becomes bits per byte:
+ *   config.c       config.json -> qmla_model_config
+ *   safetensors.c  safetensors shards -> the weights (qmla_model_load); the writer
+ *   cachespec.c    "C4R4-q8", "sink4/local128" -> qmla_cache_spec
+ *   forward.c      the forward pass: the cache written through the quantizer,
+ *                  attention in the absorbed (lib/attention/attention.c) or the
+ *                  expanded form (lib/attention/expanded.c)
+ *   ppl.c          windows -> bits per byte; the /ppl results group
+ *   fuse.c         transforms folded into the weights, the online cache hook,
+ *                  the fused checkpoint saved through a staging folder */
+#ifndef QMLA_ENGINE_INT_H
+#define QMLA_ENGINE_INT_H
+
+#include "qmla/model.h"
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct layer_w {
+    float *ln_in, *ln_post;           /* [D] */
+    float *q_proj;                    /* [H*(d_n+d_r), D] (or q_b_proj [.., q_lora]) */
+    float *q_a, *q_a_ln;              /* q_lora: [q_lora, D], [q_lora] */
+    float *kv_a;                      /* [d_c + d_r, D] */
+    float *kv_a_ln;                   /* [d_c] */
+    float *w_uk, *w_uv;               /* [H, d_n, d_c], [H, d_v, d_c] from kv_b_proj */
+    float *o_proj;                    /* [D, H*d_v] */
+    float *gate, *up, *down;          /* [I, D], [I, D], [D, I] */
+} layer_w;
+
+struct qmla_model {
+    qmla_model_config c;
+    float *embed, *norm, *lm_head;
+    layer_w *layers;
+    size_t n_params;
+    float **owned;
+    size_t n_owned, cap_owned;
+    qmla_attn_form form; /* QMLA_ATTN_AUTO by default */
+};
+
+/* ---- config.c */
+
+/* A JSON file, or NULL with err naming the file (and line). */
+json_t *qmla_eng_load_json(const char *path, qmla_error *err);
+/* dir/config.json -> c, with the keys that only decide what is refused. */
+int qmla_eng_parse_config(const char *dir, qmla_model_config *c, size_t *first_dense,
+                          size_t *n_routed, size_t *n_mtp, qmla_error *err);
+
+/* ---- safetensors.c: the writer */
+
+/* A safetensors file being built: the header object (tensors and
+ * __metadata__), then slot 0 of bufs / lens the header bytes
+ * (qmla_st_finish) and slots 1.. the tensors in the order added. */
+typedef struct qmla_st_out {
+    json_t *hdr;
+    const void **bufs;
+    size_t *lens;
+    size_t n, cap, off;
+    const char *dtype;    /* "F32", "F16", "BF16" */
+    uint16_t **conv;      /* converted tensors (F16/BF16), owned */
+    size_t n_conv;
+    char *hj;             /* the header JSON (qmla_st_finish) */
+    unsigned char *head;  /* slot 0: length + padded JSON */
+} qmla_st_out;
+
+/* Add tensor `name` x [r, c] (c = 0: 1-D [r]) in o->dtype; x is kept by
+ * reference when F32 (it must outlive the write). */
+int qmla_st_add(qmla_st_out *o, const char *name, const float *x, size_t r, size_t c,
+                qmla_error *err);
+/* Serialize the header into slot 0: bufs[0..n] / lens[0..n] are the file. */
+int qmla_st_finish(qmla_st_out *o, qmla_error *err);
+void qmla_st_out_free(qmla_st_out *o);
+
+/* ---- forward.c: for the perplexity loop */
+
+/* T in [1, the workspace's T_max], every token below V. */
+int qmla_eng_forward_check(const qmla_model *m, const qmla_model_ws *w, const int32_t *tokens,
+                           size_t T, qmla_error *err);
+/* The logits of tokens[0..T) (checked) under cs, as qmla_model_forward
+ * gives them, with the clean prefix of the sink/local policy shared between
+ * the configurations of one window: *have is the prefix length the
+ * workspace holds for these tokens (0 for new ones). Rows t < *P of the
+ * logits are in *pre, the rest in lg (*P = 0: all in lg). */
+int qmla_eng_forward_window(const qmla_model *m, const qmla_cache_spec *cs, qmla_model_ws *w,
+                            const int32_t *tokens, size_t T, size_t *have, float *lg,
+                            size_t *P, const float **pre, qmla_error *err);
+
+#endif

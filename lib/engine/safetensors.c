@@ -1,0 +1,479 @@
+/* lib/engine/safetensors.c — safetensors checkpoints: the reader (one
+ * model.safetensors or the shards of model.safetensors.index.json; F16,
+ * BF16 and F32 tensors to float32, shapes, offsets and values checked) that
+ * qmla_model_load builds the model's weights with, and the writer
+ * (engine_int.h: qmla_st_*) that qmla_model_save writes a fused checkpoint
+ * with. */
+#include "engine/engine_int.h"
+#include "qmla/kvcache.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ------------------------------------------------------------ reading */
+
+static float half_to_f32(uint16_t h) { return qmla_f16_to_f32(h); }
+static float bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+typedef struct st_file {
+    char path[4096];
+    json_t *hdr;
+    size_t data_off, size;
+    FILE *f;
+} st_file;
+
+static int st_open(st_file *s, const char *path, qmla_error *err)
+{
+    memset(s, 0, sizeof *s);
+    snprintf(s->path, sizeof s->path, "%s", path);
+    s->f = fopen(path, "rb");
+    if (!s->f)
+        return qmla_error_set(err, QMLA_EIO, "%s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(s->f), &sb) != 0)
+        return qmla_error_set(err, QMLA_EIO, "%s: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: expected a safetensors file, found %s",
+                              path, S_ISDIR(sb.st_mode) ? "a directory" : "no regular file");
+    uint8_t b[8];
+    if (fread(b, 1, 8, s->f) != 8)
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: expected an 8-byte safetensors header "
+                              "length, found a shorter file", path);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = (n << 8) | b[i];
+    if (fseek(s->f, 0, SEEK_END) || ftell(s->f) < 0)
+        return qmla_error_set(err, QMLA_EIO, "%s: %s", path, strerror(errno));
+    s->size = (size_t)ftell(s->f);
+    if (n > s->size - 8)
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: header length %llu exceeds the file "
+                              "(%zu bytes)", path, (unsigned long long)n, s->size);
+    char *h = malloc(n + 1);
+    if (!h)
+        return qmla_error_set(err, QMLA_ENOMEM, "%s: header of %llu bytes", path,
+                              (unsigned long long)n);
+    fseek(s->f, 8, SEEK_SET);
+    if (fread(h, 1, n, s->f) != n) {
+        free(h);
+        return qmla_error_set(err, QMLA_EIO, "%s: short read of the header", path);
+    }
+    h[n] = 0;
+    json_error_t je;
+    s->hdr = json_loadb(h, n, 0, &je);
+    free(h);
+    if (!s->hdr || !json_is_object(s->hdr))
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: safetensors header: %s", path,
+                              s->hdr ? "expected an object" : je.text);
+    s->data_off = 8 + n;
+    return QMLA_OK;
+}
+
+static void st_close(st_file *s)
+{
+    if (s->f)
+        fclose(s->f);
+    json_decref(s->hdr);
+    s->f = NULL;
+    s->hdr = NULL;
+}
+
+/* Read tensor `name` of shape [r, c] (c = 0: 1-D [r]) as float32. */
+static int st_read(st_file *s, const char *name, size_t r, size_t c, float *out,
+                   qmla_error *err)
+{
+    json_t *t = json_object_get(s->hdr, name);
+    if (!t)
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: missing", s->path, name);
+    const char *dt = json_string_value(json_object_get(t, "dtype"));
+    json_t *sh = json_object_get(t, "shape"), *off = json_object_get(t, "data_offsets");
+    size_t nd = json_array_size(sh);
+    size_t want_nd = c ? 2 : 1;
+    size_t s0 = nd > 0 ? (size_t)json_integer_value(json_array_get(sh, 0)) : 0;
+    size_t s1 = nd > 1 ? (size_t)json_integer_value(json_array_get(sh, 1)) : 0;
+    if (nd != want_nd || s0 != r || (c && s1 != c)) {
+        char want[64];
+        if (c)
+            snprintf(want, sizeof want, "[%zu, %zu]", r, c);
+        else
+            snprintf(want, sizeof want, "[%zu]", r); /* was printed "[3200]" for [320] */
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: expected shape %s, "
+                              "found %zu dims [%zu, %zu]", s->path, name, want, nd, s0, s1);
+    }
+    size_t n = r * (c ? c : 1), es;
+    if (!dt)
+        dt = "?";
+    if (!strcmp(dt, "F32"))
+        es = 4;
+    else if (!strcmp(dt, "F16") || !strcmp(dt, "BF16"))
+        es = 2;
+    else
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: dtype %s: expected F16, "
+                              "BF16 or F32", s->path, name, dt);
+    json_t *o0 = json_array_get(off, 0), *o1 = json_array_get(off, 1);
+    /* negative offsets, cast to size_t, wrapped past the bound check below
+     * and read the header's bytes as weights */
+    if (json_array_size(off) != 2 || !json_is_integer(o0) || !json_is_integer(o1) ||
+        json_integer_value(o0) < 0 || json_integer_value(o1) < 0)
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: data_offsets: expected two "
+                              "non-negative integers [begin, end]", s->path, name);
+    size_t b0 = (size_t)json_integer_value(o0);
+    size_t b1 = (size_t)json_integer_value(o1);
+    if (b1 < b0 || b1 - b0 != n * es || b1 > s->size - s->data_off)
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: data_offsets [%zu, %zu] do "
+                              "not hold %zu values of %s within the file", s->path, name, b0,
+                              b1, n, dt);
+    uint8_t *buf = malloc(n * es);
+    if (!buf)
+        return qmla_error_set(err, QMLA_ENOMEM, "%s: tensor %s", s->path, name);
+    if (fseek(s->f, (long)(s->data_off + b0), SEEK_SET) || fread(buf, es, n, s->f) != n) {
+        free(buf);
+        return qmla_error_set(err, QMLA_EIO, "%s: tensor %s: short read", s->path, name);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (es == 4) {
+            uint32_t u = (uint32_t)buf[4 * i] | (uint32_t)buf[4 * i + 1] << 8 |
+                         (uint32_t)buf[4 * i + 2] << 16 | (uint32_t)buf[4 * i + 3] << 24;
+            memcpy(&out[i], &u, 4);
+        } else {
+            uint16_t h = (uint16_t)(buf[2 * i] | buf[2 * i + 1] << 8);
+            out[i] = dt[0] == 'B' ? bf16_to_f32(h) : half_to_f32(h);
+        }
+        if (!isfinite(out[i])) {
+            free(buf);
+            return qmla_error_set(err, QMLA_ENONFINITE, "%s: tensor %s: element %zu is %g",
+                                  s->path, name, i, (double)out[i]);
+        }
+    }
+    free(buf);
+    return QMLA_OK;
+}
+
+/* All shards: the index's file names, or model.safetensors alone. */
+typedef struct shards {
+    st_file *f;
+    size_t n;
+    json_t *map; /* weight_map (index) or NULL */
+    char **names;
+} shards;
+
+static void shards_close(shards *S)
+{
+    for (size_t i = 0; i < S->n; i++) {
+        st_close(&S->f[i]);
+        free(S->names[i]);
+    }
+    free(S->f);
+    free(S->names);
+    json_decref(S->map);
+}
+
+static int shards_open(const char *dir, shards *S, qmla_error *err)
+{
+    memset(S, 0, sizeof *S);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    FILE *probe = fopen(path, "rb");
+    if (!probe) {
+        S->f = calloc(1, sizeof *S->f);
+        S->names = calloc(1, sizeof *S->names);
+        if (!S->f || !S->names)
+            return qmla_error_set(err, QMLA_ENOMEM, "%s: shard table", dir);
+        S->names[0] = strdup("model.safetensors");
+        S->n = 1;
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        return st_open(&S->f[0], path, err);
+    }
+    fclose(probe);
+    json_t *idx = qmla_eng_load_json(path, err);
+    if (!idx)
+        return err ? err->status : QMLA_EFORMAT;
+    S->map = json_incref(json_object_get(idx, "weight_map"));
+    json_decref(idx);
+    if (!json_is_object(S->map))
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: expected an object \"weight_map\"",
+                              path);
+    size_t cap = json_object_size(S->map);
+    S->f = calloc(cap ? cap : 1, sizeof *S->f);
+    S->names = calloc(cap ? cap : 1, sizeof *S->names);
+    if (!S->f || !S->names)
+        return qmla_error_set(err, QMLA_ENOMEM, "%s: shard table", path);
+    const char *k;
+    json_t *v;
+    json_object_foreach(S->map, k, v) {
+        const char *fn = json_string_value(v);
+        if (!fn || strchr(fn, '/'))
+            return qmla_error_set(err, QMLA_EFORMAT, "%s: weight_map[%s]: expected a file "
+                                  "name in the folder", path, k);
+        size_t i;
+        for (i = 0; i < S->n; i++)
+            if (!strcmp(S->names[i], fn))
+                break;
+        if (i < S->n)
+            continue;
+        S->names[S->n] = strdup(fn);
+        char fp[4096];
+        snprintf(fp, sizeof fp, "%s/%s", dir, fn);
+        S->n++;
+        int st = st_open(&S->f[S->n - 1], fp, err);
+        if (st)
+            return st;
+    }
+    return QMLA_OK;
+}
+
+static int shards_read(shards *S, const char *name, size_t r, size_t c, float *out,
+                       qmla_error *err)
+{
+    if (S->map) {
+        const char *fn = json_string_value(json_object_get(S->map, name));
+        if (!fn)
+            return qmla_error_set(err, QMLA_EFORMAT, "model.safetensors.index.json: tensor "
+                                  "%s: missing from weight_map", name);
+        for (size_t i = 0; i < S->n; i++)
+            if (!strcmp(S->names[i], fn))
+                return st_read(&S->f[i], name, r, c, out, err);
+    }
+    return st_read(&S->f[0], name, r, c, out, err);
+}
+
+static int shards_has(shards *S, const char *name)
+{
+    if (S->map)
+        return json_object_get(S->map, name) != NULL;
+    return json_object_get(S->f[0].hdr, name) != NULL;
+}
+
+/* ------------------------------------------------------------ loading */
+
+static float *own(qmla_model *m, size_t n)
+{
+    if (m->n_owned == m->cap_owned) {
+        size_t nc = m->cap_owned ? 2 * m->cap_owned : 64;
+        float **p = realloc(m->owned, nc * sizeof *p);
+        if (!p)
+            return NULL;
+        m->owned = p;
+        m->cap_owned = nc;
+    }
+    float *x = malloc((n ? n : 1) * sizeof(float));
+    if (x)
+        m->owned[m->n_owned++] = x;
+    return x;
+}
+
+static int load_t(qmla_model *m, shards *S, const char *name, size_t r, size_t c, float **out,
+                  qmla_error *err)
+{
+    float *x = own(m, r * (c ? c : 1));
+    if (!x)
+        return qmla_error_set(err, QMLA_ENOMEM, "tensor %s: %zu floats", name,
+                              r * (c ? c : 1));
+    *out = x;
+    m->n_params += r * (c ? c : 1);
+    return shards_read(S, name, r, c, x, err);
+}
+
+void qmla_model_free(qmla_model *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->n_owned; i++)
+        free(m->owned[i]);
+    free(m->owned);
+    free(m->layers);
+    free(m);
+}
+
+int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
+{
+    *out = NULL;
+    qmla_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return qmla_error_set(err, QMLA_ENOMEM, "model");
+    size_t first_dense = 0, n_routed = 0, n_mtp = 0;
+    int st = qmla_eng_parse_config(dir, &m->c, &first_dense, &n_routed, &n_mtp, err);
+    if (st) {
+        free(m);
+        return st;
+    }
+    const qmla_model_config *c = &m->c;
+    shards S;
+    st = shards_open(dir, &S, err);
+    m->layers = calloc(c->L, sizeof *m->layers);
+    if (!st && !m->layers)
+        st = qmla_error_set(err, QMLA_ENOMEM, "layers");
+    const size_t qk = c->d_n + c->d_r, HD = c->H;
+    char nm[256];
+    if (!st)
+        st = load_t(m, &S, "model.embed_tokens.weight", c->V, c->D, &m->embed, err);
+    if (!st)
+        st = load_t(m, &S, "model.norm.weight", c->D, 0, &m->norm, err);
+    if (!st)
+        st = load_t(m, &S, "lm_head.weight", c->V, c->D, &m->lm_head, err);
+    float *kvb = NULL;
+    if (!st && !(kvb = malloc(HD * (c->d_n + c->d_v) * c->d_c * sizeof(float))))
+        st = qmla_error_set(err, QMLA_ENOMEM, "kv_b_proj");
+    for (size_t l = 0; l < c->L && !st; l++) {
+        layer_w *w = &m->layers[l];
+#define LT(suffix, r, cc, dst)                                                       \
+    do {                                                                             \
+        snprintf(nm, sizeof nm, "model.layers.%zu.%s", l, suffix);                   \
+        if (!st)                                                                     \
+            st = load_t(m, &S, nm, r, cc, dst, err);                                 \
+    } while (0)
+        snprintf(nm, sizeof nm, "model.layers.%zu.mlp.gate.weight", l);
+        if (shards_has(&S, nm)) {
+            st = qmla_error_set(err, QMLA_EFORMAT, "tensor %s: MoE router found: MoE blocks "
+                                "are not supported", nm);
+            break;
+        }
+        LT("input_layernorm.weight", c->D, 0, &w->ln_in);
+        LT("post_attention_layernorm.weight", c->D, 0, &w->ln_post);
+        if (c->q_lora_rank) {
+            LT("self_attn.q_a_proj.weight", c->q_lora_rank, c->D, &w->q_a);
+            LT("self_attn.q_a_layernorm.weight", c->q_lora_rank, 0, &w->q_a_ln);
+            LT("self_attn.q_b_proj.weight", HD * qk, c->q_lora_rank, &w->q_proj);
+        } else {
+            LT("self_attn.q_proj.weight", HD * qk, c->D, &w->q_proj);
+        }
+        LT("self_attn.kv_a_proj_with_mqa.weight", c->d_c + c->d_r, c->D, &w->kv_a);
+        LT("self_attn.kv_a_layernorm.weight", c->d_c, 0, &w->kv_a_ln);
+        snprintf(nm, sizeof nm, "model.layers.%zu.self_attn.kv_b_proj.weight", l);
+        if (!st)
+            st = shards_read(&S, nm, HD * (c->d_n + c->d_v), c->d_c, kvb, err);
+        if (!st) {
+            w->w_uk = own(m, HD * c->d_n * c->d_c);
+            w->w_uv = own(m, HD * c->d_v * c->d_c);
+            if (!w->w_uk || !w->w_uv)
+                st = qmla_error_set(err, QMLA_ENOMEM, "%s", nm);
+        }
+        if (!st) {
+            m->n_params += HD * (c->d_n + c->d_v) * c->d_c;
+            for (size_t h = 0; h < HD; h++) {
+                const float *blk = kvb + h * (c->d_n + c->d_v) * c->d_c;
+                memcpy(w->w_uk + h * c->d_n * c->d_c, blk, c->d_n * c->d_c * sizeof(float));
+                memcpy(w->w_uv + h * c->d_v * c->d_c, blk + c->d_n * c->d_c,
+                       c->d_v * c->d_c * sizeof(float));
+            }
+        }
+        LT("self_attn.o_proj.weight", c->D, HD * c->d_v, &w->o_proj);
+        LT("mlp.gate_proj.weight", c->n_inter, c->D, &w->gate);
+        LT("mlp.up_proj.weight", c->n_inter, c->D, &w->up);
+        LT("mlp.down_proj.weight", c->D, c->n_inter, &w->down);
+#undef LT
+    }
+    free(kvb);
+    /* a checkpoint with more layers than config.json's num_hidden_layers
+     * (and no multi-token-prediction layers declared) would run truncated */
+    snprintf(nm, sizeof nm, "model.layers.%zu.self_attn.kv_a_proj_with_mqa.weight", c->L);
+    if (!st && !n_mtp && shards_has(&S, nm))
+        st = qmla_error_set(err, QMLA_EFORMAT, "config.json: num_hidden_layers is %zu, but "
+                            "the checkpoint holds more layers (found tensor %s)", c->L, nm);
+    shards_close(&S);
+    if (st) {
+        qmla_error_prefix(err, "%s: ", dir);
+        qmla_model_free(m);
+        return st;
+    }
+    *out = m;
+    return QMLA_OK;
+}
+
+const qmla_model_config *qmla_model_cfg(const qmla_model *m) { return &m->c; }
+size_t qmla_model_n_params(const qmla_model *m) { return m->n_params; }
+
+/* ------------------------------------------------------------ writing */
+
+int qmla_st_add(qmla_st_out *o, const char *name, const float *x, size_t r, size_t c,
+                qmla_error *err)
+{
+    const size_t ne = r * (c ? c : 1);
+    const int half = strcmp(o->dtype, "F32") != 0;
+    uint16_t *h = NULL;
+    if (half) {
+        uint16_t **cv = realloc(o->conv, (o->n_conv + 1) * sizeof *cv);
+        if (!cv)
+            return qmla_error_set(err, QMLA_ENOMEM, "safetensors table");
+        o->conv = cv;
+        if (!(h = malloc((ne ? ne : 1) * sizeof *h)))
+            return qmla_error_set(err, QMLA_ENOMEM, "tensor %s", name);
+        o->conv[o->n_conv++] = h;
+        for (size_t i = 0; i < ne; i++) {
+            int ovf = 0;
+            h[i] = o->dtype[0] == 'B' ? qmla_core_f32_to_bf16(x[i]) : qmla_f32_to_f16(x[i], &ovf);
+            if (ovf)
+                return qmla_error_set(err, QMLA_ERANGE, "tensor %s: element %zu = %g does not "
+                                      "fit float16: write float32 or bfloat16", name, i,
+                                      (double)x[i]);
+        }
+    }
+    if (o->n + 1 >= o->cap) {
+        size_t nc = o->cap ? 2 * o->cap : 64;
+        const void **b = realloc(o->bufs, nc * sizeof *b);
+        if (b)
+            o->bufs = b;
+        size_t *l = realloc(o->lens, nc * sizeof *l);
+        if (l)
+            o->lens = l;
+        if (!b || !l)
+            return qmla_error_set(err, QMLA_ENOMEM, "safetensors table");
+        o->cap = nc;
+    }
+    const size_t bytes = ne * (half ? 2 : 4);
+    json_t *shape = c ? json_pack("[II]", (json_int_t)r, (json_int_t)c)
+                      : json_pack("[I]", (json_int_t)r);
+    json_t *e = json_pack("{s:s, s:o, s:[II]}", "dtype", o->dtype, "shape", shape,
+                          "data_offsets", (json_int_t)o->off, (json_int_t)(o->off + bytes));
+    if (!e || json_object_set_new(o->hdr, name, e))
+        return qmla_error_set(err, QMLA_ENOMEM, "safetensors header: %s", name);
+    /* slot 0 is the header; tensors follow in the order added */
+    o->bufs[1 + o->n] = half ? (const void *)h : (const void *)x;
+    o->lens[1 + o->n] = bytes;
+    o->n++;
+    o->off += bytes;
+    return QMLA_OK;
+}
+
+int qmla_st_finish(qmla_st_out *o, qmla_error *err)
+{
+    if (!(o->hj = json_dumps(o->hdr, JSON_COMPACT | JSON_SORT_KEYS)))
+        return qmla_error_set(err, QMLA_ENOMEM, "safetensors header");
+    /* 8-byte little-endian header length, the JSON padded with spaces to
+     * a multiple of 8 (so the data are aligned) */
+    size_t hl = strlen(o->hj), pad = (8 - hl % 8) % 8;
+    o->head = malloc(8 + hl + pad);
+    if (!o->head)
+        return qmla_error_set(err, QMLA_ENOMEM, "safetensors header");
+    uint64_t L = hl + pad;
+    for (int b = 0; b < 8; b++)
+        o->head[b] = (unsigned char)(L >> (8 * b));
+    memcpy(o->head + 8, o->hj, hl);
+    memset(o->head + 8 + hl, ' ', pad);
+    o->bufs[0] = o->head;
+    o->lens[0] = 8 + hl + pad;
+    return QMLA_OK;
+}
+
+void qmla_st_out_free(qmla_st_out *o)
+{
+    free(o->head);
+    free(o->hj);
+    for (size_t i = 0; i < o->n_conv; i++)
+        free(o->conv[i]);
+    free(o->conv);
+    free(o->bufs);
+    free(o->lens);
+    json_decref(o->hdr);
+    memset(o, 0, sizeof *o);
+}
