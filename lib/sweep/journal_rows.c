@@ -1,10 +1,10 @@
-/* journal_rows.c — the sweep's rows in the journal layer (journal.h): kind
+/* journal_rows.c — the sweep's rows in the journal layer (io/journal.h): kind
  * "sweep", one record per finished item, one line per response:
  *   R <col1> <col2> ...
  * the columns of the row table (include/qmla/response.h) in table order,
  * INT/FLAG decimal, REAL C99 hex (%a, exact round trip), PATH its name, STR
  * escaped (qmla_jnl_escape). */
-#include "io/journal.h"
+#include "sweep/journal_rows.h"
 
 #include <errno.h>
 #include <stdlib.h>
