@@ -52,6 +52,11 @@ static void help(FILE *f)
         "                      does not depend on it\n"
         "  -o FILE             output (refused if it exists, unless --force); written\n"
         "                      atomically (peak memory about twice the file)\n"
+        "  --force             also: discard a journal of other inputs or options\n"
+        "\n"
+        "Resume: finished windows are kept in FILE.journal (and their tensors in\n"
+        "FILE.journal.data); interrupt (SIGINT, or a crash) and rerun the same\n"
+        "command to continue; both are removed once FILE is written.\n"
         "\n"
         "stdout: per cell its window offsets, per layer and cell the recompute error.\n"
         "example: qmla capture models/tiny-mla --corpus prose=data/heldout/prose.txt.gz \\\n"
@@ -63,13 +68,17 @@ static void help(FILE *f)
 typedef struct prog {
     cli_progress bar;
     size_t per_cell, n_cells;
+    const char *journal;
 } prog;
 
 static int on_event(void *ctx, const qmla_native_event *ev)
 {
     prog *p = ctx;
     char nm[256];
-    if (ev->kind == 0) {
+    if (ev->kind == 2) {
+        fprintf(stderr, "qmla capture: resumed %zu of %zu windows from %s\n", ev->done,
+                ev->total, cli_esc(p->journal, nm, sizeof nm));
+    } else if (ev->kind == 0) {
         cli_progress_update(&p->bar, ev->cell * p->per_cell + ev->done,
                             p->n_cells * p->per_cell);
     } else {
@@ -159,7 +168,7 @@ int cmd_capture(int argc, char **argv)
     if (!n_corpora)
         return cli_fail("capture", "no --corpus NAME=FILE given");
     const char *dir = argv[optind];
-    cli_signals_install(); /* before any work: SIGINT always reports, writes nothing */
+    cli_signals_install(); /* before any work: SIGINT always reports, keeps the journal */
 
     int rc = QMLA_EXIT_OK;
     qmla_error err;
@@ -175,7 +184,7 @@ int cmd_capture(int argc, char **argv)
     qmla_model *m = NULL;
     char **list = NULL, *lbuf = NULL;
     size_t nl = 0;
-    char e1[256], e2[256];
+    char e1[256], e2[256], jpath[4096], dpath[4096];
 
     for (size_t i = 0; i < n_corpora; i++) {
         const char *eq = strchr(corpus_arg[i], '=');
@@ -272,11 +281,15 @@ int cmd_capture(int argc, char **argv)
          * of the corpora (-o CORPUS --force replaced the text it read) */
         char tmp[4096];
         snprintf(tmp, sizeof tmp, "%s.tmp", out);
+        snprintf(jpath, sizeof jpath, "%s.journal", out);
+        snprintf(dpath, sizeof dpath, "%s.journal.data", out);
         const char *in[MAX_CORPORA];
         for (size_t i = 0; i < n_corpora; i++)
             in[i] = corp[i].path;
         if (qmla_output_path_check(out, "output file (-o)", in, n_corpora, &err) ||
-            qmla_output_path_check(tmp, "temporary file", NULL, 0, &err)) {
+            qmla_output_path_check(tmp, "temporary file", NULL, 0, &err) ||
+            qmla_output_path_check(jpath, "journal", in, n_corpora, &err) ||
+            qmla_output_path_check(dpath, "journal data file", in, n_corpora, &err)) {
             rc = cli_lib_error("capture", &err);
             goto done;
         }
@@ -328,6 +341,7 @@ int cmd_capture(int argc, char **argv)
     cli_progress_init(&pg.bar, "capture");
     pg.per_cell = (size_t)seqs;
     pg.n_cells = n_cells;
+    pg.journal = jpath;
     int stopped = 0;
     double worst = 0.0;
     qmla_native_capture_opts o;
@@ -352,12 +366,15 @@ int cmd_capture(int argc, char **argv)
     o.offsets_out = offs;
     o.worst_out = &worst;
     o.stopped = &stopped;
+    o.journal = jpath;
+    o.journal_force = force;
     qmla_blas_set_threads(1);
     int st = qmla_capture_native(m, out, &o, &err);
     cli_progress_end(&pg.bar);
     if (stopped || cli_interrupted()) {
-        fprintf(stderr, "qmla capture: interrupted (%s); nothing written\n",
-                cli_signal_name());
+        fprintf(stderr, "qmla capture: interrupted (%s); finished windows are kept in %s — "
+                "rerun the same command to resume\n", cli_signal_name(),
+                cli_esc(jpath, e1, sizeof e1));
         rc = QMLA_EXIT_INTERRUPTED;
         goto done;
     }

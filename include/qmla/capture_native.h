@@ -47,8 +47,11 @@ typedef struct qmla_native_cell {
 } qmla_native_cell;
 
 /* Progress: kind 0 = one sequence of cell `cell` done (done of total), kind 1
- * = layer `layer` of the cell checked and written (rel_err, tol). A non-zero
- * return interrupts: nothing is written, *stopped = 1, QMLA_OK. */
+ * = layer `layer` of the cell checked and written (rel_err, tol), kind 2 =
+ * resuming: `done` of `total` windows restored from the journal (once,
+ * before any work; cell_name ""). A non-zero
+ * return interrupts: no capture is written (finished windows stay in the
+ * journal when there is one), *stopped = 1, QMLA_OK. */
 typedef struct qmla_native_event {
     int kind;
     size_t cell, done, total;
@@ -76,6 +79,17 @@ typedef struct qmla_native_capture_opts {
     size_t *offsets_out;      /* optional [n_cells * seqs]: the window offsets */
     double *worst_out;        /* optional: largest recompute error */
     int *stopped;             /* optional: set to 1 when progress interrupted */
+    /* Resume (optional): finished windows are kept in the journal `journal`
+     * (kind "capture", one record per window) and their tensors in
+     * `journal`.data (raw float32, checksummed per window); a rerun with the
+     * same resume key (the model directory's files by name, size and mtime,
+     * the corpora's bytes, cells, seqs, tokens, layers, with_pre) restores
+     * them instead of recomputing; both files are removed once the capture
+     * is written. A journal of another key: QMLA_EMISMATCH unless
+     * journal_force (restart). NULL: no journal (nothing kept). */
+    const char *journal;
+    int journal_force;
+    size_t *resumed_out;      /* optional: windows restored from the journal */
 } qmla_native_capture_opts;
 
 /* The byte tokenizer of MODEL_DIR/qmla_tokenizer.json ({"type": "bytes",

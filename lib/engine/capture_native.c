@@ -10,8 +10,13 @@
 #include "qmla/pyrandom.h"
 #include "qmla/quant.h"
 #include "qmla_commit.h"
+#include "io/journal.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -187,6 +192,251 @@ static void slots_free(slot *s, size_t n)
     free(s);
 }
 
+/* ------------------------------------------------------------ resume */
+/* The journal (io/journal.h, kind "capture"): one record per finished
+ * window, "W <cell> <seq> <offset> <bytes> <fnv1a-64 of the bytes>\n"; the
+ * window's tensors (every selected layer: c_kv, k_rope, q_nope, q_rope,
+ * attn_out, with_pre also k_rope_pre, q_rope_pre, rope_cos, rope_sin; raw
+ * float32 as the tap gave them, before any float16 rounding) at <offset> of
+ * JOURNAL.data, appended in record order and fsynced before the record. */
+typedef struct resume {
+    qmla_jnl j;
+    int open, fd;
+    char dpath[4200];
+    long long *at;             /* [n_cells * N]: offset of a finished window, -1 */
+    size_t n_cells, N, B;      /* B: bytes per window */
+    unsigned long long end;    /* bytes of JOURNAL.data in use */
+    float *buf;                /* one window */
+} resume;
+
+/* (pointer, floats per window) of each tensor of slot s, in file order */
+static size_t win_parts(const run *r, const slot *s, size_t T, float **p, size_t *cnt)
+{
+    const qmla_model_config *c = r->c;
+    const size_t H = c->H, P = c->d_r / 2;
+    size_t k = 0;
+    p[k] = s->c_kv, cnt[k++] = T * c->d_c;
+    p[k] = s->k_rope, cnt[k++] = T * c->d_r;
+    p[k] = s->q_nope, cnt[k++] = H * T * c->d_n;
+    p[k] = s->q_rope, cnt[k++] = H * T * c->d_r;
+    p[k] = s->attn_out, cnt[k++] = T * c->D;
+    if (r->pre) {
+        p[k] = s->k_pre, cnt[k++] = T * c->d_r;
+        p[k] = s->q_pre, cnt[k++] = H * T * c->d_r;
+        p[k] = s->cos_, cnt[k++] = T * P;
+        p[k] = s->sin_, cnt[k++] = T * P;
+    }
+    return k;
+}
+
+/* window n of every slot to (pack) or from buf */
+static void win_copy(const run *r, size_t ns, size_t T, size_t n, float *buf, int pack)
+{
+    for (size_t i = 0; i < ns; i++) {
+        float *p[9];
+        size_t cnt[9];
+        const size_t m = win_parts(r, &r->slots[i], T, p, cnt);
+        for (size_t q = 0; q < m; q++) {
+            float *seg = p[q] + n * cnt[q];
+            if (pack)
+                memcpy(buf, seg, cnt[q] * sizeof *buf);
+            else
+                memcpy(seg, buf, cnt[q] * sizeof *buf);
+            buf += cnt[q];
+        }
+    }
+}
+
+static int pread_full(int fd, void *b, size_t n, unsigned long long off)
+{
+    for (size_t g = 0; g < n;) {
+        const ssize_t w = pread(fd, (char *)b + g, n - g, (off_t)(off + g));
+        if (w <= 0) {
+            if (w < 0 && errno == EINTR)
+                continue;
+            return -1;
+        }
+        g += (size_t)w;
+    }
+    return 0;
+}
+
+static int on_window(void *ctx, char *rec, size_t len, qmla_error *err)
+{
+    (void)len;
+    (void)err;
+    resume *rs = ctx;
+    size_t k, n;
+    unsigned long long off, bytes, h;
+    int used = 0;
+    if (sscanf(rec, "W %zu %zu %llu %llu %llx%n", &k, &n, &off, &bytes, &h, &used) != 5 ||
+        strcmp(rec + used, "\n") || k >= rs->n_cells || n >= rs->N || bytes != rs->B ||
+        off != rs->end || rs->at[k * rs->N + n] >= 0)
+        return QMLA_EFORMAT;
+    if (pread_full(rs->fd, rs->buf, rs->B, off) ||
+        qmla_jnl_fnv1a(rs->buf, rs->B, QMLA_JNL_FNV_INIT) != h)
+        return QMLA_EFORMAT; /* the data is short or damaged: recomputed */
+    rs->at[k * rs->N + n] = (long long)off;
+    rs->end = off + rs->B;
+    return QMLA_OK;
+}
+
+/* The resume key: every input and option the journaled tensors depend on. */
+static char *resume_key(const qmla_model *m, const qmla_native_capture_opts *o,
+                        const run *r, size_t ns, int bos, qmla_error *err)
+{
+    (void)m;
+    char *key = NULL;
+    size_t klen = 0;
+    FILE *f = open_memstream(&key, &klen);
+    if (!f) {
+        qmla_error_set(err, QMLA_ENOMEM, "resume key");
+        return NULL;
+    }
+    fprintf(f, "model=");
+    struct dirent **names = NULL;
+    const int nn = scandir(o->model_dir, &names, NULL, alphasort);
+    for (int i = 0; i < nn; i++) {
+        char p[4608], esc[1024];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/%s", o->model_dir, names[i]->d_name);
+        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) {
+            qmla_jnl_escape(names[i]->d_name, esc, sizeof esc);
+            fprintf(f, "%s%s:%lld:%lld.%09ld", i ? "," : "", esc, (long long)sb.st_size,
+                    (long long)sb.st_mtim.tv_sec, (long)sb.st_mtim.tv_nsec);
+        }
+        free(names[i]);
+    }
+    free(names);
+    fprintf(f, " cells=");
+    for (size_t k = 0; k < o->n_cells; k++) {
+        const qmla_native_corpus *cp = &o->corpora[o->cells[k].corpus];
+        char esc[512];
+        qmla_jnl_escape(cp->name, esc, sizeof esc);
+        fprintf(f, "%s%s-s%llu:%zu:%016llx", k ? "," : "", esc,
+                (unsigned long long)o->cells[k].seed, cp->n,
+                (unsigned long long)qmla_jnl_fnv1a(cp->bytes, cp->n, QMLA_JNL_FNV_INIT));
+    }
+    fprintf(f, " seqs=%zu tokens=%zu pre=%d bos=%d layers=", o->seqs, o->tokens, r->pre, bos);
+    for (size_t i = 0; i < ns; i++)
+        fprintf(f, "%s%d", i ? "," : "", r->slots[i].layer);
+    if (fclose(f) != 0) {
+        free(key);
+        qmla_error_set(err, QMLA_ENOMEM, "resume key");
+        return NULL;
+    }
+    return key;
+}
+
+static int resume_open(resume *rs, const qmla_model *m, const qmla_native_capture_opts *o,
+                       const run *r, size_t ns, int bos, qmla_error *err)
+{
+    const size_t N = o->seqs, T = o->tokens;
+    rs->fd = -1;
+    rs->n_cells = o->n_cells;
+    rs->N = N;
+    {
+        float *p[9];
+        size_t cnt[9], per = 0;
+        const size_t q = win_parts(r, &r->slots[0], T, p, cnt);
+        for (size_t i = 0; i < q; i++)
+            per += cnt[i];
+        rs->B = ns * per * sizeof(float);
+    }
+    snprintf(rs->dpath, sizeof rs->dpath, "%s.data", o->journal);
+    rs->at = malloc(o->n_cells * N * sizeof *rs->at);
+    rs->buf = malloc(rs->B ? rs->B : 1);
+    if (!rs->at || !rs->buf)
+        return qmla_error_set(err, QMLA_ENOMEM, "resume buffers");
+    for (size_t i = 0; i < o->n_cells * N; i++)
+        rs->at[i] = -1;
+    char *key = resume_key(m, o, r, ns, bos, err);
+    if (!key)
+        return err->status;
+    rs->fd = open(rs->dpath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (rs->fd < 0) {
+        free(key);
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot open the journal's data file: %s",
+                              rs->dpath, strerror(errno));
+    }
+    size_t n = 0;
+    int st = qmla_jnl_open(&rs->j, o->journal, "capture", key, o->journal_force, on_window,
+                           rs, &n, err);
+    free(key);
+    if (st)
+        return st;
+    rs->open = 1;
+    if (n == 0) { /* a fresh (or forced) journal: no data either */
+        for (size_t i = 0; i < o->n_cells * N; i++)
+            rs->at[i] = -1;
+        rs->end = 0;
+    }
+    if (ftruncate(rs->fd, (off_t)rs->end) != 0)
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot truncate: %s", rs->dpath,
+                              strerror(errno));
+    return QMLA_OK;
+}
+
+/* window n of cell k (in the slots) into the data file and the journal */
+static int resume_save(resume *rs, const run *r, size_t ns, size_t T, size_t k, size_t n,
+                       qmla_error *err)
+{
+    win_copy(r, ns, T, n, rs->buf, 1);
+    for (size_t g = 0; g < rs->B;) {
+        const ssize_t w = pwrite(rs->fd, (const char *)rs->buf + g, rs->B - g,
+                                 (off_t)(rs->end + g));
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return qmla_error_set(err, QMLA_EIO, "%s: write failed: %s", rs->dpath,
+                                  w < 0 ? strerror(errno) : "no progress");
+        g += (size_t)w;
+    }
+    if (fsync(rs->fd) != 0)
+        return qmla_error_set(err, QMLA_EIO, "%s: fsync failed: %s", rs->dpath,
+                              strerror(errno));
+    qmla_jnl_printf(&rs->j, "W %zu %zu %llu %zu %016llx\n", k, n, rs->end, rs->B,
+                    (unsigned long long)qmla_jnl_fnv1a(rs->buf, rs->B, QMLA_JNL_FNV_INIT));
+    const int st = qmla_jnl_commit(&rs->j, err);
+    if (st)
+        return st;
+    rs->at[k * rs->N + n] = (long long)rs->end;
+    rs->end += rs->B;
+    return QMLA_OK;
+}
+
+/* the finished windows of cell k into the slots; how many */
+static int resume_restore(resume *rs, const run *r, size_t ns, size_t T, size_t k,
+                          size_t *restored, qmla_error *err)
+{
+    *restored = 0;
+    for (size_t n = 0; n < rs->N; n++) {
+        const long long off = rs->at[k * rs->N + n];
+        if (off < 0)
+            continue;
+        if (pread_full(rs->fd, rs->buf, rs->B, (unsigned long long)off))
+            return qmla_error_set(err, QMLA_EIO, "%s: cannot read window %zu of cell %zu at "
+                                  "byte %lld: %s", rs->dpath, n, k, off,
+                                  errno ? strerror(errno) : "short file");
+        win_copy(r, ns, T, n, rs->buf, 0);
+        ++*restored;
+    }
+    return QMLA_OK;
+}
+
+static void resume_close(resume *rs, int success)
+{
+    if (rs->open)
+        qmla_jnl_close(&rs->j, success);
+    if (rs->fd >= 0) {
+        close(rs->fd);
+        if (success)
+            unlink(rs->dpath);
+    }
+    free(rs->at);
+    free(rs->buf);
+}
+
 int qmla_capture_native(const qmla_model *m, const char *path,
                         const qmla_native_capture_opts *o, qmla_error *err)
 {
@@ -234,7 +484,13 @@ int qmla_capture_native(const qmla_model *m, const char *path,
     qmla_capture_writer *wr = NULL;
     qmla_attn_state as;
     memset(&as, 0, sizeof as);
+    resume rs;
+    memset(&rs, 0, sizeof rs);
+    rs.fd = -1;
+    int success = 0;
     double worst = 0.0;
+    if (o->resumed_out)
+        *o->resumed_out = 0;
     if (!r.slots || !r.slot_of) {
         st = qmla_error_set(err, QMLA_ENOMEM, "layer table");
         goto done;
@@ -325,6 +581,23 @@ int qmla_capture_native(const qmla_model *m, const char *path,
             goto done;
     }
 
+    if (o->journal) {
+        if ((st = resume_open(&rs, m, o, &r, ns, bos, err)))
+            goto done;
+        size_t nres = 0;
+        for (size_t i = 0; i < o->n_cells * N; i++)
+            nres += rs.at[i] >= 0;
+        if (o->resumed_out)
+            *o->resumed_out = nres;
+        if (nres && o->progress) {
+            const qmla_native_event ev = {2, 0, nres, o->n_cells * N, "", -1, N, T, 0.0, tol};
+            if (o->progress(o->progress_ctx, &ev)) {
+                if (o->stopped)
+                    *o->stopped = 1;
+                goto done;
+            }
+        }
+    }
     const qmla_mla_dims dims = {H, D, dc, dn, dr, dv, c->tau};
     const qmla_exec ex = qmla_exec_cpu(o->threads > 0 ? o->threads : 1);
     if ((st = qmla_attn_state_alloc(&dims, T, 0, &as, err)))
@@ -343,6 +616,17 @@ int qmla_capture_native(const qmla_model *m, const char *path,
         snprintf(name, sizeof name, "%s-s%llu", cp->name, (unsigned long long)o->cells[k].seed);
         int st_all = QMLA_OK, stop_all = 0;
         size_t done_seqs = 0;
+        if (rs.open) { /* windows finished by an earlier run */
+            if ((st = resume_restore(&rs, &r, ns, T, k, &done_seqs, err))) {
+                free(pos);
+                goto done;
+            }
+            if (done_seqs && o->progress) {
+                const qmla_native_event ev = {0, k, done_seqs, N, name, -1, N, T, 0.0, tol};
+                if (o->progress(o->progress_ctx, &ev))
+                    stop_all = 1;
+            }
+        }
 #pragma omp parallel num_threads(nt)
         {
             qmla_error e;
@@ -356,7 +640,7 @@ int qmla_capture_native(const qmla_model *m, const char *path,
                 int stop;
 #pragma omp atomic read
                 stop = st_all;
-                if (sst || stop || stop_all)
+                if (sst || stop || stop_all || (rs.open && rs.at[k * N + n] >= 0))
                     continue;
                 const size_t off = offs[k * N + n];
                 tok[0] = bos;
@@ -370,7 +654,7 @@ int qmla_capture_native(const qmla_model *m, const char *path,
                 if (sst)
                     continue;
 #pragma omp critical(qmla_capture_native_progress)
-                {
+                if (!rs.open || !(sst = resume_save(&rs, &r, ns, T, k, n, &e))) {
                     done_seqs++;
                     if (o->progress) {
                         const qmla_native_event ev = {0, k, done_seqs, N, name, -1, N, T,
@@ -400,7 +684,7 @@ int qmla_capture_native(const qmla_model *m, const char *path,
             if (o->stopped)
                 *o->stopped = 1;
             free(pos);
-            goto done; /* nothing written: the writer is aborted */
+            goto done; /* no capture: the writer is aborted (the journal stays) */
         }
         for (size_t i = 0; i < ns && !st; i++) {
             slot *s = &r.slots[i];
@@ -488,8 +772,10 @@ int qmla_capture_native(const qmla_model *m, const char *path,
     wr = NULL;
     if (!st && o->worst_out)
         *o->worst_out = worst;
+    success = st == QMLA_OK;
 done:
     qmla_capture_writer_abort(wr);
+    resume_close(&rs, success);
     qmla_attn_state_free(&as);
     slots_free(r.slots, ns);
     free(r.slot_of);

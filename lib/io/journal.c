@@ -1,35 +1,32 @@
-/* journal.c — sweep resume journal (see journal.h). Header line:
- *   qmla-sweep-journal 2 <resume key>
- * then one record line per finished response, the columns of the row table
- * (include/qmla/response.h) in table order, separated by single spaces:
- *   R <col1> <col2> ... #<fnv1a-64 of everything before '#', 16 hex digits>
- * INT/FLAG as decimal, REAL in C99 hex (%a, exact round trip), PATH as its
- * name, STR percent-escaped (no spaces, no control characters). */
+/* journal.c — the one resume journal layer (see journal.h for the format). */
 #include "io/journal.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
-#define JOURNAL_MAGIC "qmla-sweep-journal 2 "
-#define JOURNAL_MAGIC_ANY "qmla-sweep-journal "
+#define JNL_MAGIC "qmla-journal 1 "
 
-static uint64_t fnv1a(const char *s, size_t n)
+/* headers of the journals of earlier qmla versions (one per command) */
+static const char *const old_magic[] = {"qmla-sweep-journal ", "qmla-op-journal ",
+                                        "qmla-iv-journal "};
+
+uint64_t qmla_jnl_fnv1a(const void *p, size_t n, uint64_t h)
 {
-    uint64_t h = 1469598103934665603ULL;
+    const unsigned char *s = p;
     for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
+        h ^= s[i];
         h *= 1099511628211ULL;
     }
     return h;
 }
 
-static void escape(const char *in, char *out, size_t len)
+void qmla_jnl_escape(const char *in, char *out, size_t len)
 {
     size_t o = 0;
     for (; *in && o + 4 < len; in++) {
@@ -55,7 +52,7 @@ static int hexval(char c)
     return -1;
 }
 
-static int unescape(const char *in, char *out, size_t len)
+int qmla_jnl_unescape(const char *in, char *out, size_t len)
 {
     size_t o = 0;
     for (; *in; in++) {
@@ -75,53 +72,11 @@ static int unescape(const char *in, char *out, size_t len)
     return 0;
 }
 
-/* One record line (without the newline) into r; -1 when malformed or when
- * the checksum does not match. */
-static int parse_record(char *line, qmla_response *r)
+int qmla_jnl_real(const char *tok, double *v)
 {
-    char *hash = strrchr(line, '#');
-    if (!hash || line[0] != 'R' || line[1] != ' ' || hash[-1] != ' ')
-        return -1;
     char *end = NULL;
-    errno = 0;
-    const uint64_t want = strtoull(hash + 1, &end, 16);
-    if (errno || end != hash + 17 || *end)
-        return -1;
-    if (fnv1a(line, (size_t)(hash - line)) != want)
-        return -1;
-    hash[-1] = '\0';
-    memset(r, 0, sizeof *r);
-    char *save = NULL, *tok = strtok_r(line + 2, " ", &save);
-    for (size_t k = 0; k < qmla_response_n_columns; k++, tok = strtok_r(NULL, " ", &save)) {
-        const qmla_column *c = &qmla_response_columns[k];
-        if (!tok)
-            return -1;
-        switch (c->kind) {
-        case QMLA_COL_INT:
-        case QMLA_COL_FLAG: {
-            errno = 0;
-            long v = strtol(tok, &end, 10);
-            if (errno || *end || v < -2147483647L - 1 || v > 2147483647L)
-                return -1;
-            *qmla_col_int(r, c) = (int)v;
-            break;
-        }
-        case QMLA_COL_REAL:
-            *qmla_col_real(r, c) = strtod(tok, &end);
-            if (*end)
-                return -1;
-            break;
-        case QMLA_COL_PATH:
-            if ((*qmla_col_int(r, c) = qmla_path_parse(tok)) < 0)
-                return -1;
-            break;
-        case QMLA_COL_STR:
-            if (unescape(tok, qmla_col_str(r, c), QMLA_CELL_NAME_MAX))
-                return -1;
-            break;
-        }
-    }
-    return tok ? -1 : 0; /* no extra fields */
+    *v = strtod(tok, &end);
+    return end == tok || *end ? -1 : 0;
 }
 
 /* The journal path must be absent or a regular file (a FIFO would block). */
@@ -143,232 +98,268 @@ static int check_regular(const char *path, qmla_error *err)
     return QMLA_OK;
 }
 
-static int push(qmla_response **arr, size_t *cnt, size_t *cap,
-                const qmla_response *r)
+/* The header line (newline stripped) against kind and key: 0 same, 1 another
+ * kind/key/format (err set, QMLA_EMISMATCH). */
+static int header_differs(const char *path, const char *line, const char *kind,
+                          const char *key, int for_read, qmla_error *err)
 {
-    if (*cnt == *cap) {
-        size_t nc = *cap ? 2 * *cap : 256;
-        qmla_response *na = realloc(*arr, nc * sizeof *na);
-        if (!na)
-            return -1;
-        *arr = na;
-        *cap = nc;
+    const size_t ml = strlen(JNL_MAGIC), kl = strlen(kind);
+    if (strncmp(line, JNL_MAGIC, ml) == 0) {
+        const char *k = line + ml;
+        if (strncmp(k, kind, kl) == 0 && k[kl] == ' ' && strcmp(k + kl + 1, key) == 0)
+            return 0;
+        qmla_error_set(err, QMLA_EMISMATCH,
+                       "%s: journal of another run (found \"%.2000s\", expected "
+                       "\"%s %.2000s\")%s",
+                       path, k, kind, key,
+                       for_read ? "" : "; use --force to discard it");
+        return 1;
     }
-    (*arr)[(*cnt)++] = *r;
-    return 0;
+    for (size_t i = 0; i < sizeof old_magic / sizeof old_magic[0]; i++)
+        if (strncmp(line, old_magic[i], strlen(old_magic[i])) == 0) {
+            qmla_error_set(err, QMLA_EMISMATCH,
+                           "%s: an older journal format (header \"%.80s\", expected "
+                           "\"%s%s ...\"): this qmla does not resume it; pass --force "
+                           "(or delete the file) to start over",
+                           path, line, JNL_MAGIC, kind);
+            return 1;
+        }
+    qmla_error_set(err, QMLA_EMISMATCH,
+                   "%s: expected a journal header \"%s%s ...\", found \"%.80s\"%s", path,
+                   JNL_MAGIC, kind, line, for_read ? "" : "; use --force to discard it");
+    return 1;
 }
 
-int qmla_journal_open(qmla_journal *j, const char *path, const char *key,
-                      int force, qmla_response **recs, size_t *n,
-                      qmla_error *err)
+/* Replay the records after the header; *keep: the offset after the last
+ * whole record kept. */
+static int scan(FILE *f, const char *path, qmla_jnl_replay_fn fn, void *ctx, size_t *n,
+                long *keep, qmla_error *err)
+{
+    char *line = NULL, *rec = NULL;
+    size_t lcap = 0, rlen = 0, rcap = 0;
+    ssize_t len;
+    int st = QMLA_OK;
+    *keep = ftell(f);
+    while ((len = getline(&line, &lcap, f)) > 0) {
+        if (line[len - 1] != '\n')
+            break; /* torn last line */
+        if (line[0] != '#') {
+            if (rlen + (size_t)len + 1 > rcap) {
+                size_t nc = rcap ? rcap : 4096;
+                while (nc < rlen + (size_t)len + 1)
+                    nc *= 2;
+                char *nr = realloc(rec, nc);
+                if (!nr) {
+                    st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
+                    break;
+                }
+                rec = nr;
+                rcap = nc;
+            }
+            memcpy(rec + rlen, line, (size_t)len);
+            rlen += (size_t)len;
+            continue;
+        }
+        /* the trailer: #<16 hex> <count> */
+        char *end = NULL;
+        errno = 0;
+        const uint64_t want = strtoull(line + 1, &end, 16);
+        if (errno || end != line + 17 || *end != ' ')
+            break;
+        const char *cs = end + 1;
+        const unsigned long long cnt = strtoull(cs, &end, 10);
+        if (end == cs || *end != '\n' || cnt != rlen || rlen == 0)
+            break;
+        if (qmla_jnl_fnv1a(rec, rlen, QMLA_JNL_FNV_INIT) != want)
+            break; /* damaged: recompute from here */
+        rec[rlen] = '\0';
+        const int r = fn ? fn(ctx, rec, rlen, err) : QMLA_OK;
+        if (r == QMLA_EFORMAT) {
+            qmla_error_clear(err);
+            break;
+        }
+        if (r) {
+            st = r;
+            break;
+        }
+        ++*n;
+        *keep = ftell(f);
+        rlen = 0;
+    }
+    free(line);
+    free(rec);
+    return st;
+}
+
+static int write_header(qmla_jnl *j, const char *kind, const char *key, qmla_error *err)
+{
+    FILE *f = fopen(j->path, "w");
+    if (!f)
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot create journal: %s", j->path,
+                              strerror(errno));
+    if (fprintf(f, "%s%s %s\n", JNL_MAGIC, kind, key) < 0 || fflush(f) != 0 ||
+        fsync(fileno(f)) != 0) {
+        const int st = qmla_error_set(err, QMLA_EIO, "%s: cannot write journal: %s",
+                                      j->path, strerror(errno));
+        fclose(f);
+        return st;
+    }
+    j->f = f;
+    return QMLA_OK;
+}
+
+int qmla_jnl_open(qmla_jnl *j, const char *path, const char *kind, const char *key,
+                  int force, qmla_jnl_replay_fn fn, void *ctx, size_t *n,
+                  qmla_error *err)
 {
     memset(j, 0, sizeof *j);
     snprintf(j->path, sizeof j->path, "%s", path);
-    *recs = NULL;
-    *n = 0;
+    size_t cnt = 0;
+    if (n)
+        *n = 0;
     int st = check_regular(path, err);
     if (st)
         return st;
     FILE *f = fopen(path, "r");
     if (!f && errno != ENOENT)
-        return qmla_error_set(err, QMLA_EIO, "%s: cannot open journal: %s",
-                              path, strerror(errno));
-    size_t cap = 0, cnt = 0;
-    qmla_response *arr = NULL;
-    long keep = 0; /* offset after the last valid line */
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot open journal: %s", path,
+                              strerror(errno));
     int fresh = f == NULL;
+    long keep = 0;
     if (f) {
         char *line = NULL;
         size_t lcap = 0;
-        ssize_t len = getline(&line, &lcap, f);
-        const size_t klen = strlen(JOURNAL_MAGIC);
-        const int complete = len > 0 && line[len - 1] == '\n';
-        if (complete && strncmp(line, JOURNAL_MAGIC, klen) == 0) {
+        const ssize_t len = getline(&line, &lcap, f);
+        if (len > 0 && line[len - 1] == '\n') {
             line[len - 1] = '\0';
-            if (strcmp(line + klen, key) != 0) {
+            qmla_error e2;
+            qmla_error_clear(&e2);
+            if (header_differs(path, line, kind, key, 0, &e2)) {
                 if (!force) {
-                    qmla_error_set(err, QMLA_EMISMATCH,
-                                   "%s: journal of another sweep (found key "
-                                   "\"%s\", expected \"%s\"); use --force to "
-                                   "discard it",
-                                   path, line + klen, key);
+                    *err = e2;
                     free(line);
                     fclose(f);
                     return QMLA_EMISMATCH;
                 }
                 fresh = 1;
-            } else {
-                keep = ftell(f);
-                while ((len = getline(&line, &lcap, f)) > 0) {
-                    if (line[len - 1] != '\n')
-                        break; /* torn last line */
-                    line[len - 1] = '\0';
-                    qmla_response r;
-                    if (parse_record(line, &r) != 0)
-                        break; /* damaged: recompute from here */
-                    if (push(&arr, &cnt, &cap, &r)) {
-                        free(arr);
-                        free(line);
-                        fclose(f);
-                        return qmla_error_set(err, QMLA_ENOMEM,
-                                              "%s: out of memory", path);
-                    }
-                    keep = ftell(f);
-                }
-            }
-        } else if (complete && strncmp(line, JOURNAL_MAGIC_ANY,
-                                       strlen(JOURNAL_MAGIC_ANY)) == 0 &&
-                   !force) {
-            line[len - 1] = '\0';
-            qmla_error_set(err, QMLA_EMISMATCH,
-                           "%s: journal header: expected \"%s...\", found "
-                           "\"%.60s\" (another journal version); use --force "
-                           "to discard it",
-                           path, JOURNAL_MAGIC, line);
-            free(line);
-            fclose(f);
-            return QMLA_EMISMATCH;
-        } else {
+            } else
+                st = scan(f, path, fn, ctx, &cnt, &keep, err);
+        } else
             fresh = 1; /* empty or torn header: nothing was recorded */
-        }
         free(line);
         fclose(f);
-        f = NULL;
-    }
-    if (fresh) {
-        free(arr);
-        arr = NULL;
-        cnt = 0;
-        f = fopen(path, "w");
-        if (!f)
-            return qmla_error_set(err, QMLA_EIO, "%s: cannot create journal: %s",
-                                  path, strerror(errno));
-        if (fprintf(f, "%s%s\n", JOURNAL_MAGIC, key) < 0 || fflush(f) != 0 ||
-            fsync(fileno(f)) != 0) {
-            st = qmla_error_set(err, QMLA_EIO, "%s: cannot write journal: %s",
-                                path, strerror(errno));
-            fclose(f);
+        if (st)
             return st;
-        }
-    } else {
-        if (truncate(path, keep) != 0 || !(f = fopen(path, "a"))) {
-            free(arr);
-            return qmla_error_set(err, QMLA_EIO, "%s: cannot reopen journal: %s",
-                                  path, strerror(errno));
-        }
     }
-    j->f = f;
-    *recs = arr;
-    *n = cnt;
-    return QMLA_OK;
-}
-
-/* Format one record (with checksum and newline) into line. */
-static int format_record(const qmla_response *r_in, char *line, size_t cap)
-{
-    qmla_response r = *r_in;
-    size_t o = (size_t)snprintf(line, cap, "R");
-    for (size_t k = 0; k < qmla_response_n_columns && o < cap; k++) {
-        const qmla_column *c = &qmla_response_columns[k];
-        char cell[4 * QMLA_CELL_NAME_MAX];
-        int w = 0;
-        switch (c->kind) {
-        case QMLA_COL_INT:
-        case QMLA_COL_FLAG:
-            w = snprintf(line + o, cap - o, " %d", *qmla_col_int(&r, c));
-            break;
-        case QMLA_COL_REAL:
-            w = snprintf(line + o, cap - o, " %a", *qmla_col_real(&r, c));
-            break;
-        case QMLA_COL_PATH:
-            w = snprintf(line + o, cap - o, " %s",
-                         qmla_path_name(*qmla_col_int(&r, c)));
-            break;
-        case QMLA_COL_STR:
-            escape(qmla_col_str(&r, c), cell, sizeof cell);
-            w = snprintf(line + o, cap - o, " %s", cell);
-            break;
-        }
-        if (w < 0)
-            return -1;
-        o += (size_t)w;
-    }
-    if (o + 24 >= cap)
-        return -1;
-    line[o++] = ' '; /* the checksum covers "R ... " up to the '#' */
-    const uint64_t h = fnv1a(line, o);
-    snprintf(line + o, cap - o, "#%016" PRIx64 "\n", h);
-    return 0;
-}
-
-int qmla_journal_append(qmla_journal *j, const qmla_response *r, size_t n,
-                        qmla_error *err)
-{
-    char line[4096];
-    for (size_t k = 0; k < n; k++) {
-        if (format_record(&r[k], line, sizeof line))
-            return qmla_error_set(err, QMLA_EINTERNAL, "journal line too long");
-        if (fputs(line, j->f) < 0)
-            return qmla_error_set(err, QMLA_EIO, "%s: write failed: %s",
-                                  j->path, strerror(errno));
-    }
-    if (fflush(j->f) != 0 || fsync(fileno(j->f)) != 0)
-        return qmla_error_set(err, QMLA_EIO, "%s: flush failed: %s", j->path,
+    if (fresh)
+        return write_header(j, kind, key, err);
+    if (truncate(path, keep) != 0 || !(j->f = fopen(path, "a")))
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot reopen journal: %s", path,
                               strerror(errno));
+    if (n)
+        *n = cnt;
     return QMLA_OK;
 }
 
-void qmla_journal_close(qmla_journal *j, int remove_file)
+int qmla_jnl_read(const char *path, const char *kind, const char *key,
+                  qmla_jnl_replay_fn fn, void *ctx, size_t *n, qmla_error *err)
 {
-    if (j->f)
-        fclose(j->f);
-    j->f = NULL;
-    if (remove_file && j->path[0])
-        unlink(j->path);
-}
-
-int qmla_journal_read(const char *path, const char *key, qmla_response **recs,
-                      size_t *n, qmla_error *err)
-{
-    *recs = NULL;
-    *n = 0;
+    size_t cnt = 0;
+    if (n)
+        *n = 0;
     FILE *f = fopen(path, "r");
     if (!f)
         return qmla_error_set(err, QMLA_EIO, "%s: cannot open journal: %s", path,
                               strerror(errno));
     char *line = NULL;
-    size_t lcap = 0, cap = 0, cnt = 0;
-    qmla_response *arr = NULL;
+    size_t lcap = 0;
     int st = QMLA_OK;
-    ssize_t len = getline(&line, &lcap, f);
-    const size_t klen = strlen(JOURNAL_MAGIC);
-    if (!(len > 0 && line[len - 1] == '\n' && strncmp(line, JOURNAL_MAGIC, klen) == 0))
+    const ssize_t len = getline(&line, &lcap, f);
+    long keep;
+    if (!(len > 0 && line[len - 1] == '\n'))
         st = qmla_error_set(err, QMLA_EFORMAT, "%s: expected a journal header "
-                            "\"%s...\", found none", path, JOURNAL_MAGIC);
+                            "\"%s%s ...\", found none", path, JNL_MAGIC, kind);
     else {
         line[len - 1] = '\0';
-        if (strcmp(line + klen, key) != 0)
-            st = qmla_error_set(err, QMLA_EMISMATCH, "%s: journal of another sweep "
-                                "(found key \"%s\", expected \"%s\")", path,
-                                line + klen, key);
-    }
-    while (!st && (len = getline(&line, &lcap, f)) > 0) {
-        if (line[len - 1] != '\n')
-            break; /* torn last line (its writer may still be running) */
-        line[len - 1] = '\0';
-        qmla_response r;
-        if (parse_record(line, &r) != 0)
-            break;
-        if (push(&arr, &cnt, &cap, &r))
-            st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
+        if (header_differs(path, line, kind, key, 1, err))
+            st = QMLA_EMISMATCH;
+        else
+            st = scan(f, path, fn, ctx, &cnt, &keep, err);
     }
     free(line);
     fclose(f);
-    if (st) {
-        free(arr);
-        return st;
+    if (!st && n)
+        *n = cnt;
+    return st;
+}
+
+void qmla_jnl_printf(qmla_jnl *j, const char *fmt, ...)
+{
+    if (j->bad)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        const int w = vsnprintf(j->buf ? j->buf + j->len : NULL,
+                                j->buf ? j->cap - j->len : 0, fmt, ap);
+        va_end(ap);
+        if (w < 0) {
+            j->bad = EINVAL;
+            return;
+        }
+        if (j->buf && j->len + (size_t)w < j->cap) {
+            j->len += (size_t)w;
+            return;
+        }
+        size_t nc = j->cap ? 2 * j->cap : 4096;
+        while (nc < j->len + (size_t)w + 1)
+            nc *= 2;
+        char *nb = realloc(j->buf, nc);
+        if (!nb) {
+            j->bad = ENOMEM;
+            return;
+        }
+        j->buf = nb;
+        j->cap = nc;
     }
-    *recs = arr;
-    *n = cnt;
+}
+
+int qmla_jnl_commit(qmla_jnl *j, qmla_error *err)
+{
+    const size_t len = j->len;
+    const int bad = j->bad;
+    j->len = 0;
+    j->bad = 0;
+    if (bad)
+        return qmla_error_set(err, bad == ENOMEM ? QMLA_ENOMEM : QMLA_EINTERNAL,
+                              "%s: cannot format a journal record: %s", j->path,
+                              strerror(bad));
+    if (len == 0 || j->buf[len - 1] != '\n' || j->buf[0] == '#')
+        return qmla_error_set(err, QMLA_EINTERNAL, "%s: journal record: expected "
+                              "lines ending in a newline, none starting with '#'",
+                              j->path);
+    const uint64_t h = qmla_jnl_fnv1a(j->buf, len, QMLA_JNL_FNV_INIT);
+    if (fwrite(j->buf, 1, len, j->f) != len ||
+        fprintf(j->f, "#%016" PRIx64 " %zu\n", h, len) < 0)
+        return qmla_error_set(err, QMLA_EIO, "%s: write failed: %s", j->path,
+                              strerror(errno));
+    if (fflush(j->f) != 0)
+        return qmla_error_set(err, QMLA_EIO, "%s: write failed: %s", j->path,
+                              strerror(errno));
+    if (fsync(fileno(j->f)) != 0)
+        return qmla_error_set(err, QMLA_EIO, "%s: fsync failed: %s", j->path,
+                              strerror(errno));
     return QMLA_OK;
+}
+
+void qmla_jnl_close(qmla_jnl *j, int remove_file)
+{
+    if (j->f)
+        fclose(j->f);
+    j->f = NULL;
+    free(j->buf);
+    j->buf = NULL;
+    j->len = j->cap = 0;
+    if (remove_file && j->path[0])
+        unlink(j->path);
 }

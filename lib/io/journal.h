@@ -1,37 +1,73 @@
-/* journal.h (private) — the sweep's resume journal: an append-only text file
- * `<results>.journal` with a header naming the resume key and one line per
- * finished (layer, cell, seq, path) response, each line carrying a checksum
- * and written with fflush + fsync. A torn last line (crash mid-write) fails
- * its checksum and is dropped; earlier lines survive. */
+/* journal.h (private) — the one resume journal of every resumable command
+ * (sweep, jvp, predict, interventions, capture, ppl; docs/results-format.md,
+ * "Resume journals"). An append-only text file:
+ *
+ *   qmla-journal 1 <kind> <key>\n
+ *   <record: one or more caller-formatted lines, none starting with '#'>
+ *   #<fnv1a-64 of the record's bytes, 16 hex digits> <the record's byte count>\n
+ *   ...
+ *
+ * <kind> names the work (one word), <key> (rest of the line) every input hash
+ * and parameter that changes a result. Each record is written with fflush +
+ * fsync. On open, a torn or corrupt record (no trailer, count or checksum
+ * mismatch) and everything after it is dropped and the file truncated after
+ * the last whole record. A journal of an earlier qmla (headers
+ * qmla-sweep-journal, qmla-op-journal, qmla-iv-journal) is not converted: it
+ * is refused (QMLA_EMISMATCH, "an older journal format") unless `force`. */
 #ifndef QMLA_JOURNAL_H
 #define QMLA_JOURNAL_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "qmla/status.h"
-#include "qmla/response.h"
 
-typedef struct qmla_journal {
+typedef struct qmla_jnl {
     FILE *f;
     char path[4096];
-} qmla_journal;
+    char *buf;        /* the record being built (qmla_jnl_printf) */
+    size_t len, cap;
+    int bad;          /* a printf failed: the commit reports it */
+} qmla_jnl;
 
-/* Open (creating if absent) the journal for `key`. Existing valid records
- * are returned in *recs (caller frees) and the file is truncated after the
- * last valid record. A journal with another key: QMLA_EMISMATCH unless
- * `force`, which restarts it empty. */
-int qmla_journal_open(qmla_journal *j, const char *path, const char *key,
-                      int force, qmla_response **recs, size_t *n,
-                      qmla_error *err);
-/* Append records durably. */
-int qmla_journal_append(qmla_journal *j, const qmla_response *r, size_t n,
-                        qmla_error *err);
-/* Read the records of a journal without changing it (another process may be
- * appending: a torn last line ends the read). QMLA_EMISMATCH for a journal
- * of another key, QMLA_EFORMAT for no header, QMLA_EIO. */
-int qmla_journal_read(const char *path, const char *key, qmla_response **recs,
-                      size_t *n, qmla_error *err);
-/* Close; `remove_file` deletes it (after the results are safely written). */
-void qmla_journal_close(qmla_journal *j, int remove_file);
+/* Called per whole record, in file order; rec is NUL-terminated (len bytes,
+ * ending in '\n') and may be modified. Return QMLA_OK to keep it,
+ * QMLA_EFORMAT to cut the journal before it (it and the rest are dropped and
+ * recomputed), any other status to fail the open with err set. */
+typedef int (*qmla_jnl_replay_fn)(void *ctx, char *rec, size_t len, qmla_error *err);
+
+/* Open for appending, creating it when absent or empty (or holding only a
+ * torn header). Same kind and key: each whole record is replayed (n: how
+ * many were kept). Another kind or key, or an older journal format, or a
+ * first line that is no journal header: QMLA_EMISMATCH naming the path and
+ * both headers, unless `force`, which restarts it empty. The path must be
+ * absent or a regular file (QMLA_EIO otherwise). */
+int qmla_jnl_open(qmla_jnl *j, const char *path, const char *kind, const char *key,
+                  int force, qmla_jnl_replay_fn fn, void *ctx, size_t *n,
+                  qmla_error *err);
+/* Replay a journal without changing it (a concurrent reader: another
+ * process may be appending; a torn tail ends the read). QMLA_EFORMAT: no
+ * header; QMLA_EMISMATCH: another kind or key; QMLA_EIO. */
+int qmla_jnl_read(const char *path, const char *kind, const char *key,
+                  qmla_jnl_replay_fn fn, void *ctx, size_t *n, qmla_error *err);
+/* Append text to the record being built (lines must not start with '#';
+ * the record must end with '\n'). */
+void qmla_jnl_printf(qmla_jnl *j, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Write the record built so far with its trailer, fflush + fsync; the
+ * builder is emptied either way. QMLA_EIO names the path and the cause. */
+int qmla_jnl_commit(qmla_jnl *j, qmla_error *err);
+/* Close; `remove_file` deletes it (once the results are safely written). */
+void qmla_jnl_close(qmla_jnl *j, int remove_file);
+
+/* FNV-1a 64 (the record checksum; also used for side data files). */
+uint64_t qmla_jnl_fnv1a(const void *p, size_t n, uint64_t h);
+#define QMLA_JNL_FNV_INIT 1469598103934665603ULL
+/* Strings as one token: [A-Za-z0-9._:-] kept, other bytes %XX. */
+void qmla_jnl_escape(const char *in, char *out, size_t len);
+int qmla_jnl_unescape(const char *in, char *out, size_t len);
+/* Reals: C99 hex (%a) round-trips exactly; qmla_jnl_real parses one token
+ * (strtod), -1 when it is not a whole number. */
+int qmla_jnl_real(const char *tok, double *v);
 
 #endif

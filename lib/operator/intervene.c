@@ -5,6 +5,7 @@
 #include "qmla/norms.h"
 #include "sweep/plan.h"
 #include "io/h5util.h"
+#include "io/journal.h"
 
 #include <gsl/gsl_randist.h>
 #include <gsl/gsl_rng.h>
@@ -303,78 +304,72 @@ out:
     return st;
 }
 
-/* The resume journal, RESULTS.h5.interventions.journal (text; reals as
- * C99 hex floats):
- *   qmla-iv-journal 1 <key>
+/* The resume journal, RESULTS.h5.interventions.journal, in the journal
+ * layer (io/journal.h; kind "interventions"), one record per finished item
+ * (reals as C99 hex floats):
  *   I <plan item> <layer> <seq> <seed> <degenerate> <g_jvp C> <g_jvp P>
  *     <R C> <R P> <R joint> <cross> <cross_rel>
  *   R <2 x 3 x reps ratios>
  *   E
- * A block without its E line is recomputed. */
-static int iv_journal_write(FILE *f, size_t k, int layer, int seq,
-                            const qmla_iv_item *it, const double *ratio, size_t n)
+ * A malformed record cuts the journal there (recomputed). */
+static int iv_journal_write(qmla_jnl *j, size_t k, int layer, int seq,
+                            const qmla_iv_item *it, const double *ratio, size_t n,
+                            qmla_error *err)
 {
-    fprintf(f, "I %zu %d %d %llu %d %a %a %a %a %a %a %a\nR", k, layer, seq,
-            (unsigned long long)it->seed, it->degenerate, it->g_jvp[0], it->g_jvp[1],
-            it->r_finite[0], it->r_finite[1], it->r_joint, it->cross, it->cross_rel);
+    qmla_jnl_printf(j, "I %zu %d %d %llu %d %a %a %a %a %a %a %a\nR", k, layer, seq,
+                    (unsigned long long)it->seed, it->degenerate, it->g_jvp[0],
+                    it->g_jvp[1], it->r_finite[0], it->r_finite[1], it->r_joint, it->cross,
+                    it->cross_rel);
     for (size_t i = 0; i < n; i++)
-        fprintf(f, " %a", ratio[i]);
-    fputs("\nE\n", f);
-    return fflush(f) || fsync(fileno(f)) ? -1 : 0;
+        qmla_jnl_printf(j, " %a", ratio[i]);
+    qmla_jnl_printf(j, "\nE\n");
+    return qmla_jnl_commit(j, err);
 }
 
-/* Replays into items/ratio at each item's ordinal; 1: other key (ignored). */
-static int iv_journal_replay(const char *path, const char *key, const qmla_plan *plan,
-                             const size_t *ord, size_t nr, qmla_iv_item *items,
-                             double *ratio, unsigned char *done)
+typedef struct iv_replay {
+    const qmla_plan *plan;
+    const size_t *ord;
+    size_t nr;
+    qmla_iv_item *items;
+    double *ratio;
+    unsigned char *done;
+    double *r; /* [nr] scratch */
+} iv_replay;
+
+/* One record into items/ratio at its item's ordinal. */
+static int iv_journal_replay(void *ctx, char *rec, size_t len, qmla_error *err)
 {
-    FILE *f = fopen(path, "r");
+    (void)err;
+    iv_replay *c = ctx;
+    const qmla_plan *plan = c->plan;
+    FILE *f = fmemopen(rec, len, "r");
     if (!f)
-        return 0;
-    char head[8300];
-    int rc = 0;
-    if (!fgets(head, sizeof head, f)) {
-        fclose(f);
-        return 0; /* empty: nothing to replay */
-    }
-    head[strcspn(head, "\n")] = 0;
-    if (strncmp(head, "qmla-iv-journal 1 ", 18) || strcmp(head + 18, key)) {
-        fclose(f);
-        return 1;
-    }
-    double *r = malloc((nr ? nr : 1) * sizeof *r);
-    if (!r) {
-        fclose(f);
-        return -1;
-    }
-    for (;;) {
-        size_t k;
-        int layer, seq, degen;
-        unsigned long long seed;
-        qmla_iv_item it;
-        memset(&it, 0, sizeof it);
-        if (fscanf(f, " I %zu %d %d %llu %d %la %la %la %la %la %la %la", &k, &layer, &seq,
-                   &seed, &degen, &it.g_jvp[0], &it.g_jvp[1], &it.r_finite[0],
-                   &it.r_finite[1], &it.r_joint, &it.cross, &it.cross_rel) != 12)
-            break;
-        char tag[2];
-        int ok = fscanf(f, " %1s", tag) == 1 && tag[0] == 'R';
-        for (size_t i = 0; i < nr && ok; i++)
-            ok = fscanf(f, " %la", &r[i]) == 1;
-        if (!ok || fscanf(f, " %1s", tag) != 1 || tag[0] != 'E')
-            break;
-        if (k >= plan->n_items || !plan->wanted[k] || plan->items[k].layer != layer ||
-            (int)plan->items[k].seq != seq || done[ord[k]])
-            continue;
-        it.seed = seed;
-        it.degenerate = degen;
-        items[ord[k]] = it;
-        memcpy(ratio + ord[k] * nr, r, nr * sizeof *r);
-        done[ord[k]] = 1;
-    }
-    free(r);
+        return qmla_error_set(err, QMLA_ENOMEM, "interventions journal: out of memory");
+    size_t k;
+    int layer, seq, degen;
+    unsigned long long seed;
+    qmla_iv_item it;
+    memset(&it, 0, sizeof it);
+    int ok = fscanf(f, " I %zu %d %d %llu %d %la %la %la %la %la %la %la", &k, &layer, &seq,
+                    &seed, &degen, &it.g_jvp[0], &it.g_jvp[1], &it.r_finite[0],
+                    &it.r_finite[1], &it.r_joint, &it.cross, &it.cross_rel) == 12;
+    char tag[2];
+    ok = ok && fscanf(f, " %1s", tag) == 1 && tag[0] == 'R';
+    for (size_t i = 0; i < c->nr && ok; i++)
+        ok = fscanf(f, " %la", &c->r[i]) == 1;
+    ok = ok && fscanf(f, " %1s", tag) == 1 && tag[0] == 'E';
     fclose(f);
-    return rc;
+    if (!ok)
+        return QMLA_EFORMAT;
+    if (k >= plan->n_items || !plan->wanted[k] || plan->items[k].layer != layer ||
+        (int)plan->items[k].seq != seq || c->done[c->ord[k]])
+        return QMLA_OK;
+    it.seed = seed;
+    it.degenerate = degen;
+    c->items[c->ord[k]] = it;
+    memcpy(c->ratio + c->ord[k] * c->nr, c->r, c->nr * sizeof *c->r);
+    c->done[c->ord[k]] = 1;
+    return QMLA_OK;
 }
 
 int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
@@ -425,7 +420,8 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
     size_t *ord = malloc((plan.n_items + 1) * sizeof *ord);
     unsigned char *done = calloc(nw + 1, 1);
     char key[8192], jpath[4096];
-    FILE *jf = NULL;
+    qmla_jnl jf;
+    int jopen = 0;
     if (!ord || !done) {
         free(ord);
         free(done);
@@ -447,26 +443,21 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
     }
     snprintf(jpath, sizeof jpath, "%s.interventions.journal", results_path);
     const size_t nr = 2 * QMLA_N_CTRL * R;
-    const int jr = iv_journal_replay(jpath, key, &plan, ord, nr, items, ratio, done);
-    if (jr < 0) {
+    double *scratch = malloc((nr ? nr : 1) * sizeof *scratch);
+    if (!scratch) {
         st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", jpath);
         goto out2;
     }
-    if (jr > 0 && !o->force) {
-        st = qmla_error_set(err, QMLA_EMISMATCH,
-                            "%s: a journal of another capture, direction, reps, seed or "
-                            "cell set; rerun with --force to discard it", jpath);
+    iv_replay rpl = {&plan, ord, nr, items, ratio, done, scratch};
+    st = qmla_jnl_open(&jf, jpath, "interventions", key, o->force, iv_journal_replay, &rpl,
+                       NULL, err);
+    free(scratch);
+    if (st)
         goto out2;
-    }
+    jopen = 1;
     size_t resumed = 0;
     for (size_t k = 0; k < nw; k++)
         resumed += done[k];
-    if (!(jf = fopen(jpath, resumed ? "a" : "w"))) {
-        st = qmla_error_set(err, QMLA_EIO, "%s: %s", jpath, strerror(errno));
-        goto out2;
-    }
-    if (!resumed)
-        fprintf(jf, "qmla-iv-journal 1 %s\n", key);
     size_t fin = resumed;
     long cur = -1;
     for (size_t k = 0; k < plan.n_items; k++) {
@@ -500,10 +491,9 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
             qmla_error_prefix(err, "layer %d, sequence %zu: ", it->layer, q);
             goto out2;
         }
-        if (iv_journal_write(jf, k, it->layer, (int)q, &items[j], ratio + j * nr, nr)) {
-            st = qmla_error_set(err, QMLA_EIO, "%s: cannot write: %s", jpath, strerror(errno));
+        if ((st = iv_journal_write(&jf, k, it->layer, (int)q, &items[j], ratio + j * nr, nr,
+                                   err)))
             goto out2;
-        }
         done[j] = 1;
         fin++;
         if (o->progress && o->progress(o->progress_ctx, fin, nw, resumed)) {
@@ -544,13 +534,12 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
     st = write_iv(results_path, o, qmla_capture_path(cap), sha, n, lay, cells, seq, items,
                   ratio, stats, err);
     if (st == QMLA_OK) {
-        fclose(jf);
-        jf = NULL;
-        unlink(jpath);
+        qmla_jnl_close(&jf, 1);
+        jopen = 0;
     }
 out2:
-    if (jf)
-        fclose(jf);
+    if (jopen)
+        qmla_jnl_close(&jf, 0);
     free(ord);
     free(done);
 out:

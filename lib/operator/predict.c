@@ -8,6 +8,7 @@
 #include "qmla/norms.h"
 #include "sweep/plan.h"
 #include "io/h5util.h"
+#include "io/journal.h"
 
 #include <errno.h>
 #include <gsl/gsl_sort.h>
@@ -331,15 +332,16 @@ int qmla_op_split_compute(const qmla_op_point *p, size_t n, int by, qmla_op_spli
 }
 
 /* ---- journal ------------------------------------------------------------ */
-/* Text, one finished item per block, doubles as C99 hex floats (exact):
- *   qmla-op-journal 1 <key>
+/* RESULTS.h5.<group>.journal in the journal layer (io/journal.h; kind
+ * "jvp" or "predict"), one record per finished item, doubles as C99 hex
+ * floats (exact):
  *   I <layer> <cell> <seq> <T> <npoints> <nsigma>
  *   P <path> <bits> <group> <nmse> <heldout> <degenerate> <g_jvp> <g_finite>
  *     <pred_trace> <pred_alloc>                  (npoints lines)
  *   W <T values>                                 (npoints lines)
  *   S <T values>                                 (nsigma lines, 0 or 2)
  *   E
- * A block without its E line (an interrupted write) is ignored. */
+ * A malformed record cuts the journal there (recomputed). */
 
 typedef struct op_store {
     qmla_op_point *pts;
@@ -487,99 +489,83 @@ out:
     return rc;
 }
 
-static int journal_write_item(FILE *f, int layer, const char *cell, int seq,
+static int journal_write_item(qmla_jnl *j, int layer, const char *cell, int seq,
                               size_t T, const qmla_op_point *p, size_t np,
-                              const double *alloc, const double *sigma)
+                              const double *alloc, const double *sigma, qmla_error *err)
 {
-    fprintf(f, "I %d %s %d %zu %zu %d\n", layer, cell, seq, T, np, sigma ? 2 : 0);
+    qmla_jnl_printf(j, "I %d %s %d %zu %zu %d\n", layer, cell, seq, T, np, sigma ? 2 : 0);
     for (size_t k = 0; k < np; k++)
-        fprintf(f, "P %d %d %d %a %d %d %a %a %a %a\n", p[k].path, p[k].bits,
-                p[k].group, p[k].nmse, p[k].heldout, p[k].degenerate, p[k].g_jvp,
-                p[k].g_finite, p[k].pred_trace, p[k].pred_alloc);
+        qmla_jnl_printf(j, "P %d %d %d %a %d %d %a %a %a %a\n", p[k].path, p[k].bits,
+                        p[k].group, p[k].nmse, p[k].heldout, p[k].degenerate, p[k].g_jvp,
+                        p[k].g_finite, p[k].pred_trace, p[k].pred_alloc);
     for (size_t k = 0; k < np + (sigma ? 2 : 0); k++) {
         const double *v = k < np ? alloc + k * T : sigma + (k - np) * T;
-        fputs(k < np ? "W" : "S", f);
+        qmla_jnl_printf(j, k < np ? "W" : "S");
         for (size_t t = 0; t < T; t++)
-            fprintf(f, " %a", v[t]);
-        fputc('\n', f);
+            qmla_jnl_printf(j, " %a", v[t]);
+        qmla_jnl_printf(j, "\n");
     }
-    fputs("E\n", f);
-    if (fflush(f) || fsync(fileno(f)))
-        return -1;
-    return 0;
+    qmla_jnl_printf(j, "E\n");
+    return qmla_jnl_commit(j, err);
 }
 
-/* Replay `path` into s (items marked done in the plan). Returns 0 (also
- * when the file is absent), 1 when its key differs, -1 on a read error. */
-static int journal_replay(const char *path, const char *key, const qmla_plan *plan,
-                          op_store *s, qmla_error *err)
+typedef struct op_replay {
+    const qmla_plan *plan;
+    op_store *s;
+    const char *path;
+} op_replay;
+
+/* One journal record (an item's block) into the store (the item marked done
+ * in the plan); QMLA_EFORMAT for a malformed block (the journal is cut
+ * there). */
+static int journal_replay_item(void *ctx, char *rec, size_t len, qmla_error *err)
 {
-    FILE *f = fopen(path, "r");
+    op_replay *r = ctx;
+    op_store *s = r->s;
+    FILE *f = fmemopen(rec, len, "r");
     if (!f)
-        return errno == ENOENT ? 0 : (qmla_error_set(err, QMLA_EIO, "%s: %s", path,
-                                                       strerror(errno)), -1);
-    size_t cap = 1 << 16;
-    char *line = malloc(cap);
+        return qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", r->path);
     qmla_op_point *pts = NULL;
     double *vec = NULL;
-    int rc = 0;
-    if (!line) {
-        rc = -1;
-        qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
+    int rc = QMLA_EFORMAT;
+    int layer, seq, nsig;
+    size_t T, np;
+    char cell[QMLA_CELL_NAME_MAX];
+    if (fscanf(f, " I %d %127s %d %zu %zu %d", &layer, cell, &seq, &T, &np, &nsig) != 6)
+        goto out;
+    if (T == 0 || T > (1u << 24) || np == 0 || np > 4096 || (nsig != 0 && nsig != 2))
+        goto out;
+    pts = calloc(np, sizeof *pts);
+    vec = malloc((np + 2) * T * sizeof *vec);
+    if (!pts || !vec) {
+        rc = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", r->path);
         goto out;
     }
-    if (!fgets(line, (int)cap, f))
-        goto out; /* empty: nothing to replay */
-    line[strcspn(line, "\n")] = 0;
-    if (strncmp(line, "qmla-op-journal 1 ", 18) || strcmp(line + 18, key)) {
-        rc = 1;
+    int ok = 1;
+    for (size_t k = 0; k < np && ok; k++)
+        ok = fscanf(f, " P %d %d %d %la %d %d %la %la %la %la", &pts[k].path,
+                    &pts[k].bits, &pts[k].group, &pts[k].nmse, &pts[k].heldout,
+                    &pts[k].degenerate, &pts[k].g_jvp, &pts[k].g_finite,
+                    &pts[k].pred_trace, &pts[k].pred_alloc) == 10;
+    for (size_t k = 0; k < np + (size_t)nsig && ok; k++) {
+        char tag[2];
+        ok = fscanf(f, " %1s", tag) == 1 && tag[0] == (k < np ? 'W' : 'S');
+        for (size_t t = 0; t < T && ok; t++)
+            ok = fscanf(f, " %la", &vec[k * T + t]) == 1;
+    }
+    char e[2];
+    if (!ok || fscanf(f, " %1s", e) != 1 || e[0] != 'E')
+        goto out; /* a malformed block: cut, recomputed */
+    rc = QMLA_OK;
+    const size_t item = qmla_plan_find(r->plan, layer, cell, seq);
+    if (item == SIZE_MAX || s->done[item])
+        goto out;
+    if (store_item(s, layer, cell, seq, T, pts, np, vec, nsig ? vec + np * T : NULL)) {
+        rc = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", r->path);
         goto out;
     }
-    for (;;) {
-        int layer, seq, nsig;
-        size_t T, np;
-        char cell[QMLA_CELL_NAME_MAX];
-        if (fscanf(f, " I %d %127s %d %zu %zu %d", &layer, cell, &seq, &T, &np, &nsig) != 6)
-            break;
-        if (T == 0 || T > (1u << 24) || np == 0 || np > 4096 || (nsig != 0 && nsig != 2))
-            break;
-        free(pts);
-        free(vec);
-        pts = calloc(np, sizeof *pts);
-        vec = malloc((np + 2) * T * sizeof *vec);
-        if (!pts || !vec) {
-            rc = -1;
-            qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
-            goto out;
-        }
-        int ok = 1;
-        for (size_t k = 0; k < np && ok; k++)
-            ok = fscanf(f, " P %d %d %d %la %d %d %la %la %la %la", &pts[k].path,
-                        &pts[k].bits, &pts[k].group, &pts[k].nmse, &pts[k].heldout,
-                        &pts[k].degenerate, &pts[k].g_jvp, &pts[k].g_finite,
-                        &pts[k].pred_trace, &pts[k].pred_alloc) == 10;
-        for (size_t k = 0; k < np + (size_t)nsig && ok; k++) {
-            char tag[2];
-            ok = fscanf(f, " %1s", tag) == 1 && tag[0] == (k < np ? 'W' : 'S');
-            for (size_t t = 0; t < T && ok; t++)
-                ok = fscanf(f, " %la", &vec[k * T + t]) == 1;
-        }
-        char e[2];
-        if (!ok || fscanf(f, " %1s", e) != 1 || e[0] != 'E')
-            break; /* an unfinished block: ignored, recomputed */
-        const size_t item = qmla_plan_find(plan, layer, cell, seq);
-        if (item == SIZE_MAX || s->done[item])
-            continue;
-        if (store_item(s, layer, cell, seq, T, pts, np, vec,
-                       nsig ? vec + np * T : NULL)) {
-            rc = -1;
-            qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
-            goto out;
-        }
-        s->done[item] = 1;
-    }
+    s->done[item] = 1;
 out:
-    free(line);
     free(pts);
     free(vec);
     fclose(f);
@@ -854,7 +840,8 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
     memset(&L, 0, sizeof L);
     qmla_op_point *pts = NULL;
     double *alloc = NULL, *sigma = NULL;
-    FILE *jf = NULL;
+    qmla_jnl jf;
+    int jopen = 0;
     const qmla_exec ex = qmla_exec_cpu(o->threads);
     if ((st = qmla_sha256_file(qmla_capture_path(cap), sha, err)))
         goto out;
@@ -864,30 +851,11 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
         st = qmla_error_set(err, QMLA_ENOMEM, "operator: out of memory");
         goto out;
     }
-    int jr = journal_replay(jpath, key, &plan, &s, err);
-    if (jr < 0) {
-        st = err->status;
+    op_replay rp = {&plan, &s, jpath};
+    if ((st = qmla_jnl_open(&jf, jpath, gname, key, o->force, journal_replay_item, &rp,
+                            NULL, err)))
         goto out;
-    }
-    if (jr > 0 && !o->force) {
-        st = qmla_error_set(err, QMLA_EMISMATCH,
-                            "%s: a journal of another capture, configuration set or "
-                            "cell set; rerun with --force to discard it", jpath);
-        goto out;
-    }
-    if (jr > 0) { /* another run's journal, --force: start over */
-        store_free(&s);
-        if (!(s.done = calloc(plan.n_items ? plan.n_items : 1, 1))) {
-            st = qmla_error_set(err, QMLA_ENOMEM, "operator: out of memory");
-            goto out;
-        }
-    }
-    if (!(jf = fopen(jpath, jr > 0 || s.n == 0 ? "w" : "a"))) {
-        st = qmla_error_set(err, QMLA_EIO, "%s: %s", jpath, strerror(errno));
-        goto out;
-    }
-    if (jr > 0 || s.n == 0)
-        fprintf(jf, "qmla-op-journal 1 %s\n", key);
+    jopen = 1;
     const size_t T = plan.T_max, np = 2 * o->nconf;
     if ((st = qmla_op_ws_alloc(&d, T, o->sensitivities, qmla_exec_threads(&ex), &ws, err)))
         goto out;
@@ -943,12 +911,9 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
             goto out;
         }
         qmla_cell_free(&cell);
-        if (journal_write_item(jf, it->layer, cname, (int)q, Tc, pts, np, alloc,
-                               o->sensitivities ? sigma : NULL)) {
-            st = qmla_error_set(err, QMLA_EIO, "%s: cannot write: %s", jpath,
-                                strerror(errno));
+        if ((st = journal_write_item(&jf, it->layer, cname, (int)q, Tc, pts, np, alloc,
+                                     o->sensitivities ? sigma : NULL, err)))
             goto out;
-        }
         s.done[k] = 1;
         done++;
         if (o->progress && o->progress(o->progress_ctx, done, plan.n_wanted, resumed)) {
@@ -966,17 +931,16 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
     if ((st = write_group(results_path, gname, &s, stats, o->sensitivities,
                           qmla_capture_path(cap), sha, o->command_line, err)))
         goto out;
-    fclose(jf);
-    jf = NULL;
-    unlink(jpath);
+    qmla_jnl_close(&jf, 1);
+    jopen = 0;
     if (points) {
         *points = s.pts; /* handed over */
         *npoints = s.n;
         s.pts = NULL;
     }
 out:
-    if (jf)
-        fclose(jf);
+    if (jopen)
+        qmla_jnl_close(&jf, 0);
     free(pts);
     free(alloc);
     free(sigma);

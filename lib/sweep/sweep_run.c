@@ -3,7 +3,7 @@
  * file restores what is done (results file, journal), computes the rest one
  * sequence at a time, journals each finished item, and writes the results
  * file atomically at the end. */
-#include "io/journal.h"
+#include "sweep/journal_rows.h"
 #include "qmla/outpath.h"
 #include "qmla/part.h"
 #include "sweep/plan.h"

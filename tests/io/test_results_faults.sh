@@ -75,8 +75,9 @@ expect 2 "ENOSPC on the results image (write $nw)" -- traced -e trace=write -e i
 contains "No space left on device" "ENOSPC message"
 
 # --- 2. replayed rows are checked --------------------------------------------
-# A journal header with the sweep's key and records with valid checksums
-# (FNV-1a 64 of the line up to '#'), built from the clean results.
+# A journal (lib/io/journal.h: header "qmla-journal 1 sweep <key>", each
+# record followed by "#<FNV-1a 64 of its bytes> <byte count>") with the
+# sweep's key and one record per row, built from the clean results.
 mkjournal() { # OUT.journal MUTATION
   "$PY" - "$work/clean.h5" "$1" "$2" <<'PYEOF'
 import sys, h5py
@@ -94,7 +95,7 @@ cols = ["layer", "cell", "seq", "path", "nmse_cache", "nmse_out", "response",
         "nmse_out_matching", "nmse_out_aggregation", "nmse_out_interaction",
         "nmse_qdq", "verified", "route_residual", "degenerate"]
 assert sorted(cols) == sorted(r), "the row table changed: update this test"
-lines = ["qmla-sweep-journal 2 " + key + "\n"]
+lines = ["qmla-journal 1 sweep " + key + "\n"]
 for i in range(4):
     vals = {c: r[c][i] for c in cols}
     vals["cell"] = r["cell"].asstr()[i]
@@ -114,12 +115,12 @@ for i in range(4):
             fields.append("%d" % int(v))
         else:
             fields.append(float(v).hex() if v == v else "nan")
-    body = "R " + " ".join(fields) + " "
-    line = body + "#%016x\n" % fnv(body.encode())
+    body = "R " + " ".join(fields) + "\n"
+    trailer = "#%016x %d\n" % (fnv(body.encode()), len(body.encode()))
     if i == 2 and mut == "digit":  # one digit of a complete record altered
-        k = line.index("0x1.") + 4
-        line = line[:k] + ("1" if line[k] != "1" else "2") + line[k + 1:]
-    lines.append(line)
+        k = body.index("0x1.") + 4
+        body = body[:k] + ("1" if body[k] != "1" else "2") + body[k + 1:]
+    lines.append(body + trailer)
 open(out, "w").write("".join(lines))
 PYEOF
 }

@@ -10,7 +10,7 @@
 #include "qmla/response.h"
 #include "qmla/results.h"
 #include "qmla_config.h"
-#include "../lib/io/journal.h"
+#include "../lib/sweep/journal_rows.h"
 
 #include <math.h>
 #include <stdio.h>

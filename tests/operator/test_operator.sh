@@ -166,12 +166,17 @@ for k in a.attrs:
 else
   echo "note: intervene finished (exit $rc) before it could be interrupted; resume not exercised"
 fi
-# a journal of other options is refused, --force discards it
-echo "qmla-op-journal 1 sha256=other" > "$work/j.h5.predict.journal"
+# a journal of other options is refused, --force discards it; so is a
+# journal of an earlier qmla (lib/io/journal.h: not converted)
+echo "qmla-journal 1 predict sha256=other sens=1" > "$work/j.h5.predict.journal"
 expect 2 "predict refuses a foreign journal" -- "$QMLA" predict "$cap" -o "$work/j.h5" --threads 2
 contains "--force" "the refusal names --force"
+contains "sha256=other" "the refusal names the journal's key"
+echo "qmla-op-journal 1 sha256=other" > "$work/j.h5.predict.journal"
+expect 2 "predict refuses an older journal format" -- "$QMLA" predict "$cap" -o "$work/j.h5" --threads 2
+contains "older journal format" "the refusal says it is an older journal"
 expect 0 "predict --force discards it" -- "$QMLA" predict "$cap" -o "$work/j.h5" --threads 2 --force
-echo "qmla-iv-journal 1 sha256=other" > "$work/j.h5.interventions.journal"
+echo "qmla-journal 1 interventions sha256=other" > "$work/j.h5.interventions.journal"
 expect 2 "intervene refuses a foreign journal" -- "$QMLA" intervene "$cap" -o "$work/j.h5" --reps 2
 expect 0 "intervene --force discards it" -- "$QMLA" intervene "$cap" -o "$work/j.h5" --reps 2 --force
 : > "$work/e.h5.predict.journal"

@@ -1,0 +1,278 @@
+/* test_journal.c — the one resume journal layer (lib/io/journal.h):
+ *  1. records round-trip in order, multi-line, through close and reopen;
+ *  2. a torn tail (a record without its trailer, a half-written trailer) is
+ *     dropped and the file truncated after the last whole record;
+ *  3. a record whose bytes no longer match its checksum (or byte count) cuts
+ *     the journal there: it and every later record are dropped;
+ *  4. the replay callback's QMLA_EFORMAT cuts the journal the same way;
+ *  5. a journal of another kind or key is refused (QMLA_EMISMATCH naming the
+ *     path and both headers) and left unchanged, --force restarts it empty;
+ *  6. a journal of an earlier qmla (qmla-sweep-journal, qmla-op-journal,
+ *     qmla-iv-journal) is refused as "an older journal format", --force
+ *     restarts it; an empty file is no foreign journal;
+ *  7. a failing fsync is reported (QMLA_EIO naming the path and "fsync");
+ *  8. qmla_jnl_read reads without changing the file, and refuses other keys. */
+#include "check.h"
+#include "../lib/io/journal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct got {
+    char recs[16][256];
+    size_t n;
+    int cut_at; /* return QMLA_EFORMAT for the record starting with this number */
+} got;
+
+static int collect(void *ctx, char *rec, size_t len, qmla_error *err)
+{
+    (void)err;
+    got *g = ctx;
+    if (g->cut_at >= 0 && atoi(rec) == g->cut_at)
+        return QMLA_EFORMAT;
+    if (g->n < 16)
+        snprintf(g->recs[g->n++], 256, "%.*s", (int)len, rec);
+    return QMLA_OK;
+}
+
+static char dir[512];
+static const char *tmp(const char *name)
+{
+    static char buf[8][1024];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+static long fsize(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+static char *slurp(const char *p)
+{
+    FILE *f = fopen(p, "rb");
+    if (!f)
+        return NULL;
+    char *b = calloc(1, 1 << 16);
+    size_t n = fread(b, 1, (1 << 16) - 1, f);
+    b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+/* three records: "1 a\n", "2 b\nline two\n", "3 c\n" */
+static void write3(const char *p)
+{
+    qmla_jnl j;
+    qmla_error err;
+    qmla_error_clear(&err);
+    size_t n = 9;
+    unlink(p);
+    CHECK_OK(qmla_jnl_open(&j, p, "test", "k=1 x=0x1p-3", 0, collect, NULL, &n, &err), err);
+    CHECK(n == 0, "fresh journal replayed %zu records", n);
+    qmla_jnl_printf(&j, "1 a\n");
+    CHECK_OK(qmla_jnl_commit(&j, &err), err);
+    qmla_jnl_printf(&j, "2 %s\n", "b");
+    qmla_jnl_printf(&j, "line %s\n", "two");
+    CHECK_OK(qmla_jnl_commit(&j, &err), err);
+    qmla_jnl_printf(&j, "3 c\n");
+    CHECK_OK(qmla_jnl_commit(&j, &err), err);
+    qmla_jnl_close(&j, 0);
+}
+
+static size_t reopen(const char *p, const char *kind, const char *key, int force, got *g,
+                     int *st, qmla_error *err)
+{
+    qmla_jnl j;
+    size_t n = 0;
+    memset(g, 0, sizeof *g);
+    g->cut_at = g->cut_at ? g->cut_at : -1;
+    qmla_error_clear(err);
+    *st = qmla_jnl_open(&j, p, kind, key, force, collect, g, &n, err);
+    if (*st == 0)
+        qmla_jnl_close(&j, 0);
+    return n;
+}
+
+int main(void)
+{
+    check_tmpdir(dir, sizeof dir, "test_journal");
+    qmla_error err;
+    got g;
+    int st;
+    const char *p = tmp("a.journal");
+
+    /* 1. round trip */
+    write3(p);
+    const long whole = fsize(p);
+    size_t n = reopen(p, "test", "k=1 x=0x1p-3", 0, &g, &st, &err);
+    CHECK_OK(st, err);
+    CHECK(n == 3 && g.n == 3, "replayed %zu (%zu) of 3 records", n, g.n);
+    CHECK(!strcmp(g.recs[0], "1 a\n") && !strcmp(g.recs[1], "2 b\nline two\n") &&
+          !strcmp(g.recs[2], "3 c\n"), "records differ: \"%s\" \"%s\" \"%s\"", g.recs[0],
+          g.recs[1], g.recs[2]);
+    char *text = slurp(p);
+    CHECK(text && !strncmp(text, "qmla-journal 1 test k=1 x=0x1p-3\n1 a\n#", 38),
+          "header and first record: \"%.60s\"", text ? text : "");
+    free(text);
+    CHECK(fsize(p) == whole, "reopening changed the size: %ld -> %ld", whole, fsize(p));
+
+    /* 2. torn tails */
+    FILE *f = fopen(p, "a");
+    fputs("4 d\nhalf a li", f);
+    fclose(f);
+    n = reopen(p, "test", "k=1 x=0x1p-3", 0, &g, &st, &err);
+    CHECK_OK(st, err);
+    CHECK(n == 3, "torn record: replayed %zu (expected 3)", n);
+    CHECK(fsize(p) == whole, "torn record not truncated: %ld (expected %ld)", fsize(p), whole);
+    f = fopen(p, "a");
+    fputs("4 d\n#00000000", f); /* the trailer torn */
+    fclose(f);
+    n = reopen(p, "test", "k=1 x=0x1p-3", 0, &g, &st, &err);
+    CHECK(st == 0 && n == 3 && fsize(p) == whole, "torn trailer: st %d n %zu size %ld", st, n,
+          fsize(p));
+    f = fopen(p, "a");
+    fputs("4 d\n", f); /* a whole line, no trailer */
+    fclose(f);
+    n = reopen(p, "test", "k=1 x=0x1p-3", 0, &g, &st, &err);
+    CHECK(st == 0 && n == 3 && fsize(p) == whole, "record without trailer: st %d n %zu size %ld",
+          st, n, fsize(p));
+
+    /* 3. checksum and count mismatches cut there */
+    text = slurp(p);
+    char *r2 = strstr(text, "2 b\n");
+    r2[2] = 'B'; /* one byte of record 2, its trailer unchanged */
+    f = fopen(p, "wb");
+    fputs(text, f);
+    fclose(f);
+    const long upto1 = (long)(r2 - text);
+    n = reopen(p, "test", "k=1 x=0x1p-3", 0, &g, &st, &err);
+    CHECK_OK(st, err);
+    CHECK(n == 1 && !strcmp(g.recs[0], "1 a\n"), "checksum mismatch: kept %zu (expected 1)", n);
+    CHECK(fsize(p) == upto1, "cut at the damaged record: size %ld (expected %ld)", fsize(p),
+          upto1);
+    free(text);
+    write3(p);
+    text = slurp(p);
+    char *tr = strstr(text, "\n#");
+    tr = strchr(tr + 2, ' ');
+    tr[1] = tr[1] == '9' ? '8' : (char)(tr[1] + 1); /* the first byte count */
+    f = fopen(p, "wb");
+    fputs(text, f);
+    fclose(f);
+    free(text);
+    n = reopen(p, "test", "k=1 x=0x1p-3", 0, &g, &st, &err);
+    CHECK(st == 0 && n == 0, "byte-count mismatch: st %d kept %zu (expected 0)", st, n);
+
+    /* 4. the callback cuts */
+    write3(p);
+    memset(&g, 0, sizeof g);
+    g.cut_at = 2;
+    {
+        qmla_jnl j;
+        qmla_error_clear(&err);
+        st = qmla_jnl_open(&j, p, "test", "k=1 x=0x1p-3", 0, collect, &g, &n, &err);
+        CHECK_OK(st, err);
+        CHECK(n == 1 && g.n == 1, "callback cut at record 2: kept %zu", n);
+        qmla_jnl_printf(&j, "5 e\n"); /* appended after the cut */
+        CHECK_OK(qmla_jnl_commit(&j, &err), err);
+        qmla_jnl_close(&j, 0);
+    }
+    n = reopen(p, "test", "k=1 x=0x1p-3", 0, &g, &st, &err);
+    CHECK(st == 0 && n == 2 && !strcmp(g.recs[1], "5 e\n"), "after the cut: %zu records, "
+          "second \"%s\"", n, g.recs[1]);
+
+    /* 5. another kind or key */
+    write3(p);
+    n = reopen(p, "test", "k=2 x=0x1p-3", 0, &g, &st, &err);
+    CHECK(st == QMLA_EMISMATCH, "other key resumed: st %d", st);
+    CHECK(strstr(err.msg, "a.journal") && strstr(err.msg, "k=1") && strstr(err.msg, "k=2") &&
+          strstr(err.msg, "--force"), "other-key message: %s", err.msg);
+    CHECK(fsize(p) == whole, "refused journal changed: %ld", fsize(p));
+    n = reopen(p, "other", "k=1 x=0x1p-3", 0, &g, &st, &err);
+    CHECK(st == QMLA_EMISMATCH, "other kind resumed: st %d", st);
+    n = reopen(p, "test", "k=2 x=0x1p-3", 1, &g, &st, &err);
+    CHECK(st == 0 && n == 0 && g.n == 0, "--force: st %d replayed %zu", st, n);
+    text = slurp(p);
+    CHECK(text && !strcmp(text, "qmla-journal 1 test k=2 x=0x1p-3\n"), "--force restart: "
+          "\"%s\"", text ? text : "");
+    free(text);
+
+    /* 6. journals of earlier versions; an empty file */
+    const char *old[] = {"qmla-sweep-journal 2 sha256=ab bits=4\nR 0 x #0123\n",
+                         "qmla-op-journal 1 sha256=ab sens=1\nI 0 c 0 4 2 0\nE\n",
+                         "qmla-iv-journal 1 sha256=ab\n"};
+    for (int k = 0; k < 3; k++) {
+        f = fopen(p, "wb");
+        fputs(old[k], f);
+        fclose(f);
+        n = reopen(p, "test", "k=1", 0, &g, &st, &err);
+        CHECK(st == QMLA_EMISMATCH && strstr(err.msg, "older journal format") &&
+              strstr(err.msg, "--force") && strstr(err.msg, "a.journal"),
+              "old journal %d: st %d: %s", k, st, err.msg);
+        CHECK(fsize(p) == (long)strlen(old[k]), "old journal %d changed", k);
+        n = reopen(p, "test", "k=1", 1, &g, &st, &err);
+        CHECK(st == 0 && n == 0, "old journal %d with --force: st %d n %zu", k, st, n);
+    }
+    f = fopen(p, "wb");
+    fputs("some other text\n", f);
+    fclose(f);
+    n = reopen(p, "test", "k=1", 0, &g, &st, &err);
+    CHECK(st == QMLA_EMISMATCH, "a file that is no journal was taken: st %d", st);
+    f = fopen(p, "wb");
+    fclose(f);
+    n = reopen(p, "test", "k=1", 0, &g, &st, &err);
+    CHECK(st == 0 && n == 0 && fsize(p) > 0, "empty file: st %d size %ld", st, fsize(p));
+
+    /* 7. fsync failure: the journal's descriptor made a pipe (fsync: EINVAL) */
+    {
+        qmla_jnl j;
+        qmla_error_clear(&err);
+        unlink(p);
+        CHECK_OK(qmla_jnl_open(&j, p, "test", "k=1", 0, NULL, NULL, &n, &err), err);
+        int fds[2];
+        CHECK(pipe(fds) == 0, "pipe");
+        fflush(j.f);
+        dup2(fds[1], fileno(j.f));
+        qmla_jnl_printf(&j, "1 a\n");
+        st = qmla_jnl_commit(&j, &err);
+        CHECK(st == QMLA_EIO && strstr(err.msg, "a.journal") && strstr(err.msg, "fsync"),
+              "fsync failure: st %d: %s", st, err.msg);
+        qmla_jnl_close(&j, 0);
+        close(fds[0]);
+        close(fds[1]);
+    }
+
+    /* 8. the read-only reader */
+    write3(p);
+    memset(&g, 0, sizeof g);
+    g.cut_at = -1;
+    f = fopen(p, "a");
+    fputs("4 torn", f);
+    fclose(f);
+    qmla_error_clear(&err);
+    st = qmla_jnl_read(p, "test", "k=1 x=0x1p-3", collect, &g, &n, &err);
+    CHECK(st == 0 && n == 3, "read: st %d n %zu: %s", st, n, err.msg);
+    CHECK(fsize(p) == whole + 6, "read changed the file: %ld", fsize(p));
+    st = qmla_jnl_read(p, "test", "k=9", collect, &g, &n, &err);
+    CHECK(st == QMLA_EMISMATCH, "read of another key: st %d", st);
+
+    /* the helpers: escaped strings and exact reals */
+    char esc[64], back[64];
+    qmla_jnl_escape("a b%c\n", esc, sizeof esc);
+    CHECK(!strcmp(esc, "a%20b%25c%0A"), "escape: %s", esc);
+    CHECK(qmla_jnl_unescape(esc, back, sizeof back) == 0 && !strcmp(back, "a b%c\n"),
+          "unescape: %s", back);
+    double v = 0;
+    char hex[64];
+    snprintf(hex, sizeof hex, "%a", 0.1);
+    CHECK(qmla_jnl_real(hex, &v) == 0 && v == 0.1, "%%a round trip: %s -> %.17g", hex, v);
+    CHECK(qmla_jnl_real("0x1p-3junk", &v) != 0, "a real with trailing junk accepted");
+    return check_summary("test_journal");
+}
