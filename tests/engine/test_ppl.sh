@@ -16,7 +16,8 @@
 #     (tests/data/tiny_mla_hf_ref.jsonl, from experiments/accuracy/hf_reference.py
 #     on the accelerator machine), within 1e-5 bits/byte;
 #   - the training run's figure is on the full held-out set (1.257 / 0.839,
-#     experiments/tiny-mla/README.md): tests/engine/test_ppl_full.sh (suite full);
+#     experiments/tiny-mla/README.md): tests/engine/test_ppl_sample.sh (a seeded
+#     sample) and experiments/accuracy/ppl_full.sh (the whole set, not in CI);
 #   - /ppl attributes; other groups of the file kept; 1 and 2 threads agree
 #     exactly; unsupported architectures, MoE blocks, bad configs, policies
 #     and a missing --transforms file are refused with messages naming them
