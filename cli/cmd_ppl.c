@@ -6,6 +6,7 @@
 #include "cli_safe.h"
 #include "qmla/model.h"
 #include "qmla/outpath.h"
+#include "qmla/tmethod.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -64,15 +65,7 @@ static void usage(FILE *f)
  * QuantMLA file learned on one path only. */
 static void tf_label(const qmla_transform_file *f, char *out, size_t n)
 {
-    static const char *const names[] = {"RTN", "SmoothQuant", "QuaRot", "QuantMLA"};
-    const char *p = strstr(f->meta.settings, "path=");
-    char path[16] = "both";
-    if (p)
-        sscanf(p + 5, "%15[a-z]", path);
-    if (f->meta.method == QMLA_TM_QUANTMLA && strcmp(path, "both"))
-        snprintf(out, n, "QuantMLA-%s", path);
-    else
-        snprintf(out, n, "%s", names[f->meta.method]);
+    qmla_tmethod_of(f->meta.method)->ppl_label(&f->meta, out, n);
 }
 
 /* SIGINT/SIGTERM arrived: say so; nothing is written. */
@@ -234,7 +227,7 @@ int cmd_ppl(int argc, char **argv)
             fprintf(stderr, "qmla ppl: %s: %s, %zu parameters, %zu layers, d_c %zu, d_r %zu "
                     "(loaded in %.2f s)\n", dir, mc->arch, qmla_model_n_params(mv[v]), mc->L,
                     mc->d_c, mc->d_r, cli_now() - t0);
-        else if (tf[v - 1].meta.method == QMLA_TM_QUANTMLA)
+        else if (qmla_tmethod_of(tf[v - 1].meta.method)->learned)
             fprintf(stderr, "qmla ppl: %s: %s transforms (%s, learned for %s) of %zu layers "
                     "folded into the weights\n", tfp[v - 1], labels[v],
                     qmla_tmethod_name(tf[v - 1].meta.method), tf[v - 1].meta.config,
@@ -272,7 +265,7 @@ int cmd_ppl(int argc, char **argv)
                     if (plain && any_quant)
                         continue;
                     /* a learned file serves the configuration it was learned for */
-                    if (!plain && tm->method == QMLA_TM_QUANTMLA &&
+                    if (!plain && qmla_tmethod_of(tm->method)->learned &&
                         strncmp(sp->name, tm->config, strlen(tm->config)))
                         continue;
                 }
