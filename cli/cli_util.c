@@ -1,6 +1,6 @@
 /* cli_util.c — option parsing, error reporting and progress for `qmla`. */
 #include "cli.h"
-#include "qmla/capture_native.h"
+#include "qmla/text.h"
 #include "cli_safe.h"
 
 #include <errno.h>

@@ -89,11 +89,6 @@ int qmla_byte_tokenizer_load(const char *model_dir, int *bos, qmla_error *err);
  * `label` and the byte offset. *n is updated. */
 int qmla_text_as_python(uint8_t *buf, size_t *n, const char *label, qmla_error *err);
 
-/* A text file, gzip or plain (zlib's gzread), read whole into *out
- * (malloc'ed, *n bytes). QMLA_EIO ("PATH: cannot open: why"), QMLA_EFORMAT
- * for a truncated gzip stream, QMLA_ENOMEM. */
-int qmla_text_read(const char *path, uint8_t **out, size_t *n, qmla_error *err);
-
 int qmla_capture_native(const qmla_model *m, const char *path,
                         const qmla_native_capture_opts *o, qmla_error *err);
 

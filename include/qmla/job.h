@@ -15,7 +15,7 @@
  * (qmla_op_run_points), intervene (qmla_intervene_run), learn
  * (qmla_learn_run), eval (qmla_tf_eval_run), capture (qmla_capture_native),
  * ppl (qmla_ppl_run). Keys are the long options of the `qmla` command of
- * the same name (docs/cli.md), with the same values and ranges, plus
+ * the same name (qmla COMMAND --help), with the same values and ranges, plus
  * "input" (the capture, or the model directory of capture and ppl) and
  * "output" (-o). A flag (force, verify, balance, no-pre, transforms-only)
  * takes "1" or "0". Repeatable options (eval's and ppl's transforms,

@@ -22,6 +22,7 @@
 #include "qmla/ppl.h"
 #include "qmla/predict.h"
 #include "qmla/sweep.h"
+#include "qmla/text.h"
 #include "qmla/tfeval.h"
 #include "qmla/tmethod.h"
 

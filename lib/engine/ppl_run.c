@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "qmla/capture_native.h"
+#include "qmla/text.h"
 #include "qmla/outpath.h"
 #include "qmla/tmethod.h"
 

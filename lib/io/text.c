@@ -1,5 +1,5 @@
 /* text.c — a text file, gzip or plain, read whole (qmla_text_read,
- * qmla/capture_native.h): the corpora of `qmla capture` and the texts of
+ * qmla/text.h): the corpora of `qmla capture` and the texts of
  * `qmla ppl`. A gzip stream cut short is an error: gzread() returns the
  * bytes it had and reports the missing end only through gzerror()
  * (Z_BUF_ERROR, "unexpected end of file"), so without the check below a
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "qmla/capture_native.h"
+#include "qmla/text.h"
 
 int qmla_text_read(const char *path, uint8_t **out, size_t *n, qmla_error *err)
 {
