@@ -22,6 +22,7 @@
  * shape (qmla/bench_results.h; default: the TSV's name with .h5), both
  * atomically, and prints a Markdown table.
  */
+#include "cuda_check.h"
 #include "decode_cuda.h"
 #include "kvcache_cuda.h"
 #include "qdq_cuda.h"
@@ -36,22 +37,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define CU(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
-#define OK(st, err)                                                                            \
-    do {                                                                                       \
-        if (st) {                                                                              \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, (err).msg);                     \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
 
 __device__ static inline uint32_t hash32(uint64_t i, uint32_t seed)
 {
@@ -95,13 +80,6 @@ __global__ void fill_i32(int32_t *p, size_t n, int32_t v)
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         p[i] = v;
-}
-
-static void *dalloc(size_t n)
-{
-    void *p = NULL;
-    CU(cudaMalloc(&p, n ? n : 16));
-    return p;
 }
 
 static int cmp_f(const void *a, const void *b)

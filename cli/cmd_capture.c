@@ -1,5 +1,5 @@
 /* cmd_capture.c — `qmla capture`: a qmla-capture v1 file from the native
- * engine (lib/capture/capture_native.c), the C twin of
+ * engine (lib/engine/capture_native.c), the C twin of
  * experiments/capture/qmla_capture.py for checkpoints qmla/model.h runs. */
 #include "cli.h"
 #include "cli_safe.h"

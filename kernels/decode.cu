@@ -36,6 +36,7 @@
  * test: tests/cache/test_decode_cuda.c; benchmark: bench/bench_decode.cu;
  * description: docs/decode.md.
  */
+#include "cuda_status.cuh"
 #include "decode_cuda.h"
 #include "qmla/kvcache.h"
 #include "qmla/quant_core.h"
@@ -1402,11 +1403,6 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const float *o_part
 }
 
 /* ---- host side ----------------------------------------------------------- */
-static int cuda_fail(qmla_error *err, cudaError_t e, const char *what)
-{
-    return qmla_error_set(err, QMLA_EIO, "CUDA: %s: %s", what, cudaGetErrorString(e));
-}
-
 /* 1 for the configurations decode_fast_kernel takes (C4R4, C2R4, group 64). */
 static int fast_config(const qmla_kv_config *c)
 {
@@ -1438,7 +1434,7 @@ extern "C" int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decod
         if (e == cudaSuccess)
             e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev);
         if (e != cudaSuccess)
-            return cuda_fail(err, e, "multiprocessor count");
+            return qmla_cuda_fail(err, e, "multiprocessor count");
     }
     const int tiles = (int)((R + DEC_ROWS - 1) / DEC_ROWS);
     const long pages = (max_len + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE;
@@ -1556,11 +1552,11 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
         QMLA_LAUNCH((decode_quant_kernel<8, 8>), sizeof(dec_smem_quant));
 #undef QMLA_LAUNCH
     if (e != cudaSuccess)
-        return cuda_fail(err, e, "decode main kernel");
+        return qmla_cuda_fail(err, e, "decode main kernel");
     decode_combine_kernel<<<dim3((unsigned)R, (unsigned)a->batch), 128, 0, stream>>>(
         d.o_part, d.lse_part, d.n_splits, d.R, d.R_pad, out, lse);
     if ((e = cudaGetLastError()) != cudaSuccess)
-        return cuda_fail(err, e, "decode combine kernel");
+        return qmla_cuda_fail(err, e, "decode combine kernel");
     return QMLA_OK;
 }
 
@@ -1600,6 +1596,6 @@ extern "C" int qmla_kv_gather_cuda(const qmla_kv_cache *kc, const qmla_decode_ar
         QMLA_GATHER(8, 8);
 #undef QMLA_GATHER
     if (e != cudaSuccess)
-        return cuda_fail(err, e, "gather kernel");
+        return qmla_cuda_fail(err, e, "gather kernel");
     return QMLA_OK;
 }

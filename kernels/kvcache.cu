@@ -28,6 +28,7 @@
  * qmla_kv_write_cuda_ws_init once, the status call after a failure. Twin:
  * qmla_kv_write_ref (bit for bit, test_decode_cuda).
  */
+#include "cuda_status.cuh"
 #include "emit_fast.cuh"
 #include "kvcache_cuda.h"
 #include "qmla/kvcache.h"
@@ -36,7 +37,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#define NO_FAILURE 0xffffffffffffffffull
 #define KVW_THREADS 288 /* 256 content + 32 RoPE threads */
 #ifndef QMLA_KVW_MIN_BLOCKS /* blocks per SM the registers allow (build-time experiment) */
 #define QMLA_KVW_MIN_BLOCKS 4 /* H200 run 22a: 3 blocks 51.9 us, 4 blocks 48.7 (C4R4) */
@@ -281,11 +281,6 @@ static void kvw_launch_g(unsigned gb, cudaStream_t stream, const kvw_args &a)
         kvw_launch_r<8>(gb, stream, a);
 }
 
-static int cuda_fail(qmla_error *err, cudaError_t e, const char *what)
-{
-    return qmla_error_set(err, QMLA_EIO, "CUDA: %s: %s", what, cudaGetErrorString(e));
-}
-
 extern "C" int qmla_kv_write_cuda_launch(const qmla_kv_cache *kc, const qmla_kv_write *w,
                                          void *ws, cudaStream_t stream, qmla_error *err)
 {
@@ -336,7 +331,7 @@ extern "C" int qmla_kv_write_cuda_launch(const qmla_kv_cache *kc, const qmla_kv_
         kvw_launch_g((unsigned)blocks, stream, a);
     }
     if ((e = cudaGetLastError()) != cudaSuccess)
-        return cuda_fail(err, e, "kv writer launch");
+        return qmla_cuda_fail(err, e, "kv writer launch");
     return QMLA_OK;
 }
 
@@ -345,27 +340,18 @@ extern "C" int qmla_kv_write_cuda_ws_init(void *ws, cudaStream_t stream, qmla_er
     if (!ws || ((uintptr_t)ws & 7u))
         return qmla_error_set(err, QMLA_EINVAL, "kv writer: ws NULL or not 8-byte aligned");
     const cudaError_t e = cudaMemsetAsync(ws, 0xff, sizeof(unsigned long long), stream);
-    return e == cudaSuccess ? QMLA_OK : cuda_fail(err, e, "cudaMemsetAsync");
+    return e == cudaSuccess ? QMLA_OK : qmla_cuda_fail(err, e, "cudaMemsetAsync");
 }
 
 extern "C" int qmla_kv_write_cuda_status(const qmla_kv_cache *kc, void *ws, cudaStream_t stream,
                                          qmla_error *err)
 {
-    unsigned long long code = NO_FAILURE;
-    float value = 0.0f;
-    cudaError_t e = cudaStreamSynchronize(stream);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(&code, ws, sizeof code, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(&value, (const unsigned long long *)ws + 1, sizeof value,
-                       cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess)
-        return cuda_fail(err, e, "kv writer");
-    if (code == NO_FAILURE)
-        return QMLA_OK;
-    /* ready for the next launch (synchronous: ws is free again on return) */
-    if ((e = cudaMemset(ws, 0xff, sizeof(unsigned long long))) != cudaSuccess)
-        return cuda_fail(err, e, "kv writer: cudaMemset");
+    unsigned long long code;
+    float value;
+    int failed;
+    const int st = qmla_cuda_failure_word(ws, stream, "kv writer", &code, &value, &failed, err);
+    if (st || !failed)
+        return st;
     const qmla_kv_layout L = qmla_kv_layout_of(&kc->cfg);
     const size_t ngt = (size_t)(L.ng_c + L.ng_r), idx = (size_t)(code >> 2);
     const int cs = (int)(code & 3u);

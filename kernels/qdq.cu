@@ -23,6 +23,7 @@
  * no flush-to-zero (see quant_core.h). Reference twin: qmla_quant_qdq
  * (bit for bit, test_qdq_cuda).
  */
+#include "cuda_status.cuh"
 #include "emit_fast.cuh"
 #include "qdq_cuda.h"
 #include "qmla/quant_core.h"
@@ -31,7 +32,6 @@
 
 /* First failure, encoded so that atomicMin keeps the lowest (token, group):
  * (token * n_groups + group) * 4 + core status. */
-#define NO_FAILURE 0xffffffffffffffffull
 #define QDQ_THREADS 256
 #ifndef QMLA_QDQ_MIN_BLOCKS /* fast path: blocks per SM the registers allow */
 #define QMLA_QDQ_MIN_BLOCKS 3
@@ -230,17 +230,12 @@ __global__ void __launch_bounds__(QDQ_THREADS) qdq_generic_kernel(qdq_args a)
     }
 }
 
-static int cuda_fail(qmla_error *err, cudaError_t e, const char *what)
-{
-    return qmla_error_set(err, QMLA_EIO, "CUDA: %s: %s", what, cudaGetErrorString(e));
-}
-
 extern "C" int qmla_cuda_available(qmla_error *err)
 {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
-        cuda_fail(err, e, "cudaGetDeviceCount");
+        qmla_cuda_fail(err, e, "cudaGetDeviceCount");
         return 0;
     }
     if (n < 1) {
@@ -313,7 +308,7 @@ extern "C" int qmla_qdq_cuda_launch(const qmla_quant_params *p, const float *x, 
         qdq_generic_kernel<<<gb, QDQ_THREADS, smem, stream>>>(a);
     }
     if ((e = cudaGetLastError()) != cudaSuccess)
-        return cuda_fail(err, e, "qdq kernel launch");
+        return qmla_cuda_fail(err, e, "qdq kernel launch");
     return QMLA_OK;
 }
 
@@ -322,27 +317,18 @@ extern "C" int qmla_qdq_cuda_ws_init(void *ws, cudaStream_t stream, qmla_error *
     if (!ws || ((uintptr_t)ws & 7u))
         return qmla_error_set(err, QMLA_EINVAL, "qdq_cuda: workspace NULL or not 8-byte aligned");
     const cudaError_t e = cudaMemsetAsync(ws, 0xff, sizeof(unsigned long long), stream);
-    return e == cudaSuccess ? QMLA_OK : cuda_fail(err, e, "cudaMemsetAsync");
+    return e == cudaSuccess ? QMLA_OK : qmla_cuda_fail(err, e, "cudaMemsetAsync");
 }
 
 extern "C" int qmla_qdq_cuda_status(const qmla_quant_params *p, size_t width, void *ws,
                                     cudaStream_t stream, qmla_error *err)
 {
-    unsigned long long code = NO_FAILURE;
-    float value = 0.0f;
-    cudaError_t e = cudaStreamSynchronize(stream);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(&code, ws, sizeof code, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(&value, (const unsigned long long *)ws + 1, sizeof value,
-                       cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess)
-        return cuda_fail(err, e, "qdq kernel");
-    if (code == NO_FAILURE)
-        return QMLA_OK;
-    /* ready for the next launch (synchronous) */
-    if ((e = cudaMemset(ws, 0xff, sizeof(unsigned long long))) != cudaSuccess)
-        return cuda_fail(err, e, "qdq kernel: cudaMemset");
+    unsigned long long code;
+    float value;
+    int failed;
+    const int st = qmla_cuda_failure_word(ws, stream, "qdq kernel", &code, &value, &failed, err);
+    if (st || !failed)
+        return st;
     const size_t ng = qmla_quant_n_groups(p, width);
     const size_t idx = (size_t)(code >> 2), t = idx / ng, g = idx % ng;
     const int cs = (int)(code & 3u);

@@ -14,6 +14,10 @@ against independent NumPy / h5py computations (issue 11 item 7):
 2. qmla.Capture on data/tiny-mla-default.h5 against h5py reads of the same
    datasets (float16 on disk: converted exactly); a copy with a k_rope of the
    wrong width and one without q_nope are refused naming the file and dataset.
+0. The ctypes mirrors of the C structs equal the library's own layout table
+   (python/abi.c, compiled from the headers): every mirrored struct agrees
+   field for field; a mirror with a field added, a field resized or fields
+   reordered is reported naming the struct.
 3. qmla.qdq_cuda: refused with a QmlaError when libqmla.so lacks the CUDA
    launcher or no device is usable; where a GPU and torch exist, qdq_torch on
    the GPU equals the CPU qdq bit for bit.
@@ -105,6 +109,36 @@ def write_transforms(path, layers, rng, d_c, d_r, pairing, bad_rotation=False):
 
 
 tmp = tempfile.mkdtemp(prefix="qmla-pytest-")
+# ------------------------------------------------------------------ ABI
+lib = qmla._L()  # raises when any mirror differs from the headers
+check("every ctypes mirror equals the library's layout", qmla._abi_problems(lib, qmla._abi_classes()) == [])
+import ctypes as C  # noqa: E402
+
+
+class ExecPlus(C.Structure):
+    _fields_ = [("threads", C.c_int), ("extra", C.c_int)]
+
+
+class ErrSwapped(C.Structure):
+    _fields_ = [("msg", C.c_char * 1024), ("status", C.c_int)]
+
+
+class SpecShort(C.Structure):
+    _fields_ = [(n, t) for n, t in qmla._Spec._fields_[:-1]] + [("policy", C.c_char * 16)]
+
+
+for nm, bad, what in (("qmla_exec", ExecPlus, "a field added"),
+                      ("qmla_error", ErrSwapped, "fields reordered"),
+                      ("qmla_cache_spec", SpecShort, "a field resized")):
+    p = qmla._abi_problems(lib, {nm: bad})
+    check(f"ABI check reports {what} ({nm})", len(p) >= 1 and all(nm in x for x in p), str(p))
+mirrors = {v for v in vars(qmla).values() if isinstance(v, type) and issubclass(v, C.Structure)}
+check("every ctypes Structure of python/qmla is in the ABI check",
+      mirrors == set(qmla._abi_classes().values()),
+      str(sorted(c.__name__ for c in mirrors - set(qmla._abi_classes().values()))))
+check("ABI check reports a struct the library does not describe",
+      qmla._abi_problems(lib, {"qmla_nonesuch": ExecPlus}) == ["qmla_nonesuch: the library has no layout for it"])
+
 try:
     rng = np.random.default_rng(11)
     for pairing, d_c, d_r in (("interleaved", 128, 32), ("half", 192, 64)):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # experiments/tiny-mla/capture-native.sh — the captures of capture.sh made by
-# qmla's native engine (`qmla capture`, lib/capture/capture_native.c) on any machine,
+# qmla's native engine (`qmla capture`, lib/engine/capture_native.c) on any machine,
 # no torch or GPU needed; same windows, same options, same file format
 # (experiments/tiny-mla/README.md, "The native capture"). From the
 # repository root, after `ninja -C build`:

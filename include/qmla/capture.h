@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "qmla/hash.h"
 #include "qmla/rope.h"
 #include "qmla/status.h"
 
@@ -166,9 +167,6 @@ int qmla_capture_writer_cell(qmla_capture_writer *w, int layer,
 int qmla_capture_writer_close(qmla_capture_writer *w, qmla_error *err);
 /* Free w without writing anything (error paths). NULL is a no-op. */
 void qmla_capture_writer_abort(qmla_capture_writer *w);
-
-/* SHA-256 of a file as 64 lowercase hex characters plus NUL (libcrypto). */
-int qmla_sha256_file(const char *path, char hex[65], qmla_error *err);
 
 #ifdef __cplusplus
 }

@@ -219,7 +219,7 @@ int qmla_model_forward(const qmla_model *m, const qmla_cache_spec *cs, qmla_mode
                        const int32_t *tokens, size_t T, float *logits, qmla_error *err);
 
 /* What one layer computed for one sequence, handed to a tap (qmla capture,
- * lib/capture/capture_native.c). Row-major float32, valid during the call only:
+ * lib/engine/capture_native.c). Row-major float32, valid during the call only:
  *   hidden_in  [T, D]     the attention module's input (after input_layernorm)
  *   c_kv       [T, d_c]   the content latent after kv_a_layernorm, as
  *                         attention read it (for fp32 the value as computed)

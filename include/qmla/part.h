@@ -11,7 +11,7 @@
  *   /part/T        [n_slots] int64   selected = 1 for the slots of the
  *   /part/selected [n_slots] uint8   selected layers.
  * Item k of the universe is (slot, seq) in slot order then sequence order,
- * exactly the order of qmla/plan.h, and its shard is qmla_shard_assign's.
+ * exactly the order of sweep/plan.h, and its shard is qmla_shard_assign's.
  *
  * Used by `qmla sweep --shard i/n`, `qmla merge` and the MPI driver of
  * `qmla sweep` (cli/mpi_sweep.c): every rank writes a part, rank 0

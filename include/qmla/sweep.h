@@ -169,7 +169,7 @@ typedef struct qmla_sweep_opts {
 
 /* Run the sweep and write `results_path` (qmla-results v1,
  * docs/results-format.md) atomically. The work is the plan of
- * qmla/plan.h: every selected (layer, cell, sequence) of the capture.
+ * sweep/plan.h: every selected (layer, cell, sequence) of the capture.
  * Finished items are journaled in `<results_path>.journal` as they
  * complete; a rerun with the same capture, parameters and cell set resumes
  * from the journal.

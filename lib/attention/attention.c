@@ -2,7 +2,7 @@
  * docs/math.md §1). Block-causal CBLAS products, OpenMP over heads, a
  * vectorisable exp for the softmax, double accumulation of norms. */
 #include "qmla/attention.h"
-#include "qmla/alloc.h"
+#include "core/alloc.h"
 #include "qmla_config.h"
 
 #include <cblas.h>

@@ -1,6 +1,6 @@
 /* alloc.c — large aligned workspaces on transparent huge pages
- * (include/qmla/alloc.h). */
-#include "qmla/alloc.h"
+ * (lib/core/alloc.h). */
+#include "core/alloc.h"
 
 #include <stdlib.h>
 #include <sys/mman.h>

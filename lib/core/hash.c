@@ -1,7 +1,7 @@
 /* hash.c — SHA-256 of a file (libcrypto EVP, streamed in 64 KiB blocks), used
  * to record which capture a result came from.
  */
-#include "qmla/capture.h"
+#include "qmla/hash.h"
 
 #include <openssl/evp.h>
 

@@ -3,7 +3,7 @@
  * with a GSL percentile bootstrap of the geometric-mean gain ratios. */
 #include "qmla/intervene.h"
 #include "qmla/norms.h"
-#include "qmla/plan.h"
+#include "sweep/plan.h"
 #include "io/h5util.h"
 
 #include <gsl/gsl_randist.h>

@@ -17,7 +17,7 @@
  * y_tg [t, d_v] against those 2·H·Bi vectors. RoPE: q from Q_P, no P_h and
  * no cross term. */
 #include "qmla/jvp.h"
-#include "qmla/alloc.h"
+#include "core/alloc.h"
 #include "qmla_config.h"
 
 #include <cblas.h>

@@ -4,9 +4,9 @@
  * of a results file (include/qmla/predict.h, docs/math.md §5,
  * docs/results-format.md). */
 #include "qmla/predict.h"
-#include "qmla/alloc.h"
+#include "core/alloc.h"
 #include "qmla/norms.h"
-#include "qmla/plan.h"
+#include "sweep/plan.h"
 #include "io/h5util.h"
 
 #include <errno.h>

@@ -1,5 +1,5 @@
-/* sweep_plan.c — the work list of a sweep (include/qmla/plan.h). */
-#include "qmla/plan.h"
+/* sweep_plan.c — the work list of a sweep (lib/sweep/plan.h). */
+#include "sweep/plan.h"
 #include "qmla/part.h"
 
 #include <stdint.h>

@@ -2,7 +2,7 @@
  * sequence, and their aggregation (include/qmla/sweep.h, docs/math.md §3–4).
  * The sweep driver over a whole capture lives in sweep_run.c. */
 #include "qmla/sweep.h"
-#include "qmla/alloc.h"
+#include "core/alloc.h"
 #include "qmla/norms.h"
 
 #include <math.h>

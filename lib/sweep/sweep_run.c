@@ -1,12 +1,12 @@
 /* sweep_run.c — the CPU driver of the matched-NMSE sweep over a capture
- * (include/qmla/sweep.h): the plan (qmla/plan.h) says what to compute; this
+ * (include/qmla/sweep.h): the plan (sweep/plan.h) says what to compute; this
  * file restores what is done (results file, journal), computes the rest one
  * sequence at a time, journals each finished item, and writes the results
  * file atomically at the end. */
 #include "io/journal.h"
 #include "qmla/outpath.h"
 #include "qmla/part.h"
-#include "qmla/plan.h"
+#include "sweep/plan.h"
 #include "qmla/results.h"
 #include "qmla/sweep.h"
 #include "qmla_config.h"

@@ -76,6 +76,51 @@ def lib_path():
 _lib = None
 
 
+def _abi_classes():
+    """The ctypes mirror of each C struct the binding passes to the library."""
+    return {"qmla_error": _Err, "qmla_quant_params": _QParams, "qmla_cache_spec": _Spec,
+            "qmla_exec": _Exec, "qmla_ppl_result": _Res, "qmla_transform": _Transform,
+            "qmla_transform_meta": _TMeta, "qmla_transform_file": _TFile,
+            "qmla_capture_config": _CapConfig, "qmla_layer": _Layer, "qmla_cell": _Cell}
+
+
+def _abi_layouts(lib):
+    """The library's own layout table (python/abi.c, compiled from the
+    headers): {struct: (size, [(field, offset, size), ...])}."""
+    lib.qmla_abi_count.restype = C.c_size_t
+    lib.qmla_abi_entry.argtypes = [C.c_size_t, C.POINTER(C.c_char_p), C.POINTER(C.c_char_p),
+                                   C.POINTER(C.c_size_t), C.POINTER(C.c_size_t)]
+    out = {}
+    t, f, off, size = C.c_char_p(), C.c_char_p(), C.c_size_t(), C.c_size_t()
+    for i in range(lib.qmla_abi_count()):
+        lib.qmla_abi_entry(i, C.byref(t), C.byref(f), C.byref(off), C.byref(size))
+        size_fields = out.setdefault(t.value.decode(), [None, []])
+        if f.value is None:
+            size_fields[0] = size.value
+        else:
+            size_fields[1].append((f.value.decode(), off.value, size.value))
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def _abi_problems(lib, classes):
+    """Each difference between the ctypes classes and the library's layouts,
+    as a sentence; [] when they agree field for field (name, offset, size,
+    order) and in size."""
+    c = _abi_layouts(lib)
+    problems = []
+    for name, cls in classes.items():
+        if name not in c:
+            problems.append("%s: the library has no layout for it" % name)
+            continue
+        size, fields = c[name]
+        mine = [(f[0], getattr(cls, f[0]).offset, getattr(cls, f[0]).size) for f in cls._fields_]
+        if mine != fields:
+            problems.append("%s: binding fields %s, library %s" % (name, mine, fields))
+        if C.sizeof(cls) != size:
+            problems.append("%s: binding size %d, library %d" % (name, C.sizeof(cls), size))
+    return problems
+
+
 def _L():
     global _lib
     if _lib is None:
@@ -100,6 +145,10 @@ def _L():
         _declare_capture(lib)
         _declare_cuda(lib)
         _declare_jobs(lib)
+        problems = _abi_problems(lib, _abi_classes())
+        if problems:
+            raise QmlaError("python/qmla does not match the library it loaded (%s): %s"
+                            % (lib_path(), "; ".join(problems)), "EINTERNAL")
         lib.qmla_blas_set_threads(1)
         _lib = lib
     return _lib

@@ -12,6 +12,8 @@
  *  - token aging: tokens appended one per sequence per call (decode-sized
  *    writes) across the window boundary, checked after each step.
  * SKIP (77) without a usable GPU. Run: meson test -C build --suite cuda */
+#include "rng.h"
+#include "cuda_check.h"
 #include "check.h"
 #include "decode_cuda.h"
 #include "kvcache_cuda.h"
@@ -25,38 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t rs = 0x2545f4914f6cdd1dULL;
-static double unif(void)
-{
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return ((double)(rs >> 11) + 0.5) / 9007199254740992.0;
-}
-static double gauss(void) { return sqrt(-2 * log(unif())) * cos(6.283185307179586 * unif()); }
-
-#define CU(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
-
-static void *dalloc(size_t n)
-{
-    void *p = NULL;
-    CU(cudaMalloc(&p, n ? n : 16));
-    return p;
-}
-static void *up(const void *h, size_t n)
-{
-    void *d = dalloc(n);
-    if (n)
-        CU(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
-    return d;
-}
 
 typedef struct {
     const char *name;
@@ -292,11 +262,9 @@ static double check_decode(cache *c, const shape *s, const char *what, double *l
 
 int main(void)
 {
+    check_rng_seed(0x2545f4914f6cdd1dULL);
     qmla_error err;
-    if (!qmla_cuda_available(&err)) {
-        printf("SKIP: %s\n", err.msg);
-        return 77;
-    }
+    skip_without_gpu();
     void *ws = dalloc(QMLA_KV_WRITE_WS_BYTES);
     {
         qmla_error e;

@@ -9,6 +9,7 @@
  *  - storage accounting: exact bytes of docs/math.md §9 and the paper's
  *    3.59x with q8 metadata at 128K.
  * Run: meson test -C build test_kvcache */
+#include "rng.h"
 #include "check.h"
 #include "qmla/decode.h"
 #include "qmla/kvcache.h"
@@ -19,15 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t rs = 0x9e3779b97f4a7c15ULL;
-static double unif(void)
-{
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return ((double)(rs >> 11) + 0.5) / 9007199254740992.0;
-}
-static double gauss(void) { return sqrt(-2 * log(unif())) * cos(6.283185307179586 * unif()); }
 static uint16_t bf(double v) { return qmla_core_f32_to_bf16((float)v); }
 
 typedef struct {
@@ -307,6 +299,7 @@ static void test_storage(void)
 
 int main(void)
 {
+    check_rng_seed(0x9e3779b97f4a7c15ULL);
     test_layout(4, 4, 64);
     test_layout(2, 4, 64);
     test_layout(8, 8, 64);

@@ -5,6 +5,8 @@
  * subnormal scales, outlier channels, signed zeros); and the same error
  * (status, token, group) for NaN and float16 overflow. SKIP (77) without a
  * usable GPU. */
+#include "rng.h"
+#include "cuda_check.h"
 #include "check.h"
 #include "qdq_cuda.h"
 #include "qmla/quant.h"
@@ -15,15 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t rs = 0x853c49e6748fea9bULL;
-static double unif(void)
-{
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return ((double)(rs >> 11) + 0.5) / 9007199254740992.0;
-}
-static double gauss(void) { return sqrt(-2 * log(unif())) * cos(6.283185307179586 * unif()); }
 
 static void fill(float *x, size_t n, size_t w, int kind)
 {
@@ -91,11 +84,9 @@ static int run_gpu(const qmla_quant_params *p, const float *x, size_t T, size_t 
 
 int main(void)
 {
+    check_rng_seed(0x853c49e6748fea9bULL);
     qmla_error err;
-    if (!qmla_cuda_available(&err)) {
-        printf("SKIP: %s\n", err.msg);
-        return 77;
-    }
+    skip_without_gpu();
     if (cudaMalloc(&ws, QMLA_QDQ_CUDA_WS_BYTES) != cudaSuccess ||
         qmla_qdq_cuda_ws_init(ws, 0, &err)) {
         printf("FAIL: no workspace\n");

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/capture/test_capture_cli.sh — `qmla capture` (the native capture,
-# lib/capture/capture_native.c) end to end on models/tiny-mla, small enough for CI
+# lib/engine/capture_native.c) end to end on models/tiny-mla, small enough for CI
 # (a few seconds: 2 layers, 32 or 160 tokens):
 #   - 2 layers x 1 cell x 2 sequences x 32 tokens: exit 0, `qmla check`
 #     accepts the file, the root attributes say what made it;

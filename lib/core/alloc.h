@@ -1,4 +1,4 @@
-/* qmla/alloc.h — allocation of large float workspaces (attention arrays,
+/* alloc.h (private) — allocation of large float workspaces (attention arrays,
  * caches). */
 #ifndef QMLA_ALLOC_H
 #define QMLA_ALLOC_H

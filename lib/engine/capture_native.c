@@ -1,4 +1,4 @@
-/* lib/capture/capture_native.c — qmla/capture_native.h: a qmla-capture v1 file from
+/* lib/engine/capture_native.c — qmla/capture_native.h: a qmla-capture v1 file from
  * the native engine (the tap of qmla_model_forward_tap), windows sampled as
  * experiments/capture/qmla_capture.py samples them (lib/core/pyrandom.c), written
  * through the capture writer (lib/capture/capture_write.c). */

@@ -1,4 +1,4 @@
-/* qmla/plan.h — the work of a sweep over a capture, separate from its
+/* plan.h (private) — the work of a sweep over a capture, separate from its
  * execution: the list of (layer, cell, sequence) items, which of them the
  * selection wants, and which rows (per item, per path) are already done.
  *
