@@ -1,5 +1,6 @@
 /* cli_util.c — option parsing, error reporting and progress for `qmla`. */
 #include "cli.h"
+#include "qmla/text.h"
 #include "cli_safe.h"
 
 #include <errno.h>
@@ -10,7 +11,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <zlib.h>
 
 /* Messages quote file names, cell names and model names read from files
  * and arguments: printed through cli_esc() so that none reaches the
@@ -271,58 +271,16 @@ void cli_record_command_line(int argc, char **argv)
 
 const char *cli_command_line(void) { return command_line; }
 
-/* A whole file, gzip or plain (zlib reads both). A gzip stream cut short
- * is an error: gzread() returns the bytes it had and reports the missing
- * end only through gzerror() (Z_BUF_ERROR, "unexpected end of file"), so
- * without the check below a truncated .gz scored as a shorter text with
- * exit 0. gzerror()'s message already starts with the path. */
+/* A whole file, gzip or plain: qmla_text_read (lib/io/text.c), its
+ * message in msg. */
 int cli_read_text(const char *path, uint8_t **out, size_t *n, char *msg, size_t len)
 {
-    errno = 0;
-    gzFile g = gzopen(path, "rb");
-    if (!g) {
-        snprintf(msg, len, "%s: cannot open: %s", path,
-                 errno ? strerror(errno) : "out of memory");
+    qmla_error err;
+    qmla_error_clear(&err);
+    if (qmla_text_read(path, out, n, &err)) {
+        snprintf(msg, len, "%s", err.msg);
         return -1;
     }
-    size_t cap = 1 << 20, k = 0;
-    uint8_t *b = malloc(cap);
-    for (;;) {
-        if (!b) {
-            gzclose(g);
-            snprintf(msg, len, "%s: out of memory", path);
-            return -1;
-        }
-        if (k == cap) {
-            uint8_t *nb = realloc(b, cap * 2);
-            if (!nb) {
-                free(b);
-                b = NULL;
-                continue;
-            }
-            b = nb;
-            cap *= 2;
-        }
-        int r = gzread(g, b + k, (unsigned)(cap - k));
-        int e = Z_OK;
-        const char *why = r <= 0 ? gzerror(g, &e) : NULL;
-        if (r < 0 || (r == 0 && e != Z_OK)) {
-            if (e == Z_BUF_ERROR)
-                snprintf(msg, len, "%s: truncated gzip stream (unexpected end of file "
-                         "after %zu bytes of text)", path, k);
-            else
-                snprintf(msg, len, "%s", why);
-            free(b);
-            gzclose(g);
-            return -1;
-        }
-        if (r == 0)
-            break;
-        k += (size_t)r;
-    }
-    gzclose(g);
-    *out = b;
-    *n = k;
     return 0;
 }
 

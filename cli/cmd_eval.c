@@ -5,18 +5,20 @@
  * the RoPE-only distortion (a measured value above the bound exits 1).
  *
  *   qmla eval data/tiny-mla-default.h5 --transforms rtn.h5 \
- *        --transforms sq.h5 --config C4R4 --cells code-s0 -o ev.h5 */
+ *        --transforms sq.h5 --config C4R4 --cells code-s0 -o ev.h5
+ *
+ * The driver is the library's (qmla_tf_eval_run, lib/transform/tfeval_run.c);
+ * this file parses the options and prints what it returns. */
 #include "cli.h"
 #include "qmla/capture.h"
 #include "qmla/outpath.h"
 #include "qmla/tfeval.h"
 
 #include <getopt.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_TF 16
+#define MAX_TF QMLA_TF_EVAL_MAX
 
 static void help(FILE *f)
 {
@@ -36,21 +38,6 @@ static void help(FILE *f)
         "Exit 1 when a measured RoPE-only distortion exceeds its bound.\n"
         "example: qmla eval data/tiny-mla-default.h5 --transforms rtn.h5 --transforms qm.h5 \\\n"
         "           --config C4R4 --cells code-s0 -o eval.h5\n");
-}
-
-static int parse_policy(const char *s, size_t *sink, size_t *local)
-{
-    if (!strcmp(s, "none")) {
-        *sink = *local = 0;
-        return 0;
-    }
-    unsigned long a, b;
-    char tail;
-    if (sscanf(s, "sink%lu/local%lu%c", &a, &b, &tail) != 2 || a > 1000000 || b > 1000000)
-        return -1;
-    *sink = a;
-    *local = b;
-    return 0;
 }
 
 int cmd_eval(int argc, char **argv)
@@ -81,7 +68,7 @@ int cmd_eval(int argc, char **argv)
             config = optarg;
             break;
         case 'p':
-            if (parse_policy(optarg, &sink, &local))
+            if (qmla_tf_eval_policy_parse(optarg, &sink, &local))
                 return cli_fail("eval", "--policy: expected sinkS/localW (e.g. sink4/local128) or none, found \"%s\"", optarg);
             policy = optarg;
             break;
@@ -119,164 +106,68 @@ int cmd_eval(int argc, char **argv)
         free(layers);
         return cli_fail("eval", "--cells: empty list \"%s\"", cells_arg);
     }
-    qmla_tf_eval_opts o;
-    o.qc = qmla_quant_defaults();
-    o.qr = qmla_quant_defaults();
-    o.qc.bits = config[1] - '0';
-    o.qr.bits = config[3] - '0';
-    o.sink = sink;
-    o.local = local;
-    qmla_exec ex = qmla_exec_cpu(threads);
-    qmla_transform_file tf[MAX_TF];
-    memset(tf, 0, sizeof tf);
-    char label[MAX_TF][64];
-    qmla_capture *cap = NULL;
-    qmla_tf_eval_rec *rows = NULL;
-    size_t n_rows = 0, cap_rows = 0;
-    int rc = QMLA_EXIT_OK, bound_fail = 0;
-    for (size_t k = 0; k < n_tf; k++) {
-        if (qmla_transform_file_read(tf_path[k], &tf[k], &err)) {
-            rc = cli_lib_error("eval", &err);
-            goto done;
-        }
-        /* label: the method; a QuantMLA file that learned one path only is
-         * quantmla-content / quantmla-rope; a repeated label gets #k */
-        char base[40];
-        snprintf(base, sizeof base, "%s", qmla_tmethod_name(tf[k].meta.method));
-        if (tf[k].meta.method == QMLA_TM_QUANTMLA && strstr(tf[k].meta.settings, "path=content "))
-            snprintf(base, sizeof base, "quantmla-content");
-        else if (tf[k].meta.method == QMLA_TM_QUANTMLA && strstr(tf[k].meta.settings, "path=rope "))
-            snprintf(base, sizeof base, "quantmla-rope");
-        if (tf[k].meta.method == QMLA_TM_QUANTMLA && strstr(tf[k].meta.settings, "objective=recon ")) {
-            size_t bl = strlen(base);
-            snprintf(base + bl, sizeof base - bl, "-recon");
-        }
-        int dup = 0;
-        for (size_t j = 0; j < k; j++)
-            dup += !strncmp(label[j], base, strlen(base)) &&
-                   (label[j][strlen(base)] == 0 || label[j][strlen(base)] == '#');
-        if (dup)
-            snprintf(label[k], sizeof label[k], "%s#%d", base, dup + 1);
-        else
-            snprintf(label[k], sizeof label[k], "%s", base);
-    }
-    if (qmla_capture_open(capture, &cap, &err)) {
-        rc = cli_lib_error("eval", &err);
-        goto done;
-    }
-    size_t NL = qmla_capture_n_layers(cap);
-    printf("qmla eval %s: %s, policy %s; output NMSE (both caches quantized), mean over cells\n",
-           capture, config, policy);
-    printf("%6s", "layer");
-    for (size_t k = 0; k < n_tf; k++)
-        printf(" %16s", label[k]);
-    printf("\n");
-    double mean[MAX_TF] = {0};
-    size_t n_mean = 0;
-    for (size_t li = 0; li < NL; li++) {
-        int layer = qmla_capture_layer_index(cap, li);
-        if (layers) {
-            int want = 0;
-            for (size_t k = 0; k < n_lsel; k++)
-                want |= layers[k] == layer;
-            if (!want)
-                continue;
-        }
-        double lay[MAX_TF] = {0};
-        size_t nc = qmla_capture_n_cells(cap, li), used = 0;
-        for (size_t ci = 0; ci < nc; ci++) {
-            const char *cn = qmla_capture_cell_name(cap, li, ci);
-            if (cells) {
-                int want = 0;
-                for (size_t k = 0; k < n_csel; k++)
-                    want |= !strcmp(cells[k], cn);
-                if (!want)
-                    continue;
-            }
-            used++;
-            for (size_t k = 0; k < n_tf; k++) {
-                const float *g = NULL;
-                const qmla_transform *t = qmla_transform_file_layer(&tf[k], layer, &g);
-                if (!t) {
-                    rc = cli_fail("eval", "%s has no transform for layer %d", tf_path[k], layer);
-                    goto done;
-                }
-                if (n_rows == cap_rows) {
-                    cap_rows = cap_rows ? 2 * cap_rows : 64;
-                    qmla_tf_eval_rec *nr = realloc(rows, cap_rows * sizeof *rows);
-                    if (!nr) {
-                        rc = cli_fail("eval", "out of memory");
-                        goto done;
-                    }
-                    rows = nr;
-                }
-                qmla_tf_eval_rec *r = &rows[n_rows];
-                r->method = label[k];
-                r->transforms = tf_path[k];
-                r->layer = layer;
-                r->cell = cn;
-                if (qmla_tf_eval_cell(&ex, cap, li, ci, t, g, &o, &r->r, &err)) {
-                    rc = cli_lib_error("eval", &err);
-                    goto done;
-                }
-                n_rows++;
-                lay[k] += r->r.nmse_out;
-                if (!r->r.bound_ok) {
-                    bound_fail = 1;
-                    fprintf(stderr, "qmla eval: %s layer %d cell %s: RoPE-only NMSE %.4g above its bound %.4g\n",
-                            label[k], layer, cn, r->r.nmse_p, r->r.bound_p);
-                }
-            }
-        }
-        if (!used)
-            continue;
-        printf("%6d", layer);
-        for (size_t k = 0; k < n_tf; k++) {
-            lay[k] /= (double)used;
-            mean[k] += lay[k];
-            printf(" %16.4e", lay[k]);
-        }
+    qmla_tf_eval_run_opts o = qmla_tf_eval_run_defaults();
+    o.transforms = tf_path;
+    o.n_transforms = n_tf;
+    o.config = config;
+    o.policy = policy;
+    o.layers = layers;
+    o.n_layers = n_lsel;
+    o.cells = (const char *const *)cells;
+    o.n_cells = n_csel;
+    o.threads = threads;
+    o.command_line = cli_command_line();
+    qmla_tf_eval_run_result r;
+    int st = qmla_tf_eval_run(capture, out, &o, &r, &err);
+    (void)sink;
+    (void)local;
+    /* what the run got to, printed as the run went: the table header once
+     * the capture is open, each finished layer's row after the bound
+     * messages of its rows, then the means and the per-path block */
+    size_t ri = 0;
+    if (r.opened) {
+        printf("qmla eval %s: %s, policy %s; output NMSE (both caches quantized), mean over cells\n",
+               capture, config, policy);
+        printf("%6s", "layer");
+        for (size_t k = 0; k < n_tf; k++)
+            printf(" %16s", r.label[k]);
         printf("\n");
-        n_mean++;
     }
-    if (!n_rows) {
-        rc = cli_fail("eval", "no (layer, cell) selected");
-        goto done;
+    for (size_t l = 0; l <= r.n_layers_done; l++) {
+        for (; ri < r.n_rows && (l == r.n_layers_done || r.rows[ri].layer == r.layer[l]); ri++)
+            if (!r.rows[ri].r.bound_ok)
+                fprintf(stderr, "qmla eval: %s layer %d cell %s: RoPE-only NMSE %.4g above its bound %.4g\n",
+                        r.rows[ri].method, r.rows[ri].layer, r.rows[ri].cell, r.rows[ri].r.nmse_p,
+                        r.rows[ri].r.bound_p);
+        if (l == r.n_layers_done)
+            break;
+        printf("%6d", r.layer[l]);
+        for (size_t k = 0; k < n_tf; k++)
+            printf(" %16.4e", r.layer_mean[l * n_tf + k]);
+        printf("\n");
     }
-    printf("%6s", "mean");
-    for (size_t k = 0; k < n_tf; k++)
-        printf(" %16.4e", mean[k] / (double)n_mean);
-    printf("\n\nper path (mean over layers and cells): content-only, RoPE-only NMSE, positional-score error, RoPE bound\n");
-    for (size_t k = 0; k < n_tf; k++) {
-        double a = 0, b = 0, c = 0, d = 0;
-        size_t m = 0;
-        for (size_t i = 0; i < n_rows; i++)
-            if (rows[i].method == label[k]) {
-                a += rows[i].r.nmse_c;
-                b += rows[i].r.nmse_p;
-                c += rows[i].r.pos_err;
-                d += rows[i].r.bound_p;
-                m++;
-            }
-        printf("%-16s content %.4e  rope %.4e  pos_err %.4e  bound %.4e\n", label[k], a / m,
-               b / m, c / m, d / m);
+    if (r.computed) {
+        printf("%6s", "mean");
+        for (size_t k = 0; k < n_tf; k++)
+            printf(" %16.4e", r.mean[k]);
+        printf("\n\nper path (mean over layers and cells): content-only, RoPE-only NMSE, positional-score error, RoPE bound\n");
+        for (size_t k = 0; k < n_tf; k++)
+            printf("%-16s content %.4e  rope %.4e  pos_err %.4e  bound %.4e\n", r.label[k],
+                   r.path_mean[k][0], r.path_mean[k][1], r.path_mean[k][2], r.path_mean[k][3]);
     }
-    if (qmla_tf_eval_write(out, config, policy, cli_command_line(), rows, n_rows, &err)) {
-        rc = cli_lib_error("eval", &err);
-        goto done;
+    int rc = QMLA_EXIT_OK;
+    if (st) {
+        rc = r.refusal ? cli_fail("eval", "%s", err.msg) : cli_lib_error("eval", &err);
+    } else {
+        printf("wrote /eval of %s (%zu rows)\n", out, r.n_rows);
+        if (r.bound_fail) {
+            fprintf(stderr, "qmla eval: a RoPE-only distortion exceeds the App. C.3 bound (a bug)\n");
+            rc = QMLA_EXIT_FINDING;
+        }
     }
-    printf("wrote /eval of %s (%zu rows)\n", out, n_rows);
-    if (bound_fail) {
-        fprintf(stderr, "qmla eval: a RoPE-only distortion exceeds the App. C.3 bound (a bug)\n");
-        rc = QMLA_EXIT_FINDING;
-    }
-done:
-    for (size_t k = 0; k < n_tf; k++)
-        qmla_transform_file_free(&tf[k]);
-    free(rows);
+    qmla_tf_eval_run_result_free(&r);
     free(layers);
     free(cells);
     free(cellbuf);
-    qmla_capture_close(cap);
     return rc;
 }

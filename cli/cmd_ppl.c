@@ -5,7 +5,7 @@
 #include "cli.h"
 #include "cli_safe.h"
 #include "qmla/model.h"
-#include "qmla/outpath.h"
+#include "qmla/ppl.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -60,27 +60,42 @@ static void usage(FILE *f)
         "           --config bf16,C4R4 --policy none,sink4/local128 --tokens 20480 -o ppl.h5\n");
 }
 
-/* The row label of a transforms file: its method, and the learned path of a
- * QuantMLA file learned on one path only. */
-static void tf_label(const qmla_transform_file *f, char *out, size_t n)
+/* What the driver reports, printed as `qmla ppl` always printed it: notes
+ * on stderr, the table on stdout, a progress bar per group. */
+typedef struct ppl_cli {
+    cli_progress prog;
+    char label[600]; /* the progress bar keeps a pointer to its label */
+} ppl_cli;
+
+static void on_event(void *ctx, const qmla_ppl_event *ev)
 {
-    static const char *const names[] = {"RTN", "SmoothQuant", "QuaRot", "QuantMLA"};
-    const char *p = strstr(f->meta.settings, "path=");
-    char path[16] = "both";
-    if (p)
-        sscanf(p + 5, "%15[a-z]", path);
-    if (f->meta.method == QMLA_TM_QUANTMLA && strcmp(path, "both"))
-        snprintf(out, n, "QuantMLA-%s", path);
-    else
-        snprintf(out, n, "%s", names[f->meta.method]);
+    ppl_cli *c = ctx;
+    if (ev->kind == QMLA_PPL_NOTE) {
+        fprintf(stderr, "qmla ppl: %s\n", ev->line);
+    } else if (ev->kind == QMLA_PPL_TABLE) {
+        printf("%-28s %-10s %-16s %-16s %9s %9s %12s %8s\n", "text", "config", "method", "policy",
+               "bits/byte", "nats/tok", "tokens", "s(grp)");
+    } else if (ev->kind == QMLA_PPL_GROUP_BEGIN) {
+        /* windows done, on stderr (a bar on a terminal, else a line every
+         * 30 s); SIGINT/SIGTERM stop at the next window: exit 130 */
+        snprintf(c->label, sizeof c->label, "%s", ev->line);
+        cli_progress_init(&c->prog, c->label);
+    } else if (ev->kind == QMLA_PPL_GROUP_END) {
+        cli_progress_end(&c->prog);
+        for (size_t j = 0; j < ev->n_rows; j++) {
+            const qmla_ppl_row *r = &ev->rows[j];
+            printf("%-28s %-10s %-16s %-16s %9.4f %9.5f %12zu %8.1f\n", r->text, r->config,
+                   r->method, r->policy, r->r.bits_per_byte, r->r.nll_nats_per_token, r->r.tokens,
+                   ev->seconds);
+        }
+        fflush(stdout);
+    }
 }
 
-/* SIGINT/SIGTERM arrived: say so; nothing is written. */
-static int ppl_interrupted(const char *out)
+static int should_stop(void *ctx)
 {
-    fprintf(stderr, "qmla ppl: interrupted (%s); nothing written to %s\n", cli_signal_name(),
-            out);
-    return QMLA_EXIT_INTERRUPTED;
+    (void)ctx;
+    return cli_interrupted() != 0;
 }
 
 int cmd_ppl(int argc, char **argv)
@@ -144,204 +159,41 @@ int cmd_ppl(int argc, char **argv)
     if (!out)
         return cli_fail("ppl", "-o RESULTS.h5 is required");
     const char *dir = argv[optind];
-    char **cl = NULL, **pl = NULL, *cbuf = NULL, *pbuf = NULL;
-    size_t nc = 0, np = 0;
-    if (cli_split_list(configs, &cl, &nc, &cbuf) || !nc ||
-        cli_split_list(policies, &pl, &np, &pbuf) || !np)
-        return cli_fail("ppl", "--config / --policy: expected comma-separated lists");
-    int rc = QMLA_EXIT_OK;
-    qmla_error err;
-    qmla_error_clear(&err);
-    {
-        /* before any work (a full text takes minutes): -o must be a regular
-         * file or a new name, and none of the inputs */
-        const char *in[32];
-        size_t n_in = 0;
-        for (size_t k = 0; k < n_texts; k++)
-            in[n_in++] = texts[k];
-        for (size_t k = 0; k < n_tf; k++)
-            in[n_in++] = tfp[k];
-        if (qmla_output_path_check(out, "output file (-o)", in, n_in, &err)) {
-            free(cl);
-            free(cbuf);
-            free(pl);
-            free(pbuf);
-            return cli_lib_error("ppl", &err);
-        }
-    }
-    size_t n_spec = 0, n_rows = 0;
-    qmla_cache_spec *specs = calloc(nc * np, sizeof *specs);
-    /* variant 0: the checkpoint as it is; 1..n_tf: with the file's transforms */
-    qmla_model *mv[17] = {0};
-    qmla_transform_file tf[16];
-    char labels[17][32];
-    memset(tf, 0, sizeof tf);
-    qmla_ppl_row *rows = calloc(nc * np * n_texts * (n_tf + 1), sizeof *rows);
-    qmla_cache_spec *grp = calloc(nc * np, sizeof *grp);
-    qmla_ppl_result *res = calloc(nc * np, sizeof *res);
-    uint8_t *buf = NULL;
-    if (!specs || !rows || !grp || !res) {
-        rc = cli_fail("ppl", "out of memory");
-        goto done;
-    }
-    int any_quant = 0;
-    for (size_t p = 0; p < np; p++)
-        for (size_t c = 0; c < nc; c++) {
-            qmla_cache_spec s;
-            if (qmla_cache_spec_parse(cl[c], pl[p], &s, &err)) {
-                rc = cli_lib_error("ppl", &err);
-                goto done;
-            }
-            const int plain = s.c_bits == QMLA_CACHE_FP32 || s.c_bits == QMLA_CACHE_BF16;
-            /* a policy changes nothing for unquantized caches: one row */
-            if (plain && p > 0 && strcmp(s.policy, "none"))
-                continue;
-            if (plain)
-                snprintf(s.policy, sizeof s.policy, "none"), s.sink = s.window = 0;
-            any_quant |= !plain;
-            specs[n_spec++] = s;
-        }
-    int any_policy = 0;
-    for (size_t p = 0; p < np; p++)
-        any_policy |= strcmp(pl[p], "none") != 0;
-    if (any_policy && !any_quant)
-        fprintf(stderr, "qmla ppl: note: --policy applies to quantized configs only; the "
-                        "fp32/bf16 rows are scored without one (policy none)\n");
-    for (size_t i = 0; i < n_tf; i++) {
-        if (qmla_transform_file_read(tfp[i], &tf[i], &err)) {
-            rc = cli_lib_error("ppl", &err);
-            goto done;
-        }
-        tf_label(&tf[i], labels[i + 1], sizeof labels[i + 1]);
-    }
+    qmla_ppl_run_opts o = qmla_ppl_run_defaults();
+    o.texts = texts;
+    o.n_texts = n_texts;
+    o.configs = configs;
+    o.policies = policies;
+    o.transforms = tfp;
+    o.n_transforms = n_tf;
+    o.transforms_only = tf_only;
+    o.tokens = (size_t)tokens;
+    o.context = (size_t)context;
+    o.threads = (int)threads;
+    o.command_line = cli_command_line();
+    ppl_cli c;
+    memset(&c, 0, sizeof c);
+    o.progress = cli_progress_poll;
+    o.progress_ctx = &c.prog;
+    o.should_stop = should_stop;
+    o.event = on_event;
+    o.event_ctx = &c;
     qmla_blas_set_threads(1);
     cli_signals_install(); /* polled after each window (and before the write) */
-    for (size_t v = 0; v <= n_tf; v++) {
-        double t0 = cli_now();
-        if (qmla_model_load(dir, &mv[v], &err)) {
-            rc = cli_lib_error("ppl", &err);
-            goto done;
-        }
-        if (v && qmla_model_apply_transforms(mv[v], tf[v - 1].t,
-                                             (const float *const *)tf[v - 1].gamma,
-                                             tf[v - 1].n, &err)) {
-            qmla_error_prefix(&err, "%s: ", tfp[v - 1]);
-            rc = cli_lib_error("ppl", &err);
-            goto done;
-        }
-        const qmla_model_config *mc = qmla_model_cfg(mv[v]);
-        if (!v)
-            fprintf(stderr, "qmla ppl: %s: %s, %zu parameters, %zu layers, d_c %zu, d_r %zu "
-                    "(loaded in %.2f s)\n", dir, mc->arch, qmla_model_n_params(mv[v]), mc->L,
-                    mc->d_c, mc->d_r, cli_now() - t0);
-        else if (tf[v - 1].meta.method == QMLA_TM_QUANTMLA)
-            fprintf(stderr, "qmla ppl: %s: %s transforms (%s, learned for %s) of %zu layers "
-                    "folded into the weights\n", tfp[v - 1], labels[v],
-                    qmla_tmethod_name(tf[v - 1].meta.method), tf[v - 1].meta.config,
-                    tf[v - 1].n);
-        else
-            fprintf(stderr, "qmla ppl: %s: %s transforms (a baseline, used for every quantized "
-                    "config) of %zu layers folded into the weights\n", tfp[v - 1], labels[v],
-                    tf[v - 1].n);
-    }
-    const qmla_exec ex = qmla_exec_cpu((int)threads);
-    printf("%-28s %-10s %-16s %-16s %9s %9s %12s %8s\n", "text", "config", "method", "policy",
-           "bits/byte", "nats/tok", "tokens", "s(grp)");
-    for (size_t k = 0; k < n_texts; k++) {
-        size_t nb = 0;
-        char msg[512];
-        free(buf);
-        buf = NULL;
-        if (cli_read_text(texts[k], &buf, &nb, msg, sizeof msg)) {
-            rc = cli_fail("ppl", "%s", msg);
-            goto done;
-        }
-        size_t maxw = tokens ? (size_t)((tokens + context - 1) / context) : 0;
-        /* the configurations of one text and one model variant are scored
-         * together: protected ones share the clean prefix (qmla/model.h) */
-        for (size_t v = 0; v <= n_tf; v++) {
-            size_t n_grp = 0;
-            for (size_t s = 0; s < n_spec; s++) {
-                const qmla_cache_spec *sp = &specs[s];
-                const int plain = sp->c_bits == QMLA_CACHE_FP32 ||
-                                  sp->c_bits == QMLA_CACHE_BF16;
-                if (!v && tf_only)
-                    continue;
-                if (v) {
-                    const qmla_transform_meta *tm = &tf[v - 1].meta;
-                    if (plain && any_quant)
-                        continue;
-                    /* a learned file serves the configuration it was learned for */
-                    if (!plain && tm->method == QMLA_TM_QUANTMLA &&
-                        strncmp(sp->name, tm->config, strlen(tm->config)))
-                        continue;
-                }
-                grp[n_grp] = *sp;
-                qmla_ppl_row *r = &rows[n_rows + n_grp];
-                r->text = texts[k];
-                r->config = sp->name;
-                r->policy = sp->policy;
-                r->method = v ? labels[v] : plain ? "none" : "RTN";
-                r->transforms = v ? tfp[v - 1] : "";
-                r->context = (size_t)context;
-                n_grp++;
-            }
-            if (!n_grp)
-                continue;
-            double t1 = cli_now();
-            /* windows done, on stderr (a bar on a terminal, else a line every
-             * 30 s); SIGINT/SIGTERM stop at the next window: exit 130 */
-            char label[600];
-            const char *base = strrchr(texts[k], '/');
-            snprintf(label, sizeof label, "ppl %s%s%s", base ? base + 1 : texts[k],
-                     v ? " + " : "", v ? labels[v] : "");
-            cli_progress prog;
-            cli_progress_init(&prog, label);
-            int stopped = 0;
-            const int st = qmla_model_ppl_multi_progress(mv[v], &ex, grp, n_grp, buf, nb,
-                                                         (size_t)context, maxw, cli_progress_poll,
-                                                         &prog, &stopped, res, &err);
-            cli_progress_end(&prog);
-            if (stopped || cli_interrupted()) {
-                rc = ppl_interrupted(out);
-                goto done;
-            }
-            if (st) {
-                qmla_error_prefix(&err, "%s%s%s: ", texts[k], v ? ", transforms " : "",
-                                  v ? tfp[v - 1] : "");
-                rc = cli_lib_error("ppl", &err);
-                goto done;
-            }
-            const double dt = cli_now() - t1;
-            for (size_t j = 0; j < n_grp; j++, n_rows++) {
-                qmla_ppl_row *r = &rows[n_rows];
-                r->r = res[j];
-                printf("%-28s %-10s %-16s %-16s %9.4f %9.5f %12zu %8.1f\n", texts[k],
-                       r->config, r->method, r->policy, r->r.bits_per_byte,
-                       r->r.nll_nats_per_token, r->r.tokens, dt);
-            }
-            fflush(stdout);
+    qmla_error err;
+    qmla_error_clear(&err);
+    qmla_ppl_run_result r;
+    int rc = QMLA_EXIT_OK;
+    if (qmla_ppl_run(dir, out, &o, &r, &err)) {
+        if (r.stopped) {
+            /* SIGINT/SIGTERM arrived: say so; nothing is written */
+            fprintf(stderr, "qmla ppl: interrupted (%s); nothing written to %s\n", cli_signal_name(),
+                    out);
+            rc = QMLA_EXIT_INTERRUPTED;
+        } else {
+            rc = r.refusal ? cli_fail("ppl", "%s", err.msg) : cli_lib_error("ppl", &err);
         }
     }
-    if (cli_interrupted()) { /* after the last window: still nothing written */
-        rc = ppl_interrupted(out);
-        goto done;
-    }
-    if (qmla_ppl_save(out, dir, cli_command_line(), rows, n_rows, &err))
-        rc = cli_lib_error("ppl", &err);
-done:
-    for (size_t v = 0; v <= n_tf; v++)
-        qmla_model_free(mv[v]);
-    for (size_t i = 0; i < n_tf; i++)
-        qmla_transform_file_free(&tf[i]);
-    free(buf);
-    free(specs);
-    free(rows);
-    free(grp);
-    free(res);
-    free(cl);
-    free(cbuf);
-    free(pl);
-    free(pbuf);
+    qmla_ppl_run_result_free(&r);
     return rc;
 }

@@ -100,27 +100,6 @@ static void print_layers(const qmla_op_point *p, size_t n, const qmla_op_config 
     }
 }
 
-static int build_configs(int pred, const int *bits, size_t nbits, int group,
-                         double nu, qmla_op_config *c, size_t *n)
-{
-    size_t k = 0;
-    if (!pred) {
-        for (size_t b = 0; b < nbits; b++)
-            c[k++] = (qmla_op_config){bits[b], group, nu, 0};
-    } else {
-        c[k++] = (qmla_op_config){4, group, nu, 0};
-        c[k++] = (qmla_op_config){2, group, nu, 1};
-        c[k++] = (qmla_op_config){3, group, nu, 1};
-        c[k++] = (qmla_op_config){8, group, nu, 1};
-        c[k++] = (qmla_op_config){4, group, nu / 10, 1};
-        c[k++] = (qmla_op_config){4, group, nu * 10, 1};
-        if (group % 2 == 0)
-            c[k++] = (qmla_op_config){4, group / 2, nu, 1};
-    }
-    *n = k;
-    return 0;
-}
-
 /* The frozen operator+allocation predictor by cell and by direction (also
  * in /predict as by_cell_* and by_direction_*). */
 static int print_splits(const qmla_op_point *p, size_t n, qmla_error *err)
@@ -213,7 +192,7 @@ int cli_op_main(int argc, char **argv, int pred)
     }
     qmla_op_config conf[8];
     size_t nconf;
-    build_configs(pred, bits, nbits, (int)group, nu, conf, &nconf);
+    qmla_op_configs(pred, bits, nbits, (int)group, nu, conf, &nconf);
 
     cli_selection cs;
     if (cli_selection_parse(name, layers_arg, cells_arg, NULL, &cs))

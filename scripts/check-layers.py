@@ -13,16 +13,17 @@ import sys
 root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), '..'))
 OWNER = {
     'status': 'core', 'exec': 'core', 'outpath': 'core', 'pyrandom': 'core', 'hash': 'core',
-    'table': 'io', 'export': 'io',
+    'table': 'io', 'export': 'io', 'text': 'io',
     'quant': 'quant', 'quant_core': 'quant',
     'attention': 'attention', 'rope': 'attention', 'norms': 'attention',
     'capture': 'capture', 'synth': 'capture',
     'sweep': 'sweep', 'part': 'sweep', 'results': 'sweep', 'response': 'sweep',
     'jvp': 'operator', 'predict': 'operator', 'intervene': 'operator',
-    'transform': 'transform', 'learn': 'transform', 'tfeval': 'transform',
-    'model': 'engine', 'capture_native': 'engine',
+    'transform': 'transform', 'learn': 'transform', 'tfeval': 'transform', 'tmethod': 'transform',
+    'model': 'engine', 'capture_native': 'engine', 'ppl': 'engine',
     'kvcache': 'cache', 'decode': 'cache', 'bench_results': 'cache',
     'serve_sim': 'serve',
+    'job': 'driver',
 }
 # Each area and the areas it may include (besides itself), lowest first.
 ALLOWED = {
@@ -37,6 +38,8 @@ ALLOWED = {
     'transform': {'core', 'io', 'quant', 'attention', 'capture'},
     'engine': {'core', 'io', 'quant', 'attention', 'capture', 'cache', 'transform'},
     'serve': {'core', 'io', 'cache'},
+    'driver': {'core', 'io', 'quant', 'attention', 'capture', 'sweep', 'operator', 'transform',
+               'engine', 'cache', 'serve'},
 }
 inc = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 bad = 0

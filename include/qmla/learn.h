@@ -36,6 +36,8 @@
 #include "qmla/attention.h"
 #include "qmla/quant.h"
 #include "qmla/rope.h"
+#include "qmla/exec.h"
+#include "qmla/tmethod.h"
 #include "qmla/transform.h"
 
 #ifdef __cplusplus
@@ -128,6 +130,73 @@ qmla_learn_state qmla_learner_state(const qmla_learner *l);
 /* Write the best parameters into t's content (rot, cscale) or RoPE (angle,
  * rscale) fields. */
 int qmla_learner_get(qmla_learner *l, qmla_transform *t, qmla_error *err);
+
+/* ---- the learn driver (`qmla learn`, docs/transforms-format.md) --------- */
+
+/* A line of the driver's log (no trailing newline): "resuming F (n layers
+ * done)", "layer L: kept from F", "layer L: rtn calibrated on CELLS" and one
+ * line per learned layer and path (steps, init α, objectives, seconds). */
+typedef void (*qmla_note_fn)(void *ctx, const char *line);
+
+typedef struct qmla_learn_run_opts {
+    const qmla_tmethod_type *method; /* default qmla_tmethod_quantmla */
+    const char *path;     /* "content", "rope" or "both" (default) */
+    const char *config;   /* "C4R4" (default) or "C2R4": the paths' bits */
+    qmla_learn_opts learn;/* steps, lr, warmup, seed, recon, threads (quant
+                             bits are set from config) */
+    double alpha;         /* SmoothQuant α (default 0.5) */
+    const int *layers;    /* layer indices (NULL: every layer) */
+    size_t n_layers;
+    const char *const *train; /* train cell names (NULL: each layer's first) */
+    size_t n_train;
+    const char *const *held;  /* held-out cells (NULL: every other cell;
+                                 none left: the last quarter of the train
+                                 sequences) */
+    size_t n_held;
+    int no_held;          /* 1: no held-out bank (--heldout-cells none) */
+    /* the arguments as given, recorded in the settings that resume
+     * compares (NULL: "-") */
+    const char *layers_text, *train_text, *held_text;
+    const char *also_content; /* with path both: also write the content path
+                                 only (what --path content writes) here */
+    int force;            /* 1: start over instead of resuming */
+    const char *command_line; /* recorded (may be NULL) */
+    /* Called before every optimisation step with the steps done of the
+     * current layer and path (of total); non-zero stops the run (layers
+     * finished so far stay in the file). From the calling thread. */
+    qmla_progress_fn progress;
+    void *progress_ctx;
+    qmla_note_fn note;    /* may be NULL */
+    void *note_ctx;
+} qmla_learn_run_opts;
+
+qmla_learn_run_opts qmla_learn_run_defaults(void);
+
+typedef struct qmla_learn_run_result {
+    size_t n_layers;      /* layers in the file(s) */
+    int wrote, wrote_also;/* the complete files written */
+    int stopped;          /* progress asked to stop */
+    int refusal;          /* the error is a refusal of the arguments (a cell
+                             or layer not in the capture, a file of other
+                             settings, --also-content misused), worded for
+                             the command line */
+} qmla_learn_run_result;
+
+/* Only the checks made before any work: --also-content's conditions and the
+ * output paths (qmla_output_path_check, qmla_transform_file_check_output).
+ * qmla_learn_run makes them too. */
+int qmla_learn_run_check(const char *capture, const char *out,
+                         const qmla_learn_run_opts *o, qmla_learn_run_result *r,
+                         qmla_error *err);
+
+/* Transforms of the capture's selected layers by o->method, written to `out`
+ * in the transforms format: a baseline calibrated on the train cells, or
+ * QuantMLA learned one path at a time (docs/math.md §8), the file rewritten
+ * after every layer (attribute complete = 0 until the last). An incomplete
+ * file of the same settings is resumed: its layers are kept (unless
+ * o->force); other settings are refused. */
+int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_opts *o,
+                   qmla_learn_run_result *r, qmla_error *err);
 
 #ifdef __cplusplus
 }

@@ -139,6 +139,14 @@ typedef struct qmla_op_opts {
     void *progress_ctx;
 } qmla_op_opts;
 
+/* The directions of a run (at most QMLA_OP_CONFIGS_MAX): `qmla jvp` (0)
+ * QDQ at each of bits[nbits] with `group` at nu; `qmla predict` (1) the
+ * development direction INT4 and the held-out INT2, INT3, INT8, INT4 at
+ * nu/10 and 10 nu and (even group) INT4 at group/2. */
+#define QMLA_OP_CONFIGS_MAX 8
+int qmla_op_configs(int sensitivities, const int *bits, size_t nbits, int group,
+                    double nu, qmla_op_config *c, size_t *n);
+
 /* Every point of the selected layers / cells of `cap`, written into group
  * /jvp (sensitivities off) or /predict (on) of `results_path` (created
  * when absent; an existing file keeps its other groups and the group is

@@ -75,6 +75,63 @@ int qmla_tf_eval_write(const char *path, const char *config,
                        const qmla_tf_eval_rec *rows, size_t n,
                        qmla_error *err);
 
+/* ---- the eval driver (`qmla eval`) ---------------------------------------- */
+
+#define QMLA_TF_EVAL_MAX 16 /* transforms files of one run */
+
+typedef struct qmla_tf_eval_run_opts {
+    const char *const *transforms; /* the files (1..QMLA_TF_EVAL_MAX) */
+    size_t n_transforms;
+    const char *config;   /* "C4R4" or "C2R4" */
+    const char *policy;   /* "none" (default) or "sinkS/localW", recorded */
+    const int *layers;    /* NULL: every layer */
+    size_t n_layers;
+    const char *const *cells; /* NULL: every cell */
+    size_t n_cells;
+    int threads;
+    const char *command_line; /* recorded (may be NULL) */
+} qmla_tf_eval_run_opts;
+
+qmla_tf_eval_run_opts qmla_tf_eval_run_defaults(void);
+
+/* sinkS/localW or none -> (sink, local); -1 when malformed. */
+int qmla_tf_eval_policy_parse(const char *s, size_t *sink, size_t *local);
+
+typedef struct qmla_tf_eval_run_result {
+    size_t n_tf;
+    char label[QMLA_TF_EVAL_MAX][64]; /* the files' labels (method; a
+                                         repeated one gets #k) */
+    int opened;           /* the capture was opened (stages: opened, then
+                             computed, then wrote) */
+    int computed;         /* every selected (layer, cell) evaluated */
+    int wrote;            /* /eval written */
+    int bound_fail;       /* some row has bound_ok == 0 */
+    int refusal;          /* the error is a refusal worded for the command
+                             line (a file without a selected layer, nothing
+                             selected) */
+    qmla_tf_eval_rec *rows; /* the rows evaluated so far (owned) */
+    size_t n_rows;
+    /* the layers finished so far, in capture order: index, and per file the
+     * mean nmse_out over the layer's selected cells */
+    int *layer;
+    double *layer_mean;   /* [n_layers_done][n_tf] */
+    size_t n_layers_done;
+    double mean[QMLA_TF_EVAL_MAX]; /* means over the finished layers */
+    /* per file, means over its rows: nmse_out_content, nmse_out_rope,
+     * pos_score_err, rope_bound_nmse (set when computed) */
+    double path_mean[QMLA_TF_EVAL_MAX][4];
+    char *names;          /* storage of the rows' cell names */
+} qmla_tf_eval_run_result;
+
+/* Evaluate every transforms file on every selected (layer, cell) of the
+ * capture at o->config and o->policy and write group /eval of `out`
+ * (qmla_tf_eval_write). A RoPE-only distortion above its bound is not an
+ * error: r->bound_fail says so. r is filled as far as the run got, also on
+ * an error; free it with qmla_tf_eval_run_result_free. */
+int qmla_tf_eval_run(const char *capture, const char *out, const qmla_tf_eval_run_opts *o,
+                     qmla_tf_eval_run_result *r, qmla_error *err);
+void qmla_tf_eval_run_result_free(qmla_tf_eval_run_result *r);
+
 /* λ_max(X^T X)^(1/2) of X [n, d] (double, GSL). */
 double qmla_spectral_norm(const float *X, size_t n, size_t d);
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "qmla/attention.h"
+#include "qmla/tmethod.h"
 
 static qmla_mla_dims dims_of(const qmla_capture_config *c)
 {
@@ -31,13 +32,13 @@ int qmla_tf_baseline(const qmla_exec *ex, qmla_capture *cap, size_t li,
         return st;
     memcpy(gamma_out, L.kv_norm, d.d_c * sizeof(float));
     t->layer = L.layer;
-    if (method == QMLA_TM_RTN) {
-        st = qmla_transform_set_identity(t, L.kv_norm, err);
-    } else if (method == QMLA_TM_QUAROT) {
-        st = qmla_transform_set_identity(t, L.kv_norm, err);
-        if (!st)
-            st = qmla_transform_quarot(t, err);
-    } else if (method == QMLA_TM_SMOOTHQUANT) {
+    const qmla_tmethod_type *mt = qmla_tmethod_of(method);
+    if (!mt || !mt->calibrate) {
+        st = qmla_error_set(err, QMLA_EINVAL, "baseline: method %s is learned, not calibrated",
+                            qmla_tmethod_name(method));
+    } else if (!mt->needs_calib) {
+        st = mt->calibrate(t, L.kv_norm, NULL, alpha, err);
+    } else {
         qmla_calib cal;
         st = qmla_calib_alloc(d.d_c, d.d_r, &cal, err);
         for (size_t k = 0; k < n_cells && !st; k++) {
@@ -50,7 +51,7 @@ int qmla_tf_baseline(const qmla_exec *ex, qmla_capture *cap, size_t li,
             float *ql = malloc(T * d.H * d.d_c * sizeof(float));
             float *qr = malloc(T * d.H * d.d_r * sizeof(float));
             if (!ql || !qr)
-                st = qmla_error_set(err, QMLA_ENOMEM, "smoothquant calibration: out of memory");
+                st = qmla_error_set(err, QMLA_ENOMEM, "%s calibration: out of memory", mt->name);
             for (size_t n = 0; n < cell.N && !st; n++) {
                 qmla_attn_absorb(ex, &d, T, cell.q_nope + n * d.H * T * d.d_n, L.w_uk, ql);
                 qmla_attn_tokens_major(d.H, T, d.d_r, cell.q_rope + n * d.H * T * d.d_r, qr);
@@ -62,11 +63,8 @@ int qmla_tf_baseline(const qmla_exec *ex, qmla_capture *cap, size_t li,
             qmla_cell_free(&cell);
         }
         if (!st)
-            st = qmla_transform_smoothquant(t, L.kv_norm, &cal, alpha, err);
+            st = mt->calibrate(t, L.kv_norm, &cal, alpha, err);
         qmla_calib_free(&cal);
-    } else {
-        st = qmla_error_set(err, QMLA_EINVAL, "baseline: method %s is learned, not calibrated",
-                            qmla_tmethod_name(method));
     }
     qmla_layer_free(&L);
     return st;

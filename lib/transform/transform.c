@@ -2,6 +2,7 @@
  * baselines and the transforms file (qmla/transform.h, docs/math.md §7,
  * docs/transforms-format.md). */
 #include "qmla/transform.h"
+#include "qmla/tmethod.h"
 
 #include <hdf5.h>
 #include <math.h>
@@ -286,16 +287,7 @@ void qmla_calib_add(qmla_calib *c, size_t T, size_t H, const float *C,
         colmax(c->qpmax, q_rope_t, T * H, c->d_r);
 }
 
-const char *qmla_tmethod_name(qmla_tmethod m)
-{
-    switch (m) {
-    case QMLA_TM_RTN: return "rtn";
-    case QMLA_TM_SMOOTHQUANT: return "smoothquant";
-    case QMLA_TM_QUAROT: return "quarot";
-    case QMLA_TM_QUANTMLA: return "quantmla";
-    }
-    return "?";
-}
+/* qmla_tmethod_name: lib/transform/tmethod.c (the method table) */
 
 static double smooth_sigma(double xm, double qm, double alpha)
 {
@@ -598,13 +590,10 @@ int qmla_transform_file_read(const char *path, qmla_transform_file *f,
     if (!st)
         st = qmla_h5_read_attr_str(&v, fh, "/", "method", 1, &s);
     if (!st) {
-        int ok = 0;
-        for (int m = 0; m <= QMLA_TM_QUANTMLA; m++)
-            if (!strcmp(s, qmla_tmethod_name((qmla_tmethod)m))) {
-                f->meta.method = (qmla_tmethod)m;
-                ok = 1;
-            }
-        if (!ok)
+        const qmla_tmethod_type *mt = qmla_tmethod_lookup(s);
+        if (mt)
+            f->meta.method = mt->id;
+        else
             st = qmla_h5_fail(err, QMLA_EFORMAT, path, "/",
                               "attribute method: expected rtn, smoothquant, quarot or quantmla, found \"%s\"", s);
     }

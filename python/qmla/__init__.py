@@ -12,6 +12,9 @@
     cap.cell(0, "prose-s0")["c_kv"]                    # [N, T, d_c] float32
     qmla.qdq_cuda(ptr, T, width, bits=4)               # device memory, in place
     qmla.qdq_torch(t, bits=4)                          # a torch tensor, CPU or GPU
+    qmla.learn("data/tiny-mla-default.h5", "qm.h5", train_cells="prose-s0")
+    qmla.evaluate("data/tiny-mla-default.h5", "ev.h5", transforms=["qm.h5"], config="C4R4")
+    qmla.sweep(cap, "sw.h5"); qmla.jvp / predict / intervene / capture / ppl_run
 
 docs/python.md documents every call. The shared library is found through $QMLA_LIB, else build/python/libqmla.so
 relative to the repository (meson setup build && ninja -C build). No build
@@ -23,7 +26,8 @@ import os
 import numpy as np
 
 __all__ = ["qdq", "qdq_cuda", "qdq_cuda_ws_init", "qdq_torch", "cuda_available", "Model", "Transforms",
-           "Capture", "QmlaError", "version", "lib_path"]
+           "Capture", "QmlaError", "version", "lib_path", "run_driver", "sweep", "jvp", "predict",
+           "intervene", "learn", "evaluate", "capture", "ppl_run"]
 
 
 class QmlaError(RuntimeError):
@@ -140,6 +144,7 @@ def _L():
         _declare_transforms(lib)
         _declare_capture(lib)
         _declare_cuda(lib)
+        _declare_jobs(lib)
         problems = _abi_problems(lib, _abi_classes())
         if problems:
             raise QmlaError("python/qmla does not match the library it loaded (%s): %s"
@@ -730,3 +735,131 @@ def qdq_torch(t, bits=4, group=64, meta="f16", out=None):
         return r
     out.copy_(r)
     return out
+
+
+# ---------------------------------------------------------------------------
+# the analysis drivers (include/qmla/job.h): options as strings, no structs
+# ---------------------------------------------------------------------------
+_PROGRESS = C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_size_t, C.c_size_t, C.c_size_t)
+_REPEATED = {"transforms", "corpus", "text"}
+
+
+def _declare_jobs(lib):
+    E = C.POINTER(_Err)
+    lib.qmla_job_new.argtypes = [C.c_char_p, C.POINTER(C.c_void_p), E]
+    lib.qmla_job_free.argtypes = [C.c_void_p]
+    lib.qmla_job_free.restype = None
+    lib.qmla_job_set.argtypes = [C.c_void_p, C.c_char_p, C.c_char_p, E]
+    lib.qmla_job_run.argtypes = [C.c_void_p, _PROGRESS, C.c_void_p, E]
+    lib.qmla_job_stopped.argtypes = [C.c_void_p]
+    lib.qmla_job_n_values.argtypes = [C.c_void_p]
+    lib.qmla_job_n_values.restype = C.c_size_t
+    lib.qmla_job_value.argtypes = [C.c_void_p, C.c_char_p]
+    lib.qmla_job_value.restype = C.c_double
+    lib.qmla_job_value_name.argtypes = [C.c_void_p, C.c_size_t]
+    lib.qmla_job_value_name.restype = C.c_char_p
+
+
+def _opt_str(v):
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return ",".join(_opt_str(x) for x in v)
+    return os.fsdecode(v) if isinstance(v, (bytes, os.PathLike)) else str(v)
+
+
+def run_driver(driver, input, output, progress=None, **opts):
+    """Run a library driver (qmla_job_*: sweep, jvp, predict, intervene, learn,
+    eval, capture, ppl) on `input` (a capture; the model directory for capture
+    and ppl), writing `output`, with the options of the `qmla` command of the
+    same name as keywords (train_cells="a,b" or ["a", "b"] for --train-cells;
+    True/False for flags; a list for a repeatable option such as transforms).
+    progress(done, total) may return True to stop the run (QmlaError, status
+    EINVAL, e.stopped True). Returns the run's summary numbers as a dict."""
+    L, e, h = _L(), _Err(), C.c_void_p()
+    _check(L.qmla_job_new(driver.encode(), C.byref(h), C.byref(e)), e)
+    try:
+        items = [("input", input), ("output", output)] + list(opts.items())
+        for k, v in items:
+            if v is None:
+                continue
+            key = k.replace("_", "-")
+            vals = v if key in _REPEATED and isinstance(v, (list, tuple)) else [v]
+            for x in vals:
+                _check(L.qmla_job_set(h, key.encode(), os.fsencode(_opt_str(x)), C.byref(e)), e)
+        cb = _PROGRESS(0)
+        if progress is not None:
+            def _cb(ctx, done, total, resumed):
+                try:
+                    return 1 if progress(done, total) else 0
+                except Exception:
+                    return 1
+            cb = _PROGRESS(_cb)
+        st = L.qmla_job_run(h, cb, None, C.byref(e))
+        if st:
+            err = QmlaError(e.msg.decode(errors="replace"), L.qmla_status_name(st).decode())
+            err.stopped = bool(L.qmla_job_stopped(h))
+            raise err
+        return {L.qmla_job_value_name(h, k).decode(): L.qmla_job_value(h, L.qmla_job_value_name(h, k))
+                for k in range(L.qmla_job_n_values(h))}
+    finally:
+        L.qmla_job_free(h)
+
+
+def sweep(capture, output, **opts):
+    """qmla sweep (qmla_sweep_run): bits, group, nmse, meta, layers, cells,
+    threads, verify, force, shard ("I/N"), balance."""
+    return run_driver("sweep", capture, output, **opts)
+
+
+def jvp(capture, output, **opts):
+    """qmla jvp (qmla_op_run_points, group /jvp): nmse, bits, group, layers,
+    cells, threads, force."""
+    return run_driver("jvp", capture, output, **opts)
+
+
+def predict(capture, output, **opts):
+    """qmla predict (qmla_op_run_points with sensitivities, group /predict):
+    nmse, group, layers, cells, threads, force."""
+    return run_driver("predict", capture, output, **opts)
+
+
+def intervene(capture, output, **opts):
+    """qmla intervene (qmla_intervene_run, group /interventions): bits, group,
+    nmse, reps, seed, bootstrap, layers, cells, threads, force."""
+    return run_driver("intervene", capture, output, **opts)
+
+
+def learn(capture, output, **opts):
+    """qmla learn (qmla_learn_run): method, path, config, steps, lr, seed,
+    objective, alpha, layers, train_cells, heldout_cells, threads, force,
+    also_content. Resumes an incomplete file of the same settings."""
+    return run_driver("learn", capture, output, **opts)
+
+
+def evaluate(capture, output, transforms, config, **opts):
+    """qmla eval (qmla_tf_eval_run, group /eval): transforms (a list of
+    files), config (C4R4 or C2R4), policy, layers, cells, threads."""
+    if isinstance(transforms, (str, bytes, os.PathLike)):
+        transforms = [transforms]
+    return run_driver("eval", capture, output, transforms=list(transforms), config=config, **opts)
+
+
+def capture(model_dir, output, corpus, **opts):
+    """qmla capture (qmla_capture_native): corpus {name: file} (or a list of
+    "NAME=FILE"), seeds, cells, seqs, tokens, layers, store, gzip, no_pre,
+    model_name, check_tol, threads, force."""
+    if isinstance(corpus, dict):
+        corpus = [f"{k}={os.fsdecode(v)}" for k, v in corpus.items()]
+    return run_driver("capture", model_dir, output, corpus=list(corpus), **opts)
+
+
+def ppl_run(model_dir, output, text, **opts):
+    """qmla ppl (qmla_ppl_run, groups /ppl and /ppl_table): text (a file or a
+    list), config, policy (comma lists), transforms (a list), transforms_only,
+    tokens, context, threads. Returns n_rows and bits_per_byte_<row>."""
+    if isinstance(text, (str, bytes, os.PathLike)):
+        text = [text]
+    return run_driver("ppl", model_dir, output, text=[os.fsdecode(t) for t in text], **opts)

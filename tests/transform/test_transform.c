@@ -33,6 +33,7 @@
 #include "qmla/synth.h"
 #include "qmla/tfeval.h"
 #include "qmla/transform.h"
+#include "qmla/tmethod.h"
 
 static void random_orthogonal(double *R, size_t d)
 {
@@ -431,6 +432,81 @@ static void check_baselines(const qmla_exec *ex)
     free(g); free(C); free(K); free(Qc); free(Qp);
 }
 
+/* The method table (qmla/tmethod.h): lookup by name and by the recorded
+ * value, the names and titles, which methods are learned, and each
+ * calibrate giving the transform of the direct call bit for bit. */
+static void check_method_table(void)
+{
+    static const char *names[] = {"rtn", "smoothquant", "quarot", "quantmla"};
+    static const char *titles[] = {"RTN", "SmoothQuant", "QuaRot", "QuantMLA"};
+    const qmla_tmethod_type *const *all = qmla_tmethod_types();
+    const qmla_tmethod_type *ext[] = {qmla_tmethod_rtn, qmla_tmethod_smoothquant,
+                                      qmla_tmethod_quarot, qmla_tmethod_quantmla};
+    size_t n = 0;
+    for (; all[n]; n++) {
+        CHECK(n < 4 && all[n] == ext[n], "method table entry %zu", n);
+        if (n >= 4)
+            break;
+        CHECK(qmla_tmethod_lookup(names[n]) == all[n], "lookup(\"%s\")", names[n]);
+        CHECK(qmla_tmethod_of((qmla_tmethod)n) == all[n] && all[n]->id == (qmla_tmethod)n,
+              "qmla_tmethod_of(%zu)", n);
+        CHECK(!strcmp(all[n]->name, names[n]) && !strcmp(all[n]->title, titles[n]) &&
+              !strcmp(qmla_tmethod_name((qmla_tmethod)n), names[n]), "names of %s", names[n]);
+        CHECK(all[n]->learned == (n == 3) && (all[n]->calibrate == NULL) == (n == 3) &&
+              all[n]->uses_alpha == (n == 1) && all[n]->needs_calib == (n == 1),
+              "flags of %s", names[n]);
+    }
+    CHECK(n == 4, "method table has %zu entries, expected 4", n);
+    CHECK(qmla_tmethod_lookup("QuaRot") == NULL && qmla_tmethod_lookup(NULL) == NULL &&
+          qmla_tmethod_of((qmla_tmethod)4) == NULL, "unknown methods found");
+    /* labels */
+    qmla_transform_meta m;
+    memset(&m, 0, sizeof m);
+    char lab[64];
+    m.method = QMLA_TM_QUANTMLA;
+    snprintf(m.settings, sizeof m.settings, "method=quantmla path=rope objective=recon config=C4R4 ");
+    qmla_tmethod_quantmla->eval_label(&m, lab, sizeof lab);
+    CHECK(!strcmp(lab, "quantmla-rope-recon"), "eval label %s", lab);
+    qmla_tmethod_quantmla->ppl_label(&m, lab, sizeof lab);
+    CHECK(!strcmp(lab, "QuantMLA-rope"), "ppl label %s", lab);
+    m.method = QMLA_TM_SMOOTHQUANT;
+    qmla_tmethod_smoothquant->eval_label(&m, lab, sizeof lab);
+    CHECK(!strcmp(lab, "smoothquant"), "eval label %s", lab);
+    qmla_tmethod_smoothquant->ppl_label(&m, lab, sizeof lab);
+    CHECK(!strcmp(lab, "SmoothQuant"), "ppl label %s", lab);
+    /* calibrate == the direct calls */
+    size_t dc = 64, dr = 16, T = 9, H = 2;
+    qmla_error err;
+    float *g = gamma_fill(dc);
+    float *C = naive_fill(T * dc, 1.0, 0.3), *K = naive_fill(T * dr, 2.0, 0.0);
+    float *Qc = naive_fill(T * H * dc, 0.5, 0.0), *Qp = naive_fill(T * H * dr, 3.0, 0.0);
+    qmla_calib cal;
+    CHECK_OK(qmla_calib_alloc(dc, dr, &cal, &err), err);
+    qmla_calib_add(&cal, T, H, C, K, Qc, Qp);
+    for (size_t k = 0; k < 3; k++) {
+        qmla_transform a, b;
+        CHECK_OK(qmla_transform_alloc(dc, dr, QMLA_ROPE_INTERLEAVED, &a, &err), err);
+        CHECK_OK(qmla_transform_alloc(dc, dr, QMLA_ROPE_INTERLEAVED, &b, &err), err);
+        CHECK_OK(all[k]->calibrate(&a, g, all[k]->needs_calib ? &cal : NULL, 0.3, &err), err);
+        if (k == 1) {
+            CHECK_OK(qmla_transform_smoothquant(&b, g, &cal, 0.3, &err), err);
+        } else {
+            CHECK_OK(qmla_transform_set_identity(&b, g, &err), err);
+            if (k == 2)
+                CHECK_OK(qmla_transform_quarot(&b, &err), err);
+        }
+        CHECK(!memcmp(a.rot, b.rot, dc * dc * sizeof(double)) &&
+              !memcmp(a.cscale, b.cscale, dc * sizeof(double)) &&
+              !memcmp(a.angle, b.angle, dr / 2 * sizeof(double)) &&
+              !memcmp(a.rscale, b.rscale, dr / 2 * sizeof(double)),
+              "%s: calibrate differs from the direct call", names[k]);
+        qmla_transform_free(&a);
+        qmla_transform_free(&b);
+    }
+    qmla_calib_free(&cal);
+    free(g); free(C); free(K); free(Qc); free(Qp);
+}
+
 /* qmla_tf_eval_cell against the naive double attention fed with the
  * effective caches, on a synth capture (2 sequences, T 23). */
 /* Largest eigenvalue of the n x n product A B of two symmetric PSD matrices
@@ -674,6 +750,7 @@ int main(void)
     check_commute_capture("deepseek-v2-lite");
     check_commute_capture("moonlight");
     check_baselines(&ex);
+    check_method_table();
     check_eval(&ex, "tiny");
     check_eval(&ex, "moonlight");
     check_file();
