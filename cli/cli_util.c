@@ -145,28 +145,10 @@ fail:
 
 int cli_split_list(const char *s, char ***out, size_t *n, char **buf)
 {
-    *buf = strdup(s);
-    size_t cap = 1;
-    for (const char *p = s; *p; p++)
-        cap += *p == ',';
-    *out = calloc(cap, sizeof **out);
-    if (!*buf || !*out)
-        return -1;
-    size_t cnt = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(*buf, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save))
-        (*out)[cnt++] = tok;
-    *n = cnt;
-    return cnt ? 0 : -1;
+    return qmla_split_list(s, out, n, buf);
 }
 
-double cli_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+double cli_now(void) { return qmla_monotonic_s(); }
 
 int cli_default_threads(void)
 {

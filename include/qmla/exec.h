@@ -38,6 +38,9 @@ typedef int (*qmla_progress_fn)(void *ctx, size_t done, size_t total, size_t res
  * results are then bit-identical for every qmla thread count. */
 void qmla_blas_set_threads(int threads);
 
+/* Seconds on the monotonic clock (elapsed-time figures and progress). */
+double qmla_monotonic_s(void);
+
 #ifdef __cplusplus
 }
 #endif

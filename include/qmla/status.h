@@ -41,6 +41,16 @@ int qmla_error_set(qmla_error *err, int status, const char *fmt, ...)
 #endif
     ;
 
+/* A refusal worded for the command line: sets *refusal = 1 (when non-NULL)
+ * and err to QMLA_EINVAL with the message; returns QMLA_EINVAL. The drivers'
+ * results carry the flag so that a front end can tell a bad option from a
+ * failure of the work. */
+int qmla_refuse(int *refusal, qmla_error *err, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
 /* Prefix the existing message with context ("layer 3: " + old message). */
 int qmla_error_prefix(qmla_error *err, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -18,6 +18,20 @@ int qmla_error_set(qmla_error *err, int status, const char *fmt, ...)
     return status;
 }
 
+int qmla_refuse(int *refusal, qmla_error *err, const char *fmt, ...)
+{
+    if (refusal)
+        *refusal = 1;
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->status = QMLA_EINVAL;
+    }
+    return QMLA_EINVAL;
+}
+
 int qmla_error_prefix(qmla_error *err, const char *fmt, ...)
 {
     if (!err)

@@ -61,3 +61,20 @@ int qmla_text_read(const char *path, uint8_t **out, size_t *n, qmla_error *err)
     *n = k;
     return 0;
 }
+
+int qmla_split_list(const char *s, char ***out, size_t *n, char **buf)
+{
+    *buf = strdup(s);
+    size_t cap = 1;
+    for (const char *p = s; *p; p++)
+        cap += *p == ',';
+    *out = calloc(cap, sizeof **out);
+    if (!*buf || !*out)
+        return -1;
+    size_t cnt = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(*buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+        (*out)[cnt++] = tok;
+    *n = cnt;
+    return cnt ? 0 : -1;
+}

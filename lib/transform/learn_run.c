@@ -32,13 +32,6 @@ qmla_learn_run_opts qmla_learn_run_defaults(void)
     return o;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void note(const qmla_learn_run_opts *o, const char *fmt, ...)
 {
     if (!o->note)
@@ -49,18 +42,6 @@ static void note(const qmla_learn_run_opts *o, const char *fmt, ...)
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     o->note(o->note_ctx, line);
-}
-
-/* A refusal worded for the command line (qmla_learn_run_result.refusal). */
-static int refuse(qmla_learn_run_result *r, qmla_error *err, const char *fmt, ...)
-{
-    char msg[QMLA_ERRMSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    r->refusal = 1;
-    return qmla_error_set(err, QMLA_EINVAL, "%s", msg);
 }
 
 /* Sequences of the named cells of layer li, loaded (cells[] owns them). */
@@ -143,7 +124,7 @@ static int run_path(qmla_learn_path path, const qmla_learn_opts *lo, const qmla_
                     qmla_learn_run_result *r, qmla_error *err)
 {
     qmla_learner *l = NULL;
-    double t0 = now_s();
+    double t0 = qmla_monotonic_s();
     int st = qmla_learner_alloc(path, d, w, gamma, pp, tr, he, lo, &l, err);
     double alpha = 0;
     if (!st)
@@ -167,7 +148,7 @@ static int run_path(qmla_learn_path path, const qmla_learn_opts *lo, const qmla_
              "layer %d %-7s steps %zu  init α %-4g  %s %.4e -> best %.4e (step %zu)  train %.4e  %.1f s "
              "(fwd %.1f, bwd %.1f, qdq %.1f, cayley %.1f)",
              layer, nm, s.step, alpha, he && he->n ? "held-out" : "selected on train", s.init_obj,
-             s.best_held, s.best_step, s.train_obj, now_s() - t0, s.t_forward, s.t_backward,
+             s.best_held, s.best_step, s.train_obj, qmla_monotonic_s() - t0, s.t_forward, s.t_backward,
              s.t_qdq, s.t_cayley);
         obj[path == QMLA_LEARN_CONTENT ? QMLA_TOBJ_C_INIT : QMLA_TOBJ_P_INIT] = s.init_obj;
         obj[path == QMLA_LEARN_CONTENT ? QMLA_TOBJ_C_BEST : QMLA_TOBJ_P_BEST] = s.best_held;
@@ -192,11 +173,11 @@ int qmla_learn_run_check(const char *capture, const char *out,
     const char *also = o->also_content;
     const char *path = o->path ? o->path : "both";
     if (!out || !capture)
-        return refuse(r, err, "expected a capture and an output file");
+        return qmla_refuse(&r->refusal, err, "expected a capture and an output file");
     if (also && (!method_of(o)->learned || strcmp(path, "both")))
-        return refuse(r, err, "--also-content needs --method quantmla and --path both");
+        return qmla_refuse(&r->refusal, err, "--also-content needs --method quantmla and --path both");
     if (also && !strcmp(also, out))
-        return refuse(r, err, "--also-content: \"%s\" is also the output (-o)", also);
+        return qmla_refuse(&r->refusal, err, "--also-content: \"%s\" is also the output (-o)", also);
     if (qmla_output_path_check(out, "output file (-o)", &capture, 1, err))
         return err->status;
     if (also && qmla_output_path_check(also, "output file (--also-content)", &capture, 1, err))
@@ -221,18 +202,18 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
     const char *path_arg = o->path ? o->path : "both", *config = o->config ? o->config : "C4R4";
     const char *also = o->also_content;
     if (strcmp(path_arg, "content") && strcmp(path_arg, "rope") && strcmp(path_arg, "both"))
-        return refuse(r, err, "--path: expected content, rope or both, found \"%s\"", path_arg);
+        return qmla_refuse(&r->refusal, err, "--path: expected content, rope or both, found \"%s\"", path_arg);
     if (strcmp(config, "C4R4") && strcmp(config, "C2R4"))
-        return refuse(r, err, "--config: expected C4R4 or C2R4, found \"%s\"", config);
+        return qmla_refuse(&r->refusal, err, "--config: expected C4R4 or C2R4, found \"%s\"", config);
     if (!(o->alpha >= 0 && o->alpha <= 1))
-        return refuse(r, err, "--alpha: expected a number in [0, 1], found %g", o->alpha);
+        return qmla_refuse(&r->refusal, err, "--alpha: expected a number in [0, 1], found %g", o->alpha);
     const char *const *train = o->train, *const *held = o->no_held ? NULL : o->held;
     size_t n_train = train ? o->n_train : 0, n_held = held ? o->n_held : 0;
     const int no_held = o->no_held;
     for (size_t a = 0; a < n_train; a++)
         for (size_t b = 0; b < n_held; b++)
             if (!strcmp(train[a], held[b]))
-                return refuse(r, err, "cell \"%s\" is in both --train-cells and --heldout-cells",
+                return qmla_refuse(&r->refusal, err, "cell \"%s\" is in both --train-cells and --heldout-cells",
                               train[a]);
     const int threads = o->learn.threads;
     const double alpha = o->alpha;
@@ -256,7 +237,7 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
     gam = calloc(NL, sizeof *gam);
     obj = malloc((NL + 1) * QMLA_TOBJ_N * sizeof *obj);
     if (!ts || !gam || !obj) {
-        st = refuse(r, err, "out of memory");
+        st = qmla_refuse(&r->refusal, err, "out of memory");
         goto done;
     }
     for (size_t i = 0; i < NL * QMLA_TOBJ_N; i++)
@@ -289,7 +270,7 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
         ts2 = calloc(NL, sizeof *ts2);
         obj2 = malloc((NL + 1) * QMLA_TOBJ_N * sizeof *obj2);
         if (!ts2 || !obj2) {
-            st = refuse(r, err, "out of memory");
+            st = qmla_refuse(&r->refusal, err, "out of memory");
             goto done;
         }
     }
@@ -298,7 +279,7 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
         qmla_error e2;
         if (qmla_transform_file_read(out, &prev, &e2) == QMLA_OK) {
             if (strcmp(prev.meta.settings, m.settings)) {
-                st = refuse(r, err, "%s exists with other settings (%s); --force starts over", out,
+                st = qmla_refuse(&r->refusal, err, "%s exists with other settings (%s); --force starts over", out,
                             prev.meta.settings);
                 goto done;
             }
@@ -320,7 +301,7 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
         if (!cidx || !hidx) {
             free(cidx);
             free(hidx);
-            st = refuse(r, err, "out of memory");
+            st = qmla_refuse(&r->refusal, err, "out of memory");
             goto done;
         }
         if (!train) {
@@ -331,7 +312,7 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
                 if (!qmla_capture_find_cell(cap, li, train[k], &ci)) {
                     free(cidx);
                     free(hidx);
-                    st = refuse(r, err, "--train-cells: layer %d has no cell \"%s\"", layer, train[k]);
+                    st = qmla_refuse(&r->refusal, err, "--train-cells: layer %d has no cell \"%s\"", layer, train[k]);
                     goto done;
                 }
                 cidx[ncs++] = ci;
@@ -343,7 +324,7 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
                 if (!qmla_capture_find_cell(cap, li, held[k], &ci)) {
                     free(cidx);
                     free(hidx);
-                    st = refuse(r, err, "--heldout-cells: layer %d has no cell \"%s\"", layer, held[k]);
+                    st = qmla_refuse(&r->refusal, err, "--heldout-cells: layer %d has no cell \"%s\"", layer, held[k]);
                     goto done;
                 }
                 hidx[nhs++] = ci;
@@ -452,7 +433,7 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
         }
     }
     if (nt == 0) {
-        st = refuse(r, err, "--layers: no selected layer is in the capture");
+        st = qmla_refuse(&r->refusal, err, "--layers: no selected layer is in the capture");
         goto done;
     }
     snprintf(m.train_cells, sizeof m.train_cells, "%s", cells_used);

@@ -40,17 +40,6 @@ int qmla_tf_eval_policy_parse(const char *s, size_t *sink, size_t *local)
     return 0;
 }
 
-static int refuse(qmla_tf_eval_run_result *r, qmla_error *err, const char *fmt, ...)
-{
-    char msg[QMLA_ERRMSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    r->refusal = 1;
-    return qmla_error_set(err, QMLA_EINVAL, "%s", msg);
-}
-
 /* the rows' cell pointers into r->names (which moves as it grows) */
 static void point_names(qmla_tf_eval_run_result *r)
 {
@@ -76,18 +65,18 @@ int qmla_tf_eval_run(const char *capture, const char *out, const qmla_tf_eval_ru
     const size_t n_tf = o->n_transforms;
     const char *config = o->config, *policy = o->policy ? o->policy : "none";
     if (!capture || !out)
-        return refuse(r, err, "expected a capture and an output file");
+        return qmla_refuse(&r->refusal, err, "expected a capture and an output file");
     if (!n_tf)
-        return refuse(r, err, "missing --transforms T.h5");
+        return qmla_refuse(&r->refusal, err, "missing --transforms T.h5");
     if (n_tf > QMLA_TF_EVAL_MAX)
-        return refuse(r, err, "--transforms: at most %d files", QMLA_TF_EVAL_MAX);
+        return qmla_refuse(&r->refusal, err, "--transforms: at most %d files", QMLA_TF_EVAL_MAX);
     if (!config)
-        return refuse(r, err, "missing --config C4R4|C2R4");
+        return qmla_refuse(&r->refusal, err, "missing --config C4R4|C2R4");
     if (strcmp(config, "C4R4") && strcmp(config, "C2R4"))
-        return refuse(r, err, "--config: expected C4R4 or C2R4, found \"%s\"", config);
+        return qmla_refuse(&r->refusal, err, "--config: expected C4R4 or C2R4, found \"%s\"", config);
     size_t sink = 0, local = 0;
     if (qmla_tf_eval_policy_parse(policy, &sink, &local))
-        return refuse(r, err, "--policy: expected sinkS/localW (e.g. sink4/local128) or none, found \"%s\"",
+        return qmla_refuse(&r->refusal, err, "--policy: expected sinkS/localW (e.g. sink4/local128) or none, found \"%s\"",
                       policy);
     const char *inputs[QMLA_TF_EVAL_MAX + 1];
     inputs[0] = capture;
@@ -134,7 +123,7 @@ int qmla_tf_eval_run(const char *capture, const char *out, const qmla_tf_eval_ru
     r->layer = calloc(NL + 1, sizeof *r->layer);
     r->layer_mean = calloc((NL + 1) * n_tf, sizeof *r->layer_mean);
     if (!r->layer || !r->layer_mean) {
-        st = refuse(r, err, "out of memory");
+        st = qmla_refuse(&r->refusal, err, "out of memory");
         goto done;
     }
     double mean[QMLA_TF_EVAL_MAX] = {0};
@@ -164,7 +153,7 @@ int qmla_tf_eval_run(const char *capture, const char *out, const qmla_tf_eval_ru
                 const float *g = NULL;
                 const qmla_transform *t = qmla_transform_file_layer(&tf[k], layer, &g);
                 if (!t) {
-                    st = refuse(r, err, "%s has no transform for layer %d", o->transforms[k], layer);
+                    st = qmla_refuse(&r->refusal, err, "%s has no transform for layer %d", o->transforms[k], layer);
                     goto done;
                 }
                 if (r->n_rows == cap_rows) {
@@ -176,7 +165,7 @@ int qmla_tf_eval_run(const char *capture, const char *out, const qmla_tf_eval_ru
                     if (nn)
                         r->names = nn;
                     if (!nr || !nn) {
-                        st = refuse(r, err, "out of memory");
+                        st = qmla_refuse(&r->refusal, err, "out of memory");
                         goto done;
                     }
                 }
@@ -207,7 +196,7 @@ int qmla_tf_eval_run(const char *capture, const char *out, const qmla_tf_eval_ru
         n_mean++;
     }
     if (!r->n_rows) {
-        st = refuse(r, err, "no (layer, cell) selected");
+        st = qmla_refuse(&r->refusal, err, "no (layer, cell) selected");
         goto done;
     }
     for (size_t k = 0; k < n_tf; k++) {
