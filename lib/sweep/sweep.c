@@ -368,7 +368,8 @@ static void boot_stats(double *x, size_t B, double *se, double *lo, double *hi)
 /* Mean over cells of the mean over the (drawn) non-degenerate sequences of
  * one layer and path: v holds the response per slot, NaN where the slot is
  * absent or degenerate; draw[j] (or j itself when draw is NULL) picks the
- * slot of the j-th sequence of each cell. NaN when no cell has one. */
+ * slot of the j-th sequence of each cell. NaN when no cell has one, and
+ * (with draw) when a cell that has one in v drew none. */
 static double grid_mean(const double *v, const size_t *off, size_t n_cells,
                         const size_t *draw)
 {
@@ -387,6 +388,12 @@ static double grid_mean(const double *v, const size_t *off, size_t n_cells,
         if (seqs) {
             cell_sum += seq_sum / (double)seqs;
             cells++;
+        } else if (draw) {
+            /* a replicate that drew only degenerate sequences of a cell the
+             * estimate holds estimates another mean: undefined */
+            for (size_t j = off[c]; j < off[c + 1]; j++)
+                if (!isnan(v[j]))
+                    return NAN;
         }
     }
     return cells ? cell_sum / (double)cells : NAN;
