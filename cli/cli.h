@@ -111,6 +111,14 @@ const char *cli_command_line(void);
  * line when verify or any row is verified. */
 void cli_print_summary(const qmla_summary *s, int per_layer, int verify);
 
+/* The summary of a results file recomputed from its /responses rows
+ * (qmla_summary_compute, with the default bootstrap): the dispersion of
+ * files whose /summary predates it (docs/math.md §3.1). 0 on success; -1
+ * when the file has no readable /responses or its layers are not `layers`
+ * (n_layers of them, ascending; NULL: any). */
+int cli_summary_from_responses(const char *path, const int *layers, size_t n_layers,
+                               qmla_summary *s);
+
 /* Progress bar on stderr (only when stderr is a terminal). */
 typedef struct cli_progress {
     int tty;

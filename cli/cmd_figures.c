@@ -136,6 +136,59 @@ static const char *root_str(const fig_input *in, const char *name)
     return a && a->v.kind == QMLA_VAL_STRING && a->v.n ? a->v.s[0] : NULL;
 }
 
+/* The dispersion columns of /summary (docs/math.md §3.1) that figures draw
+ * (error bars). A file whose /summary predates them gets them recomputed
+ * from its /responses (cli_summary_from_responses), else NaN columns (no
+ * error bars); the point estimates are always the file's own. */
+static int summary_dispersion(const char *path, qmla_table *t, qmla_error *err)
+{
+    static const char *const names[9] = {
+        "response_content_se", "response_content_lo", "response_content_hi",
+        "response_rope_se",    "response_rope_lo",    "response_rope_hi",
+        "ratio_se",            "ratio_lo",            "ratio_hi"};
+    int have = 1;
+    for (int q = 0; q < 9; q++)
+        have &= qmla_table_column(t, names[q]) != NULL;
+    if (have)
+        return QMLA_OK;
+    const qmla_table_col *lc = qmla_table_column(t, "layer");
+    int *layers = malloc((t->n_rows ? t->n_rows : 1) * sizeof *layers);
+    double *nan = malloc((t->n_rows ? t->n_rows : 1) * sizeof *nan);
+    if (!layers || !nan) {
+        free(layers);
+        free(nan);
+        return qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
+    }
+    for (size_t k = 0; k < t->n_rows; k++) {
+        layers[k] = lc && lc->v.kind != QMLA_VAL_STRING ? (int)qmla_values_get(&lc->v, k) : -1;
+        nan[k] = NAN;
+    }
+    qmla_summary s;
+    const int re = lc && cli_summary_from_responses(path, layers, t->n_rows, &s) == 0;
+    const double *src[9] = {nan, nan, nan, nan, nan, nan, nan, nan, nan};
+    if (re) {
+        const double *got[9] = {s.response_content_se, s.response_content_lo,
+                                s.response_content_hi, s.response_rope_se,
+                                s.response_rope_lo,    s.response_rope_hi,
+                                s.ratio_se,            s.ratio_lo,
+                                s.ratio_hi};
+        memcpy(src, got, sizeof src);
+    }
+    int st = QMLA_OK;
+    for (int q = 0; q < 9 && !st; q++)
+        if (!qmla_table_column(t, names[q]))
+            st = qmla_table_add_column(t, names[q], "1",
+                                       re ? "recomputed from /responses by qmla figures "
+                                            "(docs/math.md §3.1)"
+                                          : "not recorded in the file (NaN)",
+                                       QMLA_VAL_FLOAT, src[q], err);
+    if (re)
+        qmla_summary_free(&s);
+    free(layers);
+    free(nan);
+    return st;
+}
+
 /* The table `name` of an input (NULL when absent; *why says why). */
 static const qmla_table *input_table(fig_input *in, const char *name, const char **why)
 {
@@ -156,6 +209,11 @@ static const qmla_table *input_table(fig_input *in, const char *name, const char
     in->tab_why[k][0] = '\0';
     if (cli_table_load(in->path, name, &in->tab[k], &err))
         snprintf(in->tab_why[k], sizeof in->tab_why[k], "%s", err.msg);
+    else if (!strcmp(name, "summary") && summary_dispersion(in->path, in->tab[k], &err)) {
+        qmla_table_free(in->tab[k]);
+        in->tab[k] = NULL;
+        snprintf(in->tab_why[k], sizeof in->tab_why[k], "%s", err.msg);
+    }
     *why = in->tab_why[k];
     return in->tab[k];
 }

@@ -18,8 +18,10 @@ static void help(FILE *f)
         "\n"
         "Print the summary of a qmla-results file as `qmla sweep -v` printed it:\n"
         "the capture and quantizer it was computed with, the per-layer content\n"
-        "and RoPE responses with their ratio, and the model-level means. Reads\n"
-        "only the results file (root attributes and /summary).\n"
+        "and RoPE responses with their ratio, and the model-level means, then\n"
+        "their standard errors and 95%% bootstrap intervals where the file records\n"
+        "them (docs/math.md §3.1). Reads only the results file (root attributes\n"
+        "and /summary).\n"
         "\n"
         "  --brief   leave out the per-layer rows\n"
         "\n"
@@ -88,7 +90,7 @@ int cmd_show(int argc, char **argv)
         qmla_attrs_free(root, nr);
         return cli_lib_error("show", &err);
     }
-    int bad = 0, rc = QMLA_EXIT_OK;
+    int bad = 0, rc = QMLA_EXIT_OK, recomputed = 0;
     const qmla_table_col *cl = need_col(path, t, "layer", &bad),
                       *cc = need_col(path, t, "response_content", &bad),
                       *cr = need_col(path, t, "response_rope", &bad),
@@ -122,6 +124,75 @@ int cmd_show(int argc, char **argv)
                              : !(isfinite(s.ratio[k]) && s.ratio[k] > 0);
         in_model += !s.degenerate[k];
     }
+    /* the dispersion (docs/math.md §3.1), where the file records it: every
+     * column present, else none (files of earlier writers) */
+    {
+        static const char *const dn[9] = {
+            "response_content_se", "response_content_lo", "response_content_hi",
+            "response_rope_se",    "response_rope_lo",    "response_rope_hi",
+            "ratio_se",            "ratio_lo",            "ratio_hi"};
+        double **dst[9] = {&s.response_content_se, &s.response_content_lo,
+                           &s.response_content_hi, &s.response_rope_se,
+                           &s.response_rope_lo,    &s.response_rope_hi,
+                           &s.ratio_se,            &s.ratio_lo,
+                           &s.ratio_hi};
+        const qmla_table_col *dc[9];
+        int all = 1;
+        for (int q = 0; q < 9; q++) {
+            dc[q] = qmla_table_column(t, dn[q]);
+            all &= dc[q] && dc[q]->v.kind != QMLA_VAL_STRING;
+        }
+        for (int q = 0; q < 9 && all; q++) {
+            if (!(*dst[q] = calloc(t->n_rows ? t->n_rows : 1, sizeof(double)))) {
+                rc = cli_fail("show", "out of memory");
+                goto out;
+            }
+            for (size_t k = 0; k < t->n_rows; k++)
+                (*dst[q])[k] = qmla_values_get(&dc[q]->v, k);
+        }
+        static const char *const mn[9] = {
+            "model_response_content_se", "model_response_content_lo",
+            "model_response_content_hi", "model_response_rope_se",
+            "model_response_rope_lo",    "model_response_rope_hi",
+            "model_ratio_se",            "model_ratio_lo",
+            "model_ratio_hi"};
+        double *mdst[9] = {&s.model_response_content_se, &s.model_response_content_lo,
+                           &s.model_response_content_hi, &s.model_response_rope_se,
+                           &s.model_response_rope_lo,    &s.model_response_rope_hi,
+                           &s.model_ratio_se,            &s.model_ratio_lo,
+                           &s.model_ratio_hi};
+        for (int q = 0; q < 9; q++)
+            *mdst[q] = attr_d(t->attrs, t->n_attrs, mn[q]);
+        const double B = attr_d(t->attrs, t->n_attrs, "bootstrap_replicates"),
+                     seed = attr_d(t->attrs, t->n_attrs, "bootstrap_seed");
+        s.bootstrap_replicates = B > 0 ? (size_t)B : 0;
+        s.bootstrap_seed = seed > 0 ? (unsigned long)seed : 0;
+        /* not recorded: recomputed from /responses where the file has them
+         * (the point estimates printed stay those of /summary) */
+        qmla_summary re;
+        if (!all && cli_summary_from_responses(path, s.layer, s.n_layers, &re) == 0) {
+            for (int q = 0; q < 9; q++) {
+                double **src[9] = {&re.response_content_se, &re.response_content_lo,
+                                   &re.response_content_hi, &re.response_rope_se,
+                                   &re.response_rope_lo,    &re.response_rope_hi,
+                                   &re.ratio_se,            &re.ratio_lo,
+                                   &re.ratio_hi};
+                *dst[q] = *src[q];
+                *src[q] = NULL;
+            }
+            const double mv[9] = {re.model_response_content_se, re.model_response_content_lo,
+                                  re.model_response_content_hi, re.model_response_rope_se,
+                                  re.model_response_rope_lo,    re.model_response_rope_hi,
+                                  re.model_ratio_se,            re.model_ratio_lo,
+                                  re.model_ratio_hi};
+            for (int q = 0; q < 9; q++)
+                *mdst[q] = mv[q];
+            s.bootstrap_replicates = re.bootstrap_replicates;
+            s.bootstrap_seed = re.bootstrap_seed;
+            recomputed = 1;
+            qmla_summary_free(&re);
+        }
+    }
     s.model_response_content = attr_d(t->attrs, t->n_attrs, "model_response_content");
     s.model_response_rope = attr_d(t->attrs, t->n_attrs, "model_response_rope");
     s.model_ratio = attr_d(t->attrs, t->n_attrs, "model_ratio");
@@ -149,12 +220,10 @@ int cmd_show(int argc, char **argv)
     printf("results  %s  (%zu layers%s)\n\n", path, s.n_layers,
            s.n_degenerate ? ", some degenerate items excluded" : "");
     cli_print_summary(&s, !brief, 0);
+    if (recomputed)
+        printf("(dispersion recomputed from /responses: this file's /summary predates it)\n");
 out:
-    free(s.layer);
-    free(s.response_content);
-    free(s.response_rope);
-    free(s.ratio);
-    free(s.degenerate);
+    qmla_summary_free(&s);
     qmla_table_free(t);
     qmla_attrs_free(root, nr);
     return rc;

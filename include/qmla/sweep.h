@@ -124,11 +124,45 @@ typedef struct qmla_summary {
     size_t n_degenerate;     /* degenerate rows */
     size_t n_verified;       /* rows with the route identity checked */
     double worst_route_residual; /* over the verified rows; 0 when none */
+
+    /* ---- dispersion over sequences and cells (math.md §3.1) ----
+     * A quantity has a dispersion only where every (layer, path, cell) that
+     * enters its point estimate holds >= 2 non-degenerate sequences; NaN
+     * otherwise (e.g. one sequence per cell), and NaN everywhere when
+     * bootstrap_replicates is 0. The point estimates above never change. */
+    double *response_content_se; /* [n_layers] two-stage standard error:
+                                    sqrt(sum_k s_k^2/n_k) / K over the K cells */
+    double *response_rope_se;    /* [n_layers] likewise */
+    double *ratio_se;            /* [n_layers] bootstrap sd of R_P/R_C */
+    /* [n_layers] 95 % percentile-bootstrap intervals (2.5 % and 97.5 %
+     * quantiles of the replicates) */
+    double *response_content_lo, *response_content_hi;
+    double *response_rope_lo, *response_rope_hi;
+    double *ratio_lo, *ratio_hi;
+    /* model-level: bootstrap sd and 95 % percentile intervals of the model
+     * means and ratio (layers share sequences: one draw for all of them) */
+    double model_response_content_se, model_response_content_lo,
+        model_response_content_hi;
+    double model_response_rope_se, model_response_rope_lo, model_response_rope_hi;
+    double model_ratio_se, model_ratio_lo, model_ratio_hi;
+    size_t bootstrap_replicates;  /* B */
+    unsigned long bootstrap_seed; /* GSL mt19937 seed */
 } qmla_summary;
 
-/* Means of math.md §3 over rows in any order (O(n log n)). */
+/* The bootstrap of qmla_summary_compute: B replicates, mt19937 seed. */
+#define QMLA_SUMMARY_BOOTSTRAP_B 2000
+#define QMLA_SUMMARY_BOOTSTRAP_SEED 26UL
+
+/* Means of math.md §3 over rows in any order (O(n log n)), with their
+ * dispersion (§3.1) from QMLA_SUMMARY_BOOTSTRAP_B replicates drawn with
+ * QMLA_SUMMARY_BOOTSTRAP_SEED. */
 int qmla_summary_compute(const qmla_response *r, size_t n, qmla_summary *s,
                          qmla_error *err);
+/* The same with B replicates (0: no bootstrap; the bootstrap fields NaN)
+ * and another seed. The point estimates do not depend on B or seed. */
+int qmla_summary_compute_boot(const qmla_response *r, size_t n, size_t B,
+                              unsigned long seed, qmla_summary *s,
+                              qmla_error *err);
 void qmla_summary_free(qmla_summary *s);
 
 /* ---- the whole sweep over a capture ----------------------------------- */

@@ -812,6 +812,68 @@ int qmla_table_by_layer(const qmla_table *r, qmla_table **out, qmla_error *err)
                 goto out;
         }
     }
+    /* standard errors of those means, after every mean column (docs/math.md
+     * §3.1, as qmla_summary_compute): cells independent, within a cell the
+     * sample sd of its non-degenerate sequences / sqrt(n);
+     * sqrt(sum_k s_k^2 / n_k) / K, NaN when a cell has a single one */
+    for (int p = 0; p < 2; p++) {
+        int present = 0;
+        for (size_t k = 0; k < n && !present; k++)
+            present = !strcmp(path->v.s[k], paths[p]);
+        if (!present)
+            continue;
+        for (size_t c = 0; c < r->n_cols; c++) {
+            const qmla_table_col *x = &r->cols[c];
+            if (x->v.kind != QMLA_VAL_FLOAT)
+                continue;
+            for (size_t li = 0; li < nl; li++) {
+                double var = 0.0;
+                size_t cells = 0;
+                int single = 0;
+                memset(done, 0, n ? n : 1);
+                for (size_t k = 0; k < n; k++) {
+                    if (done[k] || (int64_t)qmla_values_get(&layer->v, k) != layers[li] ||
+                        strcmp(path->v.s[k], paths[p]))
+                        continue;
+                    double sum = 0.0, ss = 0.0;
+                    size_t seqs = 0;
+                    for (int pass = 0; pass < 2; pass++) {
+                        const double mean = seqs ? sum / (double)seqs : 0.0;
+                        for (size_t j = k; j < n; j++) {
+                            if ((int64_t)qmla_values_get(&layer->v, j) != layers[li] ||
+                                strcmp(path->v.s[j], paths[p]) ||
+                                strcmp(cell->v.s[j], cell->v.s[k]))
+                                continue;
+                            done[j] = 1;
+                            if (degen && qmla_values_get(&degen->v, j) != 0.0)
+                                continue;
+                            if (pass == 0) {
+                                sum += x->v.d[j];
+                                seqs++;
+                            } else {
+                                ss += (x->v.d[j] - mean) * (x->v.d[j] - mean);
+                            }
+                        }
+                    }
+                    if (seqs == 1)
+                        single = 1;
+                    if (seqs >= 2) {
+                        var += ss / (double)(seqs - 1) / (double)seqs;
+                        cells++;
+                    }
+                }
+                acc[li] = single || !cells ? NAN : sqrt(var) / (double)cells;
+            }
+            char cname[256], desc[1024];
+            snprintf(cname, sizeof cname, "%s_%s_se", paths[p], x->name);
+            snprintf(desc, sizeof desc,
+                     "%s path, standard error of %s_%s over sequences within cells "
+                     "(NaN when a cell has one non-degenerate sequence): %s",
+                     paths[p], paths[p], x->name, x->description[0] ? x->description : x->name);
+            if ((st = qmla_table_add_column(t, cname, x->units, desc, QMLA_VAL_FLOAT, acc, err)))
+                goto out;
+        }
+    }
 out:
     free(layers);
     free(done);

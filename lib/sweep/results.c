@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <hdf5.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,11 +210,18 @@ static int write_summary(hid_t f, const char *path, const qmla_summary *s,
 {
     const size_t n = s->n_layers;
     uint8_t *deg = malloc(n ? n : 1);
+    double *nan = malloc((n ? n : 1) * sizeof *nan); /* a summary without dispersion */
     hid_t g = -1;
-    if (!deg)
+    if (!deg || !nan) {
+        free(deg);
+        free(nan);
         return qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
-    for (size_t k = 0; k < n; k++)
+    }
+    for (size_t k = 0; k < n; k++) {
         deg[k] = (uint8_t)(s->degenerate[k] != 0);
+        nan[k] = NAN;
+    }
+#define OR_NAN(x) ((x) ? (const void *)(x) : (const void *)nan)
     const ds_spec spec[] = {
         {"layer", DS_I32, s->layer, "layer index", NULL},
         {"response_content", DS_F64, s->response_content,
@@ -226,10 +234,35 @@ static int write_summary(hid_t f, const char *path, const qmla_summary *s,
          "R_P / R_C of the layer (NaN for a degenerate layer)", "1"},
         {"degenerate", DS_U8, deg,
          "1: a path of this layer has no non-degenerate item; the layer is left "
-         "out of the model means", NULL}};
+         "out of the model means", NULL},
+        /* dispersion (docs/math.md §3.1); NaN where a cell entering the mean
+         * holds fewer than two non-degenerate sequences */
+        {"response_content_se", DS_F64, OR_NAN(s->response_content_se),
+         "standard error of response_content: sqrt(sum over cells of s_k^2/n_k) / K, "
+         "s_k the sd of the cell's n_k non-degenerate sequences (NaN when a cell has "
+         "fewer than two)", "1"},
+        {"response_content_lo", DS_F64, OR_NAN(s->response_content_lo),
+         "response_content: 2.5 % quantile of the bootstrap over sequences within cells "
+         "(95 % interval; NaN as response_content_se)", "1"},
+        {"response_content_hi", DS_F64, OR_NAN(s->response_content_hi),
+         "response_content: 97.5 % quantile of the bootstrap over sequences within cells",
+         "1"},
+        {"response_rope_se", DS_F64, OR_NAN(s->response_rope_se),
+         "standard error of response_rope (as response_content_se)", "1"},
+        {"response_rope_lo", DS_F64, OR_NAN(s->response_rope_lo),
+         "response_rope: 2.5 % bootstrap quantile (95 % interval)", "1"},
+        {"response_rope_hi", DS_F64, OR_NAN(s->response_rope_hi),
+         "response_rope: 97.5 % bootstrap quantile", "1"},
+        {"ratio_se", DS_F64, OR_NAN(s->ratio_se),
+         "standard error of ratio: sd of its bootstrap replicates", "1"},
+        {"ratio_lo", DS_F64, OR_NAN(s->ratio_lo), "ratio: 2.5 % bootstrap quantile (95 % interval)",
+         "1"},
+        {"ratio_hi", DS_F64, OR_NAN(s->ratio_hi), "ratio: 97.5 % bootstrap quantile", "1"}};
+#undef OR_NAN
     int st = write_group(f, path, "summary", n, spec, sizeof spec / sizeof spec[0],
                          &g, err);
     free(deg);
+    free(nan);
     if (st)
         return st;
     const struct { const char *name; double v; int is_int; } attrs[] = {
@@ -239,7 +272,19 @@ static int write_summary(hid_t f, const char *path, const qmla_summary *s,
         {"n_layers_in_model", (double)s->n_layers_in_model, 1},
         {"n_degenerate", (double)s->n_degenerate, 1},
         {"n_verified", (double)s->n_verified, 1},
-        {"worst_route_residual", s->worst_route_residual, 0}};
+        {"worst_route_residual", s->worst_route_residual, 0},
+        /* dispersion of the model-level numbers (docs/math.md §3.1) */
+        {"model_response_content_se", s->model_response_content_se, 0},
+        {"model_response_content_lo", s->model_response_content_lo, 0},
+        {"model_response_content_hi", s->model_response_content_hi, 0},
+        {"model_response_rope_se", s->model_response_rope_se, 0},
+        {"model_response_rope_lo", s->model_response_rope_lo, 0},
+        {"model_response_rope_hi", s->model_response_rope_hi, 0},
+        {"model_ratio_se", s->model_ratio_se, 0},
+        {"model_ratio_lo", s->model_ratio_lo, 0},
+        {"model_ratio_hi", s->model_ratio_hi, 0},
+        {"bootstrap_replicates", (double)s->bootstrap_replicates, 1},
+        {"bootstrap_seed", (double)s->bootstrap_seed, 1}};
     for (size_t k = 0; k < sizeof attrs / sizeof attrs[0] && !st; k++)
         if ((attrs[k].is_int ? qmla_h5_attr_int(g, attrs[k].name, (long long)attrs[k].v)
                              : qmla_h5_attr_dbl(g, attrs[k].name, attrs[k].v)) < 0)

@@ -5,6 +5,8 @@
 #include "core/alloc.h"
 #include "qmla/norms.h"
 
+#include <gsl/gsl_rng.h>
+#include <gsl/gsl_statistics_double.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -323,8 +325,264 @@ static double layer_path_mean(const qmla_response *r, size_t n, int path)
     return cells ? cell_sum / (double)cells : NAN;
 }
 
-int qmla_summary_compute(const qmla_response *r_in, size_t n, qmla_summary *s,
-                         qmla_error *err)
+/* ---- dispersion (math.md §3.1) ------------------------------------------ */
+
+/* One sequence slot: a (cell, seq) that some row names. */
+typedef struct slot_key {
+    const char *cell;
+    int seq;
+} slot_key;
+
+static int cmp_slot(const void *a, const void *b)
+{
+    const slot_key *x = a, *y = b;
+    const int c = strcmp(x->cell, y->cell);
+    return c ? c : (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* sd and 2.5 %/97.5 % quantiles (GSL's linear interpolation between order
+ * statistics) of the defined (finite) replicates x[0..B); NaN when fewer
+ * than half of them are defined. x is reordered. */
+static void boot_stats(double *x, size_t B, double *se, double *lo, double *hi)
+{
+    size_t m = 0;
+    for (size_t b = 0; b < B; b++)
+        if (isfinite(x[b]))
+            x[m++] = x[b];
+    if (m < 2 || 2 * m < B) {
+        *se = *lo = *hi = NAN;
+        return;
+    }
+    qsort(x, m, sizeof *x, cmp_dbl);
+    *se = gsl_stats_sd(x, 1, m);
+    *lo = gsl_stats_quantile_from_sorted_data(x, 1, m, 0.025);
+    *hi = gsl_stats_quantile_from_sorted_data(x, 1, m, 0.975);
+}
+
+/* Mean over cells of the mean over the (drawn) non-degenerate sequences of
+ * one layer and path: v holds the response per slot, NaN where the slot is
+ * absent or degenerate; draw[j] (or j itself when draw is NULL) picks the
+ * slot of the j-th sequence of each cell. NaN when no cell has one, and
+ * (with draw) when a cell that has one in v drew none. */
+static double grid_mean(const double *v, const size_t *off, size_t n_cells,
+                        const size_t *draw)
+{
+    double cell_sum = 0.0;
+    size_t cells = 0;
+    for (size_t c = 0; c < n_cells; c++) {
+        double seq_sum = 0.0;
+        size_t seqs = 0;
+        for (size_t j = off[c]; j < off[c + 1]; j++) {
+            const double y = v[draw ? draw[j] : j];
+            if (!isnan(y)) {
+                seq_sum += y;
+                seqs++;
+            }
+        }
+        if (seqs) {
+            cell_sum += seq_sum / (double)seqs;
+            cells++;
+        } else if (draw) {
+            /* a replicate that drew only degenerate sequences of a cell the
+             * estimate holds estimates another mean: undefined */
+            for (size_t j = off[c]; j < off[c + 1]; j++)
+                if (!isnan(v[j]))
+                    return NAN;
+        }
+    }
+    return cells ? cell_sum / (double)cells : NAN;
+}
+
+/* Two-stage standard error of grid_mean (cells independent): sqrt(sum_k
+ * s_k^2 / n_k) / K over the K cells with a non-degenerate sequence, s_k the
+ * sample sd (n_k - 1) of the cell's n_k sequences. NaN when K = 0 or a cell
+ * has n_k = 1 (*ok = 0 then). */
+static double grid_se(const double *v, const size_t *off, size_t n_cells, int *ok)
+{
+    double var = 0.0;
+    size_t cells = 0;
+    *ok = 1;
+    for (size_t c = 0; c < n_cells; c++) {
+        double sum = 0.0;
+        size_t k = 0;
+        for (size_t j = off[c]; j < off[c + 1]; j++)
+            if (!isnan(v[j])) {
+                sum += v[j];
+                k++;
+            }
+        if (!k)
+            continue;
+        if (k < 2) {
+            *ok = 0;
+            return NAN;
+        }
+        const double mean = sum / (double)k;
+        double ss = 0.0;
+        for (size_t j = off[c]; j < off[c + 1]; j++)
+            if (!isnan(v[j]))
+                ss += (v[j] - mean) * (v[j] - mean);
+        var += ss / (double)(k - 1) / (double)k;
+        cells++;
+    }
+    if (!cells) {
+        *ok = 0;
+        return NAN;
+    }
+    return sqrt(var) / (double)cells;
+}
+
+/* Fill the dispersion fields of s from the sorted rows r (math.md §3.1):
+ * per-layer two-stage standard errors; a percentile bootstrap that draws,
+ * per replicate and per cell (cells in name order), N_k of the cell's N_k
+ * sequence slots with replacement (gsl_rng_uniform_int on mt19937 seeded
+ * with seed), the same draw for every layer and both paths. -1 when out of
+ * memory. */
+static int summary_dispersion(const qmla_response *r, size_t n, size_t B,
+                              unsigned long seed, qmla_summary *s)
+{
+    const size_t nl = s->n_layers, na = nl ? nl : 1;
+    double **cols[] = {&s->response_content_se, &s->response_rope_se, &s->ratio_se,
+                       &s->response_content_lo, &s->response_content_hi,
+                       &s->response_rope_lo,    &s->response_rope_hi,
+                       &s->ratio_lo,            &s->ratio_hi};
+    for (size_t k = 0; k < sizeof cols / sizeof *cols; k++)
+        if (!(*cols[k] = malloc(na * sizeof(double))))
+            return -1;
+    for (size_t k = 0; k < sizeof cols / sizeof *cols; k++)
+        for (size_t li = 0; li < nl; li++)
+            (*cols[k])[li] = NAN;
+    s->model_response_content_se = s->model_response_content_lo =
+        s->model_response_content_hi = NAN;
+    s->model_response_rope_se = s->model_response_rope_lo = s->model_response_rope_hi = NAN;
+    s->model_ratio_se = s->model_ratio_lo = s->model_ratio_hi = NAN;
+    s->bootstrap_replicates = B;
+    s->bootstrap_seed = seed;
+    if (n == 0 || nl == 0)
+        return 0;
+
+    int st = -1;
+    slot_key *key = malloc(n * sizeof *key);
+    size_t *off = NULL, *draw = NULL;
+    double *v = NULL, *rep = NULL;
+    int *ok = NULL;
+    gsl_rng *rng = NULL;
+    if (!key)
+        goto out;
+    /* the sequence slots: every (cell, seq) named, in order */
+    for (size_t k = 0; k < n; k++) {
+        key[k].cell = r[k].cell;
+        key[k].seq = r[k].seq;
+    }
+    qsort(key, n, sizeof *key, cmp_slot);
+    size_t ns = 0, nc = 0;
+    for (size_t k = 0; k < n; k++)
+        if (ns == 0 || cmp_slot(&key[ns - 1], &key[k]))
+            key[ns++] = key[k];
+    off = malloc((ns + 1) * sizeof *off);
+    v = malloc(nl * 2 * ns * sizeof *v);
+    ok = malloc(nl * sizeof *ok);
+    if (!off || !v || !ok)
+        goto out;
+    for (size_t k = 0; k < ns; k++)
+        if (k == 0 || strcmp(key[k].cell, key[k - 1].cell))
+            off[nc++] = k;
+    off[nc] = ns;
+    /* v[(li * 2 + path) * ns + slot]: the response, NaN absent/degenerate */
+    for (size_t k = 0; k < nl * 2 * ns; k++)
+        v[k] = NAN;
+    for (size_t k = 0, li = 0; k < n; k++) {
+        while (s->layer[li] != r[k].layer)
+            li++; /* rows and layers both ascending */
+        const slot_key q = {r[k].cell, r[k].seq};
+        const slot_key *hit = bsearch(&q, key, ns, sizeof *key, cmp_slot);
+        if (hit && !r[k].degenerate && (r[k].path == 0 || r[k].path == 1))
+            v[(li * 2 + (size_t)r[k].path) * ns + (size_t)(hit - key)] = r[k].response;
+    }
+    /* analytic per-layer standard errors; which layers have a dispersion */
+    int model_ok = s->n_layers_in_model > 0;
+    for (size_t li = 0; li < nl; li++) {
+        int okc, okp;
+        s->response_content_se[li] = grid_se(v + li * 2 * ns, off, nc, &okc);
+        s->response_rope_se[li] = grid_se(v + (li * 2 + 1) * ns, off, nc, &okp);
+        ok[li] = okc && okp;
+        if (!s->degenerate[li] && !ok[li])
+            model_ok = 0;
+    }
+    if (B == 0) {
+        st = 0;
+        goto out;
+    }
+    /* the bootstrap: replicates per layer (content, rope, ratio) and model */
+    draw = malloc(ns * sizeof *draw);
+    rep = malloc((nl * 3 + 3) * B * sizeof *rep);
+    rng = gsl_rng_alloc(gsl_rng_mt19937);
+    if (!draw || !rep || !rng)
+        goto out;
+    gsl_rng_set(rng, seed);
+    double *mrep = rep + nl * 3 * B;
+    for (size_t b = 0; b < B; b++) {
+        for (size_t c = 0; c < nc; c++)
+            for (size_t j = off[c]; j < off[c + 1]; j++)
+                draw[j] = off[c] + (size_t)gsl_rng_uniform_int(rng, off[c + 1] - off[c]);
+        double msum[2] = {0.0, 0.0};
+        int mdef = 1;
+        for (size_t li = 0; li < nl; li++) {
+            const double c = grid_mean(v + li * 2 * ns, off, nc, draw);
+            const double p = grid_mean(v + (li * 2 + 1) * ns, off, nc, draw);
+            rep[(li * 3 + 0) * B + b] = c;
+            rep[(li * 3 + 1) * B + b] = p;
+            rep[(li * 3 + 2) * B + b] = isfinite(c) && isfinite(p) && c > 0.0 ? p / c : NAN;
+            if (!s->degenerate[li]) {
+                mdef &= isfinite(c) && isfinite(p);
+                msum[0] += c;
+                msum[1] += p;
+            }
+        }
+        const double m = (double)s->n_layers_in_model;
+        mrep[0 * B + b] = mdef ? msum[0] / m : NAN;
+        mrep[1 * B + b] = mdef ? msum[1] / m : NAN;
+        mrep[2 * B + b] = mdef && msum[0] > 0.0 ? msum[1] / msum[0] : NAN;
+    }
+    for (size_t li = 0; li < nl; li++) {
+        if (!ok[li])
+            continue;
+        double se_c, se_p;
+        boot_stats(rep + (li * 3 + 0) * B, B, &se_c, &s->response_content_lo[li],
+                   &s->response_content_hi[li]);
+        boot_stats(rep + (li * 3 + 1) * B, B, &se_p, &s->response_rope_lo[li],
+                   &s->response_rope_hi[li]);
+        if (!s->degenerate[li])
+            boot_stats(rep + (li * 3 + 2) * B, B, &s->ratio_se[li], &s->ratio_lo[li],
+                       &s->ratio_hi[li]);
+    }
+    if (model_ok) {
+        boot_stats(mrep, B, &s->model_response_content_se, &s->model_response_content_lo,
+                   &s->model_response_content_hi);
+        boot_stats(mrep + B, B, &s->model_response_rope_se, &s->model_response_rope_lo,
+                   &s->model_response_rope_hi);
+        boot_stats(mrep + 2 * B, B, &s->model_ratio_se, &s->model_ratio_lo,
+                   &s->model_ratio_hi);
+    }
+    st = 0;
+out:
+    gsl_rng_free(rng);
+    free(key);
+    free(off);
+    free(draw);
+    free(v);
+    free(rep);
+    free(ok);
+    return st;
+}
+
+int qmla_summary_compute_boot(const qmla_response *r_in, size_t n, size_t B,
+                              unsigned long seed, qmla_summary *s, qmla_error *err)
 {
     memset(s, 0, sizeof *s);
     qmla_response *r = malloc((n ? n : 1) * sizeof *r);
@@ -373,12 +631,24 @@ int qmla_summary_compute(const qmla_response *r_in, size_t n, qmla_summary *s,
                 s->worst_route_residual = r[k].route_residual;
         }
     }
-    free(r);
     const double m = (double)s->n_layers_in_model;
     s->model_response_content = m > 0 ? model[0] / m : NAN;
     s->model_response_rope = m > 0 ? model[1] / m : NAN;
     s->model_ratio = m > 0 ? s->model_response_rope / s->model_response_content : NAN;
+    const int st = summary_dispersion(r, n, B, seed, s);
+    free(r);
+    if (st) {
+        qmla_summary_free(s);
+        return qmla_error_set(err, QMLA_ENOMEM, "summary: out of memory");
+    }
     return QMLA_OK;
+}
+
+int qmla_summary_compute(const qmla_response *r, size_t n, qmla_summary *s,
+                         qmla_error *err)
+{
+    return qmla_summary_compute_boot(r, n, QMLA_SUMMARY_BOOTSTRAP_B,
+                                     QMLA_SUMMARY_BOOTSTRAP_SEED, s, err);
 }
 
 void qmla_summary_free(qmla_summary *s)
@@ -390,5 +660,14 @@ void qmla_summary_free(qmla_summary *s)
     free(s->response_rope);
     free(s->ratio);
     free(s->degenerate);
+    free(s->response_content_se);
+    free(s->response_rope_se);
+    free(s->ratio_se);
+    free(s->response_content_lo);
+    free(s->response_content_hi);
+    free(s->response_rope_lo);
+    free(s->response_rope_hi);
+    free(s->ratio_lo);
+    free(s->ratio_hi);
     memset(s, 0, sizeof *s);
 }

@@ -322,6 +322,90 @@ sed -n '/^layer/,/^model mean/p' "$work/out" > "$work/t2"
 if [ -s "$work/t1" ] && cmp -s "$work/t1" "$work/t2"; then ok; else bad "show table differs from sweep -v"; diff "$work/t1" "$work/t2" | head >&2; fi
 grep '^quant' "$work/sweepA.txt" > "$work/t1"; grep '^quant' "$work/out" > "$work/t2"
 if cmp -s "$work/t1" "$work/t2"; then ok; else bad "show quant line differs from sweep"; fi
+cp "$work/out" "$work/showA.txt"
+if grep -q '^dispersion over sequences' "$work/showA.txt" && grep -q '^model ' "$work/showA.txt"; then ok; else bad "show prints the dispersion block"; fi
+sed -n '/^dispersion over/,$p' "$work/sweepA.txt" > "$work/t1"
+sed -n '/^dispersion over/,$p' "$work/showA.txt" > "$work/t2"
+if [ -s "$work/t1" ] && cmp -s "$work/t1" "$work/t2"; then ok; else bad "show dispersion differs from sweep -v"; fi
+
+# --- dispersion (docs/math.md §3.1) against NumPy ----------------------------
+# per-layer standard errors by the two-stage formula from /responses (a
+# pooled sd, or degenerate rows counted, gives other numbers); the exported
+# <path>_response_se equal them; intervals hold the means; B and seed
+# recorded; one sequence per cell gives NaN everywhere
+cat > "$work/check_se.py" <<'EOF'
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")
+r, s = f["responses"], f["summary"]
+layer = r["layer"][...]; cell = r["cell"].asstr()[...]; path = r["path"].asstr()[...]
+deg = r["degenerate"][...]; resp = r["response"][...]
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[2]) if not l.startswith("#")]
+col = {h: np.array([float(b[i]) for b in rows[1:]]) for i, h in enumerate(rows[0])}
+single = sys.argv[3] == "single"
+for p, name in (("content", "response_content"), ("rope", "response_rope")):
+    want = []
+    for L in s["layer"][...]:
+        terms, one = [], False
+        for c in sorted(set(cell.tolist())):
+            x = resp[(layer == L) & (path == p) & (cell == c) & (deg == 0)]
+            if len(x) == 1:
+                one = True
+            elif len(x) > 1:
+                terms.append(x.var(ddof=1) / len(x))
+        want.append(np.nan if one or not terms else np.sqrt(np.sum(terms)) / len(terms))
+    want = np.array(want); got = s[name + "_se"][...]
+    if single:
+        print("ok", name, "se NaN" if np.all(np.isnan(got)) and np.all(np.isnan(s[name + "_lo"][...])) and np.all(np.isnan(col[p + "_response_se"])) else "FAIL not NaN")
+        continue
+    good = np.all(np.isfinite(want)) and np.allclose(got, want, rtol=1e-12, atol=0)
+    print("ok" if good else "FAIL", name + "_se", got, want)
+    good = np.allclose(col[p + "_response_se"], want, rtol=1e-12, atol=0)
+    print("ok" if good else "FAIL", p + "_response_se (responses_by_layer)", col[p + "_response_se"])
+    lo, hi, m = s[name + "_lo"][...], s[name + "_hi"][...], s[name][...]
+    print("ok" if np.all((lo <= m) & (m <= hi) & (lo < hi)) else "FAIL", name, "interval", lo, m, hi)
+a = s.attrs
+print("ok" if a["bootstrap_replicates"] == 2000 and a["bootstrap_seed"] == 26 else "FAIL", "B and seed", a["bootstrap_replicates"], a["bootstrap_seed"])
+for q in ("model_response_content", "model_response_rope", "model_ratio"):
+    if single:
+        print("ok" if all(np.isnan(a[q + k]) for k in ("_se", "_lo", "_hi")) else "FAIL", q, "NaN")
+    else:
+        print("ok" if a[q + "_lo"] <= a[q] <= a[q + "_hi"] and a[q + "_se"] > 0 else "FAIL", q, a[q + "_lo"], a[q], a[q + "_hi"])
+EOF
+pycheck "standard errors equal NumPy's two-stage formula" "$work/check_se.py" "$work/A.h5" "$work/A.bylayer.tsv" several
+expect 0 "synth one sequence per cell" -- "$QMLA" synth -o "$work/cap1.h5" --seed 4 --tokens 24 --seqs 1 --cells 2
+expect 0 "sweep one sequence per cell" -- "$QMLA" sweep "$work/cap1.h5" -o "$work/S1.h5" --threads 2 -v
+contains "^dispersion: none" "sweep, one sequence per cell"
+expect 0 "export S1 responses_by_layer" -- "$QMLA" export "$work/S1.h5" --table responses_by_layer -o "$work/S1.bylayer.tsv"
+pycheck "one sequence per cell: no dispersion" "$work/check_se.py" "$work/S1.h5" "$work/S1.bylayer.tsv" single
+# a file whose /summary predates the dispersion: show recomputes it from
+# /responses, the same block as the file that records it
+cp "$work/A.h5" "$work/Aold.h5"
+"$PY" -c "
+import h5py, sys
+s = h5py.File(sys.argv[1], 'r+')['summary']
+for k in list(s):
+    if k.endswith(('_se', '_lo', '_hi')): del s[k]
+for k in list(s.attrs):
+    if k.endswith(('_se', '_lo', '_hi')) or k.startswith('bootstrap'): del s.attrs[k]
+" "$work/Aold.h5"
+expect 0 "show a file without recorded dispersion" -- "$QMLA" show "$work/Aold.h5"
+contains "dispersion recomputed from /responses" "show Aold"
+sed -n '/^dispersion over/,$p' "$work/showA.txt" > "$work/d1"
+sed -n '/^dispersion over/,/^model /p' "$work/out" > "$work/d2"
+if [ -s "$work/d1" ] && cmp -s "$work/d1" "$work/d2"; then ok; else bad "recomputed dispersion differs from the recorded one"; diff "$work/d1" "$work/d2" | head >&2; fi
+cp "$work/D.h5" "$work/Dold.h5"
+"$PY" -c "
+import h5py, sys
+s = h5py.File(sys.argv[1], 'r+')['summary']
+for k in list(s):
+    if k.endswith(('_se', '_lo', '_hi')): del s[k]
+" "$work/Dold.h5"
+expect 0 "show: no dispersion and no /responses" -- "$QMLA" show "$work/Dold.h5"
+contains "dispersion: not recorded in this file" "show Dold"
+expect 0 "figures without dispersion columns" -- "$QMLA" figures "$work/Dold.h5" -o "$work/figDold" --only fig2-responses
+contains "wrote .*fig2-responses.png" "fig2 of a file without dispersion"
+if grep -q "response_content_lo" "$work/figDold/data/m1.summary.tsv"; then ok; else bad "figures data lacks the NaN interval columns"; fi
+
 expect 0 "show --brief" -- "$QMLA" show "$work/A.h5" --brief
 lacks "R_P/R_C" "show --brief"
 contains "model mean over layers" "show --brief"
