@@ -108,6 +108,7 @@ typedef struct pjournal {
     int open;
     pgroup *g;
     size_t n_g, cur, context, pending;
+    size_t kept; /* windows in the journal: restored and committed */
     double last;
 } pjournal;
 
@@ -167,9 +168,13 @@ static int pj_flush(pjournal *pj, qmla_error *err)
 {
     if (!pj->open || !pj->pending)
         return QMLA_OK;
+    const size_t n = pj->pending;
     pj->pending = 0;
     pj->last = now_s();
-    return qmla_jnl_commit(&pj->j, err);
+    const int st = qmla_jnl_commit(&pj->j, err);
+    if (!st)
+        pj->kept += n;
+    return st;
 }
 
 static int pj_window(void *ctx, size_t k, const double *nll, size_t n_cs, qmla_error *err)
@@ -198,15 +203,35 @@ static char *pj_key(const char *dir, const qmla_ppl_run_opts *o, size_t context,
         qmla_error_set(err, QMLA_ENOMEM, "resume key");
         return NULL;
     }
-    fprintf(f, "model=");
-    qmla_eng_model_files_key(f, dir);
+    {
+        /* the model directory's files (name:size:mtime, as the capture's
+         * key lists them), as one FNV-1a 64 so that the key stays short */
+        char *mk = NULL;
+        size_t ml = 0;
+        FILE *mf = open_memstream(&mk, &ml);
+        if (mf) {
+            qmla_eng_model_files_key(mf, dir);
+            if (fclose(mf) != 0) {
+                free(mk);
+                mk = NULL;
+            }
+        }
+        if (!mk) {
+            fclose(f);
+            free(key);
+            qmla_error_set(err, QMLA_ENOMEM, "resume key");
+            return NULL;
+        }
+        fprintf(f, "model=%016llx", (unsigned long long)qmla_jnl_fnv1a(mk, ml, QMLA_JNL_FNV_INIT));
+        free(mk);
+    }
     fprintf(f, " texts=");
     for (size_t k = 0; k < o->n_texts; k++)
         fprintf(f, "%s%zu:%016llx", k ? "," : "", nbs[k],
                 (unsigned long long)qmla_jnl_fnv1a(bufs[k], nbs[k], QMLA_JNL_FNV_INIT));
     fprintf(f, " transforms=");
     for (size_t i = 0; i < o->n_transforms; i++)
-        fprintf(f, "%s%s", i ? "," : "", tsha[i]);
+        fprintf(f, "%s%.16s", i ? "," : "", tsha[i]); /* SHA-256, first 64 bits */
     fprintf(f, " configs=");
     for (size_t s = 0; s < n_spec; s++) {
         qmla_jnl_escape(specs[s].name, esc, sizeof esc);
@@ -222,6 +247,48 @@ static char *pj_key(const char *dir, const qmla_ppl_run_opts *o, size_t context,
         return NULL;
     }
     return key;
+}
+
+/* A ppl journal of another key: QMLA_EMISMATCH naming the fields that
+ * differ (the journal layer's message would quote both keys whole); 0 when
+ * `path` is no ppl journal of another key (qmla_jnl_open decides). */
+static int pj_other_key(const char *path, const char *key, qmla_error *err)
+{
+    static const char magic[] = "qmla-journal 1 ppl ";
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char *line = NULL;
+    size_t cap = 0;
+    const ssize_t n = getline(&line, &cap, f);
+    fclose(f);
+    if (n <= 0 || line[n - 1] != '\n' || strncmp(line, magic, sizeof magic - 1)) {
+        free(line);
+        return 0;
+    }
+    line[n - 1] = '\0';
+    const char *was = line + sizeof magic - 1;
+    if (!strcmp(was, key)) {
+        free(line);
+        return 0;
+    }
+    /* fields "name=value" separated by spaces, in the same order */
+    char diff[700] = "";
+    size_t dl = 0;
+    for (const char *a = was, *b = key; *a || *b;) {
+        const size_t la = strcspn(a, " "), lb = strcspn(b, " ");
+        if ((la != lb || memcmp(a, b, la)) && dl < sizeof diff - 1)
+            dl += (size_t)snprintf(diff + dl, sizeof diff - dl, "%s%.*s in the journal, %.*s now",
+                                   dl ? "; " : "", (int)(la < 150 ? la : 150), a,
+                                   (int)(lb < 150 ? lb : 150), b);
+        a += la + (a[la] == ' ');
+        b += lb + (b[lb] == ' ');
+    }
+    if (dl >= sizeof diff)
+        dl = sizeof diff - 1;
+    free(line);
+    return qmla_error_set(err, QMLA_EMISMATCH, "%s: journal of another run (%s); use --force "
+                          "to discard it", path, diff);
 }
 
 int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
@@ -385,6 +452,10 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
             st = err->status;
             goto done;
         }
+        if (!o->force && (st = pj_other_key(o->journal, key, err))) {
+            free(key);
+            goto done;
+        }
         pj.g = gs;
         pj.n_g = n_g;
         pj.context = context;
@@ -404,6 +475,7 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
             for (size_t w = 0; w < gs[g].n_win; w++)
                 r->resumed += gs[g].done[w] != 0;
         }
+        pj.kept = r->resumed;
         if (r->resumed)
             emit(o, QMLA_PPL_NOTE, NULL, 0, 0, "resumed %zu of %zu windows from %s", r->resumed,
                  r->total_windows, o->journal);
@@ -492,8 +564,10 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
         success = 1;
     }
 done:
+    /* removed once the results are written, or when it holds no window (a
+     * run refused before any was scored leaves nothing behind) */
     if (pj.open)
-        qmla_jnl_close(&pj.j, success); /* removed once the results are written */
+        qmla_jnl_close(&pj.j, success || !pj.kept);
     for (size_t v = 0; v <= n_tf; v++)
         qmla_model_free(mv[v]);
     for (size_t i = 0; i < n_tf; i++)

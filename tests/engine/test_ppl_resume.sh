@@ -1,30 +1,32 @@
 #!/usr/bin/env bash
 # tests/engine/test_ppl_resume.sh — `qmla ppl` resumes from RESULTS.h5.journal
 # (kind ppl; docs/results-format.md, "Resume journals") on models/tiny-mla,
-# two texts x {bf16, C4R4, C4R4 sink4/local128} x 16 windows (two groups, 32 windows):
+# two texts x {bf16, C4R4, C4R4 sink4/local128} x 12 windows (two groups, 24 windows):
 #   - SIGINT mid-run: exit 130, no results file, the message names the
 #     journal and says to rerun; the journal holds every finished window;
-#   - a rerun with other options (--tokens, --config, --context) is refused
-#     (exit 2, naming the journal and --force) and leaves the journal as it
-#     was;
+#   - a rerun with other options (--tokens, --context, --config, --policy)
+#     is refused (exit 2, naming the journal, the key field that differs and
+#     --force) and leaves the journal as it was;
+#   - the same command again restores exactly the windows the SIGINT kept;
 #   - the same command again, SIGKILLed once the second group has started;
-#   - the same command again: "resumed K of 32 windows" with K at least the
+#   - the same command again: "resumed K of 24 windows" with K at least the
 #     windows journaled before the kill (so it did not start over), exit 0,
 #     the journal removed, and every dataset and attribute of /ppl and
 #     /ppl_table equal to an uninterrupted run's, bit for bit (the NLL sums
 #     are journaled as C99 hex reals and summed in window order);
-#   - --force with other options discards a journal (nothing resumed).
+#   - SIGTERM keeps a journal too; --force with other options discards it
+#     (nothing resumed, the new options' results written).
 # Env (set by meson): QMLA_BIN, QMLA_SOURCE_ROOT, QMLA_PYTHON.
 source "$(dirname "$0")/../support/cli_lib.sh"
 need_python
 M=$ROOT/models/tiny-mla
 H=$ROOT/data/heldout
 A=(ppl "$M" --text "$H/prose.txt.gz" --text "$H/code.txt.gz" --config bf16,C4R4
-   --policy none,sink4/local128 --tokens 8192)
+   --policy none,sink4/local128 --tokens 6144)
 J=$work/r.h5.journal
 pid=
 cleanup_extra() { [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null; }
-windows() { grep -c '^W ' "$J" 2>/dev/null || echo 0; }
+windows() { local n; n=$(grep -c '^W ' "${1:-$J}" 2>/dev/null); echo "${n:-0}"; }
 
 expect 0 "uninterrupted run" -- "$QMLA" "${A[@]}" --threads 2 -o "$work/ref.h5"
 [ ! -e "$work/ref.h5.journal" ] && ok || bad "the journal of a finished run was kept"
@@ -45,10 +47,15 @@ head -1 "$J" | grep -q '^qmla-journal 1 ppl ' && ok || bad "journal header: $(he
 
 # other options: refused, the journal unchanged
 sum0=$(sha256sum <"$J")
-for other in "--tokens 4096" "--context 256" "--config bf16" "--policy none"; do
+for other in "--tokens 4096|tokens=6144 in the journal, tokens=4096 now" \
+             "--context 256|context=512 in the journal, context=256 now" \
+             "--config bf16|configs=bf16@none,C4R4@none,C4R4@sink4%2Flocal128 in the journal, configs=bf16@none now" \
+             "--policy none|configs=bf16@none,C4R4@none,C4R4@sink4%2Flocal128 in the journal, configs=bf16@none,C4R4@none now"; do
+  IFS='|' read -r other field <<<"$other"
   # shellcheck disable=SC2086
   expect 2 "other options ($other)" -- "$QMLA" "${A[@]}" $other --threads 2 -o "$work/r.h5"
   containsF "$J: journal of another run" "$other: the journal named"
+  containsF "$field" "$other: the field that differs named"
   containsF "use --force to discard it" "$other: --force suggested"
   [ "$(sha256sum <"$J")" = "$sum0" ] && ok || bad "$other: the journal changed"
 done
@@ -60,7 +67,7 @@ pid=$!
 for _ in $(seq 900); do grep -q '^W 1 ' "$J" 2>/dev/null && break; sleep 0.1; done
 kill -KILL $pid
 wait $pid 2>/dev/null; pid=
-grep -q "resumed $k1 of 32 windows from $J" "$work/kill.out" && ok || {
+grep -q "resumed $k1 of 24 windows from $J" "$work/kill.out" && ok || {
   bad "the first rerun did not resume the $k1 windows"; cat "$work/kill.out" >&2; }
 grep -q '^W 1 ' "$J" && ok || bad "SIGKILL: the second group never reached the journal"
 k2=$(windows)
@@ -68,7 +75,7 @@ k2=$(windows)
 
 # and again: resumes at least what was whole at the kill, writes the same results
 expect 0 "rerun after SIGKILL" -- "$QMLA" "${A[@]}" --threads 2 -o "$work/r.h5"
-k3=$(sed -n 's/.*resumed \([0-9]*\) of 32 windows from.*/\1/p' "$work/out")
+k3=$(sed -n 's/.*resumed \([0-9]*\) of 24 windows from.*/\1/p' "$work/out")
 [ -n "$k3" ] && [ "$k3" -gt "$k1" ] && [ "$k3" -le "$k2" ] && ok ||
   { bad "after SIGKILL: resumed \"$k3\", expected more than $k1, at most $k2"; cat "$work/out" >&2; }
 [ ! -e "$J" ] && ok || bad "the journal was kept after the results were written"
@@ -102,7 +109,7 @@ PY
 # --force with other options: the journal is discarded, nothing resumed
 "$QMLA" "${A[@]}" --threads 1 -o "$work/f.h5" >"$work/int2.out" 2>&1 &
 pid=$!
-for _ in $(seq 600); do [ "$(grep -c '^W ' "$work/f.h5.journal" 2>/dev/null)" -ge 1 ] && break; sleep 0.1; done
+for _ in $(seq 600); do [ "$(windows "$work/f.h5.journal")" -ge 1 ] && break; sleep 0.1; done
 kill -TERM $pid
 wait $pid; rc=$?; pid=
 [ $rc = 130 ] && [ -s "$work/f.h5.journal" ] && ok || bad "SIGTERM: exit $rc, journal kept?"
