@@ -18,6 +18,7 @@ static void usage(FILE *f)
         "usage: qmla ppl MODEL_DIR --text FILE[.gz] [--text FILE2 ...] -o RESULTS.h5\n"
         "                [--config LIST] [--policy LIST] [--transforms T.h5]\n"
         "                [--transforms-only] [--tokens N] [--context T] [--threads N]\n"
+        "                [--force]\n"
         "\n"
         "Bits per byte and mean NLL of the checkpoint in MODEL_DIR (config.json +\n"
         "safetensors; DeepseekV2/V3 dense blocks) over each text, as the training\n"
@@ -47,14 +48,22 @@ static void usage(FILE *f)
         "                   a table, for qmla export / figures) are replaced,\n"
         "                   others kept (an existing file must be a results\n"
         "                   file: a capture or transforms file is refused)\n"
+        "  --force          discard a journal of other inputs or options\n"
         "\n"
         "The configurations of one text and model (or transforms file) are scored\n"
         "together, window by window: quantized ones under a sink/local policy share\n"
         "the tokens that read only BF16 keys (the first S + W of each window), with\n"
         "the same results as alone. s(grp): seconds for the whole group.\n"
         "Progress (windows of the group) goes to stderr: a bar on a terminal, else\n"
-        "a line every 30 s. SIGINT or SIGTERM stops after the windows in flight:\n"
-        "exit 130, nothing written (the results are written once, at the end).\n"
+        "a line every 30 s.\n"
+        "\n"
+        "Resume: every finished window is kept in RESULTS.h5.journal (its NLL sums,\n"
+        "exactly); SIGINT or SIGTERM stops after the windows in flight (exit 130),\n"
+        "and after that or a crash the same command scores only the windows the\n"
+        "journal lacks, with results bit for bit those of an uninterrupted run.\n"
+        "The results are written once, at the end, atomically; then the journal is\n"
+        "removed. A journal of other inputs or options is refused (exit 2) unless\n"
+        "--force.\n"
         "\n"
         "example: qmla ppl models/tiny-mla --text data/heldout/prose.txt.gz \\\n"
         "           --config bf16,C4R4 --policy none,sink4/local128 --tokens 20480 -o ppl.h5\n");
@@ -105,12 +114,13 @@ int cmd_ppl(int argc, char **argv)
         {"policy", required_argument, 0, 'p'},   {"transforms", required_argument, 0, 'x'},
         {"tokens", required_argument, 0, 'n'},   {"context", required_argument, 0, 'T'},
         {"threads", required_argument, 0, 'j'},  {"output", required_argument, 0, 'o'},
-        {"transforms-only", no_argument, 0, 'X'}, {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+        {"transforms-only", no_argument, 0, 'X'}, {"force", no_argument, 0, 'f'},
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     const char *texts[16];
     size_t n_texts = 0;
     const char *configs = "bf16", *policies = "none", *out = NULL, *tfp[16];
     size_t n_tf = 0;
-    int tf_only = 0;
+    int tf_only = 0, force = 0;
     long tokens = 0, context = 512, threads = cli_default_threads(), v;
     int ch;
     optind = 1;
@@ -130,6 +140,7 @@ int cmd_ppl(int argc, char **argv)
             break;
         case 'o': out = optarg; break;
         case 'X': tf_only = 1; break;
+        case 'f': force = 1; break;
         case 'n':
             if (cli_parse_long(optarg, 1, 1L << 40, &v))
                 return cli_fail("ppl", "--tokens: expected an integer in 1..2^40, found \"%s\"",
@@ -171,6 +182,10 @@ int cmd_ppl(int argc, char **argv)
     o.context = (size_t)context;
     o.threads = (int)threads;
     o.command_line = cli_command_line();
+    char jpath[4200];
+    snprintf(jpath, sizeof jpath, "%s.journal", out);
+    o.journal = jpath;
+    o.force = force;
     ppl_cli c;
     memset(&c, 0, sizeof c);
     o.progress = cli_progress_poll;
@@ -186,9 +201,11 @@ int cmd_ppl(int argc, char **argv)
     int rc = QMLA_EXIT_OK;
     if (qmla_ppl_run(dir, out, &o, &r, &err)) {
         if (r.stopped) {
-            /* SIGINT/SIGTERM arrived: say so; nothing is written */
-            fprintf(stderr, "qmla ppl: interrupted (%s); nothing written to %s\n", cli_signal_name(),
-                    out);
+            /* SIGINT/SIGTERM arrived: say so; the journal keeps the windows */
+            char e1[4 * sizeof jpath];
+            fprintf(stderr, "qmla ppl: interrupted (%s); the finished windows are kept in %s — "
+                    "rerun the same command to resume\n", cli_signal_name(),
+                    cli_esc(jpath, e1, sizeof e1));
             rc = QMLA_EXIT_INTERRUPTED;
         } else {
             rc = r.refusal ? cli_fail("ppl", "%s", err.msg) : cli_lib_error("ppl", &err);

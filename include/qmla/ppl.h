@@ -2,7 +2,10 @@
  * over texts for every (text, policy, config) and transforms file, scored
  * group by group (the configurations of one text and model variant
  * together, qmla_model_ppl_multi_progress), then groups /ppl and /ppl_table
- * of a results file (qmla_ppl_save). */
+ * of a results file (qmla_ppl_save). Resumable: with a journal, every
+ * finished window's NLL sums are kept (kind "ppl", docs/results-format.md
+ * "Resume journals") and a rerun scores only the missing windows, with
+ * results bit for bit those of an uninterrupted run. */
 #ifndef QMLA_PPL_H
 #define QMLA_PPL_H
 
@@ -45,8 +48,9 @@ typedef struct qmla_ppl_run_opts {
     size_t context;                /* window (default 512) */
     int threads;
     const char *command_line;      /* recorded (may be NULL) */
-    /* windows done of the current group (of total); non-zero stops the run
-     * before anything is written */
+    /* windows done of the current group (of total; restored ones counted,
+     * and passed as `resumed`); non-zero stops the run before the results
+     * are written (the finished windows stay in the journal) */
     qmla_progress_fn progress;
     void *progress_ctx;
     /* polled (with progress_ctx) after every group and before the write:
@@ -54,6 +58,13 @@ typedef struct qmla_ppl_run_opts {
     int (*should_stop)(void *ctx);
     void (*event)(void *ctx, const qmla_ppl_event *ev); /* may be NULL */
     void *event_ctx;
+    /* the resume journal (`qmla ppl`: RESULTS.h5.journal; NULL: none, an
+     * interrupted run keeps nothing): finished windows are restored from it
+     * and appended to it; removed once the results are written. A journal
+     * of other inputs or options: QMLA_EMISMATCH naming it, unless `force`,
+     * which starts it over. */
+    const char *journal;
+    int force;
 } qmla_ppl_run_opts;
 
 qmla_ppl_run_opts qmla_ppl_run_defaults(void);
@@ -61,11 +72,14 @@ qmla_ppl_run_opts qmla_ppl_run_defaults(void);
 typedef struct qmla_ppl_run_result {
     size_t n_rows;
     qmla_ppl_row *rows; /* owned; labels and names in the result */
-    int stopped;        /* progress asked to stop: nothing written */
+    int stopped;        /* progress asked to stop: no results written (the
+                           journal keeps the finished windows) */
     int refusal;        /* the error is a refusal worded for the command line */
     int wrote;
     char labels[QMLA_PPL_MAX + 1][32];
     void *priv;         /* the cache specs the rows point into */
+    size_t resumed;       /* windows restored from the journal */
+    size_t total_windows; /* windows of every group (with a journal) */
 } qmla_ppl_run_result;
 
 int qmla_ppl_run(const char *model_dir, const char *out, const qmla_ppl_run_opts *o,

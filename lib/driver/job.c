@@ -880,11 +880,18 @@ static int run_ppl(qmla_job *j, qmla_error *err)
     o.command_line = command_of(j);
     o.progress = j->progress;
     o.progress_ctx = j->ctx;
+    char jpath[4200];
+    snprintf(jpath, sizeof jpath, "%s.journal", out);
+    o.journal = jpath;
+    st = p_flag(j, "force", &o.force, err);
+    if (st)
+        return st;
     qmla_ppl_run_result r;
     st = qmla_ppl_run(dir, out, &o, &r, err);
     j->stopped = r.stopped;
     if (!st) {
         put(j, "n_rows", (double)r.n_rows);
+        put(j, "resumed", (double)r.resumed);
         for (size_t k = 0; k < r.n_rows; k++) {
             char nm[96];
             snprintf(nm, sizeof nm, "bits_per_byte_%zu", k);
@@ -911,7 +918,7 @@ static const job_driver drivers[] = {
     {"capture", "input output corpus* seeds cells seqs tokens layers store gzip no-pre model-name "
                 "check-tol threads force", run_capture},
     {"ppl", "input output text* config policy transforms* transforms-only tokens context threads "
-            "command", run_ppl},
+            "force command", run_ppl},
 };
 
 static int key_known(const char *keys, const char *key)

@@ -11,6 +11,7 @@
 #include "qmla/quant.h"
 #include "qmla_commit.h"
 #include "io/journal.h"
+#include "engine/engine_int.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -281,6 +282,24 @@ static int on_window(void *ctx, char *rec, size_t len, qmla_error *err)
     return QMLA_OK;
 }
 
+void qmla_eng_model_files_key(FILE *f, const char *dir)
+{
+    struct dirent **names = NULL;
+    const int nn = scandir(dir, &names, NULL, alphasort);
+    for (int i = 0; i < nn; i++) {
+        char p[4608], esc[1024];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]->d_name);
+        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) {
+            qmla_jnl_escape(names[i]->d_name, esc, sizeof esc);
+            fprintf(f, "%s%s:%lld:%lld.%09ld", i ? "," : "", esc, (long long)sb.st_size,
+                    (long long)sb.st_mtim.tv_sec, (long)sb.st_mtim.tv_nsec);
+        }
+        free(names[i]);
+    }
+    free(names);
+}
+
 /* The resume key: every input and option the journaled tensors depend on. */
 static char *resume_key(const qmla_model *m, const qmla_native_capture_opts *o,
                         const run *r, size_t ns, int bos, qmla_error *err)
@@ -294,20 +313,7 @@ static char *resume_key(const qmla_model *m, const qmla_native_capture_opts *o,
         return NULL;
     }
     fprintf(f, "model=");
-    struct dirent **names = NULL;
-    const int nn = scandir(o->model_dir, &names, NULL, alphasort);
-    for (int i = 0; i < nn; i++) {
-        char p[4608], esc[1024];
-        struct stat sb;
-        snprintf(p, sizeof p, "%s/%s", o->model_dir, names[i]->d_name);
-        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) {
-            qmla_jnl_escape(names[i]->d_name, esc, sizeof esc);
-            fprintf(f, "%s%s:%lld:%lld.%09ld", i ? "," : "", esc, (long long)sb.st_size,
-                    (long long)sb.st_mtim.tv_sec, (long)sb.st_mtim.tv_nsec);
-        }
-        free(names[i]);
-    }
-    free(names);
+    qmla_eng_model_files_key(f, o->model_dir);
     fprintf(f, " cells=");
     for (size_t k = 0; k < o->n_cells; k++) {
         const qmla_native_corpus *cp = &o->corpora[o->cells[k].corpus];

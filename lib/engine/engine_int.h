@@ -21,6 +21,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 typedef struct layer_w {
@@ -90,5 +91,38 @@ int qmla_eng_forward_check(const qmla_model *m, const qmla_model_ws *w, const in
 int qmla_eng_forward_window(const qmla_model *m, const qmla_cache_spec *cs, qmla_model_ws *w,
                             const int32_t *tokens, size_t T, size_t *have, float *lg,
                             size_t *P, const float **pre, qmla_error *err);
+
+/* ---- ppl.c: the windows of qmla_model_ppl_multi_progress, resumable */
+
+/* Windows scored of a text of n_bytes (max_windows 0: all). */
+size_t qmla_eng_ppl_n_windows(size_t n_bytes, size_t context, size_t max_windows);
+
+/* Windows already scored (a resume journal: done[k] != 0, their NLLs in
+ * nll[k * n_cs + j]), and a callback for every newly scored window with its
+ * n_cs NLL sums (called one at a time, in completion order; a non-zero
+ * status fails the run with err set). */
+typedef struct qmla_eng_ppl_resume {
+    const unsigned char *done; /* [windows] or NULL */
+    const double *nll;         /* [windows * n_cs] */
+    int (*save)(void *ctx, size_t k, const double *nll, size_t n_cs, qmla_error *err);
+    void *ctx;
+} qmla_eng_ppl_resume;
+
+/* qmla_model_ppl_multi_progress with rs (may be NULL): windows done in rs
+ * are not scored again; every sum is taken over all windows in window
+ * order, so the results equal an uninterrupted run's bit for bit. Progress
+ * counts the restored windows (its `resumed`), reported once before the
+ * first new window when there are any. */
+int qmla_eng_ppl_windows(const qmla_model *m, const qmla_exec *ex, const qmla_cache_spec *cs,
+                         size_t n_cs, const uint8_t *text, size_t n_bytes, size_t context,
+                         size_t max_windows, qmla_progress_fn progress, void *progress_ctx,
+                         const qmla_eng_ppl_resume *rs, int *stopped, qmla_ppl_result *res,
+                         qmla_error *err);
+
+/* ---- capture_native.c: a model directory in a resume key */
+
+/* "name:size:mtime" of every regular file of dir, alphabetically, comma
+ * separated, names escaped (qmla_jnl_escape). */
+void qmla_eng_model_files_key(FILE *f, const char *dir);
 
 #endif

@@ -59,6 +59,24 @@ int qmla_model_ppl_multi_progress(const qmla_model *m, const qmla_exec *ex,
                                   qmla_progress_fn progress, void *progress_ctx,
                                   int *stopped, qmla_ppl_result *res, qmla_error *err)
 {
+    return qmla_eng_ppl_windows(m, ex, cs, n_cs, text, n_bytes, context, max_windows, progress,
+                                progress_ctx, NULL, stopped, res, err);
+}
+
+size_t qmla_eng_ppl_n_windows(size_t n_bytes, size_t context, size_t max_windows)
+{
+    size_t n = context ? n_bytes / context : 0;
+    if (max_windows && max_windows < n)
+        n = max_windows;
+    return n;
+}
+
+int qmla_eng_ppl_windows(const qmla_model *m, const qmla_exec *ex, const qmla_cache_spec *cs,
+                         size_t n_cs, const uint8_t *text, size_t n_bytes, size_t context,
+                         size_t max_windows, qmla_progress_fn progress, void *progress_ctx,
+                         const qmla_eng_ppl_resume *rs, int *stopped, qmla_ppl_result *res,
+                         qmla_error *err)
+{
     const qmla_model_config *c = &m->c;
     if (stopped)
         *stopped = 0;
@@ -69,17 +87,27 @@ int qmla_model_ppl_multi_progress(const qmla_model *m, const qmla_exec *ex,
     if ((size_t)c->bos >= c->V || c->V < 256)
         return qmla_error_set(err, QMLA_EINVAL, "byte-level scoring needs vocab >= 256 and "
                               "a BOS id below it (vocab %zu, BOS %d)", c->V, c->bos);
-    size_t n = n_bytes / context;
+    size_t n = qmla_eng_ppl_n_windows(n_bytes, context, max_windows);
     if (n == 0)
         return qmla_error_set(err, QMLA_EINVAL, "text of %zu bytes holds no window of %zu",
                               n_bytes, context);
-    if (max_windows && max_windows < n)
-        n = max_windows;
     double *nll = calloc(n * (n_cs ? n_cs : 1), sizeof *nll);
     if (!nll)
         return qmla_error_set(err, QMLA_ENOMEM, "%zu windows", n);
     int st_all = QMLA_OK, halt = 0; /* halt: the progress callback stopped it */
-    size_t done = 0;
+    size_t done = 0, restored = 0;
+    if (rs && rs->done) {
+        /* the windows a journal holds: their NLLs as scored, summed below in
+         * window order with the others (so the result is bit for bit the same) */
+        for (size_t k = 0; k < n; k++)
+            if (rs->done[k]) {
+                memcpy(nll + k * n_cs, rs->nll + k * n_cs, n_cs * sizeof *nll);
+                restored++;
+            }
+        done = restored;
+        if (restored && progress && progress(progress_ctx, done, n, restored))
+            halt = 1;
+    }
     const int nt = qmla_exec_threads(ex);
 #pragma omp parallel num_threads(nt)
     {
@@ -97,7 +125,7 @@ int qmla_model_ppl_multi_progress(const qmla_model *m, const qmla_exec *ex,
             stop = st_all;
 #pragma omp atomic read
             halted = halt;
-            if (st || stop || halted)
+            if (st || stop || halted || (rs && rs->done && rs->done[k]))
                 continue;
             const uint8_t *win = text + k * context;
             tok[0] = c->bos;
@@ -125,15 +153,19 @@ int qmla_model_ppl_multi_progress(const qmla_model *m, const qmla_exec *ex,
                                         k * context, (k + 1) * context - 1,
                                         nll[k * n_cs + j]);
             }
-            /* every finished window is reported, one call at a time (the
-             * callback need not be thread-safe), none after a stop */
-            if (!st && progress) {
+            /* every finished window is saved (rs->save, windows in flight at
+             * a stop included) and reported, one call at a time (the
+             * callbacks need not be thread-safe), none reported after a stop */
+            if (!st && (progress || (rs && rs->save))) {
 #pragma omp critical(qmla_model_ppl_progress)
                 {
                     int h;
+                    if (rs && rs->save)
+                        st = rs->save(rs->ctx, k, nll + k * n_cs, n_cs, &e);
 #pragma omp atomic read
                     h = halt;
-                    if (!h && progress(progress_ctx, ++done, n, 0)) {
+                    ++done;
+                    if (!st && !h && progress && progress(progress_ctx, done, n, restored)) {
 #pragma omp atomic write
                         halt = 1;
                     }

@@ -1,13 +1,20 @@
-/* ppl_run.c — the ppl driver (qmla/ppl.h, `qmla ppl`). */
+/* ppl_run.c — the ppl driver (qmla/ppl.h, `qmla ppl`), resumable: every
+ * finished window of every group is kept in the journal (io/journal.h, kind
+ * "ppl"; docs/results-format.md, "Resume journals") and a rerun scores only
+ * the windows it lacks. */
 #define _POSIX_C_SOURCE 200809L
 #include "qmla/ppl.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "engine/engine_int.h"
+#include "io/journal.h"
+#include "qmla/hash.h"
 #include "qmla/text.h"
 #include "qmla/outpath.h"
 #include "qmla/tmethod.h"
@@ -83,6 +90,207 @@ void qmla_ppl_run_result_free(qmla_ppl_run_result *r)
     memset(r, 0, sizeof *r);
 }
 
+/* ------------------------------------------------------------ resume */
+/* One group: the configurations of one (text, model variant) scored
+ * together, rows [row0, row0 + n) of the result. */
+typedef struct pgroup {
+    size_t k, v, row0, n, n_win;
+    unsigned char *done; /* [n_win]: restored from the journal (2: in the record being read) */
+    double *nll;         /* [n_win * n] */
+} pgroup;
+
+/* The journal: records of lines "W <group> <window> <tokens> <NLL sum of
+ * each configuration of the group, %a>\n", committed at most every second
+ * (and at the end of every group, at a stop and at an error) so that the
+ * fsync costs nothing next to the windows. */
+typedef struct pjournal {
+    qmla_jnl j;
+    int open;
+    pgroup *g;
+    size_t n_g, cur, context, pending;
+    size_t kept; /* windows in the journal: restored and committed */
+    double last;
+} pjournal;
+
+#define PPL_COMMIT_S 1.0     /* seconds between commits */
+#define PPL_COMMIT_MAX 256   /* windows per record at most */
+
+static int pj_replay(void *ctx, char *rec, size_t len, qmla_error *err)
+{
+    (void)len;
+    (void)err;
+    pjournal *pj = ctx;
+    size_t lines = 0;
+    for (const char *q = rec; *q; q++)
+        lines += *q == '\n';
+    size_t *undo = malloc(2 * (lines + 1) * sizeof *undo), nu = 0;
+    if (!undo)
+        return qmla_error_set(err, QMLA_ENOMEM, "%s: replay", pj->j.path);
+    int st = QMLA_OK;
+    char *save = NULL;
+    for (char *ln = strtok_r(rec, "\n", &save); ln && !st; ln = strtok_r(NULL, "\n", &save)) {
+        size_t g, k, tok;
+        int used = 0;
+        if (sscanf(ln, "W %zu %zu %zu%n", &g, &k, &tok, &used) != 3 || g >= pj->n_g ||
+            k >= pj->g[g].n_win || tok != pj->context || pj->g[g].done[k]) {
+            st = QMLA_EFORMAT;
+            break;
+        }
+        pgroup *G = &pj->g[g];
+        char *p = ln + used;
+        for (size_t j = 0; j < G->n && !st; j++) {
+            char *end;
+            if (*p != ' ') {
+                st = QMLA_EFORMAT;
+                break;
+            }
+            const double x = strtod(p + 1, &end);
+            if (end == p + 1 || (*end && *end != ' ') || !isfinite(x))
+                st = QMLA_EFORMAT;
+            G->nll[k * G->n + j] = x;
+            p = end;
+        }
+        if (!st && *p)
+            st = QMLA_EFORMAT;
+        if (!st) {
+            G->done[k] = 2;
+            undo[nu++] = g;
+            undo[nu++] = k;
+        }
+    }
+    for (size_t i = 0; i < nu; i += 2)
+        pj->g[undo[i]].done[undo[i + 1]] = st ? 0 : 1;
+    free(undo);
+    return st;
+}
+
+static int pj_flush(pjournal *pj, qmla_error *err)
+{
+    if (!pj->open || !pj->pending)
+        return QMLA_OK;
+    const size_t n = pj->pending;
+    pj->pending = 0;
+    pj->last = now_s();
+    const int st = qmla_jnl_commit(&pj->j, err);
+    if (!st)
+        pj->kept += n;
+    return st;
+}
+
+static int pj_window(void *ctx, size_t k, const double *nll, size_t n_cs, qmla_error *err)
+{
+    pjournal *pj = ctx;
+    qmla_jnl_printf(&pj->j, "W %zu %zu %zu", pj->cur, k, pj->context);
+    for (size_t j = 0; j < n_cs; j++)
+        qmla_jnl_printf(&pj->j, " %a", nll[j]);
+    qmla_jnl_printf(&pj->j, "\n");
+    pj->pending++;
+    if (pj->pending >= PPL_COMMIT_MAX || now_s() - pj->last >= PPL_COMMIT_S)
+        return pj_flush(pj, err);
+    return QMLA_OK;
+}
+
+/* The resume key: every input and option a window's NLLs depend on (the
+ * paths and the command line are recorded from the run that writes). */
+static char *pj_key(const char *dir, const qmla_ppl_run_opts *o, size_t context,
+                    const uint8_t *const *bufs, const size_t *nbs, const char (*tsha)[65],
+                    const qmla_cache_spec *specs, size_t n_spec, qmla_error *err)
+{
+    char *key = NULL, esc[512];
+    size_t klen = 0;
+    FILE *f = open_memstream(&key, &klen);
+    if (!f) {
+        qmla_error_set(err, QMLA_ENOMEM, "resume key");
+        return NULL;
+    }
+    {
+        /* the model directory's files (name:size:mtime, as the capture's
+         * key lists them), as one FNV-1a 64 so that the key stays short */
+        char *mk = NULL;
+        size_t ml = 0;
+        FILE *mf = open_memstream(&mk, &ml);
+        if (mf) {
+            qmla_eng_model_files_key(mf, dir);
+            if (fclose(mf) != 0) {
+                free(mk);
+                mk = NULL;
+            }
+        }
+        if (!mk) {
+            fclose(f);
+            free(key);
+            qmla_error_set(err, QMLA_ENOMEM, "resume key");
+            return NULL;
+        }
+        fprintf(f, "model=%016llx", (unsigned long long)qmla_jnl_fnv1a(mk, ml, QMLA_JNL_FNV_INIT));
+        free(mk);
+    }
+    fprintf(f, " texts=");
+    for (size_t k = 0; k < o->n_texts; k++)
+        fprintf(f, "%s%zu:%016llx", k ? "," : "", nbs[k],
+                (unsigned long long)qmla_jnl_fnv1a(bufs[k], nbs[k], QMLA_JNL_FNV_INIT));
+    fprintf(f, " transforms=");
+    for (size_t i = 0; i < o->n_transforms; i++)
+        fprintf(f, "%s%.16s", i ? "," : "", tsha[i]); /* SHA-256, first 64 bits */
+    fprintf(f, " configs=");
+    for (size_t s = 0; s < n_spec; s++) {
+        qmla_jnl_escape(specs[s].name, esc, sizeof esc);
+        fprintf(f, "%s%s", s ? "," : "", esc);
+        qmla_jnl_escape(specs[s].policy, esc, sizeof esc);
+        fprintf(f, "@%s", esc);
+    }
+    fprintf(f, " transforms_only=%d tokens=%zu context=%zu", !!o->transforms_only, o->tokens,
+            context);
+    if (fclose(f) != 0) {
+        free(key);
+        qmla_error_set(err, QMLA_ENOMEM, "resume key");
+        return NULL;
+    }
+    return key;
+}
+
+/* A ppl journal of another key: QMLA_EMISMATCH naming the fields that
+ * differ (the journal layer's message would quote both keys whole); 0 when
+ * `path` is no ppl journal of another key (qmla_jnl_open decides). */
+static int pj_other_key(const char *path, const char *key, qmla_error *err)
+{
+    static const char magic[] = "qmla-journal 1 ppl ";
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char *line = NULL;
+    size_t cap = 0;
+    const ssize_t n = getline(&line, &cap, f);
+    fclose(f);
+    if (n <= 0 || line[n - 1] != '\n' || strncmp(line, magic, sizeof magic - 1)) {
+        free(line);
+        return 0;
+    }
+    line[n - 1] = '\0';
+    const char *was = line + sizeof magic - 1;
+    if (!strcmp(was, key)) {
+        free(line);
+        return 0;
+    }
+    /* fields "name=value" separated by spaces, in the same order */
+    char diff[700] = "";
+    size_t dl = 0;
+    for (const char *a = was, *b = key; *a || *b;) {
+        const size_t la = strcspn(a, " "), lb = strcspn(b, " ");
+        if ((la != lb || memcmp(a, b, la)) && dl < sizeof diff - 1)
+            dl += (size_t)snprintf(diff + dl, sizeof diff - dl, "%s%.*s in the journal, %.*s now",
+                                   dl ? "; " : "", (int)(la < 150 ? la : 150), a,
+                                   (int)(lb < 150 ? lb : 150), b);
+        a += la + (a[la] == ' ');
+        b += lb + (b[lb] == ' ');
+    }
+    if (dl >= sizeof diff)
+        dl = sizeof diff - 1;
+    free(line);
+    return qmla_error_set(err, QMLA_EMISMATCH, "%s: journal of another run (%s); use --force "
+                          "to discard it", path, diff);
+}
+
 int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
                  qmla_ppl_run_result *r, qmla_error *err)
 {
@@ -111,15 +319,16 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
         return st;
     }
     {
-        /* before any work (a full text takes minutes): -o must be a regular
-         * file or a new name, and none of the inputs */
+        /* before any work (a full text takes minutes): -o and the journal
+         * must be regular files or new names, and none of the inputs */
         const char *in[2 * QMLA_PPL_MAX];
         size_t n_in = 0;
         for (size_t k = 0; k < n_texts; k++)
             in[n_in++] = texts[k];
         for (size_t k = 0; k < n_tf; k++)
             in[n_in++] = tfp[k];
-        if (qmla_output_path_check(out, "output file (-o)", in, n_in, err)) {
+        if (qmla_output_path_check(out, "output file (-o)", in, n_in, err) ||
+            (o->journal && qmla_output_path_check(o->journal, "journal", in, n_in, err))) {
             free(cl);
             free(cbuf);
             free(pl);
@@ -127,19 +336,27 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
             return err->status;
         }
     }
-    size_t n_spec = 0;
+    size_t n_spec = 0, n_g = 0;
     qmla_cache_spec *specs = calloc(nc * np + 1, sizeof *specs);
     /* variant 0: the checkpoint as it is; 1..n_tf: with the file's transforms */
     qmla_model *mv[QMLA_PPL_MAX + 1] = {0};
     qmla_transform_file tf[QMLA_PPL_MAX];
+    char tsha[QMLA_PPL_MAX][65];
     char (*labels)[32] = r->labels;
     memset(tf, 0, sizeof tf);
-    r->rows = calloc(nc * np * n_texts * (n_tf + 1) + 1, sizeof *r->rows);
+    const size_t max_rows = nc * np * n_texts * (n_tf + 1) + 1;
+    r->rows = calloc(max_rows, sizeof *r->rows);
+    size_t *row_spec = calloc(max_rows, sizeof *row_spec);
+    pgroup *gs = calloc(n_texts * (n_tf + 1) + 1, sizeof *gs);
     qmla_cache_spec *grp = calloc(nc * np + 1, sizeof *grp);
     qmla_ppl_result *res = calloc(nc * np + 1, sizeof *res);
-    uint8_t *buf = NULL;
+    uint8_t *bufs[QMLA_PPL_MAX] = {0};
+    size_t nbs[QMLA_PPL_MAX] = {0};
+    pjournal pj;
+    memset(&pj, 0, sizeof pj);
+    int success = 0;
     r->priv = specs;
-    if (!specs || !r->rows || !grp || !res) {
+    if (!specs || !r->rows || !row_spec || !gs || !grp || !res) {
         st = refuse(r, err, "out of memory");
         goto done;
     }
@@ -172,6 +389,97 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
         qmla_tmethod_of(tf[i].meta.method)->ppl_label(&tf[i].meta, labels[i + 1],
                                                        sizeof labels[i + 1]);
     }
+    /* the texts, and the groups with their rows: (text, variant) in order */
+    const size_t maxw = o->tokens ? (o->tokens + context - 1) / context : 0;
+    size_t n_rows_all = 0;
+    for (size_t k = 0; k < n_texts; k++) {
+        if (qmla_text_read(texts[k], &bufs[k], &nbs[k], err)) {
+            r->refusal = 1;
+            st = err->status;
+            goto done;
+        }
+        for (size_t v = 0; v <= n_tf; v++) {
+            size_t n_grp = 0;
+            for (size_t s = 0; s < n_spec; s++) {
+                const qmla_cache_spec *sp = &specs[s];
+                const int plain = sp->c_bits == QMLA_CACHE_FP32 || sp->c_bits == QMLA_CACHE_BF16;
+                if (!v && o->transforms_only)
+                    continue;
+                if (v) {
+                    const qmla_transform_meta *tm = &tf[v - 1].meta;
+                    if (plain && any_quant)
+                        continue;
+                    /* a learned file serves the configuration it was learned for */
+                    if (!plain && qmla_tmethod_of(tm->method)->learned &&
+                        strncmp(sp->name, tm->config, strlen(tm->config)))
+                        continue;
+                }
+                qmla_ppl_row *row = &r->rows[n_rows_all + n_grp];
+                row_spec[n_rows_all + n_grp] = s;
+                row->text = texts[k];
+                row->config = sp->name;
+                row->policy = sp->policy;
+                row->method = v ? labels[v] : plain ? "none" : "RTN";
+                row->transforms = v ? tfp[v - 1] : "";
+                row->context = context;
+                n_grp++;
+            }
+            if (!n_grp)
+                continue;
+            pgroup *G = &gs[n_g++];
+            G->k = k;
+            G->v = v;
+            G->row0 = n_rows_all;
+            G->n = n_grp;
+            G->n_win = qmla_eng_ppl_n_windows(nbs[k], context, maxw);
+            G->done = calloc(G->n_win + 1, 1);
+            G->nll = calloc(G->n_win * n_grp + 1, sizeof *G->nll);
+            if (!G->done || !G->nll) {
+                st = refuse(r, err, "out of memory");
+                goto done;
+            }
+            n_rows_all += n_grp;
+        }
+    }
+    if (o->journal) {
+        /* before the models load: a journal of other inputs is refused at once */
+        for (size_t i = 0; i < n_tf; i++)
+            if ((st = qmla_sha256_file(tfp[i], tsha[i], err)))
+                goto done;
+        char *key = pj_key(dir, o, context, (const uint8_t *const *)bufs, nbs,
+                           (const char (*)[65])tsha, specs, n_spec, err);
+        if (!key) {
+            st = err->status;
+            goto done;
+        }
+        if (!o->force && (st = pj_other_key(o->journal, key, err))) {
+            free(key);
+            goto done;
+        }
+        pj.g = gs;
+        pj.n_g = n_g;
+        pj.context = context;
+        size_t n_rec = 0;
+        st = qmla_jnl_open(&pj.j, o->journal, "ppl", key, o->force, pj_replay, &pj, &n_rec,
+                           err);
+        free(key);
+        if (st)
+            goto done;
+        pj.open = 1;
+        pj.last = now_s();
+        if (n_rec == 0) /* a new (or forced) journal: nothing restored */
+            for (size_t g = 0; g < n_g; g++)
+                memset(gs[g].done, 0, gs[g].n_win);
+        for (size_t g = 0; g < n_g; g++) {
+            r->total_windows += gs[g].n_win;
+            for (size_t w = 0; w < gs[g].n_win; w++)
+                r->resumed += gs[g].done[w] != 0;
+        }
+        pj.kept = r->resumed;
+        if (r->resumed)
+            emit(o, QMLA_PPL_NOTE, NULL, 0, 0, "resumed %zu of %zu windows from %s", r->resumed,
+                 r->total_windows, o->journal);
+    }
     for (size_t v = 0; v <= n_tf; v++) {
         double t0 = now_s();
         st = qmla_model_load(dir, &mv[v], err);
@@ -198,83 +506,80 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
     }
     const qmla_exec ex = qmla_exec_cpu(o->threads);
     emit(o, QMLA_PPL_TABLE, NULL, 0, 0, NULL);
-    for (size_t k = 0; k < n_texts; k++) {
-        size_t nb = 0;
-        free(buf);
-        buf = NULL;
-        if (qmla_text_read(texts[k], &buf, &nb, err)) {
-            r->refusal = 1;
-            st = err->status;
+    for (size_t g = 0; g < n_g; g++) {
+        const pgroup *G = &gs[g];
+        const size_t k = G->k, v = G->v, n_grp = G->n;
+        for (size_t j = 0; j < n_grp; j++)
+            grp[j] = specs[row_spec[G->row0 + j]];
+        double t1 = now_s();
+        const char *base = strrchr(texts[k], '/');
+        emit(o, QMLA_PPL_GROUP_BEGIN, NULL, 0, 0, "ppl %s%s%s", base ? base + 1 : texts[k],
+             v ? " + " : "", v ? labels[v] : "");
+        const qmla_eng_ppl_resume rs = {G->done, G->nll, pj_window, &pj};
+        pj.cur = g;
+        st = qmla_eng_ppl_windows(mv[v], &ex, grp, n_grp, bufs[k], nbs[k], context, maxw,
+                                  o->progress, o->progress_ctx, pj.open ? &rs : NULL,
+                                  &r->stopped, res, err);
+        {
+            /* the windows finished so far are kept, whatever happened */
+            qmla_error e2;
+            qmla_error_clear(&e2);
+            const int st2 = pj_flush(&pj, &e2);
+            if (st2 && !st) {
+                st = st2;
+                *err = e2;
+            }
+        }
+        for (size_t j = 0; j < n_grp && !st && !r->stopped; j++)
+            r->rows[r->n_rows + j].r = res[j];
+        emit(o, QMLA_PPL_GROUP_END, r->rows + r->n_rows, st || r->stopped ? 0 : n_grp,
+             now_s() - t1, NULL);
+        if (!st && !r->stopped && o->should_stop && o->should_stop(o->progress_ctx))
+            r->stopped = 1;
+        if (r->stopped && !st) {
+            st = pj.open ? qmla_error_set(err, QMLA_EINVAL, "stopped; the finished windows are "
+                                          "kept in %s", o->journal)
+                         : qmla_error_set(err, QMLA_EINVAL, "stopped; nothing written to %s", out);
             goto done;
         }
-        size_t maxw = o->tokens ? (o->tokens + context - 1) / context : 0;
-        for (size_t v = 0; v <= n_tf; v++) {
-            size_t n_grp = 0;
-            for (size_t s = 0; s < n_spec; s++) {
-                const qmla_cache_spec *sp = &specs[s];
-                const int plain = sp->c_bits == QMLA_CACHE_FP32 || sp->c_bits == QMLA_CACHE_BF16;
-                if (!v && o->transforms_only)
-                    continue;
-                if (v) {
-                    const qmla_transform_meta *tm = &tf[v - 1].meta;
-                    if (plain && any_quant)
-                        continue;
-                    /* a learned file serves the configuration it was learned for */
-                    if (!plain && qmla_tmethod_of(tm->method)->learned &&
-                        strncmp(sp->name, tm->config, strlen(tm->config)))
-                        continue;
-                }
-                grp[n_grp] = *sp;
-                qmla_ppl_row *row = &r->rows[r->n_rows + n_grp];
-                row->text = texts[k];
-                row->config = sp->name;
-                row->policy = sp->policy;
-                row->method = v ? labels[v] : plain ? "none" : "RTN";
-                row->transforms = v ? tfp[v - 1] : "";
-                row->context = context;
-                n_grp++;
-            }
-            if (!n_grp)
-                continue;
-            double t1 = now_s();
-            const char *base = strrchr(texts[k], '/');
-            emit(o, QMLA_PPL_GROUP_BEGIN, NULL, 0, 0, "ppl %s%s%s", base ? base + 1 : texts[k],
-                 v ? " + " : "", v ? labels[v] : "");
-            st = qmla_model_ppl_multi_progress(mv[v], &ex, grp, n_grp, buf, nb, context, maxw,
-                                               o->progress, o->progress_ctx, &r->stopped, res, err);
-            for (size_t j = 0; j < n_grp && !st && !r->stopped; j++)
-                r->rows[r->n_rows + j].r = res[j];
-            emit(o, QMLA_PPL_GROUP_END, r->rows + r->n_rows, st || r->stopped ? 0 : n_grp,
-                 now_s() - t1, NULL);
-            if (!r->stopped && o->should_stop && o->should_stop(o->progress_ctx))
-                r->stopped = 1;
-            if (r->stopped) {
-                st = qmla_error_set(err, QMLA_EINVAL, "stopped; nothing written to %s", out);
-                goto done;
-            }
-            if (st) {
-                qmla_error_prefix(err, "%s%s%s: ", texts[k], v ? ", transforms " : "",
-                                  v ? tfp[v - 1] : "");
-                goto done;
-            }
-            r->n_rows += n_grp;
+        if (st) {
+            r->stopped = 0;
+            qmla_error_prefix(err, "%s%s%s: ", texts[k], v ? ", transforms " : "",
+                              v ? tfp[v - 1] : "");
+            goto done;
         }
+        r->n_rows += n_grp;
     }
     if (o->should_stop && o->should_stop(o->progress_ctx)) {
-        /* after the last window: still nothing written */
+        /* after the last window: nothing written (the journal holds it all) */
         r->stopped = 1;
-        st = qmla_error_set(err, QMLA_EINVAL, "stopped; nothing written to %s", out);
+        st = pj.open ? qmla_error_set(err, QMLA_EINVAL, "stopped; the finished windows are "
+                                      "kept in %s", o->journal)
+                     : qmla_error_set(err, QMLA_EINVAL, "stopped; nothing written to %s", out);
         goto done;
     }
     st = qmla_ppl_save(out, dir, o->command_line, r->rows, r->n_rows, err);
-    if (!st)
+    if (!st) {
         r->wrote = 1;
+        success = 1;
+    }
 done:
+    /* removed once the results are written, or when it holds no window (a
+     * run refused before any was scored leaves nothing behind) */
+    if (pj.open)
+        qmla_jnl_close(&pj.j, success || !pj.kept);
     for (size_t v = 0; v <= n_tf; v++)
         qmla_model_free(mv[v]);
     for (size_t i = 0; i < n_tf; i++)
         qmla_transform_file_free(&tf[i]);
-    free(buf);
+    for (size_t k = 0; k < n_texts; k++)
+        free(bufs[k]);
+    for (size_t g = 0; gs && g < n_g; g++) {
+        free(gs[g].done);
+        free(gs[g].nll);
+    }
+    free(gs);
+    free(row_spec);
     free(grp);
     free(res);
     free(cl);

@@ -859,7 +859,10 @@ def capture(model_dir, output, corpus, **opts):
 def ppl_run(model_dir, output, text, **opts):
     """qmla ppl (qmla_ppl_run, groups /ppl and /ppl_table): text (a file or a
     list), config, policy (comma lists), transforms (a list), transforms_only,
-    tokens, context, threads. Returns n_rows and bits_per_byte_<row>."""
+    tokens, context, threads, force (discard a journal of other options).
+    Resumes from output + ".journal" as `qmla ppl` does. Returns n_rows and
+    bits_per_byte_<row>,
+    resumed (windows restored from the journal)."""
     if isinstance(text, (str, bytes, os.PathLike)):
         text = [text]
     return run_driver("ppl", model_dir, output, text=[os.fsdecode(t) for t in text], **opts)

@@ -21,8 +21,9 @@
 #   - /ppl attributes; other groups of the file kept; 1 and 2 threads agree
 #     exactly; unsupported architectures, MoE blocks, bad configs, policies
 #     and a missing --transforms file are refused with messages naming them
-#     (exit 2); SIGINT mid-run exits 130 with nothing written. --transforms
-#     itself: tests/engine/test_fuse.sh.
+#     (exit 2); SIGINT mid-run exits 130 with no results file, the finished
+#     windows kept in the journal (resuming: tests/engine/test_ppl_resume.sh).
+#     --transforms itself: tests/engine/test_fuse.sh.
 # Env (set by meson): QMLA_BIN, QMLA_SOURCE_ROOT, QMLA_PYTHON.
 source "$(dirname "$0")/../support/cli_lib.sh"
 need_python
@@ -165,6 +166,7 @@ contains "model.norm.weight: data_offsets" "tensor and field named"
 expect 2 "non-finite NLL" -- "$QMLA" ppl "$work/minf" --text "$H/code.txt.gz" "${T1[@]}" -o "$work/x.h5"
 contains "window 0 .*non-finite" "non-finite window named"
 [ ! -e "$work/x.h5" ] && ok || bad "a refused run left $work/x.h5"
+[ ! -e "$work/x.h5.journal" ] && ok || bad "a refused run left an empty journal"
 # -o: a FIFO (hung reading it), a device (run as root, the rename replaced
 # the device node with the results), one of the inputs, a file of another kind
 mkfifo "$work/fifo.h5"
@@ -195,7 +197,7 @@ containsF 'found format "qmla-capture"' "-o capture: format named"
 expect 0 "policy with bf16 only" -- "$QMLA" ppl "$M" --text "$H/code.txt.gz" --config bf16 \
   --policy sink4/local128 --tokens 512 -o "$work/pb.h5"
 contains "applies to quantized configs only" "policy with bf16 only: note"
-# SIGINT mid-run: exit 130, nothing written, said so (the signal is polled
+# SIGINT mid-run: exit 130, no results file, the journal kept, said so (the signal is polled
 # after each window). 400 windows on 1 thread take over a minute, so the run
 # is still scoring when the signal arrives a moment after the model is loaded.
 "$QMLA" ppl "$M" --text "$H/prose.txt.gz" --tokens 204800 --threads 1 -o "$work/int.h5" \
@@ -207,6 +209,8 @@ kill -INT $pid
 wait $pid; rc=$?
 [ $rc = 130 ] && ok || bad "SIGINT: exit $rc, expected 130"
 [ ! -e "$work/int.h5" ] && ok || bad "SIGINT: a results file was written"
-grep -q "interrupted (SIGINT); nothing written to" "$work/int.out" && ok || bad "SIGINT: message"
+grep -qF "interrupted (SIGINT); the finished windows are kept in $work/int.h5.journal — rerun the same command to resume" \
+  "$work/int.out" && ok || bad "SIGINT: message"
+head -1 "$work/int.h5.journal" | grep -q '^qmla-journal 1 ppl ' && ok || bad "SIGINT: no ppl journal kept"
 ls "$work"/int.h5.tmp.* >/dev/null 2>&1 && bad "SIGINT: a temporary file left" || ok
 finish test_ppl
