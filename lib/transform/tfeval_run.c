@@ -186,7 +186,8 @@ int qmla_tf_eval_run(const char *capture, const char *out, const qmla_tf_eval_ru
                 row->layer = layer;
                 row->cell = NULL;
                 snprintf(r->names + r->n_rows * CELL_MAX, CELL_MAX, "%s", cn);
-                st = qmla_tf_eval_cell(&ex, cap, li, ci, t, g, &eo, &row->r, err);
+                st = qmla_engine_tfeval(o->engine)->cell(&ex, cap, li, ci, t, g, &eo,
+                                                         &row->r, err);
                 if (st)
                     goto done;
                 r->n_rows++;
