@@ -533,6 +533,7 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                 goto out2;
             }
         }
+    /* TODO(writer): record qmla_engine_name(o->engine) as the provenance attribute `engine` */
     st = write_iv(results_path, o, qmla_capture_path(cap), sha, n, lay, cells, seq, items,
                   ratio, stats, err);
     if (st == QMLA_OK) {

@@ -929,6 +929,7 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
     }
     if ((st = qmla_op_stats_compute(s.pts, s.n, o->sensitivities, stats, err)))
         goto out;
+    /* TODO(writer): record qmla_engine_name(o->engine) as the provenance attribute `engine` */
     if ((st = write_group(results_path, gname, &s, stats, o->sensitivities,
                           qmla_capture_path(cap), sha, o->command_line, err)))
         goto out;

@@ -274,6 +274,7 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
     snprintf(m.config, sizeof m.config, "%s", config);
     m.alpha = method->uses_alpha ? alpha : NAN;
     snprintf(m.capture, sizeof m.capture, "%s", capture);
+    /* TODO(writer): record qmla_engine_name(o->engine) as the provenance attribute `engine` */
     snprintf(m.command, sizeof m.command, "%s", o->command_line ? o->command_line : "");
     const char *tt = o->train_text ? o->train_text : "-", *ht = o->held_text ? o->held_text : "-",
                *lt = o->layers_text ? o->layers_text : "-";

@@ -230,6 +230,7 @@ int qmla_tf_eval_run(const char *capture, const char *out, const qmla_tf_eval_ru
     }
     r->computed = 1;
     point_names(r);
+    /* TODO(writer): record qmla_engine_name(o->engine) as the provenance attribute `engine` */
     st = qmla_tf_eval_write(out, config, policy, o->command_line, r->rows, r->n_rows, err);
     if (!st)
         r->wrote = 1;
