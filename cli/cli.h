@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "qmla/engine.h"
 #include "qmla/status.h"
 #include "qmla/sweep.h"
 #include "qmla/table.h"
@@ -84,6 +85,9 @@ int cli_opt_group(const char *cmd, const char *arg, int *group);
 int cli_opt_nmse(const char *cmd, const char *arg, double *nmse);
 int cli_opt_meta(const char *cmd, const char *arg, qmla_meta *meta);
 int cli_opt_threads(const char *cmd, const char *arg, int *threads);
+/* --engine NAME (qmla/engine.h): *engine, or the engine's refusal naming
+ * the engines of this build (returns QMLA_EXIT_USAGE). */
+int cli_opt_engine(const char *cmd, const char *arg, const qmla_engine **engine);
 
 /* --layers L and --cells A,B (the cells option's name in messages:
  * cells_opt, NULL for "--cells") as a sweep selection; the arrays are owned

@@ -319,6 +319,15 @@ int cli_opt_threads(const char *cmd, const char *arg, int *threads)
     return 0;
 }
 
+int cli_opt_engine(const char *cmd, const char *arg, const qmla_engine **engine)
+{
+    qmla_error err;
+    qmla_error_clear(&err);
+    if (qmla_engine_find(arg, engine, &err))
+        return cli_fail(cmd, "--engine: %s", err.msg);
+    return 0;
+}
+
 int cli_selection_parse(const char *cmd, const char *layers_arg, const char *cells_arg,
                         const char *cells_opt, cli_selection *s)
 {

@@ -36,6 +36,8 @@ static void help(FILE *f)
         "none). Writes group /eval (other groups of RESULTS.h5 are kept).\n"
         "Evaluate on cells the transforms were not calibrated on (--cells).\n"
         "Exit 1 when a measured RoPE-only distortion exceeds its bound.\n"
+        "--engine NAME: the engine of the per-sequence work (default and only\n"
+        "one of this build: cpu; any other is refused, exit 2).\n"
         "example: qmla eval data/tiny-mla-default.h5 --transforms rtn.h5 --transforms qm.h5 \\\n"
         "           --config C4R4 --cells code-s0 -o eval.h5\n");
 }
@@ -47,12 +49,14 @@ int cmd_eval(int argc, char **argv)
         {"config", required_argument, 0, 'c'}, {"policy", required_argument, 0, 'p'},
         {"layers", required_argument, 0, 'L'}, {"cells", required_argument, 0, 'C'},
         {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
+        {"engine", required_argument, 0, 'E' + 256},
         {0, 0, 0, 0}};
     const char *out = NULL, *tf_path[MAX_TF], *config = NULL, *policy = "none";
     const char *layers_arg = NULL, *cells_arg = NULL;
     size_t n_tf = 0, sink = 0, local = 0;
     int threads = cli_default_threads();
     int ch;
+    const qmla_engine *engine = NULL; /* --engine (NULL: cpu) */
     optind = 1;
     while ((ch = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
         switch (ch) {
@@ -76,6 +80,10 @@ int cmd_eval(int argc, char **argv)
         case 'C': cells_arg = optarg; break;
         case 'j':
             if (cli_opt_threads("eval", optarg, &threads))
+                return QMLA_EXIT_USAGE;
+            break;
+        case 'E' + 256:
+            if (cli_opt_engine("eval", optarg, &engine))
                 return QMLA_EXIT_USAGE;
             break;
         case 'h': help(stdout); return QMLA_EXIT_OK;
@@ -117,6 +125,7 @@ int cmd_eval(int argc, char **argv)
     o.n_cells = n_csel;
     o.threads = threads;
     o.command_line = cli_command_line();
+    o.engine = engine;
     qmla_tf_eval_run_result r;
     int st = qmla_tf_eval_run(capture, out, &o, &r, &err);
     (void)sink;

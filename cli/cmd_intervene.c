@@ -32,6 +32,8 @@ static void help(FILE *f)
         "Resume: interrupt and rerun the same command\n"
         "(RESULTS.h5.interventions.journal); --force discards a journal of other\n"
         "options.\n"
+        "--engine NAME: the engine of the per-sequence work (default and only\n"
+        "one of this build: cpu; any other is refused, exit 2).\n"
         "example: qmla intervene data/tiny-mla-default.h5 -o op.h5 --threads 2\n");
 }
 
@@ -44,7 +46,8 @@ int cmd_intervene(int argc, char **argv)
         {"bootstrap", required_argument, 0, 'B'},
         {"layers", required_argument, 0, 'L'}, {"cells", required_argument, 0, 'c'},
         {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
-        {"force", no_argument, 0, 'f'},        {0, 0, 0, 0}};
+        {"force", no_argument, 0, 'f'},        {"engine", required_argument, 0, 'E' + 256},
+        {0, 0, 0, 0}};
     qmla_iv_opts o;
     memset(&o, 0, sizeof o);
     o.params = qmla_sweep_defaults();
@@ -56,6 +59,7 @@ int cmd_intervene(int argc, char **argv)
     const char *out = NULL, *layers_arg = NULL, *cells_arg = NULL;
     long v;
     int ch;
+    const qmla_engine *engine = NULL; /* --engine (NULL: cpu) */
     optind = 1;
     while ((ch = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
         switch (ch) {
@@ -94,6 +98,10 @@ int cmd_intervene(int argc, char **argv)
                 return QMLA_EXIT_USAGE;
             break;
         case 'f': o.force = 1; break;
+        case 'E' + 256:
+            if (cli_opt_engine("intervene", optarg, &engine))
+                return QMLA_EXIT_USAGE;
+            break;
         case 'h': help(stdout); return QMLA_EXIT_OK;
         default: help(stderr); return QMLA_EXIT_USAGE;
         }
@@ -117,6 +125,7 @@ int cmd_intervene(int argc, char **argv)
     o.progress = cli_progress_poll;
     o.progress_ctx = &prog;
     o.command_line = cli_command_line();
+    o.engine = engine;
     qmla_iv_stats s;
     int stopped = 0;
     const double t0 = cli_now();

@@ -59,6 +59,8 @@ static void help(FILE *f)
         "independently), without learning the content path twice.\n"
         "One progress line per layer and path. Resume: rerun the same\n"
         "command (--force starts over).\n"
+        "--engine NAME: the engine of the per-sequence work (default and only\n"
+        "one of this build: cpu; any other is refused, exit 2).\n"
         "example: qmla learn data/tiny-mla-default.h5 -o qm.h5 --train-cells prose-s0\n");
 }
 
@@ -88,6 +90,7 @@ int cmd_learn(int argc, char **argv)
         {"seed", required_argument, 0, 's'},   {"force", no_argument, 0, 'f'},
         {"objective", required_argument, 0, 'O'}, {"also-content", required_argument, 0, 'A'},
         {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
+        {"engine", required_argument, 0, 'E' + 256},
         {0, 0, 0, 0}};
     const char *out = NULL, *layers_arg = NULL, *train_arg = NULL, *held_arg = NULL, *also = NULL;
     const char *config = "C4R4", *path_arg = "both";
@@ -97,6 +100,7 @@ int cmd_learn(int argc, char **argv)
     qmla_learn_opts lo_ = qmla_learn_defaults();
     long v;
     int ch;
+    const qmla_engine *engine = NULL; /* --engine (NULL: cpu) */
     optind = 1;
     while ((ch = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
         switch (ch) {
@@ -145,6 +149,10 @@ int cmd_learn(int argc, char **argv)
         case 'f': force = 1; break;
         case 'j':
             if (cli_opt_threads("learn", optarg, &threads))
+                return QMLA_EXIT_USAGE;
+            break;
+        case 'E' + 256:
+            if (cli_opt_engine("learn", optarg, &engine))
                 return QMLA_EXIT_USAGE;
             break;
         case 'h': help(stdout); return QMLA_EXIT_OK;
@@ -196,6 +204,7 @@ int cmd_learn(int argc, char **argv)
     o.train_text = train_arg;
     o.held_text = held_arg;
     o.command_line = cli_command_line();
+    o.engine = engine;
     o.progress = on_progress;
     o.note = on_note;
     int rc = QMLA_EXIT_OK;

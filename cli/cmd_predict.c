@@ -56,6 +56,8 @@ static void help(FILE *f, int pred)
         "  -v              per-layer table (development direction for predict,\n"
         "                  the last --bits for jvp; means over cells and sequences)\n"
         "Resume: interrupt and rerun the same command (RESULTS.h5.%s.journal).\n"
+        "--engine NAME: the engine of the per-sequence work (default and only\n"
+        "one of this build: cpu; any other is refused, exit 2).\n"
         "example: qmla %s data/tiny-mla-default.h5 -o op.h5 --threads 2\n",
         name, name);
 }
@@ -135,12 +137,14 @@ int cli_op_main(int argc, char **argv, int pred)
         {"group", required_argument, 0, 'g'},  {"nmse", required_argument, 0, 'n'},
         {"layers", required_argument, 0, 'L'}, {"cells", required_argument, 0, 'c'},
         {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
-        {"force", no_argument, 0, 'f'},        {0, 0, 0, 0}};
+        {"force", no_argument, 0, 'f'},        {"engine", required_argument, 0, 'E' + 256},
+        {0, 0, 0, 0}};
     const char *out = NULL, *layers_arg = NULL, *cells_arg = NULL, *bits_arg = NULL;
     int force = 0, verbose = 0;
     double nu = 1e-3;
     long group = 64;
     int threads = cli_default_threads(), ch;
+    const qmla_engine *engine = NULL; /* --engine (NULL: cpu) */
     optind = 1;
     while ((ch = getopt_long(argc, argv, "o:vh", lo, NULL)) != -1) {
         switch (ch) {
@@ -162,6 +166,10 @@ int cli_op_main(int argc, char **argv, int pred)
                 return QMLA_EXIT_USAGE;
             break;
         case 'f': force = 1; break;
+        case 'E' + 256:
+            if (cli_opt_engine(name, optarg, &engine))
+                return QMLA_EXIT_USAGE;
+            break;
         case 'h': help(stdout, pred); return QMLA_EXIT_OK;
         default: help(stderr, pred); return QMLA_EXIT_USAGE;
         }
@@ -214,6 +222,7 @@ int cli_op_main(int argc, char **argv, int pred)
     o.nconf = nconf;
     o.sensitivities = pred;
     o.threads = threads;
+    o.engine = engine;
     o.force = force;
     o.command_line = cli_command_line();
     o.progress = cli_progress_poll;

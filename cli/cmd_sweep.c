@@ -60,6 +60,8 @@ static void help(FILE *f)
         "of the same capture and parameters is extended, not recomputed.\n"
         "Temporary files RESULTS.h5.tmp.PID of processes that no longer run\n"
         "are removed.\n"
+        "--engine NAME: the engine of the per-sequence work (default and only\n"
+        "one of this build: cpu; any other is refused, exit 2).\n"
         "example: qmla sweep data/tiny-mla-default.h5 -o results.h5 --threads 2 -v\n");
 }
 
@@ -73,6 +75,7 @@ int cmd_sweep(int argc, char **argv)
         {"verify", no_argument, 0, 'V'},       {"force", no_argument, 0, 'f'},
         {"help", no_argument, 0, 'h'},         {"version", no_argument, 0, 'v' + 256},
         {"shard", required_argument, 0, 's' + 256}, {"balance", no_argument, 0, 'B'},
+        {"engine", required_argument, 0, 'E' + 256},
         {0, 0, 0, 0}};
     qmla_sweep_opts o;
     memset(&o, 0, sizeof o);
@@ -80,6 +83,7 @@ int cmd_sweep(int argc, char **argv)
     o.threads = cli_default_threads();
     const char *out = NULL, *layers_arg = NULL, *cells_arg = NULL;
     int verbose = 0, ch;
+    const qmla_engine *engine = NULL; /* --engine (NULL: cpu) */
     optind = 1;
     while ((ch = getopt_long(argc, argv, "o:vh", lo, NULL)) != -1) {
         switch (ch) {
@@ -121,6 +125,10 @@ int cmd_sweep(int argc, char **argv)
             o.n_shards = n;
             break;
         }
+        case 'E' + 256:
+            if (cli_opt_engine("sweep", optarg, &engine))
+                return QMLA_EXIT_USAGE;
+            break;
         case 'h': help(stdout); return QMLA_EXIT_OK;
         case 'v' + 256: printf("qmla %s\n", qmla_version()); return QMLA_EXIT_OK;
         default: help(stderr); return QMLA_EXIT_USAGE;
@@ -161,6 +169,7 @@ int cmd_sweep(int argc, char **argv)
         rc = QMLA_EXIT_INTERRUPTED;
         goto out;
     }
+    o.engine = engine;
 #if QMLA_HAVE_MPI
     if (cli_mpi_launched()) {
         o.command_line = cli_command_line();

@@ -77,7 +77,7 @@ r = qmla.sweep(cap, p("sw_py.h5"), bits=3, nmse=0.02, cells=["synth-s0", "synth-
 same("sweep", p("sw_cli.h5"), p("sw_py.h5"))
 fails += not r["n_layers"] == 2
 cli("jvp", cap, "-o", p("jvp_cli.h5"), "--bits", "2,4", "--layers", "1", "--threads", "2")
-qmla.jvp(cap, p("jvp_py.h5"), bits=[2, 4], layers=1, threads=2)
+qmla.jvp(cap, p("jvp_py.h5"), bits=[2, 4], layers=1, threads=2, engine="cpu")
 same("jvp", p("jvp_cli.h5"), p("jvp_py.h5"))
 cli("predict", cap, "-o", p("pr_cli.h5"), "--nmse", "0.002", "--threads", "2")
 r = qmla.predict(cap, p("pr_py.h5"), nmse=0.002, threads=2)
@@ -138,5 +138,20 @@ try:
 except qmla.QmlaError as e:
     print("unknown option refused:", e)
     fails += "bogus" not in str(e)
+# the engine key (include/qmla/engine.h): any name but cpu refused before any work
+for name, call in (("sweep", lambda: qmla.sweep(cap, p("eng.h5"), engine="cuda")),
+                   ("jvp", lambda: qmla.jvp(cap, p("eng.h5"), engine="cuda")),
+                   ("predict", lambda: qmla.predict(cap, p("eng.h5"), engine="cuda")),
+                   ("intervene", lambda: qmla.intervene(cap, p("eng.h5"), engine="cuda")),
+                   ("learn", lambda: qmla.learn(cap, p("eng.h5"), engine="cuda")),
+                   ("eval", lambda: qmla.evaluate(cap, p("eng.h5"), tfs, "C4R4", engine="cuda"))):
+    try:
+        call()
+        print(f"{name} engine=cuda: not refused FAIL")
+        fails += 1
+    except qmla.QmlaError as e:
+        bad = "engines: cpu" not in str(e) or os.path.exists(p("eng.h5"))
+        print(f"{name} engine=cuda refused:", e, "FAIL" if bad else "")
+        fails += bad
 print("FAIL" if fails else "OK", fails)
 sys.exit(1 if fails else 0)

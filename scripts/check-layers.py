@@ -12,7 +12,7 @@ import sys
 
 root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), '..'))
 OWNER = {
-    'status': 'core', 'exec': 'core', 'outpath': 'core', 'pyrandom': 'core', 'hash': 'core',
+    'status': 'core', 'exec': 'core', 'engine': 'core', 'outpath': 'core', 'pyrandom': 'core', 'hash': 'core',
     'table': 'io', 'export': 'io', 'text': 'io',
     'quant': 'quant', 'quant_core': 'quant',
     'attention': 'attention', 'rope': 'attention', 'norms': 'attention',

@@ -32,6 +32,7 @@
 
 #include <stddef.h>
 
+#include "qmla/engine.h"
 #include "qmla/exec.h"
 #include "qmla/status.h"
 
@@ -137,6 +138,18 @@ void qmla_attn_from_queries(const qmla_exec *ex, const qmla_mla_dims *d,
                             const float *q_lat, const float *q_rope_t,
                             const float *C, const float *K, float *Z, float *A,
                             float *U, float *O, float *Y);
+
+/* ---- the engine seam (qmla/engine.h) ---------------------------------- */
+
+/* The clean pass of an engine. The CPU engine: qmla_attn_state_forward. */
+typedef struct qmla_attn_ops {
+    int (*state_forward)(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
+                         const qmla_mla_weights *w, const float *q_nope,
+                         const float *q_rope, const float *C, const float *K,
+                         qmla_attn_state *st, qmla_error *err);
+} qmla_attn_ops;
+
+const qmla_attn_ops *qmla_engine_attn(const qmla_engine *e);
 
 #ifdef __cplusplus
 }

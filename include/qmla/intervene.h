@@ -63,6 +63,7 @@ typedef struct qmla_iv_opts {
     const char *command_line;
     qmla_progress_fn progress;
     void *progress_ctx;
+    const qmla_engine *engine; /* per-sequence work (NULL: the CPU engine) */
 } qmla_iv_opts;
 
 /* Headline: geometric-mean gain ratio per (control, path) over all items
@@ -85,6 +86,24 @@ typedef struct qmla_iv_stats {
 int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                        const qmla_iv_opts *o, const char *results_path,
                        qmla_iv_stats *stats, int *stopped, qmla_error *err);
+
+/* ---- the engine seam (qmla/engine.h) ---------------------------------- */
+
+/* One item of the interventions on an engine (qmla_intervene_run). The CPU
+ * engine: ws is a qmla_op_ws without sensitivities (qmla_op_ws_alloc/_free)
+ * and sequence is qmla_intervene_sequence. */
+typedef struct qmla_iv_ops {
+    int (*ws_alloc)(const qmla_mla_dims *d, size_t T_max, int threads, void **ws,
+                    qmla_error *err);
+    void (*ws_free)(void *ws);
+    int (*sequence)(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
+                    const qmla_mla_weights *w, const float *q_nope,
+                    const float *q_rope, const float *C, const float *K,
+                    const qmla_sweep_params *p, size_t reps, uint64_t seed,
+                    void *ws, qmla_iv_item *out, double *ratio, qmla_error *err);
+} qmla_iv_ops;
+
+const qmla_iv_ops *qmla_engine_iv(const qmla_engine *e);
 
 #ifdef __cplusplus
 }

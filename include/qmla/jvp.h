@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "qmla/attention.h"
+#include "qmla/engine.h"
 #include "qmla/exec.h"
 #include "qmla/status.h"
 
@@ -133,6 +134,35 @@ int qmla_sens_hutchinson(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
                          const float *C, int path, size_t probes,
                          uint64_t seed, qmla_jvp_ws *ws, double *est,
                          double *se, qmla_error *err);
+
+/* ---- the engine seam (qmla/engine.h) ---------------------------------- */
+
+/* The JVPs and sensitivities of an engine (ws: qmla_jvp_ws, qmla_sens_ws on
+ * the CPU). The CPU engine: qmla_jvp_apply, qmla_jvp_token,
+ * qmla_sens_exact, qmla_sens_hutchinson. The drivers reach them through
+ * qmla_op_ops and qmla_iv_ops, whose CPU sequences call them. */
+typedef struct qmla_jvp_ops {
+    int (*apply)(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
+                 const qmla_mla_weights *w, const qmla_attn_state *st,
+                 const float *C, const float *dC, const float *dK,
+                 qmla_jvp_ws *ws, qmla_error *err);
+    double (*token)(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
+                    const qmla_mla_weights *w, const qmla_attn_state *st,
+                    const float *C, int path, size_t t, const float *e,
+                    qmla_jvp_ws *ws);
+    int (*sens_exact)(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
+                      const qmla_mla_weights *w, const qmla_sens_layer *L,
+                      const qmla_attn_state *st, const float *C,
+                      qmla_sens_ws *ws, double *trc, double *trr,
+                      qmla_error *err);
+    int (*sens_hutchinson)(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
+                           const qmla_mla_weights *w, const qmla_attn_state *st,
+                           const float *C, int path, size_t probes,
+                           uint64_t seed, qmla_jvp_ws *ws, double *est,
+                           double *se, qmla_error *err);
+} qmla_jvp_ops;
+
+const qmla_jvp_ops *qmla_engine_jvp(const qmla_engine *e);
 
 #ifdef __cplusplus
 }

@@ -36,6 +36,7 @@
 #include "qmla/attention.h"
 #include "qmla/quant.h"
 #include "qmla/rope.h"
+#include "qmla/engine.h"
 #include "qmla/exec.h"
 #include "qmla/tmethod.h"
 #include "qmla/transform.h"
@@ -131,6 +132,28 @@ qmla_learn_state qmla_learner_state(const qmla_learner *l);
  * rscale) fields. */
 int qmla_learner_get(qmla_learner *l, qmla_transform *t, qmla_error *err);
 
+/* ---- the engine seam (qmla/engine.h) ---------------------------------- */
+
+/* The learner of an engine (qmla_learn_run), one per layer and path; the
+ * learner is the engine's workspace (its banks' passes, the objective and
+ * gradient, AdamW). The CPU engine: qmla_learner_alloc, _free, _init,
+ * _iterate, _finish, _get and _state on a qmla_learner. */
+typedef struct qmla_learn_ops {
+    int (*alloc)(qmla_learn_path path, const qmla_mla_dims *d,
+                 const qmla_mla_weights *w, const float *gamma,
+                 qmla_rope_pairing pairing, const qmla_learn_bank *train,
+                 const qmla_learn_bank *held, const qmla_learn_opts *o,
+                 void **learner, qmla_error *err);
+    void (*free)(void *learner);
+    int (*init)(void *learner, double *alpha_out, qmla_error *err);
+    int (*iterate)(void *learner, qmla_error *err);
+    int (*finish)(void *learner, qmla_error *err);
+    int (*get)(void *learner, qmla_transform *t, qmla_error *err);
+    qmla_learn_state (*state)(const void *learner);
+} qmla_learn_ops;
+
+const qmla_learn_ops *qmla_engine_learn(const qmla_engine *e);
+
 /* ---- the learn driver (`qmla learn`, docs/transforms-format.md) --------- */
 
 /* A line of the driver's log (no trailing newline): "resuming F (n layers
@@ -168,6 +191,7 @@ typedef struct qmla_learn_run_opts {
     void *progress_ctx;
     qmla_note_fn note;    /* may be NULL */
     void *note_ctx;
+    const qmla_engine *engine; /* the learners' engine (NULL: CPU) */
 } qmla_learn_run_opts;
 
 qmla_learn_run_opts qmla_learn_run_defaults(void);

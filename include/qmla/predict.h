@@ -137,6 +137,7 @@ typedef struct qmla_op_opts {
     const char *command_line; /* recorded (may be NULL) */
     qmla_progress_fn progress;
     void *progress_ctx;
+    const qmla_engine *engine; /* per-sequence work (NULL: the CPU engine) */
 } qmla_op_opts;
 
 /* The directions of a run (at most QMLA_OP_CONFIGS_MAX): `qmla jvp` (0)
@@ -164,6 +165,29 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
                        const qmla_op_opts *o, const char *results_path,
                        qmla_op_stats *stats, qmla_op_point **points, size_t *n,
                        int *stopped, qmla_error *err);
+
+/* ---- the engine seam (qmla/engine.h) ---------------------------------- */
+
+/* The points of one sequence on an engine (qmla_op_run). The CPU engine:
+ * ws is a qmla_op_ws (qmla_op_ws_alloc/_free), layer a qmla_sens_layer
+ * (qmla_sens_layer_init/_free, made once per layer when sensitivities are
+ * on) and sequence is qmla_op_sequence (layer NULL: sensitivities off). */
+typedef struct qmla_op_ops {
+    int (*ws_alloc)(const qmla_mla_dims *d, size_t T_max, int with_sens,
+                    int threads, void **ws, qmla_error *err);
+    void (*ws_free)(void *ws);
+    int (*layer_alloc)(const qmla_exec *ex, const qmla_mla_dims *d,
+                       const qmla_mla_weights *w, void **layer, qmla_error *err);
+    void (*layer_free)(void *layer);
+    int (*sequence)(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
+                    const qmla_mla_weights *w, const void *layer,
+                    const float *q_nope, const float *q_rope, const float *C,
+                    const float *K, const qmla_op_config *conf, size_t nconf,
+                    void *ws, qmla_op_point *pts, double *alloc, double *sigma,
+                    qmla_error *err);
+} qmla_op_ops;
+
+const qmla_op_ops *qmla_engine_op(const qmla_engine *e);
 
 #ifdef __cplusplus
 }

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "qmla/engine.h"
 #include "qmla/status.h"
 
 #ifdef __cplusplus
@@ -103,6 +104,16 @@ void qmla_quant_unpack(const uint8_t *packed, size_t n, int bits, uint8_t *codes
  * is set to 1 when a finite float rounds to infinity. */
 uint16_t qmla_f32_to_f16(float x, int *overflow);
 float qmla_f16_to_f32(uint16_t h);
+
+/* ---- the engine seam (qmla/engine.h) ---------------------------------- */
+
+/* QDQ of an engine. The CPU engine: qmla_quant_qdq. */
+typedef struct qmla_quant_ops {
+    int (*qdq)(const qmla_quant_params *p, const float *x, size_t T, size_t width,
+               uint8_t *codes, float *scale, float *lo, float *xhat, qmla_error *err);
+} qmla_quant_ops;
+
+const qmla_quant_ops *qmla_engine_quant(const qmla_engine *e);
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,7 @@
 
 #include "qmla/attention.h"
 #include "qmla/capture.h"
+#include "qmla/engine.h"
 #include "qmla/exec.h"
 #include "qmla/quant.h"
 #include "qmla/response.h"
@@ -199,6 +200,7 @@ typedef struct qmla_sweep_opts {
      * runs with any number of ranks. */
     const char *const *replay;
     size_t n_replay;
+    const qmla_engine *engine; /* per-sequence work (NULL: the CPU engine) */
 } qmla_sweep_opts;
 
 /* Run the sweep and write `results_path` (qmla-results v1,
@@ -224,6 +226,27 @@ typedef struct qmla_sweep_opts {
 int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                    const qmla_sweep_opts *opts, const char *results_path,
                    qmla_summary *summary, int *stopped, qmla_error *err);
+
+/* ---- the engine seam (qmla/engine.h) ---------------------------------- */
+
+/* One sequence of the sweep on an engine, with a workspace the engine owns.
+ * The CPU engine: ws_alloc/ws_bytes/ws_free wrap qmla_sweep_ws_alloc/
+ * _bytes/_free (ws is a qmla_sweep_ws) and sequence is qmla_sweep_sequence.
+ * ws_bytes is the host memory ws_alloc takes (qmla_sweep_run refuses a
+ * workspace that cannot fit the machine). */
+typedef struct qmla_sweep_ops {
+    int (*ws_alloc)(const qmla_mla_dims *d, size_t T_max, int verify, void **ws,
+                    qmla_error *err);
+    double (*ws_bytes)(const qmla_mla_dims *d, size_t T_max, int verify);
+    void (*ws_free)(void *ws);
+    int (*sequence)(const qmla_exec *ex, const qmla_sweep_params *p,
+                    const qmla_mla_dims *d, size_t T, const qmla_mla_weights *w,
+                    const float *q_nope, const float *q_rope, const float *C,
+                    const float *K, int verify, void *ws, qmla_response out[2],
+                    qmla_error *err);
+} qmla_sweep_ops;
+
+const qmla_sweep_ops *qmla_engine_sweep(const qmla_engine *e);
 
 #ifdef __cplusplus
 }

@@ -21,6 +21,7 @@
 #include <stddef.h>
 
 #include "qmla/capture.h"
+#include "qmla/engine.h"
 #include "qmla/exec.h"
 #include "qmla/quant.h"
 #include "qmla/transform.h"
@@ -58,6 +59,18 @@ int qmla_tf_eval_cell(const qmla_exec *ex, qmla_capture *cap, size_t li,
                       const qmla_tf_eval_opts *o, qmla_tf_eval_row *row,
                       qmla_error *err);
 
+/* The effective-cache evaluation of an engine (qmla_tf_eval_run), one
+ * (layer, cell) at a time; it holds no workspace between calls (the cell's
+ * sequences are loaded and evaluated inside). The CPU engine:
+ * qmla_tf_eval_cell. */
+typedef struct qmla_tfeval_ops {
+    int (*cell)(const qmla_exec *ex, qmla_capture *cap, size_t li, size_t ci,
+                const qmla_transform *t, const float *gamma,
+                const qmla_tf_eval_opts *o, qmla_tf_eval_row *row, qmla_error *err);
+} qmla_tfeval_ops;
+
+const qmla_tfeval_ops *qmla_engine_tfeval(const qmla_engine *e);
+
 /* One row of the /eval group (docs/results-format.md). */
 typedef struct qmla_tf_eval_rec {
     const char *method;     /* label: rtn, smoothquant, quarot, quantmla (#k) */
@@ -90,6 +103,7 @@ typedef struct qmla_tf_eval_run_opts {
     size_t n_cells;
     int threads;
     const char *command_line; /* recorded (may be NULL) */
+    const qmla_engine *engine; /* the evaluation's engine (NULL: CPU) */
 } qmla_tf_eval_run_opts;
 
 qmla_tf_eval_run_opts qmla_tf_eval_run_defaults(void);

@@ -140,6 +140,21 @@ static int p_threads(qmla_job *j, int *threads, qmla_error *err)
     return 0;
 }
 
+/* "cpu" (the command's --engine; qmla/engine.h): unknown names refused with
+ * the engine's message naming this build's engines */
+static int p_engine(qmla_job *j, const qmla_engine **e, qmla_error *err)
+{
+    *e = NULL;
+    const char *s = get(j, "engine");
+    if (!s)
+        return 0;
+    qmla_error e2;
+    qmla_error_clear(&e2);
+    if (qmla_engine_find(s, e, &e2))
+        return bad(j, err, "%s", e2.msg);
+    return 0;
+}
+
 /* "0-3,7" (the command's --layers) */
 static int p_int_list(qmla_job *j, const char *key, int **out, size_t *n, qmla_error *err)
 {
@@ -314,6 +329,8 @@ static int run_sweep(qmla_job *j, qmla_error *err)
     if (!st)
         st = p_threads(j, &o.threads, err);
     if (!st)
+        st = p_engine(j, &o.engine, err);
+    if (!st)
         st = p_flag(j, "verify", &o.verify, err);
     if (!st)
         st = p_flag(j, "force", &o.force, err);
@@ -377,11 +394,14 @@ static int run_op(qmla_job *j, int pred, qmla_error *err)
     long group = 64;
     int bits[QMLA_OP_CONFIGS_MAX] = {2, 3, 4, 8}, threads = 1, force = 0;
     size_t nbits = 4;
+    const qmla_engine *engine = NULL;
     st = p_double(j, "nmse", QMLA_NMSE_MIN, QMLA_NMSE_MAX, &nu, err);
     if (!st)
         st = p_long(j, "group", 1, 1 << 20, &group, err);
     if (!st)
         st = p_threads(j, &threads, err);
+    if (!st)
+        st = p_engine(j, &engine, err);
     if (!st)
         st = p_flag(j, "force", &force, err);
     if (!st && get(j, "bits")) {
@@ -415,6 +435,7 @@ static int run_op(qmla_job *j, int pred, qmla_error *err)
     o.nconf = nconf;
     o.sensitivities = pred;
     o.threads = threads;
+    o.engine = engine;
     o.force = force;
     o.command_line = command_of(j);
     o.progress = j->progress;
@@ -470,6 +491,8 @@ static int run_intervene(qmla_job *j, qmla_error *err)
         st = p_long(j, "bootstrap", 0, 1 << 24, &boot, err);
     if (!st)
         st = p_threads(j, &o.threads, err);
+    if (!st)
+        st = p_engine(j, &o.engine, err);
     if (!st)
         st = p_flag(j, "force", &o.force, err);
     if (st)
@@ -546,6 +569,8 @@ static int run_learn(qmla_job *j, qmla_error *err)
     if (!st)
         st = p_threads(j, &o.learn.threads, err);
     if (!st)
+        st = p_engine(j, &o.engine, err);
+    if (!st)
         st = p_flag(j, "force", &o.force, err);
     if (st)
         return st;
@@ -608,6 +633,8 @@ static int run_eval(qmla_job *j, qmla_error *err)
         o.policy = get(j, "policy");
     o.command_line = command_of(j);
     st = p_threads(j, &o.threads, err);
+    if (!st)
+        st = p_engine(j, &o.engine, err);
     selection s;
     if (!st)
         st = sel_parse(j, &s, err);
@@ -906,15 +933,15 @@ static int run_ppl(qmla_job *j, qmla_error *err)
 
 
 static const job_driver drivers[] = {
-    {"sweep", "input output bits group nmse meta layers cells threads verify force shard balance command",
+    {"sweep", "input output bits group nmse meta layers cells threads engine verify force shard balance command",
      run_sweep},
-    {"jvp", "input output nmse bits group layers cells threads force command", run_jvp},
-    {"predict", "input output nmse group layers cells threads force command", run_predict},
-    {"intervene", "input output bits group nmse reps seed bootstrap layers cells threads force command",
+    {"jvp", "input output nmse bits group layers cells threads engine force command", run_jvp},
+    {"predict", "input output nmse group layers cells threads engine force command", run_predict},
+    {"intervene", "input output bits group nmse reps seed bootstrap layers cells threads engine force command",
      run_intervene},
     {"learn", "input output method path config steps lr seed objective alpha layers train-cells "
-              "heldout-cells threads force also-content command", run_learn},
-    {"eval", "input output transforms* config policy layers cells threads command", run_eval},
+              "heldout-cells threads engine force also-content command", run_learn},
+    {"eval", "input output transforms* config policy layers cells threads engine command", run_eval},
     {"capture", "input output corpus* seeds cells seqs tokens layers store gzip no-pre model-name "
                 "check-tol threads force", run_capture},
     {"ppl", "input output text* config policy transforms* transforms-only tokens context threads "

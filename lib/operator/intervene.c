@@ -397,8 +397,10 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
     if ((st = qmla_plan_build(cap, &ps, &plan, err)))
         return st;
     const size_t nw = plan.n_wanted, R = o->reps;
-    qmla_op_ws ws;
-    memset(&ws, 0, sizeof ws);
+    /* the per-sequence work and its workspace go through the engine
+     * (qmla/engine.h) */
+    const qmla_iv_ops *eng = qmla_engine_iv(o->engine);
+    void *ws = NULL;
     qmla_layer layer;
     memset(&layer, 0, sizeof layer);
     int *lay = malloc((nw + 1) * sizeof *lay), *seq = malloc((nw + 1) * sizeof *seq);
@@ -414,7 +416,7 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
     }
     if ((st = qmla_sha256_file(qmla_capture_path(cap), sha, err)))
         goto out;
-    if ((st = qmla_op_ws_alloc(&d, plan.T_max, 0, o->threads, &ws, err)))
+    if ((st = eng->ws_alloc(&d, plan.T_max, o->threads, &ws, err)))
         goto out;
     /* ordinal of each wanted item (plan order); results sit at it */
     size_t *ord = malloc((plan.n_items + 1) * sizeof *ord);
@@ -481,11 +483,11 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
             goto out2;
         const size_t T = cell.T, H = d.H, q = it->seq, j = ord[k];
         const qmla_mla_weights w = {layer.w_uk, layer.w_uv, layer.w_o};
-        st = qmla_intervene_sequence(&ex, &d, T, &w, cell.q_nope + q * H * T * d.d_n,
-                                     cell.q_rope + q * H * T * d.d_r,
-                                     cell.c_kv + q * T * d.d_c, cell.k_rope + q * T * d.d_r,
-                                     &o->params, R, o->seed + k, &ws, &items[j],
-                                     ratio + j * nr, err);
+        st = eng->sequence(&ex, &d, T, &w, cell.q_nope + q * H * T * d.d_n,
+                           cell.q_rope + q * H * T * d.d_r,
+                           cell.c_kv + q * T * d.d_c, cell.k_rope + q * T * d.d_r,
+                           &o->params, R, o->seed + k, ws, &items[j],
+                           ratio + j * nr, err);
         qmla_cell_free(&cell);
         if (st) {
             qmla_error_prefix(err, "layer %d, sequence %zu: ", it->layer, q);
@@ -531,6 +533,7 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                 goto out2;
             }
         }
+    /* TODO(writer): record qmla_engine_name(o->engine) as the provenance attribute `engine` */
     st = write_iv(results_path, o, qmla_capture_path(cap), sha, n, lay, cells, seq, items,
                   ratio, stats, err);
     if (st == QMLA_OK) {
@@ -543,7 +546,7 @@ out2:
     free(ord);
     free(done);
 out:
-    qmla_op_ws_free(&ws);
+    eng->ws_free(ws);
     qmla_layer_free(&layer);
     qmla_plan_free(&plan);
     free(lay);

@@ -832,12 +832,12 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
     const char *gname = o->sensitivities ? "predict" : "jvp";
     op_store s;
     memset(&s, 0, sizeof s);
-    qmla_op_ws ws;
-    memset(&ws, 0, sizeof ws);
+    /* the per-sequence work, its workspace and the per-layer constants go
+     * through the engine (qmla/engine.h) */
+    const qmla_op_ops *eng = qmla_engine_op(o->engine);
+    void *ws = NULL, *L = NULL;
     qmla_layer layer;
     memset(&layer, 0, sizeof layer);
-    qmla_sens_layer L;
-    memset(&L, 0, sizeof L);
     qmla_op_point *pts = NULL;
     double *alloc = NULL, *sigma = NULL;
     qmla_jnl jf;
@@ -857,7 +857,7 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
         goto out;
     jopen = 1;
     const size_t T = plan.T_max, np = 2 * o->nconf;
-    if ((st = qmla_op_ws_alloc(&d, T, o->sensitivities, qmla_exec_threads(&ex), &ws, err)))
+    if ((st = eng->ws_alloc(&d, T, o->sensitivities, qmla_exec_threads(&ex), &ws, err)))
         goto out;
     pts = malloc(np * sizeof *pts);
     alloc = malloc(np * T * sizeof *alloc);
@@ -878,11 +878,12 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
         const qmla_plan_item *it = &plan.items[k];
         if ((long)it->li != cur_li) {
             qmla_layer_free(&layer);
-            qmla_sens_layer_free(&L);
+            eng->layer_free(L);
+            L = NULL;
             if ((st = qmla_capture_load_layer(cap, it->li, &layer, err)))
                 goto out;
             const qmla_mla_weights w = {layer.w_uk, layer.w_uv, layer.w_o};
-            if (o->sensitivities && (st = qmla_sens_layer_init(&ex, &d, &w, &L, err)))
+            if (o->sensitivities && (st = eng->layer_alloc(&ex, &d, &w, &L, err)))
                 goto out;
             cur_li = (long)it->li;
         }
@@ -892,11 +893,11 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
             goto out;
         const size_t Tc = cell.T, H = d.H, q = it->seq;
         const qmla_mla_weights w = {layer.w_uk, layer.w_uv, layer.w_o};
-        st = qmla_op_sequence(&ex, &d, Tc, &w, o->sensitivities ? &L : NULL,
-                              cell.q_nope + q * H * Tc * d.d_n,
-                              cell.q_rope + q * H * Tc * d.d_r, cell.c_kv + q * Tc * d.d_c,
-                              cell.k_rope + q * Tc * d.d_r, o->conf, o->nconf, &ws, pts,
-                              alloc, sigma, err);
+        st = eng->sequence(&ex, &d, Tc, &w, o->sensitivities ? L : NULL,
+                           cell.q_nope + q * H * Tc * d.d_n,
+                           cell.q_rope + q * H * Tc * d.d_r, cell.c_kv + q * Tc * d.d_c,
+                           cell.k_rope + q * Tc * d.d_r, o->conf, o->nconf, ws, pts,
+                           alloc, sigma, err);
         if (st) {
             qmla_error_prefix(err, "layer %d, cell %s, sequence %zu: ", it->layer,
                               cell.name, q);
@@ -928,6 +929,7 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
     }
     if ((st = qmla_op_stats_compute(s.pts, s.n, o->sensitivities, stats, err)))
         goto out;
+    /* TODO(writer): record qmla_engine_name(o->engine) as the provenance attribute `engine` */
     if ((st = write_group(results_path, gname, &s, stats, o->sensitivities,
                           qmla_capture_path(cap), sha, o->command_line, err)))
         goto out;
@@ -944,9 +946,9 @@ out:
     free(pts);
     free(alloc);
     free(sigma);
-    qmla_op_ws_free(&ws);
+    eng->ws_free(ws);
     qmla_layer_free(&layer);
-    qmla_sens_layer_free(&L);
+    eng->layer_free(L);
     store_free(&s);
     qmla_plan_free(&plan);
     return st;

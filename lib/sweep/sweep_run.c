@@ -50,6 +50,7 @@ static int fill_meta(qmla_capture *cap, const qmla_plan *plan,
     m->nmse = p->nmse;
     snprintf(m->tool_version, sizeof m->tool_version, "%s", QMLA_VERSION);
     snprintf(m->git_commit, sizeof m->git_commit, "%s", QMLA_GIT_COMMIT);
+    /* TODO(writer): record qmla_engine_name(opts->engine) as the provenance attribute `engine` */
     snprintf(m->command_line, sizeof m->command_line, "%s",
              opts->command_line ? opts->command_line : "");
     const time_t now = time(NULL);
@@ -130,10 +131,11 @@ static int restore_results(const char *path, const char *key, int force,
 }
 
 /* Refuse up front a workspace that cannot fit, rather than be killed. */
-static int check_memory(const qmla_mla_dims *d, const qmla_plan *plan, int verify,
-                        const char *cpath, qmla_error *err)
+static int check_memory(const qmla_sweep_ops *eng, const qmla_mla_dims *d,
+                        const qmla_plan *plan, int verify, const char *cpath,
+                        qmla_error *err)
 {
-    const double need = qmla_sweep_ws_bytes(d, plan->T_max, verify);
+    const double need = eng->ws_bytes(d, plan->T_max, verify);
     const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     const double have = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0.0;
     if (have > 0.0 && need > 0.9 * have)
@@ -147,7 +149,8 @@ static int check_memory(const qmla_mla_dims *d, const qmla_plan *plan, int verif
     return QMLA_OK;
 }
 
-/* Compute every wanted item not yet done, journaling each. */
+/* Compute every wanted item not yet done, journaling each; the per-sequence
+ * work and its workspace go through the engine (qmla/engine.h). */
 static int compute_pending(qmla_capture *cap, qmla_plan *plan,
                            const qmla_sweep_opts *opts, const qmla_mla_dims *d,
                            qmla_journal *jr, int *stopped, qmla_error *err)
@@ -155,10 +158,10 @@ static int compute_pending(qmla_capture *cap, qmla_plan *plan,
     const char *cpath = qmla_capture_path(cap);
     const size_t resumed = plan->n_wanted_done;
     int st = QMLA_OK;
-    qmla_sweep_ws ws;
+    const qmla_sweep_ops *eng = qmla_engine_sweep(opts->engine);
+    void *ws = NULL;
     qmla_layer layer;
     qmla_cell cell;
-    memset(&ws, 0, sizeof ws);
     memset(&layer, 0, sizeof layer);
     memset(&cell, 0, sizeof cell);
     size_t cur_li = SIZE_MAX, cur_ci = SIZE_MAX;
@@ -170,8 +173,8 @@ static int compute_pending(qmla_capture *cap, qmla_plan *plan,
     }
     if (plan->n_wanted_done == plan->n_wanted)
         return QMLA_OK;
-    if ((st = check_memory(d, plan, opts->verify, cpath, err)) ||
-        (st = qmla_sweep_ws_alloc(d, plan->T_max, opts->verify, &ws, err)))
+    if ((st = check_memory(eng, d, plan, opts->verify, cpath, err)) ||
+        (st = eng->ws_alloc(d, plan->T_max, opts->verify, &ws, err)))
         return st;
     for (size_t k = 0; k < plan->n_items; k++) {
         if (!plan->wanted[k] || qmla_plan_item_done(plan, k))
@@ -194,12 +197,11 @@ static int compute_pending(qmla_capture *cap, qmla_plan *plan,
         const size_t T = cell.T, H = d->H, s = it->seq;
         const qmla_mla_weights w = {layer.w_uk, layer.w_uv, layer.w_o};
         qmla_response r[2];
-        st = qmla_sweep_sequence(&ex, &opts->params, d, T, &w,
-                                 cell.q_nope + s * H * T * d->d_n,
-                                 cell.q_rope + s * H * T * d->d_r,
-                                 cell.c_kv + s * T * d->d_c,
-                                 cell.k_rope + s * T * d->d_r, opts->verify, &ws,
-                                 r, err);
+        st = eng->sequence(&ex, &opts->params, d, T, &w,
+                           cell.q_nope + s * H * T * d->d_n,
+                           cell.q_rope + s * H * T * d->d_r,
+                           cell.c_kv + s * T * d->d_c,
+                           cell.k_rope + s * T * d->d_r, opts->verify, ws, r, err);
         if (st) {
             qmla_error_prefix(err, "%s: /layers/%d/cells/%s sequence %zu: ", cpath,
                               it->layer, cell.name, s);
@@ -221,7 +223,7 @@ static int compute_pending(qmla_capture *cap, qmla_plan *plan,
     }
     qmla_cell_free(&cell);
     qmla_layer_free(&layer);
-    qmla_sweep_ws_free(&ws);
+    eng->ws_free(ws);
     return st;
 }
 

@@ -123,26 +123,28 @@ static int run_path(qmla_learn_path path, const qmla_learn_opts *lo, const qmla_
                     qmla_transform *t, double *obj, const qmla_learn_run_opts *o,
                     qmla_learn_run_result *r, qmla_error *err)
 {
-    qmla_learner *l = NULL;
+    /* the learner is the engine's (qmla/engine.h) */
+    const qmla_learn_ops *eng = qmla_engine_learn(o->engine);
+    void *l = NULL;
     double t0 = qmla_monotonic_s();
-    int st = qmla_learner_alloc(path, d, w, gamma, pp, tr, he, lo, &l, err);
+    int st = eng->alloc(path, d, w, gamma, pp, tr, he, lo, &l, err);
     double alpha = 0;
     if (!st)
-        st = qmla_learner_init(l, &alpha, err);
+        st = eng->init(l, &alpha, err);
     for (size_t k = 0; !st && k < lo->steps; k++) {
         if (o->progress && o->progress(o->progress_ctx, k, lo->steps, 0)) {
             r->stopped = 1;
             st = qmla_error_set(err, QMLA_EINVAL, "stopped (layers done so far are kept)");
             break;
         }
-        st = qmla_learner_iterate(l, err);
+        st = eng->iterate(l, err);
     }
     if (!st)
-        st = qmla_learner_finish(l, err);
+        st = eng->finish(l, err);
     if (!st)
-        st = qmla_learner_get(l, t, err);
+        st = eng->get(l, t, err);
     if (!st) {
-        qmla_learn_state s = qmla_learner_state(l);
+        qmla_learn_state s = eng->state(l);
         const char *nm = path == QMLA_LEARN_CONTENT ? "content" : "rope";
         note(o,
              "layer %d %-7s steps %zu  init α %-4g  %s %.4e -> best %.4e (step %zu)  train %.4e  %.1f s "
@@ -153,7 +155,7 @@ static int run_path(qmla_learn_path path, const qmla_learn_opts *lo, const qmla_
         obj[path == QMLA_LEARN_CONTENT ? QMLA_TOBJ_C_INIT : QMLA_TOBJ_P_INIT] = s.init_obj;
         obj[path == QMLA_LEARN_CONTENT ? QMLA_TOBJ_C_BEST : QMLA_TOBJ_P_BEST] = s.best_held;
     }
-    qmla_learner_free(l);
+    eng->free(l);
     return st;
 }
 
@@ -253,6 +255,7 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
     snprintf(m.config, sizeof m.config, "%s", config);
     m.alpha = method->uses_alpha ? alpha : NAN;
     snprintf(m.capture, sizeof m.capture, "%s", capture);
+    /* TODO(writer): record qmla_engine_name(o->engine) as the provenance attribute `engine` */
     snprintf(m.command, sizeof m.command, "%s", o->command_line ? o->command_line : "");
     const char *tt = o->train_text ? o->train_text : "-", *ht = o->held_text ? o->held_text : "-",
                *lt = o->layers_text ? o->layers_text : "-";

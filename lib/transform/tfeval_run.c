@@ -175,7 +175,8 @@ int qmla_tf_eval_run(const char *capture, const char *out, const qmla_tf_eval_ru
                 row->layer = layer;
                 row->cell = NULL;
                 snprintf(r->names + r->n_rows * CELL_MAX, CELL_MAX, "%s", cn);
-                st = qmla_tf_eval_cell(&ex, cap, li, ci, t, g, &eo, &row->r, err);
+                st = qmla_engine_tfeval(o->engine)->cell(&ex, cap, li, ci, t, g, &eo,
+                                                         &row->r, err);
                 if (st)
                     goto done;
                 r->n_rows++;
@@ -218,6 +219,7 @@ int qmla_tf_eval_run(const char *capture, const char *out, const qmla_tf_eval_ru
     }
     r->computed = 1;
     point_names(r);
+    /* TODO(writer): record qmla_engine_name(o->engine) as the provenance attribute `engine` */
     st = qmla_tf_eval_write(out, config, policy, o->command_line, r->rows, r->n_rows, err);
     if (!st)
         r->wrote = 1;

@@ -810,38 +810,38 @@ def run_driver(driver, input, output, progress=None, **opts):
 
 def sweep(capture, output, **opts):
     """qmla sweep (qmla_sweep_run): bits, group, nmse, meta, layers, cells,
-    threads, verify, force, shard ("I/N"), balance."""
+    threads, engine ("cpu"), verify, force, shard ("I/N"), balance."""
     return run_driver("sweep", capture, output, **opts)
 
 
 def jvp(capture, output, **opts):
     """qmla jvp (qmla_op_run_points, group /jvp): nmse, bits, group, layers,
-    cells, threads, force."""
+    cells, threads, engine, force."""
     return run_driver("jvp", capture, output, **opts)
 
 
 def predict(capture, output, **opts):
     """qmla predict (qmla_op_run_points with sensitivities, group /predict):
-    nmse, group, layers, cells, threads, force."""
+    nmse, group, layers, cells, threads, engine, force."""
     return run_driver("predict", capture, output, **opts)
 
 
 def intervene(capture, output, **opts):
     """qmla intervene (qmla_intervene_run, group /interventions): bits, group,
-    nmse, reps, seed, bootstrap, layers, cells, threads, force."""
+    nmse, reps, seed, bootstrap, layers, cells, threads, engine, force."""
     return run_driver("intervene", capture, output, **opts)
 
 
 def learn(capture, output, **opts):
     """qmla learn (qmla_learn_run): method, path, config, steps, lr, seed,
-    objective, alpha, layers, train_cells, heldout_cells, threads, force,
+    objective, alpha, layers, train_cells, heldout_cells, threads, engine, force,
     also_content. Resumes an incomplete file of the same settings."""
     return run_driver("learn", capture, output, **opts)
 
 
 def evaluate(capture, output, transforms, config, **opts):
     """qmla eval (qmla_tf_eval_run, group /eval): transforms (a list of
-    files), config (C4R4 or C2R4), policy, layers, cells, threads."""
+    files), config (C4R4 or C2R4), policy, layers, cells, threads, engine."""
     if isinstance(transforms, (str, bytes, os.PathLike)):
         transforms = [transforms]
     return run_driver("eval", capture, output, transforms=list(transforms), config=config, **opts)

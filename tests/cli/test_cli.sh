@@ -117,12 +117,25 @@ expect 2 "sweep bad --layers" -- "$QMLA" sweep "$work/tiny.h5" -o "$work/r.h5" -
 expect 2 "sweep unknown cell" -- "$QMLA" sweep "$work/tiny.h5" -o "$work/r.h5" --cells nope
 [ ! -e "$work/r.h5" ] && ok || bad "a failed sweep left a results file"
 
+# --- --engine (include/qmla/engine.h): cpu accepted, any other refused before any work --
+for c in sweep jvp predict intervene learn; do
+  expect 2 "$c --engine cuda" -- "$QMLA" $c "$work/tiny.h5" -o "$work/eng.h5" --engine cuda
+  containsF 'engine "cuda": not in this build, which has the engines: cpu' "$c --engine cuda names the engines"
+done
+expect 2 "eval --engine cuda" -- "$QMLA" eval "$work/tiny.h5" --transforms "$work/nope.h5" --config C4R4 -o "$work/eng.h5" --engine cuda
+containsF 'which has the engines: cpu' "eval --engine cuda names the engines"
+[ ! -e "$work/eng.h5" ] && [ ! -e "$work/eng.h5.journal" ] && ok || bad "a refused --engine left a file"
+
 # --- sweep vs the independent NumPy implementation ---------------------------------
 expect 0 "sweep tiny" -- "$QMLA" sweep "$work/tiny.h5" -o "$work/r.h5" -v --verify --threads 2
 contains "model mean over layers" "sweep summary"
 contains "route identity" "sweep --verify"
 expect 0 "numpy reference agrees to 1e-4" -- "$PY" "$ROOT/bench/numpy_sweep.py" "$work/tiny.h5" --compare "$work/r.h5" --rtol 1e-4
 contains "0 above rtol" "numpy compare"
+expect 0 "sweep --engine cpu" -- "$QMLA" sweep "$work/tiny.h5" -o "$work/r_cpu.h5" --engine cpu --verify --threads 2
+"$QMLA" export "$work/r.h5" | grep -v '^#' > "$work/rows_default.tsv"
+"$QMLA" export "$work/r_cpu.h5" | grep -v '^#' > "$work/rows_cpu.tsv"
+cmp -s "$work/rows_default.tsv" "$work/rows_cpu.tsv" && [ -s "$work/rows_cpu.tsv" ] && ok || bad "sweep --engine cpu: rows differ from the default engine's"
 
 # --- quantizer ties: round half to even, not half up ------------------------------
 # every c_kv / k_rope group holds 0 and 15/8 (4 bits: scale 1/8, lo 0, exact

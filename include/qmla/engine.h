@@ -1,0 +1,65 @@
+/* qmla/engine.h — the analysis engine: which implementation runs the
+ * per-sequence computations of the analysis drivers (docs/architecture.md,
+ * "The engine seam").
+ *
+ * An engine is an opaque, immutable handle. It holds one operations table
+ * per area that has per-sequence work; each area declares its own table
+ * type and accessor in its own header:
+ *   qmla_attn_ops    qmla_engine_attn    (qmla/attention.h) the clean pass
+ *   qmla_quant_ops   qmla_engine_quant   (qmla/quant.h)     QDQ
+ *   qmla_sweep_ops   qmla_engine_sweep   (qmla/sweep.h)     one sequence of the sweep
+ *   qmla_jvp_ops     qmla_engine_jvp     (qmla/jvp.h)       JVPs, sensitivities
+ *   qmla_op_ops      qmla_engine_op      (qmla/predict.h)   gains, predictors
+ *   qmla_iv_ops      qmla_engine_iv      (qmla/intervene.h) controls, joint path
+ *   qmla_learn_ops   qmla_engine_learn   (qmla/learn.h)     the learner
+ *   qmla_tfeval_ops  qmla_engine_tfeval  (qmla/tfeval.h)    effective-cache cell
+ * Every accessor takes NULL for the CPU engine. The drivers (qmla_sweep_run,
+ * qmla_op_run, qmla_intervene_run, qmla_learn_run, qmla_tf_eval_run) take
+ * the engine in their options (`engine`, NULL = CPU) and call every
+ * per-sequence operation, and the workspace it needs, through these
+ * tables; they never name a CPU function for that work.
+ *
+ * Workspaces belong to the engine: each table with a workspace has
+ * ws_alloc (from the dims and T_max, returning an opaque pointer) and
+ * ws_free, so a device engine keeps device buffers there. The CPU engine's
+ * workspaces are today's structs (qmla_sweep_ws, qmla_op_ws, ...) and its
+ * operations are today's functions, so its numbers are those of the direct
+ * calls bit for bit.
+ *
+ * How a CUDA engine plugs in: a file of lib/driver/ (or kernels/, built
+ * with CUDA) defines its tables — ws_alloc allocating device memory (and
+ * pinned host staging), `sequence` copying the inputs, launching, and
+ * copying the results back into the same output structs — and a
+ * `struct qmla_engine` (lib/core/engine_int.h) named "cuda" pointing at
+ * them; lib/driver/engines.c adds it to the list qmla_engine_find searches
+ * (under the build's CUDA option). A table entry may point at the CPU
+ * function where the engine has nothing faster. No driver changes. */
+#ifndef QMLA_ENGINE_H
+#define QMLA_ENGINE_H
+
+#include "qmla/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct qmla_engine qmla_engine;
+
+/* The CPU engine (today's functions). */
+const qmla_engine *qmla_engine_cpu(void);
+
+/* The engine of that name ("cpu") into *e; any other name (including
+ * "cuda" in a build without it) is QMLA_EINVAL with a message naming the
+ * engines this build has. */
+int qmla_engine_find(const char *name, const qmla_engine **e, qmla_error *err);
+
+/* Its name ("cpu"); NULL is the CPU engine. */
+const char *qmla_engine_name(const qmla_engine *e);
+
+/* The names of this build's engines, comma separated ("cpu"). */
+const char *qmla_engine_names(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
