@@ -186,17 +186,18 @@ hid_t qmla_h5_open_mem(const char *path, int *created, qmla_error *err);
  * was found otherwise (another kind of results, a capture, not HDF5). */
 int qmla_h5_check_replace(const char *path, const char *format, qmla_error *err);
 
-/* In a writer with `int st`, `qmla_error *err` and `const char *path` in
- * scope: when x is negative (an HDF5 call failed), st = QMLA_EIO naming the
- * file, what was being written and HDF5's own message, then goto label. */
-#define QMLA_H5_TRY_TO(label, x, what)                                        \
+/* The one check of an HDF5 call in a writer with `int st`, `qmla_error *err`
+ * and `const char *path` in scope and a label `out:`: when x is negative (an
+ * HDF5 call failed), st = QMLA_EIO naming the file, what was being written
+ * and HDF5's own message, then goto out. */
+#define QMLA_H5_TRY(x, what)                                                  \
     do {                                                                      \
         if ((x) < 0) {                                                        \
             char h5m_[256];                                                   \
             qmla_h5_error_text(h5m_, sizeof h5m_);                            \
             st = qmla_error_set(err, QMLA_EIO, "%s: cannot write %s: %s",     \
                                 path, what, h5m_);                            \
-            goto label;                                                       \
+            goto out;                                                         \
         }                                                                     \
     } while (0)
 
