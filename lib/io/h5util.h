@@ -180,6 +180,11 @@ int qmla_save_bytes_atomic(const char *path, const void *const *bufs,
  * results file atomically. */
 hid_t qmla_h5_open_mem(const char *path, int *created, qmla_error *err);
 
+/* Before an HDF5 file is opened for reading: QMLA_ENOENT when `path` does
+ * not exist ("PATH: cannot open the WHAT: No such file or directory"),
+ * QMLA_EIO when it is a directory or otherwise not a regular file. */
+int qmla_h5_check_input(const char *path, const char *what, qmla_error *err);
+
 /* Before a writer replaces `path` with a whole new file: QMLA_OK when it
  * does not exist, is empty, or is an HDF5 file whose root "format" is
  * `format` (an earlier output of the same kind); QMLA_EINVAL naming what

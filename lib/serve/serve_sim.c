@@ -15,7 +15,7 @@ int qmla_serve_calibrate(const char *tsv, qmla_serve_config *c, qmla_error *err)
 {
     FILE *f = fopen(tsv, "r");
     if (!f)
-        return qmla_error_set(err, QMLA_EIO, "%s: cannot open the benchmark "
+        return qmla_error_set(err, qmla_status_from_errno(errno), "%s: cannot open the benchmark "
                               "results: %s", tsv, strerror(errno));
     char line[1024];
     double sx = 0, sy = 0, sxx = 0, sxy = 0, xs[256], ys[256];
@@ -66,7 +66,7 @@ int qmla_serve_scenario_read(const char *path, qmla_serve_scenario *s,
     memset(s, 0, sizeof *s);
     FILE *f = fopen(path, "r");
     if (!f)
-        return qmla_error_set(err, QMLA_EIO, "%s: cannot open: %s", path,
+        return qmla_error_set(err, qmla_status_from_errno(errno), "%s: cannot open: %s", path,
                               strerror(errno));
     struct { const char *key; long long *i; double *d; } keys[] = {
         {"requests", &s->requests, NULL},

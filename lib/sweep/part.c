@@ -227,6 +227,8 @@ static int read_attr_ll(hid_t g, const char *path, const char *name,
 int qmla_part_read(const char *path, qmla_part_info *pi, qmla_error *err)
 {
     memset(pi, 0, sizeof *pi);
+    if (qmla_h5_check_input(path, "part file", err))
+        return err ? err->status : QMLA_ENOENT;
     h5_quiet q = qmla_h5_quiet_begin();
     int st = QMLA_OK;
     int32_t *layer = NULL, *cell = NULL;

@@ -562,6 +562,8 @@ int qmla_transform_file_read(const char *path, qmla_transform_file *f,
                              qmla_error *err)
 {
     memset(f, 0, sizeof *f);
+    if (qmla_h5_check_input(path, "transforms file", err))
+        return err ? err->status : QMLA_ENOENT;
     h5_quiet q = qmla_h5_quiet_begin();
     hid_t lapl = qmla_h5_make_lapl();
     qmla_h5_ctx v = {path, lapl, err};
