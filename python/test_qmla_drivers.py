@@ -20,7 +20,8 @@ sys.path.insert(0, os.path.join(root, "python"))
 import qmla  # noqa: E402
 
 QMLA = os.environ.get("QMLA_BIN", os.path.join(root, "build", "cli", "qmla"))
-PROVENANCE = {"command", "command_line", "created_utc", "capture_sha256"}
+# the run, not the result: who ran it, when, how long (docs/results-format.md "Provenance")
+PROVENANCE = {"command", "command_line", "created_utc", "capture_sha256", "elapsed_s", "threads"}
 fails = 0
 work = tempfile.mkdtemp(prefix="qmla-drivers-")
 

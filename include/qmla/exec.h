@@ -15,10 +15,18 @@ typedef struct qmla_exec {
     int threads; /* OpenMP threads for qmla's loops (< 1 means 1) */
 } qmla_exec;
 
+/* Record that a computation runs with `threads` threads (the provenance's
+ * `threads`: the largest count noted in this process). */
+void qmla_exec_note_threads(int threads);
+/* The largest thread count any computation of this process ran with (1
+ * when none ran). */
+int qmla_exec_threads_used(void);
+
 static inline qmla_exec qmla_exec_cpu(int threads)
 {
     qmla_exec e;
     e.threads = threads < 1 ? 1 : threads;
+    qmla_exec_note_threads(e.threads);
     return e;
 }
 
@@ -37,6 +45,10 @@ typedef int (*qmla_progress_fn)(void *ctx, size_t done, size_t total, size_t res
  * calls BLAS from inside them, so programs set 1 once, before any work:
  * results are then bit-identical for every qmla thread count. */
 void qmla_blas_set_threads(int threads);
+/* The BLAS library and the core it dispatches to, as OpenBLAS describes
+ * itself ("OpenBLAS 0.3.20 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64");
+ * the provenance's `blas`. */
+const char *qmla_blas_info(void);
 
 /* Seconds on the monotonic clock (elapsed-time figures and progress). */
 double qmla_monotonic_s(void);

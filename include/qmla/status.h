@@ -23,7 +23,8 @@ enum qmla_status {
     QMLA_ERANGE = 5,     /* value does not fit (e.g. float16 metadata overflow) */
     QMLA_ENOMEM = 6,     /* allocation failed */
     QMLA_EMISMATCH = 7,  /* e.g. resume journal written with other parameters */
-    QMLA_EINTERNAL = 8   /* a bug: an invariant did not hold */
+    QMLA_EINTERNAL = 8,  /* a bug: an invariant did not hold */
+    QMLA_ENOENT = 9      /* a file that must exist does not (ENOENT, ENOTDIR) */
 };
 
 #define QMLA_ERRMSG_MAX 1024
@@ -59,6 +60,10 @@ int qmla_error_prefix(qmla_error *err, const char *fmt, ...)
     ;
 
 void qmla_error_clear(qmla_error *err);
+
+/* The status of a failed open/stat/access with errno e: QMLA_ENOENT for
+ * ENOENT and ENOTDIR (no such file), QMLA_EIO otherwise. */
+int qmla_status_from_errno(int e);
 
 /* Short name of a status ("EFORMAT"); never NULL. */
 const char *qmla_status_name(int status);

@@ -2,8 +2,7 @@
  * Built on lib/io/h5util.c: an in-memory HDF5 file saved atomically. */
 #include "qmla/bench_results.h"
 
-#include "io/h5util.h"
-#include "qmla_commit.h"
+#include "io/group.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -12,10 +11,9 @@
 #include <string.h>
 #include <time.h>
 
-#define TRY(expr, what) QMLA_H5_TRY_TO(done, expr, what)
-
 static const char *const reserved[] = {"format", "format_version", "tool", "tool_version",
-                                       "git_commit", "command_line", "created_utc", "device"};
+                                       "git_commit", "command_line", "created_utc", "device",
+                                       "engine", "threads", "blas", "elapsed_s"};
 
 /* Index of (batch, size) in the decode points so far, appending it. */
 static size_t point_of(int *pb, long *ps, size_t *np, int batch, long size)
@@ -49,8 +47,11 @@ int qmla_bench_write_h5(const char *path, const qmla_bench_meta *m,
                                       "bench results %s: parameter name %s is reserved",
                                       path, m->param_names[p] ? m->param_names[p] : "(NULL)");
     int st = QMLA_OK;
-    hid_t f = -1, g = -1;
-    h5_quiet quiet = qmla_h5_quiet_begin();
+    hid_t g = -1;
+    qmla_h5_out o;
+    if ((st = qmla_h5_out_file(&o, path, err)))
+        return st;
+    const hid_t f = o.f;
     const size_t cap = n ? n : 1;
     const char **kind = malloc(cap * sizeof *kind), **cfg = malloc(cap * sizeof *cfg);
     int *batch = malloc(cap * sizeof *batch), *pb = malloc(cap * sizeof *pb);
@@ -60,48 +61,35 @@ int qmla_bench_write_h5(const char *path, const qmla_bench_meta *m,
     const char **cnames = malloc(cap * sizeof *cnames);
     if (!kind || !cfg || !batch || !pb || !size || !ps || !col || !cnames) {
         st = qmla_error_set(err, QMLA_ENOMEM, "bench results %s: out of memory", path);
-        goto done;
-    }
-    f = qmla_h5_create_mem();
-    if (f < 0) {
-        st = qmla_error_set(err, QMLA_EIO, "%s: cannot create the results file in memory",
-                            path);
-        goto done;
+        goto out;
     }
     {
-        char utc[32] = "";
-        const time_t now = time(NULL);
-        struct tm tm;
-        if (gmtime_r(&now, &tm))
-            strftime(utc, sizeof utc, "%Y-%m-%dT%H:%M:%SZ", &tm);
-        TRY(qmla_h5_attr_str(f, "format", QMLA_BENCH_FORMAT), "attribute format");
-        TRY(qmla_h5_attr_int(f, "format_version", QMLA_BENCH_VERSION),
+        QMLA_H5_TRY(qmla_h5_attr_str(f, "format", QMLA_BENCH_FORMAT), "attribute format");
+        QMLA_H5_TRY(qmla_h5_attr_int(f, "format_version", QMLA_BENCH_VERSION),
             "attribute format_version");
-        TRY(qmla_h5_attr_str(f, "tool", m->tool ? m->tool : ""), "attribute tool");
-        TRY(qmla_h5_attr_str(f, "tool_version", qmla_version()), "attribute tool_version");
-        TRY(qmla_h5_attr_str(f, "git_commit", QMLA_GIT_COMMIT), "attribute git_commit");
-        TRY(qmla_h5_attr_str(f, "command_line", m->command_line ? m->command_line : ""),
-            "attribute command_line");
-        TRY(qmla_h5_attr_str(f, "created_utc", utc), "attribute created_utc");
-        TRY(qmla_h5_attr_str(f, "device", m->device ? m->device : ""), "attribute device");
+        const qmla_prov p = {.tool = m->tool ? m->tool : "", .command_line = m->command_line,
+                             .engine = "cuda"};
+        if ((st = qmla_h5_prov(f, &p, path, err)))
+            goto out;
+        QMLA_H5_TRY(qmla_h5_attr_str(f, "device", m->device ? m->device : ""), "attribute device");
         for (size_t p = 0; p < m->n_params; p++)
-            TRY(qmla_h5_attr_dbl(f, m->param_names[p], m->param_values[p]), m->param_names[p]);
+            QMLA_H5_TRY(qmla_h5_attr_dbl(f, m->param_names[p], m->param_values[p]), m->param_names[p]);
     }
     /* /rows */
     g = H5Gcreate2(f, "rows", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    TRY(g, "group rows");
+    QMLA_H5_TRY(g, "group rows");
     for (size_t i = 0; i < n; i++) {
         kind[i] = rows[i].kind;
         cfg[i] = rows[i].config;
         batch[i] = rows[i].batch;
         size[i] = rows[i].size;
     }
-    TRY(qmla_h5_dset_strs(g, "kind", n, kind, "what was measured"), "rows/kind");
-    TRY(qmla_h5_dset_strs(g, "config", n, cfg, "cache configuration (empty: none)"),
+    QMLA_H5_TRY(qmla_h5_dset_strs(g, "kind", n, kind, "what was measured"), "rows/kind");
+    QMLA_H5_TRY(qmla_h5_dset_strs(g, "config", n, cfg, "cache configuration (empty: none)"),
         "rows/config");
-    TRY(qmla_h5_dset_1d(g, "batch", H5T_STD_I32LE, H5T_NATIVE_INT, n, batch,
+    QMLA_H5_TRY(qmla_h5_dset_1d(g, "batch", H5T_STD_I32LE, H5T_NATIVE_INT, n, batch,
                         "decode: sequences (0: not a decode row)", NULL), "rows/batch");
-    TRY(qmla_h5_dset_1d(g, "size", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, size,
+    QMLA_H5_TRY(qmla_h5_dset_1d(g, "size", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, size,
                         "decode: context; quantize-pack and writer: tokens", "tokens"),
         "rows/size");
     {
@@ -116,11 +104,11 @@ int qmla_bench_write_h5(const char *path, const qmla_bench_meta *m,
         for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
             for (size_t i = 0; i < n; i++)
                 col[i] = *(const double *)((const char *)&rows[i] + c[k].off);
-            TRY(qmla_h5_dset_1d(g, c[k].name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, col,
+            QMLA_H5_TRY(qmla_h5_dset_1d(g, c[k].name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, col,
                                 c[k].desc, c[k].units), c[k].name);
         }
     }
-    TRY(H5Gclose(g), "group rows");
+    QMLA_H5_TRY(H5Gclose(g), "group rows");
     g = -1;
     /* /table9 */
     {
@@ -131,12 +119,12 @@ int qmla_bench_write_h5(const char *path, const qmla_bench_meta *m,
                 config_of(cnames, &nc, rows[i].config);
             }
         g = H5Gcreate2(f, "table9", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        TRY(g, "group table9");
+        QMLA_H5_TRY(g, "group table9");
         for (size_t i = 0; i < np; i++)
             size[i] = ps[i];
-        TRY(qmla_h5_dset_1d(g, "batch", H5T_STD_I32LE, H5T_NATIVE_INT, np, pb, "sequences",
+        QMLA_H5_TRY(qmla_h5_dset_1d(g, "batch", H5T_STD_I32LE, H5T_NATIVE_INT, np, pb, "sequences",
                             NULL), "table9/batch");
-        TRY(qmla_h5_dset_1d(g, "context", H5T_STD_I64LE, H5T_NATIVE_LLONG, np, size,
+        QMLA_H5_TRY(qmla_h5_dset_1d(g, "context", H5T_STD_I64LE, H5T_NATIVE_LLONG, np, size,
                             "tokens per sequence", "tokens"), "table9/context");
         const char *what[4] = {"us", "ratio", "GBps", "pct_copy"};
         const char *units[4] = {"us", NULL, "GB/s", "%"};
@@ -154,20 +142,16 @@ int qmla_bench_write_h5(const char *path, const qmla_bench_meta *m,
                     }
                 char name[64];
                 snprintf(name, sizeof name, "%s_%s", cnames[c], what[k]);
-                TRY(qmla_h5_dset_1d(g, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, np, col,
+                QMLA_H5_TRY(qmla_h5_dset_1d(g, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, np, col,
                                     NULL, units[k]), name);
             }
-        TRY(H5Gclose(g), "group table9");
+        QMLA_H5_TRY(H5Gclose(g), "group table9");
         g = -1;
     }
-    st = qmla_h5_save_image(f, path, err);
-    f = -1;
-done:
+out:
     if (g >= 0)
         H5Gclose(g);
-    if (f >= 0)
-        H5Fclose(f);
-    qmla_h5_quiet_end(quiet);
+    st = qmla_h5_out_finish(&o, st);
     free(kind);
     free(cfg);
     free(batch);

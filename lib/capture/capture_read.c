@@ -541,7 +541,7 @@ int qmla_capture_open(const char *path, qmla_capture **out, qmla_error *err)
                               "qmla_capture_open: expected a path, found NULL");
     struct stat sb;
     if (stat(path, &sb) != 0)
-        return qmla_error_set(err, QMLA_EIO, "%s: cannot open: expected an "
+        return qmla_error_set(err, qmla_status_from_errno(errno), "%s: cannot open: expected an "
                               "existing readable file, found: %s", path,
                               strerror(errno));
     if (!S_ISREG(sb.st_mode))
@@ -551,7 +551,7 @@ int qmla_capture_open(const char *path, qmla_capture **out, qmla_error *err)
                                                   : "a special file");
     int fd = open(path, O_RDONLY);
     if (fd < 0)
-        return qmla_error_set(err, QMLA_EIO, "%s: cannot open: expected a "
+        return qmla_error_set(err, qmla_status_from_errno(errno), "%s: cannot open: expected a "
                               "readable file, found: %s", path,
                               strerror(errno));
     close(fd);

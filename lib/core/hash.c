@@ -17,7 +17,7 @@ int qmla_sha256_file(const char *path, char hex[65], qmla_error *err)
     hex[0] = '\0';
     FILE *f = fopen(path, "rb");
     if (!f)
-        return qmla_error_set(err, QMLA_EIO, "%s: cannot open: %s", path,
+        return qmla_error_set(err, qmla_status_from_errno(errno), "%s: cannot open: %s", path,
                               strerror(errno));
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {

@@ -1,4 +1,5 @@
 /* status.c — the error record (see include/qmla/status.h). */
+#include <errno.h>
 #include "qmla/status.h"
 #include "qmla_config.h"
 
@@ -65,6 +66,11 @@ void qmla_error_clear(qmla_error *err)
     }
 }
 
+int qmla_status_from_errno(int e)
+{
+    return e == ENOENT || e == ENOTDIR ? QMLA_ENOENT : QMLA_EIO;
+}
+
 const char *qmla_status_name(int status)
 {
     switch (status) {
@@ -77,6 +83,7 @@ const char *qmla_status_name(int status)
     case QMLA_ENOMEM: return "ENOMEM";
     case QMLA_EMISMATCH: return "EMISMATCH";
     case QMLA_EINTERNAL: return "EINTERNAL";
+    case QMLA_ENOENT: return "ENOENT";
     default: return "EUNKNOWN";
     }
 }

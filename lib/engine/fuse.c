@@ -264,7 +264,8 @@ static int read_whole(const char *path, unsigned char **out, size_t *n, qmla_err
 {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return qmla_error_set(err, QMLA_EIO, "%s: cannot open: %s", path, strerror(errno));
+        return qmla_error_set(err, qmla_status_from_errno(errno), "%s: cannot open: %s", path,
+                              strerror(errno));
     size_t cap = 1 << 16, k = 0;
     unsigned char *b = malloc(cap);
     while (b) {

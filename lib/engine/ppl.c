@@ -5,7 +5,7 @@
  * shared), the NLL summed in double in window order; and the /ppl group of
  * a results file with its /ppl_table (qmla_ppl_save). */
 #include "engine/engine_int.h"
-#include "io/h5util.h"
+#include "io/group.h"
 #include "qmla_commit.h"
 
 #include <math.h>
@@ -208,22 +208,20 @@ int qmla_eng_ppl_windows(const qmla_model *m, const qmla_exec *ex, const qmla_ca
 
 /* ------------------------------------------------------------ results */
 
-#define H5TRY(x, what) QMLA_H5_TRY_TO(out, x, what)
-
 static int row_attrs(hid_t g, const char *path, const qmla_ppl_row *r, qmla_error *err)
 {
     int st = QMLA_OK;
-    H5TRY(qmla_h5_attr_dbl(g, "bits_per_byte", r->r.bits_per_byte), "bits_per_byte");
-    H5TRY(qmla_h5_attr_dbl(g, "nll_nats_per_token", r->r.nll_nats_per_token),
+    QMLA_H5_TRY(qmla_h5_attr_dbl(g, "bits_per_byte", r->r.bits_per_byte), "bits_per_byte");
+    QMLA_H5_TRY(qmla_h5_attr_dbl(g, "nll_nats_per_token", r->r.nll_nats_per_token),
           "nll_nats_per_token");
-    H5TRY(qmla_h5_attr_int(g, "tokens", (long long)r->r.tokens), "tokens");
-    H5TRY(qmla_h5_attr_int(g, "windows", (long long)r->r.windows), "windows");
-    H5TRY(qmla_h5_attr_int(g, "context", (long long)r->context), "context");
-    H5TRY(qmla_h5_attr_str(g, "config", r->config), "config");
-    H5TRY(qmla_h5_attr_str(g, "method", r->method), "method");
-    H5TRY(qmla_h5_attr_str(g, "policy", r->policy), "policy");
-    H5TRY(qmla_h5_attr_str(g, "text", r->text), "text");
-    H5TRY(qmla_h5_attr_str(g, "transforms", r->transforms ? r->transforms : ""), "transforms");
+    QMLA_H5_TRY(qmla_h5_attr_int(g, "tokens", (long long)r->r.tokens), "tokens");
+    QMLA_H5_TRY(qmla_h5_attr_int(g, "windows", (long long)r->r.windows), "windows");
+    QMLA_H5_TRY(qmla_h5_attr_int(g, "context", (long long)r->context), "context");
+    QMLA_H5_TRY(qmla_h5_attr_str(g, "config", r->config), "config");
+    QMLA_H5_TRY(qmla_h5_attr_str(g, "method", r->method), "method");
+    QMLA_H5_TRY(qmla_h5_attr_str(g, "policy", r->policy), "policy");
+    QMLA_H5_TRY(qmla_h5_attr_str(g, "text", r->text), "text");
+    QMLA_H5_TRY(qmla_h5_attr_str(g, "transforms", r->transforms ? r->transforms : ""), "transforms");
 out:
     return st;
 }
@@ -280,28 +278,28 @@ static int ppl_table(hid_t f, const char *path, const qmla_ppl_row *rows, size_t
                 dl[i] = r->r.bits_per_byte - rows[j].r.bits_per_byte;
     }
     if (H5Lexists(f, "ppl_table", H5P_DEFAULT) > 0)
-        H5TRY(H5Ldelete(f, "ppl_table", H5P_DEFAULT), "ppl_table");
-    H5TRY(g = H5Gcreate2(f, "ppl_table", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "ppl_table");
-    H5TRY(qmla_h5_dset_strs(g, "text", n, str[0], "text file as given"), "ppl_table/text");
-    H5TRY(qmla_h5_dset_1d(g, "text_index", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, ti,
+        QMLA_H5_TRY(H5Ldelete(f, "ppl_table", H5P_DEFAULT), "ppl_table");
+    QMLA_H5_TRY(g = H5Gcreate2(f, "ppl_table", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "ppl_table");
+    QMLA_H5_TRY(qmla_h5_dset_strs(g, "text", n, str[0], "text file as given"), "ppl_table/text");
+    QMLA_H5_TRY(qmla_h5_dset_1d(g, "text_index", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, ti,
                           "index of the text in the order given", ""), "ppl_table/text_index");
-    H5TRY(qmla_h5_dset_strs(g, "config", n, str[1], "cache configuration"), "ppl_table/config");
-    H5TRY(qmla_h5_dset_strs(g, "method", n, str[2], "none, RTN, or the transforms' method"),
+    QMLA_H5_TRY(qmla_h5_dset_strs(g, "config", n, str[1], "cache configuration"), "ppl_table/config");
+    QMLA_H5_TRY(qmla_h5_dset_strs(g, "method", n, str[2], "none, RTN, or the transforms' method"),
           "ppl_table/method");
-    H5TRY(qmla_h5_dset_strs(g, "policy", n, str[3], "none or sink<S>/local<W>"),
+    QMLA_H5_TRY(qmla_h5_dset_strs(g, "policy", n, str[3], "none or sink<S>/local<W>"),
           "ppl_table/policy");
-    H5TRY(qmla_h5_dset_strs(g, "transforms", n, str[4], "transforms file folded in"),
+    QMLA_H5_TRY(qmla_h5_dset_strs(g, "transforms", n, str[4], "transforms file folded in"),
           "ppl_table/transforms");
-    H5TRY(qmla_h5_dset_1d(g, "context", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, ctx,
+    QMLA_H5_TRY(qmla_h5_dset_1d(g, "context", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, ctx,
                           "window length", "tokens"), "ppl_table/context");
-    H5TRY(qmla_h5_dset_1d(g, "tokens", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, tok,
+    QMLA_H5_TRY(qmla_h5_dset_1d(g, "tokens", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, tok,
                           "targets scored", "tokens"), "ppl_table/tokens");
-    H5TRY(qmla_h5_dset_1d(g, "bits_per_byte", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, bpb,
+    QMLA_H5_TRY(qmla_h5_dset_1d(g, "bits_per_byte", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, bpb,
                           "mean NLL / ln 2 (one token per byte)", "bit/byte"),
           "ppl_table/bits_per_byte");
-    H5TRY(qmla_h5_dset_1d(g, "nll_nats_per_token", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, nll,
+    QMLA_H5_TRY(qmla_h5_dset_1d(g, "nll_nats_per_token", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, nll,
                           "mean NLL", "nat/token"), "ppl_table/nll_nats_per_token");
-    H5TRY(qmla_h5_dset_1d(g, "delta_bits_per_byte", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, dl,
+    QMLA_H5_TRY(qmla_h5_dset_1d(g, "delta_bits_per_byte", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, dl,
                           "bits_per_byte minus the bf16 row's of the same text", "bit/byte"),
           "ppl_table/delta_bits_per_byte");
 out:
@@ -321,52 +319,35 @@ out:
 int qmla_ppl_save(const char *path, const char *model_dir, const char *command_line,
                   const qmla_ppl_row *rows, size_t n, qmla_error *err)
 {
-    int st = QMLA_OK, created = 0;
-    hid_t g = -1, f = -1;
+    int st = QMLA_OK;
     if (n == 0)
         return qmla_error_set(err, QMLA_EINVAL, "%s: no perplexity rows to write", path);
-    h5_quiet q = qmla_h5_quiet_begin();
-    f = qmla_h5_open_mem(path, &created, err);
-    if (f < 0) {
-        st = err ? err->status : QMLA_EIO;
-        goto out;
+    qmla_h5_out o;
+    if ((st = qmla_h5_out_group(&o, path, "ppl", err)))
+        return st;
+    const hid_t f = o.f, g = o.g;
+    QMLA_H5_TRY(qmla_h5_attr_int(g, "rows", (long long)n), "rows");
+    {
+        const qmla_prov_input in[] = {{"model_dir", model_dir}};
+        const qmla_prov p = {.tool = "qmla ppl", .command_line = command_line,
+                             .inputs = in, .n_inputs = 1};
+        if ((st = qmla_h5_prov(g, &p, path, err)))
+            goto out;
     }
-    if (created) {
-        H5TRY(qmla_h5_attr_str(f, "format", "qmla-results"), "attribute format");
-        H5TRY(qmla_h5_attr_int(f, "format_version", 1), "attribute format_version");
-    }
-    if (H5Lexists(f, "ppl", H5P_DEFAULT) > 0)
-        H5TRY(H5Ldelete(f, "ppl", H5P_DEFAULT), "ppl");
-    H5TRY(g = H5Gcreate2(f, "ppl", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "ppl");
-    H5TRY(qmla_h5_attr_str(g, "model_dir", model_dir), "model_dir");
-    H5TRY(qmla_h5_attr_str(g, "command_line", command_line ? command_line : ""),
-          "command_line");
-    H5TRY(qmla_h5_attr_int(g, "rows", (long long)n), "rows");
-    H5TRY(qmla_h5_attr_str(g, "tool_version", qmla_version()), "tool_version");
-    H5TRY(qmla_h5_attr_str(g, "git_commit", QMLA_GIT_COMMIT), "git_commit");
     if ((st = row_attrs(g, path, &rows[0], err)))
         goto out;
     for (size_t i = 0; i < n; i++) {
         char nm[32];
         snprintf(nm, sizeof nm, "row_%03zu", i);
         hid_t r;
-        H5TRY(r = H5Gcreate2(g, nm, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), nm);
+        QMLA_H5_TRY(r = H5Gcreate2(g, nm, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), nm);
         st = row_attrs(r, path, &rows[i], err);
         H5Gclose(r);
         if (st)
             goto out;
     }
-    H5Gclose(g);
-    g = -1;
     if ((st = ppl_table(f, path, rows, n, err)))
         goto out;
-    st = qmla_h5_save_image(f, path, err);
-    f = -1;
 out:
-    if (g >= 0)
-        H5Gclose(g);
-    if (f >= 0)
-        H5Fclose(f);
-    qmla_h5_quiet_end(q);
-    return st;
+    return qmla_h5_out_finish(&o, st);
 }

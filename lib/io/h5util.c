@@ -1028,6 +1028,19 @@ int qmla_h5_check_replace(const char *path, const char *format, qmla_error *err)
 
 /* Open `path` in memory (a copy; nothing reaches disk until saved), or
  * create an empty in-memory file when it does not exist (or is empty). */
+int qmla_h5_check_input(const char *path, const char *what, qmla_error *err)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return qmla_error_set(err, qmla_status_from_errno(errno), "%s: cannot open the %s: %s",
+                              path, what, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot open the %s: expected a regular "
+                              "file, found %s", path, what,
+                              S_ISDIR(sb.st_mode) ? "a directory" : "a special file");
+    return QMLA_OK;
+}
+
 hid_t qmla_h5_open_mem(const char *path, int *created, qmla_error *err)
 {
     *created = 0;

@@ -180,23 +180,29 @@ int qmla_save_bytes_atomic(const char *path, const void *const *bufs,
  * results file atomically. */
 hid_t qmla_h5_open_mem(const char *path, int *created, qmla_error *err);
 
+/* Before an HDF5 file is opened for reading: QMLA_ENOENT when `path` does
+ * not exist ("PATH: cannot open the WHAT: No such file or directory"),
+ * QMLA_EIO when it is a directory or otherwise not a regular file. */
+int qmla_h5_check_input(const char *path, const char *what, qmla_error *err);
+
 /* Before a writer replaces `path` with a whole new file: QMLA_OK when it
  * does not exist, is empty, or is an HDF5 file whose root "format" is
  * `format` (an earlier output of the same kind); QMLA_EINVAL naming what
  * was found otherwise (another kind of results, a capture, not HDF5). */
 int qmla_h5_check_replace(const char *path, const char *format, qmla_error *err);
 
-/* In a writer with `int st`, `qmla_error *err` and `const char *path` in
- * scope: when x is negative (an HDF5 call failed), st = QMLA_EIO naming the
- * file, what was being written and HDF5's own message, then goto label. */
-#define QMLA_H5_TRY_TO(label, x, what)                                        \
+/* The one check of an HDF5 call in a writer with `int st`, `qmla_error *err`
+ * and `const char *path` in scope and a label `out:`: when x is negative (an
+ * HDF5 call failed), st = QMLA_EIO naming the file, what was being written
+ * and HDF5's own message, then goto out. */
+#define QMLA_H5_TRY(x, what)                                                  \
     do {                                                                      \
         if ((x) < 0) {                                                        \
             char h5m_[256];                                                   \
             qmla_h5_error_text(h5m_, sizeof h5m_);                            \
             st = qmla_error_set(err, QMLA_EIO, "%s: cannot write %s: %s",     \
                                 path, what, h5m_);                            \
-            goto label;                                                       \
+            goto out;                                                         \
         }                                                                     \
     } while (0)
 

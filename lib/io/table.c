@@ -5,6 +5,8 @@
 #include "io/h5util.h"
 
 #include <hdf5.h>
+#include <sys/stat.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,9 +241,17 @@ static hid_t open_file(const char *path, qmla_error *err)
 {
     htri_t ish = H5Fis_hdf5(path);
     if (ish <= 0) {
+        struct stat sb;
+        if (stat(path, &sb) != 0)
+            return qmla_error_set(err, qmla_status_from_errno(errno), "%s: cannot open: %s", path,
+                                  strerror(errno)), -1;
+        if (S_ISDIR(sb.st_mode))
+            return qmla_error_set(err, QMLA_EIO, "%s: cannot open: expected an HDF5 file, found a "
+                                  "directory", path), -1;
         FILE *f = fopen(path, "rb");
         if (!f)
-            return qmla_error_set(err, QMLA_EIO, "%s: cannot open (no such file or not readable)", path), -1;
+            return qmla_error_set(err, qmla_status_from_errno(errno), "%s: cannot open: %s", path,
+                                  strerror(errno)), -1;
         fclose(f);
         return qmla_error_set(err, QMLA_EFORMAT, "%s: not an HDF5 file (expected a qmla-results file)", path), -1;
     }

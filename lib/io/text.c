@@ -19,7 +19,8 @@ int qmla_text_read(const char *path, uint8_t **out, size_t *n, qmla_error *err)
     errno = 0;
     gzFile g = gzopen(path, "rb");
     if (!g)
-        return qmla_error_set(err, QMLA_EIO, "%s: cannot open: %s", path,
+        return qmla_error_set(err, errno ? qmla_status_from_errno(errno) : QMLA_ENOMEM,
+                              "%s: cannot open: %s", path,
                               errno ? strerror(errno) : "out of memory");
     size_t cap = 1 << 20, k = 0;
     uint8_t *b = malloc(cap);

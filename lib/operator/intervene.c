@@ -4,7 +4,7 @@
 #include "qmla/intervene.h"
 #include "qmla/norms.h"
 #include "sweep/plan.h"
-#include "io/h5util.h"
+#include "io/group.h"
 #include "io/journal.h"
 
 #include <gsl/gsl_randist.h>
@@ -190,81 +190,71 @@ static int bootstrap_gmean(const double *lr, size_t n, size_t B, uint64_t seed,
     return 0;
 }
 
-#define H5TRY(x, what) QMLA_H5_TRY_TO(out, x, what)
-
 static int write_iv(const char *path, const qmla_iv_opts *o, const char *capture,
                     const char *sha, size_t n, const int *layer, const char **cell,
                     const int *seq, const qmla_iv_item *it, const double *ratio,
                     const qmla_iv_stats *s, qmla_error *err)
 {
-    int st = QMLA_OK, created = 0;
-    hid_t g = -1;
-    h5_quiet q = qmla_h5_quiet_begin();
-    hid_t f = qmla_h5_open_mem(path, &created, err);
+    int st = QMLA_OK;
+    qmla_h5_out ho;
+    if ((st = qmla_h5_out_group(&ho, path, "interventions", err)))
+        return st;
+    const hid_t g = ho.g;
     double *v = malloc((2 * n + 1) * sizeof *v);
     long long *u = malloc((n + 1) * sizeof *u);
-    if (f < 0) {
-        st = err ? err->status : QMLA_EIO;
-        goto out;
-    }
     if (!v || !u) {
         st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
         goto out;
     }
-    if (created) {
-        H5TRY(qmla_h5_attr_str(f, "format", "qmla-results"), "attribute format");
-        H5TRY(qmla_h5_attr_int(f, "format_version", 1), "attribute format_version");
+    {
+        const qmla_prov_input in[] = {{"capture_file", capture}, {"capture_sha256", sha}};
+        const qmla_prov p = {.tool = "qmla intervene", .command_line = o->command_line,
+                             .inputs = in, .n_inputs = 2};
+        if ((st = qmla_h5_prov(g, &p, path, err)))
+            goto out;
     }
-    if (H5Lexists(f, "interventions", H5P_DEFAULT) > 0)
-        H5TRY(H5Ldelete(f, "interventions", H5P_DEFAULT), "interventions");
-    H5TRY(g = H5Gcreate2(f, "interventions", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-          "interventions");
-    H5TRY(qmla_h5_attr_str(g, "capture_file", capture), "attribute capture_file");
-    H5TRY(qmla_h5_attr_str(g, "capture_sha256", sha), "attribute capture_sha256");
-    H5TRY(qmla_h5_attr_str(g, "command_line", o->command_line ? o->command_line : ""),
-          "attribute command_line");
-    H5TRY(qmla_h5_attr_int(g, "bits", o->params.quant.bits), "attribute bits");
-    H5TRY(qmla_h5_attr_int(g, "group", o->params.quant.group), "attribute group");
-    H5TRY(qmla_h5_attr_dbl(g, "nmse", o->params.nmse), "attribute nmse");
-    H5TRY(qmla_h5_attr_int(g, "reps", (long long)o->reps), "attribute reps");
-    H5TRY(qmla_h5_attr_int(g, "seed", (long long)o->seed), "attribute seed");
-    H5TRY(qmla_h5_attr_int(g, "bootstrap_resamples", (long long)o->bootstrap),
+    QMLA_H5_TRY(qmla_h5_attr_int(g, "bits", o->params.quant.bits), "attribute bits");
+    QMLA_H5_TRY(qmla_h5_attr_int(g, "group", o->params.quant.group), "attribute group");
+    QMLA_H5_TRY(qmla_h5_attr_dbl(g, "nmse", o->params.nmse), "attribute nmse");
+    QMLA_H5_TRY(qmla_h5_attr_int(g, "reps", (long long)o->reps), "attribute reps");
+    QMLA_H5_TRY(qmla_h5_attr_int(g, "seed", (long long)o->seed), "attribute seed");
+    QMLA_H5_TRY(qmla_h5_attr_int(g, "bootstrap_resamples", (long long)o->bootstrap),
           "attribute bootstrap_resamples");
-    H5TRY(qmla_h5_attr_int(g, "n_items", (long long)s->n_items), "attribute n_items");
+    QMLA_H5_TRY(qmla_h5_attr_int(g, "n_items", (long long)s->n_items), "attribute n_items");
     for (int c = 0; c < QMLA_N_CTRL; c++)
         for (int p = 0; p < 2; p++) {
             char a[96];
             const char *pn = p ? "rope" : "content";
             snprintf(a, sizeof a, "gain_ratio_%s_%s", qmla_control_name(c), pn);
-            H5TRY(qmla_h5_attr_dbl(g, a, s->gmean[c][p]), a);
+            QMLA_H5_TRY(qmla_h5_attr_dbl(g, a, s->gmean[c][p]), a);
             snprintf(a, sizeof a, "gain_ratio_%s_%s_ci_low", qmla_control_name(c), pn);
-            H5TRY(qmla_h5_attr_dbl(g, a, s->ci_lo[c][p]), a);
+            QMLA_H5_TRY(qmla_h5_attr_dbl(g, a, s->ci_lo[c][p]), a);
             snprintf(a, sizeof a, "gain_ratio_%s_%s_ci_high", qmla_control_name(c), pn);
-            H5TRY(qmla_h5_attr_dbl(g, a, s->ci_hi[c][p]), a);
+            QMLA_H5_TRY(qmla_h5_attr_dbl(g, a, s->ci_hi[c][p]), a);
             snprintf(a, sizeof a, "median_gain_ratio_%s_%s", qmla_control_name(c), pn);
-            H5TRY(qmla_h5_attr_dbl(g, a, s->median[c][p]), a);
+            QMLA_H5_TRY(qmla_h5_attr_dbl(g, a, s->median[c][p]), a);
         }
-    H5TRY(qmla_h5_attr_dbl(g, "mean_joint_response", s->mean_r_joint), "mean_joint_response");
-    H5TRY(qmla_h5_attr_dbl(g, "mean_response_content", s->mean_r_content), "mean_response_content");
-    H5TRY(qmla_h5_attr_dbl(g, "mean_response_rope", s->mean_r_rope), "mean_response_rope");
-    H5TRY(qmla_h5_attr_dbl(g, "mean_cross_relative", s->mean_cross_rel), "mean_cross_relative");
-    H5TRY(qmla_h5_dset_1d(g, "layer", H5T_STD_I32LE, H5T_NATIVE_INT, n, layer, "layer index", NULL),
+    QMLA_H5_TRY(qmla_h5_attr_dbl(g, "mean_joint_response", s->mean_r_joint), "mean_joint_response");
+    QMLA_H5_TRY(qmla_h5_attr_dbl(g, "mean_response_content", s->mean_r_content), "mean_response_content");
+    QMLA_H5_TRY(qmla_h5_attr_dbl(g, "mean_response_rope", s->mean_r_rope), "mean_response_rope");
+    QMLA_H5_TRY(qmla_h5_attr_dbl(g, "mean_cross_relative", s->mean_cross_rel), "mean_cross_relative");
+    QMLA_H5_TRY(qmla_h5_dset_1d(g, "layer", H5T_STD_I32LE, H5T_NATIVE_INT, n, layer, "layer index", NULL),
           "layer");
-    H5TRY(qmla_h5_dset_strs(g, "cell", n, cell, "cell name"), "cell");
-    H5TRY(qmla_h5_dset_1d(g, "seq", H5T_STD_I32LE, H5T_NATIVE_INT, n, seq, "sequence", NULL),
+    QMLA_H5_TRY(qmla_h5_dset_strs(g, "cell", n, cell, "cell name"), "cell");
+    QMLA_H5_TRY(qmla_h5_dset_1d(g, "seq", H5T_STD_I32LE, H5T_NATIVE_INT, n, seq, "sequence", NULL),
           "seq");
     for (size_t k = 0; k < n; k++)
         u[k] = (long long)it[k].seed;
-    H5TRY(qmla_h5_dset_1d(g, "item_seed", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, u,
+    QMLA_H5_TRY(qmla_h5_dset_1d(g, "item_seed", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, u,
                           "mt19937 seed of the item's draws", NULL), "item_seed");
     for (size_t k = 0; k < n; k++)
         u[k] = it[k].degenerate;
-    H5TRY(qmla_h5_dset_1d(g, "degenerate", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, u,
+    QMLA_H5_TRY(qmla_h5_dset_1d(g, "degenerate", H5T_STD_I64LE, H5T_NATIVE_LLONG, n, u,
                           "1: a path or the output has no energy", NULL), "degenerate");
 #define ITEM_D(name, expr, desc)                                                \
     for (size_t k = 0; k < n; k++)                                              \
         v[k] = (expr);                                                          \
-    H5TRY(qmla_h5_dset_1d(g, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, v, desc, "1"), name)
+    QMLA_H5_TRY(qmla_h5_dset_1d(g, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, n, v, desc, "1"), name)
     ITEM_D("g_jvp_content", it[k].g_jvp[0], "local gain of the content QDQ direction");
     ITEM_D("g_jvp_rope", it[k].g_jvp[1], "local gain of the RoPE QDQ direction");
     ITEM_D("response_content", it[k].r_finite[0], "finite content response at nu");
@@ -292,13 +282,10 @@ static int write_iv(const char *path, const qmla_iv_opts *o, const char *capture
                                            "gain ratio g(E')/g(E), item-major, reps per item",
                                            "1");
             free(r);
-            H5TRY(rr, name);
+            QMLA_H5_TRY(rr, name);
         }
 out:
-    if (g >= 0)
-        H5Gclose(g);
-    st = qmla_h5_finish(f, st, path, err);
-    qmla_h5_quiet_end(q);
+    st = qmla_h5_out_finish(&ho, st);
     free(v);
     free(u);
     return st;

@@ -7,7 +7,7 @@
 #include "core/alloc.h"
 #include "qmla/norms.h"
 #include "sweep/plan.h"
-#include "io/h5util.h"
+#include "io/group.h"
 #include "io/journal.h"
 
 #include <errno.h>
@@ -574,8 +574,6 @@ out:
 
 /* ---- the results group --------------------------------------------------- */
 
-#define H5TRY(x, what) QMLA_H5_TRY_TO(out, x, what)
-
 static int dset_d(hid_t g, const char *name, size_t n, const double *v,
                   const char *desc, const char *units)
 {
@@ -606,65 +604,58 @@ static int write_group(const char *path, const char *gname, const op_store *s,
                        const char *sha, const char *command_line, qmla_error *err)
 {
     const size_t n = s->n;
-    int st = QMLA_OK, created = 0;
-    hid_t g = -1;
-    h5_quiet q = qmla_h5_quiet_begin();
-    hid_t f = qmla_h5_open_mem(path, &created, err);
+    int st = QMLA_OK;
+    qmla_h5_out o;
+    if ((st = qmla_h5_out_group(&o, path, gname, err)))
+        return st;
+    const hid_t g = o.g;
     int *iv = malloc((n ? n : 1) * sizeof *iv);
     double *dv = malloc((n ? n : 1) * sizeof *dv);
     const char **cells = malloc((n ? n : 1) * sizeof *cells);
-    if (f < 0) {
-        st = err ? err->status : QMLA_EIO;
-        goto out;
-    }
     if (!iv || !dv || !cells) {
         st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
         goto out;
     }
-    if (created) {
-        H5TRY(qmla_h5_attr_str(f, "format", "qmla-results"), "attribute format");
-        H5TRY(qmla_h5_attr_int(f, "format_version", 1), "attribute format_version");
+    {
+        const qmla_prov_input in[] = {{"capture_file", capture}, {"capture_sha256", sha}};
+        const qmla_prov p = {.tool = with_pred ? "qmla predict" : "qmla jvp",
+                             .command_line = command_line, .inputs = in, .n_inputs = 2};
+        if ((st = qmla_h5_prov(g, &p, path, err)))
+            goto out;
     }
-    if (H5Lexists(f, gname, H5P_DEFAULT) > 0)
-        H5TRY(H5Ldelete(f, gname, H5P_DEFAULT), gname);
-    H5TRY(g = H5Gcreate2(f, gname, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), gname);
-    H5TRY(qmla_h5_attr_str(g, "capture_file", capture), "attribute capture_file");
-    H5TRY(qmla_h5_attr_str(g, "capture_sha256", sha), "attribute capture_sha256");
-    H5TRY(qmla_h5_attr_str(g, "command_line", command_line ? command_line : ""),
-          "attribute command_line");
-    H5TRY(qmla_h5_attr_int(g, "n_points", (long long)stt->n_points), "attribute n_points");
-    H5TRY(qmla_h5_attr_dbl(g, "spearman_jvp_vs_finite", stt->spearman_jvp_vs_finite),
+    QMLA_H5_TRY(qmla_h5_attr_int(g, "n_points", (long long)stt->n_points), "attribute n_points");
+    QMLA_H5_TRY(qmla_h5_attr_dbl(g, "spearman_jvp_vs_finite", stt->spearman_jvp_vs_finite),
           "attribute spearman_jvp_vs_finite");
     if (with_pred) {
-        H5TRY(qmla_h5_attr_dbl(g, "spearman", stt->spearman), "attribute spearman");
-        H5TRY(qmla_h5_attr_dbl(g, "median_abs_log_error", stt->median_abs_log_error),
+        QMLA_H5_TRY(qmla_h5_attr_dbl(g, "spearman", stt->spearman), "attribute spearman");
+        QMLA_H5_TRY(qmla_h5_attr_dbl(g, "median_abs_log_error", stt->median_abs_log_error),
               "attribute median_abs_log_error");
-        H5TRY(qmla_h5_attr_dbl(g, "mae_log_ratio_cache_only", stt->mae_log_ratio_cache_only),
+        QMLA_H5_TRY(qmla_h5_attr_dbl(g, "mae_log_ratio_cache_only", stt->mae_log_ratio_cache_only),
               "attribute mae_log_ratio_cache_only");
-        H5TRY(qmla_h5_attr_dbl(g, "mae_log_ratio_operator_only",
+        QMLA_H5_TRY(qmla_h5_attr_dbl(g, "mae_log_ratio_operator_only",
                                stt->mae_log_ratio_operator_only),
               "attribute mae_log_ratio_operator_only");
-        H5TRY(qmla_h5_attr_dbl(g, "mae_log_ratio_operator_allocation",
+        QMLA_H5_TRY(qmla_h5_attr_dbl(g, "mae_log_ratio_operator_allocation",
                                stt->mae_log_ratio_operator_allocation),
               "attribute mae_log_ratio_operator_allocation");
-        H5TRY(qmla_h5_attr_int(g, "n_pairs", (long long)stt->n_pairs), "attribute n_pairs");
-        H5TRY(qmla_h5_attr_int(g, "n_heldout", (long long)stt->n_heldout),
+        QMLA_H5_TRY(qmla_h5_attr_int(g, "n_pairs", (long long)stt->n_pairs), "attribute n_pairs");
+        QMLA_H5_TRY(qmla_h5_attr_int(g, "n_heldout", (long long)stt->n_heldout),
               "attribute n_heldout");
-        H5TRY(qmla_h5_attr_str(g, "sensitivity_estimator", "exact"),
+        QMLA_H5_TRY(qmla_h5_attr_str(g, "sensitivity_estimator", "exact"),
               "attribute sensitivity_estimator");
     }
 #define COL_I(name, field, desc)                                               \
     for (size_t k = 0; k < n; k++)                                             \
         iv[k] = s->pts[k].field;                                               \
-    H5TRY(dset_i(g, name, n, iv, desc), name)
+    QMLA_H5_TRY(dset_i(g, name, n, iv, desc), name)
 #define COL_D(name, field, desc, units)                                        \
     for (size_t k = 0; k < n; k++)                                             \
         dv[k] = s->pts[k].field;                                               \
-    H5TRY(dset_d(g, name, n, dv, desc, units), name)
+    QMLA_H5_TRY(dset_d(g, name, n, dv, desc, units), name)
     COL_I("layer", layer, "layer index");
     for (size_t k = 0; k < n; k++)
         cells[k] = s->pts[k].cell;
-    H5TRY(qmla_h5_dset_strs(g, "cell", n, cells, "cell name"), "cell");
+    QMLA_H5_TRY(qmla_h5_dset_strs(g, "cell", n, cells, "cell name"), "cell");
     COL_I("seq", seq, "sequence within the cell");
     COL_I("path", path, "0 content, 1 RoPE");
     COL_I("bits", bits, "quantizer bits of the direction");
@@ -689,11 +680,11 @@ static int write_group(const char *path, const char *gname, const op_store *s,
             off[k] = s->pts[k].T;
         r = r < 0 ? r : dset_u(g, "T", n, off, "tokens of the point's sequence");
         free(off);
-        H5TRY(r, "alloc_offset");
-        H5TRY(dset_d(g, "allocation", s->na, s->alloc,
+        QMLA_H5_TRY(r, "alloc_offset");
+        QMLA_H5_TRY(dset_d(g, "allocation", s->na, s->alloc,
                      "error allocation w_t = ||e_t||^2/||E||^2, per point, flat", "1"),
               "allocation");
-        H5TRY(dset_i(g, "sens_layer", s->ns, s->s_layer, "layer of each sensitivity vector pair"),
+        QMLA_H5_TRY(dset_i(g, "sens_layer", s->ns, s->s_layer, "layer of each sensitivity vector pair"),
               "sens_layer");
         const char **sc = malloc((s->ns ? s->ns : 1) * sizeof *sc);
         if (!sc) {
@@ -704,13 +695,13 @@ static int write_group(const char *path, const char *gname, const op_store *s,
             sc[k] = s->s_cell[k];
         r = qmla_h5_dset_strs(g, "sens_cell", s->ns, sc, "cell of each sensitivity vector pair");
         free(sc);
-        H5TRY(r, "sens_cell");
-        H5TRY(dset_i(g, "sens_seq", s->ns, s->s_seq, "sequence of each sensitivity vector pair"),
+        QMLA_H5_TRY(r, "sens_cell");
+        QMLA_H5_TRY(dset_i(g, "sens_seq", s->ns, s->s_seq, "sequence of each sensitivity vector pair"),
               "sens_seq");
-        H5TRY(dset_u(g, "sens_offset", s->ns, s->s_off,
+        QMLA_H5_TRY(dset_u(g, "sens_offset", s->ns, s->s_off,
                      "offset of sigma: content at off, RoPE at off + T"), "sens_offset");
-        H5TRY(dset_u(g, "sens_T", s->ns, s->s_T, "tokens"), "sens_T");
-        H5TRY(dset_d(g, "sensitivity", s->nsig, s->sig,
+        QMLA_H5_TRY(dset_u(g, "sens_T", s->ns, s->s_T, "tokens"), "sens_T");
+        QMLA_H5_TRY(dset_d(g, "sensitivity", s->nsig, s->sig,
                      "sigma_b,t = tr(J_t^T J_t)/d_b * ||X_b||^2/||Y||^2 (exact), flat", "1"),
               "sensitivity");
     }
@@ -757,16 +748,13 @@ static int write_group(const char *path, const char *gname, const op_store *s,
                 st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
                 goto out;
             }
-            H5TRY(r, nm);
+            QMLA_H5_TRY(r, nm);
         }
     }
 #undef COL_I
 #undef COL_D
 out:
-    if (g >= 0)
-        H5Gclose(g);
-    st = qmla_h5_finish(f, st, path, err);
-    qmla_h5_quiet_end(q);
+    st = qmla_h5_out_finish(&o, st);
     free(iv);
     free(dv);
     free(cells);

@@ -15,7 +15,7 @@ int qmla_serve_calibrate(const char *tsv, qmla_serve_config *c, qmla_error *err)
 {
     FILE *f = fopen(tsv, "r");
     if (!f)
-        return qmla_error_set(err, QMLA_EIO, "%s: cannot open the benchmark "
+        return qmla_error_set(err, qmla_status_from_errno(errno), "%s: cannot open the benchmark "
                               "results: %s", tsv, strerror(errno));
     char line[1024];
     double sx = 0, sy = 0, sxx = 0, sxy = 0, xs[256], ys[256];
@@ -66,7 +66,7 @@ int qmla_serve_scenario_read(const char *path, qmla_serve_scenario *s,
     memset(s, 0, sizeof *s);
     FILE *f = fopen(path, "r");
     if (!f)
-        return qmla_error_set(err, QMLA_EIO, "%s: cannot open: %s", path,
+        return qmla_error_set(err, qmla_status_from_errno(errno), "%s: cannot open: %s", path,
                               strerror(errno));
     struct { const char *key; long long *i; double *d; } keys[] = {
         {"requests", &s->requests, NULL},
@@ -414,7 +414,7 @@ int qmla_serve_simulate(const qmla_serve_scenario *s, size_t config,
 
 /* ---- results file ---------------------------------------------------------- */
 
-#include "io/h5util.h"
+#include "io/group.h"
 
 int qmla_serve_check_output(const char *path, qmla_error *err)
 {
@@ -464,15 +464,19 @@ int qmla_serve_write(const char *path, const char *scenario_path,
         {"decode_s", "time of decode-only steps", "s"},
         {"attn_base_us", "decode attention cost per layer per step: base", "us"},
         {"attn_per_mtok_us", "... per 1e6 tokens of summed context", "us"}};
-    h5_quiet qt = qmla_h5_quiet_begin();
+    qmla_h5_out o;
+    int st = qmla_h5_out_file(&o, path, err);
+    if (st)
+        return st;
     int bad = 0;
-    hid_t f = qmla_h5_create_mem(), g = -1;
-    bad |= f < 0;
+    hid_t f = o.f, g = -1;
     if (!bad) {
         bad |= qmla_h5_attr_str(f, "format", "qmla-serve-sim") != 0;
         bad |= qmla_h5_attr_int(f, "format_version", 1) != 0;
         bad |= qmla_h5_attr_str(f, "scenario", scenario_path) != 0;
         bad |= qmla_h5_attr_str(f, "calibrated_from", s->calibrated_from) != 0;
+        const qmla_prov p = {.tool = "qmla serve-sim"};
+        bad |= qmla_h5_prov(f, &p, path, err) != QMLA_OK;
         const struct { const char *k; long long v; } sc[] = {
             {"requests", s->requests}, {"input_tokens", s->input_tokens},
             {"output_tokens", s->output_tokens}, {"page_tokens", s->page_tokens},
@@ -499,14 +503,8 @@ int qmla_serve_write(const char *path, const char *scenario_path,
     }
     if (g >= 0)
         H5Gclose(g);
-    int st = QMLA_OK;
-    if (bad) {
-        if (f >= 0)
-            H5Fclose(f);
+    if (bad)
         st = qmla_error_set(err, QMLA_EIO, "%s: cannot build the serve-sim results",
                             path);
-    } else
-        st = qmla_h5_save_image(f, path, err);
-    qmla_h5_quiet_end(qt);
-    return st;
+    return qmla_h5_out_finish(&o, st);
 }

@@ -1,7 +1,7 @@
 /* sweep_part.c — shard assignment, part files and their merge
  * (include/qmla/part.h). */
 #include "qmla/part.h"
-#include "io/h5util.h"
+#include "io/group.h"
 
 #include <hdf5.h>
 #include <stdint.h>
@@ -52,14 +52,13 @@ void qmla_part_info_free(qmla_part_info *pi)
     memset(pi, 0, sizeof *pi);
 }
 
-static int write_part_group(hid_t f, const qmla_part_info *pi)
+static int write_part_group(hid_t g, const qmla_part_info *pi)
 {
     const size_t n = pi->n_slots, m = n ? n : 1;
     int32_t *layer = malloc(m * sizeof *layer), *cell = malloc(m * sizeof *cell);
     int64_t *nseq = malloc(m * sizeof *nseq), *T = malloc(m * sizeof *T);
     uint8_t *sel = malloc(m);
     int rc = -1;
-    hid_t g = -1;
     if (!layer || !cell || !nseq || !T || !sel)
         goto done;
     for (size_t k = 0; k < n; k++) {
@@ -69,8 +68,6 @@ static int write_part_group(hid_t f, const qmla_part_info *pi)
         T[k] = pi->slots[k].T;
         sel[k] = (uint8_t)(pi->slots[k].selected != 0);
     }
-    if ((g = H5Gcreate2(f, "part", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0)
-        goto done;
     if (qmla_h5_attr_int(g, "shard", (long long)pi->shard) ||
         qmla_h5_attr_int(g, "n_shards", (long long)pi->n_shards) ||
         qmla_h5_attr_int(g, "balance", pi->balance) ||
@@ -90,8 +87,6 @@ static int write_part_group(hid_t f, const qmla_part_info *pi)
         goto done;
     rc = 0;
 done:
-    if (g >= 0 && H5Gclose(g) < 0)
-        rc = -1;
     free(layer);
     free(cell);
     free(nseq);
@@ -109,20 +104,13 @@ int qmla_part_write(const char *path, const qmla_results_meta *m,
     int st = qmla_results_write(tmp, m, r, n, s, err);
     if (st)
         return st;
-    h5_quiet q = qmla_h5_quiet_begin();
-    int created = 0;
-    hid_t f = qmla_h5_open_mem(tmp, &created, err);
-    if (f < 0)
-        st = QMLA_EIO;
-    else if ((H5Lexists(f, "part", H5P_DEFAULT) > 0 &&
-              H5Ldelete(f, "part", H5P_DEFAULT) < 0) || /* carried from an
-                                                           earlier part */
-             write_part_group(f, pi)) {
-        H5Fclose(f);
-        st = qmla_error_set(err, QMLA_EIO, "%s: cannot write /part", path);
-    } else
-        st = qmla_h5_save_image(f, path, err);
-    qmla_h5_quiet_end(q);
+    qmla_h5_out o; /* /part (one carried from an earlier part replaced) */
+    if ((st = qmla_h5_out_group(&o, tmp, "part", err)) == QMLA_OK) {
+        o.path = path; /* the image is saved as the part */
+        if (write_part_group(o.g, pi))
+            st = qmla_error_set(err, QMLA_EIO, "%s: cannot write /part", path);
+        st = qmla_h5_out_finish(&o, st);
+    }
     unlink(tmp);
     return st;
 }
@@ -239,6 +227,8 @@ static int read_attr_ll(hid_t g, const char *path, const char *name,
 int qmla_part_read(const char *path, qmla_part_info *pi, qmla_error *err)
 {
     memset(pi, 0, sizeof *pi);
+    if (qmla_h5_check_input(path, "part file", err))
+        return err ? err->status : QMLA_ENOENT;
     h5_quiet q = qmla_h5_quiet_begin();
     int st = QMLA_OK;
     int32_t *layer = NULL, *cell = NULL;

@@ -4,6 +4,7 @@
  * atomically (lib/io/h5util.c). */
 #include "qmla/results.h"
 #include "qmla_config.h"
+#include "io/group.h"
 #include "io/h5util.h"
 #include "qmla/table.h"
 
@@ -62,7 +63,6 @@ static void format_ranges(const int *v, size_t n, char *out, size_t len)
 
 /* ---- writer ---------------------------------------------------------------- */
 
-#define TRY(expr, what) QMLA_H5_TRY_TO(done, expr, what)
 
 /* /responses from the row table. */
 static int write_responses(hid_t g, const char *path, qmla_response *r,
@@ -336,85 +336,78 @@ int qmla_results_write(const char *path, const qmla_results_meta *m,
 {
     int st = QMLA_OK;
     qmla_response *r = NULL;
-    hid_t f = -1, g = -1;
-    h5_quiet quiet = qmla_h5_quiet_begin();
+    hid_t g = -1;
+    qmla_h5_out o;
 
     r = malloc((n ? n : 1) * sizeof *r);
-    if (!r) {
-        st = qmla_error_set(err, QMLA_ENOMEM, "results: out of memory");
-        goto done;
-    }
+    if (!r)
+        return qmla_error_set(err, QMLA_ENOMEM, "results: out of memory");
     memcpy(r, r_in, n * sizeof *r);
     qmla_responses_sort(r, n);
 
-    f = qmla_h5_create_mem();
-    if (f < 0) {
-        st = qmla_error_set(err, QMLA_EIO, "%s: cannot create the results file "
-                            "in memory", path);
-        goto done;
+    if ((st = qmla_h5_out_file(&o, path, err))) {
+        free(r);
+        return st;
     }
-    TRY(qmla_h5_attr_str(f, "format", QMLA_RESULTS_FORMAT), "attribute format");
-    TRY(qmla_h5_attr_int(f, "format_version", QMLA_RESULTS_VERSION),
+    const hid_t f = o.f;
+    QMLA_H5_TRY(qmla_h5_attr_str(f, "format", QMLA_RESULTS_FORMAT), "attribute format");
+    QMLA_H5_TRY(qmla_h5_attr_int(f, "format_version", QMLA_RESULTS_VERSION),
         "attribute format_version");
-    TRY(qmla_h5_attr_str(f, "tool", "qmla sweep"), "attribute tool");
-    TRY(qmla_h5_attr_str(f, "tool_version", m->tool_version), "attribute tool_version");
-    TRY(qmla_h5_attr_str(f, "git_commit", m->git_commit), "attribute git_commit");
-    TRY(qmla_h5_attr_str(f, "command_line", m->command_line), "attribute command_line");
-    TRY(qmla_h5_attr_str(f, "created_utc", m->created_utc), "attribute created_utc");
-    TRY(qmla_h5_attr_str(f, "capture_file", m->capture_file), "attribute capture_file");
-    TRY(qmla_h5_attr_str(f, "capture_path", m->capture_path), "attribute capture_path");
-    TRY(qmla_h5_attr_str(f, "capture_sha256", m->capture_sha256),
-        "attribute capture_sha256");
-    TRY(qmla_h5_attr_str(f, "model", m->model), "attribute model");
+    {
+        const qmla_prov_input in[] = {{"capture_file", m->capture_file},
+                                      {"capture_path", m->capture_path},
+                                      {"capture_sha256", m->capture_sha256}};
+        const qmla_prov p = {.tool = "qmla sweep", .command_line = m->command_line,
+                             .created_utc = m->created_utc, .tool_version = m->tool_version,
+                             .git_commit = m->git_commit, .inputs = in, .n_inputs = 3};
+        if ((st = qmla_h5_prov(f, &p, path, err)))
+            goto out;
+    }
+    QMLA_H5_TRY(qmla_h5_attr_str(f, "model", m->model), "attribute model");
     {
         const struct { const char *name; int v; } shape[] = {
             {"n_heads", m->H}, {"hidden_size", m->D}, {"d_c", m->d_c},
             {"d_n", m->d_n}, {"d_r", m->d_r}, {"d_v", m->d_v}};
         for (size_t k = 0; k < sizeof shape / sizeof shape[0]; k++)
-            TRY(qmla_h5_attr_int(f, shape[k].name, shape[k].v), shape[k].name);
+            QMLA_H5_TRY(qmla_h5_attr_int(f, shape[k].name, shape[k].v), shape[k].name);
     }
-    TRY(qmla_h5_attr_dbl(f, "softmax_scale", m->softmax_scale), "attribute softmax_scale");
-    TRY(qmla_h5_attr_str(f, "rope_pairing", m->rope_pairing), "attribute rope_pairing");
-    TRY(qmla_h5_attr_int(f, "bits", m->bits), "attribute bits");
-    TRY(qmla_h5_attr_int(f, "group", m->group), "attribute group");
-    TRY(qmla_h5_attr_str(f, "meta", m->meta), "attribute meta");
-    TRY(qmla_h5_attr_dbl(f, "nmse_target", m->nmse), "attribute nmse_target");
+    QMLA_H5_TRY(qmla_h5_attr_dbl(f, "softmax_scale", m->softmax_scale), "attribute softmax_scale");
+    QMLA_H5_TRY(qmla_h5_attr_str(f, "rope_pairing", m->rope_pairing), "attribute rope_pairing");
+    QMLA_H5_TRY(qmla_h5_attr_int(f, "bits", m->bits), "attribute bits");
+    QMLA_H5_TRY(qmla_h5_attr_int(f, "group", m->group), "attribute group");
+    QMLA_H5_TRY(qmla_h5_attr_str(f, "meta", m->meta), "attribute meta");
+    QMLA_H5_TRY(qmla_h5_attr_dbl(f, "nmse_target", m->nmse), "attribute nmse_target");
     {
         /* the layers the rows hold (the summary has one row per layer) */
         char layers[sizeof m->layers];
         format_ranges(s->layer, s->n_layers, layers, sizeof layers);
-        TRY(qmla_h5_attr_str(f, "layers", layers), "attribute layers");
+        QMLA_H5_TRY(qmla_h5_attr_str(f, "layers", layers), "attribute layers");
     }
-    TRY(qmla_h5_attr_str(f, "cells", m->cells), "attribute cells");
-    TRY(qmla_h5_attr_str(f, "quantizer",
+    QMLA_H5_TRY(qmla_h5_attr_str(f, "cells", m->cells), "attribute cells");
+    QMLA_H5_TRY(qmla_h5_attr_str(f, "quantizer",
                          "per-token asymmetric affine, groups of `group` channels, "
                          "round-half-even, docs/quantizer.md"),
         "attribute quantizer");
 
     g = H5Gcreate2(f, "responses", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    TRY(g, "group /responses");
+    QMLA_H5_TRY(g, "group /responses");
     if ((st = write_responses(g, path, r, n, err)))
-        goto done;
+        goto out;
     if (H5Gclose(g) < 0) {
         g = -1;
-        TRY(-1, "group /responses (close)");
+        QMLA_H5_TRY(-1, "group /responses (close)");
     }
     g = -1;
     if ((st = write_cells(f, path, m, err)) || (st = write_summary(f, path, s, err)) ||
         (st = carry_groups(f, path, m->keep_groups_from, err)))
-        goto done;
-    st = qmla_h5_save_image(f, path, err);
-    f = -1; /* closed by save_image */
-done:
+        goto out;
+out:
     if (g >= 0)
         H5Gclose(g);
-    if (f >= 0)
-        H5Fclose(f);
-    qmla_h5_quiet_end(quiet);
+    st = qmla_h5_out_finish(&o, st);
     free(r);
     return st;
 }
-#undef TRY
 
 /* ---- reader (on the generic table reader, qmla/table.h) -------------------- */
 

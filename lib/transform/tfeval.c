@@ -284,24 +284,19 @@ out:
 
 /* ---- /eval writer --------------------------------------------------------- */
 
-#include "io/h5util.h"
+#include "io/group.h"
 
 int qmla_tf_eval_write(const char *path, const char *config,
                        const char *policy, const char *command,
                        const qmla_tf_eval_rec *rows, size_t n,
                        qmla_error *err)
 {
-    int created = 0;
-    h5_quiet q = qmla_h5_quiet_begin();
-    hid_t f = qmla_h5_open_mem(path, &created, err);
-    if (f < 0) {
-        qmla_h5_quiet_end(q);
-        return err && err->status ? err->status : QMLA_EIO;
-    }
-    if (!created && H5Lexists(f, "eval", H5P_DEFAULT) > 0)
-        H5Ldelete(f, "eval", H5P_DEFAULT);
-    hid_t g = H5Gcreate2(f, "eval", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    int bad = g < 0;
+    qmla_h5_out o;
+    int st = qmla_h5_out_group(&o, path, "eval", err);
+    if (st)
+        return st;
+    const hid_t g = o.g;
+    int bad = 0;
     const char **meth = calloc(n + 1, sizeof *meth), **tf = calloc(n + 1, sizeof *tf),
                **cell = calloc(n + 1, sizeof *cell);
     int *layer = calloc(n + 1, sizeof *layer), *ok = calloc(n + 1, sizeof *ok);
@@ -329,6 +324,9 @@ int qmla_tf_eval_write(const char *path, const char *config,
         bad |= qmla_h5_attr_str(g, "config", config);
         bad |= qmla_h5_attr_str(g, "policy", policy);
         bad |= qmla_h5_attr_str(g, "command", command ? command : "");
+        const qmla_prov p = {.tool = "qmla eval", .command_line = command};
+        if (!bad && (st = qmla_h5_prov(g, &p, path, err)))
+            bad = 1;
         bad |= qmla_h5_dset_strs(g, "method", n, meth, "transform method (label)");
         bad |= qmla_h5_dset_strs(g, "transforms", n, tf, "transforms file");
         bad |= qmla_h5_dset_1d(g, "layer", H5T_STD_I32LE, H5T_NATIVE_INT, n, layer, "layer index", "");
@@ -350,16 +348,10 @@ int qmla_tf_eval_write(const char *path, const char *config,
     free(meth); free(tf); free(cell); free(layer); free(ok); free(ns);
     for (int k = 0; k < 6; k++)
         free(col[k]);
-    if (g >= 0)
-        H5Gclose(g);
-    if (bad) {
+    if (bad && !st) {
         char msg[256];
         qmla_h5_error_text(msg, sizeof msg);
-        H5Fclose(f);
-        qmla_h5_quiet_end(q);
-        return qmla_error_set(err, QMLA_EIO, "%s: building group /eval: %s", path, msg);
+        st = qmla_error_set(err, QMLA_EIO, "%s: building group /eval: %s", path, msg);
     }
-    int st = qmla_h5_save_image(f, path, err);
-    qmla_h5_quiet_end(q);
-    return st;
+    return qmla_h5_out_finish(&o, st);
 }

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/h5util.h"
+#include "io/group.h"
 
 int qmla_transform_alloc(size_t d_c, size_t d_r, qmla_rope_pairing pairing,
                          qmla_transform *t, qmla_error *err)
@@ -358,9 +358,12 @@ int qmla_transform_file_write(const char *path, const qmla_transform_meta *m,
     /* the whole file is replaced: a results file given as -o was lost */
     if (qmla_transform_file_check_output(path, err))
         return QMLA_EINVAL;
-    h5_quiet q = qmla_h5_quiet_begin();
-    hid_t f = qmla_h5_create_mem();
-    int bad = f < 0;
+    qmla_h5_out o;
+    int st = qmla_h5_out_file(&o, path, err);
+    if (st)
+        return st;
+    const hid_t f = o.f;
+    int bad = 0;
     if (!bad) {
         bad |= qmla_h5_attr_str(f, "format", TF_FORMAT);
         bad |= qmla_h5_attr_int(f, "version", TF_VERSION);
@@ -372,6 +375,9 @@ int qmla_transform_file_write(const char *path, const qmla_transform_meta *m,
         bad |= qmla_h5_attr_str(f, "command", m->command);
         bad |= qmla_h5_attr_str(f, "settings", m->settings);
         bad |= qmla_h5_attr_int(f, "complete", m->complete);
+        const qmla_prov p = {.tool = "qmla learn", .command_line = m->command};
+        if (!bad && (st = qmla_h5_prov(f, &p, path, err)))
+            return qmla_h5_out_finish(&o, st);
     }
     hid_t lg = bad ? -1 : H5Gcreate2(f, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     bad |= lg < 0;
@@ -407,14 +413,9 @@ int qmla_transform_file_write(const char *path, const qmla_transform_meta *m,
     if (bad) {
         char msg[256];
         qmla_h5_error_text(msg, sizeof msg);
-        if (f >= 0)
-            H5Fclose(f);
-        qmla_h5_quiet_end(q);
-        return qmla_error_set(err, QMLA_EIO, "%s: building the transforms file: %s", path, msg);
+        st = qmla_error_set(err, QMLA_EIO, "%s: building the transforms file: %s", path, msg);
     }
-    int st = qmla_h5_save_image(f, path, err);
-    qmla_h5_quiet_end(q);
-    return st;
+    return qmla_h5_out_finish(&o, st);
 }
 
 void qmla_transform_file_free(qmla_transform_file *f)
@@ -561,6 +562,8 @@ int qmla_transform_file_read(const char *path, qmla_transform_file *f,
                              qmla_error *err)
 {
     memset(f, 0, sizeof *f);
+    if (qmla_h5_check_input(path, "transforms file", err))
+        return err ? err->status : QMLA_ENOENT;
     h5_quiet q = qmla_h5_quiet_begin();
     hid_t lapl = qmla_h5_make_lapl();
     qmla_h5_ctx v = {path, lapl, err};

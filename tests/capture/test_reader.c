@@ -611,7 +611,7 @@ static void test_sha256(void)
     char hex[65];
     qmla_error err = {0};
     int st = qmla_sha256_file(tpath("no-such-file"), hex, &err);
-    CHECK(st == QMLA_EIO && strstr(err.msg, "no-such-file"),
+    CHECK(st == QMLA_ENOENT && strstr(err.msg, "no-such-file"),
           "sha256 of a missing file: %s", err.msg);
 }
 
@@ -1251,7 +1251,7 @@ static void test_malformed(const fixture *fx)
     expect_open_fail(p, QMLA_EFORMAT, "truncated", NULL);
 
     p = tpath("no-such-file.h5");
-    expect_open_fail(p, QMLA_EIO, "No such file", NULL);
+    expect_open_fail(p, QMLA_ENOENT, "No such file", NULL);
     expect_open_fail(g_dir, QMLA_EIO, "a directory", NULL);
 
     /* non-finite values: open succeeds, the load names the index */

@@ -725,7 +725,8 @@ static void check_file(void)
     CHECK_OK(qmla_transform_file_write(path, &m, t, (const float *const *)g, NULL, 2, &err), err);
     CHECK(qmla_transform_file_read(path, &f, &err) == QMLA_EFORMAT && strstr(err.msg, "/layers/1/rope") &&
           strstr(err.msg, "scale[2]"), "negative scale: %s", err.msg);
-    CHECK(qmla_transform_file_read("/nonexistent/x.h5", &f, &err) == QMLA_EIO, "missing file");
+    CHECK(qmla_transform_file_read("/nonexistent/x.h5", &f, &err) == QMLA_ENOENT && strstr(err.msg, "No such file"), "missing file: %s", err.msg);
+    CHECK(qmla_transform_file_read("/tmp", &f, &err) == QMLA_EIO && strstr(err.msg, "a directory"), "a directory: %s", err.msg);
     unlink(path);
     for (int i = 0; i < 2; i++) {
         qmla_transform_free(&t[i]);
