@@ -51,6 +51,12 @@ static double sgemm_rate(int threads)
     free(a);
     free(b);
     free(c);
+    /* Back to one thread per BLAS call before the sweep: qmla parallelises
+     * its own loops and calls BLAS inside them (qmla/exec.h). Left at
+     * `threads`, every sweep GEMM ran multi-threaded inside each OpenMP
+     * thread (oversubscribed; 1.25-1.4x slower at 2 threads) -- the sweep
+     * reset it itself until 91d544f moved that to program start-up. */
+    qmla_blas_set_threads(1);
     return 2.0 * n * n * (double)n / best / 1e9;
 }
 
