@@ -4,6 +4,7 @@
  * the windows it lacks. */
 #define _POSIX_C_SOURCE 200809L
 #include "qmla/ppl.h"
+#include "qmla/exec.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -30,13 +31,6 @@ qmla_ppl_run_opts qmla_ppl_run_defaults(void)
     return o;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void emit(const qmla_ppl_run_opts *o, int kind, const qmla_ppl_row *rows, size_t n,
                  double sec, const char *fmt, ...)
 {
@@ -51,34 +45,6 @@ static void emit(const qmla_ppl_run_opts *o, int kind, const qmla_ppl_row *rows,
     }
     qmla_ppl_event ev = {kind, line, rows, n, sec};
     o->event(o->event_ctx, &ev);
-}
-
-static int refuse(qmla_ppl_run_result *r, qmla_error *err, const char *fmt, ...)
-{
-    char msg[QMLA_ERRMSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    r->refusal = 1;
-    return qmla_error_set(err, QMLA_EINVAL, "%s", msg);
-}
-
-static int split_list(const char *s, char ***out, size_t *n, char **buf)
-{
-    *buf = strdup(s);
-    size_t cap = 1;
-    for (const char *p = s; *p; p++)
-        cap += *p == ',';
-    *out = calloc(cap, sizeof **out);
-    if (!*buf || !*out)
-        return -1;
-    size_t cnt = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(*buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-        (*out)[cnt++] = tok;
-    *n = cnt;
-    return cnt ? 0 : -1;
 }
 
 void qmla_ppl_run_result_free(qmla_ppl_run_result *r)
@@ -170,7 +136,7 @@ static int pj_flush(pjournal *pj, qmla_error *err)
         return QMLA_OK;
     const size_t n = pj->pending;
     pj->pending = 0;
-    pj->last = now_s();
+    pj->last = qmla_monotonic_s();
     const int st = qmla_jnl_commit(&pj->j, err);
     if (!st)
         pj->kept += n;
@@ -185,7 +151,7 @@ static int pj_window(void *ctx, size_t k, const double *nll, size_t n_cs, qmla_e
         qmla_jnl_printf(&pj->j, " %a", nll[j]);
     qmla_jnl_printf(&pj->j, "\n");
     pj->pending++;
-    if (pj->pending >= PPL_COMMIT_MAX || now_s() - pj->last >= PPL_COMMIT_S)
+    if (pj->pending >= PPL_COMMIT_MAX || qmla_monotonic_s() - pj->last >= PPL_COMMIT_S)
         return pj_flush(pj, err);
     return QMLA_OK;
 }
@@ -298,20 +264,20 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
     const size_t n_texts = o->n_texts, n_tf = o->n_transforms;
     const char *const *texts = o->texts, *const *tfp = o->transforms;
     if (!n_texts)
-        return refuse(r, err, "--text is required");
+        return qmla_refuse(&r->refusal, err, "--text is required");
     if (!out)
-        return refuse(r, err, "-o RESULTS.h5 is required");
+        return qmla_refuse(&r->refusal, err, "-o RESULTS.h5 is required");
     if (n_texts > QMLA_PPL_MAX)
-        return refuse(r, err, "--text: at most %d texts", QMLA_PPL_MAX);
+        return qmla_refuse(&r->refusal, err, "--text: at most %d texts", QMLA_PPL_MAX);
     if (n_tf > QMLA_PPL_MAX)
-        return refuse(r, err, "--transforms: at most %d files", QMLA_PPL_MAX);
+        return qmla_refuse(&r->refusal, err, "--transforms: at most %d files", QMLA_PPL_MAX);
     const size_t context = o->context ? o->context : 512;
     char **cl = NULL, **pl = NULL, *cbuf = NULL, *pbuf = NULL;
     size_t nc = 0, np = 0;
     int st = QMLA_OK;
-    if (split_list(o->configs ? o->configs : "bf16", &cl, &nc, &cbuf) || !nc ||
-        split_list(o->policies ? o->policies : "none", &pl, &np, &pbuf) || !np) {
-        st = refuse(r, err, "--config / --policy: expected comma-separated lists");
+    if (qmla_split_list(o->configs ? o->configs : "bf16", &cl, &nc, &cbuf) || !nc ||
+        qmla_split_list(o->policies ? o->policies : "none", &pl, &np, &pbuf) || !np) {
+        st = qmla_refuse(&r->refusal, err, "--config / --policy: expected comma-separated lists");
         free(cl);
         free(cbuf);
         free(pl);
@@ -357,7 +323,7 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
     int success = 0;
     r->priv = specs;
     if (!specs || !r->rows || !row_spec || !gs || !grp || !res) {
-        st = refuse(r, err, "out of memory");
+        st = qmla_refuse(&r->refusal, err, "out of memory");
         goto done;
     }
     int any_quant = 0;
@@ -435,7 +401,7 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
             G->done = calloc(G->n_win + 1, 1);
             G->nll = calloc(G->n_win * n_grp + 1, sizeof *G->nll);
             if (!G->done || !G->nll) {
-                st = refuse(r, err, "out of memory");
+                st = qmla_refuse(&r->refusal, err, "out of memory");
                 goto done;
             }
             n_rows_all += n_grp;
@@ -466,7 +432,7 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
         if (st)
             goto done;
         pj.open = 1;
-        pj.last = now_s();
+        pj.last = qmla_monotonic_s();
         if (n_rec == 0) /* a new (or forced) journal: nothing restored */
             for (size_t g = 0; g < n_g; g++)
                 memset(gs[g].done, 0, gs[g].n_win);
@@ -481,7 +447,7 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
                  r->total_windows, o->journal);
     }
     for (size_t v = 0; v <= n_tf; v++) {
-        double t0 = now_s();
+        double t0 = qmla_monotonic_s();
         st = qmla_model_load(dir, &mv[v], err);
         if (st)
             goto done;
@@ -495,7 +461,7 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
         if (!v)
             emit(o, QMLA_PPL_NOTE, NULL, 0, 0, "%s: %s, %zu parameters, %zu layers, d_c %zu, d_r %zu "
                  "(loaded in %.2f s)", dir, mc->arch, qmla_model_n_params(mv[v]), mc->L,
-                 mc->d_c, mc->d_r, now_s() - t0);
+                 mc->d_c, mc->d_r, qmla_monotonic_s() - t0);
         else if (qmla_tmethod_of(tf[v - 1].meta.method)->learned)
             emit(o, QMLA_PPL_NOTE, NULL, 0, 0, "%s: %s transforms (%s, learned for %s) of %zu layers "
                  "folded into the weights", tfp[v - 1], labels[v],
@@ -511,7 +477,7 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
         const size_t k = G->k, v = G->v, n_grp = G->n;
         for (size_t j = 0; j < n_grp; j++)
             grp[j] = specs[row_spec[G->row0 + j]];
-        double t1 = now_s();
+        double t1 = qmla_monotonic_s();
         const char *base = strrchr(texts[k], '/');
         emit(o, QMLA_PPL_GROUP_BEGIN, NULL, 0, 0, "ppl %s%s%s", base ? base + 1 : texts[k],
              v ? " + " : "", v ? labels[v] : "");
@@ -533,7 +499,7 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
         for (size_t j = 0; j < n_grp && !st && !r->stopped; j++)
             r->rows[r->n_rows + j].r = res[j];
         emit(o, QMLA_PPL_GROUP_END, r->rows + r->n_rows, st || r->stopped ? 0 : n_grp,
-             now_s() - t1, NULL);
+             qmla_monotonic_s() - t1, NULL);
         if (!st && !r->stopped && o->should_stop && o->should_stop(o->progress_ctx))
             r->stopped = 1;
         if (r->stopped && !st) {
