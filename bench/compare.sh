@@ -3,6 +3,7 @@
 # working tree (uncommitted changes included), on the same inputs.
 #
 #   bash bench/compare.sh BASE_COMMIT [THREADS=2]
+#   bash bench/compare.sh BASE_SOURCE_DIR [THREADS=2]
 #
 # Builds BASE_COMMIT in a temporary worktree (build-compare/base-SHA, git
 # ignored) and the working tree in build-compare/current (release builds),
@@ -19,7 +20,13 @@
 #   learn     bench_learn 3 steps, no reference steps, T 512 d_c 256 (whole run)
 #   ppl       bench_ppl on each tree's models/tiny-mla and first 4 windows
 #             of data/heldout/prose.txt.gz (whole run)
-# Environment: REPS (default 3), SEQS (default 8), KEEP=1 keeps the base
+# BASE_SOURCE_DIR: a source tree of the base outside git (for a machine
+# without the repository, e.g. the accelerator machine: `git archive BASE`
+# unpacked, with the current tree's models/ and data/ copied in); its commit
+# is read from BASE_SOURCE_DIR/.commit when present.
+# Environment: MESON_ARGS (extra `meson setup` arguments for both builds,
+# e.g. -Dcuda=disabled), BENCHES (a subset of "sweep operator learn ppl"),
+# REPS (default 3), SEQS (default 8), KEEP=1 keeps the base
 # worktree and both builds for the next run. The OpenBLAS variables are
 # used as set (prefix `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE` to
 # compare with them unset). The qmla program is build/cli/qmla or, in older
@@ -32,16 +39,27 @@ threads=${2:-2}
 reps=${REPS:-3}
 seqs=${SEQS:-8}
 die() { echo "compare: $*" >&2; exit 1; }
-sha=$(git -C "$root" rev-parse --verify --quiet "$base^{commit}") ||
-  die "$base is not a commit of $root"
 out=$root/build-compare
-src=$out/base-${sha:0:12}
+if [ -d "$base" ] && [ -f "$base/meson.build" ]; then
+  src=$(cd "$base" && pwd)
+  sha=$(cat "$src/.commit" 2>/dev/null || basename "$src")
+  external=1
+else
+  sha=$(git -C "$root" rev-parse --verify --quiet "$base^{commit}") ||
+    die "$base is neither a commit of $root nor a source tree (a folder with meson.build)"
+  src=$out/base-${sha:0:12}
+  external=0
+fi
 cur=$out/current
 work=$(mktemp -d /tmp/qmla-compare-XXXXXX)
 cleanup() {
   rm -rf "$work"
   if [ "${KEEP:-0}" != 1 ]; then
-    git -C "$root" worktree remove --force "$src" 2>/dev/null || rm -rf "$src"
+    if [ "$external" = 1 ]; then
+      rm -rf "$src/build"
+    else
+      git -C "$root" worktree remove --force "$src" 2>/dev/null || rm -rf "$src"
+    fi
     rm -rf "$cur"
   fi
 }
@@ -50,16 +68,16 @@ mkdir -p "$out"
 
 # build SRC_DIR BUILD_DIR NAME
 build() {
-  local log=$work/build-$3.log
+  local log=$work/build-$(printf %s "$3" | tr -c "A-Za-z0-9._-" _).log
   echo "building $3 ($1) ..." >&2
-  if { [ -f "$2/build.ninja" ] || meson setup "$2" "$1" --buildtype=release; } >"$log" 2>&1 &&
+  if { [ -f "$2/build.ninja" ] || meson setup "$2" "$1" --buildtype=release ${MESON_ARGS:-}; } >"$log" 2>&1 &&
      ninja -C "$2" >>"$log" 2>&1; then
     return 0
   fi
   tail -n 30 "$log" >&2
   die "$3 does not build (log above; meson setup $2 $1 --buildtype=release && ninja -C $2)"
 }
-[ -d "$src" ] || git -C "$root" worktree add --detach "$src" "$sha" >/dev/null 2>&1 ||
+[ -d "$src" ] || [ "$external" = 1 ] || git -C "$root" worktree add --detach "$src" "$sha" >/dev/null 2>&1 ||
   die "cannot add a worktree of $sha at $src"
 build "$src" "$src/build" "base $base (${sha:0:12})"
 build "$root" "$cur" "current tree"
@@ -82,7 +100,7 @@ cap=$work/v2lite.h5
 
 # Benchmarks both builds have.
 benches=()
-for b in sweep operator learn ppl; do
+for b in ${BENCHES:-sweep operator learn ppl}; do
   [ -x "$src/build/bench/bench_$b" ] && [ -x "$cur/bench/bench_$b" ] && benches+=("$b")
 done
 [ ${#benches[@]} -gt 0 ] || die "no benchmark program is in both builds"
@@ -121,7 +139,7 @@ for ((r = 1; r <= reps; r++)); do
 done
 
 dirty=$(git -C "$root" status --porcelain --untracked-files=no | grep -q . && echo ", modified" || true)
-echo "base ${sha:0:12} ($("$qb" --version 2>/dev/null | head -n1)) against current $(git -C "$root" rev-parse --short=12 HEAD)$dirty ($("$qc" --version 2>/dev/null | head -n1));" \
+echo "base ${sha:0:12} ($("$qb" --version 2>/dev/null | head -n1)) against current $(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || cat "$root/.commit" 2>/dev/null)$dirty ($("$qc" --version 2>/dev/null | head -n1));" \
   "$threads threads, minimum of $reps, T 512 N $seqs capture;" \
   "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-<unset>}"
 printf '%-10s %10s %10s %13s %11s %11s %9s\n' benchmark base_s current_s current/base \
