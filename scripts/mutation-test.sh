@@ -72,8 +72,14 @@ if ! (meson setup "$b" "$src" --buildtype=release -Dcuda=disabled ${QMLA_MUT_MES
 fi
 
 # --- the test lists: C tests (fast) first, then the shell tests -------------
-all=$(meson test -C "$b" --list --suite unit --suite ref 2>/dev/null | sed -n 's/^qmla:\(unit\|ref\) \/ \(.*\)$/\2/p; s/^qmla \/ \(.*\)$/\1/p')
-[ -n "$all" ] || all=$(meson test -C "$b" --list --suite unit --suite ref 2>/dev/null | awk -F' / ' '{print $NF}')
+# the tests of the unit and ref suites, from meson's introspection (the
+# `meson test --list` format differs between meson versions)
+all=$(meson introspect "$b" --tests 2>/dev/null | "$PY" -c '
+import json, sys
+for t in json.load(sys.stdin):
+    if any(x.split(":")[-1] in ("unit", "ref") for x in t["suite"]):
+        print(t["name"])')
+[ -n "$all" ] || { echo "no tests of the unit and ref suites in $b (meson introspect --tests)"; exit 0; }
 fast="" slow=""
 for t in $all; do
   case $t in
@@ -92,6 +98,17 @@ sslow=""
 for t in test_results_faults test_cli test_full_disk; do case " $slow " in *" $t "*) sslow="$sslow $t" ;; esac; done
 slow=$sslow
 
+failed_of() { # TESTLOG.json -> the names of its tests that did not pass ("*" if unreadable)
+  "$PY" -c '
+import json, sys
+try:
+    for line in open(sys.argv[1]):
+        r = json.loads(line)
+        if r.get("result") not in ("OK", "SKIP", "EXPECTEDFAIL"):
+            print(r["name"].split()[-1])
+except (OSError, ValueError, KeyError):
+    print("*")' "$1"
+}
 run_tests() { # LIST -> 0 all passed, 1 a failure; sets $failed_test
   local list=$1 log="$tmp/testlog"
   failed_test=""
@@ -100,8 +117,7 @@ run_tests() { # LIST -> 0 all passed, 1 a failure; sets $failed_test
     --num-processes "$JOBS" -t "${QMLA_MUT_TIMEOUT_MULT:-1}" --logbase mut $list >"$log" 2>&1
   local rc=$?
   [ $rc = 0 ] && return 0
-  failed_test=$(grep -E '(FAIL|TIMEOUT|ERROR) ' "$log" | grep -v '^Fail:\|^Timeout:' |
-                sed -n 's/.*qmla:[a-z]* \/ \([A-Za-z0-9_]*\).*/\1/p' | head -1)
+  failed_test=$(failed_of "$b/meson-logs/mut.json" | head -1)
   [ -n "$failed_test" ] || failed_test="(meson rc $rc)"
   return 1
 }
@@ -115,16 +131,7 @@ keep_fast="" keep_slow=""
 # alone, twice (a timeout on a loaded machine is not a failure of the code)
 QMLA_PYTHON=$PY timeout 3000 meson test -C "$b" --no-rebuild --num-processes "$JOBS" \
   -t "${QMLA_MUT_TIMEOUT_MULT:-1}" --logbase baseline $fast $slow >"$tmp/baseline.log" 2>&1
-base_failed=$("$PY" -c '
-import json, sys
-bad = set()
-try:
-    for line in open(sys.argv[1]):
-        r = json.loads(line)
-        if r.get("result") != "OK": bad.add(r["name"].split(" / ")[-1])
-except OSError:
-    bad.add("*")
-print(" ".join(sorted(bad)))' "$b/meson-logs/baseline.json")
+base_failed=$(failed_of "$b/meson-logs/baseline.json" | tr '\n' ' ')
 for t in $fast $slow; do
   case " $base_failed " in *" $t "*|*" * "*) ;; *)
     case " $slow " in *" $t "*) keep_slow="$keep_slow $t" ;; *) keep_fast="$keep_fast $t" ;; esac
