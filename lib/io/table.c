@@ -281,6 +281,18 @@ int qmla_file_attrs(const char *path, qmla_attr **attrs, size_t *n, qmla_error *
     return st;
 }
 
+/* Close a group and its file (either may be -1), end the quiet HDF5 error
+ * stack; st passes through. */
+static int close_fg(hid_t f, hid_t g, h5_quiet q, int st)
+{
+    if (g >= 0)
+        H5Gclose(g);
+    if (f >= 0)
+        H5Fclose(f);
+    qmla_h5_quiet_end(q);
+    return st;
+}
+
 /* ---- tables ------------------------------------------------------------- */
 
 typedef struct member {
@@ -458,6 +470,22 @@ typedef struct name_list {
     int oom;
 } name_list;
 
+static int names_push(name_list *L, const char *s)
+{
+    if (L->n == L->cap) {
+        size_t cap = L->cap ? 2 * L->cap : 8;
+        char **ns = realloc(L->s, cap * sizeof *ns);
+        if (!ns)
+            return L->oom = 1, -1;
+        L->s = ns;
+        L->cap = cap;
+    }
+    if (!(L->s[L->n] = dupstr(s)))
+        return L->oom = 1, -1;
+    L->n++;
+    return 0;
+}
+
 static herr_t root_cb(hid_t f, const char *name, const H5L_info_t *li, void *p)
 {
     name_list *L = p;
@@ -483,63 +511,25 @@ static herr_t root_cb(hid_t f, const char *name, const H5L_info_t *li, void *p)
     int is = !list_members(g, &M) && group_is_table(g, &M, &rows);
     members_free(&M);
     H5Gclose(g);
-    if (!is)
-        return 0;
-    if (L->n == L->cap) {
-        size_t cap = L->cap ? 2 * L->cap : 8;
-        char **ns = realloc(L->s, cap * sizeof *ns);
-        if (!ns) {
-            L->oom = 1;
-            return -1;
-        }
-        L->s = ns;
-        L->cap = cap;
-    }
-    if (!(L->s[L->n] = dupstr(name))) {
-        L->oom = 1;
-        return -1;
-    }
-    L->n++;
-    return 0;
+    return is ? names_push(L, name) : 0;
 }
+
+static int collect_names(const char *path, int nested, char ***names, size_t *n,
+                         qmla_error *err);
 
 int qmla_table_names(const char *path, char ***names, size_t *n, qmla_error *err)
 {
-    *names = NULL;
-    *n = 0;
-    h5_quiet q = qmla_h5_quiet_begin();
-    int st = QMLA_OK;
-    hid_t f = open_file(path, err);
-    if (f < 0) {
-        st = err ? err->status : QMLA_EIO;
-        goto out;
-    }
-    name_list L = {NULL, 0, 0, 0};
-    hsize_t idx = 0;
-    H5Literate(f, H5_INDEX_NAME, H5_ITER_INC, &idx, root_cb, &L);
-    if (L.oom) {
-        for (size_t k = 0; k < L.n; k++)
-            free(L.s[k]);
-        free(L.s);
-        st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
-        goto out;
-    }
-    *names = L.s;
-    *n = L.n;
-out:
-    if (f >= 0)
-        H5Fclose(f);
-    qmla_h5_quiet_end(q);
-    return st;
+    return collect_names(path, 0, names, n, err);
 }
 
-/* "responses, summary" for messages. */
-static void names_text(const char *path, char *buf, size_t cap)
+/* "responses, summary" for messages: the root tables (nested 0) or every
+ * table (nested 1). */
+static void names_text(const char *path, int nested, char *buf, size_t cap)
 {
     char **names;
     size_t n;
     buf[0] = '\0';
-    if (qmla_table_names(path, &names, &n, NULL)) {
+    if (collect_names(path, nested, &names, &n, NULL)) {
         snprintf(buf, cap, "(none)");
         return;
     }
@@ -671,19 +661,14 @@ int qmla_table_read(const char *path, const char *name, qmla_table **out, qmla_e
     if (!name[0] || strchr(name, '/') || H5Lexists(f, name, H5P_DEFAULT) <= 0 ||
         (g = H5Gopen2(f, name, H5P_DEFAULT)) < 0) {
         char have[512];
-        names_text(path, have, sizeof have);
+        names_text(path, 0, have, sizeof have);
         st = qmla_error_set(err, QMLA_EFORMAT, "%s: no table /%s (expected one of: %s)",
                             path, name, have);
         goto out;
     }
     st = read_group(g, path, name, name, 0, 0, out, err);
 out:
-    if (g >= 0)
-        H5Gclose(g);
-    if (f >= 0)
-        H5Fclose(f);
-    qmla_h5_quiet_end(q);
-    return st;
+    return close_fg(f, g, q, st);
 }
 
 /* ---- every table of a file: nested groups and sections ------------------ */
@@ -732,22 +717,6 @@ static size_t group_sections(hid_t g, const member_list *M, hsize_t *len, size_t
 
 #define MAX_SECTIONS 64
 
-static int names_push(name_list *L, const char *s)
-{
-    if (L->n == L->cap) {
-        size_t cap = L->cap ? 2 * L->cap : 8;
-        char **ns = realloc(L->s, cap * sizeof *ns);
-        if (!ns)
-            return L->oom = 1, -1;
-        L->s = ns;
-        L->cap = cap;
-    }
-    if (!(L->s[L->n] = dupstr(s)))
-        return L->oom = 1, -1;
-    L->n++;
-    return 0;
-}
-
 /* One group's tables: its name for the main length, NAME:L for the others. */
 static int group_tables(hid_t f, const char *name, name_list *L)
 {
@@ -791,7 +760,10 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int qmla_table_list(const char *path, char ***names, size_t *n, qmla_error *err)
+/* The root tables (nested 0: qmla_table_names) or every table (nested 1:
+ * qmla_table_list) of path. */
+static int collect_names(const char *path, int nested, char ***names, size_t *n,
+                         qmla_error *err)
 {
     *names = NULL;
     *n = 0;
@@ -803,10 +775,14 @@ int qmla_table_list(const char *path, char ***names, size_t *n, qmla_error *err)
         goto out;
     }
     name_list L = {NULL, 0, 0, 0};
+    hsize_t idx = 0;
+    if (!nested)
+        H5Literate(f, H5_INDEX_NAME, H5_ITER_INC, &idx, root_cb, &L);
+    else
 #if H5_VERSION_GE(1, 12, 0)
-    H5Ovisit3(f, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &L, H5O_INFO_BASIC);
+        H5Ovisit3(f, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &L, H5O_INFO_BASIC);
 #else
-    H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &L, H5O_INFO_BASIC);
+        H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &L, H5O_INFO_BASIC);
 #endif
     if (L.oom) {
         for (size_t k = 0; k < L.n; k++)
@@ -815,7 +791,7 @@ int qmla_table_list(const char *path, char ***names, size_t *n, qmla_error *err)
         st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
         goto out;
     }
-    if (L.n > 1)
+    if (nested && L.n > 1)
         qsort(L.s, L.n, sizeof *L.s, cmp_str);
     *names = L.s;
     *n = L.n;
@@ -824,6 +800,11 @@ out:
         H5Fclose(f);
     qmla_h5_quiet_end(q);
     return st;
+}
+
+int qmla_table_list(const char *path, char ***names, size_t *n, qmla_error *err)
+{
+    return collect_names(path, 1, names, n, err);
 }
 
 /* Is `name` (no leading '/') a group of f? */
@@ -855,25 +836,6 @@ static int is_group(hid_t f, const char *name)
     return oi.type == H5O_TYPE_GROUP;
 }
 
-/* "a, b, c" of every table, for messages. */
-static void all_names_text(const char *path, char *buf, size_t cap)
-{
-    char **names;
-    size_t n, used = 0;
-    buf[0] = '\0';
-    if (qmla_table_list(path, &names, &n, NULL) || !n) {
-        snprintf(buf, cap, "(none)");
-        return;
-    }
-    for (size_t k = 0; k < n; k++) {
-        int w = snprintf(buf + used, cap - used, "%s%s", k ? ", " : "", names[k]);
-        if (w > 0 && (size_t)w < cap - used)
-            used += (size_t)w;
-        free(names[k]);
-    }
-    free(names);
-}
-
 int qmla_table_read_any(const char *path, const char *name, qmla_table **out, qmla_error *err)
 {
     *out = NULL;
@@ -903,7 +865,7 @@ int qmla_table_read_any(const char *path, const char *name, qmla_table **out, qm
     }
     if (!is_group(f, gname) || (g = H5Gopen2(f, gname, H5P_DEFAULT)) < 0) {
         char have[2048];
-        all_names_text(path, have, sizeof have);
+        names_text(path, 1, have, sizeof have);
         st = qmla_error_set(err, QMLA_EFORMAT, "%s: no table /%s (expected one of: %s)", path,
                             name, have);
         goto out;
@@ -929,7 +891,7 @@ int qmla_table_read_any(const char *path, const char *name, qmla_table **out, qm
             j++;
         if (j == ns || j == main) {
             char have[2048];
-            all_names_text(path, have, sizeof have);
+            names_text(path, 1, have, sizeof have);
             st = qmla_error_set(err, QMLA_EFORMAT, "%s: no table /%s (expected one of: %s)",
                                 path, name, have);
             goto out;
@@ -938,12 +900,7 @@ int qmla_table_read_any(const char *path, const char *name, qmla_table **out, qm
     st = read_group(g, path, gname, name, 1, want, out, err);
 out:
     members_free(&M);
-    if (g >= 0)
-        H5Gclose(g);
-    if (f >= 0)
-        H5Fclose(f);
-    qmla_h5_quiet_end(q);
-    return st;
+    return close_fg(f, g, q, st);
 }
 
 static int open_group(hid_t f, const char *path, const char *group, hid_t *g, qmla_error *err)
@@ -969,12 +926,7 @@ int qmla_group_attrs(const char *path, const char *group, qmla_attr **attrs, siz
     if (!st && read_attrs(g, attrs, n))
         st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory reading /%s's attributes", path,
                             group);
-    if (g >= 0)
-        H5Gclose(g);
-    if (f >= 0)
-        H5Fclose(f);
-    qmla_h5_quiet_end(q);
-    return st;
+    return close_fg(f, g, q, st);
 }
 
 int qmla_group_children(const char *path, const char *group, char ***names, size_t *n,
@@ -1003,12 +955,7 @@ int qmla_group_children(const char *path, const char *group, char ***names, size
         *n = L.n;
     }
     members_free(&M);
-    if (g >= 0)
-        H5Gclose(g);
-    if (f >= 0)
-        H5Fclose(f);
-    qmla_h5_quiet_end(q);
-    return st;
+    return close_fg(f, g, q, st);
 }
 
 /* ---- building tables ---------------------------------------------------- */
