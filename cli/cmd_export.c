@@ -1,7 +1,9 @@
 /* cmd_export.c — `qmla export`: one table of a results file as text (TSV,
  * CSV, Markdown, JSON) with the file's provenance, for gnuplot, spreadsheets
- * and pandas. Generic: any root group of 1-D datasets is a table
- * (include/qmla/table.h); `responses_by_layer` is derived from /responses.
+ * and pandas. Generic: the 1-D datasets of one length in any group, root or
+ * nested, are a table (qmla_table_list, include/qmla/table.h: a group of
+ * several lengths gives GROUP and GROUP:LEN); `responses_by_layer` is
+ * derived from /responses.
  *
  *   qmla export results.h5 --table summary --format csv -o summary.csv */
 #include "cli.h"
@@ -26,7 +28,10 @@ static void help(FILE *f)
         "and descriptions, where the file has them, come as `# column` lines.\n"
         "Floats are written as the shortest decimal that reads back exactly.\n"
         "\n"
-        "  --table NAME    a root group of 1-D datasets (default responses);\n"
+        "  --table NAME    a table as --list names it (default responses): a group's\n"
+        "                  1-D datasets of one length (nested: layers/0/content;\n"
+        "                  a group of several lengths: GROUP and GROUP:LEN, e.g.\n"
+        "                  interventions and interventions:384);\n"
         "                  responses_by_layer: per-layer means of /responses by\n"
         "                  path (computed, not stored; docs/figures.md)\n"
         "  --format F      tsv (default), csv, md or json\n"
@@ -35,6 +40,7 @@ static void help(FILE *f)
         "\n"
         "examples:\n"
         "  qmla export results.h5 --list\n"
+        "  qmla export experiments/operator/tiny-mla-full-intervene.h5 --table interventions:9216\n"
         "  qmla export results.h5 --table summary\n"
         "  qmla export results.h5 --format csv -o responses.csv\n"
         "  qmla export results.h5 --table summary --format json | python3 -m json.tool\n"
@@ -45,7 +51,7 @@ static void help(FILE *f)
  * has no group of that name. */
 int cli_table_load(const char *path, const char *name, qmla_table **t, qmla_error *err)
 {
-    int st = qmla_table_read(path, name, t, err);
+    int st = qmla_table_read_any(path, name, t, err);
     if (st != QMLA_EFORMAT || strcmp(name, "responses_by_layer"))
         return st;
     qmla_table *r = NULL;
@@ -69,7 +75,7 @@ static int list_tables(const char *path)
     qmla_error_clear(&err);
     char **names;
     size_t n;
-    if (qmla_table_names(path, &names, &n, &err))
+    if (qmla_table_list(path, &names, &n, &err))
         return cli_lib_error("export", &err);
     int rc = QMLA_EXIT_OK, has_resp = 0, has_by_layer = 0;
     printf("%-24s %8s %8s\n", "table", "rows", "columns");
@@ -77,7 +83,7 @@ static int list_tables(const char *path)
         qmla_table *t;
         has_resp |= !strcmp(names[k], "responses");
         has_by_layer |= !strcmp(names[k], "responses_by_layer");
-        if (qmla_table_read(path, names[k], &t, &err)) {
+        if (qmla_table_read_any(path, names[k], &t, &err)) {
             rc = cli_lib_error("export", &err);
         } else {
             printf("%-24s %8zu %8zu\n", t->name, t->n_rows, t->n_cols);

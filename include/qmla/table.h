@@ -91,6 +91,31 @@ int qmla_table_read(const char *path, const char *name, qmla_table **out,
                     qmla_error *err);
 void qmla_table_free(qmla_table *t);
 
+/* Every table of path, in root and nested groups alike, name order: the
+ * 1-D datasets of one length in a group form a table named by the group's
+ * path ("summary", "layers/0/content"). Where a group holds 1-D datasets of
+ * several lengths (/interventions: per item and per repetition; /predict),
+ * the length most of them share (ties: the first created) is the table
+ * named by the group and each other length L the table "GROUP:L"
+ * ("interventions:384"). Datasets of other ranks (a transforms file's
+ * rotations) and groups of attributes only hold no table. */
+int qmla_table_list(const char *path, char ***names, size_t *n, qmla_error *err);
+
+/* Read a table named as qmla_table_list names it; a group that is a table
+ * (every member a 1-D dataset of one length) reads as qmla_table_read reads
+ * it, and a group holding no 1-D dataset gets qmla_table_read's error. */
+int qmla_table_read_any(const char *path, const char *name, qmla_table **out,
+                        qmla_error *err);
+
+/* Attributes of group `group` of path ("" or "/": the root), name order. */
+int qmla_group_attrs(const char *path, const char *group, qmla_attr **attrs,
+                     size_t *n, qmla_error *err);
+
+/* Names of the members of `group` ("" the root) that are groups (groups 1)
+ * or datasets (groups 0), name order. Caller frees each and *names. */
+int qmla_group_children(const char *path, const char *group, char ***names,
+                        size_t *n, int groups, qmla_error *err);
+
 /* Column by name, NULL if absent. */
 const qmla_table_col *qmla_table_column(const qmla_table *t, const char *name);
 /* Attribute by name in a list, NULL if absent. */

@@ -281,6 +281,18 @@ int qmla_file_attrs(const char *path, qmla_attr **attrs, size_t *n, qmla_error *
     return st;
 }
 
+/* Close a group and its file (either may be -1), end the quiet HDF5 error
+ * stack; st passes through. */
+static int close_fg(hid_t f, hid_t g, h5_quiet q, int st)
+{
+    if (g >= 0)
+        H5Gclose(g);
+    if (f >= 0)
+        H5Fclose(f);
+    qmla_h5_quiet_end(q);
+    return st;
+}
+
 /* ---- tables ------------------------------------------------------------- */
 
 typedef struct member {
@@ -458,6 +470,22 @@ typedef struct name_list {
     int oom;
 } name_list;
 
+static int names_push(name_list *L, const char *s)
+{
+    if (L->n == L->cap) {
+        size_t cap = L->cap ? 2 * L->cap : 8;
+        char **ns = realloc(L->s, cap * sizeof *ns);
+        if (!ns)
+            return L->oom = 1, -1;
+        L->s = ns;
+        L->cap = cap;
+    }
+    if (!(L->s[L->n] = dupstr(s)))
+        return L->oom = 1, -1;
+    L->n++;
+    return 0;
+}
+
 static herr_t root_cb(hid_t f, const char *name, const H5L_info_t *li, void *p)
 {
     name_list *L = p;
@@ -483,63 +511,25 @@ static herr_t root_cb(hid_t f, const char *name, const H5L_info_t *li, void *p)
     int is = !list_members(g, &M) && group_is_table(g, &M, &rows);
     members_free(&M);
     H5Gclose(g);
-    if (!is)
-        return 0;
-    if (L->n == L->cap) {
-        size_t cap = L->cap ? 2 * L->cap : 8;
-        char **ns = realloc(L->s, cap * sizeof *ns);
-        if (!ns) {
-            L->oom = 1;
-            return -1;
-        }
-        L->s = ns;
-        L->cap = cap;
-    }
-    if (!(L->s[L->n] = dupstr(name))) {
-        L->oom = 1;
-        return -1;
-    }
-    L->n++;
-    return 0;
+    return is ? names_push(L, name) : 0;
 }
+
+static int collect_names(const char *path, int nested, char ***names, size_t *n,
+                         qmla_error *err);
 
 int qmla_table_names(const char *path, char ***names, size_t *n, qmla_error *err)
 {
-    *names = NULL;
-    *n = 0;
-    h5_quiet q = qmla_h5_quiet_begin();
-    int st = QMLA_OK;
-    hid_t f = open_file(path, err);
-    if (f < 0) {
-        st = err ? err->status : QMLA_EIO;
-        goto out;
-    }
-    name_list L = {NULL, 0, 0, 0};
-    hsize_t idx = 0;
-    H5Literate(f, H5_INDEX_NAME, H5_ITER_INC, &idx, root_cb, &L);
-    if (L.oom) {
-        for (size_t k = 0; k < L.n; k++)
-            free(L.s[k]);
-        free(L.s);
-        st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
-        goto out;
-    }
-    *names = L.s;
-    *n = L.n;
-out:
-    if (f >= 0)
-        H5Fclose(f);
-    qmla_h5_quiet_end(q);
-    return st;
+    return collect_names(path, 0, names, n, err);
 }
 
-/* "responses, summary" for messages. */
-static void names_text(const char *path, char *buf, size_t cap)
+/* "responses, summary" for messages: the root tables (nested 0) or every
+ * table (nested 1). */
+static void names_text(const char *path, int nested, char *buf, size_t cap)
 {
     char **names;
     size_t n;
     buf[0] = '\0';
-    if (qmla_table_names(path, &names, &n, NULL)) {
+    if (collect_names(path, nested, &names, &n, NULL)) {
         snprintf(buf, cap, "(none)");
         return;
     }
@@ -555,38 +545,30 @@ static void names_text(const char *path, char *buf, size_t cap)
         snprintf(buf, cap, "(none)");
 }
 
-int qmla_table_read(const char *path, const char *name, qmla_table **out, qmla_error *err)
+/* Read group g (path `name` in the file) of an open file as table `tname`:
+ * every member when `section` is 0 (each must be a 1-D dataset of one
+ * length), else only its 1-D datasets of `want` rows (the others skipped). */
+static int read_group(hid_t g, const char *path, const char *name, const char *tname,
+                      int section, hsize_t want, qmla_table **out, qmla_error *err)
 {
     *out = NULL;
-    h5_quiet q = qmla_h5_quiet_begin();
     int st = QMLA_OK;
-    hid_t g = -1, f = open_file(path, err);
     qmla_table *t = NULL;
     member_list M = {NULL, 0, 0, 0};
-    if (f < 0) {
-        st = err ? err->status : QMLA_EIO;
-        goto out;
-    }
-    if (!name[0] || strchr(name, '/') || H5Lexists(f, name, H5P_DEFAULT) <= 0 ||
-        (g = H5Gopen2(f, name, H5P_DEFAULT)) < 0) {
-        char have[512];
-        names_text(path, have, sizeof have);
-        st = qmla_error_set(err, QMLA_EFORMAT, "%s: no table /%s (expected one of: %s)",
-                            path, name, have);
-        goto out;
-    }
     if (list_members(g, &M)) {
         st = qmla_error_set(err, QMLA_EFORMAT, "%s: cannot list group /%s", path, name);
         goto out;
     }
     t = calloc(1, sizeof *t);
-    if (!t || !(t->name = dupstr(name)) ||
+    if (!t || !(t->name = dupstr(tname)) ||
         !(t->cols = calloc(M.n ? M.n : 1, sizeof *t->cols))) {
         st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
         goto out;
     }
     for (size_t k = 0; k < M.n; k++) {
         const char *cn = M.m[k].name;
+        if (section && !M.m[k].is_dataset)
+            continue;
         if (!M.m[k].is_dataset) {
             st = qmla_error_set(err, QMLA_EFORMAT,
                                 "%s: /%s/%s: expected a 1-D dataset (a table column), found a group or link",
@@ -604,10 +586,18 @@ int qmla_table_read(const char *path, const char *name, qmla_table **out, qmla_e
         if (rank == 1)
             H5Sget_simple_extent_dims(sp, dims, NULL);
         const int kind = ty >= 0 ? type_kind(ty) : -1;
+        if (section && (rank != 1 || dims[0] != want)) {
+            if (ty >= 0)
+                H5Tclose(ty);
+            if (sp >= 0)
+                H5Sclose(sp);
+            H5Dclose(d);
+            continue;
+        }
         if (rank != 1)
             st = qmla_error_set(err, QMLA_EFORMAT, "%s: /%s/%s: expected a 1-D dataset, found rank %d",
                                 path, name, cn, rank);
-        else if (k > 0 && dims[0] != t->n_rows)
+        else if (t->n_cols > 0 && dims[0] != t->n_rows)
             st = qmla_error_set(err, QMLA_EFORMAT,
                                 "%s: /%s/%s: expected %zu rows (as /%s/%s), found %llu", path, name,
                                 cn, t->n_rows, name, t->cols[0].name, (unsigned long long)dims[0]);
@@ -650,16 +640,322 @@ int qmla_table_read(const char *path, const char *name, qmla_table **out, qmla_e
         st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
 out:
     members_free(&M);
-    if (g >= 0)
-        H5Gclose(g);
-    if (f >= 0)
-        H5Fclose(f);
-    qmla_h5_quiet_end(q);
     if (st)
         qmla_table_free(t);
     else
         *out = t;
     return st;
+}
+
+
+int qmla_table_read(const char *path, const char *name, qmla_table **out, qmla_error *err)
+{
+    *out = NULL;
+    h5_quiet q = qmla_h5_quiet_begin();
+    int st = QMLA_OK;
+    hid_t g = -1, f = open_file(path, err);
+    if (f < 0) {
+        st = err ? err->status : QMLA_EIO;
+        goto out;
+    }
+    if (!name[0] || strchr(name, '/') || H5Lexists(f, name, H5P_DEFAULT) <= 0 ||
+        (g = H5Gopen2(f, name, H5P_DEFAULT)) < 0) {
+        char have[512];
+        names_text(path, 0, have, sizeof have);
+        st = qmla_error_set(err, QMLA_EFORMAT, "%s: no table /%s (expected one of: %s)",
+                            path, name, have);
+        goto out;
+    }
+    st = read_group(g, path, name, name, 0, 0, out, err);
+out:
+    return close_fg(f, g, q, st);
+}
+
+/* ---- every table of a file: nested groups and sections ------------------ */
+
+/* The lengths of the 1-D datasets of group g (members M, in order): distinct
+ * lengths in first-seen order into len/cnt (at most cap), their number
+ * returned; *main the index of the length most of them share (ties: the
+ * first seen). */
+static size_t group_sections(hid_t g, const member_list *M, hsize_t *len, size_t *cnt,
+                             size_t cap, size_t *main)
+{
+    size_t n = 0;
+    *main = 0;
+    for (size_t k = 0; k < M->n; k++) {
+        if (!M->m[k].is_dataset)
+            continue;
+        hid_t d = H5Dopen2(g, M->m[k].name, H5P_DEFAULT);
+        if (d < 0)
+            continue;
+        hid_t sp = H5Dget_space(d);
+        hsize_t dims[1] = {0};
+        const int one = sp >= 0 && H5Sget_simple_extent_ndims(sp) == 1;
+        if (one)
+            H5Sget_simple_extent_dims(sp, dims, NULL);
+        if (sp >= 0)
+            H5Sclose(sp);
+        H5Dclose(d);
+        if (!one)
+            continue;
+        size_t j = 0;
+        while (j < n && len[j] != dims[0])
+            j++;
+        if (j == n) {
+            if (n == cap)
+                continue;
+            len[n] = dims[0];
+            cnt[n++] = 0;
+        }
+        cnt[j]++;
+    }
+    for (size_t j = 1; j < n; j++)
+        if (cnt[j] > cnt[*main])
+            *main = j;
+    return n;
+}
+
+#define MAX_SECTIONS 64
+
+/* One group's tables: its name for the main length, NAME:L for the others. */
+static int group_tables(hid_t f, const char *name, name_list *L)
+{
+    hid_t g = H5Gopen2(f, name, H5P_DEFAULT);
+    if (g < 0)
+        return 0;
+    member_list M;
+    int rc = 0;
+    if (!list_members(g, &M)) {
+        hsize_t len[MAX_SECTIONS];
+        size_t cnt[MAX_SECTIONS], main;
+        const size_t n = group_sections(g, &M, len, cnt, MAX_SECTIONS, &main);
+        for (size_t j = 0; j < n && !rc; j++) {
+            if (j == main) {
+                rc = names_push(L, name);
+            } else {
+                char buf[1024];
+                snprintf(buf, sizeof buf, "%s:%llu", name, (unsigned long long)len[j]);
+                rc = names_push(L, buf);
+            }
+        }
+        members_free(&M);
+    }
+    H5Gclose(g);
+    return rc;
+}
+
+#if H5_VERSION_GE(1, 12, 0)
+static herr_t visit_cb(hid_t f, const char *name, const H5O_info2_t *oi, void *p)
+#else
+static herr_t visit_cb(hid_t f, const char *name, const H5O_info_t *oi, void *p)
+#endif
+{
+    if (oi->type != H5O_TYPE_GROUP || !strcmp(name, "."))
+        return 0;
+    return group_tables(f, name, p) ? -1 : 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The root tables (nested 0: qmla_table_names) or every table (nested 1:
+ * qmla_table_list) of path. */
+static int collect_names(const char *path, int nested, char ***names, size_t *n,
+                         qmla_error *err)
+{
+    *names = NULL;
+    *n = 0;
+    h5_quiet q = qmla_h5_quiet_begin();
+    int st = QMLA_OK;
+    hid_t f = open_file(path, err);
+    if (f < 0) {
+        st = err ? err->status : QMLA_EIO;
+        goto out;
+    }
+    name_list L = {NULL, 0, 0, 0};
+    hsize_t idx = 0;
+    if (!nested)
+        H5Literate(f, H5_INDEX_NAME, H5_ITER_INC, &idx, root_cb, &L);
+    else
+#if H5_VERSION_GE(1, 12, 0)
+        H5Ovisit3(f, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &L, H5O_INFO_BASIC);
+#else
+        H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &L, H5O_INFO_BASIC);
+#endif
+    if (L.oom) {
+        for (size_t k = 0; k < L.n; k++)
+            free(L.s[k]);
+        free(L.s);
+        st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    if (nested && L.n > 1)
+        qsort(L.s, L.n, sizeof *L.s, cmp_str);
+    *names = L.s;
+    *n = L.n;
+out:
+    if (f >= 0)
+        H5Fclose(f);
+    qmla_h5_quiet_end(q);
+    return st;
+}
+
+int qmla_table_list(const char *path, char ***names, size_t *n, qmla_error *err)
+{
+    return collect_names(path, 1, names, n, err);
+}
+
+/* Is `name` (no leading '/') a group of f? */
+static int is_group(hid_t f, const char *name)
+{
+    if (!name[0] || name[0] == '/' || strstr(name, "//") || name[strlen(name) - 1] == '/')
+        return 0;
+    /* every prefix must exist for H5Lexists on a path */
+    char buf[1024];
+    if (strlen(name) >= sizeof buf)
+        return 0;
+    strcpy(buf, name);
+    for (char *p = buf; (p = strchr(p, '/')); *p++ = '/') {
+        *p = '\0';
+        if (H5Lexists(f, buf, H5P_DEFAULT) <= 0)
+            return 0;
+    }
+    if (H5Lexists(f, name, H5P_DEFAULT) <= 0)
+        return 0;
+#if H5_VERSION_GE(1, 12, 0)
+    H5O_info2_t oi;
+    if (H5Oget_info_by_name3(f, name, &oi, H5O_INFO_BASIC, H5P_DEFAULT) < 0)
+        return 0;
+#else
+    H5O_info_t oi;
+    if (H5Oget_info_by_name2(f, name, &oi, H5O_INFO_BASIC, H5P_DEFAULT) < 0)
+        return 0;
+#endif
+    return oi.type == H5O_TYPE_GROUP;
+}
+
+int qmla_table_read_any(const char *path, const char *name, qmla_table **out, qmla_error *err)
+{
+    *out = NULL;
+    h5_quiet q = qmla_h5_quiet_begin();
+    int st = QMLA_OK;
+    hid_t g = -1, f = open_file(path, err);
+    member_list M = {NULL, 0, 0, 0};
+    char gname[1024];
+    hsize_t want = 0;
+    int explicit_len = 0;
+    if (f < 0) {
+        st = err ? err->status : QMLA_EIO;
+        goto out;
+    }
+    snprintf(gname, sizeof gname, "%s", name);
+    if (!is_group(f, gname)) {
+        char *c = strrchr(gname, ':');
+        char *end = NULL;
+        if (c && c[1] >= '0' && c[1] <= '9') {
+            unsigned long long v = strtoull(c + 1, &end, 10);
+            if (end && !*end) {
+                *c = '\0';
+                want = (hsize_t)v;
+                explicit_len = 1;
+            }
+        }
+    }
+    if (!is_group(f, gname) || (g = H5Gopen2(f, gname, H5P_DEFAULT)) < 0) {
+        char have[2048];
+        names_text(path, 1, have, sizeof have);
+        st = qmla_error_set(err, QMLA_EFORMAT, "%s: no table /%s (expected one of: %s)", path,
+                            name, have);
+        goto out;
+    }
+    if (list_members(g, &M)) {
+        st = qmla_error_set(err, QMLA_EFORMAT, "%s: cannot list group /%s", path, gname);
+        goto out;
+    }
+    hsize_t len[MAX_SECTIONS];
+    size_t cnt[MAX_SECTIONS], main;
+    const size_t ns = group_sections(g, &M, len, cnt, MAX_SECTIONS, &main);
+    if (!explicit_len) {
+        hsize_t rows = 0;
+        if (!ns || group_is_table(g, &M, &rows)) {
+            /* a plain table, or nothing tabular: the strict reader's answer */
+            st = read_group(g, path, gname, name, 0, 0, out, err);
+            goto out;
+        }
+        want = len[main];
+    } else {
+        size_t j = 0;
+        while (j < ns && len[j] != want)
+            j++;
+        if (j == ns || j == main) {
+            char have[2048];
+            names_text(path, 1, have, sizeof have);
+            st = qmla_error_set(err, QMLA_EFORMAT, "%s: no table /%s (expected one of: %s)",
+                                path, name, have);
+            goto out;
+        }
+    }
+    st = read_group(g, path, gname, name, 1, want, out, err);
+out:
+    members_free(&M);
+    return close_fg(f, g, q, st);
+}
+
+static int open_group(hid_t f, const char *path, const char *group, hid_t *g, qmla_error *err)
+{
+    if (!group[0] || !strcmp(group, "/")) {
+        *g = H5Gopen2(f, "/", H5P_DEFAULT);
+    } else if (!is_group(f, group) || (*g = H5Gopen2(f, group, H5P_DEFAULT)) < 0) {
+        *g = -1;
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: /%s: expected a group, found %s", path,
+                              group, H5Lexists(f, group, H5P_DEFAULT) > 0 ? "a dataset" : "none");
+    }
+    return *g < 0 ? qmla_error_set(err, QMLA_EIO, "%s: cannot open /%s", path, group) : QMLA_OK;
+}
+
+int qmla_group_attrs(const char *path, const char *group, qmla_attr **attrs, size_t *n,
+                     qmla_error *err)
+{
+    *attrs = NULL;
+    *n = 0;
+    h5_quiet q = qmla_h5_quiet_begin();
+    hid_t g = -1, f = open_file(path, err);
+    int st = f < 0 ? (err ? err->status : QMLA_EIO) : open_group(f, path, group, &g, err);
+    if (!st && read_attrs(g, attrs, n))
+        st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory reading /%s's attributes", path,
+                            group);
+    return close_fg(f, g, q, st);
+}
+
+int qmla_group_children(const char *path, const char *group, char ***names, size_t *n,
+                        int groups, qmla_error *err)
+{
+    *names = NULL;
+    *n = 0;
+    h5_quiet q = qmla_h5_quiet_begin();
+    hid_t g = -1, f = open_file(path, err);
+    int st = f < 0 ? (err ? err->status : QMLA_EIO) : open_group(f, path, group, &g, err);
+    member_list M = {NULL, 0, 0, 0};
+    if (!st && list_members(g, &M))
+        st = qmla_error_set(err, QMLA_EFORMAT, "%s: cannot list /%s", path, group);
+    name_list L = {NULL, 0, 0, 0};
+    for (size_t k = 0; !st && k < M.n; k++)
+        if (M.m[k].is_dataset != groups && names_push(&L, M.m[k].name))
+            st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
+    if (st) {
+        for (size_t k = 0; k < L.n; k++)
+            free(L.s[k]);
+        free(L.s);
+    } else {
+        if (L.n > 1)
+            qsort(L.s, L.n, sizeof *L.s, cmp_str);
+        *names = L.s;
+        *n = L.n;
+    }
+    members_free(&M);
+    return close_fg(f, g, q, st);
 }
 
 /* ---- building tables ---------------------------------------------------- */
