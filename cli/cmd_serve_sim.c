@@ -28,6 +28,24 @@ static void help(FILE *f)
         "example: qmla serve-sim experiments/serving/paper-table10.scn\n");
 }
 
+/* Progress of one configuration's run, shown once it has taken a second
+ * (short runs print nothing more than before). */
+typedef struct serve_prog {
+    cli_progress p;
+    int shown;
+} serve_prog;
+
+static int serve_progress(void *ctx, size_t done, size_t total, size_t resumed)
+{
+    serve_prog *sp = ctx;
+    (void)resumed;
+    if (!sp->shown && cli_now() - sp->p.t0 < 1.0)
+        return 0;
+    sp->shown = 1;
+    cli_progress_update(&sp->p, done, total);
+    return 0;
+}
+
 int cmd_serve_sim(int argc, char **argv)
 {
     static const struct option lo[] = {{"output", required_argument, 0, 'o'},
@@ -55,9 +73,19 @@ int cmd_serve_sim(int argc, char **argv)
     if (qmla_serve_scenario_read(path, &s, &err))
         return cli_lib_error("serve-sim", &err);
     qmla_serve_result r[QMLA_SERVE_MAX_CONFIGS];
-    for (size_t k = 0; k < s.n_configs; k++)
-        if (qmla_serve_simulate(&s, k, &r[k], &err))
+    for (size_t k = 0; k < s.n_configs; k++) {
+        /* progress on stderr (a bar on a terminal, else a line every 30 s) */
+        char label[64];
+        snprintf(label, sizeof label, "serve-sim %s", s.cfg[k].name);
+        serve_prog prog = {.shown = 0};
+        cli_progress_init(&prog.p, label);
+        prog.p.resumed = 0;
+        const int st = qmla_serve_simulate_progress(&s, k, &r[k], serve_progress, &prog, &err);
+        if (prog.shown)
+            cli_progress_end(&prog.p);
+        if (st)
             return cli_lib_error("serve-sim", &err);
+    }
     printf("scenario %s: %lld requests x (%lld input + %lld output) tokens, "
            "%lld-token pages, <= %lld sequences, %lld-token steps\n",
            path, s.requests, s.input_tokens, s.output_tokens, s.page_tokens,

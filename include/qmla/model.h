@@ -67,6 +67,8 @@ typedef struct qmla_model_config {
     double tau;          /* (d_n + d_r)^-1/2 */
     size_t max_pos;      /* max_position_embeddings */
     int bos;             /* bos_token_id */
+    int tied;            /* tie_word_embeddings: the output projection is the
+                            embedding matrix (lm_head.weight not read) */
 } qmla_model_config;
 
 typedef struct qmla_model qmla_model;

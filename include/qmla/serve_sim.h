@@ -48,6 +48,7 @@
 
 #include <stddef.h>
 
+#include "qmla/exec.h"
 #include "qmla/status.h"
 
 #ifdef __cplusplus
@@ -108,6 +109,14 @@ int qmla_serve_calibrate(const char *tsv, qmla_serve_config *c, qmla_error *err)
  * fit (needs more blocks than the capacity). */
 int qmla_serve_simulate(const qmla_serve_scenario *s, size_t config,
                         qmla_serve_result *r, qmla_error *err);
+/* The same, calling progress(ctx, finished, requests, 0) from the calling
+ * thread about every requests/1000 finished requests and at the end (NULL:
+ * none); a non-zero return stops the run with QMLA_EINVAL. The work of a
+ * step is proportional to the requests it touches (O(k log k)), so a run
+ * costs O(steps x running) rather than O(steps x requests). */
+int qmla_serve_simulate_progress(const qmla_serve_scenario *s, size_t config,
+                                 qmla_serve_result *r, qmla_progress_fn progress,
+                                 void *progress_ctx, qmla_error *err);
 
 /* Write the results of every config (r[n_configs]) and the scenario to
  * `path` (HDF5, atomic): root attributes format "qmla-serve-sim", the

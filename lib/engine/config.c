@@ -2,7 +2,32 @@
  * -> qmla_model_config: the architecture (DeepseekV2/V3, dense blocks), the
  * dimensions, the norms' epsilons, RoPE ("default", interleaved or half
  * pairing) and the softmax scale; what the engine does not support is refused
- * by name. */
+ * by name.
+ *
+ * The keys of transformers' DeepseekV2Config / DeepseekV3Config, and what
+ * becomes of each (docs/models.md):
+ *   read: vocab_size, hidden_size, num_hidden_layers, num_attention_heads,
+ *     intermediate_size, q_lora_rank, kv_lora_rank, qk_nope_head_dim,
+ *     qk_rope_head_dim, v_head_dim, max_position_embeddings, bos_token_id,
+ *     rms_norm_eps, rope_theta / rope_scaling / rope_parameters ("default"
+ *     only), rope_interleave (V3), tie_word_embeddings (honoured: lm_head is
+ *     the embedding);
+ *   refused unless harmless: architectures and model_type (deepseek_v2 /
+ *     deepseek_v3, consistent), num_key_value_heads (= num_attention_heads:
+ *     transformers repeats the keys H / num_key_value_heads times),
+ *     attention_bias and mlp_bias (false), hidden_act ("silu"),
+ *     quantization_config (absent), MoE blocks (n_routed_experts,
+ *     first_k_dense_replace, moe_layer_freq: dense blocks only; V3 builds
+ *     MoE from layer first_k_dense_replace, default 3, whatever
+ *     n_routed_experts says) and with them every MoE key
+ *     (moe_intermediate_size, n_shared_experts, num_experts_per_tok,
+ *     routed_scaling_factor, topk_method, n_group, topk_group,
+ *     norm_topk_prob, scoring_func, aux_loss_alpha, seq_aux, ep_size);
+ *   no effect on the function: num_nextn_predict_layers (MTP layers,
+ *     which transformers does not run), eos_token_id, pad_token_id,
+ *     initializer_range, use_cache, pretraining_tp, attention_dropout,
+ *     head_dim / qk_head_dim (derived), torch_dtype / dtype,
+ *     transformers_version. */
 #include "engine/engine_int.h"
 
 #include <errno.h>
@@ -76,6 +101,23 @@ int qmla_eng_parse_config(const char *dir, qmla_model_config *c, size_t *first_d
                             "DeepseekV3ForCausalLM", path, c->arch, mt ? mt : "?");
         goto out;
     }
+    /* transformers builds the model of model_type (AutoConfig), the
+     * architecture names the head: the two must agree (a deepseek_v3 config
+     * under DeepseekV2ForCausalLM was run as V2) */
+    json_t *mtj = json_object_get(j, "model_type");
+    const char *want_mt = v3 ? "deepseek_v3" : "deepseek_v2";
+    if (mtj && !json_is_null(mtj) && (!mt || strcmp(mt, want_mt))) {
+        st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"model_type\": expected \"%s\" "
+                            "(architectures names %s), found %s%s%s", path, want_mt, c->arch,
+                            mt ? "\"" : "", mt ? mt : "another type", mt ? "\"" : "");
+        goto out;
+    }
+    if (json_array_size(json_object_get(j, "architectures")) != 1) {
+        st = qmla_error_set(err, QMLA_EFORMAT, "%s: \"architectures\": expected one "
+                            "architecture, found %zu", path,
+                            json_array_size(json_object_get(j, "architectures")));
+        goto out;
+    }
     size_t nkv = 0, bos = 0;
     if ((st = get_size(j, path, "vocab_size", &c->V, 1, err)) ||
         (st = get_size(j, path, "hidden_size", &c->D, 1, err)) ||
@@ -106,7 +148,14 @@ int qmla_eng_parse_config(const char *dir, qmla_model_config *c, size_t *first_d
                             "qk_rope_head_dim %zu", path, c->d_r);
         goto out;
     }
-    if (*n_routed && *first_dense < c->L) {
+    /* V3 builds MoE blocks from layer first_k_dense_replace on (default 3,
+     * n_routed_experts default 256) whatever n_routed_experts says; V2 only
+     * when n_routed_experts is set (default None) */
+    if (v3 && !json_is_integer(json_object_get(j, "first_k_dense_replace")))
+        *first_dense = 3;
+    if (v3 && !json_is_integer(json_object_get(j, "n_routed_experts")))
+        *n_routed = 256;
+    if ((*n_routed || v3) && *first_dense < c->L) {
         st = qmla_error_set(err, QMLA_EFORMAT, "%s: MoE blocks (n_routed_experts %zu from "
                             "layer first_k_dense_replace = %zu of %zu) are not supported: "
                             "expected dense blocks only", path, *n_routed, *first_dense, c->L);
@@ -117,6 +166,37 @@ int qmla_eng_parse_config(const char *dir, qmla_model_config *c, size_t *first_d
         st = qmla_error_set(err, QMLA_EFORMAT, "%s: attention_bias true is not supported", path);
         goto out;
     }
+    /* keys that change the function and that the engine does not implement */
+    static const char *const bools[] = {"attention_bias", "mlp_bias", "tie_word_embeddings"};
+    for (size_t k = 0; k < sizeof bools / sizeof bools[0]; k++) {
+        json_t *x = json_object_get(j, bools[k]);
+        if (x && !json_is_null(x) && !json_is_boolean(x)) {
+            st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"%s\": expected true or false, "
+                                "found another type", path, bools[k]);
+            goto out;
+        }
+    }
+    if (json_is_true(json_object_get(j, "mlp_bias"))) {
+        st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"mlp_bias\": true (biases in the "
+                            "MLP) is not supported: expected false", path);
+        goto out;
+    }
+    json_t *qc = json_object_get(j, "quantization_config");
+    if (qc && !json_is_null(qc)) {
+        const char *qm = json_string_value(json_object_get(qc, "quant_method"));
+        st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"quantization_config\" (quant_method "
+                            "%s): quantized checkpoints are not supported: expected F16, BF16 "
+                            "or F32 weights and no quantization_config", path, qm ? qm : "?");
+        goto out;
+    }
+    if (nkv && nkv != c->H) {
+        st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"num_key_value_heads\": expected "
+                            "num_attention_heads = %zu (transformers repeats each key "
+                            "num_attention_heads / num_key_value_heads times), found %zu",
+                            path, c->H, nkv);
+        goto out;
+    }
+    c->tied = json_is_true(json_object_get(j, "tie_word_embeddings"));
     json_t *act = json_object_get(j, "hidden_act");
     if (act && (!json_is_string(act) || strcmp(json_string_value(act), "silu"))) {
         st = qmla_error_set(err, QMLA_EFORMAT, "%s: hidden_act: expected \"silu\"", path);

@@ -33,6 +33,131 @@ typedef struct st_file {
     FILE *f;
 } st_file;
 
+/* Bits per element of a safetensors dtype (the format's list); 0: unknown. */
+static size_t st_dtype_bits(const char *dt)
+{
+    static const struct { const char *name; size_t bits; } t[] = {
+        {"BOOL", 8}, {"U8", 8}, {"I8", 8}, {"F8_E5M2", 8}, {"F8_E4M3", 8}, {"F8_E8M0", 8},
+        {"I16", 16}, {"U16", 16}, {"F16", 16}, {"BF16", 16}, {"I32", 32}, {"U32", 32},
+        {"F32", 32}, {"C64", 64}, {"F64", 64}, {"I64", 64}, {"U64", 64}, {"F4", 4},
+        {"F6_E2M3", 6}, {"F6_E3M2", 6}};
+    for (size_t i = 0; dt && i < sizeof t / sizeof t[0]; i++)
+        if (!strcmp(dt, t[i].name))
+            return t[i].bits;
+    return 0;
+}
+
+typedef struct st_span {
+    size_t b, e;
+    const char *name;
+} st_span;
+
+static int span_cmp(const void *a, const void *b)
+{
+    const st_span *x = a, *y = b;
+    if (x->b != y->b)
+        return x->b < y->b ? -1 : 1;
+    return x->e < y->e ? -1 : x->e > y->e;
+}
+
+/* The layout the safetensors format requires of every tensor of the header
+ * (not only those the engine reads): a known dtype, a shape of non-negative
+ * integers, data_offsets [begin, end] with end - begin = elements x dtype
+ * size and end within the file, and the tensors' byte ranges tiling the byte
+ * buffer after the header exactly: no tensor's bytes inside another's, no
+ * bytes that belong to none. Overlapping tensors loaded and scored with
+ * exit 0 (one tensor's weights read from another's bytes). */
+static int st_check_layout(st_file *s, qmla_error *err)
+{
+    const size_t buf = s->size - s->data_off;
+    size_t n = 0;
+    st_span *sp = malloc((json_object_size(s->hdr) + 1) * sizeof *sp);
+    if (!sp)
+        return qmla_error_set(err, QMLA_ENOMEM, "%s: header table", s->path);
+    const char *name;
+    json_t *t;
+    int st = QMLA_OK;
+    json_object_foreach(s->hdr, name, t) {
+        if (!strcmp(name, "__metadata__"))
+            continue;
+        const char *dt = json_string_value(json_object_get(t, "dtype"));
+        json_t *sh = json_object_get(t, "shape"), *off = json_object_get(t, "data_offsets");
+        const size_t bits = st_dtype_bits(dt);
+        if (!json_is_object(t) || !bits) {
+            st = qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: dtype: expected a "
+                                "safetensors dtype (F16, BF16, F32, ...), found %s", s->path,
+                                name, dt ? dt : "none");
+            break;
+        }
+        /* elements, with overflow refused */
+        size_t numel = 1;
+        int shape_ok = json_is_array(sh);
+        for (size_t d = 0; shape_ok && d < json_array_size(sh); d++) {
+            json_t *x = json_array_get(sh, d);
+            const json_int_t v = json_is_integer(x) ? json_integer_value(x) : -1;
+            if (v < 0 || (v && numel > SIZE_MAX / 8 / (size_t)v))
+                shape_ok = 0;
+            else
+                numel *= (size_t)v;
+        }
+        if (!shape_ok) {
+            st = qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: shape: expected a list of "
+                                "non-negative integers", s->path, name);
+            break;
+        }
+        json_t *o0 = json_array_get(off, 0), *o1 = json_array_get(off, 1);
+        if (json_array_size(off) != 2 || !json_is_integer(o0) || !json_is_integer(o1) ||
+            json_integer_value(o0) < 0 || json_integer_value(o1) < 0) {
+            st = qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: data_offsets: expected two "
+                                "non-negative integers [begin, end]", s->path, name);
+            break;
+        }
+        const size_t b0 = (size_t)json_integer_value(o0), b1 = (size_t)json_integer_value(o1);
+        const size_t bytes = (numel * bits + 7) / 8;
+        if (b1 < b0 || b1 - b0 != bytes || b1 > buf) {
+            st = qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: data_offsets [%zu, %zu]: "
+                                "expected end - begin = %zu bytes (%zu elements of %s) and "
+                                "end <= %zu (the byte buffer), found %s%zu bytes", s->path,
+                                name, b0, b1, bytes, numel, dt, buf, b1 < b0 ? "-" : "",
+                                b1 < b0 ? b0 - b1 : b1 - b0);
+            break;
+        }
+        sp[n++] = (st_span){b0, b1, name};
+    }
+    if (!st) {
+        qsort(sp, n, sizeof *sp, span_cmp);
+        size_t at = 0, ai = 0; /* bytes covered so far; sp[ai] reaches at */
+        for (size_t i = 0; i < n && !st; i++) {
+            if (sp[i].b < at)
+                st = qmla_error_set(err, QMLA_EFORMAT, "%s: tensors %s [%zu, %zu] and %s "
+                                    "[%zu, %zu]: data_offsets overlap by %zu bytes: expected "
+                                    "each tensor's bytes apart (safetensors: the tensors "
+                                    "tile the byte buffer)", s->path, sp[ai].name, sp[ai].b,
+                                    sp[ai].e, sp[i].name, sp[i].b, sp[i].e,
+                                    (sp[i].e < at ? sp[i].e : at) - sp[i].b);
+            else if (sp[i].b > at)
+                st = qmla_error_set(err, QMLA_EFORMAT, "%s: bytes [%zu, %zu] of the byte buffer "
+                                    "belong to no tensor (%s%s%s %s): expected data_offsets "
+                                    "that cover the buffer without holes (safetensors), found "
+                                    "a gap of %zu bytes", s->path, at, sp[i].b,
+                                    i ? "between " : "before ", i ? sp[ai].name : "",
+                                    i ? " and" : "", sp[i].name, sp[i].b - at);
+            if (sp[i].e >= at) {
+                at = sp[i].e;
+                ai = i;
+            }
+        }
+        if (!st && at != buf)
+            st = qmla_error_set(err, QMLA_EFORMAT, "%s: bytes [%zu, %zu] of the byte buffer "
+                                "belong to no tensor (after %s): expected data_offsets that "
+                                "cover the buffer to its end (safetensors: %zu bytes after "
+                                "the header), found %zu trailing bytes", s->path, at, buf,
+                                n ? sp[ai].name : "the header", buf, buf - at);
+    }
+    free(sp);
+    return st;
+}
+
 static int st_open(st_file *s, const char *path, qmla_error *err)
 {
     memset(s, 0, sizeof *s);
@@ -76,7 +201,7 @@ static int st_open(st_file *s, const char *path, qmla_error *err)
         return qmla_error_set(err, QMLA_EFORMAT, "%s: safetensors header: %s", path,
                               s->hdr ? "expected an object" : je.text);
     s->data_off = 8 + n;
-    return QMLA_OK;
+    return st_check_layout(s, err);
 }
 
 static void st_close(st_file *s)
@@ -319,7 +444,11 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
         st = load_t(m, &S, "model.embed_tokens.weight", c->V, c->D, &m->embed, err);
     if (!st)
         st = load_t(m, &S, "model.norm.weight", c->D, 0, &m->norm, err);
-    if (!st)
+    /* tie_word_embeddings: transformers ties lm_head to the embedding (its
+     * weight, if the file has one, is replaced by the embedding's) */
+    if (!st && c->tied)
+        m->lm_head = m->embed;
+    else if (!st)
         st = load_t(m, &S, "lm_head.weight", c->V, c->D, &m->lm_head, err);
     float *kvb = NULL;
     if (!st && !(kvb = malloc(HD * (c->d_n + c->d_v) * c->d_c * sizeof(float))))

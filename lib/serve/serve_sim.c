@@ -199,6 +199,17 @@ int qmla_serve_scenario_read(const char *path, qmla_serve_scenario *s,
 
 /* ---- simulation ------------------------------------------------------------ */
 
+/* The work of a step is proportional to the requests it touches (running,
+ * admitted, preempted), not to all requests: the waiting queue is a ring
+ * buffer (preemption pushes to its front, admission pops from it), the
+ * scheduled set is kept as a list and visited in request order (sorted, as
+ * the step's sums were taken over all requests in index order), finished
+ * requests leave `running` in one compaction pass, and the blocks in use are
+ * summed over the running requests (the only ones that hold blocks). A run of
+ * S steps costs O(sum over steps of k log k), k the requests of the step,
+ * where it was O(S n). Results are those of the linear scans bit for bit
+ * (tests/serve/test_serve_sim.c compares with them). */
+
 typedef struct sim_req {
     long long tokens;   /* prompt + outputs sampled so far */
     long long computed; /* tokens whose KV is in the cache */
@@ -209,8 +220,21 @@ typedef struct sim_req {
 
 static long long ceil_div(long long a, long long b) { return a / b + (a % b != 0); }
 
+static int cmp_ll(const void *a, const void *b)
+{
+    const long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
+}
+
 int qmla_serve_simulate(const qmla_serve_scenario *s, size_t config,
                         qmla_serve_result *r, qmla_error *err)
+{
+    return qmla_serve_simulate_progress(s, config, r, NULL, NULL, err);
+}
+
+int qmla_serve_simulate_progress(const qmla_serve_scenario *s, size_t config,
+                                 qmla_serve_result *r, qmla_progress_fn progress,
+                                 void *progress_ctx, qmla_error *err)
 {
     memset(r, 0, sizeof *r);
     if (config >= s->n_configs)
@@ -227,20 +251,25 @@ int qmla_serve_simulate(const qmla_serve_scenario *s, size_t config,
                               cap);
     sim_req *q = calloc((size_t)n, sizeof *q);
     long long *running = malloc((size_t)n * sizeof *running);
-    long long *waiting = malloc((size_t)n * sizeof *waiting);
-    long long *sched_n = malloc((size_t)n * sizeof *sched_n);
-    if (!q || !running || !waiting || !sched_n) {
+    long long *waiting = malloc((size_t)n * sizeof *waiting); /* ring buffer */
+    long long *sched_n = calloc((size_t)n, sizeof *sched_n);
+    long long *sched = malloc((size_t)n * sizeof *sched); /* ids with sched_n > 0 */
+    if (!q || !running || !waiting || !sched_n || !sched) {
         free(q);
         free(running);
         free(waiting);
         free(sched_n);
+        free(sched);
         return qmla_error_set(err, QMLA_ENOMEM, "serve-sim: out of memory");
     }
-    long long n_run = 0, n_wait = n, free_blocks = cap, finished = 0;
+    long long n_run = 0, n_wait = n, w_head = 0, free_blocks = cap, finished = 0;
     for (long long i = 0; i < n; i++) {
         q[i].tokens = s->input_tokens;
         waiting[i] = i; /* FCFS: all arrive at t = 0 in index order */
     }
+    /* progress: finished requests of n, about every n/1000 of them */
+    const long long every = n / 1000 > 0 ? n / 1000 : 1;
+    long long next_report = every;
     double t_us = 0;
     int st = QMLA_OK;
     const long long max_steps = 100000000;
@@ -255,8 +284,6 @@ int qmla_serve_simulate(const qmla_serve_scenario *s, size_t config,
         }
         long long budget = s->max_batched_tokens;
         int preempted = 0;
-        for (long long i = 0; i < n; i++)
-            sched_n[i] = 0;
         /* 1. running requests, in order */
         for (long long i = 0; i < n_run && budget > 0; i++) {
             const long long id = running[i];
@@ -281,8 +308,8 @@ int qmla_serve_simulate(const qmla_serve_scenario *s, size_t config,
                 y->blocks = 0;
                 y->computed = 0;
                 sched_n[v] = 0;
-                memmove(waiting + 1, waiting, (size_t)n_wait * sizeof *waiting);
-                waiting[0] = v;
+                w_head = w_head ? w_head - 1 : n - 1;
+                waiting[w_head] = v;
                 n_wait++;
                 preempted = 1;
                 if (v == id)
@@ -291,7 +318,7 @@ int qmla_serve_simulate(const qmla_serve_scenario *s, size_t config,
         }
         /* 2. admission, only in a step without preemption */
         while (!preempted && n_wait > 0 && n_run < s->max_seqs && budget > 0) {
-            const long long id = waiting[0];
+            const long long id = waiting[w_head];
             sim_req *x = &q[id];
             const long long want = x->tokens - x->computed;
             const long long nn = want < budget ? want : budget;
@@ -302,14 +329,21 @@ int qmla_serve_simulate(const qmla_serve_scenario *s, size_t config,
             free_blocks -= need;
             sched_n[id] = nn;
             budget -= nn;
-            memmove(waiting, waiting + 1, (size_t)(n_wait - 1) * sizeof *waiting);
+            w_head = w_head + 1 < n ? w_head + 1 : 0;
             n_wait--;
             running[n_run++] = id;
         }
-        /* invariant: no slot over-commit */
-        long long used = 0;
-        for (long long i = 0; i < n; i++)
-            used += q[i].blocks;
+        /* invariant: no slot over-commit (only running requests hold blocks) */
+        long long used = 0, n_sched = 0;
+        int sorted = 1;
+        for (long long i = 0; i < n_run; i++) {
+            const long long id = running[i];
+            used += q[id].blocks;
+            if (sched_n[id]) {
+                sorted &= !n_sched || sched[n_sched - 1] < id;
+                sched[n_sched++] = id;
+            }
+        }
         if (used + free_blocks != cap || free_blocks < 0) {
             st = qmla_error_set(err, QMLA_EINVAL, "serve-sim: step %lld: blocks in "
                                 "use %lld + free %lld != capacity %lld", r->steps,
@@ -317,15 +351,14 @@ int qmla_serve_simulate(const qmla_serve_scenario *s, size_t config,
             break;
         }
         r->max_used_blocks = used > r->max_used_blocks ? used : r->max_used_blocks;
-        /* 3. cost of the step */
+        /* 3. cost of the step, summed in request order */
+        if (!sorted)
+            qsort(sched, (size_t)n_sched, sizeof *sched, cmp_ll);
         double pf_tok = 0, pf_pairs = 0, dec_ctx = 0;
-        long long n_dec = 0, n_sched = 0;
-        for (long long i = 0; i < n; i++) {
-            const long long nn = sched_n[i];
-            if (!nn)
-                continue;
-            n_sched++;
-            const sim_req *x = &q[i];
+        long long n_dec = 0;
+        for (long long k = 0; k < n_sched; k++) {
+            const long long nn = sched_n[sched[k]];
+            const sim_req *x = &q[sched[k]];
             if (nn == 1 && x->outputs > 0 && x->computed == x->tokens - 1) {
                 n_dec++;
                 dec_ctx += (double)(x->computed + 1);
@@ -366,10 +399,13 @@ int qmla_serve_simulate(const qmla_serve_scenario *s, size_t config,
         else
             r->decode_s += dt / 1e6;
         r->prefill_tokens += (long long)pf_tok;
-        /* 4. sample outputs; finish */
+        /* 4. sample outputs; finish (finished requests leave `running` in
+         * order, one compaction pass) */
+        long long kept = 0;
         for (long long i = 0; i < n_run; i++) {
             const long long id = running[i];
             sim_req *x = &q[id];
+            running[kept++] = id;
             if (!sched_n[id])
                 continue;
             x->computed += sched_n[id];
@@ -388,12 +424,20 @@ int qmla_serve_simulate(const qmla_serve_scenario *s, size_t config,
                 finished++;
                 free_blocks += x->blocks;
                 x->blocks = 0;
-                memmove(running + i, running + i + 1,
-                        (size_t)(n_run - i - 1) * sizeof *running);
-                n_run--;
-                i--;
+                kept--;
             } else
                 x->tokens++;
+        }
+        if (!st)
+            n_run = kept;
+        for (long long k = 0; k < n_sched; k++)
+            sched_n[sched[k]] = 0;
+        if (!st && progress && (finished >= next_report || finished == n)) {
+            next_report = finished + every;
+            if (progress(progress_ctx, (size_t)finished, (size_t)n, 0))
+                st = qmla_error_set(err, QMLA_EINVAL, "serve-sim: config %s: stopped by "
+                                    "the progress callback after %lld of %lld requests",
+                                    cf->name, finished, n);
         }
     }
     if (!st && !(t_us > 0))
@@ -409,6 +453,7 @@ int qmla_serve_simulate(const qmla_serve_scenario *s, size_t config,
     free(running);
     free(waiting);
     free(sched_n);
+    free(sched);
     return st;
 }
 

@@ -21,6 +21,8 @@ relative to the repository (meson setup build && ninja -C build). No build
 step of its own: Debian's python3 and numpy suffice.
 """
 import ctypes as C
+import math
+import numbers
 import os
 
 import numpy as np
@@ -160,6 +162,42 @@ def _check(st, e):
         raise QmlaError(e.msg.decode(errors="replace"), L.qmla_status_name(st).decode())
 
 
+# ---------------------------------------------------------------------------
+# arguments: refused, never converted (ctypes wraps 2**32 + 4 to 4, int()
+# truncates 4.9 to 4 and 1.7 to 1, a negative size_t becomes huge)
+# ---------------------------------------------------------------------------
+THREADS_MAX = 1024  # the qmla command's --threads bound (cli/cli_util.c)
+_INT_MAX = 2 ** 31 - 1
+_SIZE_MAX = 2 ** 63 - 1
+
+
+def _int(name, v, lo, hi):
+    """v as a Python int when it is an integer (not a bool, not a float) in
+    lo..hi; else ValueError naming the argument, the range and the value."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+        raise ValueError(f"{name}: expected an integer in {lo}..{hi}, found {v!r} "
+                         f"({type(v).__name__})")
+    v = int(v)
+    if not lo <= v <= hi:
+        raise ValueError(f"{name}: expected an integer in {lo}..{hi}, found {v}")
+    return v
+
+
+def _num(name, v, lo=-math.inf, hi=math.inf):
+    """v as a finite float in lo..hi (ints accepted, bools, NaN and inf not)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        raise ValueError(f"{name}: expected a finite number in {lo:g}..{hi:g}, found {v!r} "
+                         f"({type(v).__name__})")
+    f = float(v)
+    if not (math.isfinite(f) and lo <= f <= hi):
+        raise ValueError(f"{name}: expected a finite number in {lo:g}..{hi:g}, found {v!r}")
+    return f
+
+
+def _threads(v):
+    return _int("threads", v, 1, THREADS_MAX)
+
+
 def version():
     return _L().qmla_version().decode()
 
@@ -167,11 +205,11 @@ def version():
 def qdq(x, bits=4, group=64, meta="f16"):
     """Quantize-dequantize x [T, width] (float32) per token in groups of
     `group` channels, exactly as docs/math.md §2 and lib/quant/quant.c define it."""
+    p, e = _qparams(bits, group, meta), _Err()
     x = np.ascontiguousarray(x, dtype=np.float32)
     if x.ndim != 2:
         raise ValueError("qdq: expected a 2-D array [tokens, width]")
     out = np.empty_like(x)
-    p, e = _qparams(bits, group, meta), _Err()
     fp = C.POINTER(C.c_float)
     _check(_L().qmla_quant_qdq(C.byref(p), x.ctypes.data_as(fp), x.shape[0], x.shape[1],
                                None, None, None, out.ctypes.data_as(fp), C.byref(e)), e)
@@ -182,22 +220,37 @@ class Model:
     """An MLA checkpoint loaded by the C engine (include/qmla/model.h)."""
 
     def __init__(self, model_dir):
+        self.path = os.fsdecode(model_dir)
         self._h = C.c_void_p()
         e = _Err()
         _check(_L().qmla_model_load(os.fsencode(model_dir), C.byref(self._h), C.byref(e)), e)
 
+    def _handle(self):
+        """The library's handle; QmlaError once close() has freed it (the
+        library was called with NULL and crashed)."""
+        if not self._h:
+            raise QmlaError(f"{self.path}: the Model is closed", "EINVAL")
+        return self._h
+
     @property
     def n_params(self):
-        return _L().qmla_model_n_params(self._h)
+        return _L().qmla_model_n_params(self._handle())
 
     def ppl(self, text, config="bf16", policy="none", context=512, windows=0, threads=1):
         """Bits per byte of `text` (bytes) under the training run's protocol
         (qmla_model_ppl): the first `windows` windows of `context` bytes."""
+        h = self._handle()
+        ex = _Exec(_threads(threads))
+        context = _int("context", context, 1, _SIZE_MAX)
+        windows = _int("windows", windows, 0, _SIZE_MAX)
+        if not isinstance(config, str) or not isinstance(policy, str):
+            raise ValueError(f"config, policy: expected strings, found {config!r}, {policy!r}")
+        if not isinstance(text, (bytes, bytearray, memoryview)):
+            raise ValueError(f"text: expected bytes, found {type(text).__name__}")
         s, e, r = _Spec(), _Err(), _Res()
         _check(_L().qmla_cache_spec_parse(config.encode(), policy.encode(), C.byref(s),
                                           C.byref(e)), e)
-        ex = _Exec(threads)
-        _check(_L().qmla_model_ppl(self._h, C.byref(ex), C.byref(s), bytes(text), len(text),
+        _check(_L().qmla_model_ppl(h, C.byref(ex), C.byref(s), bytes(text), len(text),
                                    context, windows, C.byref(r), C.byref(e)), e)
         return {"bits_per_byte": r.bits_per_byte, "nll_nats_per_token": r.nll_nats_per_token,
                 "tokens": r.tokens, "windows": r.windows, "config": config, "policy": policy}
@@ -218,9 +271,12 @@ class Model:
 # the quantizer's parameters (shared by qdq, Transforms.effective, qdq_cuda)
 # ---------------------------------------------------------------------------
 def _qparams(bits, group, meta):
-    if meta not in _META:
+    if not isinstance(meta, str) or meta not in _META:
         raise ValueError(f"meta {meta!r}: expected one of {', '.join(_META)}")
-    return _QParams(int(bits), int(group), _META[meta])
+    # integers in range here; which of them the quantizer supports (2, 3, 4, 8)
+    # it says itself (QmlaError)
+    bits = _int("bits", bits, 1, 64)
+    return _QParams(bits, _int("group", group, 1, _INT_MAX), _META[meta])
 
 
 def _rows(x, width, what):
@@ -337,19 +393,25 @@ class Transforms(_Closable):
         self.path = os.fspath(path)
         self._f = _TFile()
         self._open = False
-        self._ex = _Exec(int(threads))
+        self._ex = _Exec(_threads(threads))
         e = _Err()
         _check(_L().qmla_transform_file_read(os.fsencode(self.path), C.byref(self._f),
                                              C.byref(e)), e)
         self._open = True
         self._index = {self._f.t[i].layer: i for i in range(self._f.n)}
 
+    def _check_open(self):
+        if not self._open:
+            raise QmlaError(f"{self.path}: the Transforms file is closed", "EINVAL")
+
     @property
     def layers(self):
+        self._check_open()
         return [self._f.t[i].layer for i in range(self._f.n)]
 
     @property
     def meta(self):
+        self._check_open()
         m = self._f.meta
         s = lambda b: b.decode(errors="replace")  # noqa: E731
         # what qmla_transform_file_read reads (train_cells, capture and command
@@ -358,9 +420,8 @@ class Transforms(_Closable):
                 "alpha": m.alpha, "settings": s(m.settings), "complete": bool(m.complete)}
 
     def _t(self, layer):
-        if not self._open:
-            raise QmlaError(f"{self.path}: the transforms file is closed", "EINVAL")
-        i = self._index.get(int(layer))
+        self._check_open()
+        i = self._index.get(_int("layer", layer, -_INT_MAX - 1, _INT_MAX))
         if i is None:
             raise QmlaError(f"{self.path}: no transform for layer {layer} (layers "
                             f"{', '.join(map(str, self.layers)) or 'none'})", "EINVAL")
@@ -406,18 +467,22 @@ class Transforms(_Closable):
         (qmla_transform_effective_content / _rope); quantize=False gives
         X T T^-1 (the fusion round trip)."""
         _, t, g = self._t(layer)
+        sink = _int("sink", sink, 0, _SIZE_MAX)
+        local = _int("local", local, 0, _SIZE_MAX)
+        if not isinstance(quantize, (bool, np.bool_)):
+            raise ValueError(f"quantize: expected True or False, found {quantize!r}")
+        p, e = _qparams(bits, group, meta), _Err()
         a, shape = _rows(x, self._width(t, path), f"layer {layer} {path} cache")
         work, out = np.empty_like(a), np.empty_like(a)
-        p, e = _qparams(bits, group, meta), _Err()
         pp = C.byref(p) if quantize else None
         if path == "content":
             st = _L().qmla_transform_effective_content(C.byref(self._ex), C.byref(t), g, pp,
-                                                       _fp(a), a.shape[0], int(sink),
-                                                       int(local), _fp(work), _fp(out),
+                                                       _fp(a), a.shape[0], sink,
+                                                       local, _fp(work), _fp(out),
                                                        C.byref(e))
         else:
             st = _L().qmla_transform_effective_rope(C.byref(t), pp, _fp(a), a.shape[0],
-                                                    int(sink), int(local), _fp(work),
+                                                    sink, local, _fp(work),
                                                     _fp(out), C.byref(e))
         if st:
             e.msg = (f"{self.path}: layer {layer}: ".encode() + e.msg)[:1023]
@@ -518,7 +583,7 @@ class Capture(_Closable):
 
     def _handle(self):
         if not self._h:
-            raise QmlaError(f"{self.path}: the capture is closed", "EINVAL")
+            raise QmlaError(f"{self.path}: the Capture is closed", "EINVAL")
         return self._h
 
     @property
@@ -538,8 +603,9 @@ class Capture(_Closable):
         return [_L().qmla_capture_layer_index(h, i) for i in range(_L().qmla_capture_n_layers(h))]
 
     def _li(self, layer):
+        layer = _int("layer", layer, -_INT_MAX - 1, _INT_MAX)
         try:
-            return self.layers.index(int(layer))
+            return self.layers.index(layer)
         except ValueError:
             raise QmlaError(f"{self.path}: no layer {layer} (layers "
                             f"{', '.join(map(str, self.layers))})", "EINVAL") from None
@@ -681,6 +747,8 @@ def _workspace():
 def qdq_cuda_ws_init(ws, stream=0):
     """Set up QDQ_CUDA_WS_BYTES of caller-owned device memory at `ws` as a
     qdq workspace (qmla_qdq_cuda_ws_init; once, before its first use)."""
+    _int("ws", ws, 1, 2 ** 64 - 1)
+    _int("stream", stream, 0, 2 ** 64 - 1)
     ok, why = cuda_available()
     if not ok:
         raise QmlaError(f"qdq_cuda_ws_init: {why}", "EINVAL")
@@ -699,14 +767,20 @@ def qdq_cuda(x_ptr, T, width, bits=4, group=64, meta="f16", out_ptr=None, stream
     workspace set up once by qdq_cuda_ws_init (default: one per device,
     allocated and set up once). QmlaError when libqmla.so
     has no CUDA launcher or no device is usable, and for the quantizer's refusals."""
+    T, width = _int("T", T, 0, _SIZE_MAX), _int("width", width, 0, _SIZE_MAX)
+    p = _qparams(bits, group, meta)
+    for name, v in (("x_ptr", x_ptr), ("out_ptr", out_ptr), ("stream", stream), ("ws", ws),
+                    ("codes_ptr", codes_ptr), ("scale_ptr", scale_ptr), ("lo_ptr", lo_ptr)):
+        if v is not None:
+            _int(name, v, 0, 2 ** 64 - 1)
     ok, why = cuda_available()
     if not ok:
         raise QmlaError(f"qdq_cuda: {why}", "EINVAL")
     if not x_ptr:
         raise QmlaError("qdq_cuda: NULL input pointer", "EINVAL")
-    p, e = _qparams(bits, group, meta), _Err()
+    e = _Err()
     w = ws if ws is not None else _workspace()
-    _check(_L().qmla_qdq_cuda(C.byref(p), x_ptr, int(T), int(width), codes_ptr, scale_ptr,
+    _check(_L().qmla_qdq_cuda(C.byref(p), x_ptr, T, width, codes_ptr, scale_ptr,
                               lo_ptr, out_ptr if out_ptr is not None else x_ptr, w,
                               stream or None, C.byref(e)), e)
 
@@ -716,6 +790,7 @@ def qdq_torch(t, bits=4, group=64, meta="f16", out=None):
     through the CUDA launcher (qdq_cuda, on the current stream), others through
     the CPU quantizer (a NumPy round trip). Returns `out` (default a new tensor)."""
     import torch
+    _qparams(bits, group, meta)
     if t.dtype != torch.float32:
         raise QmlaError(f"qdq_torch: expected float32, got {t.dtype}", "EINVAL")
     width = t.shape[-1]
@@ -742,6 +817,7 @@ def qdq_torch(t, bits=4, group=64, meta="f16", out=None):
 # ---------------------------------------------------------------------------
 _PROGRESS = C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_size_t, C.c_size_t, C.c_size_t)
 _REPEATED = {"transforms", "corpus", "text"}
+_FLAGS = {"verify", "force", "balance", "no-pre", "transforms-only"}  # p_flag in lib/driver/job.c
 
 
 def _declare_jobs(lib):
@@ -760,13 +836,21 @@ def _declare_jobs(lib):
     lib.qmla_job_value_name.restype = C.c_char_p
 
 
-def _opt_str(v):
-    if isinstance(v, bool):
+def _opt_str(v, key="option"):
+    """An option's value as the library's string: True/False only for the
+    flags (a bool elsewhere became "1": threads=True ran with 1 thread);
+    floats finite (NaN and inf refused here, naming the option)."""
+    if isinstance(v, (bool, np.bool_)):
+        if key not in _FLAGS:
+            raise ValueError(f"{key}: expected a value, found {v!r} (True/False only for the "
+                             f"flags {', '.join(sorted(_FLAGS))})")
         return "1" if v else "0"
-    if isinstance(v, float):
-        return repr(v)
+    if isinstance(v, (float, np.floating)):
+        return repr(_num(key, v))
+    if isinstance(v, numbers.Integral):
+        return str(int(v))
     if isinstance(v, (list, tuple)):
-        return ",".join(_opt_str(x) for x in v)
+        return ",".join(_opt_str(x, key) for x in v)
     return os.fsdecode(v) if isinstance(v, (bytes, os.PathLike)) else str(v)
 
 
@@ -788,7 +872,7 @@ def run_driver(driver, input, output, progress=None, **opts):
             key = k.replace("_", "-")
             vals = v if key in _REPEATED and isinstance(v, (list, tuple)) else [v]
             for x in vals:
-                _check(L.qmla_job_set(h, key.encode(), os.fsencode(_opt_str(x)), C.byref(e)), e)
+                _check(L.qmla_job_set(h, key.encode(), os.fsencode(_opt_str(x, key)), C.byref(e)), e)
         cb = _PROGRESS(0)
         if progress is not None:
             def _cb(ctx, done, total, resumed):
