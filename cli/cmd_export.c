@@ -13,7 +13,6 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static void help(FILE *f)
 {
@@ -35,7 +34,9 @@ static void help(FILE *f)
         "                  responses_by_layer: per-layer means of /responses by\n"
         "                  path (computed, not stored; docs/figures.md)\n"
         "  --format F      tsv (default), csv, md or json\n"
-        "  -o FILE         write to FILE instead of standard output\n"
+        "  -o FILE         write to FILE instead of standard output (atomically;\n"
+        "                  refused: the results file itself, an HDF5 file, a\n"
+        "                  device, FIFO or folder)\n"
         "  --list          list the tables (name, rows, columns) and exit\n"
         "\n"
         "examples:\n"
@@ -145,21 +146,14 @@ int cmd_export(int argc, char **argv)
         qmla_table_free(t);
         return cli_lib_error("export", &err);
     }
-    FILE *f = stdout;
-    if (out && !(f = fopen(out, "w"))) {
-        qmla_table_free(t);
-        qmla_attrs_free(prov, n_prov);
-        return cli_fail("export", "%s: cannot open for writing", out);
-    }
     int rc = QMLA_EXIT_OK;
-    if (qmla_export_write(f, t, prov, n_prov, path, fmt, &err))
+    /* -o: checked like every writer's output (not the results file itself,
+     * no HDF5 file, device, FIFO or folder) and written to a temporary
+     * renamed into place (include/qmla/text.h: qmla_text_save) */
+    if (out ? qmla_export_save(out, "output file (-o)", &path, 1, t, prov, n_prov, path, fmt,
+                               &err)
+            : qmla_export_write(stdout, t, prov, n_prov, path, fmt, &err))
         rc = cli_lib_error("export", &err);
-    if (out) {
-        if (fclose(f) != 0 && rc == QMLA_EXIT_OK)
-            rc = cli_fail("export", "%s: write failed", out);
-        if (rc != QMLA_EXIT_OK)
-            unlink(out);
-    }
     qmla_table_free(t);
     qmla_attrs_free(prov, n_prov);
     return rc;

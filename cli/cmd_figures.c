@@ -11,6 +11,7 @@
  * it is given) and one row in `figures` below. */
 #include "cli.h"
 #include "qmla/export.h"
+#include "qmla/text.h"
 #include "qmla/table.h"
 #include "qmla_config.h"
 
@@ -294,7 +295,13 @@ static int mkdir_p(const char *dir)
     if (mkdir(tmp, 0777) && errno != EEXIST)
         return -1;
     struct stat st;
-    return stat(tmp, &st) == 0 && S_ISDIR(st.st_mode) ? 0 : -1;
+    if (stat(tmp, &st) != 0)
+        return -1;
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    return 0;
 }
 
 /* Does input `in` have what figure f needs? If not, writes the reason. */
@@ -338,22 +345,31 @@ static int export_table(const fig_ctx *c, size_t i, const char *name, char *msg,
         return 0; /* absent: the figures needing it are skipped */
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/data/m%zu.%s.tsv", c->dir, i + 1, name);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        snprintf(msg, len, "%s: cannot open for writing", path);
-        return -1;
-    }
+    /* atomic (a temporary renamed into place): a full disk leaves no empty
+     * or cut data file, and the message names the cause */
     qmla_error err;
     qmla_error_clear(&err);
-    int st = qmla_export_write(f, t, c->in[i].root, c->in[i].n_root, c->in[i].path,
-                               QMLA_EXPORT_TSV, &err);
-    if (fclose(f) != 0 && !st)
-        st = qmla_error_set(&err, QMLA_EIO, "%s: write failed", path);
-    if (st) {
+    if (qmla_export_save(path, "data file", &c->in[i].path, 1, t, c->in[i].root,
+                         c->in[i].n_root, c->in[i].path, QMLA_EXPORT_TSV, &err)) {
         snprintf(msg, len, "%s", err.msg);
         return -1;
     }
     return 0;
+}
+
+/* Save the text of memory stream m (buf, n) to path atomically (qmla/text.h);
+ * -1 with the message in msg. */
+static int save_text(const char *path, FILE *m, char **buf, size_t *n, char *msg, size_t len)
+{
+    qmla_error err;
+    qmla_error_clear(&err);
+    int st = fclose(m) != 0 ? qmla_error_set(&err, QMLA_ENOMEM, "%s: out of memory", path)
+                            : qmla_text_save(path, "output file", NULL, 0, *buf, *n, &err);
+    free(*buf);
+    *buf = NULL;
+    if (st)
+        snprintf(msg, len, "%s", err.msg);
+    return st ? -1 : 0;
 }
 
 /* DIR/data/inputs.gp: the inputs as gnuplot arrays, loaded by every script. */
@@ -361,9 +377,11 @@ static int write_inputs_gp(const fig_ctx *c, char *msg, size_t len)
 {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/data/inputs.gp", c->dir);
-    FILE *f = fopen(path, "w");
+    char *buf = NULL;
+    size_t blen = 0;
+    FILE *f = open_memstream(&buf, &blen);
     if (!f) {
-        snprintf(msg, len, "%s: cannot open for writing", path);
+        snprintf(msg, len, "%s: out of memory", path);
         return -1;
     }
     fprintf(f, "# written by qmla figures: the inputs, m<i>.<table>.tsv for i = 1..nmodels\n");
@@ -380,11 +398,7 @@ static int write_inputs_gp(const fig_ctx *c, char *msg, size_t len)
         qmla_export_double(c->in[i].nmse, nu, sizeof nu);
         fprintf(f, "\nnmse[%zu] = %s\n", i + 1, isnan(c->in[i].nmse) ? "NaN" : nu);
     }
-    if (fclose(f) != 0) {
-        snprintf(msg, len, "%s: write failed", path);
-        return -1;
-    }
-    return 0;
+    return save_text(path, f, &buf, &blen, msg, len);
 }
 
 /* ---- gnuplot ------------------------------------------------------------ */
@@ -590,13 +604,17 @@ static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_
     char mdp[PATH_MAX + 32], csvp[PATH_MAX + 32];
     snprintf(mdp, sizeof mdp, "%s/table4.md", c->dir);
     snprintf(csvp, sizeof csvp, "%s/table4.csv", c->dir);
-    FILE *md = fopen(mdp, "w"), *csv = fopen(csvp, "w");
+    char *mdb = NULL, *csvb = NULL;
+    size_t mdn = 0, csvn = 0;
+    FILE *md = open_memstream(&mdb, &mdn), *csv = open_memstream(&csvb, &csvn);
     if (!md || !csv) {
         if (md)
             fclose(md);
         if (csv)
             fclose(csv);
-        snprintf(msg, len, "%s: cannot open for writing", md ? csvp : mdp);
+        free(mdb);
+        free(csvb);
+        snprintf(msg, len, "%s: out of memory", mdp);
         return -1;
     }
     fprintf(md, "Model-level responses at matched cache NMSE (Table 4 of the QuantMLA paper): "
@@ -647,14 +665,13 @@ static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_
     for (size_t k = 0; k < np; k++)
         if (!paper[k].used)
             t4_paper(md, csv, &paper[k]);
-    int bad = ferror(md) || ferror(csv);
-    bad |= fclose(md) != 0;
-    bad |= fclose(csv) != 0;
+    const int bad = save_text(mdp, md, &mdb, &mdn, msg, len);
     if (bad) {
-        snprintf(msg, len, "%s: write failed", mdp);
+        fclose(csv);
+        free(csvb);
         return -1;
     }
-    return 0;
+    return save_text(csvp, csv, &csvb, &csvn, msg, len);
 }
 
 /* ---- the command -------------------------------------------------------- */
@@ -788,7 +805,7 @@ int cmd_figures(int argc, char **argv)
     char data[PATH_MAX + 8];
     snprintf(data, sizeof data, "%s/data", dir);
     if (mkdir_p(data)) {
-        rc = cli_fail("figures", "%s: cannot create the folder", data);
+        rc = cli_fail("figures", "%s: cannot create the folder: %s", data, strerror(errno));
         goto out;
     }
     /* export every table a selected figure needs, from every input */

@@ -89,7 +89,15 @@ int cmd_fuse(int argc, char **argv)
     memset(&tf, 0, sizeof tf);
     qmla_model *m = NULL;
     int rc = QMLA_EXIT_OK;
-    /* the output folder is checked before the model is loaded */
+    /* what an interrupted fuse left beside the output folder is resolved
+     * (and named), then the folder is checked before the model is loaded */
+    char note[2048];
+    if (qmla_model_save_recover(out, note, sizeof note, &err)) {
+        rc = cli_lib_error("fuse", &err);
+        goto done;
+    }
+    if (note[0])
+        fprintf(stderr, "qmla fuse: %s\n", note);
     if (qmla_model_save_check(dir, out, &err) || qmla_transform_file_read(tfp, &tf, &err) ||
         qmla_model_load(dir, &m, &err)) {
         rc = cli_lib_error("fuse", &err);

@@ -18,8 +18,9 @@
  *   qmla_export_write(stdout, t, root, n_root, "results.h5",
  *                     QMLA_EXPORT_TSV, &err);
  *
- * Writing to a caller-given stream is the only output; a write error
- * returns QMLA_EIO with a message. */
+ * Output goes to a caller-given stream (qmla_export_write) or to a file
+ * saved atomically (qmla_export_save); a write error returns QMLA_EIO with
+ * a message. */
 #ifndef QMLA_EXPORT_H
 #define QMLA_EXPORT_H
 
@@ -47,6 +48,17 @@ int qmla_export_format_parse(const char *s, qmla_export_format *fmt, qmla_error 
  * QMLA_EIO when a write to f fails. */
 int qmla_export_write(FILE *f, const qmla_table *t, const qmla_attr *prov, size_t n_prov,
                       const char *source, qmla_export_format fmt, qmla_error *err);
+
+/* The same text saved to `path` (qmla export -o, qmla figures' data
+ * files) through qmla_text_save (qmla/text.h): `path` checked like every
+ * writer's output (`what` names its role; `inputs`, n_inputs of them, are
+ * the files read, never replaced), an existing HDF5 file refused, written
+ * to a temporary and renamed into place, so that a failed write leaves
+ * `path` as it was. */
+int qmla_export_save(const char *path, const char *what, const char *const *inputs,
+                     size_t n_inputs, const qmla_table *t, const qmla_attr *prov,
+                     size_t n_prov, const char *source, qmla_export_format fmt,
+                     qmla_error *err);
 
 /* Shortest decimal that reads back exactly as x ("nan", "inf", "-inf" for
  * non-finite values) into buf (at least 32 bytes). */

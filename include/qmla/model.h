@@ -142,19 +142,33 @@ const float *qmla_model_latent_gain(const qmla_model *m, size_t l);
  * meta[0..2*n_meta) as "__metadata__" (plus qmla_tool_version and
  * qmla_git_commit), and copy every other regular file of
  * src_dir (config.json, tokenizer and generation files) except safetensors
- * files and model.safetensors.index.json. The files are written into a
- * staging folder inside out_dir and renamed into place when all are
- * written: on failure out_dir is left as it was (removed when this call
- * created it). out_dir is created when absent; QMLA_EINVAL when it is src_dir itself,
+ * files and model.safetensors.index.json. The files are written into a new
+ * folder beside out_dir (.NAME.qmla-fuse-new.PID; an existing out_dir's
+ * other entries are carried into it as hard links) and that folder is
+ * swapped in for out_dir as one step when all are written (renameat2
+ * RENAME_EXCHANGE, or two renames undone on failure): on failure out_dir is
+ * left as it was (absent when it was). A commit that a crash or a failed
+ * undo cut short is resolved by qmla_model_save_recover, which this call
+ * runs first. out_dir is created when absent; QMLA_EINVAL when it is src_dir itself,
  * or when it holds a model.safetensors.index.json (a stale shard index would
  * take precedence over the new file); QMLA_EIO naming the file otherwise. */
 int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_dir,
                     const char *dtype, const char *const *meta, size_t n_meta,
                     qmla_error *err);
 
+/* Resolve what an interrupted qmla_model_save into out_dir left beside it
+ * (processes that no longer run): the old folder of a commit cut short
+ * between its renames (.NAME.qmla-fuse-old.PID) is renamed back when
+ * out_dir is absent and removed when the new folder is in place; an
+ * unfinished new folder (.NAME.qmla-fuse-new.PID) is removed. So out_dir is
+ * afterwards the old or the new complete folder. note (may be NULL) gets
+ * what was done, naming each folder ("" when nothing was found). QMLA_OK,
+ * or QMLA_EIO naming the folder that could not be resolved. */
+int qmla_model_save_recover(const char *out_dir, char *note, size_t note_len, qmla_error *err);
+
 /* The checks of qmla_model_save on out_dir, for callers to make before long
  * work (the save makes them again): out_dir absent with a writable parent
- * folder, or a writable folder that is not src_dir and holds no
+ * folder, or a writable folder with a writable parent that is not src_dir and holds no
  * model.safetensors.index.json. QMLA_OK, or QMLA_EINVAL naming what was
  * found. */
 int qmla_model_save_check(const char *src_dir, const char *out_dir, qmla_error *err);

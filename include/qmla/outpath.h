@@ -36,6 +36,10 @@ int qmla_output_path_check(const char *path, const char *what,
                            const char *const *inputs, size_t n_inputs,
                            qmla_error *err);
 
+/* "a directory", "a character device", "a FIFO (named pipe)", "a regular
+ * file", ... for a stat() st_mode: the "found" of the messages above. */
+const char *qmla_path_kind_name(unsigned mode);
+
 /* Remove the temporary files `<path>.tmp.<pid>` (the results writer's
  * naming) that processes which no longer exist left behind: those whose
  * <pid> is all digits, is not this process, and for which kill(pid, 0)

@@ -72,6 +72,14 @@ int qmla_part_write(const char *path, const qmla_results_meta *m,
  * missing or malformed (a results file without /part: "not a part file"). */
 int qmla_part_read(const char *path, qmla_part_info *pi, qmla_error *err);
 
+/* Before `qmla sweep --shard SHARD/N_SHARDS -o path` (n_shards > 1) replaces
+ * `path`: QMLA_EMISMATCH naming both shards when it is the part file of
+ * another shard or plan size (or holds a /part that cannot be read), so that
+ * another shard's rows are not replaced without --force; QMLA_OK when it is
+ * absent, empty, not a part, this shard's own part, or n_shards < 2. */
+int qmla_part_check_target(const char *path, size_t shard, size_t n_shards,
+                           qmla_error *err);
+
 /* Merge part files into `out` (qmla-results v1), refusing:
  *   - parts of another capture, parameters or cell set than the first part
  *     (QMLA_EMISMATCH naming both files and both keys), or of another plan
@@ -85,7 +93,9 @@ int qmla_part_read(const char *path, qmla_part_info *pi, qmla_error *err);
  * The rows are handed to the summary and the writer in plan order, as a
  * single run does: /responses and /summary equal the single run's bit for
  * bit. Provenance: the first part's, with command_line and created_utc of
- * this merge. *summary (caller frees) on success. */
+ * this merge. `out` is refused (QMLA_EINVAL) when it exists and is not a
+ * results file (a capture, transforms or serve-sim file would be replaced).
+ * *summary (caller frees) on success. */
 int qmla_merge(const char *const *parts, size_t n_parts, const char *out,
                const char *command_line, qmla_summary *summary,
                qmla_error *err);

@@ -11,8 +11,9 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-static const char *kind_name(mode_t m)
+const char *qmla_path_kind_name(unsigned mode)
 {
+    const mode_t m = (mode_t)mode;
     if (S_ISDIR(m))
         return "a directory";
     if (S_ISCHR(m))
@@ -68,7 +69,7 @@ int qmla_output_path_check(const char *path, const char *what,
             return qmla_error_set(err, QMLA_EINVAL,
                                   "%s: %s: expected a regular file or a new "
                                   "name, found %s", path, what,
-                                  kind_name(sb.st_mode));
+                                  qmla_path_kind_name(sb.st_mode));
         for (size_t k = 0; k < n_inputs; k++) {
             struct stat ib;
             if (!inputs || !inputs[k] || stat(inputs[k], &ib) != 0)
@@ -96,7 +97,7 @@ int qmla_output_path_check(const char *path, const char *what,
     if (!S_ISDIR(db.st_mode))
         return qmla_error_set(err, QMLA_EINVAL,
                               "%s: %s: expected %s to be a directory, found "
-                              "%s", path, what, dir, kind_name(db.st_mode));
+                              "%s", path, what, dir, qmla_path_kind_name(db.st_mode));
     /* the temporary is created there: a read-only directory (or file
      * system) is refused now, not after the work */
     if (access(dir, W_OK | X_OK) != 0)

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------ transforms */
@@ -341,33 +342,246 @@ static void stage_remove_stale(const char *out_dir)
         closedir(dp);
 }
 
-/* Move every file of the staging folder into out_dir (one folder: renames
- * that need no room), then make the renames durable. */
-static int stage_commit(const char *stage, const char *out_dir, qmla_error *err)
+/* Remove the folder tree `path` (symbolic links not followed); -1 with errno
+ * on the first failure. */
+static int tree_remove(const char *path)
 {
-    DIR *dp = opendir(stage);
+    struct stat sb;
+    if (lstat(path, &sb) != 0)
+        return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(sb.st_mode))
+        return unlink(path);
+    DIR *dp = opendir(path);
     if (!dp)
-        return qmla_error_set(err, QMLA_EIO, "%s: cannot list: %s", stage, strerror(errno));
+        return -1;
+    int rc = 0;
+    struct dirent *de;
+    while (rc == 0 && (de = readdir(dp))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        char p[4096];
+        if (snprintf(p, sizeof p, "%s/%s", path, de->d_name) >= (int)sizeof p) {
+            errno = ENAMETOOLONG;
+            rc = -1;
+        } else {
+            rc = tree_remove(p);
+        }
+    }
+    const int e = errno;
+    closedir(dp);
+    errno = e;
+    return rc == 0 ? rmdir(path) : -1;
+}
+
+/* The entries of the existing folder `from` that the new folder `to` does
+ * not have (files the user keeps beside the checkpoint), carried into `to`
+ * before the swap: regular files as hard links (a copy where the file system
+ * has none), folders recursively, symbolic links as links. The staging
+ * folders of the earlier in-folder layout (.qmla-fuse.tmp.PID) are not. */
+static int carry_old(const char *from, const char *to, qmla_error *err)
+{
+    DIR *dp = opendir(from);
+    if (!dp)
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot list: %s", from, strerror(errno));
     int st = QMLA_OK;
     struct dirent *de;
     while (!st && (de = readdir(dp))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+            !strncmp(de->d_name, ".qmla-fuse.tmp.", 15))
             continue;
         char a[4096], b[4096];
-        if (snprintf(a, sizeof a, "%s/%s", stage, de->d_name) >= (int)sizeof a ||
-            snprintf(b, sizeof b, "%s/%s", out_dir, de->d_name) >= (int)sizeof b)
-            st = qmla_error_set(err, QMLA_EINVAL, "%s/%s: path too long", out_dir,
-                                de->d_name);
-        else if (rename(a, b) != 0)
-            st = qmla_error_set(err, QMLA_EIO, "%s: cannot rename %s to it: %s", b, a,
-                                strerror(errno));
+        struct stat sb, tb;
+        if (snprintf(a, sizeof a, "%s/%s", from, de->d_name) >= (int)sizeof a ||
+            snprintf(b, sizeof b, "%s/%s", to, de->d_name) >= (int)sizeof b) {
+            st = qmla_error_set(err, QMLA_EINVAL, "%s/%s: path too long", from, de->d_name);
+            break;
+        }
+        if (lstat(b, &tb) == 0 || lstat(a, &sb) != 0)
+            continue; /* the new folder's file replaces it */
+        int rc = 0;
+        if (S_ISDIR(sb.st_mode)) {
+            rc = mkdir(b, sb.st_mode & 07777);
+            if (rc == 0) {
+                st = carry_old(a, b, err);
+                continue;
+            }
+        } else if (S_ISLNK(sb.st_mode)) {
+            char target[4096];
+            const ssize_t n = readlink(a, target, sizeof target - 1);
+            rc = n < 0 ? -1 : (target[n] = '\0', symlink(target, b));
+        } else if (S_ISREG(sb.st_mode)) {
+            rc = link(a, b);
+            if (rc != 0 && (errno == EXDEV || errno == EPERM || errno == EMLINK ||
+                            errno == ENOTSUP)) {
+                unsigned char *data = NULL;
+                size_t len = 0;
+                if ((st = read_whole(a, &data, &len, err)) == QMLA_OK) {
+                    const void *bb[1] = {data};
+                    st = qmla_save_bytes_atomic(b, bb, &len, 1, err);
+                }
+                free(data);
+                continue;
+            }
+        }
+        if (rc != 0)
+            st = qmla_error_set(err, QMLA_EIO, "%s: cannot carry %s into the new folder %s: %s",
+                                from, de->d_name, to, strerror(errno));
     }
     closedir(dp);
-    int dfd = open(out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    return st;
+}
+
+static void fsync_dir(const char *dir)
+{
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
         (void)fsync(dfd);
         close(dfd);
     }
+}
+
+/* The parent folder and the name of out_dir (an existing one resolved, so
+ * that "." or a symbolic link names the real folder); -1 when too long. */
+static int split_out(const char *out_dir, char *parent, char *base, size_t len)
+{
+    char buf[PATH_MAX];
+    if (!realpath(out_dir, buf) && snprintf(buf, sizeof buf, "%s", out_dir) >= (int)sizeof buf)
+        return -1;
+    size_t n = strlen(buf);
+    while (n > 1 && buf[n - 1] == '/')
+        buf[--n] = '\0';
+    const char *slash = strrchr(buf, '/');
+    if (!slash) {
+        snprintf(parent, len, ".");
+        return snprintf(base, len, "%s", buf) >= (int)len ? -1 : 0;
+    }
+    if (snprintf(base, len, "%s", slash + 1) >= (int)len)
+        return -1;
+    if (slash == buf)
+        snprintf(parent, len, "/");
+    else
+        snprintf(parent, len, "%.*s", (int)(slash - buf), buf);
+    return 0;
+}
+
+/* Swap the complete new folder in for out_dir as one step: renameat2
+ * RENAME_EXCHANGE where the kernel and file system have it, otherwise
+ * out_dir renamed to `old`, `neu` renamed to out_dir (undone when that
+ * fails). The folder that was out_dir is then removed. A commit cut short
+ * (a crash between the two renames, or an undo that failed) leaves `old`,
+ * which the next qmla_model_save_recover restores. */
+static int commit_swap(const char *neu, const char *old, const char *out_dir, int exists,
+                       qmla_error *err)
+{
+    char parent[PATH_MAX], base[PATH_MAX];
+    if (!exists) {
+        if (rename(neu, out_dir) != 0)
+            return qmla_error_set(err, QMLA_EIO, "%s: cannot rename the new folder %s to it: %s",
+                                  out_dir, neu, strerror(errno));
+    } else {
+        int swapped = 0;
+#ifdef SYS_renameat2
+        swapped = syscall(SYS_renameat2, AT_FDCWD, neu, AT_FDCWD, out_dir, 2 /* RENAME_EXCHANGE */)
+                  == 0;
+        if (!swapped && errno != ENOSYS && errno != EINVAL && errno != ENOTSUP &&
+            errno != EPERM)
+            return qmla_error_set(err, QMLA_EIO, "%s: cannot exchange it with the new folder "
+                                  "%s: %s; the folder is as it was", out_dir, neu,
+                                  strerror(errno));
+#endif
+        if (swapped) {
+            /* neu now holds the old folder */
+            if (tree_remove(neu) != 0)
+                return qmla_error_set(err, QMLA_EIO, "%s: the new folder is in place; cannot "
+                                      "remove the old one, now %s: %s", out_dir, neu,
+                                      strerror(errno));
+        } else {
+            if (rename(out_dir, old) != 0)
+                return qmla_error_set(err, QMLA_EIO, "%s: cannot rename it to %s to make room "
+                                      "for the new folder: %s; the folder is as it was",
+                                      out_dir, old, strerror(errno));
+            if (rename(neu, out_dir) != 0) {
+                const int e = errno;
+                if (rename(old, out_dir) != 0)
+                    return qmla_error_set(err, QMLA_EIO, "%s: cannot rename the new folder %s "
+                                          "to it: %s; nor the old folder back from %s: %s — "
+                                          "the next qmla fuse -o %s restores it (or rename it "
+                                          "back by hand)", out_dir, neu, strerror(e), old,
+                                          strerror(errno), out_dir);
+                return qmla_error_set(err, QMLA_EIO, "%s: cannot rename the new folder %s to "
+                                      "it: %s; the folder is as it was", out_dir, neu,
+                                      strerror(e));
+            }
+            if (tree_remove(old) != 0)
+                return qmla_error_set(err, QMLA_EIO, "%s: the new folder is in place; cannot "
+                                      "remove the old one, %s: %s", out_dir, old,
+                                      strerror(errno));
+        }
+    }
+    if (split_out(out_dir, parent, base, sizeof parent) == 0)
+        fsync_dir(parent);
+    return QMLA_OK;
+}
+
+int qmla_model_save_recover(const char *out_dir, char *note, size_t note_len, qmla_error *err)
+{
+    if (note && note_len)
+        note[0] = '\0';
+    char parent[PATH_MAX], base[PATH_MAX], pre_old[PATH_MAX + 32], pre_new[PATH_MAX + 32];
+    if (!out_dir || split_out(out_dir, parent, base, sizeof parent) != 0)
+        return QMLA_OK;
+    const int po = snprintf(pre_old, sizeof pre_old, ".%s.qmla-fuse-old.", base);
+    const int pn = snprintf(pre_new, sizeof pre_new, ".%s.qmla-fuse-new.", base);
+    int st = QMLA_OK;
+    size_t used = 0;
+#define NOTE(...)                                                                   \
+    do {                                                                            \
+        if (note && used < note_len) {                                              \
+            int k_ = snprintf(note + used, note_len - used, __VA_ARGS__);           \
+            used += k_ > 0 ? (size_t)k_ : 0;                                        \
+        }                                                                           \
+    } while (0)
+    /* first the old folders (a commit cut short between its renames), then
+     * the new ones (a run that died before or after its swap) */
+    for (int pass = 0; pass < 2 && !st; pass++) {
+        const char *pre = pass ? pre_new : pre_old;
+        const size_t pl = (size_t)(pass ? pn : po);
+        DIR *dp = opendir(parent);
+        if (!dp)
+            return QMLA_OK; /* the save's checks report the folder */
+        struct dirent *de;
+        while (!st && (de = readdir(dp))) {
+            if (strncmp(de->d_name, pre, pl) || !qmla_tmp_owner_gone(de->d_name + pl))
+                continue;
+            char p[PATH_MAX * 2 + 8];
+            if (snprintf(p, sizeof p, "%s/%s", parent, de->d_name) >= (int)sizeof p)
+                continue;
+            struct stat sb;
+            if (!pass && lstat(out_dir, &sb) != 0 && errno == ENOENT) {
+                if (rename(p, out_dir) != 0)
+                    st = qmla_error_set(err, QMLA_EIO, "%s: an interrupted commit left the "
+                                        "folder as %s: expected to rename it back, found %s",
+                                        out_dir, p, strerror(errno));
+                else
+                    NOTE("%s%s: an interrupted commit (process %s) left the folder as %s: "
+                         "restored it", used ? "; " : "", out_dir, de->d_name + pl, p);
+            } else {
+                if (tree_remove(p) != 0)
+                    st = qmla_error_set(err, QMLA_EIO, "%s: the %s folder %s of an interrupted "
+                                        "run (process %s): expected to remove it, found %s",
+                                        out_dir, pass ? "unfinished new" : "replaced old", p,
+                                        de->d_name + pl, strerror(errno));
+                else
+                    NOTE("%s%s: removed %s, the %s folder of an interrupted run (process %s)",
+                         used ? "; " : "", out_dir, p, pass ? "staging" : "replaced old",
+                         de->d_name + pl);
+            }
+        }
+        closedir(dp);
+    }
+#undef NOTE
+    if (!st)
+        fsync_dir(parent);
     return st;
 }
 
@@ -388,6 +602,15 @@ int qmla_model_save_check(const char *src_dir, const char *out_dir, qmla_error *
     if (access(out_dir, W_OK | X_OK) != 0)
         return qmla_error_set(err, QMLA_EINVAL, "%s: output folder: expected a writable "
                               "folder, found %s", out_dir, strerror(errno));
+    {
+        /* the new folder is made beside it and swapped in */
+        char parent[PATH_MAX], base[PATH_MAX];
+        if (split_out(out_dir, parent, base, sizeof parent) == 0 &&
+            access(parent, W_OK | X_OK) != 0)
+            return qmla_error_set(err, QMLA_EINVAL, "%s: output folder: expected a writable "
+                                  "parent folder %s (the new folder is made beside it), "
+                                  "found %s", out_dir, parent, strerror(errno));
+    }
     if (realpath(src_dir, rs) && realpath(out_dir, ro) && !strcmp(rs, ro))
         return qmla_error_set(err, QMLA_EINVAL, "%s: the output folder is the model's own "
                               "folder: expected another one", out_dir);
@@ -409,34 +632,37 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
         return qmla_error_set(err, QMLA_EINVAL, "checkpoint dtype \"%s\": expected F32, F16 "
                               "or BF16", dtype);
     const qmla_model_config *c = &m->c;
-    char path[4096], stage[4096];
-    /* Every file is written into a staging folder inside out_dir first and
-     * moved into place only when all are written: a failure (a full disk, a
-     * tensor beyond float16) leaves out_dir as it was, and removes it when
-     * this call created it (it used to leave the new folder behind, empty or
-     * with model.safetensors but no config.json). */
-    int st0 = qmla_model_save_check(src_dir, out_dir, err);
+    char path[4096], stage[PATH_MAX * 2 + 64], old[PATH_MAX * 2 + 64];
+    /* Every file is written into a new folder beside out_dir, and that
+     * folder is swapped in for out_dir as one step when all are written
+     * (commit_swap): a failure (a full disk, a tensor beyond float16, a
+     * failed rename) leaves out_dir as it was, or absent when it was (it
+     * used to leave the new folder behind, empty or with model.safetensors
+     * but no config.json, and a rename failing in the commit left some new
+     * files beside the old ones). */
+    int st0 = qmla_model_save_recover(out_dir, NULL, 0, err);
+    if (!st0)
+        st0 = qmla_model_save_check(src_dir, out_dir, err);
     if (st0)
         return st0;
-    int made = mkdir(out_dir, 0755) == 0;
-    if (!made && errno != EEXIST)
-        return qmla_error_set(err, QMLA_EIO, "%s: cannot create the folder: %s", out_dir,
-                              strerror(errno));
-    if (snprintf(stage, sizeof stage, "%s/.qmla-fuse.tmp.%ld", out_dir, (long)getpid()) >=
-        (int)sizeof stage) {
-        if (made)
-            rmdir(out_dir);
-        return qmla_error_set(err, QMLA_EINVAL, "%s: path too long", out_dir);
+    struct stat osb;
+    const int exists = stat(out_dir, &osb) == 0;
+    {
+        char parent[PATH_MAX], base[PATH_MAX];
+        if (split_out(out_dir, parent, base, sizeof parent) != 0 ||
+            snprintf(stage, sizeof stage, "%s/.%s.qmla-fuse-new.%ld", parent, base,
+                     (long)getpid()) >= (int)sizeof stage ||
+            snprintf(old, sizeof old, "%s/.%s.qmla-fuse-old.%ld", parent, base,
+                     (long)getpid()) >= (int)sizeof old)
+            return qmla_error_set(err, QMLA_EINVAL, "%s: path too long", out_dir);
     }
-    stage_remove(stage); /* a stale one of an earlier process with this pid */
-    stage_remove_stale(out_dir);
-    if (mkdir(stage, 0755) != 0) {
-        int e = errno;
-        if (made)
-            rmdir(out_dir);
-        return qmla_error_set(err, QMLA_EIO, "%s: cannot create the staging folder %s: %s",
-                              out_dir, stage, strerror(e));
-    }
+    if (exists)
+        stage_remove_stale(out_dir); /* the earlier in-folder staging of dead runs */
+    tree_remove(stage); /* stale ones of an earlier process with this pid */
+    tree_remove(old);
+    if (mkdir(stage, 0755) != 0)
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot create the new folder %s: %s",
+                              out_dir, stage, strerror(errno));
     const size_t H = c->H, D = c->D, qk = c->d_n + c->d_r, dc = c->d_c;
     const size_t kvb_rows = H * (c->d_n + c->d_v);
     qmla_st_out o = {0};
@@ -536,11 +762,13 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
     }
     if (dp)
         closedir(dp);
-    if (!st)
-        st = stage_commit(stage, out_dir, err);
-    stage_remove(stage);
-    if (st && made)
-        rmdir(out_dir);
+    if (!st && exists)
+        st = carry_old(out_dir, stage, err);
+    if (!st) {
+        fsync_dir(stage);
+        st = commit_swap(stage, old, out_dir, exists, err);
+    }
+    tree_remove(stage); /* after a failure; gone after a commit */
     if (kvb)
         for (size_t l = 0; l < c->L; l++)
             free(kvb[l]);

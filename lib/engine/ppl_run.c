@@ -293,7 +293,12 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
             in[n_in++] = texts[k];
         for (size_t k = 0; k < n_tf; k++)
             in[n_in++] = tfp[k];
-        if (qmla_output_path_check(out, "output file (-o)", in, n_in, err) ||
+        /* a FIFO or device as --text blocked (or never ended) */
+        int bad_text = 0;
+        for (size_t k = 0; k < n_texts && !bad_text; k++)
+            bad_text = qmla_text_check_input(texts[k], "--text", err) != QMLA_OK;
+        r->refusal = bad_text; /* reported as the text reader's errors are */
+        if (bad_text || qmla_output_path_check(out, "output file (-o)", in, n_in, err) ||
             (o->journal && qmla_output_path_check(o->journal, "journal", in, n_in, err))) {
             free(cl);
             free(cbuf);

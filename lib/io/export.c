@@ -1,6 +1,8 @@
 /* export.c — tables as TSV, CSV, Markdown or JSON text (include/qmla/export.h).
- * The only output is to the caller's stream; errors come back as a status. */
+ * Output goes to the caller's stream, or to a file saved atomically
+ * (qmla_export_save, through qmla_text_save); errors come back as a status. */
 #include "qmla/export.h"
+#include "qmla/text.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -409,4 +411,23 @@ int qmla_export_write(FILE *f, const qmla_table *t, const qmla_attr *prov, size_
     if (fflush(f) != 0 || ferror(f))
         return qmla_error_set(err, QMLA_EIO, "export: table %s: write failed", t->name);
     return QMLA_OK;
+}
+
+int qmla_export_save(const char *path, const char *what, const char *const *inputs,
+                     size_t n_inputs, const qmla_table *t, const qmla_attr *prov,
+                     size_t n_prov, const char *source, qmla_export_format fmt,
+                     qmla_error *err)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (!m)
+        return qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
+    int st = qmla_export_write(m, t, prov, n_prov, source, fmt, err);
+    if (fclose(m) != 0 && !st)
+        st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", path);
+    if (!st)
+        st = qmla_text_save(path, what, inputs, n_inputs, buf, len, err);
+    free(buf);
+    return st;
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -104,7 +105,7 @@ int qmla_part_write(const char *path, const qmla_results_meta *m,
     int st = qmla_results_write(tmp, m, r, n, s, err);
     if (st)
         return st;
-    qmla_h5_out o; /* /part (one carried from an earlier part replaced) */
+    qmla_h5_out o; /* /part (results_write carries none from an earlier file) */
     if ((st = qmla_h5_out_group(&o, tmp, "part", err)) == QMLA_OK) {
         o.path = path; /* the image is saved as the part */
         if (write_part_group(o.g, pi))
@@ -112,6 +113,38 @@ int qmla_part_write(const char *path, const qmla_results_meta *m,
         st = qmla_h5_out_finish(&o, st);
     }
     unlink(tmp);
+    return st;
+}
+
+int qmla_part_check_target(const char *path, size_t shard, size_t n_shards,
+                           qmla_error *err)
+{
+    struct stat sb;
+    if (n_shards < 2 || stat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size == 0)
+        return QMLA_OK; /* a full sweep over a part is the rest of it (no /part kept) */
+    h5_quiet q = qmla_h5_quiet_begin();
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    const int has = f >= 0 && H5Lexists(f, "part", H5P_DEFAULT) > 0;
+    if (f >= 0)
+        H5Fclose(f);
+    qmla_h5_quiet_end(q);
+    if (!has)
+        return QMLA_OK; /* not a part: the results checks judge it */
+    qmla_part_info pi;
+    memset(&pi, 0, sizeof pi);
+    qmla_error e2;
+    qmla_error_clear(&e2);
+    int st = QMLA_OK;
+    if (qmla_part_read(path, &pi, &e2))
+        st = qmla_error_set(err, QMLA_EMISMATCH, "%s: holds a /part group that cannot be "
+                            "read (%s); refusing to replace it — use --force to discard it, "
+                            "or another -o", path, e2.msg);
+    else if (pi.shard != shard || pi.n_shards != n_shards)
+        st = qmla_error_set(err, QMLA_EMISMATCH, "%s: expected the part file of shard %zu/%zu "
+                            "(this sweep's --shard) or a new name, found the part file of shard "
+                            "%zu/%zu; refusing to replace it — use --force to discard it, or "
+                            "another -o", path, shard, n_shards, pi.shard, pi.n_shards);
+    qmla_part_info_free(&pi);
     return st;
 }
 
@@ -525,6 +558,11 @@ int qmla_merge(const char *const *parts, size_t n_parts, const char *out,
     memset(summary, 0, sizeof *summary);
     if (n_parts == 0)
         return qmla_error_set(err, QMLA_EINVAL, "merge: no part files given");
+    /* the whole file is replaced: a capture, transforms or serve-sim file
+     * (or anything not HDF5) at -o is refused, as sweep, jvp, ppl, learn
+     * and serve-sim refuse one */
+    if (qmla_h5_check_replace(out, QMLA_RESULTS_FORMAT, err))
+        return QMLA_EINVAL;
     merge_state ms;
     memset(&ms, 0, sizeof ms);
     qmla_response *all = NULL;

@@ -296,7 +296,7 @@ static int write_summary(hid_t f, const char *path, const qmla_summary *s,
 }
 
 /* Copy the root groups of `from` that this writer does not make (what other
- * commands added to the file) into f. */
+ * commands added to the file) into f; not /part. */
 static int carry_groups(hid_t f, const char *path, const char *from,
                         qmla_error *err)
 {
@@ -318,8 +318,11 @@ static int carry_groups(hid_t f, const char *path, const char *from,
                                 (unsigned long long)k);
             break;
         }
+        /* /part describes the rows of one shard: a full results file
+         * written over a part does not keep it (a part's writer,
+         * qmla_part_write, adds its own) */
         if (!strcmp(name, "responses") || !strcmp(name, "summary") ||
-            !strcmp(name, "cells"))
+            !strcmp(name, "cells") || !strcmp(name, "part"))
             continue;
         if (H5Ocopy(src, name, f, name, H5P_DEFAULT, H5P_DEFAULT) < 0)
             st = qmla_error_set(err, QMLA_EIO, "%s: cannot carry /%s of %s into "

@@ -364,7 +364,9 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
     if ((st = fill_meta(cap, &plan, opts, &meta, err)))
         goto done;
     qmla_results_key(&meta, key, sizeof key);
-    if ((st = restore_results(results_path, key, opts->force, &plan, &meta, err)))
+    if ((!opts->force && opts->n_shards > 1 &&
+         (st = qmla_part_check_target(results_path, opts->shard, opts->n_shards, err))) ||
+        (st = restore_results(results_path, key, opts->force, &plan, &meta, err)))
         goto done;
     {
         snprintf(jpath, sizeof jpath, "%s.journal", results_path);
