@@ -74,9 +74,10 @@ int qmla_part_read(const char *path, qmla_part_info *pi, qmla_error *err);
 
 /* Before `qmla sweep --shard SHARD/N_SHARDS -o path` (n_shards > 1) replaces
  * `path`: QMLA_EMISMATCH naming both shards when it is the part file of
- * another shard or plan size (or holds a /part that cannot be read), so that
+ * another shard of N_SHARDS (or holds a /part that cannot be read), so that
  * another shard's rows are not replaced without --force; QMLA_OK when it is
- * absent, empty, not a part, this shard's own part, or n_shards < 2. */
+ * absent, empty, not a part, this shard's own part, a part of a plan of
+ * another shard count (rewritten: the plan changed), or n_shards < 2. */
 int qmla_part_check_target(const char *path, size_t shard, size_t n_shards,
                            qmla_error *err);
 

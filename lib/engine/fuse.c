@@ -304,7 +304,8 @@ static int ends_with(const char *s, const char *suf)
     return a >= b && !strcmp(s + a - b, suf);
 }
 
-/* The staging folder of qmla_model_save: remove its files and itself. */
+/* The in-folder staging of earlier versions of qmla_model_save: remove its
+ * files and itself. */
 static void stage_remove(const char *stage)
 {
     DIR *dp = opendir(stage);
@@ -313,8 +314,8 @@ static void stage_remove(const char *stage)
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
             continue;
         char p[4096];
-        snprintf(p, sizeof p, "%s/%s", stage, de->d_name);
-        unlink(p);
+        if (snprintf(p, sizeof p, "%s/%s", stage, de->d_name) < (int)sizeof p)
+            unlink(p);
     }
     if (dp)
         closedir(dp);

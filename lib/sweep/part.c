@@ -130,6 +130,8 @@ int qmla_part_check_target(const char *path, size_t shard, size_t n_shards,
     qmla_h5_quiet_end(q);
     if (!has)
         return QMLA_OK; /* not a part: the results checks judge it */
+    /* a part of another plan (shard count) is rewritten, as before: the
+     * plan changed; another shard of this plan is a wrong -o */
     qmla_part_info pi;
     memset(&pi, 0, sizeof pi);
     qmla_error e2;
@@ -139,7 +141,7 @@ int qmla_part_check_target(const char *path, size_t shard, size_t n_shards,
         st = qmla_error_set(err, QMLA_EMISMATCH, "%s: holds a /part group that cannot be "
                             "read (%s); refusing to replace it — use --force to discard it, "
                             "or another -o", path, e2.msg);
-    else if (pi.shard != shard || pi.n_shards != n_shards)
+    else if (pi.shard != shard && pi.n_shards == n_shards)
         st = qmla_error_set(err, QMLA_EMISMATCH, "%s: expected the part file of shard %zu/%zu "
                             "(this sweep's --shard) or a new name, found the part file of shard "
                             "%zu/%zu; refusing to replace it — use --force to discard it, or "
