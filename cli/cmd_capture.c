@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +18,9 @@
 
 enum { MAX_CORPORA = 16, MAX_CELLS = 256 };
 
-static void help(FILE *f)
+static void help(FILE *f, const void *ctx)
 {
+    (void)ctx;
     fprintf(f,
         "usage: qmla capture MODEL_DIR --corpus NAME=FILE[.gz] [--corpus ...]\n"
         "                    [--seeds 0,1,2 | --cells NAME:SEED,...] [--seqs N]\n"
@@ -90,79 +92,51 @@ static int on_event(void *ctx, const qmla_native_event *ev)
     return cli_interrupted() != 0;
 }
 
+/* --store float16|float32 -> 1|0 */
+static int opt_store(const char *cmd, const char *arg, void *dst)
+{
+    if (!strcmp(arg, "float16"))
+        *(int *)dst = 1;
+    else if (!strcmp(arg, "float32"))
+        *(int *)dst = 0;
+    else
+        return cli_fail(cmd, "--store: expected float16 or float32, found \"%s\"", arg);
+    return 0;
+}
+
 int cmd_capture(int argc, char **argv)
 {
-    static const struct option lo[] = {
-        {"corpus", required_argument, 0, 'C'},  {"seeds", required_argument, 0, 'S'},
-        {"cells", required_argument, 0, 'c'},   {"seqs", required_argument, 0, 'n'},
-        {"tokens", required_argument, 0, 't'},  {"layers", required_argument, 0, 'L'},
-        {"store", required_argument, 0, 's'},   {"gzip", required_argument, 0, 'z'},
-        {"no-pre", no_argument, 0, 'p'},        {"model-name", required_argument, 0, 'm'},
-        {"check-tol", required_argument, 0, 'k'}, {"threads", required_argument, 0, 'j'},
-        {"force", no_argument, 0, 'f'},         {"output", required_argument, 0, 'o'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     const char *corpus_arg[MAX_CORPORA];
     size_t n_corpora = 0;
     const char *seeds = "0", *cells_arg = NULL, *layers_arg = NULL, *out = NULL,
                *model_name = NULL;
-    long seqs = 8, tokens = 512, gzip = 4, threads = cli_default_threads(), v;
+    long seqs = 8, tokens = 512, gzip = 4, v;
+    int threads = cli_default_threads();
     int f16 = 0, pre = 1, force = 0;
     double tol = 0.0;
-    int ch;
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
-        switch (ch) {
-        case 'C':
-            if (n_corpora == MAX_CORPORA)
-                return cli_fail("capture", "--corpus: at most %d corpora", MAX_CORPORA);
-            corpus_arg[n_corpora++] = optarg;
-            break;
-        case 'S': seeds = optarg; break;
-        case 'c': cells_arg = optarg; break;
-        case 'n':
-            if (cli_parse_long(optarg, 1, 1 << 20, &v))
-                return cli_fail("capture", "--seqs: expected 1..1048576, found \"%s\"", optarg);
-            seqs = v;
-            break;
-        case 't':
-            if (cli_parse_long(optarg, 2, 1 << 20, &v))
-                return cli_fail("capture", "--tokens: expected 2..1048576 (BOS and at least "
-                                "one text token), found \"%s\"", optarg);
-            tokens = v;
-            break;
-        case 'L': layers_arg = optarg; break;
-        case 's':
-            if (!strcmp(optarg, "float16"))
-                f16 = 1;
-            else if (!strcmp(optarg, "float32"))
-                f16 = 0;
-            else
-                return cli_fail("capture", "--store: expected float16 or float32, found \"%s\"",
-                                optarg);
-            break;
-        case 'z':
-            if (cli_parse_long(optarg, 0, 9, &v))
-                return cli_fail("capture", "--gzip: expected 0..9, found \"%s\"", optarg);
-            gzip = v;
-            break;
-        case 'p': pre = 0; break;
-        case 'm': model_name = optarg; break;
-        case 'k':
-            if (cli_parse_double(optarg, &tol) || !(tol > 0))
-                return cli_fail("capture", "--check-tol: expected a number > 0, found \"%s\"",
-                                optarg);
-            break;
-        case 'j':
-            if (cli_parse_long(optarg, 1, 1024, &v))
-                return cli_fail("capture", "--threads: expected 1..1024, found \"%s\"", optarg);
-            threads = v;
-            break;
-        case 'f': force = 1; break;
-        case 'o': out = optarg; break;
-        case 'h': help(stdout); return QMLA_EXIT_OK;
-        default: help(stderr); return QMLA_EXIT_USAGE;
-        }
-    }
+    const cli_opt opts[] = {
+        {.name = "corpus", .shrt = 0, .kind = CLI_REPEAT, .dst = corpus_arg, .hi = MAX_CORPORA, .expected = "corpora",
+         .count = &n_corpora},
+        {.name = "seeds", .shrt = 0, .kind = CLI_STR, .dst = &seeds},
+        {.name = "cells", .shrt = 0, .kind = CLI_STR, .dst = &cells_arg},
+        {.name = "seqs", .shrt = 0, .kind = CLI_LONG, .dst = &seqs, .lo = 1, .hi = 1 << 20, .expected = "1..1048576"},
+        {.name = "tokens", .shrt = 0, .kind = CLI_LONG, .dst = &tokens, .lo = 2, .hi = 1 << 20,
+         .expected = "2..1048576 (BOS and at least one text token)"},
+        {.name = "layers", .shrt = 0, .kind = CLI_STR, .dst = &layers_arg},
+        {.name = "store", .shrt = 0, .kind = CLI_FN, .dst = &f16, .fn = opt_store},
+        {.name = "gzip", .shrt = 0, .kind = CLI_LONG, .dst = &gzip, .lo = 0, .hi = 9, .expected = "0..9"},
+        {.name = "no-pre", .shrt = 0, .kind = CLI_CLEAR, .dst = &pre},
+        {.name = "model-name", .shrt = 0, .kind = CLI_STR, .dst = &model_name},
+        {.name = "check-tol", .shrt = 0, .kind = CLI_DOUBLE, .dst = &tol, .dlo = 0, .dhi = HUGE_VAL, .open = CLI_OPEN_LO,
+         .expected = "a number > 0"},
+        {.name = "threads", .shrt = 0, .kind = CLI_THREADS, .dst = &threads},
+        {.name = "force", .shrt = 0, .kind = CLI_SET, .dst = &force},
+        {.name = "output", .shrt = 'o', .kind = CLI_STR, .dst = &out},
+        {.name = "help", .shrt = 'h', .kind = CLI_HELP, .dst = NULL},
+        {0}};
+    const int prc = cli_getopt("capture", argc, argv, opts, help, NULL);
+    if (prc >= 0)
+        return prc;
     if (cli_require_args("capture", argc, "MODEL_DIR", out, "-o CAPTURE.h5"))
         return QMLA_EXIT_USAGE;
     if (!n_corpora)
