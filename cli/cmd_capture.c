@@ -161,15 +161,12 @@ int cmd_capture(int argc, char **argv)
     char e1[256], e2[256], jpath[4096], dpath[4096];
 
     for (size_t i = 0; i < n_corpora; i++) {
-        const char *eq = strchr(corpus_arg[i], '=');
-        const size_t len = eq ? (size_t)(eq - corpus_arg[i]) : 0;
-        if (!eq || !len || !eq[1] || len >= sizeof names[i] || memchr(corpus_arg[i], '/', len)) {
+        const char *file = NULL;
+        if (qmla_native_corpus_arg(corpus_arg[i], names[i], sizeof names[i], &file)) {
             rc = cli_fail("capture", "--corpus \"%s\": expected NAME=FILE (NAME without '/', "
                           "at most 100 bytes)", cli_esc(corpus_arg[i], e1, sizeof e1));
             goto done;
         }
-        memcpy(names[i], corpus_arg[i], len);
-        names[i][len] = 0;
         for (size_t j = 0; j < i; j++)
             if (!strcmp(names[j], names[i])) {
                 rc = cli_fail("capture", "--corpus %s given twice", cli_esc(names[i], e1,
@@ -177,7 +174,7 @@ int cmd_capture(int argc, char **argv)
                 goto done;
             }
         corp[i].name = names[i];
-        corp[i].path = eq + 1;
+        corp[i].path = file;
         corp[i].bytes = NULL;
         corp[i].n = 0;
     }
@@ -235,14 +232,13 @@ int cmd_capture(int argc, char **argv)
                 cells[n_cells++] = (qmla_native_cell){i, (uint64_t)v};
             }
     }
-    for (size_t a = 0; a < n_cells; a++)
-        for (size_t b = 0; b < a; b++)
-            if (cells[a].corpus == cells[b].corpus && cells[a].seed == cells[b].seed) {
-                rc = cli_fail("capture", "cell %s-s%llu given twice",
-                              cli_esc(names[cells[a].corpus], e1, sizeof e1),
-                              (unsigned long long)cells[a].seed);
-                goto done;
-            }
+    const size_t rep = qmla_native_cells_repeat(cells, n_cells);
+    if (rep < n_cells) {
+        rc = cli_fail("capture", "cell %s-s%llu given twice",
+                      cli_esc(names[cells[rep].corpus], e1, sizeof e1),
+                      (unsigned long long)cells[rep].seed);
+        goto done;
+    }
     if (layers_arg) {
         char msg[256];
         if (cli_parse_int_list(layers_arg, &layers, &n_layers, msg, sizeof msg) || !n_layers) {
@@ -275,26 +271,22 @@ int cmd_capture(int argc, char **argv)
         }
     }
     /* corpora used by some cell: read, as Python reads text */
-    for (size_t i = 0; i < n_corpora; i++) {
-        int used = 0;
-        for (size_t k = 0; k < n_cells; k++)
-            used |= cells[k].corpus == i;
-        if (!used)
-            continue;
-        char msg[512];
-        size_t nb = 0;
-        if (cli_read_text(corp[i].path, &bufs[i], &nb, msg, sizeof msg)) {
-            rc = cli_fail("capture", "corpus %s: %s", cli_esc(names[i], e1, sizeof e1),
-                          cli_esc(msg, e2, sizeof e2));
+    {
+        size_t i = 0;
+        int decoding = 0;
+        if (qmla_native_corpora_read(corp, n_corpora, cells, n_cells, bufs, &i, &decoding,
+                                     &err)) {
+            if (decoding) {
+                qmla_error_prefix(&err, "corpus %s: ", names[i]);
+                rc = cli_lib_error("capture", &err);
+            } else {
+                char msg[512]; /* the message as cli_read_text cut it */
+                snprintf(msg, sizeof msg, "%.511s", err.msg);
+                rc = cli_fail("capture", "corpus %s: %s", cli_esc(names[i], e1, sizeof e1),
+                              cli_esc(msg, e2, sizeof e2));
+            }
             goto done;
         }
-        if (qmla_text_as_python(bufs[i], &nb, corp[i].path, &err)) {
-            qmla_error_prefix(&err, "corpus %s: ", names[i]);
-            rc = cli_lib_error("capture", &err);
-            goto done;
-        }
-        corp[i].bytes = bufs[i];
-        corp[i].n = nb;
     }
     double t0 = cli_now();
     if (qmla_model_load(dir, &m, &err)) {

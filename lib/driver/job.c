@@ -729,19 +729,16 @@ static int run_capture(qmla_job *j, qmla_error *err)
     qmla_model *m = NULL;
     char **list = NULL, *lbuf = NULL;
     for (size_t i = 0; i < n_corpora && !st; i++) {
-        const char *eq = strchr(carg[i], '=');
-        const size_t len = eq ? (size_t)(eq - carg[i]) : 0;
-        if (!eq || !len || !eq[1] || len >= sizeof names[i] || memchr(carg[i], '/', len)) {
+        const char *file = NULL;
+        if (qmla_native_corpus_arg(carg[i], names[i], sizeof names[i], &file)) {
             st = bad(j, err, "corpus \"%s\": expected NAME=FILE (NAME without '/', at most 100 bytes)",
                      carg[i]);
             break;
         }
-        memcpy(names[i], carg[i], len);
-        names[i][len] = 0;
         for (size_t k = 0; k < i && !st; k++)
             if (!strcmp(names[k], names[i]))
                 st = bad(j, err, "corpus %s given twice", names[i]);
-        corp[i] = (qmla_native_corpus){names[i], eq + 1, NULL, 0};
+        corp[i] = (qmla_native_corpus){names[i], file, NULL, 0};
     }
     const char *cells_arg = get(j, "cells"), *seeds = get(j, "seeds");
     if (!st && cells_arg) {
@@ -792,11 +789,10 @@ static int run_capture(qmla_job *j, qmla_error *err)
         }
         free(sb);
     }
-    for (size_t a = 0; a < n_cells && !st; a++)
-        for (size_t b = 0; b < a && !st; b++)
-            if (cells[a].corpus == cells[b].corpus && cells[a].seed == cells[b].seed)
-                st = bad(j, err, "cell %s-s%llu given twice", names[cells[a].corpus],
-                         (unsigned long long)cells[a].seed);
+    const size_t rep = st ? n_cells : qmla_native_cells_repeat(cells, n_cells);
+    if (rep < n_cells)
+        st = bad(j, err, "cell %s-s%llu given twice", names[cells[rep].corpus],
+                 (unsigned long long)cells[rep].seed);
     if (!st)
         st = p_int_list(j, "layers", &layers, &n_layers, err);
     if (!st) {
@@ -812,20 +808,13 @@ static int run_capture(qmla_job *j, qmla_error *err)
         else if (!force && stat(out, &sb) == 0)
             st = bad(j, err, "%s exists (use force to overwrite)", out);
     }
-    for (size_t i = 0; i < n_corpora && !st; i++) {
-        int used = 0;
-        for (size_t k = 0; k < n_cells; k++)
-            used |= cells[k].corpus == i;
-        if (!used)
-            continue;
-        size_t nb = 0;
-        st = qmla_text_read(corp[i].path, &bufs[i], &nb, err);
-        if (!st)
-            st = qmla_text_as_python(bufs[i], &nb, corp[i].path, err);
+    if (!st) {
+        size_t failed = 0;
+        int decoding = 0;
+        st = qmla_native_corpora_read(corp, n_corpora, cells, n_cells, bufs, &failed, &decoding,
+                                      err);
         if (st)
-            qmla_error_prefix(err, "corpus %s: ", names[i]);
-        corp[i].bytes = bufs[i];
-        corp[i].n = nb;
+            qmla_error_prefix(err, "corpus %s: ", names[failed]);
     }
     if (!st)
         st = qmla_model_load(dir, &m, err);
