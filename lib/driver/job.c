@@ -45,7 +45,8 @@ struct qmla_job {
 struct job_driver {
     const char *name;
     const char *keys; /* space-separated; a trailing '*' marks a repeatable key */
-    int (*run)(qmla_job *j, qmla_error *err);
+    /* the driver, given the keys input and output (both required) */
+    int (*run)(qmla_job *j, const char *in, const char *out, qmla_error *err);
 };
 
 /* ---- keys ----------------------------------------------------------------- */
@@ -314,12 +315,9 @@ static int p_quant(qmla_job *j, qmla_sweep_params *p, qmla_error *err)
     return st;
 }
 
-static int run_sweep(qmla_job *j, qmla_error *err)
+static int run_sweep(qmla_job *j, const char *in, const char *out, qmla_error *err)
 {
-    const char *in, *out;
-    int st = io_paths(j, &in, &out, err);
-    if (st)
-        return st;
+    int st;
     qmla_sweep_opts o;
     memset(&o, 0, sizeof o);
     o.params = qmla_sweep_defaults();
@@ -384,12 +382,9 @@ static int run_sweep(qmla_job *j, qmla_error *err)
 
 /* ---- jvp, predict ------------------------------------------------------------ */
 
-static int run_op(qmla_job *j, int pred, qmla_error *err)
+static int run_op(qmla_job *j, const char *in, const char *out, int pred, qmla_error *err)
 {
-    const char *in, *out;
-    int st = io_paths(j, &in, &out, err);
-    if (st)
-        return st;
+    int st;
     double nu = 1e-3;
     long group = 64;
     int bits[QMLA_OP_CONFIGS_MAX] = {2, 3, 4, 8}, threads = 1, force = 0;
@@ -466,17 +461,20 @@ static int run_op(qmla_job *j, int pred, qmla_error *err)
     return st;
 }
 
-static int run_jvp(qmla_job *j, qmla_error *err) { return run_op(j, 0, err); }
-static int run_predict(qmla_job *j, qmla_error *err) { return run_op(j, 1, err); }
+static int run_jvp(qmla_job *j, const char *in, const char *out, qmla_error *err)
+{
+    return run_op(j, in, out, 0, err);
+}
+static int run_predict(qmla_job *j, const char *in, const char *out, qmla_error *err)
+{
+    return run_op(j, in, out, 1, err);
+}
 
 /* ---- intervene ------------------------------------------------------------------ */
 
-static int run_intervene(qmla_job *j, qmla_error *err)
+static int run_intervene(qmla_job *j, const char *in, const char *out, qmla_error *err)
 {
-    const char *in, *out;
-    int st = io_paths(j, &in, &out, err);
-    if (st)
-        return st;
+    int st;
     qmla_iv_opts o;
     memset(&o, 0, sizeof o);
     o.params = qmla_sweep_defaults();
@@ -540,12 +538,9 @@ static int learn_progress(void *ctx, size_t done, size_t total, size_t resumed)
     return j->progress ? j->progress(j->ctx, done, total, resumed) : 0;
 }
 
-static int run_learn(qmla_job *j, qmla_error *err)
+static int run_learn(qmla_job *j, const char *in, const char *out, qmla_error *err)
 {
-    const char *in, *out;
-    int st = io_paths(j, &in, &out, err);
-    if (st)
-        return st;
+    int st;
     qmla_learn_run_opts o = qmla_learn_run_defaults();
     long steps = (long)o.learn.steps, seed = (long)o.learn.seed;
     const char *m = get(j, "method"), *obj = get(j, "objective"), *held = get(j, "heldout-cells");
@@ -618,12 +613,9 @@ static int run_learn(qmla_job *j, qmla_error *err)
 
 /* ---- eval ------------------------------------------------------------------------- */
 
-static int run_eval(qmla_job *j, qmla_error *err)
+static int run_eval(qmla_job *j, const char *in, const char *out, qmla_error *err)
 {
-    const char *in, *out;
-    int st = io_paths(j, &in, &out, err);
-    if (st)
-        return st;
+    int st;
     const char *tf[QMLA_TF_EVAL_MAX + 1];
     qmla_tf_eval_run_opts o = qmla_tf_eval_run_defaults();
     o.n_transforms = get_all(j, "transforms", tf, QMLA_TF_EVAL_MAX + 1);
@@ -679,12 +671,9 @@ static int cap_event(void *ctx, const qmla_native_event *ev)
     return p->j->progress(p->j->ctx, ev->cell * p->per_cell + ev->done, p->n_cells * p->per_cell, 0);
 }
 
-static int run_capture(qmla_job *j, qmla_error *err)
+static int run_capture(qmla_job *j, const char *dir, const char *out, qmla_error *err)
 {
-    const char *dir, *out;
-    int st = io_paths(j, &dir, &out, err);
-    if (st)
-        return st;
+    int st;
     const char *carg[CAP_MAX_CORPORA + 1];
     size_t n_corpora = get_all(j, "corpus", carg, CAP_MAX_CORPORA + 1);
     if (!n_corpora)
@@ -865,12 +854,9 @@ static int run_capture(qmla_job *j, qmla_error *err)
 
 /* ---- ppl ------------------------------------------------------------------------------ */
 
-static int run_ppl(qmla_job *j, qmla_error *err)
+static int run_ppl(qmla_job *j, const char *dir, const char *out, qmla_error *err)
 {
-    const char *dir, *out;
-    int st = io_paths(j, &dir, &out, err);
-    if (st)
-        return st;
+    int st;
     const char *texts[QMLA_PPL_MAX + 1], *tf[QMLA_PPL_MAX + 1];
     qmla_ppl_run_opts o = qmla_ppl_run_defaults();
     o.n_texts = get_all(j, "text", texts, QMLA_PPL_MAX + 1);
@@ -1007,7 +993,9 @@ int qmla_job_run(qmla_job *j, qmla_progress_fn progress, void *ctx, qmla_error *
     j->ctx = ctx;
     j->stopped = 0;
     j->n_values = 0;
-    return j->d->run(j, err);
+    const char *in, *out;
+    const int st = io_paths(j, &in, &out, err);
+    return st ? st : j->d->run(j, in, out, err);
 }
 
 int qmla_job_stopped(const qmla_job *j) { return j->stopped; }
