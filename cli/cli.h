@@ -150,6 +150,11 @@ typedef struct cli_selection {
 int cli_selection_parse(const char *cmd, const char *layers_arg, const char *cells_arg,
                         const char *cells_opt, cli_selection *s);
 void cli_selection_free(cli_selection *s);
+/* The selection (cli_selection_parse) and the capture at path opened:
+ * 0, or the exit code after the message (then nothing to free or close). */
+int cli_open_selected(const char *cmd, const char *path, const char *layers_arg,
+                      const char *cells_arg, cli_selection *s, qmla_capture **cap,
+                      qmla_error *err);
 
 /* The program's command line, shell-quoted where needed, as recorded by
  * main() (results files store it as provenance). */

@@ -1,5 +1,6 @@
 /* cli_util.c — option parsing, error reporting and progress for `qmla`. */
 #include "cli.h"
+#include "qmla/capture.h"
 #include "qmla/text.h"
 #include "cli_safe.h"
 
@@ -444,6 +445,20 @@ int cli_selection_parse(const char *cmd, const char *layers_arg, const char *cel
     s->sel.n_layers = s->n_layers;
     s->sel.cells = (const char *const *)s->cells;
     s->sel.n_cells = s->n_cells;
+    return 0;
+}
+
+int cli_open_selected(const char *cmd, const char *path, const char *layers_arg,
+                      const char *cells_arg, cli_selection *s, qmla_capture **cap,
+                      qmla_error *err)
+{
+    *cap = NULL;
+    if (cli_selection_parse(cmd, layers_arg, cells_arg, NULL, s))
+        return QMLA_EXIT_USAGE;
+    if (qmla_capture_open(path, cap, err)) {
+        cli_selection_free(s);
+        return cli_lib_error(cmd, err);
+    }
     return 0;
 }
 

@@ -75,16 +75,12 @@ int cmd_intervene(int argc, char **argv)
     if (cli_require_args("intervene", argc, "CAPTURE.h5", out, "-o RESULTS.h5"))
         return QMLA_EXIT_USAGE;
     cli_selection cs;
-    if (cli_selection_parse("intervene", layers_arg, cells_arg, NULL, &cs))
-        return QMLA_EXIT_USAGE;
     qmla_error err;
     qmla_error_clear(&err);
     qmla_capture *cap = NULL;
-    int rc = QMLA_EXIT_OK;
-    if (qmla_capture_open(argv[optind], &cap, &err)) {
-        rc = cli_lib_error("intervene", &err);
-        goto done;
-    }
+    int rc = cli_open_selected("intervene", argv[optind], layers_arg, cells_arg, &cs, &cap, &err);
+    if (rc)
+        return rc;
     cli_signals_install();
     cli_progress prog;
     cli_progress_init(&prog, "intervene");

@@ -184,16 +184,12 @@ int cli_op_main(int argc, char **argv, int pred)
     qmla_op_configs(pred, bits, nbits, group, nu, conf, &nconf);
 
     cli_selection cs;
-    if (cli_selection_parse(name, layers_arg, cells_arg, NULL, &cs))
-        return QMLA_EXIT_USAGE;
     qmla_error err;
     qmla_error_clear(&err);
     qmla_capture *cap = NULL;
-    int rc = QMLA_EXIT_OK;
-    if (qmla_capture_open(argv[optind], &cap, &err)) {
-        rc = cli_lib_error(name, &err);
-        goto done;
-    }
+    int rc = cli_open_selected(name, argv[optind], layers_arg, cells_arg, &cs, &cap, &err);
+    if (rc)
+        return rc;
     cli_signals_install();
     cli_progress prog;
     cli_progress_init(&prog, name);
