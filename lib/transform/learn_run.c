@@ -19,6 +19,7 @@
 #include "qmla/capture.h"
 #include "qmla/outpath.h"
 #include "qmla/tfeval.h"
+#include "transform/run.h"
 
 qmla_learn_run_opts qmla_learn_run_defaults(void)
 {
@@ -255,7 +256,6 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
     snprintf(m.config, sizeof m.config, "%s", config);
     m.alpha = method->uses_alpha ? alpha : NAN;
     snprintf(m.capture, sizeof m.capture, "%s", capture);
-    /* TODO(writer): record qmla_engine_name(o->engine) as the provenance attribute `engine` */
     snprintf(m.command, sizeof m.command, "%s", o->command_line ? o->command_line : "");
     const char *tt = o->train_text ? o->train_text : "-", *ht = o->held_text ? o->held_text : "-",
                *lt = o->layers_text ? o->layers_text : "-";
@@ -292,13 +292,8 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
     char cells_used[256] = "";
     for (size_t li = 0; li < NL; li++) {
         int layer = qmla_capture_layer_index(cap, li);
-        if (o->layers) {
-            int want = 0;
-            for (size_t k = 0; k < o->n_layers; k++)
-                want |= o->layers[k] == layer;
-            if (!want)
-                continue;
-        }
+        if (!qmla_tf_layer_wanted(o->layers, o->n_layers, layer))
+            continue;
         size_t nc = qmla_capture_n_cells(cap, li), *cidx = calloc(nc + 1, sizeof *cidx),
                *hidx = calloc(nc + 1, sizeof *hidx), ncs = 0, nhs = 0;
         if (!cidx || !hidx) {
@@ -423,13 +418,13 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
         if (method->learned) { /* checkpoint after every layer */
             snprintf(m.train_cells, sizeof m.train_cells, "%s", cells_used);
             m.complete = 0;
-            st = qmla_transform_file_write(out, &m, ts, (const float *const *)gam, obj, nt, err);
+            st = qmla_transform_file_write_engine(out, &m, qmla_engine_name(o->engine), ts, (const float *const *)gam, obj, nt, err);
             if (st)
                 goto done;
             snprintf(m2.train_cells, sizeof m2.train_cells, "%s", cells_used);
             m2.complete = 0;
             if (also) {
-                st = qmla_transform_file_write(also, &m2, ts2, (const float *const *)gam, obj2, nt, err);
+                st = qmla_transform_file_write_engine(also, &m2, qmla_engine_name(o->engine), ts2, (const float *const *)gam, obj2, nt, err);
                 if (st)
                     goto done;
             }
@@ -441,7 +436,7 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
     }
     snprintf(m.train_cells, sizeof m.train_cells, "%s", cells_used);
     m.complete = 1;
-    st = qmla_transform_file_write(out, &m, ts, (const float *const *)gam, obj, nt, err);
+    st = qmla_transform_file_write_engine(out, &m, qmla_engine_name(o->engine), ts, (const float *const *)gam, obj, nt, err);
     if (st)
         goto done;
     r->wrote = 1;
@@ -449,7 +444,7 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
     if (also) {
         snprintf(m2.train_cells, sizeof m2.train_cells, "%s", cells_used);
         m2.complete = 1;
-        st = qmla_transform_file_write(also, &m2, ts2, (const float *const *)gam, obj2, nt, err);
+        st = qmla_transform_file_write_engine(also, &m2, qmla_engine_name(o->engine), ts2, (const float *const *)gam, obj2, nt, err);
         if (st)
             goto done;
         r->wrote_also = 1;

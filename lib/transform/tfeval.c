@@ -285,11 +285,19 @@ out:
 /* ---- /eval writer --------------------------------------------------------- */
 
 #include "io/group.h"
+#include "transform/run.h"
 
 int qmla_tf_eval_write(const char *path, const char *config,
                        const char *policy, const char *command,
                        const qmla_tf_eval_rec *rows, size_t n,
                        qmla_error *err)
+{
+    return qmla_tf_eval_write_engine(path, config, policy, command, NULL, rows, n, err);
+}
+
+int qmla_tf_eval_write_engine(const char *path, const char *config, const char *policy,
+                              const char *command, const char *engine,
+                              const qmla_tf_eval_rec *rows, size_t n, qmla_error *err)
 {
     qmla_h5_out o;
     int st = qmla_h5_out_group(&o, path, "eval", err);
@@ -324,7 +332,7 @@ int qmla_tf_eval_write(const char *path, const char *config,
         bad |= qmla_h5_attr_str(g, "config", config);
         bad |= qmla_h5_attr_str(g, "policy", policy);
         bad |= qmla_h5_attr_str(g, "command", command ? command : "");
-        const qmla_prov p = {.tool = "qmla eval", .command_line = command};
+        const qmla_prov p = {.tool = "qmla eval", .command_line = command, .engine = engine};
         if (!bad && (st = qmla_h5_prov(g, &p, path, err)))
             bad = 1;
         bad |= qmla_h5_dset_strs(g, "method", n, meth, "transform method (label)");

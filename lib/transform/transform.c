@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "io/group.h"
+#include "transform/run.h"
 
 int qmla_transform_alloc(size_t d_c, size_t d_r, qmla_rope_pairing pairing,
                          qmla_transform *t, qmla_error *err)
@@ -355,6 +356,14 @@ int qmla_transform_file_write(const char *path, const qmla_transform_meta *m,
                               const qmla_transform *t, const float *const *gammas,
                               const double *obj, size_t n, qmla_error *err)
 {
+    return qmla_transform_file_write_engine(path, m, NULL, t, gammas, obj, n, err);
+}
+
+int qmla_transform_file_write_engine(const char *path, const qmla_transform_meta *m,
+                                     const char *engine, const qmla_transform *t,
+                                     const float *const *gammas, const double *obj, size_t n,
+                                     qmla_error *err)
+{
     /* the whole file is replaced: a results file given as -o was lost */
     if (qmla_transform_file_check_output(path, err))
         return QMLA_EINVAL;
@@ -375,7 +384,7 @@ int qmla_transform_file_write(const char *path, const qmla_transform_meta *m,
         bad |= qmla_h5_attr_str(f, "command", m->command);
         bad |= qmla_h5_attr_str(f, "settings", m->settings);
         bad |= qmla_h5_attr_int(f, "complete", m->complete);
-        const qmla_prov p = {.tool = "qmla learn", .command_line = m->command};
+        const qmla_prov p = {.tool = "qmla learn", .command_line = m->command, .engine = engine};
         if (!bad && (st = qmla_h5_prov(f, &p, path, err)))
             return qmla_h5_out_finish(&o, st);
     }
