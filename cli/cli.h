@@ -189,8 +189,5 @@ void cli_progress_init(cli_progress *p, const char *label);
 void cli_progress_update(cli_progress *p, size_t done, size_t total);
 void cli_progress_end(cli_progress *p);
 double cli_now(void);
-/* Read a whole file, gzip-compressed or plain, into *out (malloc'ed, *n
- * bytes). -1 with msg "<path>: <cause>" on failure. */
-int cli_read_text(const char *path, uint8_t **out, size_t *n, char *msg, size_t len);
 
 #endif

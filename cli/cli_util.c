@@ -254,19 +254,6 @@ void cli_record_command_line(int argc, char **argv)
 
 const char *cli_command_line(void) { return command_line; }
 
-/* A whole file, gzip or plain: qmla_text_read (lib/io/text.c), its
- * message in msg. */
-int cli_read_text(const char *path, uint8_t **out, size_t *n, char *msg, size_t len)
-{
-    qmla_error err;
-    qmla_error_clear(&err);
-    if (qmla_text_read(path, out, n, &err)) {
-        snprintf(msg, len, "%s", err.msg);
-        return -1;
-    }
-    return 0;
-}
-
 /* ---- options shared by several subcommands ------------------------------ */
 
 int cli_opt_bits(const char *cmd, const char *arg, int *bits)

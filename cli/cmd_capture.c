@@ -280,7 +280,7 @@ int cmd_capture(int argc, char **argv)
                 qmla_error_prefix(&err, "corpus %s: ", names[i]);
                 rc = cli_lib_error("capture", &err);
             } else {
-                char msg[512]; /* the message as cli_read_text cut it */
+                char msg[512]; /* the reader's message, cut to 511 bytes */
                 snprintf(msg, sizeof msg, "%.511s", err.msg);
                 rc = cli_fail("capture", "corpus %s: %s", cli_esc(names[i], e1, sizeof e1),
                               cli_esc(msg, e2, sizeof e2));
