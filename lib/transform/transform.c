@@ -594,6 +594,17 @@ static int read_layer(const qmla_h5_ctx *v, hid_t lg, const char *name,
     return st;
 }
 
+/* An optional root string attribute into dst (left as it is when absent). */
+static int read_opt_str(const qmla_h5_ctx *v, hid_t fh, const char *name, char *dst, size_t n)
+{
+    char *s = NULL;
+    int st = qmla_h5_read_attr_str(v, fh, "/", name, 0, &s);
+    if (!st && s)
+        snprintf(dst, n, "%s", s);
+    free(s);
+    return st;
+}
+
 int qmla_transform_file_read(const char *path, qmla_transform_file *f,
                              qmla_error *err)
 {
@@ -647,22 +658,15 @@ int qmla_transform_file_read(const char *path, qmla_transform_file *f,
     if (!st)
         st = qmla_h5_read_attr_dbl(&v, fh, "/", "smoothquant_alpha", 0, &f->meta.alpha, NULL);
     if (!st)
-        st = qmla_h5_read_attr_str(&v, fh, "/", "settings", 0, &s);
-    if (!st && s)
-        snprintf(f->meta.settings, sizeof f->meta.settings, "%s", s);
-    free(s);
-    s = NULL;
+        st = read_opt_str(&v, fh, "settings", f->meta.settings, sizeof f->meta.settings);
     int64_t comp = 1;
     int cpres = 0;
     if (!st)
         st = qmla_h5_read_attr_int(&v, fh, "/", "complete", 0, &comp, &cpres);
     f->meta.complete = cpres ? (int)comp : 1;
     if (!st)
-        st = qmla_h5_read_attr_str(&v, fh, "/", "capture_sha256", 0, &s);
-    if (!st && s)
-        snprintf(f->meta.capture_sha256, sizeof f->meta.capture_sha256, "%s", s);
-    free(s);
-    s = NULL;
+        st = read_opt_str(&v, fh, "capture_sha256", f->meta.capture_sha256,
+                          sizeof f->meta.capture_sha256);
     if (!st)
         st = qmla_h5_open_child(&v, fh, "/", "layers", H5I_GROUP, "a group", 1, &lg);
     if (!st)
