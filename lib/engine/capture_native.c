@@ -771,6 +771,8 @@ int qmla_capture_native(const qmla_model *m, const char *path,
                 st = qmla_attn_state_forward(&ex, &dims, T, &w, s->q_nope + n * H * T * dn,
                                              s->q_rope + n * H * T * dr, s->c_kv + n * T * dc,
                                              s->k_rope + n * T * dr, &as, err);
+                if (st)
+                    qmla_error_prefix(err, "layer %d cell %s sequence %zu: ", s->layer, name, n);
                 if (!st) {
                     const double e = qmla_rel_fro(as.Y, s->attn_out + n * T * D, T * D);
                     if (!(e <= e_cell))

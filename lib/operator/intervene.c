@@ -471,9 +471,11 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                            cell.c_kv + q * T * d.d_c, cell.k_rope + q * T * d.d_r,
                            &o->params, R, o->seed + k, ws, &items[j],
                            ratio + j * nr, err);
+        if (st)
+            qmla_error_prefix(err, "%s: layer %d, cell %s, sequence %zu: ", qmla_capture_path(cap),
+                              it->layer, cell.name, q);
         qmla_cell_free(&cell);
         if (st) {
-            qmla_error_prefix(err, "layer %d, sequence %zu: ", it->layer, q);
             goto out2;
         }
         if ((st = iv_journal_write(&jf, k, it->layer, (int)q, &items[j], ratio + j * nr, nr,

@@ -884,8 +884,8 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
                            cell.k_rope + q * Tc * d.d_r, o->conf, o->nconf, ws, pts,
                            alloc, sigma, err);
         if (st) {
-            qmla_error_prefix(err, "layer %d, cell %s, sequence %zu: ", it->layer,
-                              cell.name, q);
+            qmla_error_prefix(err, "%s: layer %d, cell %s, sequence %zu: ",
+                              qmla_capture_path(cap), it->layer, cell.name, q);
             qmla_cell_free(&cell);
             goto out;
         }

@@ -216,7 +216,8 @@ int qmla_tf_eval_cell(const qmla_exec *ex, qmla_capture *cap, size_t li,
         if (!st)
             st = qmla_transform_effective_rope(t, &o->qr, K, T, o->sink, o->local, work, Ke, err);
         if (st) {
-            qmla_error_prefix(err, "layer %d, cell %s, sequence %zu: ", L.layer, cell.name, n);
+            qmla_error_prefix(err, "%s: layer %d, cell %s, sequence %zu: ", qmla_capture_path(cap),
+                              L.layer, cell.name, n);
             goto out;
         }
         double yy = 0;
