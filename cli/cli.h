@@ -89,6 +89,53 @@ int cli_opt_threads(const char *cmd, const char *arg, int *threads);
  * the engines of this build (returns QMLA_EXIT_USAGE). */
 int cli_opt_engine(const char *cmd, const char *arg, const qmla_engine **engine);
 
+/* A subcommand's options as a table, parsed by cli_getopt: each entry
+ * names a long option (with its short letter, if any), what its argument
+ * is and where the parsed value goes. Messages are
+ * "qmla CMD: --NAME: expected EXPECTED, found \"ARG\"" (CLI_LONG,
+ * CLI_DOUBLE, CLI_CHOICE) or those of the cli_opt_* helpers. */
+typedef enum cli_opt_kind {
+    CLI_HELP,    /* --help/-h: help on stdout, exit 0 */
+    CLI_STR,     /* const char **dst = the argument */
+    CLI_SET,     /* no argument: int *dst = 1 */
+    CLI_CLEAR,   /* no argument: int *dst = 0 */
+    CLI_LONG,    /* long *dst, an integer in lo..hi */
+    CLI_DOUBLE,  /* double *dst, a finite number in dlo..dhi (open: see below) */
+    CLI_CHOICE,  /* const char **dst, one of the space-separated `choices` */
+    CLI_REPEAT,  /* repeatable: const char *dst[hi], count in *(size_t *)count;
+                    more than hi: "--NAME: at most HI EXPECTED" */
+    CLI_BITS,    /* int *dst (cli_opt_bits) */
+    CLI_GROUP,   /* int *dst (cli_opt_group) */
+    CLI_NMSE,    /* double *dst (cli_opt_nmse) */
+    CLI_THREADS, /* int *dst (cli_opt_threads) */
+    CLI_ENGINE,  /* const qmla_engine **dst (cli_opt_engine) */
+    CLI_FN       /* fn(cmd, arg, dst): 0, or the exit code after a message */
+} cli_opt_kind;
+enum { CLI_OPEN_LO = 1, CLI_OPEN_HI = 2 }; /* cli_opt.open: (dlo or dhi) excluded */
+typedef struct cli_opt {
+    const char *name; /* the long option (NULL: short only) */
+    char shrt;        /* its short letter (0: none); name and shrt both
+                         unset end the table */
+    cli_opt_kind kind;
+    void *dst;
+    long lo, hi;
+    double dlo, dhi;
+    int open;
+    const char *expected; /* CLI_LONG, CLI_DOUBLE, CLI_CHOICE: the message's
+                             "expected ..."; CLI_REPEAT: what hi counts */
+    const char *choices;  /* CLI_CHOICE */
+    size_t *count;        /* CLI_REPEAT */
+    int (*fn)(const char *cmd, const char *arg, void *dst); /* CLI_FN */
+} cli_opt;
+/* Parse argv with getopt_long over the table (optind reset; getopt's own
+ * messages for unknown options and missing arguments). Returns -1 when the
+ * command goes on (argv[optind] the first positional argument), else the
+ * exit code to return now: QMLA_EXIT_OK after help(stdout, help_ctx) for
+ * --help, QMLA_EXIT_USAGE after a message, or after help(stderr, help_ctx)
+ * for what getopt refused. */
+int cli_getopt(const char *cmd, int argc, char **argv, const cli_opt *opts,
+               void (*help)(FILE *f, const void *ctx), const void *help_ctx);
+
 /* --layers L and --cells A,B (the cells option's name in messages:
  * cells_opt, NULL for "--cells") as a sweep selection; the arrays are owned
  * here. Returns 0, or QMLA_EXIT_USAGE after a message (nothing to free). */
@@ -103,6 +150,11 @@ typedef struct cli_selection {
 int cli_selection_parse(const char *cmd, const char *layers_arg, const char *cells_arg,
                         const char *cells_opt, cli_selection *s);
 void cli_selection_free(cli_selection *s);
+/* The selection (cli_selection_parse) and the capture at path opened:
+ * 0, or the exit code after the message (then nothing to free or close). */
+int cli_open_selected(const char *cmd, const char *path, const char *layers_arg,
+                      const char *cells_arg, cli_selection *s, qmla_capture **cap,
+                      qmla_error *err);
 
 /* The program's command line, shell-quoted where needed, as recorded by
  * main() (results files store it as provenance). */
@@ -137,8 +189,5 @@ void cli_progress_init(cli_progress *p, const char *label);
 void cli_progress_update(cli_progress *p, size_t done, size_t total);
 void cli_progress_end(cli_progress *p);
 double cli_now(void);
-/* Read a whole file, gzip-compressed or plain, into *out (malloc'ed, *n
- * bytes). -1 with msg "<path>: <cause>" on failure. */
-int cli_read_text(const char *path, uint8_t **out, size_t *n, char *msg, size_t len);
 
 #endif

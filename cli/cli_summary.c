@@ -103,7 +103,10 @@ void cli_print_summary(const qmla_summary *s, int per_layer, int verify)
     printf("%-24s %16s  %16s  %8s\n", "", "content response", "RoPE response", "ratio");
     if (s->n_layers_in_model == 0) {
         printf("%-24s %16s  %16s  %s\n", "model mean over layers", "-", "-", "degenerate");
-        printf("(every layer is degenerate: no item had error, cache and output energy)\n");
+        if (s->n_layers == 0) /* an empty shard: nothing was computed */
+            printf("(no items: the shard holds none of the plan's items, so no layer has a response)\n");
+        else
+            printf("(every layer is degenerate: no item had error, cache and output energy)\n");
     } else {
         num(c, sizeof c, s->model_response_content);
         num(r, sizeof r, s->model_response_rope);

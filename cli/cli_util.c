@@ -1,5 +1,6 @@
 /* cli_util.c — option parsing, error reporting and progress for `qmla`. */
 #include "cli.h"
+#include "qmla/capture.h"
 #include "qmla/text.h"
 #include "cli_safe.h"
 
@@ -253,19 +254,6 @@ void cli_record_command_line(int argc, char **argv)
 
 const char *cli_command_line(void) { return command_line; }
 
-/* A whole file, gzip or plain: qmla_text_read (lib/io/text.c), its
- * message in msg. */
-int cli_read_text(const char *path, uint8_t **out, size_t *n, char *msg, size_t len)
-{
-    qmla_error err;
-    qmla_error_clear(&err);
-    if (qmla_text_read(path, out, n, &err)) {
-        snprintf(msg, len, "%s", err.msg);
-        return -1;
-    }
-    return 0;
-}
-
 /* ---- options shared by several subcommands ------------------------------ */
 
 int cli_opt_bits(const char *cmd, const char *arg, int *bits)
@@ -328,6 +316,106 @@ int cli_opt_engine(const char *cmd, const char *arg, const qmla_engine **engine)
     return 0;
 }
 
+/* ---- the option table (cli_getopt) ------------------------------------- */
+
+enum { CLI_OPTS_MAX = 64 };
+
+static int choice_ok(const char *choices, const char *arg)
+{
+    const size_t n = strlen(arg);
+    for (const char *c = choices; *c;) {
+        const size_t k = strcspn(c, " ");
+        if (k == n && !strncmp(c, arg, n))
+            return 1;
+        c += k;
+        c += *c == ' ';
+    }
+    return 0;
+}
+
+static int opt_value(const char *cmd, const cli_opt *o, const char *arg)
+{
+    switch (o->kind) {
+    case CLI_HELP: return 0;
+    case CLI_STR: *(const char **)o->dst = arg; return 0;
+    case CLI_SET: *(int *)o->dst = 1; return 0;
+    case CLI_CLEAR: *(int *)o->dst = 0; return 0;
+    case CLI_LONG:
+        if (cli_parse_long(arg, o->lo, o->hi, (long *)o->dst))
+            return cli_fail(cmd, "--%s: expected %s, found \"%s\"", o->name, o->expected, arg);
+        return 0;
+    case CLI_DOUBLE: {
+        double x;
+        if (cli_parse_double(arg, &x) ||
+            !((o->open & CLI_OPEN_LO) ? x > o->dlo : x >= o->dlo) ||
+            !((o->open & CLI_OPEN_HI) ? x < o->dhi : x <= o->dhi))
+            return cli_fail(cmd, "--%s: expected %s, found \"%s\"", o->name, o->expected, arg);
+        *(double *)o->dst = x;
+        return 0;
+    }
+    case CLI_CHOICE:
+        if (!choice_ok(o->choices, arg))
+            return cli_fail(cmd, "--%s: expected %s, found \"%s\"", o->name, o->expected, arg);
+        *(const char **)o->dst = arg;
+        return 0;
+    case CLI_REPEAT:
+        if (*o->count == (size_t)o->hi)
+            return cli_fail(cmd, "--%s: at most %ld %s", o->name, o->hi, o->expected);
+        ((const char **)o->dst)[(*o->count)++] = arg;
+        return 0;
+    case CLI_BITS: return cli_opt_bits(cmd, arg, (int *)o->dst);
+    case CLI_GROUP: return cli_opt_group(cmd, arg, (int *)o->dst);
+    case CLI_NMSE: return cli_opt_nmse(cmd, arg, (double *)o->dst);
+    case CLI_THREADS: return cli_opt_threads(cmd, arg, (int *)o->dst);
+    case CLI_ENGINE: return cli_opt_engine(cmd, arg, (const qmla_engine **)o->dst);
+    case CLI_FN: return o->fn(cmd, arg, o->dst);
+    }
+    return QMLA_EXIT_USAGE;
+}
+
+int cli_getopt(const char *cmd, int argc, char **argv, const cli_opt *opts,
+               void (*help)(FILE *f, const void *ctx), const void *help_ctx)
+{
+    struct option lo[CLI_OPTS_MAX + 1];
+    char shorts[2 * CLI_OPTS_MAX + 1];
+    size_t n = 0, nl = 0, ns = 0;
+    for (; (opts[n].name || opts[n].shrt) && n < CLI_OPTS_MAX; n++) {
+        const cli_opt_kind k = opts[n].kind;
+        const int arg = k != CLI_HELP && k != CLI_SET && k != CLI_CLEAR;
+        if (opts[n].name)
+            lo[nl++] = (struct option){opts[n].name, arg ? required_argument : no_argument, 0,
+                                       256 + (int)n};
+        if (opts[n].shrt) {
+            shorts[ns++] = opts[n].shrt;
+            if (arg)
+                shorts[ns++] = ':';
+        }
+    }
+    lo[nl] = (struct option){0, 0, 0, 0};
+    shorts[ns] = 0;
+    int ch;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
+        size_t i = n;
+        if (ch >= 256)
+            i = (size_t)(ch - 256);
+        else
+            for (i = 0; i < n && !(opts[i].shrt && opts[i].shrt == ch); i++)
+                ;
+        if (i == n) {
+            help(stderr, help_ctx);
+            return QMLA_EXIT_USAGE;
+        }
+        if (opts[i].kind == CLI_HELP) {
+            help(stdout, help_ctx);
+            return QMLA_EXIT_OK;
+        }
+        if (opt_value(cmd, &opts[i], optarg))
+            return QMLA_EXIT_USAGE;
+    }
+    return -1;
+}
+
 int cli_selection_parse(const char *cmd, const char *layers_arg, const char *cells_arg,
                         const char *cells_opt, cli_selection *s)
 {
@@ -344,6 +432,20 @@ int cli_selection_parse(const char *cmd, const char *layers_arg, const char *cel
     s->sel.n_layers = s->n_layers;
     s->sel.cells = (const char *const *)s->cells;
     s->sel.n_cells = s->n_cells;
+    return 0;
+}
+
+int cli_open_selected(const char *cmd, const char *path, const char *layers_arg,
+                      const char *cells_arg, cli_selection *s, qmla_capture **cap,
+                      qmla_error *err)
+{
+    *cap = NULL;
+    if (cli_selection_parse(cmd, layers_arg, cells_arg, NULL, s))
+        return QMLA_EXIT_USAGE;
+    if (qmla_capture_open(path, cap, err)) {
+        cli_selection_free(s);
+        return cli_lib_error(cmd, err);
+    }
     return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +18,9 @@
 
 enum { MAX_CORPORA = 16, MAX_CELLS = 256 };
 
-static void help(FILE *f)
+static void help(FILE *f, const void *ctx)
 {
+    (void)ctx;
     fprintf(f,
         "usage: qmla capture MODEL_DIR --corpus NAME=FILE[.gz] [--corpus ...]\n"
         "                    [--seeds 0,1,2 | --cells NAME:SEED,...] [--seqs N]\n"
@@ -90,79 +92,51 @@ static int on_event(void *ctx, const qmla_native_event *ev)
     return cli_interrupted() != 0;
 }
 
+/* --store float16|float32 -> 1|0 */
+static int opt_store(const char *cmd, const char *arg, void *dst)
+{
+    if (!strcmp(arg, "float16"))
+        *(int *)dst = 1;
+    else if (!strcmp(arg, "float32"))
+        *(int *)dst = 0;
+    else
+        return cli_fail(cmd, "--store: expected float16 or float32, found \"%s\"", arg);
+    return 0;
+}
+
 int cmd_capture(int argc, char **argv)
 {
-    static const struct option lo[] = {
-        {"corpus", required_argument, 0, 'C'},  {"seeds", required_argument, 0, 'S'},
-        {"cells", required_argument, 0, 'c'},   {"seqs", required_argument, 0, 'n'},
-        {"tokens", required_argument, 0, 't'},  {"layers", required_argument, 0, 'L'},
-        {"store", required_argument, 0, 's'},   {"gzip", required_argument, 0, 'z'},
-        {"no-pre", no_argument, 0, 'p'},        {"model-name", required_argument, 0, 'm'},
-        {"check-tol", required_argument, 0, 'k'}, {"threads", required_argument, 0, 'j'},
-        {"force", no_argument, 0, 'f'},         {"output", required_argument, 0, 'o'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     const char *corpus_arg[MAX_CORPORA];
     size_t n_corpora = 0;
     const char *seeds = "0", *cells_arg = NULL, *layers_arg = NULL, *out = NULL,
                *model_name = NULL;
-    long seqs = 8, tokens = 512, gzip = 4, threads = cli_default_threads(), v;
+    long seqs = 8, tokens = 512, gzip = 4, v;
+    int threads = cli_default_threads();
     int f16 = 0, pre = 1, force = 0;
     double tol = 0.0;
-    int ch;
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
-        switch (ch) {
-        case 'C':
-            if (n_corpora == MAX_CORPORA)
-                return cli_fail("capture", "--corpus: at most %d corpora", MAX_CORPORA);
-            corpus_arg[n_corpora++] = optarg;
-            break;
-        case 'S': seeds = optarg; break;
-        case 'c': cells_arg = optarg; break;
-        case 'n':
-            if (cli_parse_long(optarg, 1, 1 << 20, &v))
-                return cli_fail("capture", "--seqs: expected 1..1048576, found \"%s\"", optarg);
-            seqs = v;
-            break;
-        case 't':
-            if (cli_parse_long(optarg, 2, 1 << 20, &v))
-                return cli_fail("capture", "--tokens: expected 2..1048576 (BOS and at least "
-                                "one text token), found \"%s\"", optarg);
-            tokens = v;
-            break;
-        case 'L': layers_arg = optarg; break;
-        case 's':
-            if (!strcmp(optarg, "float16"))
-                f16 = 1;
-            else if (!strcmp(optarg, "float32"))
-                f16 = 0;
-            else
-                return cli_fail("capture", "--store: expected float16 or float32, found \"%s\"",
-                                optarg);
-            break;
-        case 'z':
-            if (cli_parse_long(optarg, 0, 9, &v))
-                return cli_fail("capture", "--gzip: expected 0..9, found \"%s\"", optarg);
-            gzip = v;
-            break;
-        case 'p': pre = 0; break;
-        case 'm': model_name = optarg; break;
-        case 'k':
-            if (cli_parse_double(optarg, &tol) || !(tol > 0))
-                return cli_fail("capture", "--check-tol: expected a number > 0, found \"%s\"",
-                                optarg);
-            break;
-        case 'j':
-            if (cli_parse_long(optarg, 1, 1024, &v))
-                return cli_fail("capture", "--threads: expected 1..1024, found \"%s\"", optarg);
-            threads = v;
-            break;
-        case 'f': force = 1; break;
-        case 'o': out = optarg; break;
-        case 'h': help(stdout); return QMLA_EXIT_OK;
-        default: help(stderr); return QMLA_EXIT_USAGE;
-        }
-    }
+    const cli_opt opts[] = {
+        {.name = "corpus", .shrt = 0, .kind = CLI_REPEAT, .dst = corpus_arg, .hi = MAX_CORPORA, .expected = "corpora",
+         .count = &n_corpora},
+        {.name = "seeds", .shrt = 0, .kind = CLI_STR, .dst = &seeds},
+        {.name = "cells", .shrt = 0, .kind = CLI_STR, .dst = &cells_arg},
+        {.name = "seqs", .shrt = 0, .kind = CLI_LONG, .dst = &seqs, .lo = 1, .hi = 1 << 20, .expected = "1..1048576"},
+        {.name = "tokens", .shrt = 0, .kind = CLI_LONG, .dst = &tokens, .lo = 2, .hi = 1 << 20,
+         .expected = "2..1048576 (BOS and at least one text token)"},
+        {.name = "layers", .shrt = 0, .kind = CLI_STR, .dst = &layers_arg},
+        {.name = "store", .shrt = 0, .kind = CLI_FN, .dst = &f16, .fn = opt_store},
+        {.name = "gzip", .shrt = 0, .kind = CLI_LONG, .dst = &gzip, .lo = 0, .hi = 9, .expected = "0..9"},
+        {.name = "no-pre", .shrt = 0, .kind = CLI_CLEAR, .dst = &pre},
+        {.name = "model-name", .shrt = 0, .kind = CLI_STR, .dst = &model_name},
+        {.name = "check-tol", .shrt = 0, .kind = CLI_DOUBLE, .dst = &tol, .dlo = 0, .dhi = HUGE_VAL, .open = CLI_OPEN_LO,
+         .expected = "a number > 0"},
+        {.name = "threads", .shrt = 0, .kind = CLI_THREADS, .dst = &threads},
+        {.name = "force", .shrt = 0, .kind = CLI_SET, .dst = &force},
+        {.name = "output", .shrt = 'o', .kind = CLI_STR, .dst = &out},
+        {.name = "help", .shrt = 'h', .kind = CLI_HELP, .dst = NULL},
+        {0}};
+    const int prc = cli_getopt("capture", argc, argv, opts, help, NULL);
+    if (prc >= 0)
+        return prc;
     if (cli_require_args("capture", argc, "MODEL_DIR", out, "-o CAPTURE.h5"))
         return QMLA_EXIT_USAGE;
     if (!n_corpora)
@@ -187,15 +161,12 @@ int cmd_capture(int argc, char **argv)
     char e1[256], e2[256], jpath[4096], dpath[4096];
 
     for (size_t i = 0; i < n_corpora; i++) {
-        const char *eq = strchr(corpus_arg[i], '=');
-        const size_t len = eq ? (size_t)(eq - corpus_arg[i]) : 0;
-        if (!eq || !len || !eq[1] || len >= sizeof names[i] || memchr(corpus_arg[i], '/', len)) {
+        const char *file = NULL;
+        if (qmla_native_corpus_arg(corpus_arg[i], names[i], sizeof names[i], &file)) {
             rc = cli_fail("capture", "--corpus \"%s\": expected NAME=FILE (NAME without '/', "
                           "at most 100 bytes)", cli_esc(corpus_arg[i], e1, sizeof e1));
             goto done;
         }
-        memcpy(names[i], corpus_arg[i], len);
-        names[i][len] = 0;
         for (size_t j = 0; j < i; j++)
             if (!strcmp(names[j], names[i])) {
                 rc = cli_fail("capture", "--corpus %s given twice", cli_esc(names[i], e1,
@@ -203,7 +174,7 @@ int cmd_capture(int argc, char **argv)
                 goto done;
             }
         corp[i].name = names[i];
-        corp[i].path = eq + 1;
+        corp[i].path = file;
         corp[i].bytes = NULL;
         corp[i].n = 0;
     }
@@ -261,14 +232,13 @@ int cmd_capture(int argc, char **argv)
                 cells[n_cells++] = (qmla_native_cell){i, (uint64_t)v};
             }
     }
-    for (size_t a = 0; a < n_cells; a++)
-        for (size_t b = 0; b < a; b++)
-            if (cells[a].corpus == cells[b].corpus && cells[a].seed == cells[b].seed) {
-                rc = cli_fail("capture", "cell %s-s%llu given twice",
-                              cli_esc(names[cells[a].corpus], e1, sizeof e1),
-                              (unsigned long long)cells[a].seed);
-                goto done;
-            }
+    const size_t rep = qmla_native_cells_repeat(cells, n_cells);
+    if (rep < n_cells) {
+        rc = cli_fail("capture", "cell %s-s%llu given twice",
+                      cli_esc(names[cells[rep].corpus], e1, sizeof e1),
+                      (unsigned long long)cells[rep].seed);
+        goto done;
+    }
     if (layers_arg) {
         char msg[256];
         if (cli_parse_int_list(layers_arg, &layers, &n_layers, msg, sizeof msg) || !n_layers) {
@@ -301,26 +271,22 @@ int cmd_capture(int argc, char **argv)
         }
     }
     /* corpora used by some cell: read, as Python reads text */
-    for (size_t i = 0; i < n_corpora; i++) {
-        int used = 0;
-        for (size_t k = 0; k < n_cells; k++)
-            used |= cells[k].corpus == i;
-        if (!used)
-            continue;
-        char msg[512];
-        size_t nb = 0;
-        if (cli_read_text(corp[i].path, &bufs[i], &nb, msg, sizeof msg)) {
-            rc = cli_fail("capture", "corpus %s: %s", cli_esc(names[i], e1, sizeof e1),
-                          cli_esc(msg, e2, sizeof e2));
+    {
+        size_t i = 0;
+        int decoding = 0;
+        if (qmla_native_corpora_read(corp, n_corpora, cells, n_cells, bufs, &i, &decoding,
+                                     &err)) {
+            if (decoding) {
+                qmla_error_prefix(&err, "corpus %s: ", names[i]);
+                rc = cli_lib_error("capture", &err);
+            } else {
+                char msg[512]; /* the reader's message, cut to 511 bytes */
+                snprintf(msg, sizeof msg, "%.511s", err.msg);
+                rc = cli_fail("capture", "corpus %s: %s", cli_esc(names[i], e1, sizeof e1),
+                              cli_esc(msg, e2, sizeof e2));
+            }
             goto done;
         }
-        if (qmla_text_as_python(bufs[i], &nb, corp[i].path, &err)) {
-            qmla_error_prefix(&err, "corpus %s: ", names[i]);
-            rc = cli_lib_error("capture", &err);
-            goto done;
-        }
-        corp[i].bytes = bufs[i];
-        corp[i].n = nb;
     }
     double t0 = cli_now();
     if (qmla_model_load(dir, &m, &err)) {

@@ -20,8 +20,9 @@
 
 #define MAX_TF QMLA_TF_EVAL_MAX
 
-static void help(FILE *f)
+static void help(FILE *f, const void *ctx)
 {
+    (void)ctx;
     fprintf(f,
         "usage: qmla eval CAPTURE.h5 --transforms T.h5 [--transforms T2.h5 ...]\n"
         "                 --config C4R4|C2R4 [--policy sink4/local128|none]\n"
@@ -42,54 +43,38 @@ static void help(FILE *f)
         "           --config C4R4 --cells code-s0 -o eval.h5\n");
 }
 
+/* --policy sinkS/localW or none */
+static int opt_policy(const char *cmd, const char *arg, void *dst)
+{
+    size_t sink, local;
+    if (qmla_tf_eval_policy_parse(arg, &sink, &local))
+        return cli_fail(cmd, "--policy: expected sinkS/localW (e.g. sink4/local128) or none, found \"%s\"", arg);
+    *(const char **)dst = arg;
+    return 0;
+}
+
 int cmd_eval(int argc, char **argv)
 {
-    static const struct option lo[] = {
-        {"output", required_argument, 0, 'o'}, {"transforms", required_argument, 0, 'T'},
-        {"config", required_argument, 0, 'c'}, {"policy", required_argument, 0, 'p'},
-        {"layers", required_argument, 0, 'L'}, {"cells", required_argument, 0, 'C'},
-        {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
-        {"engine", required_argument, 0, 'E' + 256},
-        {0, 0, 0, 0}};
     const char *out = NULL, *tf_path[MAX_TF], *config = NULL, *policy = "none";
     const char *layers_arg = NULL, *cells_arg = NULL;
-    size_t n_tf = 0, sink = 0, local = 0;
+    size_t n_tf = 0;
     int threads = cli_default_threads();
-    int ch;
     const qmla_engine *engine = NULL; /* --engine (NULL: cpu) */
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
-        switch (ch) {
-        case 'o': out = optarg; break;
-        case 'T':
-            if (n_tf == MAX_TF)
-                return cli_fail("eval", "--transforms: at most %d files", MAX_TF);
-            tf_path[n_tf++] = optarg;
-            break;
-        case 'c':
-            if (strcmp(optarg, "C4R4") && strcmp(optarg, "C2R4"))
-                return cli_fail("eval", "--config: expected C4R4 or C2R4, found \"%s\"", optarg);
-            config = optarg;
-            break;
-        case 'p':
-            if (qmla_tf_eval_policy_parse(optarg, &sink, &local))
-                return cli_fail("eval", "--policy: expected sinkS/localW (e.g. sink4/local128) or none, found \"%s\"", optarg);
-            policy = optarg;
-            break;
-        case 'L': layers_arg = optarg; break;
-        case 'C': cells_arg = optarg; break;
-        case 'j':
-            if (cli_opt_threads("eval", optarg, &threads))
-                return QMLA_EXIT_USAGE;
-            break;
-        case 'E' + 256:
-            if (cli_opt_engine("eval", optarg, &engine))
-                return QMLA_EXIT_USAGE;
-            break;
-        case 'h': help(stdout); return QMLA_EXIT_OK;
-        default: help(stderr); return QMLA_EXIT_USAGE;
-        }
-    }
+    const cli_opt opts[] = {
+        {.name = "output", .shrt = 'o', .kind = CLI_STR, .dst = &out},
+        {.name = "transforms", .shrt = 0, .kind = CLI_REPEAT, .dst = tf_path, .hi = MAX_TF, .expected = "files",
+         .count = &n_tf},
+        {.name = "config", .shrt = 0, .kind = CLI_CHOICE, .dst = &config, .expected = "C4R4 or C2R4", .choices = "C4R4 C2R4"},
+        {.name = "policy", .shrt = 0, .kind = CLI_FN, .dst = &policy, .fn = opt_policy},
+        {.name = "layers", .shrt = 0, .kind = CLI_STR, .dst = &layers_arg},
+        {.name = "cells", .shrt = 0, .kind = CLI_STR, .dst = &cells_arg},
+        {.name = "threads", .shrt = 0, .kind = CLI_THREADS, .dst = &threads},
+        {.name = "help", .shrt = 'h', .kind = CLI_HELP, .dst = NULL},
+        {.name = "engine", .shrt = 0, .kind = CLI_ENGINE, .dst = &engine},
+        {0}};
+    const int prc = cli_getopt("eval", argc, argv, opts, help, NULL);
+    if (prc >= 0)
+        return prc;
     if (cli_require_args("eval", argc, "CAPTURE.h5", out, "-o RESULTS.h5"))
         return QMLA_EXIT_USAGE;
     if (!n_tf)
@@ -128,8 +113,6 @@ int cmd_eval(int argc, char **argv)
     o.engine = engine;
     qmla_tf_eval_run_result r;
     int st = qmla_tf_eval_run(capture, out, &o, &r, &err);
-    (void)sink;
-    (void)local;
     /* what the run got to, printed as the run went: the table header once
      * the capture is open, each finished layer's row after the bound
      * messages of its rows, then the means and the per-path block */

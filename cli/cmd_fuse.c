@@ -103,6 +103,10 @@ int cmd_fuse(int argc, char **argv)
         rc = cli_lib_error("fuse", &err);
         goto done;
     }
+    if (qmla_transform_file_check_complete(&tf, tfp, qmla_model_cfg(m)->L, &err)) {
+        rc = cli_lib_error("fuse", &err);
+        goto done;
+    }
     if (qmla_model_apply_transforms(m, tf.t, (const float *const *)tf.gamma, tf.n, &err)) {
         qmla_error_prefix(&err, "%s into %s: ", tfp, dir);
         rc = cli_lib_error("fuse", &err);

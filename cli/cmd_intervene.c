@@ -11,8 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void help(FILE *f)
+static void help(FILE *f, const void *ctx)
 {
+    (void)ctx;
     fprintf(f,
         "usage: qmla intervene CAPTURE.h5 -o RESULTS.h5 [--bits 4] [--group 64]\n"
         "                      [--nmse 1e-3] [--reps 32] [--seed 1] [--bootstrap 2000]\n"
@@ -39,15 +40,6 @@ static void help(FILE *f)
 
 int cmd_intervene(int argc, char **argv)
 {
-    static const struct option lo[] = {
-        {"output", required_argument, 0, 'o'}, {"bits", required_argument, 0, 'b'},
-        {"group", required_argument, 0, 'g'},  {"nmse", required_argument, 0, 'n'},
-        {"reps", required_argument, 0, 'r'},   {"seed", required_argument, 0, 's'},
-        {"bootstrap", required_argument, 0, 'B'},
-        {"layers", required_argument, 0, 'L'}, {"cells", required_argument, 0, 'c'},
-        {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
-        {"force", no_argument, 0, 'f'},        {"engine", required_argument, 0, 'E' + 256},
-        {0, 0, 0, 0}};
     qmla_iv_opts o;
     memset(&o, 0, sizeof o);
     o.params = qmla_sweep_defaults();
@@ -57,68 +49,38 @@ int cmd_intervene(int argc, char **argv)
     o.bootstrap = 2000;
     o.threads = cli_default_threads();
     const char *out = NULL, *layers_arg = NULL, *cells_arg = NULL;
-    long v;
-    int ch;
+    long reps = (long)o.reps, seed = (long)o.seed, bootstrap = (long)o.bootstrap;
     const qmla_engine *engine = NULL; /* --engine (NULL: cpu) */
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
-        switch (ch) {
-        case 'o': out = optarg; break;
-        case 'b':
-            if (cli_opt_bits("intervene", optarg, &o.params.quant.bits))
-                return QMLA_EXIT_USAGE;
-            break;
-        case 'g':
-            if (cli_opt_group("intervene", optarg, &o.params.quant.group))
-                return QMLA_EXIT_USAGE;
-            break;
-        case 'n':
-            if (cli_opt_nmse("intervene", optarg, &o.params.nmse))
-                return QMLA_EXIT_USAGE;
-            break;
-        case 'r':
-            if (cli_parse_long(optarg, 1, 1 << 20, &v))
-                return cli_fail("intervene", "--reps: expected 1..1048576, found \"%s\"", optarg);
-            o.reps = (size_t)v;
-            break;
-        case 's':
-            if (cli_parse_long(optarg, 0, 0x7fffffffL, &v))
-                return cli_fail("intervene", "--seed: expected 0..2^31-1, found \"%s\"", optarg);
-            o.seed = (uint64_t)v;
-            break;
-        case 'B':
-            if (cli_parse_long(optarg, 0, 1 << 24, &v))
-                return cli_fail("intervene", "--bootstrap: expected 0..2^24, found \"%s\"", optarg);
-            o.bootstrap = (size_t)v;
-            break;
-        case 'L': layers_arg = optarg; break;
-        case 'c': cells_arg = optarg; break;
-        case 'j':
-            if (cli_opt_threads("intervene", optarg, &o.threads))
-                return QMLA_EXIT_USAGE;
-            break;
-        case 'f': o.force = 1; break;
-        case 'E' + 256:
-            if (cli_opt_engine("intervene", optarg, &engine))
-                return QMLA_EXIT_USAGE;
-            break;
-        case 'h': help(stdout); return QMLA_EXIT_OK;
-        default: help(stderr); return QMLA_EXIT_USAGE;
-        }
-    }
+    const cli_opt opts[] = {
+        {.name = "output", .shrt = 'o', .kind = CLI_STR, .dst = &out},
+        {.name = "bits", .shrt = 0, .kind = CLI_BITS, .dst = &o.params.quant.bits},
+        {.name = "group", .shrt = 0, .kind = CLI_GROUP, .dst = &o.params.quant.group},
+        {.name = "nmse", .shrt = 0, .kind = CLI_NMSE, .dst = &o.params.nmse},
+        {.name = "reps", .shrt = 0, .kind = CLI_LONG, .dst = &reps, .lo = 1, .hi = 1 << 20, .expected = "1..1048576"},
+        {.name = "seed", .shrt = 0, .kind = CLI_LONG, .dst = &seed, .lo = 0, .hi = 0x7fffffffL, .expected = "0..2^31-1"},
+        {.name = "bootstrap", .shrt = 0, .kind = CLI_LONG, .dst = &bootstrap, .lo = 0, .hi = 1 << 24, .expected = "0..2^24"},
+        {.name = "layers", .shrt = 0, .kind = CLI_STR, .dst = &layers_arg},
+        {.name = "cells", .shrt = 0, .kind = CLI_STR, .dst = &cells_arg},
+        {.name = "threads", .shrt = 0, .kind = CLI_THREADS, .dst = &o.threads},
+        {.name = "help", .shrt = 'h', .kind = CLI_HELP, .dst = NULL},
+        {.name = "force", .shrt = 0, .kind = CLI_SET, .dst = &o.force},
+        {.name = "engine", .shrt = 0, .kind = CLI_ENGINE, .dst = &engine},
+        {0}};
+    const int prc = cli_getopt("intervene", argc, argv, opts, help, NULL);
+    if (prc >= 0)
+        return prc;
+    o.reps = (size_t)reps;
+    o.seed = (uint64_t)seed;
+    o.bootstrap = (size_t)bootstrap;
     if (cli_require_args("intervene", argc, "CAPTURE.h5", out, "-o RESULTS.h5"))
         return QMLA_EXIT_USAGE;
     cli_selection cs;
-    if (cli_selection_parse("intervene", layers_arg, cells_arg, NULL, &cs))
-        return QMLA_EXIT_USAGE;
     qmla_error err;
     qmla_error_clear(&err);
     qmla_capture *cap = NULL;
-    int rc = QMLA_EXIT_OK;
-    if (qmla_capture_open(argv[optind], &cap, &err)) {
-        rc = cli_lib_error("intervene", &err);
-        goto done;
-    }
+    int rc = cli_open_selected("intervene", argv[optind], layers_arg, cells_arg, &cs, &cap, &err);
+    if (rc)
+        return rc;
     cli_signals_install();
     cli_progress prog;
     cli_progress_init(&prog, "intervene");

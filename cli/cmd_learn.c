@@ -28,8 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void help(FILE *f)
+static void help(FILE *f, const void *ctx)
 {
+    (void)ctx;
     fprintf(f,
         "usage: qmla learn CAPTURE.h5 -o TRANSFORMS.h5 [--method quantmla|rtn|smoothquant|quarot]\n"
         "                  [--path content|rope|both] [--config C4R4|C2R4] [--steps 300]\n"
@@ -79,86 +80,53 @@ static int on_progress(void *ctx, size_t done, size_t total, size_t resumed)
     return cli_interrupted() != 0;
 }
 
+/* --method quantmla|rtn|smoothquant|quarot */
+static int opt_method(const char *cmd, const char *arg, void *dst)
+{
+    if (!(*(const qmla_tmethod_type **)dst = qmla_tmethod_lookup(arg)))
+        return cli_fail(cmd, "--method: expected quantmla, rtn, smoothquant or quarot, found \"%s\"", arg);
+    return 0;
+}
+
 int cmd_learn(int argc, char **argv)
 {
-    static const struct option lo[] = {
-        {"output", required_argument, 0, 'o'}, {"method", required_argument, 0, 'm'},
-        {"alpha", required_argument, 0, 'a'},  {"config", required_argument, 0, 'c'},
-        {"layers", required_argument, 0, 'L'}, {"train-cells", required_argument, 0, 't'},
-        {"heldout-cells", required_argument, 0, 'H'}, {"path", required_argument, 0, 'P'},
-        {"steps", required_argument, 0, 'S'},  {"lr", required_argument, 0, 'r'},
-        {"seed", required_argument, 0, 's'},   {"force", no_argument, 0, 'f'},
-        {"objective", required_argument, 0, 'O'}, {"also-content", required_argument, 0, 'A'},
-        {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
-        {"engine", required_argument, 0, 'E' + 256},
-        {0, 0, 0, 0}};
     const char *out = NULL, *layers_arg = NULL, *train_arg = NULL, *held_arg = NULL, *also = NULL;
-    const char *config = "C4R4", *path_arg = "both";
+    const char *config = "C4R4", *path_arg = "both", *objective = NULL;
     const qmla_tmethod_type *method = qmla_tmethod_quantmla;
     int threads = cli_default_threads(), force = 0;
     double alpha = 0.5;
     qmla_learn_opts lo_ = qmla_learn_defaults();
-    long v;
-    int ch;
+    long steps = (long)lo_.steps, seed = (long)lo_.seed;
     const qmla_engine *engine = NULL; /* --engine (NULL: cpu) */
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
-        switch (ch) {
-        case 'o': out = optarg; break;
-        case 'm':
-            if (!(method = qmla_tmethod_lookup(optarg)))
-                return cli_fail("learn", "--method: expected quantmla, rtn, smoothquant or quarot, found \"%s\"", optarg);
-            break;
-        case 'a':
-            if (cli_parse_double(optarg, &alpha) || !(alpha >= 0 && alpha <= 1))
-                return cli_fail("learn", "--alpha: expected a number in [0, 1], found \"%s\"", optarg);
-            break;
-        case 'c':
-            if (strcmp(optarg, "C4R4") && strcmp(optarg, "C2R4"))
-                return cli_fail("learn", "--config: expected C4R4 or C2R4, found \"%s\"", optarg);
-            config = optarg;
-            break;
-        case 'P':
-            if (strcmp(optarg, "content") && strcmp(optarg, "rope") && strcmp(optarg, "both"))
-                return cli_fail("learn", "--path: expected content, rope or both, found \"%s\"", optarg);
-            path_arg = optarg;
-            break;
-        case 'S':
-            if (cli_parse_long(optarg, 1, 1000000, &v))
-                return cli_fail("learn", "--steps: expected 1..1000000, found \"%s\"", optarg);
-            lo_.steps = (size_t)v;
-            break;
-        case 'r':
-            if (cli_parse_double(optarg, &lo_.lr) || !(lo_.lr > 0 && lo_.lr < 10))
-                return cli_fail("learn", "--lr: expected a number in (0, 10), found \"%s\"", optarg);
-            break;
-        case 's':
-            if (cli_parse_long(optarg, 0, 0x7fffffffL, &v))
-                return cli_fail("learn", "--seed: expected 0..2^31-1, found \"%s\"", optarg);
-            lo_.seed = (unsigned long)v;
-            break;
-        case 'O':
-            if (strcmp(optarg, "function") && strcmp(optarg, "recon"))
-                return cli_fail("learn", "--objective: expected function or recon, found \"%s\"", optarg);
-            lo_.recon = !strcmp(optarg, "recon");
-            break;
-        case 'L': layers_arg = optarg; break;
-        case 't': train_arg = optarg; break;
-        case 'H': held_arg = optarg; break;
-        case 'A': also = optarg; break;
-        case 'f': force = 1; break;
-        case 'j':
-            if (cli_opt_threads("learn", optarg, &threads))
-                return QMLA_EXIT_USAGE;
-            break;
-        case 'E' + 256:
-            if (cli_opt_engine("learn", optarg, &engine))
-                return QMLA_EXIT_USAGE;
-            break;
-        case 'h': help(stdout); return QMLA_EXIT_OK;
-        default: help(stderr); return QMLA_EXIT_USAGE;
-        }
-    }
+    const cli_opt opts[] = {
+        {.name = "output", .shrt = 'o', .kind = CLI_STR, .dst = &out},
+        {.name = "method", .shrt = 0, .kind = CLI_FN, .dst = &method, .fn = opt_method},
+        {.name = "alpha", .shrt = 0, .kind = CLI_DOUBLE, .dst = &alpha, .dlo = 0, .dhi = 1, .expected = "a number in [0, 1]"},
+        {.name = "config", .shrt = 0, .kind = CLI_CHOICE, .dst = &config, .expected = "C4R4 or C2R4", .choices = "C4R4 C2R4"},
+        {.name = "layers", .shrt = 0, .kind = CLI_STR, .dst = &layers_arg},
+        {.name = "train-cells", .shrt = 0, .kind = CLI_STR, .dst = &train_arg},
+        {.name = "heldout-cells", .shrt = 0, .kind = CLI_STR, .dst = &held_arg},
+        {.name = "path", .shrt = 0, .kind = CLI_CHOICE, .dst = &path_arg, .expected = "content, rope or both",
+         .choices = "content rope both"},
+        {.name = "steps", .shrt = 0, .kind = CLI_LONG, .dst = &steps, .lo = 1, .hi = 1000000, .expected = "1..1000000"},
+        {.name = "lr", .shrt = 0, .kind = CLI_DOUBLE, .dst = &lo_.lr, .dlo = 0, .dhi = 10, .open = CLI_OPEN_LO | CLI_OPEN_HI,
+         .expected = "a number in (0, 10)"},
+        {.name = "seed", .shrt = 0, .kind = CLI_LONG, .dst = &seed, .lo = 0, .hi = 0x7fffffffL, .expected = "0..2^31-1"},
+        {.name = "force", .shrt = 0, .kind = CLI_SET, .dst = &force},
+        {.name = "objective", .shrt = 0, .kind = CLI_CHOICE, .dst = &objective, .expected = "function or recon",
+         .choices = "function recon"},
+        {.name = "also-content", .shrt = 0, .kind = CLI_STR, .dst = &also},
+        {.name = "threads", .shrt = 0, .kind = CLI_THREADS, .dst = &threads},
+        {.name = "help", .shrt = 'h', .kind = CLI_HELP, .dst = NULL},
+        {.name = "engine", .shrt = 0, .kind = CLI_ENGINE, .dst = &engine},
+        {0}};
+    const int prc = cli_getopt("learn", argc, argv, opts, help, NULL);
+    if (prc >= 0)
+        return prc;
+    lo_.steps = (size_t)steps;
+    lo_.seed = (unsigned long)seed;
+    if (objective)
+        lo_.recon = !strcmp(objective, "recon");
     if (cli_require_args("learn", argc, "CAPTURE.h5", out, "-o TRANSFORMS.h5"))
         return QMLA_EXIT_USAGE;
     const char *capture = argv[optind];

@@ -18,8 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void help(FILE *f, int pred)
+static void help(FILE *f, const void *ctx)
 {
+    const int pred = *(const int *)ctx;
     const char *name = pred ? "predict" : "jvp";
     fprintf(f,
         "usage: qmla %s CAPTURE.h5 -o RESULTS.h5 [--nmse 1e-3] [--bits LIST]\n"
@@ -132,48 +133,28 @@ static int print_splits(const qmla_op_point *p, size_t n, qmla_error *err)
 int cli_op_main(int argc, char **argv, int pred)
 {
     const char *name = pred ? "predict" : "jvp";
-    static const struct option lo[] = {
-        {"output", required_argument, 0, 'o'}, {"bits", required_argument, 0, 'b'},
-        {"group", required_argument, 0, 'g'},  {"nmse", required_argument, 0, 'n'},
-        {"layers", required_argument, 0, 'L'}, {"cells", required_argument, 0, 'c'},
-        {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
-        {"force", no_argument, 0, 'f'},        {"engine", required_argument, 0, 'E' + 256},
-        {0, 0, 0, 0}};
     const char *out = NULL, *layers_arg = NULL, *cells_arg = NULL, *bits_arg = NULL;
     int force = 0, verbose = 0;
     double nu = 1e-3;
-    long group = 64;
-    int threads = cli_default_threads(), ch;
+    int group = 64;
+    int threads = cli_default_threads();
     const qmla_engine *engine = NULL; /* --engine (NULL: cpu) */
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, "o:vh", lo, NULL)) != -1) {
-        switch (ch) {
-        case 'o': out = optarg; break;
-        case 'v': verbose = 1; break;
-        case 'b': bits_arg = optarg; break;
-        case 'g':
-            if (cli_parse_long(optarg, 1, 1 << 20, &group))
-                return cli_fail(name, "--group: expected a positive integer, found \"%s\"", optarg);
-            break;
-        case 'n':
-            if (cli_opt_nmse(name, optarg, &nu))
-                return QMLA_EXIT_USAGE;
-            break;
-        case 'L': layers_arg = optarg; break;
-        case 'c': cells_arg = optarg; break;
-        case 'j':
-            if (cli_opt_threads(name, optarg, &threads))
-                return QMLA_EXIT_USAGE;
-            break;
-        case 'f': force = 1; break;
-        case 'E' + 256:
-            if (cli_opt_engine(name, optarg, &engine))
-                return QMLA_EXIT_USAGE;
-            break;
-        case 'h': help(stdout, pred); return QMLA_EXIT_OK;
-        default: help(stderr, pred); return QMLA_EXIT_USAGE;
-        }
-    }
+    const cli_opt opts[] = {
+        {.name = "output", .shrt = 'o', .kind = CLI_STR, .dst = &out},
+        {.name = "bits", .shrt = 0, .kind = CLI_STR, .dst = &bits_arg},
+        {.name = "group", .shrt = 0, .kind = CLI_GROUP, .dst = &group},
+        {.name = "nmse", .shrt = 0, .kind = CLI_NMSE, .dst = &nu},
+        {.name = "layers", .shrt = 0, .kind = CLI_STR, .dst = &layers_arg},
+        {.name = "cells", .shrt = 0, .kind = CLI_STR, .dst = &cells_arg},
+        {.name = "threads", .shrt = 0, .kind = CLI_THREADS, .dst = &threads},
+        {.name = "help", .shrt = 'h', .kind = CLI_HELP, .dst = NULL},
+        {.name = "force", .shrt = 0, .kind = CLI_SET, .dst = &force},
+        {.name = "engine", .shrt = 0, .kind = CLI_ENGINE, .dst = &engine},
+        {.name = NULL, .shrt = 'v', .kind = CLI_SET, .dst = &verbose},
+        {0}};
+    const int prc = cli_getopt(name, argc, argv, opts, help, &pred);
+    if (prc >= 0)
+        return prc;
     if (cli_require_args(name, argc, "CAPTURE.h5", out, "-o RESULTS.h5"))
         return QMLA_EXIT_USAGE;
     int bits[8] = {2, 3, 4, 8}, *bl = NULL;
@@ -200,19 +181,15 @@ int cli_op_main(int argc, char **argv, int pred)
     }
     qmla_op_config conf[8];
     size_t nconf;
-    qmla_op_configs(pred, bits, nbits, (int)group, nu, conf, &nconf);
+    qmla_op_configs(pred, bits, nbits, group, nu, conf, &nconf);
 
     cli_selection cs;
-    if (cli_selection_parse(name, layers_arg, cells_arg, NULL, &cs))
-        return QMLA_EXIT_USAGE;
     qmla_error err;
     qmla_error_clear(&err);
     qmla_capture *cap = NULL;
-    int rc = QMLA_EXIT_OK;
-    if (qmla_capture_open(argv[optind], &cap, &err)) {
-        rc = cli_lib_error(name, &err);
-        goto done;
-    }
+    int rc = cli_open_selected(name, argv[optind], layers_arg, cells_arg, &cs, &cap, &err);
+    if (rc)
+        return rc;
     cli_signals_install();
     cli_progress prog;
     cli_progress_init(&prog, name);
@@ -247,7 +224,7 @@ int cli_op_main(int argc, char **argv, int pred)
     printf("capture  %s  (%s)\n", argv[optind], qmla_capture_get_config(cap)->model);
     printf("results  %s  group /%s  (%zu points; %.1f s)\n", out, name, s.n_points,
            cli_now() - t0);
-    printf("directions: QDQ at cache NMSE %g, group %ld;", nu, group);
+    printf("directions: QDQ at cache NMSE %g, group %d;", nu, group);
     for (size_t k = 0; k < nconf; k++)
         printf(" INT%d/G%d/nu%g%s", conf[k].bits, conf[k].group, conf[k].nmse,
                conf[k].heldout ? "*" : "");

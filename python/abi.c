@@ -43,7 +43,7 @@ static const abi_field fields[] = {
     F(qmla_transform_meta, alpha), F(qmla_transform_meta, train_cells),
     F(qmla_transform_meta, capture), F(qmla_transform_meta, command),
     F(qmla_transform_meta, settings), F(qmla_transform_meta, complete),
-    END(qmla_transform_meta),
+    F(qmla_transform_meta, capture_sha256), END(qmla_transform_meta),
     F(qmla_transform_file, meta), F(qmla_transform_file, n), F(qmla_transform_file, t),
     F(qmla_transform_file, gamma), F(qmla_transform_file, obj), END(qmla_transform_file),
     F(qmla_capture_config, n_layers), F(qmla_capture_config, H), F(qmla_capture_config, D),

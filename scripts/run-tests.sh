@@ -4,7 +4,8 @@
 #  1. setup: scripts/setup.sh (packages, release build in build/),
 #  2. release: the release build's meson tests (suites unit, ref),
 #  3. asan: the same tests under AddressSanitizer + UndefinedBehaviorSanitizer
-#     (build-asan/, --timeout-multiplier 4),
+#     (build-asan/, --timeout-multiplier 4; without the CUDA kernels, and the
+#     heaviest tests on smaller inputs, QMLA_TEST_SMALL=1: docs/testing.md),
 #  4. fuzz: the capture reader's libFuzzer target for QMLA_FUZZ_SECONDS (60).
 # Every stage runs whatever an earlier one did, except that a failed setup
 # stops the run (there is nothing to test). A stage that fails to build,
@@ -111,7 +112,7 @@ stage release "tests (release build)" 1200 "$B" \
   "meson test -C $B --print-errorlogs --num-processes 2"
 stage asan "tests under ASan + UBSan" 2100 "$BA" "
   if [ ! -f $BA/build.ninja ]; then
-    bash scripts/meson-setup.sh $BA --buildtype=debugoptimized \
+    bash scripts/meson-setup.sh $BA --buildtype=debugoptimized -Dcuda=disabled \
       -Db_sanitize=address,undefined -Db_lundef=false -Dc_args=-fno-sanitize-recover=all
   fi
   ninja -C $BA >$BA/last-build.log 2>&1 || { tail -n 40 $BA/last-build.log >&2; exit 1; }

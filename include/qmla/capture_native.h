@@ -103,6 +103,24 @@ int qmla_byte_tokenizer_load(const char *model_dir, int *bos, qmla_error *err);
  * `label` and the byte offset. *n is updated. */
 int qmla_text_as_python(uint8_t *buf, size_t *n, const char *label, qmla_error *err);
 
+/* The assembly of a capture's corpora and cells, shared by `qmla capture`
+ * and the job driver "capture" (qmla/job.h); each caller words its own
+ * messages.
+ * qmla_native_corpus_arg: "NAME=FILE" -> name (NUL-terminated, shorter than
+ * cap bytes, no '/') and *path (into arg); -1 when it is not of that form.
+ * qmla_native_cells_repeat: the first index a whose (corpus, seed) an
+ * earlier cell has, or n when none repeats.
+ * qmla_native_corpora_read: the corpora some cell uses read whole (gzip or
+ * plain, qmla_text_read) and made what Python reads (qmla_text_as_python);
+ * corp[i].bytes and .n point into bufs[i] (the caller frees each). On a
+ * failure: the status, err without the corpus named, *failed its index and
+ * *decoding 0 when reading it failed, 1 when its text was refused. */
+int qmla_native_corpus_arg(const char *arg, char *name, size_t cap, const char **path);
+size_t qmla_native_cells_repeat(const qmla_native_cell *cells, size_t n);
+int qmla_native_corpora_read(qmla_native_corpus *corp, size_t n_corpora,
+                             const qmla_native_cell *cells, size_t n_cells, uint8_t **bufs,
+                             size_t *failed, int *decoding, qmla_error *err);
+
 int qmla_capture_native(const qmla_model *m, const char *path,
                         const qmla_native_capture_opts *o, qmla_error *err);
 

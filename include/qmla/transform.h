@@ -154,6 +154,8 @@ typedef struct qmla_transform_meta {
     char command[1024];   /* the command line (provenance) */
     char settings[512];   /* learning settings (resume compares them) */
     int complete;         /* 0 while a learning run is still adding layers */
+    char capture_sha256[65]; /* the capture's SHA-256 ("" when not recorded);
+                              * with settings, the key a resumed learn compares */
 } qmla_transform_meta;
 
 /* Per-layer objective values (held-out bank; NaN when not learned). */
@@ -188,6 +190,12 @@ typedef struct qmla_transform_file {
 int qmla_transform_file_read(const char *path, qmla_transform_file *f,
                              qmla_error *err);
 void qmla_transform_file_free(qmla_transform_file *f);
+/* QMLA_OK when f is whole (attribute complete = 1); for an interrupted
+ * `qmla learn` checkpoint (complete = 0) QMLA_EINVAL naming `path` and the
+ * layers 0 .. n_layers-1 (the model's) it has no transform for, as
+ * `qmla eval` does. ppl --transforms and fuse refuse such a file. */
+int qmla_transform_file_check_complete(const qmla_transform_file *f, const char *path,
+                                       size_t n_layers, qmla_error *err);
 /* The entry of layer index `layer`, or NULL. */
 const qmla_transform *qmla_transform_file_layer(const qmla_transform_file *f,
                                                 int layer, const float **gamma);

@@ -318,5 +318,23 @@ int qmla_attn_state_forward(const qmla_exec *ex, const qmla_mla_dims *d,
     qmla_attn_tokens_major(d->H, T, d->d_r, q_rope, st->q_rope_t);
     qmla_attn_from_queries(ex, d, T, w, st->q_lat, st->q_rope_t, C, K,
                            st->Z ? st->Z : st->A, st->A, st->U, st->O, st->Y);
+    /* Every consumer (sweep, jvp, predict, intervene, learn, eval) uses these
+     * as the reference: a float32 overflow in them is an error here, once.
+     * The first stage that is not finite is named (in the order computed). */
+    const size_t H = d->H;
+    const struct { const char *name; const float *x; size_t n; } out[] = {
+        {"absorbed content queries Q_C = q_nope W_UK", st->q_lat, T * H * d->d_c},
+        {"positional queries q_rope", st->q_rope_t, T * H * d->d_r},
+        {"attention weights (softmax of the logits)", st->A, T * H * T},
+        {"aggregated latents A C", st->U, T * H * d->d_c},
+        {"head outputs (A C) W_UV", st->O, T * H * d->d_v},
+        {"attention output Y = O W_O", st->Y, T * d->D}};
+    for (size_t k = 0; k < sizeof out / sizeof out[0]; k++)
+        for (size_t i = 0; i < out[k].n; i++)
+            if (!isfinite(out[k].x[i]))
+                return qmla_error_set(err, QMLA_ENONFINITE,
+                                      "clean attention pass: expected finite values, found %g in "
+                                      "the %s at element %zu (float32 overflow; `qmla check` "
+                                      "locates it)", (double)out[k].x[i], out[k].name, i);
     return QMLA_OK;
 }

@@ -45,7 +45,8 @@ struct qmla_job {
 struct job_driver {
     const char *name;
     const char *keys; /* space-separated; a trailing '*' marks a repeatable key */
-    int (*run)(qmla_job *j, qmla_error *err);
+    /* the driver, given the keys input and output (both required) */
+    int (*run)(qmla_job *j, const char *in, const char *out, qmla_error *err);
 };
 
 /* ---- keys ----------------------------------------------------------------- */
@@ -314,12 +315,9 @@ static int p_quant(qmla_job *j, qmla_sweep_params *p, qmla_error *err)
     return st;
 }
 
-static int run_sweep(qmla_job *j, qmla_error *err)
+static int run_sweep(qmla_job *j, const char *in, const char *out, qmla_error *err)
 {
-    const char *in, *out;
-    int st = io_paths(j, &in, &out, err);
-    if (st)
-        return st;
+    int st;
     qmla_sweep_opts o;
     memset(&o, 0, sizeof o);
     o.params = qmla_sweep_defaults();
@@ -384,12 +382,9 @@ static int run_sweep(qmla_job *j, qmla_error *err)
 
 /* ---- jvp, predict ------------------------------------------------------------ */
 
-static int run_op(qmla_job *j, int pred, qmla_error *err)
+static int run_op(qmla_job *j, const char *in, const char *out, int pred, qmla_error *err)
 {
-    const char *in, *out;
-    int st = io_paths(j, &in, &out, err);
-    if (st)
-        return st;
+    int st;
     double nu = 1e-3;
     long group = 64;
     int bits[QMLA_OP_CONFIGS_MAX] = {2, 3, 4, 8}, threads = 1, force = 0;
@@ -466,17 +461,20 @@ static int run_op(qmla_job *j, int pred, qmla_error *err)
     return st;
 }
 
-static int run_jvp(qmla_job *j, qmla_error *err) { return run_op(j, 0, err); }
-static int run_predict(qmla_job *j, qmla_error *err) { return run_op(j, 1, err); }
+static int run_jvp(qmla_job *j, const char *in, const char *out, qmla_error *err)
+{
+    return run_op(j, in, out, 0, err);
+}
+static int run_predict(qmla_job *j, const char *in, const char *out, qmla_error *err)
+{
+    return run_op(j, in, out, 1, err);
+}
 
 /* ---- intervene ------------------------------------------------------------------ */
 
-static int run_intervene(qmla_job *j, qmla_error *err)
+static int run_intervene(qmla_job *j, const char *in, const char *out, qmla_error *err)
 {
-    const char *in, *out;
-    int st = io_paths(j, &in, &out, err);
-    if (st)
-        return st;
+    int st;
     qmla_iv_opts o;
     memset(&o, 0, sizeof o);
     o.params = qmla_sweep_defaults();
@@ -540,12 +538,9 @@ static int learn_progress(void *ctx, size_t done, size_t total, size_t resumed)
     return j->progress ? j->progress(j->ctx, done, total, resumed) : 0;
 }
 
-static int run_learn(qmla_job *j, qmla_error *err)
+static int run_learn(qmla_job *j, const char *in, const char *out, qmla_error *err)
 {
-    const char *in, *out;
-    int st = io_paths(j, &in, &out, err);
-    if (st)
-        return st;
+    int st;
     qmla_learn_run_opts o = qmla_learn_run_defaults();
     long steps = (long)o.learn.steps, seed = (long)o.learn.seed;
     const char *m = get(j, "method"), *obj = get(j, "objective"), *held = get(j, "heldout-cells");
@@ -618,12 +613,9 @@ static int run_learn(qmla_job *j, qmla_error *err)
 
 /* ---- eval ------------------------------------------------------------------------- */
 
-static int run_eval(qmla_job *j, qmla_error *err)
+static int run_eval(qmla_job *j, const char *in, const char *out, qmla_error *err)
 {
-    const char *in, *out;
-    int st = io_paths(j, &in, &out, err);
-    if (st)
-        return st;
+    int st;
     const char *tf[QMLA_TF_EVAL_MAX + 1];
     qmla_tf_eval_run_opts o = qmla_tf_eval_run_defaults();
     o.n_transforms = get_all(j, "transforms", tf, QMLA_TF_EVAL_MAX + 1);
@@ -679,12 +671,9 @@ static int cap_event(void *ctx, const qmla_native_event *ev)
     return p->j->progress(p->j->ctx, ev->cell * p->per_cell + ev->done, p->n_cells * p->per_cell, 0);
 }
 
-static int run_capture(qmla_job *j, qmla_error *err)
+static int run_capture(qmla_job *j, const char *dir, const char *out, qmla_error *err)
 {
-    const char *dir, *out;
-    int st = io_paths(j, &dir, &out, err);
-    if (st)
-        return st;
+    int st;
     const char *carg[CAP_MAX_CORPORA + 1];
     size_t n_corpora = get_all(j, "corpus", carg, CAP_MAX_CORPORA + 1);
     if (!n_corpora)
@@ -729,19 +718,16 @@ static int run_capture(qmla_job *j, qmla_error *err)
     qmla_model *m = NULL;
     char **list = NULL, *lbuf = NULL;
     for (size_t i = 0; i < n_corpora && !st; i++) {
-        const char *eq = strchr(carg[i], '=');
-        const size_t len = eq ? (size_t)(eq - carg[i]) : 0;
-        if (!eq || !len || !eq[1] || len >= sizeof names[i] || memchr(carg[i], '/', len)) {
+        const char *file = NULL;
+        if (qmla_native_corpus_arg(carg[i], names[i], sizeof names[i], &file)) {
             st = bad(j, err, "corpus \"%s\": expected NAME=FILE (NAME without '/', at most 100 bytes)",
                      carg[i]);
             break;
         }
-        memcpy(names[i], carg[i], len);
-        names[i][len] = 0;
         for (size_t k = 0; k < i && !st; k++)
             if (!strcmp(names[k], names[i]))
                 st = bad(j, err, "corpus %s given twice", names[i]);
-        corp[i] = (qmla_native_corpus){names[i], eq + 1, NULL, 0};
+        corp[i] = (qmla_native_corpus){names[i], file, NULL, 0};
     }
     const char *cells_arg = get(j, "cells"), *seeds = get(j, "seeds");
     if (!st && cells_arg) {
@@ -792,11 +778,10 @@ static int run_capture(qmla_job *j, qmla_error *err)
         }
         free(sb);
     }
-    for (size_t a = 0; a < n_cells && !st; a++)
-        for (size_t b = 0; b < a && !st; b++)
-            if (cells[a].corpus == cells[b].corpus && cells[a].seed == cells[b].seed)
-                st = bad(j, err, "cell %s-s%llu given twice", names[cells[a].corpus],
-                         (unsigned long long)cells[a].seed);
+    const size_t rep = st ? n_cells : qmla_native_cells_repeat(cells, n_cells);
+    if (rep < n_cells)
+        st = bad(j, err, "cell %s-s%llu given twice", names[cells[rep].corpus],
+                 (unsigned long long)cells[rep].seed);
     if (!st)
         st = p_int_list(j, "layers", &layers, &n_layers, err);
     if (!st) {
@@ -812,20 +797,13 @@ static int run_capture(qmla_job *j, qmla_error *err)
         else if (!force && stat(out, &sb) == 0)
             st = bad(j, err, "%s exists (use force to overwrite)", out);
     }
-    for (size_t i = 0; i < n_corpora && !st; i++) {
-        int used = 0;
-        for (size_t k = 0; k < n_cells; k++)
-            used |= cells[k].corpus == i;
-        if (!used)
-            continue;
-        size_t nb = 0;
-        st = qmla_text_read(corp[i].path, &bufs[i], &nb, err);
-        if (!st)
-            st = qmla_text_as_python(bufs[i], &nb, corp[i].path, err);
+    if (!st) {
+        size_t failed = 0;
+        int decoding = 0;
+        st = qmla_native_corpora_read(corp, n_corpora, cells, n_cells, bufs, &failed, &decoding,
+                                      err);
         if (st)
-            qmla_error_prefix(err, "corpus %s: ", names[i]);
-        corp[i].bytes = bufs[i];
-        corp[i].n = nb;
+            qmla_error_prefix(err, "corpus %s: ", names[failed]);
     }
     if (!st)
         st = qmla_model_load(dir, &m, err);
@@ -876,12 +854,9 @@ static int run_capture(qmla_job *j, qmla_error *err)
 
 /* ---- ppl ------------------------------------------------------------------------------ */
 
-static int run_ppl(qmla_job *j, qmla_error *err)
+static int run_ppl(qmla_job *j, const char *dir, const char *out, qmla_error *err)
 {
-    const char *dir, *out;
-    int st = io_paths(j, &dir, &out, err);
-    if (st)
-        return st;
+    int st;
     const char *texts[QMLA_PPL_MAX + 1], *tf[QMLA_PPL_MAX + 1];
     qmla_ppl_run_opts o = qmla_ppl_run_defaults();
     o.n_texts = get_all(j, "text", texts, QMLA_PPL_MAX + 1);
@@ -1018,7 +993,9 @@ int qmla_job_run(qmla_job *j, qmla_progress_fn progress, void *ctx, qmla_error *
     j->ctx = ctx;
     j->stopped = 0;
     j->n_values = 0;
-    return j->d->run(j, err);
+    const char *in, *out;
+    const int st = io_paths(j, &in, &out, err);
+    return st ? st : j->d->run(j, in, out, err);
 }
 
 int qmla_job_stopped(const qmla_job *j) { return j->stopped; }

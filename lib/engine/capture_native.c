@@ -9,6 +9,7 @@
 #include "qmla/norms.h"
 #include "qmla/pyrandom.h"
 #include "qmla/quant.h"
+#include "qmla/text.h"
 #include "qmla_commit.h"
 #include "io/journal.h"
 #include "engine/engine_int.h"
@@ -443,6 +444,54 @@ static void resume_close(resume *rs, int success)
     free(rs->buf);
 }
 
+int qmla_native_corpus_arg(const char *arg, char *name, size_t cap, const char **path)
+{
+    const char *eq = strchr(arg, '=');
+    const size_t len = eq ? (size_t)(eq - arg) : 0;
+    if (!eq || !len || !eq[1] || len >= cap || memchr(arg, '/', len))
+        return -1;
+    memcpy(name, arg, len);
+    name[len] = 0;
+    *path = eq + 1;
+    return 0;
+}
+
+size_t qmla_native_cells_repeat(const qmla_native_cell *cells, size_t n)
+{
+    for (size_t a = 0; a < n; a++)
+        for (size_t b = 0; b < a; b++)
+            if (cells[a].corpus == cells[b].corpus && cells[a].seed == cells[b].seed)
+                return a;
+    return n;
+}
+
+int qmla_native_corpora_read(qmla_native_corpus *corp, size_t n_corpora,
+                             const qmla_native_cell *cells, size_t n_cells, uint8_t **bufs,
+                             size_t *failed, int *decoding, qmla_error *err)
+{
+    for (size_t i = 0; i < n_corpora; i++) {
+        int used = 0;
+        for (size_t k = 0; k < n_cells; k++)
+            used |= cells[k].corpus == i;
+        if (!used)
+            continue;
+        size_t nb = 0;
+        int st = qmla_text_read(corp[i].path, &bufs[i], &nb, err);
+        *decoding = 0;
+        if (!st) {
+            *decoding = 1;
+            st = qmla_text_as_python(bufs[i], &nb, corp[i].path, err);
+        }
+        if (st) {
+            *failed = i;
+            return st;
+        }
+        corp[i].bytes = bufs[i];
+        corp[i].n = nb;
+    }
+    return QMLA_OK;
+}
+
 int qmla_capture_native(const qmla_model *m, const char *path,
                         const qmla_native_capture_opts *o, qmla_error *err)
 {
@@ -722,6 +771,8 @@ int qmla_capture_native(const qmla_model *m, const char *path,
                 st = qmla_attn_state_forward(&ex, &dims, T, &w, s->q_nope + n * H * T * dn,
                                              s->q_rope + n * H * T * dr, s->c_kv + n * T * dc,
                                              s->k_rope + n * T * dr, &as, err);
+                if (st)
+                    qmla_error_prefix(err, "layer %d cell %s sequence %zu: ", s->layer, name, n);
                 if (!st) {
                     const double e = qmla_rel_fro(as.Y, s->attn_out + n * T * D, T * D);
                     if (!(e <= e_cell))

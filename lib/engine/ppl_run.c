@@ -456,6 +456,11 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
         st = qmla_model_load(dir, &mv[v], err);
         if (st)
             goto done;
+        if (v && (st = qmla_transform_file_check_complete(&tf[v - 1], tfp[v - 1],
+                                                          qmla_model_cfg(mv[v])->L, err))) {
+            r->refusal = 1; /* as eval refuses it */
+            goto done;
+        }
         if (v && (st = qmla_model_apply_transforms(mv[v], tf[v - 1].t,
                                                    (const float *const *)tf[v - 1].gamma,
                                                    tf[v - 1].n, err))) {

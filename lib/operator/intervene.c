@@ -209,7 +209,8 @@ static int write_iv(const char *path, const qmla_iv_opts *o, const char *capture
     {
         const qmla_prov_input in[] = {{"capture_file", capture}, {"capture_sha256", sha}};
         const qmla_prov p = {.tool = "qmla intervene", .command_line = o->command_line,
-                             .inputs = in, .n_inputs = 2};
+                             .engine = qmla_engine_name(o->engine), .inputs = in,
+                             .n_inputs = 2};
         if ((st = qmla_h5_prov(g, &p, path, err)))
             goto out;
     }
@@ -375,12 +376,7 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
     if (o->reps == 0)
         return qmla_error_set(err, QMLA_EINVAL, "interventions: expected reps >= 1, found 0");
     qmla_plan plan;
-    qmla_plan_selection ps;
-    memset(&ps, 0, sizeof ps);
-    ps.layers = sel->layers;
-    ps.n_layers = sel->n_layers;
-    ps.cells = sel->cells;
-    ps.n_cells = sel->n_cells;
+    const qmla_plan_selection ps = qmla_plan_selection_of(sel);
     if ((st = qmla_plan_build(cap, &ps, &plan, err)))
         return st;
     const size_t nw = plan.n_wanted, R = o->reps;
@@ -475,9 +471,11 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                            cell.c_kv + q * T * d.d_c, cell.k_rope + q * T * d.d_r,
                            &o->params, R, o->seed + k, ws, &items[j],
                            ratio + j * nr, err);
+        if (st)
+            qmla_error_prefix(err, "%s: layer %d, cell %s, sequence %zu: ", qmla_capture_path(cap),
+                              it->layer, cell.name, q);
         qmla_cell_free(&cell);
         if (st) {
-            qmla_error_prefix(err, "layer %d, sequence %zu: ", it->layer, q);
             goto out2;
         }
         if ((st = iv_journal_write(&jf, k, it->layer, (int)q, &items[j], ratio + j * nr, nr,
@@ -520,7 +518,6 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                 goto out2;
             }
         }
-    /* TODO(writer): record qmla_engine_name(o->engine) as the provenance attribute `engine` */
     st = write_iv(results_path, o, qmla_capture_path(cap), sha, n, lay, cells, seq, items,
                   ratio, stats, err);
     if (st == QMLA_OK) {

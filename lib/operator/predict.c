@@ -601,7 +601,8 @@ static int dset_u(hid_t g, const char *name, size_t n, const size_t *v,
 
 static int write_group(const char *path, const char *gname, const op_store *s,
                        const qmla_op_stats *stt, int with_pred, const char *capture,
-                       const char *sha, const char *command_line, qmla_error *err)
+                       const char *sha, const char *command_line, const char *engine,
+                       qmla_error *err)
 {
     const size_t n = s->n;
     int st = QMLA_OK;
@@ -619,7 +620,8 @@ static int write_group(const char *path, const char *gname, const op_store *s,
     {
         const qmla_prov_input in[] = {{"capture_file", capture}, {"capture_sha256", sha}};
         const qmla_prov p = {.tool = with_pred ? "qmla predict" : "qmla jvp",
-                             .command_line = command_line, .inputs = in, .n_inputs = 2};
+                             .command_line = command_line, .engine = engine, .inputs = in,
+                             .n_inputs = 2};
         if ((st = qmla_h5_prov(g, &p, path, err)))
             goto out;
     }
@@ -807,12 +809,7 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
             return st;
     }
     qmla_plan plan;
-    qmla_plan_selection ps;
-    memset(&ps, 0, sizeof ps);
-    ps.layers = sel->layers;
-    ps.n_layers = sel->n_layers;
-    ps.cells = sel->cells;
-    ps.n_cells = sel->n_cells;
+    const qmla_plan_selection ps = qmla_plan_selection_of(sel);
     int st = qmla_plan_build(cap, &ps, &plan, err);
     if (st)
         return st;
@@ -887,8 +884,8 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
                            cell.k_rope + q * Tc * d.d_r, o->conf, o->nconf, ws, pts,
                            alloc, sigma, err);
         if (st) {
-            qmla_error_prefix(err, "layer %d, cell %s, sequence %zu: ", it->layer,
-                              cell.name, q);
+            qmla_error_prefix(err, "%s: layer %d, cell %s, sequence %zu: ",
+                              qmla_capture_path(cap), it->layer, cell.name, q);
             qmla_cell_free(&cell);
             goto out;
         }
@@ -917,9 +914,9 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
     }
     if ((st = qmla_op_stats_compute(s.pts, s.n, o->sensitivities, stats, err)))
         goto out;
-    /* TODO(writer): record qmla_engine_name(o->engine) as the provenance attribute `engine` */
     if ((st = write_group(results_path, gname, &s, stats, o->sensitivities,
-                          qmla_capture_path(cap), sha, o->command_line, err)))
+                          qmla_capture_path(cap), sha, o->command_line,
+                          qmla_engine_name(o->engine), err)))
         goto out;
     qmla_jnl_close(&jf, 1);
     jopen = 0;

@@ -47,6 +47,19 @@ static long cell_index(const qmla_plan *p, const char *name)
     return -1;
 }
 
+qmla_plan_selection qmla_plan_selection_of(const qmla_sweep_selection *sel)
+{
+    qmla_plan_selection ps;
+    memset(&ps, 0, sizeof ps);
+    if (sel) {
+        ps.layers = sel->layers;
+        ps.n_layers = sel->n_layers;
+        ps.cells = sel->cells;
+        ps.n_cells = sel->n_cells;
+    }
+    return ps;
+}
+
 static int layer_wanted(const qmla_plan_selection *sel, int layer)
 {
     if (!sel || !sel->layers)

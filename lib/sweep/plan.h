@@ -21,6 +21,7 @@
 
 #include "qmla/capture.h"
 #include "qmla/response.h"
+#include "qmla/sweep.h"
 #include "qmla/status.h"
 
 #ifdef __cplusplus
@@ -64,6 +65,9 @@ typedef struct qmla_plan_selection {
     int balance;              /* 0: shards round robin by item index;
                                  1: by cost (qmla_shard_assign, qmla/part.h) */
 } qmla_plan_selection;
+
+/* The plan of a sweep selection (NULL: everything), unsharded. */
+qmla_plan_selection qmla_plan_selection_of(const qmla_sweep_selection *sel);
 
 /* Build the plan. QMLA_EINVAL naming the capture for a layer or cell the
  * capture lacks, or an empty selection; QMLA_ENOMEM. */

@@ -50,7 +50,7 @@ static int fill_meta(qmla_capture *cap, const qmla_plan *plan,
     m->nmse = p->nmse;
     snprintf(m->tool_version, sizeof m->tool_version, "%s", QMLA_VERSION);
     snprintf(m->git_commit, sizeof m->git_commit, "%s", QMLA_GIT_COMMIT);
-    /* TODO(writer): record qmla_engine_name(opts->engine) as the provenance attribute `engine` */
+    snprintf(m->engine, sizeof m->engine, "%s", qmla_engine_name(opts->engine));
     snprintf(m->command_line, sizeof m->command_line, "%s",
              opts->command_line ? opts->command_line : "");
     const time_t now = time(NULL);

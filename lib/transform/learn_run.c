@@ -17,8 +17,10 @@
 #include <unistd.h>
 
 #include "qmla/capture.h"
+#include "qmla/hash.h"
 #include "qmla/outpath.h"
 #include "qmla/tfeval.h"
+#include "transform/run.h"
 
 qmla_learn_run_opts qmla_learn_run_defaults(void)
 {
@@ -64,6 +66,30 @@ static void bank_free(bank_data *b)
     free(b->qn);
     free(b->qr);
     memset(b, 0, sizeof *b);
+}
+
+/* The clean attention pass of every sequence of b (the learner's reference):
+ * a float32 overflow is refused naming the capture, layer, cell, sequence. */
+static int bank_check_clean(qmla_capture *cap, size_t li, const qmla_mla_dims *d,
+                            const qmla_mla_weights *w, const bank_data *b, qmla_error *err)
+{
+    qmla_exec ex = qmla_exec_cpu(1);
+    for (size_t k = 0, n = 0; k < b->n_cells; k++) {
+        const qmla_cell *c = &b->cells[k];
+        qmla_attn_state as;
+        int st = qmla_attn_state_alloc(d, c->T, 0, &as, err);
+        for (size_t s = 0; !st && s < c->N; s++, n++)
+            if ((st = qmla_attn_state_forward(&ex, d, c->T, w, c->q_nope + s * d->H * c->T * d->d_n,
+                                              c->q_rope + s * d->H * c->T * d->d_r,
+                                              c->c_kv + s * c->T * d->d_c, c->k_rope + s * c->T * d->d_r,
+                                              &as, err)))
+                qmla_error_prefix(err, "%s: layer %d, cell %s, sequence %zu: ", qmla_capture_path(cap),
+                                  qmla_capture_layer_index(cap, li), c->name, s);
+        qmla_attn_state_free(&as);
+        if (st)
+            return st;
+    }
+    return QMLA_OK;
 }
 
 /* part 1: the train part of a split (all but the last quarter of every
@@ -255,7 +281,8 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
     snprintf(m.config, sizeof m.config, "%s", config);
     m.alpha = method->uses_alpha ? alpha : NAN;
     snprintf(m.capture, sizeof m.capture, "%s", capture);
-    /* TODO(writer): record qmla_engine_name(o->engine) as the provenance attribute `engine` */
+    if ((st = qmla_sha256_file(capture, m.capture_sha256, err))) /* the capture's identity */
+        goto done;
     snprintf(m.command, sizeof m.command, "%s", o->command_line ? o->command_line : "");
     const char *tt = o->train_text ? o->train_text : "-", *ht = o->held_text ? o->held_text : "-",
                *lt = o->layers_text ? o->layers_text : "-";
@@ -286,19 +313,28 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
                             prev.meta.settings);
                 goto done;
             }
+            if (strcmp(prev.meta.capture_sha256, m.capture_sha256)) {
+                st = qmla_refuse(&r->refusal, err, "%s was learned on another capture (capture_sha256 %s), "
+                                 "expected this capture's %s (%s); --force starts over", out,
+                                 prev.meta.capture_sha256[0] ? prev.meta.capture_sha256 : "not recorded",
+                                 m.capture_sha256, capture);
+                goto done;
+            }
+            if (prev.meta.complete) { /* the same key, whole: kept as it is */
+                for (size_t i = 0; i < prev.n; i++)
+                    note(o, "layer %d: kept from %s", prev.t[i].layer, out);
+                note(o, "%s is complete for this capture and settings: kept as it is", out);
+                r->n_layers = prev.n;
+                goto done;
+            }
             note(o, "resuming %s (%zu layers done)", out, prev.n);
         }
     }
     char cells_used[256] = "";
     for (size_t li = 0; li < NL; li++) {
         int layer = qmla_capture_layer_index(cap, li);
-        if (o->layers) {
-            int want = 0;
-            for (size_t k = 0; k < o->n_layers; k++)
-                want |= o->layers[k] == layer;
-            if (!want)
-                continue;
-        }
+        if (!qmla_tf_layer_wanted(o->layers, o->n_layers, layer))
+            continue;
         size_t nc = qmla_capture_n_cells(cap, li), *cidx = calloc(nc + 1, sizeof *cidx),
                *hidx = calloc(nc + 1, sizeof *hidx), ncs = 0, nhs = 0;
         if (!cidx || !hidx) {
@@ -382,6 +418,11 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
                 st = bank_load(cap, li, cidx, ncs, split ? 1 : 0, &tb, err);
             if (!st && (split || nhs))
                 st = bank_load(cap, li, split ? cidx : hidx, split ? ncs : nhs, split ? 2 : 0, &hb, err);
+            qmla_mla_weights w = {L.w_uk, L.w_uv, L.w_o};
+            if (!st)
+                st = bank_check_clean(cap, li, &d, &w, &tb, err);
+            if (!st && hb.n_cells && !split) /* a split holds the train cells */
+                st = bank_check_clean(cap, li, &d, &w, &hb, err);
             if (!st && tb.bank.n == 0)
                 st = qmla_error_set(err, QMLA_EINVAL, "layer %d: the train bank has no sequence", layer);
             if (!st) {
@@ -389,7 +430,6 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
                 ts[nt].layer = layer;
                 st = qmla_transform_set_identity(&ts[nt], L.kv_norm, err);
             }
-            qmla_mla_weights w = {L.w_uk, L.w_uv, L.w_o};
             if (!st && do_content)
                 st = run_path(QMLA_LEARN_CONTENT, &oc, &d, &w, L.kv_norm, cf->rope_pairing, &tb.bank,
                               &hb.bank, layer, &ts[nt], obj + nt * QMLA_TOBJ_N, o, r, err);
@@ -423,13 +463,13 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
         if (method->learned) { /* checkpoint after every layer */
             snprintf(m.train_cells, sizeof m.train_cells, "%s", cells_used);
             m.complete = 0;
-            st = qmla_transform_file_write(out, &m, ts, (const float *const *)gam, obj, nt, err);
+            st = qmla_transform_file_write_engine(out, &m, qmla_engine_name(o->engine), ts, (const float *const *)gam, obj, nt, err);
             if (st)
                 goto done;
             snprintf(m2.train_cells, sizeof m2.train_cells, "%s", cells_used);
             m2.complete = 0;
             if (also) {
-                st = qmla_transform_file_write(also, &m2, ts2, (const float *const *)gam, obj2, nt, err);
+                st = qmla_transform_file_write_engine(also, &m2, qmla_engine_name(o->engine), ts2, (const float *const *)gam, obj2, nt, err);
                 if (st)
                     goto done;
             }
@@ -441,7 +481,7 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
     }
     snprintf(m.train_cells, sizeof m.train_cells, "%s", cells_used);
     m.complete = 1;
-    st = qmla_transform_file_write(out, &m, ts, (const float *const *)gam, obj, nt, err);
+    st = qmla_transform_file_write_engine(out, &m, qmla_engine_name(o->engine), ts, (const float *const *)gam, obj, nt, err);
     if (st)
         goto done;
     r->wrote = 1;
@@ -449,7 +489,7 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
     if (also) {
         snprintf(m2.train_cells, sizeof m2.train_cells, "%s", cells_used);
         m2.complete = 1;
-        st = qmla_transform_file_write(also, &m2, ts2, (const float *const *)gam, obj2, nt, err);
+        st = qmla_transform_file_write_engine(also, &m2, qmla_engine_name(o->engine), ts2, (const float *const *)gam, obj2, nt, err);
         if (st)
             goto done;
         r->wrote_also = 1;

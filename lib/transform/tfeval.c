@@ -216,7 +216,8 @@ int qmla_tf_eval_cell(const qmla_exec *ex, qmla_capture *cap, size_t li,
         if (!st)
             st = qmla_transform_effective_rope(t, &o->qr, K, T, o->sink, o->local, work, Ke, err);
         if (st) {
-            qmla_error_prefix(err, "layer %d, cell %s, sequence %zu: ", L.layer, cell.name, n);
+            qmla_error_prefix(err, "%s: layer %d, cell %s, sequence %zu: ", qmla_capture_path(cap),
+                              L.layer, cell.name, n);
             goto out;
         }
         double yy = 0;
@@ -285,11 +286,19 @@ out:
 /* ---- /eval writer --------------------------------------------------------- */
 
 #include "io/group.h"
+#include "transform/run.h"
 
 int qmla_tf_eval_write(const char *path, const char *config,
                        const char *policy, const char *command,
                        const qmla_tf_eval_rec *rows, size_t n,
                        qmla_error *err)
+{
+    return qmla_tf_eval_write_engine(path, config, policy, command, NULL, rows, n, err);
+}
+
+int qmla_tf_eval_write_engine(const char *path, const char *config, const char *policy,
+                              const char *command, const char *engine,
+                              const qmla_tf_eval_rec *rows, size_t n, qmla_error *err)
 {
     qmla_h5_out o;
     int st = qmla_h5_out_group(&o, path, "eval", err);
@@ -324,7 +333,7 @@ int qmla_tf_eval_write(const char *path, const char *config,
         bad |= qmla_h5_attr_str(g, "config", config);
         bad |= qmla_h5_attr_str(g, "policy", policy);
         bad |= qmla_h5_attr_str(g, "command", command ? command : "");
-        const qmla_prov p = {.tool = "qmla eval", .command_line = command};
+        const qmla_prov p = {.tool = "qmla eval", .command_line = command, .engine = engine};
         if (!bad && (st = qmla_h5_prov(g, &p, path, err)))
             bad = 1;
         bad |= qmla_h5_dset_strs(g, "method", n, meth, "transform method (label)");

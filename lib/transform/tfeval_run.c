@@ -12,6 +12,7 @@
 
 #include "qmla/outpath.h"
 #include "qmla/tmethod.h"
+#include "transform/run.h"
 
 /* room for a cell name (capture cell names are shorter) */
 #define CELL_MAX 512
@@ -130,13 +131,8 @@ int qmla_tf_eval_run(const char *capture, const char *out, const qmla_tf_eval_ru
     size_t n_mean = 0;
     for (size_t li = 0; li < NL; li++) {
         int layer = qmla_capture_layer_index(cap, li);
-        if (o->layers) {
-            int want = 0;
-            for (size_t k = 0; k < o->n_layers; k++)
-                want |= o->layers[k] == layer;
-            if (!want)
-                continue;
-        }
+        if (!qmla_tf_layer_wanted(o->layers, o->n_layers, layer))
+            continue;
         double lay[QMLA_TF_EVAL_MAX] = {0};
         size_t nc = qmla_capture_n_cells(cap, li), used = 0;
         for (size_t ci = 0; ci < nc; ci++) {
@@ -219,8 +215,8 @@ int qmla_tf_eval_run(const char *capture, const char *out, const qmla_tf_eval_ru
     }
     r->computed = 1;
     point_names(r);
-    /* TODO(writer): record qmla_engine_name(o->engine) as the provenance attribute `engine` */
-    st = qmla_tf_eval_write(out, config, policy, o->command_line, r->rows, r->n_rows, err);
+    st = qmla_tf_eval_write_engine(out, config, policy, o->command_line,
+                                   qmla_engine_name(o->engine), r->rows, r->n_rows, err);
     if (!st)
         r->wrote = 1;
 done:

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "io/group.h"
+#include "transform/run.h"
 
 int qmla_transform_alloc(size_t d_c, size_t d_r, qmla_rope_pairing pairing,
                          qmla_transform *t, qmla_error *err)
@@ -355,6 +356,14 @@ int qmla_transform_file_write(const char *path, const qmla_transform_meta *m,
                               const qmla_transform *t, const float *const *gammas,
                               const double *obj, size_t n, qmla_error *err)
 {
+    return qmla_transform_file_write_engine(path, m, NULL, t, gammas, obj, n, err);
+}
+
+int qmla_transform_file_write_engine(const char *path, const qmla_transform_meta *m,
+                                     const char *engine, const qmla_transform *t,
+                                     const float *const *gammas, const double *obj, size_t n,
+                                     qmla_error *err)
+{
     /* the whole file is replaced: a results file given as -o was lost */
     if (qmla_transform_file_check_output(path, err))
         return QMLA_EINVAL;
@@ -375,7 +384,9 @@ int qmla_transform_file_write(const char *path, const qmla_transform_meta *m,
         bad |= qmla_h5_attr_str(f, "command", m->command);
         bad |= qmla_h5_attr_str(f, "settings", m->settings);
         bad |= qmla_h5_attr_int(f, "complete", m->complete);
-        const qmla_prov p = {.tool = "qmla learn", .command_line = m->command};
+        if (m->capture_sha256[0])
+            bad |= qmla_h5_attr_str(f, "capture_sha256", m->capture_sha256);
+        const qmla_prov p = {.tool = "qmla learn", .command_line = m->command, .engine = engine};
         if (!bad && (st = qmla_h5_prov(f, &p, path, err)))
             return qmla_h5_out_finish(&o, st);
     }
@@ -440,6 +451,17 @@ static int cmp_layer(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Scales are used in float32 (the fused weights, the cache maps): finite,
+ * nonzero after the conversion and with a finite reciprocal there. */
+static int scale_f32_ok(double x)
+{
+    const float f = (float)x;
+    return isfinite(f) && f != 0.0f && isfinite(1.0f / f);
+}
+#define SCALE_F32_EXPECT                                                                  \
+    "expected a value finite and nonzero in float32 (the precision it is used in) with a " \
+    "finite float32 reciprocal, found %g (%g in float32)"
+
 static int read_layer(const qmla_h5_ctx *v, hid_t lg, const char *name,
                       qmla_transform_file *f, size_t i)
 {
@@ -472,6 +494,23 @@ static int read_layer(const qmla_h5_ctx *v, hid_t lg, const char *name,
             st = qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, cp,
                               "rotation: expected a square [d_c, d_c] with 0 < d_c <= 65536, found [%llu, %llu]",
                               (unsigned long long)fd[0], (unsigned long long)fd[1]);
+    }
+    if (!st) { /* a rotation whose side disagrees with content/scale and
+                * content/gamma (which agree) is the wrong one: name it */
+        qmla_h5_dspec ss = {"scale", 1, {QMLA_H5_WILD}, {"d_c"}, 0};
+        qmla_h5_dspec gs = {"gamma", 1, {QMLA_H5_WILD}, {"d_c"}, 0};
+        hsize_t fs[4] = {0}, fg[4] = {0};
+        int ps = 0, pg = 0;
+        qmla_error e2;
+        qmla_h5_ctx v2 = {v->label, v->lapl, &e2};
+        if (qmla_h5_check_dataset(&v2, gc, cp, &ss, 0, &ps, fs) == QMLA_OK &&
+            qmla_h5_check_dataset(&v2, gc, cp, &gs, 0, &pg, fg) == QMLA_OK && ps && pg &&
+            fs[0] == fg[0] && fs[0] != dc)
+            st = qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, cp,
+                              "rotation: expected shape [%llu, %llu] (the length of content/scale and "
+                              "content/gamma), found [%llu, %llu]",
+                              (unsigned long long)fs[0], (unsigned long long)fs[0],
+                              (unsigned long long)dc, (unsigned long long)dc);
     }
     if (!st)
         st = qmla_h5_check_dataset(v, gr, rp, &as, 1, &present, fd);
@@ -528,10 +567,16 @@ static int read_layer(const qmla_h5_ctx *v, hid_t lg, const char *name,
         if (!(t->cscale[j] > 0))
             st = qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, cp,
                               "scale[%zu]: expected > 0, found %g", j, t->cscale[j]);
+        else if (!scale_f32_ok(t->cscale[j]))
+            st = qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, cp, "scale[%zu]: " SCALE_F32_EXPECT,
+                              j, t->cscale[j], (double)(float)t->cscale[j]);
     for (size_t j = 0; j < P && !st; j++)
         if (!(t->rscale[j] > 0))
             st = qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, rp,
                               "scale[%zu]: expected > 0, found %g", j, t->rscale[j]);
+        else if (!scale_f32_ok(t->rscale[j]))
+            st = qmla_h5_fail(v->err, QMLA_EFORMAT, v->label, rp, "scale[%zu]: " SCALE_F32_EXPECT,
+                              j, t->rscale[j], (double)(float)t->rscale[j]);
     if (!st) { /* orthogonality of R */
         double worst = 0.0;
         size_t wj = 0, wk = 0;
@@ -555,6 +600,17 @@ static int read_layer(const qmla_h5_ctx *v, hid_t lg, const char *name,
     if (gc >= 0) H5Gclose(gc);
     if (gr >= 0) H5Gclose(gr);
     if (g >= 0) H5Gclose(g);
+    return st;
+}
+
+/* An optional root string attribute into dst (left as it is when absent). */
+static int read_opt_str(const qmla_h5_ctx *v, hid_t fh, const char *name, char *dst, size_t n)
+{
+    char *s = NULL;
+    int st = qmla_h5_read_attr_str(v, fh, "/", name, 0, &s);
+    if (!st && s)
+        snprintf(dst, n, "%s", s);
+    free(s);
     return st;
 }
 
@@ -611,16 +667,15 @@ int qmla_transform_file_read(const char *path, qmla_transform_file *f,
     if (!st)
         st = qmla_h5_read_attr_dbl(&v, fh, "/", "smoothquant_alpha", 0, &f->meta.alpha, NULL);
     if (!st)
-        st = qmla_h5_read_attr_str(&v, fh, "/", "settings", 0, &s);
-    if (!st && s)
-        snprintf(f->meta.settings, sizeof f->meta.settings, "%s", s);
-    free(s);
-    s = NULL;
+        st = read_opt_str(&v, fh, "settings", f->meta.settings, sizeof f->meta.settings);
     int64_t comp = 1;
     int cpres = 0;
     if (!st)
         st = qmla_h5_read_attr_int(&v, fh, "/", "complete", 0, &comp, &cpres);
     f->meta.complete = cpres ? (int)comp : 1;
+    if (!st)
+        st = read_opt_str(&v, fh, "capture_sha256", f->meta.capture_sha256,
+                          sizeof f->meta.capture_sha256);
     if (!st)
         st = qmla_h5_open_child(&v, fh, "/", "layers", H5I_GROUP, "a group", 1, &lg);
     if (!st)
@@ -664,4 +719,29 @@ const qmla_transform *qmla_transform_file_layer(const qmla_transform_file *f,
             return &f->t[i];
         }
     return NULL;
+}
+
+int qmla_transform_file_check_complete(const qmla_transform_file *f, const char *path,
+                                       size_t n_layers, qmla_error *err)
+{
+    if (f->meta.complete)
+        return QMLA_OK;
+    char miss[512] = "";
+    size_t nm = 0, l = 0;
+    for (size_t i = 0; i < n_layers; i++) {
+        if (qmla_transform_file_layer(f, (int)i, NULL))
+            continue;
+        if (l + 24 < sizeof miss)
+            l += (size_t)snprintf(miss + l, sizeof miss - l, "%s%zu", nm ? ", " : "", i);
+        else if (l + 5 < sizeof miss && miss[l - 1] != '.')
+            l += (size_t)snprintf(miss + l, sizeof miss - l, ", ...");
+        nm++;
+    }
+    if (!nm)
+        return qmla_error_set(err, QMLA_EINVAL, "%s: attribute complete: expected 1, found 0 (an "
+                              "interrupted qmla learn checkpoint; rerun the learn command to finish it)",
+                              path);
+    return qmla_error_set(err, QMLA_EINVAL, "%s has no transform for layer%s %s (attribute complete "
+                          "= 0: an interrupted qmla learn checkpoint; rerun the learn command to "
+                          "finish it)", path, nm > 1 ? "s" : "", miss);
 }

@@ -316,7 +316,7 @@ class _TMeta(C.Structure):
     _fields_ = [("method", C.c_int), ("config", C.c_char * 16), ("alpha", C.c_double),
                 ("train_cells", C.c_char * 256), ("capture", C.c_char * 512),
                 ("command", C.c_char * 1024), ("settings", C.c_char * 512),
-                ("complete", C.c_int)]
+                ("complete", C.c_int), ("capture_sha256", C.c_char * 65)]
 
 
 class _TFile(C.Structure):

@@ -18,6 +18,7 @@
 #include "qmla/capture.h"
 #include "qmla/quant_core.h"
 #include "check.h"
+#include "fixture.h"
 
 #include <hdf5.h>
 
@@ -35,14 +36,7 @@
 
 static char g_dir[256];
 
-static const char *tpath(const char *name)
-{
-    static char buf[8][512];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
+#define tpath(name) check_path(name)
 
 /* ---- test data ------------------------------------------------------------ */
 
@@ -1710,23 +1704,10 @@ static void test_quiet(const fixture *fx)
     H5Eset_auto2(H5E_DEFAULT, old_fn, old_data);
 }
 
-static void remove_dir(void)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", g_dir);
-}
-
 int main(void)
 {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/qmla-test-reader-XXXXXX",
-             tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_dir)) {
-        perror("mkdtemp");
+    if (!check_tmpdir(g_dir, sizeof g_dir, "reader"))
         return 1;
-    }
     fixture fx;
     fixture_init(&fx);
     test_sha256();
@@ -1743,10 +1724,6 @@ int main(void)
     ssize_t left = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL);
     CHECK(left == 0, "%zd HDF5 files/objects left open", left);
     fixture_free(&fx);
-    const char *keep = getenv("QMLA_KEEP_TMP");
-    if (keep && strcmp(keep, "1") == 0)
-        fprintf(stderr, "test files kept in %s\n", g_dir);
-    else
-        remove_dir(); /* also on failure (QMLA_KEEP_TMP=1 keeps them) */
+    /* the folder goes at exit, also on failure (QMLA_KEEP_TMP=1 keeps it) */
     return check_summary("test_reader");
 }

@@ -303,9 +303,15 @@ int main(void)
         free(lb);
         qmla_model_ws_free(wp);
         /* sharing: each configuration of a group as alone, bit for bit */
-        enum { CTX = 300, NW = 3 };
-        uint8_t text[CTX * NW];
-        for (size_t i = 0; i < sizeof text; i++)
+        /* QMLA_TEST_SMALL=1 (a sanitizer build; tests/meson.build): two
+         * windows and 2 threads only (the release build checks 3 windows
+         * with 1 and 2 threads) */
+        const int small = getenv("QMLA_TEST_SMALL") != NULL;
+        enum { CTX = 300, NW_MAX = 3 };
+        const size_t NW = small ? 2 : NW_MAX;
+        uint8_t text[CTX * NW_MAX];
+        const size_t ntext = CTX * NW;
+        for (size_t i = 0; i < ntext; i++)
             text[i] = (uint8_t)txt[(i * 3) % strlen(txt)];
         const char *gc[][2] = {{"bf16", "none"}, {"C4R4", "sink4/local100"},
                                {"C4R4", "none"}, {"C2R4", "sink4/local100"},
@@ -315,12 +321,12 @@ int main(void)
         qmla_ppl_result ra[NG], rg[NG];
         for (size_t j = 0; j < NG; j++)
             qmla_cache_spec_parse(gc[j][0], gc[j][1], &gs[j], &err);
-        for (int th = 1; th <= 2; th++) {
+        for (int th = small ? 2 : 1; th <= 2; th++) {
             const qmla_exec ex = qmla_exec_cpu(th);
-            CHECK_OK(qmla_model_ppl_multi(m, &ex, gs, NG, text, sizeof text, CTX, 0, rg, &err),
+            CHECK_OK(qmla_model_ppl_multi(m, &ex, gs, NG, text, ntext, CTX, 0, rg, &err),
                      err);
             for (size_t j = 0; j < NG; j++) {
-                CHECK_OK(qmla_model_ppl(m, &ex, &gs[j], text, sizeof text, CTX, 0, &ra[j], &err),
+                CHECK_OK(qmla_model_ppl(m, &ex, &gs[j], text, ntext, CTX, 0, &ra[j], &err),
                          err);
                 CHECK(ra[j].nll_sum == rg[j].nll_sum && rg[j].tokens == CTX * NW,
                       "%s %s, %d threads: shared %.17g, alone %.17g", gc[j][0], gc[j][1], th,
@@ -334,7 +340,7 @@ int main(void)
             prog_log pl = {0, 0, 0, 0};
             qmla_ppl_result rp[NG];
             int stopped = -1;
-            CHECK_OK(qmla_model_ppl_multi_progress(m, &ex, gs, NG, text, sizeof text, CTX, 0,
+            CHECK_OK(qmla_model_ppl_multi_progress(m, &ex, gs, NG, text, ntext, CTX, 0,
                                                    prog_cb, &pl, &stopped, rp, &err), err);
             for (size_t j = 0; j < NG; j++)
                 CHECK(rp[j].nll_sum == rg[j].nll_sum, "with progress: %s %s", gc[j][0],
@@ -343,7 +349,7 @@ int main(void)
                   "%d threads: progress calls %zu, max done %zu of %zu, stopped %d", th,
                   pl.calls, pl.max_done, pl.total, stopped);
             prog_log ps = {0, 0, 0, 1};
-            CHECK(qmla_model_ppl_multi_progress(m, &ex, gs, NG, text, sizeof text, CTX, 0,
+            CHECK(qmla_model_ppl_multi_progress(m, &ex, gs, NG, text, ntext, CTX, 0,
                                                 prog_cb, &ps, &stopped, rp, &err) == QMLA_OK &&
                       stopped == 1 && ps.calls == 1 && rp[0].tokens == 0 && rp[0].nll_sum == 0,
                   "%d threads: a stop: stopped %d, calls %zu, tokens %zu", th, stopped, ps.calls,

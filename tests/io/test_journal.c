@@ -13,6 +13,7 @@
  *  7. a failing fsync is reported (QMLA_EIO naming the path and "fsync");
  *  8. qmla_jnl_read reads without changing the file, and refuses other keys. */
 #include "check.h"
+#include "fixture.h"
 #include "../lib/io/journal.h"
 
 #include <stdio.h>
@@ -39,14 +40,7 @@ static int collect(void *ctx, char *rec, size_t len, qmla_error *err)
 }
 
 static char dir[512];
-static const char *tmp(const char *name)
-{
-    static char buf[8][1024];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
+#define tmp(name) check_path(name)
 
 static long fsize(const char *p)
 {

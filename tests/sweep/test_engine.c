@@ -9,6 +9,7 @@
  * through the seam for every item. qmla_engine_find: "cpu" found, "cuda"
  * refused naming the engines of this build. */
 #include "check.h"
+#include "fixture.h"
 #include "core/engine_int.h"
 #include "qmla/capture.h"
 #include "qmla/engine.h"
@@ -19,21 +20,16 @@
 #include "qmla/sweep.h"
 #include "qmla/synth.h"
 #include "qmla/tfeval.h"
+#include "qmla/tmethod.h"
 
+#include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static char dir[256];
 
-static const char *tmp(const char *name)
-{
-    static char buf[4][512];
-    static int k = 0;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
+#define tmp(name) check_path(name)
 
 /* ---- the counting engine: the CPU tables, counted ---------------------- */
 
@@ -126,6 +122,46 @@ static void make_counting(void)
 
 static void reset(void) { n_seq = n_alloc = n_free = n_layer = 0; }
 
+/* The provenance attribute `engine` of group `group` of path (NULL: the
+ * file's root) is `want`: the writer records the driver's engine. */
+static int engine_is(const char *path, const char *group, const char *want)
+{
+    char got[64] = "(none)";
+    const hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    const hid_t o = f < 0 ? -1 : H5Oopen(f, group ? group : "/", H5P_DEFAULT);
+    const hid_t a = o < 0 ? -1 : H5Aopen(o, "engine", H5P_DEFAULT);
+    const hid_t t = a < 0 ? -1 : H5Aget_type(a);
+    if (t >= 0 && H5Tget_class(t) == H5T_STRING) {
+        if (H5Tis_variable_str(t) > 0) {
+            char *v = NULL;
+            if (H5Aread(a, t, &v) >= 0 && v) {
+                snprintf(got, sizeof got, "%s", v);
+                H5free_memory(v);
+            }
+        } else {
+            const size_t n = H5Tget_size(t);
+            char buf[64] = "";
+            if (n < sizeof buf && H5Aread(a, t, buf) >= 0)
+                snprintf(got, sizeof got, "%.*s", (int)n, buf);
+        }
+    }
+    if (t >= 0)
+        H5Tclose(t);
+    if (a >= 0)
+        H5Aclose(a);
+    if (o >= 0)
+        H5Oclose(o);
+    if (f >= 0)
+        H5Fclose(f);
+    const int ok = !strcmp(got, want);
+    if (!ok)
+        fprintf(stderr, "%s%s%s: engine \"%s\", expected \"%s\"\n", path, group ? " /" : "",
+                group ? group : "", got, want);
+    return ok;
+}
+
+static const char *engine_want(int k) { return k == 2 ? "counting" : "cpu"; }
+
 /* ---- the drivers under the three engines -------------------------------- */
 
 static void test_sweep(qmla_capture *cap, size_t items)
@@ -157,8 +193,13 @@ static void test_sweep(qmla_capture *cap, size_t items)
         }
         qmla_results_meta m;
         CHECK_OK(qmla_results_read(tmp(name), &m, &rows[k], &n[k], &err), err);
-        if (!err.status)
+        if (!err.status) {
+            CHECK(!strcmp(m.engine, engine_want(k)), "sweep: meta engine \"%s\", expected "
+                  "\"%s\"", m.engine, engine_want(k));
             qmla_results_meta_free(&m);
+        }
+        CHECK(engine_is(tmp(name), NULL, engine_want(k)),
+              "sweep: the results file records the engine passed (engine %d)", k);
     }
     CHECK(n[0] == 2 * items, "sweep: %zu rows, expected %zu", n[0], 2 * items);
     for (int k = 1; k < 3; k++)
@@ -204,6 +245,8 @@ static void test_op(qmla_capture *cap, size_t items, size_t layers, int pred)
             CHECK(n_layer == (pred ? layers : 0), "%s: layer constants made %zu times, "
                   "expected %zu", pred ? "predict" : "jvp", n_layer, pred ? layers : 0);
         }
+        CHECK(engine_is(tmp(name), pred ? "predict" : "jvp", engine_want(k)),
+              "%s: the group records the engine passed (engine %d)", pred ? "predict" : "jvp", k);
     }
     CHECK(n[0] == 2 * nconf * items, "op: %zu points, expected %zu", n[0], 2 * nconf * items);
     for (int k = 1; k < 3; k++)
@@ -240,10 +283,48 @@ static void test_iv(qmla_capture *cap, size_t items)
             CHECK(n_seq == items && n_alloc == 1 && n_free == 1,
                   "intervene: sequence %zu (expected %zu), workspace %zu/%zu (expected 1/1)",
                   n_seq, items, n_alloc, n_free);
+        CHECK(engine_is(tmp(name), "interventions", engine_want(k)),
+              "intervene: the group records the engine passed (engine %d)", k);
     }
     for (int k = 1; k < 3; k++)
         CHECK(!memcmp(&s[k], &s[0], sizeof s[0]),
               "intervene: the statistics of engine %d are those of engine NULL bit for bit", k);
+}
+
+/* learn (RTN: no optimisation) and eval under the three engines: the
+ * transforms file and group /eval record the engine passed. */
+static void test_transform_engines(const char *capture_path)
+{
+    char capture[1024]; /* check_path's buffers rotate */
+    snprintf(capture, sizeof capture, "%s", capture_path);
+    const qmla_engine *eng[3] = {NULL, qmla_engine_cpu(), &counting};
+    for (int k = 0; k < 3; k++) {
+        char tf[32], ev[32];
+        snprintf(tf, sizeof tf, "tf%d.h5", k);
+        snprintf(ev, sizeof ev, "eval%d.h5", k);
+        qmla_error err;
+        qmla_error_clear(&err);
+        qmla_learn_run_opts lo = qmla_learn_run_defaults();
+        lo.method = qmla_tmethod_lookup("rtn");
+        lo.learn.threads = 1;
+        lo.engine = eng[k];
+        qmla_learn_run_result lr;
+        CHECK_OK(qmla_learn_run(capture, tmp(tf), &lo, &lr, &err), err);
+        CHECK(engine_is(tmp(tf), NULL, engine_want(k)),
+              "learn: the transforms file records the engine passed (engine %d)", k);
+        const char *tfs[1] = {tmp(tf)};
+        qmla_tf_eval_run_opts eo = qmla_tf_eval_run_defaults();
+        eo.transforms = tfs;
+        eo.n_transforms = 1;
+        eo.config = "C4R4";
+        eo.threads = 1;
+        eo.engine = eng[k];
+        qmla_tf_eval_run_result er;
+        CHECK_OK(qmla_tf_eval_run(capture, tmp(ev), &eo, &er, &err), err);
+        qmla_tf_eval_run_result_free(&er);
+        CHECK(engine_is(tmp(ev), "eval", engine_want(k)),
+              "eval: group /eval records the engine passed (engine %d)", k);
+    }
 }
 
 static void test_find(void)
@@ -275,18 +356,8 @@ int main(void)
     test_find();
     qmla_error err;
     qmla_error_clear(&err);
-    qmla_synth_opts so;
-    memset(&so, 0, sizeof so);
-    so.shape = qmla_shape_find("tiny");
-    so.seed = 7;
-    so.n_layers = 2;
-    so.seqs = 2;
-    so.tokens = 16;
-    so.cells = 2;
-    so.threads = 1;
-    CHECK_OK(qmla_synth_write(tmp("cap.h5"), &so, &err), err);
     qmla_capture *cap = NULL;
-    CHECK_OK(qmla_capture_open(tmp("cap.h5"), &cap, &err), err);
+    CHECK_OK(check_synth_capture(tmp("cap.h5"), 7, 2, 2, 16, 2, &cap, &err), err);
     if (!cap)
         return check_summary("test_engine");
     const size_t items = 2 * 2 * 2; /* layers x cells x seqs */
@@ -294,6 +365,7 @@ int main(void)
     test_op(cap, items, 2, 0);
     test_op(cap, items, 2, 1);
     test_iv(cap, items);
+    test_transform_engines(tmp("cap.h5"));
     qmla_capture_close(cap);
     return check_summary("test_engine");
 }

@@ -8,6 +8,7 @@
  * capture (same shape, other bytes) is refused. Uses synthetic captures
  * (qmla_synth_write); the temporary folder goes also when a check fails. */
 #include "check.h"
+#include "fixture.h"
 #include "qmla/capture.h"
 #include "qmla/results.h"
 #include "qmla/sweep.h"
@@ -22,14 +23,7 @@
 
 static char dir[256];
 
-static const char *tmp(const char *name)
-{
-    static char buf[4][512];
-    static int k = 0;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
+#define tmp(name) check_path(name)
 
 static int exists(const char *p)
 {
@@ -146,18 +140,8 @@ static void test_key_capture(qmla_capture *cap)
     CHECK(run(cap, tmp("cj.h5"), 4, NULL, 0, 2, 0, &sp, &stopped, &err) == 0 && stopped,
           "capture key: partial run");
     CHECK_OK(run(cap, tmp("cr.h5"), 4, NULL, 0, 0, 0, &sp, &stopped, &err), err);
-    qmla_synth_opts so;
-    memset(&so, 0, sizeof so);
-    so.shape = qmla_shape_find("tiny");
-    so.seed = 6; /* other numbers, same layout */
-    so.n_layers = 2;
-    so.seqs = 3;
-    so.tokens = 40;
-    so.cells = 2;
-    so.threads = 1;
-    CHECK_OK(qmla_synth_write(tmp("cap6.h5"), &so, &err), err);
-    qmla_capture *c6 = NULL;
-    CHECK_OK(qmla_capture_open(tmp("cap6.h5"), &c6, &err), err);
+    qmla_capture *c6 = NULL; /* seed 6: other numbers, same layout */
+    CHECK_OK(check_synth_capture(tmp("cap6.h5"), 6, 2, 3, 40, 2, &c6, &err), err);
     if (!c6)
         return;
     int st = run(c6, tmp("cj.h5"), 4, NULL, 0, 0, 0, &sp, &stopped, &err);
@@ -195,18 +179,8 @@ int main(void)
         return 1;
     qmla_error err;
     qmla_error_clear(&err);
-    qmla_synth_opts so;
-    memset(&so, 0, sizeof so);
-    so.shape = qmla_shape_find("tiny");
-    so.seed = 5;
-    so.n_layers = 2;
-    so.seqs = 3;
-    so.tokens = 40;
-    so.cells = 2;
-    so.threads = 1;
-    CHECK_OK(qmla_synth_write(tmp("cap.h5"), &so, &err), err);
     qmla_capture *cap = NULL;
-    CHECK_OK(qmla_capture_open(tmp("cap.h5"), &cap, &err), err);
+    CHECK_OK(check_synth_capture(tmp("cap.h5"), 5, 2, 3, 40, 2, &cap, &err), err);
     if (!cap)
         return check_summary("test_resume");
     stopper sp;
