@@ -125,7 +125,8 @@ static int st_check_layout(st_file *s, qmla_error *err)
         sp[n++] = (st_span){b0, b1, name};
     }
     if (!st) {
-        qsort(sp, n, sizeof *sp, span_cmp);
+        if (n > 1)
+            qsort(sp, n, sizeof *sp, span_cmp);
         size_t at = 0, ai = 0; /* bytes covered so far; sp[ai] reaches at */
         for (size_t i = 0; i < n && !st; i++) {
             if (sp[i].b < at)

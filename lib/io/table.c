@@ -379,7 +379,8 @@ static int list_members(hid_t g, member_list *L)
         members_free(L);
         return -1;
     }
-    qsort(L->m, L->n, sizeof *L->m, cmp_member);
+    if (L->n > 1) /* (qsort of a null array is undefined, even of 0 items) */
+        qsort(L->m, L->n, sizeof *L->m, cmp_member);
     return 0;
 }
 
