@@ -6,7 +6,7 @@
 #  3. asan: the same tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #     (build-asan/, --timeout-multiplier 4; without the CUDA kernels, and the
 #     heaviest tests on smaller inputs, QMLA_TEST_SMALL=1: docs/testing.md),
-#  4. fuzz: the capture reader's libFuzzer target for QMLA_FUZZ_SECONDS (60).
+#  4. fuzz: the capture reader's libFuzzer target for QMLA_FUZZ_SECONDS (45).
 # Every stage runs whatever an earlier one did, except that a failed setup
 # stops the run (there is nothing to test). A stage that fails to build,
 # crashes or runs past its time limit (QMLA_STAGE_TIMEOUT seconds if set,
@@ -32,7 +32,7 @@ if [ -n "$stubs" ]; then
 else
   B=build BA=build-asan BF=build-fuzz
 fi
-fuzz_s=${QMLA_FUZZ_SECONDS:-60}
+fuzz_s=${QMLA_FUZZ_SECONDS:-45}
 passed=0 failed=0 skipped=0
 t_all=$(date +%s)
 
