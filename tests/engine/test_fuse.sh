@@ -26,6 +26,10 @@ need_python
 M=$ROOT/models/tiny-mla
 CAP=$ROOT/data/tiny-mla-default.h5
 TXT=$ROOT/data/heldout/code.txt.gz
+# QMLA_TEST_SMALL=1 (a sanitizer build): every check on 512 held-out tokens
+# (one window) instead of 1,024
+TOK=1024
+[ "${QMLA_TEST_SMALL:-0}" = 1 ] && TOK=512
 expect 0 "learn quarot" -- "$QMLA" learn "$CAP" -o "$work/qr.h5" --method quarot --train-cells prose-s0
 expect 0 "learn rtn" -- "$QMLA" learn "$CAP" -o "$work/rtn.h5" --method rtn --train-cells prose-s0
 expect 0 "learn quantmla" -- "$QMLA" learn "$CAP" -o "$work/qm.h5" --steps 5 --layers 1,3 \
@@ -33,9 +37,9 @@ expect 0 "learn quantmla" -- "$QMLA" learn "$CAP" -o "$work/qm.h5" --steps 5 --l
 for t in qr qm; do
   expect 0 "fuse $t" -- "$QMLA" fuse "$M" --transforms "$work/$t.h5" -o "$work/F$t"
   contains "model.safetensors" "fuse reports the file"
-  expect 0 "ppl fused $t" -- "$QMLA" ppl "$work/F$t" --text "$TXT" --config fp32,C4R4 --tokens 1024 \
+  expect 0 "ppl fused $t" -- "$QMLA" ppl "$work/F$t" --text "$TXT" --config fp32,C4R4 --tokens $TOK \
     --threads 2 -o "$work/f$t.h5"
-  expect 0 "ppl --transforms $t" -- "$QMLA" ppl "$M" --text "$TXT" --config C4R4 --tokens 1024 \
+  expect 0 "ppl --transforms $t" -- "$QMLA" ppl "$M" --text "$TXT" --config C4R4 --tokens $TOK \
     --threads 2 --transforms "$work/$t.h5" -o "$work/t$t.h5"
   contains "folded into the weights" "ppl says the transforms are folded"
   if [ $t = qm ]; then contains "learned for C4R4" "ppl names the config a QuantMLA file was learned for"
@@ -49,7 +53,7 @@ assert [(str(r["method"]), bool(str(r["transforms"]))) for r in rows] == \
 assert str(g.attrs["git_commit"]) and str(g.attrs["tool_version"])
 PY
 done
-expect 0 "ppl original" -- "$QMLA" ppl "$M" --text "$TXT" --config fp32,C4R4 --tokens 1024 --threads 2 \
+expect 0 "ppl original" -- "$QMLA" ppl "$M" --text "$TXT" --config fp32,C4R4 --tokens $TOK --threads 2 \
   -o "$work/orig.h5"
 cat > "$work/cmp.py" <<'PY'
 import sys, h5py, json, struct
@@ -105,7 +109,7 @@ PY
 # closely (measured 1.3e-5 nats/token on prose with learned transforms)
 expect 0 "fuse f16" -- "$QMLA" fuse "$M" --transforms "$work/qr.h5" -o "$work/F16" --dtype f16
 contains "(F16)" "fuse names the dtype"
-expect 0 "ppl fused f16" -- "$QMLA" ppl "$work/F16" --text "$TXT" --config fp32 --tokens 1024 --threads 2 \
+expect 0 "ppl fused f16" -- "$QMLA" ppl "$work/F16" --text "$TXT" --config fp32 --tokens $TOK --threads 2 \
   -o "$work/f16.h5"
 "$PY" - "$work/f16.h5" "$work/orig.h5" "$work/F16/model.safetensors" <<'PY' && ok || bad "f16 fused checkpoint"
 import sys, h5py, json, struct
@@ -120,7 +124,7 @@ assert 0 < abs(fa - fb) < 1e-3, (fa, fb)
 PY
 expect 2 "bad dtype" -- "$QMLA" fuse "$M" --transforms "$work/qr.h5" -o "$work/Fz" --dtype f8
 contains "f32, f16 or bf16" "bad dtype named"
-expect 0 "ppl rtn transforms" -- "$QMLA" ppl "$M" --text "$TXT" --config C4R4 --tokens 1024 --threads 2 \
+expect 0 "ppl rtn transforms" -- "$QMLA" ppl "$M" --text "$TXT" --config C4R4 --tokens $TOK --threads 2 \
   --transforms "$work/rtn.h5" -o "$work/rtn_ppl.h5"
 "$PY" -c 'import h5py,sys; g=h5py.File(sys.argv[1])["ppl"]; v=[float(g[k].attrs["nll_nats_per_token"]) for k in sorted(g)]; assert len(v)==2 and v[0]==v[1], v' \
   "$work/rtn_ppl.h5" && ok || bad "identity (rtn) transforms == plain RTN exactly"
