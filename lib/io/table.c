@@ -1013,6 +1013,15 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Whether string column c (n rows) holds the value v. */
+static int column_has(const qmla_table_col *c, size_t n, const char *v)
+{
+    for (size_t k = 0; k < n; k++)
+        if (!strcmp(c->v.s[k], v))
+            return 1;
+    return 0;
+}
+
 int qmla_table_by_layer(const qmla_table *r, qmla_table **out, qmla_error *err)
 {
     *out = NULL;
@@ -1056,10 +1065,7 @@ int qmla_table_by_layer(const qmla_table *r, qmla_table **out, qmla_error *err)
     }
     static const char *const paths[2] = {"content", "rope"};
     for (int p = 0; p < 2; p++) {
-        int present = 0;
-        for (size_t k = 0; k < n && !present; k++)
-            present = !strcmp(path->v.s[k], paths[p]);
-        if (!present)
+        if (!column_has(path, n, paths[p]))
             continue;
         for (size_t c = 0; c < r->n_cols; c++) {
             const qmla_table_col *x = &r->cols[c];
@@ -1124,10 +1130,7 @@ int qmla_table_by_layer(const qmla_table *r, qmla_table **out, qmla_error *err)
      * sample sd of its non-degenerate sequences / sqrt(n);
      * sqrt(sum_k s_k^2 / n_k) / K, NaN when a cell has a single one */
     for (int p = 0; p < 2; p++) {
-        int present = 0;
-        for (size_t k = 0; k < n && !present; k++)
-            present = !strcmp(path->v.s[k], paths[p]);
-        if (!present)
+        if (!column_has(path, n, paths[p]))
             continue;
         for (size_t c = 0; c < r->n_cols; c++) {
             const qmla_table_col *x = &r->cols[c];
