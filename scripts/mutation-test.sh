@@ -28,6 +28,11 @@
 #      harnesses on one many-core machine split a run (their scores add up).
 #      Outside a git checkout (the accelerator machine) the copy is every
 #      file but build*/ folders.
+#      QMLA_MUT_EXCLUDE="t1 t2" leaves those tests out (named in the
+#      output: tests the machine cannot run, e.g. no gnuplot);
+#      QMLA_MUT_NO_BASELINE=1 skips the baseline — only where a separate
+#      baseline of the same tree runs beside the harness and its verdict is
+#      kept with the run's logs (scripts/device-mutation.sh does both).
 # Exits 0 (a report, not a gate); not part of CI (.ci/run). Run time on 2
 # cores: see docs/testing.md.
 #
@@ -98,6 +103,11 @@ sslow=""
 for t in test_results_faults test_cli test_full_disk; do case " $slow " in *" $t "*) sslow="$sslow $t" ;; esac; done
 slow=$sslow
 
+without() { # LIST DROP -> LIST less the names in DROP
+  local t out=""
+  for t in $1; do case " $2 " in *" $t "*) ;; *) out="$out $t" ;; esac; done
+  echo "$out"
+}
 failed_of() { # TESTLOG.json -> the names of its tests that did not pass ("*" if unreadable)
   "$PY" -c '
 import json, sys
@@ -122,11 +132,19 @@ run_tests() { # LIST -> 0 all passed, 1 a failure; sets $failed_test
   return 1
 }
 
+if [ -n "${QMLA_MUT_EXCLUDE:-}" ]; then
+  fast=$(without "$fast" "$QMLA_MUT_EXCLUDE") slow=$(without "$slow" "$QMLA_MUT_EXCLUDE")
+  echo "== left out (QMLA_MUT_EXCLUDE): $QMLA_MUT_EXCLUDE"
+fi
 [ "${QMLA_MUT_ONLY_FAST:-0}" = 1 ] && slow=""
 [ -n "${QMLA_MUT_TESTS:-}" ] && { fast=$QMLA_MUT_TESTS; slow=""; }
 # --- baseline: every selected test passes on the unmutated copy -------------
-echo "== baseline (unmutated copy)"
 keep_fast="" keep_slow=""
+if [ "${QMLA_MUT_NO_BASELINE:-0}" = 1 ]; then
+  echo "== baseline SKIPPED (QMLA_MUT_NO_BASELINE=1): a separate baseline run of this tree vouches for the tests"
+  keep_fast=$fast keep_slow=$slow fast="" slow=""
+else
+echo "== baseline (unmutated copy)"
 # all selected tests at once (in parallel); those that fail there are tried
 # alone, twice (a timeout on a loaded machine is not a failure of the code)
 QMLA_PYTHON=$PY timeout 3000 meson test -C "$b" --no-rebuild --num-processes "$JOBS" \
@@ -143,6 +161,7 @@ for t in $fast $slow; do
     echo "   $t FAILS on the unmutated copy: left out of this run"
   fi
 done
+fi
 fast=$keep_fast slow=$keep_slow
 echo "   tests used, in order:$fast |$slow"
 all_targets=" $(ninja -C "$b" -t targets all 2>/dev/null | sed -n 's/^\([^:]*\): .*/\1/p' | tr '\n' ' ') "
@@ -206,11 +225,6 @@ hinted() {
   for t in $(field "$1" tests); do
     case " $fast $slow " in *" $t "*) out="$out $t" ;; esac
   done
-  echo "$out"
-}
-without() { # LIST DROP -> LIST less the names in DROP
-  local t out=""
-  for t in $1; do case " $2 " in *" $t "*) ;; *) out="$out $t" ;; esac; done
   echo "$out"
 }
 
