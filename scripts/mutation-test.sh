@@ -233,7 +233,7 @@ mutants=()
 for m in "$MUTDIR"/*.mut; do
   [ -e "$m" ] || continue
   if [ $# -gt 0 ]; then
-    sel=0; for p in "$@"; do case $(basename "$m") in *"$p"*) sel=1 ;; esac; done
+    sel=0 bm=${m##*/}; for p in "$@"; do case $bm in *"$p"*) sel=1; break ;; esac; done
     [ $sel = 1 ] || continue
   fi
   mutants+=("$m")
