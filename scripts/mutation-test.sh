@@ -26,6 +26,9 @@
 #      where /usr/bin/python3 lacks numpy); QMLA_MUT_SHARD=I/N runs only
 #      every N-th selected mutant from the I-th (I from 1), so that N
 #      harnesses on one many-core machine split a run (their scores add up).
+#      QMLA_MUT_AREA_ONLY=1 runs, per mutant, only its hinted tests and
+#      those of its file's area (tests/AREA/ for lib/AREA/): a quick triage
+#      of likely survivors ("area-pass"), not a score.
 #      Outside a git checkout (the accelerator machine) the copy is every
 #      file but build*/ folders.
 #      QMLA_MUT_EXCLUDE="t1 t2" leaves those tests out (named in the
@@ -220,11 +223,27 @@ field() { sed -n "s/^$2: *//p" "$1" | head -1; }
 # The tests a mutant names in its optional "tests:" line (the ones that
 # caught it before), among the tests used, run first: only the order changes
 # (a survivor still runs every test), so the score does not depend on it.
+# Then the tests of the mutated file's area (lib/AREA/... -> tests/AREA/;
+# cli/... -> tests/cli/), in the order used: again only the order changes.
+area_of_test=""
+for t in $fast $slow; do
+  f=$(ls "$src"/tests/*/"$t".* 2>/dev/null | head -1)
+  [ -n "$f" ] && area_of_test="$area_of_test $t:$(basename "$(dirname "$f")")"
+done
 hinted() {
-  local t out=""
+  local t out="" file area
   for t in $(field "$1" tests); do
     case " $fast $slow " in *" $t "*) out="$out $t" ;; esac
   done
+  file=$(field "$1" file)
+  case $file in lib/*/*) area=${file#lib/}; area=${area%%/*} ;; cli/*) area=cli ;; *) area="" ;; esac
+  if [ -n "$area" ]; then
+    for t in $fast $slow; do
+      case " $area_of_test " in *" $t:$area "*)
+        case " $out " in *" $t "*) ;; *) out="$out $t" ;; esac ;;
+      esac
+    done
+  fi
   echo "$out"
 }
 
@@ -248,8 +267,8 @@ if [ -n "${QMLA_MUT_SHARD:-}" ]; then
   echo "== shard $si/$sn"
 fi
 echo "== ${#mutants[@]} mutants"
-n_caught=0 n_surv=0 n_stale=0 n_nob=0
-survivors="" stales=""
+n_caught=0 n_surv=0 n_stale=0 n_nob=0 n_area=0
+survivors="" stales="" area_pass=""
 printf '%-40s %-11s %-9s %5s  %s\n' "mutant" "module" "result" "secs" "caught by / reason"
 for m in "${mutants[@]}"; do
   name=$(basename "$m" .mut)
@@ -276,6 +295,9 @@ for m in "${mutants[@]}"; do
     n_nob=$((n_nob + 1))
   elif ! run_tests "$h"; then
     result=caught; by=$failed_test
+  elif [ "${QMLA_MUT_AREA_ONLY:-0}" = 1 ]; then
+    result=area-pass; by="its hinted and area tests passed (QMLA_MUT_AREA_ONLY: the rest not run)"
+    n_area=$((n_area + 1)); area_pass="$area_pass $name"
   elif ! ninja -C "$b" -j "$JOBS" >"$tmp/mbuild.log" 2>&1; then
     result=nobuild; by=$(grep -m1 'error:' "$tmp/mbuild.log" | cut -c1-80)
     n_nob=$((n_nob + 1))
@@ -304,6 +326,7 @@ if [ $scored -gt 0 ]; then
   awk -v c=$n_caught -v s=$scored 'BEGIN { printf "score: %d/%d = %.1f %%\n", c, s, 100 * c / s }'
 fi
 [ -n "$survivors" ] && echo "survived:$survivors"
+[ -n "$area_pass" ] && echo "not caught by their hinted and area tests ($n_area; QMLA_MUT_AREA_ONLY, not a score):$area_pass"
 [ -n "$stales" ] && echo "stale (update their patterns):$stales"
 echo "run time: ${total_s} s (setup, build and baseline ${base_s} s)"
 exit 0
