@@ -1544,6 +1544,99 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const float *o_part
         lse[(size_t)b * R + r] = mx == -INFINITY ? -INFINITY : mx + logf(sum);
 }
 
+/* Combine of variants 1-3: the same weights, the sum over splits spread
+ * over 16 warps (warp k takes the splits k, k + 16, ..; each lane 16
+ * channels, 4 float4 per split, 2 splits in flight), the 16 partial sums
+ * then added in warp order in shared memory: fixed order, bit-identical
+ * across runs. The one-warp-per-channel-slice combine above walks all
+ * splits serially (a memory round trip per 4 splits), which at short
+ * contexts with 259 partials costs more than the main kernel (H200 run
+ * 29, b 1, 32K). 512 threads per (row, sequence). */
+#define COMB2_THREADS 512
+#define COMB2_WARPS (COMB2_THREADS / 32)
+__global__ void __launch_bounds__(COMB2_THREADS) decode_combine2_kernel(
+    const float *o_part, const float *lse_part, int n_splits, int R, int R_pad, uint16_t *out,
+    float *lse)
+{
+    __shared__ float wsh[COMB_MAX_SPLITS];
+    __shared__ __align__(16) float part[COMB2_WARPS][QMLA_KV_DC];
+    __shared__ float psum[COMB2_WARPS];
+    __shared__ float red[COMB2_WARPS];
+    const int r = blockIdx.x, b = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const float *lp = lse_part + (size_t)b * n_splits * R_pad + r;
+    float mx = -INFINITY;
+    for (int s = tid; s < n_splits; s += COMB2_THREADS)
+        mx = fmaxf(mx, lp[(size_t)s * R_pad]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    if (lane == 0)
+        red[warp] = mx;
+    __syncthreads();
+    mx = red[0];
+#pragma unroll
+    for (int w = 1; w < COMB2_WARPS; w++)
+        mx = fmaxf(mx, red[w]);
+    for (int s = tid; s < n_splits; s += COMB2_THREADS) {
+        const float ls = lp[(size_t)s * R_pad];
+        wsh[s] = mx == -INFINITY || ls == -INFINITY ? 0.0f : expf(ls - mx);
+    }
+    __syncthreads();
+    float acc[16], sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 16; k++)
+        acc[k] = 0.0f;
+    const float4 *op = (const float4 *)(o_part + ((size_t)b * n_splits * R_pad + r) * QMLA_KV_DC) + lane;
+    const size_t stride = (size_t)R_pad * QMLA_KV_DC / 4; /* float4s between splits */
+#pragma unroll 2
+    for (int s = warp; s < n_splits; s += COMB2_WARPS) {
+        const float w = wsh[s];
+        if (w != 0.0f) {
+            float4 v[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                v[j] = op[(size_t)s * stride + 32 * j];
+            sum += w;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                acc[4 * j] += w * v[j].x;
+                acc[4 * j + 1] += w * v[j].y;
+                acc[4 * j + 2] += w * v[j].z;
+                acc[4 * j + 3] += w * v[j].w;
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        *(float4 *)&part[warp][4 * (lane + 32 * j)] =
+            make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+    if (lane == 0)
+        psum[warp] = sum;
+    __syncthreads();
+    if (tid < QMLA_KV_DC / 4) { /* 4 channels per thread, warps added in order */
+        float4 t = *(const float4 *)&part[0][4 * tid];
+        float ts = psum[0];
+#pragma unroll
+        for (int w = 1; w < COMB2_WARPS; w++) {
+            const float4 u = *(const float4 *)&part[w][4 * tid];
+            t.x += u.x;
+            t.y += u.y;
+            t.z += u.z;
+            t.w += u.w;
+            ts += psum[w];
+        }
+        const float inv = ts > 0.0f ? 1.0f / ts : 0.0f;
+        __nv_bfloat162 h0 = __floats2bfloat162_rn(t.x * inv, t.y * inv);
+        __nv_bfloat162 h1 = __floats2bfloat162_rn(t.z * inv, t.w * inv);
+        uint2 v;
+        v.x = *(uint32_t *)&h0;
+        v.y = *(uint32_t *)&h1;
+        *((uint2 *)(out + ((size_t)b * R + r) * QMLA_KV_DC) + tid) = v;
+        if (tid == 0)
+            lse[(size_t)b * R + r] = mx == -INFINITY ? -INFINITY : mx + logf(ts);
+    }
+}
+
 /* ---- host side ----------------------------------------------------------- */
 /* 1 for the configurations decode_fast_kernel takes (C4R4, C2R4, group 64). */
 static int fast_config(const qmla_kv_config *c)
@@ -1564,12 +1657,18 @@ static int eff_variant(const qmla_kv_config *c, int v)
 {
     if (v == 1 && fast_config(c))
         return 1;
+    if (v == 3 && c->c_bits != QMLA_KV_BF16)
+        return 3;
     if (v == 2 && c->c_bits != QMLA_KV_BF16 && c->group == 64 &&
         ((c->c_bits == 4 && c->r_bits == 4) || (c->c_bits == 2 && c->r_bits == 4) ||
          (c->c_bits == 8 && c->r_bits == 8)))
         return 2;
     return 0;
 }
+
+/* Variant 1's plan (qmla_decode_cuda_plan_variant). */
+#define V1_MIN_PPS 2
+#define V1_SLACK 2
 
 /* Row tiles per block of variant 2 (one dequantized page for all of them). */
 static int ws_nrt(int tiles) { return tiles >= 2 ? 2 : 1; }
@@ -1585,6 +1684,7 @@ extern "C" const char *qmla_decode_cuda_variant_name(int variant)
     case 0: return "v0 fast";
     case 1: return "v1 fast+sep";
     case 2: return "v2 ws-tile";
+    case 3: return "v3 v0+comb2";
     default: return "?";
     }
 }
@@ -1628,23 +1728,39 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
         v != 2 && fast_config(cfg) ? (cfg->sink + cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
     long splits, pps;
     if (v == 1) {
-        /* protected partials in blocks of their own, beside the packed ones,
-         * all in one wave (2 blocks per SM); the packed blocks share the
-         * pages below the window */
-        const long per_seq = (long)a->batch * tiles;
-        long packed = (long)n_sm * 2 / per_seq - prot;
+        /* the short-context plan: the packed pages below the window over
+         * `packed` blocks of one wave (2 per SM), at least V1_MIN_PPS pages
+         * each; the protected partials in blocks of their own beside them
+         * when the wave has room for them, or when making room costs at
+         * most V1_SLACK more pages per packed block (the protected blocks'
+         * own work, about 2 pages); otherwise after the pages of the last
+         * packed blocks, as variant 0 */
+        const long slots = (long)n_sm * 2 / ((long)a->batch * tiles);
+        const long hi = max_len - cfg->window > 0
+                            ? (max_len - cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE
+                            : 0;
+        long packed = slots < 1 ? 1 : slots;
         if (packed > COMB_MAX_SPLITS - 64)
             packed = COMB_MAX_SPLITS - 64;
-        long hi = max_len - cfg->window > 0
-                      ? (max_len - cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE
-                      : 0;
-        if (packed > hi)
-            packed = hi;
+        if (packed > (hi + V1_MIN_PPS - 1) / V1_MIN_PPS)
+            packed = (hi + V1_MIN_PPS - 1) / V1_MIN_PPS;
         if (packed < 1)
             packed = 1;
+        const long pps0 = hi > 0 ? (hi + packed - 1) / packed : 1;
+        long sep = packed + prot <= slots;
+        if (!sep && slots - prot >= 1) {
+            const long pps1 = (hi + slots - prot - 1) / (slots - prot);
+            if (pps1 <= pps0 + V1_SLACK) {
+                packed = slots - prot;
+                sep = 1;
+            }
+        }
         pps = hi > 0 ? (hi + packed - 1) / packed : 1;
         splits = hi > 0 ? (hi + pps - 1) / pps : 1;
+        if (!sep && splits < prot)
+            splits = prot;
         splits += prot;
+        plan->sep = (int)sep;
     } else {
         const long groups = v == 2 ? (tiles + ws_nrt(tiles) - 1) / ws_nrt(tiles) : tiles;
         const long per_seq = (long)a->batch * groups;
@@ -1674,6 +1790,8 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
     plan->pages_per_split = (int)pps;
     plan->row_tiles = tiles;
     plan->variant = v;
+    if (v != 1)
+        plan->sep = 0;
     const size_t rows = (size_t)a->batch * splits * tiles * DEC_ROWS;
     plan->ws_bytes = rows * QMLA_KV_DC * 4 + ((rows * 4 + 15) & ~(size_t)15);
     return QMLA_OK;
@@ -1747,7 +1865,8 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     const size_t rows = (size_t)a->batch * d.n_splits * d.R_pad;
     d.o_part = (float *)ws;
     d.lse_part = (float *)ws + rows * QMLA_KV_DC;
-    dim3 grid((unsigned)(d.n_splits - (var == 1 ? 0 : d.n_prot)), (unsigned)plan->row_tiles,
+    const int sep = var == 1 && plan->sep;
+    dim3 grid((unsigned)(d.n_splits - (sep ? 0 : d.n_prot)), (unsigned)plan->row_tiles,
               (unsigned)a->batch);
     const int nrt = ws_nrt(plan->row_tiles);
     if (var == 2)
@@ -1779,11 +1898,11 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
             QMLA_LAUNCH((decode_ws_kernel<8, 8, 1>), sizeof(dec_smem_ws<1>));
         else
             QMLA_LAUNCH((decode_ws_kernel<8, 8, 2>), sizeof(dec_smem_ws<2>));
-    } else if (L.c_bits == 4 && var == 1)
+    } else if (L.c_bits == 4 && sep)
         QMLA_LAUNCH((decode_fast_kernel<4, 1>), fast_smem_bytes<4>());
     else if (L.c_bits == 4)
         QMLA_LAUNCH((decode_fast_kernel<4, 0>), fast_smem_bytes<4>());
-    else if (L.c_bits == 2 && var == 1)
+    else if (L.c_bits == 2 && sep)
         QMLA_LAUNCH((decode_fast_kernel<2, 1>), fast_smem_bytes<2>());
     else if (L.c_bits == 2)
         QMLA_LAUNCH((decode_fast_kernel<2, 0>), fast_smem_bytes<2>());
@@ -1792,8 +1911,13 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
 #undef QMLA_LAUNCH
     if (e != cudaSuccess)
         return qmla_cuda_fail(err, e, "decode main kernel");
-    decode_combine_kernel<<<dim3((unsigned)R, (unsigned)a->batch), 128, 0, stream>>>(
-        d.o_part, d.lse_part, d.n_splits, d.R, d.R_pad, out, lse);
+    if (var == 0)
+        decode_combine_kernel<<<dim3((unsigned)R, (unsigned)a->batch), 128, 0, stream>>>(
+            d.o_part, d.lse_part, d.n_splits, d.R, d.R_pad, out, lse);
+    else
+        decode_combine2_kernel<<<dim3((unsigned)R, (unsigned)a->batch), COMB2_THREADS, 0,
+                                 stream>>>(d.o_part, d.lse_part, d.n_splits, d.R, d.R_pad, out,
+                                           lse);
     if ((e = cudaGetLastError()) != cudaSuccess)
         return qmla_cuda_fail(err, e, "decode combine kernel");
     return QMLA_OK;

@@ -48,21 +48,26 @@ typedef struct qmla_decode_plan {
     int n_prot;          /* C4R4 / C2R4: partials of protected tokens (of n_splits) */
     size_t ws_bytes;     /* device workspace the launch needs */
     int variant;         /* kernel variant the plan was made for (below) */
+    int sep;             /* variant 1: protected partials in blocks of their own */
 } qmla_decode_plan;
 
 /* Kernel variants (numbered as llm.c's dev/cuda kernels; docs/decode.md):
  *   0  the default: C4R4 / C2R4 decode_fast_kernel (tensor cores on the
  *      codes, protected tokens after the pages of the last blocks), C8R8
  *      and BF16 through the BF16-tile kernels;
- *   1  C4R4 / C2R4: decode_fast_kernel with the short-context plan (the
- *      protected partials in blocks of their own beside the packed blocks,
- *      the packed pages below the window split over the rest of one wave);
+ *   1  C4R4 / C2R4: decode_fast_kernel with the short-context plan (at
+ *      least 2 pages per packed block; the protected partials in blocks of
+ *      their own beside the packed ones where one wave has room) and the
+ *      split-parallel combine;
  *   2  C4R4 / C2R4 / C8R8: the warp-specialised kernel (producer warps
  *      dequantize pages into shared BF16 tiles, consumer warps run mma.sync
- *      for up to 32 query rows per tile; attends to BF16-rounded values).
+ *      for up to 32 query rows per tile; attends to BF16-rounded values),
+ *      split-parallel combine;
+ *   3  C4R4 / C2R4 / C8R8: variant 0 with the split-parallel combine (16
+ *      warps share the splits of a row instead of one walking them all).
  * A variant that does not apply to a configuration falls back to 0 (the
  * plan's `variant` says which one runs). */
-#define QMLA_DECODE_VARIANTS 3
+#define QMLA_DECODE_VARIANTS 4
 
 /* Plan for a batch (a->batch, s_q, heads) whose longest sequence has at most
  * max_len tokens, on a device of n_sm multiprocessors (0: ask the current

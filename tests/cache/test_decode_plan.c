@@ -1,12 +1,13 @@
 /* test_decode_plan.c — the decode plan's kernel variants (kernels/decode.cu,
  * qmla_decode_cuda_plan_variant; host arithmetic only, no GPU needed):
  *  - variant 0 is qmla_decode_cuda_plan, field for field;
- *  - variant 1 (C4R4 / C2R4 short-context plan): every partial a block of
- *    its own, all of a batch in one wave of 2 blocks per SM, the packed
- *    blocks covering the pages below the window, the protected partials
- *    n_prot as variant 0's;
+ *  - variant 1 (C4R4 / C2R4 short-context plan): a grid of one wave of 2
+ *    blocks per SM, at least 2 pages per packed block, the packed blocks
+ *    covering the pages below the window, the protected partials n_prot
+ *    as variant 0's and in blocks of their own where the wave has room;
  *  - variant 2 (warp-specialised tile kernel): no protected partials, one
  *    block per SM in one wave, pages covered; C8R8 too;
+ *  - variant 3: variant 0's plan (only its combine differs);
  *  - fall-backs: BF16 runs variant 0 under every request, C8R8 under 1;
  *  - an unknown variant is an error naming it.
  * Suite unit (linked with the CUDA kernels' library, but launches nothing). */
@@ -66,17 +67,30 @@ int main(void)
                             const long packed = p.n_splits - p.n_prot;
                             CHECK(p.n_prot == p0.n_prot && packed >= 1 &&
                                       (below == 0 || packed * p.pages_per_split >= below) &&
-                                      (below == 0 || (packed - 1) * p.pages_per_split < below),
+                                      (below == 0 || packed <= p.n_prot || (packed - 1) * p.pages_per_split < below),
                                   "%s b %d H %d len %ld: v1 %d splits, %d pages each, %ld "
                                   "below the window",
                                   names[ni], a.batch, a.heads, len, p.n_splits, p.pages_per_split,
                                   below);
-                            /* one wave whenever the batch leaves room for it */
-                            if ((long)a.batch * tiles * (p.n_prot + 1) <= 2L * n_sm)
-                                CHECK((long)a.batch * tiles * p.n_splits <= 2L * n_sm,
-                                      "%s b %d H %d len %ld: v1 grid %ld blocks over one wave",
-                                      names[ni], a.batch, a.heads, len,
-                                      (long)a.batch * tiles * p.n_splits);
+                            /* one wave whenever the batch leaves room for it; the
+                             * protected partials in blocks of their own when they fit
+                             * beside the packed blocks; at least 2 pages per block */
+                            const long grid = p.sep ? p.n_splits : packed;
+                            if ((long)a.batch * tiles * p.n_prot <= 2L * n_sm)
+                                CHECK((long)a.batch * tiles * grid <= 2L * n_sm,
+                                      "%s b %d H %d s_q %d len %ld: v1 grid %ld blocks over one wave",
+                                      names[ni], a.batch, a.heads, a.s_q, len,
+                                      (long)a.batch * tiles * grid);
+                            if ((long)a.batch * tiles * (p0.n_splits - p0.n_prot + p.n_prot) <=
+                                2L * n_sm)
+                                CHECK(p.sep, "%s b %d H %d len %ld: v1 protected blocks not "
+                                             "separate though the wave has room",
+                                      names[ni], a.batch, a.heads, len);
+                            CHECK(p.pages_per_split >= (below < 2 ? 1 : 2),
+                                  "%s b %d len %ld: v1 %d pages per block", names[ni], a.batch,
+                                  len, p.pages_per_split);
+                        } else {
+                            CHECK(p.sep == 0, "%s: sep without variant 1", names[ni]);
                         }
                         /* variant 2 */
                         CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 2, &p, &err),
@@ -96,11 +110,22 @@ int main(void)
                                       a.batch, a.heads, len);
                         }
                     }
+        /* variant 3: variant 0's plan (the combine differs) */
+        {
+            const qmla_decode_args a = {8, 1, 16, 1.0f, &q0, &z, 1, &z};
+            qmla_decode_plan p0, p3;
+            CHECK_OK(qmla_decode_cuda_plan(&cfg, &a, 65536, n_sm, &p0, &err), err);
+            CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, 65536, n_sm, 3, &p3, &err), err);
+            CHECK(p3.variant == (lowbit ? 3 : 0) && p3.n_splits == p0.n_splits &&
+                      p3.pages_per_split == p0.pages_per_split && p3.n_prot == p0.n_prot &&
+                      p3.sep == 0,
+                  "%s: variant 3 plan", names[ni]);
+        }
         qmla_decode_plan p;
         const qmla_decode_args a = {8, 1, 16, 1.0f, &q0, &z, 1, &z};
         const int st = qmla_decode_cuda_plan_variant(&cfg, &a, 4096, n_sm, QMLA_DECODE_VARIANTS,
                                                      &p, &err);
-        CHECK(st == QMLA_EINVAL && strstr(err.msg, "variant 3"), "%s: bad variant: %d %s",
+        CHECK(st == QMLA_EINVAL && strstr(err.msg, "variant 4"), "%s: bad variant: %d %s",
               names[ni], st, err.msg);
     }
     CHECK(strcmp(qmla_decode_cuda_variant_name(2), "v2 ws-tile") == 0, "variant name");
