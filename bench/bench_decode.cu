@@ -401,11 +401,12 @@ static void bench_decode_point(bench *B, int batch, long ctx, float res_us[4])
  * (decode_cuda.h) of C4R4 / C2R4 / C8R8 beside our BF16 decode, all on the
  * same synthetic cache of the point (the variants of a configuration share
  * its pool); CUDA Graphs, L2 flushed before every sample, alternating order.
- * Rows: kind "decode h<H> sq<s_q>", config "<cfg> v<variant>" (BF16 "BF16"),
+ * Rows: kind "decode h<H> sq<s_q>", config "<cfg> v<variant>" (BF16's
+ * variant 0 "BF16", the reference of the ratios; its variant 3 "BF16 v3"),
  * ratio to BF16 of the same point, GB/s on the bytes read (packed pages,
  * protected BF16 rows, queries, block table). Prints one Markdown line per
  * configuration and variant. */
-#define NV_MAX 12
+#define NV_MAX 16
 static void bench_variants_point(bench *B, int batch, long ctx, int H, int s_q)
 {
     const int maxp = (int)((ctx + 63) / 64);
@@ -458,7 +459,7 @@ static void bench_variants_point(bench *B, int batch, long ctx, int H, int s_q)
         CU(cudaGetLastError());
         const double prot = L.bf16 ? 0.0 : (double)batch * (ctx < 132 ? ctx : 132) * 1152;
         bytes[ci] = (double)pages * L.page_bytes + prot + (double)batch * R * 1152 + pages * 4.0;
-        for (int v = 0; v < (L.bf16 ? 1 : QMLA_DECODE_VARIANTS) && n < NV_MAX; v++) {
+        for (int v = 0; v < QMLA_DECODE_VARIANTS && n < NV_MAX; v++) {
             qmla_decode_plan plan;
             OK(qmla_decode_cuda_plan_variant(&cfg, &a, ctx, 0, v, &plan, &err), err);
             if (plan.variant != v)
@@ -492,7 +493,7 @@ static void bench_variants_point(bench *B, int batch, long ctx, int H, int s_q)
     for (int e = 0; e < n; e++) {
         const int ci = ent_cfg[e];
         char cs[16];
-        if (ci == 0)
+        if (ci == 0 && ent_var[e] == 0)
             snprintf(cs, sizeof cs, "BF16");
         else
             snprintf(cs, sizeof cs, "%s v%d", CFG[ci], ent_var[e]);

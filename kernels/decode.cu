@@ -1655,10 +1655,10 @@ extern "C" int qmla_decode_cuda_packed_f32(const qmla_kv_config *cfg)
  * C2R4, C8R8); otherwise variant 0. */
 static int eff_variant(const qmla_kv_config *c, int v)
 {
-    if (v == 1 && fast_config(c))
-        return 1;
-    if (v == 3 && c->c_bits != QMLA_KV_BF16)
-        return 3;
+    if ((v == 1 || v == 4) && fast_config(c))
+        return v;
+    if (v == 3)
+        return 3; /* every configuration, BF16 too */
     if (v == 2 && c->c_bits != QMLA_KV_BF16 && c->group == 64 &&
         ((c->c_bits == 4 && c->r_bits == 4) || (c->c_bits == 2 && c->r_bits == 4) ||
          (c->c_bits == 8 && c->r_bits == 8)))
@@ -1669,6 +1669,8 @@ static int eff_variant(const qmla_kv_config *c, int v)
 /* Variant 1's plan (qmla_decode_cuda_plan_variant). */
 #define V1_MIN_PPS 2
 #define V1_SLACK 2
+/* Variant 4 (variant 1's plan): the old combine up to this many partials. */
+#define V4_COMB2_MIN_SPLITS 16
 
 /* Row tiles per block of variant 2 (one dequantized page for all of them). */
 static int ws_nrt(int tiles) { return tiles >= 2 ? 2 : 1; }
@@ -1685,6 +1687,7 @@ extern "C" const char *qmla_decode_cuda_variant_name(int variant)
     case 1: return "v1 fast+sep";
     case 2: return "v2 ws-tile";
     case 3: return "v3 v0+comb2";
+    case 4: return "v4 v1+comb-by-splits";
     default: return "?";
     }
 }
@@ -1727,7 +1730,7 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
     const long prot =
         v != 2 && fast_config(cfg) ? (cfg->sink + cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
     long splits, pps;
-    if (v == 1) {
+    if (v == 1 || v == 4) {
         /* the short-context plan: the packed pages below the window over
          * `packed` blocks of one wave (2 per SM), at least V1_MIN_PPS pages
          * each; the protected partials in blocks of their own beside them
@@ -1790,7 +1793,7 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
     plan->pages_per_split = (int)pps;
     plan->row_tiles = tiles;
     plan->variant = v;
-    if (v != 1)
+    if (v != 1 && v != 4)
         plan->sep = 0;
     const size_t rows = (size_t)a->batch * splits * tiles * DEC_ROWS;
     plan->ws_bytes = rows * QMLA_KV_DC * 4 + ((rows * 4 + 15) & ~(size_t)15);
@@ -1865,7 +1868,7 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     const size_t rows = (size_t)a->batch * d.n_splits * d.R_pad;
     d.o_part = (float *)ws;
     d.lse_part = (float *)ws + rows * QMLA_KV_DC;
-    const int sep = var == 1 && plan->sep;
+    const int sep = (var == 1 || var == 4) && plan->sep;
     dim3 grid((unsigned)(d.n_splits - (sep ? 0 : d.n_prot)), (unsigned)plan->row_tiles,
               (unsigned)a->batch);
     const int nrt = ws_nrt(plan->row_tiles);
@@ -1911,7 +1914,9 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
 #undef QMLA_LAUNCH
     if (e != cudaSuccess)
         return qmla_cuda_fail(err, e, "decode main kernel");
-    if (var == 0)
+    /* variant 4: the split-parallel combine only where the splits are many
+     * (hopper run 2: it loses 1-10 % at <= 11 partials, wins from 24) */
+    if (var == 0 || (var == 4 && d.n_splits <= V4_COMB2_MIN_SPLITS))
         decode_combine_kernel<<<dim3((unsigned)R, (unsigned)a->batch), 128, 0, stream>>>(
             d.o_part, d.lse_part, d.n_splits, d.R, d.R_pad, out, lse);
     else

@@ -48,7 +48,7 @@ typedef struct qmla_decode_plan {
     int n_prot;          /* C4R4 / C2R4: partials of protected tokens (of n_splits) */
     size_t ws_bytes;     /* device workspace the launch needs */
     int variant;         /* kernel variant the plan was made for (below) */
-    int sep;             /* variant 1: protected partials in blocks of their own */
+    int sep;             /* variants 1, 4: protected partials in blocks of their own */
 } qmla_decode_plan;
 
 /* Kernel variants (numbered as llm.c's dev/cuda kernels; docs/decode.md):
@@ -63,11 +63,14 @@ typedef struct qmla_decode_plan {
  *      dequantize pages into shared BF16 tiles, consumer warps run mma.sync
  *      for up to 32 query rows per tile; attends to BF16-rounded values),
  *      split-parallel combine;
- *   3  C4R4 / C2R4 / C8R8: variant 0 with the split-parallel combine (16
- *      warps share the splits of a row instead of one walking them all).
+ *   3  every configuration (BF16 too): variant 0 with the split-parallel
+ *      combine (16 warps share the splits of a row instead of one walking
+ *      them all);
+ *   4  C4R4 / C2R4: variant 1 with the split-parallel combine only above 16
+ *      partials (the old one at few splits).
  * A variant that does not apply to a configuration falls back to 0 (the
  * plan's `variant` says which one runs). */
-#define QMLA_DECODE_VARIANTS 4
+#define QMLA_DECODE_VARIANTS 5
 
 /* Plan for a batch (a->batch, s_q, heads) whose longest sequence has at most
  * max_len tokens, on a device of n_sm multiprocessors (0: ask the current

@@ -33,7 +33,7 @@ for step in "$@"; do
   case $step in
   tests)
     timeout ${TEST_LIMIT:-150} ./build-dev/tests/test_decode_cuda >"$OUT/test_decode_cuda.log" 2>&1
-    echo "rc=$?"; grep -E " v[12] " "$OUT/test_decode_cuda.log" | head -60
+    echo "rc=$?"; grep -E " v[1-9] " "$OUT/test_decode_cuda.log" | head -80
     grep -E "FAIL|failed|aging|worst" "$OUT/test_decode_cuda.log" | tail -8 ;;
   sanitize)
     for tool in memcheck racecheck synccheck; do

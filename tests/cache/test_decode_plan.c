@@ -7,8 +7,9 @@
  *    as variant 0's and in blocks of their own where the wave has room;
  *  - variant 2 (warp-specialised tile kernel): no protected partials, one
  *    block per SM in one wave, pages covered; C8R8 too;
- *  - variant 3: variant 0's plan (only its combine differs);
- *  - fall-backs: BF16 runs variant 0 under every request, C8R8 under 1;
+ *  - variant 3: variant 0's plan (only its combine differs), BF16 too;
+ *  - variant 4: variant 1's plan (only its combine choice differs);
+ *  - fall-backs: BF16 runs variant 0 under 1, 2, 4; C8R8 under 1 and 4;
  *  - an unknown variant is an error naming it.
  * Suite unit (linked with the CUDA kernels' library, but launches nothing). */
 #include "check.h"
@@ -110,13 +111,24 @@ int main(void)
                                       a.batch, a.heads, len);
                         }
                     }
-        /* variant 3: variant 0's plan (the combine differs) */
+        /* variant 4: variant 1's plan (the combine choice differs) */
+        {
+            const qmla_decode_args a = {8, 1, 16, 1.0f, &q0, &z, 1, &z};
+            qmla_decode_plan p1, p4;
+            CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, 4096, n_sm, 1, &p1, &err), err);
+            CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, 4096, n_sm, 4, &p4, &err), err);
+            CHECK(p4.variant == (fast ? 4 : 0) && p4.n_splits == p1.n_splits &&
+                      p4.pages_per_split == p1.pages_per_split && p4.n_prot == p1.n_prot &&
+                      p4.sep == p1.sep,
+                  "%s: variant 4 plan", names[ni]);
+        }
+        /* variant 3: variant 0's plan (the combine differs), BF16 too */
         {
             const qmla_decode_args a = {8, 1, 16, 1.0f, &q0, &z, 1, &z};
             qmla_decode_plan p0, p3;
             CHECK_OK(qmla_decode_cuda_plan(&cfg, &a, 65536, n_sm, &p0, &err), err);
             CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, 65536, n_sm, 3, &p3, &err), err);
-            CHECK(p3.variant == (lowbit ? 3 : 0) && p3.n_splits == p0.n_splits &&
+            CHECK(p3.variant == 3 && p3.n_splits == p0.n_splits &&
                       p3.pages_per_split == p0.pages_per_split && p3.n_prot == p0.n_prot &&
                       p3.sep == 0,
                   "%s: variant 3 plan", names[ni]);
@@ -125,7 +137,7 @@ int main(void)
         const qmla_decode_args a = {8, 1, 16, 1.0f, &q0, &z, 1, &z};
         const int st = qmla_decode_cuda_plan_variant(&cfg, &a, 4096, n_sm, QMLA_DECODE_VARIANTS,
                                                      &p, &err);
-        CHECK(st == QMLA_EINVAL && strstr(err.msg, "variant 4"), "%s: bad variant: %d %s",
+        CHECK(st == QMLA_EINVAL && strstr(err.msg, "variant 5"), "%s: bad variant: %d %s",
               names[ni], st, err.msg);
     }
     CHECK(strcmp(qmla_decode_cuda_variant_name(2), "v2 ws-tile") == 0, "variant name");
