@@ -13,6 +13,11 @@
  *             --samples per point (default 40) in alternating order; median
  *             microseconds, ratio to our BF16, GB/s on the bytes read.
  * Synthetic BF16 queries and cache values (random, never zeros).
+ * --variants: instead of qdq / writer / the table above, every kernel
+ * variant (decode_cuda.h) beside BF16 over b 1, 8, 32, 64, contexts 4K,
+ * 32K, 128K, 1M (b 64: to 128K), H 16 and 128, s_q 1 and 2 (10 samples
+ * per point unless --samples; provenance: heads and s_q -1, quick 11;
+ * --variants-quick: H 16 s_q 1 whole, the other shapes at 4K and 128K, quick 12).
  * Usage: bench_decode [--samples N] [--out results.tsv] [--h5 results.h5] [--quick]
  * (--quick: a subset of the points; --profile: a few launches of each
  * kernel, decode at b 32, 64K, for Nsight Compute; --profile-short: decode
@@ -101,7 +106,7 @@ typedef struct {
     FILE *tsv;
     int samples;
     double copy_gbs;
-    qmla_bench_row rows[160]; /* everything measured, for the HDF5 file */
+    qmla_bench_row rows[1024]; /* everything measured, for the HDF5 file */
     size_t n_rows;
 } bench;
 
@@ -392,16 +397,140 @@ static void bench_decode_point(bench *B, int batch, long ctx, float res_us[4])
     free(hbt);
 }
 
+/* --variants: one (batch, context, H, s_q) point, every kernel variant
+ * (decode_cuda.h) of C4R4 / C2R4 / C8R8 beside our BF16 decode, all on the
+ * same synthetic cache of the point (the variants of a configuration share
+ * its pool); CUDA Graphs, L2 flushed before every sample, alternating order.
+ * Rows: kind "decode h<H> sq<s_q>", config "<cfg> v<variant>" (BF16's
+ * variant 0 "BF16", the reference of the ratios; its variant 3 "BF16 v3"),
+ * ratio to BF16 of the same point, GB/s on the bytes read (packed pages,
+ * protected BF16 rows, queries, block table). Prints one Markdown line per
+ * configuration and variant. */
+#define NV_MAX 16
+static void bench_variants_point(bench *B, int batch, long ctx, int H, int s_q)
+{
+    const int maxp = (int)((ctx + 63) / 64);
+    const size_t pages = (size_t)batch * maxp, R = (size_t)s_q * H;
+    int32_t *hbt = (int32_t *)malloc(pages * 4);
+    for (size_t i = 0; i < pages; i++)
+        hbt[i] = (int32_t)i;
+    uint64_t r = 0x1234567ull + (uint64_t)ctx * 31 + (uint64_t)batch;
+    for (size_t i = pages; i > 1; i--) { /* independently owned, shuffled pages */
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        const size_t j = (size_t)(r % i);
+        const int32_t t = hbt[i - 1];
+        hbt[i - 1] = hbt[j];
+        hbt[j] = t;
+    }
+    int32_t *bt = (int32_t *)dalloc(pages * 4), *len = (int32_t *)dalloc((size_t)batch * 4);
+    CU(cudaMemcpy(bt, hbt, pages * 4, cudaMemcpyHostToDevice));
+    fill_i32<<<64, 256>>>(len, (size_t)batch, (int32_t)ctx);
+    uint16_t *q = (uint16_t *)dalloc((size_t)batch * R * QMLA_KV_D * 2);
+    fill_bf16<<<256, 256>>>(q, (size_t)batch * R * QMLA_KV_D, 11);
+    uint16_t *out = (uint16_t *)dalloc((size_t)batch * R * 512 * 2);
+    float *lse = (float *)dalloc((size_t)batch * R * 4);
+    qmla_decode_args a = {batch, s_q, H, 1.0f / sqrtf(192.0f), q, bt, maxp, len};
+    qmla_kv_cache kc[4];
+    int n = 0, ent_cfg[NV_MAX], ent_var[NV_MAX], ent_splits[NV_MAX];
+    void *ws[NV_MAX];
+    cudaGraphExec_t gx[NV_MAX];
+    double bytes[4];
+    for (int ci = 0; ci < 4; ci++) {
+        qmla_kv_config cfg;
+        qmla_error err;
+        OK(qmla_kv_parse_config(CFG[ci], &cfg, &err), err);
+        cfg.sink = 4;
+        cfg.window = 128;
+        const qmla_kv_layout L = qmla_kv_layout_of(&cfg);
+        kc[ci].cfg = cfg;
+        kc[ci].pool = (uint8_t *)dalloc(pages * L.page_bytes);
+        kc[ci].n_pages = pages;
+        kc[ci].sink = (uint16_t *)dalloc((size_t)batch * 4 * 1152);
+        kc[ci].window = (uint16_t *)dalloc((size_t)batch * 128 * 1152);
+        kc[ci].batch = batch;
+        if (L.bf16)
+            fill_bf16<<<4096, 256>>>((uint16_t *)kc[ci].pool, pages * L.page_bytes / 2, 5);
+        else
+            fill_pages<<<4096, 256>>>(kc[ci].pool, pages, L, 5);
+        fill_bf16<<<256, 256>>>(kc[ci].sink, (size_t)batch * 4 * 576, 6);
+        fill_bf16<<<256, 256>>>(kc[ci].window, (size_t)batch * 128 * 576, 7);
+        CU(cudaGetLastError());
+        const double prot = L.bf16 ? 0.0 : (double)batch * (ctx < 132 ? ctx : 132) * 1152;
+        bytes[ci] = (double)pages * L.page_bytes + prot + (double)batch * R * 1152 + pages * 4.0;
+        for (int v = 0; v < QMLA_DECODE_VARIANTS && n < NV_MAX; v++) {
+            qmla_decode_plan plan;
+            OK(qmla_decode_cuda_plan_variant(&cfg, &a, ctx, 0, v, &plan, &err), err);
+            if (plan.variant != v)
+                continue; /* falls back to variant 0: measured already */
+            ws[n] = dalloc(plan.ws_bytes);
+            OK(qmla_decode_cuda(&kc[ci], &a, &plan, ws[n], out, lse, B->s, &err), err);
+            CU(cudaStreamSynchronize(B->s));
+            cudaGraph_t g;
+            CU(cudaStreamBeginCapture(B->s, cudaStreamCaptureModeGlobal));
+            OK(qmla_decode_cuda(&kc[ci], &a, &plan, ws[n], out, lse, B->s, &err), err);
+            CU(cudaStreamEndCapture(B->s, &g));
+            CU(cudaGraphInstantiate(&gx[n], g, 0));
+            CU(cudaGraphDestroy(g));
+            ent_cfg[n] = ci;
+            ent_var[n] = v;
+            ent_splits[n] = plan.n_splits;
+            n++;
+        }
+    }
+    static float t[NV_MAX][256];
+    for (int i = 0; i < B->samples; i++)
+        for (int k = 0; k < n; k++) {
+            const int e = i % 2 ? n - 1 - k : k; /* alternating order */
+            t[e][i] = time_graph(B, gx[e]);
+        }
+    float us[NV_MAX];
+    for (int e = 0; e < n; e++)
+        us[e] = median(t[e], B->samples);
+    char kind[32];
+    snprintf(kind, sizeof kind, "decode h%d sq%d", H, s_q);
+    for (int e = 0; e < n; e++) {
+        const int ci = ent_cfg[e];
+        char cs[16];
+        if (ci == 0 && ent_var[e] == 0)
+            snprintf(cs, sizeof cs, "BF16");
+        else
+            snprintf(cs, sizeof cs, "%s v%d", CFG[ci], ent_var[e]);
+        emit(B, kind, batch, ctx, cs, us[e], us[e] / us[0], bytes[ci]);
+        const double gbs = bytes[ci] / (us[e] * 1e3);
+        printf("| %3d | %3d | %2d | %7ld | %-8s | %9.1f | %5.3f | %5.0f | %5.1f %% | %4d |\n", H,
+               s_q, batch, ctx, cs, us[e], us[e] / us[0], gbs, 100.0 * gbs / B->copy_gbs,
+               ent_splits[e]);
+        cudaGraphExecDestroy(gx[e]);
+        cudaFree(ws[e]);
+    }
+    fflush(stdout);
+    for (int ci = 0; ci < 4; ci++) {
+        cudaFree(kc[ci].pool);
+        cudaFree(kc[ci].sink);
+        cudaFree(kc[ci].window);
+    }
+    cudaFree(bt);
+    cudaFree(len);
+    cudaFree(q);
+    cudaFree(out);
+    cudaFree(lse);
+    free(hbt);
+}
+
 int main(int argc, char **argv)
 {
     bench B;
     memset(&B, 0, sizeof B);
     B.samples = 40;
     const char *outp = "bench_decode.tsv", *h5p = NULL;
-    int quick = 0;
+    int quick = 0, variants = 0, samples_set = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--samples") && i + 1 < argc)
+        if (!strcmp(argv[i], "--samples") && i + 1 < argc) {
             B.samples = atoi(argv[++i]);
+            samples_set = 1;
+        }
         else if (!strcmp(argv[i], "--out") && i + 1 < argc)
             outp = argv[++i];
         else if (!strcmp(argv[i], "--h5") && i + 1 < argc)
@@ -412,12 +541,21 @@ int main(int argc, char **argv)
             quick = 2;
         else if (!strcmp(argv[i], "--profile-short"))
             quick = 3;
+        else if (!strcmp(argv[i], "--variants"))
+            variants = 1;
+        else if (!strcmp(argv[i], "--variants-quick"))
+            variants = 2;
+        else if (!strcmp(argv[i], "--profile-variants"))
+            quick = 4;
         else {
             fprintf(stderr, "usage: bench_decode [--samples N] [--out F.tsv] [--h5 F.h5] "
-                            "[--quick | --profile | --profile-short]\n");
+                            "[--quick | --profile | --profile-short | --variants | "
+                            "--variants-quick | --profile-variants]\n");
             return 2;
         }
     }
+    if (variants && !samples_set)
+        B.samples = 10;
     if (B.samples < 3 || B.samples > 250)
         B.samples = 40;
     qmla_error err;
@@ -460,14 +598,34 @@ int main(int argc, char **argv)
             bench_qdq(&B);
             bench_writer(&B);
             bench_decode_point(&B, 32, 65536, r);
-        } else {
+        } else if (quick == 3) {
             bench_decode_point(&B, 8, 4096, r); /* --profile-short */
+        } else { /* --profile-variants: every variant at b 32, 64K, H 16 and 128 */
+            bench_variants_point(&B, 32, 65536, 16, 1);
+            bench_variants_point(&B, 32, 65536, 128, 1);
         }
         fclose(B.tsv);
         remove(tsvtmp);
         return 0;
     }
     copy_bandwidth(&B);
+    if (variants) {
+        printf("\n| H | s_q | b | context | kernel | us | x BF16 | GB/s | %% of copy | splits |\n"
+               "|---|---|---|---|---|---|---|---|---|---|\n");
+        const int bs[] = {1, 8, 32, 64}, hs[] = {16, 128}, sqs[] = {1, 2};
+        const long cx[] = {4096, 32768, 131072, 1048576};
+        for (int hi = 0; hi < 2; hi++)
+            for (int si = 0; si < 2; si++)
+                for (int bi = 0; bi < 4; bi++)
+                    for (int xi = 0; xi < 4; xi++) {
+                        /* --variants-quick: H 16 s_q 1 whole, the rest at 4K and 128K */
+                        if (variants == 2 && (hi || si) && (xi == 1 || xi == 3))
+                            continue;
+                        if ((long)bs[bi] * cx[xi] > 32L * 1048576)
+                            continue; /* b 64, 1M: the four pools exceed the memory */
+                        bench_variants_point(&B, bs[bi], cx[xi], hs[hi], sqs[si]);
+                    }
+    } else {
     bench_qdq(&B);
     bench_writer(&B);
     printf("\n| b | context | BF16 us | C4R4 us (ratio, GB/s) | C2R4 us | C8R8 us | BF16 GB/s |"
@@ -481,6 +639,7 @@ int main(int argc, char **argv)
         bench_decode_point(&B, 8, ctx8[i], res);
     for (int i = 0; i < n32; i++)
         bench_decode_point(&B, 32, ctx32[i], res);
+    }
     if (fclose(B.tsv) != 0 || rename(tsvtmp, outp) != 0) {
         perror(outp);
         remove(tsvtmp);
@@ -491,8 +650,9 @@ int main(int argc, char **argv)
              prop.l2CacheSize >> 20);
     const char *pn[] = {"samples", "heads", "s_q", "page_tokens", "group", "sink", "window",
                         "l2_flush_bytes", "copy_GBps", "quick"};
-    const double pv[] = {(double)B.samples, 16, 1, 64, 64, 4, 128, (double)B.flush_bytes,
-                         B.copy_gbs, (double)quick};
+    const double pv[] = {(double)B.samples, variants ? -1.0 : 16.0, variants ? -1.0 : 1.0, 64, 64, 4,
+                         128, (double)B.flush_bytes, B.copy_gbs,
+                         (double)(variants ? 10 + variants : quick)};
     const qmla_bench_meta meta = {"bench_decode", cmd, dev, sizeof pn / sizeof pn[0], pn, pv};
     if (qmla_bench_write_h5(h5p, &meta, B.rows, B.n_rows, &err)) {
         fprintf(stderr, "bench_decode: %s\n", err.msg);

@@ -388,6 +388,28 @@ __device__ static inline void async_page_bf16(__nv_bfloat16 *tile, const uint8_t
     }
 }
 
+/* ---- barriers --------------------------------------------------------------
+ * NB 0: the whole block (__syncthreads); NB > 0: named barrier NB over the
+ * DEC_THREADS consumer threads of the warp-specialised kernel (its producer
+ * warps never take part). Producer / consumer hand-offs use bar.arrive on
+ * one side and bar.sync on the other, both counting every thread of the
+ * block (decode_ws_kernel). */
+template <int NB> __device__ static inline void dec_bar()
+{
+    if constexpr (NB == 0)
+        __syncthreads();
+    else
+        asm volatile("bar.sync %0, %1;\n" ::"n"(NB), "n"(DEC_THREADS) : "memory");
+}
+__device__ static inline void bar_sync_n(int id, int n)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ static inline void bar_arrive_n(int id, int n)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
 /* ---- one page of attention on a ready tile ------------------------------ */
 struct dec_state {
     float o[8][4]; /* O accumulators: 16 rows x 64 channels */
@@ -395,7 +417,7 @@ struct dec_state {
 
 /* tmap: NULL for the page of tokens t0 .. t0+63, else the token of each
  * tile row (INT_MAX: none), as the protected path gathers them. */
-template <class SM, int UNROLL = 9>
+template <class SM, int UNROLL = 9, int NB = 0>
 __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bfloat16 *tile,
                                           const dec_args &a, long t0, long vis, int tid,
                                           const int *tmap = nullptr)
@@ -428,7 +450,7 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
         *(float2 *)&sm.sp[cg][gr][tok] = make_float2(s[n][0], s[n][1]);
         *(float2 *)&sm.sp[cg][gr + 8][tok] = make_float2(s[n][2], s[n][3]);
     }
-    __syncthreads();
+    dec_bar<NB>();
     /* softmax: 16 threads per row, 4 tokens each (fixed summation order) */
     {
         const int row = tid >> 4, part = tid & 15;
@@ -448,7 +470,7 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
         softmax_step(z, part, &sm.m[row], &sm.l[row], &sm.alpha[row], p);
         *(uint2 *)(sm.p + row * PSTR + part * 4) = make_uint2(bf16x2(p[0], p[1]), bf16x2(p[2], p[3]));
     }
-    __syncthreads();
+    dec_bar<NB>();
     /* PV: rows x channels [64w, 64w+64) */
     {
         const float a0 = sm.alpha[gr], a1 = sm.alpha[gr + 8];
@@ -502,11 +524,11 @@ __device__ static inline void dec_init(dec_state &st, SM &sm, const dec_args &a,
 }
 
 /* Normalised partial output and natural-log LSE of this block's rows. */
-template <class SM>
+template <class SM, int NB = 0>
 __device__ static inline void dec_finish(const dec_state &st, SM &sm, const dec_args &a, int b,
                                          int split, int r0, int tid)
 {
-    __syncthreads();
+    dec_bar<NB>();
     const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
     const size_t base = ((size_t)b * a.n_splits + split) * a.R_pad + r0;
     const float la = sm.l[gr], lb = sm.l[gr + 8];
@@ -1305,11 +1327,24 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
     }
 }
 
-template <int CB>
+/* SEP 0 (variant 0): grid.x = n_splits - n_prot, the last n_prot blocks
+ * attend to the protected tokens after their pages. SEP 1 (variant 1, the
+ * short-context plan): grid.x = n_splits, blocks n_splits - n_prot .. take
+ * the protected tokens only, beside the packed blocks instead of after them
+ * (the plan keeps the grid within one wave). */
+template <int CB, int SEP>
 __global__ void __launch_bounds__(DEC_THREADS, 2) decode_fast_kernel(dec_args a)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int b = blockIdx.z, r0 = blockIdx.y * DEC_ROWS, tid = threadIdx.x, x = blockIdx.x;
+    if constexpr (SEP) {
+        const int nblk = a.n_splits - a.n_prot;
+        if (x < nblk)
+            fast_part<CB>(*(dec_smem_fast<CB> *)smem_raw, a, b, r0, x, x, tid);
+        else
+            prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, x - nblk, x, tid);
+        return;
+    }
     const int nblk = a.n_splits - a.n_prot; /* gridDim.x */
     fast_part<CB>(*(dec_smem_fast<CB> *)smem_raw, a, b, r0, x, x, tid);
     const int k = x - (nblk - a.n_prot);
@@ -1317,6 +1352,113 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) decode_fast_kernel(dec_args a)
         __syncthreads();
         prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, k, nblk + k, tid);
     }
+}
+
+/* ---- variant 2: warp-specialised BF16-tile decode (C4R4, C2R4, C8R8) -----
+ * 512 threads: warps 8-15 are producers, warps 0-7 consumers. Producers
+ * hold the packed codes and metadata of the next two pages in registers
+ * (load_page, 16-byte loads, two pages in flight), reconstruct each page
+ * into one of two BF16 tiles [64][576 (+8)] (store_page: BF16(fmaf(q, s,
+ * l)) for packed tokens, the BF16 rows of the sink / window buffers for
+ * protected ones, zeros past the sequence: exactly one representation per
+ * token, the same code as the reconstruction check qmla_kv_gather_cuda),
+ * and hand the tile over by a named barrier (bar.arrive FULL[buf] /
+ * bar.sync FULL[buf] by the consumers; EMPTY[buf] the other way). The
+ * consumers run the BF16-tile attention of decode_bf16_kernel (mma.sync
+ * m16n8k16, QK, online softmax, PV; barriers among the 256 consumers only)
+ * for NRT row tiles of 16 query rows (heads x query tokens) on the same
+ * tile, so one dequantized page serves 16 NRT rows (NRT = 2 when the batch
+ * shape has more than 16 rows: H 128 reads and converts every page 4 times
+ * instead of the fast kernel's 8). Split-KV as the other kernels, one
+ * block per SM (228 KB of shared memory at NRT 2), combine unchanged.
+ * Reference: qmla_decode_ref_model with packed_f32 = 0 (BF16-rounded
+ * packed values, as the C8R8 tile kernel). Tensor cores: mma.sync, not
+ * wgmma (a first working step; docs/decode.md). */
+#define WS_THREADS (2 * DEC_THREADS)
+#define WS_BAR_CONS 1  /* consumers only */
+#define WS_BAR_FULL 2  /* + buffer: tile written (producers arrive, consumers wait) */
+#define WS_BAR_EMPTY 4 /* + buffer: tile read (consumers arrive, producers wait) */
+
+struct dec_smem_rt { /* one row tile's part of dec_smem_quant */
+    __nv_bfloat16 q[DEC_ROWS * KSTR];
+    float sp[4][DEC_ROWS][SSTR];
+    __nv_bfloat16 p[DEC_ROWS * PSTR];
+    float m[DEC_ROWS], l[DEC_ROWS], alpha[DEC_ROWS];
+};
+template <int NRT> struct dec_smem_ws {
+    __nv_bfloat16 tile[2][QMLA_KV_PAGE * KSTR];
+    dec_smem_rt rt[NRT];
+};
+
+template <int CB, int RB>
+__device__ static inline void ws_produce(prefetch<CB, RB> &f, __nv_bfloat16 *tile,
+                                         const dec_args &a, int b, int p0, int i, int np,
+                                         long len, const int32_t *bt, int buf, int pt)
+{
+    if (i >= 2)
+        bar_sync_n(WS_BAR_EMPTY + buf, WS_THREADS); /* page i - 2 consumed */
+    store_page<CB, RB>(f, tile, a, b, (long)(p0 + i) * QMLA_KV_PAGE, len, pt);
+    bar_arrive_n(WS_BAR_FULL + buf, WS_THREADS);
+    if (i + 2 < np)
+        load_page<CB, RB>(f, a.pool + (size_t)bt[p0 + i + 2] * a.L.page_bytes, a.L, pt);
+}
+
+template <int CB, int RB, int NRT>
+__global__ void __launch_bounds__(WS_THREADS, 1) decode_ws_kernel(dec_args a)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    dec_smem_ws<NRT> &sm = *(dec_smem_ws<NRT> *)smem_raw;
+    const int split = blockIdx.x, b = blockIdx.z, tid = threadIdx.x;
+    const long len = a.seq_len[b];
+    const int npages = (int)((len + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE);
+    const int p0 = split * a.pps, p1 = min(npages, p0 + a.pps);
+    const int np = p1 > p0 ? p1 - p0 : 0;
+    const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
+    if (tid >= DEC_THREADS) { /* producers */
+        const int pt = tid - DEC_THREADS;
+        prefetch<CB, RB> f0, f1;
+        if (np > 0)
+            load_page<CB, RB>(f0, a.pool + (size_t)bt[p0] * a.L.page_bytes, a.L, pt);
+        if (np > 1)
+            load_page<CB, RB>(f1, a.pool + (size_t)bt[p0 + 1] * a.L.page_bytes, a.L, pt);
+        for (int i = 0; i < np; i += 2) { /* two register sets, constant indices */
+            ws_produce<CB, RB>(f0, sm.tile[0], a, b, p0, i, np, len, bt, 0, pt);
+            if (i + 1 < np)
+                ws_produce<CB, RB>(f1, sm.tile[1], a, b, p0, i + 1, np, len, bt, 1, pt);
+        }
+        return;
+    }
+    /* consumers */
+    dec_state st[NRT];
+    long vis[NRT];
+    const int rt0 = blockIdx.y * NRT;
+#pragma unroll
+    for (int j = 0; j < NRT; j++) {
+        const int r0 = (rt0 + j) * DEC_ROWS;
+        vis[j] = 0;
+        if (r0 < a.R_pad) { /* the same for the whole block */
+            dec_init(st[j], sm.rt[j], a, b, r0, tid);
+            vis[j] = row_vis(a, r0, len, tid);
+        }
+    }
+    dec_bar<WS_BAR_CONS>(); /* queries and softmax state visible */
+    for (int i = 0; i < np; i++) {
+        const int buf = i & 1;
+        bar_sync_n(WS_BAR_FULL + buf, WS_THREADS);
+#pragma unroll
+        for (int j = 0; j < NRT; j++)
+            if ((rt0 + j) * DEC_ROWS < a.R_pad)
+                attend_page<dec_smem_rt, 9, WS_BAR_CONS>(st[j], sm.rt[j], sm.tile[buf], a,
+                                                         (long)(p0 + i) * QMLA_KV_PAGE, vis[j],
+                                                         tid);
+        if (i + 2 < np)
+            bar_arrive_n(WS_BAR_EMPTY + buf, WS_THREADS);
+    }
+#pragma unroll
+    for (int j = 0; j < NRT; j++)
+        if ((rt0 + j) * DEC_ROWS < a.R_pad)
+            dec_finish<dec_smem_rt, WS_BAR_CONS>(st[j], sm.rt[j], a, b, split,
+                                                 (rt0 + j) * DEC_ROWS, tid);
 }
 
 /* Reconstruction check: page blockIdx.x of sequence blockIdx.y through the
@@ -1402,6 +1544,99 @@ __global__ void __launch_bounds__(128) decode_combine_kernel(const float *o_part
         lse[(size_t)b * R + r] = mx == -INFINITY ? -INFINITY : mx + logf(sum);
 }
 
+/* Combine of variants 1-3: the same weights, the sum over splits spread
+ * over 16 warps (warp k takes the splits k, k + 16, ..; each lane 16
+ * channels, 4 float4 per split, 2 splits in flight), the 16 partial sums
+ * then added in warp order in shared memory: fixed order, bit-identical
+ * across runs. The one-warp-per-channel-slice combine above walks all
+ * splits serially (a memory round trip per 4 splits), which at short
+ * contexts with 259 partials costs more than the main kernel (H200 run
+ * 29, b 1, 32K). 512 threads per (row, sequence). */
+#define COMB2_THREADS 512
+#define COMB2_WARPS (COMB2_THREADS / 32)
+__global__ void __launch_bounds__(COMB2_THREADS) decode_combine2_kernel(
+    const float *o_part, const float *lse_part, int n_splits, int R, int R_pad, uint16_t *out,
+    float *lse)
+{
+    __shared__ float wsh[COMB_MAX_SPLITS];
+    __shared__ __align__(16) float part[COMB2_WARPS][QMLA_KV_DC];
+    __shared__ float psum[COMB2_WARPS];
+    __shared__ float red[COMB2_WARPS];
+    const int r = blockIdx.x, b = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const float *lp = lse_part + (size_t)b * n_splits * R_pad + r;
+    float mx = -INFINITY;
+    for (int s = tid; s < n_splits; s += COMB2_THREADS)
+        mx = fmaxf(mx, lp[(size_t)s * R_pad]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    if (lane == 0)
+        red[warp] = mx;
+    __syncthreads();
+    mx = red[0];
+#pragma unroll
+    for (int w = 1; w < COMB2_WARPS; w++)
+        mx = fmaxf(mx, red[w]);
+    for (int s = tid; s < n_splits; s += COMB2_THREADS) {
+        const float ls = lp[(size_t)s * R_pad];
+        wsh[s] = mx == -INFINITY || ls == -INFINITY ? 0.0f : expf(ls - mx);
+    }
+    __syncthreads();
+    float acc[16], sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 16; k++)
+        acc[k] = 0.0f;
+    const float4 *op = (const float4 *)(o_part + ((size_t)b * n_splits * R_pad + r) * QMLA_KV_DC) + lane;
+    const size_t stride = (size_t)R_pad * QMLA_KV_DC / 4; /* float4s between splits */
+#pragma unroll 2
+    for (int s = warp; s < n_splits; s += COMB2_WARPS) {
+        const float w = wsh[s];
+        if (w != 0.0f) {
+            float4 v[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                v[j] = op[(size_t)s * stride + 32 * j];
+            sum += w;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                acc[4 * j] += w * v[j].x;
+                acc[4 * j + 1] += w * v[j].y;
+                acc[4 * j + 2] += w * v[j].z;
+                acc[4 * j + 3] += w * v[j].w;
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        *(float4 *)&part[warp][4 * (lane + 32 * j)] =
+            make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+    if (lane == 0)
+        psum[warp] = sum;
+    __syncthreads();
+    if (tid < QMLA_KV_DC / 4) { /* 4 channels per thread, warps added in order */
+        float4 t = *(const float4 *)&part[0][4 * tid];
+        float ts = psum[0];
+#pragma unroll
+        for (int w = 1; w < COMB2_WARPS; w++) {
+            const float4 u = *(const float4 *)&part[w][4 * tid];
+            t.x += u.x;
+            t.y += u.y;
+            t.z += u.z;
+            t.w += u.w;
+            ts += psum[w];
+        }
+        const float inv = ts > 0.0f ? 1.0f / ts : 0.0f;
+        __nv_bfloat162 h0 = __floats2bfloat162_rn(t.x * inv, t.y * inv);
+        __nv_bfloat162 h1 = __floats2bfloat162_rn(t.z * inv, t.w * inv);
+        uint2 v;
+        v.x = *(uint32_t *)&h0;
+        v.y = *(uint32_t *)&h1;
+        *((uint2 *)(out + ((size_t)b * R + r) * QMLA_KV_DC) + tid) = v;
+        if (tid == 0)
+            lse[(size_t)b * R + r] = mx == -INFINITY ? -INFINITY : mx + logf(ts);
+    }
+}
+
 /* ---- host side ----------------------------------------------------------- */
 /* 1 for the configurations decode_fast_kernel takes (C4R4, C2R4, group 64). */
 static int fast_config(const qmla_kv_config *c)
@@ -1415,15 +1650,68 @@ extern "C" int qmla_decode_cuda_packed_f32(const qmla_kv_config *cfg)
     return cfg && fast_config(cfg);
 }
 
+/* The variant a configuration runs under a requested one: 1 needs the fast
+ * kernel (C4R4, C2R4), 2 a low-bit configuration with a tile path (C4R4,
+ * C2R4, C8R8); otherwise variant 0. */
+static int eff_variant(const qmla_kv_config *c, int v)
+{
+    if ((v == 1 || v == 4) && fast_config(c))
+        return v;
+    if (v == 3)
+        return 3; /* every configuration, BF16 too */
+    if (v == 2 && c->c_bits != QMLA_KV_BF16 && c->group == 64 &&
+        ((c->c_bits == 4 && c->r_bits == 4) || (c->c_bits == 2 && c->r_bits == 4) ||
+         (c->c_bits == 8 && c->r_bits == 8)))
+        return 2;
+    return 0;
+}
+
+/* Variant 1's plan (qmla_decode_cuda_plan_variant). */
+#define V1_MIN_PPS 2
+#define V1_SLACK 2
+/* Variant 4 (variant 1's plan): the old combine up to this many partials. */
+#define V4_COMB2_MIN_SPLITS 16
+
+/* Row tiles per block of variant 2 (one dequantized page for all of them). */
+static int ws_nrt(int tiles) { return tiles >= 2 ? 2 : 1; }
+
+extern "C" int qmla_decode_cuda_variant_packed_f32(const qmla_kv_config *cfg, int variant)
+{
+    return cfg && eff_variant(cfg, variant) != 2 && fast_config(cfg);
+}
+
+extern "C" const char *qmla_decode_cuda_variant_name(int variant)
+{
+    switch (variant) {
+    case 0: return "v0 fast";
+    case 1: return "v1 fast+sep";
+    case 2: return "v2 ws-tile";
+    case 3: return "v3 v0+comb2";
+    case 4: return "v4 v1+comb-by-splits";
+    default: return "?";
+    }
+}
+
 extern "C" int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decode_args *a,
                                      long max_len, int n_sm, qmla_decode_plan *plan,
                                      qmla_error *err)
+{
+    return qmla_decode_cuda_plan_variant(cfg, a, max_len, n_sm, 0, plan, err);
+}
+
+extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
+                                             const qmla_decode_args *a, long max_len, int n_sm,
+                                             int variant, qmla_decode_plan *plan,
+                                             qmla_error *err)
 {
     int st = qmla_kv_check(cfg, err);
     if (st)
         return st;
     if (!a || !plan || a->batch < 1 || a->s_q < 1 || a->heads < 1 || max_len < 0)
         return qmla_error_set(err, QMLA_EINVAL, "decode plan: batch, s_q, heads >= 1 needed");
+    if (variant < 0 || variant >= QMLA_DECODE_VARIANTS)
+        return qmla_error_set(err, QMLA_EINVAL, "decode plan: variant %d, expected 0..%d",
+                              variant, QMLA_DECODE_VARIANTS - 1);
     const long R = (long)a->s_q * a->heads;
     if (R > QMLA_DECODE_MAX_ROWS)
         return qmla_error_set(err, QMLA_EINVAL, "decode plan: s_q * H = %ld above %d", R,
@@ -1436,33 +1724,77 @@ extern "C" int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decod
         if (e != cudaSuccess)
             return qmla_cuda_fail(err, e, "multiprocessor count");
     }
+    const int v = eff_variant(cfg, variant);
     const int tiles = (int)((R + DEC_ROWS - 1) / DEC_ROWS);
     const long pages = (max_len + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE;
-    const long per_seq = (long)a->batch * tiles;
-    /* one wave: blocks resident at once (2 per SM low-bit, 1 BF16) */
-    const long per_sm = cfg->c_bits == QMLA_KV_BF16 ? 1 : 2;
-    long splits = (long)n_sm * per_sm / per_seq;
-    if (splits > COMB_MAX_SPLITS - 64)
-        splits = COMB_MAX_SPLITS - 64; /* room for the protected partials */
-    if (splits > pages)
-        splits = pages;
-    if (splits < 1)
-        splits = 1;
-    long pps = (pages + splits - 1) / splits;
-    if (pps < 1)
-        pps = 1;
-    splits = pages > 0 ? (pages + pps - 1) / pps : 1;
-    /* C4R4 / C2R4: one more partial per 64 protected tokens (sink + window),
-     * computed by the last `prot` blocks after their pages (no extra blocks:
-     * the grid stays within one wave) */
-    const long prot = fast_config(cfg) ? (cfg->sink + cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
-    if (splits < prot)
-        splits = prot;
-    splits += prot;
+    const long prot =
+        v != 2 && fast_config(cfg) ? (cfg->sink + cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
+    long splits, pps;
+    if (v == 1 || v == 4) {
+        /* the short-context plan: the packed pages below the window over
+         * `packed` blocks of one wave (2 per SM), at least V1_MIN_PPS pages
+         * each; the protected partials in blocks of their own beside them
+         * when the wave has room for them, or when making room costs at
+         * most V1_SLACK more pages per packed block (the protected blocks'
+         * own work, about 2 pages); otherwise after the pages of the last
+         * packed blocks, as variant 0 */
+        const long slots = (long)n_sm * 2 / ((long)a->batch * tiles);
+        const long hi = max_len - cfg->window > 0
+                            ? (max_len - cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE
+                            : 0;
+        long packed = slots < 1 ? 1 : slots;
+        if (packed > COMB_MAX_SPLITS - 64)
+            packed = COMB_MAX_SPLITS - 64;
+        if (packed > (hi + V1_MIN_PPS - 1) / V1_MIN_PPS)
+            packed = (hi + V1_MIN_PPS - 1) / V1_MIN_PPS;
+        if (packed < 1)
+            packed = 1;
+        const long pps0 = hi > 0 ? (hi + packed - 1) / packed : 1;
+        long sep = packed + prot <= slots;
+        if (!sep && slots - prot >= 1) {
+            const long pps1 = (hi + slots - prot - 1) / (slots - prot);
+            if (pps1 <= pps0 + V1_SLACK) {
+                packed = slots - prot;
+                sep = 1;
+            }
+        }
+        pps = hi > 0 ? (hi + packed - 1) / packed : 1;
+        splits = hi > 0 ? (hi + pps - 1) / pps : 1;
+        if (!sep && splits < prot)
+            splits = prot;
+        splits += prot;
+        plan->sep = (int)sep;
+    } else {
+        const long groups = v == 2 ? (tiles + ws_nrt(tiles) - 1) / ws_nrt(tiles) : tiles;
+        const long per_seq = (long)a->batch * groups;
+        /* one wave: blocks resident at once (2 per SM low-bit, 1 BF16 and
+         * variant 2) */
+        const long per_sm = cfg->c_bits == QMLA_KV_BF16 || v == 2 ? 1 : 2;
+        splits = (long)n_sm * per_sm / per_seq;
+        if (splits > COMB_MAX_SPLITS - 64)
+            splits = COMB_MAX_SPLITS - 64; /* room for the protected partials */
+        if (splits > pages)
+            splits = pages;
+        if (splits < 1)
+            splits = 1;
+        pps = (pages + splits - 1) / splits;
+        if (pps < 1)
+            pps = 1;
+        splits = pages > 0 ? (pages + pps - 1) / pps : 1;
+        /* C4R4 / C2R4: one more partial per 64 protected tokens (sink +
+         * window), computed by the last `prot` blocks after their pages (no
+         * extra blocks: the grid stays within one wave) */
+        if (splits < prot)
+            splits = prot;
+        splits += prot;
+    }
     plan->n_prot = (int)prot;
     plan->n_splits = (int)splits;
     plan->pages_per_split = (int)pps;
     plan->row_tiles = tiles;
+    plan->variant = v;
+    if (v != 1 && v != 4)
+        plan->sep = 0;
     const size_t rows = (size_t)a->batch * splits * tiles * DEC_ROWS;
     plan->ws_bytes = rows * QMLA_KV_DC * 4 + ((rows * 4 + 15) & ~(size_t)15);
     return QMLA_OK;
@@ -1521,40 +1853,76 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     d.W = L.bf16 ? 0 : kc->cfg.window;
     d.scale_log2 = a->scale * LOG2E;
     d.L = L;
-    d.n_prot = fast_config(&kc->cfg) ? plan->n_prot : 0;
+    const int var = plan->variant;
+    if (var < 0 || var >= QMLA_DECODE_VARIANTS || var != eff_variant(&kc->cfg, var))
+        return qmla_error_set(err, QMLA_EINVAL, "decode: the plan's variant %d does not fit C%dR%d",
+                              var, L.c_bits, L.r_bits);
+    const int fast = fast_config(&kc->cfg) && var != 2;
+    d.n_prot = fast ? plan->n_prot : 0;
     if (fast_config(&kc->cfg) &&
         L.page_bytes != (size_t)(L.c_bits == 4 ? fcfg<4>::PB : fcfg<2>::PB))
         return qmla_error_set(err, QMLA_EINVAL, "decode: unexpected page size %zu", L.page_bytes);
-    if (fast_config(&kc->cfg) &&
+    if (fast &&
         plan->n_prot != (kc->cfg.sink + kc->cfg.window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE)
         return qmla_error_set(err, QMLA_EINVAL, "decode: the plan was made for another sink/window");
     const size_t rows = (size_t)a->batch * d.n_splits * d.R_pad;
     d.o_part = (float *)ws;
     d.lse_part = (float *)ws + rows * QMLA_KV_DC;
-    dim3 grid((unsigned)(d.n_splits - d.n_prot), (unsigned)plan->row_tiles, (unsigned)a->batch);
+    const int sep = (var == 1 || var == 4) && plan->sep;
+    dim3 grid((unsigned)(d.n_splits - (sep ? 0 : d.n_prot)), (unsigned)plan->row_tiles,
+              (unsigned)a->batch);
+    const int nrt = ws_nrt(plan->row_tiles);
+    if (var == 2)
+        grid.y = (unsigned)((plan->row_tiles + nrt - 1) / nrt);
     cudaError_t e = cudaSuccess;
 #define QMLA_LAUNCH(KERNEL, SMEM)                                                              \
     do {                                                                                       \
         e = cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize,          \
                                  (int)(SMEM));                                                 \
         if (e == cudaSuccess) {                                                                \
-            KERNEL<<<grid, DEC_THREADS, SMEM, stream>>>(d);                                    \
+            KERNEL<<<grid, THREADS, SMEM, stream>>>(d);                                        \
             e = cudaGetLastError();                                                            \
         }                                                                                      \
     } while (0)
+    int THREADS = DEC_THREADS;
     if (L.bf16)
         QMLA_LAUNCH(decode_bf16_kernel, sizeof(dec_smem_bf16));
+    else if (var == 2) {
+        THREADS = WS_THREADS;
+        if (L.c_bits == 4 && nrt == 1)
+            QMLA_LAUNCH((decode_ws_kernel<4, 4, 1>), sizeof(dec_smem_ws<1>));
+        else if (L.c_bits == 4)
+            QMLA_LAUNCH((decode_ws_kernel<4, 4, 2>), sizeof(dec_smem_ws<2>));
+        else if (L.c_bits == 2 && nrt == 1)
+            QMLA_LAUNCH((decode_ws_kernel<2, 4, 1>), sizeof(dec_smem_ws<1>));
+        else if (L.c_bits == 2)
+            QMLA_LAUNCH((decode_ws_kernel<2, 4, 2>), sizeof(dec_smem_ws<2>));
+        else if (nrt == 1)
+            QMLA_LAUNCH((decode_ws_kernel<8, 8, 1>), sizeof(dec_smem_ws<1>));
+        else
+            QMLA_LAUNCH((decode_ws_kernel<8, 8, 2>), sizeof(dec_smem_ws<2>));
+    } else if (L.c_bits == 4 && sep)
+        QMLA_LAUNCH((decode_fast_kernel<4, 1>), fast_smem_bytes<4>());
     else if (L.c_bits == 4)
-        QMLA_LAUNCH((decode_fast_kernel<4>), fast_smem_bytes<4>());
+        QMLA_LAUNCH((decode_fast_kernel<4, 0>), fast_smem_bytes<4>());
+    else if (L.c_bits == 2 && sep)
+        QMLA_LAUNCH((decode_fast_kernel<2, 1>), fast_smem_bytes<2>());
     else if (L.c_bits == 2)
-        QMLA_LAUNCH((decode_fast_kernel<2>), fast_smem_bytes<2>());
+        QMLA_LAUNCH((decode_fast_kernel<2, 0>), fast_smem_bytes<2>());
     else
         QMLA_LAUNCH((decode_quant_kernel<8, 8>), sizeof(dec_smem_quant));
 #undef QMLA_LAUNCH
     if (e != cudaSuccess)
         return qmla_cuda_fail(err, e, "decode main kernel");
-    decode_combine_kernel<<<dim3((unsigned)R, (unsigned)a->batch), 128, 0, stream>>>(
-        d.o_part, d.lse_part, d.n_splits, d.R, d.R_pad, out, lse);
+    /* variant 4: the split-parallel combine only where the splits are many
+     * (hopper run 2: it loses 1-10 % at <= 11 partials, wins from 24) */
+    if (var == 0 || (var == 4 && d.n_splits <= V4_COMB2_MIN_SPLITS))
+        decode_combine_kernel<<<dim3((unsigned)R, (unsigned)a->batch), 128, 0, stream>>>(
+            d.o_part, d.lse_part, d.n_splits, d.R, d.R_pad, out, lse);
+    else
+        decode_combine2_kernel<<<dim3((unsigned)R, (unsigned)a->batch), COMB2_THREADS, 0,
+                                 stream>>>(d.o_part, d.lse_part, d.n_splits, d.R, d.R_pad, out,
+                                           lse);
     if ((e = cudaGetLastError()) != cudaSuccess)
         return qmla_cuda_fail(err, e, "decode combine kernel");
     return QMLA_OK;

@@ -47,13 +47,46 @@ typedef struct qmla_decode_plan {
     int row_tiles;       /* ceil(s_q * H / 16) */
     int n_prot;          /* C4R4 / C2R4: partials of protected tokens (of n_splits) */
     size_t ws_bytes;     /* device workspace the launch needs */
+    int variant;         /* kernel variant the plan was made for (below) */
+    int sep;             /* variants 1, 4: protected partials in blocks of their own */
 } qmla_decode_plan;
+
+/* Kernel variants (numbered as llm.c's dev/cuda kernels; docs/decode.md):
+ *   0  the default: C4R4 / C2R4 decode_fast_kernel (tensor cores on the
+ *      codes, protected tokens after the pages of the last blocks), C8R8
+ *      and BF16 through the BF16-tile kernels;
+ *   1  C4R4 / C2R4: decode_fast_kernel with the short-context plan (at
+ *      least 2 pages per packed block; the protected partials in blocks of
+ *      their own beside the packed ones where one wave has room) and the
+ *      split-parallel combine;
+ *   2  C4R4 / C2R4 / C8R8: the warp-specialised kernel (producer warps
+ *      dequantize pages into shared BF16 tiles, consumer warps run mma.sync
+ *      for up to 32 query rows per tile; attends to BF16-rounded values),
+ *      split-parallel combine;
+ *   3  every configuration (BF16 too): variant 0 with the split-parallel
+ *      combine (16 warps share the splits of a row instead of one walking
+ *      them all);
+ *   4  C4R4 / C2R4: variant 1 with the split-parallel combine only above 16
+ *      partials (the old one at few splits).
+ * A variant that does not apply to a configuration falls back to 0 (the
+ * plan's `variant` says which one runs). */
+#define QMLA_DECODE_VARIANTS 5
 
 /* Plan for a batch (a->batch, s_q, heads) whose longest sequence has at most
  * max_len tokens, on a device of n_sm multiprocessors (0: ask the current
  * device). Host arithmetic only. */
 int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decode_args *a,
                           long max_len, int n_sm, qmla_decode_plan *plan, qmla_error *err);
+
+/* The same for kernel variant `variant` (0 .. QMLA_DECODE_VARIANTS - 1);
+ * qmla_decode_cuda_plan is variant 0. */
+int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg, const qmla_decode_args *a,
+                                  long max_len, int n_sm, int variant, qmla_decode_plan *plan,
+                                  qmla_error *err);
+/* Short name of a variant ("v0 fast", ...). */
+const char *qmla_decode_cuda_variant_name(int variant);
+/* qmla_decode_cuda_packed_f32 for the variant (0 for variant 2). */
+int qmla_decode_cuda_variant_packed_f32(const qmla_kv_config *cfg, int variant);
 
 /* Enqueue main + combine. Every seq_len must be <= the plan's max_len;
  * block_table rows must cover ceil(len / 64) pages. ws: plan->ws_bytes,

@@ -8,7 +8,8 @@
  *    |LSE error| <= 1e-4, over BF16, C4R4, C2R4, C8R8 and odd shapes
  *    (batch 1/3/8, contexts 1, 63, 64, 65, 131, 4097, H 16 and 128,
  *    s_q 1 and 2, window covering everything or nothing); outputs poisoned
- *    before each call; a second call bit-identical;
+ *    before each call; a second call bit-identical; every kernel variant
+ *    (QMLA_DECODE_VARIANTS, decode_cuda.h) a configuration has;
  *  - token aging: tokens appended one per sequence per call (decode-sized
  *    writes) across the window boundary, checked after each step.
  * SKIP (77) without a usable GPU. Run: meson test -C build --suite cuda */
@@ -192,9 +193,24 @@ static long check_gather(cache *c, const shape *s)
     return bad;
 }
 
+/* 1 when kernel variant v runs for cfg (a plan for it does not fall back
+ * to variant 0; host arithmetic, no device needed). */
+static int variant_applies(const qmla_kv_config *cfg, int v)
+{
+    if (v == 0)
+        return 1;
+    const uint16_t q0 = 0;
+    const int32_t z = 0;
+    qmla_decode_args a = {1, 1, 16, 1.0f, &q0, &z, 1, &z};
+    qmla_decode_plan plan;
+    qmla_error err;
+    return qmla_decode_cuda_plan_variant(cfg, &a, 64, 132, v, &plan, &err) == QMLA_OK &&
+           plan.variant == v;
+}
+
 /* Decode on the GPU (twice) and against the reference. Returns NMSE. */
-static double check_decode(cache *c, const shape *s, const char *what, double *lse_err,
-                           int *identical)
+static double check_decode(cache *c, const shape *s, const char *what, int variant,
+                           double *lse_err, int *identical)
 {
     const size_t R = (size_t)s->s_q * s->H, rows = (size_t)s->batch * R;
     int max_len = 0;
@@ -202,8 +218,9 @@ static double check_decode(cache *c, const shape *s, const char *what, double *l
         max_len = c->len[b] > max_len ? c->len[b] : max_len;
     qmla_decode_plan plan;
     qmla_error err;
-    int st = qmla_decode_cuda_plan(&c->d.cfg, &c->ad, max_len, 0, &plan, &err);
+    int st = qmla_decode_cuda_plan_variant(&c->d.cfg, &c->ad, max_len, 0, variant, &plan, &err);
     CHECK_OK(st, err);
+    CHECK(plan.variant == variant, "%s: plan for variant %d runs %d", what, variant, plan.variant);
     void *ws = dalloc(plan.ws_bytes);
     uint16_t *dout = dalloc(rows * 512 * 2);
     float *dlse = dalloc(rows * 4);
@@ -225,7 +242,8 @@ static double check_decode(cache *c, const shape *s, const char *what, double *l
     *identical = !memcmp(out, out2, rows * 512 * 2) && !memcmp(lse, lse2, rows * 4);
     /* the reference on the cache the kernel attends to (packed values
      * unrounded for C4R4 / C2R4, BF16-rounded otherwise) */
-    st = qmla_decode_ref_model(&c->h, &c->ah, qmla_decode_cuda_packed_f32(&c->d.cfg), ro, rl,
+    st = qmla_decode_ref_model(&c->h, &c->ah,
+                               qmla_decode_cuda_variant_packed_f32(&c->d.cfg, variant), ro, rl,
                                &err);
     CHECK_OK(st, err);
     double num = 0, den = 0, le = 0;
@@ -306,16 +324,21 @@ int main(void)
                 CHECK(bad == 0, "%s %s: %ld tokens reconstructed differently from the twin",
                       cfgs[ci], s->name, bad);
             }
-            double le;
-            int same;
-            const double nmse = check_decode(&c, s, s->name, &le, &same);
-            printf("%-5s %-22s nmse %.3e  lse err %.3e  %s\n", cfgs[ci], s->name, nmse, le,
-                   same ? "repeat identical" : "REPEAT DIFFERS");
-            CHECK(nmse <= 1e-5 && le <= 1e-4, "%s %s: nmse %g lse %g", cfgs[ci], s->name, nmse,
-                  le);
-            CHECK(same, "%s %s: second call differs", cfgs[ci], s->name);
-            worst_nmse = nmse > worst_nmse ? nmse : worst_nmse;
-            worst_lse = le > worst_lse ? le : worst_lse;
+            /* every kernel variant this configuration has (decode_cuda.h) */
+            for (int v = 0; v < QMLA_DECODE_VARIANTS; v++) {
+                if (!variant_applies(&cfg, v))
+                    continue;
+                double le;
+                int same;
+                const double nmse = check_decode(&c, s, s->name, v, &le, &same);
+                printf("%-5s %-22s v%d nmse %.3e  lse err %.3e  %s\n", cfgs[ci], s->name, v,
+                       nmse, le, same ? "repeat identical" : "REPEAT DIFFERS");
+                CHECK(nmse <= 1e-5 && le <= 1e-4, "%s %s v%d: nmse %g lse %g", cfgs[ci],
+                      s->name, v, nmse, le);
+                CHECK(same, "%s %s v%d: second call differs", cfgs[ci], s->name, v);
+                worst_nmse = nmse > worst_nmse ? nmse : worst_nmse;
+                worst_lse = le > worst_lse ? le : worst_lse;
+            }
             cache_free(&c);
         }
     /* the writer's other group sizes (32: 32 channels per thread; 16, 8: 8
@@ -333,7 +356,8 @@ int main(void)
             cache_free(&c);
         }
     }
-    /* token aging: two sequences grow one token per call across W = 128 */
+    /* token aging: two sequences grow one token per call across W = 128,
+     * every variant of C4R4 after each step */
     {
         const shape s = {"aging", 2, 16, 1, 4, 128, {0, 0}};
         qmla_kv_config cfg = {4, 4, 64, 4, 128};
@@ -349,14 +373,16 @@ int main(void)
             to[1]++;
             ok_bytes &= append(&c, &s, from, to, ws);
             ok &= check_gather(&c, &s) == 0;
-            double le;
-            int same;
-            const double nmse = check_decode(&c, &s, "aging", &le, &same);
-            ok &= nmse <= 1e-5 && le <= 1e-4 && same;
-            wn = nmse > wn ? nmse : wn;
-            wl = le > wl ? le : wl;
+            for (int v = 0; v < QMLA_DECODE_VARIANTS; v++) {
+                double le;
+                int same;
+                const double nmse = check_decode(&c, &s, "aging", v, &le, &same);
+                ok &= nmse <= 1e-5 && le <= 1e-4 && same;
+                wn = nmse > wn ? nmse : wn;
+                wl = le > wl ? le : wl;
+            }
         }
-        printf("C4R4  aging (%d steps)      nmse %.3e  lse err %.3e\n", steps, wn, wl);
+        printf("C4R4  aging (%d steps, all variants) nmse %.3e  lse err %.3e\n", steps, wn, wl);
         CHECK(ok_bytes, "aging: writer bytes differ from the twin");
         CHECK(ok, "aging: worst nmse %g lse %g", wn, wl);
         cache_free(&c);

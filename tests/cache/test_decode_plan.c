@@ -1,0 +1,153 @@
+/* test_decode_plan.c — the decode plan's kernel variants (kernels/decode.cu,
+ * qmla_decode_cuda_plan_variant; host arithmetic only, no GPU needed):
+ *  - variant 0 is qmla_decode_cuda_plan, field for field;
+ *  - variant 1 (C4R4 / C2R4 short-context plan): a grid of one wave of 2
+ *    blocks per SM, at least 2 pages per packed block, the packed blocks
+ *    covering the pages below the window, the protected partials n_prot
+ *    as variant 0's and in blocks of their own where the wave has room;
+ *  - variant 2 (warp-specialised tile kernel): no protected partials, one
+ *    block per SM in one wave, pages covered; C8R8 too;
+ *  - variant 3: variant 0's plan (only its combine differs), BF16 too;
+ *  - variant 4: variant 1's plan (only its combine choice differs);
+ *  - fall-backs: BF16 runs variant 0 under 1, 2, 4; C8R8 under 1 and 4;
+ *  - an unknown variant is an error naming it.
+ * Suite unit (linked with the CUDA kernels' library, but launches nothing). */
+#include "check.h"
+#include "decode_cuda.h"
+#include "qmla/decode.h"
+
+#include <string.h>
+
+static qmla_kv_config cfg_of(const char *name)
+{
+    qmla_kv_config c;
+    qmla_error err;
+    if (qmla_kv_parse_config(name, &c, &err))
+        memset(&c, 0, sizeof c);
+    c.sink = 4;
+    c.window = 128;
+    return c;
+}
+
+int main(void)
+{
+    const int n_sm = 132;
+    const uint16_t q0 = 0;
+    const int32_t z = 0;
+    const int batches[] = {1, 8, 32, 64}, heads[] = {16, 128}, sqs[] = {1, 2};
+    const long ctxs[] = {1, 65, 200, 4096, 32768, 131072, 1048576};
+    const char *names[] = {"C4R4", "C2R4", "C8R8", "BF16"};
+    qmla_error err;
+    for (int ni = 0; ni < 4; ni++) {
+        const qmla_kv_config cfg = cfg_of(names[ni]);
+        const int fast = ni < 2, lowbit = ni < 3;
+        for (int bi = 0; bi < 4; bi++)
+            for (int hi = 0; hi < 2; hi++)
+                for (int si = 0; si < 2; si++)
+                    for (int ci = 0; ci < 7; ci++) {
+                        const qmla_decode_args a = {batches[bi], sqs[si], heads[hi], 1.0f, &q0,
+                                                    &z, 1, &z};
+                        const long len = ctxs[ci], pages = (len + 63) / 64;
+                        const int tiles = (sqs[si] * heads[hi] + 15) / 16;
+                        qmla_decode_plan p0, pv, p;
+                        CHECK_OK(qmla_decode_cuda_plan(&cfg, &a, len, n_sm, &p0, &err), err);
+                        CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 0, &pv, &err),
+                                 err);
+                        CHECK(p0.variant == 0 && pv.variant == 0 && p0.n_splits == pv.n_splits &&
+                                  p0.pages_per_split == pv.pages_per_split &&
+                                  p0.n_prot == pv.n_prot && p0.ws_bytes == pv.ws_bytes &&
+                                  p0.row_tiles == pv.row_tiles,
+                              "%s: variant 0 differs from the default plan", names[ni]);
+                        /* variant 1 */
+                        CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 1, &p, &err),
+                                 err);
+                        CHECK(p.variant == (fast ? 1 : 0), "%s: variant 1 runs %d", names[ni],
+                              p.variant);
+                        if (fast) {
+                            const long below = len > 128 ? (len - 128 + 63) / 64 : 0;
+                            const long packed = p.n_splits - p.n_prot;
+                            CHECK(p.n_prot == p0.n_prot && packed >= 1 &&
+                                      (below == 0 || packed * p.pages_per_split >= below) &&
+                                      (below == 0 || packed <= p.n_prot || (packed - 1) * p.pages_per_split < below),
+                                  "%s b %d H %d len %ld: v1 %d splits, %d pages each, %ld "
+                                  "below the window",
+                                  names[ni], a.batch, a.heads, len, p.n_splits, p.pages_per_split,
+                                  below);
+                            /* one wave whenever the batch leaves room for it; the
+                             * protected partials in blocks of their own when they fit
+                             * beside the packed blocks; at least 2 pages per block */
+                            const long grid = p.sep ? p.n_splits : packed;
+                            if ((long)a.batch * tiles * p.n_prot <= 2L * n_sm)
+                                CHECK((long)a.batch * tiles * grid <= 2L * n_sm,
+                                      "%s b %d H %d s_q %d len %ld: v1 grid %ld blocks over one wave",
+                                      names[ni], a.batch, a.heads, a.s_q, len,
+                                      (long)a.batch * tiles * grid);
+                            if ((long)a.batch * tiles * (p0.n_splits - p0.n_prot + p.n_prot) <=
+                                2L * n_sm)
+                                CHECK(p.sep, "%s b %d H %d len %ld: v1 protected blocks not "
+                                             "separate though the wave has room",
+                                      names[ni], a.batch, a.heads, len);
+                            CHECK(p.pages_per_split >= (below < 2 ? 1 : 2),
+                                  "%s b %d len %ld: v1 %d pages per block", names[ni], a.batch,
+                                  len, p.pages_per_split);
+                        } else {
+                            CHECK(p.sep == 0, "%s: sep without variant 1", names[ni]);
+                        }
+                        /* variant 2 */
+                        CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 2, &p, &err),
+                                 err);
+                        CHECK(p.variant == (lowbit ? 2 : 0), "%s: variant 2 runs %d", names[ni],
+                              p.variant);
+                        if (lowbit) {
+                            const int groups = (tiles + 1) / 2;
+                            CHECK(p.n_prot == 0 && p.row_tiles == tiles &&
+                                      (pages == 0 || (long)p.n_splits * p.pages_per_split >= pages) &&
+                                      (pages <= 1 || (long)(p.n_splits - 1) * p.pages_per_split < pages),
+                                  "%s b %d len %ld: v2 %d splits of %d pages", names[ni], a.batch,
+                                  len, p.n_splits, p.pages_per_split);
+                            if ((long)a.batch * groups <= n_sm)
+                                CHECK((long)a.batch * groups * p.n_splits <= n_sm,
+                                      "%s b %d H %d len %ld: v2 grid over one wave", names[ni],
+                                      a.batch, a.heads, len);
+                        }
+                    }
+        /* variant 4: variant 1's plan (the combine choice differs) */
+        {
+            const qmla_decode_args a = {8, 1, 16, 1.0f, &q0, &z, 1, &z};
+            qmla_decode_plan p1, p4;
+            CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, 4096, n_sm, 1, &p1, &err), err);
+            CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, 4096, n_sm, 4, &p4, &err), err);
+            CHECK(p4.variant == (fast ? 4 : 0) && p4.n_splits == p1.n_splits &&
+                      p4.pages_per_split == p1.pages_per_split && p4.n_prot == p1.n_prot &&
+                      p4.sep == p1.sep,
+                  "%s: variant 4 plan", names[ni]);
+        }
+        /* variant 3: variant 0's plan (the combine differs), BF16 too */
+        {
+            const qmla_decode_args a = {8, 1, 16, 1.0f, &q0, &z, 1, &z};
+            qmla_decode_plan p0, p3;
+            CHECK_OK(qmla_decode_cuda_plan(&cfg, &a, 65536, n_sm, &p0, &err), err);
+            CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, 65536, n_sm, 3, &p3, &err), err);
+            CHECK(p3.variant == 3 && p3.n_splits == p0.n_splits &&
+                      p3.pages_per_split == p0.pages_per_split && p3.n_prot == p0.n_prot &&
+                      p3.sep == 0,
+                  "%s: variant 3 plan", names[ni]);
+        }
+        qmla_decode_plan p;
+        const qmla_decode_args a = {8, 1, 16, 1.0f, &q0, &z, 1, &z};
+        const int st = qmla_decode_cuda_plan_variant(&cfg, &a, 4096, n_sm, QMLA_DECODE_VARIANTS,
+                                                     &p, &err);
+        CHECK(st == QMLA_EINVAL && strstr(err.msg, "variant 5"), "%s: bad variant: %d %s",
+              names[ni], st, err.msg);
+    }
+    CHECK(strcmp(qmla_decode_cuda_variant_name(2), "v2 ws-tile") == 0, "variant name");
+    {
+        const qmla_kv_config c4 = cfg_of("C4R4"), c8 = cfg_of("C8R8");
+        CHECK(qmla_decode_cuda_variant_packed_f32(&c4, 0) == 1 &&
+                  qmla_decode_cuda_variant_packed_f32(&c4, 1) == 1 &&
+                  qmla_decode_cuda_variant_packed_f32(&c4, 2) == 0 &&
+                  qmla_decode_cuda_variant_packed_f32(&c8, 2) == 0,
+              "packed_f32 per variant");
+    }
+    return check_summary("test_decode_plan");
+}
