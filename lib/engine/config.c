@@ -74,9 +74,175 @@ static int get_size(json_t *cfg, const char *path, const char *key, size_t *v, i
     return QMLA_OK;
 }
 
-int qmla_eng_parse_config(const char *dir, qmla_model_config *c, size_t *first_dense,
-                          size_t *n_routed, size_t *n_mtp, qmla_error *err)
+/* A number key: absent or null gives dflt (*present 0). */
+static int get_num(json_t *obj, const char *path, const char *key, double dflt, double *v,
+                   int *present, qmla_error *err)
 {
+    json_t *x = json_object_get(obj, key);
+    if (present)
+        *present = x && !json_is_null(x);
+    if (!x || json_is_null(x)) {
+        *v = dflt;
+        return QMLA_OK;
+    }
+    if (!json_is_number(x) || !isfinite(json_number_value(x)))
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: key \"%s\": expected a finite number, "
+                              "found another value", path, key);
+    *v = json_number_value(x);
+    return QMLA_OK;
+}
+
+/* rope_parameters / rope_scaling -> r (transformers' ROPE_INIT_FUNCTIONS:
+ * default, linear, dynamic, yarn, llama3), every other type refused by name. */
+static int parse_rope(json_t *j, json_t *rp, const char *path, const qmla_model_config *c,
+                      int v3, qmla_eng_rope *r, qmla_error *err)
+{
+    memset(r, 0, sizeof *r);
+    r->attn_factor = 1.0;
+    r->softmax_mult = 1.0;
+    snprintf(r->name, sizeof r->name, "default");
+    if (!rp || !json_is_object(rp))
+        return QMLA_OK;
+    const char *rt = json_string_value(json_object_get(rp, "rope_type"));
+    if (!rt)
+        rt = json_string_value(json_object_get(rp, "type"));
+    if (!rt || !strcmp(rt, "default"))
+        return QMLA_OK;
+    static const struct { const char *n; qmla_eng_rope_type t; } types[] = {
+        {"linear", QMLA_ENG_ROPE_LINEAR}, {"dynamic", QMLA_ENG_ROPE_DYNAMIC},
+        {"yarn", QMLA_ENG_ROPE_YARN}, {"llama3", QMLA_ENG_ROPE_LLAMA3}};
+    size_t k;
+    for (k = 0; k < sizeof types / sizeof types[0]; k++)
+        if (!strcmp(rt, types[k].n))
+            break;
+    if (k == sizeof types / sizeof types[0])
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: rope_type \"%s\" is not supported: "
+                              "expected \"default\", \"linear\", \"dynamic\", \"yarn\" or "
+                              "\"llama3\"", path, rt);
+    r->type = types[k].t;
+    snprintf(r->name, sizeof r->name, "%s", rt);
+    int st, has_factor = 0, has_orig = 0, has_af = 0;
+    double af = 0.0, fac = 0.0, orig = 0.0;
+    if ((st = get_num(rp, path, "factor", 0.0, &fac, &has_factor, err)) ||
+        (st = get_num(rp, path, "original_max_position_embeddings", 0.0, &orig, &has_orig, err)) ||
+        (st = get_num(rp, path, "attention_factor", 0.0, &af, &has_af, err)) ||
+        (st = get_num(rp, path, "beta_fast", 32.0, &r->beta_fast, NULL, err)) ||
+        (st = get_num(rp, path, "beta_slow", 1.0, &r->beta_slow, NULL, err)) ||
+        (st = get_num(rp, path, "mscale", 0.0, &r->mscale, NULL, err)) ||
+        (st = get_num(rp, path, "mscale_all_dim", 0.0, &r->mscale_all_dim, NULL, err)) ||
+        (st = get_num(rp, path, "low_freq_factor", 0.0, &r->low_freq_factor, NULL, err)) ||
+        (st = get_num(rp, path, "high_freq_factor", 0.0, &r->high_freq_factor, NULL, err)))
+        return st;
+    /* transformers: `beta_fast or 32`, `beta_slow or 1` */
+    if (r->beta_fast == 0.0)
+        r->beta_fast = 32.0;
+    if (r->beta_slow == 0.0)
+        r->beta_slow = 1.0;
+    r->orig_max = has_orig ? orig : (double)c->max_pos;
+    if (!has_factor && r->type == QMLA_ENG_ROPE_YARN && has_orig)
+        fac = (double)c->max_pos / orig; /* yarn: max / original when factor is absent */
+    else if (!has_factor)
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: rope_type \"%s\": key \"factor\": "
+                              "expected a number, found nothing", path, rt);
+    if (!(fac > 0.0))
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: rope_type \"%s\": key \"factor\": "
+                              "expected a positive number, found %g", path, rt, fac);
+    if (r->type == QMLA_ENG_ROPE_YARN && !(r->orig_max >= 1.0))
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: rope_type \"yarn\": key "
+                              "\"original_max_position_embeddings\": expected a positive "
+                              "number, found %g", path, r->orig_max);
+    if (r->type == QMLA_ENG_ROPE_LLAMA3 &&
+        (!has_orig || !(r->high_freq_factor > r->low_freq_factor) || !(r->low_freq_factor > 0)))
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: rope_type \"llama3\": expected "
+                              "original_max_position_embeddings and high_freq_factor > "
+                              "low_freq_factor > 0, found %s%g and %g", path,
+                              has_orig ? "" : "no original_max_position_embeddings, ",
+                              r->high_freq_factor, r->low_freq_factor);
+    r->factor = fac;
+    json_t *tr = json_object_get(rp, "truncate");
+    r->truncate = !json_is_false(tr);
+    /* yarn_get_mscale(scale, m) = 1 for scale <= 1, else 0.1 m ln(scale) + 1 */
+#define MSCALE(s, m) ((s) <= 1.0 ? 1.0 : 0.1 * (m) * log(s) + 1.0)
+    if (r->type == QMLA_ENG_ROPE_YARN) {
+        if (has_af)
+            r->attn_factor = af;
+        else if (r->mscale != 0.0 && r->mscale_all_dim != 0.0)
+            r->attn_factor = MSCALE(fac, r->mscale) / MSCALE(fac, r->mscale_all_dim);
+        else
+            r->attn_factor = MSCALE(fac, 1.0);
+    }
+    /* DeepSeek's softmax-scale correction, as transformers' DeepseekV3Attention
+     * applies it (any rope_type but default, mscale_all_dim set):
+     * tau * mscale(factor, mscale_all_dim)^2. DeepseekV2Attention does not. */
+    if (v3 && r->mscale_all_dim != 0.0) {
+        const double m = MSCALE(fac, r->mscale_all_dim);
+        r->softmax_mult = m * m;
+    }
+#undef MSCALE
+    (void)j;
+    return QMLA_OK;
+}
+
+void qmla_eng_rope_inv_freq(const qmla_model_config *c, const qmla_eng_rope *r, float *inv)
+{
+    const size_t P = c->d_r / 2, d = c->d_r;
+    const double base = c->rope_theta;
+    for (size_t i = 0; i < P; i++) {
+        /* the default frequencies as the engine always computed them */
+        const float f0 = (float)(1.0 / pow(base, (double)(2 * i) / (double)d));
+        float f = f0;
+        if (r->type == QMLA_ENG_ROPE_LINEAR) {
+            f = f0 / (float)r->factor;
+        } else if (r->type == QMLA_ENG_ROPE_YARN) {
+            /* transformers' _compute_yarn_parameters in float32: pos_freqs =
+             * base^(2i/d), extrapolation 1/pos, interpolation 1/(factor pos),
+             * mixed by the linear ramp over the correction range of
+             * beta_fast / beta_slow rotations within original_max */
+            const float pos = (float)pow(base, (double)(float)(2 * i) / (double)d);
+            const float ext = 1.0f / pos, itp = 1.0f / ((float)r->factor * pos);
+            const double cd = 2.0 * log(base);
+            double lo = (double)d * log(r->orig_max / (r->beta_fast * 2.0 * M_PI)) / cd;
+            double hi = (double)d * log(r->orig_max / (r->beta_slow * 2.0 * M_PI)) / cd;
+            if (r->truncate) {
+                lo = floor(lo);
+                hi = ceil(hi);
+            }
+            if (lo < 0.0)
+                lo = 0.0;
+            if (hi > (double)(d - 1))
+                hi = (double)(d - 1);
+            if (lo == hi)
+                hi += 0.001;
+            float ramp = ((float)i - (float)lo) / (float)(hi - lo);
+            ramp = ramp < 0.0f ? 0.0f : ramp > 1.0f ? 1.0f : ramp;
+            const float ef = 1.0f - ramp;
+            f = itp * (1.0f - ef) + ext * ef;
+        } else if (r->type == QMLA_ENG_ROPE_LLAMA3) {
+            const double lw = r->orig_max / r->low_freq_factor;
+            const double hw = r->orig_max / r->high_freq_factor;
+            const double wl = 2.0 * M_PI / (double)f0;
+            const float fs = (float)r->factor;
+            if (wl > lw) {
+                f = f0 / fs;
+            } else if (wl >= hw) {
+                const float sm = (float)((r->orig_max / wl - r->low_freq_factor) /
+                                         (r->high_freq_factor - r->low_freq_factor));
+                f = (1.0f - sm) * f0 / fs + sm * f0;
+            }
+        }
+        /* dynamic: base * ((factor seq / max) - (factor - 1))^(d / (d - 2)) is
+         * base for every seq <= max_position_embeddings (the engine's limit) */
+        inv[i] = f;
+    }
+}
+
+int qmla_eng_parse_config(const char *dir, qmla_model_config *c, qmla_eng_rope *rope,
+                          qmla_eng_moe *moe, qmla_eng_quant *quant, size_t *n_mtp,
+                          qmla_error *err)
+{
+    size_t fd0 = 0, nr0 = 0, *first_dense = &fd0, *n_routed = &nr0;
+    memset(moe, 0, sizeof *moe);
+    memset(quant, 0, sizeof *quant);
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     json_t *j = qmla_eng_load_json(path, err);
@@ -106,7 +272,9 @@ int qmla_eng_parse_config(const char *dir, qmla_model_config *c, size_t *first_d
      * under DeepseekV2ForCausalLM was run as V2) */
     json_t *mtj = json_object_get(j, "model_type");
     const char *want_mt = v3 ? "deepseek_v3" : "deepseek_v2";
-    if (mtj && !json_is_null(mtj) && (!mt || strcmp(mt, want_mt))) {
+    /* Kimi-K2 names its DeepseekV3 model model_type "kimi_k2" */
+    if (mtj && !json_is_null(mtj) && (!mt || (strcmp(mt, want_mt) &&
+                                             !(v3 && !strcmp(mt, "kimi_k2"))))) {
         st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"model_type\": expected \"%s\" "
                             "(architectures names %s), found %s%s%s", path, want_mt, c->arch,
                             mt ? "\"" : "", mt ? mt : "another type", mt ? "\"" : "");
@@ -148,18 +316,105 @@ int qmla_eng_parse_config(const char *dir, qmla_model_config *c, size_t *first_d
                             "qk_rope_head_dim %zu", path, c->d_r);
         goto out;
     }
-    /* V3 builds MoE blocks from layer first_k_dense_replace on (default 3,
-     * n_routed_experts default 256) whatever n_routed_experts says; V2 only
-     * when n_routed_experts is set (default None) */
-    if (v3 && !json_is_integer(json_object_get(j, "first_k_dense_replace")))
-        *first_dense = 3;
-    if (v3 && !json_is_integer(json_object_get(j, "n_routed_experts")))
-        *n_routed = 256;
-    if ((*n_routed || v3) && *first_dense < c->L) {
-        st = qmla_error_set(err, QMLA_EFORMAT, "%s: MoE blocks (n_routed_experts %zu from "
-                            "layer first_k_dense_replace = %zu of %zu) are not supported: "
-                            "expected dense blocks only", path, *n_routed, *first_dense, c->L);
-        goto out;
+    /* MoE blocks from layer first_k_dense_replace on, with transformers'
+     * defaults: V3 n_routed_experts 256 from layer 3; V2 (transformers 5)
+     * 64 from layer 0 */
+    if (!json_is_integer(json_object_get(j, "first_k_dense_replace")))
+        *first_dense = v3 ? 3 : 0;
+    if (!json_is_integer(json_object_get(j, "n_routed_experts")))
+        *n_routed = v3 ? 256 : 64;
+    if (*n_routed && *first_dense < c->L) {
+        char ctx[160];
+        snprintf(ctx, sizeof ctx, "MoE blocks (n_routed_experts %zu from layer "
+                 "first_k_dense_replace = %zu of %zu)", *n_routed, *first_dense, c->L);
+        moe->n_routed = *n_routed;
+        moe->first_dense = *first_dense;
+        double rsf, mlf;
+        int have_mlf;
+        if ((st = get_size(j, path, "n_shared_experts", &moe->n_shared, 0, err)) ||
+            (st = get_size(j, path, "num_experts_per_tok", &moe->top_k, 0, err)) ||
+            (st = get_size(j, path, "n_group", &moe->n_group, 0, err)) ||
+            (st = get_size(j, path, "topk_group", &moe->topk_group, 0, err)) ||
+            (st = get_size(j, path, "moe_intermediate_size", &moe->inter, 0, err)) ||
+            (st = get_num(j, path, "routed_scaling_factor", v3 ? 2.5 : 1.0, &rsf, NULL, err)) ||
+            (st = get_num(j, path, "moe_layer_freq", 1.0, &mlf, &have_mlf, err)))
+            goto out;
+        moe->scale = rsf;
+        /* transformers' defaults where the key is absent (null stays null) */
+#define DFLT(key, field, v)                                                     \
+        if (!json_object_get(j, key))                                           \
+            moe->field = (v);
+        DFLT("n_shared_experts", n_shared, v3 ? 1 : 2)
+        DFLT("num_experts_per_tok", top_k, v3 ? 8 : 0)
+        DFLT("n_group", n_group, v3 ? 8 : 0)
+        DFLT("topk_group", topk_group, v3 ? 4 : 0)
+        DFLT("moe_intermediate_size", inter, v3 ? 2048 : 1407)
+#undef DFLT
+        json_t *ntp = json_object_get(j, "norm_topk_prob");
+        moe->norm_topk = v3 ? (ntp ? json_is_true(ntp) : 1) : 0;
+        const char *sf = json_string_value(json_object_get(j, "scoring_func"));
+        const char *tm = json_string_value(json_object_get(j, "topk_method"));
+        json_t *sfj = json_object_get(j, "scoring_func"), *tmj = json_object_get(j, "topk_method");
+        moe->sigmoid = v3;
+        const char *want_sf = v3 ? "sigmoid" : "softmax";
+        if (sfj && !json_is_null(sfj) && (!sf || strcmp(sf, want_sf))) {
+            st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"scoring_func\": expected "
+                                "\"%s\" (the gate %s computes), found %s%s%s: %s", path,
+                                want_sf, c->arch, sf ? "\"" : "", sf ? sf : "another type",
+                                sf ? "\"" : "", ctx);
+            goto out;
+        }
+        if (v3) {
+            moe->method = QMLA_ENG_TOPK_NOAUX_TC;
+            if (tmj && !json_is_null(tmj) && (!tm || strcmp(tm, "noaux_tc"))) {
+                st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"topk_method\": expected "
+                                    "\"noaux_tc\" (the routing DeepseekV3 computes), found "
+                                    "%s%s%s: %s", path, tm ? "\"" : "", tm ? tm : "another type",
+                                    tm ? "\"" : "", ctx);
+                goto out;
+            }
+        } else if (!tm || !strcmp(tm, "greedy")) {
+            moe->method = QMLA_ENG_TOPK_GREEDY;
+            if (tmj && !json_is_null(tmj) && !tm) {
+                st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"topk_method\": expected a "
+                                    "string, found another type: %s", path, ctx);
+                goto out;
+            }
+        } else if (!strcmp(tm, "group_limited_greedy")) {
+            moe->method = QMLA_ENG_TOPK_GROUP_LIMITED;
+        } else {
+            st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"topk_method\": expected "
+                                "\"greedy\" or \"group_limited_greedy\" (DeepseekV2), found "
+                                "\"%s\": %s", path, tm, ctx);
+            goto out;
+        }
+        if (have_mlf && mlf != 1.0) {
+            st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"moe_layer_freq\": expected 1 "
+                                "(transformers builds every layer from first_k_dense_replace "
+                                "on as a MoE block), found %g: %s", path, mlf, ctx);
+            goto out;
+        }
+        if (!moe->top_k || moe->top_k > moe->n_routed || !moe->inter) {
+            st = qmla_error_set(err, QMLA_EFORMAT, "%s: keys \"num_experts_per_tok\" and "
+                                "\"moe_intermediate_size\": expected 1 <= num_experts_per_tok "
+                                "<= n_routed_experts = %zu and a positive width, found %zu and "
+                                "%zu: %s", path, moe->n_routed, moe->top_k, moe->inter, ctx);
+            goto out;
+        }
+        const int grouped = moe->method != QMLA_ENG_TOPK_GREEDY;
+        if (grouped && (!moe->n_group || moe->n_group > 1024 || moe->n_routed % moe->n_group ||
+                        !moe->topk_group ||
+                        moe->topk_group > moe->n_group ||
+                        moe->top_k > moe->topk_group * (moe->n_routed / moe->n_group) ||
+                        (v3 && moe->n_routed / moe->n_group < 2))) {
+            st = qmla_error_set(err, QMLA_EFORMAT, "%s: keys \"n_group\" and \"topk_group\": "
+                                "expected n_group dividing n_routed_experts = %zu%s, 1 <= "
+                                "topk_group <= n_group and num_experts_per_tok = %zu within "
+                                "the topk_group groups, found n_group %zu, topk_group %zu: %s",
+                                path, moe->n_routed, v3 ? " into groups of two or more" : "",
+                                moe->top_k, moe->n_group, moe->topk_group, ctx);
+            goto out;
+        }
     }
     json_t *bias = json_object_get(j, "attention_bias");
     if (json_is_true(bias)) {
@@ -184,10 +439,30 @@ int qmla_eng_parse_config(const char *dir, qmla_model_config *c, size_t *first_d
     json_t *qc = json_object_get(j, "quantization_config");
     if (qc && !json_is_null(qc)) {
         const char *qm = json_string_value(json_object_get(qc, "quant_method"));
-        st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"quantization_config\" (quant_method "
-                            "%s): quantized checkpoints are not supported: expected F16, BF16 "
-                            "or F32 weights and no quantization_config", path, qm ? qm : "?");
-        goto out;
+        const char *fmt = json_string_value(json_object_get(qc, "fmt"));
+        json_t *bs = json_object_get(qc, "weight_block_size");
+        if (!qm || strcmp(qm, "fp8") || (fmt && strcmp(fmt, "e4m3"))) {
+            st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"quantization_config\" "
+                                "(quant_method %s%s%s): this quantization is not supported: "
+                                "expected F16, BF16 or F32 weights, or quant_method \"fp8\" "
+                                "(E4M3 with block scales weight_scale_inv)", path,
+                                qm ? qm : "?", fmt ? ", fmt " : "", fmt ? fmt : "");
+            goto out;
+        }
+        quant->fp8 = 1;
+        quant->block_r = quant->block_c = 128;
+        if (bs && !json_is_null(bs)) {
+            json_t *b0 = json_array_get(bs, 0), *b1 = json_array_get(bs, 1);
+            if (json_array_size(bs) != 2 || !json_is_integer(b0) || !json_is_integer(b1) ||
+                json_integer_value(b0) < 1 || json_integer_value(b1) < 1) {
+                st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"quantization_config\": "
+                                    "weight_block_size: expected two positive integers "
+                                    "[rows, columns]", path);
+                goto out;
+            }
+            quant->block_r = (size_t)json_integer_value(b0);
+            quant->block_c = (size_t)json_integer_value(b1);
+        }
     }
     if (nkv && nkv != c->H) {
         st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"num_key_value_heads\": expected "
@@ -216,18 +491,10 @@ int qmla_eng_parse_config(const char *dir, qmla_model_config *c, size_t *first_d
     if (!rp || json_is_null(rp))
         rp = json_object_get(j, "rope_scaling");
     json_t *theta = json_object_get(j, "rope_theta");
-    if (rp && json_is_object(rp)) {
-        const char *rt = json_string_value(json_object_get(rp, "rope_type"));
-        if (!rt)
-            rt = json_string_value(json_object_get(rp, "type"));
-        if (rt && strcmp(rt, "default")) {
-            st = qmla_error_set(err, QMLA_EFORMAT, "%s: rope_type \"%s\" is not supported: "
-                                "expected \"default\"", path, rt);
-            goto out;
-        }
-        if (json_is_number(json_object_get(rp, "rope_theta")))
-            theta = json_object_get(rp, "rope_theta");
-    }
+    if (rp && json_is_object(rp) && json_is_number(json_object_get(rp, "rope_theta")))
+        theta = json_object_get(rp, "rope_theta");
+    if ((st = parse_rope(j, rp, path, c, v3, rope, err)))
+        goto out;
     c->rope_theta = json_is_number(theta) ? json_number_value(theta) : 10000.0;
     if (!(c->rope_theta > 0.0)) {
         st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"rope_theta\": expected a positive "
@@ -238,6 +505,8 @@ int qmla_eng_parse_config(const char *dir, qmla_model_config *c, size_t *first_d
     if (v3 && json_is_false(json_object_get(j, "rope_interleave")))
         c->pairing = QMLA_ROPE_HALF;
     c->tau = 1.0 / sqrt((double)(c->d_n + c->d_r));
+    if (rope->softmax_mult != 1.0)
+        c->tau *= rope->softmax_mult;
 out:
     json_decref(j);
     return st;

@@ -32,8 +32,62 @@ typedef struct layer_w {
     float *kv_a_ln;                   /* [d_c] */
     float *w_uk, *w_uv;               /* [H, d_n, d_c], [H, d_v, d_c] from kv_b_proj */
     float *o_proj;                    /* [D, H*d_v] */
-    float *gate, *up, *down;          /* [I, D], [I, D], [D, I] */
+    float *gate, *up, *down;          /* [I, D], [I, D], [D, I] (dense blocks) */
+    /* MoE blocks (moe != 0): the router mlp.gate.weight [E, D] and, for
+     * the sigmoid gate, e_score_correction_bias [E]; routed experts e in
+     * [0, E): eg[e], eu[e] [I_moe, D], ed[e] [D, I_moe]; the shared experts
+     * as one MLP of width I_moe * n_shared (sg, su, sd; NULL when none) */
+    int moe;
+    float *router, *router_bias;
+    float **eg, **eu, **ed;
+    float *sg, *su, *sd;
 } layer_w;
+
+/* RoPE scaling as transformers' ROPE_INIT_FUNCTIONS define it (config.c):
+ * the inverse frequencies and the attention factor that multiplies cos/sin. */
+typedef enum qmla_eng_rope_type {
+    QMLA_ENG_ROPE_DEFAULT = 0,
+    QMLA_ENG_ROPE_LINEAR,
+    QMLA_ENG_ROPE_DYNAMIC,
+    QMLA_ENG_ROPE_YARN,
+    QMLA_ENG_ROPE_LLAMA3
+} qmla_eng_rope_type;
+
+typedef struct qmla_eng_rope {
+    qmla_eng_rope_type type;
+    char name[16];              /* "default", "yarn", ... */
+    double factor;              /* linear / yarn / llama3 / dynamic */
+    double attn_factor;         /* multiplies cos and sin (yarn; 1 otherwise) */
+    double beta_fast, beta_slow;
+    double orig_max;            /* original_max_position_embeddings */
+    double mscale, mscale_all_dim;
+    int truncate;               /* yarn: floor/ceil the correction range */
+    double low_freq_factor, high_freq_factor; /* llama3 */
+    double softmax_mult;        /* the softmax-scale correction folded into tau */
+} qmla_eng_rope;
+
+/* The MoE block of a family (config.c). */
+typedef enum qmla_eng_topk {
+    QMLA_ENG_TOPK_GREEDY = 0,        /* V2: top-k of the softmax scores */
+    QMLA_ENG_TOPK_GROUP_LIMITED,     /* V2: groups by their best score */
+    QMLA_ENG_TOPK_NOAUX_TC           /* V3: sigmoid + bias, groups by top-2 sum */
+} qmla_eng_topk;
+
+typedef struct qmla_eng_moe {
+    size_t n_routed;     /* 0: every layer dense */
+    size_t first_dense;  /* layers below are dense */
+    size_t n_shared, top_k, n_group, topk_group, inter;
+    qmla_eng_topk method;
+    int sigmoid;         /* scoring: 0 softmax (V2), 1 sigmoid (V3) */
+    int norm_topk;       /* V3: weights / their sum */
+    double scale;        /* routed_scaling_factor */
+} qmla_eng_moe;
+
+/* FP8 block-quantized weights (quantization_config quant_method "fp8"). */
+typedef struct qmla_eng_quant {
+    int fp8;
+    size_t block_r, block_c; /* weight_block_size, 128 x 128 */
+} qmla_eng_quant;
 
 struct qmla_model {
     qmla_model_config c;
@@ -43,6 +97,10 @@ struct qmla_model {
     float **owned;
     size_t n_owned, cap_owned;
     qmla_attn_form form; /* QMLA_ATTN_AUTO by default */
+    qmla_eng_rope rope;
+    qmla_eng_moe moe;
+    qmla_eng_quant quant;
+    size_t n_moe_layers;
 };
 
 /* ---- config.c */
@@ -50,8 +108,15 @@ struct qmla_model {
 /* A JSON file, or NULL with err naming the file (and line). */
 json_t *qmla_eng_load_json(const char *path, qmla_error *err);
 /* dir/config.json -> c, with the keys that only decide what is refused. */
-int qmla_eng_parse_config(const char *dir, qmla_model_config *c, size_t *first_dense,
-                          size_t *n_routed, size_t *n_mtp, qmla_error *err);
+int qmla_eng_parse_config(const char *dir, qmla_model_config *c, qmla_eng_rope *rope,
+                          qmla_eng_moe *moe, qmla_eng_quant *quant, size_t *n_mtp,
+                          qmla_error *err);
+/* The inverse frequencies inv[0..d_r/2) of the rope (float32, as
+ * transformers computes them for positions below max_position_embeddings). */
+void qmla_eng_rope_inv_freq(const qmla_model_config *c, const qmla_eng_rope *r, float *inv);
+
+/* ---- safetensors.c: FP8 E4M3 (torch.float8_e4m3fn) byte -> float */
+float qmla_eng_fp8_e4m3(uint8_t b);
 
 /* ---- safetensors.c: the writer */
 

@@ -633,6 +633,13 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
         return qmla_error_set(err, QMLA_EINVAL, "checkpoint dtype \"%s\": expected F32, F16 "
                               "or BF16", dtype);
     const qmla_model_config *c = &m->c;
+    /* FP8 weights are dequantized at load: written in dtype, the copied
+     * config.json would still declare quantization_config fp8 */
+    if (m->quant.fp8)
+        return qmla_error_set(err, QMLA_EINVAL, "%s/config.json: quantization_config fp8: "
+                              "saving an FP8 block-quantized checkpoint is not supported: "
+                              "expected F16, BF16 or F32 weights (dequantize it first)",
+                              src_dir);
     char path[4096], stage[PATH_MAX * 2 + 64], old[PATH_MAX * 2 + 64];
     /* Every file is written into a new folder beside out_dir, and that
      * folder is swapped in for out_dir as one step when all are written
@@ -722,9 +729,32 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
             }
         LADD("self_attn.kv_b_proj.weight", kvb[l], kvb_rows, dc);
         LADD("self_attn.o_proj.weight", w->o_proj, D, H * c->d_v);
-        LADD("mlp.gate_proj.weight", w->gate, c->n_inter, D);
-        LADD("mlp.up_proj.weight", w->up, c->n_inter, D);
-        LADD("mlp.down_proj.weight", w->down, D, c->n_inter);
+        if (!w->moe) {
+            LADD("mlp.gate_proj.weight", w->gate, c->n_inter, D);
+            LADD("mlp.up_proj.weight", w->up, c->n_inter, D);
+            LADD("mlp.down_proj.weight", w->down, D, c->n_inter);
+            continue;
+        }
+        /* a MoE block: router, bias and experts as loaded, in the dtype */
+        const qmla_eng_moe *mo = &m->moe;
+        const size_t E = mo->n_routed, NE = mo->inter, IS = mo->inter * mo->n_shared;
+        LADD("mlp.gate.weight", w->router, E, D);
+        if (w->router_bias)
+            LADD("mlp.gate.e_score_correction_bias", w->router_bias, E, 0);
+        for (size_t e = 0; e < E && !st; e++) {
+            char sfx[128];
+            snprintf(sfx, sizeof sfx, "mlp.experts.%zu.gate_proj.weight", e);
+            LADD(sfx, w->eg[e], NE, D);
+            snprintf(sfx, sizeof sfx, "mlp.experts.%zu.up_proj.weight", e);
+            LADD(sfx, w->eu[e], NE, D);
+            snprintf(sfx, sizeof sfx, "mlp.experts.%zu.down_proj.weight", e);
+            LADD(sfx, w->ed[e], D, NE);
+        }
+        if (w->sg) {
+            LADD("mlp.shared_experts.gate_proj.weight", w->sg, IS, D);
+            LADD("mlp.shared_experts.up_proj.weight", w->su, IS, D);
+            LADD("mlp.shared_experts.down_proj.weight", w->sd, D, IS);
+        }
 #undef LADD
     }
 #undef ADD

@@ -214,13 +214,32 @@ static void st_close(st_file *s)
     s->hdr = NULL;
 }
 
-/* Read tensor `name` of shape [r, c] (c = 0: 1-D [r]) as float32. */
+/* float8 E4M3 (the "fn" variant of torch.float8_e4m3fn and safetensors'
+ * F8_E4M3): sign, 4 exponent bits of bias 7, 3 mantissa bits; exponent 0
+ * subnormal (m / 8 * 2^-6), S.1111.111 NaN, no infinities (max 448). */
+float qmla_eng_fp8_e4m3(uint8_t b)
+{
+    const int sgn = b >> 7, e = (b >> 3) & 15, mt = b & 7;
+    float v;
+    if (e == 15 && mt == 7)
+        v = NAN;
+    else if (!e)
+        v = ldexpf((float)mt / 8.0f, -6);
+    else
+        v = ldexpf(1.0f + (float)mt / 8.0f, e - 7);
+    return sgn ? -v : v;
+}
+
+/* Read tensor `name` of shape [r, c] (c = 0: 1-D [r]) as float32 (F8_E4M3
+ * decoded without its block scale: shards_read applies it). */
 static int st_read(st_file *s, const char *name, size_t r, size_t c, float *out,
                    qmla_error *err)
 {
     json_t *t = json_object_get(s->hdr, name);
     if (!t)
-        return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: missing", s->path, name);
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: missing: expected a tensor "
+                              "of shape [%zu%s%.0zu], found none", s->path, name, r,
+                              c ? ", " : "", c);
     const char *dt = json_string_value(json_object_get(t, "dtype"));
     json_t *sh = json_object_get(t, "shape"), *off = json_object_get(t, "data_offsets");
     size_t nd = json_array_size(sh);
@@ -243,9 +262,11 @@ static int st_read(st_file *s, const char *name, size_t r, size_t c, float *out,
         es = 4;
     else if (!strcmp(dt, "F16") || !strcmp(dt, "BF16"))
         es = 2;
+    else if (!strcmp(dt, "F8_E4M3"))
+        es = 1;
     else
         return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: dtype %s: expected F16, "
-                              "BF16 or F32", s->path, name, dt);
+                              "BF16, F32 or F8_E4M3", s->path, name, dt);
     json_t *o0 = json_array_get(off, 0), *o1 = json_array_get(off, 1);
     /* negative offsets, cast to size_t, wrapped past the bound check below
      * and read the header's bytes as weights */
@@ -267,7 +288,9 @@ static int st_read(st_file *s, const char *name, size_t r, size_t c, float *out,
         return qmla_error_set(err, QMLA_EIO, "%s: tensor %s: short read", s->path, name);
     }
     for (size_t i = 0; i < n; i++) {
-        if (es == 4) {
+        if (es == 1) {
+            out[i] = qmla_eng_fp8_e4m3(buf[i]);
+        } else if (es == 4) {
             uint32_t u = (uint32_t)buf[4 * i] | (uint32_t)buf[4 * i + 1] << 8 |
                          (uint32_t)buf[4 * i + 2] << 16 | (uint32_t)buf[4 * i + 3] << 24;
             memcpy(&out[i], &u, 4);
@@ -277,8 +300,8 @@ static int st_read(st_file *s, const char *name, size_t r, size_t c, float *out,
         }
         if (!isfinite(out[i])) {
             free(buf);
-            return qmla_error_set(err, QMLA_ENONFINITE, "%s: tensor %s: element %zu is %g",
-                                  s->path, name, i, (double)out[i]);
+            return qmla_error_set(err, QMLA_ENONFINITE, "%s: tensor %s: element %zu is %g: "
+                                  "expected finite values", s->path, name, i, (double)out[i]);
         }
     }
     free(buf);
@@ -291,6 +314,7 @@ typedef struct shards {
     size_t n;
     json_t *map; /* weight_map (index) or NULL */
     char **names;
+    const qmla_eng_quant *quant;
 } shards;
 
 static void shards_close(shards *S)
@@ -358,8 +382,83 @@ static int shards_open(const char *dir, shards *S, qmla_error *err)
     return QMLA_OK;
 }
 
+static int shards_has(shards *S, const char *name);
+
+static st_file *shards_file(shards *S, const char *name)
+{
+    if (S->map) {
+        const char *fn = json_string_value(json_object_get(S->map, name));
+        if (!fn)
+            return NULL;
+        for (size_t i = 0; i < S->n; i++)
+            if (!strcmp(S->names[i], fn))
+                return &S->f[i];
+        return NULL;
+    }
+    return &S->f[0];
+}
+
+/* The dtype of tensor `name` ("" when absent). */
+static const char *shards_dtype(shards *S, const char *name)
+{
+    st_file *f = shards_file(S, name);
+    const char *dt = f ? json_string_value(json_object_get(json_object_get(f->hdr, name),
+                                                           "dtype"))
+                       : NULL;
+    return dt ? dt : "";
+}
+
+static int shards_read_raw(shards *S, const char *name, size_t r, size_t c, float *out,
+                           qmla_error *err);
+
+/* Read `name` as float32; an F8_E4M3 tensor (FP8 checkpoints) is multiplied
+ * by its block scales NAME_scale_inv [ceil(r / br), ceil(c / bc)] (value =
+ * fp8 x scale_inv of its block, as transformers dequantizes). */
 static int shards_read(shards *S, const char *name, size_t r, size_t c, float *out,
                        qmla_error *err)
+{
+    int st = shards_read_raw(S, name, r, c, out, err);
+    if (st || strcmp(shards_dtype(S, name), "F8_E4M3"))
+        return st;
+    const qmla_eng_quant *q = S->quant;
+    if (!q || !q->fp8)
+        return qmla_error_set(err, QMLA_EFORMAT, "tensor %s: dtype F8_E4M3: expected a "
+                              "quantization_config with quant_method \"fp8\" in config.json "
+                              "(the block scales' layout), found none", name);
+    const size_t cc = c ? c : 1, br = q->block_r, bc = q->block_c;
+    const size_t nr = (r + br - 1) / br, nc = (cc + bc - 1) / bc;
+    char sn[320];
+    snprintf(sn, sizeof sn, "%s_scale_inv", name);
+    if (!shards_has(S, sn))
+        return qmla_error_set(err, QMLA_EFORMAT, "tensor %s: missing: expected the block "
+                              "scales [%zu, %zu] of the F8_E4M3 tensor %s [%zu, %zu] (blocks "
+                              "%zu x %zu), found none", sn, nr, nc, name, r, cc, br, bc);
+    float *sc = malloc(nr * nc * sizeof(float));
+    if (!sc)
+        return qmla_error_set(err, QMLA_ENOMEM, "tensor %s", sn);
+    st = shards_read_raw(S, sn, nr, c ? nc : 0, sc, err);
+    if (st) {
+        qmla_error_prefix(err, "block scales of %s [%zu, %zu] (blocks %zu x %zu): ", name, r,
+                          cc, br, bc);
+        free(sc);
+        return st;
+    }
+    for (size_t i = 0; i < nr * nc; i++)
+        if (!(sc[i] > 0.0f)) {
+            st = qmla_error_set(err, QMLA_EFORMAT, "tensor %s: element %zu is %g: expected "
+                                "a positive block scale", sn, i, (double)sc[i]);
+            free(sc);
+            return st;
+        }
+    for (size_t i = 0; i < r; i++)
+        for (size_t j = 0; j < cc; j++)
+            out[i * cc + j] *= sc[(i / br) * nc + j / bc];
+    free(sc);
+    return QMLA_OK;
+}
+
+static int shards_read_raw(shards *S, const char *name, size_t r, size_t c, float *out,
+                           qmla_error *err)
 {
     if (S->map) {
         const char *fn = json_string_value(json_object_get(S->map, name));
@@ -417,6 +516,11 @@ void qmla_model_free(qmla_model *m)
     for (size_t i = 0; i < m->n_owned; i++)
         free(m->owned[i]);
     free(m->owned);
+    for (size_t l = 0; m->layers && l < m->c.L; l++) {
+        free(m->layers[l].eg);
+        free(m->layers[l].eu);
+        free(m->layers[l].ed);
+    }
     free(m->layers);
     free(m);
 }
@@ -427,15 +531,17 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
     qmla_model *m = calloc(1, sizeof *m);
     if (!m)
         return qmla_error_set(err, QMLA_ENOMEM, "model");
-    size_t first_dense = 0, n_routed = 0, n_mtp = 0;
-    int st = qmla_eng_parse_config(dir, &m->c, &first_dense, &n_routed, &n_mtp, err);
+    size_t n_mtp = 0;
+    int st = qmla_eng_parse_config(dir, &m->c, &m->rope, &m->moe, &m->quant, &n_mtp, err);
     if (st) {
         free(m);
         return st;
     }
     const qmla_model_config *c = &m->c;
+    const qmla_eng_moe *mo = &m->moe;
     shards S;
     st = shards_open(dir, &S, err);
+    S.quant = &m->quant;
     m->layers = calloc(c->L, sizeof *m->layers);
     if (!st && !m->layers)
         st = qmla_error_set(err, QMLA_ENOMEM, "layers");
@@ -462,10 +568,20 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
         if (!st)                                                                     \
             st = load_t(m, &S, nm, r, cc, dst, err);                                 \
     } while (0)
+        w->moe = mo->n_routed && l >= mo->first_dense;
         snprintf(nm, sizeof nm, "model.layers.%zu.mlp.gate.weight", l);
-        if (shards_has(&S, nm)) {
-            st = qmla_error_set(err, QMLA_EFORMAT, "tensor %s: MoE router found: MoE blocks "
-                                "are not supported", nm);
+        if (!w->moe && shards_has(&S, nm)) {
+            st = qmla_error_set(err, QMLA_EFORMAT, "tensor %s: MoE router found in layer %zu, "
+                                "which config.json makes a dense block (n_routed_experts %zu, "
+                                "first_k_dense_replace %zu): expected mlp.gate_proj, mlp.up_proj, "
+                                "mlp.down_proj only", nm, l, mo->n_routed, mo->first_dense);
+            break;
+        }
+        if (w->moe && !shards_has(&S, nm)) {
+            st = qmla_error_set(err, QMLA_EFORMAT, "tensor %s: missing: expected the router "
+                                "[%zu, %zu] of MoE blocks (n_routed_experts %zu from layer "
+                                "first_k_dense_replace = %zu of %zu)", nm, mo->n_routed, c->D,
+                                mo->n_routed, mo->first_dense, c->L);
             break;
         }
         LT("input_layernorm.weight", c->D, 0, &w->ln_in);
@@ -498,9 +614,49 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
             }
         }
         LT("self_attn.o_proj.weight", c->D, HD * c->d_v, &w->o_proj);
-        LT("mlp.gate_proj.weight", c->n_inter, c->D, &w->gate);
-        LT("mlp.up_proj.weight", c->n_inter, c->D, &w->up);
-        LT("mlp.down_proj.weight", c->D, c->n_inter, &w->down);
+        if (!w->moe) {
+            LT("mlp.gate_proj.weight", c->n_inter, c->D, &w->gate);
+            LT("mlp.up_proj.weight", c->n_inter, c->D, &w->up);
+            LT("mlp.down_proj.weight", c->D, c->n_inter, &w->down);
+            continue;
+        }
+        /* MoE block: router, (bias), routed experts, shared experts */
+        const size_t E = mo->n_routed, NE = mo->inter, IS = mo->inter * mo->n_shared;
+        m->n_moe_layers++;
+        LT("mlp.gate.weight", E, c->D, &w->router);
+        snprintf(nm, sizeof nm, "model.layers.%zu.mlp.gate.e_score_correction_bias", l);
+        if (!st && mo->sigmoid)
+            st = load_t(m, &S, nm, E, 0, &w->router_bias, err);
+        else if (!st && shards_has(&S, nm))
+            st = qmla_error_set(err, QMLA_EFORMAT, "tensor %s: found in a %s checkpoint, "
+                                "whose softmax gate has no correction bias: expected none",
+                                nm, c->arch);
+        if (!st && (!(w->eg = calloc(E, sizeof *w->eg)) || !(w->eu = calloc(E, sizeof *w->eu)) ||
+                    !(w->ed = calloc(E, sizeof *w->ed))))
+            st = qmla_error_set(err, QMLA_ENOMEM, "experts of layer %zu", l);
+        for (size_t e = 0; e < E && !st; e++) {
+            char sfx[128];
+            snprintf(sfx, sizeof sfx, "mlp.experts.%zu.gate_proj.weight", e);
+            LT(sfx, NE, c->D, &w->eg[e]);
+            snprintf(sfx, sizeof sfx, "mlp.experts.%zu.up_proj.weight", e);
+            LT(sfx, NE, c->D, &w->eu[e]);
+            snprintf(sfx, sizeof sfx, "mlp.experts.%zu.down_proj.weight", e);
+            LT(sfx, c->D, NE, &w->ed[e]);
+        }
+        snprintf(nm, sizeof nm, "model.layers.%zu.mlp.experts.%zu.gate_proj.weight", l, E);
+        if (!st && shards_has(&S, nm))
+            st = qmla_error_set(err, QMLA_EFORMAT, "tensor %s: expected experts 0..%zu "
+                                "(n_routed_experts %zu), found more", nm, E - 1, E);
+        if (mo->n_shared) {
+            LT("mlp.shared_experts.gate_proj.weight", IS, c->D, &w->sg);
+            LT("mlp.shared_experts.up_proj.weight", IS, c->D, &w->su);
+            LT("mlp.shared_experts.down_proj.weight", c->D, IS, &w->sd);
+        } else {
+            snprintf(nm, sizeof nm, "model.layers.%zu.mlp.shared_experts.gate_proj.weight", l);
+            if (!st && shards_has(&S, nm))
+                st = qmla_error_set(err, QMLA_EFORMAT, "tensor %s: shared experts found, "
+                                    "config.json says n_shared_experts 0: expected none", nm);
+        }
 #undef LT
     }
     free(kvb);
