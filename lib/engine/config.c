@@ -171,10 +171,13 @@ static int parse_rope(json_t *j, json_t *rp, const char *path, const qmla_model_
         else
             r->attn_factor = MSCALE(fac, 1.0);
     }
-    /* DeepSeek's softmax-scale correction, as transformers' DeepseekV3Attention
-     * applies it (any rope_type but default, mscale_all_dim set):
-     * tau * mscale(factor, mscale_all_dim)^2. DeepseekV2Attention does not. */
-    if (v3 && r->mscale_all_dim != 0.0) {
+    /* DeepSeek's softmax-scale correction (any rope_type but default,
+     * mscale_all_dim set): tau * mscale(factor, mscale_all_dim)^2, as
+     * transformers' DeepseekV3Attention and DeepSeek's own V2 code apply it
+     * and docs/models.md defines tau. transformers 5.17's DeepseekV2Attention
+     * omits it (the capture tool's --yarn-mscale fix sets it there). */
+    (void)v3;
+    if (r->mscale_all_dim != 0.0) {
         const double m = MSCALE(fac, r->mscale_all_dim);
         r->softmax_mult = m * m;
     }

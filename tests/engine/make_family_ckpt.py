@@ -348,7 +348,8 @@ def rope_tables(f, T):
             smooth = (1 - sm) * out / fac + sm * out
             med = ~(wl < orig / hf) & ~(wl > orig / lf)
             inv = np.where(med, smooth, out).astype(F32)
-        if f["arch"] == "v3" and r.get("mscale_all_dim"):
+        # DeepSeek's softmax-scale correction, V2 and V3 (docs/models.md)
+        if r.get("mscale_all_dim"):
             m = mscale(fac, r["mscale_all_dim"])
             tau = tau * m * m
     ang = (np.arange(T, dtype=F32)[:, None] * inv[None, :]).astype(F32)
