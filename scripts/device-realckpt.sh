@@ -24,7 +24,7 @@ PY=${QMLA_DEVICE_PY:-/opt/torch/.venv/bin/python3}
 [ -x "$PY" ] || PY=$(command -v python3)
 echo "== $(date -u +%FT%TZ) commit $(cat .qmla-commit 2>/dev/null || git describe --always --dirty 2>/dev/null)"
 "$PY" -c 'import torch, transformers; print("python", __import__("sys").version.split()[0], "torch", torch.__version__, "transformers", transformers.__version__)'
-B=/tmp/build-realckpt
+B=${QMLA_REALCKPT_BUILD:-/tmp/build-realckpt}
 if [ ! -f $B/build.ninja ]; then
   meson setup $B --buildtype=release -Dcuda=disabled -Dpython="$PY" >/tmp/setup.log 2>&1 ||
     { cp /tmp/setup.log "$OUT/"; tail -30 /tmp/setup.log; exit 1; }
