@@ -22,7 +22,7 @@ static void usage(FILE *f)
         "                [--force]\n"
         "\n"
         "Bits per byte and mean NLL of the checkpoint in MODEL_DIR (config.json +\n"
-        "safetensors; DeepseekV2/V3 dense blocks) over each text, as the training\n"
+        "safetensors; DeepseekV2/V3, dense or MoE) over each text, as the training\n"
         "run measured them: non-overlapping windows of T bytes from the start of\n"
         "the text, each scored as [BOS] + window[0..T-1) against window[0..T).\n"
         "\n"

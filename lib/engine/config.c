@@ -1,31 +1,42 @@
 /* lib/engine/config.c — config.json of a transformers checkpoint (jansson)
- * -> qmla_model_config: the architecture (DeepseekV2/V3, dense blocks), the
- * dimensions, the norms' epsilons, RoPE ("default", interleaved or half
- * pairing) and the softmax scale; what the engine does not support is refused
- * by name.
+ * -> qmla_model_config: the architecture (DeepseekV2/V3), the dimensions,
+ * the norms' epsilons, RoPE (its scaling type, interleaved or half pairing)
+ * and the softmax scale, the MoE blocks (qmla_eng_moe) and FP8 block
+ * quantization (qmla_eng_quant); what the engine does not support is
+ * refused by name.
  *
  * The keys of transformers' DeepseekV2Config / DeepseekV3Config, and what
  * becomes of each (docs/models.md):
  *   read: vocab_size, hidden_size, num_hidden_layers, num_attention_heads,
  *     intermediate_size, q_lora_rank, kv_lora_rank, qk_nope_head_dim,
  *     qk_rope_head_dim, v_head_dim, max_position_embeddings, bos_token_id,
- *     rms_norm_eps, rope_theta / rope_scaling / rope_parameters ("default"
- *     only), rope_interleave (V3), tie_word_embeddings (honoured: lm_head is
- *     the embedding);
+ *     rms_norm_eps, rope_theta / rope_scaling / rope_parameters (rope_type
+ *     default, linear, dynamic, yarn, llama3 with factor,
+ *     original_max_position_embeddings, beta_fast, beta_slow, mscale,
+ *     mscale_all_dim, attention_factor, truncate, low/high_freq_factor),
+ *     rope_interleave (V3), tie_word_embeddings (honoured: lm_head is the
+ *     embedding); MoE blocks from first_k_dense_replace on (transformers'
+ *     defaults: V3 n_routed_experts 256 from layer 3, V2 64 from layer 0):
+ *     n_routed_experts, n_shared_experts, num_experts_per_tok,
+ *     moe_intermediate_size, routed_scaling_factor, topk_method (V2 greedy /
+ *     group_limited_greedy, V3 noaux_tc), n_group, topk_group,
+ *     norm_topk_prob (V3; transformers' V2 gate does not apply it),
+ *     scoring_func (V2 softmax, V3 sigmoid); quantization_config fp8 (fmt
+ *     e4m3, weight_block_size);
  *   refused unless harmless: architectures and model_type (deepseek_v2 /
  *     deepseek_v3, consistent), num_key_value_heads (= num_attention_heads:
  *     transformers repeats the keys H / num_key_value_heads times),
  *     attention_bias and mlp_bias (false), hidden_act ("silu"),
- *     quantization_config (absent), MoE blocks (n_routed_experts,
- *     first_k_dense_replace, moe_layer_freq: dense blocks only; V3 builds
- *     MoE from layer first_k_dense_replace, default 3, whatever
- *     n_routed_experts says) and with them every MoE key
- *     (moe_intermediate_size, n_shared_experts, num_experts_per_tok,
- *     routed_scaling_factor, topk_method, n_group, topk_group,
- *     norm_topk_prob, scoring_func, aux_loss_alpha, seq_aux, ep_size);
+ *     quantization_config (absent or fp8), moe_layer_freq (1: transformers
+ *     makes every layer from first_k_dense_replace on a MoE block), a
+ *     scoring_func / topk_method other than the architecture's, n_group /
+ *     topk_group that do not fit n_routed_experts and num_experts_per_tok;
+ *     model_type kimi_k2 is read as deepseek_v3;
  *   no effect on the function: num_nextn_predict_layers (MTP layers,
  *     which transformers does not run), eos_token_id, pad_token_id,
  *     initializer_range, use_cache, pretraining_tp, attention_dropout,
+ *     aux_loss_alpha, seq_aux, ep_size, activation_scheme (the weights are
+ *     dequantized, activations stay float32),
  *     head_dim / qk_head_dim (derived), torch_dtype / dtype,
  *     transformers_version. */
 #include "engine/engine_int.h"
