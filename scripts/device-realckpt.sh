@@ -55,6 +55,31 @@ for fam in v3-yarn-interleaved-bf16 v2-greedy-yarn-f32 v3-noaux-yarn-half-fp8; d
     --corpus t=$W/text.txt --seqs 2 --tokens 32 --dtype float32 --store float32 --device cpu \
     >"$W/$fam.tcap.log" 2>&1 || { echo "qmla_capture.py $fam failed"; tail -8 "$W/$fam.tcap.log"; rc=1; continue; }
   grep -h "softmax scale" "$W/$fam.tcap.log" | sed "s|^|$fam: |"
+  # transformers' V3 path returns the rotated channels de-interleaved, and the
+  # Python tool stores them so (rope_pairing half); qmla capture keeps the
+  # checkpoint's interleaved order: compare in the reference's layout
+  "$PY" - "$W/$fam.q.h5" "$W/$fam.t.h5" <<'PYX'
+import sys, shutil, h5py, numpy as np
+q, t = sys.argv[1:]
+pq = h5py.File(q)["config"].attrs["rope_pairing"]; pt = h5py.File(t)["config"].attrs["rope_pairing"]
+pq, pt = [x.decode() if isinstance(x, bytes) else str(x) for x in (pq, pt)]
+print(f"rope_pairing: qmla {pq}, qmla_capture.py {pt}")
+if pq == "interleaved" and pt == "half":
+    shutil.copy(q, q + ".tmp")
+    with h5py.File(q + ".tmp", "r+") as f:
+        for l in f["layers"]:
+            for c in f["layers"][l]["cells"].values():
+                for k in ("k_rope", "q_rope", "k_rope_pre", "q_rope_pre"):
+                    if k in c:
+                        a = c[k][...]
+                        d = a.shape[-1]
+                        perm = list(range(0, d, 2)) + list(range(1, d, 2))
+                        del c[k]
+                        c[k] = a[..., perm]
+        f["config"].attrs["rope_pairing"] = "half"
+    shutil.move(q + ".tmp", q)
+    print("qmla's RoPE tensors de-interleaved for the comparison")
+PYX
   echo "-- $fam: qmla capture vs qmla_capture.py (reference)"
   "$PY" experiments/tiny-mla/compare_captures.py "$W/$fam.q.h5" "$W/$fam.t.h5" --tol 1e-4 2>&1 | tail -25 || rc=1
 done
