@@ -17,8 +17,10 @@
  * pairing (DeepseekV3); no bias. Weights: config.json plus model.safetensors
  * or sharded safetensors with model.safetensors.index.json; F16, BF16, F32
  * and FP8 E4M3 tensors with block scales NAME_scale_inv (quantization_config
- * quant_method fp8), all converted to float32 once at load. Anything else
- * is refused by name (QMLA_EFORMAT).
+ * quant_method fp8). The files are memory-mapped; the MLP weights (dense,
+ * routed and shared experts) stay in their stored dtype and are converted
+ * to float32 when used, in the workspace; every other tensor is converted
+ * to float32 once at load. Anything else is refused by name (QMLA_EFORMAT).
  *
  * Evaluation protocol (experiments/tiny-mla/train.py, heldout_windows): the
  * text's bytes are cut into n = floor(bytes / T) non-overlapping windows of

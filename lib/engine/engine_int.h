@@ -24,6 +24,28 @@
 #include <stdio.h>
 #include <stdint.h>
 
+/* A weight matrix [r, c] of the MLP blocks (dense, routed and shared
+ * experts), kept as the checkpoint stores it: the file is memory-mapped and
+ * the matrix converted to float32 when used (qmla_eng_wt_get), into the
+ * forward pass's per-thread workspace, so that resident memory is the
+ * checkpoint's bytes, not their float32 size. F32 tensors aligned to 4
+ * bytes are used in place. */
+enum { QMLA_ENG_DT_F32 = 1, QMLA_ENG_DT_F16, QMLA_ENG_DT_BF16, QMLA_ENG_DT_F8 };
+
+typedef struct qmla_eng_wt {
+    const float *f;        /* float32 values in place, or NULL: converted per use */
+    const uint8_t *raw;    /* the stored bytes, in the file's mapping */
+    const float *scale;    /* F8: block scales [ceil(r / br), ceil(c / bc)] (model-owned) */
+    int dtype;             /* QMLA_ENG_DT_* */
+    size_t r, c, br, bc;
+    char st_dtype[12];     /* the safetensors dtype, "BF16", ... */
+} qmla_eng_wt;
+
+/* The float32 values of w: w->f, or w->raw converted into buf (r * c floats). */
+const float *qmla_eng_wt_get(const qmla_eng_wt *w, float *buf);
+/* Bytes the stored tensor occupies. */
+size_t qmla_eng_wt_bytes(const qmla_eng_wt *w);
+
 typedef struct layer_w {
     float *ln_in, *ln_post;           /* [D] */
     float *q_proj;                    /* [H*(d_n+d_r), D] (or q_b_proj [.., q_lora]) */
@@ -32,15 +54,15 @@ typedef struct layer_w {
     float *kv_a_ln;                   /* [d_c] */
     float *w_uk, *w_uv;               /* [H, d_n, d_c], [H, d_v, d_c] from kv_b_proj */
     float *o_proj;                    /* [D, H*d_v] */
-    float *gate, *up, *down;          /* [I, D], [I, D], [D, I] (dense blocks) */
+    qmla_eng_wt gate, up, down;       /* [I, D], [I, D], [D, I] (dense blocks) */
     /* MoE blocks (moe != 0): the router mlp.gate.weight [E, D] and, for
      * the sigmoid gate, e_score_correction_bias [E]; routed experts e in
      * [0, E): eg[e], eu[e] [I_moe, D], ed[e] [D, I_moe]; the shared experts
-     * as one MLP of width I_moe * n_shared (sg, su, sd; NULL when none) */
-    int moe;
+     * as one MLP of width I_moe * n_shared (sg, su, sd when has_shared) */
+    int moe, has_shared;
     float *router, *router_bias;
-    float **eg, **eu, **ed;
-    float *sg, *su, *sd;
+    qmla_eng_wt *eg, *eu, *ed;
+    qmla_eng_wt sg, su, sd;
 } layer_w;
 
 /* RoPE scaling as transformers' ROPE_INIT_FUNCTIONS define it (config.c):
@@ -101,6 +123,9 @@ struct qmla_model {
     qmla_eng_moe moe;
     qmla_eng_quant quant;
     size_t n_moe_layers;
+    size_t wt_max;          /* floats of the largest qmla_eng_wt (the workspace) */
+    void **maps;            /* the safetensors files, memory-mapped */
+    size_t *map_lens, n_maps;
 };
 
 /* ---- config.c */
@@ -139,6 +164,10 @@ typedef struct qmla_st_out {
  * reference when F32 (it must outlive the write). */
 int qmla_st_add(qmla_st_out *o, const char *name, const float *x, size_t r, size_t c,
                 qmla_error *err);
+/* Add tensor `name` [r, c] as the bytes it is stored in (dtype as
+ * safetensors names it), kept by reference. */
+int qmla_st_add_raw(qmla_st_out *o, const char *name, const char *dtype, const void *bytes,
+                    size_t nbytes, size_t r, size_t c, qmla_error *err);
 /* Serialize the header into slot 0: bufs[0..n] / lens[0..n] are the file. */
 int qmla_st_finish(qmla_st_out *o, qmla_error *err);
 void qmla_st_out_free(qmla_st_out *o);

@@ -30,6 +30,7 @@ struct qmla_model_ws {
     /* MoE blocks: scores [T, E], choice [T, k] (expert, weight), per expert
      * the rows that chose it, gathered inputs / outputs [T, D] */
     float *sc, *sc2, *tw, *xe, *ye;
+    float *wbuf; /* one MLP weight matrix converted from its stored dtype */
     int32_t *ti, *rows;
     float *rw;
 };
@@ -44,7 +45,7 @@ void qmla_model_ws_free(qmla_model_ws *w)
                    &w->kv, &w->kr_pre, &w->C, &w->K, &w->Cq, &w->Kq, &w->q_lat,
                    &w->q_rope_t, &w->Z, &w->Z2, &w->U, &w->O, &w->Y, &w->g, &w->u,
                    &w->cos_, &w->sin_, &w->qc, &w->kc, &w->kc2, &w->vn, &w->vn2, &w->kn,
-                   &w->sc, &w->sc2, &w->tw, &w->xe, &w->ye, &w->rw};
+                   &w->sc, &w->sc2, &w->tw, &w->xe, &w->ye, &w->rw, &w->wbuf};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         free(*p[i]);
     prefix_free(w->pre, w->L);
@@ -81,7 +82,7 @@ int qmla_model_ws_alloc(const qmla_model *m, size_t T, qmla_model_ws **out, qmla
         {&w->sin_, T * c->d_r / 2}, {&w->qc, H * T * qk}, {&w->kc, H * T * qk},
         {&w->kc2, H * T * qk}, {&w->vn, T * H * c->d_v}, {&w->vn2, T * H * c->d_v},
         {&w->kn, T * H * c->d_n}, {&w->sc, T * E}, {&w->sc2, T * E}, {&w->tw, T * K},
-        {&w->xe, T * c->D}, {&w->ye, T * c->D}, {&w->rw, T}};
+        {&w->xe, T * c->D}, {&w->ye, T * c->D}, {&w->rw, T}, {&w->wbuf, m->wt_max}};
     for (size_t i = 0; i < sizeof a / sizeof a[0]; i++)
         if (!(*a[i].p = calloc(a[i].n ? a[i].n : 1, sizeof(float)))) {
             qmla_model_ws_free(w);
@@ -284,14 +285,16 @@ static void moe_route(const qmla_model *m, const layer_w *lw, size_t n, const fl
     }
 }
 
-/* One SwiGLU MLP over rows x[0..n): y = down(silu(gate x) * up x). */
-static void mlp_rows(size_t n, size_t D, size_t NI, const float *x, const float *g_w,
-                     const float *u_w, const float *d_w, float *g, float *u, float *y)
+/* One SwiGLU MLP over rows x[0..n): y = down(silu(gate x) * up x), each
+ * weight converted from its stored dtype into wbuf when used. */
+static void mlp_rows(size_t n, size_t D, size_t NI, const float *x, const qmla_eng_wt *g_w,
+                     const qmla_eng_wt *u_w, const qmla_eng_wt *d_w, float *wbuf, float *g,
+                     float *u, float *y)
 {
-    qmla_linear(n, D, NI, x, g_w, g);
-    qmla_linear(n, D, NI, x, u_w, u);
+    qmla_linear(n, D, NI, x, qmla_eng_wt_get(g_w, wbuf), g);
+    qmla_linear(n, D, NI, x, qmla_eng_wt_get(u_w, wbuf), u);
     silu_mul(n * NI, g, u);
-    qmla_linear(n, NI, D, g, d_w, y);
+    qmla_linear(n, NI, D, g, qmla_eng_wt_get(d_w, wbuf), y);
 }
 
 /* A MoE block over rows h[0..n) -> y[0..n): each routed expert computes
@@ -316,7 +319,8 @@ static void moe_block(const qmla_model *m, const layer_w *lw, size_t n, const fl
                 }
         if (!r)
             continue;
-        mlp_rows(r, D, NI, w->xe, lw->eg[e], lw->eu[e], lw->ed[e], w->g, w->u, w->ye);
+        mlp_rows(r, D, NI, w->xe, &lw->eg[e], &lw->eu[e], &lw->ed[e], w->wbuf, w->g, w->u,
+                 w->ye);
         for (size_t q = 0; q < r; q++) {
             float *dst = y + (size_t)w->rows[q] * D;
             const float *src = w->ye + q * D, a = w->rw[q];
@@ -324,9 +328,9 @@ static void moe_block(const qmla_model *m, const layer_w *lw, size_t n, const fl
                 dst[i] += src[i] * a;
         }
     }
-    if (lw->sg) {
+    if (lw->has_shared) {
         const size_t IS = NI * mo->n_shared;
-        mlp_rows(n, D, IS, h, lw->sg, lw->su, lw->sd, w->g, w->u, w->ye);
+        mlp_rows(n, D, IS, h, &lw->sg, &lw->su, &lw->sd, w->wbuf, w->g, w->u, w->ye);
         for (size_t i = 0; i < n * D; i++)
             y[i] += w->ye[i];
     }
@@ -566,10 +570,13 @@ static int forward_rows(const qmla_model *m, const qmla_cache_spec *cs, qmla_mod
                 w->x[i] += w->Y[i];
             continue;
         }
-        qmla_linear(n, D, NI, w->h + t0 * D, lw->gate, w->g + t0 * NI);
-        qmla_linear(n, D, NI, w->h + t0 * D, lw->up, w->u + t0 * NI);
+        qmla_linear(n, D, NI, w->h + t0 * D, qmla_eng_wt_get(&lw->gate, w->wbuf),
+                    w->g + t0 * NI);
+        qmla_linear(n, D, NI, w->h + t0 * D, qmla_eng_wt_get(&lw->up, w->wbuf),
+                    w->u + t0 * NI);
         silu_mul(n * NI, w->g + t0 * NI, w->u + t0 * NI);
-        qmla_linear(n, NI, D, w->g + t0 * NI, lw->down, w->Y + t0 * D);
+        qmla_linear(n, NI, D, w->g + t0 * NI, qmla_eng_wt_get(&lw->down, w->wbuf),
+                    w->Y + t0 * D);
         for (size_t i = t0 * D; i < T * D; i++)
             w->x[i] += w->Y[i];
     }

@@ -676,9 +676,12 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
     qmla_st_out o = {0};
     o.dtype = dtype;
     float **kvb = calloc(c->L, sizeof *kvb);
+    /* the dense MLP weights converted for the write (3 per layer) */
+    float **tmp = calloc(3 * c->L + 1, sizeof *tmp);
+    size_t n_tmp = 0;
     int st = QMLA_OK;
     o.hdr = json_object();
-    if (!o.hdr || !kvb)
+    if (!o.hdr || !kvb || !tmp)
         st = qmla_error_set(err, QMLA_ENOMEM, "safetensors header");
     json_t *md = json_object();
     for (size_t i = 0; i < n_meta && !st && md; i++)
@@ -730,31 +733,51 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
         LADD("self_attn.kv_b_proj.weight", kvb[l], kvb_rows, dc);
         LADD("self_attn.o_proj.weight", w->o_proj, D, H * c->d_v);
         if (!w->moe) {
-            LADD("mlp.gate_proj.weight", w->gate, c->n_inter, D);
-            LADD("mlp.up_proj.weight", w->up, c->n_inter, D);
-            LADD("mlp.down_proj.weight", w->down, D, c->n_inter);
+            /* the dense MLP in the output dtype, as always */
+            const qmla_eng_wt *mw[3] = {&w->gate, &w->up, &w->down};
+            static const char *const mn[3] = {"mlp.gate_proj.weight", "mlp.up_proj.weight",
+                                              "mlp.down_proj.weight"};
+            for (int k = 0; k < 3 && !st; k++) {
+                float *x = mw[k]->f ? NULL : malloc(mw[k]->r * mw[k]->c * sizeof(float));
+                if (!mw[k]->f && !x) {
+                    st = qmla_error_set(err, QMLA_ENOMEM, "layer %zu: %s", l, mn[k]);
+                    break;
+                }
+                if (x)
+                    tmp[n_tmp++] = x;
+                LADD(mn[k], qmla_eng_wt_get(mw[k], x), mw[k]->r, mw[k]->c);
+            }
             continue;
         }
-        /* a MoE block: router, bias and experts as loaded, in the dtype */
+        /* a MoE block: router and bias in the dtype, the routed and shared
+         * experts copied through untouched (their stored dtype and bytes) */
         const qmla_eng_moe *mo = &m->moe;
-        const size_t E = mo->n_routed, NE = mo->inter, IS = mo->inter * mo->n_shared;
+        const size_t E = mo->n_routed;
         LADD("mlp.gate.weight", w->router, E, D);
         if (w->router_bias)
             LADD("mlp.gate.e_score_correction_bias", w->router_bias, E, 0);
+#define RAW(sfx, wt)                                                                 \
+    do {                                                                             \
+        snprintf(nm, sizeof nm, "model.layers.%zu.%s", l, sfx);                      \
+        if (!st)                                                                     \
+            st = qmla_st_add_raw(&o, nm, (wt)->st_dtype, (wt)->raw,                   \
+                                 qmla_eng_wt_bytes(wt), (wt)->r, (wt)->c, err);      \
+    } while (0)
         for (size_t e = 0; e < E && !st; e++) {
             char sfx[128];
             snprintf(sfx, sizeof sfx, "mlp.experts.%zu.gate_proj.weight", e);
-            LADD(sfx, w->eg[e], NE, D);
+            RAW(sfx, &w->eg[e]);
             snprintf(sfx, sizeof sfx, "mlp.experts.%zu.up_proj.weight", e);
-            LADD(sfx, w->eu[e], NE, D);
+            RAW(sfx, &w->eu[e]);
             snprintf(sfx, sizeof sfx, "mlp.experts.%zu.down_proj.weight", e);
-            LADD(sfx, w->ed[e], D, NE);
+            RAW(sfx, &w->ed[e]);
         }
-        if (w->sg) {
-            LADD("mlp.shared_experts.gate_proj.weight", w->sg, IS, D);
-            LADD("mlp.shared_experts.up_proj.weight", w->su, IS, D);
-            LADD("mlp.shared_experts.down_proj.weight", w->sd, D, IS);
+        if (w->has_shared) {
+            RAW("mlp.shared_experts.gate_proj.weight", &w->sg);
+            RAW("mlp.shared_experts.up_proj.weight", &w->su);
+            RAW("mlp.shared_experts.down_proj.weight", &w->sd);
         }
+#undef RAW
 #undef LADD
     }
 #undef ADD
@@ -804,6 +827,9 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
         for (size_t l = 0; l < c->L; l++)
             free(kvb[l]);
     free(kvb);
+    for (size_t i = 0; tmp && i < n_tmp; i++)
+        free(tmp[i]);
+    free(tmp);
     qmla_st_out_free(&o);
     return st;
 }
