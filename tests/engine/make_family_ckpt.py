@@ -10,6 +10,8 @@ the native engine reads (issue 20), an independent NumPy forward of each
                                      ones, OUT/text.txt and OUT/ref.json
                                      {name: {"nll": mean nats/token, "tau": ...,
                                      "cos": [T][d_r/2] ...}}
+  make_family_ckpt.py write-big OUT  OUT/v2-big-bf16: a BF16 MoE checkpoint of
+                                     100 MB, mostly experts (the memory check)
   make_family_ckpt.py fault SRC DST KIND
                                      a copy of checkpoint SRC with one fault:
                                      missing_expert, router_width, scale_shape,
@@ -531,6 +533,33 @@ def cmd_write(out):
         print(f"{k:28s} nll {v['nll']:.8f} tau {v['tau']:.6f} af {v['attention_factor']:.6f}")
 
 
+def cmd_write_big(out):
+    """one DeepseekV2 MoE checkpoint in BF16 whose experts dominate its bytes
+    (2 MoE layers x 64 experts of 512 x 256: 50M parameters, 100 MB), for
+    the resident-memory check; no reference NLL"""
+    global BASE
+    keep = BASE
+    BASE = dict(keep, D=512, inter=256)
+    f = dict(arch="v2", dtype="BF16", q_lora=0, E=64, K=6, n_shared=2, moe_inter=256,
+             first_dense=1, method="greedy", rsf=1.0, rope=None)
+    try:
+        d = os.path.join(out, "v2-big-bf16")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "config.json"), "w") as fh:
+            json.dump(config_json(f), fh, indent=1)
+        with open(os.path.join(d, "qmla_tokenizer.json"), "w") as fh:
+            json.dump({"type": "bytes", "bos_id": BOS}, fh)
+        W = make_weights(f, 1)
+        tensors, _ = store(f, W)
+        write_safetensors(os.path.join(d, "model.safetensors"), tensors)
+        n = sum(a.size for a in W.values())
+        ne = sum(a.size for k, a in W.items() if ".experts." in k)
+        print(json.dumps({"params": int(n), "expert_params": int(ne),
+                          "bytes": os.path.getsize(os.path.join(d, "model.safetensors"))}))
+    finally:
+        BASE = keep
+
+
 def cmd_fault(src, dst, kind):
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(src, dst)
@@ -572,6 +601,8 @@ def cmd_fault(src, dst, kind):
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "write":
         cmd_write(sys.argv[2])
+    elif len(sys.argv) == 3 and sys.argv[1] == "write-big":
+        cmd_write_big(sys.argv[2])
     elif len(sys.argv) == 5 and sys.argv[1] == "fault":
         cmd_fault(*sys.argv[2:])
     else:

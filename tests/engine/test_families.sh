@@ -8,12 +8,14 @@
 #     and with mscale != mscale_all_dim, default, linear and llama3 RoPE;
 #     interleaved and half pairing; F32, BF16 and FP8 E4M3 with 32 x 32 block
 #     scales) equals the NumPy NLL within 1e-5 relative; the peak resident
-#     set is printed;
+#     set is printed, and on a 100 MB BF16 MoE checkpoint stays within its
+#     bytes + 48 MiB (experts kept mapped in their dtype, converted per use);
 #   - `qmla capture` on the YaRN checkpoints (FP8 half pairing, BF16
 #     interleaved) records softmax_scale = tau x mscale(factor,
 #     mscale_all_dim)^2 and rope_cos / rope_sin = the YaRN cos / sin times the
 #     attention factor, and `qmla check` recomputes the capture consistently;
-#   - `qmla fuse` on a MoE checkpoint writes its router and expert tensors,
+#   - `qmla fuse` on a MoE checkpoint writes its router (F32) and copies
+#     its expert tensors through (BF16),
 #     and the fused model scores what the original scores (fp32, QuaRot
 #     transforms); an FP8 checkpoint is refused by name;
 #   - faulty checkpoints are refused (exit 2) naming the tensor or key,
@@ -47,6 +49,16 @@ assert rel <= 1e-5, rel
 PY
 done
 expect 0 "ppl bf16 cache on the FP8 MoE checkpoint" -- ppl "$F/v3-noaux-yarn-half-fp8" "$work/b.h5" bf16,C4R4
+
+# ---- resident memory: a 100 MB BF16 MoE checkpoint (experts 95 % of it)
+# runs within its own bytes plus 48 MiB (the experts stay mapped in BF16 and
+# are converted per use; float32 copies alone would be 200 MB)
+"$PY" "$GEN" write-big "$work/big" >"$work/big.json" && ok || bad "make_family_ckpt.py write-big"
+expect 0 "ppl big MoE" -- ppl "$work/big/v2-big-bf16" "$work/big.h5"
+rss=$(sed -n 's/.*peak resident set \([0-9.]*\) MiB.*/\1/p' "$work/out")
+"$PY" -c 'import json,sys; b=json.load(open(sys.argv[1]))["bytes"]/2**20; r=float(sys.argv[2]); print(f"checkpoint {b:.1f} MiB, peak RSS {r:.1f} MiB"); assert r <= b + 48, (r, b)' \
+  "$work/big.json" "${rss:-1e9}" && ok || bad "peak RSS ${rss} MiB beyond the checkpoint's bytes + 48 MiB"
+rm -rf "$work/big"
 
 # ---- qmla capture on the YaRN checkpoints, qmla check
 for fam in v3-noaux-yarn-half-fp8 v3-yarn-interleaved-bf16 v2-greedy-yarn-f32; do
@@ -88,6 +100,11 @@ with open(sys.argv[3], "rb") as fh:
 for n in ("model.layers.1.mlp.gate.weight", "model.layers.2.mlp.experts.7.down_proj.weight",
           "model.layers.1.mlp.shared_experts.up_proj.weight", "model.layers.0.mlp.gate_proj.weight"):
     assert n in hdr, n
+# experts copied through in their stored BF16, the rest in the output F32
+assert hdr["model.layers.2.mlp.experts.7.down_proj.weight"]["dtype"] == "BF16"
+assert hdr["model.layers.1.mlp.shared_experts.up_proj.weight"]["dtype"] == "BF16"
+assert hdr["model.layers.1.mlp.gate.weight"]["dtype"] == "F32"
+assert hdr["model.layers.0.mlp.gate_proj.weight"]["dtype"] == "F32"
 PY
 expect 0 "learn quarot (FP8)" -- "$QMLA" learn "$work/v3-noaux-yarn-half-fp8.cap.h5" -o "$work/qr8.h5" \
   --method quarot --train-cells t-s0
