@@ -4,7 +4,8 @@
  * sink/local policy (§9), and bits per byte over a text.
  *
  * Supported: DeepseekV2ForCausalLM / DeepseekV3ForCausalLM (also Kimi-K2's
- * model_type kimi_k2), q_proj or q_lora (q_a_proj, q_a_layernorm, q_b_proj),
+ * model_type kimi_k2) and Glm4MoeLiteForCausalLM (DeepseekV3's attention and
+ * router, MoE layers by mlp_layer_types), q_proj or q_lora (q_a_proj, q_a_layernorm, q_b_proj),
  * kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj, RMSNorm; SwiGLU MLP
  * below first_k_dense_replace and MoE blocks from there (DeepseekV2: softmax
  * gate, greedy or group_limited_greedy top-k; DeepseekV3: sigmoid gate with

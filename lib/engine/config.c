@@ -112,6 +112,14 @@ static int parse_rope(json_t *j, json_t *rp, const char *path, const qmla_model_
     r->attn_factor = 1.0;
     r->softmax_mult = 1.0;
     snprintf(r->name, sizeof r->name, "default");
+    /* a partial rotary factor would rotate part of qk_rope_head_dim only */
+    for (int k = 0; k < 2; k++) {
+        json_t *pf = json_object_get(k ? rp : j, "partial_rotary_factor");
+        if (pf && !json_is_null(pf) && (!json_is_number(pf) || json_number_value(pf) != 1.0))
+            return qmla_error_set(err, QMLA_EFORMAT, "%s: key \"partial_rotary_factor\": "
+                                  "expected 1 (RoPE over all of qk_rope_head_dim), found %s",
+                                  path, json_is_number(pf) ? "another value" : "another type");
+    }
     if (!rp || !json_is_object(rp))
         return QMLA_OK;
     const char *rt = json_string_value(json_object_get(rp, "rope_type"));
@@ -132,6 +140,7 @@ static int parse_rope(json_t *j, json_t *rp, const char *path, const qmla_model_
                               "\"llama3\"", path, rt);
     r->type = types[k].t;
     snprintf(r->name, sizeof r->name, "%s", rt);
+    (void)0;
     int st, has_factor = 0, has_orig = 0, has_af = 0;
     double af = 0.0, fac = 0.0, orig = 0.0;
     if ((st = get_num(rp, path, "factor", 0.0, &fac, &has_factor, err)) ||
@@ -272,23 +281,28 @@ int qmla_eng_parse_config(const char *dir, qmla_model_config *c, qmla_eng_rope *
         goto out;
     }
     snprintf(c->arch, sizeof c->arch, "%s", json_string_value(arch));
-    int v3 = 0;
+    /* Glm4MoeLite (GLM-4.7-Flash): DeepseekV3's attention and router, its
+     * MoE layers named by mlp_layer_types */
+    int v3 = 0, glm = 0;
     if (!strcmp(c->arch, "DeepseekV3ForCausalLM"))
         v3 = 1;
+    else if (!strcmp(c->arch, "Glm4MoeLiteForCausalLM"))
+        v3 = glm = 1;
     else if (strcmp(c->arch, "DeepseekV2ForCausalLM")) {
         st = qmla_error_set(err, QMLA_EFORMAT, "%s: architecture %s (model_type %s) is not "
-                            "supported: expected DeepseekV2ForCausalLM or "
-                            "DeepseekV3ForCausalLM", path, c->arch, mt ? mt : "?");
+                            "supported: expected DeepseekV2ForCausalLM, "
+                            "DeepseekV3ForCausalLM or Glm4MoeLiteForCausalLM", path, c->arch,
+                            mt ? mt : "?");
         goto out;
     }
     /* transformers builds the model of model_type (AutoConfig), the
      * architecture names the head: the two must agree (a deepseek_v3 config
      * under DeepseekV2ForCausalLM was run as V2) */
     json_t *mtj = json_object_get(j, "model_type");
-    const char *want_mt = v3 ? "deepseek_v3" : "deepseek_v2";
+    const char *want_mt = glm ? "glm4_moe_lite" : v3 ? "deepseek_v3" : "deepseek_v2";
     /* Kimi-K2 names its DeepseekV3 model model_type "kimi_k2" */
     if (mtj && !json_is_null(mtj) && (!mt || (strcmp(mt, want_mt) &&
-                                             !(v3 && !strcmp(mt, "kimi_k2"))))) {
+                                             !(v3 && !glm && !strcmp(mt, "kimi_k2"))))) {
         st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"model_type\": expected \"%s\" "
                             "(architectures names %s), found %s%s%s", path, want_mt, c->arch,
                             mt ? "\"" : "", mt ? mt : "another type", mt ? "\"" : "");
@@ -336,11 +350,53 @@ int qmla_eng_parse_config(const char *dir, qmla_model_config *c, qmla_eng_rope *
     if (!json_is_integer(json_object_get(j, "first_k_dense_replace")))
         *first_dense = v3 ? 3 : 0;
     if (!json_is_integer(json_object_get(j, "n_routed_experts")))
-        *n_routed = v3 ? 256 : 64;
-    if (*n_routed && *first_dense < c->L) {
+        *n_routed = glm ? 64 : v3 ? 256 : 64;
+    size_t n_sparse = 0;
+    if (glm) {
+        /* mlp_layer_types: "dense" / "sparse" per layer, default dense then
+         * sparse (first_k_dense_replace is not read) */
+        json_t *lt = json_object_get(j, "mlp_layer_types");
+        if (c->L > 4096) {
+            st = qmla_error_set(err, QMLA_EFORMAT, "%s: num_hidden_layers %zu: expected at "
+                                "most 4096", path, c->L);
+            goto out;
+        }
+        if (!(moe->sparse = calloc(c->L, 1))) {
+            st = qmla_error_set(err, QMLA_ENOMEM, "%s: mlp_layer_types", path);
+            goto out;
+        }
+        if (lt && !json_is_null(lt) && json_array_size(lt) != c->L) {
+            st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"mlp_layer_types\": expected a "
+                                "list of num_hidden_layers = %zu strings \"dense\" or "
+                                "\"sparse\", found %s of %zu", path, c->L,
+                                json_is_array(lt) ? "a list" : "another type",
+                                json_array_size(lt));
+            goto out;
+        }
+        for (size_t l = 0; l < c->L; l++) {
+            const char *ty = lt && !json_is_null(lt)
+                                 ? json_string_value(json_array_get(lt, l))
+                                 : (l ? "sparse" : "dense");
+            if (!ty || (strcmp(ty, "dense") && strcmp(ty, "sparse"))) {
+                st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"mlp_layer_types\": element "
+                                    "%zu: expected \"dense\" or \"sparse\", found %s%s%s",
+                                    path, l, ty ? "\"" : "", ty ? ty : "another type",
+                                    ty ? "\"" : "");
+                goto out;
+            }
+            moe->sparse[l] = !strcmp(ty, "sparse");
+            n_sparse += moe->sparse[l];
+        }
+        *first_dense = 0;
+    }
+    if (*n_routed && (glm ? n_sparse > 0 : *first_dense < c->L)) {
         char ctx[160];
-        snprintf(ctx, sizeof ctx, "MoE blocks (n_routed_experts %zu from layer "
-                 "first_k_dense_replace = %zu of %zu)", *n_routed, *first_dense, c->L);
+        if (glm)
+            snprintf(ctx, sizeof ctx, "MoE blocks (n_routed_experts %zu in the %zu sparse "
+                     "layers of mlp_layer_types)", *n_routed, n_sparse);
+        else
+            snprintf(ctx, sizeof ctx, "MoE blocks (n_routed_experts %zu from layer "
+                     "first_k_dense_replace = %zu of %zu)", *n_routed, *first_dense, c->L);
         moe->n_routed = *n_routed;
         moe->first_dense = *first_dense;
         double rsf, mlf;
@@ -350,7 +406,8 @@ int qmla_eng_parse_config(const char *dir, qmla_model_config *c, qmla_eng_rope *
             (st = get_size(j, path, "n_group", &moe->n_group, 0, err)) ||
             (st = get_size(j, path, "topk_group", &moe->topk_group, 0, err)) ||
             (st = get_size(j, path, "moe_intermediate_size", &moe->inter, 0, err)) ||
-            (st = get_num(j, path, "routed_scaling_factor", v3 ? 2.5 : 1.0, &rsf, NULL, err)) ||
+            (st = get_num(j, path, "routed_scaling_factor", glm ? 1.8 : v3 ? 2.5 : 1.0, &rsf,
+                      NULL, err)) ||
             (st = get_num(j, path, "moe_layer_freq", 1.0, &mlf, &have_mlf, err)))
             goto out;
         moe->scale = rsf;
@@ -359,10 +416,10 @@ int qmla_eng_parse_config(const char *dir, qmla_model_config *c, qmla_eng_rope *
         if (!json_object_get(j, key))                                           \
             moe->field = (v);
         DFLT("n_shared_experts", n_shared, v3 ? 1 : 2)
-        DFLT("num_experts_per_tok", top_k, v3 ? 8 : 0)
-        DFLT("n_group", n_group, v3 ? 8 : 0)
-        DFLT("topk_group", topk_group, v3 ? 4 : 0)
-        DFLT("moe_intermediate_size", inter, v3 ? 2048 : 1407)
+        DFLT("num_experts_per_tok", top_k, glm ? 4 : v3 ? 8 : 0)
+        DFLT("n_group", n_group, glm ? 1 : v3 ? 8 : 0)
+        DFLT("topk_group", topk_group, glm ? 1 : v3 ? 4 : 0)
+        DFLT("moe_intermediate_size", inter, glm ? 1536 : v3 ? 2048 : 1407)
 #undef DFLT
         json_t *ntp = json_object_get(j, "norm_topk_prob");
         moe->norm_topk = v3 ? (ntp ? json_is_true(ntp) : 1) : 0;
@@ -402,7 +459,13 @@ int qmla_eng_parse_config(const char *dir, qmla_model_config *c, qmla_eng_rope *
                                 "\"%s\": %s", path, tm, ctx);
             goto out;
         }
-        if (have_mlf && mlf != 1.0) {
+        if (glm && !moe->n_shared) {
+            st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"n_shared_experts\": expected "
+                                "at least 1 (Glm4MoeLite always runs its shared experts), "
+                                "found 0: %s", path, ctx);
+            goto out;
+        }
+        if (have_mlf && mlf != 1.0 && !glm) {
             st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"moe_layer_freq\": expected 1 "
                                 "(transformers builds every layer from first_k_dense_replace "
                                 "on as a MoE block), found %g: %s", path, mlf, ctx);

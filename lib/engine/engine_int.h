@@ -103,6 +103,8 @@ typedef struct qmla_eng_moe {
     int sigmoid;         /* scoring: 0 softmax (V2), 1 sigmoid (V3) */
     int norm_topk;       /* V3: weights / their sum */
     double scale;        /* routed_scaling_factor */
+    unsigned char *sparse; /* Glm4MoeLite: per layer 1 = MoE (mlp_layer_types); NULL:
+                              the layers from first_dense on (owned) */
 } qmla_eng_moe;
 
 /* FP8 block-quantized weights (quantization_config quant_method "fp8"). */

@@ -702,6 +702,7 @@ void qmla_model_free(qmla_model *m)
         munmap(m->maps[i], m->map_lens[i]);
     free(m->maps);
     free(m->map_lens);
+    free(m->moe.sparse);
     free(m);
 }
 
@@ -714,6 +715,7 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
     size_t n_mtp = 0;
     int st = qmla_eng_parse_config(dir, &m->c, &m->rope, &m->moe, &m->quant, &n_mtp, err);
     if (st) {
+        free(m->moe.sparse);
         free(m);
         return st;
     }
@@ -748,7 +750,7 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
         if (!st)                                                                     \
             st = load_t(m, &S, nm, r, cc, dst, err);                                 \
     } while (0)
-        w->moe = mo->n_routed && l >= mo->first_dense;
+        w->moe = mo->n_routed && (mo->sparse ? mo->sparse[l] : l >= mo->first_dense);
         snprintf(nm, sizeof nm, "model.layers.%zu.mlp.gate.weight", l);
         if (!w->moe && shards_has(&S, nm)) {
             st = qmla_error_set(err, QMLA_EFORMAT, "tensor %s: MoE router found in layer %zu, "

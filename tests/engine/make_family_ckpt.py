@@ -16,7 +16,7 @@ the native engine reads (issue 20), an independent NumPy forward of each
                                      a copy of checkpoint SRC with one fault:
                                      missing_expert, router_width, scale_shape,
                                      nan_scale, gate (scoring_func), topk_method,
-                                     rope_type
+                                     rope_type, layer_types (mlp_layer_types short)
 
 Safetensors are written by hand (8-byte header length, JSON, data); FP8 E4M3
 values are encoded through the 256-entry table of their decoded values. The
@@ -180,14 +180,27 @@ FAMILIES = {
                                  rope=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
                                            high_freq_factor=4.0,
                                            original_max_position_embeddings=64)),
+    # (last, so that the seeds of the others stay as they were)
+    # Glm4MoeLite (GLM-4.7-Flash): DeepseekV3 attention and router, MoE
+    # layers by mlp_layer_types (here sparse, dense, sparse), interleaved
+    # pairing, YaRN, BF16
+    "glm4-moe-lite-yarn-bf16": dict(arch="glm", dtype="BF16", q_lora=24, E=8, K=2, n_shared=1,
+                                    moe_inter=24, first_dense=0, sparse=[1, 0, 1], n_group=2,
+                                    topk_group=1, norm=True, rsf=1.8, interleave=True,
+                                    rope=dict(rope_type="yarn", factor=4.0,
+                                              original_max_position_embeddings=256,
+                                              beta_fast=32.0, beta_slow=1.0, mscale=1.0,
+                                              mscale_all_dim=1.0)),
 }
 
 
 def config_json(f):
-    v3 = f["arch"] == "v3"
+    v3 = f["arch"] in ("v3", "glm")
+    glm = f["arch"] == "glm"
     c = {
-        "architectures": ["DeepseekV3ForCausalLM" if v3 else "DeepseekV2ForCausalLM"],
-        "model_type": "deepseek_v3" if v3 else "deepseek_v2",
+        "architectures": ["Glm4MoeLiteForCausalLM" if glm else
+                          "DeepseekV3ForCausalLM" if v3 else "DeepseekV2ForCausalLM"],
+        "model_type": "glm4_moe_lite" if glm else "deepseek_v3" if v3 else "deepseek_v2",
         "vocab_size": BASE["V"], "hidden_size": BASE["D"], "intermediate_size": BASE["inter"],
         "num_hidden_layers": BASE["L"], "num_attention_heads": BASE["H"],
         "num_key_value_heads": BASE["H"], "kv_lora_rank": BASE["dc"],
@@ -203,7 +216,16 @@ def config_json(f):
     if f.get("rope"):
         rp.update(f["rope"])
     c["rope_parameters"] = rp
-    if f["E"]:
+    if glm:
+        # Glm4MoeLiteConfig: the MoE layers by mlp_layer_types (no
+        # first_k_dense_replace, topk_method or scoring_func)
+        del c["first_k_dense_replace"]
+        c.update({"n_routed_experts": f["E"], "num_experts_per_tok": f["K"],
+                  "n_shared_experts": f["n_shared"], "moe_intermediate_size": f["moe_inter"],
+                  "routed_scaling_factor": f["rsf"], "n_group": f["n_group"],
+                  "topk_group": f["topk_group"], "norm_topk_prob": f["norm"],
+                  "mlp_layer_types": ["sparse" if x else "dense" for x in f["sparse"]]})
+    elif f["E"]:
         c.update({"n_routed_experts": f["E"], "num_experts_per_tok": f["K"],
                   "n_shared_experts": f["n_shared"], "moe_intermediate_size": f["moe_inter"],
                   "routed_scaling_factor": f["rsf"]})
@@ -225,6 +247,13 @@ def config_json(f):
                                     "activation_scheme": "dynamic",
                                     "weight_block_size": [f["block"], f["block"]]}
     return c
+
+
+def is_moe(f, l):
+    """a MoE block in layer l: mlp_layer_types (Glm4MoeLite) or first_k_dense_replace"""
+    if "sparse" in f:
+        return bool(f["sparse"][l])
+    return bool(f["E"]) and l >= f["first_dense"]
 
 
 def make_weights(f, seed):
@@ -257,10 +286,10 @@ def make_weights(f, seed):
         W[p + "self_attn.kv_a_layernorm.weight"] = gain(dc)
         W[p + "self_attn.kv_b_proj.weight"] = lin(H * (dn + dv), dc)
         W[p + "self_attn.o_proj.weight"] = lin(D, H * dv)
-        if f["E"] and l >= f["first_dense"]:
+        if is_moe(f, l):
             E, I = f["E"], f["moe_inter"]
             W[p + "mlp.gate.weight"] = lin(E, D, 2.0 / math.sqrt(D))
-            if f["arch"] == "v3":
+            if f["arch"] in ("v3", "glm"):
                 # positive scores + bias: the masked 0.0 never outranks a choice
                 W[p + "mlp.gate.e_score_correction_bias"] = (0.1 * rng.random(E)).astype(F32)
             for e in range(E):
@@ -392,7 +421,7 @@ def mlp(x, g, u, d):
 def moe(f, W, p, x):
     E, K = f["E"], f["K"]
     logits = (x @ W[p + "mlp.gate.weight"].T).astype(F32)
-    if f["arch"] == "v3":
+    if f["arch"] in ("v3", "glm"):
         s = (1 / (1 + np.exp(-logits))).astype(F32)
         choice = s + W[p + "mlp.gate.e_score_correction_bias"]
         G = f["n_group"]
@@ -406,14 +435,14 @@ def moe(f, W, p, x):
     y = np.zeros_like(x)
     for t in range(len(x)):
         c = choice[t].copy()
-        if f["arch"] == "v3" or f["method"] == "group_limited_greedy":
+        if f["arch"] in ("v3", "glm") or f["method"] == "group_limited_greedy":
             keep = np.argsort(-gs[t], kind="stable")[:f["topk_group"]]
             mask = np.zeros(G, bool)
             mask[keep] = True
             c[~np.repeat(mask, E // G)] = 0.0
         sel = np.argsort(-c, kind="stable")[:K]
         w = s[t, sel].astype(F32)
-        if f["arch"] == "v3" and f["norm"]:
+        if f["arch"] in ("v3", "glm") and f["norm"]:
             w = (w / (w.sum() + F32(1e-20))).astype(F32)
         w = (w * F32(f["rsf"])).astype(F32)
         for e, we in zip(sel, w):
@@ -430,7 +459,7 @@ def forward(f, W, tokens, cos, sin, tau):
     B = BASE
     H, dc, dn, dr, dv = B["H"], B["dc"], B["dn"], B["dr"], B["dv"]
     T = len(tokens)
-    half = f["arch"] == "v3" and not f.get("interleave", True)
+    half = f["arch"] in ("v3", "glm") and not f.get("interleave", True)
     x = W["model.embed_tokens.weight"][tokens].astype(F32)
     causal = np.triu(np.ones((T, T), bool), 1)
     for l in range(B["L"]):
@@ -458,7 +487,7 @@ def forward(f, W, tokens, cos, sin, tau):
         o = np.einsum("hij,hjv->ihv", a, v).reshape(T, H * dv)
         x = (x + o @ W[p + "self_attn.o_proj.weight"].T).astype(F32)
         h2 = rms(x, W[p + "post_attention_layernorm.weight"], B["eps"])
-        if f["E"] and l >= f["first_dense"]:
+        if is_moe(f, l):
             x = (x + moe(f, W, p, h2)).astype(F32)
         else:
             x = (x + mlp(h2, W[p + "mlp.gate_proj.weight"], W[p + "mlp.up_proj.weight"],
@@ -592,6 +621,8 @@ def cmd_fault(src, dst, kind):
         cfg["topk_method"] = "top_p"
     elif kind == "rope_type":
         cfg["rope_parameters"]["rope_type"] = "longrope"
+    elif kind == "layer_types":
+        cfg["mlp_layer_types"] = cfg["mlp_layer_types"][:-1]
     else:
         sys.exit(f"unknown fault {kind}")
     write_safetensors(stp, ts)

@@ -4,7 +4,8 @@
 # tests/engine/make_family_ckpt.py with an independent NumPy forward:
 #   - `qmla ppl --config fp32` on each checkpoint (DeepseekV2 greedy and
 #     group-limited MoE, DeepseekV3 noaux_tc MoE with correction bias and
-#     shared experts, dense and MoE layers; YaRN with mscale = mscale_all_dim
+#     shared experts, Glm4MoeLite with its MoE layers by mlp_layer_types,
+#     dense and MoE layers; YaRN with mscale = mscale_all_dim
 #     and with mscale != mscale_all_dim, default, linear and llama3 RoPE;
 #     interleaved and half pairing; F32, BF16 and FP8 E4M3 with 32 x 32 block
 #     scales) equals the NumPy NLL within 1e-5 relative; the peak resident
@@ -22,7 +23,7 @@
 #     expected and found: a missing expert tensor, a router of the wrong
 #     width, a block-scale tensor of the wrong shape, a NaN block scale, a
 #     scoring_func the architecture does not compute, an unknown
-#     topk_method, an unknown rope_type.
+#     topk_method, an unknown rope_type, mlp_layer_types of the wrong length.
 # Env (set by meson): QMLA_BIN, QMLA_SOURCE_ROOT, QMLA_PYTHON.
 source "$(dirname "$0")/../support/cli_lib.sh"
 need_python
@@ -30,7 +31,7 @@ GEN=$ROOT/tests/engine/make_family_ckpt.py
 F=$work/fam
 "$PY" "$GEN" write "$F" >"$work/gen.out" 2>&1 && ok || { bad "make_family_ckpt.py write"; cat "$work/gen.out" >&2; }
 FAMS=$("$PY" -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))))' "$F/ref.json")
-[ "$(echo $FAMS | wc -w)" -ge 7 ] && ok || bad "families written: $FAMS"
+[ "$(echo $FAMS | wc -w)" -ge 8 ] && ok || bad "families written: $FAMS"
 
 ppl() { # DIR OUT [CONFIG]
   "$QMLA" ppl "$1" --text "$F/text.txt" --config "${3:-fp32}" --context 32 --tokens 96 \
@@ -61,7 +62,7 @@ rss=$(sed -n 's/.*peak resident set \([0-9.]*\) MiB.*/\1/p' "$work/out")
 rm -rf "$work/big"
 
 # ---- qmla capture on the YaRN checkpoints, qmla check
-for fam in v3-noaux-yarn-half-fp8 v3-yarn-interleaved-bf16 v2-greedy-yarn-f32; do
+for fam in v3-noaux-yarn-half-fp8 v3-yarn-interleaved-bf16 v2-greedy-yarn-f32 glm4-moe-lite-yarn-bf16; do
   expect 0 "capture $fam" -- "$QMLA" capture "$F/$fam" --corpus t="$F/text.txt" --seqs 2 \
     --tokens 32 --threads 1 -o "$work/$fam.cap.h5"
   "$PY" - "$work/$fam.cap.h5" "$F/ref.json" "$fam" <<'PY' && ok || bad "capture $fam: scale, cos/sin"
@@ -140,4 +141,7 @@ containsF 'key "topk_method": expected "greedy" or "group_limited_greedy" (Deeps
 fault v3-default-f32 f8 rope_type
 expect 2 "unknown rope_type" -- ppl "$work/f8" "$work/x.h5"
 containsF 'rope_type "longrope" is not supported: expected "default", "linear", "dynamic", "yarn" or "llama3"' "rope_type named"
+fault glm4-moe-lite-yarn-bf16 f9 layer_types
+expect 2 "mlp_layer_types of the wrong length" -- ppl "$work/f9" "$work/x.h5"
+containsF 'key "mlp_layer_types": expected a list of num_hidden_layers = 3 strings "dense" or "sparse", found a list of 2' "mlp_layer_types named"
 finish test_families
