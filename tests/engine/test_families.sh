@@ -50,6 +50,20 @@ assert rel <= 1e-5, rel
 PY
 done
 expect 0 "ppl bf16 cache on the FP8 MoE checkpoint" -- ppl "$F/v3-noaux-yarn-half-fp8" "$work/b.h5" bf16,C4R4
+# three windows on two threads (each with its own conversion workspace) and
+# a sink/local policy (the clean prefix computed once): the same bits
+"$QMLA" ppl "$F/v3-noaux-yarn-half-fp8" --text "$F/text.txt" --config bf16,C4R4 --policy none,sink2/local8 \
+  --context 32 --tokens 96 --threads 1 -o "$work/t1.h5" >"$work/out" 2>&1 &&
+"$QMLA" ppl "$F/v3-noaux-yarn-half-fp8" --text "$F/text.txt" --config bf16,C4R4 --policy none,sink2/local8 \
+  --context 32 --tokens 96 --threads 2 -o "$work/t2.h5" >>"$work/out" 2>&1 && ok || bad "ppl threads 1 / 2"
+"$PY" - "$work/t1.h5" "$work/t2.h5" <<'PY' && ok || bad "MoE ppl: threads 1 and 2 differ"
+import sys, h5py
+a, b = (h5py.File(p)["ppl"] for p in sys.argv[1:])
+rows = [k for k in a if k.startswith("row_")]
+assert len(rows) == 3, rows
+for k in rows:
+    assert a[k].attrs["nll_nats_per_token"] == b[k].attrs["nll_nats_per_token"], k
+PY
 
 # ---- resident memory: a 100 MB BF16 MoE checkpoint (experts 95 % of it)
 # runs within its own bytes plus 48 MiB (the experts stay mapped in BF16 and
