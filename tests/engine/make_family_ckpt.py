@@ -16,7 +16,8 @@ the native engine reads (issue 20), an independent NumPy forward of each
                                      a copy of checkpoint SRC with one fault:
                                      missing_expert, router_width, scale_shape,
                                      nan_scale, gate (scoring_func), topk_method,
-                                     rope_type, layer_types (mlp_layer_types short)
+                                     rope_type, layer_types (mlp_layer_types short),
+                                     no_qconfig (FP8 tensors, no quantization_config)
 
 Safetensors are written by hand (8-byte header length, JSON, data); FP8 E4M3
 values are encoded through the 256-entry table of their decoded values. The
@@ -621,6 +622,8 @@ def cmd_fault(src, dst, kind):
         cfg["topk_method"] = "top_p"
     elif kind == "rope_type":
         cfg["rope_parameters"]["rope_type"] = "longrope"
+    elif kind == "no_qconfig":
+        del cfg["quantization_config"]
     elif kind == "layer_types":
         cfg["mlp_layer_types"] = cfg["mlp_layer_types"][:-1]
     else:

@@ -23,7 +23,8 @@
 #     expected and found: a missing expert tensor, a router of the wrong
 #     width, a block-scale tensor of the wrong shape, a NaN block scale, a
 #     scoring_func the architecture does not compute, an unknown
-#     topk_method, an unknown rope_type, mlp_layer_types of the wrong length.
+#     topk_method, an unknown rope_type, mlp_layer_types of the wrong length,
+#     F8_E4M3 tensors without a quantization_config.
 # Env (set by meson): QMLA_BIN, QMLA_SOURCE_ROOT, QMLA_PYTHON.
 source "$(dirname "$0")/../support/cli_lib.sh"
 need_python
@@ -155,6 +156,9 @@ containsF 'key "topk_method": expected "greedy" or "group_limited_greedy" (Deeps
 fault v3-default-f32 f8 rope_type
 expect 2 "unknown rope_type" -- ppl "$work/f8" "$work/x.h5"
 containsF 'rope_type "longrope" is not supported: expected "default", "linear", "dynamic", "yarn" or "llama3"' "rope_type named"
+fault v3-noaux-yarn-half-fp8 f10 no_qconfig
+expect 2 "FP8 tensors without quantization_config" -- ppl "$work/f10" "$work/x.h5"
+containsF 'dtype F8_E4M3: expected a quantization_config with quant_method "fp8" in config.json' "FP8 without quantization_config named"
 fault glm4-moe-lite-yarn-bf16 f9 layer_types
 expect 2 "mlp_layer_types of the wrong length" -- ppl "$work/f9" "$work/x.h5"
 containsF 'key "mlp_layer_types": expected a list of num_hidden_layers = 3 strings "dense" or "sparse", found a list of 2' "mlp_layer_types named"
