@@ -29,7 +29,7 @@ static void help(FILE *f, const void *ctx)
         "                    [--threads N] [--force] -o CAPTURE.h5\n"
         "\n"
         "Capture the MLA tensors of a checkpoint the native engine runs (qmla ppl's\n"
-        "models: DeepSeek-V2/V3 dense, byte tokenizer qmla_tokenizer.json) into a\n"
+        "models: DeepSeek-V2/V3 dense or MoE, byte tokenizer qmla_tokenizer.json) into a\n"
         "qmla-capture v1 file (docs/capture-format.md), with the windows the Python\n"
         "tool experiments/capture/qmla_capture.py draws for the same options: per\n"
         "cell NAME-sSEED, N windows of T tokens (BOS first) at sorted offsets from\n"

@@ -2,6 +2,7 @@
  * texts with cache configurations and policies (qmla/model.h, issue 11).
  * Every (text, policy, config) combination is one row of the printed table
  * and of /ppl in the results file. */
+#include <sys/resource.h>
 #include "cli.h"
 #include "cli_safe.h"
 #include "qmla/model.h"
@@ -21,7 +22,7 @@ static void usage(FILE *f)
         "                [--force]\n"
         "\n"
         "Bits per byte and mean NLL of the checkpoint in MODEL_DIR (config.json +\n"
-        "safetensors; DeepseekV2/V3 dense blocks) over each text, as the training\n"
+        "safetensors; DeepseekV2/V3, dense or MoE) over each text, as the training\n"
         "run measured them: non-overlapping windows of T bytes from the start of\n"
         "the text, each scored as [BOS] + window[0..T-1) against window[0..T).\n"
         "\n"
@@ -212,5 +213,12 @@ int cmd_ppl(int argc, char **argv)
         }
     }
     qmla_ppl_run_result_free(&r);
+    if (rc == QMLA_EXIT_OK) {
+        /* the peak resident set of the run (the weights are held in float32) */
+        struct rusage ru;
+        if (getrusage(RUSAGE_SELF, &ru) == 0)
+            fprintf(stderr, "qmla ppl: peak resident set %.1f MiB\n",
+                    (double)ru.ru_maxrss / 1024.0);
+    }
     return rc;
 }

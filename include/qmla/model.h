@@ -3,14 +3,25 @@
  * (docs/math.md §1) written through the library quantizer (§2) under the
  * sink/local policy (§9), and bits per byte over a text.
  *
- * Supported: DeepseekV2ForCausalLM / DeepseekV3ForCausalLM with dense blocks
- * only (every layer below first_k_dense_replace), q_proj or q_lora
- * (q_a_proj, q_a_layernorm, q_b_proj), kv_a_proj_with_mqa, kv_a_layernorm,
- * kv_b_proj, o_proj, RMSNorm, SwiGLU MLP, RoPE "default" with the
- * interleaved pairing (DeepseekV2) or the half pairing (DeepseekV3), no bias.
- * Weights: config.json plus model.safetensors or sharded safetensors with
- * model.safetensors.index.json; F16, BF16 and F32 tensors (converted to
- * float32 once). Anything else is refused by name (QMLA_EFORMAT).
+ * Supported: DeepseekV2ForCausalLM / DeepseekV3ForCausalLM (also Kimi-K2's
+ * model_type kimi_k2) and Glm4MoeLiteForCausalLM (DeepseekV3's attention and
+ * router, MoE layers by mlp_layer_types), q_proj or q_lora (q_a_proj, q_a_layernorm, q_b_proj),
+ * kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj, RMSNorm; SwiGLU MLP
+ * below first_k_dense_replace and MoE blocks from there (DeepseekV2: softmax
+ * gate, greedy or group_limited_greedy top-k; DeepseekV3: sigmoid gate with
+ * e_score_correction_bias, noaux_tc group top-k, norm_topk_prob; both
+ * routed_scaling_factor and shared experts; only a token's routed experts
+ * are computed); RoPE default, linear, dynamic, yarn or llama3 as
+ * transformers computes them (YaRN's attention factor on cos/sin, DeepSeek's
+ * mscale(factor, mscale_all_dim)^2 in the softmax scale) with the
+ * interleaved pairing (DeepseekV2, or V3 with rope_interleave) or the half
+ * pairing (DeepseekV3); no bias. Weights: config.json plus model.safetensors
+ * or sharded safetensors with model.safetensors.index.json; F16, BF16, F32
+ * and FP8 E4M3 tensors with block scales NAME_scale_inv (quantization_config
+ * quant_method fp8). The files are memory-mapped; the MLP weights (dense,
+ * routed and shared experts) stay in their stored dtype and are converted
+ * to float32 when used, in the workspace; every other tensor is converted
+ * to float32 once at load. Anything else is refused by name (QMLA_EFORMAT).
  *
  * Evaluation protocol (experiments/tiny-mla/train.py, heldout_windows): the
  * text's bytes are cut into n = floor(bytes / T) non-overlapping windows of

@@ -24,6 +24,28 @@
 #include <stdio.h>
 #include <stdint.h>
 
+/* A weight matrix [r, c] of the MLP blocks (dense, routed and shared
+ * experts), kept as the checkpoint stores it: the file is memory-mapped and
+ * the matrix converted to float32 when used (qmla_eng_wt_get), into the
+ * forward pass's per-thread workspace, so that resident memory is the
+ * checkpoint's bytes, not their float32 size. F32 tensors aligned to 4
+ * bytes are used in place. */
+enum { QMLA_ENG_DT_F32 = 1, QMLA_ENG_DT_F16, QMLA_ENG_DT_BF16, QMLA_ENG_DT_F8 };
+
+typedef struct qmla_eng_wt {
+    const float *f;        /* float32 values in place, or NULL: converted per use */
+    const uint8_t *raw;    /* the stored bytes, in the file's mapping */
+    const float *scale;    /* F8: block scales [ceil(r / br), ceil(c / bc)] (model-owned) */
+    int dtype;             /* QMLA_ENG_DT_* */
+    size_t r, c, br, bc;
+    char st_dtype[12];     /* the safetensors dtype, "BF16", ... */
+} qmla_eng_wt;
+
+/* The float32 values of w: w->f, or w->raw converted into buf (r * c floats). */
+const float *qmla_eng_wt_get(const qmla_eng_wt *w, float *buf);
+/* Bytes the stored tensor occupies. */
+size_t qmla_eng_wt_bytes(const qmla_eng_wt *w);
+
 typedef struct layer_w {
     float *ln_in, *ln_post;           /* [D] */
     float *q_proj;                    /* [H*(d_n+d_r), D] (or q_b_proj [.., q_lora]) */
@@ -32,8 +54,64 @@ typedef struct layer_w {
     float *kv_a_ln;                   /* [d_c] */
     float *w_uk, *w_uv;               /* [H, d_n, d_c], [H, d_v, d_c] from kv_b_proj */
     float *o_proj;                    /* [D, H*d_v] */
-    float *gate, *up, *down;          /* [I, D], [I, D], [D, I] */
+    qmla_eng_wt gate, up, down;       /* [I, D], [I, D], [D, I] (dense blocks) */
+    /* MoE blocks (moe != 0): the router mlp.gate.weight [E, D] and, for
+     * the sigmoid gate, e_score_correction_bias [E]; routed experts e in
+     * [0, E): eg[e], eu[e] [I_moe, D], ed[e] [D, I_moe]; the shared experts
+     * as one MLP of width I_moe * n_shared (sg, su, sd when has_shared) */
+    int moe, has_shared;
+    float *router, *router_bias;
+    qmla_eng_wt *eg, *eu, *ed;
+    qmla_eng_wt sg, su, sd;
 } layer_w;
+
+/* RoPE scaling as transformers' ROPE_INIT_FUNCTIONS define it (config.c):
+ * the inverse frequencies and the attention factor that multiplies cos/sin. */
+typedef enum qmla_eng_rope_type {
+    QMLA_ENG_ROPE_DEFAULT = 0,
+    QMLA_ENG_ROPE_LINEAR,
+    QMLA_ENG_ROPE_DYNAMIC,
+    QMLA_ENG_ROPE_YARN,
+    QMLA_ENG_ROPE_LLAMA3
+} qmla_eng_rope_type;
+
+typedef struct qmla_eng_rope {
+    qmla_eng_rope_type type;
+    char name[16];              /* "default", "yarn", ... */
+    double factor;              /* linear / yarn / llama3 / dynamic */
+    double attn_factor;         /* multiplies cos and sin (yarn; 1 otherwise) */
+    double beta_fast, beta_slow;
+    double orig_max;            /* original_max_position_embeddings */
+    double mscale, mscale_all_dim;
+    int truncate;               /* yarn: floor/ceil the correction range */
+    double low_freq_factor, high_freq_factor; /* llama3 */
+    double softmax_mult;        /* the softmax-scale correction folded into tau */
+} qmla_eng_rope;
+
+/* The MoE block of a family (config.c). */
+typedef enum qmla_eng_topk {
+    QMLA_ENG_TOPK_GREEDY = 0,        /* V2: top-k of the softmax scores */
+    QMLA_ENG_TOPK_GROUP_LIMITED,     /* V2: groups by their best score */
+    QMLA_ENG_TOPK_NOAUX_TC           /* V3: sigmoid + bias, groups by top-2 sum */
+} qmla_eng_topk;
+
+typedef struct qmla_eng_moe {
+    size_t n_routed;     /* 0: every layer dense */
+    size_t first_dense;  /* layers below are dense */
+    size_t n_shared, top_k, n_group, topk_group, inter;
+    qmla_eng_topk method;
+    int sigmoid;         /* scoring: 0 softmax (V2), 1 sigmoid (V3) */
+    int norm_topk;       /* V3: weights / their sum */
+    double scale;        /* routed_scaling_factor */
+    unsigned char *sparse; /* Glm4MoeLite: per layer 1 = MoE (mlp_layer_types); NULL:
+                              the layers from first_dense on (owned) */
+} qmla_eng_moe;
+
+/* FP8 block-quantized weights (quantization_config quant_method "fp8"). */
+typedef struct qmla_eng_quant {
+    int fp8;
+    size_t block_r, block_c; /* weight_block_size, 128 x 128 */
+} qmla_eng_quant;
 
 struct qmla_model {
     qmla_model_config c;
@@ -43,6 +121,13 @@ struct qmla_model {
     float **owned;
     size_t n_owned, cap_owned;
     qmla_attn_form form; /* QMLA_ATTN_AUTO by default */
+    qmla_eng_rope rope;
+    qmla_eng_moe moe;
+    qmla_eng_quant quant;
+    size_t n_moe_layers;
+    size_t wt_max;          /* floats of the largest qmla_eng_wt (the workspace) */
+    void **maps;            /* the safetensors files, memory-mapped */
+    size_t *map_lens, n_maps;
 };
 
 /* ---- config.c */
@@ -50,8 +135,15 @@ struct qmla_model {
 /* A JSON file, or NULL with err naming the file (and line). */
 json_t *qmla_eng_load_json(const char *path, qmla_error *err);
 /* dir/config.json -> c, with the keys that only decide what is refused. */
-int qmla_eng_parse_config(const char *dir, qmla_model_config *c, size_t *first_dense,
-                          size_t *n_routed, size_t *n_mtp, qmla_error *err);
+int qmla_eng_parse_config(const char *dir, qmla_model_config *c, qmla_eng_rope *rope,
+                          qmla_eng_moe *moe, qmla_eng_quant *quant, size_t *n_mtp,
+                          qmla_error *err);
+/* The inverse frequencies inv[0..d_r/2) of the rope (float32, as
+ * transformers computes them for positions below max_position_embeddings). */
+void qmla_eng_rope_inv_freq(const qmla_model_config *c, const qmla_eng_rope *r, float *inv);
+
+/* ---- safetensors.c: FP8 E4M3 (torch.float8_e4m3fn) byte -> float */
+float qmla_eng_fp8_e4m3(uint8_t b);
 
 /* ---- safetensors.c: the writer */
 
@@ -74,6 +166,10 @@ typedef struct qmla_st_out {
  * reference when F32 (it must outlive the write). */
 int qmla_st_add(qmla_st_out *o, const char *name, const float *x, size_t r, size_t c,
                 qmla_error *err);
+/* Add tensor `name` [r, c] as the bytes it is stored in (dtype as
+ * safetensors names it), kept by reference. */
+int qmla_st_add_raw(qmla_st_out *o, const char *name, const char *dtype, const void *bytes,
+                    size_t nbytes, size_t r, size_t c, qmla_error *err);
 /* Serialize the header into slot 0: bufs[0..n] / lens[0..n] are the file. */
 int qmla_st_finish(qmla_st_out *o, qmla_error *err);
 void qmla_st_out_free(qmla_st_out *o);

@@ -27,6 +27,12 @@ struct qmla_model_ws {
     float *qc, *kc, *kc2, *vn, *vn2, *kn; /* the expanded (non-absorbed) form */
     struct prefix_state *pre;             /* the clean prefix (allocated when used) */
     size_t L;
+    /* MoE blocks: scores [T, E], choice [T, k] (expert, weight), per expert
+     * the rows that chose it, gathered inputs / outputs [T, D] */
+    float *sc, *sc2, *tw, *xe, *ye;
+    float *wbuf; /* one MLP weight matrix converted from its stored dtype */
+    int32_t *ti, *rows;
+    float *rw;
 };
 typedef struct prefix_state prefix_state;
 static void prefix_free(prefix_state *p, size_t L);
@@ -38,10 +44,13 @@ void qmla_model_ws_free(qmla_model_ws *w)
     float **p[] = {&w->x, &w->h, &w->q, &w->qa, &w->q_nope, &w->q_rope_pre, &w->q_rope,
                    &w->kv, &w->kr_pre, &w->C, &w->K, &w->Cq, &w->Kq, &w->q_lat,
                    &w->q_rope_t, &w->Z, &w->Z2, &w->U, &w->O, &w->Y, &w->g, &w->u,
-                   &w->cos_, &w->sin_, &w->qc, &w->kc, &w->kc2, &w->vn, &w->vn2, &w->kn};
+                   &w->cos_, &w->sin_, &w->qc, &w->kc, &w->kc2, &w->vn, &w->vn2, &w->kn,
+                   &w->sc, &w->sc2, &w->tw, &w->xe, &w->ye, &w->rw, &w->wbuf};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         free(*p[i]);
     prefix_free(w->pre, w->L);
+    free(w->ti);
+    free(w->rows);
     free(w);
 }
 
@@ -54,6 +63,12 @@ int qmla_model_ws_alloc(const qmla_model *m, size_t T, qmla_model_ws **out, qmla
     w->T_max = T;
     w->L = c->L;
     const size_t H = c->H, qk = c->d_n + c->d_r;
+    const qmla_eng_moe *mo = &m->moe;
+    const int moe = m->n_moe_layers > 0;
+    const size_t E = moe ? mo->n_routed : 0, K = moe ? mo->top_k : 0;
+    size_t NI = c->n_inter;
+    if (moe && mo->inter * (mo->n_shared ? mo->n_shared : 1) > NI)
+        NI = mo->inter * (mo->n_shared ? mo->n_shared : 1);
     struct { float **p; size_t n; } a[] = {
         {&w->x, T * c->D}, {&w->h, T * c->D}, {&w->q, T * H * qk},
         {&w->qa, T * (c->q_lora_rank ? c->q_lora_rank : 1)},
@@ -63,26 +78,46 @@ int qmla_model_ws_alloc(const qmla_model *m, size_t T, qmla_model_ws **out, qmla
         {&w->Cq, T * c->d_c}, {&w->Kq, T * c->d_r}, {&w->q_lat, T * H * c->d_c},
         {&w->q_rope_t, T * H * c->d_r}, {&w->Z, T * H * T}, {&w->Z2, T * H * T},
         {&w->U, T * H * c->d_c}, {&w->O, T * H * c->d_v}, {&w->Y, T * c->D},
-        {&w->g, T * c->n_inter}, {&w->u, T * c->n_inter}, {&w->cos_, T * c->d_r / 2},
+        {&w->g, T * NI}, {&w->u, T * NI}, {&w->cos_, T * c->d_r / 2},
         {&w->sin_, T * c->d_r / 2}, {&w->qc, H * T * qk}, {&w->kc, H * T * qk},
         {&w->kc2, H * T * qk}, {&w->vn, T * H * c->d_v}, {&w->vn2, T * H * c->d_v},
-        {&w->kn, T * H * c->d_n}};
+        {&w->kn, T * H * c->d_n}, {&w->sc, T * E}, {&w->sc2, T * E}, {&w->tw, T * K},
+        {&w->xe, T * c->D}, {&w->ye, T * c->D}, {&w->rw, T}, {&w->wbuf, m->wt_max}};
     for (size_t i = 0; i < sizeof a / sizeof a[0]; i++)
         if (!(*a[i].p = calloc(a[i].n ? a[i].n : 1, sizeof(float)))) {
             qmla_model_ws_free(w);
             return qmla_error_set(err, QMLA_ENOMEM, "model workspace for T = %zu", T);
         }
+    if (!(w->ti = calloc(T * K + 1, sizeof *w->ti)) ||
+        !(w->rows = calloc(T + 1, sizeof *w->rows))) {
+        qmla_model_ws_free(w);
+        return qmla_error_set(err, QMLA_ENOMEM, "model workspace for T = %zu", T);
+    }
     /* RoPE tables as transformers computes them in float32:
-     * inv_freq[i] = 1 / theta^(2i/d_r), angle = t * inv_freq[i]. */
+     * inv_freq[i] = 1 / theta^(2i/d_r) (or the scaled frequencies of
+     * qmla_eng_rope_inv_freq), angle = t * inv_freq[i]; cos and sin times
+     * the attention factor (YaRN's mscale ratio) when it is not 1. */
     const size_t P = c->d_r / 2;
+    float *invf = malloc((P ? P : 1) * sizeof *invf);
+    if (!invf) {
+        qmla_model_ws_free(w);
+        return qmla_error_set(err, QMLA_ENOMEM, "model workspace for T = %zu", T);
+    }
+    qmla_eng_rope_inv_freq(c, &m->rope, invf);
+    const float af = (float)m->rope.attn_factor;
     for (size_t i = 0; i < P; i++) {
-        float inv = (float)(1.0 / pow(c->rope_theta, (double)(2 * i) / (double)c->d_r));
+        float inv = invf[i];
         for (size_t t = 0; t < T; t++) {
             float ang = (float)t * inv;
             w->cos_[t * P + i] = (float)cos((double)ang);
             w->sin_[t * P + i] = (float)sin((double)ang);
+            if (af != 1.0f) {
+                w->cos_[t * P + i] *= af;
+                w->sin_[t * P + i] *= af;
+            }
         }
     }
+    free(invf);
     *out = w;
     return QMLA_OK;
 }
@@ -160,6 +195,145 @@ static void silu_mul(size_t n, float *g, const float *u)
 {
     for (size_t i = 0; i < n; i++)
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+/* The k largest of x[0..n) (ties: the lower index first) into idx[0..k). */
+static void top_k(const float *x, size_t n, size_t k, int32_t *idx)
+{
+    for (size_t j = 0; j < k; j++) {
+        int32_t best = -1;
+        for (size_t e = 0; e < n; e++) {
+            int used = 0;
+            for (size_t q = 0; q < j && !used; q++)
+                used = idx[q] == (int32_t)e;
+            if (!used && (best < 0 || x[e] > x[best]))
+                best = (int32_t)e;
+        }
+        idx[j] = best;
+    }
+}
+
+/* The routing of rows h[0..n) of a MoE block (transformers' DeepseekV2Moe /
+ * DeepseekV3TopkRouter): float32 logits h W^T; V2 softmax scores, top-k
+ * (greedy) or top-k within the topk_group groups of the largest best score
+ * (group_limited_greedy; other groups' scores taken as 0); V3 sigmoid
+ * scores s, choice by s + e_score_correction_bias within the topk_group
+ * groups of the largest sum of their two best (others 0), weights s of the
+ * chosen, divided by their sum (+1e-20) under norm_topk_prob; weights times
+ * routed_scaling_factor. Choice ti[n, k], weights tw[n, k]. */
+static void moe_route(const qmla_model *m, const layer_w *lw, size_t n, const float *h,
+                      qmla_model_ws *w)
+{
+    const qmla_eng_moe *mo = &m->moe;
+    const size_t E = mo->n_routed, K = mo->top_k, D = m->c.D;
+    qmla_linear(n, D, E, h, lw->router, w->sc);
+    for (size_t t = 0; t < n; t++) {
+        float *s = w->sc + t * E, *sf = w->sc2 + t * E;
+        int32_t *ti = w->ti + t * K;
+        float *tw = w->tw + t * K;
+        if (mo->sigmoid) {
+            for (size_t e = 0; e < E; e++)
+                s[e] = 1.0f / (1.0f + expf(-s[e]));
+        } else {
+            float mx = s[0];
+            for (size_t e = 1; e < E; e++)
+                mx = s[e] > mx ? s[e] : mx;
+            double z = 0.0;
+            for (size_t e = 0; e < E; e++)
+                z += (double)(s[e] = expf(s[e] - mx));
+            for (size_t e = 0; e < E; e++)
+                s[e] = (float)((double)s[e] / z);
+        }
+        for (size_t e = 0; e < E; e++)
+            sf[e] = s[e] + (lw->router_bias ? lw->router_bias[e] : 0.0f);
+        if (mo->method != QMLA_ENG_TOPK_GREEDY) {
+            const size_t G = mo->n_group, per = E / G;
+            float gs[1024];
+            int32_t gi[1024];
+            for (size_t g = 0; g < G; g++) {
+                const float *x = sf + g * per;
+                if (mo->method == QMLA_ENG_TOPK_NOAUX_TC) {
+                    int32_t two[2];
+                    top_k(x, per, 2, two);
+                    gs[g] = x[two[0]] + x[two[1]];
+                } else {
+                    float mx = x[0];
+                    for (size_t e = 1; e < per; e++)
+                        mx = x[e] > mx ? x[e] : mx;
+                    gs[g] = mx;
+                }
+            }
+            top_k(gs, G, mo->topk_group, gi);
+            for (size_t g = 0; g < G; g++) {
+                int keep = 0;
+                for (size_t q = 0; q < mo->topk_group && !keep; q++)
+                    keep = gi[q] == (int32_t)g;
+                if (!keep)
+                    for (size_t e = 0; e < per; e++)
+                        sf[g * per + e] = 0.0f;
+            }
+        }
+        top_k(sf, E, K, ti);
+        float sum = 0.0f;
+        for (size_t j = 0; j < K; j++)
+            sum += (tw[j] = s[ti[j]]);
+        for (size_t j = 0; j < K; j++) {
+            if (mo->norm_topk)
+                tw[j] /= sum + 1e-20f;
+            tw[j] *= (float)mo->scale;
+        }
+    }
+}
+
+/* One SwiGLU MLP over rows x[0..n): y = down(silu(gate x) * up x), each
+ * weight converted from its stored dtype into wbuf when used. */
+static void mlp_rows(size_t n, size_t D, size_t NI, const float *x, const qmla_eng_wt *g_w,
+                     const qmla_eng_wt *u_w, const qmla_eng_wt *d_w, float *wbuf, float *g,
+                     float *u, float *y)
+{
+    qmla_linear(n, D, NI, x, qmla_eng_wt_get(g_w, wbuf), g);
+    qmla_linear(n, D, NI, x, qmla_eng_wt_get(u_w, wbuf), u);
+    silu_mul(n * NI, g, u);
+    qmla_linear(n, NI, D, g, qmla_eng_wt_get(d_w, wbuf), y);
+}
+
+/* A MoE block over rows h[0..n) -> y[0..n): each routed expert computes
+ * only the rows that chose it (gathered), weighted and added per row; then
+ * the shared experts over every row. */
+static void moe_block(const qmla_model *m, const layer_w *lw, size_t n, const float *h,
+                      qmla_model_ws *w, float *y)
+{
+    const qmla_eng_moe *mo = &m->moe;
+    const size_t E = mo->n_routed, K = mo->top_k, D = m->c.D, NI = mo->inter;
+    moe_route(m, lw, n, h, w);
+    memset(y, 0, n * D * sizeof(float));
+    for (size_t e = 0; e < E; e++) {
+        size_t r = 0;
+        for (size_t t = 0; t < n; t++)
+            for (size_t j = 0; j < K; j++)
+                if (w->ti[t * K + j] == (int32_t)e) {
+                    w->rows[r] = (int32_t)t;
+                    w->rw[r] = w->tw[t * K + j];
+                    memcpy(w->xe + r * D, h + t * D, D * sizeof(float));
+                    r++;
+                }
+        if (!r)
+            continue;
+        mlp_rows(r, D, NI, w->xe, &lw->eg[e], &lw->eu[e], &lw->ed[e], w->wbuf, w->g, w->u,
+                 w->ye);
+        for (size_t q = 0; q < r; q++) {
+            float *dst = y + (size_t)w->rows[q] * D;
+            const float *src = w->ye + q * D, a = w->rw[q];
+            for (size_t i = 0; i < D; i++)
+                dst[i] += src[i] * a;
+        }
+    }
+    if (lw->has_shared) {
+        const size_t IS = NI * mo->n_shared;
+        mlp_rows(n, D, IS, h, &lw->sg, &lw->su, &lw->sd, w->wbuf, w->g, w->u, w->ye);
+        for (size_t i = 0; i < n * D; i++)
+            y[i] += w->ye[i];
+    }
 }
 
 int qmla_model_attn_weights(const qmla_model *m, size_t l, const float **w_uk,
@@ -388,12 +562,21 @@ static int forward_rows(const qmla_model *m, const qmla_cache_spec *cs, qmla_mod
         }
         for (size_t i = t0 * D; i < T * D; i++)
             w->x[i] += w->Y[i];
-        /* SwiGLU MLP */
+        /* SwiGLU MLP, or the MoE block */
         rmsnorm(n, D, c->eps, w->x + t0 * D, D, lw->ln_post, w->h + t0 * D, D);
-        qmla_linear(n, D, NI, w->h + t0 * D, lw->gate, w->g + t0 * NI);
-        qmla_linear(n, D, NI, w->h + t0 * D, lw->up, w->u + t0 * NI);
+        if (lw->moe) {
+            moe_block(m, lw, n, w->h + t0 * D, w, w->Y + t0 * D);
+            for (size_t i = t0 * D; i < T * D; i++)
+                w->x[i] += w->Y[i];
+            continue;
+        }
+        qmla_linear(n, D, NI, w->h + t0 * D, qmla_eng_wt_get(&lw->gate, w->wbuf),
+                    w->g + t0 * NI);
+        qmla_linear(n, D, NI, w->h + t0 * D, qmla_eng_wt_get(&lw->up, w->wbuf),
+                    w->u + t0 * NI);
         silu_mul(n * NI, w->g + t0 * NI, w->u + t0 * NI);
-        qmla_linear(n, NI, D, w->g + t0 * NI, lw->down, w->Y + t0 * D);
+        qmla_linear(n, NI, D, w->g + t0 * NI, qmla_eng_wt_get(&lw->down, w->wbuf),
+                    w->Y + t0 * D);
         for (size_t i = t0 * D; i < T * D; i++)
             w->x[i] += w->Y[i];
     }

@@ -633,6 +633,13 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
         return qmla_error_set(err, QMLA_EINVAL, "checkpoint dtype \"%s\": expected F32, F16 "
                               "or BF16", dtype);
     const qmla_model_config *c = &m->c;
+    /* FP8 weights are dequantized at load: written in dtype, the copied
+     * config.json would still declare quantization_config fp8 */
+    if (m->quant.fp8)
+        return qmla_error_set(err, QMLA_EINVAL, "%s/config.json: quantization_config fp8: "
+                              "saving an FP8 block-quantized checkpoint is not supported: "
+                              "expected F16, BF16 or F32 weights (dequantize it first)",
+                              src_dir);
     char path[4096], stage[PATH_MAX * 2 + 64], old[PATH_MAX * 2 + 64];
     /* Every file is written into a new folder beside out_dir, and that
      * folder is swapped in for out_dir as one step when all are written
@@ -669,9 +676,12 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
     qmla_st_out o = {0};
     o.dtype = dtype;
     float **kvb = calloc(c->L, sizeof *kvb);
+    /* the dense MLP weights converted for the write (3 per layer) */
+    float **tmp = calloc(3 * c->L + 1, sizeof *tmp);
+    size_t n_tmp = 0;
     int st = QMLA_OK;
     o.hdr = json_object();
-    if (!o.hdr || !kvb)
+    if (!o.hdr || !kvb || !tmp)
         st = qmla_error_set(err, QMLA_ENOMEM, "safetensors header");
     json_t *md = json_object();
     for (size_t i = 0; i < n_meta && !st && md; i++)
@@ -722,9 +732,52 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
             }
         LADD("self_attn.kv_b_proj.weight", kvb[l], kvb_rows, dc);
         LADD("self_attn.o_proj.weight", w->o_proj, D, H * c->d_v);
-        LADD("mlp.gate_proj.weight", w->gate, c->n_inter, D);
-        LADD("mlp.up_proj.weight", w->up, c->n_inter, D);
-        LADD("mlp.down_proj.weight", w->down, D, c->n_inter);
+        if (!w->moe) {
+            /* the dense MLP in the output dtype, as always */
+            const qmla_eng_wt *mw[3] = {&w->gate, &w->up, &w->down};
+            static const char *const mn[3] = {"mlp.gate_proj.weight", "mlp.up_proj.weight",
+                                              "mlp.down_proj.weight"};
+            for (int k = 0; k < 3 && !st; k++) {
+                float *x = mw[k]->f ? NULL : malloc(mw[k]->r * mw[k]->c * sizeof(float));
+                if (!mw[k]->f && !x) {
+                    st = qmla_error_set(err, QMLA_ENOMEM, "layer %zu: %s", l, mn[k]);
+                    break;
+                }
+                if (x)
+                    tmp[n_tmp++] = x;
+                LADD(mn[k], qmla_eng_wt_get(mw[k], x), mw[k]->r, mw[k]->c);
+            }
+            continue;
+        }
+        /* a MoE block: router and bias in the dtype, the routed and shared
+         * experts copied through untouched (their stored dtype and bytes) */
+        const qmla_eng_moe *mo = &m->moe;
+        const size_t E = mo->n_routed;
+        LADD("mlp.gate.weight", w->router, E, D);
+        if (w->router_bias)
+            LADD("mlp.gate.e_score_correction_bias", w->router_bias, E, 0);
+#define RAW(sfx, wt)                                                                 \
+    do {                                                                             \
+        snprintf(nm, sizeof nm, "model.layers.%zu.%s", l, sfx);                      \
+        if (!st)                                                                     \
+            st = qmla_st_add_raw(&o, nm, (wt)->st_dtype, (wt)->raw,                   \
+                                 qmla_eng_wt_bytes(wt), (wt)->r, (wt)->c, err);      \
+    } while (0)
+        for (size_t e = 0; e < E && !st; e++) {
+            char sfx[128];
+            snprintf(sfx, sizeof sfx, "mlp.experts.%zu.gate_proj.weight", e);
+            RAW(sfx, &w->eg[e]);
+            snprintf(sfx, sizeof sfx, "mlp.experts.%zu.up_proj.weight", e);
+            RAW(sfx, &w->eu[e]);
+            snprintf(sfx, sizeof sfx, "mlp.experts.%zu.down_proj.weight", e);
+            RAW(sfx, &w->ed[e]);
+        }
+        if (w->has_shared) {
+            RAW("mlp.shared_experts.gate_proj.weight", &w->sg);
+            RAW("mlp.shared_experts.up_proj.weight", &w->su);
+            RAW("mlp.shared_experts.down_proj.weight", &w->sd);
+        }
+#undef RAW
 #undef LADD
     }
 #undef ADD
@@ -774,6 +827,9 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
         for (size_t l = 0; l < c->L; l++)
             free(kvb[l]);
     free(kvb);
+    for (size_t i = 0; tmp && i < n_tmp; i++)
+        free(tmp[i]);
+    free(tmp);
     qmla_st_out_free(&o);
     return st;
 }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 /* ------------------------------------------------------------ reading */
@@ -31,6 +32,7 @@ typedef struct st_file {
     json_t *hdr;
     size_t data_off, size;
     FILE *f;
+    uint8_t *map;       /* the whole file, read-only (handed to the model at load) */
 } st_file;
 
 /* Bits per element of a safetensors dtype (the format's list); 0: unknown. */
@@ -202,11 +204,22 @@ static int st_open(st_file *s, const char *path, qmla_error *err)
         return qmla_error_set(err, QMLA_EFORMAT, "%s: safetensors header: %s", path,
                               s->hdr ? "expected an object" : je.text);
     s->data_off = 8 + n;
-    return st_check_layout(s, err);
+    int st = st_check_layout(s, err);
+    if (st)
+        return st;
+    void *mp = mmap(NULL, s->size, PROT_READ, MAP_PRIVATE, fileno(s->f), 0);
+    if (mp == MAP_FAILED)
+        return qmla_error_set(err, QMLA_EIO, "%s: cannot map %zu bytes: %s", path, s->size,
+                              strerror(errno));
+    s->map = mp;
+    return QMLA_OK;
 }
 
 static void st_close(st_file *s)
 {
+    if (s->map)
+        munmap(s->map, s->size);
+    s->map = NULL;
     if (s->f)
         fclose(s->f);
     json_decref(s->hdr);
@@ -214,13 +227,34 @@ static void st_close(st_file *s)
     s->hdr = NULL;
 }
 
-/* Read tensor `name` of shape [r, c] (c = 0: 1-D [r]) as float32. */
-static int st_read(st_file *s, const char *name, size_t r, size_t c, float *out,
-                   qmla_error *err)
+/* float8 E4M3 (the "fn" variant of torch.float8_e4m3fn and safetensors'
+ * F8_E4M3): sign, 4 exponent bits of bias 7, 3 mantissa bits; exponent 0
+ * subnormal (m / 8 * 2^-6), S.1111.111 NaN, no infinities (max 448). */
+float qmla_eng_fp8_e4m3(uint8_t b)
+{
+    const int sgn = b >> 7, e = (b >> 3) & 15, mt = b & 7;
+    float v;
+    if (e == 15 && mt == 7)
+        v = NAN;
+    else if (!e)
+        v = ldexpf((float)mt / 8.0f, -6);
+    else
+        v = ldexpf(1.0f + (float)mt / 8.0f, e - 7);
+    return sgn ? -v : v;
+}
+
+/* Read tensor `name` of shape [r, c] (c = 0: 1-D [r]) as float32 (F8_E4M3
+ * decoded without its block scale: shards_read applies it). */
+/* The checks of a tensor `name` [r, c] the engine reads (shape, dtype,
+ * offsets): its dtype, element size and byte offset in the data buffer. */
+static int st_locate(st_file *s, const char *name, size_t r, size_t c, const char **dtp,
+                     size_t *esp, size_t *b0p, qmla_error *err)
 {
     json_t *t = json_object_get(s->hdr, name);
     if (!t)
-        return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: missing", s->path, name);
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: missing: expected a tensor "
+                              "of shape [%zu%s%.0zu], found none", s->path, name, r,
+                              c ? ", " : "", c);
     const char *dt = json_string_value(json_object_get(t, "dtype"));
     json_t *sh = json_object_get(t, "shape"), *off = json_object_get(t, "data_offsets");
     size_t nd = json_array_size(sh);
@@ -243,9 +277,11 @@ static int st_read(st_file *s, const char *name, size_t r, size_t c, float *out,
         es = 4;
     else if (!strcmp(dt, "F16") || !strcmp(dt, "BF16"))
         es = 2;
+    else if (!strcmp(dt, "F8_E4M3"))
+        es = 1;
     else
         return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: dtype %s: expected F16, "
-                              "BF16 or F32", s->path, name, dt);
+                              "BF16, F32 or F8_E4M3", s->path, name, dt);
     json_t *o0 = json_array_get(off, 0), *o1 = json_array_get(off, 1);
     /* negative offsets, cast to size_t, wrapped past the bound check below
      * and read the header's bytes as weights */
@@ -259,6 +295,21 @@ static int st_read(st_file *s, const char *name, size_t r, size_t c, float *out,
         return qmla_error_set(err, QMLA_EFORMAT, "%s: tensor %s: data_offsets [%zu, %zu] do "
                               "not hold %zu values of %s within the file", s->path, name, b0,
                               b1, n, dt);
+    *dtp = dt;
+    *esp = es;
+    *b0p = b0;
+    return QMLA_OK;
+}
+
+static int st_read(st_file *s, const char *name, size_t r, size_t c, float *out,
+                   qmla_error *err)
+{
+    const char *dt;
+    size_t es, b0;
+    int st0 = st_locate(s, name, r, c, &dt, &es, &b0, err);
+    if (st0)
+        return st0;
+    const size_t n = r * (c ? c : 1);
     uint8_t *buf = malloc(n * es);
     if (!buf)
         return qmla_error_set(err, QMLA_ENOMEM, "%s: tensor %s", s->path, name);
@@ -267,7 +318,9 @@ static int st_read(st_file *s, const char *name, size_t r, size_t c, float *out,
         return qmla_error_set(err, QMLA_EIO, "%s: tensor %s: short read", s->path, name);
     }
     for (size_t i = 0; i < n; i++) {
-        if (es == 4) {
+        if (es == 1) {
+            out[i] = qmla_eng_fp8_e4m3(buf[i]);
+        } else if (es == 4) {
             uint32_t u = (uint32_t)buf[4 * i] | (uint32_t)buf[4 * i + 1] << 8 |
                          (uint32_t)buf[4 * i + 2] << 16 | (uint32_t)buf[4 * i + 3] << 24;
             memcpy(&out[i], &u, 4);
@@ -277,8 +330,8 @@ static int st_read(st_file *s, const char *name, size_t r, size_t c, float *out,
         }
         if (!isfinite(out[i])) {
             free(buf);
-            return qmla_error_set(err, QMLA_ENONFINITE, "%s: tensor %s: element %zu is %g",
-                                  s->path, name, i, (double)out[i]);
+            return qmla_error_set(err, QMLA_ENONFINITE, "%s: tensor %s: element %zu is %g: "
+                                  "expected finite values", s->path, name, i, (double)out[i]);
         }
     }
     free(buf);
@@ -291,6 +344,7 @@ typedef struct shards {
     size_t n;
     json_t *map; /* weight_map (index) or NULL */
     char **names;
+    const qmla_eng_quant *quant;
 } shards;
 
 static void shards_close(shards *S)
@@ -358,8 +412,83 @@ static int shards_open(const char *dir, shards *S, qmla_error *err)
     return QMLA_OK;
 }
 
+static int shards_has(shards *S, const char *name);
+
+static st_file *shards_file(shards *S, const char *name)
+{
+    if (S->map) {
+        const char *fn = json_string_value(json_object_get(S->map, name));
+        if (!fn)
+            return NULL;
+        for (size_t i = 0; i < S->n; i++)
+            if (!strcmp(S->names[i], fn))
+                return &S->f[i];
+        return NULL;
+    }
+    return &S->f[0];
+}
+
+/* The dtype of tensor `name` ("" when absent). */
+static const char *shards_dtype(shards *S, const char *name)
+{
+    st_file *f = shards_file(S, name);
+    const char *dt = f ? json_string_value(json_object_get(json_object_get(f->hdr, name),
+                                                           "dtype"))
+                       : NULL;
+    return dt ? dt : "";
+}
+
+static int shards_read_raw(shards *S, const char *name, size_t r, size_t c, float *out,
+                           qmla_error *err);
+
+/* Read `name` as float32; an F8_E4M3 tensor (FP8 checkpoints) is multiplied
+ * by its block scales NAME_scale_inv [ceil(r / br), ceil(c / bc)] (value =
+ * fp8 x scale_inv of its block, as transformers dequantizes). */
 static int shards_read(shards *S, const char *name, size_t r, size_t c, float *out,
                        qmla_error *err)
+{
+    int st = shards_read_raw(S, name, r, c, out, err);
+    if (st || strcmp(shards_dtype(S, name), "F8_E4M3"))
+        return st;
+    const qmla_eng_quant *q = S->quant;
+    if (!q || !q->fp8)
+        return qmla_error_set(err, QMLA_EFORMAT, "tensor %s: dtype F8_E4M3: expected a "
+                              "quantization_config with quant_method \"fp8\" in config.json "
+                              "(the block scales' layout), found none", name);
+    const size_t cc = c ? c : 1, br = q->block_r, bc = q->block_c;
+    const size_t nr = (r + br - 1) / br, nc = (cc + bc - 1) / bc;
+    char sn[320];
+    snprintf(sn, sizeof sn, "%s_scale_inv", name);
+    if (!shards_has(S, sn))
+        return qmla_error_set(err, QMLA_EFORMAT, "tensor %s: missing: expected the block "
+                              "scales [%zu, %zu] of the F8_E4M3 tensor %s [%zu, %zu] (blocks "
+                              "%zu x %zu), found none", sn, nr, nc, name, r, cc, br, bc);
+    float *sc = malloc(nr * nc * sizeof(float));
+    if (!sc)
+        return qmla_error_set(err, QMLA_ENOMEM, "tensor %s", sn);
+    st = shards_read_raw(S, sn, nr, c ? nc : 0, sc, err);
+    if (st) {
+        qmla_error_prefix(err, "block scales of %s [%zu, %zu] (blocks %zu x %zu): ", name, r,
+                          cc, br, bc);
+        free(sc);
+        return st;
+    }
+    for (size_t i = 0; i < nr * nc; i++)
+        if (!(sc[i] > 0.0f)) {
+            st = qmla_error_set(err, QMLA_EFORMAT, "tensor %s: element %zu is %g: expected "
+                                "a positive block scale", sn, i, (double)sc[i]);
+            free(sc);
+            return st;
+        }
+    for (size_t i = 0; i < r; i++)
+        for (size_t j = 0; j < cc; j++)
+            out[i * cc + j] *= sc[(i / br) * nc + j / bc];
+    free(sc);
+    return QMLA_OK;
+}
+
+static int shards_read_raw(shards *S, const char *name, size_t r, size_t c, float *out,
+                           qmla_error *err)
 {
     if (S->map) {
         const char *fn = json_string_value(json_object_get(S->map, name));
@@ -410,6 +539,152 @@ static int load_t(qmla_model *m, shards *S, const char *name, size_t r, size_t c
     return shards_read(S, name, r, c, x, err);
 }
 
+/* ------------------------------------------------------------ weights kept as stored */
+
+static float fp8_lut[256];
+
+static void fp8_lut_init(void)
+{
+    static int done;
+    if (done)
+        return;
+    for (int b = 0; b < 256; b++)
+        fp8_lut[b] = qmla_eng_fp8_e4m3((uint8_t)b);
+    done = 1;
+}
+
+static int host_le(void)
+{
+    const uint16_t one = 1;
+    return *(const uint8_t *)&one == 1;
+}
+
+size_t qmla_eng_wt_bytes(const qmla_eng_wt *w)
+{
+    const size_t es = w->dtype == QMLA_ENG_DT_F32 ? 4 : w->dtype == QMLA_ENG_DT_F8 ? 1 : 2;
+    return w->r * w->c * es;
+}
+
+const float *qmla_eng_wt_get(const qmla_eng_wt *w, float *buf)
+{
+    if (w->f)
+        return w->f;
+    const size_t n = w->r * w->c;
+    const uint8_t *p = w->raw;
+    switch (w->dtype) {
+    case QMLA_ENG_DT_F32:
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 |
+                         (uint32_t)p[4 * i + 2] << 16 | (uint32_t)p[4 * i + 3] << 24;
+            memcpy(&buf[i], &u, 4);
+        }
+        break;
+    case QMLA_ENG_DT_F16:
+        for (size_t i = 0; i < n; i++)
+            buf[i] = half_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+        break;
+    case QMLA_ENG_DT_BF16:
+        for (size_t i = 0; i < n; i++)
+            buf[i] = bf16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+        break;
+    default: { /* F8: value x its block's scale */
+        const size_t nc = (w->c + w->bc - 1) / w->bc;
+        for (size_t i = 0; i < w->r; i++) {
+            const float *sr = w->scale + (i / w->br) * nc;
+            const uint8_t *q = p + i * w->c;
+            float *o = buf + i * w->c;
+            for (size_t j = 0; j < w->c; j++)
+                o[j] = fp8_lut[q[j]] * sr[j / w->bc];
+        }
+    }
+    }
+    return buf;
+}
+
+/* Tensor `name` [r, c] as a qmla_eng_wt over the file's mapping: checked
+ * as shards_read checks it (shape, dtype, offsets, every value finite, FP8
+ * block scales of the right shape, finite and positive), then left in the
+ * mapping (used in place when it is little-endian F32 aligned to 4 bytes). */
+static int load_wt(qmla_model *m, shards *S, const char *name, size_t r, size_t c,
+                   qmla_eng_wt *w, qmla_error *err)
+{
+    memset(w, 0, sizeof *w);
+    st_file *f = shards_file(S, name);
+    if (!f) {
+        if (S->map)
+            return qmla_error_set(err, QMLA_EFORMAT, "model.safetensors.index.json: tensor "
+                                  "%s: missing from weight_map", name);
+        f = &S->f[0];
+    }
+    const char *dt;
+    size_t es, b0;
+    int st = st_locate(f, name, r, c, &dt, &es, &b0, err);
+    if (st)
+        return st;
+    w->r = r;
+    w->c = c;
+    w->raw = f->map + f->data_off + b0;
+    snprintf(w->st_dtype, sizeof w->st_dtype, "%s", dt);
+    w->dtype = !strcmp(dt, "F32") ? QMLA_ENG_DT_F32 : !strcmp(dt, "F16") ? QMLA_ENG_DT_F16
+             : !strcmp(dt, "BF16") ? QMLA_ENG_DT_BF16 : QMLA_ENG_DT_F8;
+    const size_t n = r * c;
+    m->n_params += n;
+    if (w->dtype == QMLA_ENG_DT_F8) {
+        const qmla_eng_quant *q = S->quant;
+        if (!q || !q->fp8)
+            return qmla_error_set(err, QMLA_EFORMAT, "tensor %s: dtype F8_E4M3: expected a "
+                                  "quantization_config with quant_method \"fp8\" in "
+                                  "config.json (the block scales' layout), found none", name);
+        const size_t br = q->block_r, bc = q->block_c;
+        const size_t nr = (r + br - 1) / br, nc = (c + bc - 1) / bc;
+        char sn[320];
+        snprintf(sn, sizeof sn, "%s_scale_inv", name);
+        if (!shards_has(S, sn))
+            return qmla_error_set(err, QMLA_EFORMAT, "tensor %s: missing: expected the block "
+                                  "scales [%zu, %zu] of the F8_E4M3 tensor %s [%zu, %zu] "
+                                  "(blocks %zu x %zu), found none", sn, nr, nc, name, r, c,
+                                  br, bc);
+        float *sc = own(m, nr * nc);
+        if (!sc)
+            return qmla_error_set(err, QMLA_ENOMEM, "tensor %s", sn);
+        if ((st = shards_read_raw(S, sn, nr, nc, sc, err)))
+            return qmla_error_prefix(err, "block scales of %s [%zu, %zu] (blocks %zu x %zu): ",
+                                     name, r, c, br, bc);
+        for (size_t i = 0; i < nr * nc; i++)
+            if (!(sc[i] > 0.0f))
+                return qmla_error_set(err, QMLA_EFORMAT, "tensor %s: element %zu is %g: "
+                                      "expected a positive block scale", sn, i, (double)sc[i]);
+        w->scale = sc;
+        w->br = br;
+        w->bc = bc;
+        fp8_lut_init();
+    }
+    /* every value finite (a pass over the stored bytes, as the float32
+     * conversion made it) */
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        const uint8_t *p = w->raw + i * es;
+        if (es == 1) {
+            v = qmla_eng_fp8_e4m3(p[0]);
+        } else if (es == 2) {
+            const uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+            v = w->dtype == QMLA_ENG_DT_BF16 ? bf16_to_f32(h) : half_to_f32(h);
+        } else {
+            uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                         (uint32_t)p[3] << 24;
+            memcpy(&v, &u, 4);
+        }
+        if (!isfinite(v))
+            return qmla_error_set(err, QMLA_ENONFINITE, "%s: tensor %s: element %zu is %g: "
+                                  "expected finite values", f->path, name, i, (double)v);
+    }
+    if (w->dtype == QMLA_ENG_DT_F32 && host_le() && ((uintptr_t)w->raw & 3) == 0)
+        w->f = (const float *)(const void *)w->raw;
+    else if (n > m->wt_max)
+        m->wt_max = n;
+    return QMLA_OK;
+}
+
 void qmla_model_free(qmla_model *m)
 {
     if (!m)
@@ -417,7 +692,17 @@ void qmla_model_free(qmla_model *m)
     for (size_t i = 0; i < m->n_owned; i++)
         free(m->owned[i]);
     free(m->owned);
+    for (size_t l = 0; m->layers && l < m->c.L; l++) {
+        free(m->layers[l].eg);
+        free(m->layers[l].eu);
+        free(m->layers[l].ed);
+    }
     free(m->layers);
+    for (size_t i = 0; i < m->n_maps; i++)
+        munmap(m->maps[i], m->map_lens[i]);
+    free(m->maps);
+    free(m->map_lens);
+    free(m->moe.sparse);
     free(m);
 }
 
@@ -427,15 +712,18 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
     qmla_model *m = calloc(1, sizeof *m);
     if (!m)
         return qmla_error_set(err, QMLA_ENOMEM, "model");
-    size_t first_dense = 0, n_routed = 0, n_mtp = 0;
-    int st = qmla_eng_parse_config(dir, &m->c, &first_dense, &n_routed, &n_mtp, err);
+    size_t n_mtp = 0;
+    int st = qmla_eng_parse_config(dir, &m->c, &m->rope, &m->moe, &m->quant, &n_mtp, err);
     if (st) {
+        free(m->moe.sparse);
         free(m);
         return st;
     }
     const qmla_model_config *c = &m->c;
+    const qmla_eng_moe *mo = &m->moe;
     shards S;
     st = shards_open(dir, &S, err);
+    S.quant = &m->quant;
     m->layers = calloc(c->L, sizeof *m->layers);
     if (!st && !m->layers)
         st = qmla_error_set(err, QMLA_ENOMEM, "layers");
@@ -462,10 +750,20 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
         if (!st)                                                                     \
             st = load_t(m, &S, nm, r, cc, dst, err);                                 \
     } while (0)
+        w->moe = mo->n_routed && (mo->sparse ? mo->sparse[l] : l >= mo->first_dense);
         snprintf(nm, sizeof nm, "model.layers.%zu.mlp.gate.weight", l);
-        if (shards_has(&S, nm)) {
-            st = qmla_error_set(err, QMLA_EFORMAT, "tensor %s: MoE router found: MoE blocks "
-                                "are not supported", nm);
+        if (!w->moe && shards_has(&S, nm)) {
+            st = qmla_error_set(err, QMLA_EFORMAT, "tensor %s: MoE router found in layer %zu, "
+                                "which config.json makes a dense block (n_routed_experts %zu, "
+                                "first_k_dense_replace %zu): expected mlp.gate_proj, mlp.up_proj, "
+                                "mlp.down_proj only", nm, l, mo->n_routed, mo->first_dense);
+            break;
+        }
+        if (w->moe && !shards_has(&S, nm)) {
+            st = qmla_error_set(err, QMLA_EFORMAT, "tensor %s: missing: expected the router "
+                                "[%zu, %zu] of MoE blocks (n_routed_experts %zu from layer "
+                                "first_k_dense_replace = %zu of %zu)", nm, mo->n_routed, c->D,
+                                mo->n_routed, mo->first_dense, c->L);
             break;
         }
         LT("input_layernorm.weight", c->D, 0, &w->ln_in);
@@ -498,10 +796,58 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
             }
         }
         LT("self_attn.o_proj.weight", c->D, HD * c->d_v, &w->o_proj);
-        LT("mlp.gate_proj.weight", c->n_inter, c->D, &w->gate);
-        LT("mlp.up_proj.weight", c->n_inter, c->D, &w->up);
-        LT("mlp.down_proj.weight", c->D, c->n_inter, &w->down);
+#define LW(suffix, r, cc, dst)                                                       \
+    do {                                                                             \
+        snprintf(nm, sizeof nm, "model.layers.%zu.%s", l, suffix);                   \
+        if (!st)                                                                     \
+            st = load_wt(m, &S, nm, r, cc, dst, err);                                \
+    } while (0)
+        if (!w->moe) {
+            LW("mlp.gate_proj.weight", c->n_inter, c->D, &w->gate);
+            LW("mlp.up_proj.weight", c->n_inter, c->D, &w->up);
+            LW("mlp.down_proj.weight", c->D, c->n_inter, &w->down);
+            continue;
+        }
+        /* MoE block: router, (bias), routed experts, shared experts */
+        const size_t E = mo->n_routed, NE = mo->inter, IS = mo->inter * mo->n_shared;
+        m->n_moe_layers++;
+        LT("mlp.gate.weight", E, c->D, &w->router);
+        snprintf(nm, sizeof nm, "model.layers.%zu.mlp.gate.e_score_correction_bias", l);
+        if (!st && mo->sigmoid)
+            st = load_t(m, &S, nm, E, 0, &w->router_bias, err);
+        else if (!st && shards_has(&S, nm))
+            st = qmla_error_set(err, QMLA_EFORMAT, "tensor %s: found in a %s checkpoint, "
+                                "whose softmax gate has no correction bias: expected none",
+                                nm, c->arch);
+        if (!st && (!(w->eg = calloc(E, sizeof *w->eg)) || !(w->eu = calloc(E, sizeof *w->eu)) ||
+                    !(w->ed = calloc(E, sizeof *w->ed))))
+            st = qmla_error_set(err, QMLA_ENOMEM, "experts of layer %zu", l);
+        for (size_t e = 0; e < E && !st; e++) {
+            char sfx[128];
+            snprintf(sfx, sizeof sfx, "mlp.experts.%zu.gate_proj.weight", e);
+            LW(sfx, NE, c->D, &w->eg[e]);
+            snprintf(sfx, sizeof sfx, "mlp.experts.%zu.up_proj.weight", e);
+            LW(sfx, NE, c->D, &w->eu[e]);
+            snprintf(sfx, sizeof sfx, "mlp.experts.%zu.down_proj.weight", e);
+            LW(sfx, c->D, NE, &w->ed[e]);
+        }
+        snprintf(nm, sizeof nm, "model.layers.%zu.mlp.experts.%zu.gate_proj.weight", l, E);
+        if (!st && shards_has(&S, nm))
+            st = qmla_error_set(err, QMLA_EFORMAT, "tensor %s: expected experts 0..%zu "
+                                "(n_routed_experts %zu), found more", nm, E - 1, E);
+        if (mo->n_shared) {
+            w->has_shared = 1;
+            LW("mlp.shared_experts.gate_proj.weight", IS, c->D, &w->sg);
+            LW("mlp.shared_experts.up_proj.weight", IS, c->D, &w->su);
+            LW("mlp.shared_experts.down_proj.weight", c->D, IS, &w->sd);
+        } else {
+            snprintf(nm, sizeof nm, "model.layers.%zu.mlp.shared_experts.gate_proj.weight", l);
+            if (!st && shards_has(&S, nm))
+                st = qmla_error_set(err, QMLA_EFORMAT, "tensor %s: shared experts found, "
+                                    "config.json says n_shared_experts 0: expected none", nm);
+        }
 #undef LT
+#undef LW
     }
     free(kvb);
     /* a checkpoint with more layers than config.json's num_hidden_layers
@@ -510,6 +856,16 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
     if (!st && !n_mtp && shards_has(&S, nm))
         st = qmla_error_set(err, QMLA_EFORMAT, "config.json: num_hidden_layers is %zu, but "
                             "the checkpoint holds more layers (found tensor %s)", c->L, nm);
+    /* the mappings stay with the model (the MLP weights are read from them) */
+    if (!st && (!(m->maps = calloc(S.n ? S.n : 1, sizeof *m->maps)) ||
+                !(m->map_lens = calloc(S.n ? S.n : 1, sizeof *m->map_lens))))
+        st = qmla_error_set(err, QMLA_ENOMEM, "%s: mappings", dir);
+    for (size_t i = 0; !st && i < S.n; i++)
+        if (S.f[i].map) {
+            m->maps[m->n_maps] = S.f[i].map;
+            m->map_lens[m->n_maps++] = S.f[i].size;
+            S.f[i].map = NULL;
+        }
     shards_close(&S);
     if (st) {
         qmla_error_prefix(err, "%s: ", dir);
@@ -572,6 +928,34 @@ int qmla_st_add(qmla_st_out *o, const char *name, const float *x, size_t r, size
     o->lens[1 + o->n] = bytes;
     o->n++;
     o->off += bytes;
+    return QMLA_OK;
+}
+
+int qmla_st_add_raw(qmla_st_out *o, const char *name, const char *dtype, const void *bytes,
+                    size_t nbytes, size_t r, size_t c, qmla_error *err)
+{
+    if (o->n + 1 >= o->cap) {
+        size_t nc = o->cap ? 2 * o->cap : 64;
+        const void **b = realloc(o->bufs, nc * sizeof *b);
+        if (b)
+            o->bufs = b;
+        size_t *l = realloc(o->lens, nc * sizeof *l);
+        if (l)
+            o->lens = l;
+        if (!b || !l)
+            return qmla_error_set(err, QMLA_ENOMEM, "safetensors table");
+        o->cap = nc;
+    }
+    json_t *shape = c ? json_pack("[II]", (json_int_t)r, (json_int_t)c)
+                      : json_pack("[I]", (json_int_t)r);
+    json_t *e = json_pack("{s:s, s:o, s:[II]}", "dtype", dtype, "shape", shape,
+                          "data_offsets", (json_int_t)o->off, (json_int_t)(o->off + nbytes));
+    if (!e || json_object_set_new(o->hdr, name, e))
+        return qmla_error_set(err, QMLA_ENOMEM, "safetensors header: %s", name);
+    o->bufs[1 + o->n] = bytes;
+    o->lens[1 + o->n] = nbytes;
+    o->n++;
+    o->off += nbytes;
     return QMLA_OK;
 }
 

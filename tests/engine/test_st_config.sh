@@ -11,7 +11,8 @@
 #   used): the score equals that of a copy whose lm_head is the embedding,
 #   with lm_head.weight present or absent, and differs from the untied one;
 #   a model_type inconsistent with architectures, num_key_value_heads other
-#   than num_attention_heads, mlp_bias true, a quantization_config, a
+#   than num_attention_heads, mlp_bias true, a quantization_config other than
+#   fp8 (awq), a
 #   non-boolean tie_word_embeddings and a V3 config without
 #   first_k_dense_replace (transformers' default 3: MoE blocks) are refused
 #   by name (exit 2).
@@ -64,7 +65,7 @@ for f in 'model_type="deepseek_v3"|key "model_type": expected "deepseek_v2" (arc
          'architectures=["DeepseekV3ForCausalLM"]|expected "deepseek_v3" (architectures names DeepseekV3ForCausalLM), found "deepseek_v2"' \
          'num_key_value_heads=2|key "num_key_value_heads": expected num_attention_heads = 8' \
          'mlp_bias=true|key "mlp_bias": true' \
-         'quantization_config={"quant_method": "fp8"}|quantization_config" (quant_method fp8)' \
+         'quantization_config={"quant_method": "awq"}|quantization_config" (quant_method awq)' \
          'tie_word_embeddings=1|key "tie_word_embeddings": expected true or false' \
          'architectures=["DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"]|expected one architecture, found 2'; do
   fault cfg --config "${f%%|*}"
