@@ -13,6 +13,7 @@
 #include "jvp_ref.h"
 #include "qmla/attention.h"
 #include "qmla/jvp.h"
+#include <gsl/gsl_rng.h>
 
 #include <math.h>
 #include <stdlib.h>
@@ -188,6 +189,50 @@ static void test_sens_case(size_t H, size_t T, unsigned seed)
         CHECK(n == 0 || within2 >= (size_t)(0.8 * (double)n),
               "Hutchinson %s H=%zu T=%zu: only %zu of %zu tokens within 2 SE",
               path ? "rope" : "content", H, T, within2, n);
+    }
+    /* The estimator's statistics recomputed from its documented probe
+     * stream (mt19937 seeded with `seed`, probe-major, then token, then
+     * element; bit 0 of each draw the sign): est the probe mean and se
+     * the sample sd (divisor probes - 1) over sqrt(probes), exactly. A
+     * z-score check cannot tell an sd reported without the 1/sqrt(probes)
+     * or a variance over probes from the right standard error. */
+    for (int path = 0; path < 2; path++) {
+        const size_t P = 5, wd = path ? f.d.d_r : f.d.d_c;
+        st = qmla_sens_hutchinson(&ex2, &f.d, T, &f.w, &f.st, f.c.C, path, P, 11,
+                                  &jw, est, se, &err);
+        CHECK_OK(st, err);
+        double *v = malloc(P * T * sizeof *v);
+        float *r = malloc(wd * sizeof *r);
+        gsl_rng *g = gsl_rng_alloc(gsl_rng_mt19937);
+        gsl_rng_set(g, 11);
+        for (size_t p = 0; p < P; p++)
+            for (size_t t = 0; t < T; t++) {
+                for (size_t j = 0; j < wd; j++)
+                    r[j] = (gsl_rng_get(g) & 1u) ? 1.0f : -1.0f;
+                v[p * T + t] = qmla_jvp_token(&ex2, &f.d, T, &f.w, &f.st, f.c.C, path, t,
+                                              r, &jw) / (double)wd;
+            }
+        double worst_m = 0, worst_s = 0;
+        size_t spread = 0;
+        for (size_t t = 0; t < T; t++) {
+            double mean = 0, ss = 0;
+            for (size_t p = 0; p < P; p++)
+                mean += v[p * T + t];
+            mean /= (double)P;
+            for (size_t p = 0; p < P; p++)
+                ss += (v[p * T + t] - mean) * (v[p * T + t] - mean);
+            const double want = sqrt(ss / (double)(P - 1)) / sqrt((double)P);
+            spread += want > 1e-9 * fabs(mean);
+            worst_m = fmax(worst_m, fabs(est[t] - mean) / (fabs(mean) + 1e-300));
+            worst_s = fmax(worst_s, fabs(se[t] - want) / (want + 1e-300 * (want == 0)));
+        }
+        CHECK(worst_m <= 1e-9 && worst_s <= 1e-6 && (spread > 0 || (path && T == 1)),
+              "Hutchinson %s H=%zu T=%zu, 5 probes: est vs the probe mean worst rel %.2e, "
+              "se vs sd/sqrt(5) (divisor 4) worst rel %.2e, %zu tokens with spread",
+              path ? "rope" : "content", H, T, worst_m, worst_s, spread);
+        gsl_rng_free(g);
+        free(r);
+        free(v);
     }
     free(est); free(se);
     qmla_jvp_ws_free(&jw);
