@@ -101,6 +101,16 @@ for by, keys in (("by_cell_", cell), ("by_direction_", dirs)):
                 e.append(abs(np.log(pred[t] / pred[j]) - np.log(meas[t] / meas[j])))
         assert g[by + "n_pairs"][i] == len(e)
         assert close(g[by + "mae_alloc"][i], np.mean(e) if e else np.nan), (by, k)
+# the headline frozen-predictor statistics: over the held-out,
+# non-degenerate points only (this capture has development points too, so
+# a rule that also takes those gives other values)
+m = (held == 1) & (deg == 0)
+assert 0 < m.sum() < (deg == 0).sum(), (m.sum(), (deg == 0).sum())
+n, rho, med = stats(m)
+a = g.attrs
+assert int(a["n_heldout"]) == n, (int(a["n_heldout"]), n)
+assert close(float(a["spearman"]), rho), (float(a["spearman"]), rho)
+assert close(float(a["median_abs_log_error"]), med), (float(a["median_abs_log_error"]), med)
 print("splits ok")
 PY
 containsF "splits ok" "splits checked"
