@@ -114,6 +114,42 @@ assert close(float(a["median_abs_log_error"]), med), (float(a["median_abs_log_er
 print("splits ok")
 PY
 containsF "splits ok" "splits checked"
+# interventions: per-item draws and the headline counts, on a capture whose
+# sequence 1 is a copy of sequence 0 (the same inputs: only the item's own
+# seed, seed + plan index, makes their control draws differ) and whose
+# sequence 2 has no RoPE energy (k_rope zero: a degenerate item, left out of
+# n_items and of every headline statistic); the NumPy reference then
+# recomputes the medians and the bootstrap intervals draw for draw
+expect 0 "synth (interventions)" -- "$QMLA" synth -o "$work/iv.h5" --shape tiny --tokens 17 --seqs 3 --layers 1 --cells 1 --seed 8
+expect 0 "copy sequence 0 to 1, zero the RoPE key of 2" -- "$PY" - "$work/iv.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    c = f["layers/0/cells/synth-s0"]
+    for k in c:
+        d = c[k]; x = d[...]; x[1] = x[0]
+        if k in ("k_rope", "k_rope_pre"):
+            x[2] = 0
+        d[...] = x
+PY
+expect 0 "intervene (copied and degenerate sequences)" -- "$QMLA" intervene "$work/iv.h5" -o "$work/ivr.h5" --reps 4 --seed 21 --bootstrap 300
+expect 0 "item seeds, copied items, degenerate item" -- "$PY" - "$work/ivr.h5" <<'PY'
+import sys, h5py, numpy as np
+g = h5py.File(sys.argv[1], "r")["interventions"]
+seq, deg, seeds = g["seq"][...], g["degenerate"][...], g["item_seed"][...]
+assert list(seq) == [0, 1, 2] and list(deg) == [0, 0, 1], (seq, deg)
+assert list(seeds) == [21, 22, 23], seeds
+assert int(g.attrs["n_items"]) == 2, int(g.attrs["n_items"])
+# the copies agree where nothing is drawn and differ in every control draw
+assert g["response_joint"][0] == g["response_joint"][1]
+for c in ("sign", "permute", "isotropic"):
+    for p in ("content", "rope"):
+        r = g["ratio_%s_%s" % (c, p)][...].reshape(3, 4)
+        assert not np.array_equal(r[0], r[1]), (c, p, r[0], r[1])
+print("interventions ok")
+PY
+containsF "interventions ok" "interventions checked"
+expect 0 "NumPy reference: medians and bootstrap intervals draw for draw" -- "$PY" "$ROOT/bench/numpy_operator.py" "$work/iv.h5" --compare "$work/ivr.h5"
+contains " 0 differ" "no intervention statistic differs from NumPy"
 # the groups join an existing sweep results file
 expect 0 "sweep" -- "$QMLA" sweep "$cap" -o "$work/s.h5" --threads 2
 expect 0 "jvp into the sweep's file" -- "$QMLA" jvp "$cap" -o "$work/s.h5" --threads 2 --bits 4,8
