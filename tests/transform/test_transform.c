@@ -721,6 +721,28 @@ static void check_file(void)
     CHECK(qmla_transform_file_read(path, &f, &err) == QMLA_EFORMAT && strstr(err.msg, "/layers/4/content") &&
           strstr(err.msg, "orthogonal"), "non-orthogonal: %s", err.msg);
     t[1].rot[5] -= 0.01;
+    /* near misses: one column of R shorter or longer than 1 by 1e-3 (its
+     * inner products with the others still 0: only the diagonal of R^T R
+     * is off, by -2e-3 or +2e-3), and a RoPE pair scale of exactly 0 */
+    for (int sgn = -1; sgn <= 1; sgn += 2) {
+        double keep[32];
+        for (size_t r = 0; r < 32; r++) {
+            keep[r] = t[1].rot[r * 32 + 3];
+            t[1].rot[r * 32 + 3] *= 1.0 + sgn * 1e-3;
+        }
+        CHECK_OK(qmla_transform_file_write(path, &m, t, (const float *const *)g, NULL, 2, &err), err);
+        CHECK(qmla_transform_file_read(path, &f, &err) == QMLA_EFORMAT && strstr(err.msg, "/layers/4/content") &&
+              strstr(err.msg, "orthogonal") && strstr(err.msg, "[3, 3]"),
+              "column 3 of norm 1 %+g: %s", sgn * 1e-3, err.msg);
+        for (size_t r = 0; r < 32; r++)
+            t[1].rot[r * 32 + 3] = keep[r];
+    }
+    const double rs = t[0].rscale[1];
+    t[0].rscale[1] = 0.0;
+    CHECK_OK(qmla_transform_file_write(path, &m, t, (const float *const *)g, NULL, 2, &err), err);
+    CHECK(qmla_transform_file_read(path, &f, &err) == QMLA_EFORMAT && strstr(err.msg, "/layers/1/rope") &&
+          strstr(err.msg, "scale[1]: expected > 0, found 0"), "zero RoPE scale: %s", err.msg);
+    t[0].rscale[1] = rs;
     t[0].rscale[2] = -1;
     CHECK_OK(qmla_transform_file_write(path, &m, t, (const float *const *)g, NULL, 2, &err), err);
     CHECK(qmla_transform_file_read(path, &f, &err) == QMLA_EFORMAT && strstr(err.msg, "/layers/1/rope") &&
