@@ -262,6 +262,10 @@ typedef struct cuda_sweep_ws {
     /* absorbed queries, tiles */
     float *ql, *Z, *P1, *P2, *U, *O, *Y[5];
     double *part, *hpart; /* [n_tiles * NORM_BLOCKS * NORM_SUMS] */
+    /* the weights on the device: those of these host arrays, until the
+     * driver's layer_begin (or other pointers) says otherwise */
+    const float *w_host[3];
+    int w_valid;
     float *hE;            /* host [T_max, d_c + d_r]: the error directions */
 } cuda_sweep_ws;
 
@@ -476,12 +480,22 @@ static int sweep_sequence(const qmla_exec *ex, const qmla_sweep_params *p,
        "copy content error");
     CU(cudaMemcpyAsync(w->Er, E[1], T * dr * sizeof(float), cudaMemcpyHostToDevice, s),
        "copy RoPE error");
-    CU(cudaMemcpyAsync(w->wuk, wt->w_uk, H * dn * dc * sizeof(float), cudaMemcpyHostToDevice, s),
-       "copy w_uk");
-    CU(cudaMemcpyAsync(w->wuv, wt->w_uv, H * dv * dc * sizeof(float), cudaMemcpyHostToDevice, s),
-       "copy w_uv");
-    CU(cudaMemcpyAsync(w->wo, wt->w_o, D * HV * sizeof(float), cudaMemcpyHostToDevice, s),
-       "copy w_o");
+    if (!(w->w_valid && w->w_host[0] == wt->w_uk && w->w_host[1] == wt->w_uv &&
+          w->w_host[2] == wt->w_o)) {
+        w->w_valid = 0;
+        CU(cudaMemcpyAsync(w->wuk, wt->w_uk, H * dn * dc * sizeof(float),
+                           cudaMemcpyHostToDevice, s),
+           "copy w_uk");
+        CU(cudaMemcpyAsync(w->wuv, wt->w_uv, H * dv * dc * sizeof(float),
+                           cudaMemcpyHostToDevice, s),
+           "copy w_uv");
+        CU(cudaMemcpyAsync(w->wo, wt->w_o, D * HV * sizeof(float), cudaMemcpyHostToDevice, s),
+           "copy w_o");
+        w->w_host[0] = wt->w_uk;
+        w->w_host[1] = wt->w_uv;
+        w->w_host[2] = wt->w_o;
+        w->w_valid = 1;
+    }
     /* absorption: ql[h] = q_nope[h] w_uk[h]  ([T, dn] x [dn, dc]) */
     CB(gemm_rm(w->blas, 0, 0, T, dc, dn, 1.0f, w->qn, dn, (long long)(T * dn), w->wuk, dc,
                (long long)(dn * dc), 0.0f, w->ql, dc, (long long)(T * dc), H),
@@ -593,8 +607,12 @@ out:
     return st;
 }
 
+/* Another layer: its weights are copied with its first sequence. */
+static void sweep_layer_begin(void *ws) { ((cuda_sweep_ws *)ws)->w_valid = 0; }
+
 extern "C" const qmla_sweep_ops qmla_cuda_sweep_ops = {sweep_ws_alloc, sweep_ws_bytes,
-                                                      sweep_ws_free, sweep_sequence};
+                                                      sweep_ws_free, sweep_sequence,
+                                                      sweep_layer_begin};
 
 /* ---- QDQ ----------------------------------------------------------------------- */
 

@@ -163,7 +163,7 @@ static qmla_learn_state cpu_learn_state(const void *l) { return qmla_learner_sta
 static const qmla_attn_ops cpu_attn = {qmla_attn_state_forward};
 static const qmla_quant_ops cpu_quant = {qmla_quant_qdq};
 static const qmla_sweep_ops cpu_sweep = {cpu_sweep_ws_alloc, qmla_sweep_ws_bytes,
-                                         cpu_sweep_ws_free, cpu_sweep_sequence};
+                                         cpu_sweep_ws_free, cpu_sweep_sequence, NULL};
 static const qmla_jvp_ops cpu_jvp = {qmla_jvp_apply, qmla_jvp_token, qmla_sens_exact,
                                      qmla_sens_hutchinson};
 static const qmla_op_ops cpu_op = {cpu_op_ws_alloc, cpu_op_ws_free, cpu_op_layer_alloc,

@@ -191,6 +191,8 @@ static int compute_pending(qmla_capture *cap, qmla_plan *plan,
             if ((st = qmla_capture_load_layer(cap, it->li, &layer, err)))
                 break;
             cur_li = it->li;
+            if (eng->layer_begin)
+                eng->layer_begin(ws);
         }
         if (it->ci != cur_ci) {
             qmla_cell_free(&cell);
