@@ -10,6 +10,8 @@
  *          of 1, 3 and 7 query tokens and the automatic tile; degenerate
  *          paths; a float32 overflow refused by both; every case run twice
  *          on the GPU, bit-identical.
+ *   layer: layer_begin makes the engine take new weights at the same
+ *          host address (the driver calls it on every layer load).
  *   qdq:   the engine's quant table against qmla_quant_qdq, bit for bit.
  *   run:   qmla_sweep_run on the default capture (data/tiny-mla-default.h5)
  *          and on a V2-Lite-shaped synth capture with each engine: rows
@@ -187,6 +189,56 @@ static void run_case(const shape_case *c)
     free(wo);
 }
 
+/* One workspace over two "layers" whose weights sit at the same host
+ * address (as a freed and reloaded layer may): after layer_begin the
+ * engine uses the new weights, so it agrees with the CPU on them. */
+static void test_layer_begin(void)
+{
+    const qmla_mla_dims d = {4, 64, 64, 16, 16, 16, 1.0 / sqrt(32.0)};
+    const size_t H = 4, T = 40;
+    float *qn = randn(H * T * 16, 1.0), *qr = randn(H * T * 16, 1.0);
+    float *C = randn(T * 64, 1.0), *K = randn(T * 16, 1.0);
+    float *wuk = randn(H * 16 * 64, 0.25), *wuv = randn(H * 16 * 64, 0.125);
+    float *wo = randn(64 * H * 16, 0.125);
+    const qmla_mla_weights w = {wuk, wuv, wo};
+    qmla_sweep_params p = qmla_sweep_defaults();
+    p.quant.group = 16;
+    const qmla_exec ex = qmla_exec_cpu(1);
+    qmla_error err;
+    qmla_error_clear(&err);
+    const qmla_sweep_ops *cpu = qmla_engine_sweep(qmla_engine_cpu()),
+                         *gpu = qmla_engine_sweep(cuda);
+    CHECK(gpu->layer_begin != NULL, "layer_begin: the cuda engine has one");
+    void *wc = NULL, *wg = NULL;
+    qmla_response rc[2], rg[2];
+    memset(rc, 0, sizeof rc);
+    memset(rg, 0, sizeof rg);
+    CHECK_OK(cpu->ws_alloc(&d, T, 0, &wc, &err), err);
+    CHECK_OK(gpu->ws_alloc(&d, T, 0, &wg, &err), err);
+    if (wc && wg) {
+        CHECK_OK(gpu->sequence(&ex, &p, &d, T, &w, qn, qr, C, K, 0, wg, rg, &err), err);
+        for (size_t i = 0; i < H * 16 * 64; i++) /* the "next layer", same address */
+            wuk[i] = (float)(0.25 * gauss());
+        gpu->layer_begin(wg);
+        CHECK_OK(gpu->sequence(&ex, &p, &d, T, &w, qn, qr, C, K, 0, wg, rg, &err), err);
+        CHECK_OK(cpu->sequence(&ex, &p, &d, T, &w, qn, qr, C, K, 0, wc, rc, &err), err);
+        CHECK(rows_close(&rc[0], &rg[0], "layer_begin") &&
+                  rows_close(&rc[1], &rg[1], "layer_begin"),
+              "layer_begin: the next layer's weights at the same address are used");
+    }
+    if (wg)
+        gpu->ws_free(wg);
+    if (wc)
+        cpu->ws_free(wc);
+    free(qn);
+    free(qr);
+    free(C);
+    free(K);
+    free(wuk);
+    free(wuv);
+    free(wo);
+}
+
 static void test_qdq(void)
 {
     const qmla_quant_ops *cq = qmla_engine_quant(qmla_engine_cpu()), *gq = qmla_engine_quant(cuda);
@@ -300,6 +352,7 @@ int main(void)
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
         if (!(is_small && cases[k].big))
             run_case(&cases[k]);
+    test_layer_begin();
     test_qdq();
     const char *root = getenv("QMLA_SOURCE_ROOT");
     char def[1024];
