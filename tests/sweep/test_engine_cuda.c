@@ -134,7 +134,7 @@ static void run_case(const shape_case *c)
     const qmla_mla_weights w = {wuk, wuv, wo};
     qmla_sweep_params p = qmla_sweep_defaults();
     p.quant.group = 16; /* divides every width of the table */
-    const qmla_exec ex = qmla_exec_cpu(2);
+    const qmla_exec ex = qmla_exec_cpu(8);
     qmla_error err;
     qmla_error_clear(&err);
     const qmla_sweep_ops *cpu = qmla_engine_sweep(qmla_engine_cpu()),
