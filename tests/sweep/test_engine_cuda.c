@@ -8,7 +8,8 @@
  *          equal; shapes T 1 .. 4097, H 1 .. 128, the family shapes of
  *          docs/models.md (V2-Lite, V3, GLM-4.7-Flash), odd widths, tiles
  *          of 1, 3 and 7 query tokens and the automatic tile; degenerate
- *          paths; a float32 overflow refused by both; every case run twice
+ *          paths; T = 1 (RoPE response 0: one key); a float32 overflow
+ *          refused by both; every case run twice
  *          on the GPU, bit-identical.
  *   layer: layer_begin makes the engine take new weights at the same
  *          host address (the driver calls it on every layer load).
@@ -45,7 +46,7 @@ typedef struct shape_case {
     const char *name;
     size_t H, D, d_c, d_n, d_r, d_v, T;
     size_t tile;  /* query tokens per tile; 0: automatic */
-    int kind;     /* 0 normal; 1 constant content cache (degenerate); 2 overflow */
+    int kind;     /* 0 normal; 1 content error without energy (degenerate); 2 overflow */
     int big;      /* left out under QMLA_TEST_SMALL */
 } shape_case;
 
@@ -124,9 +125,17 @@ static void run_case(const shape_case *c)
     float *qn = randn(H * T * c->d_n, c->kind == 2 ? 1e38 : 1.0);
     float *qr = randn(H * T * c->d_r, 1.0);
     float *C = randn(T * c->d_c, 1.0);
-    if (c->kind == 1) /* a constant cache quantizes exactly: no error energy */
-        for (size_t i = 0; i < T * c->d_c; i++)
-            C[i] = 1.0f;
+    /* kind 1: each token's latent row one constant, a multiple of 1/8
+     * (exact in float16): every group quantizes exactly, so the content
+     * error has no energy, while the rows differ, so the attention still
+     * moves the output (a cache constant over all tokens too would make
+     * (A~ - A) C vanish and leave the RoPE route as rounding noise) */
+    if (c->kind == 1)
+        for (size_t t = 0; t < T; t++) {
+            const float v = (float)(1 + (int)(8.0 * unif())) / 8.0f;
+            for (size_t j = 0; j < c->d_c; j++)
+                C[t * c->d_c + j] = v;
+        }
     float *K = randn(T * c->d_r, 1.0);
     float *wuk = randn(H * c->d_n * c->d_c, 1.0 / sqrt((double)c->d_n));
     float *wuv = randn(H * c->d_v * c->d_c, 1.0 / sqrt((double)c->d_c));
@@ -167,6 +176,11 @@ static void run_case(const shape_case *c)
             if (c->kind == 1)
                 CHECK(rg[0].degenerate && !rg[1].degenerate,
                       "%s: constant content cache degenerate on cuda, RoPE not", c->name);
+            else if (T == 1) /* one key: the softmax is 1 whatever the logits */
+                CHECK(!rg[0].degenerate && rg[0].response > 0.0 && rg[1].response == 0.0 &&
+                          rc[1].response == 0.0,
+                      "%s: T = 1: the content path measured, the RoPE response 0 on both",
+                      c->name);
             else
                 CHECK(!rg[0].degenerate && !rg[1].degenerate && rg[0].response > 0.0 &&
                           rg[1].response > 0.0,
