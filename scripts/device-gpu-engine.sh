@@ -2,7 +2,7 @@
 # scripts/device-gpu-engine.sh — on the accelerator machine: build qmla with
 # the CUDA engine (-Dcuda=enabled), run its agreement test against the CPU
 # engine (tests/sweep/test_engine_cuda.c), the same test under
-# compute-sanitizer memcheck (and racecheck) with QMLA_TEST_SMALL=1, and the
+# compute-sanitizer memcheck (QMLA_TEST_SMALL=1) and racecheck (=2), and the
 # engine benchmark (bench/bench_engine.cu) on DeepSeek-V3- and V2-Lite-
 # shaped synth captures. Logs and the benchmark files go to $OUT (or
 # ./device-out): engine.log (everything, in order), bench-v3.h5,
@@ -83,7 +83,7 @@ if [[ " $steps " == *" memcheck "* ]]; then
     say "racecheck left out (time)"
   else
   t0=$(date +%s)
-  QMLA_TEST_SMALL=1 timeout 40 "$CS" --tool racecheck --error-exitcode 9 \
+  QMLA_TEST_SMALL=2 timeout 40 "$CS" --tool racecheck --error-exitcode 9 \
     $B/tests/test_engine_cuda >>"$LOG" 2>&1
   say "racecheck exit $? in $(( $(date +%s) - t0 )) s"
   fi
