@@ -60,14 +60,14 @@ shutil.copy(sys.argv[1], sys.argv[2])
 with h5py.File(sys.argv[2], "a") as f:
     del f["jvp/g_jvp"]
 PY
-# a results file of a device engine names its device (engine_device,
-# docs/results-format.md); the CPU engine's has none
+# a /jvp group of a device engine names its device (engine_device,
+# docs/results-format.md) in its provenance block; the CPU engine's has none
 "$PY" - "$work/s.h5" "$work/dev.h5" <<'PY' || bad "h5py: engine_device"
 import sys, shutil, h5py
 shutil.copy(sys.argv[1], sys.argv[2])
 with h5py.File(sys.argv[2], "a") as f:
-    f.attrs["engine"] = "cuda"
-    f.attrs["engine_device"] = "NVIDIA H200 (sm_90, 139.8 GiB)"
+    f["jvp"].attrs["engine"] = "cuda"
+    f["jvp"].attrs["engine_device"] = "NVIDIA H200 (sm_90, 139.8 GiB)"
 PY
 expect 0 "show a device engine's results" -- "$QMLA" show "$work/dev.h5"
 containsF "  device       NVIDIA H200 (sm_90, 139.8 GiB)" "show prints engine_device"
