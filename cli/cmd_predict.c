@@ -57,8 +57,10 @@ static void help(FILE *f, const void *ctx)
         "  -v              per-layer table (development direction for predict,\n"
         "                  the last --bits for jvp; means over cells and sequences)\n"
         "Resume: interrupt and rerun the same command (RESULTS.h5.%s.journal).\n"
-        "--engine NAME: the engine of the per-sequence work (default and only\n"
-        "one of this build: cpu; any other is refused, exit 2).\n"
+        "--engine NAME: the engine of the per-sequence work: cpu (default), cuda\n"
+        "(a build with -Dcuda on a usable GPU; docs/cuda-engine.md says which\n"
+        "operations run there) or auto (cuda where usable, else cpu); any other,\n"
+        "or cuda without a usable GPU, is refused (exit 2).\n"
         "example: qmla %s data/tiny-mla-default.h5 -o op.h5 --threads 2\n",
         name, name);
 }

@@ -245,6 +245,11 @@ static void print_provenance(const char *kind, const qmla_attr *a, size_t n)
         printf("  git_commit   %s\n", commit[0] ? commit : "(outside a git checkout)");
     if (engine)
         printf("  engine       %s\n", engine);
+    {
+        const char *dev = attr_s(a, n, "engine_device"); /* device engines only */
+        if (dev)
+            printf("  device       %s\n", dev);
+    }
     if (created)
         printf("  created_utc  %s\n", created);
     if (cmd)

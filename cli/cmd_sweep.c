@@ -60,8 +60,10 @@ static void help(FILE *f)
         "of the same capture and parameters is extended, not recomputed.\n"
         "Temporary files RESULTS.h5.tmp.PID of processes that no longer run\n"
         "are removed.\n"
-        "--engine NAME: the engine of the per-sequence work (default and only\n"
-        "one of this build: cpu; any other is refused, exit 2).\n"
+        "--engine NAME: the engine of the per-sequence work: cpu (default), cuda\n"
+        "(a build with -Dcuda on a usable GPU; docs/cuda-engine.md says which\n"
+        "operations run there) or auto (cuda where usable, else cpu); any other,\n"
+        "or cuda without a usable GPU, is refused (exit 2).\n"
         "example: qmla sweep data/tiny-mla-default.h5 -o results.h5 --threads 2 -v\n");
 }
 

@@ -48,15 +48,23 @@ typedef struct qmla_engine qmla_engine;
 /* The CPU engine (today's functions). */
 const qmla_engine *qmla_engine_cpu(void);
 
-/* The engine of that name ("cpu") into *e; any other name (including
- * "cuda" in a build without it) is QMLA_EINVAL with a message naming the
- * engines this build has. */
+/* The engine of that name ("cpu", and "cuda" in a build with CUDA) into
+ * *e; "auto" is the CUDA engine when the build has it and a device is
+ * usable (qmla_engine_device non-NULL), else the CPU engine. Any other
+ * name (including "cuda" in a build without it) is QMLA_EINVAL with a
+ * message naming the engines this build has. "cuda" where its
+ * device is not usable on this machine is QMLA_EINVAL saying why. */
 int qmla_engine_find(const char *name, const qmla_engine **e, qmla_error *err);
 
 /* Its name ("cpu"); NULL is the CPU engine. */
 const char *qmla_engine_name(const qmla_engine *e);
 
-/* The names of this build's engines, comma separated ("cpu"). */
+/* The device the engine runs on ("NVIDIA H200 (sm_90, 139.8 GiB)"), or
+ * NULL for the CPU engine and for a device engine with no usable device.
+ * Results files record it as the attribute engine_device. */
+const char *qmla_engine_device(const qmla_engine *e);
+
+/* The names of this build's engines, comma separated ("cpu" or "cpu,cuda"). */
 const char *qmla_engine_names(void);
 
 #ifdef __cplusplus

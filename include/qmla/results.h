@@ -57,6 +57,9 @@ typedef struct qmla_results_meta {
      * and cell set whose other root groups (/jvp, /predict, ...: what later
      * commands added) are carried into the new file; "" for none */
     char keep_groups_from[4096];
+    /* the device of the engine (qmla_engine_device), "" for none: written
+     * as the attribute engine_device only when not "" (additive) */
+    char engine_device[256];
 } qmla_results_meta;
 
 void qmla_results_meta_free(qmla_results_meta *m);

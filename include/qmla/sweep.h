@@ -233,7 +233,11 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
  * The CPU engine: ws_alloc/ws_bytes/ws_free wrap qmla_sweep_ws_alloc/
  * _bytes/_free (ws is a qmla_sweep_ws) and sequence is qmla_sweep_sequence.
  * ws_bytes is the host memory ws_alloc takes (qmla_sweep_run refuses a
- * workspace that cannot fit the machine). */
+ * workspace that cannot fit the machine). layer_begin (NULL: nothing to
+ * do; the CPU engine's) is called by the driver each time it loads another
+ * layer, before that layer's first sequence: a device engine keeps one
+ * layer's weights resident and copies them again only after it (or when
+ * the weight pointers change). */
 typedef struct qmla_sweep_ops {
     int (*ws_alloc)(const qmla_mla_dims *d, size_t T_max, int verify, void **ws,
                     qmla_error *err);
@@ -244,6 +248,7 @@ typedef struct qmla_sweep_ops {
                     const float *q_nope, const float *q_rope, const float *C,
                     const float *K, int verify, void *ws, qmla_response out[2],
                     qmla_error *err);
+    void (*layer_begin)(void *ws);
 } qmla_sweep_ops;
 
 const qmla_sweep_ops *qmla_engine_sweep(const qmla_engine *e);

@@ -13,6 +13,11 @@ static const struct qmla_engine *resolve(const qmla_engine *e)
 }
 
 const char *qmla_engine_name(const qmla_engine *e) { return resolve(e)->name; }
+const char *qmla_engine_device(const qmla_engine *e)
+{
+    const struct qmla_engine *r = resolve(e);
+    return r->device ? r->device() : NULL;
+}
 const struct qmla_attn_ops *qmla_engine_attn(const qmla_engine *e) { return resolve(e)->attn; }
 const struct qmla_quant_ops *qmla_engine_quant(const qmla_engine *e) { return resolve(e)->quant; }
 const struct qmla_sweep_ops *qmla_engine_sweep(const qmla_engine *e) { return resolve(e)->sweep; }

@@ -19,6 +19,9 @@ struct qmla_tfeval_ops;
 
 struct qmla_engine {
     const char *name;
+    /* The device this engine runs on, as "NAME (sm_XY, N GiB)", or NULL
+     * when it has none usable; NULL function: no device (the CPU engine). */
+    const char *(*device)(void);
     const struct qmla_attn_ops *attn;
     const struct qmla_quant_ops *quant;
     const struct qmla_sweep_ops *sweep;

@@ -13,6 +13,11 @@
 #include "qmla/quant.h"
 #include "qmla/sweep.h"
 #include "qmla/tfeval.h"
+#include "qmla_config.h"
+
+#if QMLA_HAVE_CUDA
+#include "driver/engine_cuda.h"
+#endif
 
 #include <stdlib.h>
 #include <string.h>
@@ -158,7 +163,7 @@ static qmla_learn_state cpu_learn_state(const void *l) { return qmla_learner_sta
 static const qmla_attn_ops cpu_attn = {qmla_attn_state_forward};
 static const qmla_quant_ops cpu_quant = {qmla_quant_qdq};
 static const qmla_sweep_ops cpu_sweep = {cpu_sweep_ws_alloc, qmla_sweep_ws_bytes,
-                                         cpu_sweep_ws_free, cpu_sweep_sequence};
+                                         cpu_sweep_ws_free, cpu_sweep_sequence, NULL};
 static const qmla_jvp_ops cpu_jvp = {qmla_jvp_apply, qmla_jvp_token, qmla_sens_exact,
                                      qmla_sens_hutchinson};
 static const qmla_op_ops cpu_op = {cpu_op_ws_alloc, cpu_op_ws_free, cpu_op_layer_alloc,
@@ -169,25 +174,65 @@ static const qmla_learn_ops cpu_learn = {cpu_learn_alloc,   cpu_learn_free, cpu_
                                          cpu_learn_state};
 static const qmla_tfeval_ops cpu_tfeval = {qmla_tf_eval_cell};
 
-static const qmla_engine engine_cpu = {"cpu",    &cpu_attn, &cpu_quant, &cpu_sweep, &cpu_jvp,
-                                       &cpu_op,  &cpu_iv,   &cpu_learn, &cpu_tfeval};
+static const qmla_engine engine_cpu = {"cpu",   NULL,     &cpu_attn, &cpu_quant, &cpu_sweep,
+                                       &cpu_jvp, &cpu_op,  &cpu_iv,   &cpu_learn, &cpu_tfeval};
 
-/* NULL-terminated; a CUDA build adds its engine here. */
-static const qmla_engine *const engines[] = {&engine_cpu, NULL};
+#if QMLA_HAVE_CUDA
+/* ---- the CUDA engine (kernels/engine_cuda.cu) --------------------------
+ * On the GPU: the sweep's sequence and QDQ. Every other table is the CPU
+ * engine's (the seam allows it), so those commands give the CPU numbers
+ * under --engine cuda; docs/cuda-engine.md lists which run where. */
+static const qmla_engine engine_cuda = {"cuda",   qmla_cuda_engine_device, &cpu_attn,
+                                        &qmla_cuda_quant_ops, &qmla_cuda_sweep_ops,
+                                        &cpu_jvp, &cpu_op, &cpu_iv, &cpu_learn, &cpu_tfeval};
+#endif
+
+/* NULL-terminated. */
+static const qmla_engine *const engines[] = {&engine_cpu,
+#if QMLA_HAVE_CUDA
+                                             &engine_cuda,
+#endif
+                                             NULL};
 
 const qmla_engine *qmla_engine_cpu(void) { return &engine_cpu; }
 
-const char *qmla_engine_names(void) { return "cpu"; }
+/* Why a device engine has no usable device. */
+static const char *engine_unusable(const qmla_engine *e)
+{
+#if QMLA_HAVE_CUDA
+    if (e == &engine_cuda)
+        return qmla_cuda_engine_unusable();
+#endif
+    (void)e;
+    return "no device";
+}
+
+const char *qmla_engine_names(void) { return QMLA_HAVE_CUDA ? "cpu,cuda" : "cpu"; }
 
 int qmla_engine_find(const char *name, const qmla_engine **e, qmla_error *err)
 {
     *e = NULL;
+    if (name && !strcmp(name, "auto")) {
+        /* the first device engine with a usable device, else the CPU */
+        for (size_t k = 1; engines[k]; k++)
+            if (engines[k]->device && engines[k]->device()) {
+                *e = engines[k];
+                return QMLA_OK;
+            }
+        *e = &engine_cpu;
+        return QMLA_OK;
+    }
     for (size_t k = 0; name && engines[k]; k++)
         if (!strcmp(name, engines[k]->name)) {
+            if (engines[k]->device && !engines[k]->device())
+                return qmla_error_set(err, QMLA_EINVAL,
+                                      "engine \"%s\": no usable device on this machine (%s); "
+                                      "--engine auto falls back to the CPU",
+                                      name, engine_unusable(engines[k]));
             *e = engines[k];
             return QMLA_OK;
         }
     return qmla_error_set(err, QMLA_EINVAL,
-                          "engine \"%s\": not in this build, which has the engines: %s",
+                          "engine \"%s\": not in this build, which has the engines: %s (or auto)",
                           name ? name : "(none)", qmla_engine_names());
 }

@@ -122,6 +122,8 @@ int qmla_h5_prov(hid_t obj, const qmla_prov *p, const char *path, qmla_error *er
     QMLA_H5_TRY(put_str(obj, "created_utc", p->created_utc ? p->created_utc : utc),
                 "attribute created_utc");
     QMLA_H5_TRY(put_str(obj, "engine", p->engine ? p->engine : "cpu"), "attribute engine");
+    if (p->engine_device && p->engine_device[0])
+        QMLA_H5_TRY(put_str(obj, "engine_device", p->engine_device), "attribute engine_device");
     if (H5Aexists(obj, "threads") == 0)
         QMLA_H5_TRY(qmla_h5_attr_int(obj, "threads", qmla_exec_threads_used()),
                     "attribute threads");

@@ -54,12 +54,15 @@ typedef struct qmla_prov {
     const char *tool_version; /* `tool_version`; NULL: qmla_version() */
     const char *git_commit;   /* `git_commit`; NULL: QMLA_GIT_COMMIT */
     const char *engine;       /* `engine`; NULL: "cpu" */
+    const char *engine_device; /* `engine_device` (qmla_engine_device); NULL or
+                                  "": left out (the CPU engine) */
     const qmla_prov_input *inputs; /* input hashes, paths, ... */
     size_t n_inputs;
 } qmla_prov;
 
 /* The provenance block on obj (a file's root or a group): tool,
- * tool_version, git_commit, command_line, created_utc, engine, threads
+ * tool_version, git_commit, command_line, created_utc, engine,
+ * engine_device (only when the engine has a device), threads
  * (qmla_exec_threads_used), blas (qmla_blas_info), elapsed_s (seconds since
  * the library was loaded: the program's run time) and the inputs. An
  * attribute obj already has is left as it is. */

@@ -209,7 +209,8 @@ static int write_iv(const char *path, const qmla_iv_opts *o, const char *capture
     {
         const qmla_prov_input in[] = {{"capture_file", capture}, {"capture_sha256", sha}};
         const qmla_prov p = {.tool = "qmla intervene", .command_line = o->command_line,
-                             .engine = qmla_engine_name(o->engine), .inputs = in,
+                             .engine = qmla_engine_name(o->engine),
+                             .engine_device = qmla_engine_device(o->engine), .inputs = in,
                              .n_inputs = 2};
         if ((st = qmla_h5_prov(g, &p, path, err)))
             goto out;

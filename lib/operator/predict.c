@@ -601,8 +601,8 @@ static int dset_u(hid_t g, const char *name, size_t n, const size_t *v,
 
 static int write_group(const char *path, const char *gname, const op_store *s,
                        const qmla_op_stats *stt, int with_pred, const char *capture,
-                       const char *sha, const char *command_line, const char *engine,
-                       qmla_error *err)
+                       const char *sha, const char *command_line,
+                       const qmla_engine *engine, qmla_error *err)
 {
     const size_t n = s->n;
     int st = QMLA_OK;
@@ -620,7 +620,9 @@ static int write_group(const char *path, const char *gname, const op_store *s,
     {
         const qmla_prov_input in[] = {{"capture_file", capture}, {"capture_sha256", sha}};
         const qmla_prov p = {.tool = with_pred ? "qmla predict" : "qmla jvp",
-                             .command_line = command_line, .engine = engine, .inputs = in,
+                             .command_line = command_line,
+                             .engine = qmla_engine_name(engine),
+                             .engine_device = qmla_engine_device(engine), .inputs = in,
                              .n_inputs = 2};
         if ((st = qmla_h5_prov(g, &p, path, err)))
             goto out;
@@ -916,7 +918,7 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
         goto out;
     if ((st = write_group(results_path, gname, &s, stats, o->sensitivities,
                           qmla_capture_path(cap), sha, o->command_line,
-                          qmla_engine_name(o->engine), err)))
+                          o->engine, err)))
         goto out;
     qmla_jnl_close(&jf, 1);
     jopen = 0;

@@ -363,7 +363,8 @@ int qmla_results_write(const char *path, const qmla_results_meta *m,
         const qmla_prov p = {.tool = "qmla sweep", .command_line = m->command_line,
                              .created_utc = m->created_utc, .tool_version = m->tool_version,
                              .git_commit = m->git_commit,
-                             .engine = m->engine[0] ? m->engine : NULL, .inputs = in,
+                             .engine = m->engine[0] ? m->engine : NULL,
+                             .engine_device = m->engine_device, .inputs = in,
                              .n_inputs = 3};
         if ((st = qmla_h5_prov(f, &p, path, err)))
             goto out;
@@ -536,6 +537,7 @@ int qmla_results_read(const char *path, qmla_results_meta *m,
     attr_str(a, na, "command_line", m->command_line, sizeof m->command_line);
     attr_str(a, na, "created_utc", m->created_utc, sizeof m->created_utc);
     attr_str(a, na, "engine", m->engine, sizeof m->engine);
+    attr_str(a, na, "engine_device", m->engine_device, sizeof m->engine_device);
     attr_str(a, na, "rope_pairing", m->rope_pairing, sizeof m->rope_pairing);
     attr_int(a, na, "n_heads", &m->H);
     attr_int(a, na, "hidden_size", &m->D);

@@ -51,6 +51,10 @@ static int fill_meta(qmla_capture *cap, const qmla_plan *plan,
     snprintf(m->tool_version, sizeof m->tool_version, "%s", QMLA_VERSION);
     snprintf(m->git_commit, sizeof m->git_commit, "%s", QMLA_GIT_COMMIT);
     snprintf(m->engine, sizeof m->engine, "%s", qmla_engine_name(opts->engine));
+    {
+        const char *dev = qmla_engine_device(opts->engine);
+        snprintf(m->engine_device, sizeof m->engine_device, "%s", dev ? dev : "");
+    }
     snprintf(m->command_line, sizeof m->command_line, "%s",
              opts->command_line ? opts->command_line : "");
     const time_t now = time(NULL);
@@ -187,6 +191,8 @@ static int compute_pending(qmla_capture *cap, qmla_plan *plan,
             if ((st = qmla_capture_load_layer(cap, it->li, &layer, err)))
                 break;
             cur_li = it->li;
+            if (eng->layer_begin)
+                eng->layer_begin(ws);
         }
         if (it->ci != cur_ci) {
             qmla_cell_free(&cell);

@@ -118,13 +118,37 @@ expect 2 "sweep unknown cell" -- "$QMLA" sweep "$work/tiny.h5" -o "$work/r.h5" -
 [ ! -e "$work/r.h5" ] && ok || bad "a failed sweep left a results file"
 
 # --- --engine (include/qmla/engine.h): cpu accepted, any other refused before any work --
+# A build with -Dcuda has the engine cuda (and lists it); where no GPU is
+# usable, --engine cuda is refused too, naming why. On a machine with a GPU
+# the cuda engine runs (tests/sweep/test_engine_cuda.c checks it), so there
+# only unknown names are checked for refusal.
+"$QMLA" sweep "$work/tiny.h5" -o "$work/eng.h5" --engine nope >"$work/eng.out" 2>&1
+if grep -qF 'which has the engines: cpu,cuda' "$work/eng.out"; then have_cuda_engine=1; else have_cuda_engine=0; fi
 for c in sweep jvp predict intervene learn; do
-  expect 2 "$c --engine cuda" -- "$QMLA" $c "$work/tiny.h5" -o "$work/eng.h5" --engine cuda
-  containsF 'engine "cuda": not in this build, which has the engines: cpu' "$c --engine cuda names the engines"
+  expect 2 "$c --engine nope" -- "$QMLA" $c "$work/tiny.h5" -o "$work/eng.h5" --engine nope
+  containsF 'engine "nope": not in this build, which has the engines: cpu' "$c --engine nope names the engines"
+  if [ $have_cuda_engine = 0 ]; then
+    expect 2 "$c --engine cuda" -- "$QMLA" $c "$work/tiny.h5" -o "$work/eng.h5" --engine cuda
+    containsF 'engine "cuda": not in this build, which has the engines: cpu' "$c --engine cuda names the engines"
+  else
+    # a CUDA build: without a usable GPU --engine cuda is refused (exit 2),
+    # naming why; with one the engine runs
+    "$QMLA" $c "$work/tiny.h5" -o "$work/eng.h5" --engine cuda >"$work/out" 2>&1
+    rc=$?
+    if [ $rc = 0 ]; then
+      ok
+    else
+      [ $rc = 2 ] && ok || bad "$c --engine cuda without a GPU: exit $rc, expected 2"
+      containsF 'engine "cuda": no usable device on this machine' "$c --engine cuda without a GPU names why"
+    fi
+    rm -f "$work/eng.h5" "$work/eng.h5.journal"
+  fi
 done
-expect 2 "eval --engine cuda" -- "$QMLA" eval "$work/tiny.h5" --transforms "$work/nope.h5" --config C4R4 -o "$work/eng.h5" --engine cuda
-containsF 'which has the engines: cpu' "eval --engine cuda names the engines"
+expect 2 "eval --engine nope" -- "$QMLA" eval "$work/tiny.h5" --transforms "$work/nope.h5" --config C4R4 -o "$work/eng.h5" --engine nope
+containsF 'which has the engines: cpu' "eval --engine nope names the engines"
 [ ! -e "$work/eng.h5" ] && [ ! -e "$work/eng.h5.journal" ] && ok || bad "a refused --engine left a file"
+expect 0 "sweep --engine auto" -- "$QMLA" sweep "$work/tiny.h5" -o "$work/eng.h5" --engine auto
+rm -f "$work/eng.h5" "$work/eng.h5.journal"
 
 # --- sweep vs the independent NumPy implementation ---------------------------------
 expect 0 "sweep tiny" -- "$QMLA" sweep "$work/tiny.h5" -o "$work/r.h5" -v --verify --threads 2

@@ -60,6 +60,19 @@ shutil.copy(sys.argv[1], sys.argv[2])
 with h5py.File(sys.argv[2], "a") as f:
     del f["jvp/g_jvp"]
 PY
+# a /jvp group of a device engine names its device (engine_device,
+# docs/results-format.md) in its provenance block; the CPU engine's has none
+"$PY" - "$work/s.h5" "$work/dev.h5" <<'PY' || bad "h5py: engine_device"
+import sys, shutil, h5py
+shutil.copy(sys.argv[1], sys.argv[2])
+with h5py.File(sys.argv[2], "a") as f:
+    f["jvp"].attrs["engine"] = "cuda"
+    f["jvp"].attrs["engine_device"] = "NVIDIA H200 (sm_90, 139.8 GiB)"
+PY
+expect 0 "show a device engine's results" -- "$QMLA" show "$work/dev.h5"
+containsF "  device       NVIDIA H200 (sm_90, 139.8 GiB)" "show prints engine_device"
+expect 0 "show a cpu engine's results" -- "$QMLA" show "$work/s.h5"
+if grep -q "^  device " "$work/out"; then bad "show: a device line for the cpu engine"; else ok; fi
 expect 2 "show a damaged file" -- "$QMLA" show "$work/damaged.h5"
 containsF "damaged.h5: /jvp/g_jvp: expected a dataset" "damaged file message"
 expect 2 "show a capture" -- "$QMLA" show "$CAP"

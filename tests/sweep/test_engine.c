@@ -6,8 +6,10 @@
  * in all three (rows / points compared bit for bit), and the counting
  * engine's sequence was called once per item of the plan (layers x cells x
  * sequences), its workspace allocated and freed once: the driver goes
- * through the seam for every item. qmla_engine_find: "cpu" found, "cuda"
- * refused naming the engines of this build. */
+ * through the seam for every item. qmla_engine_find: "cpu" found, an
+ * unknown name refused naming the engines of this build, "cuda" refused
+ * in a build without it (and, in one with it, where no device is usable),
+ * "auto" the CPU engine where no device engine is usable. */
 #include "check.h"
 #include "fixture.h"
 #include "core/engine_int.h"
@@ -110,7 +112,8 @@ static void make_counting(void)
     cpu_sweep = qmla_engine_sweep(cpu);
     cpu_op = qmla_engine_op(cpu);
     cpu_iv = qmla_engine_iv(cpu);
-    count_sweep = (qmla_sweep_ops){c_sweep_alloc, cpu_sweep->ws_bytes, c_sweep_free, c_sweep_seq};
+    count_sweep = (qmla_sweep_ops){c_sweep_alloc, cpu_sweep->ws_bytes, c_sweep_free, c_sweep_seq,
+                                   cpu_sweep->layer_begin};
     count_op = (qmla_op_ops){c_op_alloc, c_op_free, c_op_layer, cpu_op->layer_free, c_op_seq};
     count_iv = (qmla_iv_ops){c_iv_alloc, c_iv_free, c_iv_seq};
     counting = *cpu; /* every other table the CPU's */
@@ -337,10 +340,29 @@ static void test_find(void)
               !strcmp(qmla_engine_name(NULL), "cpu"),
           "find: \"cpu\" is the CPU engine, and NULL names it");
     qmla_error_clear(&err);
-    const int st = qmla_engine_find("cuda", &e, &err);
-    CHECK(st == QMLA_EINVAL && e == NULL && strstr(err.msg, "\"cuda\"") &&
-              strstr(err.msg, "cpu"),
-          "find: \"cuda\" refused naming the engines this build has (%s)", err.msg);
+    int st = qmla_engine_find("nope", &e, &err);
+    CHECK(st == QMLA_EINVAL && e == NULL && strstr(err.msg, "\"nope\"") &&
+              strstr(err.msg, qmla_engine_names()),
+          "find: \"nope\" refused naming the engines this build has (%s)", err.msg);
+    CHECK(qmla_engine_device(NULL) == NULL && qmla_engine_device(qmla_engine_cpu()) == NULL,
+          "the CPU engine has no device");
+    qmla_error_clear(&err);
+    st = qmla_engine_find("cuda", &e, &err);
+    if (!strcmp(qmla_engine_names(), "cpu"))
+        CHECK(st == QMLA_EINVAL && e == NULL && strstr(err.msg, "\"cuda\"") &&
+                  strstr(err.msg, "cpu"),
+              "find: \"cuda\" refused naming the engines this build has (%s)", err.msg);
+    else /* a CUDA build: found where a device is usable, else refused saying so */
+        CHECK((st == QMLA_OK && e && !strcmp(qmla_engine_name(e), "cuda") &&
+               qmla_engine_device(e)) ||
+                  (st == QMLA_EINVAL && e == NULL && strstr(err.msg, "no usable device")),
+              "find: \"cuda\" in a CUDA build (%d: %s)", st, err.msg);
+    const int have_dev = st == QMLA_OK;
+    qmla_error_clear(&err);
+    CHECK_OK(qmla_engine_find("auto", &e, &err), err);
+    CHECK(e && (have_dev ? !strcmp(qmla_engine_name(e), "cuda") : e == qmla_engine_cpu()),
+          "find: \"auto\" is cuda where usable, else the CPU engine (%s)",
+          e ? qmla_engine_name(e) : "NULL");
     CHECK(qmla_engine_sweep(NULL) == qmla_engine_sweep(qmla_engine_cpu()) &&
               qmla_engine_tfeval(NULL) && qmla_engine_learn(NULL) && qmla_engine_attn(NULL) &&
               qmla_engine_quant(NULL) && qmla_engine_jvp(NULL),

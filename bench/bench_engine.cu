@@ -1,0 +1,412 @@
+/* bench_engine.cu — the sweep per layer-cell on the CUDA engine and on the
+ * CPU engine in the same run (docs/cuda-engine.md, "Benchmark"), with
+ * cuBLAS's SGEMM rate on the sweep's own shapes and OpenBLAS's on 2048^3.
+ *
+ *   bench_engine CAPTURE.h5 [--threads N] [--out OUT.h5] [--layers L]
+ *                [--cpu-seqs K] [--no-cpu]
+ *
+ * For each of the first L layers (default 1) and each cell: the cuda
+ * engine times every sequence of the cell (its weights copied again at the
+ * cell's start, as after a layer load: the conservative case), after one
+ * untimed warm-up sequence; the CPU engine times the first K sequences
+ * (default 1; --no-cpu: none) and the layer-cell time is its mean per
+ * sequence times N. The largest relative difference of the response and
+ * route NMSEs between the engines over the sequences both ran is reported
+ * per row. Useful FLOPs are qmla_sweep_flops (the causal half of the
+ * attention products).
+ *
+ * Results: a table on stdout and OUT.h5 (default /tmp/qmla-bench-engine.h5)
+ * with the provenance block of every qmla file (lib/io/group.h; engine
+ * "cuda" and engine_device), root attributes (capture, threads, the SGEMM
+ * rates, and for a DeepSeek-V3-shaped capture the extrapolated study:
+ * 61 layers x 6 cells x 8 sequences from the measured GPU seconds per
+ * sequence) and /rows: layer, cell, T, N, engine, seqs_timed,
+ * seconds_per_layer_cell, seconds_per_sequence, useful_gflops,
+ * max_rel_diff. */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "driver/engine_cuda.h"
+extern "C" {
+#include "io/group.h" /* private to the library, C linkage */
+}
+#include "qmla/capture.h"
+#include "qmla/engine.h"
+#include "qmla/outpath.h"
+#include "qmla/sweep.h"
+
+extern "C" void openblas_set_num_threads(int num_threads);
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double cpu_sgemm_rate(int threads)
+{
+    const int n = 2048;
+    float *a = (float *)malloc(sizeof(float) * n * n), *b = (float *)malloc(sizeof(float) * n * n),
+          *c = (float *)malloc(sizeof(float) * n * n);
+    for (long i = 0; i < (long)n * n; i++) {
+        a[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+        b[i] = (float)((i * 104729) % 1000) / 1000.0f - 0.5f;
+    }
+    openblas_set_num_threads(threads);
+    double best = 1e30;
+    for (int r = 0; r < 4; r++) {
+        const double t0 = now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f,
+                    c, n);
+        const double t = now() - t0;
+        if (r > 0 && t < best)
+            best = t;
+    }
+    free(a);
+    free(b);
+    free(c);
+    qmla_blas_set_threads(1); /* as the qmla program runs its own loops */
+    return 2.0 * n * n * (double)n / best / 1e9;
+}
+
+/* cuBLAS SGEMM (CUBLAS_DEFAULT_MATH, as the engine) of `batch` products
+ * [M, K] x [K, N], best of 5 after a warm-up, in GFLOP/s; 0 on failure. */
+static double gpu_sgemm_rate(size_t M, size_t N, size_t K, size_t batch)
+{
+    float *A = NULL, *B = NULL, *C = NULL;
+    cublasHandle_t h = NULL;
+    double rate = 0.0;
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    if (cudaMalloc((void **)&A, M * K * batch * 4) || cudaMalloc((void **)&B, K * N * 4) ||
+        cudaMalloc((void **)&C, M * N * batch * 4) || cublasCreate(&h) ||
+        cublasSetMathMode(h, CUBLAS_DEFAULT_MATH))
+        goto out;
+    cudaMemset(A, 0, M * K * batch * 4);
+    cudaMemset(B, 0, K * N * 4);
+    {
+        const float one = 1.0f, zero = 0.0f;
+        float best = 1e30f;
+        for (int r = 0; r < 6; r++) {
+            cudaEventRecord(e0);
+            cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M, (int)K, &one,
+                                      B, (int)K, 0, A, (int)K, (long long)(M * K), &zero, C,
+                                      (int)N, (long long)(M * N), (int)batch);
+            cudaEventRecord(e1);
+            cudaEventSynchronize(e1);
+            float ms = 0;
+            cudaEventElapsedTime(&ms, e0, e1);
+            if (r > 0 && ms < best)
+                best = ms;
+        }
+        rate = 2.0 * (double)M * N * K * batch / (best * 1e-3) / 1e9;
+    }
+out:
+    if (h)
+        cublasDestroy(h);
+    cudaFree(A);
+    cudaFree(B);
+    cudaFree(C);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return rate;
+}
+
+typedef struct row {
+    int layer;
+    char cell[128];
+    int T, N, seqs_timed;
+    const char *engine;
+    double s_cell, s_seq, gflops, max_rel;
+} row;
+
+static double rel(double a, double b)
+{
+    const double m = fabs(a) > fabs(b) ? fabs(a) : fabs(b);
+    return m > 0.0 ? fabs(a - b) / m : 0.0;
+}
+
+static double row_rel(const qmla_response *a, const qmla_response *b)
+{
+    const double v[] = {rel(a->response, b->response), rel(a->nmse_out, b->nmse_out),
+                        rel(a->nmse_out_matching, b->nmse_out_matching),
+                        rel(a->nmse_out_aggregation, b->nmse_out_aggregation),
+                        rel(a->nmse_out_interaction, b->nmse_out_interaction)};
+    double m = 0.0;
+    for (size_t k = 0; k < sizeof v / sizeof *v; k++)
+        m = v[k] > m ? v[k] : m;
+    return m;
+}
+
+/* OUT.h5: the provenance block, the numeric attributes, /rows. */
+static int write_h5(const char *path, const char *capture, const char *cmd,
+                    const char *device, const char *const *names, const double *vals,
+                    size_t nv, const row *rows, size_t nr, qmla_error *err)
+{
+    qmla_h5_out o;
+    int st = qmla_h5_out_file(&o, path, err);
+    if (st)
+        return st;
+    const hid_t f = o.f;
+    const size_t n = nr ? nr : 1;
+    int *iv = (int *)malloc(n * sizeof *iv);
+    double *dv = (double *)malloc(n * sizeof *dv);
+    const char **sv = (const char **)malloc(n * sizeof *sv);
+    hid_t g = -1;
+    {
+        const qmla_prov_input in[] = {{"capture_path", capture}};
+        qmla_prov pv;
+        memset(&pv, 0, sizeof pv);
+        pv.tool = "bench_engine";
+        pv.command_line = cmd;
+        pv.engine = "cuda";
+        pv.engine_device = device;
+        pv.inputs = in;
+        pv.n_inputs = 1;
+        if ((st = qmla_h5_prov(f, &pv, path, err)))
+            goto out;
+    }
+    QMLA_H5_TRY(qmla_h5_attr_str(f, "format", "qmla-bench-engine"), "attribute format");
+    QMLA_H5_TRY(qmla_h5_attr_int(f, "format_version", 1), "attribute format_version");
+    for (size_t k = 0; k < nv; k++)
+        QMLA_H5_TRY(qmla_h5_attr_dbl(f, names[k], vals[k]), names[k]);
+    g = H5Gcreate2(f, "rows", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    QMLA_H5_TRY(g, "group rows");
+#define ICOL(name, expr, desc)                                                             \
+    for (size_t k = 0; k < nr; k++)                                                        \
+        iv[k] = (expr);                                                                    \
+    QMLA_H5_TRY(qmla_h5_dset_1d(g, name, H5T_STD_I32LE, H5T_NATIVE_INT, nr, iv, desc, ""), \
+                name)
+#define DCOL(name, expr, desc, units)                                                      \
+    for (size_t k = 0; k < nr; k++)                                                        \
+        dv[k] = (expr);                                                                    \
+    QMLA_H5_TRY(qmla_h5_dset_1d(g, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, nr, dv, desc,  \
+                                units),                                                    \
+                name)
+    ICOL("layer", rows[k].layer, "layer index as captured");
+    for (size_t k = 0; k < nr; k++)
+        sv[k] = rows[k].cell;
+    QMLA_H5_TRY(qmla_h5_dset_strs(g, "cell", nr, sv, "cell name"), "rows/cell");
+    for (size_t k = 0; k < nr; k++)
+        sv[k] = rows[k].engine;
+    QMLA_H5_TRY(qmla_h5_dset_strs(g, "engine", nr, sv, "engine (cuda, cpu)"), "rows/engine");
+    ICOL("T", rows[k].T, "tokens per sequence");
+    ICOL("N", rows[k].N, "sequences of the cell");
+    ICOL("seqs_timed", rows[k].seqs_timed, "sequences timed (the layer-cell time scales them to N)");
+    DCOL("seconds_per_layer_cell", rows[k].s_cell, "sweep of the N sequences", "s");
+    DCOL("seconds_per_sequence", rows[k].s_seq, "mean over the timed sequences", "s");
+    DCOL("useful_gflops", rows[k].gflops, "qmla_sweep_flops / seconds per sequence", "GFLOP/s");
+    DCOL("max_rel_diff", rows[k].max_rel,
+         "largest relative difference cuda vs cpu over the sequences both ran", "1");
+#undef ICOL
+#undef DCOL
+out:
+    if (g >= 0)
+        H5Gclose(g);
+    free(iv);
+    free(dv);
+    free(sv);
+    return qmla_h5_out_finish(&o, st);
+}
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: bench_engine CAPTURE.h5 [--threads N] [--out OUT.h5] [--layers L] "
+                    "[--cpu-seqs K] [--no-cpu]\n");
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    qmla_blas_set_threads(1);
+    if (argc < 2)
+        return usage();
+    const char *capture = argv[1], *out = "/tmp/qmla-bench-engine.h5";
+    int threads = 1, layers = 1, cpu_seqs = 1;
+    for (int k = 2; k < argc; k++) {
+        if (!strcmp(argv[k], "--threads") && k + 1 < argc)
+            threads = atoi(argv[++k]);
+        else if (!strcmp(argv[k], "--out") && k + 1 < argc)
+            out = argv[++k];
+        else if (!strcmp(argv[k], "--layers") && k + 1 < argc)
+            layers = atoi(argv[++k]);
+        else if (!strcmp(argv[k], "--cpu-seqs") && k + 1 < argc)
+            cpu_seqs = atoi(argv[++k]);
+        else if (!strcmp(argv[k], "--no-cpu"))
+            cpu_seqs = 0;
+        else
+            return usage();
+    }
+    if (threads < 1)
+        threads = 1;
+    qmla_error err;
+    qmla_error_clear(&err);
+    const qmla_engine *cuda = NULL;
+    if (qmla_engine_find("cuda", &cuda, &err)) {
+        fprintf(stderr, "bench_engine: %s\n", err.msg);
+        return 77;
+    }
+    if (qmla_output_path_check(out, "benchmark file", &capture, 1, &err)) {
+        fprintf(stderr, "bench_engine: %s\n", err.msg);
+        return 2;
+    }
+    qmla_capture *cap = NULL;
+    if (qmla_capture_open(capture, &cap, &err)) {
+        fprintf(stderr, "bench_engine: %s\n", err.msg);
+        return 2;
+    }
+    const qmla_capture_config *cfg = qmla_capture_get_config(cap);
+    const qmla_mla_dims d = {(size_t)cfg->H,   (size_t)cfg->D,   (size_t)cfg->d_c,
+                             (size_t)cfg->d_n, (size_t)cfg->d_r, (size_t)cfg->d_v,
+                             cfg->softmax_scale};
+    const double cpu_gemm = cpu_sgemm_rate(threads);
+    const qmla_sweep_ops *eng[2] = {qmla_engine_sweep(cuda), qmla_engine_sweep(qmla_engine_cpu())};
+    const qmla_sweep_params p = qmla_sweep_defaults();
+    const qmla_exec ex = qmla_exec_cpu(threads);
+    const size_t nl = qmla_capture_n_layers(cap) < (size_t)layers ? qmla_capture_n_layers(cap)
+                                                                 : (size_t)layers;
+    row *rows = (row *)calloc(2 * nl * 64 + 2, sizeof *rows);
+    size_t nr = 0;
+    double gpu_seq_s = 0.0, gpu_seqs = 0.0, cpu_seq_s = 0.0, cpu_seqs_n = 0.0;
+    double gemm_logits = 0.0, gemm_proj = 0.0;
+    size_t T_first = 0;
+    int st = 0;
+    for (size_t li = 0; li < nl && !st; li++) {
+        qmla_layer L;
+        memset(&L, 0, sizeof L);
+        if ((st = qmla_capture_load_layer(cap, li, &L, &err)))
+            break;
+        const qmla_mla_weights w = {L.w_uk, L.w_uv, L.w_o};
+        for (size_t ci = 0; ci < qmla_capture_n_cells(cap, li) && ci < 64 && !st; ci++) {
+            qmla_cell c;
+            memset(&c, 0, sizeof c);
+            if ((st = qmla_capture_load_cell_parts(cap, li, ci, 0, &c, &err)))
+                break;
+            const size_t T = c.T, N = c.N, H = d.H;
+            if (!T_first) {
+                T_first = T;
+                gemm_logits = gpu_sgemm_rate(T, T, d.d_c, H);
+                gemm_proj = gpu_sgemm_rate(T, d.D, H * d.d_v, 1);
+            }
+            qmla_response *res[2];
+            res[0] = (qmla_response *)calloc(2 * N, sizeof(qmla_response));
+            res[1] = (qmla_response *)calloc(2 * N, sizeof(qmla_response));
+            size_t done[2] = {0, 0};
+            for (int e = 0; e < 2 && !st; e++) {
+                const size_t n_run = e == 0 ? N : (cpu_seqs < (int)N ? (size_t)cpu_seqs : N);
+                if (n_run == 0)
+                    continue;
+                void *ws = NULL;
+                if ((st = eng[e]->ws_alloc(&d, T, 0, &ws, &err)))
+                    break;
+#define SEQ(s, r)                                                                          \
+    eng[e]->sequence(&ex, &p, &d, T, &w, c.q_nope + (s) * H * T * d.d_n,                 \
+                     c.q_rope + (s) * H * T * d.d_r, c.c_kv + (s) * T * d.d_c,            \
+                     c.k_rope + (s) * T * d.d_r, 0, ws, r, &err)
+                if (e == 0) { /* warm-up: cuBLAS's first calls, the first copies */
+                    qmla_response tmp[2];
+                    st = SEQ(0, tmp);
+                    eng[e]->layer_begin(ws);
+                }
+                const double t0 = now();
+                for (size_t s = 0; s < n_run && !st; s++)
+                    st = SEQ(s, res[e] + 2 * s);
+                const double el = now() - t0;
+#undef SEQ
+                eng[e]->ws_free(ws);
+                if (st)
+                    break;
+                done[e] = n_run;
+                row *r = &rows[nr++];
+                r->layer = qmla_capture_layer_index(cap, li);
+                snprintf(r->cell, sizeof r->cell, "%s", c.name);
+                r->T = (int)T;
+                r->N = (int)N;
+                r->seqs_timed = (int)n_run;
+                r->engine = e == 0 ? "cuda" : "cpu";
+                r->s_seq = el / (double)n_run;
+                r->s_cell = r->s_seq * (double)N;
+                r->gflops = qmla_sweep_flops(&d, T) / r->s_seq / 1e9;
+                r->max_rel = NAN;
+                if (e == 0) {
+                    gpu_seq_s += el;
+                    gpu_seqs += (double)n_run;
+                } else {
+                    cpu_seq_s += el;
+                    cpu_seqs_n += (double)n_run;
+                }
+            }
+            if (!st && done[1]) {
+                double m = 0.0;
+                for (size_t s = 0; s < 2 * done[1]; s++) {
+                    const double v = row_rel(&res[1][s], &res[0][s]);
+                    m = v > m ? v : m;
+                }
+                rows[nr - 1].max_rel = rows[nr - 2].max_rel = m;
+            }
+            free(res[0]);
+            free(res[1]);
+            qmla_cell_free(&c);
+        }
+        qmla_layer_free(&L);
+    }
+    if (st) {
+        fprintf(stderr, "bench_engine: %s\n", err.msg);
+        qmla_capture_close(cap);
+        return 2;
+    }
+    const int v3 = d.H == 128 && d.D == 7168 && d.d_c == 512;
+    const double study_items = 61.0 * 6.0 * 8.0;
+    const double gpu_per_seq = gpu_seqs > 0 ? gpu_seq_s / gpu_seqs : NAN;
+    const double cpu_per_seq = cpu_seqs_n > 0 ? cpu_seq_s / cpu_seqs_n : NAN;
+    printf("device            %s\n", qmla_engine_device(cuda));
+    printf("capture           %s (H %zu, D %zu, d_c %zu, d_r %zu, T %zu)\n", capture, d.H, d.D,
+           d.d_c, d.d_r, T_first);
+    printf("%-6s %-14s %6s %4s %-5s %5s %12s %12s %10s %10s\n", "layer", "cell", "T", "N",
+           "eng", "timed", "s/layercell", "s/seq", "GFLOP/s", "max_rel");
+    for (size_t k = 0; k < nr; k++)
+        printf("%-6d %-14s %6d %4d %-5s %5d %12.4f %12.5f %10.1f %10.2e\n", rows[k].layer,
+               rows[k].cell, rows[k].T, rows[k].N, rows[k].engine, rows[k].seqs_timed,
+               rows[k].s_cell, rows[k].s_seq, rows[k].gflops, rows[k].max_rel);
+    printf("cublas_sgemm_gflops logits %.1f (%zu x [%zu, %zu] x [%zu, %zu]), projection %.1f\n",
+           gemm_logits, d.H, T_first, d.d_c, d.d_c, T_first, gemm_proj);
+    printf("openblas_sgemm_gflops %.1f (2048^3, %d threads)\n", cpu_gemm, threads);
+    printf("speedup_cuda_over_cpu %.1f (per sequence)\n", cpu_per_seq / gpu_per_seq);
+    double study_s = NAN;
+    if (v3) {
+        study_s = gpu_per_seq * study_items;
+        printf("extrapolated DeepSeek-V3 sweep study (61 x 6 x 8 sequences of T %zu): %.1f s "
+               "on the GPU\n",
+               T_first, study_s);
+    }
+    {
+        char cmd[4096] = "";
+        for (int k = 0, w = 0; k < argc && w < (int)sizeof cmd - 2; k++)
+            w += snprintf(cmd + w, sizeof cmd - (size_t)w, "%s%s", k ? " " : "", argv[k]);
+        const char *names[] = {"cublas_sgemm_gflops_logits", "cublas_sgemm_gflops_projection",
+                               "openblas_sgemm_gflops", "cpu_threads",
+                               "gpu_seconds_per_sequence", "cpu_seconds_per_sequence",
+                               "v3_sweep_study_seconds_extrapolated"};
+        const double vals[] = {gemm_logits, gemm_proj, cpu_gemm, (double)threads,
+                               gpu_per_seq, cpu_per_seq, study_s};
+        if ((st = write_h5(out, capture, cmd, qmla_engine_device(cuda), names, vals, 7, rows,
+                           nr, &err))) {
+            fprintf(stderr, "bench_engine: %s\n", err.msg);
+            qmla_capture_close(cap);
+            return 2;
+        }
+    }
+    printf("wrote %s\n", out);
+    qmla_capture_close(cap);
+    free(rows);
+    return 0;
+}

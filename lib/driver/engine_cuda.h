@@ -1,0 +1,42 @@
+/* driver/engine_cuda.h — private to the library: the operations tables of
+ * the CUDA engine (kernels/engine_cuda.cu, built with -Dcuda), which
+ * lib/driver/engines.c puts in the engine record "cuda" next to the CPU
+ * tables it reuses for the operations the GPU does not run yet
+ * (docs/cuda-engine.md says which run where). */
+#ifndef QMLA_DRIVER_ENGINE_CUDA_H
+#define QMLA_DRIVER_ENGINE_CUDA_H
+
+#include <stddef.h>
+
+#include "qmla/quant.h"
+#include "qmla/sweep.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One sequence of the sweep on the GPU: the clean pass, both perturbed
+ * passes and the four route outputs, tiled over query tokens, with the
+ * sums of squares in double (docs/cuda-engine.md). */
+extern const qmla_sweep_ops qmla_cuda_sweep_ops;
+/* QDQ on the GPU through the project's kernel (kernels/qdq_cuda.h), host
+ * arrays in and out; bit for bit the CPU's qmla_quant_qdq. */
+extern const qmla_quant_ops qmla_cuda_quant_ops;
+
+/* "NAME (sm_XY, N GiB)" of device 0 when it is usable by this build (a
+ * device is present and runs this build's kernels), else NULL. Probed once
+ * per process. */
+const char *qmla_cuda_engine_device(void);
+
+/* Why qmla_cuda_engine_device is NULL ("no CUDA device: ...", the runtime's
+ * message), or "" when it is not. */
+const char *qmla_cuda_engine_unusable(void);
+
+/* Test hook: the largest query tile (tokens) of the sweep workspaces
+ * allocated afterwards; 0 (the default) sizes tiles from device memory. */
+void qmla_cuda_engine_set_tile(size_t tokens);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# scripts/device-gpu-engine.sh — on the accelerator machine: build qmla with
+# the CUDA engine (-Dcuda=enabled), run its agreement test against the CPU
+# engine (tests/sweep/test_engine_cuda.c), the same test under
+# compute-sanitizer memcheck (QMLA_TEST_SMALL=1) and racecheck (=2), and the
+# engine benchmark (bench/bench_engine.cu) on DeepSeek-V3- and V2-Lite-
+# shaped synth captures. Logs and the benchmark files go to $OUT (or
+# ./device-out): engine.log (everything, in order), bench-v3.h5,
+# bench-v3-4k.h5, bench-v2lite.h5. docs/cuda-engine.md describes the run.
+#
+# From a development machine (docs/device.md): carry this branch as a copy
+# inside an ignored folder of the sent checkout, with the default capture
+# (the copy leaves data/ out; the test reads data/tiny-mla-default.h5):
+#   bash scripts/device-prep.sh
+#   bash scripts/device-copy.sh /work/main/.device/gpu-engine
+#   mkdir -p /work/main/.device/gpu-engine/data
+#   cp data/tiny-mla-default.h5 /work/main/.device/gpu-engine/data/
+#   device run, carry [".deb", ".device/gpu-engine"], timeout_s 300:
+#     cp -r .deb .device/gpu-engine/ && cd .device/gpu-engine &&
+#     bash scripts/device-gpu-engine.sh
+# Steps can be named (default: all, in this order): build test bench memcheck
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-device-out}
+mkdir -p "$OUT"
+LOG=$OUT/engine.log
+steps=${*:-build test bench memcheck}
+source scripts/device-env.sh
+B=build-gpu
+say() { echo "== $*" | tee -a "$LOG"; }
+t_start=$(date +%s)
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv 2>&1 | tee -a "$LOG"
+if [[ " $steps " == *" build "* ]]; then
+  say "build ($(date -u +%H:%M:%S))"
+  if [ ! -f $B/build.ninja ]; then
+    meson setup $B --buildtype=release -Dcuda=enabled -Dmpi=disabled >>"$LOG" 2>&1 ||
+      { tail -30 $B/meson-logs/meson-log.txt >>"$LOG"; echo "setup failed"; tail -40 "$LOG"; exit 1; }
+  fi
+  ninja -C $B -j16 tests/test_engine_cuda bench/bench_engine cli/qmla >>"$LOG" 2>&1 ||
+    { echo "build failed"; grep -E "error|FAILED" "$LOG" | head -40; exit 1; }
+  say "built in $(( $(date +%s) - t_start )) s"
+fi
+export QMLA_SOURCE_ROOT=$PWD
+if [[ " $steps " == *" test "* ]]; then
+  say "test_engine_cuda ($(date -u +%H:%M:%S))"
+  t0=$(date +%s)
+  timeout 150 $B/tests/test_engine_cuda >>"$LOG" 2>&1
+  say "test_engine_cuda exit $? in $(( $(date +%s) - t0 )) s"
+fi
+if [[ " $steps " == *" bench "* ]]; then
+  Q=$B/cli/qmla
+  say "bench: synth captures ($(date -u +%H:%M:%S))"
+  $Q synth -o /tmp/v3.h5 --shape deepseek-v3 --layers 1 --cells 1 --seqs 8 --tokens 512 \
+    --no-pre --force --threads 16 >>"$LOG" 2>&1
+  $Q synth -o /tmp/v2l.h5 --shape deepseek-v2-lite --layers 1 --cells 1 --seqs 8 --tokens 512 \
+    --no-pre --force --threads 16 >>"$LOG" 2>&1
+  say "bench: DeepSeek-V3 shape, T 512, N 8 (cpu: 1 sequence timed)"
+  timeout 60 $B/bench/bench_engine /tmp/v3.h5 --threads 16 --cpu-seqs 1 --out $OUT/bench-v3.h5 >>"$LOG" 2>&1
+  say "bench v3 exit $?"
+  say "bench: DeepSeek-V2-Lite shape, T 512, N 8 (cpu: 2 sequences timed)"
+  timeout 60 $B/bench/bench_engine /tmp/v2l.h5 --threads 16 --cpu-seqs 2 --out $OUT/bench-v2lite.h5 >>"$LOG" 2>&1
+  say "bench v2-lite exit $?"
+  rm -f /tmp/v2l.h5
+  el=$(( $(date +%s) - t_start ))
+  if [ $el -lt 150 ]; then
+    $Q synth -o /tmp/v3k.h5 --shape deepseek-v3 --layers 1 --cells 1 --seqs 1 --tokens 4096 \
+      --no-pre --force --threads 16 >>"$LOG" 2>&1
+    say "bench: DeepSeek-V3 shape, T 4096, N 1 (gpu only)"
+    timeout 60 $B/bench/bench_engine /tmp/v3k.h5 --threads 16 --no-cpu --out $OUT/bench-v3-4k.h5 >>"$LOG" 2>&1
+    say "bench v3 T 4096 exit $?"
+  else
+    say "bench: T 4096 left out ($el s elapsed)"
+  fi
+fi
+if [[ " $steps " == *" memcheck "* ]]; then
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  say "compute-sanitizer memcheck, QMLA_TEST_SMALL=1 ($(date -u +%H:%M:%S))"
+  t0=$(date +%s)
+  QMLA_TEST_SMALL=1 timeout 60 "$CS" --tool memcheck --leak-check full --error-exitcode 9 \
+    $B/tests/test_engine_cuda >>"$LOG" 2>&1
+  say "memcheck exit $? in $(( $(date +%s) - t0 )) s"
+  if [ $(( $(date +%s) - t_start )) -gt 230 ]; then
+    say "racecheck left out (time)"
+  else
+  t0=$(date +%s)
+  QMLA_TEST_SMALL=2 timeout 40 "$CS" --tool racecheck --error-exitcode 9 \
+    $B/tests/test_engine_cuda >>"$LOG" 2>&1
+  say "racecheck exit $? in $(( $(date +%s) - t0 )) s"
+  fi
+fi
+say "done in $(( $(date +%s) - t_start )) s"
+# the summary lines last (the reply carries the end of the output)
+grep -E "^== |passed|largest relative|SKIP|ERROR SUMMARY|RACECHECK SUMMARY|s/layercell|^[0-9]+ +synth|speedup|extrapolated|cublas_sgemm|openblas_sgemm|device " "$LOG" | tail -60
