@@ -151,7 +151,9 @@ badcfg() { # NAME PYTHON-EDIT-OF-c
 }
 for fault in "bos|c['bos_token_id']=2**40|bos_token_id" "nobos|c['bos_token_id']=None|bos_token_id" \
              "eps|c['rms_norm_eps']=-1|rms_norm_eps" "theta|c['rope_parameters']['rope_theta']=0|rope_theta" \
-             "layers|c['num_hidden_layers']=5|num_hidden_layers is 5"; do
+             "layers|c['num_hidden_layers']=5|num_hidden_layers is 5" \
+             "bosv|c['bos_token_id']=c['vocab_size']|bos_token_id" \
+             "rodd|c['qk_rope_head_dim']-=1|qk_rope_head_dim"; do
   IFS='|' read -r name edit key <<<"$fault"
   badcfg "c$name" "$edit"
   expect 2 "config.json $edit" -- "$QMLA" ppl "$work/c$name" --text "$H/code.txt.gz" "${T1[@]}" -o "$work/x.h5"
