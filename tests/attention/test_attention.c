@@ -12,6 +12,7 @@
 #include "qmla/attention.h"
 #include "qmla/capture.h"
 #include "qmla/norms.h"
+#include "../lib/attention/attention_int.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -232,8 +233,47 @@ static void test_softmax_nonfinite(void)
     }
 }
 
+/* The sink/local policy of qmla_attn_mix_logits and qmla_attn_split
+ * against the rule enumerated pair by pair: query i reads key s <= i packed
+ * exactly when s >= S and i - s >= W (S sinks and the W most recent keys,
+ * the query's own included, protected). S = 2, W = 3, T = 9, H = 2: the
+ * pairs at i - s == W and at s == S are packed (mutants 2579, 2580). */
+static void test_policy_masks(void)
+{
+    enum { H = 2, T = 9, S = 2, W = 3 };
+    static float Z[T * H * T], Z2[T * H * T], orig[T * H * T];
+    for (size_t k = 0; k < (size_t)T * H * T; k++) {
+        Z[k] = 1.0f;
+        Z2[k] = 2.0f;
+    }
+    qmla_attn_mix_logits(H, T, S, W, Z, Z2);
+    int bad = 0;
+    for (size_t i = 0; i < T; i++)
+        for (size_t h = 0; h < H; h++)
+            for (size_t s = 0; s < T; s++) {
+                const int packed = s <= i && s >= S && i - s >= W;
+                bad += Z[(i * H + h) * T + s] != (packed ? 2.0f : 1.0f);
+            }
+    CHECK(bad == 0, "mix_logits: %d (query, key) pairs read from the wrong copy", bad);
+    for (size_t k = 0; k < (size_t)T * H * T; k++) {
+        orig[k] = Z[k] = (float)(k + 1);
+        Z2[k] = -1.0f;
+    }
+    qmla_attn_split(H, T, S, W, Z, Z2);
+    bad = 0;
+    for (size_t i = 0; i < T; i++)
+        for (size_t h = 0; h < H; h++)
+            for (size_t s = 0; s < T; s++) {
+                const size_t k = (i * H + h) * T + s;
+                const int packed = s <= i && s >= S && i - s >= W;
+                bad += Z[k] != (packed ? 0.0f : orig[k]) || Z2[k] != (packed ? orig[k] : 0.0f);
+            }
+    CHECK(bad == 0, "split: %d (query, key) weights on the wrong side", bad);
+}
+
 int main(void)
 {
+    test_policy_masks();
     qmla_blas_set_threads(1); /* as the qmla program does */
     const size_t Ts[] = {1, 3, 17, 64, 65, 130};
     const size_t Hs[] = {1, 5};

@@ -295,6 +295,20 @@ static void test_storage(void)
     CHECK(r.code_bytes == 131072.0 * 160, "C2R4 codes %.0f", r.code_bytes);
     CHECK(qmla_kv_parse_config("C5R4", &c, &err) == QMLA_EINVAL, "C5R4 refused");
     CHECK(qmla_kv_parse_config("X", &c, &err) == QMLA_EINVAL, "X refused");
+    /* names with trailing characters are refused (mutant 2554) */
+    CHECK(qmla_kv_parse_config("C4R4x", &c, &err) == QMLA_EINVAL, "C4R4x refused");
+    CHECK(qmla_kv_parse_config("C4R4 ", &c, &err) == QMLA_EINVAL, "\"C4R4 \" refused");
+    /* a partial last page costs a whole page-table entry: 100 tokens are
+     * ceil(100 / 64) = 2 pages, 8 bytes (mutant 2550: floor gives 1);
+     * 100 * 324 + 132 * 1152 + 2 * 4 */
+    CHECK_OK(qmla_kv_parse_config("C4R4", &c, &err), err);
+    CHECK_OK(qmla_storage_account(&c, QMLA_CORE_META_F16, 100, &r, &err), err);
+    CHECK(r.table_bytes == 8.0 && r.total_bytes == 100.0 * 324 + 132.0 * 1152 + 8.0,
+          "100 tokens: table %.0f bytes (expected 8), total %.0f (expected 184472)",
+          r.table_bytes, r.total_bytes);
+    CHECK_OK(qmla_storage_account(&c, QMLA_CORE_META_F16, 1, &r, &err), err);
+    CHECK(r.table_bytes == 4.0, "1 token: table %.0f bytes, expected 4 (one page)",
+          r.table_bytes);
 }
 
 int main(void)

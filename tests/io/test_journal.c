@@ -263,6 +263,21 @@ int main(void)
     CHECK(!strcmp(esc, "a%20b%25c%0A"), "escape: %s", esc);
     CHECK(qmla_jnl_unescape(esc, back, sizeof back) == 0 && !strcmp(back, "a b%c\n"),
           "unescape: %s", back);
+    /* every byte 1..255 escaped by hand with lowercase hex digits (%xx)
+     * unescapes to itself: a..f are digits as A..F are (mutant 2587) */
+    {
+        char orig[256], lower[800], got[256];
+        size_t o = 0;
+        for (int c = 1; c < 256; c++) {
+            orig[c - 1] = (char)c;
+            o += (size_t)snprintf(lower + o, sizeof lower - o, "%%%02x", c);
+        }
+        orig[255] = '\0';
+        CHECK(qmla_jnl_unescape(lower, got, sizeof got) == 0 && !memcmp(got, orig, 256),
+              "lowercase %%xx escapes of bytes 1..255 do not unescape to those bytes");
+        CHECK(qmla_jnl_unescape("%2f%af%Fa%fF", got, sizeof got) == 0 &&
+              !strcmp(got, "/\xaf\xfa\xff"), "unescape of %%2f%%af%%Fa%%fF");
+    }
     double v = 0;
     char hex[64];
     snprintf(hex, sizeof hex, "%a", 0.1);

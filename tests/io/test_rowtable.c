@@ -9,6 +9,7 @@
 #include "check.h"
 #include "qmla/response.h"
 #include "qmla/results.h"
+#include "qmla/table.h"
 #include "qmla_config.h"
 #include "../lib/sweep/journal_rows.h"
 
@@ -17,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <hdf5.h>
 
 static const char *type_of(qmla_col_kind k)
 {
@@ -237,10 +240,105 @@ static void test_validate(void)
     CHECK(qmla_response_validate(&r, &err) == QMLA_EFORMAT, "empty cell not refused");
 }
 
+/* 4. qmla_table_by_layer (lib/io/table.c) against the closed forms of
+ * docs/math.md §3, §3.1 written out by hand, on rows chosen so that the
+ * near-miss rules give other numbers: several cells per layer with unequal
+ * sequence counts (mean over cells of the mean over sequences; the SE
+ * sqrt(sum_k s_k^2/n_k) / K, not sqrt(sum_k s_k^2/n_k / K)), a degenerate
+ * row (n_items counts the rows averaged: 7, not the 3 cells), and a layer
+ * with a cell of one non-degenerate sequence beside a cell of two (SE NaN,
+ * not the other cell's SE). Catches mutants 2569, 2570, 2571. */
+static void test_by_layer(void)
+{
+    qmla_error err;
+    qmla_error_clear(&err);
+    /* layer 0: A = {1, 2, 4}, B = {10, 13}, C = {5, 6} + a degenerate 100;
+     * layer 1: A = {3} + a degenerate 9, B = {2, 4} */
+    const int64_t layer[] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1};
+    const char *cell[] = {"A", "A", "A", "B", "B", "C", "C", "C", "A", "A", "B", "B"};
+    const char *path[] = {"content", "content", "content", "content", "content", "content",
+                          "content", "content", "content", "content", "content", "content"};
+    const int64_t degen[] = {0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0};
+    const double resp[] = {1, 2, 4, 10, 13, 5, 100, 6, 3, 9, 2, 4};
+    enum { N = 12 };
+    qmla_table *r = NULL, *t = NULL;
+    CHECK_OK(qmla_table_alloc("responses", N, &r, &err), err);
+    CHECK_OK(qmla_table_add_column(r, "layer", "", "", QMLA_VAL_INT, layer, &err), err);
+    CHECK_OK(qmla_table_add_column(r, "cell", "", "", QMLA_VAL_STRING, cell, &err), err);
+    CHECK_OK(qmla_table_add_column(r, "path", "", "", QMLA_VAL_STRING, path, &err), err);
+    CHECK_OK(qmla_table_add_column(r, "degenerate", "", "", QMLA_VAL_INT, degen, &err), err);
+    CHECK_OK(qmla_table_add_column(r, "response", "", "", QMLA_VAL_FLOAT, resp, &err), err);
+    CHECK_OK(qmla_table_by_layer(r, &t, &err), err);
+    const qmla_table_col *m = t ? qmla_table_column(t, "content_response") : NULL,
+                         *se = t ? qmla_table_column(t, "content_response_se") : NULL,
+                         *ni = t ? qmla_table_column(t, "content_n_items") : NULL;
+    CHECK(t && t->n_rows == 2 && m && se && ni, "by-layer table: 2 rows with content_response, "
+          "content_response_se, content_n_items");
+    if (t && t->n_rows == 2 && m && se && ni) {
+        /* sample variances (n - 1): A 7/3, B 4.5, C 0.5 */
+        const double mean0 = ((1.0 + 2 + 4) / 3 + (10.0 + 13) / 2 + (5.0 + 6) / 2) / 3;
+        const double se0 = sqrt((7.0 / 3) / 3 + 4.5 / 2 + 0.5 / 2) / 3;
+        const double mean1 = (3.0 + (2.0 + 4) / 2) / 2;
+        CHECK(fabs(m->v.d[0] - mean0) <= 1e-12 * mean0, "layer 0 mean %.17g, expected %.17g",
+              m->v.d[0], mean0);
+        CHECK(fabs(se->v.d[0] - se0) <= 1e-12 * se0, "layer 0 SE %.17g, expected "
+              "sqrt(7/9 + 2.25 + 0.25) / 3 = %.17g", se->v.d[0], se0);
+        CHECK(ni->v.i[0] == 7, "layer 0 n_items %lld, expected 7 rows", (long long)ni->v.i[0]);
+        CHECK(fabs(m->v.d[1] - mean1) <= 1e-12 * mean1, "layer 1 mean %.17g, expected %.17g",
+              m->v.d[1], mean1);
+        CHECK(isnan(se->v.d[1]), "layer 1 SE %g, expected NaN (cell A has one sequence)",
+              se->v.d[1]);
+        CHECK(ni->v.i[1] == 3, "layer 1 n_items %lld, expected 3", (long long)ni->v.i[1]);
+    }
+    qmla_table_free(t);
+    qmla_table_free(r);
+}
+
+/* 5. A group of 1-D datasets of different lengths is not a table
+ * (qmla_table_names lists only the group of equal lengths). Catches 2572. */
+static void test_ragged_group(void)
+{
+    char dir[] = "/tmp/qmla_ragged_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char p[256];
+    snprintf(p, sizeof p, "%s/r.h5", dir);
+    hid_t f = H5Fcreate(p, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    const int v[3] = {1, 2, 3};
+    const char *groups[2] = {"even", "ragged"};
+    for (int g = 0; g < 2; g++) {
+        hid_t gr = H5Gcreate2(f, groups[g], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        for (int d = 0; d < 2; d++) {
+            hsize_t dims[1] = {(hsize_t)(g && d ? 2 : 3)};
+            hid_t sp = H5Screate_simple(1, dims, NULL);
+            hid_t ds = H5Dcreate2(gr, d ? "b" : "a", H5T_NATIVE_INT, sp, H5P_DEFAULT,
+                                  H5P_DEFAULT, H5P_DEFAULT);
+            H5Dwrite(ds, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+            H5Dclose(ds);
+            H5Sclose(sp);
+        }
+        H5Gclose(gr);
+    }
+    H5Fclose(f);
+    qmla_error err;
+    qmla_error_clear(&err);
+    char **names = NULL;
+    size_t n = 0;
+    CHECK_OK(qmla_table_names(p, &names, &n, &err), err);
+    CHECK(n == 1 && !strcmp(names[0], "even"), "tables of %s: %zu (%s...), expected only "
+          "\"even\" (a[3], b[2] is no table)", p, n, n ? names[0] : "");
+    for (size_t k = 0; k < n; k++)
+        free(names[k]);
+    free(names);
+    unlink(p);
+    rmdir(dir);
+}
+
 int main(void)
 {
     test_docs();
     test_round_trips();
     test_validate();
+    test_by_layer();
+    test_ragged_group();
     return check_summary("test_rowtable");
 }

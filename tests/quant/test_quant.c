@@ -255,6 +255,23 @@ static void test_params(void)
           "NULL x accepted");
     CHECK(qmla_quant_dequant(&p, NULL, NULL, NULL, 1, 64, xh, &err) == QMLA_EINVAL,
           "NULL codes accepted");
+    /* non-finite metadata: the group minimum is checked as the scale is
+     * (mutant 2578); a finite pair dequantizes to lo + q s */
+    {
+        uint8_t codes[64] = {0};
+        const float one = 1.0f, bad[3] = {NAN, INFINITY, -INFINITY};
+        for (int k = 0; k < 3; k++) {
+            CHECK(qmla_quant_dequant(&p, codes, &one, &bad[k], 1, 64, xh, &err) ==
+                      QMLA_ENONFINITE && strstr(err.msg, "non-finite metadata"),
+                  "lo = %g accepted", (double)bad[k]);
+            CHECK(qmla_quant_dequant(&p, codes, &bad[k], &one, 1, 64, xh, &err) ==
+                      QMLA_ENONFINITE, "scale = %g accepted", (double)bad[k]);
+        }
+        const float lo = -2.5f;
+        CHECK_OK(qmla_quant_dequant(&p, codes, &one, &lo, 1, 64, xh, &err), err);
+        CHECK(xh[0] == -2.5f && xh[63] == -2.5f, "codes 0 with lo -2.5: %g %g",
+              (double)xh[0], (double)xh[63]);
+    }
 }
 
 /* ---- float16 conversion -------------------------------------------------- */

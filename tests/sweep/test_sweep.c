@@ -8,6 +8,7 @@
  *    mean over layers, ratio = mean R_P / mean R_C, degenerate excluded. */
 #include "check.h"
 #include "naive.h"
+#include "qmla/response.h"
 #include "qmla/sweep.h"
 
 #include <math.h>
@@ -153,9 +154,46 @@ static void test_summary(void)
     qmla_summary_free(&s);
 }
 
+/* Row order and path names (lib/sweep/response.c): qmla_responses_sort
+ * orders by (layer, cell, sequence, path), checked against every pair of an
+ * enumerated set whose sequences and paths disagree in order (rows given
+ * in reverse: (seq 1, content) must follow (seq 0, rope)); qmla_path_parse
+ * takes exactly "content" and "rope" (mutants 2584, 2585). */
+static void test_row_order(void)
+{
+    enum { N = 16 };
+    qmla_response r[N];
+    memset(r, 0, sizeof r);
+    for (int k = 0; k < N; k++) {
+        const int j = N - 1 - k; /* reverse order */
+        r[k].layer = j / 8;
+        snprintf(r[k].cell, sizeof r[k].cell, "%s", (j / 4) % 2 ? "b" : "a");
+        r[k].seq = (j % 4) / 2;
+        r[k].path = j % 2;
+    }
+    qmla_responses_sort(r, N);
+    int bad = 0;
+    for (int k = 0; k + 1 < N; k++) {
+        const qmla_response *a = &r[k], *b = &r[k + 1];
+        const int c = strcmp(a->cell, b->cell);
+        const int le = a->layer < b->layer ||
+                       (a->layer == b->layer && (c < 0 || (c == 0 && (a->seq < b->seq ||
+                       (a->seq == b->seq && a->path <= b->path)))));
+        bad += !le;
+    }
+    CHECK(bad == 0, "qmla_responses_sort: %d adjacent rows out of (layer, cell, seq, path) "
+          "order", bad);
+    CHECK(qmla_path_parse("content") == QMLA_PATH_CONTENT && qmla_path_parse("rope") ==
+          QMLA_PATH_ROPE, "content/rope parse");
+    CHECK(qmla_path_parse("ropeX") < 0 && qmla_path_parse("rop") < 0 &&
+          qmla_path_parse("contentX") < 0 && qmla_path_parse("") < 0,
+          "path names with a suffix or prefix accepted");
+}
+
 int main(void)
 {
     qmla_blas_set_threads(1);
+    test_row_order();
     test_scale_invariance(4.0, 0.0, QMLA_META_F16);
     test_scale_invariance(0.125, 0.0, QMLA_META_F32);
     test_scale_invariance(3.0, 0.02, QMLA_META_F32);
