@@ -230,9 +230,13 @@ int main(void)
               strstr(err.msg, "layer 2") && strstr(err.msg, "orthogonal"),
               "non-orthogonal: %s", err.msg);
         tf[2].rot[5] -= 1e-3;
-        /* two transforms for one layer, adjacent in the list */
+        /* two transforms for one layer, adjacent in the list (the second
+         * with layer 0's gain: only the repetition is wrong) */
+        const float *gd[NL];
+        memcpy(gd, gam, sizeof gd);
+        gd[1] = gam[0];
         tf[1].layer = 0;
-        CHECK(qmla_model_apply_transforms(m1, tf, gam, NL, &err) == QMLA_EMISMATCH &&
+        CHECK(qmla_model_apply_transforms(m1, tf, gd, NL, &err) == QMLA_EMISMATCH &&
               strstr(err.msg, "layer 0: two transforms"), "adjacent duplicate: %s", err.msg);
         tf[1].layer = 1;
         /* a column of R scaled by 1 + 1e-4: still orthogonal columns, one
