@@ -32,9 +32,16 @@
  *     configurations gives each one's qmla_model_ppl result alone bit for
  *     bit, with 1 and 2 threads; with a progress callback the same, every
  *     window reported; a callback that stops it at once: *stopped, no result.
+ *   - one window's perplexity (CTX tokens counted, row t scoring byte t)
+ *     equals the NLL summed from the forward's logits;
+ *   - qmla_text_as_python against Python's strict UTF-8 decoder on near
+ *     misses (surrogates, the last continuation byte, C0/C1, F5..F7,
+ *     truncation) and its universal newlines (CR LF, lone CR at the end);
+ *   - qmla_capture_native refuses a repeated or descending layer selection.
  * Numerical agreement with an independent forward is tests/engine/test_ppl.sh. */
 #include "check.h"
 #include "qmla/model.h"
+#include "qmla/capture_native.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -354,6 +361,114 @@ int main(void)
                       stopped == 1 && ps.calls == 1 && rp[0].tokens == 0 && rp[0].nll_sum == 0,
                   "%d threads: a stop: stopped %d, calls %zu, tokens %zu", th, stopped, ps.calls,
                   rp[0].tokens);
+        }
+    }
+    /* perplexity of one window against the forward: the window [BOS] + the
+     * first CTX - 1 bytes predicts the CTX bytes (row t scores byte t), and
+     * CTX tokens are counted */
+    {
+        enum { CTX = 40 };
+        int32_t wt[CTX];
+        wt[0] = c->bos;
+        for (size_t t = 1; t < CTX; t++)
+            wt[t] = (unsigned char)txt[t - 1];
+        qmla_cache_spec bs;
+        qmla_cache_spec_parse("bf16", "none", &bs, &err);
+        CHECK_OK(qmla_model_forward(m, &bs, ws, wt, CTX, a, &err), err);
+        double want = 0;
+        for (size_t t = 0; t < CTX; t++) {
+            const float *r = a + t * c->V;
+            double mx = r[0], z = 0;
+            for (size_t v = 1; v < c->V; v++)
+                mx = fmax(mx, r[v]);
+            for (size_t v = 0; v < c->V; v++)
+                z += exp(r[v] - mx);
+            want += log(z) + mx - r[(unsigned char)txt[t]];
+        }
+        const qmla_exec ex1 = qmla_exec_cpu(1);
+        qmla_ppl_result pr;
+        CHECK_OK(qmla_model_ppl(m, &ex1, &bs, (const uint8_t *)txt, CTX, CTX, 0, &pr, &err),
+                 err);
+        CHECK(pr.tokens == CTX && fabs(pr.nll_sum - want) <= 1e-5 * want,
+              "one window: %zu tokens, NLL %.9g, expected %d and %.9g (the forward)",
+              pr.tokens, pr.nll_sum, CTX, want);
+    }
+    /* The text as Python reads it (qmla_text_as_python): each case is a
+     * near miss of a UTF-8 rule after one ASCII byte; the verdict and the
+     * offset are those of /usr/bin/python3 bytes.decode("utf-8")
+     * (UnicodeDecodeError.start), checked when this table was written. */
+    {
+        static const struct { const char *b; size_t n; int ok; } u8[] = {
+            {"x\xED\x9F\xBF", 4, 1},     /* U+D7FF, the last before the surrogates */
+            {"x\xED\xA0\x80", 4, 0},     /* U+D800 encoded: a surrogate */
+            {"x\xE2\x82\xAC", 4, 1},     /* U+20AC */
+            {"x\xE2\x82\x41", 4, 0},     /* last continuation byte of 3 not 10xxxxxx */
+            {"x\xF0\x9F\x98\x80", 5, 1}, /* U+1F600 */
+            {"x\xF0\x9F\x98\x41", 5, 0}, /* last continuation byte of 4 not 10xxxxxx */
+            {"x\xE2\x82", 3, 0},         /* truncated at the end */
+            {"x\xC2\x80", 3, 1},         /* U+0080, the first 2-byte form */
+            {"x\xC0\x80", 3, 0},         /* overlong NUL */
+            {"x\xC1\xBF", 3, 0},         /* overlong U+007F */
+            {"x\xF4\x8F\xBF\xBF", 5, 1}, /* U+10FFFF */
+            {"x\xF5\x80\x80\x80", 5, 0}, /* beyond U+10FFFF */
+            {"x\xF7\xBF\xBF\xBF", 5, 0},
+        };
+        for (size_t i = 0; i < sizeof u8 / sizeof *u8; i++) {
+            uint8_t buf[8];
+            size_t n = u8[i].n;
+            memcpy(buf, u8[i].b, n);
+            st = qmla_text_as_python(buf, &n, "case", &err);
+            if (u8[i].ok)
+                CHECK(st == QMLA_OK && n == u8[i].n && !memcmp(buf, u8[i].b, n),
+                      "UTF-8 case %zu: valid, refused: %s", i, err.msg);
+            else
+                CHECK(st == QMLA_EFORMAT && strstr(err.msg, "case: ") &&
+                          strstr(err.msg, "at offset 1"),
+                      "UTF-8 case %zu: invalid (Python: at offset 1), found %d: %s", i, st,
+                      st ? err.msg : "accepted");
+        }
+        /* universal newlines (io.TextIOWrapper, newline=None): CR LF and a
+         * lone CR (also the last byte) become one LF each */
+        uint8_t nl[] = "a\r\nb\rc\r\n\r\n\r";
+        size_t nn = sizeof nl - 1;
+        CHECK(qmla_text_as_python(nl, &nn, "nl", &err) == QMLA_OK && nn == 8 &&
+                  !memcmp(nl, "a\nb\nc\n\n\n", 8),
+              "newlines: %zu bytes \"%.*s\", expected 8 (Python's a\\nb\\nc\\n\\n\\n)", nn,
+              (int)nn, (const char *)nl);
+    }
+    /* native capture: the layer selection ascending, a repeated index
+     * or a descending one refused before any work */
+    {
+        static const uint8_t corpus_text[] = "abcdefghijklmnopqrstuvwxyz0123456789 the text";
+        qmla_native_corpus corp = {"t", "t.txt", corpus_text, sizeof corpus_text - 1};
+        qmla_native_cell cell = {0, 0};
+        const int lsel[][3] = {{2, 2, 3}, {0, 3, 3}, {3, 1, 4}};
+        char out[4200];
+        snprintf(out, sizeof out, "test_model_layers.h5");
+        for (size_t i = 0; i < 3; i++) {
+            qmla_native_capture_opts o;
+            memset(&o, 0, sizeof o);
+            o.model_dir = dir;
+            o.model_name = "tiny-mla";
+            o.corpora = &corp;
+            o.n_corpora = 1;
+            o.cells = &cell;
+            o.n_cells = 1;
+            o.seqs = 1;
+            o.tokens = 8;
+            o.layers = lsel[i];
+            o.n_layers = 3;
+            o.threads = 1;
+            st = qmla_capture_native(m, out, &o, &err);
+            CHECK(st == QMLA_EINVAL && strstr(err.msg, "expected ascending"),
+                  "layers {%d, %d, %d}: expected a refusal, found %d: %s", lsel[i][0],
+                  lsel[i][1], lsel[i][2], st, st ? err.msg : "accepted");
+            FILE *wf = fopen(out, "rb");
+            CHECK(!wf, "layers {%d, %d, %d}: a refused capture wrote %s", lsel[i][0],
+                  lsel[i][1], lsel[i][2], out);
+            if (wf)
+                fclose(wf);
+            remove(out);
         }
     }
     free(a);

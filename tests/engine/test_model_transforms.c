@@ -21,13 +21,18 @@
  *     by 0.04 nats/token (without the BF16 rounding the two agree to 2e-4),
  *     so the NLLs are checked within 0.06 and both must differ from plain
  *     RTN's by more than 0.06 (the transforms act);
- *   - refusals: a gain of another model, a non-orthogonal R, another pairing,
- *     a layer outside the model; the model is unchanged after a refusal;
+ *   - refusals: a gain of another model (also in its last element), a
+ *     non-orthogonal R, one column of R not of unit length, another pairing,
+ *     a layer outside the model, two transforms for one layer (adjacent);
+ *     the model is unchanged after a refusal;
+ *   - the safetensors writer pads the JSON header with 0 to 7 spaces (names
+ *     of 1 to 16 bytes: two JSON lengths already a multiple of 8);
  *   - qmla_model_save writes a checkpoint that loads back to the same logits
  *     exactly (float32), copies config.json, and refuses the model's own
  *     folder. */
 #include "check.h"
 #include "qmla/model.h"
+#include "engine/engine_int.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -97,6 +102,46 @@ static double nll(const float *lg, const int32_t *tok, size_t V)
     return s / (T - 1);
 }
 
+/* The safetensors writer (qmla_st_finish, used by qmla_model_save): the
+ * 8-byte length is the JSON header plus the fewest spaces (0 to 7) that make
+ * it a multiple of 8, checked for tensor names of 1 to 16 bytes, so that the
+ * JSON's own length is a multiple of 8 for two of them. */
+static void st_header_pad(void)
+{
+    const float x = 1.0f;
+    int aligned = 0;
+    for (size_t len = 1; len <= 16; len++) {
+        qmla_error err;
+        qmla_error_clear(&err);
+        qmla_st_out o = {0};
+        o.dtype = "F32";
+        o.hdr = json_object();
+        char name[32];
+        memset(name, 't', len);
+        name[len] = 0;
+        CHECK_OK(qmla_st_add(&o, name, &x, 1, 0, &err), err);
+        CHECK_OK(qmla_st_finish(&o, &err), err);
+        if (!o.hj || !o.head) {
+            qmla_st_out_free(&o);
+            continue;
+        }
+        const size_t hl = strlen(o.hj), want = (hl + 7) / 8 * 8;
+        aligned += hl % 8 == 0;
+        uint64_t got = 0;
+        for (int b = 0; b < 8; b++)
+            got |= (uint64_t)o.head[b] << (8 * b);
+        int spaces = 1;
+        for (size_t i = hl; i < want; i++)
+            spaces &= o.head[8 + i] == ' ';
+        CHECK(got == want && o.lens[0] == 8 + want && spaces && !memcmp(o.head + 8, o.hj, hl),
+              "name of %zu bytes: JSON of %zu bytes: header length %llu, %zu bytes in slot 0, "
+              "expected %zu and %zu (the JSON and %zu spaces)", len, hl,
+              (unsigned long long)got, o.lens[0], want, 8 + want, want - hl);
+        qmla_st_out_free(&o);
+    }
+    CHECK(aligned == 2, "%d names gave an 8-aligned JSON header, expected 2", aligned);
+}
+
 int main(void)
 {
     const char *root = getenv("QMLA_SOURCE_ROOT");
@@ -104,6 +149,7 @@ int main(void)
     snprintf(dir, sizeof dir, "%s/models/tiny-mla", root ? root : ".");
     qmla_error err;
     qmla_error_clear(&err);
+    st_header_pad();
     qmla_model *m0 = NULL, *m1 = NULL;
     CHECK_OK(qmla_model_load(dir, &m0, &err), err);
     CHECK_OK(qmla_model_load(dir, &m1, &err), err);
@@ -172,12 +218,36 @@ int main(void)
         CHECK(qmla_model_apply_transforms(m1, tf, gg, NL, &err) == QMLA_EMISMATCH &&
               strstr(err.msg, "gamma[7]") && strstr(err.msg, "Not fusible"),
               "other gain: %s", err.msg);
+        /* the last element of the gain */
+        memcpy(g2, gam[0], dc * sizeof *g2);
+        g2[dc - 1] *= 1.001f;
+        CHECK(qmla_model_apply_transforms(m1, tf, gg, NL, &err) == QMLA_EMISMATCH &&
+                  strstr(err.msg, "layer 0") && strstr(err.msg, "gamma[255]") && dc == 256,
+              "other last gain: %s", err.msg);
         free(g2);
         tf[2].rot[5] += 1e-3;
         CHECK(qmla_model_apply_transforms(m1, tf, gam, NL, &err) == QMLA_EINVAL &&
               strstr(err.msg, "layer 2") && strstr(err.msg, "orthogonal"),
               "non-orthogonal: %s", err.msg);
         tf[2].rot[5] -= 1e-3;
+        /* two transforms for one layer, adjacent in the list (the second
+         * with layer 0's gain: only the repetition is wrong) */
+        const float *gd[NL];
+        memcpy(gd, gam, sizeof gd);
+        gd[1] = gam[0];
+        tf[1].layer = 0;
+        CHECK(qmla_model_apply_transforms(m1, tf, gd, NL, &err) == QMLA_EMISMATCH &&
+              strstr(err.msg, "layer 0: two transforms"), "adjacent duplicate: %s", err.msg);
+        tf[1].layer = 1;
+        /* a column of R scaled by 1 + 1e-4: still orthogonal columns, one
+         * not of unit length (|R^T R - I| = 2e-4 on the diagonal only) */
+        for (size_t k = 0; k < dc; k++)
+            tf[2].rot[k * dc + 5] *= 1.0001;
+        CHECK(qmla_model_apply_transforms(m1, tf, gam, NL, &err) == QMLA_EINVAL &&
+              strstr(err.msg, "layer 2") && strstr(err.msg, "orthogonal"),
+              "non-unit column: %s", err.msg);
+        for (size_t k = 0; k < dc; k++)
+            tf[2].rot[k * dc + 5] /= 1.0001;
         tf[3].pairing = c->pairing == QMLA_ROPE_HALF ? QMLA_ROPE_INTERLEAVED : QMLA_ROPE_HALF;
         CHECK(qmla_model_apply_transforms(m1, tf, gam, NL, &err) == QMLA_EMISMATCH &&
               strstr(err.msg, "rope_pairing"), "pairing: %s", err.msg);

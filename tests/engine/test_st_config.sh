@@ -4,7 +4,8 @@
 # one-file copy of models/tiny-mla (tests/support/st_fault.py):
 #   safetensors layout (lib/engine/safetensors.c): one tensor's data_offsets
 #   inside another's bytes (it loaded and scored with exit 0), 64 bytes that
-#   belong to no tensor, trailing bytes after the last tensor: exit 2 naming
+#   belong to no tensor, trailing bytes after the last tensor, a 2-D tensor
+#   with a column less than the model's (shape and bytes consistent): exit 2 naming
 #   the file, the tensor(s), expected and found; the clean copy still loads;
 #   config.json (lib/engine/config.c): tie_word_embeddings true makes the
 #   embedding the output layer (it had no effect: the file's lm_head was
@@ -46,6 +47,9 @@ fault trail --trailing 8
 expect 2 "trailing bytes" -- ppl "$work/trail"
 containsF "found 8 trailing bytes" "trailing: found"
 containsF "trail/model.safetensors" "trailing: file named"
+fault cols --cols model.layers.0.self_attn.q_proj.weight=319
+expect 2 "a 2-D tensor with one column less" -- ppl "$work/cols"
+containsF "cols/model.safetensors: tensor model.layers.0.self_attn.q_proj.weight: expected shape [1024, 320], found 2 dims [1024, 319]" "columns: tensor, expected and found shape named"
 
 # ---- config.json
 fault tied_lm --config tie_word_embeddings=true

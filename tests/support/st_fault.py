@@ -5,6 +5,7 @@ a fault injected, for the loader's and the writers' fault tests
   st_fault.py SRC_DIR DST_DIR [--dtype F32|BF16] [--fill TENSOR=VALUE]
               [--negative-offsets TENSOR] [--overlap A:B] [--gap TENSOR]
               [--trailing N] [--config KEY=JSON] [--drop TENSOR]
+              [--cols TENSOR=N]
 
 SRC_DIR: config.json and model.safetensors.index.json with its F16 shards.
 DST_DIR/model.safetensors holds every tensor in --dtype (default F32: exact
@@ -22,6 +23,9 @@ from float16; BF16 by truncation), no index; config.json is copied.
   --config KEY=JSON       config.json's KEY set to the JSON value (null: removed)
   --drop T                tensor T left out of the file
   --tie                   lm_head.weight made a copy of model.embed_tokens.weight
+  --cols TENSOR=N         the 2-D TENSOR cut to (or padded with zeros to) N
+                          columns, its shape and data_offsets consistent: only
+                          the model's expected shape is not met
 """
 import argparse
 import json
@@ -42,6 +46,7 @@ ap.add_argument("--trailing", type=int, default=0)
 ap.add_argument("--config", action="append", default=[])
 ap.add_argument("--drop", action="append", default=[])
 ap.add_argument("--tie", action="store_true")
+ap.add_argument("--cols", action="append", default=[])
 a = ap.parse_args()
 
 os.makedirs(a.dst, exist_ok=True)
@@ -63,6 +68,11 @@ if a.tie:
     ws["lm_head.weight"] = ws["model.embed_tokens.weight"].copy()
 for d in a.drop:
     del ws[d]
+for kv in a.cols:
+    name, nc = kv.split("=")
+    x, nc = ws[name], int(nc)
+    assert x.ndim == 2 and nc != x.shape[1], kv
+    ws[name] = x[:, :nc].copy() if nc < x.shape[1] else np.pad(x, ((0, 0), (0, nc - x.shape[1])))
 over_a, over_b = a.overlap.split(":") if a.overlap else (None, None)
 hdr, blobs, off = {}, [], 0
 for k, x in ws.items():
