@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/device-gpu-engine.sh — on the accelerator machine: build qmla with
-# the CUDA engine (-Dcuda=enabled), run its agreement test against the CPU
+# the CUDA engine (-Dcuda=enabled -Dgpu_engine=true), run its agreement test against the CPU
 # engine (tests/sweep/test_engine_cuda.c), the same test under
 # compute-sanitizer memcheck (QMLA_TEST_SMALL=1) and racecheck (=2), and the
 # engine benchmark (bench/bench_engine.cu) on DeepSeek-V3- and V2-Lite-
@@ -33,7 +33,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total 
 if [[ " $steps " == *" build "* ]]; then
   say "build ($(date -u +%H:%M:%S))"
   if [ ! -f $B/build.ninja ]; then
-    meson setup $B --buildtype=release -Dcuda=enabled -Dmpi=disabled >>"$LOG" 2>&1 ||
+    meson setup $B --buildtype=release -Dcuda=enabled -Dgpu_engine=true -Dmpi=disabled >>"$LOG" 2>&1 ||
       { tail -30 $B/meson-logs/meson-log.txt >>"$LOG"; echo "setup failed"; tail -40 "$LOG"; exit 1; }
   fi
   ninja -C $B -j16 tests/test_engine_cuda bench/bench_engine cli/qmla >>"$LOG" 2>&1 ||

@@ -15,7 +15,7 @@
 #include "qmla/tfeval.h"
 #include "qmla_config.h"
 
-#if QMLA_HAVE_CUDA
+#if QMLA_HAVE_CUDA_ENGINE
 #include "driver/engine_cuda.h"
 #endif
 
@@ -177,7 +177,7 @@ static const qmla_tfeval_ops cpu_tfeval = {qmla_tf_eval_cell};
 static const qmla_engine engine_cpu = {"cpu",   NULL,     &cpu_attn, &cpu_quant, &cpu_sweep,
                                        &cpu_jvp, &cpu_op,  &cpu_iv,   &cpu_learn, &cpu_tfeval};
 
-#if QMLA_HAVE_CUDA
+#if QMLA_HAVE_CUDA_ENGINE
 /* ---- the CUDA engine (kernels/engine_cuda.cu) --------------------------
  * On the GPU: the sweep's sequence and QDQ. Every other table is the CPU
  * engine's (the seam allows it), so those commands give the CPU numbers
@@ -189,7 +189,7 @@ static const qmla_engine engine_cuda = {"cuda",   qmla_cuda_engine_device, &cpu_
 
 /* NULL-terminated. */
 static const qmla_engine *const engines[] = {&engine_cpu,
-#if QMLA_HAVE_CUDA
+#if QMLA_HAVE_CUDA_ENGINE
                                              &engine_cuda,
 #endif
                                              NULL};
@@ -199,7 +199,7 @@ const qmla_engine *qmla_engine_cpu(void) { return &engine_cpu; }
 /* Why a device engine has no usable device. */
 static const char *engine_unusable(const qmla_engine *e)
 {
-#if QMLA_HAVE_CUDA
+#if QMLA_HAVE_CUDA_ENGINE
     if (e == &engine_cuda)
         return qmla_cuda_engine_unusable();
 #endif
@@ -207,7 +207,7 @@ static const char *engine_unusable(const qmla_engine *e)
     return "no device";
 }
 
-const char *qmla_engine_names(void) { return QMLA_HAVE_CUDA ? "cpu,cuda" : "cpu"; }
+const char *qmla_engine_names(void) { return QMLA_HAVE_CUDA_ENGINE ? "cpu,cuda" : "cpu"; }
 
 int qmla_engine_find(const char *name, const qmla_engine **e, qmla_error *err)
 {
