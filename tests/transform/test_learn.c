@@ -78,6 +78,18 @@ static void problem_free(problem *p)
     free(p->gamma);
 }
 
+/* A train problem p and a held-out one q: other sequences, p's weights. */
+static void problem_pair_init(problem *p, problem *q, unsigned sp, unsigned sq)
+{
+    problem_init(p, sp);
+    problem_init(q, sq);
+    for (int k = 0; k < NSEQ; k++) {
+        memcpy(q->c[k].w_uk, p->c[0].w_uk, H * DN * DC * 4);
+        memcpy(q->c[k].w_uv, p->c[0].w_uv, H * DV * DC * 4);
+        memcpy(q->c[k].w_o, p->c[0].w_o, DD * H * DV * 4);
+    }
+}
+
 static qmla_mla_dims dims(const problem *p)
 {
     qmla_mla_dims d = {H, DD, DC, DN, DR, DV, p->c[0].tau};
@@ -294,13 +306,7 @@ static void check_rope(qmla_rope_pairing pp)
 static void check_determinism(qmla_learn_path path)
 {
     problem p, q;
-    problem_init(&p, 21);
-    problem_init(&q, 33); /* held-out: other sequences, same weights */
-    for (int k = 0; k < NSEQ; k++) {
-        memcpy(q.c[k].w_uk, p.c[0].w_uk, H * DN * DC * 4);
-        memcpy(q.c[k].w_uv, p.c[0].w_uv, H * DV * DC * 4);
-        memcpy(q.c[k].w_o, p.c[0].w_o, DD * H * DV * 4);
-    }
+    problem_pair_init(&p, &q, 21, 33);
     qmla_mla_dims d = dims(&p);
     qmla_mla_weights w = {p.c[0].w_uk, p.c[0].w_uv, p.c[0].w_o};
     double *res[2] = {NULL, NULL};
@@ -348,13 +354,7 @@ static void check_determinism(qmla_learn_path path)
 static void check_schedule(qmla_learn_path path, double warmup, size_t N)
 {
     problem p, q;
-    problem_init(&p, 41);
-    problem_init(&q, 43);
-    for (int k = 0; k < NSEQ; k++) {
-        memcpy(q.c[k].w_uk, p.c[0].w_uk, H * DN * DC * 4);
-        memcpy(q.c[k].w_uv, p.c[0].w_uv, H * DV * DC * 4);
-        memcpy(q.c[k].w_o, p.c[0].w_o, DD * H * DV * 4);
-    }
+    problem_pair_init(&p, &q, 41, 43);
     qmla_mla_dims d = dims(&p);
     qmla_mla_weights w = {p.c[0].w_uk, p.c[0].w_uv, p.c[0].w_o};
     qmla_learn_opts o = opts(1);
