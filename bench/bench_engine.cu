@@ -3,7 +3,12 @@
  * cuBLAS's SGEMM rate on the sweep's own shapes and OpenBLAS's on 2048^3.
  *
  *   bench_engine CAPTURE.h5 [--threads N] [--out OUT.h5] [--layers L]
- *                [--cpu-seqs K] [--no-cpu]
+ *                [--cpu-seqs K] [--no-cpu] [--no-sweep] [--ops] [--op-seqs K]
+ *                [--iv-seqs K] [--iv-reps R] [--cpu-op-seqs K] [--cpu-light]
+ *
+ * --ops adds jvp, predict (with the exact sensitivities, also timed alone)
+ * and intervene per sequence on both engines (bench_ops below); --no-sweep
+ * leaves the sweep rows out.
  *
  * For each of the first L layers (default 1) and each cell: the cuda
  * engine times every sequence of the cell (its weights copied again at the
@@ -20,7 +25,7 @@
  * "cuda" and engine_device), root attributes (capture, threads, the SGEMM
  * rates, and for a DeepSeek-V3-shaped capture the extrapolated study:
  * 61 layers x 6 cells x 8 sequences from the measured GPU seconds per
- * sequence) and /rows: layer, cell, T, N, engine, seqs_timed,
+ * sequence) and /rows: op, layer, cell, T, N, engine, seqs_timed,
  * seconds_per_layer_cell, seconds_per_sequence, useful_gflops,
  * max_rel_diff. */
 #include <cublas_v2.h>

@@ -1173,6 +1173,26 @@ out:
     return st;
 }
 
+/* The nt * NORM_BLOCKS partial sums of jpart, copied to the host once the
+ * stream has run, summed in order into *v. */
+static int sum_partials(cuda_op_ws *W, size_t nt, const char *what, double *v, qmla_error *err)
+{
+    int st = QMLA_OK;
+    cudaStream_t s = W->sw->stream;
+    CU(cudaMemcpyAsync(W->hjpart, W->jpart, nt * NORM_BLOCKS * sizeof(double),
+                       cudaMemcpyDeviceToHost, s),
+       "copy sums");
+    CU(cudaStreamSynchronize(s), what);
+    {
+        double sum = 0.0;
+        for (size_t k = 0; k < nt * NORM_BLOCKS; k++)
+            sum += W->hjpart[k];
+        *v = sum;
+    }
+out:
+    return st;
+}
+
 /* ||J_b E||^2 for the direction E [T, width] already on the device (dir),
  * at the clean pass of the sequence the sweep workspace last ran. */
 static int jvp_norm(cuda_op_ws *W, size_t T, int path, const float *dir, double *jj,
@@ -1210,16 +1230,7 @@ static int jvp_norm(cuda_op_ws *W, size_t T, int path, const float *dir, double 
                                                         W->jpart + k * NORM_BLOCKS);
         CU(cudaGetLastError(), "JVP norm");
     }
-    CU(cudaMemcpyAsync(W->hjpart, W->jpart, nt * NORM_BLOCKS * sizeof(double),
-                       cudaMemcpyDeviceToHost, s),
-       "copy sums");
-    CU(cudaStreamSynchronize(s), "JVP");
-    {
-        double v = 0.0;
-        for (size_t k = 0; k < nt * NORM_BLOCKS; k++)
-            v += W->hjpart[k];
-        *jj = v;
-    }
+    st = sum_partials(W, nt, "JVP", jj, err);
 out:
     if (st)
         cudaStreamSynchronize(s);
@@ -1527,16 +1538,7 @@ static int joint_norm(cuda_op_ws *W, size_t T, double *out_ss, qmla_error *err)
                                                         W->jpart + k * NORM_BLOCKS);
         CU(cudaGetLastError(), "joint norm");
     }
-    CU(cudaMemcpyAsync(W->hjpart, W->jpart, nt * NORM_BLOCKS * sizeof(double),
-                       cudaMemcpyDeviceToHost, s),
-       "copy sums");
-    CU(cudaStreamSynchronize(s), "joint pass");
-    {
-        double v = 0.0;
-        for (size_t k = 0; k < nt * NORM_BLOCKS; k++)
-            v += W->hjpart[k];
-        *out_ss = v;
-    }
+    st = sum_partials(W, nt, "joint pass", out_ss, err);
 out:
     if (st)
         cudaStreamSynchronize(s);

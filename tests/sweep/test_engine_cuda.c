@@ -45,6 +45,7 @@
 #include "fixture.h"
 #include "rng.h"
 #include "driver/engine_cuda.h"
+#include "io/h5util.h"
 #include "qmla/capture.h"
 #include "qmla/engine.h"
 #include "qmla/intervene.h"
@@ -536,38 +537,36 @@ static void run_iv_case(const shape_case *c)
 }
 
 /* The string attribute `name` of object `obj` of an HDF5 file into out
- * ("" when absent). */
+ * ("" when absent), through the library's reader. */
 static void attr_string(const char *path, const char *obj, const char *name, char *out,
                         size_t len)
 {
     out[0] = 0;
+    qmla_error err;
+    qmla_error_clear(&err);
+    const qmla_h5_ctx v = {path, H5P_DEFAULT, &err};
     const hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     const hid_t o = f < 0 ? -1 : H5Oopen(f, obj, H5P_DEFAULT);
-    const hid_t a = o < 0 || H5Aexists(o, name) <= 0 ? -1 : H5Aopen(o, name, H5P_DEFAULT);
-    const hid_t t = a < 0 ? -1 : H5Aget_type(a);
-    if (t >= 0 && H5Tget_class(t) == H5T_STRING) {
-        if (H5Tis_variable_str(t) > 0) {
-            char *v = NULL;
-            if (H5Aread(a, t, &v) >= 0 && v) {
-                snprintf(out, len, "%s", v);
-                H5free_memory(v);
-            }
-        } else {
-            const size_t n = H5Tget_size(t);
-            char *buf = calloc(n + 1, 1);
-            if (buf && H5Aread(a, t, buf) >= 0)
-                snprintf(out, len, "%.*s", (int)n, buf);
-            free(buf);
-        }
-    }
-    if (t >= 0)
-        H5Tclose(t);
-    if (a >= 0)
-        H5Aclose(a);
+    char *str = NULL;
+    if (o >= 0 && qmla_h5_read_attr_str(&v, o, obj, name, 0, &str) == QMLA_OK && str)
+        snprintf(out, len, "%s", str);
+    free(str);
     if (o >= 0)
         H5Oclose(o);
     if (f >= 0)
         H5Fclose(f);
+}
+
+/* The capture at path, or NULL (a failed check); *err cleared for the
+ * caller's use. */
+static qmla_capture *open_capture(const char *path, qmla_error *err)
+{
+    qmla_capture *cap = NULL;
+    qmla_error_clear(err);
+    const int st = qmla_capture_open(path, &cap, err);
+    CHECK_OK(st, *err);
+    qmla_error_clear(err);
+    return st ? NULL : cap;
 }
 
 /* The group of a results file names the engine (and, for cuda, its device). */
@@ -588,13 +587,11 @@ static void check_group_engine(const char *path, const char *group, int is_cuda,
 /* qmla_op_run_points with each engine; points compared. */
 static void test_op_run(const char *capture, const char *tag, int pred)
 {
-    qmla_capture *cap = NULL;
     qmla_error err;
-    qmla_error_clear(&err);
-    int st = qmla_capture_open(capture, &cap, &err);
-    CHECK_OK(st, err);
-    if (st)
+    qmla_capture *cap = open_capture(capture, &err);
+    if (!cap)
         return;
+    int st = QMLA_OK;
     qmla_op_config conf[QMLA_OP_CONFIGS_MAX];
     size_t nconf = 0;
     const int bits[2] = {3, 4};
@@ -641,13 +638,11 @@ static void test_op_run(const char *capture, const char *tag, int pred)
 /* qmla_intervene_run with each engine; statistics compared. */
 static void test_iv_run(const char *capture, const char *tag)
 {
-    qmla_capture *cap = NULL;
     qmla_error err;
-    qmla_error_clear(&err);
-    int st = qmla_capture_open(capture, &cap, &err);
-    CHECK_OK(st, err);
-    if (st)
+    qmla_capture *cap = open_capture(capture, &err);
+    if (!cap)
         return;
+    int st = QMLA_OK;
     qmla_iv_stats s[2];
     memset(s, 0, sizeof s);
     int ran = 0;
@@ -780,13 +775,11 @@ static void test_qdq(void)
 /* qmla_sweep_run on capture with each engine; rows compared. */
 static void test_run(const char *capture, const char *tag)
 {
-    qmla_capture *cap = NULL;
     qmla_error err;
-    qmla_error_clear(&err);
-    int st = qmla_capture_open(capture, &cap, &err);
-    CHECK_OK(st, err);
-    if (st)
+    qmla_capture *cap = open_capture(capture, &err);
+    if (!cap)
         return;
+    int st = QMLA_OK;
     qmla_response *r[2] = {NULL, NULL};
     size_t n[2] = {0, 0};
     for (int k = 0; k < 2; k++) {
