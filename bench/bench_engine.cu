@@ -3,7 +3,12 @@
  * cuBLAS's SGEMM rate on the sweep's own shapes and OpenBLAS's on 2048^3.
  *
  *   bench_engine CAPTURE.h5 [--threads N] [--out OUT.h5] [--layers L]
- *                [--cpu-seqs K] [--no-cpu]
+ *                [--cpu-seqs K] [--no-cpu] [--no-sweep] [--ops] [--op-seqs K]
+ *                [--iv-seqs K] [--iv-reps R] [--cpu-op-seqs K] [--cpu-light]
+ *
+ * --ops adds jvp, predict (with the exact sensitivities, also timed alone)
+ * and intervene per sequence on both engines (bench_ops below); --no-sweep
+ * leaves the sweep rows out.
  *
  * For each of the first L layers (default 1) and each cell: the cuda
  * engine times every sequence of the cell (its weights copied again at the
@@ -20,7 +25,7 @@
  * "cuda" and engine_device), root attributes (capture, threads, the SGEMM
  * rates, and for a DeepSeek-V3-shaped capture the extrapolated study:
  * 61 layers x 6 cells x 8 sequences from the measured GPU seconds per
- * sequence) and /rows: layer, cell, T, N, engine, seqs_timed,
+ * sequence) and /rows: op, layer, cell, T, N, engine, seqs_timed,
  * seconds_per_layer_cell, seconds_per_sequence, useful_gflops,
  * max_rel_diff. */
 #include <cublas_v2.h>
@@ -39,7 +44,10 @@ extern "C" {
 }
 #include "qmla/capture.h"
 #include "qmla/engine.h"
+#include "qmla/intervene.h"
+#include "qmla/jvp.h"
 #include "qmla/outpath.h"
+#include "qmla/predict.h"
 #include "qmla/sweep.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
@@ -122,6 +130,7 @@ out:
 }
 
 typedef struct row {
+    const char *op; /* sweep, jvp, predict, sensitivities, interventions */
     int layer;
     char cell[128];
     int T, N, seqs_timed;
@@ -176,7 +185,7 @@ static int write_h5(const char *path, const char *capture, const char *cmd,
             goto out;
     }
     QMLA_H5_TRY(qmla_h5_attr_str(f, "format", "qmla-bench-engine"), "attribute format");
-    QMLA_H5_TRY(qmla_h5_attr_int(f, "format_version", 1), "attribute format_version");
+    QMLA_H5_TRY(qmla_h5_attr_int(f, "format_version", 2), "attribute format_version");
     for (size_t k = 0; k < nv; k++)
         QMLA_H5_TRY(qmla_h5_attr_dbl(f, names[k], vals[k]), names[k]);
     g = H5Gcreate2(f, "rows", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -192,6 +201,11 @@ static int write_h5(const char *path, const char *capture, const char *cmd,
     QMLA_H5_TRY(qmla_h5_dset_1d(g, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, nr, dv, desc,  \
                                 units),                                                    \
                 name)
+    for (size_t k = 0; k < nr; k++)
+        sv[k] = rows[k].op;
+    QMLA_H5_TRY(qmla_h5_dset_strs(g, "op", nr, sv,
+                                  "operation: sweep, jvp, predict, sensitivities, interventions"),
+                "rows/op");
     ICOL("layer", rows[k].layer, "layer index as captured");
     for (size_t k = 0; k < nr; k++)
         sv[k] = rows[k].cell;
@@ -202,9 +216,11 @@ static int write_h5(const char *path, const char *capture, const char *cmd,
     ICOL("T", rows[k].T, "tokens per sequence");
     ICOL("N", rows[k].N, "sequences of the cell");
     ICOL("seqs_timed", rows[k].seqs_timed, "sequences timed (the layer-cell time scales them to N)");
-    DCOL("seconds_per_layer_cell", rows[k].s_cell, "sweep of the N sequences", "s");
+    DCOL("seconds_per_layer_cell", rows[k].s_cell, "the operation on the N sequences", "s");
     DCOL("seconds_per_sequence", rows[k].s_seq, "mean over the timed sequences", "s");
-    DCOL("useful_gflops", rows[k].gflops, "qmla_sweep_flops / seconds per sequence", "GFLOP/s");
+    DCOL("useful_gflops", rows[k].gflops,
+         "qmla_sweep_flops (sweep) or qmla_sens_flops (sensitivities) / seconds per sequence; "
+         "NaN for the other operations", "GFLOP/s");
     DCOL("max_rel_diff", rows[k].max_rel,
          "largest relative difference cuda vs cpu over the sequences both ran", "1");
 #undef ICOL
@@ -218,10 +234,231 @@ out:
     return qmla_h5_out_finish(&o, st);
 }
 
+/* ---- the operator model and the interventions ----------------------------------
+ * On the first cell of the first layer: `qmla jvp` (one direction, INT4 at
+ * nu 1e-3), `qmla predict` (the eight predict directions with the exact
+ * sensitivities) and `qmla intervene` (INT4 at nu 1e-3, `iv_reps`
+ * repetitions of each control, Table 6's 32 by default) per sequence on
+ * each engine, the GPU timing `gpu_seqs` (interventions: `iv_seqs`)
+ * sequences after an untimed warm-up, the CPU `cpu_seqs`; and the exact
+ * sensitivities alone: the GPU's from the engine's hook during the predict
+ * runs, the CPU's qmla_sens_exact on its own clean pass. max_rel: the
+ * largest relative difference of g_jvp, g_finite and the predictors
+ * (interventions: the gains, r_joint and the control ratios) over the
+ * sequences both ran. */
+
+typedef struct op_times {
+    double jvp[2], predict[2], sens[2], iv[2]; /* seconds per sequence: cuda, cpu */
+} op_times;
+
+static double pts_rel(const qmla_op_point *a, const qmla_op_point *b, size_t n)
+{
+    double m = 0.0;
+    for (size_t k = 0; k < n; k++) {
+        const double v[] = {rel(a[k].g_jvp, b[k].g_jvp), rel(a[k].g_finite, b[k].g_finite),
+                            rel(a[k].pred_trace, b[k].pred_trace),
+                            rel(a[k].pred_alloc, b[k].pred_alloc)};
+        for (size_t j = 0; j < 4; j++)
+            m = v[j] > m ? v[j] : m;
+    }
+    return m;
+}
+
+static row *add_row(row *rows, size_t *nr, const char *op, int layer, const char *cell, size_t T,
+                    size_t N, const char *engine, size_t timed, double s_seq, double flops)
+{
+    row *r = &rows[(*nr)++];
+    r->op = op;
+    r->layer = layer;
+    snprintf(r->cell, sizeof r->cell, "%s", cell);
+    r->T = (int)T;
+    r->N = (int)N;
+    r->seqs_timed = (int)timed;
+    r->engine = engine;
+    r->s_seq = s_seq;
+    r->s_cell = s_seq * (double)N;
+    r->gflops = flops > 0 ? flops / s_seq / 1e9 : NAN;
+    r->max_rel = NAN;
+    return r;
+}
+
+static int bench_ops(qmla_capture *cap, const qmla_mla_dims *d, const qmla_engine *cuda,
+                     int threads, size_t gpu_seqs, size_t iv_seqs, size_t cpu_seqs,
+                     size_t iv_reps, int cpu_light, row *rows, size_t *nr, op_times *tm,
+                     qmla_error *err)
+{
+    qmla_layer L;
+    qmla_cell c;
+    memset(&L, 0, sizeof L);
+    memset(&c, 0, sizeof c);
+    int st = qmla_capture_load_layer(cap, 0, &L, err);
+    if (!st)
+        st = qmla_capture_load_cell_parts(cap, 0, 0, 0, &c, err);
+    const qmla_mla_weights w = {L.w_uk, L.w_uv, L.w_o};
+    const size_t T = c.T, N = c.N, H = d->H, nsel[2] = {gpu_seqs < N ? gpu_seqs : N,
+                                                       cpu_seqs < N ? cpu_seqs : N};
+    const int layer = st ? 0 : qmla_capture_layer_index(cap, 0);
+    const qmla_exec ex = qmla_exec_cpu(threads);
+    const qmla_engine *eng[2] = {cuda, qmla_engine_cpu()};
+    const char *ename[2] = {"cuda", "cpu"};
+    qmla_op_config cj[QMLA_OP_CONFIGS_MAX], cp[QMLA_OP_CONFIGS_MAX];
+    size_t nj = 0, npc = 0;
+    const int bits = 4;
+    qmla_op_configs(0, &bits, 1, 64, 1e-3, cj, &nj);
+    qmla_op_configs(1, &bits, 1, 64, 1e-3, cp, &npc);
+    const size_t npmax = 2 * QMLA_OP_CONFIGS_MAX;
+    qmla_op_point *pts[2][2];
+    double *alloc = (double *)malloc(npmax * (T ? T : 1) * sizeof(double));
+    double *sigma = (double *)malloc(2 * (T ? T : 1) * sizeof(double));
+    const size_t nrat = 2 * QMLA_N_CTRL * iv_reps;
+    double *ratio[2] = {(double *)malloc((nrat ? nrat : 1) * (iv_seqs ? iv_seqs : 1) * 8),
+                        (double *)malloc((nrat ? nrat : 1) * (iv_seqs ? iv_seqs : 1) * 8)};
+    qmla_iv_item *items[2] = {(qmla_iv_item *)calloc(iv_seqs + 1, sizeof(qmla_iv_item)),
+                              (qmla_iv_item *)calloc(iv_seqs + 1, sizeof(qmla_iv_item))};
+    for (int e = 0; e < 2; e++)
+        for (int q = 0; q < 2; q++)
+            pts[e][q] = (qmla_op_point *)calloc(npmax * (N ? N : 1), sizeof(qmla_op_point));
+    qmla_sweep_params ivp = qmla_sweep_defaults();
+    ivp.nmse = 1e-3;
+    for (int e = 0; e < 2 && !st; e++) {
+        const size_t n = nsel[e];
+        if (n == 0)
+            continue;
+        const qmla_op_ops *op = qmla_engine_op(eng[e]);
+        const qmla_iv_ops *iv = qmla_engine_iv(eng[e]);
+        void *ws = NULL, *lay = NULL;
+        if ((st = op->ws_alloc(d, T, 1, threads, &ws, err)) ||
+            (st = op->layer_alloc(&ex, d, &w, &lay, err))) {
+            op->ws_free(ws);
+            break;
+        }
+#define OPSEQ(s, conf, nconf, layer_, out)                                                  \
+    op->sequence(&ex, d, T, &w, layer_, c.q_nope + (s) * H * T * d->d_n,                  \
+                 c.q_rope + (s) * H * T * d->d_r, c.c_kv + (s) * T * d->d_c,             \
+                 c.k_rope + (s) * T * d->d_r, conf, nconf, ws, out, alloc, sigma, err)
+        if (e == 0) /* warm-up: one direction with the sensitivities */
+            st = OPSEQ(0, cj, nj, lay, pts[e][1]);
+        double t0 = now();
+        for (size_t s = 0; s < n && !st; s++)
+            st = OPSEQ(s, cj, nj, NULL, pts[e][0] + s * 2 * nj);
+        tm->jvp[e] = (now() - t0) / (double)n;
+        const double h0 = qmla_cuda_engine_sens_seconds();
+        const int light = e == 1 && cpu_light; /* the CPU: jvp and sensitivities only */
+        t0 = now();
+        for (size_t s = 0; s < n && !st && !light; s++)
+            st = OPSEQ(s, cp, npc, lay, pts[e][1] + s * 2 * npc);
+        if (!light)
+            tm->predict[e] = (now() - t0) / (double)n;
+        if (e == 0)
+            tm->sens[0] = (qmla_cuda_engine_sens_seconds() - h0) / (double)n;
+#undef OPSEQ
+        op->layer_free(lay);
+        op->ws_free(ws);
+        if (st)
+            break;
+        if (e == 1) { /* the CPU's sensitivities alone, on its own clean pass */
+            qmla_attn_state as;
+            qmla_sens_layer sl;
+            qmla_sens_ws sw;
+            memset(&as, 0, sizeof as);
+            memset(&sw, 0, sizeof sw);
+            double *tr = (double *)malloc(2 * T * sizeof(double));
+            if (!(st = qmla_attn_state_alloc(d, T, 0, &as, err)) &&
+                !(st = qmla_sens_layer_init(&ex, d, &w, &sl, err))) {
+                if (!(st = qmla_sens_ws_alloc(d, T, threads, &sw, err))) {
+                    double tot = 0.0;
+                    for (size_t s = 0; s < n && !st; s++) {
+                        st = qmla_attn_state_forward(&ex, d, T, &w, c.q_nope + s * H * T * d->d_n,
+                                                     c.q_rope + s * H * T * d->d_r,
+                                                     c.c_kv + s * T * d->d_c,
+                                                     c.k_rope + s * T * d->d_r, &as, err);
+                        const double t1 = now();
+                        if (!st)
+                            st = qmla_sens_exact(&ex, d, T, &w, &sl, &as, c.c_kv + s * T * d->d_c,
+                                                 &sw, tr, tr + T, err);
+                        tot += now() - t1;
+                    }
+                    tm->sens[1] = tot / (double)n;
+                    qmla_sens_ws_free(&sw);
+                }
+                qmla_sens_layer_free(&sl);
+            }
+            qmla_attn_state_free(&as);
+            free(tr);
+            if (st)
+                break;
+        }
+        const size_t ni = light ? 0 : e == 0 ? (iv_seqs < N ? iv_seqs : N)
+                                              : (iv_seqs < n ? iv_seqs : n);
+        if (iv_reps && ni) {
+            void *iws = NULL;
+            if ((st = iv->ws_alloc(d, T, threads, &iws, err)))
+                break;
+#define IVSEQ(s, out, rat)                                                                  \
+    iv->sequence(&ex, d, T, &w, c.q_nope + (s) * H * T * d->d_n,                          \
+                 c.q_rope + (s) * H * T * d->d_r, c.c_kv + (s) * T * d->d_c,             \
+                 c.k_rope + (s) * T * d->d_r, &ivp, iv_reps, 1 + (s), iws, out, rat, err)
+            t0 = now();
+            for (size_t s = 0; s < ni && !st; s++)
+                st = IVSEQ(s, items[e] + s, ratio[e] + s * nrat);
+            tm->iv[e] = (now() - t0) / (double)ni;
+#undef IVSEQ
+            iv->ws_free(iws);
+            if (st)
+                break;
+        }
+        add_row(rows, nr, "jvp", layer, c.name, T, N, ename[e], n, tm->jvp[e], 0);
+        if (!light)
+            add_row(rows, nr, "predict", layer, c.name, T, N, ename[e], n, tm->predict[e], 0);
+        add_row(rows, nr, "sensitivities", layer, c.name, T, N, ename[e], n, tm->sens[e],
+                qmla_sens_flops(d, T));
+        if (iv_reps && ni)
+            add_row(rows, nr, "interventions", layer, c.name, T, N, ename[e], ni, tm->iv[e], 0);
+    }
+    if (!st && nsel[1]) { /* agreement over the sequences both ran */
+        const size_t n = nsel[1] < nsel[0] ? nsel[1] : nsel[0];
+        const double rj = pts_rel(pts[0][0], pts[1][0], 2 * nj * n);
+        const double rp = cpu_light ? NAN : pts_rel(pts[0][1], pts[1][1], 2 * npc * n);
+        double ri = 0.0;
+        const size_t niv = cpu_light ? 0 : iv_seqs < n ? iv_seqs : n;
+        for (size_t s = 0; s < niv; s++) {
+            const qmla_iv_item *a = &items[0][s], *b = &items[1][s];
+            const double v[] = {rel(a->g_jvp[0], b->g_jvp[0]), rel(a->g_jvp[1], b->g_jvp[1]),
+                                rel(a->r_joint, b->r_joint)};
+            for (size_t j = 0; j < 3; j++)
+                ri = v[j] > ri ? v[j] : ri;
+            for (size_t k = 0; k < nrat; k++) {
+                const double x = rel(ratio[0][s * nrat + k], ratio[1][s * nrat + k]);
+                ri = x > ri ? x : ri;
+            }
+        }
+        for (size_t k = 0; k < *nr; k++) {
+            if (!strcmp(rows[k].op, "jvp"))
+                rows[k].max_rel = rj;
+            else if (!strcmp(rows[k].op, "predict") && !cpu_light)
+                rows[k].max_rel = rp;
+            else if (!strcmp(rows[k].op, "interventions") && niv)
+                rows[k].max_rel = ri;
+        }
+    }
+    for (int e = 0; e < 2; e++) {
+        free(pts[e][0]);
+        free(pts[e][1]);
+        free(ratio[e]);
+        free(items[e]);
+    }
+    free(alloc);
+    free(sigma);
+    qmla_cell_free(&c);
+    qmla_layer_free(&L);
+    return st;
+}
+
 static int usage(void)
 {
     fprintf(stderr, "usage: bench_engine CAPTURE.h5 [--threads N] [--out OUT.h5] [--layers L] "
-                    "[--cpu-seqs K] [--no-cpu]\n");
+                    "[--cpu-seqs K] [--no-cpu] [--no-sweep] [--ops] [--op-seqs K] "
+                    "[--iv-seqs K] [--iv-reps R] [--cpu-op-seqs K] [--cpu-light]\n");
     return 2;
 }
 
@@ -231,7 +468,8 @@ int main(int argc, char **argv)
     if (argc < 2)
         return usage();
     const char *capture = argv[1], *out = "/tmp/qmla-bench-engine.h5";
-    int threads = 1, layers = 1, cpu_seqs = 1;
+    int threads = 1, layers = 1, cpu_seqs = 1, no_sweep = 0, ops = 0, op_seqs = 8, iv_seqs = 1;
+    int iv_reps = 32, cpu_op_seqs = 1, cpu_light = 0;
     for (int k = 2; k < argc; k++) {
         if (!strcmp(argv[k], "--threads") && k + 1 < argc)
             threads = atoi(argv[++k]);
@@ -242,7 +480,21 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[k], "--cpu-seqs") && k + 1 < argc)
             cpu_seqs = atoi(argv[++k]);
         else if (!strcmp(argv[k], "--no-cpu"))
-            cpu_seqs = 0;
+            cpu_seqs = cpu_op_seqs = 0;
+        else if (!strcmp(argv[k], "--no-sweep"))
+            no_sweep = 1;
+        else if (!strcmp(argv[k], "--ops"))
+            ops = 1;
+        else if (!strcmp(argv[k], "--cpu-light"))
+            cpu_light = 1;
+        else if (!strcmp(argv[k], "--op-seqs") && k + 1 < argc)
+            op_seqs = atoi(argv[++k]);
+        else if (!strcmp(argv[k], "--iv-seqs") && k + 1 < argc)
+            iv_seqs = atoi(argv[++k]);
+        else if (!strcmp(argv[k], "--iv-reps") && k + 1 < argc)
+            iv_reps = atoi(argv[++k]);
+        else if (!strcmp(argv[k], "--cpu-op-seqs") && k + 1 < argc)
+            cpu_op_seqs = atoi(argv[++k]);
         else
             return usage();
     }
@@ -274,13 +526,13 @@ int main(int argc, char **argv)
     const qmla_exec ex = qmla_exec_cpu(threads);
     const size_t nl = qmla_capture_n_layers(cap) < (size_t)layers ? qmla_capture_n_layers(cap)
                                                                  : (size_t)layers;
-    row *rows = (row *)calloc(2 * nl * 64 + 2, sizeof *rows);
+    row *rows = (row *)calloc(2 * nl * 64 + 16, sizeof *rows);
     size_t nr = 0;
     double gpu_seq_s = 0.0, gpu_seqs = 0.0, cpu_seq_s = 0.0, cpu_seqs_n = 0.0;
     double gemm_logits = 0.0, gemm_proj = 0.0;
     size_t T_first = 0;
     int st = 0;
-    for (size_t li = 0; li < nl && !st; li++) {
+    for (size_t li = 0; li < nl && !st && !no_sweep; li++) {
         qmla_layer L;
         memset(&L, 0, sizeof L);
         if ((st = qmla_capture_load_layer(cap, li, &L, &err)))
@@ -327,6 +579,7 @@ int main(int argc, char **argv)
                     break;
                 done[e] = n_run;
                 row *r = &rows[nr++];
+                r->op = "sweep";
                 r->layer = qmla_capture_layer_index(cap, li);
                 snprintf(r->cell, sizeof r->cell, "%s", c.name);
                 r->T = (int)T;
@@ -359,6 +612,26 @@ int main(int argc, char **argv)
         }
         qmla_layer_free(&L);
     }
+    op_times tm;
+    for (int e = 0; e < 2; e++)
+        tm.jvp[e] = tm.predict[e] = tm.sens[e] = tm.iv[e] = NAN;
+    if (!st && ops)
+        st = bench_ops(cap, &d, cuda, threads, op_seqs < 0 ? 0 : (size_t)op_seqs,
+                       iv_seqs < 0 ? 0 : (size_t)iv_seqs, cpu_op_seqs < 0 ? 0 : (size_t)cpu_op_seqs,
+                       iv_reps < 0 ? 0 : (size_t)iv_reps, cpu_light, rows, &nr, &tm, &err);
+    double gemm_sens = 0.0;
+    if (!st && ops && nr) {
+        /* the sensitivities' pairwise product: [ni H, d_v] x [d_v, T] per head */
+        const size_t T = (size_t)rows[nr - 1].T, H = d.H;
+        size_t ni = 1024 / H;
+        ni = ni < 2 ? 2 : ni > 64 ? 64 : ni;
+        gemm_sens = gpu_sgemm_rate(ni * H, T, d.d_v, H);
+        if (!T_first) {
+            T_first = T;
+            gemm_logits = gpu_sgemm_rate(T, T, d.d_c, H);
+            gemm_proj = gpu_sgemm_rate(T, d.D, H * d.d_v, 1);
+        }
+    }
     if (st) {
         fprintf(stderr, "bench_engine: %s\n", err.msg);
         qmla_capture_close(cap);
@@ -371,22 +644,43 @@ int main(int argc, char **argv)
     printf("device            %s\n", qmla_engine_device(cuda));
     printf("capture           %s (H %zu, D %zu, d_c %zu, d_r %zu, T %zu)\n", capture, d.H, d.D,
            d.d_c, d.d_r, T_first);
-    printf("%-6s %-14s %6s %4s %-5s %5s %12s %12s %10s %10s\n", "layer", "cell", "T", "N",
-           "eng", "timed", "s/layercell", "s/seq", "GFLOP/s", "max_rel");
+    printf("%-13s %-6s %-14s %6s %4s %-5s %5s %12s %12s %10s %10s\n", "op", "layer", "cell",
+           "T", "N", "eng", "timed", "s/layercell", "s/seq", "GFLOP/s", "max_rel");
     for (size_t k = 0; k < nr; k++)
-        printf("%-6d %-14s %6d %4d %-5s %5d %12.4f %12.5f %10.1f %10.2e\n", rows[k].layer,
-               rows[k].cell, rows[k].T, rows[k].N, rows[k].engine, rows[k].seqs_timed,
-               rows[k].s_cell, rows[k].s_seq, rows[k].gflops, rows[k].max_rel);
+        printf("%-13s %-6d %-14s %6d %4d %-5s %5d %12.4f %12.5f %10.1f %10.2e\n", rows[k].op,
+               rows[k].layer, rows[k].cell, rows[k].T, rows[k].N, rows[k].engine,
+               rows[k].seqs_timed, rows[k].s_cell, rows[k].s_seq, rows[k].gflops,
+               rows[k].max_rel);
     printf("cublas_sgemm_gflops logits %.1f (%zu x [%zu, %zu] x [%zu, %zu]), projection %.1f\n",
            gemm_logits, d.H, T_first, d.d_c, d.d_c, T_first, gemm_proj);
     printf("openblas_sgemm_gflops %.1f (2048^3, %d threads)\n", cpu_gemm, threads);
+    if (ops)
+        printf("cublas_sgemm_gflops sensitivities %.1f (%zu x [%zu, %zu] x [%zu, %zu])\n",
+               gemm_sens, d.H, (size_t)(1024 / d.H < 2 ? 2 : 1024 / d.H > 64 ? 64 : 1024 / d.H) *
+               d.H, d.d_v, d.d_v, T_first);
     printf("speedup_cuda_over_cpu %.1f (per sequence)\n", cpu_per_seq / gpu_per_seq);
-    double study_s = NAN;
+    double study_s = NAN, predict_s = NAN, iv_s = NAN;
+    if (ops) {
+        printf("ops_speedup_cuda_over_cpu jvp %.1f predict %.1f sensitivities %.1f "
+               "interventions %.1f (per sequence)\n",
+               tm.jvp[1] / tm.jvp[0], tm.predict[1] / tm.predict[0], tm.sens[1] / tm.sens[0],
+               tm.iv[1] / tm.iv[0]);
+    }
     if (v3) {
         study_s = gpu_per_seq * study_items;
-        printf("extrapolated DeepSeek-V3 sweep study (61 x 6 x 8 sequences of T %zu): %.1f s "
-               "on the GPU\n",
-               T_first, study_s);
+        if (!no_sweep)
+            printf("extrapolated DeepSeek-V3 sweep study (61 x 6 x 8 sequences of T %zu): %.1f s "
+                   "on the GPU\n",
+                   T_first, study_s);
+        if (ops) {
+            /* predict: every layer-cell-sequence; interventions: Table 6's 4
+             * layer-cells x 8 sequences at iv_reps repetitions */
+            predict_s = tm.predict[0] * study_items;
+            iv_s = tm.iv[0] * 4.0 * 8.0;
+            printf("extrapolated DeepSeek-V3 predict study (61 x 6 x 8 sequences): %.1f s on the "
+                   "GPU; interventions (4 layer-cells x 8 sequences, %d reps): %.1f s\n",
+                   predict_s, iv_reps, iv_s);
+        }
     }
     {
         char cmd[4096] = "";
@@ -395,10 +689,13 @@ int main(int argc, char **argv)
         const char *names[] = {"cublas_sgemm_gflops_logits", "cublas_sgemm_gflops_projection",
                                "openblas_sgemm_gflops", "cpu_threads",
                                "gpu_seconds_per_sequence", "cpu_seconds_per_sequence",
-                               "v3_sweep_study_seconds_extrapolated"};
+                               "v3_sweep_study_seconds_extrapolated",
+                               "v3_predict_study_seconds_extrapolated",
+                               "v3_interventions_study_seconds_extrapolated",
+                               "cublas_sgemm_gflops_sensitivities"};
         const double vals[] = {gemm_logits, gemm_proj, cpu_gemm, (double)threads,
-                               gpu_per_seq, cpu_per_seq, study_s};
-        if ((st = write_h5(out, capture, cmd, qmla_engine_device(cuda), names, vals, 7, rows,
+                               gpu_per_seq, cpu_per_seq, study_s, predict_s, iv_s, gemm_sens};
+        if ((st = write_h5(out, capture, cmd, qmla_engine_device(cuda), names, vals, 10, rows,
                            nr, &err))) {
             fprintf(stderr, "bench_engine: %s\n", err.msg);
             qmla_capture_close(cap);

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "driver/engine_cuda.h"
 #include "qdq_cuda.h"
@@ -267,6 +268,11 @@ typedef struct cuda_sweep_ws {
     const float *w_host[3];
     int w_valid;
     float *hE;            /* host [T_max, d_c + d_r]: the error directions */
+    /* after a sequence: ||Y||^2 of its clean pass, and whether Z still
+     * holds its whole attention A and Y[0] its clean output (one tile):
+     * the JVPs and the joint pass of the same sequence reuse them */
+    double yy;
+    int a_valid;
 } cuda_sweep_ws;
 
 static void sweep_ws_free(void *p)
@@ -452,6 +458,7 @@ static int sweep_sequence(const qmla_exec *ex, const qmla_sweep_params *p,
     const size_t HV = H * dv, B = w->B, nt = ntiles(T, B);
     const float tau = (float)d->tau;
     int st = QMLA_OK;
+    w->a_valid = 0;
     out[0].path = QMLA_PATH_CONTENT;
     out[1].path = QMLA_PATH_ROPE;
 
@@ -572,6 +579,8 @@ static int sweep_sequence(const qmla_exec *ex, const qmla_sweep_params *p,
             for (int q = 0; q < NORM_SUMS; q++)
                 sum[q] += w->hpart[k * NORM_SUMS + q];
         const double yy = sum[0];
+        w->yy = yy;
+        w->a_valid = nt == 1;
         if (!isfinite(yy))
             return qmla_error_set(err, QMLA_ENONFINITE,
                                   "clean attention pass: expected finite values, found %g as "
@@ -663,3 +672,976 @@ out:
 }
 
 extern "C" const qmla_quant_ops qmla_cuda_quant_ops = {cuda_qdq};
+
+/* ==== the operator model and the interventions ================================
+ * (qmla_op_ops, qmla_iv_ops; C reference twins qmla_op_sequence and
+ * qmla_intervene_sequence, lib/operator/predict.c and intervene.c, whose
+ * JVPs are qmla_jvp_apply and whose sensitivities are qmla_sens_exact,
+ * lib/operator/jvp.c.) Every pass reuses the sweep's workspace above: its
+ * absorbed queries, caches and weights on the device, its tiles.
+ *
+ * JVP of one direction E on one path, per query tile (math.md §5):
+ *   dZ = tau Q E^T                       (SGEMM; Q = ql or q_rope)
+ *   dA = A ⊙ (dZ − rowsum(A ⊙ dZ))       (fused row kernel, sum in double)
+ *   dU = dA C (+ A E, content)           (SGEMMs)  -> dO -> dY
+ *   ||dY||^2 in double, one partial per block, summed on the host in order.
+ * A is the sweep's (its Z tile) when the sequence is one tile, else
+ * recomputed per tile.
+ *
+ * Exact sensitivities, the CPU's algebra (jvp.c's header) with the same
+ * intermediate quantities, arranged for the GPU: per sequence Yc = C W_UV^T
+ * and the key-token Grams yy_t[g,k] (per head g one SGEMM against K =
+ * W_O^T W_O, then dot products in double); then chunks of ni query rows:
+ * their attention (SGEMMs + softmax), head outputs O, OKb = O_k K_kg, xq =
+ * q W_UV^T, X2 = xq_gk K_kg (one batched SGEMM of H^2 blocks), the
+ * per-row constants Cc, Cr in double; the pair terms that need no GEMM
+ * (one thread per (row, key token, head g), double); the pairwise terms
+ * R1 = y_tg . X2_gk and R0 = y_tg . OKb_kg as SGEMMs with the key token
+ * fastest (coalesced), reduced over k per (g, row, key token) in double;
+ * the per-g partials then summed over g in order, and the rows summed per
+ * key token in order. No atomics: bit-identical run after run. */
+
+#include "qmla/intervene.h"
+#include "qmla/predict.h"
+
+#include <gsl/gsl_randist.h>
+#include <gsl/gsl_rng.h>
+
+/* a[s] <- a[s] (dz[s] - sum_s' a[s'] dz[s']) over the causal keys of each
+ * row of a [H, B, L] tile (rows as softmax_rows_kernel), zeros after; the
+ * sum in double, rounded to float once, like qmla_attn_softmax_jvp. dz and
+ * out may alias. */
+static __global__ void softmax_jvp_kernel(const float *a, const float *dz, float *out,
+                                          size_t B, size_t L, size_t t0)
+{
+    __shared__ double shd[SM_THREADS];
+    const size_t row = blockIdx.x, r = row % B;
+    const size_t n = t0 + r + 1;
+    const float *ar = a + row * L, *zr = dz + row * L;
+    float *o = out + row * L;
+    double part = 0.0;
+    for (size_t s = threadIdx.x; s < n; s += blockDim.x)
+        part += (double)ar[s] * (double)zr[s];
+    const float mf = (float)block_sum(part, shd);
+    for (size_t s = threadIdx.x; s < n; s += blockDim.x)
+        o[s] = ar[s] * (zr[s] - mf);
+    for (size_t s = n + threadIdx.x; s < L; s += blockDim.x)
+        o[s] = 0.0f;
+}
+
+/* Partial sums over n elements of x^2, or of (x - y)^2 when y is not NULL,
+ * in double: one per block into part. */
+static __global__ void sumsq_kernel(const float *x, const float *y, size_t n, double *part)
+{
+    __shared__ double sh[SM_THREADS];
+    double s = 0.0;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        const double v = y ? (double)x[k] - (double)y[k] : (double)x[k];
+        s += v * v;
+    }
+    const double v = block_sum(s, sh);
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = v;
+}
+
+static __global__ void add_kernel(const float *a, const float *b, float *c, size_t n)
+{
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x)
+        c[k] = a[k] + b[k];
+}
+
+/* G[h, h2] = <M block (h, h2), K block (h, h2)> (dv x dv blocks of [HV, HV]
+ * arrays), one block per (h, h2), in double. */
+static __global__ void layer_gram_kernel(const float *M, const float *K, size_t H, size_t dv,
+                                         double *G)
+{
+    __shared__ double sh[SM_THREADS];
+    const size_t h = blockIdx.x / H, h2 = blockIdx.x % H, HV = H * dv;
+    double s = 0.0;
+    for (size_t q = threadIdx.x; q < dv * dv; q += blockDim.x) {
+        const size_t a = q / dv, b = q % dv, o = (h * dv + a) * HV + h2 * dv + b;
+        s += (double)M[o] * (double)K[o];
+    }
+    const double v = block_sum(s, sh);
+    if (threadIdx.x == 0)
+        G[blockIdx.x] = v;
+}
+
+/* out[(g H + k) T + t] = S[gl][t, k dv + j] . X[t, k dv + j] (double), for
+ * the heads g = g0 + gl < g0 + gn; S [gn, T, HV], X [T, HV]. */
+static __global__ void gram_rows_kernel(const float *S, const float *X, size_t T, size_t H,
+                                        size_t dv, size_t g0, size_t gn, double *out)
+{
+    const size_t HV = H * dv, n = gn * H * T;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n;
+         q += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = q % T, k = (q / T) % H, gl = q / (T * H);
+        const float *s = S + (gl * T + t) * HV + k * dv, *x = X + t * HV + k * dv;
+        double v = 0.0;
+        for (size_t j = 0; j < dv; j++)
+            v += (double)s[j] * (double)x[j];
+        out[((g0 + gl) * H + k) * T + t] = v;
+    }
+}
+
+/* Per-row constants of a chunk of nc query rows i = i0 + il, index
+ * (il H + g) H + k (as jvp.c's sens_block_rows):
+ *   qc = q_gi . q_ki (content), qr (RoPE), oo = (O_gi K_gk) . O_ki,
+ *   xo = X2_{g,k,i} . O_gi,
+ *   Cc = tau^2 qc oo - 2 tau xo + G[g,k],  Cr = tau^2 qr oo. */
+static __global__ void row_consts_kernel(const float *ql, const float *qr, const float *OKb,
+                                         const float *Oc, const float *X2, const double *G,
+                                         size_t T, size_t H, size_t dc, size_t dr, size_t dv,
+                                         size_t i0, size_t nc, size_t ni, double tau,
+                                         double *qcc, double *qrc, double *Cc, double *Cr)
+{
+    const size_t HV = H * dv, n = nc * H * H;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n;
+         q += (size_t)gridDim.x * blockDim.x) {
+        const size_t k = q % H, g = (q / H) % H, il = q / (H * H), i = i0 + il;
+        const float *a = ql + (g * T + i) * dc, *b = ql + (k * T + i) * dc;
+        double c = 0.0, r = 0.0, oo = 0.0, xo = 0.0;
+        for (size_t j = 0; j < dc; j++)
+            c += (double)a[j] * (double)b[j];
+        a = qr + (g * T + i) * dr;
+        b = qr + (k * T + i) * dr;
+        for (size_t j = 0; j < dr; j++)
+            r += (double)a[j] * (double)b[j];
+        const float *ok = OKb + (g * nc + il) * HV + k * dv, *ok2 = Oc + il * HV + k * dv;
+        for (size_t j = 0; j < dv; j++)
+            oo += (double)ok[j] * (double)ok2[j];
+        const float *x2 = X2 + (g * ni + il) * HV + k * dv, *og = Oc + il * HV + g * dv;
+        for (size_t j = 0; j < dv; j++)
+            xo += (double)x2[j] * (double)og[j];
+        qcc[q] = c;
+        qrc[q] = r;
+        Cc[q] = tau * tau * c * oo - 2.0 * tau * xo + G[g * H + k];
+        Cr[q] = tau * tau * r * oo;
+    }
+}
+
+/* The pair terms without a GEMM, per (g, row il, key token t <= i):
+ *   pg[g][il][t] = a_g sum_k a_k (Cc[g,k] + tau^2 qc[g,k] yy_t[g,k]) (content)
+ * and likewise with Cr, qr (RoPE, into pgr); a_h = A[h, il, t] of the
+ * chunk's attention [H, nc, L]. */
+static __global__ void pair_terms_kernel(const float *A, const double *yyT, const double *qcc,
+                                         const double *qrc, const double *Cc, const double *Cr,
+                                         size_t T, size_t H, size_t i0, size_t nc, size_t L,
+                                         double tau, double *pg, double *pgr)
+{
+    const size_t n = H * nc * L, HH = H * H;
+    const double tau2 = tau * tau;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n;
+         q += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = q % L, il = (q / L) % nc, g = q / (L * nc);
+        double sc = 0.0, sr = 0.0;
+        if (t <= i0 + il) {
+            const float ag = A[(g * nc + il) * L + t];
+            const double *cc = Cc + il * HH + g * H, *cr = Cr + il * HH + g * H;
+            const double *qc = qcc + il * HH + g * H, *qr = qrc + il * HH + g * H;
+            double rc = 0.0, rr = 0.0;
+            for (size_t k = 0; k < H; k++) {
+                const double ak = A[(k * nc + il) * L + t], y = yyT[(g * H + k) * T + t];
+                rc += ak * (cc[k] + tau2 * qc[k] * y);
+                rr += ak * (cr[k] + tau2 * qr[k] * y);
+            }
+            sc = ag * rc;
+            sr = ag * rr;
+        }
+        pg[(g * nc + il) * L + t] = sc;
+        pgr[(g * nc + il) * L + t] = sr;
+    }
+}
+
+/* The pairwise GEMM terms of the heads g = g0 + gl, gl < gn, per (gl, il,
+ * t <= i): with r0 = R0[gl][(k nc + il) L + t] = y_tg . (O_ki K_kg) and
+ * r1 = R1[gl][(il H + k) L + t] = y_tg . X2_{g,k,i},
+ *   pg[gl][il][t]  = a_g (2 tau sum_k a_k r1 - 2 tau^2 sum_k a_k qc[g,k] r0)
+ *   pgr[gl][il][t] = a_g (-2 tau^2 sum_k a_k qr[g,k] r0). */
+static __global__ void pair_gemm_terms_kernel(const float *A, const float *R0, const float *R1,
+                                              const double *qcc, const double *qrc, size_t H,
+                                              size_t i0, size_t nc, size_t L, size_t g0,
+                                              size_t gn, double tau, double *pg, double *pgr)
+{
+    const size_t n = gn * nc * L, HH = H * H, RS = H * nc * L;
+    const double tau2 = tau * tau;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n;
+         q += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = q % L, il = (q / L) % nc, gl = q / (L * nc), g = g0 + gl;
+        double vc = 0.0, vr = 0.0;
+        const float ag = t <= i0 + il ? A[(g * nc + il) * L + t] : 0.0f;
+        if (ag != 0.0f) {
+            const double *qc = qcc + il * HH + g * H, *qr = qrc + il * HH + g * H;
+            const float *r0 = R0 + gl * RS, *r1 = R1 + gl * RS;
+            double s0 = 0.0, s1 = 0.0, sr0 = 0.0;
+            for (size_t k = 0; k < H; k++) {
+                const double ak = A[(k * nc + il) * L + t];
+                const double v0 = r0[(k * nc + il) * L + t], v1 = r1[(il * H + k) * L + t];
+                s0 += ak * qc[k] * v0;
+                sr0 += ak * qr[k] * v0;
+                s1 += ak * v1;
+            }
+            vc = ag * (2.0 * tau * s1 - 2.0 * tau2 * s0);
+            vr = ag * (-2.0 * tau2 * sr0);
+        }
+        pg[(gl * nc + il) * L + t] = vc;
+        pgr[(gl * nc + il) * L + t] = vr;
+    }
+}
+
+/* acc[il][t] (+)= sum over gl < gn of pg[gl][il][t], in order of gl. */
+static __global__ void reduce_heads_kernel(const double *pg, const double *pgr, size_t gn,
+                                           size_t nc, size_t L, int add, double *acc,
+                                           double *accr)
+{
+    const size_t n = nc * L;
+    for (size_t q = blockIdx.x * (size_t)blockDim.x + threadIdx.x; q < n;
+         q += (size_t)gridDim.x * blockDim.x) {
+        double c = add ? acc[q] : 0.0, r = add ? accr[q] : 0.0;
+        for (size_t gl = 0; gl < gn; gl++) {
+            c += pg[gl * n + q];
+            r += pgr[gl * n + q];
+        }
+        acc[q] = c;
+        accr[q] = r;
+    }
+}
+
+/* tr[t] += sum over rows il of the chunk of part[il][t] (il in order). */
+static __global__ void reduce_rows_kernel(const double *pc, const double *pr, size_t nc,
+                                          size_t L, double *trc, double *trr)
+{
+    for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < L;
+         t += (size_t)gridDim.x * blockDim.x) {
+        double c = trc[t], r = trr[t];
+        for (size_t il = 0; il < nc; il++) {
+            c += pc[il * L + t];
+            r += pr[il * L + t];
+        }
+        trc[t] = c;
+        trr[t] = r;
+    }
+}
+
+static unsigned grid_for(size_t n)
+{
+    size_t b = (n + SM_THREADS - 1) / SM_THREADS;
+    if (b > 65535u * 8u)
+        b = 65535u * 8u;
+    return (unsigned)(b ? b : 1);
+}
+
+/* ---- the layer constants of the exact sensitivities ------------------------- */
+
+typedef struct cuda_sens_layer {
+    size_t H, d_v;
+    float *K;  /* [HV, HV] W_O^T W_O, device */
+    double *G; /* [H, H] <P_h, P_h'>, device */
+} cuda_sens_layer;
+
+static void op_layer_free(void *p)
+{
+    cuda_sens_layer *L = (cuda_sens_layer *)p;
+    if (!L)
+        return;
+    if (L->K)
+        cudaFree(L->K);
+    if (L->G)
+        cudaFree(L->G);
+    free(L);
+}
+
+static int op_layer_alloc(const qmla_exec *ex, const qmla_mla_dims *d,
+                          const qmla_mla_weights *wt, void **out, qmla_error *err)
+{
+    (void)ex;
+    *out = NULL;
+    if (!qmla_cuda_engine_device())
+        return qmla_error_set(err, QMLA_EINVAL, "cuda engine: %s", qmla_cuda_engine_unusable());
+    int st = QMLA_OK;
+    const size_t H = d->H, dv = d->d_v, dc = d->d_c, D = d->D, HV = H * dv;
+    cuda_sens_layer *L = (cuda_sens_layer *)calloc(1, sizeof *L);
+    float *wo = NULL, *wuv = NULL, *M = NULL;
+    cublasHandle_t blas = NULL;
+    if (!L)
+        return qmla_error_set(err, QMLA_ENOMEM, "cuda engine: out of memory");
+    L->H = H;
+    L->d_v = dv;
+    CB(cublasCreate(&blas), "cublasCreate");
+    CB(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    CU(cudaMalloc((void **)&L->K, HV * HV * sizeof(float)), "W_O^T W_O");
+    CU(cudaMalloc((void **)&L->G, H * H * sizeof(double)), "head Gram G");
+    CU(cudaMalloc((void **)&M, HV * HV * sizeof(float)), "W_UV Gram");
+    CU(cudaMalloc((void **)&wo, D * HV * sizeof(float)), "w_o");
+    CU(cudaMalloc((void **)&wuv, HV * dc * sizeof(float)), "w_uv");
+    CU(cudaMemcpy(wo, wt->w_o, D * HV * sizeof(float), cudaMemcpyHostToDevice), "copy w_o");
+    CU(cudaMemcpy(wuv, wt->w_uv, HV * dc * sizeof(float), cudaMemcpyHostToDevice),
+       "copy w_uv");
+    /* K = w_o^T w_o, M = w_uv w_uv^T (row-major [HV, HV]) */
+    CB(gemm_rm(blas, 1, 0, HV, HV, D, 1.0f, wo, HV, 0, wo, HV, 0, 0.0f, L->K, HV, 0, 1),
+       "W_O^T W_O");
+    CB(gemm_rm(blas, 0, 1, HV, HV, dc, 1.0f, wuv, dc, 0, wuv, dc, 0, 0.0f, M, HV, 0, 1),
+       "W_UV W_UV^T");
+    layer_gram_kernel<<<(unsigned)(H * H), SM_THREADS>>>(M, L->K, H, dv, L->G);
+    CU(cudaGetLastError(), "head Gram");
+    CU(cudaDeviceSynchronize(), "layer constants");
+out:
+    if (M)
+        cudaFree(M);
+    if (wo)
+        cudaFree(wo);
+    if (wuv)
+        cudaFree(wuv);
+    if (blas)
+        cublasDestroy(blas);
+    if (st) {
+        op_layer_free(L);
+        return st;
+    }
+    *out = L;
+    return QMLA_OK;
+}
+
+/* ---- the operator workspace ---------------------------------------------------- */
+
+typedef struct cuda_op_ws {
+    cuda_sweep_ws *sw;
+    size_t T_max;
+    int with_sens;
+    /* JVPs and the joint pass */
+    float *Ed;             /* [T, max(d_c, d_r)] a direction on the device */
+    float *Cp, *Kp;        /* joint-path perturbed caches */
+    double *jpart, *hjpart; /* [n_tiles * NORM_BLOCKS] */
+    float *hE;             /* host [T, max(d_c, d_r)] */
+    /* sensitivities (with_sens) */
+    size_t ni, gc, gs;     /* rows per chunk, heads per R chunk, per Gram chunk */
+    float *Yc, *S, *Ac, *Uc, *Oc, *OKb, *xq, *X2, *R0, *R1;
+    double *yyT, *qcc, *qrc, *Cc, *Cr, *pg, *pgr, *pc, *pr, *trc, *trr, *htr;
+    const float **pA, **pB;
+    float **pC;
+    const float **hpA, **hpB; /* host pointer arrays */
+    float **hpC;
+} cuda_op_ws;
+
+static void op_ws_free(void *p)
+{
+    cuda_op_ws *w = (cuda_op_ws *)p;
+    if (!w)
+        return;
+    sweep_ws_free(w->sw);
+    void *dev[] = {w->Ed,  w->Cp,  w->Kp,  w->jpart, w->Yc,  w->S,   w->Ac,  w->Uc,
+                   w->Oc,  w->OKb, w->xq,  w->X2,    w->R0,  w->R1,  w->yyT, w->qcc,
+                   w->qrc, w->Cc,  w->Cr,  w->pg,    w->pgr, w->pc,  w->pr,  w->trc,
+                   w->trr, (void *)w->pA, (void *)w->pB, (void *)w->pC};
+    for (size_t k = 0; k < sizeof dev / sizeof *dev; k++)
+        if (dev[k])
+            cudaFree(dev[k]);
+    if (w->hjpart)
+        cudaFreeHost(w->hjpart);
+    if (w->htr)
+        cudaFreeHost(w->htr);
+    free(w->hE);
+    free(w->hpA);
+    free(w->hpB);
+    free(w->hpC);
+    free(w);
+}
+
+static int op_ws_alloc_common(const qmla_mla_dims *d, size_t T_max, int with_sens, void **out,
+                              qmla_error *err)
+{
+    *out = NULL;
+    cuda_op_ws *w = (cuda_op_ws *)calloc(1, sizeof *w);
+    if (!w)
+        return qmla_error_set(err, QMLA_ENOMEM, "cuda engine: out of memory");
+    void *sw = NULL;
+    int st = sweep_ws_alloc(d, T_max, 0, &sw, err);
+    if (st) {
+        free(w);
+        return st;
+    }
+    w->sw = (cuda_sweep_ws *)sw;
+    w->T_max = T_max;
+    w->with_sens = with_sens;
+    const size_t H = d->H, dc = d->d_c, dr = d->d_r, dv = d->d_v, HV = H * dv, T = T_max;
+    const size_t wmax = dc > dr ? dc : dr, nt = ntiles(T, w->sw->B);
+    CU(cudaMalloc((void **)&w->Ed, T * wmax * sizeof(float)), "direction");
+    CU(cudaMalloc((void **)&w->Cp, T * dc * sizeof(float)), "joint c_kv");
+    CU(cudaMalloc((void **)&w->Kp, T * dr * sizeof(float)), "joint k_rope");
+    CU(cudaMalloc((void **)&w->jpart, nt * NORM_BLOCKS * sizeof(double)), "JVP sums");
+    CU(cudaMallocHost((void **)&w->hjpart, nt * NORM_BLOCKS * sizeof(double)), "JVP sums");
+    if (!(w->hE = (float *)malloc(T * wmax * sizeof(float)))) {
+        st = qmla_error_set(err, QMLA_ENOMEM, "cuda engine: out of memory");
+        goto out;
+    }
+    if (with_sens) {
+        size_t ni = 1024 / H;
+        ni = ni < 2 ? 2 : ni > 64 ? 64 : ni;
+        if (ni > T)
+            ni = T;
+        w->ni = ni;
+        /* the R chunk (two [gc, ni H, T] float arrays) and the Gram chunk
+         * ([gs, T, HV]) within 2 GiB each */
+        const double budget = 2.0 * 1073741824.0;
+        size_t gc = (size_t)(budget / (2.0 * 4.0 * (double)ni * (double)H * (double)T));
+        gc = gc < 1 ? 1 : gc > H ? H : gc;
+        size_t gs = (size_t)(budget / (4.0 * (double)T * (double)HV));
+        gs = gs < 1 ? 1 : gs > H ? H : gs;
+        w->gc = gc;
+        w->gs = gs;
+        const size_t pgn = H; /* the per-head partials: pair terms (H), R terms (gc <= H) */
+        CU(cudaMalloc((void **)&w->Yc, T * HV * sizeof(float)), "values Yc");
+        CU(cudaMalloc((void **)&w->S, gs * T * HV * sizeof(float)), "Gram scratch");
+        CU(cudaMalloc((void **)&w->yyT, H * H * T * sizeof(double)), "Gram yy");
+        CU(cudaMalloc((void **)&w->Ac, H * ni * T * sizeof(float)), "chunk attention");
+        CU(cudaMalloc((void **)&w->Uc, H * ni * dc * sizeof(float)), "chunk latents");
+        CU(cudaMalloc((void **)&w->Oc, ni * HV * sizeof(float)), "chunk head outputs");
+        CU(cudaMalloc((void **)&w->OKb, H * ni * HV * sizeof(float)), "chunk O K");
+        CU(cudaMalloc((void **)&w->xq, H * ni * HV * sizeof(float)), "chunk xq");
+        CU(cudaMalloc((void **)&w->X2, H * ni * HV * sizeof(float)), "chunk X2");
+        CU(cudaMalloc((void **)&w->R0, gc * ni * H * T * sizeof(float)), "pair products R0");
+        CU(cudaMalloc((void **)&w->R1, gc * ni * H * T * sizeof(float)), "pair products R1");
+        CU(cudaMalloc((void **)&w->qcc, ni * H * H * sizeof(double)), "row constants");
+        CU(cudaMalloc((void **)&w->qrc, ni * H * H * sizeof(double)), "row constants");
+        CU(cudaMalloc((void **)&w->Cc, ni * H * H * sizeof(double)), "row constants");
+        CU(cudaMalloc((void **)&w->Cr, ni * H * H * sizeof(double)), "row constants");
+        CU(cudaMalloc((void **)&w->pg, pgn * ni * T * sizeof(double)), "head partials");
+        CU(cudaMalloc((void **)&w->pgr, pgn * ni * T * sizeof(double)), "head partials");
+        CU(cudaMalloc((void **)&w->pc, ni * T * sizeof(double)), "row partials");
+        CU(cudaMalloc((void **)&w->pr, ni * T * sizeof(double)), "row partials");
+        CU(cudaMalloc((void **)&w->trc, T * sizeof(double)), "traces");
+        CU(cudaMalloc((void **)&w->trr, T * sizeof(double)), "traces");
+        CU(cudaMallocHost((void **)&w->htr, 2 * T * sizeof(double)), "host traces");
+        CU(cudaMalloc((void **)&w->pA, H * H * sizeof(float *)), "pointers");
+        CU(cudaMalloc((void **)&w->pB, H * H * sizeof(float *)), "pointers");
+        CU(cudaMalloc((void **)&w->pC, H * H * sizeof(float *)), "pointers");
+        w->hpA = (const float **)malloc(H * H * sizeof(float *));
+        w->hpB = (const float **)malloc(H * H * sizeof(float *));
+        w->hpC = (float **)malloc(H * H * sizeof(float *));
+        if (!w->hpA || !w->hpB || !w->hpC) {
+            st = qmla_error_set(err, QMLA_ENOMEM, "cuda engine: out of memory");
+            goto out;
+        }
+    }
+out:
+    if (st) {
+        op_ws_free(w);
+        return st;
+    }
+    *out = w;
+    return QMLA_OK;
+}
+
+static int op_ws_alloc(const qmla_mla_dims *d, size_t T_max, int with_sens, int threads,
+                       void **out, qmla_error *err)
+{
+    (void)threads;
+    return op_ws_alloc_common(d, T_max, with_sens, out, err);
+}
+
+static int iv_ws_alloc(const qmla_mla_dims *d, size_t T_max, int threads, void **out,
+                       qmla_error *err)
+{
+    (void)threads;
+    return op_ws_alloc_common(d, T_max, 0, out, err);
+}
+
+/* The clean attention of tile k into sw->Z (unless the sweep left the whole
+ * sequence's there). */
+static int attention_tile(cuda_sweep_ws *w, size_t T, size_t k, qmla_error *err)
+{
+    int st = QMLA_OK;
+    if (w->a_valid)
+        return QMLA_OK;
+    const qmla_mla_dims *d = &w->d;
+    const size_t H = d->H, dc = d->d_c, dr = d->d_r, B = w->B;
+    const size_t t0 = k * B, t1 = t0 + B < T ? t0 + B : T, Bt = t1 - t0, L = t1;
+    const long long sZ = (long long)(Bt * L);
+    const float tau = (float)d->tau;
+    CB(gemm_rm(w->blas, 0, 1, Bt, L, dc, tau, w->ql + t0 * dc, dc, (long long)(T * dc), w->C,
+               dc, 0, 0.0f, w->Z, L, sZ, H),
+       "content logits");
+    CB(gemm_rm(w->blas, 0, 1, Bt, L, dr, tau, w->qr + t0 * dr, dr, (long long)(T * dr), w->K,
+               dr, 0, 1.0f, w->Z, L, sZ, H),
+       "RoPE logits");
+    softmax_rows_kernel<<<(unsigned)(H * Bt), SM_THREADS, 0, w->stream>>>(w->Z, NULL, w->Z, Bt,
+                                                                        L, t0);
+    CU(cudaGetLastError(), "softmax");
+out:
+    return st;
+}
+
+/* The nt * NORM_BLOCKS partial sums of jpart, copied to the host once the
+ * stream has run, summed in order into *v. */
+static int sum_partials(cuda_op_ws *W, size_t nt, const char *what, double *v, qmla_error *err)
+{
+    int st = QMLA_OK;
+    cudaStream_t s = W->sw->stream;
+    CU(cudaMemcpyAsync(W->hjpart, W->jpart, nt * NORM_BLOCKS * sizeof(double),
+                       cudaMemcpyDeviceToHost, s),
+       "copy sums");
+    CU(cudaStreamSynchronize(s), what);
+    {
+        double sum = 0.0;
+        for (size_t k = 0; k < nt * NORM_BLOCKS; k++)
+            sum += W->hjpart[k];
+        *v = sum;
+    }
+out:
+    return st;
+}
+
+/* ||J_b E||^2 for the direction E [T, width] already on the device (dir),
+ * at the clean pass of the sequence the sweep workspace last ran. */
+static int jvp_norm(cuda_op_ws *W, size_t T, int path, const float *dir, double *jj,
+                    qmla_error *err)
+{
+    cuda_sweep_ws *w = W->sw;
+    const qmla_mla_dims *d = &w->d;
+    const size_t H = d->H, dc = d->d_c, dr = d->d_r, D = d->D, B = w->B, nt = ntiles(T, B);
+    const int content = path == QMLA_PATH_CONTENT;
+    const size_t wd = content ? dc : dr;
+    const float tau = (float)d->tau;
+    cudaStream_t s = w->stream;
+    int st = QMLA_OK;
+    for (size_t k = 0; k < nt; k++) {
+        const size_t t0 = k * B, t1 = t0 + B < T ? t0 + B : T, Bt = t1 - t0, L = t1;
+        const long long sZ = (long long)(Bt * L);
+        if ((st = attention_tile(w, T, k, err)))
+            goto out;
+        const float *Q = content ? w->ql + t0 * dc : w->qr + t0 * dr;
+        CB(gemm_rm(w->blas, 0, 1, Bt, L, wd, tau, Q, wd, (long long)(T * wd), dir, wd, 0, 0.0f,
+                   w->P1, L, sZ, H),
+           "JVP logits");
+        softmax_jvp_kernel<<<(unsigned)(H * Bt), SM_THREADS, 0, s>>>(w->Z, w->P1, w->P1, Bt, L,
+                                                                   t0);
+        CU(cudaGetLastError(), "softmax JVP");
+        CB(gemm_rm(w->blas, 0, 0, Bt, dc, L, 1.0f, w->P1, L, sZ, w->C, dc, 0, 0.0f, w->U, dc,
+                   (long long)(Bt * dc), H),
+           "JVP latents");
+        if (content)
+            CB(gemm_rm(w->blas, 0, 0, Bt, dc, L, 1.0f, w->Z, L, sZ, dir, dc, 0, 1.0f, w->U, dc,
+                       (long long)(Bt * dc), H),
+               "JVP latents");
+        CB(project_tile(w, Bt, w->Y[1]), "JVP projection");
+        sumsq_kernel<<<NORM_BLOCKS, SM_THREADS, 0, s>>>(w->Y[1], NULL, Bt * D,
+                                                        W->jpart + k * NORM_BLOCKS);
+        CU(cudaGetLastError(), "JVP norm");
+    }
+    st = sum_partials(W, nt, "JVP", jj, err);
+out:
+    if (st)
+        cudaStreamSynchronize(s);
+    return st;
+}
+
+static double sens_seconds; /* the benchmark's hook */
+extern "C" double qmla_cuda_engine_sens_seconds(void) { return sens_seconds; }
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int sens_exact_run(cuda_op_ws *W, const cuda_sens_layer *Ly, size_t T, double *trc,
+                          double *trr, qmla_error *err);
+
+/* Raw sensitivities of every token (qmla_sens_exact's trc, trr) at the
+ * clean pass of the sequence the sweep workspace last ran; the wall time
+ * (it ends synchronised) added to sens_seconds. */
+static int sens_exact(cuda_op_ws *W, const cuda_sens_layer *Ly, size_t T, double *trc,
+                      double *trr, qmla_error *err)
+{
+    const double t0 = wall_now();
+    const int st = sens_exact_run(W, Ly, T, trc, trr, err);
+    sens_seconds += wall_now() - t0;
+    return st;
+}
+
+static int sens_exact_run(cuda_op_ws *W, const cuda_sens_layer *Ly, size_t T, double *trc,
+                      double *trr, qmla_error *err)
+{
+    cuda_sweep_ws *w = W->sw;
+    const qmla_mla_dims *d = &w->d;
+    const size_t H = d->H, dc = d->d_c, dr = d->d_r, dv = d->d_v, HV = H * dv;
+    const size_t ni = W->ni, gc = W->gc, gs = W->gs;
+    const double tau = d->tau;
+    const float tauf = (float)d->tau;
+    cudaStream_t s = w->stream;
+    cublasHandle_t hb = w->blas;
+    int st = QMLA_OK;
+    if (Ly->H != H || Ly->d_v != dv)
+        return qmla_error_set(err, QMLA_EINVAL,
+                              "sensitivities: layer constants for H = %zu, d_v = %zu, "
+                              "found H = %zu, d_v = %zu", H, dv, Ly->H, Ly->d_v);
+    /* Yc = C W_UV^T [T, HV] */
+    CB(gemm_rm(hb, 0, 1, T, HV, dc, 1.0f, w->C, dc, 0, w->wuv, dc, 0, 0.0f, W->Yc, HV, 0, 1),
+       "values Yc");
+    /* yy_t[g, k] = (y_tg K_gk) . y_tk, heads in chunks of gs */
+    for (size_t g0 = 0; g0 < H; g0 += gs) {
+        const size_t gn = g0 + gs <= H ? gs : H - g0;
+        CB(gemm_rm(hb, 0, 0, T, HV, dv, 1.0f, W->Yc + g0 * dv, HV, (long long)dv,
+                   Ly->K + g0 * dv * HV, HV, (long long)(dv * HV), 0.0f, W->S, HV,
+                   (long long)(T * HV), gn),
+           "Gram yy");
+        gram_rows_kernel<<<grid_for(gn * H * T), SM_THREADS, 0, s>>>(W->S, W->Yc, T, H, dv, g0,
+                                                                     gn, W->yyT);
+        CU(cudaGetLastError(), "Gram yy");
+    }
+    CU(cudaMemsetAsync(W->trc, 0, T * sizeof(double), s), "memset");
+    CU(cudaMemsetAsync(W->trr, 0, T * sizeof(double), s), "memset");
+    /* X2_{g,k} = xq_{g,k} K_kg: H^2 blocks [rows, dv] x [dv, dv] */
+    for (size_t g = 0; g < H; g++)
+        for (size_t k = 0; k < H; k++) {
+            W->hpA[g * H + k] = W->xq + g * ni * HV + k * dv;
+            W->hpB[g * H + k] = Ly->K + k * dv * HV + g * dv;
+            W->hpC[g * H + k] = W->X2 + g * ni * HV + k * dv;
+        }
+    CU(cudaMemcpyAsync(W->pA, W->hpA, H * H * sizeof(float *), cudaMemcpyHostToDevice, s),
+       "pointers");
+    CU(cudaMemcpyAsync(W->pB, W->hpB, H * H * sizeof(float *), cudaMemcpyHostToDevice, s),
+       "pointers");
+    CU(cudaMemcpyAsync(W->pC, W->hpC, H * H * sizeof(float *), cudaMemcpyHostToDevice, s),
+       "pointers");
+    for (size_t i0 = 0; i0 < T; i0 += ni) {
+        const size_t nc = i0 + ni <= T ? ni : T - i0, L = i0 + nc;
+        const long long sA = (long long)(nc * L);
+        /* the chunk's attention [H, nc, L] */
+        CB(gemm_rm(hb, 0, 1, nc, L, dc, tauf, w->ql + i0 * dc, dc, (long long)(T * dc), w->C, dc,
+                   0, 0.0f, W->Ac, L, sA, H),
+           "chunk logits");
+        CB(gemm_rm(hb, 0, 1, nc, L, dr, tauf, w->qr + i0 * dr, dr, (long long)(T * dr), w->K, dr,
+                   0, 1.0f, W->Ac, L, sA, H),
+           "chunk logits");
+        softmax_rows_kernel<<<(unsigned)(H * nc), SM_THREADS, 0, s>>>(W->Ac, NULL, W->Ac, nc, L,
+                                                                    i0);
+        CU(cudaGetLastError(), "chunk softmax");
+        /* head outputs O [nc, HV] */
+        CB(gemm_rm(hb, 0, 0, nc, dc, L, 1.0f, W->Ac, L, sA, w->C, dc, 0, 0.0f, W->Uc, dc,
+                   (long long)(nc * dc), H),
+           "chunk latents");
+        CB(gemm_rm(hb, 0, 1, nc, dv, dc, 1.0f, W->Uc, dc, (long long)(nc * dc), w->wuv, dc,
+                   (long long)(dv * dc), 0.0f, W->Oc, HV, (long long)dv, H),
+           "chunk head outputs");
+        /* OKb[k][il][g dv + j] = (O_ki K_kg)_j */
+        CB(gemm_rm(hb, 0, 0, nc, HV, dv, 1.0f, W->Oc, HV, (long long)dv, Ly->K, HV,
+                   (long long)(dv * HV), 0.0f, W->OKb, HV, (long long)(nc * HV), H),
+           "O K");
+        /* xq[g][il][k dv + j] = q_gi . w_uv[k][j] */
+        CB(gemm_rm(hb, 0, 1, nc, HV, dc, 1.0f, w->ql + i0 * dc, dc, (long long)(T * dc), w->wuv,
+                   dc, 0, 0.0f, W->xq, HV, (long long)(ni * HV), H),
+           "xq");
+        {
+            const float one = 1.0f, zero = 0.0f;
+            CB(cublasSgemmBatched(hb, CUBLAS_OP_N, CUBLAS_OP_N, (int)dv, (int)nc, (int)dv, &one,
+                                  W->pB, (int)HV, W->pA, (int)HV, &zero, W->pC, (int)HV,
+                                  (int)(H * H)),
+               "X2");
+        }
+        row_consts_kernel<<<grid_for(nc * H * H), SM_THREADS, 0, s>>>(
+            w->ql, w->qr, W->OKb, W->Oc, W->X2, Ly->G, T, H, dc, dr, dv, i0, nc, ni, tau,
+            W->qcc, W->qrc, W->Cc, W->Cr);
+        CU(cudaGetLastError(), "row constants");
+        pair_terms_kernel<<<grid_for(H * nc * L), SM_THREADS, 0, s>>>(
+            W->Ac, W->yyT, W->qcc, W->qrc, W->Cc, W->Cr, T, H, i0, nc, L, tau, W->pg, W->pgr);
+        CU(cudaGetLastError(), "pair terms");
+        reduce_heads_kernel<<<grid_for(nc * L), SM_THREADS, 0, s>>>(W->pg, W->pgr, H, nc, L, 0,
+                                                                   W->pc, W->pr);
+        CU(cudaGetLastError(), "pair terms sum");
+        for (size_t g0 = 0; g0 < H; g0 += gc) {
+            const size_t gn = g0 + gc <= H ? gc : H - g0;
+            const long long sR = (long long)(H * nc * L);
+            /* R1[gl][(il H + k) L + t] = X2_{g,k,i} . y_tg */
+            CB(gemm_rm(hb, 0, 1, nc * H, L, dv, 1.0f, W->X2 + g0 * ni * HV, dv,
+                       (long long)(ni * HV), W->Yc + g0 * dv, HV, (long long)dv, 0.0f, W->R1, L,
+                       sR, gn),
+               "pair products R1");
+            /* R0[gl][(k nc + il) L + t] = (O_ki K_kg) . y_tg */
+            CB(gemm_rm(hb, 0, 1, H * nc, L, dv, 1.0f, W->OKb + g0 * dv, HV, (long long)dv,
+                       W->Yc + g0 * dv, HV, (long long)dv, 0.0f, W->R0, L, sR, gn),
+               "pair products R0");
+            pair_gemm_terms_kernel<<<grid_for(gn * nc * L), SM_THREADS, 0, s>>>(
+                W->Ac, W->R0, W->R1, W->qcc, W->qrc, H, i0, nc, L, g0, gn, tau, W->pg, W->pgr);
+            CU(cudaGetLastError(), "pair GEMM terms");
+            reduce_heads_kernel<<<grid_for(nc * L), SM_THREADS, 0, s>>>(W->pg, W->pgr, gn, nc,
+                                                                       L, 1, W->pc, W->pr);
+            CU(cudaGetLastError(), "pair GEMM terms sum");
+        }
+        reduce_rows_kernel<<<grid_for(L), SM_THREADS, 0, s>>>(W->pc, W->pr, nc, L, W->trc,
+                                                              W->trr);
+        CU(cudaGetLastError(), "row sums");
+    }
+    CU(cudaMemcpyAsync(W->htr, W->trc, T * sizeof(double), cudaMemcpyDeviceToHost, s), "copy");
+    CU(cudaMemcpyAsync(W->htr + T, W->trr, T * sizeof(double), cudaMemcpyDeviceToHost, s),
+       "copy");
+    CU(cudaStreamSynchronize(s), "sensitivities");
+    for (size_t t = 0; t < T; t++) {
+        trc[t] = W->htr[t] / (double)dc;
+        trr[t] = W->htr[T + t] / (double)dr;
+    }
+out:
+    if (st)
+        cudaStreamSynchronize(s);
+    return st;
+}
+
+/* qmla_op_sequence on the GPU: the same steps and host arithmetic, with the
+ * sweep, the JVPs and the sensitivities on the device. */
+static int op_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
+                       const qmla_mla_weights *wt, const void *layer, const float *q_nope,
+                       const float *q_rope, const float *C, const float *K,
+                       const qmla_op_config *conf, size_t nconf, void *ws, qmla_op_point *pts,
+                       double *alloc, double *sigma, qmla_error *err)
+{
+    cuda_op_ws *W = (cuda_op_ws *)ws;
+    const cuda_sens_layer *Ly = (const cuda_sens_layer *)layer;
+    if (Ly && !W->with_sens)
+        return qmla_error_set(err, QMLA_EINVAL,
+                              "operator: sensitivities asked, workspace without them");
+    if (T == 0 || T > W->T_max)
+        return qmla_error_set(err, QMLA_EINVAL, "operator: T = %zu outside [1, %zu]", T,
+                              W->T_max);
+    const size_t dc = d->d_c, dr = d->d_r;
+    const double cc = qmla_sumsq(C, T * dc), kk = qmla_sumsq(K, T * dr);
+    double yy = 0.0;
+    /* the driver frees and loads layers without telling this table: the
+     * weights go to the device with every sequence's first sweep */
+    sweep_layer_begin(W->sw);
+    for (size_t k = 0; k < nconf; k++) {
+        qmla_sweep_params sp = qmla_sweep_defaults();
+        sp.quant.bits = conf[k].bits;
+        sp.quant.group = conf[k].group;
+        sp.nmse = conf[k].nmse;
+        qmla_response fin[2];
+        int st = sweep_sequence(ex, &sp, d, T, wt, q_nope, q_rope, C, K, 0, W->sw, fin, err);
+        if (st)
+            return qmla_error_prefix(err, "INT%d G%d nu %g: ", conf[k].bits, conf[k].group,
+                                     conf[k].nmse);
+        if (k == 0) {
+            yy = W->sw->yy;
+            if (Ly) {
+                if ((st = sens_exact(W, Ly, T, sigma, sigma + T, err)))
+                    return st;
+                for (size_t t = 0; t < T; t++) {
+                    sigma[t] = yy > 0 ? sigma[t] * cc / yy : 0.0;
+                    sigma[T + t] = yy > 0 ? sigma[T + t] * kk / yy : 0.0;
+                }
+            }
+        }
+        for (int path = 0; path < 2; path++) {
+            qmla_op_point *p = &pts[2 * k + (size_t)path];
+            double *wtk = alloc + (2 * k + (size_t)path) * T;
+            const int content = path == QMLA_PATH_CONTENT;
+            const size_t width = content ? dc : dr;
+            memset(p, 0, sizeof *p);
+            p->path = path;
+            p->bits = conf[k].bits;
+            p->group = conf[k].group;
+            p->nmse = conf[k].nmse;
+            p->heldout = conf[k].heldout;
+            p->T = T;
+            double xx, nq, nc;
+            int degen;
+            st = qmla_sweep_error_direction(&sp, content ? C : K, T, width, W->hE, &xx, &nq, &nc,
+                                            &degen, err);
+            if (st)
+                return st;
+            p->degenerate = degen || fin[path].degenerate || yy == 0.0;
+            for (size_t t = 0; t < T; t++)
+                wtk[t] = 0.0;
+            if (p->degenerate)
+                continue;
+            const double ee = qmla_sumsq(W->hE, T * width);
+            for (size_t t = 0; t < T; t++)
+                wtk[t] = qmla_sumsq(W->hE + t * width, width) / ee;
+            /* the sweep left this direction on the device (Ec / Er) */
+            double jj = 0.0;
+            if ((st = jvp_norm(W, T, path, content ? W->sw->Ec : W->sw->Er, &jj, err)))
+                return st;
+            p->g_jvp = (jj / yy) / (ee / xx);
+            p->g_finite = fin[path].response;
+            if (Ly) {
+                const double *sg = sigma + (size_t)path * T;
+                double m = 0.0, a = 0.0;
+                for (size_t t = 0; t < T; t++) {
+                    m += sg[t];
+                    a += wtk[t] * sg[t];
+                }
+                p->pred_trace = m / (double)T;
+                p->pred_alloc = a;
+            }
+        }
+    }
+    return QMLA_OK;
+}
+
+/* local_gain of intervene.c on the GPU: the direction E (host) copied in. */
+static int iv_gain(cuda_op_ws *W, size_t T, int path, const float *E, double xx, double yy,
+                   double *g, qmla_error *err)
+{
+    const qmla_mla_dims *d = &W->sw->d;
+    const size_t width = path == QMLA_PATH_CONTENT ? d->d_c : d->d_r;
+    int st = QMLA_OK;
+    double jj = 0.0;
+    CU(cudaMemcpyAsync(W->Ed, E, T * width * sizeof(float), cudaMemcpyHostToDevice,
+                       W->sw->stream),
+       "copy direction");
+    if ((st = jvp_norm(W, T, path, W->Ed, &jj, err)))
+        return st;
+    {
+        const double ee = qmla_sumsq(E, T * width);
+        *g = (jj / yy) / (ee / xx);
+    }
+out:
+    return st;
+}
+
+/* ||Y(C + E_C, K + E_K) - Y||^2: the joint path's full forward on the
+ * perturbed caches (Ec, Er of the sweep) against the clean output. */
+static int joint_norm(cuda_op_ws *W, size_t T, double *out_ss, qmla_error *err)
+{
+    cuda_sweep_ws *w = W->sw;
+    const qmla_mla_dims *d = &w->d;
+    const size_t H = d->H, dc = d->d_c, dr = d->d_r, D = d->D, B = w->B, nt = ntiles(T, B);
+    const float tau = (float)d->tau;
+    cudaStream_t s = w->stream;
+    int st = QMLA_OK;
+    add_kernel<<<grid_for(T * dc), SM_THREADS, 0, s>>>(w->C, w->Ec, W->Cp, T * dc);
+    CU(cudaGetLastError(), "joint c_kv");
+    add_kernel<<<grid_for(T * dr), SM_THREADS, 0, s>>>(w->K, w->Er, W->Kp, T * dr);
+    CU(cudaGetLastError(), "joint k_rope");
+    for (size_t k = 0; k < nt; k++) {
+        const size_t t0 = k * B, t1 = t0 + B < T ? t0 + B : T, Bt = t1 - t0, L = t1;
+        const long long sZ = (long long)(Bt * L);
+        if (!w->a_valid) { /* the clean output of the tile into Y[0] */
+            if ((st = attention_tile(w, T, k, err)))
+                goto out;
+            CB(aggregate_tile(w, Bt, L, w->Z, w->C), "aggregation");
+            CB(project_tile(w, Bt, w->Y[0]), "projection");
+        }
+        CB(gemm_rm(w->blas, 0, 1, Bt, L, dc, tau, w->ql + t0 * dc, dc, (long long)(T * dc), W->Cp,
+                   dc, 0, 0.0f, w->P2, L, sZ, H),
+           "joint logits");
+        CB(gemm_rm(w->blas, 0, 1, Bt, L, dr, tau, w->qr + t0 * dr, dr, (long long)(T * dr), W->Kp,
+                   dr, 0, 1.0f, w->P2, L, sZ, H),
+           "joint logits");
+        softmax_rows_kernel<<<(unsigned)(H * Bt), SM_THREADS, 0, s>>>(w->P2, NULL, w->P2, Bt, L,
+                                                                    t0);
+        CU(cudaGetLastError(), "joint softmax");
+        CB(aggregate_tile(w, Bt, L, w->P2, W->Cp), "joint aggregation");
+        CB(project_tile(w, Bt, w->Y[2]), "joint projection");
+        sumsq_kernel<<<NORM_BLOCKS, SM_THREADS, 0, s>>>(w->Y[2], w->Y[0], Bt * D,
+                                                        W->jpart + k * NORM_BLOCKS);
+        CU(cudaGetLastError(), "joint norm");
+    }
+    st = sum_partials(W, nt, "joint pass", out_ss, err);
+out:
+    if (st)
+        cudaStreamSynchronize(s);
+    return st;
+}
+
+/* qmla_intervene_sequence on the GPU: the same random draws on the host in
+ * the same order (GSL mt19937), every JVP and the joint pass on the device. */
+static int iv_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
+                       const qmla_mla_weights *wt, const float *q_nope, const float *q_rope,
+                       const float *C, const float *K, const qmla_sweep_params *p, size_t reps,
+                       uint64_t seed, void *ws, qmla_iv_item *out, double *ratio,
+                       qmla_error *err)
+{
+    cuda_op_ws *W = (cuda_op_ws *)ws;
+    const size_t dc = d->d_c, dr = d->d_r;
+    memset(out, 0, sizeof *out);
+    out->seed = seed;
+    if (T == 0 || T > W->T_max)
+        return qmla_error_set(err, QMLA_EINVAL, "interventions: T = %zu outside [1, %zu]", T,
+                              W->T_max);
+    qmla_response fin[2];
+    sweep_layer_begin(W->sw);
+    int st = sweep_sequence(ex, p, d, T, wt, q_nope, q_rope, C, K, 0, W->sw, fin, err);
+    if (st)
+        return st;
+    const double yy = W->sw->yy;
+    const size_t wmax = dc > dr ? dc : dr;
+    float *E0 = (float *)malloc(T * wmax * sizeof *E0);
+    float *E1 = (float *)malloc(T * wmax * sizeof *E1);
+    size_t *perm = (size_t *)malloc(T * sizeof *perm);
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    if (!E0 || !E1 || !perm || !rng) {
+        st = qmla_error_set(err, QMLA_ENOMEM, "interventions: out of memory");
+        goto done;
+    }
+    gsl_rng_set(rng, (unsigned long)seed);
+    for (size_t k = 0; k < 2 * QMLA_N_CTRL * reps; k++)
+        ratio[k] = NAN;
+    out->degenerate = fin[0].degenerate || fin[1].degenerate || yy == 0.0;
+    if (out->degenerate)
+        goto done;
+    for (int path = 0; path < 2; path++) {
+        const int content = path == QMLA_PATH_CONTENT;
+        const float *X = content ? C : K;
+        const size_t width = content ? dc : dr, n = T * width;
+        double xx, nq, nc;
+        int degen;
+        if ((st = qmla_sweep_error_direction(p, X, T, width, E0, &xx, &nq, &nc, &degen, err)))
+            goto done;
+        out->r_finite[path] = fin[path].response;
+        if ((st = iv_gain(W, T, path, E0, xx, yy, &out->g_jvp[path], err)))
+            goto done;
+        const double e0 = sqrt(qmla_sumsq(E0, n));
+        for (int c = 0; c < QMLA_N_CTRL; c++)
+            for (size_t r = 0; r < reps; r++) {
+                if (c == QMLA_CTRL_SIGN) {
+                    for (size_t i = 0; i < n; i++)
+                        E1[i] = (gsl_rng_get(rng) & 1u) ? E0[i] : -E0[i];
+                } else if (c == QMLA_CTRL_PERMUTE) {
+                    for (size_t t = 0; t < T; t++)
+                        perm[t] = t;
+                    gsl_ran_shuffle(rng, perm, T, sizeof *perm);
+                    for (size_t t = 0; t < T; t++)
+                        memcpy(E1 + t * width, E0 + perm[t] * width, width * sizeof *E1);
+                } else {
+                    double gg = 0.0;
+                    for (size_t i = 0; i < n; i++) {
+                        const double v = gsl_ran_gaussian_ziggurat(rng, 1.0);
+                        E1[i] = (float)v;
+                        gg += v * v;
+                    }
+                    const double sc = e0 / sqrt(gg);
+                    for (size_t i = 0; i < n; i++)
+                        E1[i] = (float)((double)E1[i] * sc);
+                }
+                double g;
+                if ((st = iv_gain(W, T, path, E1, xx, yy, &g, err)))
+                    goto done;
+                ratio[((size_t)path * QMLA_N_CTRL + (size_t)c) * reps + r] = g / out->g_jvp[path];
+            }
+    }
+    /* joint: both caches perturbed by the sweep's QDQ directions (the
+     * same arrays qmla_sweep_error_direction gives the CPU) */
+    {
+        double ss = 0.0;
+        if ((st = joint_norm(W, T, &ss, err)))
+            goto done;
+        const double oj = ss / yy;
+        const double oc = fin[0].nmse_out, op = fin[1].nmse_out;
+        out->r_joint = oj / p->nmse;
+        out->cross = oj - oc - op;
+        out->cross_rel = (oc + op) > 0 ? out->cross / (oc + op) : 0.0;
+    }
+done:
+    if (rng)
+        gsl_rng_free(rng);
+    free(E0);
+    free(E1);
+    free(perm);
+    return st;
+}
+
+extern "C" const qmla_op_ops qmla_cuda_op_ops = {op_ws_alloc, op_ws_free, op_layer_alloc,
+                                                op_layer_free, op_sequence};
+extern "C" const qmla_iv_ops qmla_cuda_iv_ops = {iv_ws_alloc, op_ws_free, iv_sequence};

@@ -18,7 +18,10 @@
 #   device run, carry [".deb", ".device/gpu-engine"], timeout_s 300:
 #     cp -r .deb .device/gpu-engine/ && cd .device/gpu-engine &&
 #     bash scripts/device-gpu-engine.sh
-# Steps can be named (default: all, in this order): build test bench memcheck
+# Steps can be named (default: build test bench memcheck; also ops, ops4k: the
+# jvp/predict/intervene benchmark, docs/cuda-engine.md), run in this order:
+# build test bench ops ops4k memcheck. TEST_TIMEOUT (default 240) bounds the
+# agreement test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-device-out}
@@ -44,7 +47,7 @@ export QMLA_SOURCE_ROOT=$PWD
 if [[ " $steps " == *" test "* ]]; then
   say "test_engine_cuda ($(date -u +%H:%M:%S))"
   t0=$(date +%s)
-  timeout 150 $B/tests/test_engine_cuda >>"$LOG" 2>&1
+  timeout ${TEST_TIMEOUT:-240} $B/tests/test_engine_cuda >>"$LOG" 2>&1
   say "test_engine_cuda exit $? in $(( $(date +%s) - t0 )) s"
 fi
 if [[ " $steps " == *" bench "* ]]; then
@@ -72,6 +75,38 @@ if [[ " $steps " == *" bench "* ]]; then
     say "bench: T 4096 left out ($el s elapsed)"
   fi
 fi
+if [[ " $steps " == *" ops "* ]]; then
+  # jvp, predict (with the exact sensitivities) and intervene (32 reps) per
+  # sequence on the GPU and on the CPU's 16 cores in the same run; the V3
+  # shape's CPU side times jvp and the sensitivities only (--cpu-light: its
+  # CPU predict is ~8 sweeps of 2.9 s each per sequence, its interventions
+  # 194 JVPs)
+  Q=$B/cli/qmla
+  say "ops bench: synth captures ($(date -u +%H:%M:%S))"
+  $Q synth -o /tmp/v2l.h5 --shape deepseek-v2-lite --layers 1 --cells 1 --seqs 8 --tokens 512 \
+    --no-pre --force --threads 16 >>"$LOG" 2>&1
+  $Q synth -o /tmp/v3.h5 --shape deepseek-v3 --layers 1 --cells 1 --seqs 8 --tokens 512 \
+    --no-pre --force --threads 16 >>"$LOG" 2>&1
+  say "ops bench: DeepSeek-V2-Lite shape, T 512, N 8 (gpu 8 seqs, interventions 2; cpu 1)"
+  timeout 60 $B/bench/bench_engine /tmp/v2l.h5 --threads 16 --no-sweep --ops --op-seqs 8 \
+    --iv-seqs 2 --cpu-op-seqs 1 --out $OUT/bench-ops-v2lite.h5 >>"$LOG" 2>&1
+  say "ops bench v2-lite exit $?"
+  say "ops bench: DeepSeek-V3 shape, T 512, N 8 (gpu 4 seqs, interventions 1; cpu 1, jvp and sensitivities)"
+  timeout 60 $B/bench/bench_engine /tmp/v3.h5 --threads 16 --no-sweep --ops --op-seqs 4 \
+    --iv-seqs 1 --cpu-op-seqs 1 --cpu-light --out $OUT/bench-ops-v3.h5 >>"$LOG" 2>&1
+  say "ops bench v3 exit $?"
+  rm -f /tmp/v2l.h5 /tmp/v3.h5
+fi
+if [[ " $steps " == *" ops4k "* ]]; then
+  Q=$B/cli/qmla
+  $Q synth -o /tmp/v3k.h5 --shape deepseek-v3 --layers 1 --cells 1 --seqs 1 --tokens 4096 \
+    --no-pre --force --threads 16 >>"$LOG" 2>&1
+  say "ops bench: DeepSeek-V3 shape, T 4096, N 1 (gpu only, no interventions)"
+  timeout 60 $B/bench/bench_engine /tmp/v3k.h5 --threads 16 --no-sweep --ops --op-seqs 1 \
+    --iv-seqs 0 --no-cpu --out $OUT/bench-ops-v3-4k.h5 >>"$LOG" 2>&1
+  say "ops bench v3 T 4096 exit $?"
+  rm -f /tmp/v3k.h5
+fi
 if [[ " $steps " == *" memcheck "* ]]; then
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   say "compute-sanitizer memcheck, QMLA_TEST_SMALL=1 ($(date -u +%H:%M:%S))"
@@ -90,4 +125,4 @@ if [[ " $steps " == *" memcheck "* ]]; then
 fi
 say "done in $(( $(date +%s) - t_start )) s"
 # the summary lines last (the reply carries the end of the output)
-grep -E "^== |passed|largest relative|SKIP|ERROR SUMMARY|RACECHECK SUMMARY|s/layercell|^[0-9]+ +synth|speedup|extrapolated|cublas_sgemm|openblas_sgemm|device " "$LOG" | tail -60
+grep -E "^== |passed|largest relative|SKIP|ERROR SUMMARY|RACECHECK SUMMARY|s/layercell|^[0-9]+ +synth|speedup|extrapolated|cublas_sgemm|openblas_sgemm|device |^(jvp|predict|sensitivities|interventions) " "$LOG" | tail -60

@@ -8,6 +8,8 @@
 
 #include <stddef.h>
 
+#include "qmla/intervene.h"
+#include "qmla/predict.h"
 #include "qmla/quant.h"
 #include "qmla/sweep.h"
 
@@ -19,6 +21,16 @@ extern "C" {
  * passes and the four route outputs, tiled over query tokens, with the
  * sums of squares in double (docs/cuda-engine.md). */
 extern const qmla_sweep_ops qmla_cuda_sweep_ops;
+/* The points of one sequence of `qmla jvp` / `qmla predict` on the GPU:
+ * the sweep's responses, the local gains (exact JVPs, tiled over query
+ * tokens) and the exact token sensitivities (the pairwise Gram route of
+ * lib/operator/jvp.c in chunks of query rows); the layer object holds
+ * W_O^T W_O and the head Grams on the device. */
+extern const qmla_op_ops qmla_cuda_op_ops;
+/* One item of `qmla intervene` on the GPU: the random controls drawn on the
+ * host exactly as the CPU draws them, every JVP and the joint-path forward
+ * on the device. */
+extern const qmla_iv_ops qmla_cuda_iv_ops;
 /* QDQ on the GPU through the project's kernel (kernels/qdq_cuda.h), host
  * arrays in and out; bit for bit the CPU's qmla_quant_qdq. */
 extern const qmla_quant_ops qmla_cuda_quant_ops;
@@ -35,6 +47,11 @@ const char *qmla_cuda_engine_unusable(void);
 /* Test hook: the largest query tile (tokens) of the sweep workspaces
  * allocated afterwards; 0 (the default) sizes tiles from device memory. */
 void qmla_cuda_engine_set_tile(size_t tokens);
+
+/* Benchmark hook: wall seconds spent so far in this process in the GPU's
+ * exact sensitivities (part of qmla_cuda_op_ops' sequence; each call ends
+ * synchronised with the device). */
+double qmla_cuda_engine_sens_seconds(void);
 
 #ifdef __cplusplus
 }

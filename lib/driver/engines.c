@@ -179,12 +179,18 @@ static const qmla_engine engine_cpu = {"cpu",   NULL,     &cpu_attn, &cpu_quant,
 
 #if QMLA_HAVE_CUDA_ENGINE
 /* ---- the CUDA engine (kernels/engine_cuda.cu) --------------------------
- * On the GPU: the sweep's sequence and QDQ. Every other table is the CPU
- * engine's (the seam allows it), so those commands give the CPU numbers
- * under --engine cuda; docs/cuda-engine.md lists which run where. */
+ * On the GPU: the sweep's sequence, QDQ, the operator model's sequence
+ * (jvp, predict: responses, JVPs, exact sensitivities) and the
+ * interventions' sequence. The JVP table keeps the CPU functions (its
+ * arguments are the CPU's workspaces; no driver calls it directly: the
+ * operator and intervention sequences above run their JVPs on the device),
+ * and learn and eval are still the CPU engine's, so those commands give the
+ * CPU numbers under --engine cuda; docs/cuda-engine.md lists which run
+ * where. */
 static const qmla_engine engine_cuda = {"cuda",   qmla_cuda_engine_device, &cpu_attn,
                                         &qmla_cuda_quant_ops, &qmla_cuda_sweep_ops,
-                                        &cpu_jvp, &cpu_op, &cpu_iv, &cpu_learn, &cpu_tfeval};
+                                        &cpu_jvp, &qmla_cuda_op_ops, &qmla_cuda_iv_ops,
+                                        &cpu_learn, &cpu_tfeval};
 #endif
 
 /* NULL-terminated. */

@@ -11,12 +11,31 @@
  *          paths; T = 1 (RoPE response 0: one key); a float32 overflow
  *          refused by both; every case run twice
  *          on the GPU, bit-identical.
+ *   op:    qmla_op_ops' sequence (qmla jvp / predict) with the exact
+ *          sensitivities, the predict directions (INT4 and the held-out
+ *          INT2/3/8, nu/10, 10 nu, G/2): g_jvp, g_finite, pred_trace,
+ *          pred_alloc and every token's sigma (both paths) within 1e-4
+ *          relative, degenerate flags equal, the allocations w_t bit for bit
+ *          (host arithmetic on the CPU's own directions); the shapes above
+ *          whose CPU sensitivities are affordable (T^2 H^2 d_v <= 1e11);
+ *          twice on the GPU, bit-identical.
+ *   iv:    qmla_iv_ops' sequence (qmla intervene), 3 repetitions: g_jvp,
+ *          r_finite, r_joint and every control ratio within 1e-4 relative,
+ *          the cross term within 1e-4 of NMSE_out,C + NMSE_out,P (its
+ *          scale: cross_rel within 1e-4 absolute); H T^2 d_c <= 3e9.
+ *          T = 1: the RoPE sensitivity and predictors are 0 in exact
+ *          arithmetic: both engines' values below 1e-6 of the content
+ *          path's; the RoPE control ratios 0/0 (NaN) on both.
  *   layer: layer_begin makes the engine take new weights at the same
  *          host address (the driver calls it on every layer load).
  *   qdq:   the engine's quant table against qmla_quant_qdq, bit for bit.
  *   run:   qmla_sweep_run on the default capture (data/tiny-mla-default.h5)
  *          and on a V2-Lite-shaped synth capture with each engine: rows
- *          within 1e-4, the results file's engine "cuda" and engine_device.
+ *          within 1e-4, the results file's engine "cuda" and engine_device;
+ *          likewise qmla_op_run_points (predict on the default capture, jvp
+ *          on the synth) and qmla_intervene_run (default capture): points
+ *          and statistics within 1e-4, groups /predict, /jvp and
+ *          /interventions naming engine "cuda" and its engine_device.
  * SKIP (77) where the build has no cuda engine or no device is usable.
  * QMLA_TEST_SMALL=1 (sanitizer builds, compute-sanitizer memcheck) leaves
  * out the largest shapes; QMLA_TEST_SMALL=2 (racecheck, which is slow on
@@ -26,13 +45,17 @@
 #include "fixture.h"
 #include "rng.h"
 #include "driver/engine_cuda.h"
+#include "io/h5util.h"
 #include "qmla/capture.h"
 #include "qmla/engine.h"
+#include "qmla/intervene.h"
+#include "qmla/predict.h"
 #include "qmla/quant.h"
 #include "qmla/results.h"
 #include "qmla/sweep.h"
 #include "qmla/synth.h"
 
+#include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,15 +141,23 @@ static int rows_close(const qmla_response *a, const qmla_response *b, const char
     return ok;
 }
 
-static void run_case(const shape_case *c)
+/* The inputs of a case, drawn in a fixed order. */
+typedef struct case_inputs {
+    qmla_mla_dims d;
+    float *qn, *qr, *C, *K, *wuk, *wuv, *wo;
+    qmla_mla_weights w;
+} case_inputs;
+
+static void case_inputs_make(const shape_case *c, case_inputs *in)
 {
     const qmla_mla_dims d = {c->H, c->D, c->d_c, c->d_n, c->d_r, c->d_v,
                              1.0 / sqrt((double)(c->d_n + c->d_r))};
     const size_t H = c->H, T = c->T;
+    in->d = d;
     /* kind 2: queries near FLT_MAX overflow the absorbed queries */
-    float *qn = randn(H * T * c->d_n, c->kind == 2 ? 1e38 : 1.0);
-    float *qr = randn(H * T * c->d_r, 1.0);
-    float *C = randn(T * c->d_c, 1.0);
+    in->qn = randn(H * T * c->d_n, c->kind == 2 ? 1e38 : 1.0);
+    in->qr = randn(H * T * c->d_r, 1.0);
+    in->C = randn(T * c->d_c, 1.0);
     /* kind 1: each token's latent row one constant, a multiple of 1/8
      * (exact in float16): every group quantizes exactly, so the content
      * error has no energy, while the rows differ, so the attention still
@@ -136,13 +167,36 @@ static void run_case(const shape_case *c)
         for (size_t t = 0; t < T; t++) {
             const float v = (float)(1 + (int)(8.0 * unif())) / 8.0f;
             for (size_t j = 0; j < c->d_c; j++)
-                C[t * c->d_c + j] = v;
+                in->C[t * c->d_c + j] = v;
         }
-    float *K = randn(T * c->d_r, 1.0);
-    float *wuk = randn(H * c->d_n * c->d_c, 1.0 / sqrt((double)c->d_n));
-    float *wuv = randn(H * c->d_v * c->d_c, 1.0 / sqrt((double)c->d_c));
-    float *wo = randn(c->D * H * c->d_v, 1.0 / sqrt((double)(H * c->d_v)));
-    const qmla_mla_weights w = {wuk, wuv, wo};
+    in->K = randn(T * c->d_r, 1.0);
+    in->wuk = randn(H * c->d_n * c->d_c, 1.0 / sqrt((double)c->d_n));
+    in->wuv = randn(H * c->d_v * c->d_c, 1.0 / sqrt((double)c->d_c));
+    in->wo = randn(c->D * H * c->d_v, 1.0 / sqrt((double)(H * c->d_v)));
+    in->w.w_uk = in->wuk;
+    in->w.w_uv = in->wuv;
+    in->w.w_o = in->wo;
+}
+
+static void case_inputs_free(case_inputs *in)
+{
+    free(in->qn);
+    free(in->qr);
+    free(in->C);
+    free(in->K);
+    free(in->wuk);
+    free(in->wuv);
+    free(in->wo);
+}
+
+static void run_case(const shape_case *c)
+{
+    case_inputs in;
+    case_inputs_make(c, &in);
+    const qmla_mla_dims d = in.d;
+    const size_t H = c->H, T = c->T;
+    float *qn = in.qn, *qr = in.qr, *C = in.C, *K = in.K;
+    const qmla_mla_weights w = in.w;
     qmla_sweep_params p = qmla_sweep_defaults();
     p.quant.group = 16; /* divides every width of the table */
     const qmla_exec ex = qmla_exec_cpu(8);
@@ -196,13 +250,437 @@ static void run_case(const shape_case *c)
     qmla_cuda_engine_set_tile(0);
     printf("  %-28s H %3zu T %4zu tile %4zu  cpu R_C %.6g cuda R_C %.6g\n", c->name, H, T,
            c->tile, rc[0].response, rg[0].response);
-    free(qn);
-    free(qr);
-    free(C);
-    free(K);
-    free(wuk);
-    free(wuv);
-    free(wo);
+    case_inputs_free(&in);
+}
+
+/* ---- the operator model (qmla jvp / predict) ------------------------------ */
+
+static double worst_op; /* largest relative difference of the op and iv checks */
+
+static int near_op(double a, double b)
+{
+    const double m = fabs(a) > fabs(b) ? fabs(a) : fabs(b);
+    if (m == 0.0)
+        return 1;
+    const double r = fabs(a - b) / m;
+    if (r > worst_op)
+        worst_op = r;
+    return r <= RTOL;
+}
+
+/* T = 1: one key, so the softmax is 1 whatever the logits and the RoPE
+ * path's sensitivity is 0 in exact arithmetic; both engines give rounding
+ * noise of the Gram expansion's cancellation (y_t - O_t = 0 through two
+ * GEMM orders), which must stay below this fraction of the content one. */
+#define ROPE_T1_NOISE 1e-6
+
+static int rope_t1_noise(double cpu, double gpu, double scale)
+{
+    return fabs(cpu) <= ROPE_T1_NOISE * scale && fabs(gpu) <= ROPE_T1_NOISE * scale;
+}
+
+static int points_close(const qmla_op_point *a, const qmla_op_point *b, size_t n,
+                        const char *what)
+{
+    int ok = 1;
+    for (size_t k = 0; k < n; k++) {
+        const qmla_op_point *x = &a[k], *y = &b[k];
+        if (x->T == 1 && x->path == QMLA_PATH_ROPE && y->T == 1 && y->path == QMLA_PATH_ROPE &&
+            x->degenerate == y->degenerate) {
+            /* the predictors are 0 up to noise (the content point before
+             * gives their scale); the gains as everywhere */
+            const double sc = fabs(a[k - (k > 0)].pred_trace);
+            if (!rope_t1_noise(x->pred_trace, y->pred_trace, sc) ||
+                !rope_t1_noise(x->pred_alloc, y->pred_alloc, sc) || !near_op(x->g_jvp, y->g_jvp) ||
+                !near_op(x->g_finite, y->g_finite)) {
+                fprintf(stderr, "  %s point %zu (T 1, RoPE): pred_trace %.3g/%.3g (content "
+                        "%.3g), g_jvp %.9g/%.9g\n", what, k, x->pred_trace, y->pred_trace, sc,
+                        x->g_jvp, y->g_jvp);
+                ok = 0;
+            }
+            continue;
+        }
+        if (x->degenerate != y->degenerate || x->path != y->path || x->bits != y->bits ||
+            x->group != y->group || x->nmse != y->nmse || x->heldout != y->heldout ||
+            x->T != y->T) {
+            fprintf(stderr, "  %s point %zu: keys or degenerate flag differ (%d/%d)\n", what, k,
+                    x->degenerate, y->degenerate);
+            ok = 0;
+            continue;
+        }
+#define OPCLOSE(f)                                                                       \
+    if (!near_op(x->f, y->f)) {                                                          \
+        fprintf(stderr, "  %s point %zu (path %d INT%d nu %g): " #f " cpu %.9g cuda %.9g\n", \
+                what, k, x->path, x->bits, x->nmse, x->f, y->f);                         \
+        ok = 0;                                                                          \
+    }
+        OPCLOSE(g_jvp)
+        OPCLOSE(g_finite)
+        OPCLOSE(pred_trace)
+        OPCLOSE(pred_alloc)
+#undef OPCLOSE
+    }
+    return ok;
+}
+
+/* Cases whose CPU sensitivities are affordable here. */
+static int op_affordable(const shape_case *c)
+{
+    return (double)c->T * (double)c->T * (double)(c->H * c->H) * (double)c->d_v <= 1e11;
+}
+
+static void run_op_case(const shape_case *c)
+{
+    case_inputs in;
+    case_inputs_make(c, &in);
+    const qmla_mla_dims d = in.d;
+    const size_t T = c->T;
+    qmla_op_config conf[QMLA_OP_CONFIGS_MAX];
+    size_t nconf = 0;
+    const int bits = 4;
+    qmla_op_configs(1, &bits, 1, 16, 1e-3, conf, &nconf);
+    const size_t np = 2 * nconf;
+    const qmla_exec ex = qmla_exec_cpu(16);
+    qmla_error err;
+    qmla_error_clear(&err);
+    const qmla_op_ops *cpu = qmla_engine_op(qmla_engine_cpu()), *gpu = qmla_engine_op(cuda);
+    CHECK(gpu != cpu, "op: the cuda engine has its own operator table");
+    qmla_op_point *pc = calloc(np, sizeof *pc), *pg = calloc(np, sizeof *pg),
+                  *pg2 = calloc(np, sizeof *pg2);
+    double *ac = calloc(np * T, sizeof *ac), *ag = calloc(np * T, sizeof *ag),
+           *ag2 = calloc(np * T, sizeof *ag2);
+    double *sc_ = calloc(2 * T, sizeof *sc_), *sg = calloc(2 * T, sizeof *sg),
+           *sg2 = calloc(2 * T, sizeof *sg2);
+    void *wc = NULL, *wg = NULL, *lc = NULL, *lg = NULL;
+    qmla_cuda_engine_set_tile(c->tile);
+    int st = cpu->ws_alloc(&d, T, 1, 16, &wc, &err);
+    CHECK_OK(st, err);
+    if (!st)
+        CHECK_OK(st = cpu->layer_alloc(&ex, &d, &in.w, &lc, &err), err);
+    const int rc = st ? st : cpu->sequence(&ex, &d, T, &in.w, lc, in.qn, in.qr, in.C, in.K,
+                                           conf, nconf, wc, pc, ac, sc_, &err);
+    st = gpu->ws_alloc(&d, T, 1, 8, &wg, &err);
+    CHECK_OK(st, err);
+    if (!st)
+        CHECK_OK(st = gpu->layer_alloc(&ex, &d, &in.w, &lg, &err), err);
+    const int rg = st ? st : gpu->sequence(&ex, &d, T, &in.w, lg, in.qn, in.qr, in.C, in.K,
+                                           conf, nconf, wg, pg, ag, sg, &err);
+    const int rg2 = st ? st : gpu->sequence(&ex, &d, T, &in.w, lg, in.qn, in.qr, in.C, in.K,
+                                            conf, nconf, wg, pg2, ag2, sg2, &err);
+    double ws = 0.0; /* the worst sigma */
+    if (c->kind == 2) {
+        CHECK(rc == QMLA_ENONFINITE && rg == QMLA_ENONFINITE,
+              "op %s: a float32 overflow is refused by both engines (cpu %d, cuda %d: %s)",
+              c->name, rc, rg, err.msg);
+    } else {
+        CHECK(rc == QMLA_OK && rg == QMLA_OK && rg2 == QMLA_OK,
+              "op %s: both engines run (cpu %d, cuda %d: %s)", c->name, rc, rg, err.msg);
+        if (rc == QMLA_OK && rg == QMLA_OK) {
+            CHECK(points_close(pc, pg, np, c->name),
+                  "op %s: g_jvp, g_finite and the predictors within %g of cpu", c->name, RTOL);
+            CHECK(!memcmp(ac, ag, np * T * sizeof *ac),
+                  "op %s: the allocations w_t bit for bit the cpu's", c->name);
+            int ok = 1;
+            for (size_t k = 0; k < 2 * T; k++) {
+                if (T == 1 && k == 1) { /* RoPE at T = 1: 0 up to noise on both */
+                    if (!rope_t1_noise(sc_[1], sg[1], fabs(sc_[0]))) {
+                        fprintf(stderr, "  op %s: T 1 RoPE sigma cpu %.3g cuda %.3g (content "
+                                "%.3g)\n", c->name, sc_[1], sg[1], sc_[0]);
+                        ok = 0;
+                    }
+                    continue;
+                }
+                const double m = fabs(sc_[k]) > fabs(sg[k]) ? fabs(sc_[k]) : fabs(sg[k]);
+                const double r = m > 0 ? fabs(sc_[k] - sg[k]) / m : 0.0;
+                if (r > ws)
+                    ws = r;
+                if (!near_op(sc_[k], sg[k])) {
+                    if (ok)
+                        fprintf(stderr, "  op %s: sigma[%s][%zu] cpu %.9g cuda %.9g\n", c->name,
+                                k < T ? "content" : "rope", k % T, sc_[k], sg[k]);
+                    ok = 0;
+                }
+            }
+            CHECK(ok, "op %s: every token's sensitivity (both paths) within %g of cpu", c->name,
+                  RTOL);
+            CHECK(!memcmp(pg, pg2, np * sizeof *pg) && !memcmp(sg, sg2, 2 * T * sizeof *sg),
+                  "op %s: cuda bit-identical run after run", c->name);
+            int measured = 0;
+            for (size_t k = 0; k < np; k++)
+                measured += !pg[k].degenerate && pg[k].g_jvp > 0.0;
+            CHECK(c->kind == 1 ? measured == (int)nconf : measured >= (int)nconf,
+                  "op %s: %d points measured (content degenerate: %d)", c->name, measured,
+                  c->kind == 1);
+        }
+    }
+    if (lg)
+        gpu->layer_free(lg);
+    if (lc)
+        cpu->layer_free(lc);
+    if (wg)
+        gpu->ws_free(wg);
+    if (wc)
+        cpu->ws_free(wc);
+    qmla_cuda_engine_set_tile(0);
+    printf("  op %-25s H %3zu T %4zu  cpu g_jvp %.6g cuda %.6g  sigma worst %.2g\n", c->name,
+           c->H, T, pc[0].g_jvp, pg[0].g_jvp, ws);
+    free(pc);
+    free(pg);
+    free(pg2);
+    free(ac);
+    free(ag);
+    free(ag2);
+    free(sc_);
+    free(sg);
+    free(sg2);
+    case_inputs_free(&in);
+}
+
+/* ---- the interventions ------------------------------------------------------- */
+
+static int iv_affordable(const shape_case *c)
+{
+    return (double)c->H * (double)c->T * (double)c->T * (double)c->d_c <= 3e9;
+}
+
+static int items_close(const qmla_iv_item *a, const qmla_iv_item *b, const double *ra,
+                       const double *rb, size_t nr, const char *what)
+{
+    int ok = a->degenerate == b->degenerate && a->seed == b->seed;
+    if (!ok)
+        fprintf(stderr, "  iv %s: degenerate %d/%d\n", what, a->degenerate, b->degenerate);
+    if (a->degenerate || b->degenerate)
+        return ok;
+    for (int p = 0; p < 2; p++)
+        if (!near_op(a->g_jvp[p], b->g_jvp[p]) || !near_op(a->r_finite[p], b->r_finite[p])) {
+            fprintf(stderr, "  iv %s path %d: g_jvp %.9g/%.9g r_finite %.9g/%.9g\n", what, p,
+                    a->g_jvp[p], b->g_jvp[p], a->r_finite[p], b->r_finite[p]);
+            ok = 0;
+        }
+    if (!near_op(a->r_joint, b->r_joint)) {
+        fprintf(stderr, "  iv %s: r_joint %.9g/%.9g\n", what, a->r_joint, b->r_joint);
+        ok = 0;
+    }
+    /* the cross term on its scale NMSE_out,C + NMSE_out,P */
+    if (fabs(a->cross_rel - b->cross_rel) > RTOL) {
+        fprintf(stderr, "  iv %s: cross_rel %.9g/%.9g\n", what, a->cross_rel, b->cross_rel);
+        ok = 0;
+    }
+    for (size_t k = 0; k < nr; k++)
+        if (isnan(ra[k]) && isnan(rb[k]) && a->g_jvp[k / (nr / 2)] == 0.0 &&
+            b->g_jvp[k / (nr / 2)] == 0.0)
+            continue; /* 0/0 on both: the path has no local gain (T = 1, RoPE) */
+        else if (!near_op(ra[k], rb[k])) {
+            fprintf(stderr, "  iv %s: ratio %zu %.9g/%.9g\n", what, k, ra[k], rb[k]);
+            ok = 0;
+        }
+    return ok;
+}
+
+static void run_iv_case(const shape_case *c)
+{
+    case_inputs in;
+    case_inputs_make(c, &in);
+    const qmla_mla_dims d = in.d;
+    const size_t T = c->T, reps = 3, nr = 2 * QMLA_N_CTRL * reps;
+    qmla_sweep_params p = qmla_sweep_defaults();
+    p.quant.group = 16;
+    const qmla_exec ex = qmla_exec_cpu(16);
+    qmla_error err;
+    qmla_error_clear(&err);
+    const qmla_iv_ops *cpu = qmla_engine_iv(qmla_engine_cpu()), *gpu = qmla_engine_iv(cuda);
+    CHECK(gpu != cpu, "iv: the cuda engine has its own interventions table");
+    qmla_iv_item ic, ig, ig2;
+    memset(&ic, 0, sizeof ic);
+    memset(&ig, 0, sizeof ig);
+    memset(&ig2, 0, sizeof ig2);
+    double rc_[2 * QMLA_N_CTRL * 3], rg_[2 * QMLA_N_CTRL * 3], rg2_[2 * QMLA_N_CTRL * 3];
+    void *wc = NULL, *wg = NULL;
+    qmla_cuda_engine_set_tile(c->tile);
+    int st = cpu->ws_alloc(&d, T, 16, &wc, &err);
+    CHECK_OK(st, err);
+    const int rc = st ? st : cpu->sequence(&ex, &d, T, &in.w, in.qn, in.qr, in.C, in.K, &p, reps,
+                                           77, wc, &ic, rc_, &err);
+    st = gpu->ws_alloc(&d, T, 8, &wg, &err);
+    CHECK_OK(st, err);
+    const int rg = st ? st : gpu->sequence(&ex, &d, T, &in.w, in.qn, in.qr, in.C, in.K, &p, reps,
+                                           77, wg, &ig, rg_, &err);
+    const int rg2 = st ? st : gpu->sequence(&ex, &d, T, &in.w, in.qn, in.qr, in.C, in.K, &p,
+                                            reps, 77, wg, &ig2, rg2_, &err);
+    if (c->kind == 2) {
+        CHECK(rc == QMLA_ENONFINITE && rg == QMLA_ENONFINITE,
+              "iv %s: a float32 overflow is refused by both engines (cpu %d, cuda %d: %s)",
+              c->name, rc, rg, err.msg);
+    } else {
+        CHECK(rc == QMLA_OK && rg == QMLA_OK && rg2 == QMLA_OK,
+              "iv %s: both engines run (cpu %d, cuda %d: %s)", c->name, rc, rg, err.msg);
+        if (rc == QMLA_OK && rg == QMLA_OK) {
+            CHECK(items_close(&ic, &ig, rc_, rg_, nr, c->name),
+                  "iv %s: gains, responses, joint path and control ratios within %g of cpu",
+                  c->name, RTOL);
+            CHECK(!memcmp(&ig, &ig2, sizeof ig) && !memcmp(rg_, rg2_, sizeof rg_),
+                  "iv %s: cuda bit-identical run after run", c->name);
+            CHECK(c->kind == 1 ? ig.degenerate : (!ig.degenerate && ig.g_jvp[0] > 0.0),
+                  "iv %s: %s", c->name,
+                  c->kind == 1 ? "constant content cache: the item degenerate"
+                               : "the item measured");
+        }
+    }
+    if (wg)
+        gpu->ws_free(wg);
+    if (wc)
+        cpu->ws_free(wc);
+    qmla_cuda_engine_set_tile(0);
+    printf("  iv %-25s H %3zu T %4zu  cpu r_joint %.6g cuda %.6g\n", c->name, c->H, T,
+           ic.r_joint, ig.r_joint);
+    case_inputs_free(&in);
+}
+
+/* The string attribute `name` of object `obj` of an HDF5 file into out
+ * ("" when absent), through the library's reader. */
+static void attr_string(const char *path, const char *obj, const char *name, char *out,
+                        size_t len)
+{
+    out[0] = 0;
+    qmla_error err;
+    qmla_error_clear(&err);
+    const qmla_h5_ctx v = {path, H5P_DEFAULT, &err};
+    const hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    const hid_t o = f < 0 ? -1 : H5Oopen(f, obj, H5P_DEFAULT);
+    char *str = NULL;
+    if (o >= 0 && qmla_h5_read_attr_str(&v, o, obj, name, 0, &str) == QMLA_OK && str)
+        snprintf(out, len, "%s", str);
+    free(str);
+    if (o >= 0)
+        H5Oclose(o);
+    if (f >= 0)
+        H5Fclose(f);
+}
+
+/* The capture at path, or NULL (a failed check); *err cleared for the
+ * caller's use. */
+static qmla_capture *open_capture(const char *path, qmla_error *err)
+{
+    qmla_capture *cap = NULL;
+    qmla_error_clear(err);
+    const int st = qmla_capture_open(path, &cap, err);
+    CHECK_OK(st, *err);
+    qmla_error_clear(err);
+    return st ? NULL : cap;
+}
+
+/* The group of a results file names the engine (and, for cuda, its device). */
+static void check_group_engine(const char *path, const char *group, int is_cuda,
+                               const char *tag)
+{
+    char e[64], dev[320];
+    attr_string(path, group, "engine", e, sizeof e);
+    attr_string(path, group, "engine_device", dev, sizeof dev);
+    if (is_cuda)
+        CHECK(!strcmp(e, "cuda") && !strcmp(dev, qmla_engine_device(cuda)),
+              "%s: %s of the cuda engine names it and its device (%s, %s)", tag, group, e, dev);
+    else
+        CHECK(!strcmp(e, "cpu") && !dev[0], "%s: %s of the cpu engine (%s, no device)", tag,
+              group, e);
+}
+
+/* qmla_op_run_points with each engine; points compared. */
+static void test_op_run(const char *capture, const char *tag, int pred)
+{
+    qmla_error err;
+    qmla_capture *cap = open_capture(capture, &err);
+    if (!cap)
+        return;
+    int st = QMLA_OK;
+    qmla_op_config conf[QMLA_OP_CONFIGS_MAX];
+    size_t nconf = 0;
+    const int bits[2] = {3, 4};
+    qmla_op_configs(pred, bits, 2, 64, 1e-3, conf, &nconf);
+    qmla_op_point *pts[2] = {NULL, NULL};
+    size_t n[2] = {0, 0};
+    qmla_op_stats sts[2];
+    for (int k = 0; k < 2; k++) {
+        qmla_op_opts o;
+        memset(&o, 0, sizeof o);
+        o.conf = conf;
+        o.nconf = nconf;
+        o.sensitivities = pred;
+        o.threads = 8;
+        o.force = 1;
+        o.engine = k ? cuda : qmla_engine_cpu();
+        char name[64];
+        snprintf(name, sizeof name, "%s-op%d-%s.h5", tag, pred, k ? "cuda" : "cpu");
+        int stopped = 0;
+        st = qmla_op_run_points(cap, NULL, &o, check_path(name), &sts[k], &pts[k], &n[k],
+                                &stopped, &err);
+        CHECK_OK(st, err);
+        if (!st)
+            check_group_engine(check_path(name), pred ? "predict" : "jvp", k, tag);
+    }
+    if (pts[0] && pts[1]) {
+        CHECK(n[0] == n[1] && n[0] > 0, "%s %s: same points (%zu, %zu)", tag,
+              pred ? "predict" : "jvp", n[0], n[1]);
+        CHECK(n[0] == n[1] && points_close(pts[0], pts[1], n[0], tag),
+              "%s %s: every point of the cuda engine within %g of the cpu's", tag,
+              pred ? "predict" : "jvp", RTOL);
+        CHECK(near_op(sts[0].spearman_jvp_vs_finite, sts[1].spearman_jvp_vs_finite) &&
+                  (!pred || (near_op(sts[0].mae_log_ratio_operator_allocation,
+                                     sts[1].mae_log_ratio_operator_allocation) &&
+                             near_op(sts[0].median_abs_log_error, sts[1].median_abs_log_error))),
+              "%s %s: the statistics agree (Spearman %.6g/%.6g)", tag, pred ? "predict" : "jvp",
+              sts[0].spearman_jvp_vs_finite, sts[1].spearman_jvp_vs_finite);
+    }
+    free(pts[0]);
+    free(pts[1]);
+    qmla_capture_close(cap);
+}
+
+/* qmla_intervene_run with each engine; statistics compared. */
+static void test_iv_run(const char *capture, const char *tag)
+{
+    qmla_error err;
+    qmla_capture *cap = open_capture(capture, &err);
+    if (!cap)
+        return;
+    int st = QMLA_OK;
+    qmla_iv_stats s[2];
+    memset(s, 0, sizeof s);
+    int ran = 0;
+    for (int k = 0; k < 2; k++) {
+        qmla_iv_opts o;
+        memset(&o, 0, sizeof o);
+        o.params = qmla_sweep_defaults();
+        o.reps = 4;
+        o.seed = 5;
+        o.bootstrap = 200;
+        o.threads = 8;
+        o.force = 1;
+        o.engine = k ? cuda : qmla_engine_cpu();
+        char name[64];
+        snprintf(name, sizeof name, "%s-iv-%s.h5", tag, k ? "cuda" : "cpu");
+        int stopped = 0;
+        st = qmla_intervene_run(cap, NULL, &o, check_path(name), &s[k], &stopped, &err);
+        CHECK_OK(st, err);
+        if (!st) {
+            ran++;
+            check_group_engine(check_path(name), "interventions", k, tag);
+        }
+    }
+    if (ran == 2) {
+        int ok = s[0].n_items == s[1].n_items && s[0].n_items > 0;
+        for (int c = 0; c < 3; c++)
+            for (int p = 0; p < 2; p++)
+                ok = ok && near_op(s[0].gmean[c][p], s[1].gmean[c][p]) &&
+                     near_op(s[0].median[c][p], s[1].median[c][p]);
+        ok = ok && near_op(s[0].mean_r_joint, s[1].mean_r_joint) &&
+             near_op(s[0].mean_r_content, s[1].mean_r_content) &&
+             near_op(s[0].mean_r_rope, s[1].mean_r_rope) &&
+             fabs(s[0].mean_cross_rel - s[1].mean_cross_rel) <= RTOL;
+        CHECK(ok, "%s interventions: %zu items, geometric means, medians and joint means of "
+              "the cuda engine within %g of the cpu's (sign/content %.6g/%.6g)", tag,
+              s[1].n_items, RTOL, s[0].gmean[0][0], s[1].gmean[0][0]);
+    }
+    qmla_capture_close(cap);
 }
 
 /* One workspace over two "layers" whose weights sit at the same host
@@ -297,13 +775,11 @@ static void test_qdq(void)
 /* qmla_sweep_run on capture with each engine; rows compared. */
 static void test_run(const char *capture, const char *tag)
 {
-    qmla_capture *cap = NULL;
     qmla_error err;
-    qmla_error_clear(&err);
-    int st = qmla_capture_open(capture, &cap, &err);
-    CHECK_OK(st, err);
-    if (st)
+    qmla_capture *cap = open_capture(capture, &err);
+    if (!cap)
         return;
+    int st = QMLA_OK;
     qmla_response *r[2] = {NULL, NULL};
     size_t n[2] = {0, 0};
     for (int k = 0; k < 2; k++) {
@@ -369,6 +845,14 @@ int main(void)
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
         if (!(is_small && cases[k].big) && !(is_tiny && cases[k].H * cases[k].T > 64))
             run_case(&cases[k]);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        if (!(is_small && cases[k].big) && !(is_tiny && cases[k].H * cases[k].T > 64) &&
+            op_affordable(&cases[k]))
+            run_op_case(&cases[k]);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        if (!(is_small && cases[k].big) && !(is_tiny && cases[k].H * cases[k].T > 64) &&
+            iv_affordable(&cases[k]))
+            run_iv_case(&cases[k]);
     test_layer_begin();
     test_qdq();
     if (is_tiny)
@@ -377,6 +861,8 @@ int main(void)
     char def[1024];
     snprintf(def, sizeof def, "%s/data/tiny-mla-default.h5", root ? root : ".");
     test_run(def, "default");
+    test_op_run(def, "default", 1);
+    test_iv_run(def, "default");
     {
         qmla_synth_opts so;
         memset(&so, 0, sizeof so);
@@ -389,9 +875,13 @@ int main(void)
         so.threads = 2;
         const int st = qmla_synth_write(check_path("v2lite.h5"), &so, &err);
         CHECK_OK(st, err);
-        if (!st)
+        if (!st) {
             test_run(check_path("v2lite.h5"), "v2-lite synth");
+            test_op_run(check_path("v2lite.h5"), "v2-lite synth", 0);
+        }
     }
     printf("largest relative difference cuda vs cpu: %.3g (tolerance %g)\n", worst, RTOL);
+    printf("largest relative difference cuda vs cpu, operator and interventions: %.3g "
+           "(tolerance %g)\n", worst_op, RTOL);
     return check_summary("test_engine_cuda");
 }
