@@ -813,6 +813,8 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
             if (!w->sc_moe)
                 continue;
         }
+        if (st)
+            break;
         /* MoE block: router, (bias), routed experts, shared experts;
          * LongcatFlash's router over the routed and the zero experts, its
          * correction bias always there */
@@ -828,6 +830,9 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
             st = qmla_error_set(err, QMLA_EFORMAT, "tensor %s: found in a %s checkpoint, "
                                 "whose softmax gate has no correction bias: expected none",
                                 nm, c->arch);
+        if (st && lc)
+            qmla_error_prefix(err, "LongcatFlash block %zu: the router over n_routed_experts "
+                              "%zu + zero_expert_num %zu experts: ", l / 2, E, mo->n_zero);
         if (!st && (!(w->eg = calloc(E, sizeof *w->eg)) || !(w->eu = calloc(E, sizeof *w->eu)) ||
                     !(w->ed = calloc(E, sizeof *w->ed))))
             st = qmla_error_set(err, QMLA_ENOMEM, "experts of layer %zu", l);
