@@ -1,5 +1,6 @@
 /* lib/engine/config.c — config.json of a transformers checkpoint (jansson)
- * -> qmla_model_config: the architecture (DeepseekV2/V3), the dimensions,
+ * -> qmla_model_config: the architecture (DeepseekV2/V3, Glm4MoeLite,
+ * LongcatFlash), the dimensions,
  * the norms' epsilons, RoPE (its scaling type, interleaved or half pairing)
  * and the softmax scale, the MoE blocks (qmla_eng_moe) and FP8 block
  * quantization (qmla_eng_quant); what the engine does not support is
@@ -38,7 +39,16 @@
  *     aux_loss_alpha, seq_aux, ep_size, activation_scheme (the weights are
  *     dequantized, activations stay float32),
  *     head_dim / qk_head_dim (derived), torch_dtype / dtype,
- *     transformers_version. */
+ *     transformers_version.
+ *
+ * LongcatFlashForCausalLM (longcat_flash): LongcatFlashConfig's keys and
+ * defaults (parse_longcat: num_layers, ffn_hidden_size, n_routed_experts,
+ * zero_expert_num, moe_topk, expert_ffn_hidden_size, routed_scaling_factor,
+ * head_dim, qk_head_dim, q_lora_rank; the aliases intermediate_size,
+ * num_local_experts, num_experts_per_tok), refusing router_bias,
+ * zero_expert_type, mla_scale_q_lora / mla_scale_kv_lora false,
+ * attention_method and rope_interleave false by name; c->L is then the
+ * sublayer count 2 num_layers (docs/models.md). */
 #include "engine/engine_int.h"
 
 #include <errno.h>
