@@ -3,14 +3,25 @@
 # torch in its Python): the native engine on real-checkpoint families
 # against transformers' own classes (issue 20). Builds qmla (CPU only),
 # writes the random-weight checkpoints of tests/engine/make_family_ckpt.py
-# (DeepseekV2/V3, MoE and dense layers, YaRN / default / linear / llama3
-# RoPE, both pairings, F32 / BF16 / FP8), scores each with `qmla ppl
-# --config fp32`, then tests/engine/hf_family_nll.py computes
-# DeepseekV2ForCausalLM / DeepseekV3ForCausalLM's NLL of the same windows
+# (DeepseekV2/V3, Glm4MoeLite, LongcatFlash, MoE and dense layers, YaRN /
+# default / linear / llama3 RoPE, both pairings, F32 / BF16 / FP8), scores
+# each with `qmla ppl --config fp32`, then tests/engine/hf_family_nll.py
+# computes transformers' NLL of the same windows (DeepseekV2ForCausalLM,
+# DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, LongcatFlashForCausalLM)
 # and compares (1e-5 relative); last, `qmla capture` against the Python
 # capture tool (experiments/capture/qmla_capture.py, float32 on the CPU) on
-# two YaRN checkpoints, compared dataset by dataset
-# (experiments/tiny-mla/compare_captures.py). Logs in $OUT (realckpt.log).
+# three YaRN checkpoints, compared dataset by dataset
+# (experiments/tiny-mla/compare_captures.py). Not LongcatFlash by default:
+# transformers 5.17's from_pretrained refuses its checkpoints (the fused
+# experts.gate_up_proj has rows for the zero experts too, [E + Z, 2I, D],
+# the per-expert tensors give [E, 2I, D]), and the Python tool loads through
+# it (docs/evidence/h200-realckpt-longcat-2026-12-02.log);
+# hf_family_nll.py builds those by name instead. Logs in $OUT (realckpt.log).
+# QMLA_REALCKPT_FAMS="name ..." limits the run to those checkpoints (all
+# when unset), QMLA_REALCKPT_CAPS="name ..." the capture comparisons (the
+# three below when unset). The copy needs experiments/capture/qmla_capture*.py and
+# experiments/tiny-mla/compare_captures.py (scripts/device-copy.sh leaves
+# experiments/ out: copy them in).
 # Usage (device call, carry [".deb"] or the copy's .deb):
 #   bash scripts/device-realckpt.sh
 set -uo pipefail
@@ -36,17 +47,21 @@ W=/tmp/realckpt
 rm -rf $W
 "$PY" tests/engine/make_family_ckpt.py write $W || exit 1
 rc=0
+FAMS=${QMLA_REALCKPT_FAMS:-}
+want() { [ -z "$FAMS" ] || [[ " $FAMS " == *" $1 "* ]]; }
 for d in $W/*/; do
   fam=$(basename "$d")
   case $fam in *-deq) continue ;; esac
+  want "$fam" || continue
   "$QMLA" ppl "$W/$fam" --text $W/text.txt --config fp32 --context 32 --tokens 96 --threads 1 \
     -o "$W/$fam.h5" >"$W/$fam.ppl.log" 2>&1 || { echo "qmla ppl $fam failed"; cat "$W/$fam.ppl.log"; rc=1; }
   grep -h "peak resident" "$W/$fam.ppl.log" | sed "s|^|$fam: |"
 done
 echo "== transformers at ${SECONDS}s"
-"$PY" tests/engine/hf_family_nll.py $W || rc=1
+"$PY" tests/engine/hf_family_nll.py $W $FAMS || rc=1
 echo "== captures at ${SECONDS}s"
-for fam in v3-yarn-interleaved-bf16 v2-greedy-yarn-f32 v3-noaux-yarn-half-fp8; do
+for fam in ${QMLA_REALCKPT_CAPS:-v3-yarn-interleaved-bf16 v2-greedy-yarn-f32 v3-noaux-yarn-half-fp8}; do
+  want "$fam" || continue
   src=$W/$fam
   [ -d "$W/$fam-deq" ] && src=$W/$fam-deq
   "$QMLA" capture "$W/$fam" --corpus t=$W/text.txt --seqs 2 --tokens 32 --threads 1 \

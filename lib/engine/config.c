@@ -1,5 +1,6 @@
 /* lib/engine/config.c — config.json of a transformers checkpoint (jansson)
- * -> qmla_model_config: the architecture (DeepseekV2/V3), the dimensions,
+ * -> qmla_model_config: the architecture (DeepseekV2/V3, Glm4MoeLite,
+ * LongcatFlash), the dimensions,
  * the norms' epsilons, RoPE (its scaling type, interleaved or half pairing)
  * and the softmax scale, the MoE blocks (qmla_eng_moe) and FP8 block
  * quantization (qmla_eng_quant); what the engine does not support is
@@ -38,7 +39,16 @@
  *     aux_loss_alpha, seq_aux, ep_size, activation_scheme (the weights are
  *     dequantized, activations stay float32),
  *     head_dim / qk_head_dim (derived), torch_dtype / dtype,
- *     transformers_version. */
+ *     transformers_version.
+ *
+ * LongcatFlashForCausalLM (longcat_flash): LongcatFlashConfig's keys and
+ * defaults (parse_longcat: num_layers, ffn_hidden_size, n_routed_experts,
+ * zero_expert_num, moe_topk, expert_ffn_hidden_size, routed_scaling_factor,
+ * head_dim, qk_head_dim, q_lora_rank; the aliases intermediate_size,
+ * num_local_experts, num_experts_per_tok), refusing router_bias,
+ * zero_expert_type, mla_scale_q_lora / mla_scale_kv_lora false,
+ * attention_method and rope_interleave false by name; c->L is then the
+ * sublayer count 2 num_layers (docs/models.md). */
 #include "engine/engine_int.h"
 
 #include <errno.h>
@@ -259,13 +269,181 @@ void qmla_eng_rope_inv_freq(const qmla_model_config *c, const qmla_eng_rope *r, 
     }
 }
 
+void qmla_eng_tensor_name(const qmla_eng_family *f, size_t l, const char *sfx, char *out,
+                          size_t n)
+{
+    if (!f || !f->longcat) {
+        snprintf(out, n, "model.layers.%zu.%s", l, sfx);
+        return;
+    }
+    const size_t b = l / 2, s = l % 2;
+    static const char *const per_sub[] = {"self_attn.", "input_layernorm.",
+                                          "post_attention_layernorm."};
+    for (size_t k = 0; k < sizeof per_sub / sizeof per_sub[0]; k++) {
+        const size_t len = strlen(per_sub[k]);
+        if (!strncmp(sfx, per_sub[k], len)) {
+            snprintf(out, n, "model.layers.%zu.%.*s%zu.%s", b, (int)len, sfx, s, sfx + len);
+            return;
+        }
+    }
+    if (!strcmp(sfx, "mlp.gate_proj.weight") || !strcmp(sfx, "mlp.up_proj.weight") ||
+        !strcmp(sfx, "mlp.down_proj.weight")) {
+        snprintf(out, n, "model.layers.%zu.mlps.%zu.%s", b, s, sfx + 4);
+        return;
+    }
+    snprintf(out, n, "model.layers.%zu.%s", b, sfx);
+}
+
+/* An integer key of LongcatFlashConfig with its default (absent or null:
+ * dflt) and, where transformers' attribute_map gives it a second name,
+ * that name, which must agree when both are present. */
+static int lc_size(json_t *j, const char *path, const char *key, const char *alias,
+                   size_t dflt, size_t *v, qmla_error *err)
+{
+    int st = get_size(j, path, key, v, 0, err);
+    if (st)
+        return st;
+    json_t *x = json_object_get(j, key);
+    const int have = x && !json_is_null(x);
+    if (!have)
+        *v = dflt;
+    json_t *a = alias ? json_object_get(j, alias) : NULL;
+    if (a && !json_is_null(a)) {
+        size_t av = 0;
+        if ((st = get_size(j, path, alias, &av, 0, err)))
+            return st;
+        if (have && av != *v)
+            return qmla_error_set(err, QMLA_EFORMAT, "%s: keys \"%s\" and \"%s\" (the same "
+                                  "value in LongcatFlashConfig): expected equal values, found "
+                                  "%zu and %zu", path, key, alias, *v, av);
+        *v = av;
+    }
+    return QMLA_OK;
+}
+
+/* LongcatFlash (transformers' LongcatFlashConfig / modeling_longcat_flash):
+ * num_layers blocks, each two MLA sublayers (engine layers 2l, 2l + 1)
+ * with their dense MLPs of ffn_hidden_size and one MoE block fed from
+ * sublayer 0's post-attention norm, added after sublayer 1 (the shortcut);
+ * the router: softmax over n_routed_experts + zero_expert_num logits, top
+ * moe_topk of the scores + e_score_correction_bias, weights the scores of
+ * the chosen times routed_scaling_factor (no renormalisation); experts
+ * from n_routed_experts on are the identity. Queries times (D /
+ * q_lora_rank)^1/2, the cached latent times (D / kv_lora_rank)^1/2;
+ * interleaved RoPE pairs. c->L is 2 num_layers on return. */
+static int parse_longcat(json_t *j, const char *path, qmla_model_config *c,
+                         qmla_eng_moe *moe, qmla_eng_family *fam, qmla_error *err)
+{
+    int st;
+    size_t nb = 0, nh = 0, hd = 0, qkh = 0;
+    fam->longcat = 1;
+    if ((st = lc_size(j, path, "num_layers", NULL, 28, &nb, err)) ||
+        (st = get_size(j, path, "num_hidden_layers", &nh, 0, err)) ||
+        (st = lc_size(j, path, "ffn_hidden_size", "intermediate_size", 12288, &c->n_inter,
+                      err)) ||
+        (st = lc_size(j, path, "n_routed_experts", "num_local_experts", 512, &moe->n_routed,
+                      err)) ||
+        (st = lc_size(j, path, "zero_expert_num", NULL, 256, &moe->n_zero, err)) ||
+        (st = lc_size(j, path, "moe_topk", "num_experts_per_tok", 12, &moe->top_k, err)) ||
+        (st = lc_size(j, path, "expert_ffn_hidden_size", NULL, 2048, &moe->inter, err)) ||
+        (st = lc_size(j, path, "head_dim", NULL, 64, &hd, err)) ||
+        (st = get_size(j, path, "qk_head_dim", &qkh, 0, err)) ||
+        (st = get_num(j, path, "routed_scaling_factor", 6.0, &moe->scale, NULL, err)))
+        return st;
+    /* zero_expert_num null: none (transformers: `zero_expert_num or 0`) */
+    json_t *zx = json_object_get(j, "zero_expert_num");
+    if (zx && json_is_null(zx))
+        moe->n_zero = 0;
+    if (!nb || nb > 2048)
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: key \"num_layers\": expected 1 to 2048 "
+                              "blocks, found %zu", path, nb);
+    /* transformers overwrites num_hidden_layers with 2 num_layers (the
+     * sublayers); a config that says otherwise was made for another layout */
+    if (nh && nh != 2 * nb)
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: key \"num_hidden_layers\": expected 2 x "
+                              "num_layers = %zu (LongcatFlash's MLA sublayers), found %zu",
+                              path, 2 * nb, nh);
+    fam->n_blocks = nb;
+    c->L = 2 * nb;
+    if (!c->n_inter)
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: key \"ffn_hidden_size\": expected a "
+                              "positive width, found 0", path);
+    if (!moe->n_routed || !moe->inter || !moe->top_k ||
+        moe->top_k > moe->n_routed + moe->n_zero)
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: keys \"n_routed_experts\", "
+                              "\"expert_ffn_hidden_size\" and \"moe_topk\": expected at least "
+                              "one routed expert, a positive width and 1 <= moe_topk <= "
+                              "n_routed_experts + zero_expert_num = %zu, found %zu, %zu and "
+                              "%zu", path, moe->n_routed + moe->n_zero, moe->n_routed,
+                              moe->inter, moe->top_k);
+    if (hd != c->d_r)
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: key \"head_dim\": expected "
+                              "qk_rope_head_dim = %zu (LongcatFlash's rotary embedding has "
+                              "head_dim / 2 frequencies; transformers' default is 64), found %zu",
+                              path, c->d_r, hd);
+    if (qkh && qkh != c->d_n + c->d_r)
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: key \"qk_head_dim\": expected "
+                              "qk_nope_head_dim + qk_rope_head_dim = %zu, found %zu", path,
+                              c->d_n + c->d_r, qkh);
+    /* transformers' attention always runs the query LoRA (default 1536) */
+    json_t *ql = json_object_get(j, "q_lora_rank");
+    if (!ql)
+        c->q_lora_rank = 1536;
+    else if (json_is_null(ql) || !c->q_lora_rank)
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: key \"q_lora_rank\": expected a positive "
+                              "rank (LongcatFlash's queries always go through q_a_proj, "
+                              "q_a_layernorm and q_b_proj), found %s", path,
+                              json_is_null(ql) ? "null" : "0");
+    /* what the engine (and transformers' LongcatFlash) does not compute */
+    const char *zt = json_string_value(json_object_get(j, "zero_expert_type"));
+    json_t *ztj = json_object_get(j, "zero_expert_type");
+    if (ztj && !json_is_null(ztj) && (!zt || strcmp(zt, "identity")))
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: key \"zero_expert_type\": expected "
+                              "\"identity\" (zero-computation experts return their input), "
+                              "found %s%s%s", path, zt ? "\"" : "", zt ? zt : "another type",
+                              zt ? "\"" : "");
+    json_t *rb = json_object_get(j, "router_bias");
+    if (rb && !json_is_null(rb) && !json_is_false(rb))
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: key \"router_bias\": expected false (a "
+                              "bias in the router's classifier is not supported), found %s",
+                              path, json_is_true(rb) ? "true" : "another value");
+    static const char *const scales[] = {"mla_scale_q_lora", "mla_scale_kv_lora"};
+    for (size_t k = 0; k < 2; k++) {
+        json_t *x = json_object_get(j, scales[k]);
+        if (x && !json_is_null(x) && !json_is_true(x))
+            return qmla_error_set(err, QMLA_EFORMAT, "%s: key \"%s\": expected true "
+                                  "(transformers' LongcatFlash always applies the scale), "
+                                  "found %s", path, scales[k],
+                                  json_is_false(x) ? "false" : "another value");
+    }
+    const char *am = json_string_value(json_object_get(j, "attention_method"));
+    json_t *amj = json_object_get(j, "attention_method");
+    if (amj && !json_is_null(amj) && (!am || strcmp(am, "MLA")))
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: key \"attention_method\": expected "
+                              "\"MLA\", found %s%s%s", path, am ? "\"" : "",
+                              am ? am : "another type", am ? "\"" : "");
+    if (json_is_false(json_object_get(j, "rope_interleave")))
+        return qmla_error_set(err, QMLA_EFORMAT, "%s: key \"rope_interleave\": false: "
+                              "LongcatFlash pairs RoPE channels interleaved: expected true or "
+                              "no key", path);
+    fam->q_scale = sqrt((double)c->D / (double)c->q_lora_rank);
+    fam->kv_scale = sqrt((double)c->D / (double)c->d_c);
+    moe->first_dense = 0;
+    moe->method = QMLA_ENG_TOPK_GREEDY;
+    moe->sigmoid = 0;
+    moe->norm_topk = 0;
+    return QMLA_OK;
+}
+
 int qmla_eng_parse_config(const char *dir, qmla_model_config *c, qmla_eng_rope *rope,
-                          qmla_eng_moe *moe, qmla_eng_quant *quant, size_t *n_mtp,
-                          qmla_error *err)
+                          qmla_eng_moe *moe, qmla_eng_quant *quant, qmla_eng_family *fam,
+                          size_t *n_mtp, qmla_error *err)
 {
     size_t fd0 = 0, nr0 = 0, *first_dense = &fd0, *n_routed = &nr0;
     memset(moe, 0, sizeof *moe);
     memset(quant, 0, sizeof *quant);
+    memset(fam, 0, sizeof *fam);
+    fam->q_scale = fam->kv_scale = 1.0;
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     json_t *j = qmla_eng_load_json(path, err);
@@ -283,23 +461,26 @@ int qmla_eng_parse_config(const char *dir, qmla_model_config *c, qmla_eng_rope *
     snprintf(c->arch, sizeof c->arch, "%s", json_string_value(arch));
     /* Glm4MoeLite (GLM-4.7-Flash): DeepseekV3's attention and router, its
      * MoE layers named by mlp_layer_types */
-    int v3 = 0, glm = 0;
+    int v3 = 0, glm = 0, lc = 0;
     if (!strcmp(c->arch, "DeepseekV3ForCausalLM"))
         v3 = 1;
     else if (!strcmp(c->arch, "Glm4MoeLiteForCausalLM"))
         v3 = glm = 1;
+    else if (!strcmp(c->arch, "LongcatFlashForCausalLM"))
+        lc = 1;
     else if (strcmp(c->arch, "DeepseekV2ForCausalLM")) {
         st = qmla_error_set(err, QMLA_EFORMAT, "%s: architecture %s (model_type %s) is not "
                             "supported: expected DeepseekV2ForCausalLM, "
-                            "DeepseekV3ForCausalLM or Glm4MoeLiteForCausalLM", path, c->arch,
-                            mt ? mt : "?");
+                            "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM or "
+                            "LongcatFlashForCausalLM", path, c->arch, mt ? mt : "?");
         goto out;
     }
     /* transformers builds the model of model_type (AutoConfig), the
      * architecture names the head: the two must agree (a deepseek_v3 config
      * under DeepseekV2ForCausalLM was run as V2) */
     json_t *mtj = json_object_get(j, "model_type");
-    const char *want_mt = glm ? "glm4_moe_lite" : v3 ? "deepseek_v3" : "deepseek_v2";
+    const char *want_mt = lc ? "longcat_flash" : glm ? "glm4_moe_lite" : v3 ? "deepseek_v3"
+                                                                             : "deepseek_v2";
     /* Kimi-K2 names its DeepseekV3 model model_type "kimi_k2" */
     if (mtj && !json_is_null(mtj) && (!mt || (strcmp(mt, want_mt) &&
                                              !(v3 && !glm && !strcmp(mt, "kimi_k2"))))) {
@@ -317,10 +498,10 @@ int qmla_eng_parse_config(const char *dir, qmla_model_config *c, qmla_eng_rope *
     size_t nkv = 0, bos = 0;
     if ((st = get_size(j, path, "vocab_size", &c->V, 1, err)) ||
         (st = get_size(j, path, "hidden_size", &c->D, 1, err)) ||
-        (st = get_size(j, path, "num_hidden_layers", &c->L, 1, err)) ||
+        (!lc && (st = get_size(j, path, "num_hidden_layers", &c->L, 1, err))) ||
         (st = get_size(j, path, "num_attention_heads", &c->H, 1, err)) ||
         (st = get_size(j, path, "num_key_value_heads", &nkv, 0, err)) ||
-        (st = get_size(j, path, "intermediate_size", &c->n_inter, 1, err)) ||
+        (!lc && (st = get_size(j, path, "intermediate_size", &c->n_inter, 1, err))) ||
         (st = get_size(j, path, "q_lora_rank", &c->q_lora_rank, 0, err)) ||
         (st = get_size(j, path, "kv_lora_rank", &c->d_c, 1, err)) ||
         (st = get_size(j, path, "qk_nope_head_dim", &c->d_n, 1, err)) ||
@@ -328,8 +509,8 @@ int qmla_eng_parse_config(const char *dir, qmla_model_config *c, qmla_eng_rope *
         (st = get_size(j, path, "v_head_dim", &c->d_v, 1, err)) ||
         (st = get_size(j, path, "max_position_embeddings", &c->max_pos, 1, err)) ||
         (st = get_size(j, path, "bos_token_id", &bos, 1, err)) ||
-        (st = get_size(j, path, "first_k_dense_replace", first_dense, 0, err)) ||
-        (st = get_size(j, path, "n_routed_experts", n_routed, 0, err)) ||
+        (!lc && (st = get_size(j, path, "first_k_dense_replace", first_dense, 0, err))) ||
+        (!lc && (st = get_size(j, path, "n_routed_experts", n_routed, 0, err))) ||
         (st = get_size(j, path, "num_nextn_predict_layers", n_mtp, 0, err)))
         goto out;
     if (bos >= c->V) {
@@ -338,6 +519,8 @@ int qmla_eng_parse_config(const char *dir, qmla_model_config *c, qmla_eng_rope *
         goto out;
     }
     c->bos = (int)bos;
+    if (lc && (c->d_r & 1) == 0 && c->d_r && (st = parse_longcat(j, path, c, moe, fam, err)))
+        goto out;
     if (!c->V || !c->D || !c->L || !c->H || !c->d_c || !c->d_n || !c->d_v ||
         !c->d_r || (c->d_r & 1)) {
         st = qmla_error_set(err, QMLA_EFORMAT, "%s: zero dimension or odd "
@@ -351,6 +534,8 @@ int qmla_eng_parse_config(const char *dir, qmla_model_config *c, qmla_eng_rope *
         *first_dense = v3 ? 3 : 0;
     if (!json_is_integer(json_object_get(j, "n_routed_experts")))
         *n_routed = glm ? 64 : v3 ? 256 : 64;
+    if (lc) /* its MoE block is parse_longcat's */
+        *n_routed = 0;
     size_t n_sparse = 0;
     if (glm) {
         /* mlp_layer_types: "dense" / "sparse" per layer, default dense then
@@ -555,7 +740,7 @@ int qmla_eng_parse_config(const char *dir, qmla_model_config *c, qmla_eng_rope *
         goto out;
     }
     json_t *eps = json_object_get(j, "rms_norm_eps");
-    c->eps = json_is_number(eps) ? json_number_value(eps) : 1e-6;
+    c->eps = json_is_number(eps) ? json_number_value(eps) : lc ? 1e-5 : 1e-6;
     if ((eps && !json_is_null(eps) && !json_is_number(eps)) || !(c->eps >= 0.0)) {
         st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"rms_norm_eps\": expected a "
                             "non-negative number, found %s", path,
@@ -572,7 +757,8 @@ int qmla_eng_parse_config(const char *dir, qmla_model_config *c, qmla_eng_rope *
         theta = json_object_get(rp, "rope_theta");
     if ((st = parse_rope(j, rp, path, c, v3, rope, err)))
         goto out;
-    c->rope_theta = json_is_number(theta) ? json_number_value(theta) : 10000.0;
+    /* transformers' defaults: LongcatFlash 1e7, the others 1e4 */
+    c->rope_theta = json_is_number(theta) ? json_number_value(theta) : lc ? 1e7 : 10000.0;
     if (!(c->rope_theta > 0.0)) {
         st = qmla_error_set(err, QMLA_EFORMAT, "%s: key \"rope_theta\": expected a positive "
                             "number, found %g", path, c->rope_theta);

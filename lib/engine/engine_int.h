@@ -60,6 +60,11 @@ typedef struct layer_w {
      * [0, E): eg[e], eu[e] [I_moe, D], ed[e] [D, I_moe]; the shared experts
      * as one MLP of width I_moe * n_shared (sg, su, sd when has_shared) */
     int moe, has_shared;
+    /* LongcatFlash (sublayer pairs 2l, 2l + 1 of block l): sc_moe on sublayer
+     * 0, whose post-attention norm also feeds the block's MoE (router
+     * mlp.router.classifier.weight [E + n_zero, D]); its output is held and
+     * added after sublayer 1's MLP (sc_add). Both keep their dense MLP. */
+    int sc_moe, sc_add;
     float *router, *router_bias;
     qmla_eng_wt *eg, *eu, *ed;
     qmla_eng_wt sg, su, sd;
@@ -103,9 +108,18 @@ typedef struct qmla_eng_moe {
     int sigmoid;         /* scoring: 0 softmax (V2), 1 sigmoid (V3) */
     int norm_topk;       /* V3: weights / their sum */
     double scale;        /* routed_scaling_factor */
+    size_t n_zero;       /* LongcatFlash: zero-computation (identity) experts E..E+n_zero-1 */
     unsigned char *sparse; /* Glm4MoeLite: per layer 1 = MoE (mlp_layer_types); NULL:
                               the layers from first_dense on (owned) */
 } qmla_eng_moe;
+
+/* What a family changes beyond the dimensions (config.c). */
+typedef struct qmla_eng_family {
+    int longcat;         /* LongcatFlashForCausalLM: two MLA sublayers per block */
+    size_t n_blocks;     /* its num_layers (engine layers 2 num_layers) */
+    double q_scale;      /* queries times (D / q_lora_rank)^1/2 (mla_scale_q_lora); 1 otherwise */
+    double kv_scale;     /* the cached latent times (D / kv_lora_rank)^1/2 (mla_scale_kv_lora) */
+} qmla_eng_family;
 
 /* FP8 block-quantized weights (quantization_config quant_method "fp8"). */
 typedef struct qmla_eng_quant {
@@ -124,6 +138,7 @@ struct qmla_model {
     qmla_eng_rope rope;
     qmla_eng_moe moe;
     qmla_eng_quant quant;
+    qmla_eng_family fam;
     size_t n_moe_layers;
     size_t wt_max;          /* floats of the largest qmla_eng_wt (the workspace) */
     void **maps;            /* the safetensors files, memory-mapped */
@@ -136,8 +151,17 @@ struct qmla_model {
 json_t *qmla_eng_load_json(const char *path, qmla_error *err);
 /* dir/config.json -> c, with the keys that only decide what is refused. */
 int qmla_eng_parse_config(const char *dir, qmla_model_config *c, qmla_eng_rope *rope,
-                          qmla_eng_moe *moe, qmla_eng_quant *quant, size_t *n_mtp,
-                          qmla_error *err);
+                          qmla_eng_moe *moe, qmla_eng_quant *quant, qmla_eng_family *fam,
+                          size_t *n_mtp, qmla_error *err);
+/* The checkpoint's name of engine layer l's tensor sfx, given in DeepSeek's
+ * terms ("self_attn.kv_b_proj.weight", "input_layernorm.weight",
+ * "mlp.gate_proj.weight", "mlp.experts.3.up_proj.weight"):
+ * model.layers.<l>.<sfx>; LongcatFlash: block l / 2, sublayer s = l % 2,
+ * self_attn.<s>.*, input_layernorm.<s>.weight,
+ * post_attention_layernorm.<s>.weight, mlps.<s>.{gate,up,down}_proj.weight,
+ * the block's mlp.* (router, experts) as given. */
+void qmla_eng_tensor_name(const qmla_eng_family *f, size_t l, const char *sfx, char *out,
+                          size_t n);
 /* The inverse frequencies inv[0..d_r/2) of the rope (float32, as
  * transformers computes them for positions below max_position_embeddings). */
 void qmla_eng_rope_inv_freq(const qmla_model_config *c, const qmla_eng_rope *r, float *inv);

@@ -30,6 +30,7 @@ struct qmla_model_ws {
     /* MoE blocks: scores [T, E], choice [T, k] (expert, weight), per expert
      * the rows that chose it, gathered inputs / outputs [T, D] */
     float *sc, *sc2, *tw, *xe, *ye;
+    float *sh; /* LongcatFlash: the block's MoE output, added after sublayer 1 [T, D] */
     float *wbuf; /* one MLP weight matrix converted from its stored dtype */
     int32_t *ti, *rows;
     float *rw;
@@ -45,7 +46,7 @@ void qmla_model_ws_free(qmla_model_ws *w)
                    &w->kv, &w->kr_pre, &w->C, &w->K, &w->Cq, &w->Kq, &w->q_lat,
                    &w->q_rope_t, &w->Z, &w->Z2, &w->U, &w->O, &w->Y, &w->g, &w->u,
                    &w->cos_, &w->sin_, &w->qc, &w->kc, &w->kc2, &w->vn, &w->vn2, &w->kn,
-                   &w->sc, &w->sc2, &w->tw, &w->xe, &w->ye, &w->rw, &w->wbuf};
+                   &w->sc, &w->sc2, &w->tw, &w->xe, &w->ye, &w->rw, &w->wbuf, &w->sh};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         free(*p[i]);
     prefix_free(w->pre, w->L);
@@ -65,7 +66,7 @@ int qmla_model_ws_alloc(const qmla_model *m, size_t T, qmla_model_ws **out, qmla
     const size_t H = c->H, qk = c->d_n + c->d_r;
     const qmla_eng_moe *mo = &m->moe;
     const int moe = m->n_moe_layers > 0;
-    const size_t E = moe ? mo->n_routed : 0, K = moe ? mo->top_k : 0;
+    const size_t E = moe ? mo->n_routed + mo->n_zero : 0, K = moe ? mo->top_k : 0;
     size_t NI = c->n_inter;
     if (moe && mo->inter * (mo->n_shared ? mo->n_shared : 1) > NI)
         NI = mo->inter * (mo->n_shared ? mo->n_shared : 1);
@@ -82,7 +83,8 @@ int qmla_model_ws_alloc(const qmla_model *m, size_t T, qmla_model_ws **out, qmla
         {&w->sin_, T * c->d_r / 2}, {&w->qc, H * T * qk}, {&w->kc, H * T * qk},
         {&w->kc2, H * T * qk}, {&w->vn, T * H * c->d_v}, {&w->vn2, T * H * c->d_v},
         {&w->kn, T * H * c->d_n}, {&w->sc, T * E}, {&w->sc2, T * E}, {&w->tw, T * K},
-        {&w->xe, T * c->D}, {&w->ye, T * c->D}, {&w->rw, T}, {&w->wbuf, m->wt_max}};
+        {&w->xe, T * c->D}, {&w->ye, T * c->D}, {&w->rw, T}, {&w->wbuf, m->wt_max},
+        {&w->sh, m->fam.longcat ? T * c->D : 0}};
     for (size_t i = 0; i < sizeof a / sizeof a[0]; i++)
         if (!(*a[i].p = calloc(a[i].n ? a[i].n : 1, sizeof(float)))) {
             qmla_model_ws_free(w);
@@ -225,7 +227,9 @@ static void moe_route(const qmla_model *m, const layer_w *lw, size_t n, const fl
                       qmla_model_ws *w)
 {
     const qmla_eng_moe *mo = &m->moe;
-    const size_t E = mo->n_routed, K = mo->top_k, D = m->c.D;
+    /* LongcatFlash: softmax over the routed and the zero experts, greedy
+     * choice by the scores + e_score_correction_bias */
+    const size_t E = mo->n_routed + mo->n_zero, K = mo->top_k, D = m->c.D;
     qmla_linear(n, D, E, h, lw->router, w->sc);
     for (size_t t = 0; t < n; t++) {
         float *s = w->sc + t * E, *sf = w->sc2 + t * E;
@@ -298,8 +302,10 @@ static void mlp_rows(size_t n, size_t D, size_t NI, const float *x, const qmla_e
 }
 
 /* A MoE block over rows h[0..n) -> y[0..n): each routed expert computes
- * only the rows that chose it (gathered), weighted and added per row; then
- * the shared experts over every row. */
+ * only the rows that chose it (gathered), weighted and added per row, in
+ * expert order; a zero-computation expert (LongcatFlash, e >= n_routed)
+ * adds its rows' input times their weight; then the shared experts over
+ * every row. */
 static void moe_block(const qmla_model *m, const layer_w *lw, size_t n, const float *h,
                       qmla_model_ws *w, float *y)
 {
@@ -307,7 +313,7 @@ static void moe_block(const qmla_model *m, const layer_w *lw, size_t n, const fl
     const size_t E = mo->n_routed, K = mo->top_k, D = m->c.D, NI = mo->inter;
     moe_route(m, lw, n, h, w);
     memset(y, 0, n * D * sizeof(float));
-    for (size_t e = 0; e < E; e++) {
+    for (size_t e = 0; e < E + mo->n_zero; e++) {
         size_t r = 0;
         for (size_t t = 0; t < n; t++)
             for (size_t j = 0; j < K; j++)
@@ -319,8 +325,11 @@ static void moe_block(const qmla_model *m, const layer_w *lw, size_t n, const fl
                 }
         if (!r)
             continue;
-        mlp_rows(r, D, NI, w->xe, &lw->eg[e], &lw->eu[e], &lw->ed[e], w->wbuf, w->g, w->u,
-                 w->ye);
+        if (e >= E) /* the identity */
+            memcpy(w->ye, w->xe, r * D * sizeof(float));
+        else
+            mlp_rows(r, D, NI, w->xe, &lw->eg[e], &lw->eu[e], &lw->ed[e], w->wbuf, w->g, w->u,
+                     w->ye);
         for (size_t q = 0; q < r; q++) {
             float *dst = y + (size_t)w->rows[q] * D;
             const float *src = w->ye + q * D, a = w->rw[q];
@@ -461,6 +470,11 @@ static int forward_rows(const qmla_model *m, const qmla_cache_spec *cs, qmla_mod
         } else {
             qmla_linear(n, D, H * qk, w->h + t0 * D, lw->q_proj, w->q + t0 * H * qk);
         }
+        if (m->fam.q_scale != 1.0) { /* LongcatFlash's mla_scale_q_lora */
+            const float s = (float)m->fam.q_scale;
+            for (size_t i = t0 * H * qk; i < T * H * qk; i++)
+                w->q[i] *= s;
+        }
         for (size_t h = 0; h < H; h++)
             for (size_t t = t0; t < T; t++) {
                 const float *src = w->q + (t * H + h) * qk;
@@ -478,6 +492,11 @@ static int forward_rows(const qmla_model *m, const qmla_cache_spec *cs, qmla_mod
         qmla_linear(n, D, dc + dr, w->h + t0 * D, lw->kv_a, w->kv + t0 * (dc + dr));
         rmsnorm(n, dc, c->latent_eps, w->kv + t0 * (dc + dr), dc + dr, lw->kv_a_ln,
                 w->C + t0 * dc, dc);
+        if (m->fam.kv_scale != 1.0) { /* LongcatFlash's mla_scale_kv_lora: cached so */
+            const float s = (float)m->fam.kv_scale;
+            for (size_t i = t0 * dc; i < T * dc; i++)
+                w->C[i] *= s;
+        }
         for (size_t t = t0; t < T; t++)
             memcpy(w->kr_pre + t * dr, w->kv + t * (dc + dr) + dc, dr * sizeof(float));
         qmla_rope_rotate(1, n, dr, c->pairing, w->cos_ + t0 * P2, w->sin_ + t0 * P2,
@@ -570,6 +589,9 @@ static int forward_rows(const qmla_model *m, const qmla_cache_spec *cs, qmla_mod
                 w->x[i] += w->Y[i];
             continue;
         }
+        /* LongcatFlash: sublayer 0's normed rows also feed the block's MoE */
+        if (lw->sc_moe)
+            moe_block(m, lw, n, w->h + t0 * D, w, w->sh + t0 * D);
         qmla_linear(n, D, NI, w->h + t0 * D, qmla_eng_wt_get(&lw->gate, w->wbuf),
                     w->g + t0 * NI);
         qmla_linear(n, D, NI, w->h + t0 * D, qmla_eng_wt_get(&lw->up, w->wbuf),
@@ -579,6 +601,9 @@ static int forward_rows(const qmla_model *m, const qmla_cache_spec *cs, qmla_mod
                     w->Y + t0 * D);
         for (size_t i = t0 * D; i < T * D; i++)
             w->x[i] += w->Y[i];
+        if (lw->sc_add) /* after sublayer 1: residual + MLP + the shortcut MoE */
+            for (size_t i = t0 * D; i < T * D; i++)
+                w->x[i] += w->sh[i];
     }
     if (!logits)
         return QMLA_OK;

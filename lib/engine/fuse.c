@@ -707,7 +707,7 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
         const layer_w *w = &m->layers[l];
 #define LADD(suffix, x, r, cc)                                                       \
     do {                                                                             \
-        snprintf(nm, sizeof nm, "model.layers.%zu.%s", l, suffix);                   \
+        qmla_eng_tensor_name(&m->fam, l, suffix, nm, sizeof nm);                     \
         ADD(nm, x, r, cc);                                                           \
     } while (0)
         LADD("input_layernorm.weight", w->ln_in, D, 0);
@@ -747,18 +747,21 @@ int qmla_model_save(const qmla_model *m, const char *src_dir, const char *out_di
                     tmp[n_tmp++] = x;
                 LADD(mn[k], qmla_eng_wt_get(mw[k], x), mw[k]->r, mw[k]->c);
             }
-            continue;
+            if (!w->sc_moe)
+                continue;
         }
         /* a MoE block: router and bias in the dtype, the routed and shared
          * experts copied through untouched (their stored dtype and bytes) */
         const qmla_eng_moe *mo = &m->moe;
-        const size_t E = mo->n_routed;
-        LADD("mlp.gate.weight", w->router, E, D);
+        const size_t E = mo->n_routed, EW = E + mo->n_zero;
+        const int lc = m->fam.longcat;
+        LADD(lc ? "mlp.router.classifier.weight" : "mlp.gate.weight", w->router, EW, D);
         if (w->router_bias)
-            LADD("mlp.gate.e_score_correction_bias", w->router_bias, E, 0);
+            LADD(lc ? "mlp.router.e_score_correction_bias" : "mlp.gate.e_score_correction_bias",
+                 w->router_bias, EW, 0);
 #define RAW(sfx, wt)                                                                 \
     do {                                                                             \
-        snprintf(nm, sizeof nm, "model.layers.%zu.%s", l, sfx);                      \
+        qmla_eng_tensor_name(&m->fam, l, sfx, nm, sizeof nm);                        \
         if (!st)                                                                     \
             st = qmla_st_add_raw(&o, nm, (wt)->st_dtype, (wt)->raw,                   \
                                  qmla_eng_wt_bytes(wt), (wt)->r, (wt)->c, err);      \

@@ -713,7 +713,8 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
     if (!m)
         return qmla_error_set(err, QMLA_ENOMEM, "model");
     size_t n_mtp = 0;
-    int st = qmla_eng_parse_config(dir, &m->c, &m->rope, &m->moe, &m->quant, &n_mtp, err);
+    int st = qmla_eng_parse_config(dir, &m->c, &m->rope, &m->moe, &m->quant, &m->fam,
+                                   &n_mtp, err);
     if (st) {
         free(m->moe.sparse);
         free(m);
@@ -746,13 +747,16 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
         layer_w *w = &m->layers[l];
 #define LT(suffix, r, cc, dst)                                                       \
     do {                                                                             \
-        snprintf(nm, sizeof nm, "model.layers.%zu.%s", l, suffix);                   \
+        qmla_eng_tensor_name(&m->fam, l, suffix, nm, sizeof nm);                     \
         if (!st)                                                                     \
             st = load_t(m, &S, nm, r, cc, dst, err);                                 \
     } while (0)
-        w->moe = mo->n_routed && (mo->sparse ? mo->sparse[l] : l >= mo->first_dense);
+        const int lc = m->fam.longcat;
+        w->moe = !lc && mo->n_routed && (mo->sparse ? mo->sparse[l] : l >= mo->first_dense);
+        w->sc_moe = lc && l % 2 == 0;
+        w->sc_add = lc && l % 2 == 1;
         snprintf(nm, sizeof nm, "model.layers.%zu.mlp.gate.weight", l);
-        if (!w->moe && shards_has(&S, nm)) {
+        if (!lc && !w->moe && shards_has(&S, nm)) {
             st = qmla_error_set(err, QMLA_EFORMAT, "tensor %s: MoE router found in layer %zu, "
                                 "which config.json makes a dense block (n_routed_experts %zu, "
                                 "first_k_dense_replace %zu): expected mlp.gate_proj, mlp.up_proj, "
@@ -777,7 +781,7 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
         }
         LT("self_attn.kv_a_proj_with_mqa.weight", c->d_c + c->d_r, c->D, &w->kv_a);
         LT("self_attn.kv_a_layernorm.weight", c->d_c, 0, &w->kv_a_ln);
-        snprintf(nm, sizeof nm, "model.layers.%zu.self_attn.kv_b_proj.weight", l);
+        qmla_eng_tensor_name(&m->fam, l, "self_attn.kv_b_proj.weight", nm, sizeof nm);
         if (!st)
             st = shards_read(&S, nm, HD * (c->d_n + c->d_v), c->d_c, kvb, err);
         if (!st) {
@@ -798,7 +802,7 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
         LT("self_attn.o_proj.weight", c->D, HD * c->d_v, &w->o_proj);
 #define LW(suffix, r, cc, dst)                                                       \
     do {                                                                             \
-        snprintf(nm, sizeof nm, "model.layers.%zu.%s", l, suffix);                   \
+        qmla_eng_tensor_name(&m->fam, l, suffix, nm, sizeof nm);                     \
         if (!st)                                                                     \
             st = load_wt(m, &S, nm, r, cc, dst, err);                                \
     } while (0)
@@ -806,19 +810,29 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
             LW("mlp.gate_proj.weight", c->n_inter, c->D, &w->gate);
             LW("mlp.up_proj.weight", c->n_inter, c->D, &w->up);
             LW("mlp.down_proj.weight", c->D, c->n_inter, &w->down);
-            continue;
+            if (!w->sc_moe)
+                continue;
         }
-        /* MoE block: router, (bias), routed experts, shared experts */
+        if (st)
+            break;
+        /* MoE block: router, (bias), routed experts, shared experts;
+         * LongcatFlash's router over the routed and the zero experts, its
+         * correction bias always there */
         const size_t E = mo->n_routed, NE = mo->inter, IS = mo->inter * mo->n_shared;
+        const size_t EW = E + mo->n_zero;
         m->n_moe_layers++;
-        LT("mlp.gate.weight", E, c->D, &w->router);
-        snprintf(nm, sizeof nm, "model.layers.%zu.mlp.gate.e_score_correction_bias", l);
-        if (!st && mo->sigmoid)
-            st = load_t(m, &S, nm, E, 0, &w->router_bias, err);
+        LT(lc ? "mlp.router.classifier.weight" : "mlp.gate.weight", EW, c->D, &w->router);
+        qmla_eng_tensor_name(&m->fam, l, lc ? "mlp.router.e_score_correction_bias"
+                                            : "mlp.gate.e_score_correction_bias", nm, sizeof nm);
+        if (!st && (mo->sigmoid || lc))
+            st = load_t(m, &S, nm, EW, 0, &w->router_bias, err);
         else if (!st && shards_has(&S, nm))
             st = qmla_error_set(err, QMLA_EFORMAT, "tensor %s: found in a %s checkpoint, "
                                 "whose softmax gate has no correction bias: expected none",
                                 nm, c->arch);
+        if (st && lc)
+            qmla_error_prefix(err, "LongcatFlash block %zu: the router over n_routed_experts "
+                              "%zu + zero_expert_num %zu experts: ", l / 2, E, mo->n_zero);
         if (!st && (!(w->eg = calloc(E, sizeof *w->eg)) || !(w->eu = calloc(E, sizeof *w->eu)) ||
                     !(w->ed = calloc(E, sizeof *w->ed))))
             st = qmla_error_set(err, QMLA_ENOMEM, "experts of layer %zu", l);
@@ -831,7 +845,11 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
             snprintf(sfx, sizeof sfx, "mlp.experts.%zu.down_proj.weight", e);
             LW(sfx, c->D, NE, &w->ed[e]);
         }
-        snprintf(nm, sizeof nm, "model.layers.%zu.mlp.experts.%zu.gate_proj.weight", l, E);
+        {
+            char sfx[128];
+            snprintf(sfx, sizeof sfx, "mlp.experts.%zu.gate_proj.weight", E);
+            qmla_eng_tensor_name(&m->fam, l, sfx, nm, sizeof nm);
+        }
         if (!st && shards_has(&S, nm))
             st = qmla_error_set(err, QMLA_EFORMAT, "tensor %s: expected experts 0..%zu "
                                 "(n_routed_experts %zu), found more", nm, E - 1, E);
@@ -841,7 +859,8 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
             LW("mlp.shared_experts.up_proj.weight", IS, c->D, &w->su);
             LW("mlp.shared_experts.down_proj.weight", c->D, IS, &w->sd);
         } else {
-            snprintf(nm, sizeof nm, "model.layers.%zu.mlp.shared_experts.gate_proj.weight", l);
+            qmla_eng_tensor_name(&m->fam, l, "mlp.shared_experts.gate_proj.weight", nm,
+                                 sizeof nm);
             if (!st && shards_has(&S, nm))
                 st = qmla_error_set(err, QMLA_EFORMAT, "tensor %s: shared experts found, "
                                     "config.json says n_shared_experts 0: expected none", nm);
@@ -852,7 +871,7 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
     free(kvb);
     /* a checkpoint with more layers than config.json's num_hidden_layers
      * (and no multi-token-prediction layers declared) would run truncated */
-    snprintf(nm, sizeof nm, "model.layers.%zu.self_attn.kv_a_proj_with_mqa.weight", c->L);
+    qmla_eng_tensor_name(&m->fam, c->L, "self_attn.kv_a_proj_with_mqa.weight", nm, sizeof nm);
     if (!st && !n_mtp && shards_has(&S, nm))
         st = qmla_error_set(err, QMLA_EFORMAT, "config.json: num_hidden_layers is %zu, but "
                             "the checkpoint holds more layers (found tensor %s)", c->L, nm);

@@ -1,16 +1,23 @@
 #!/usr/bin/env python3
-"""hf_family_nll.py DIR — transformers' own NLL of every checkpoint that
+"""hf_family_nll.py DIR [NAME ...] — transformers' own NLL of every checkpoint that
 `tests/engine/make_family_ckpt.py write DIR` wrote (issue 20), beside the
 NumPy reference (DIR/ref.json) and `qmla ppl` (DIR/<name>.h5, written before
 by scripts/device-realckpt.sh). Needs torch and transformers (the
 accelerator machine's Python); runs on the CPU in float32 with eager
 attention, so that no TF32 or fused kernel enters the reference.
 
-Per checkpoint: DeepseekV2ForCausalLM / DeepseekV3ForCausalLM through
-AutoModelForCausalLM (the FP8 ones from their F32 copy <name>-deq, which
+Per checkpoint (all of ref.json, or the NAMEs given): DeepseekV2ForCausalLM
+/ DeepseekV3ForCausalLM / Glm4MoeLiteForCausalLM / LongcatFlashForCausalLM
+through AutoModelForCausalLM (the FP8 ones from their F32 copy <name>-deq, which
 holds the dequantized values fp8 x scale_inv: transformers' FP8 linear
 also quantizes activations, which the engine does not); missing or
-unexpected tensors are a failure. Where an attention module's softmax scale
+unexpected tensors are a failure. Where from_pretrained cannot load a
+checkpoint (or loads it with missing, unexpected or mismatched tensors),
+that is printed and the model is also built from its config and filled by
+name from model.safetensors (load_by_name: the per-expert tensors stacked
+into a fused experts parameter where the installed transformers has one);
+the NLL of that build is reported as such, with every tensor accounted
+for. Where an attention module's softmax scale
 lacks DeepSeek's YaRN correction mscale(factor, mscale_all_dim)^2
 (docs/models.md; transformers 5.17's DeepseekV2Attention), it is set to the
 corrected value, as the capture tool's --yarn-mscale fix does, and the NLL
@@ -42,6 +49,52 @@ def load(path):
     return m.eval(), info
 
 
+def load_by_name(path):
+    """the model of path's config, its state dict filled from
+    model.safetensors by name: returns (model, [tensors of the model not in
+    the file], [tensors of the file not used])"""
+    import re
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+    cfg = AutoConfig.from_pretrained(path)
+    try:
+        m = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32,
+                                             attn_implementation="eager")
+    except TypeError:
+        m = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32,
+                                             attn_implementation="eager")
+    m = m.float().eval()
+    sd = load_file(f"{path}/model.safetensors")
+    used, missing = set(), []
+    with torch.no_grad():
+        for name, t in m.state_dict().items():
+            if name in sd:
+                t.copy_(sd[name].to(t.dtype).reshape(t.shape))
+                used.add(name)
+                continue
+            mm = re.match(r"(.*\.experts)\.(gate_up_proj|down_proj)$", name)
+            if not mm:
+                missing.append(name)
+                continue
+            base, kind = mm.groups()
+            t.zero_()  # rows past the routed experts (zero experts) are never read
+            for e in range(t.shape[0]):
+                parts = ([f"{base}.{e}.gate_proj.weight", f"{base}.{e}.up_proj.weight"]
+                         if kind == "gate_up_proj" else [f"{base}.{e}.down_proj.weight"])
+                if not all(p in sd for p in parts):
+                    continue
+                w = torch.cat([sd[p].float() for p in parts], 0)
+                if tuple(t[e].shape) == tuple(w.shape):
+                    t[e].copy_(w)
+                elif tuple(t[e].shape) == tuple(w.T.shape):
+                    t[e].copy_(w.T)
+                else:
+                    raise RuntimeError(f"{name}[{e}]: shape {tuple(t[e].shape)}, the file's "
+                                       f"{parts} give {tuple(w.shape)}")
+                used.update(parts)
+    return m, missing, [k for k in sd if k not in used]
+
+
 def nll(m, text, T, bos):
     tot, n = 0.0, 0
     with torch.no_grad():
@@ -58,25 +111,41 @@ def nll(m, text, T, bos):
 def main():
     d = sys.argv[1]
     ref = json.load(open(f"{d}/ref.json"))
+    if len(sys.argv) > 2:
+        ref = {k: v for k, v in ref.items() if k in sys.argv[2:]}
     text = open(f"{d}/text.txt", "rb").read()
     torch.set_num_threads(8)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
     bad = 0
     for name, r in ref.items():
         src = f"{d}/{name}-deq" if r["dtype"] == "FP8" else f"{d}/{name}"
+        how = "from_pretrained"
         try:
             m, info = load(src)
+            miss = [k for k in info.get("missing_keys", [])]
+            unexp = [k for k in info.get("unexpected_keys", [])]
+            mism = info.get("mismatched_keys", [])
+            problem = (f"loading info: missing {miss[:6]} unexpected {unexp[:6]} "
+                       f"mismatched {list(mism)[:6]}" if miss or unexp or mism else None)
         except Exception as e:  # noqa: BLE001 - report and go on
-            print(f"{name}: transformers cannot load it: {type(e).__name__}: {e}")
-            bad += 1
-            continue
-        miss = [k for k in info.get("missing_keys", [])]
-        unexp = [k for k in info.get("unexpected_keys", [])]
-        mism = info.get("mismatched_keys", [])
-        if miss or unexp or mism:
-            print(f"{name}: loading info: missing {miss[:6]} unexpected {unexp[:6]} "
-                  f"mismatched {list(mism)[:6]}")
-            bad += 1
+            problem = f"transformers cannot load it: {type(e).__name__}: {str(e)[:400]}"
+        if problem:
+            print(f"{name}: from_pretrained: {problem}")
+            if r["arch"] != "longcat":
+                bad += 1
+                continue
+            try:
+                m, miss, unused = load_by_name(src)
+            except Exception as e:  # noqa: BLE001
+                print(f"{name}: load_by_name failed too: {type(e).__name__}: {e}")
+                bad += 1
+                continue
+            how = "load_by_name"
+            print(f"{name}: built from config.json, filled by name: model tensors not in the "
+                  f"file {miss[:6]}, file tensors unused {unused[:6]}")
+            if miss or unused:
+                bad += 1
+        print(f"{name}: {type(m).__name__} via {how}")
         bos = m.config.bos_token_id
         own, fixed = None, 0
         mods = [x for x in m.modules() if hasattr(x, "kv_b_proj") and hasattr(x, "scaling")]

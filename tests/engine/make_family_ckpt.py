@@ -192,10 +192,62 @@ FAMILIES = {
                                               original_max_position_embeddings=256,
                                               beta_fast=32.0, beta_slow=1.0, mscale=1.0,
                                               mscale_all_dim=1.0)),
+    # LongcatFlash (LongCat-Flash): blocks of two MLA sublayers, two dense
+    # MLPs and one shortcut MoE with zero-computation (identity) experts;
+    # softmax router over routed + zero experts, choice by score + correction
+    # bias, weights x routed_scaling_factor; mla_scale_q_lora /
+    # mla_scale_kv_lora; interleaved pairing. Default RoPE with LongCat's
+    # theta 1e7, BF16 ...
+    "longcat-flash-bf16": dict(arch="longcat", dtype="BF16", q_lora=24, blocks=2, E=6, Z=3,
+                               K=3, moe_inter=24, rsf=6.0, theta=1e7, eps=1e-5, rope=None),
+    # ... and YaRN (with the softmax-scale correction) in F32
+    "longcat-flash-yarn-f32": dict(arch="longcat", dtype="F32", q_lora=32, blocks=2, E=4, Z=2,
+                                   K=2, moe_inter=16, rsf=2.0, eps=1e-5,
+                                   rope=dict(rope_type="yarn", factor=4.0,
+                                             original_max_position_embeddings=256,
+                                             beta_fast=32.0, beta_slow=1.0, mscale=1.0,
+                                             mscale_all_dim=1.0)),
 }
+
+LC = "longcat"
+
+
+def theta_of(f):
+    return f.get("theta", BASE["theta"])
+
+
+def eps_of(f):
+    return f.get("eps", BASE["eps"])
+
+
+def config_longcat(f):
+    """LongcatFlashConfig's keys (transformers' names: num_layers blocks,
+    ffn_hidden_size, expert_ffn_hidden_size, moe_topk, zero_expert_num)"""
+    c = {
+        "architectures": ["LongcatFlashForCausalLM"], "model_type": "longcat_flash",
+        "vocab_size": BASE["V"], "hidden_size": BASE["D"], "ffn_hidden_size": BASE["inter"],
+        "expert_ffn_hidden_size": f["moe_inter"], "num_layers": f["blocks"],
+        "num_attention_heads": BASE["H"], "num_key_value_heads": BASE["H"],
+        "kv_lora_rank": BASE["dc"], "q_lora_rank": f["q_lora"],
+        "qk_nope_head_dim": BASE["dn"], "qk_rope_head_dim": BASE["dr"],
+        "v_head_dim": BASE["dv"], "head_dim": BASE["dr"],
+        "n_routed_experts": f["E"], "zero_expert_num": f["Z"], "moe_topk": f["K"],
+        "routed_scaling_factor": f["rsf"],
+        "max_position_embeddings": BASE["max_pos"], "rms_norm_eps": eps_of(f),
+        "bos_token_id": BOS, "eos_token_id": None, "pad_token_id": None, "hidden_act": "silu",
+        "attention_bias": False, "tie_word_embeddings": False, "initializer_range": 0.02,
+        "attention_dropout": 0.0, "use_cache": False,
+    }
+    rp = {"rope_type": "default", "rope_theta": theta_of(f)}
+    if f.get("rope"):
+        rp.update(f["rope"])
+    c["rope_parameters"] = rp
+    return c
 
 
 def config_json(f):
+    if f["arch"] == LC:
+        return config_longcat(f)
     v3 = f["arch"] in ("v3", "glm")
     glm = f["arch"] == "glm"
     c = {
@@ -270,6 +322,9 @@ def make_weights(f, seed):
     def gain(n):
         return (1.0 + 0.1 * rng.standard_normal(n)).astype(F32)
 
+    if f["arch"] == LC:
+        return make_weights_longcat(f, lin, gain, rng)
+
     W = {"model.embed_tokens.weight": (rng.standard_normal((B["V"], D))).astype(F32),
          "model.norm.weight": gain(D),
          "lm_head.weight": lin(B["V"], D, 4.0 / math.sqrt(D))}
@@ -309,6 +364,45 @@ def make_weights(f, seed):
     return W
 
 
+def make_weights_longcat(f, lin, gain, rng):
+    """LongcatFlash's tensor names: per block b the sublayers' attention
+    self_attn.<s>.*, norms input_layernorm.<s> / post_attention_layernorm.<s>,
+    dense MLPs mlps.<s>.*, and the block's MoE mlp.router.classifier
+    [E + Z, D], mlp.router.e_score_correction_bias [E + Z], mlp.experts.<e>.*
+    for the E routed experts (the zero experts have no weights)"""
+    B = BASE
+    D, H, dc, dn, dr, dv = B["D"], B["H"], B["dc"], B["dn"], B["dr"], B["dv"]
+    qk, E, Z, I = dn + dr, f["E"], f["Z"], f["moe_inter"]
+    W = {"model.embed_tokens.weight": (rng.standard_normal((B["V"], D))).astype(F32),
+         "model.norm.weight": gain(D),
+         "lm_head.weight": lin(B["V"], D, 4.0 / math.sqrt(D))}
+    for b in range(f["blocks"]):
+        p = f"model.layers.{b}."
+        for s in (0, 1):
+            W[p + f"input_layernorm.{s}.weight"] = gain(D)
+            W[p + f"post_attention_layernorm.{s}.weight"] = gain(D)
+            a = p + f"self_attn.{s}."
+            W[a + "q_a_proj.weight"] = lin(f["q_lora"], D)
+            W[a + "q_a_layernorm.weight"] = gain(f["q_lora"])
+            W[a + "q_b_proj.weight"] = lin(H * qk, f["q_lora"])
+            W[a + "kv_a_proj_with_mqa.weight"] = lin(dc + dr, D)
+            W[a + "kv_a_layernorm.weight"] = gain(dc)
+            W[a + "kv_b_proj.weight"] = lin(H * (dn + dv), dc)
+            W[a + "o_proj.weight"] = lin(D, H * dv)
+            m = p + f"mlps.{s}."
+            W[m + "gate_proj.weight"] = lin(B["inter"], D)
+            W[m + "up_proj.weight"] = lin(B["inter"], D)
+            W[m + "down_proj.weight"] = lin(D, B["inter"])
+        W[p + "mlp.router.classifier.weight"] = lin(E + Z, D, 2.0 / math.sqrt(D))
+        W[p + "mlp.router.e_score_correction_bias"] = (0.1 * rng.random(E + Z)).astype(F32)
+        for e in range(E):
+            q = p + f"mlp.experts.{e}."
+            W[q + "gate_proj.weight"] = lin(I, D)
+            W[q + "up_proj.weight"] = lin(I, D)
+            W[q + "down_proj.weight"] = lin(D, I)
+    return W
+
+
 def fp8_eligible(name, a):
     """DeepSeek-V3's FP8 tensors: the 2-D projections, not the embedding,
     lm_head or the router"""
@@ -344,7 +438,7 @@ def mscale(s, m):
 
 def rope_tables(f, T):
     """cos, sin [T, d_r/2] (attention factor included) and the softmax scale"""
-    dr, base = BASE["dr"], BASE["theta"]
+    dr, base = BASE["dr"], theta_of(f)
     idx = np.arange(0, dr, 2).astype(F32)
     inv = (1.0 / (base ** (idx.astype(np.float64) / dr))).astype(F32)
     af = 1.0
@@ -456,37 +550,110 @@ def moe(f, W, p, x):
     return y.astype(F32)
 
 
-def forward(f, W, tokens, cos, sin, tau):
+def attention(f, W, a, h, cos, sin, tau, half, tap=None):
+    """one MLA attention over rows h (tensors a + "q_a_proj.weight", ...);
+    LongcatFlash: queries times (D / q_lora)^1/2, the latent times
+    (D / d_c)^1/2 (cached so). tap (a dict) gets c_kv, k_rope, q_nope, q_rope."""
     B = BASE
     H, dc, dn, dr, dv = B["H"], B["dc"], B["dn"], B["dr"], B["dv"]
+    T = len(h)
+    if f["q_lora"]:
+        qa = rms(h @ W[a + "q_a_proj.weight"].T, W[a + "q_a_layernorm.weight"], 1e-6)
+        q = qa @ W[a + "q_b_proj.weight"].T
+    else:
+        q = h @ W[a + "q_proj.weight"].T
+    q = q.astype(F32)
+    if f["arch"] == LC:
+        q = (q * F32(math.sqrt(B["D"] / f["q_lora"]))).astype(F32)
+    q = q.reshape(T, H, dn + dr).transpose(1, 0, 2)
+    q_nope, q_rope = q[..., :dn], rotate(q[..., dn:], cos, sin, half)
+    kv = (h @ W[a + "kv_a_proj_with_mqa.weight"].T).astype(F32)
+    c = rms(kv[:, :dc], W[a + "kv_a_layernorm.weight"], 1e-6)
+    if f["arch"] == LC:
+        c = (c * F32(math.sqrt(B["D"] / dc))).astype(F32)
+    k_rope = rotate(kv[:, dc:], cos, sin, half)
+    if tap is not None:
+        tap.update(c_kv=c, k_rope=k_rope, q_nope=q_nope, q_rope=q_rope)
+    kvb = W[a + "kv_b_proj.weight"].reshape(H, dn + dv, dc)
+    k_nope = np.einsum("td,hnd->htn", c, kvb[:, :dn])
+    v = np.einsum("td,hnd->htn", c, kvb[:, dn:])
+    z = (np.einsum("hin,hjn->hij", q_nope, k_nope) +
+         np.einsum("hir,jr->hij", q_rope, k_rope)) * F32(tau)
+    causal = np.triu(np.ones((T, T), bool), 1)
+    z = np.where(causal[None], -np.inf, z)
+    p = np.exp(z - z.max(-1, keepdims=True))
+    p = (p / p.sum(-1, keepdims=True)).astype(F32)
+    o = np.einsum("hij,hjv->ihv", p, v).reshape(T, H * dv)
+    return (o @ W[a + "o_proj.weight"].T).astype(F32)
+
+
+def moe_longcat(f, W, p, x):
+    """LongcatFlash's MoE: softmax over the E routed + Z zero experts (float32
+    logits), the top K of scores + e_score_correction_bias, weights the
+    chosen scores x routed_scaling_factor; a zero expert returns its input.
+    Also returns how many choices fell on zero experts."""
+    E, Z, K = f["E"], f["Z"], f["K"]
+    logits = (x @ W[p + "mlp.router.classifier.weight"].T).astype(F32)
+    z = np.exp((logits - logits.max(-1, keepdims=True)).astype(np.float64))
+    s = (z / z.sum(-1, keepdims=True)).astype(F32)
+    choice = s + W[p + "mlp.router.e_score_correction_bias"]
+    y = np.zeros_like(x)
+    n_zero = 0
+    for t in range(len(x)):
+        sel = np.argsort(-choice[t], kind="stable")[:K]
+        w = (s[t, sel] * F32(f["rsf"])).astype(F32)
+        for e, we in zip(sel, w):
+            if e >= E:
+                y[t] += we * x[t]
+                n_zero += 1
+                continue
+            q = p + f"mlp.experts.{e}."
+            y[t] += we * mlp(x[t:t + 1], W[q + "gate_proj.weight"], W[q + "up_proj.weight"],
+                             W[q + "down_proj.weight"])[0]
+    return y.astype(F32), n_zero
+
+
+def forward_longcat(f, W, tokens, cos, sin, tau, taps=None, stats=None):
+    """LongcatFlash: per block b, sublayer s in (0, 1): x += attn_s(norm x);
+    h = post_norm_s(x); s = 0: the MoE of h is held; x += mlp_s(h); s = 1: x
+    += the held MoE output. taps: list of per-sublayer dicts (engine layer
+    2 b + s)."""
+    eps = eps_of(f)
+    x = W["model.embed_tokens.weight"][tokens].astype(F32)
+    for b in range(f["blocks"]):
+        p = f"model.layers.{b}."
+        for s in (0, 1):
+            tap = {} if taps is not None else None
+            h = rms(x, W[p + f"input_layernorm.{s}.weight"], eps)
+            x = (x + attention(f, W, p + f"self_attn.{s}.", h, cos, sin, tau, False,
+                               tap)).astype(F32)
+            if taps is not None:
+                taps.append(tap)
+            h2 = rms(x, W[p + f"post_attention_layernorm.{s}.weight"], eps)
+            if s == 0:
+                short, nz = moe_longcat(f, W, p, h2)
+                if stats is not None:
+                    stats["zero_choices"] = stats.get("zero_choices", 0) + nz
+            m = p + f"mlps.{s}."
+            x = (x + mlp(h2, W[m + "gate_proj.weight"], W[m + "up_proj.weight"],
+                         W[m + "down_proj.weight"])).astype(F32)
+            if s == 1:
+                x = (x + short).astype(F32)
+    hf = rms(x, W["model.norm.weight"], eps)
+    return (hf @ W["lm_head.weight"].T).astype(np.float64)
+
+
+def forward(f, W, tokens, cos, sin, tau, stats=None):
+    if f["arch"] == LC:
+        return forward_longcat(f, W, tokens, cos, sin, tau, stats=stats)
+    B = BASE
     T = len(tokens)
     half = f["arch"] in ("v3", "glm") and not f.get("interleave", True)
     x = W["model.embed_tokens.weight"][tokens].astype(F32)
-    causal = np.triu(np.ones((T, T), bool), 1)
     for l in range(B["L"]):
         p = f"model.layers.{l}."
         h = rms(x, W[p + "input_layernorm.weight"], B["eps"])
-        if f["q_lora"]:
-            qa = rms(h @ W[p + "self_attn.q_a_proj.weight"].T,
-                     W[p + "self_attn.q_a_layernorm.weight"], 1e-6)
-            q = qa @ W[p + "self_attn.q_b_proj.weight"].T
-        else:
-            q = h @ W[p + "self_attn.q_proj.weight"].T
-        q = q.astype(F32).reshape(T, H, dn + dr).transpose(1, 0, 2)
-        q_nope, q_rope = q[..., :dn], rotate(q[..., dn:], cos, sin, half)
-        kv = (h @ W[p + "self_attn.kv_a_proj_with_mqa.weight"].T).astype(F32)
-        c = rms(kv[:, :dc], W[p + "self_attn.kv_a_layernorm.weight"], 1e-6)
-        k_rope = rotate(kv[:, dc:], cos, sin, half)
-        kvb = W[p + "self_attn.kv_b_proj.weight"].reshape(H, dn + dv, dc)
-        k_nope = np.einsum("td,hnd->htn", c, kvb[:, :dn])
-        v = np.einsum("td,hnd->htn", c, kvb[:, dn:])
-        z = (np.einsum("hin,hjn->hij", q_nope, k_nope) +
-             np.einsum("hir,jr->hij", q_rope, k_rope)) * F32(tau)
-        z = np.where(causal[None], -np.inf, z)
-        a = np.exp(z - z.max(-1, keepdims=True))
-        a = (a / a.sum(-1, keepdims=True)).astype(F32)
-        o = np.einsum("hij,hjv->ihv", a, v).reshape(T, H * dv)
-        x = (x + o @ W[p + "self_attn.o_proj.weight"].T).astype(F32)
+        x = (x + attention(f, W, p + "self_attn.", h, cos, sin, tau, half)).astype(F32)
         h2 = rms(x, W[p + "post_attention_layernorm.weight"], B["eps"])
         if is_moe(f, l):
             x = (x + moe(f, W, p, h2)).astype(F32)
@@ -505,13 +672,13 @@ def text_bytes():
     return s.encode()[:T_CTX * N_WIN]
 
 
-def nll_of(f, W, text):
+def nll_of(f, W, text, stats=None):
     cos, sin, tau, af = rope_tables(f, T_CTX)
     tot, n = 0.0, 0
     for k in range(len(text) // T_CTX):
         w = list(text[k * T_CTX:(k + 1) * T_CTX])
         tok = [BOS] + w[:-1]
-        lg = forward(f, W, np.array(tok), cos, sin, tau)
+        lg = forward(f, W, np.array(tok), cos, sin, tau, stats)
         m = lg.max(-1, keepdims=True)
         lse = (m[:, 0] + np.log(np.exp(lg - m).sum(-1)))
         tot += float((lse - lg[np.arange(T_CTX), w]).sum())
@@ -551,12 +718,18 @@ def cmd_write(out):
     ref = {}
     for i, (name, f) in enumerate(FAMILIES.items()):
         vals = write_family(out, name, f, 100 + i)
-        nll, cos, sin, tau, af = nll_of(f, vals, text)
+        stats = {}
+        nll, cos, sin, tau, af = nll_of(f, vals, text, stats)
         ref[name] = {"nll": nll, "tau": tau, "attention_factor": af, "arch": f["arch"],
                      "dtype": f["dtype"], "rope": (f.get("rope") or {}).get("rope_type",
                                                                            "default"),
                      "moe": bool(f["E"]), "context": T_CTX, "tokens": T_CTX * N_WIN,
                      "cos": cos.tolist(), "sin": sin.tolist()}
+        if f["arch"] == LC:
+            # tokens x K choices that went to zero experts (none: the test would
+            # not see them)
+            ref[name]["zero_choices"] = stats["zero_choices"]
+            ref[name]["choices"] = len(text) * f["blocks"] * f["K"]
     with open(os.path.join(out, "ref.json"), "w") as fh:
         json.dump(ref, fh)
     for k, v in ref.items():
@@ -588,6 +761,52 @@ def cmd_write_big(out):
                           "bytes": os.path.getsize(os.path.join(d, "model.safetensors"))}))
     finally:
         BASE = keep
+
+
+def cmd_check_capture(d, name, cap, offsets):
+    """the capture cap of checkpoint d/<name> (qmla capture ... --seqs N
+    --tokens T, windows at text offsets `offsets`: [BOS] + text[o, o + T - 1))
+    against the NumPy forward: every layer's c_kv, k_rope, q_nope, q_rope
+    within 1e-5 of its scale. LongcatFlash's sublayer s of block b is layer
+    2 b + s."""
+    import h5py
+    f = FAMILIES[name]
+    W = read_values(os.path.join(d, name), f)
+    text = open(os.path.join(d, "text.txt"), "rb").read()
+    h = h5py.File(cap, "r")
+    T = h["layers/0/cells"][list(h["layers/0/cells"])[0]]["c_kv"].shape[1]
+    cos, sin, tau, _ = rope_tables(f, T)
+    worst, n_cmp = 0.0, 0
+    L = 2 * f["blocks"] if f["arch"] == LC else BASE["L"]
+    assert sorted(int(x) for x in h["layers"]) == list(range(L)), list(h["layers"])
+    for i, o in enumerate(offsets):
+        tok = np.array([BOS] + list(text[o:o + T - 1]))
+        taps = []
+        forward_longcat(f, W, tok, cos, sin, tau, taps=taps)
+        for l in range(L):
+            cell = list(h[f"layers/{l}/cells"].values())[0]
+            for k in ("c_kv", "k_rope", "q_nope", "q_rope"):
+                got, want = cell[k][i], taps[l][k]
+                err = float(np.abs(got - want).max() / (np.abs(want).max() + 1e-30))
+                assert err <= 1e-5, (l, k, i, err)
+                worst = max(worst, err)
+                n_cmp += 1
+    print(f"{name}: {n_cmp} capture tensors ({L} layers x {len(offsets)} windows) match the "
+          f"NumPy forward, worst relative {worst:.2e}")
+
+
+def read_values(d, f):
+    """the float32 values of checkpoint d's tensors as stored (F32 / BF16)"""
+    out = {}
+    for name, dt, shape, b in read_safetensors(os.path.join(d, "model.safetensors")):
+        if dt == "F32":
+            a = np.frombuffer(b, dtype="<f4")
+        elif dt == "BF16":
+            a = (np.frombuffer(b, dtype="<u2").astype(np.uint32) << 16).view(F32)
+        else:
+            sys.exit(f"{name}: dtype {dt} not read here")
+        out[name] = a.reshape(shape).astype(F32)
+    return out
 
 
 def cmd_fault(src, dst, kind):
@@ -626,6 +845,18 @@ def cmd_fault(src, dst, kind):
         del cfg["quantization_config"]
     elif kind == "layer_types":
         cfg["mlp_layer_types"] = cfg["mlp_layer_types"][:-1]
+    elif kind == "lc_router_width":
+        # a router without the zero experts' rows
+        name = "model.layers.1.mlp.router.classifier.weight"
+        z = cfg["zero_expert_num"]
+        ts = [(n, d, ([s[0] - z, s[1]] if n == name else s),
+               (b[:len(b) * (s[0] - z) // s[0]] if n == name else b)) for n, d, s, b in ts]
+    elif kind == "lc_missing_bias":
+        ts = [t for t in ts if t[0] != "model.layers.0.mlp.router.e_score_correction_bias"]
+    elif kind == "lc_layers":
+        cfg["num_hidden_layers"] = cfg["num_layers"]
+    elif kind == "lc_router_bias":
+        cfg["router_bias"] = True
     else:
         sys.exit(f"unknown fault {kind}")
     write_safetensors(stp, ts)
@@ -639,5 +870,7 @@ if __name__ == "__main__":
         cmd_write_big(sys.argv[2])
     elif len(sys.argv) == 5 and sys.argv[1] == "fault":
         cmd_fault(*sys.argv[2:])
+    elif len(sys.argv) >= 6 and sys.argv[1] == "check-capture":
+        cmd_check_capture(sys.argv[2], sys.argv[3], sys.argv[4], [int(x) for x in sys.argv[5:]])
     else:
         sys.exit(__doc__)

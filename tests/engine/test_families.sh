@@ -5,6 +5,8 @@
 #   - `qmla ppl --config fp32` on each checkpoint (DeepseekV2 greedy and
 #     group-limited MoE, DeepseekV3 noaux_tc MoE with correction bias and
 #     shared experts, Glm4MoeLite with its MoE layers by mlp_layer_types,
+#     LongcatFlash with its two MLA sublayers per block, shortcut MoE and
+#     zero-computation experts (some tokens do route to them),
 #     dense and MoE layers; YaRN with mscale = mscale_all_dim
 #     and with mscale != mscale_all_dim, default, linear and llama3 RoPE;
 #     interleaved and half pairing; F32, BF16 and FP8 E4M3 with 32 x 32 block
@@ -15,16 +17,25 @@
 #     interleaved) records softmax_scale = tau x mscale(factor,
 #     mscale_all_dim)^2 and rope_cos / rope_sin = the YaRN cos / sin times the
 #     attention factor, and `qmla check` recomputes the capture consistently;
+#   - `qmla capture` on LongcatFlash: 2 x num_layers capture layers (block b's
+#     sublayer s is layer 2b + s), each layer's c_kv (times
+#     mla_scale_kv_lora), k_rope, q_nope and q_rope (times mla_scale_q_lora)
+#     equal to the NumPy forward's on the windows it reports;
 #   - `qmla fuse` on a MoE checkpoint writes its router (F32) and copies
 #     its expert tensors through (BF16),
 #     and the fused model scores what the original scores (fp32, QuaRot
-#     transforms); an FP8 checkpoint is refused by name;
+#     transforms); on LongcatFlash the transforms of all four capture layers
+#     land in both sublayers of each block (every kv_a_proj_with_mqa
+#     changed), its router, correction bias and experts under their names;
+#     an FP8 checkpoint is refused by name;
 #   - faulty checkpoints are refused (exit 2) naming the tensor or key,
 #     expected and found: a missing expert tensor, a router of the wrong
 #     width, a block-scale tensor of the wrong shape, a NaN block scale, a
 #     scoring_func the architecture does not compute, an unknown
 #     topk_method, an unknown rope_type, mlp_layer_types of the wrong length,
-#     F8_E4M3 tensors without a quantization_config.
+#     F8_E4M3 tensors without a quantization_config; LongcatFlash: a router
+#     without the zero experts' rows, a missing e_score_correction_bias,
+#     num_hidden_layers other than 2 x num_layers, router_bias true.
 # Env (set by meson): QMLA_BIN, QMLA_SOURCE_ROOT, QMLA_PYTHON.
 source "$(dirname "$0")/../support/cli_lib.sh"
 need_python
@@ -32,7 +43,15 @@ GEN=$ROOT/tests/engine/make_family_ckpt.py
 F=$work/fam
 "$PY" "$GEN" write "$F" >"$work/gen.out" 2>&1 && ok || { bad "make_family_ckpt.py write"; cat "$work/gen.out" >&2; }
 FAMS=$("$PY" -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))))' "$F/ref.json")
-[ "$(echo $FAMS | wc -w)" -ge 8 ] && ok || bad "families written: $FAMS"
+[ "$(echo $FAMS | wc -w)" -ge 10 ] && ok || bad "families written: $FAMS"
+"$PY" - "$F/ref.json" <<'PY' && ok || bad "LongcatFlash: zero experts chosen"
+import sys, json
+r = json.load(open(sys.argv[1]))
+for k in ("longcat-flash-bf16", "longcat-flash-yarn-f32"):
+    z, n = r[k]["zero_choices"], r[k]["choices"]
+    print(f"{k}: {z} of {n} expert choices are zero experts")
+    assert 0 < z < n, (z, n)
+PY
 
 ppl() { # DIR OUT [CONFIG]
   "$QMLA" ppl "$1" --text "$F/text.txt" --config "${3:-fp32}" --context 32 --tokens 96 \
@@ -88,7 +107,8 @@ if [ "${QMLA_TEST_SMALL:-0}" != 1 ]; then
 fi
 
 # ---- qmla capture on the YaRN checkpoints, qmla check
-for fam in v3-noaux-yarn-half-fp8 v3-yarn-interleaved-bf16 v2-greedy-yarn-f32 glm4-moe-lite-yarn-bf16; do
+for fam in v3-noaux-yarn-half-fp8 v3-yarn-interleaved-bf16 v2-greedy-yarn-f32 glm4-moe-lite-yarn-bf16 \
+    longcat-flash-yarn-f32; do
   expect 0 "capture $fam" -- "$QMLA" capture "$F/$fam" --corpus t="$F/text.txt" --seqs 2 \
     --tokens 32 --threads 1 -o "$work/$fam.cap.h5"
   "$PY" - "$work/$fam.cap.h5" "$F/ref.json" "$fam" <<'PY' && ok || bad "capture $fam: scale, cos/sin"
@@ -110,6 +130,46 @@ print(sys.argv[3], "softmax_scale", tau, "attention factor", r["attention_factor
 PY
   expect 0 "check $fam capture" -- "$QMLA" check "$work/$fam.cap.h5"
 done
+
+# ---- qmla capture on LongcatFlash: layer 2b + s against the NumPy forward
+LC=longcat-flash-bf16
+expect 0 "capture $LC" -- "$QMLA" capture "$F/$LC" --corpus t="$F/text.txt" --seqs 2 --tokens 32 \
+  --threads 1 -o "$work/$LC.cap.h5"
+offs=$(sed -n 's/.*windows at text offsets//p' "$work/out")
+"$PY" "$GEN" check-capture "$F" $LC "$work/$LC.cap.h5" $offs && ok || bad "capture $LC vs NumPy (offsets: $offs)"
+expect 0 "check $LC capture" -- "$QMLA" check "$work/$LC.cap.h5"
+
+# ---- qmla fuse on LongcatFlash: both sublayers of every block
+expect 0 "learn quarot ($LC)" -- "$QMLA" learn "$work/$LC.cap.h5" -o "$work/qrl.h5" --method quarot --train-cells t-s0
+expect 0 "fuse $LC" -- "$QMLA" fuse "$F/$LC" --transforms "$work/qrl.h5" -o "$work/fusedl"
+expect 0 "ppl fused $LC" -- ppl "$work/fusedl" "$work/fusedl.h5"
+"$PY" - "$work/fusedl.h5" "$work/$LC.h5" "$work/fusedl/model.safetensors" "$F/$LC/model.safetensors" <<'PY' && ok || bad "fused $LC: NLL and tensors"
+import sys, json, struct, h5py, numpy as np
+a, b = (float(h5py.File(p)["ppl"].attrs["nll_nats_per_token"]) for p in sys.argv[1:3])
+assert abs(a - b) <= 1e-5 * abs(b), (a, b)
+def read(p):
+    with open(p, "rb") as fh:
+        n = struct.unpack("<Q", fh.read(8))[0]
+        hdr = json.loads(fh.read(n)); data = fh.read()
+    hdr.pop("__metadata__", None)
+    return hdr, data
+def val(hdr, data, k):
+    t = hdr[k]; b0, b1 = t["data_offsets"]; raw = data[b0:b1]
+    if t["dtype"] == "F32":
+        return np.frombuffer(raw, "<f4").reshape(t["shape"])
+    return (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32).reshape(t["shape"])
+fh, fd = read(sys.argv[3]); oh, od = read(sys.argv[4])
+assert set(fh) == set(oh), set(fh) ^ set(oh)
+for blk in (0, 1):
+    for s in (0, 1):
+        k = f"model.layers.{blk}.self_attn.{s}.kv_a_proj_with_mqa.weight"
+        d = np.abs(val(fh, fd, k) - val(oh, od, k)).max()
+        assert d > 1e-2, (k, d)  # the rotation folded in
+    assert fh[f"model.layers.{blk}.mlp.experts.5.down_proj.weight"]["dtype"] == "BF16"
+    assert fh[f"model.layers.{blk}.mlp.router.classifier.weight"]["shape"] == [9, 64]
+    assert fh[f"model.layers.{blk}.mlp.router.e_score_correction_bias"]["shape"] == [9]
+print("fused longcat: NLL", a, "original", b)
+PY
 
 # ---- qmla fuse on a MoE checkpoint
 M=$F/v2-group-default-bf16
@@ -173,4 +233,17 @@ containsF 'dtype F8_E4M3: expected a quantization_config with quant_method "fp8"
 fault glm4-moe-lite-yarn-bf16 f9 layer_types
 expect 2 "mlp_layer_types of the wrong length" -- ppl "$work/f9" "$work/x.h5"
 containsF 'key "mlp_layer_types": expected a list of num_hidden_layers = 3 strings "dense" or "sparse", found a list of 2' "mlp_layer_types named"
+fault longcat-flash-bf16 f11 lc_router_width
+expect 2 "LongcatFlash router without the zero experts" -- ppl "$work/f11" "$work/x.h5"
+containsF "LongcatFlash block 1: the router over n_routed_experts 6 + zero_expert_num 3 experts" "longcat router: experts named"
+containsF "tensor model.layers.1.mlp.router.classifier.weight: expected shape [9, 64], found 2 dims [6, 64]" "longcat router width named"
+fault longcat-flash-bf16 f12 lc_missing_bias
+expect 2 "LongcatFlash correction bias missing" -- ppl "$work/f12" "$work/x.h5"
+containsF "tensor model.layers.0.mlp.router.e_score_correction_bias: missing: expected a tensor of shape [9], found none" "longcat bias named"
+fault longcat-flash-bf16 f13 lc_layers
+expect 2 "LongcatFlash num_hidden_layers" -- ppl "$work/f13" "$work/x.h5"
+containsF 'key "num_hidden_layers": expected 2 x num_layers = 4 (LongcatFlash'"'"'s MLA sublayers), found 2' "longcat layers named"
+fault longcat-flash-bf16 f14 lc_router_bias
+expect 2 "LongcatFlash router_bias" -- ppl "$work/f14" "$work/x.h5"
+containsF 'key "router_bias": expected false' "longcat router_bias named"
 finish test_families
