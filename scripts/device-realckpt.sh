@@ -10,16 +10,17 @@
 # DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, LongcatFlashForCausalLM)
 # and compares (1e-5 relative); last, `qmla capture` against the Python
 # capture tool (experiments/capture/qmla_capture.py, float32 on the CPU) on
-# three YaRN checkpoints, compared dataset by dataset
-# (experiments/tiny-mla/compare_captures.py). Not LongcatFlash by default:
-# transformers 5.17's from_pretrained refuses its checkpoints (the fused
+# three YaRN checkpoints and LongcatFlash, compared dataset by dataset
+# (experiments/tiny-mla/compare_captures.py). transformers 5.17's
+# from_pretrained refuses LongcatFlash checkpoints (the fused
 # experts.gate_up_proj has rows for the zero experts too, [E + Z, 2I, D],
-# the per-expert tensors give [E, 2I, D]), and the Python tool loads through
-# it (docs/evidence/h200-realckpt-longcat-2026-12-02.log);
-# hf_family_nll.py builds those by name instead. Logs in $OUT (realckpt.log).
+# the per-expert tensors give [E, 2I, D];
+# docs/evidence/h200-realckpt-longcat-2026-12-02.log): hf_family_nll.py and
+# the Python capture tool build those from config.json and fill them by name
+# (experiments/capture/hf_by_name.py). Logs in $OUT (realckpt.log).
 # QMLA_REALCKPT_FAMS="name ..." limits the run to those checkpoints (all
 # when unset), QMLA_REALCKPT_CAPS="name ..." the capture comparisons (the
-# three below when unset). The copy needs experiments/capture/qmla_capture*.py and
+# four below when unset). The copy needs experiments/capture/qmla_capture*.py and
 # experiments/tiny-mla/compare_captures.py (scripts/device-copy.sh leaves
 # experiments/ out: copy them in).
 # Usage (device call, carry [".deb"] or the copy's .deb):
@@ -60,7 +61,7 @@ done
 echo "== transformers at ${SECONDS}s"
 "$PY" tests/engine/hf_family_nll.py $W $FAMS || rc=1
 echo "== captures at ${SECONDS}s"
-for fam in ${QMLA_REALCKPT_CAPS:-v3-yarn-interleaved-bf16 v2-greedy-yarn-f32 v3-noaux-yarn-half-fp8}; do
+for fam in ${QMLA_REALCKPT_CAPS:-v3-yarn-interleaved-bf16 v2-greedy-yarn-f32 v3-noaux-yarn-half-fp8 longcat-flash-bf16}; do
   want "$fam" || continue
   src=$W/$fam
   [ -d "$W/$fam-deq" ] && src=$W/$fam-deq

@@ -208,8 +208,23 @@ def load_model(args, config, torch_dtype):
         except TypeError:
             kw.pop("experts_implementation", None)
             model = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=torch_dtype, **kw)
-    except (OSError, ValueError) as e:
-        raise CaptureError("cannot load the model %s: %s" % (args.model, e))
+    except (OSError, ValueError, RuntimeError) as e:
+        if getattr(config, "model_type", None) != "longcat_flash":
+            raise CaptureError("cannot load the model %s: %s" % (args.model, e))
+        # transformers 5.17 sizes LongcatFlash's fused experts for routed +
+        # zero experts, the checkpoint holds the routed ones (hf_by_name.py)
+        from hf_by_name import build_filled
+        print("qmla_capture: from_pretrained refused %s (%s); building it from config.json "
+              "and filling it by tensor name" % (args.model, str(e).splitlines()[0][:200]),
+              file=sys.stderr)
+        try:
+            model, missing, unused = build_filled(args.model, torch_dtype)
+        except (OSError, ValueError, RuntimeError) as e2:
+            raise CaptureError("cannot load the model %s: %s; by name: %s" % (args.model, e, e2))
+        if missing or unused:
+            raise CaptureError("cannot load the model %s by name: model tensors not in "
+                               "model.safetensors %s, file tensors unused %s"
+                               % (args.model, missing[:6], unused[:6]))
     if "experts_implementation" in kw:
         try:
             model.config._experts_implementation = "eager"

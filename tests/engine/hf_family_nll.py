@@ -27,6 +27,7 @@ qmla/model.h ([BOS] + w[0..T-1) -> w[0..T)).
 Prints one line per checkpoint and exits 1 when qmla or NumPy differs from
 transformers by more than 1e-5 relative."""
 import json
+import os
 import sys
 
 import h5py
@@ -34,6 +35,10 @@ import numpy as np
 import torch
 import transformers
 from transformers import AutoModelForCausalLM
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "experiments", "capture"))
+from hf_by_name import build_filled  # noqa: E402
 
 
 def load(path):
@@ -50,49 +55,9 @@ def load(path):
 
 
 def load_by_name(path):
-    """the model of path's config, its state dict filled from
-    model.safetensors by name: returns (model, [tensors of the model not in
-    the file], [tensors of the file not used])"""
-    import re
-    from safetensors.torch import load_file
-    from transformers import AutoConfig
-    cfg = AutoConfig.from_pretrained(path)
-    try:
-        m = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32,
-                                             attn_implementation="eager")
-    except TypeError:
-        m = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32,
-                                             attn_implementation="eager")
-    m = m.float().eval()
-    sd = load_file(f"{path}/model.safetensors")
-    used, missing = set(), []
-    with torch.no_grad():
-        for name, t in m.state_dict().items():
-            if name in sd:
-                t.copy_(sd[name].to(t.dtype).reshape(t.shape))
-                used.add(name)
-                continue
-            mm = re.match(r"(.*\.experts)\.(gate_up_proj|down_proj)$", name)
-            if not mm:
-                missing.append(name)
-                continue
-            base, kind = mm.groups()
-            t.zero_()  # rows past the routed experts (zero experts) are never read
-            for e in range(t.shape[0]):
-                parts = ([f"{base}.{e}.gate_proj.weight", f"{base}.{e}.up_proj.weight"]
-                         if kind == "gate_up_proj" else [f"{base}.{e}.down_proj.weight"])
-                if not all(p in sd for p in parts):
-                    continue
-                w = torch.cat([sd[p].float() for p in parts], 0)
-                if tuple(t[e].shape) == tuple(w.shape):
-                    t[e].copy_(w)
-                elif tuple(t[e].shape) == tuple(w.T.shape):
-                    t[e].copy_(w.T)
-                else:
-                    raise RuntimeError(f"{name}[{e}]: shape {tuple(t[e].shape)}, the file's "
-                                       f"{parts} give {tuple(w.shape)}")
-                used.update(parts)
-    return m, missing, [k for k in sd if k not in used]
+    """(model, missing, unused): experiments/capture/hf_by_name.py's build_filled
+    in float32"""
+    return build_filled(path, torch.float32)
 
 
 def nll(m, text, T, bos):
