@@ -17,7 +17,9 @@
  * variant (decode_cuda.h) beside BF16 over b 1, 8, 32, 64, contexts 4K,
  * 32K, 128K, 1M (b 64: to 128K), H 16 and 128, s_q 1 and 2 (10 samples
  * per point unless --samples; provenance: heads and s_q -1, quick 11;
- * --variants-quick: H 16 s_q 1 whole, the other shapes at 4K and 128K, quick 12).
+ * --variants-quick: H 16 s_q 1 whole, the other shapes at 4K and 128K, quick 12;
+ * --variants-fmla: the points bench_flashmla.cu times, b 1 / 8 / 32, 4K, 32K
+ * and 128K, H 16 and 128, s_q 1, quick 13).
  * Usage: bench_decode [--samples N] [--out results.tsv] [--h5 results.h5] [--quick]
  * (--quick: a subset of the points; --profile: a few launches of each
  * kernel, decode at b 32, 64K, for Nsight Compute; --profile-short: decode
@@ -545,12 +547,14 @@ int main(int argc, char **argv)
             variants = 1;
         else if (!strcmp(argv[i], "--variants-quick"))
             variants = 2;
+        else if (!strcmp(argv[i], "--variants-fmla"))
+            variants = 3;
         else if (!strcmp(argv[i], "--profile-variants"))
             quick = 4;
         else {
             fprintf(stderr, "usage: bench_decode [--samples N] [--out F.tsv] [--h5 F.h5] "
                             "[--quick | --profile | --profile-short | --variants | "
-                            "--variants-quick | --profile-variants]\n");
+                            "--variants-quick | --variants-fmla | --profile-variants]\n");
             return 2;
         }
     }
@@ -620,6 +624,9 @@ int main(int argc, char **argv)
                     for (int xi = 0; xi < 4; xi++) {
                         /* --variants-quick: H 16 s_q 1 whole, the rest at 4K and 128K */
                         if (variants == 2 && (hi || si) && (xi == 1 || xi == 3))
+                            continue;
+                        /* --variants-fmla: s_q 1, b to 32, contexts to 128K */
+                        if (variants == 3 && (si || bi == 3 || xi == 3))
                             continue;
                         if ((long)bs[bi] * cx[xi] > 32L * 1048576)
                             continue; /* b 64, 1M: the four pools exceed the memory */

@@ -391,9 +391,8 @@ __device__ static inline void async_page_bf16(__nv_bfloat16 *tile, const uint8_t
 /* ---- barriers --------------------------------------------------------------
  * NB 0: the whole block (__syncthreads); NB > 0: named barrier NB over the
  * DEC_THREADS consumer threads of the warp-specialised kernel (its producer
- * warps never take part). Producer / consumer hand-offs use bar.arrive on
- * one side and bar.sync on the other, both counting every thread of the
- * block (decode_ws_kernel). */
+ * warps never take part). The producer / consumer hand-off of that kernel
+ * is bar.sync on both sides over every thread of the block (ws_produce). */
 template <int NB> __device__ static inline void dec_bar()
 {
     if constexpr (NB == 0)
@@ -404,10 +403,6 @@ template <int NB> __device__ static inline void dec_bar()
 __device__ static inline void bar_sync_n(int id, int n)
 {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-__device__ static inline void bar_arrive_n(int id, int n)
-{
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
 /* ---- one page of attention on a ready tile ------------------------------ */
@@ -1362,8 +1357,8 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) decode_fast_kernel(dec_args a)
  * l)) for packed tokens, the BF16 rows of the sink / window buffers for
  * protected ones, zeros past the sequence: exactly one representation per
  * token, the same code as the reconstruction check qmla_kv_gather_cuda),
- * and hand the tile over by a named barrier (bar.arrive FULL[buf] /
- * bar.sync FULL[buf] by the consumers; EMPTY[buf] the other way). The
+ * and hand the tile over at one named barrier of all 512 threads per page
+ * (bar.sync WS_BAR_TILE on both sides; see ws_produce). The
  * consumers run the BF16-tile attention of decode_bf16_kernel (mma.sync
  * m16n8k16, QK, online softmax, PV; barriers among the 256 consumers only)
  * for NRT row tiles of 16 query rows (heads x query tokens) on the same
@@ -1375,9 +1370,8 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) decode_fast_kernel(dec_args a)
  * packed values, as the C8R8 tile kernel). Tensor cores: mma.sync, not
  * wgmma (a first working step; docs/decode.md). */
 #define WS_THREADS (2 * DEC_THREADS)
-#define WS_BAR_CONS 1  /* consumers only */
-#define WS_BAR_FULL 2  /* + buffer: tile written (producers arrive, consumers wait) */
-#define WS_BAR_EMPTY 4 /* + buffer: tile read (consumers arrive, producers wait) */
+#define WS_BAR_CONS 1 /* consumers only */
+#define WS_BAR_TILE 2 /* all 512 threads, once per page: the hand-off */
 
 struct dec_smem_rt { /* one row tile's part of dec_smem_quant */
     __nv_bfloat16 q[DEC_ROWS * KSTR];
@@ -1390,17 +1384,27 @@ template <int NRT> struct dec_smem_ws {
     dec_smem_rt rt[NRT];
 };
 
+/* The hand-off of page i is barrier B_i: bar.sync WS_BAR_TILE over all 512
+ * threads, reached by the producers once page i is in tile[i & 1] (and the
+ * loads of page i + 2 are issued), by the consumers once they are done with
+ * page i - 1. The stores of page i start after B_{i-1}, which the consumers
+ * reach only after their last read of page i - 2, the page tile[i & 1] held
+ * (write after read); the consumers read page i only after B_i, which the
+ * producers reach only after their stores of page i (read after write).
+ * With two tiles this is the schedule of the earlier protocol (bar.arrive
+ * FULL[buf] by the producers, bar.sync EMPTY[buf]; a producer cannot run
+ * more than one page ahead with two tiles either), with bar.sync on both
+ * sides: compute-sanitizer racecheck reported 153 hazards on the bar.arrive
+ * hand-off (H200 run 3, docs/decode.md). */
 template <int CB, int RB>
 __device__ static inline void ws_produce(prefetch<CB, RB> &f, __nv_bfloat16 *tile,
                                          const dec_args &a, int b, int p0, int i, int np,
-                                         long len, const int32_t *bt, int buf, int pt)
+                                         long len, const int32_t *bt, int pt)
 {
-    if (i >= 2)
-        bar_sync_n(WS_BAR_EMPTY + buf, WS_THREADS); /* page i - 2 consumed */
     store_page<CB, RB>(f, tile, a, b, (long)(p0 + i) * QMLA_KV_PAGE, len, pt);
-    bar_arrive_n(WS_BAR_FULL + buf, WS_THREADS);
     if (i + 2 < np)
         load_page<CB, RB>(f, a.pool + (size_t)bt[p0 + i + 2] * a.L.page_bytes, a.L, pt);
+    bar_sync_n(WS_BAR_TILE, WS_THREADS); /* B_i */
 }
 
 template <int CB, int RB, int NRT>
@@ -1422,9 +1426,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) decode_ws_kernel(dec_args a)
         if (np > 1)
             load_page<CB, RB>(f1, a.pool + (size_t)bt[p0 + 1] * a.L.page_bytes, a.L, pt);
         for (int i = 0; i < np; i += 2) { /* two register sets, constant indices */
-            ws_produce<CB, RB>(f0, sm.tile[0], a, b, p0, i, np, len, bt, 0, pt);
+            ws_produce<CB, RB>(f0, sm.tile[0], a, b, p0, i, np, len, bt, pt);
             if (i + 1 < np)
-                ws_produce<CB, RB>(f1, sm.tile[1], a, b, p0, i + 1, np, len, bt, 1, pt);
+                ws_produce<CB, RB>(f1, sm.tile[1], a, b, p0, i + 1, np, len, bt, pt);
         }
         return;
     }
@@ -1443,16 +1447,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) decode_ws_kernel(dec_args a)
     }
     dec_bar<WS_BAR_CONS>(); /* queries and softmax state visible */
     for (int i = 0; i < np; i++) {
-        const int buf = i & 1;
-        bar_sync_n(WS_BAR_FULL + buf, WS_THREADS);
+        bar_sync_n(WS_BAR_TILE, WS_THREADS); /* B_i: page i written, page i - 1 done */
 #pragma unroll
         for (int j = 0; j < NRT; j++)
             if ((rt0 + j) * DEC_ROWS < a.R_pad)
-                attend_page<dec_smem_rt, 9, WS_BAR_CONS>(st[j], sm.rt[j], sm.tile[buf], a,
+                attend_page<dec_smem_rt, 9, WS_BAR_CONS>(st[j], sm.rt[j], sm.tile[i & 1], a,
                                                          (long)(p0 + i) * QMLA_KV_PAGE, vis[j],
                                                          tid);
-        if (i + 2 < np)
-            bar_arrive_n(WS_BAR_EMPTY + buf, WS_THREADS);
     }
 #pragma unroll
     for (int j = 0; j < NRT; j++)

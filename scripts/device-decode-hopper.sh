@@ -6,11 +6,21 @@
 #   tests     test_decode_cuda: every kernel variant (decode_cuda.h) against
 #             the C twin (NMSE, LSE, token aging, bit-identical reruns)
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck on
-#             test_decode_cuda (QMLA_TEST_SMALL=1: three shapes, 12 aging steps)
+#             test_decode_cuda (QMLA_TEST_SMALL=1: three shapes, 12 aging
+#             steps; SAN_TOOLS: the tools, default all three)
+#   probe     bench/probe_handoff.cu under racecheck, modes 0-3 (does racecheck
+#             see a bar.arrive / bar.sync / mbarrier hand-off; 3 a planted race)
 #   quick     bench_decode --variants-quick (H 16 s_q 1 whole; the other
 #             shapes at 4K and 128K), 10 samples per point
 #   bench     bench_decode --variants (b 1/8/32/64, 4K-1M, H 16/128, s_q 1/2)
-#   ncu       Nsight Compute of variant 2's kernel (C4R4, b 32, 64K, H 16)
+#   fmla      bench_decode --variants-fmla, then FlashMLA's BF16 dense decode
+#             on the same points (bench/bench_flashmla.cu; FMLA_DIR holds the
+#             program bench_flashmla built by scripts/build-flashmla.sh, or
+#             FlashMLA's source src.tgz to build it here)
+#   ncu       Nsight Compute (--set full) of the first launch of NCU_KERNEL
+#             (default decode_fast_kernel: C4R4 variant 0's main kernel, the
+#             kernel of variants 0, 1, 3 and 4) in bench_decode
+#             --profile-variants (b 32, 64K, H 16 first)
 #   pack      the logs in $OUT into logs.tgz (at most 8 files come back)
 # Usage (from the repository root, carry [".deb"] after scripts/device-prep.sh):
 #   OUT=... bash scripts/device-decode-hopper.sh tests quick pack
@@ -36,7 +46,7 @@ for step in "$@"; do
     echo "rc=$?"; grep -E " v[1-9] " "$OUT/test_decode_cuda.log" | head -80
     grep -E "FAIL|failed|aging|worst" "$OUT/test_decode_cuda.log" | tail -8 ;;
   sanitize)
-    for tool in memcheck racecheck synccheck; do
+    for tool in ${SAN_TOOLS:-memcheck racecheck synccheck}; do
       QMLA_TEST_SMALL=1 timeout ${SAN_LIMIT:-60} compute-sanitizer --tool $tool --error-exitcode 9 \
         ./build-dev/tests/test_decode_cuda >"$OUT/sanitize_$tool.log" 2>&1
       echo "== compute-sanitizer $tool rc=$?"; tail -3 "$OUT/sanitize_$tool.log"
@@ -46,11 +56,33 @@ for step in "$@"; do
     timeout ${BENCH_LIMIT:-150} ./build-dev/bench/bench_decode $a --out "$OUT/bench_variants.tsv" \
       >"$OUT/bench_variants.log" 2>&1
     echo "rc=$?"; cat "$OUT/bench_variants.log" ;;
+  probe)
+    pb=${FMLA_DIR:-fmla}/probe_handoff
+    [ -x "$pb" ] || { pb=/tmp/probe_handoff; nvcc -O2 -gencode arch=compute_90a,code=sm_90a \
+      -o $pb bench/probe_handoff.cu; }
+    for m in 0 1 2 3; do
+      timeout 30 compute-sanitizer --tool racecheck $pb $m >"$OUT/probe_racecheck_mode$m.log" 2>&1
+      echo "== probe mode $m rc=$?"; grep -E "probe_handoff|SUMMARY" "$OUT/probe_racecheck_mode$m.log"
+    done ;;
+  fmla)
+    timeout ${BENCH_LIMIT:-90} ./build-dev/bench/bench_decode --variants-fmla \
+      --out "$OUT/bench_variants_fmla.tsv" >"$OUT/bench_variants_fmla.log" 2>&1
+    echo "rc=$?"; cat "$OUT/bench_variants_fmla.log"
+    fb=${FMLA_DIR:-fmla}/bench_flashmla
+    if [ ! -x "$fb" ] && [ -f "${FMLA_DIR:-fmla}/src.tgz" ]; then
+      mkdir -p /tmp/fmla-src && tar xzf "${FMLA_DIR:-fmla}/src.tgz" -C /tmp/fmla-src &&
+        JOBS=3 timeout ${FMLA_BUILD_LIMIT:-200} bash scripts/build-flashmla.sh /tmp/fmla-src /tmp/fmla-build \
+        >"$OUT/flashmla_build.log" 2>&1; echo "== flashmla build rc=$? at ${SECONDS}s"
+      fb=/tmp/fmla-build/bench_flashmla
+    fi
+    timeout ${FMLA_LIMIT:-60} "$fb" --out "$OUT/bench_flashmla.tsv" >"$OUT/bench_flashmla.log" 2>&1
+    echo "== flashmla rc=$?"; cat "$OUT/bench_flashmla.log" ;;
   ncu)
-    timeout 90 ncu --clock-control none --set full -k "regex:decode_ws_kernel" -c 1 \
-      ./build-dev/bench/bench_decode --profile-variants --out /tmp/p.tsv >"$OUT/ncu_ws_c4r4.txt" 2>&1
+    k=${NCU_KERNEL:-decode_fast_kernel}
+    timeout ${NCU_LIMIT:-90} ncu --clock-control none --set full -k "regex:$k" -c 1 \
+      ./build-dev/bench/bench_decode --profile-variants --out /tmp/p.tsv >"$OUT/ncu_$k.txt" 2>&1
     echo "== ncu rc=$?"
-    grep -E "Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Executed Instructions  |Warp Cycles Per Issued|highest-utilized|Bank" "$OUT/ncu_ws_c4r4.txt" | head -20 ;;
+    grep -E "decode_|Duration|DRAM Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Executed Instructions  |Warp Cycles Per Issued|highest-utilized|Bank" "$OUT/ncu_$k.txt" | head -24 ;;
   pack)
     k=""; while [ -e "$OUT/logs$k.tgz" ]; do k=$(( ${k:-1} + 1 )); done
     (cd "$OUT" && tar czf "logs$k.tgz" --remove-files $(ls | grep -vE '\.(tsv|h5|tgz)$')) ;;
