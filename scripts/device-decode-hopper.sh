@@ -38,22 +38,28 @@ fi
 ninja -C build-dev tests/test_decode_cuda bench/bench_decode >/tmp/build.log 2>&1 ||
   { cp /tmp/build.log "$OUT/"; grep -E "error" -A3 /tmp/build.log | head -60; exit 1; }
 echo "== built at ${SECONDS}s"
+# DEADLINE (seconds of this script, optional): a step that would start after
+# it is skipped, and every time limit is cut to what is left before it.
+lim() { local r=$(( ${DEADLINE:-1000000} - SECONDS )); [ "$r" -lt 5 ] && r=5; echo $(( $1 < r ? $1 : r )); }
 for step in "$@"; do
+  if [ "$step" != pack ] && [ "$SECONDS" -ge "${DEADLINE:-1000000}" ]; then
+    echo "== step $step skipped at ${SECONDS}s (DEADLINE ${DEADLINE})"; continue
+  fi
   echo "== step $step at ${SECONDS}s"
   case $step in
   tests)
-    timeout ${TEST_LIMIT:-150} ./build-dev/tests/test_decode_cuda >"$OUT/test_decode_cuda.log" 2>&1
+    timeout $(lim ${TEST_LIMIT:-150}) ./build-dev/tests/test_decode_cuda >"$OUT/test_decode_cuda.log" 2>&1
     echo "rc=$?"; grep -E " v[1-9] " "$OUT/test_decode_cuda.log" | head -80
     grep -E "FAIL|failed|aging|worst" "$OUT/test_decode_cuda.log" | tail -8 ;;
   sanitize)
     for tool in ${SAN_TOOLS:-memcheck racecheck synccheck}; do
-      QMLA_TEST_SMALL=1 timeout ${SAN_LIMIT:-60} compute-sanitizer --tool $tool --error-exitcode 9 \
+      QMLA_TEST_SMALL=1 timeout $(lim ${SAN_LIMIT:-60}) compute-sanitizer --tool $tool --error-exitcode 9 \
         ./build-dev/tests/test_decode_cuda >"$OUT/sanitize_$tool.log" 2>&1
       echo "== compute-sanitizer $tool rc=$?"; tail -3 "$OUT/sanitize_$tool.log"
     done ;;
   quick | bench)
     a=--variants-quick; [ "$step" = bench ] && a=--variants
-    timeout ${BENCH_LIMIT:-150} ./build-dev/bench/bench_decode $a --out "$OUT/bench_variants.tsv" \
+    timeout $(lim ${BENCH_LIMIT:-150}) ./build-dev/bench/bench_decode $a --out "$OUT/bench_variants.tsv" \
       >"$OUT/bench_variants.log" 2>&1
     echo "rc=$?"; cat "$OUT/bench_variants.log" ;;
   probe)
@@ -61,25 +67,25 @@ for step in "$@"; do
     [ -x "$pb" ] || { pb=/tmp/probe_handoff; nvcc -O2 -gencode arch=compute_90a,code=sm_90a \
       -o $pb bench/probe_handoff.cu; }
     for m in 0 1 2 3; do
-      timeout 30 compute-sanitizer --tool racecheck $pb $m >"$OUT/probe_racecheck_mode$m.log" 2>&1
+      timeout $(lim 30) compute-sanitizer --tool racecheck $pb $m >"$OUT/probe_racecheck_mode$m.log" 2>&1
       echo "== probe mode $m rc=$?"; grep -E "probe_handoff|SUMMARY" "$OUT/probe_racecheck_mode$m.log"
     done ;;
   fmla)
-    timeout ${BENCH_LIMIT:-90} ./build-dev/bench/bench_decode --variants-fmla \
+    timeout $(lim ${BENCH_LIMIT:-90}) ./build-dev/bench/bench_decode --variants-fmla \
       --out "$OUT/bench_variants_fmla.tsv" >"$OUT/bench_variants_fmla.log" 2>&1
     echo "rc=$?"; cat "$OUT/bench_variants_fmla.log"
     fb=${FMLA_DIR:-fmla}/bench_flashmla
     if [ ! -x "$fb" ] && [ -f "${FMLA_DIR:-fmla}/src.tgz" ]; then
       mkdir -p /tmp/fmla-src && tar xzf "${FMLA_DIR:-fmla}/src.tgz" -C /tmp/fmla-src &&
-        JOBS=3 timeout ${FMLA_BUILD_LIMIT:-200} bash scripts/build-flashmla.sh /tmp/fmla-src /tmp/fmla-build \
+        JOBS=3 timeout $(lim ${FMLA_BUILD_LIMIT:-200}) bash scripts/build-flashmla.sh /tmp/fmla-src /tmp/fmla-build \
         >"$OUT/flashmla_build.log" 2>&1; echo "== flashmla build rc=$? at ${SECONDS}s"
       fb=/tmp/fmla-build/bench_flashmla
     fi
-    timeout ${FMLA_LIMIT:-60} "$fb" --out "$OUT/bench_flashmla.tsv" >"$OUT/bench_flashmla.log" 2>&1
+    timeout $(lim ${FMLA_LIMIT:-60}) "$fb" --out "$OUT/bench_flashmla.tsv" >"$OUT/bench_flashmla.log" 2>&1
     echo "== flashmla rc=$?"; cat "$OUT/bench_flashmla.log" ;;
   ncu)
     k=${NCU_KERNEL:-decode_fast_kernel}
-    timeout ${NCU_LIMIT:-90} ncu --clock-control none --set full -k "regex:$k" -c 1 \
+    timeout $(lim ${NCU_LIMIT:-90}) ncu --clock-control none --set full -k "regex:$k" -c 1 \
       ./build-dev/bench/bench_decode --profile-variants --out /tmp/p.tsv >"$OUT/ncu_$k.txt" 2>&1
     echo "== ncu rc=$?"
     grep -E "decode_|Duration|DRAM Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Executed Instructions  |Warp Cycles Per Issued|highest-utilized|Bank" "$OUT/ncu_$k.txt" | head -24 ;;
