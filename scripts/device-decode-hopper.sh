@@ -41,10 +41,11 @@ echo "== built at ${SECONDS}s"
 # DEADLINE (seconds of this script, optional): a step that would start after
 # it is skipped, and every time limit is cut to what is left before it.
 lim() { local r=$(( ${DEADLINE:-1000000} - SECONDS )); [ "$r" -lt 5 ] && r=5; echo $(( $1 < r ? $1 : r )); }
-for step in "$@"; do
-  if [ "$step" != pack ] && [ "$SECONDS" -ge "${DEADLINE:-1000000}" ]; then
-    echo "== step $step skipped at ${SECONDS}s (DEADLINE ${DEADLINE})"; continue
-  fi
+# A word A+B runs steps A and B at the same time (each printing to its own
+# buffer, shown when both are done): for steps whose timing does not
+# matter (tests+sanitize+probe), never with bench, quick, fmla or ncu.
+run_step() {
+  local step=$1
   echo "== step $step at ${SECONDS}s"
   case $step in
   tests)
@@ -93,5 +94,18 @@ for step in "$@"; do
     k=""; while [ -e "$OUT/logs$k.tgz" ]; do k=$(( ${k:-1} + 1 )); done
     (cd "$OUT" && tar czf "logs$k.tgz" --remove-files $(ls | grep -vE '\.(tsv|h5|tgz)$')) ;;
   esac
+}
+for word in "$@"; do
+  if [ "$word" != pack ] && [ "$SECONDS" -ge "${DEADLINE:-1000000}" ]; then
+    echo "== step $word skipped at ${SECONDS}s (DEADLINE ${DEADLINE})"; continue
+  fi
+  if [[ $word == *+* ]]; then
+    IFS=+ read -ra parts <<<"$word"
+    for p in "${parts[@]}"; do run_step "$p" >"/tmp/step_$p.out" 2>&1 & done
+    wait
+    for p in "${parts[@]}"; do cat "/tmp/step_$p.out"; done
+  else
+    run_step "$word"
+  fi
 done
 echo "== done at ${SECONDS}s"
