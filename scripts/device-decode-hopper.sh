@@ -7,7 +7,8 @@
 #             the C twin (NMSE, LSE, token aging, bit-identical reruns)
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck on
 #             test_decode_cuda (QMLA_TEST_SMALL=1: three shapes, 12 aging
-#             steps; SAN_TOOLS: the tools, default all three)
+#             steps; SAN_TOOLS: the tools, default all three; sanitize-TOOL:
+#             that one tool)
 #   probe     bench/probe_handoff.cu under racecheck, modes 0-3 (does racecheck
 #             see a bar.arrive / bar.sync / mbarrier hand-off; 3 a planted race)
 #   quick     bench_decode --variants-quick (H 16 s_q 1 whole; the other
@@ -52,8 +53,10 @@ run_step() {
     timeout $(lim ${TEST_LIMIT:-150}) ./build-dev/tests/test_decode_cuda >"$OUT/test_decode_cuda.log" 2>&1
     echo "rc=$?"; grep -E " v[1-9] " "$OUT/test_decode_cuda.log" | head -80
     grep -E "FAIL|failed|aging|worst" "$OUT/test_decode_cuda.log" | tail -8 ;;
-  sanitize)
-    for tool in ${SAN_TOOLS:-memcheck racecheck synccheck}; do
+  sanitize | sanitize-*)
+    local tools=${SAN_TOOLS:-memcheck racecheck synccheck}
+    [ "$step" != sanitize ] && tools=${step#sanitize-}
+    for tool in $tools; do
       QMLA_TEST_SMALL=1 timeout $(lim ${SAN_LIMIT:-60}) compute-sanitizer --tool $tool --error-exitcode 9 \
         ./build-dev/tests/test_decode_cuda >"$OUT/sanitize_$tool.log" 2>&1
       echo "== compute-sanitizer $tool rc=$?"; tail -3 "$OUT/sanitize_$tool.log"
