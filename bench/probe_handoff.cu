@@ -17,6 +17,9 @@
  *   3  planted race, a positive control: mode 1's barriers, but the
  *      consumers read the other tile, the one the producers are writing
  *      meanwhile (racecheck must report it; the sums are wrong by design)
+ *   4  mode 1 plus a named barrier of the consumers alone (bar.sync 3, 64)
+ *      after each page's reads, as decode_ws_kernel's consumers have
+ *   5  mode 2 plus that consumers-only named barrier
  * Prints the mode and whether every consumer's sum is the closed form
  * sum over pages i and elements e of (1000 i + e); exit 0 when right
  * (mode 3: when it ran to the end). */
@@ -78,14 +81,14 @@ __global__ void __launch_bounds__(128) probe(int mode, double *out)
             if (i >= 2) {
                 if (mode == 0)
                     bsync(4 + buf, 128); /* EMPTY: page i - 2 read */
-                else if (mode == 2)
+                else if (mode == 2 || mode == 5)
                     mb_wait(&empty[buf], (uint32_t)((i / 2 - 1) & 1));
             }
             for (int e = p; e < TE; e += 64)
                 tile[buf][e] = (float)(1000 * i + e);
             if (mode == 0)
                 barrive(2 + buf, 128); /* FULL */
-            else if (mode == 1 || mode == 3)
+            else if (mode == 1 || mode == 3 || mode == 4)
                 bsync(1, 128);
             else
                 mb_arrive(&full[buf]);
@@ -97,7 +100,7 @@ __global__ void __launch_bounds__(128) probe(int mode, double *out)
         const int buf = i & 1;
         if (mode == 0)
             bsync(2 + buf, 128);
-        else if (mode == 1 || mode == 3)
+        else if (mode == 1 || mode == 3 || mode == 4)
             bsync(1, 128);
         else
             mb_wait(&full[buf], (uint32_t)((i / 2) & 1));
@@ -106,10 +109,12 @@ __global__ void __launch_bounds__(128) probe(int mode, double *out)
         for (int e = 0; e < TE; e++)
             s += tile[rb][(e + tid) % TE];
         sum += s;
+        if (mode >= 4)
+            bsync(3, 64); /* consumers only */
         if (i + 2 < NP) {
             if (mode == 0)
                 barrive(4 + buf, 128);
-            else if (mode == 2)
+            else if (mode == 2 || mode == 5)
                 mb_arrive(&empty[buf]);
         }
     }
@@ -119,8 +124,8 @@ __global__ void __launch_bounds__(128) probe(int mode, double *out)
 int main(int argc, char **argv)
 {
     const int mode = argc > 1 ? atoi(argv[1]) : 0;
-    if (mode < 0 || mode > 3) {
-        fprintf(stderr, "usage: probe_handoff [0|1|2|3]\n");
+    if (mode < 0 || mode > 5) {
+        fprintf(stderr, "usage: probe_handoff [0-5]\n");
         return 2;
     }
     double *d, h[64];

@@ -9,8 +9,9 @@
 #             test_decode_cuda (QMLA_TEST_SMALL=1: three shapes, 12 aging
 #             steps; SAN_TOOLS: the tools, default all three; sanitize-TOOL:
 #             that one tool)
-#   probe     bench/probe_handoff.cu under racecheck, modes 0-3 (does racecheck
-#             see a bar.arrive / bar.sync / mbarrier hand-off; 3 a planted race)
+#   probe     bench/probe_handoff.cu under racecheck and synccheck, modes 0-5
+#             (do they accept a bar.arrive / bar.sync / mbarrier hand-off, with
+#             and without a consumers-only named barrier; 3 a planted race)
 #   quick     bench_decode --variants-quick (H 16 s_q 1 whole; the other
 #             shapes at 4K and 128K), 10 samples per point
 #   bench     bench_decode --variants (b 1/8/32/64, 4K-1M, H 16/128, s_q 1/2)
@@ -70,9 +71,11 @@ run_step() {
     pb=${FMLA_DIR:-fmla}/probe_handoff
     [ -x "$pb" ] || { pb=/tmp/probe_handoff; nvcc -O2 -gencode arch=compute_90a,code=sm_90a \
       -o $pb bench/probe_handoff.cu; }
-    for m in 0 1 2 3; do
-      timeout $(lim 30) compute-sanitizer --tool racecheck $pb $m >"$OUT/probe_racecheck_mode$m.log" 2>&1
-      echo "== probe mode $m rc=$?"; grep -E "probe_handoff|SUMMARY" "$OUT/probe_racecheck_mode$m.log"
+    for m in 0 1 2 3 4 5; do
+      for tool in racecheck synccheck; do
+        timeout $(lim 30) compute-sanitizer --tool $tool $pb $m >"$OUT/probe_${tool}_mode$m.log" 2>&1
+        echo "== probe $tool mode $m rc=$?"; grep -E "probe_handoff|SUMMARY" "$OUT/probe_${tool}_mode$m.log"
+      done
     done ;;
   fmla)
     timeout $(lim ${BENCH_LIMIT:-90}) ./build-dev/bench/bench_decode --variants-fmla \
