@@ -1413,10 +1413,10 @@ template <int NRT> struct dec_smem_ws {
  * write) and the reads of page i - 2 before the stores of page i (write
  * after read). Neither side can run a phase ahead (a producer is at most
  * one page ahead with two tiles), so a parity names one phase. The same
- * schedule as the earlier named-barrier hand-offs (H200 run 3: bar.arrive
- * FULL / EMPTY; run 4: bar.sync of all 512 threads, which synccheck
- * reported as a barrier reached from divergent code, bar.sync being
- * .aligned; racecheck flagged both; docs/decode.md). */
+ * schedule as the earlier named-barrier hand-offs (H200 hopper runs 1-3:
+ * bar.arrive FULL / EMPTY; run 4a: bar.sync of all 512 threads, which
+ * synccheck reported as a barrier reached from divergent code, bar.sync
+ * being .aligned; racecheck flagged both; docs/decode.md). */
 template <int CB, int RB, int NRT>
 __device__ static inline void ws_produce(prefetch<CB, RB> &f, dec_smem_ws<NRT> &sm,
                                          const dec_args &a, int b, int p0, int i, int np,

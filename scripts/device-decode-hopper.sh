@@ -32,7 +32,7 @@ OUT=${OUT:-device-out}
 mkdir -p "$OUT"
 source scripts/device-env.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv
-git rev-parse --short HEAD 2>/dev/null || true
+cat .qmla-commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || true
 if [ ! -f build-dev/build.ninja ]; then
   meson setup build-dev --buildtype=release >/tmp/setup.log 2>&1 ||
     { cp /tmp/setup.log "$OUT/"; tail -40 /tmp/setup.log; exit 1; }
