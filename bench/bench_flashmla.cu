@@ -26,6 +26,7 @@
  * TSV columns: kind batch context config median_us bytes GBps pct_copy nmse
  * (bytes: the BF16 pages read, queries and block table, as bench_decode
  * counts BF16's bytes). */
+#include "bench_fill.cuh" /* bench_decode.cu's fills, so that both time the same values */
 #include "params.h"
 #include "sm90/decode/dense/splitkv_mla.h"
 #include "smxx/decode/combine/combine.h"
@@ -51,45 +52,11 @@
 
 static const int D = 576, DV = 512, PAGE = 64;
 
-/* the hash and fill of bench_decode.cu, so that both time the same values */
-__device__ static inline uint32_t hash32(uint64_t i, uint32_t seed)
-{
-    uint64_t x = i * 0x9e3779b97f4a7c15ull + seed;
-    x ^= x >> 31;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 29;
-    return (uint32_t)x;
-}
-__global__ void fill_bf16(uint16_t *p, size_t n, uint32_t seed)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const float v = ((float)(hash32(i, seed) >> 8) / 16777216.0f) * 4.0f - 2.0f;
-        p[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
-    }
-}
-__global__ void fill_i32(int32_t *p, size_t n, int32_t v)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        p[i] = v;
-}
-
 static void *dalloc(size_t n)
 {
     void *p = NULL;
     CK(cudaMalloc(&p, n ? n : 16));
     return p;
-}
-static int cmp_f(const void *a, const void *b)
-{
-    const float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-static float median(float *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_f);
-    return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
 }
 static double bf2d(uint16_t h)
 {

@@ -23,6 +23,8 @@
  * Prints the mode and whether every consumer's sum is the closed form
  * sum over pages i and elements e of (1000 i + e); exit 0 when right
  * (mode 3: when it ran to the end). */
+#include "../kernels/mbarrier.cuh"
+
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,29 +41,6 @@ __device__ static inline void barrive(int id, int n)
 {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
-__device__ static inline uint32_t saddr(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-__device__ static inline void mb_init(uint64_t *b, int count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(saddr(b)), "r"(count)
-                 : "memory");
-}
-__device__ static inline void mb_arrive(uint64_t *b)
-{
-    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(saddr(b))
-                 : "memory");
-}
-__device__ static inline void mb_wait(uint64_t *b, uint32_t parity)
-{
-    asm volatile("{\n .reg .pred p;\n"
-                 "W: mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%0], %1;\n"
-                 " @!p bra W;\n}\n" ::"r"(saddr(b)),
-                 "r"(parity)
-                 : "memory");
-}
-
 __global__ void __launch_bounds__(128) probe(int mode, double *out)
 {
     __shared__ float tile[2][TE];
@@ -69,8 +48,8 @@ __global__ void __launch_bounds__(128) probe(int mode, double *out)
     const int tid = threadIdx.x;
     if (tid == 0) {
         for (int k = 0; k < 2; k++) {
-            mb_init(&full[k], 64);
-            mb_init(&empty[k], 64);
+            mbar_init(&full[k], 64);
+            mbar_init(&empty[k], 64);
         }
     }
     __syncthreads();
@@ -82,7 +61,7 @@ __global__ void __launch_bounds__(128) probe(int mode, double *out)
                 if (mode == 0)
                     bsync(4 + buf, 128); /* EMPTY: page i - 2 read */
                 else if (mode == 2 || mode == 5)
-                    mb_wait(&empty[buf], (uint32_t)((i / 2 - 1) & 1));
+                    mbar_wait(&empty[buf], (uint32_t)((i / 2 - 1) & 1));
             }
             for (int e = p; e < TE; e += 64)
                 tile[buf][e] = (float)(1000 * i + e);
@@ -91,7 +70,7 @@ __global__ void __launch_bounds__(128) probe(int mode, double *out)
             else if (mode == 1 || mode == 3 || mode == 4)
                 bsync(1, 128);
             else
-                mb_arrive(&full[buf]);
+                mbar_arrive(&full[buf]);
         }
         return;
     }
@@ -103,7 +82,7 @@ __global__ void __launch_bounds__(128) probe(int mode, double *out)
         else if (mode == 1 || mode == 3 || mode == 4)
             bsync(1, 128);
         else
-            mb_wait(&full[buf], (uint32_t)((i / 2) & 1));
+            mbar_wait(&full[buf], (uint32_t)((i / 2) & 1));
         const int rb = mode == 3 ? buf ^ 1 : buf; /* 3: the tile being written */
         float s = 0.0f;
         for (int e = 0; e < TE; e++)
@@ -115,7 +94,7 @@ __global__ void __launch_bounds__(128) probe(int mode, double *out)
             if (mode == 0)
                 barrive(4 + buf, 128);
             else if (mode == 2 || mode == 5)
-                mb_arrive(&empty[buf]);
+                mbar_arrive(&empty[buf]);
         }
     }
     out[tid] = sum;

@@ -38,6 +38,7 @@
  */
 #include "cuda_status.cuh"
 #include "decode_cuda.h"
+#include "mbarrier.cuh"
 #include "qmla/kvcache.h"
 #include "qmla/quant_core.h"
 
@@ -399,27 +400,6 @@ template <int NB> __device__ static inline void dec_bar()
         __syncthreads();
     else
         asm volatile("bar.sync %0, %1;\n" ::"n"(NB), "n"(DEC_THREADS) : "memory");
-}
-/* mbarrier (sm_90): init by one thread, made visible by a barrier of the
- * block; arrive with release, wait (try_wait.parity loop) with acquire
- * semantics at CTA scope, the pattern of CUTLASS's PipelineAsync. */
-__device__ static inline void mbar_init(uint64_t *b, int count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(b)), "r"(count)
-                 : "memory");
-}
-__device__ static inline void mbar_arrive(uint64_t *b)
-{
-    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(b))
-                 : "memory");
-}
-__device__ static inline void mbar_wait(uint64_t *b, uint32_t parity)
-{
-    asm volatile("{\n .reg .pred done;\n"
-                 "WAIT: mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
-                 " @!done bra WAIT;\n}\n" ::"r"(smem_addr(b)),
-                 "r"(parity)
-                 : "memory");
 }
 
 /* ---- one page of attention on a ready tile ------------------------------ */
