@@ -17,7 +17,9 @@
  * variant (decode_cuda.h) beside BF16 over b 1, 8, 32, 64, contexts 4K,
  * 32K, 128K, 1M (b 64: to 128K), H 16 and 128, s_q 1 and 2 (10 samples
  * per point unless --samples; provenance: heads and s_q -1, quick 11;
- * --variants-quick: H 16 s_q 1 whole, the other shapes at 4K and 128K, quick 12).
+ * --variants-quick: H 16 s_q 1 whole, the other shapes at 4K and 128K, quick 12;
+ * --variants-fmla: the points bench_flashmla.cu times, b 1 / 8 / 32, 4K, 32K
+ * and 128K, H 16 and 128, s_q 1, quick 13).
  * Usage: bench_decode [--samples N] [--out results.tsv] [--h5 results.h5] [--quick]
  * (--quick: a subset of the points; --profile: a few launches of each
  * kernel, decode at b 32, 64K, for Nsight Compute; --profile-short: decode
@@ -27,6 +29,7 @@
  * shape (qmla/bench_results.h; default: the TSV's name with .h5), both
  * atomically, and prints a Markdown table.
  */
+#include "bench_fill.cuh"
 #include "cuda_check.h"
 #include "decode_cuda.h"
 #include "kvcache_cuda.h"
@@ -43,24 +46,6 @@
 #include <string.h>
 #include <unistd.h>
 
-__device__ static inline uint32_t hash32(uint64_t i, uint32_t seed)
-{
-    uint64_t x = i * 0x9e3779b97f4a7c15ull + seed;
-    x ^= x >> 31;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 29;
-    return (uint32_t)x;
-}
-
-/* Random BF16 in about [-2, 2). */
-__global__ void fill_bf16(uint16_t *p, size_t n, uint32_t seed)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const float v = ((float)(hash32(i, seed) >> 8) / 16777216.0f) * 4.0f - 2.0f;
-        p[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
-    }
-}
 __global__ void fill_f32(float *p, size_t n, uint32_t seed)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -79,23 +64,6 @@ __global__ void fill_pages(uint8_t *pool, size_t n_pages, qmla_kv_layout L, uint
             v = 0x2a66u | (0xbc00u << 16);
         ((uint32_t *)pool)[i] = v;
     }
-}
-__global__ void fill_i32(int32_t *p, size_t n, int32_t v)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        p[i] = v;
-}
-
-static int cmp_f(const void *a, const void *b)
-{
-    const float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-static float median(float *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_f);
-    return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
 }
 
 typedef struct {
@@ -545,12 +513,14 @@ int main(int argc, char **argv)
             variants = 1;
         else if (!strcmp(argv[i], "--variants-quick"))
             variants = 2;
+        else if (!strcmp(argv[i], "--variants-fmla"))
+            variants = 3;
         else if (!strcmp(argv[i], "--profile-variants"))
             quick = 4;
         else {
             fprintf(stderr, "usage: bench_decode [--samples N] [--out F.tsv] [--h5 F.h5] "
                             "[--quick | --profile | --profile-short | --variants | "
-                            "--variants-quick | --profile-variants]\n");
+                            "--variants-quick | --variants-fmla | --profile-variants]\n");
             return 2;
         }
     }
@@ -620,6 +590,9 @@ int main(int argc, char **argv)
                     for (int xi = 0; xi < 4; xi++) {
                         /* --variants-quick: H 16 s_q 1 whole, the rest at 4K and 128K */
                         if (variants == 2 && (hi || si) && (xi == 1 || xi == 3))
+                            continue;
+                        /* --variants-fmla: s_q 1, b to 32, contexts to 128K */
+                        if (variants == 3 && (si || bi == 3 || xi == 3))
                             continue;
                         if ((long)bs[bi] * cx[xi] > 32L * 1048576)
                             continue; /* b 64, 1M: the four pools exceed the memory */

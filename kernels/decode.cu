@@ -38,6 +38,7 @@
  */
 #include "cuda_status.cuh"
 #include "decode_cuda.h"
+#include "mbarrier.cuh"
 #include "qmla/kvcache.h"
 #include "qmla/quant_core.h"
 
@@ -391,23 +392,14 @@ __device__ static inline void async_page_bf16(__nv_bfloat16 *tile, const uint8_t
 /* ---- barriers --------------------------------------------------------------
  * NB 0: the whole block (__syncthreads); NB > 0: named barrier NB over the
  * DEC_THREADS consumer threads of the warp-specialised kernel (its producer
- * warps never take part). Producer / consumer hand-offs use bar.arrive on
- * one side and bar.sync on the other, both counting every thread of the
- * block (decode_ws_kernel). */
+ * warps never take part). The producer / consumer hand-off of that kernel
+ * is a full / empty pair of mbarriers per tile (ws_produce). */
 template <int NB> __device__ static inline void dec_bar()
 {
     if constexpr (NB == 0)
         __syncthreads();
     else
         asm volatile("bar.sync %0, %1;\n" ::"n"(NB), "n"(DEC_THREADS) : "memory");
-}
-__device__ static inline void bar_sync_n(int id, int n)
-{
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-__device__ static inline void bar_arrive_n(int id, int n)
-{
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
 /* ---- one page of attention on a ready tile ------------------------------ */
@@ -1362,8 +1354,8 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) decode_fast_kernel(dec_args a)
  * l)) for packed tokens, the BF16 rows of the sink / window buffers for
  * protected ones, zeros past the sequence: exactly one representation per
  * token, the same code as the reconstruction check qmla_kv_gather_cuda),
- * and hand the tile over by a named barrier (bar.arrive FULL[buf] /
- * bar.sync FULL[buf] by the consumers; EMPTY[buf] the other way). The
+ * and hand the tile over through a full / empty pair of mbarriers per tile
+ * (see ws_produce). The
  * consumers run the BF16-tile attention of decode_bf16_kernel (mma.sync
  * m16n8k16, QK, online softmax, PV; barriers among the 256 consumers only)
  * for NRT row tiles of 16 query rows (heads x query tokens) on the same
@@ -1375,9 +1367,7 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) decode_fast_kernel(dec_args a)
  * packed values, as the C8R8 tile kernel). Tensor cores: mma.sync, not
  * wgmma (a first working step; docs/decode.md). */
 #define WS_THREADS (2 * DEC_THREADS)
-#define WS_BAR_CONS 1  /* consumers only */
-#define WS_BAR_FULL 2  /* + buffer: tile written (producers arrive, consumers wait) */
-#define WS_BAR_EMPTY 4 /* + buffer: tile read (consumers arrive, producers wait) */
+#define WS_BAR_CONS 1 /* consumers only */
 
 struct dec_smem_rt { /* one row tile's part of dec_smem_quant */
     __nv_bfloat16 q[DEC_ROWS * KSTR];
@@ -1388,17 +1378,35 @@ struct dec_smem_rt { /* one row tile's part of dec_smem_quant */
 template <int NRT> struct dec_smem_ws {
     __nv_bfloat16 tile[2][QMLA_KV_PAGE * KSTR];
     dec_smem_rt rt[NRT];
+    uint64_t full[2], empty[2]; /* mbarriers of the tiles (ws_produce) */
 };
 
-template <int CB, int RB>
-__device__ static inline void ws_produce(prefetch<CB, RB> &f, __nv_bfloat16 *tile,
+/* The hand-off: per tile t a pair of mbarriers, full[t] (256 arrivals: the
+ * producer threads, once their stores of a page into tile t are done) and
+ * empty[t] (256 arrivals: the consumer threads, once their last read of
+ * the page in tile t is done). Page i uses tile i & 1 and is the (i >> 1)-th
+ * use of it: the consumers wait for phase i >> 1 of full[i & 1] (parity
+ * (i >> 1) & 1) before reading page i; the producers, before storing page
+ * i >= 2, wait for phase (i >> 1) - 1 of empty[i & 1], the consumers'
+ * arrivals after page i - 2. Arrive is a release and the wait an acquire
+ * (CTA scope), so the stores of page i happen before its reads (read after
+ * write) and the reads of page i - 2 before the stores of page i (write
+ * after read). Neither side can run a phase ahead (a producer is at most
+ * one page ahead with two tiles), so a parity names one phase. The same
+ * schedule as the earlier named-barrier hand-offs (H200 hopper runs 1-3:
+ * bar.arrive FULL / EMPTY; run 4a: bar.sync of all 512 threads, which
+ * synccheck reported as a barrier reached from divergent code, bar.sync
+ * being .aligned; racecheck flagged both; docs/decode.md). */
+template <int CB, int RB, int NRT>
+__device__ static inline void ws_produce(prefetch<CB, RB> &f, dec_smem_ws<NRT> &sm,
                                          const dec_args &a, int b, int p0, int i, int np,
-                                         long len, const int32_t *bt, int buf, int pt)
+                                         long len, const int32_t *bt, int pt)
 {
+    const int t = i & 1;
     if (i >= 2)
-        bar_sync_n(WS_BAR_EMPTY + buf, WS_THREADS); /* page i - 2 consumed */
-    store_page<CB, RB>(f, tile, a, b, (long)(p0 + i) * QMLA_KV_PAGE, len, pt);
-    bar_arrive_n(WS_BAR_FULL + buf, WS_THREADS);
+        mbar_wait(&sm.empty[t], (uint32_t)(((i >> 1) - 1) & 1)); /* page i - 2 read */
+    store_page<CB, RB>(f, sm.tile[t], a, b, (long)(p0 + i) * QMLA_KV_PAGE, len, pt);
+    mbar_arrive(&sm.full[t]);
     if (i + 2 < np)
         load_page<CB, RB>(f, a.pool + (size_t)bt[p0 + i + 2] * a.L.page_bytes, a.L, pt);
 }
@@ -1414,6 +1422,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) decode_ws_kernel(dec_args a)
     const int p0 = split * a.pps, p1 = min(npages, p0 + a.pps);
     const int np = p1 > p0 ? p1 - p0 : 0;
     const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
+    if (tid == 0) {
+        for (int t = 0; t < 2; t++) {
+            mbar_init(&sm.full[t], DEC_THREADS);
+            mbar_init(&sm.empty[t], DEC_THREADS);
+        }
+    }
+    __syncthreads(); /* the mbarriers initialised, for both roles */
     if (tid >= DEC_THREADS) { /* producers */
         const int pt = tid - DEC_THREADS;
         prefetch<CB, RB> f0, f1;
@@ -1422,9 +1437,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) decode_ws_kernel(dec_args a)
         if (np > 1)
             load_page<CB, RB>(f1, a.pool + (size_t)bt[p0 + 1] * a.L.page_bytes, a.L, pt);
         for (int i = 0; i < np; i += 2) { /* two register sets, constant indices */
-            ws_produce<CB, RB>(f0, sm.tile[0], a, b, p0, i, np, len, bt, 0, pt);
+            ws_produce<CB, RB, NRT>(f0, sm, a, b, p0, i, np, len, bt, pt);
             if (i + 1 < np)
-                ws_produce<CB, RB>(f1, sm.tile[1], a, b, p0, i + 1, np, len, bt, 1, pt);
+                ws_produce<CB, RB, NRT>(f1, sm, a, b, p0, i + 1, np, len, bt, pt);
         }
         return;
     }
@@ -1443,16 +1458,16 @@ __global__ void __launch_bounds__(WS_THREADS, 1) decode_ws_kernel(dec_args a)
     }
     dec_bar<WS_BAR_CONS>(); /* queries and softmax state visible */
     for (int i = 0; i < np; i++) {
-        const int buf = i & 1;
-        bar_sync_n(WS_BAR_FULL + buf, WS_THREADS);
+        const int t = i & 1;
+        mbar_wait(&sm.full[t], (uint32_t)((i >> 1) & 1)); /* page i stored */
 #pragma unroll
         for (int j = 0; j < NRT; j++)
             if ((rt0 + j) * DEC_ROWS < a.R_pad)
-                attend_page<dec_smem_rt, 9, WS_BAR_CONS>(st[j], sm.rt[j], sm.tile[buf], a,
+                attend_page<dec_smem_rt, 9, WS_BAR_CONS>(st[j], sm.rt[j], sm.tile[t], a,
                                                          (long)(p0 + i) * QMLA_KV_PAGE, vis[j],
                                                          tid);
         if (i + 2 < np)
-            bar_arrive_n(WS_BAR_EMPTY + buf, WS_THREADS);
+            mbar_arrive(&sm.empty[t]); /* page i read: tile t free for page i + 2 */
     }
 #pragma unroll
     for (int j = 0; j < NRT; j++)

@@ -6,11 +6,23 @@
 #   tests     test_decode_cuda: every kernel variant (decode_cuda.h) against
 #             the C twin (NMSE, LSE, token aging, bit-identical reruns)
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck on
-#             test_decode_cuda (QMLA_TEST_SMALL=1: three shapes, 12 aging steps)
+#             test_decode_cuda (QMLA_TEST_SMALL=1: three shapes, 12 aging
+#             steps; SAN_TOOLS: the tools, default all three; sanitize-TOOL:
+#             that one tool)
+#   probe     bench/probe_handoff.cu under racecheck and synccheck, modes 0-5
+#             (do they accept a bar.arrive / bar.sync / mbarrier hand-off, with
+#             and without a consumers-only named barrier; 3 a planted race)
 #   quick     bench_decode --variants-quick (H 16 s_q 1 whole; the other
 #             shapes at 4K and 128K), 10 samples per point
 #   bench     bench_decode --variants (b 1/8/32/64, 4K-1M, H 16/128, s_q 1/2)
-#   ncu       Nsight Compute of variant 2's kernel (C4R4, b 32, 64K, H 16)
+#   fmla      bench_decode --variants-fmla, then FlashMLA's BF16 dense decode
+#             on the same points (bench/bench_flashmla.cu; FMLA_DIR holds the
+#             program bench_flashmla built by scripts/build-flashmla.sh, or
+#             FlashMLA's source src.tgz to build it here)
+#   ncu       Nsight Compute (--set full) of the first launch of NCU_KERNEL
+#             (default decode_fast_kernel: C4R4 variant 0's main kernel, the
+#             kernel of variants 0, 1, 3 and 4) in bench_decode
+#             --profile-variants (b 32, 64K, H 16 first)
 #   pack      the logs in $OUT into logs.tgz (at most 8 files come back)
 # Usage (from the repository root, carry [".deb"] after scripts/device-prep.sh):
 #   OUT=... bash scripts/device-decode-hopper.sh tests quick pack
@@ -20,7 +32,7 @@ OUT=${OUT:-device-out}
 mkdir -p "$OUT"
 source scripts/device-env.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv
-git rev-parse --short HEAD 2>/dev/null || true
+cat .qmla-commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || true
 if [ ! -f build-dev/build.ninja ]; then
   meson setup build-dev --buildtype=release >/tmp/setup.log 2>&1 ||
     { cp /tmp/setup.log "$OUT/"; tail -40 /tmp/setup.log; exit 1; }
@@ -28,32 +40,78 @@ fi
 ninja -C build-dev tests/test_decode_cuda bench/bench_decode >/tmp/build.log 2>&1 ||
   { cp /tmp/build.log "$OUT/"; grep -E "error" -A3 /tmp/build.log | head -60; exit 1; }
 echo "== built at ${SECONDS}s"
-for step in "$@"; do
+# DEADLINE (seconds of this script, optional): a step that would start after
+# it is skipped, and every time limit is cut to what is left before it.
+lim() { local r=$(( ${DEADLINE:-1000000} - SECONDS )); [ "$r" -lt 5 ] && r=5; echo $(( $1 < r ? $1 : r )); }
+# A word A+B runs steps A and B at the same time (each printing to its own
+# buffer, shown when both are done): for steps whose timing does not
+# matter (tests+sanitize+probe), never with bench, quick, fmla or ncu.
+run_step() {
+  local step=$1
   echo "== step $step at ${SECONDS}s"
   case $step in
   tests)
-    timeout ${TEST_LIMIT:-150} ./build-dev/tests/test_decode_cuda >"$OUT/test_decode_cuda.log" 2>&1
+    timeout $(lim ${TEST_LIMIT:-150}) ./build-dev/tests/test_decode_cuda >"$OUT/test_decode_cuda.log" 2>&1
     echo "rc=$?"; grep -E " v[1-9] " "$OUT/test_decode_cuda.log" | head -80
     grep -E "FAIL|failed|aging|worst" "$OUT/test_decode_cuda.log" | tail -8 ;;
-  sanitize)
-    for tool in memcheck racecheck synccheck; do
-      QMLA_TEST_SMALL=1 timeout ${SAN_LIMIT:-60} compute-sanitizer --tool $tool --error-exitcode 9 \
+  sanitize | sanitize-*)
+    local tools=${SAN_TOOLS:-memcheck racecheck synccheck}
+    [ "$step" != sanitize ] && tools=${step#sanitize-}
+    for tool in $tools; do
+      QMLA_TEST_SMALL=1 timeout $(lim ${SAN_LIMIT:-60}) compute-sanitizer --tool $tool --error-exitcode 9 \
         ./build-dev/tests/test_decode_cuda >"$OUT/sanitize_$tool.log" 2>&1
       echo "== compute-sanitizer $tool rc=$?"; tail -3 "$OUT/sanitize_$tool.log"
     done ;;
   quick | bench)
     a=--variants-quick; [ "$step" = bench ] && a=--variants
-    timeout ${BENCH_LIMIT:-150} ./build-dev/bench/bench_decode $a --out "$OUT/bench_variants.tsv" \
+    timeout $(lim ${BENCH_LIMIT:-150}) ./build-dev/bench/bench_decode $a --out "$OUT/bench_variants.tsv" \
       >"$OUT/bench_variants.log" 2>&1
     echo "rc=$?"; cat "$OUT/bench_variants.log" ;;
+  probe)
+    pb=${FMLA_DIR:-fmla}/probe_handoff
+    [ -x "$pb" ] || { pb=/tmp/probe_handoff; nvcc -O2 -gencode arch=compute_90a,code=sm_90a \
+      -o $pb bench/probe_handoff.cu; }
+    for m in 0 1 2 3 4 5; do
+      for tool in racecheck synccheck; do
+        timeout $(lim 30) compute-sanitizer --tool $tool $pb $m >"$OUT/probe_${tool}_mode$m.log" 2>&1
+        echo "== probe $tool mode $m rc=$?"; grep -E "probe_handoff|SUMMARY" "$OUT/probe_${tool}_mode$m.log"
+      done
+    done ;;
+  fmla)
+    timeout $(lim ${BENCH_LIMIT:-90}) ./build-dev/bench/bench_decode --variants-fmla \
+      --out "$OUT/bench_variants_fmla.tsv" >"$OUT/bench_variants_fmla.log" 2>&1
+    echo "rc=$?"; cat "$OUT/bench_variants_fmla.log"
+    fb=${FMLA_DIR:-fmla}/bench_flashmla
+    if [ ! -x "$fb" ] && [ -f "${FMLA_DIR:-fmla}/src.tgz" ]; then
+      mkdir -p /tmp/fmla-src && tar xzf "${FMLA_DIR:-fmla}/src.tgz" -C /tmp/fmla-src &&
+        JOBS=3 timeout $(lim ${FMLA_BUILD_LIMIT:-200}) bash scripts/build-flashmla.sh /tmp/fmla-src /tmp/fmla-build \
+        >"$OUT/flashmla_build.log" 2>&1; echo "== flashmla build rc=$? at ${SECONDS}s"
+      fb=/tmp/fmla-build/bench_flashmla
+    fi
+    timeout $(lim ${FMLA_LIMIT:-60}) "$fb" --out "$OUT/bench_flashmla.tsv" >"$OUT/bench_flashmla.log" 2>&1
+    echo "== flashmla rc=$?"; cat "$OUT/bench_flashmla.log" ;;
   ncu)
-    timeout 90 ncu --clock-control none --set full -k "regex:decode_ws_kernel" -c 1 \
-      ./build-dev/bench/bench_decode --profile-variants --out /tmp/p.tsv >"$OUT/ncu_ws_c4r4.txt" 2>&1
+    k=${NCU_KERNEL:-decode_fast_kernel}
+    timeout $(lim ${NCU_LIMIT:-90}) ncu --clock-control none --set full -k "regex:$k" -c 1 \
+      ./build-dev/bench/bench_decode --profile-variants --out /tmp/p.tsv >"$OUT/ncu_$k.txt" 2>&1
     echo "== ncu rc=$?"
-    grep -E "Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Executed Instructions  |Warp Cycles Per Issued|highest-utilized|Bank" "$OUT/ncu_ws_c4r4.txt" | head -20 ;;
+    grep -E "decode_|Duration|DRAM Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Executed Instructions  |Warp Cycles Per Issued|highest-utilized|Bank" "$OUT/ncu_$k.txt" | head -24 ;;
   pack)
     k=""; while [ -e "$OUT/logs$k.tgz" ]; do k=$(( ${k:-1} + 1 )); done
     (cd "$OUT" && tar czf "logs$k.tgz" --remove-files $(ls | grep -vE '\.(tsv|h5|tgz)$')) ;;
   esac
+}
+for word in "$@"; do
+  if [ "$word" != pack ] && [ "$SECONDS" -ge "${DEADLINE:-1000000}" ]; then
+    echo "== step $word skipped at ${SECONDS}s (DEADLINE ${DEADLINE})"; continue
+  fi
+  if [[ $word == *+* ]]; then
+    IFS=+ read -ra parts <<<"$word"
+    for p in "${parts[@]}"; do run_step "$p" >"/tmp/step_$p.out" 2>&1 & done
+    wait
+    for p in "${parts[@]}"; do cat "/tmp/step_$p.out"; done
+  else
+    run_step "$word"
+  fi
 done
 echo "== done at ${SECONDS}s"

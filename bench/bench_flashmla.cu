@@ -1,0 +1,366 @@
+/* bench/bench_flashmla.cu — FlashMLA's SM90 BF16 dense decode timed the way
+ * bench_decode --variants times ours (issue 19: FlashMLA side by side).
+ *
+ * Not built by meson: FlashMLA (github.com/deepseek-ai/FlashMLA) and its
+ * CUTLASS submodule are fetched snapshots, kept in an ignored folder and
+ * never committed; scripts/build-flashmla.sh compiles its three sm90 dense
+ * decode sources (splitkv_mla bf16, combine, get_decoding_sched_meta) and
+ * links them with this file. This file calls FlashMLA's launchers directly
+ * (no PyTorch): the parameter structs of its params.h, filled as its
+ * dense decode interface documents (MLA: one KV head, q [b][s_q * h_q][576],
+ * kcache [blocks][64][1][576], out [b][1][s_q * h_q][512]).
+ *
+ * Method, the same as bench_decode's bench_variants_point: per point (batch,
+ * context, H, s_q 1) the same shuffled block table (bench_decode's xorshift,
+ * same seed), BF16 cache and queries from the same hash fill (pool seed 5,
+ * queries seed 11), softmax scale 1/sqrt(192); the scheduler metadata is
+ * computed once outside the timing (as our host-side plan); the main kernel
+ * and the combine are captured in one CUDA Graph; before every sample a
+ * 256 MiB cudaMemsetAsync flushes the 60 MB L2; CUDA events around the graph
+ * launch; --samples per point (default 10), median. A device-to-device copy
+ * (2 GiB, 20 samples, GB/s on bytes read + written) is measured first.
+ * Correctness: before the timing of two points (b 1, 4K, H 16: every row;
+ * b 8, 32K, H 128: sequence 7, rows 0-7) FlashMLA's output is compared with
+ * a double-precision CPU reference (NMSE), and the run fails above 1e-4.
+ * Usage: bench_flashmla [--samples N] [--out flashmla.tsv]
+ * TSV columns: kind batch context config median_us bytes GBps pct_copy nmse
+ * (bytes: the BF16 pages read, queries and block table, as bench_decode
+ * counts BF16's bytes). */
+#include "bench_fill.cuh" /* bench_decode.cu's fills, so that both time the same values */
+#include "params.h"
+#include "sm90/decode/dense/splitkv_mla.h"
+#include "smxx/decode/combine/combine.h"
+#include "smxx/decode/get_decoding_sched_meta/get_decoding_sched_meta.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "bench_flashmla: %s:%d: %s\n", __FILE__, __LINE__,                    \
+                    cudaGetErrorString(e_));                                                       \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static const int D = 576, DV = 512, PAGE = 64;
+
+static void *dalloc(size_t n)
+{
+    void *p = NULL;
+    CK(cudaMalloc(&p, n ? n : 16));
+    return p;
+}
+static double bf2d(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+struct point {
+    int b, H, maxp, parts;
+    long ctx;
+    size_t pages;
+    int32_t *hbt, *bt, *len, *nsplit;
+    uint16_t *kc, *q, *out;
+    float *lse, *lse_acc, *o_acc;
+    DecodingSchedMeta *meta;
+};
+
+static void point_setup(point &P, int batch, long ctx, int H, int n_sm, cudaStream_t s)
+{
+    P.b = batch;
+    P.ctx = ctx;
+    P.H = H;
+    P.maxp = (int)((ctx + 63) / 64);
+    P.pages = (size_t)batch * P.maxp;
+    P.hbt = (int32_t *)malloc(P.pages * 4);
+    for (size_t i = 0; i < P.pages; i++)
+        P.hbt[i] = (int32_t)i;
+    uint64_t r = 0x1234567ull + (uint64_t)ctx * 31 + (uint64_t)batch; /* bench_decode's */
+    for (size_t i = P.pages; i > 1; i--) {
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        const size_t j = (size_t)(r % i);
+        const int32_t t = P.hbt[i - 1];
+        P.hbt[i - 1] = P.hbt[j];
+        P.hbt[j] = t;
+    }
+    P.bt = (int32_t *)dalloc(P.pages * 4);
+    CK(cudaMemcpy(P.bt, P.hbt, P.pages * 4, cudaMemcpyHostToDevice));
+    P.len = (int32_t *)dalloc((size_t)batch * 4);
+    fill_i32<<<64, 256>>>(P.len, (size_t)batch, (int32_t)ctx);
+    P.kc = (uint16_t *)dalloc(P.pages * PAGE * D * 2);
+    fill_bf16<<<4096, 256>>>(P.kc, P.pages * PAGE * D, 5);
+    P.q = (uint16_t *)dalloc((size_t)batch * H * D * 2);
+    fill_bf16<<<256, 256>>>(P.q, (size_t)batch * H * D, 11);
+    P.out = (uint16_t *)dalloc((size_t)batch * H * DV * 2);
+    P.lse = (float *)dalloc((size_t)batch * H * 4);
+    /* FlashMLA's dense interface: num_sm_parts = SMs / h_k / ceil(s_q h_q / h_k / 64) */
+    P.parts = n_sm / ((H + 63) / 64);
+    if (P.parts < 1)
+        P.parts = 1;
+    P.meta = (DecodingSchedMeta *)dalloc((size_t)P.parts * sizeof(DecodingSchedMeta));
+    P.nsplit = (int32_t *)dalloc((size_t)(batch + 1) * 4);
+    const size_t total_splits = (size_t)batch + P.parts;
+    P.lse_acc = (float *)dalloc(total_splits * H * 4);
+    P.o_acc = (float *)dalloc(total_splits * H * DV * 4);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    GetDecodeSchedMetaParams sp = {batch, 1, 64, 5, -1, -1, nullptr, nullptr, P.len, P.meta,
+                                   P.nsplit, P.parts, s};
+    smxx::decode::run_get_decoding_sched_meta_kernel(sp);
+    CK(cudaStreamSynchronize(s));
+}
+
+/* main kernel + combine, as FlashMLA's dense decode interface launches them */
+static void point_launch(point &P, cudaStream_t s)
+{
+    const int qs = P.H; /* q_seq_per_hk = s_q h_q / h_k, s_q 1, h_k 1 */
+    DenseAttnDecodeParams p;
+    memset(&p, 0, sizeof p);
+    p.b = P.b;
+    p.s_q = 1;
+    p.q_seq_per_hk = qs;
+    p.seqlens_k_ptr = P.len;
+    p.h_q = P.H;
+    p.h_k = 1;
+    p.num_blocks = (int)P.pages;
+    p.q_head_per_hk = P.H;
+    p.is_causal = false;
+    p.d = D;
+    p.d_v = DV;
+    p.scale_softmax = 1.0f / sqrtf(192.0f);
+    p.scale_softmax_log2 = (float)(p.scale_softmax * M_LOG2E);
+    p.q_ptr = P.q;
+    p.k_ptr = P.kc;
+    p.o_ptr = P.out;
+    p.softmax_lse_ptr = P.lse;
+    p.q_batch_stride = (int64_t)qs * D; /* q viewed as [b][qs][1][D] */
+    p.q_row_stride = D;
+    p.q_head_stride = D;
+    p.k_batch_stride = (int64_t)PAGE * D; /* [blocks][64][1][D] */
+    p.k_row_stride = D;
+    p.k_head_stride = D;
+    p.o_batch_stride = (int64_t)qs * DV; /* out [b][1][qs][DV] */
+    p.o_row_stride = DV;
+    p.o_head_stride = (int64_t)qs * DV;
+    p.block_table = P.bt;
+    p.block_table_batch_stride = P.maxp;
+    p.page_block_size = PAGE;
+    p.tile_scheduler_metadata_ptr = P.meta;
+    p.num_sm_parts = P.parts;
+    p.num_splits_ptr = P.nsplit;
+    p.total_num_splits = P.b + P.parts;
+    p.softmax_lseaccum_ptr = P.lse_acc;
+    p.oaccum_ptr = P.o_acc;
+    p.stream = s;
+    sm90::run_flash_splitkv_mla_kernel<cutlass::bfloat16_t>(p);
+    CombineParams c = {P.b, 1, P.H, DV,
+                       P.lse, P.out, qs, P.H, P.H * DV, P.H * DV, DV,
+                       P.lse_acc, P.o_acc, qs, P.H, P.H * DV, P.H * DV, DV,
+                       P.meta, P.nsplit, P.parts, nullptr, s};
+    smxx::decode::run_flash_mla_combine_kernel<cutlass::bfloat16_t>(c);
+}
+
+static void point_free(point &P)
+{
+    cudaFree(P.bt);
+    cudaFree(P.len);
+    cudaFree(P.kc);
+    cudaFree(P.q);
+    cudaFree(P.out);
+    cudaFree(P.lse);
+    cudaFree(P.meta);
+    cudaFree(P.nsplit);
+    cudaFree(P.lse_acc);
+    cudaFree(P.o_acc);
+    free(P.hbt);
+}
+
+/* NMSE of FlashMLA's output rows r0..r1-1 of sequence sb against a double
+ * reference computed here from the device's own cache and queries. */
+static double point_check(point &P, int sb, int r0, int r1)
+{
+    const size_t tok = (size_t)P.ctx;
+    uint16_t *k = (uint16_t *)malloc(tok * D * 2), *q = (uint16_t *)malloc((size_t)P.H * D * 2);
+    uint16_t *o = (uint16_t *)malloc((size_t)P.H * DV * 2);
+    for (int pg = 0; pg < P.maxp; pg++) {
+        const size_t n = (size_t)((pg + 1) * PAGE <= P.ctx ? PAGE : P.ctx - pg * PAGE);
+        CK(cudaMemcpy(k + (size_t)pg * PAGE * D,
+                      P.kc + (size_t)P.hbt[(size_t)sb * P.maxp + pg] * PAGE * D, n * D * 2,
+                      cudaMemcpyDeviceToHost));
+    }
+    CK(cudaMemcpy(q, P.q + (size_t)sb * P.H * D, (size_t)P.H * D * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(o, P.out + (size_t)sb * P.H * DV, (size_t)P.H * DV * 2, cudaMemcpyDeviceToHost));
+    double *sc = (double *)malloc(tok * sizeof(double)), *acc = (double *)malloc(DV * sizeof(double));
+    double num = 0, den = 0;
+    const double scale = 1.0 / sqrt(192.0);
+    for (int r = r0; r < r1; r++) {
+        double mx = -INFINITY;
+        for (size_t t = 0; t < tok; t++) {
+            double s = 0;
+            for (int c = 0; c < D; c++)
+                s += bf2d(q[(size_t)r * D + c]) * bf2d(k[t * D + c]);
+            sc[t] = s * scale;
+            mx = fmax(mx, sc[t]);
+        }
+        double sum = 0;
+        for (int c = 0; c < DV; c++)
+            acc[c] = 0;
+        for (size_t t = 0; t < tok; t++) {
+            const double w = exp(sc[t] - mx);
+            sum += w;
+            for (int c = 0; c < DV; c++)
+                acc[c] += w * bf2d(k[t * D + c]);
+        }
+        for (int c = 0; c < DV; c++) {
+            const double ref = acc[c] / sum, got = bf2d(o[(size_t)r * DV + c]);
+            num += (got - ref) * (got - ref);
+            den += ref * ref;
+        }
+    }
+    free(k);
+    free(q);
+    free(o);
+    free(sc);
+    free(acc);
+    return den > 0 ? num / den : INFINITY;
+}
+
+int main(int argc, char **argv)
+{
+    int samples = 10;
+    const char *outp = "flashmla.tsv";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--samples") && i + 1 < argc)
+            samples = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc)
+            outp = argv[++i];
+        else {
+            fprintf(stderr, "usage: bench_flashmla [--samples N] [--out F.tsv]\n");
+            return 2;
+        }
+    }
+    if (samples < 3 || samples > 250)
+        samples = 10;
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    if (prop.major != 9 || prop.minor != 0) {
+        fprintf(stderr, "bench_flashmla: FlashMLA's dense decode needs sm_90a, found %d.%d\n",
+                prop.major, prop.minor);
+        return 1;
+    }
+    FILE *tsv = fopen(outp, "w");
+    if (!tsv) {
+        perror(outp);
+        return 1;
+    }
+    cudaStream_t s;
+    cudaEvent_t e0, e1;
+    CK(cudaStreamCreate(&s));
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    const size_t flush_bytes = (size_t)256 << 20;
+    void *flush = dalloc(flush_bytes);
+    printf("device: %s, %d SMs, L2 %d MB; samples per point %d\n", prop.name,
+           prop.multiProcessorCount, prop.l2CacheSize >> 20, samples);
+    /* copy bandwidth, as bench_decode's copy_bandwidth */
+    double copy_gbs;
+    {
+        const size_t n = (size_t)2 << 30;
+        void *a = dalloc(n), *b = dalloc(n);
+        CK(cudaMemset(a, 1, n));
+        float t[20];
+        for (int i = 0; i < 22; i++) {
+            CK(cudaEventRecord(e0, s));
+            CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, s));
+            CK(cudaEventRecord(e1, s));
+            CK(cudaEventSynchronize(e1));
+            float ms;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            if (i >= 2)
+                t[i - 2] = ms;
+        }
+        const float us = median(t, 20) * 1000.0f;
+        copy_gbs = 2.0 * n / (us * 1e3);
+        fprintf(tsv, "kind\tbatch\tcontext\tconfig\tmedian_us\tbytes\tGBps\tpct_copy\tnmse\n");
+        fprintf(tsv, "copy\t-\t-\t-\t%.2f\t%.0f\t%.1f\t100.0\t-\n", us, 2.0 * n, copy_gbs);
+        cudaFree(a);
+        cudaFree(b);
+    }
+    printf("\n| H | b | context | FlashMLA us | GB/s | %% of copy | sm parts | NMSE |\n"
+           "|---|---|---|---|---|---|---|---|\n");
+    const int bs[] = {1, 8, 32}, hs[] = {16, 128};
+    const long cx[] = {4096, 32768, 131072};
+    int bad = 0;
+    float *t = (float *)malloc(sizeof(float) * (size_t)samples);
+    for (int hi = 0; hi < 2; hi++)
+        for (int bi = 0; bi < 3; bi++)
+            for (int xi = 0; xi < 3; xi++) {
+                point P;
+                point_setup(P, bs[bi], cx[xi], hs[hi], prop.multiProcessorCount, s);
+                point_launch(P, s);
+                CK(cudaStreamSynchronize(s));
+                CK(cudaGetLastError());
+                double nmse = NAN;
+                if (hs[hi] == 16 && bs[bi] == 1 && cx[xi] == 4096)
+                    nmse = point_check(P, 0, 0, 16);
+                if (hs[hi] == 128 && bs[bi] == 8 && cx[xi] == 32768)
+                    nmse = point_check(P, 7, 0, 8);
+                if (!isnan(nmse) && !(nmse <= 1e-4))
+                    bad = 1;
+                cudaGraph_t g;
+                cudaGraphExec_t gx;
+                CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+                point_launch(P, s);
+                CK(cudaStreamEndCapture(s, &g));
+                CK(cudaGraphInstantiate(&gx, g, 0));
+                CK(cudaGraphDestroy(g));
+                for (int i = 0; i < samples; i++) {
+                    CK(cudaMemsetAsync(flush, 0, flush_bytes, s));
+                    CK(cudaEventRecord(e0, s));
+                    CK(cudaGraphLaunch(gx, s));
+                    CK(cudaEventRecord(e1, s));
+                    CK(cudaEventSynchronize(e1));
+                    float ms = 0;
+                    CK(cudaEventElapsedTime(&ms, e0, e1));
+                    t[i] = ms * 1000.0f;
+                }
+                const float us = median(t, samples);
+                /* bench_decode's BF16 bytes: pages, queries, block table */
+                const double bytes = (double)P.pages * PAGE * D * 2 + (double)P.b * P.H * D * 2 +
+                                     P.pages * 4.0;
+                const double gbs = bytes / (us * 1e3);
+                char ns[32] = "-";
+                if (!isnan(nmse))
+                    snprintf(ns, sizeof ns, "%.3e", nmse);
+                fprintf(tsv, "decode h%d sq1\t%d\t%ld\tFlashMLA\t%.2f\t%.0f\t%.1f\t%.1f\t%s\n", P.H,
+                        P.b, P.ctx, us, bytes, gbs, 100.0 * gbs / copy_gbs, ns);
+                printf("| %3d | %2d | %7ld | %9.1f | %5.0f | %5.1f %% | %3d | %s |\n", P.H, P.b,
+                       P.ctx, us, gbs, 100.0 * gbs / copy_gbs, P.parts, ns);
+                fflush(stdout);
+                cudaGraphExecDestroy(gx);
+                point_free(P);
+            }
+    free(t);
+    if (fclose(tsv) != 0) {
+        perror(outp);
+        return 1;
+    }
+    if (bad) {
+        fprintf(stderr, "bench_flashmla: FlashMLA output differs from the CPU reference\n");
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""bench/flashmla_table.py — join one device call's two timing files into the
+FlashMLA side-by-side table of issue 19 (docs/decode.md).
+
+  bench/flashmla_table.py QMLA.tsv FLASHMLA.tsv OUT.tsv [OUT.md]
+
+QMLA.tsv: bench_decode --variants-fmla (every kernel variant beside our BF16
+decode, rows "decode h<H> sq1"); FLASHMLA.tsv: bench_flashmla (FlashMLA's BF16
+dense decode on the same points, the same timing method). Both must come from
+the same device call (their copy rows are printed for the reader to compare).
+Per point (H, batch, context): FlashMLA's µs; our BF16 — the faster of
+variant 0 and variant 3 (the split-parallel combine), named; C4R4 and C2R4 —
+their fastest variant, named; ratios to our best BF16 and to FlashMLA; GB/s
+and % of the copy bandwidth of the file each figure came from. Standard
+library only.
+"""
+import csv
+import sys
+
+
+def read(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def best(rows, prefix):
+    """fastest row whose config is prefix (variant 0) or 'prefix vN'"""
+    c = [r for r in rows if r["config"] == prefix or r["config"].startswith(prefix + " v")]
+    return min(c, key=lambda r: float(r["median_us"])) if c else None
+
+
+def main(argv):
+    if len(argv) not in (4, 5):
+        sys.stderr.write(__doc__)
+        return 2
+    q, fm = read(argv[1]), read(argv[2])
+    qcopy = [r for r in q if r["kind"] == "copy"]
+    fcopy = [r for r in fm if r["kind"] == "copy"]
+    if not qcopy or not fcopy:
+        sys.stderr.write("flashmla_table: a file without its copy row\n")
+        return 1
+    pts = {}
+    for r in q:
+        if r["kind"].startswith("decode"):
+            pts.setdefault((r["kind"], int(r["batch"]), int(r["context"])), []).append(r)
+    cols = ["H", "batch", "context", "flashmla_us", "flashmla_pct_copy", "flashmla_nmse",
+            "bf16_best", "bf16_best_us", "bf16_v0_us", "bf16_pct_copy", "flashmla_over_bf16",
+            "c4r4_best", "c4r4_us", "c4r4_pct_copy", "c4r4_over_bf16", "c4r4_over_flashmla",
+            "c2r4_best", "c2r4_us", "c2r4_over_bf16", "c2r4_over_flashmla"]
+    out = []
+    for f in fm:
+        if not f["kind"].startswith("decode"):
+            continue
+        key = (f["kind"], int(f["batch"]), int(f["context"]))
+        rows = pts.get(key)
+        if not rows:
+            sys.stderr.write("flashmla_table: no qmla rows for %s b %d ctx %d\n" % key)
+            return 1
+        v0 = [r for r in rows if r["config"] == "BF16"]
+        bf = min((r for r in rows if r["config"] in ("BF16", "BF16 v3")),
+                 key=lambda r: float(r["median_us"]))
+        c4, c2 = best(rows, "C4R4"), best(rows, "C2R4")
+        fu, bu = float(f["median_us"]), float(bf["median_us"])
+        c4u, c2u = float(c4["median_us"]), float(c2["median_us"])
+        out.append({
+            "H": f["kind"].split()[1][1:], "batch": f["batch"], "context": f["context"],
+            "flashmla_us": "%.2f" % fu, "flashmla_pct_copy": f["pct_copy"],
+            "flashmla_nmse": f["nmse"],
+            "bf16_best": "v3" if bf["config"] == "BF16 v3" else "v0",
+            "bf16_best_us": "%.2f" % bu, "bf16_v0_us": v0[0]["median_us"] if v0 else "-",
+            "bf16_pct_copy": bf["pct_copy"], "flashmla_over_bf16": "%.3f" % (fu / bu),
+            "c4r4_best": c4["config"].split()[-1] if " v" in c4["config"] else "v0",
+            "c4r4_us": "%.2f" % c4u, "c4r4_pct_copy": c4["pct_copy"],
+            "c4r4_over_bf16": "%.3f" % (c4u / bu), "c4r4_over_flashmla": "%.3f" % (c4u / fu),
+            "c2r4_best": c2["config"].split()[-1] if " v" in c2["config"] else "v0",
+            "c2r4_us": "%.2f" % c2u, "c2r4_over_bf16": "%.3f" % (c2u / bu),
+            "c2r4_over_flashmla": "%.3f" % (c2u / fu),
+        })
+    with open(argv[3], "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, delimiter="\t", lineterminator="\n")
+        w.writeheader()
+        w.writerows(out)
+    md = ["copy bandwidth: %s GB/s (bench_decode), %s GB/s (bench_flashmla)"
+          % (qcopy[0]["GBps"], fcopy[0]["GBps"]), "",
+          "| H | b | context | FlashMLA µs (% copy) | our BF16 µs (variant, % copy) "
+          "| FlashMLA / BF16 | C4R4 µs (variant, % copy) | C4R4 / BF16 | C4R4 / FlashMLA "
+          "| C2R4 / BF16 | C2R4 / FlashMLA |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in out:
+        md.append("| %s | %s | %sK | %s (%s %%) | %s (%s, %s %%) | %s× | %s (%s, %s %%) | %s× "
+                  "| %s× | %s× | %s× |" % (
+                      r["H"], r["batch"], int(r["context"]) // 1024, r["flashmla_us"],
+                      r["flashmla_pct_copy"], r["bf16_best_us"], r["bf16_best"],
+                      r["bf16_pct_copy"], r["flashmla_over_bf16"], r["c4r4_us"],
+                      r["c4r4_best"], r["c4r4_pct_copy"], r["c4r4_over_bf16"],
+                      r["c4r4_over_flashmla"], r["c2r4_over_bf16"], r["c2r4_over_flashmla"]))
+    text = "\n".join(md) + "\n"
+    if len(argv) == 5:
+        with open(argv[4], "w") as f:
+            f.write(text)
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
