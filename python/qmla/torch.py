@@ -177,6 +177,11 @@ class _PagedLayer(CacheLayerMixin):
     offload = prefetch = _refuse
 
 
+# Every method transformers' Cache asks of a layer is defined above; abstract
+# methods a later transformers adds fall back to the base's (no instantiation error).
+_PagedLayer.__abstractmethods__ = frozenset()
+
+
 class _LayerPages:
     def __init__(self, cache, device):
         c, B = cache.cfg, cache.batch
@@ -256,7 +261,8 @@ class MLAPagedCache(Cache):
                 if self.tables.grow(s, new_len):
                     changed.append(s)
         if changed:
-            rows = torch.tensor([self.tables.table()[s] for s in changed], dtype=torch.int32)
+            tab = self.tables.table()
+            rows = torch.tensor([tab[s] for s in changed], dtype=torch.int32)
             self._bt[changed] = rows.to(self.device, non_blocking=False)
 
     def _plan(self, B, s_q, H, new_len):
