@@ -53,7 +53,8 @@ def make_model(dev):
                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
                            tie_word_embeddings=False, attn_implementation="eager")
     torch.manual_seed(21)
-    m = DeepseekV2ForCausalLM(cfg).to(torch.bfloat16)
+    with torch.device(dev):
+        m = DeepseekV2ForCausalLM(cfg).to(torch.bfloat16)
     for layer in m.model.layers:
         layer.mlp = torch.nn.Identity()
     m.generation_config.eos_token_id = None

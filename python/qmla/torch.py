@@ -165,7 +165,7 @@ class _PagedLayer(CacheLayerMixin):
         return self.get_seq_length() + cache_position.shape[0], 0
 
     def get_max_cache_shape(self):
-        return self.owner.max_len
+        return -1          # grows page by page (generate treats it as a dynamic cache)
 
     def reset(self):
         self.owner.reset()
