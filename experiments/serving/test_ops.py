@@ -247,6 +247,7 @@ def run_config(name, ops, dev, gen):
 
 
 def expect_error(what, fn, needle):
+    print("trying refusal:", what, flush=True)
     try:
         fn()
     except RuntimeError as e:

@@ -161,8 +161,10 @@ class _PagedLayer(CacheLayerMixin):
     def get_seq_length(self):
         return self.owner.lengths.get(self.idx, 0)
 
-    def get_mask_sizes(self, cache_position):
-        return self.get_seq_length() + cache_position.shape[0], 0
+    def get_mask_sizes(self, query_length):
+        # transformers 5.17 passes the query length; earlier 5.x cache_position
+        q = query_length if isinstance(query_length, int) else int(query_length.shape[0])
+        return self.get_seq_length() + q, 0
 
     def get_max_cache_shape(self):
         return -1          # grows page by page (generate treats it as a dynamic cache)
@@ -276,10 +278,10 @@ class MLAPagedCache(Cache):
             self._dws = torch.empty(max(p[4], 16), dtype=torch.uint8, device=self.device)
         return p
 
-    def _module_dims(self, module):
+    def _module_dims(self, module, H):
         d = self._dims.get(id(module))
         if d is None:
-            H, d_n, d_r = module.num_heads, module.qk_nope_head_dim, module.qk_rope_head_dim
+            d_n, d_r = module.qk_nope_head_dim, module.qk_rope_head_dim
             d_c, d_v = module.kv_lora_rank, module.v_head_dim
             if d_r != P.D_R:
                 raise ValueError(f"MLAPagedCache: qk_rope_head_dim {d_r}: the packed cache "
@@ -344,7 +346,7 @@ class MLAPagedCache(Cache):
         B, H, T, _ = query.shape
         if B != self.batch:
             raise ValueError(f"MLAPagedCache: batch {B}, the cache was made for {self.batch}")
-        d = self._module_dims(module)
+        d = self._module_dims(module, H)
         layer = module.layer_idx
         latent = _LATENT.pop(id(module), None)
         if latent is None or latent.shape[:2] != (B, T):

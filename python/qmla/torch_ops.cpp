@@ -58,11 +58,11 @@ qmla_kv_config cfg_of(const char *op, c10::IntArrayRef cfg)
     return c;
 }
 
-std::string shape_str(const at::Tensor &t)
+std::string shape_str(const at::Tensor &t, bool strides = false)
 {
     std::string s = "[";
     for (int64_t i = 0; i < t.dim(); i++)
-        s += (i ? ", " : "") + std::to_string(t.size(i));
+        s += (i ? ", " : "") + std::to_string(strides ? t.stride(i) : t.size(i));
     return s + "]";
 }
 
@@ -85,7 +85,7 @@ void check_tensor(const char *op, const char *name, const at::Tensor &t, at::Sca
     want += "]";
     TORCH_CHECK(ok, op, ": ", name, ": expected shape ", want, ", found ", shape_str(t));
     TORCH_CHECK(t.is_contiguous(), op, ": ", name, ": expected a contiguous tensor, found strides ",
-                t.strides());
+                shape_str(t, true));
     TORCH_CHECK(align <= 1 || t.numel() == 0 || ((uintptr_t)t.data_ptr() % (uintptr_t)align) == 0,
                 op, ": ", name, ": data must be ", align, "-byte aligned");
 }
