@@ -81,8 +81,9 @@ def page_values(pool, cfg, slots):
 
 def make_cache(cfg, B, n_pages, dev):
     pool = torch.zeros((n_pages, P.page_bytes(cfg)), dtype=torch.uint8, device=dev)
-    sink = torch.zeros((B, cfg["sink"], P.D), dtype=torch.bfloat16, device=dev) if cfg["sink"] else None
-    win = torch.zeros((B, cfg["window"], P.D), dtype=torch.bfloat16, device=dev) if cfg["window"] else None
+    none = torch.empty(0, dtype=torch.bfloat16, device=dev)
+    sink = torch.zeros((B, cfg["sink"], P.D), dtype=torch.bfloat16, device=dev) if cfg["sink"] else none
+    win = torch.zeros((B, cfg["window"], P.D), dtype=torch.bfloat16, device=dev) if cfg["window"] else none
     return pool, sink, win
 
 
@@ -203,8 +204,7 @@ def run_config(name, ops, dev, gen):
     g_out = torch.empty((B, s_q, H, P.D_C), dtype=torch.bfloat16, device=dev)
     g_lse = torch.empty((B, s_q, H), dtype=torch.float32, device=dev)
     pool0 = pool.clone()
-    sink0 = sink.clone() if sink is not None else None
-    win0 = win.clone() if win is not None else None
+    sink0, win0 = sink.clone(), win.clone()
 
     def step():
         ops.kv_write(pool, sink, win, ws, g_kv, g_slot, g_seq, g_pos, new_len, cl)
@@ -225,10 +225,8 @@ def run_config(name, ops, dev, gen):
     if captured:
         def restore():
             pool.copy_(pool0)
-            if sink is not None:
-                sink.copy_(sink0)
-            if win is not None:
-                win.copy_(win0)
+            sink.copy_(sink0)
+            win.copy_(win0)
         same = True
         for trial in range(3):
             g_q.copy_(torch.randn((B, s_q, H, P.D), generator=gen).to(torch.bfloat16))
@@ -272,7 +270,8 @@ def refusals(ops, c, dev):
     expect_error("slot short", lambda: W(slot=slot[:-1].contiguous()), "slot: expected shape")
     expect_error("pool of other pages", lambda: W(pool=torch.zeros((4, 100), dtype=torch.uint8,
                                                                    device=dev)), "pool: expected shape")
-    expect_error("window missing", lambda: W(win=None), "window")
+    expect_error("window missing", lambda: W(win=win[:0]), "window: the configuration keeps")
+    expect_error("window of 8 rows", lambda: W(win=win[:, :8].contiguous()), "window: expected shape")
     expect_error("ws 8 bytes", lambda: W(ws=ws[:8]), "ws: expected at least")
     expect_error("content bits 3", lambda: W(cl=[3, 4, 64, 4, 16]), "content bits")
     expect_error("cfg of 4 values", lambda: W(cl=[4, 4, 64, 4]), "cfg: expected")

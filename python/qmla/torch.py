@@ -188,16 +188,16 @@ class _LayerPages:
     def __init__(self, cache, device):
         c, B = cache.cfg, cache.batch
         self.pool = torch.zeros((cache.n_pages, P.page_bytes(c)), dtype=torch.uint8, device=device)
+        none = torch.empty(0, dtype=torch.bfloat16, device=device)     # absent: empty
         self.sink = (torch.zeros((B, c["sink"], P.D), dtype=torch.bfloat16, device=device)
-                     if c["sink"] else None)
+                     if c["sink"] and c["c_bits"] != 16 else none)
         self.window = (torch.zeros((B, c["window"], P.D), dtype=torch.bfloat16, device=device)
-                       if c["window"] else None)
+                       if c["window"] and c["c_bits"] != 16 else none)
         self.ws = torch.empty(16, dtype=torch.uint8, device=device)
         cache.ops.kv_write_ws_init(self.ws)
 
     def nbytes(self):
-        return sum(t.numel() * t.element_size() for t in (self.pool, self.sink, self.window)
-                   if t is not None)
+        return sum(t.numel() * t.element_size() for t in (self.pool, self.sink, self.window))
 
 
 class MLAPagedCache(Cache):
@@ -349,9 +349,11 @@ class MLAPagedCache(Cache):
         d = self._module_dims(module, H)
         layer = module.layer_idx
         latent = _LATENT.pop(id(module), None)
-        if latent is None or latent.shape[:2] != (B, T):
-            raise RuntimeError(f"MLAPagedCache layer {layer}: no latent for this forward "
-                               "(kv_b_proj hook)")
+        if latent is None or latent.numel() != B * T * d["d_c"]:
+            raise RuntimeError(f"MLAPagedCache layer {layer}: no latent of {B} x {T} tokens for "
+                               "this forward (kv_b_proj hook)")
+        # transformers 5.17 hands kv_b_proj [B, T, 1, d_c] (earlier 5.x [B, T, d_c])
+        latent = latent.reshape(B, T, d["d_c"])
         pg = self._pages[layer]
         start = self.lengths.get(layer, 0)
         d_n, d_c = d["d_n"], d["d_c"]

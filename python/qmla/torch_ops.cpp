@@ -1,18 +1,19 @@
 // python/qmla/torch_ops.cpp — PyTorch operators over the CUDA launchers of
 // the paged low-bit MLA cache (issue 21 item 1; docs/serving.md):
 //
-//   qmla::kv_write(pool, sink?, window?, ws, kv, slot, seq, pos, seq_len, cfg)
+//   qmla::kv_write(pool, sink, window, ws, kv, slot, seq, pos, seq_len, cfg)
 //       the fused cache writer (kernels/kvcache_cuda.h) on the current stream
 //   qmla::kv_write_ws_init(ws)         set a writer workspace up (once)
 //   qmla::kv_write_status(ws, cfg)     "" or the first failure since the last
 //                                      status (synchronises: not in graphs)
 //   qmla::decode_plan(cfg, batch, s_q, heads, max_len, variant) -> int[]
 //       the split plan (kernels/decode_cuda.h; host arithmetic only)
-//   qmla::decode(q, pool, sink?, window?, block_table, seq_len, ws, out, lse,
+//   qmla::decode(q, pool, sink, window, block_table, seq_len, ws, out, lse,
 //                scale, cfg, plan)
 //       paged MLA decode attention (absorbed form) into out / lse
 //
-// cfg = [c_bits, r_bits, group, sink, window] (include/qmla/kvcache.h).
+// cfg = [c_bits, r_bits, group, sink, window] (include/qmla/kvcache.h); an
+// absent sink / window buffer (S or W = 0, BF16) is an empty tensor.
 // Every shape, dtype, stride, device and alignment the launchers assume is
 // checked here (TORCH_CHECK: a RuntimeError naming the argument, expected
 // and found); then the C launcher validates the rest. kv_write and decode
@@ -90,24 +91,25 @@ void check_tensor(const char *op, const char *name, const at::Tensor &t, at::Sca
                 op, ": ", name, ": data must be ", align, "-byte aligned");
 }
 
-// The protection buffers of cfg for a batch (nullptr when absent).
-uint16_t *prot_ptr(const char *op, const char *name, const std::optional<at::Tensor> &t, int rows,
-                   int64_t batch, const c10::Device &dev)
+// The protection buffers of cfg for a batch (nullptr when absent: an empty
+// tensor; optional tensors are avoided, see docs/serving.md).
+uint16_t *prot_ptr(const char *op, const char *name, const at::Tensor &t, int rows, int64_t batch,
+                   const c10::Device &dev)
 {
     if (rows == 0) {
-        TORCH_CHECK(!t.has_value() || !t->defined() || t->numel() == 0, op, ": ", name,
-                    ": the configuration has no ", name, " rows, found a tensor ", shape_str(*t));
+        TORCH_CHECK(!t.defined() || t.numel() == 0, op, ": ", name,
+                    ": the configuration has no ", name, " rows, found a tensor ", shape_str(t));
         return nullptr;
     }
-    TORCH_CHECK(t.has_value() && t->defined(), op, ": ", name, ": the configuration keeps ", rows,
-                " BF16 rows per sequence: expected a tensor [", batch, ", ", rows, ", 576]");
-    check_tensor(op, name, *t, at::kBFloat16, {batch, rows, QMLA_KV_D}, dev, 16);
-    return (uint16_t *)t->data_ptr();
+    TORCH_CHECK(t.defined() && t.numel() > 0, op, ": ", name, ": the configuration keeps ", rows,
+                " BF16 rows per sequence: expected a tensor [", batch, ", ", rows,
+                ", 576], found an empty one");
+    check_tensor(op, name, t, at::kBFloat16, {batch, rows, QMLA_KV_D}, dev, 16);
+    return (uint16_t *)t.data_ptr();
 }
 
 qmla_kv_cache cache_of(const char *op, const qmla_kv_config &c, const at::Tensor &pool,
-                       const std::optional<at::Tensor> &sink, const std::optional<at::Tensor> &window,
-                       int64_t batch)
+                       const at::Tensor &sink, const at::Tensor &window, int64_t batch)
 {
     const qmla_kv_layout L = qmla_kv_layout_of(&c);
     check_tensor(op, "pool", pool, at::kByte, {-1, (int64_t)L.page_bytes}, pool.device(), 16);
@@ -122,7 +124,7 @@ qmla_kv_cache cache_of(const char *op, const qmla_kv_config &c, const at::Tensor
     return kc;
 }
 
-void kv_write(at::Tensor pool, std::optional<at::Tensor> sink, std::optional<at::Tensor> window,
+void kv_write(at::Tensor pool, at::Tensor sink, at::Tensor window,
               at::Tensor ws, const at::Tensor &kv, const at::Tensor &slot, const at::Tensor &seq,
               const at::Tensor &pos, const at::Tensor &seq_len, c10::IntArrayRef cfg)
 {
@@ -210,8 +212,8 @@ std::vector<int64_t> decode_plan(c10::IntArrayRef cfg, int64_t batch, int64_t s_
             p.sep,      batch,             s_q,         heads,    max_len};
 }
 
-void decode(const at::Tensor &q, const at::Tensor &pool, std::optional<at::Tensor> sink,
-            std::optional<at::Tensor> window, const at::Tensor &block_table,
+void decode(const at::Tensor &q, const at::Tensor &pool, const at::Tensor &sink,
+            const at::Tensor &window, const at::Tensor &block_table,
             const at::Tensor &seq_len, at::Tensor ws, at::Tensor out, at::Tensor lse, double scale,
             c10::IntArrayRef cfg, c10::IntArrayRef plan)
 {
@@ -267,13 +269,13 @@ void decode(const at::Tensor &q, const at::Tensor &pool, std::optional<at::Tenso
 
 TORCH_LIBRARY(qmla, m)
 {
-    m.def("kv_write(Tensor(a!) pool, Tensor(b!)? sink, Tensor(c!)? window, Tensor(d!) ws, "
+    m.def("kv_write(Tensor(a!) pool, Tensor(b!) sink, Tensor(c!) window, Tensor(d!) ws, "
           "Tensor kv, Tensor slot, Tensor seq, Tensor pos, Tensor seq_len, int[] cfg) -> ()");
     m.def("kv_write_ws_init(Tensor(a!) ws) -> ()");
     m.def("kv_write_status(Tensor(a!) ws, int[] cfg) -> str");
     m.def("decode_plan(int[] cfg, int batch, int s_q, int heads, int max_len, int variant=0) -> int[]",
           &decode_plan);
-    m.def("decode(Tensor q, Tensor pool, Tensor? sink, Tensor? window, Tensor block_table, "
+    m.def("decode(Tensor q, Tensor pool, Tensor sink, Tensor window, Tensor block_table, "
           "Tensor seq_len, Tensor(a!) ws, Tensor(b!) out, Tensor(c!) lse, float scale, int[] cfg, "
           "int[] plan) -> ()");
 }
