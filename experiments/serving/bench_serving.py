@@ -26,6 +26,7 @@ fit" with its computed bytes. The largest batch at 32K context inside the
 budget follows from the measured bytes per sequence. Writes DIR/bench_serving.tsv.
 """
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -61,8 +62,31 @@ def make_model(dev):
     return m.eval().to(dev)
 
 
+DYN = {}
+
+
+def probe_dynamic(model, dev):
+    """Per-token shapes transformers' DynamicCache stores for this model (4.x /
+    early 5.x: per-head K [H, d_n + d_r] and V [H, d_v]; 5.17: the latent
+    [1, d_c] and the RoPE key [1, d_r]), from one real forward."""
+    from transformers import DynamicCache
+    c = DynamicCache()
+    with torch.no_grad():
+        model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=dev), past_key_values=c,
+              use_cache=True)
+    k, v = c.layers[0].keys, c.layers[0].values
+    DYN.update(hk=k.shape[1], dk=k.shape[3], hv=v.shape[1], dv=v.shape[3])
+    return DYN
+
+
 def dyn_bytes(B, ctx):
-    return LAYERS * B * ctx * H * ((DN + 64) + DV) * 2
+    return LAYERS * B * ctx * (DYN["hk"] * DYN["dk"] + DYN["hv"] * DYN["dv"]) * 2
+
+
+def dyn_step_bytes(B, ctx):
+    """Transient bytes of one DynamicCache decode step: the concatenated layer
+    and, where the cache holds the latent, its per-head expansion."""
+    return B * ctx * ((DYN["hk"] * DYN["dk"] + DYN["hv"] * DYN["dv"]) * 2 + H * (DN + 64 + DV) * 2)
 
 
 def paged_bytes(cfg, B, ctx):
@@ -85,8 +109,10 @@ def fill_dynamic(B, ctx, dev, gen):
     from transformers import DynamicCache
     c = DynamicCache()
     for layer in range(LAYERS):
-        k = torch.randn((B, H, ctx, DN + 64), generator=gen, device=dev, dtype=torch.bfloat16)
-        v = torch.randn((B, H, ctx, DV), generator=gen, device=dev, dtype=torch.bfloat16)
+        k = torch.randn((B, DYN["hk"], ctx, DYN["dk"]), generator=gen, device=dev,
+                        dtype=torch.bfloat16)
+        v = torch.randn((B, DYN["hv"], ctx, DYN["dv"]), generator=gen, device=dev,
+                        dtype=torch.bfloat16)
         c.update(k, v, layer)
     return c
 
@@ -137,11 +163,14 @@ def main():
     dev = torch.device("cuda")
     t_start = time.time()
     model = make_model(dev)
+    probe_dynamic(model, dev)
     gen = torch.Generator(device=dev).manual_seed(21)
     budget = a.budget_gib * 2 ** 30
     path = os.path.join(a.out, "bench_serving.tsv")
     f = open(path, "w")
     import transformers
+    f.write(f"# DynamicCache stores per token and layer K {DYN['hk']} x {DYN['dk']} and V "
+            f"{DYN['hv']} x {DYN['dv']} (BF16)\n")
     f.write(f"# bench_serving.py {' '.join(sys.argv[1:])}; torch {torch.__version__}, transformers "
             f"{transformers.__version__}, qmla {qmla.version()}, {torch.cuda.get_device_name()}; "
             f"V2-Lite-shaped attention stack, {LAYERS} layers, H {H}, MLP identity, BF16, seed 21\n")
@@ -157,12 +186,15 @@ def main():
                 if time.time() - t_start > a.seconds:
                     row["status"] = "not run (time)"
                 else:
-                    need = (dyn_bytes(B, ctx + a.steps + 2) * 1.1 if cname == "dynamic" else
+                    need = (dyn_bytes(B, ctx + a.steps + 2) + dyn_step_bytes(B, ctx + a.steps + 2)
+                            if cname == "dynamic" else
                             paged_bytes(P.parse_config(cname), B, ctx + a.steps + 2))
                     if need > budget:
                         row.update(status="does not fit", cache_bytes=int(need))
                     else:
+                        cache = None
                         try:
+                            gc.collect()
                             torch.cuda.empty_cache()
                             if cname == "dynamic":
                                 cache = fill_dynamic(B, ctx, dev, gen)
@@ -186,6 +218,8 @@ def main():
                         except torch.cuda.OutOfMemoryError as e:
                             row.update(status="out of memory", cache_bytes=int(need))
                             print(repr(e)[:200], flush=True)
+                        cache = None
+                        gc.collect()
                 f.write("\t".join(str(row.get(c, "")) for c in cols) + "\n")
                 f.flush()
                 print(row, flush=True)

@@ -34,6 +34,7 @@ BF16 copy of the cache exists. Sequences of a batch must have equal lengths
 ctypes binding (import qmla) does not.
 """
 import os
+import weakref
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
@@ -147,12 +148,19 @@ class _PagedLayer(CacheLayerMixin):
 
     def __init__(self, owner, idx):
         super().__init__()
-        self.owner, self.idx = owner, idx
+        # a weak reference: no cache <-> layer cycle, so that `del cache`
+        # frees the pools at once (the benchmark's second point OOM'd on an
+        # uncollected cycle)
+        self._owner, self.idx = weakref.ref(owner), idx
         self.is_initialized = True
         self.max_batch_size = owner.batch
         self.max_cache_len = owner.max_len
 
-    def lazy_initialization(self, key_states):
+    @property
+    def owner(self):
+        return self._owner()
+
+    def lazy_initialization(self, key_states, *args):
         pass
 
     def update(self, key_states, value_states, cache_kwargs=None):

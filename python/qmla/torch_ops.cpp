@@ -44,10 +44,19 @@ namespace {
 
 constexpr int64_t kPlanLen = 11; // n_splits pps row_tiles n_prot ws variant sep batch s_q heads max_len
 
+// Numbers go into messages as strings made here: on the H200 image (extension
+// built by /opt/gcc's g++ against torch 2.11) the two refusals whose
+// TORCH_CHECK messages streamed integers (strides, a row count) crashed the
+// process, while seven whose messages held strings, dtypes and devices
+// raised cleanly (docs/serving.md; cause not established, this form not yet
+// rerun there).
+template <typename T> std::string N(T v) { return std::to_string(v); }
+
+
 qmla_kv_config cfg_of(const char *op, c10::IntArrayRef cfg)
 {
     TORCH_CHECK(cfg.size() == 5, op, ": cfg: expected [c_bits, r_bits, group, sink, window], found ",
-                cfg.size(), " values");
+                N(cfg.size()), " values");
     qmla_kv_config c;
     c.c_bits = (int)cfg[0];
     c.r_bits = (int)cfg[1];
@@ -88,7 +97,7 @@ void check_tensor(const char *op, const char *name, const at::Tensor &t, at::Sca
     TORCH_CHECK(t.is_contiguous(), op, ": ", name, ": expected a contiguous tensor, found strides ",
                 shape_str(t, true));
     TORCH_CHECK(align <= 1 || t.numel() == 0 || ((uintptr_t)t.data_ptr() % (uintptr_t)align) == 0,
-                op, ": ", name, ": data must be ", align, "-byte aligned");
+                op, ": ", name, ": data must be ", N(align), "-byte aligned");
 }
 
 // The protection buffers of cfg for a batch (nullptr when absent: an empty
@@ -101,8 +110,8 @@ uint16_t *prot_ptr(const char *op, const char *name, const at::Tensor &t, int ro
                     ": the configuration has no ", name, " rows, found a tensor ", shape_str(t));
         return nullptr;
     }
-    TORCH_CHECK(t.defined() && t.numel() > 0, op, ": ", name, ": the configuration keeps ", rows,
-                " BF16 rows per sequence: expected a tensor [", batch, ", ", rows,
+    TORCH_CHECK(t.defined() && t.numel() > 0, op, ": ", name, ": the configuration keeps ", N(rows),
+                " BF16 rows per sequence: expected a tensor [", N(batch), ", ", N(rows),
                 ", 576], found an empty one");
     check_tensor(op, name, t, at::kBFloat16, {batch, rows, QMLA_KV_D}, dev, 16);
     return (uint16_t *)t.data_ptr();
@@ -144,7 +153,7 @@ void kv_write(at::Tensor pool, at::Tensor sink, at::Tensor window,
     check_tensor(op, "pos", pos, at::kInt, {n}, dev, 4);
     check_tensor(op, "ws", ws, at::kByte, {-1}, dev, 8);
     TORCH_CHECK(ws.numel() >= QMLA_KV_WRITE_WS_BYTES, op, ": ws: expected at least ",
-                QMLA_KV_WRITE_WS_BYTES, " bytes, found ", ws.numel());
+                N(QMLA_KV_WRITE_WS_BYTES), " bytes, found ", N(ws.numel()));
     qmla_kv_write w;
     w.kv = (const uint16_t *)kv.data_ptr();
     w.n = (size_t)n;
@@ -165,7 +174,7 @@ void kv_write_ws_init(at::Tensor ws)
     c10::cuda::CUDAGuard guard(ws.device());
     check_tensor(op, "ws", ws, at::kByte, {-1}, ws.device(), 8);
     TORCH_CHECK(ws.numel() >= QMLA_KV_WRITE_WS_BYTES, op, ": ws: expected at least ",
-                QMLA_KV_WRITE_WS_BYTES, " bytes, found ", ws.numel());
+                N(QMLA_KV_WRITE_WS_BYTES), " bytes, found ", N(ws.numel()));
     qmla_error e{};
     TORCH_CHECK(qmla_kv_write_cuda_ws_init(ws.data_ptr(),
                                            at::cuda::getCurrentCUDAStream(ws.device().index()).stream(),
@@ -181,7 +190,7 @@ std::string kv_write_status(at::Tensor ws, c10::IntArrayRef cfg)
     c10::cuda::CUDAGuard guard(ws.device());
     check_tensor(op, "ws", ws, at::kByte, {-1}, ws.device(), 8);
     TORCH_CHECK(ws.numel() >= QMLA_KV_WRITE_WS_BYTES, op, ": ws: expected at least ",
-                QMLA_KV_WRITE_WS_BYTES, " bytes, found ", ws.numel());
+                N(QMLA_KV_WRITE_WS_BYTES), " bytes, found ", N(ws.numel()));
     qmla_kv_cache kc{};
     kc.cfg = c;
     qmla_error e{};
@@ -196,8 +205,8 @@ std::vector<int64_t> decode_plan(c10::IntArrayRef cfg, int64_t batch, int64_t s_
     const char *op = "qmla::decode_plan";
     const qmla_kv_config c = cfg_of(op, cfg);
     TORCH_CHECK(batch >= 1 && s_q >= 1 && heads >= 1 && max_len >= 0, op,
-                ": expected batch, s_q, heads >= 1 and max_len >= 0, found ", batch, ", ", s_q, ", ",
-                heads, ", ", max_len);
+                ": expected batch, s_q, heads >= 1 and max_len >= 0, found ", N(batch), ", ", N(s_q), ", ",
+                N(heads), ", ", N(max_len));
     TORCH_CHECK(batch <= INT32_MAX && s_q <= INT32_MAX && heads <= INT32_MAX, op, ": too large");
     qmla_decode_args a{};
     a.batch = (int)batch;
@@ -219,26 +228,26 @@ void decode(const at::Tensor &q, const at::Tensor &pool, const at::Tensor &sink,
 {
     const char *op = "qmla::decode";
     const qmla_kv_config c = cfg_of(op, cfg);
-    TORCH_CHECK(plan.size() == kPlanLen, op, ": plan: expected the ", kPlanLen,
-                " values of qmla::decode_plan, found ", plan.size());
+    TORCH_CHECK(plan.size() == kPlanLen, op, ": plan: expected the ", N(kPlanLen),
+                " values of qmla::decode_plan, found ", N(plan.size()));
     TORCH_CHECK(pool.is_cuda(), op, ": pool: expected a CUDA tensor, found one on ", pool.device());
     const c10::Device dev = pool.device();
     c10::cuda::CUDAGuard guard(dev);
     check_tensor(op, "q", q, at::kBFloat16, {-1, -1, -1, QMLA_KV_D}, dev, 16);
     const int64_t batch = q.size(0), s_q = q.size(1), heads = q.size(2);
     TORCH_CHECK(batch == plan[7] && s_q == plan[8] && heads == plan[9], op,
-                ": q has batch ", batch, ", s_q ", s_q, ", heads ", heads, "; the plan was made for ",
-                plan[7], ", ", plan[8], ", ", plan[9]);
+                ": q has batch ", N(batch), ", s_q ", N(s_q), ", heads ", N(heads),
+                "; the plan was made for ", N(plan[7]), ", ", N(plan[8]), ", ", N(plan[9]));
     qmla_kv_cache kc = cache_of(op, c, pool, sink, window, batch);
     check_tensor(op, "block_table", block_table, at::kInt, {batch, -1}, dev, 4);
     const int64_t max_pages = block_table.size(1);
-    TORCH_CHECK(max_pages * QMLA_KV_PAGE >= plan[10], op, ": block_table: ", max_pages,
-                " pages per sequence do not cover the plan's max_len ", plan[10]);
+    TORCH_CHECK(max_pages * QMLA_KV_PAGE >= plan[10], op, ": block_table: ", N(max_pages),
+                " pages per sequence do not cover the plan's max_len ", N(plan[10]));
     TORCH_CHECK(max_pages <= INT32_MAX, op, ": block_table: too many pages");
     check_tensor(op, "seq_len", seq_len, at::kInt, {batch}, dev, 4);
     check_tensor(op, "ws", ws, at::kByte, {-1}, dev, 16);
-    TORCH_CHECK(ws.numel() >= plan[4], op, ": ws: the plan needs ", plan[4], " bytes, found ",
-                ws.numel());
+    TORCH_CHECK(ws.numel() >= plan[4], op, ": ws: the plan needs ", N(plan[4]), " bytes, found ",
+                N(ws.numel()));
     check_tensor(op, "out", out, at::kBFloat16, {batch, s_q, heads, QMLA_KV_DC}, dev, 16);
     check_tensor(op, "lse", lse, at::kFloat, {batch, s_q, heads}, dev, 4);
     qmla_decode_plan p{};
