@@ -107,7 +107,6 @@ def attach(model):
     MLAPagedCache calls it). Calls without an MLAPagedCache are unchanged."""
     if getattr(model, "_qmla_paged_mods", None) is not None:
         return model._qmla_paged_mods
-    import inspect
     mods = mla_modules(model)
     if not mods:
         raise ValueError("MLAPagedCache: the model has no MLA attention modules (modules with "
@@ -119,7 +118,6 @@ def attach(model):
         else:
             raise ValueError(f"MLAPagedCache: attn_implementation {impl!r}: load the model with "
                              "attn_implementation='eager'")
-    seen = set()
     for m in mods:
         if getattr(m, "layer_idx", None) is None:
             raise ValueError(f"{type(m).__name__}: no layer_idx")
@@ -127,6 +125,21 @@ def attach(model):
         def pre(mod, args, owner=m):
             _LATENT[id(owner)] = args[0]
         m.kv_b_proj.register_forward_pre_hook(pre)
+    for g, fn in eager_attention_slots(mods):
+        if not hasattr(fn, "__qmla_paged__"):
+            g["eager_attention_forward"] = _dispatch(fn)
+    object.__setattr__(model, "_qmla_paged_mods", mods)
+    return mods
+
+
+def eager_attention_slots(mods):
+    """[(globals, eager_attention_forward)] once per source module of the
+    attention modules `mods`: where transformers looks the function up at
+    call time (also used by experiments/eval/eval_hook.py's CacheHook).
+    ValueError when a module's source has none."""
+    import inspect
+    seen, out = set(), []
+    for m in mods:
         g = inspect.unwrap(type(m).forward).__globals__
         if id(g) in seen:
             continue
@@ -134,10 +147,8 @@ def attach(model):
         fn = g.get("eager_attention_forward")
         if fn is None:
             raise ValueError(f"{type(m).__name__}: no eager_attention_forward in its module")
-        if not hasattr(fn, "__qmla_paged__"):
-            g["eager_attention_forward"] = _dispatch(fn)
-    object.__setattr__(model, "_qmla_paged_mods", mods)
-    return mods
+        out.append((g, fn))
+    return out
 
 
 class _PagedLayer(CacheLayerMixin):
