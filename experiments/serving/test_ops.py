@@ -12,8 +12,9 @@ For C4R4, C2R4, C8R8 (sink 4, window 16) and BF16, a batch of 3 sequences
     exactly the library's CPU quantizer's values (qmla.qdq through ctypes,
     fmaf(q, s, l) rounded once to float32), and the sink / window rows hold
     the BF16 rows bit for bit; BF16 pages hold the rows;
-  * qmla::decode for s_q = 1 and 3, H = 16 against a float64 softmax
-    attention on those values (C4R4 / C2R4 unrounded, C8R8 rounded to BF16:
+  * qmla::decode for s_q = 1, 3 and 64 (1,024 query rows: a prefill piece
+    of MLAPagedCache), H = 16, against a float64 softmax attention on those
+    values (C4R4 / C2R4 unrounded, C8R8 rounded to BF16:
     the kernels' models, docs/decode.md), NMSE <= 1e-5 and |lse| <= 1e-4
     (tests/cache/test_decode_cuda.c's bounds);
   * a CUDA graph capturing kv_write + decode, replayed on new inputs, gives
@@ -162,7 +163,7 @@ def run_config(name, ops, dev, gen):
         off += L
     bt_d = bt.to(dev)
     scale = 1.0 / math.sqrt(192.0)
-    for s_q in (1, 3):
+    for s_q in (1, 3, 64):                  # 64 x 16 heads: 1024 query rows, a prefill piece
         q = (torch.randn((B, s_q, H, P.D), generator=gen)).to(torch.bfloat16)
         plan = list(ops.decode_plan(cl, B, s_q, H, max(lens), 0))
         dws = torch.empty(plan[4], dtype=torch.uint8, device=dev)
