@@ -230,6 +230,7 @@ def run_families(a, res):
             cache = qt.MLAPagedCache(model, batch_size=4, max_cache_len=32 + a.new, config="C4R4",
                                      sink=0, window=0)
             tp, sp = greedy(model, prompt, a.new, cache=cache)
+            cache.check()
             th, sh = greedy(model, prompt, a.new, hook="C4R4")
             r["greedy_C4R4"] = compare_greedy(tp, sp, th, sh)
             r["ok"] = all(v["ok"] for v in r["nll"].values())
