@@ -3,7 +3,7 @@
 cache against BF16 (issue 21 item 4), on the accelerator machine:
 
   python3 experiments/serving/bench_serving.py --out DIR [--contexts 4096,32768,131072]
-      [--batches 1,8,32,64] [--steps 8] [--budget-gib 100] [--seconds 150]
+      [--batches 1,8,32,64] [--steps 8] [--budget-gib 125] [--seconds 150]
 
 Model: a random DeepseekV2 attention stack shaped as DeepSeek-V2-Lite's
 (27 layers, hidden 2048, H 16, d_c 512, d_r 64, d_n 128, d_v 128; seed 21),
@@ -156,7 +156,7 @@ def main():
     ap.add_argument("--batches", default="1,8,32,64")
     ap.add_argument("--caches", default="C4R4,BF16,dynamic")
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--budget-gib", type=float, default=100.0)
+    ap.add_argument("--budget-gib", type=float, default=125.0)
     ap.add_argument("--seconds", type=float, default=150.0, help="stop starting points after this")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)

@@ -371,7 +371,7 @@ class MLAPagedCache(Cache):
         if latent is None or latent.numel() != B * T * d["d_c"]:
             raise RuntimeError(f"MLAPagedCache layer {layer}: no latent of {B} x {T} tokens for "
                                "this forward (kv_b_proj hook)")
-        # transformers 5.17 hands kv_b_proj [B, T, 1, d_c] (earlier 5.x [B, T, d_c])
+        # transformers 5.17 hands kv_b_proj [B, 1, T, d_c] (earlier 5.x [B, T, d_c])
         latent = latent.reshape(B, T, d["d_c"])
         pg = self._pages[layer]
         start = self.lengths.get(layer, 0)
