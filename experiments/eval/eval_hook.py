@@ -59,7 +59,6 @@ Writes DIR/eval_{tiny,families}.json; exit 1 when a check fails.
 """
 import argparse
 import gzip
-import inspect
 import json
 import math
 import os
@@ -153,16 +152,14 @@ class CacheHook:
         return wrapped
 
     def __enter__(self):
-        seen = set()
+        from qmla.torch import eager_attention_slots
         for i, _, m, _ in self.mods:
             self.handles.append(m.kv_a_layernorm.register_forward_hook(self._norm_hook(i)))
-            g = inspect.unwrap(type(m).forward).__globals__
-            if id(g) in seen:
-                continue
-            seen.add(id(g))
-            fn = g.get("eager_attention_forward")
-            if fn is None:
-                raise SystemExit("%s: no eager_attention_forward in its module" % type(m).__name__)
+        try:
+            slots = eager_attention_slots([m for _, _, m, _ in self.mods])
+        except ValueError as e:
+            raise SystemExit(str(e))
+        for g, fn in slots:
             g["eager_attention_forward"] = self._wrap_attn(fn)
             self.patched.append((g, fn))
         return self

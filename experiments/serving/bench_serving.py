@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""experiments/serving/bench_serving.py — memory and decode speed of the packed
+cache against BF16 (issue 21 item 4), on the accelerator machine:
+
+  python3 experiments/serving/bench_serving.py --out DIR [--contexts 4096,32768,131072]
+      [--batches 1,8,32,64] [--steps 8] [--budget-gib 125] [--seconds 150]
+
+Model: a random DeepseekV2 attention stack shaped as DeepSeek-V2-Lite's
+(27 layers, hidden 2048, H 16, d_c 512, d_r 64, d_n 128, d_v 128; seed 21),
+BF16, every MLP replaced by torch.nn.Identity so that a decode step is the
+attention stack (projections, cache write, attention, o_proj) and the
+embedding / LM head (vocabulary 1024). Caches, side by side in one run:
+  dynamic  transformers' DynamicCache (per-head K and V in BF16, eager
+           attention): filled with random K, V tensors;
+  BF16     MLAPagedCache BF16 (the latent [c_kv ; k_rope] in BF16 pages,
+           qmla::decode);
+  C4R4     MLAPagedCache C4R4 (sink 4, window 128);
+both paged caches filled through qmla::kv_write with random rows. Per
+(cache, context, batch): cache bytes per token (the cache's device bytes /
+(batch x context)), torch.cuda.max_memory_allocated over the steps, decode
+step time (CUDA events, median of --steps steps after 2 warm-up steps),
+tokens/s per sequence and in aggregate, and the attention kernels alone
+(qmla::decode of all 27 layers on random absorbed queries, paged caches).
+A point whose cache would not fit --budget-gib is recorded as "does not
+fit" with its computed bytes. The largest batch at 32K context inside the
+budget follows from the measured bytes per sequence. Writes DIR/bench_serving.tsv.
+"""
+import argparse
+import gc
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import qmla  # noqa: E402
+import qmla.paging as P  # noqa: E402
+import qmla.torch as qt  # noqa: E402
+
+LAYERS, HID, H, DN, DV = 27, 2048, 16, 128, 128
+
+
+def make_model(dev):
+    from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
+    cfg = DeepseekV2Config(vocab_size=1024, hidden_size=HID, num_attention_heads=H,
+                           num_key_value_heads=H, kv_lora_rank=512, q_lora_rank=None,
+                           qk_rope_head_dim=64, qk_nope_head_dim=DN, v_head_dim=DV,
+                           num_hidden_layers=LAYERS, first_k_dense_replace=LAYERS,
+                           intermediate_size=256, max_position_embeddings=262144,
+                           n_routed_experts=1, n_shared_experts=1, moe_intermediate_size=64,
+                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                           tie_word_embeddings=False, attn_implementation="eager")
+    torch.manual_seed(21)
+    with torch.device(dev):
+        m = DeepseekV2ForCausalLM(cfg).to(torch.bfloat16)
+    for layer in m.model.layers:
+        layer.mlp = torch.nn.Identity()
+    m.generation_config.eos_token_id = None
+    return m.eval().to(dev)
+
+
+DYN = {}
+
+
+def probe_dynamic(model, dev):
+    """Per-token shapes transformers' DynamicCache stores for this model (4.x /
+    early 5.x: per-head K [H, d_n + d_r] and V [H, d_v]; 5.17: the latent
+    [1, d_c] and the RoPE key [1, d_r]), from one real forward."""
+    from transformers import DynamicCache
+    c = DynamicCache()
+    with torch.no_grad():
+        model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=dev), past_key_values=c,
+              use_cache=True)
+    k, v = c.layers[0].keys, c.layers[0].values
+    DYN.update(hk=k.shape[1], dk=k.shape[3], hv=v.shape[1], dv=v.shape[3])
+    return DYN
+
+
+def dyn_bytes(B, ctx):
+    return LAYERS * B * ctx * (DYN["hk"] * DYN["dk"] + DYN["hv"] * DYN["dv"]) * 2
+
+
+def dyn_step_bytes(B, ctx):
+    """Transient bytes of one DynamicCache decode step: the concatenated layer
+    and, where the cache holds the latent, its per-head expansion."""
+    return B * ctx * ((DYN["hk"] * DYN["dk"] + DYN["hv"] * DYN["dv"]) * 2 + H * (DN + 64 + DV) * 2)
+
+
+def paged_bytes(cfg, B, ctx):
+    return B * ctx * P.bytes_per_token(cfg, ctx, LAYERS)
+
+
+def fill_paged(cache, B, ctx, dev, gen):
+    chunk = max(64, min(ctx, (1 << 20) // B))
+    rows = (torch.randn((B, chunk, P.D), generator=gen, device=dev) * 0.5).to(torch.bfloat16)
+    for layer in cache._pages:
+        done = 0
+        while done < ctx:
+            n = min(chunk, ctx - done)
+            cache.write_rows(layer, rows[:, :n])
+            done += n
+    cache.check()
+
+
+def fill_dynamic(B, ctx, dev, gen):
+    from transformers import DynamicCache
+    c = DynamicCache()
+    for layer in range(LAYERS):
+        k = torch.randn((B, DYN["hk"], ctx, DYN["dk"]), generator=gen, device=dev,
+                        dtype=torch.bfloat16)
+        v = torch.randn((B, DYN["hv"], ctx, DYN["dv"]), generator=gen, device=dev,
+                        dtype=torch.bfloat16)
+        c.update(k, v, layer)
+    return c
+
+
+def time_steps(model, cache, B, ctx, steps, dev):
+    ids = torch.randint(0, 1024, (B, 1), device=dev)
+    times = []
+    torch.cuda.reset_peak_memory_stats(dev)
+    with torch.no_grad():
+        for i in range(steps + 2):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            model(input_ids=ids, past_key_values=cache, use_cache=True)
+            e1.record()
+            torch.cuda.synchronize(dev)
+            if i >= 2:
+                times.append(e0.elapsed_time(e1) / 1e3)
+    return statistics.median(times), torch.cuda.max_memory_allocated(dev)
+
+
+def time_kernels(cache, B, ctx, dev, gen, reps=5):
+    q = (torch.randn((B, 1, H, P.D), generator=gen, device=dev) * 0.1).to(torch.bfloat16)
+    layers = list(cache._pages)
+    ts = []
+    for r in range(reps + 1):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        for layer in layers:
+            cache.decode_latent(layer, q, 0.07)
+        e1.record()
+        torch.cuda.synchronize(dev)
+        if r:
+            ts.append(e0.elapsed_time(e1) / 1e3)
+    return statistics.median(ts)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--contexts", default="4096,32768,131072")
+    ap.add_argument("--batches", default="1,8,32,64")
+    ap.add_argument("--caches", default="C4R4,BF16,dynamic")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--budget-gib", type=float, default=125.0)
+    ap.add_argument("--seconds", type=float, default=150.0, help="stop starting points after this")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    dev = torch.device("cuda")
+    t_start = time.time()
+    model = make_model(dev)
+    probe_dynamic(model, dev)
+    gen = torch.Generator(device=dev).manual_seed(21)
+    budget = a.budget_gib * 2 ** 30
+    path = os.path.join(a.out, "bench_serving.tsv")
+    f = open(path, "w")
+    import transformers
+    f.write(f"# DynamicCache stores per token and layer K {DYN['hk']} x {DYN['dk']} and V "
+            f"{DYN['hv']} x {DYN['dv']} (BF16)\n")
+    f.write(f"# bench_serving.py {' '.join(sys.argv[1:])}; torch {torch.__version__}, transformers "
+            f"{transformers.__version__}, qmla {qmla.version()}, {torch.cuda.get_device_name()}; "
+            f"V2-Lite-shaped attention stack, {LAYERS} layers, H {H}, MLP identity, BF16, seed 21\n")
+    cols = ["cache", "context", "batch", "status", "cache_bytes", "bytes_per_token",
+            "peak_alloc_bytes", "step_s", "tok_s_per_seq", "tok_s_aggregate", "attn_kernels_s"]
+    f.write("\t".join(cols) + "\n")
+    f.flush()
+    per_seq = {}
+    for ctx in [int(x) for x in a.contexts.split(",")]:
+        for B in [int(x) for x in a.batches.split(",")]:
+            for cname in a.caches.split(","):
+                row = dict(cache=cname, context=ctx, batch=B)
+                if time.time() - t_start > a.seconds:
+                    row["status"] = "not run (time)"
+                else:
+                    need = (dyn_bytes(B, ctx + a.steps + 2) + dyn_step_bytes(B, ctx + a.steps + 2)
+                            if cname == "dynamic" else
+                            paged_bytes(P.parse_config(cname), B, ctx + a.steps + 2))
+                    if need > budget:
+                        row.update(status="does not fit", cache_bytes=int(need))
+                    else:
+                        cache = None
+                        try:
+                            gc.collect()
+                            torch.cuda.empty_cache()
+                            if cname == "dynamic":
+                                cache = fill_dynamic(B, ctx, dev, gen)
+                                nb = dyn_bytes(B, ctx)
+                                kt = ""
+                            else:
+                                cache = qt.MLAPagedCache(model, batch_size=B,
+                                                         max_cache_len=ctx + a.steps + 2,
+                                                         config=cname)
+                                fill_paged(cache, B, ctx, dev, gen)
+                                nb = cache.nbytes()
+                                kt = "%.6f" % time_kernels(cache, B, ctx, dev, gen)
+                            st, peak = time_steps(model, cache, B, ctx, a.steps, dev)
+                            row.update(status="ok", cache_bytes=int(nb),
+                                       bytes_per_token="%.1f" % (nb / (B * ctx)),
+                                       peak_alloc_bytes=int(peak), step_s="%.6f" % st,
+                                       tok_s_per_seq="%.2f" % (1 / st),
+                                       tok_s_aggregate="%.1f" % (B / st), attn_kernels_s=kt)
+                            per_seq.setdefault(cname, {})[ctx] = nb / B
+                            del cache
+                        except torch.cuda.OutOfMemoryError as e:
+                            row.update(status="out of memory", cache_bytes=int(need))
+                            print(repr(e)[:200], flush=True)
+                        cache = None
+                        gc.collect()
+                f.write("\t".join(str(row.get(c, "")) for c in cols) + "\n")
+                f.flush()
+                print(row, flush=True)
+    # the largest batch in the budget at each measured context
+    f.write("# largest batch inside the budget (%.0f GiB of cache), from the measured bytes "
+            "per sequence:\n" % a.budget_gib)
+    for cname, d in per_seq.items():
+        for ctx, b in sorted(d.items()):
+            f.write(f"# {cname}\tcontext {ctx}\t{b:.0f} bytes/sequence\tmax batch "
+                    f"{int(budget // b)}\n")
+    f.close()
+    print(open(path).read(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,337 @@
+#!/usr/bin/env python3
+"""experiments/serving/test_ops.py — the qmla:: torch operators on the GPU
+(issue 21 item 1), on the accelerator machine (torch + libqmla.so built
+with CUDA):
+
+  python3 experiments/serving/test_ops.py [--out DIR]
+
+For C4R4, C2R4, C8R8 (sink 4, window 16) and BF16, a batch of 3 sequences
+(lengths 200, 77, 1) over a shuffled page mapping:
+  * qmla::kv_write's pool bytes decoded here in torch (codes little-endian,
+    float16 step and minimum: include/qmla/kvcache.h) give, for every token,
+    exactly the library's CPU quantizer's values (qmla.qdq through ctypes,
+    fmaf(q, s, l) rounded once to float32), and the sink / window rows hold
+    the BF16 rows bit for bit; BF16 pages hold the rows;
+  * qmla::decode for s_q = 1, 3 and 64 (1,024 query rows: a prefill piece
+    of MLAPagedCache), H = 16, against a float64 softmax attention on those
+    values (C4R4 / C2R4 unrounded, C8R8 rounded to BF16:
+    the kernels' models, docs/decode.md), NMSE <= 1e-5 and |lse| <= 1e-4
+    (tests/cache/test_decode_cuda.c's bounds);
+  * a CUDA graph capturing kv_write + decode, replayed on new inputs, gives
+    exactly the eager result; no allocation by the caching allocator
+    during eager calls;
+  * every refusal (dtype, shape, stride, device, plan, workspace, missing
+    protection rows, configuration) raises RuntimeError with a message
+    naming the argument; a NaN row is reported by qmla::kv_write_status
+    naming its token and group.
+Exit 0 when every check passes. Random draws from seed 21.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import qmla  # noqa: E402
+import qmla.paging as P  # noqa: E402
+import qmla.torch as qt  # noqa: E402
+
+RES = []
+
+
+def check(ok, what, detail=""):
+    RES.append((what, bool(ok), detail))
+    print("%s %s%s" % ("PASS" if ok else "FAIL", what, (": " + str(detail)) if detail else ""),
+          flush=True)
+    return ok
+
+
+def unpack_codes(b, bits):
+    """uint8 [..., nbytes] -> codes [..., nbytes * 8 / bits] (low bits first)."""
+    per = 8 // bits
+    sh = torch.arange(per, device=b.device, dtype=torch.int32) * bits
+    c = (b.int().unsqueeze(-1) >> sh) & ((1 << bits) - 1)
+    return c.reshape(*b.shape[:-1], -1)
+
+
+def page_values(pool, cfg, slots):
+    """Float64 values fmaf(q, s, l) of the tokens at `slots` decoded from the pool bytes."""
+    G, cb, rb = cfg["group"], cfg["c_bits"], cfg["r_bits"]
+    pages, off = slots // 64, slots % 64
+    pg = pool[pages]                                            # [n, page_bytes]
+    ng_c, ng_r = P.D_C // G, P.D_R // G
+    cbt, rbt = ng_c * G * cb // 8, ng_r * G * rb // 8
+    o_rc, o_mc = 64 * cbt, 64 * cbt + 64 * rbt
+    o_mr = o_mc + 64 * 4 * ng_c
+    idx = off[:, None]
+    ar = lambda n: torch.arange(n, device=pool.device)[None, :]  # noqa: E731
+    c_codes = unpack_codes(pg.gather(1, idx * cbt + ar(cbt)), cb).double()
+    r_codes = unpack_codes(pg.gather(1, o_rc + idx * rbt + ar(rbt)), rb).double()
+    mc = pg.gather(1, o_mc + idx * 4 * ng_c + ar(4 * ng_c)).contiguous().view(torch.float16)
+    mr = pg.gather(1, o_mr + idx * 4 * ng_r + ar(4 * ng_r)).contiguous().view(torch.float16)
+    mc, mr = mc.double().view(-1, ng_c, 2), mr.double().view(-1, ng_r, 2)
+    c = c_codes.view(-1, ng_c, G) * mc[..., :1] + mc[..., 1:]
+    r = r_codes.view(-1, ng_r, G) * mr[..., :1] + mr[..., 1:]
+    return torch.cat([c.reshape(-1, P.D_C), r.reshape(-1, P.D_R)], 1).float().double()
+
+
+def make_cache(cfg, B, n_pages, dev):
+    pool = torch.zeros((n_pages, P.page_bytes(cfg)), dtype=torch.uint8, device=dev)
+    none = torch.empty(0, dtype=torch.bfloat16, device=dev)
+    sink = torch.zeros((B, cfg["sink"], P.D), dtype=torch.bfloat16, device=dev) if cfg["sink"] else none
+    win = torch.zeros((B, cfg["window"], P.D), dtype=torch.bfloat16, device=dev) if cfg["window"] else none
+    return pool, sink, win
+
+
+def run_config(name, ops, dev, gen):
+    cfg = P.parse_config(name, sink=4, window=16)
+    cl = P.cfg_list(cfg)
+    lens = [200, 77, 1]
+    B, H = len(lens), 16
+    max_pages = 4
+    n_pages = 16
+    perm = torch.randperm(n_pages, generator=gen).tolist()
+    bt = torch.tensor([perm[i * max_pages:(i + 1) * max_pages] for i in range(B)], dtype=torch.int32)
+    pool, sink, win = make_cache(cfg, B, n_pages, dev)
+    ws = torch.empty(16, dtype=torch.uint8, device=dev)
+    ops.kv_write_ws_init(ws)
+    # rows: a latent-like spread per channel, a few large channels
+    rows, slot, seq, pos = [], [], [], []
+    for b, L in enumerate(lens):
+        x = torch.randn((L, P.D), generator=gen) * (0.5 + torch.rand(P.D, generator=gen) * 2)
+        x[:, 7] *= 8
+        rows.append(x)
+        for t in range(L):
+            slot.append(int(bt[b, t // 64]) * 64 + t % 64)
+            seq.append(b)
+            pos.append(t)
+    kv = torch.cat(rows).to(torch.bfloat16)
+    slot_t = torch.tensor(slot, dtype=torch.int64)
+    kv_d, slot_d = kv.to(dev), slot_t.to(dev)
+    seq_d = torch.tensor(seq, dtype=torch.int32, device=dev)
+    pos_d = torch.tensor(pos, dtype=torch.int32, device=dev)
+    len_d = torch.tensor(lens, dtype=torch.int32, device=dev)
+    m0 = torch.cuda.memory_allocated(dev)
+    ops.kv_write(pool, sink, win, ws, kv_d, slot_d, seq_d, pos_d, len_d, cl)
+    check(torch.cuda.memory_allocated(dev) == m0, f"{name}: kv_write allocates nothing")
+    check(ops.kv_write_status(ws, cl) == "", f"{name}: writer status clean")
+    # pool contents against the library quantizer
+    kvf = kv.float()
+    if cfg["c_bits"] == 16:
+        got = torch.stack([pool[s // 64, (s % 64) * 1152:(s % 64) * 1152 + 1152] for s in slot_t.tolist()])
+        same = torch.equal(got.cpu().view(torch.bfloat16), kv)
+        check(same, f"{name}: BF16 pages hold the rows bit for bit")
+        vals = kvf.double()
+    else:
+        ref_c = qmla.qdq(np.ascontiguousarray(kvf[:, :P.D_C].numpy()), bits=cfg["c_bits"],
+                         group=64, meta="f16")
+        ref_r = qmla.qdq(np.ascontiguousarray(kvf[:, P.D_C:].numpy()), bits=cfg["r_bits"],
+                         group=64, meta="f16")
+        ref = torch.from_numpy(np.concatenate([ref_c, ref_r], 1)).double()
+        vals = page_values(pool, cfg, slot_d).cpu()
+        check(torch.equal(vals, ref), f"{name}: pool values == qmla.qdq (CPU quantizer) bit for bit",
+              "max |d| %.3g" % float((vals - ref).abs().max()))
+        off = 0
+        ok_s = ok_w = True
+        for b, L in enumerate(lens):
+            xb = kv[off:off + L]
+            for t in range(min(cfg["sink"], L)):
+                ok_s &= torch.equal(sink[b, t].cpu(), xb[t])
+            for t in range(max(0, L - cfg["window"]), L):
+                ok_w &= torch.equal(win[b, t % cfg["window"]].cpu(), xb[t])
+            off += L
+        check(ok_s, f"{name}: sink rows bit for bit")
+        check(ok_w, f"{name}: window ring rows bit for bit")
+    # the values attention uses per token
+    packed_f32 = name in ("C4R4", "C2R4")
+    kref = []
+    off = 0
+    for b, L in enumerate(lens):
+        v = vals[off:off + L].clone()
+        if cfg["c_bits"] != 16:
+            if not packed_f32:
+                v = v.float().to(torch.bfloat16).double()
+            for t in range(L):
+                if P.protected(cfg, t, L):
+                    v[t] = kvf[off + t].double()
+        kref.append(v)
+        off += L
+    bt_d = bt.to(dev)
+    scale = 1.0 / math.sqrt(192.0)
+    for s_q in (1, 3, 64):                  # 64 x 16 heads: 1024 query rows, a prefill piece
+        q = (torch.randn((B, s_q, H, P.D), generator=gen)).to(torch.bfloat16)
+        plan = list(ops.decode_plan(cl, B, s_q, H, max(lens), 0))
+        dws = torch.empty(plan[4], dtype=torch.uint8, device=dev)
+        out = torch.empty((B, s_q, H, P.D_C), dtype=torch.bfloat16, device=dev)
+        lse = torch.empty((B, s_q, H), dtype=torch.float32, device=dev)
+        qd = q.to(dev)
+        m0 = torch.cuda.memory_allocated(dev)
+        ops.decode(qd, pool, sink, win, bt_d, len_d, dws, out, lse, scale, cl, plan)
+        check(torch.cuda.memory_allocated(dev) == m0, f"{name} s_q {s_q}: decode allocates nothing")
+        num = den = 0.0
+        lerr = 0.0
+        for b, L in enumerate(lens):
+            K = kref[b]
+            for i in range(s_q):
+                vis = L - s_q + i + 1
+                if vis <= 0:
+                    continue
+                z = scale * (q[b, i].double() @ K[:vis].T)             # [H, vis]
+                l_ref = torch.logsumexp(z, -1)
+                o_ref = torch.softmax(z, -1) @ K[:vis, :P.D_C]
+                o = out[b, i].double().cpu()
+                num += float(((o - o_ref) ** 2).sum())
+                den += float((o_ref ** 2).sum())
+                lerr = max(lerr, float((lse[b, i].double().cpu() - l_ref).abs().max()))
+        nmse = num / den
+        check(nmse <= 1e-5 and lerr <= 1e-4, f"{name} s_q {s_q}: decode vs float64 attention",
+              "nmse %.3e lse err %.3e" % (nmse, lerr))
+    # graph capture of write + decode, replayed on new inputs
+    s_q = 1
+    plan = list(ops.decode_plan(cl, B, s_q, H, 256, 0))
+    dws = torch.empty(plan[4], dtype=torch.uint8, device=dev)
+    g_q = torch.randn((B, s_q, H, P.D), generator=gen).to(torch.bfloat16).to(dev)
+    g_kv = torch.randn((B, P.D), generator=gen).to(torch.bfloat16).to(dev)
+    new_len = torch.tensor([L + 1 for L in lens], dtype=torch.int32, device=dev)
+    g_slot = torch.tensor([int(bt[b, L // 64]) * 64 + L % 64 for b, L in enumerate(lens)],
+                          dtype=torch.int64, device=dev)
+    g_seq = torch.arange(B, dtype=torch.int32, device=dev)
+    g_pos = torch.tensor(lens, dtype=torch.int32, device=dev)
+    g_out = torch.empty((B, s_q, H, P.D_C), dtype=torch.bfloat16, device=dev)
+    g_lse = torch.empty((B, s_q, H), dtype=torch.float32, device=dev)
+    pool0 = pool.clone()
+    sink0, win0 = sink.clone(), win.clone()
+
+    def step():
+        ops.kv_write(pool, sink, win, ws, g_kv, g_slot, g_seq, g_pos, new_len, cl)
+        ops.decode(g_q, pool, sink, win, bt_d, new_len, dws, g_out, g_lse, scale, cl, plan)
+
+    s = torch.cuda.Stream(dev)
+    s.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(s):
+        step()                                         # warm-up (attributes set)
+    torch.cuda.current_stream(dev).wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            step()
+        captured = True
+    except Exception as e:  # noqa: BLE001
+        captured = check(False, f"{name}: CUDA graph capture of kv_write + decode", repr(e))
+    if captured:
+        def restore():
+            pool.copy_(pool0)
+            sink.copy_(sink0)
+            win.copy_(win0)
+        same = True
+        for trial in range(3):
+            g_q.copy_(torch.randn((B, s_q, H, P.D), generator=gen).to(torch.bfloat16))
+            g_kv.copy_(torch.randn((B, P.D), generator=gen).to(torch.bfloat16))
+            restore()
+            graph.replay()
+            torch.cuda.synchronize(dev)
+            o_g, l_g, p_g = g_out.clone(), g_lse.clone(), pool.clone()
+            restore()
+            step()
+            torch.cuda.synchronize(dev)
+            same &= torch.equal(o_g, g_out) and torch.equal(l_g, g_lse) and torch.equal(p_g, pool)
+        check(same, f"{name}: CUDA graph replay == eager (3 new inputs, out, lse, pool bit for bit)")
+    return dict(pool=pool, sink=sink, win=win, ws=ws, kv=kv_d, slot=slot_d, seq=seq_d, pos=pos_d,
+                len=len_d, bt=bt_d, cl=cl, cfg=cfg, H=H, B=B)
+
+
+def expect_error(what, fn, needle):
+    print("trying refusal:", what, flush=True)
+    try:
+        fn()
+    except RuntimeError as e:
+        msg = str(e).split("\n")[0]
+        return check(needle in str(e), f"refusal: {what}", msg[:160])
+    return check(False, f"refusal: {what}", "no error raised")
+
+
+def refusals(ops, c, dev):
+    pool, sink, win, ws = c["pool"], c["sink"], c["win"], c["ws"]
+    kv, slot, seq, pos, ln, bt, cl, H, B = (c[k] for k in ("kv", "slot", "seq", "pos", "len", "bt",
+                                                         "cl", "H", "B"))
+    W = lambda **o: ops.kv_write(o.get("pool", pool), o.get("sink", sink), o.get("win", win),  # noqa: E731
+                                  o.get("ws", ws), o.get("kv", kv), o.get("slot", slot),
+                                  o.get("seq", seq), o.get("pos", pos), o.get("len", ln),
+                                  o.get("cl", cl))
+    expect_error("kv float32", lambda: W(kv=kv.float()), "kv: expected dtype")
+    expect_error("kv width 512", lambda: W(kv=kv[:, :512].contiguous()), "kv: expected shape")
+    expect_error("kv strided", lambda: W(kv=torch.cat([kv, kv], 1)[:, ::2]), "contiguous")
+    expect_error("kv on the CPU", lambda: W(kv=kv.cpu()), "expected a CUDA tensor")
+    expect_error("slot int32", lambda: W(slot=slot.int()), "slot: expected dtype")
+    expect_error("slot short", lambda: W(slot=slot[:-1].contiguous()), "slot: expected shape")
+    expect_error("pool of other pages", lambda: W(pool=torch.zeros((4, 100), dtype=torch.uint8,
+                                                                   device=dev)), "pool: expected shape")
+    expect_error("window missing", lambda: W(win=win[:0]), "window: the configuration keeps")
+    expect_error("window of 8 rows", lambda: W(win=win[:, :8].contiguous()), "window: expected shape")
+    expect_error("ws 8 bytes", lambda: W(ws=ws[:8]), "ws: expected at least")
+    expect_error("content bits 3", lambda: W(cl=[3, 4, 64, 4, 16]), "content bits")
+    expect_error("cfg of 4 values", lambda: W(cl=[4, 4, 64, 4]), "cfg: expected")
+    expect_error("all on the CPU", lambda: ops.kv_write(pool.cpu(), sink.cpu(), win.cpu(), ws.cpu(),
+                                                       kv.cpu(), slot.cpu(), seq.cpu(), pos.cpu(),
+                                                       ln.cpu(), cl), "CPU")
+    plan = list(ops.decode_plan(cl, B, 1, H, 256, 0))
+    dws = torch.empty(plan[4], dtype=torch.uint8, device=dev)
+    q = torch.zeros((B, 1, H, P.D), dtype=torch.bfloat16, device=dev)
+    out = torch.empty((B, 1, H, P.D_C), dtype=torch.bfloat16, device=dev)
+    lse = torch.empty((B, 1, H), dtype=torch.float32, device=dev)
+    Dd = lambda **o: ops.decode(o.get("q", q), pool, sink, win, o.get("bt", bt), ln,  # noqa: E731
+                                 o.get("ws", dws), o.get("out", out), o.get("lse", lse), 0.1,
+                                 cl, o.get("plan", plan))
+    Dd()
+    check(True, "decode with valid arguments runs")
+    expect_error("q float16", lambda: Dd(q=q.half()), "q: expected dtype")
+    q2 = torch.zeros((B, 1, H, 2 * P.D), dtype=torch.bfloat16, device=dev)[..., ::2]
+    expect_error("q strided", lambda: Dd(q=q2), "contiguous")
+    expect_error("q heads 8 vs plan 16", lambda: Dd(q=q[:, :, :8].contiguous()), "plan was made for")
+    expect_error("plan of 3 values", lambda: Dd(plan=plan[:3]), "plan: expected")
+    expect_error("workspace short", lambda: Dd(ws=dws[:16]), "ws: the plan needs")
+    expect_error("out float32", lambda: Dd(out=out.float()), "out: expected dtype")
+    expect_error("lse shape", lambda: Dd(lse=lse[:, :, :4].contiguous()), "lse: expected shape")
+    expect_error("block table short", lambda: Dd(bt=bt[:, :2].contiguous()), "do not cover")
+    expect_error("block table int64", lambda: Dd(bt=bt.long()), "block_table: expected dtype")
+    expect_error("plan s_q * H above 1024", lambda: ops.decode_plan(cl, 1, 65, 16, 64, 0), "above 1024")
+    expect_error("plan variant 9", lambda: ops.decode_plan(cl, 1, 1, 16, 64, 9), "variant")
+    # a NaN row: reported by the status call, naming token and group
+    bad = kv.clone()
+    bad[5, 130] = float("nan")
+    W(kv=bad)
+    msg = ops.kv_write_status(ws, cl)
+    check("non-finite" in msg and "token 5" in msg and "group 2" in msg, "NaN row reported", msg)
+    check(ops.kv_write_status(ws, cl) == "", "status re-armed after a report")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    dev = torch.device("cuda")
+    ops = qt.load_ops()
+    gen = torch.Generator().manual_seed(21)
+    last = None
+    for name in ("C4R4", "C2R4", "C8R8", "BF16"):
+        c = run_config(name, ops, dev, gen)
+        if name == "C4R4":
+            last = c
+    refusals(ops, last, dev)
+    n_ok = sum(ok for _, ok, _ in RES)
+    print(f"test_ops: {n_ok}/{len(RES)} checks passed", flush=True)
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(),
+                   "checks": [dict(what=w, ok=o, detail=d) for w, o, d in RES]},
+                  open(os.path.join(a.out, "test_ops.json"), "w"), indent=1)
+    return 0 if n_ok == len(RES) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

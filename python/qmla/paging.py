@@ -1,0 +1,176 @@
+"""python/qmla/paging.py — the host side of the paged MLA cache (issue 21):
+page sizes, the free-page pool, block tables and slots, the sink/window
+protection rule and the plan buckets, in plain Python (no torch, no NumPy),
+so that qmla.torch.MLAPagedCache's bookkeeping is tested on a machine
+without torch (tests/serve/test_paging.py).
+
+Layout and rule: include/qmla/kvcache.h, docs/decode.md. A page holds
+PAGE = 64 tokens; a sequence's block table maps its logical page i to a
+physical page; slot = page * 64 + offset. One block table serves every
+layer (each layer has its own pool with the same page numbering), as in
+vLLM.
+"""
+
+PAGE = 64
+D_C, D_R = 512, 64
+D = D_C + D_R
+
+CONFIGS = ("C4R4", "C2R4", "C8R8", "BF16")
+
+
+class PagingError(ValueError):
+    """A refused request: the message names what was asked and what is left."""
+
+
+def parse_config(name, sink=4, window=128, group=64):
+    """'C4R4' / 'C2R4' / 'C8R8' / 'BF16' -> dict(c_bits, r_bits, group, sink,
+    window) as the decode kernels take it (the BF16 cache keeps no separate
+    protection buffers: sink = window = 0)."""
+    if name.upper() == "BF16":
+        return dict(c_bits=16, r_bits=16, group=group, sink=0, window=0)
+    if name not in CONFIGS:
+        raise PagingError(f"cache config {name!r}: expected one of {', '.join(CONFIGS)} "
+                          "(the configurations the decode kernel is built for)")
+    c, r = (int(v) for v in name[1:].split("R"))
+    if group != 64:
+        raise PagingError(f"group {group}: the decode kernel takes groups of 64")
+    if sink < 0 or window < 0:
+        raise PagingError(f"sink {sink} / window {window}: expected >= 0")
+    return dict(c_bits=c, r_bits=r, group=group, sink=int(sink), window=int(window))
+
+
+def cfg_list(cfg):
+    """The int[] cfg of the qmla:: operators."""
+    return [cfg["c_bits"], cfg["r_bits"], cfg["group"], cfg["sink"], cfg["window"]]
+
+
+def _packed_bytes(n, bits):
+    return (n * bits + 7) // 8
+
+
+def page_bytes(cfg):
+    """Bytes of one page (include/qmla/kvcache.h): 64 tokens of codes and
+    float16 (step, minimum) per group of each path; BF16: 64 x 576 x 2."""
+    if cfg["c_bits"] == 16:
+        return PAGE * D * 2
+    G = cfg["group"]
+    cb = (D_C // G) * _packed_bytes(G, cfg["c_bits"]) + (D_R // G) * _packed_bytes(G, cfg["r_bits"])
+    meta = 4 * (D_C // G + D_R // G)
+    return PAGE * (cb + meta)
+
+
+def bytes_per_token(cfg, context, layers=1):
+    """Persistent cache bytes per token of one sequence of `context` tokens
+    in this cache: whole pages, the BF16 sink/window rows, int32 block-table
+    entries; times the layers (block table once). The per-layer figure
+    (layers=1) without the page rounding is `qmla storage`'s."""
+    pages = -(-context // PAGE)
+    per_layer = pages * page_bytes(cfg) + (cfg["sink"] + cfg["window"]) * D * 2
+    return (layers * per_layer + 4 * pages) / context
+
+
+class PagePool:
+    """Free physical pages 0 .. n_pages-1; the lowest free page first."""
+
+    def __init__(self, n_pages):
+        if n_pages < 1:
+            raise PagingError(f"page pool of {n_pages} pages: expected >= 1")
+        self.n_pages = n_pages
+        self._free = list(range(n_pages - 1, -1, -1))     # pop() gives the lowest
+
+    @property
+    def free(self):
+        return len(self._free)
+
+    def alloc(self, k):
+        if k > len(self._free):
+            raise PagingError(f"page pool exhausted: {k} pages asked, {len(self._free)} of "
+                              f"{self.n_pages} free")
+        return [self._free.pop() for _ in range(k)]
+
+    def release(self, pages):
+        seen = set(self._free)
+        for p in pages:
+            if not 0 <= p < self.n_pages or p in seen:
+                raise PagingError(f"page {p}: not an allocated page of this pool")
+            seen.add(p)
+        self._free.extend(sorted(pages, reverse=True))
+        self._free.sort(reverse=True)
+
+
+class BlockTables:
+    """Per sequence: its length and its pages. `grow` reserves the pages a
+    new length needs; `slots` gives the slots of positions; `table` the
+    [batch][max_pages] rows (unused entries 0) the decode kernel reads."""
+
+    def __init__(self, batch, max_len, pool):
+        if batch < 1 or max_len < 1:
+            raise PagingError(f"batch {batch}, max_len {max_len}: expected >= 1")
+        self.batch, self.max_len, self.pool = batch, max_len, pool
+        self.max_pages = -(-max_len // PAGE)
+        self.pages = [[] for _ in range(batch)]
+        self.lengths = [0] * batch
+
+    def grow(self, seq, new_len):
+        """Reserve pages so that sequence `seq` holds new_len tokens; returns
+        the pages added. Refuses a length above max_len or a shrink."""
+        if not 0 <= seq < self.batch:
+            raise PagingError(f"sequence {seq}: expected 0 .. {self.batch - 1}")
+        if new_len > self.max_len:
+            raise PagingError(f"sequence {seq}: {new_len} tokens above the cache's max_len "
+                              f"{self.max_len}")
+        if new_len < self.lengths[seq]:
+            raise PagingError(f"sequence {seq}: length {new_len} below its {self.lengths[seq]}")
+        need = -(-new_len // PAGE) - len(self.pages[seq])
+        added = self.pool.alloc(need) if need > 0 else []
+        self.pages[seq].extend(added)
+        self.lengths[seq] = new_len
+        return added
+
+    def slots(self, seq, positions):
+        ps = self.pages[seq]
+        out = []
+        for t in positions:
+            if not 0 <= t < self.lengths[seq]:
+                raise PagingError(f"sequence {seq}: position {t} outside its {self.lengths[seq]} "
+                                  "tokens")
+            out.append(ps[t // PAGE] * PAGE + t % PAGE)
+        return out
+
+    def release(self, seq):
+        self.pool.release(self.pages[seq])
+        self.pages[seq] = []
+        self.lengths[seq] = 0
+
+    def table(self):
+        return [ps + [0] * (self.max_pages - len(ps)) for ps in self.pages]
+
+
+def protected(cfg, t, length):
+    """1 when token t of a sequence of `length` tokens is served from its
+    BF16 row (t < sink or t >= length - window), as the kernels decide."""
+    return t < cfg["sink"] or t >= length - cfg["window"]
+
+
+def window_row(cfg, t):
+    """Row of the window ring that holds token t (t mod W)."""
+    return t % cfg["window"]
+
+
+def plan_bucket(max_len, cap):
+    """The max_len a decode plan is made for: the next power of two >= max_len
+    (at least one page), at most `cap` (the block tables' reach), so that one
+    plan serves every layer and many steps."""
+    b = PAGE
+    while b < max_len:
+        b *= 2
+    return max(min(b, cap), max_len)
+
+
+def chunks(T, heads, max_rows=1024):
+    """[(start, stop)] pieces of T query tokens so that heads * piece <= max_rows
+    (QMLA_DECODE_MAX_ROWS): a long prefill goes through the decode kernel in pieces."""
+    per = max(1, max_rows // heads)
+    if heads > max_rows:
+        raise PagingError(f"{heads} heads above the decode kernel's {max_rows} query rows")
+    return [(s, min(s + per, T)) for s in range(0, T, per)]

@@ -1,0 +1,394 @@
+"""python/qmla/torch.py — serving from packed caches in PyTorch (issue 21;
+docs/serving.md, docs/python.md):
+
+    import qmla.torch as qt
+    ops = qt.load_ops()                       # torch.ops.qmla (builds once)
+    cache = qt.MLAPagedCache(model, batch_size=8, max_cache_len=4096, config="C4R4")
+    out = model.generate(ids, past_key_values=cache, max_new_tokens=256)
+
+load_ops builds python/qmla/torch_ops.cpp with torch.utils.cpp_extension
+against the installed torch and links libqmla.so (a CUDA build of
+python/meson.build: the launchers of kernels/kvcache_cuda.h and
+kernels/decode_cuda.h), registering qmla::kv_write, qmla::kv_write_ws_init,
+qmla::kv_write_status, qmla::decode_plan and qmla::decode (torch.library).
+
+MLAPagedCache is a transformers Cache for the MLA attention modules of the
+DeepseekV2 / DeepseekV3 / Glm4MoeLite families (modules with
+kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj, loaded with
+attn_implementation="eager"). Per layer it keeps a page pool of the chosen
+configuration (C4R4, C2R4, C8R8 with f16 metadata and BF16 sink/window
+rows, or BF16), one set of block tables for every layer (qmla.paging), and
+the decode plans. In each attention forward:
+  * the latent (the input of kv_b_proj, i.e. kv_a_layernorm's output) and
+    the rotated RoPE key of the new tokens are written through the fused
+    writer (qmla::kv_write), zero-padded to 512 content channels when
+    kv_lora_rank < 512 (exact: whole groups of zeros);
+  * the queries are absorbed (q_lat = W_UK^T q_nope, with the rotated
+    q_rope) and attention runs on the pages through qmla::decode, in pieces
+    of at most 1024 / H query tokens (a prefill too);
+  * the latent output is expanded by W_UV and handed back to the module,
+    which applies o_proj.
+transformers' own cache update is bypassed (update() stores nothing), so no
+BF16 copy of the cache exists. Sequences of a batch must have equal lengths
+(no padding). Importing this module imports torch and transformers; the
+ctypes binding (import qmla) does not.
+"""
+import os
+import weakref
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+from . import lib_path
+from . import paging as P
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_ROOT = os.path.abspath(os.path.join(_HERE, "..", ".."))
+MLA_PARTS = ("kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj", "o_proj")
+
+_OPS = None
+
+
+def load_ops(build_dir=None, verbose=False):
+    """torch.ops.qmla, building the extension the first time (a few tens of
+    seconds; torch's extension cache keeps it). Raises ImportError when
+    libqmla.so is absent."""
+    global _OPS
+    if _OPS is not None:
+        return _OPS
+    from torch.utils import cpp_extension
+    lib = os.path.abspath(lib_path())
+    if not os.path.exists(lib):
+        raise ImportError(f"qmla.torch: {lib} not found: build libqmla.so with CUDA "
+                          "(meson setup build && ninja -C build python/libqmla.so) or set QMLA_LIB")
+    libdir = os.path.dirname(lib)
+    if build_dir:
+        os.makedirs(build_dir, exist_ok=True)
+    cpp_extension.load(
+        name="qmla_torch_ops", sources=[os.path.join(_HERE, "torch_ops.cpp")],
+        extra_include_paths=[os.path.join(_ROOT, "include"), os.path.join(_ROOT, "kernels")],
+        extra_cflags=["-O2"],
+        extra_ldflags=[f"-L{libdir}", "-l:" + os.path.basename(lib), f"-Wl,-rpath,{libdir}"],
+        with_cuda=True, is_python_module=False, build_directory=build_dir, verbose=verbose)
+    _OPS = torch.ops.qmla
+    return _OPS
+
+
+# ---------------------------------------------------------------- the hooks
+# The attention modules compute the latent (kv_b_proj's input) before they
+# call past_key_values.update(); update() of an MLAPagedCache names the
+# layer, and the module's attention function (eager_attention_forward,
+# looked up in the module's globals at call time) is replaced by one that
+# serves that layer from the pages and leaves every other call alone.
+_LATENT = {}
+_ACTIVE = [None]            # (cache, layer_idx) between update() and attention
+
+
+def _dispatch(orig):
+    def eager_attention_forward(module, query, key, value, attention_mask, *args, **kwargs):
+        act = _ACTIVE[0]
+        if act is not None and getattr(module, "layer_idx", None) == act[1]:
+            _ACTIVE[0] = None
+            scaling = kwargs.get("scaling", args[0] if args else None)
+            if scaling is None:
+                scaling = module.scaling
+            return act[0]._attend(module, query, key, float(scaling)), None
+        return orig(module, query, key, value, attention_mask, *args, **kwargs)
+    eager_attention_forward.__qmla_paged__ = orig
+    return eager_attention_forward
+
+
+def mla_modules(model):
+    return [m for m in model.modules() if all(hasattr(m, p) for p in MLA_PARTS)]
+
+
+def attach(model):
+    """Install the latent hooks and the attention dispatch on `model` (once;
+    MLAPagedCache calls it). Calls without an MLAPagedCache are unchanged."""
+    if getattr(model, "_qmla_paged_mods", None) is not None:
+        return model._qmla_paged_mods
+    mods = mla_modules(model)
+    if not mods:
+        raise ValueError("MLAPagedCache: the model has no MLA attention modules (modules with "
+                         + ", ".join(MLA_PARTS) + ")")
+    impl = getattr(model.config, "_attn_implementation", "eager")
+    if impl != "eager":
+        if hasattr(model, "set_attn_implementation"):
+            model.set_attn_implementation("eager")
+        else:
+            raise ValueError(f"MLAPagedCache: attn_implementation {impl!r}: load the model with "
+                             "attn_implementation='eager'")
+    for m in mods:
+        if getattr(m, "layer_idx", None) is None:
+            raise ValueError(f"{type(m).__name__}: no layer_idx")
+
+        def pre(mod, args, owner=m):
+            _LATENT[id(owner)] = args[0]
+        m.kv_b_proj.register_forward_pre_hook(pre)
+    for g, fn in eager_attention_slots(mods):
+        if not hasattr(fn, "__qmla_paged__"):
+            g["eager_attention_forward"] = _dispatch(fn)
+    object.__setattr__(model, "_qmla_paged_mods", mods)
+    return mods
+
+
+def eager_attention_slots(mods):
+    """[(globals, eager_attention_forward)] once per source module of the
+    attention modules `mods`: where transformers looks the function up at
+    call time (also used by experiments/eval/eval_hook.py's CacheHook).
+    ValueError when a module's source has none."""
+    import inspect
+    seen, out = set(), []
+    for m in mods:
+        g = inspect.unwrap(type(m).forward).__globals__
+        if id(g) in seen:
+            continue
+        seen.add(id(g))
+        fn = g.get("eager_attention_forward")
+        if fn is None:
+            raise ValueError(f"{type(m).__name__}: no eager_attention_forward in its module")
+        out.append((g, fn))
+    return out
+
+
+class _PagedLayer(CacheLayerMixin):
+    """transformers' per-layer view of an MLAPagedCache: lengths only (the
+    pages belong to the cache)."""
+    is_compileable = False
+    is_sliding = False
+
+    def __init__(self, owner, idx):
+        super().__init__()
+        # a weak reference: no cache <-> layer cycle, so that `del cache`
+        # frees the pools at once (the benchmark's second point OOM'd on an
+        # uncollected cycle)
+        self._owner, self.idx = weakref.ref(owner), idx
+        self.is_initialized = True
+        self.max_batch_size = owner.batch
+        self.max_cache_len = owner.max_len
+
+    @property
+    def owner(self):
+        return self._owner()
+
+    def lazy_initialization(self, key_states, *args):
+        pass
+
+    def update(self, key_states, value_states, cache_kwargs=None):
+        return key_states, value_states
+
+    def get_seq_length(self):
+        return self.owner.lengths.get(self.idx, 0)
+
+    def get_mask_sizes(self, query_length):
+        # transformers 5.17 passes the query length; earlier 5.x cache_position
+        q = query_length if isinstance(query_length, int) else int(query_length.shape[0])
+        return self.get_seq_length() + q, 0
+
+    def get_max_cache_shape(self):
+        return -1          # grows page by page (generate treats it as a dynamic cache)
+
+    def reset(self):
+        self.owner.reset()
+
+    def _refuse(self, *a, **k):
+        raise NotImplementedError("MLAPagedCache: beam search, cropping and batch reordering "
+                                  "are not supported (pages are shared by every layer)")
+    crop = reorder_cache = batch_repeat_interleave = batch_select_indices = _refuse
+    offload = prefetch = _refuse
+
+
+# Every method transformers' Cache asks of a layer is defined above; abstract
+# methods a later transformers adds fall back to the base's (no instantiation error).
+_PagedLayer.__abstractmethods__ = frozenset()
+
+
+class _LayerPages:
+    def __init__(self, cache, device):
+        c, B = cache.cfg, cache.batch
+        self.pool = torch.zeros((cache.n_pages, P.page_bytes(c)), dtype=torch.uint8, device=device)
+        none = torch.empty(0, dtype=torch.bfloat16, device=device)     # absent: empty
+        self.sink = (torch.zeros((B, c["sink"], P.D), dtype=torch.bfloat16, device=device)
+                     if c["sink"] and c["c_bits"] != 16 else none)
+        self.window = (torch.zeros((B, c["window"], P.D), dtype=torch.bfloat16, device=device)
+                       if c["window"] and c["c_bits"] != 16 else none)
+        self.ws = torch.empty(16, dtype=torch.uint8, device=device)
+        cache.ops.kv_write_ws_init(self.ws)
+
+    def nbytes(self):
+        return sum(t.numel() * t.element_size() for t in (self.pool, self.sink, self.window))
+
+
+class MLAPagedCache(Cache):
+    """A packed, paged MLA cache for model.generate / model(...,
+    past_key_values=cache). config: C4R4, C2R4, C8R8 or BF16; meta: f16
+    (the fused writer stores f16 metadata only); sink / window: the BF16
+    protection (kernels: any S, W >= 0; S = W = 0 quantizes every token, as
+    the QDQ hook of experiments/eval/eval_hook.py does); n_pages: physical
+    pages per layer (default batch_size * ceil(max_cache_len / 64));
+    variant: the decode kernel variant (docs/decode.md)."""
+
+    def __init__(self, model, batch_size, max_cache_len, config="C4R4", meta="f16", sink=4,
+                 window=128, n_pages=None, variant=0, device=None):
+        if meta != "f16":
+            raise ValueError(f"MLAPagedCache: meta {meta!r}: the fused cache writer "
+                             "(kernels/kvcache.cu) stores f16 metadata only")
+        self.cfg = P.parse_config(config, sink=sink, window=window)
+        self.cfg_list = P.cfg_list(self.cfg)
+        self.config_name, self.variant = config, int(variant)
+        self.batch, self.max_len = int(batch_size), int(max_cache_len)
+        self.ops = load_ops()
+        self.mods = attach(model)
+        n_layers = max(m.layer_idx for m in self.mods) + 1
+        max_pages = -(-self.max_len // P.PAGE)
+        self.n_pages = int(n_pages) if n_pages else self.batch * max_pages
+        self.tables = P.BlockTables(self.batch, self.max_len, P.PagePool(self.n_pages))
+        self.lengths = {}
+        self._pages = {}
+        self._dims = {}
+        self._plans = {}
+        self._dws = None
+        self._bt = None
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        self._bt = torch.zeros((self.batch, self.tables.max_pages), dtype=torch.int32,
+                               device=self.device)
+        super().__init__(layers=[_PagedLayer(self, i) for i in range(n_layers)])
+        for m in self.mods:
+            self._pages[m.layer_idx] = _LayerPages(self, self.device)
+
+    # ---- Cache API
+    def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
+        if layer_idx not in self._pages:
+            raise ValueError(f"MLAPagedCache: layer {layer_idx} is not an MLA layer of the model")
+        _ACTIVE[0] = (self, layer_idx)
+        return key_states, value_states
+
+    def reset(self):
+        for s in range(self.batch):
+            self.tables.release(s)
+        self.lengths = {}
+        self._bt.zero_()
+
+    # ---- bookkeeping
+    def nbytes(self):
+        """Device bytes of the pools, protection rows, block table and plans' workspace."""
+        n = sum(p.nbytes() for p in self._pages.values()) + self._bt.numel() * 4
+        return n + (self._dws.numel() if self._dws is not None else 0)
+
+    def _reserve(self, new_len):
+        changed = []
+        for s in range(self.batch):
+            if self.tables.lengths[s] < new_len:
+                if self.tables.grow(s, new_len):
+                    changed.append(s)
+        if changed:
+            tab = self.tables.table()
+            rows = torch.tensor([tab[s] for s in changed], dtype=torch.int32)
+            self._bt[changed] = rows.to(self.device, non_blocking=False)
+
+    def _plan(self, B, s_q, H, new_len):
+        cap = self.tables.max_pages * P.PAGE
+        key = (B, s_q, H, P.plan_bucket(new_len, cap))
+        p = self._plans.get(key)
+        if p is None:
+            p = list(self.ops.decode_plan(self.cfg_list, B, s_q, H, key[3], self.variant))
+            self._plans[key] = p
+        if self._dws is None or self._dws.numel() < p[4]:
+            self._dws = torch.empty(max(p[4], 16), dtype=torch.uint8, device=self.device)
+        return p
+
+    def _module_dims(self, module, H):
+        d = self._dims.get(id(module))
+        if d is None:
+            d_n, d_r = module.qk_nope_head_dim, module.qk_rope_head_dim
+            d_c, d_v = module.kv_lora_rank, module.v_head_dim
+            if d_r != P.D_R:
+                raise ValueError(f"MLAPagedCache: qk_rope_head_dim {d_r}: the packed cache "
+                                 f"holds {P.D_R} RoPE channels")
+            if d_c > P.D_C or d_c % 64:
+                raise ValueError(f"MLAPagedCache: kv_lora_rank {d_c}: the packed cache holds at "
+                                 f"most {P.D_C} content channels in groups of 64")
+            w = module.kv_b_proj.weight.detach().float().view(H, d_n + d_v, d_c)
+            d = dict(H=H, d_n=d_n, d_r=d_r, d_c=d_c, d_v=d_v, w_uk=w[:, :d_n].contiguous(),
+                     w_uv=w[:, d_n:].contiguous())
+            self._dims[id(module)] = d
+        return d
+
+    def write_rows(self, layer, rows):
+        """Append rows [B, T, 576] (BF16 [c_kv ; k_rope]) to `layer` without
+        attention (benchmarks, tests). Returns the new length."""
+        B, T, _ = rows.shape
+        start = self.lengths.get(layer, 0)
+        self._write(self._pages[layer], rows, start, start + T)
+        self.lengths[layer] = start + T
+        return start + T
+
+    def _write(self, pg, rows, start, new):
+        B, T = rows.shape[0], rows.shape[1]
+        self._reserve(new)
+        dev = self.device
+        pos = torch.arange(start, start + T, dtype=torch.int32, device=dev).repeat(B)
+        seq = torch.arange(B, dtype=torch.int32, device=dev).repeat_interleave(T)
+        slot = (self._bt[seq.long(), (pos // P.PAGE).long()].long() * P.PAGE + (pos % P.PAGE).long())
+        seq_len = torch.full((B,), new, dtype=torch.int32, device=dev)
+        self.ops.kv_write(pg.pool, pg.sink, pg.window, pg.ws,
+                          rows.reshape(B * T, P.D).contiguous(), slot, seq, pos, seq_len,
+                          self.cfg_list)
+        return seq_len
+
+    def decode_latent(self, layer, q, scale, seq_len=None):
+        """qmla::decode of absorbed queries q [B, s_q, H, 576] (BF16) on
+        `layer`'s pages (all sequences at the layer's length): the latent
+        output [B, s_q, H, 512] BF16 and lse [B, s_q, H]."""
+        B, s_q, H, _ = q.shape
+        n = self.lengths.get(layer, 0)
+        if seq_len is None:
+            seq_len = torch.full((B,), n, dtype=torch.int32, device=self.device)
+        pg = self._pages[layer]
+        plan = self._plan(B, s_q, H, n)
+        out = torch.empty((B, s_q, H, P.D_C), dtype=torch.bfloat16, device=self.device)
+        lse = torch.empty((B, s_q, H), dtype=torch.float32, device=self.device)
+        self.ops.decode(q.contiguous(), pg.pool, pg.sink, pg.window, self._bt, seq_len, self._dws,
+                        out, lse, scale, self.cfg_list, plan)
+        return out, lse
+
+    def check(self):
+        """The writers' first failure since the last check (a non-finite value,
+        a float16 metadata overflow) as a RuntimeError; synchronises."""
+        for layer, pg in self._pages.items():
+            msg = self.ops.kv_write_status(pg.ws, self.cfg_list)
+            if msg:
+                raise RuntimeError(f"MLAPagedCache layer {layer}: {msg}")
+
+    # ---- one attention forward
+    def _attend(self, module, query, key, scaling):
+        B, H, T, _ = query.shape
+        if B != self.batch:
+            raise ValueError(f"MLAPagedCache: batch {B}, the cache was made for {self.batch}")
+        d = self._module_dims(module, H)
+        layer = module.layer_idx
+        latent = _LATENT.pop(id(module), None)
+        if latent is None or latent.numel() != B * T * d["d_c"]:
+            raise RuntimeError(f"MLAPagedCache layer {layer}: no latent of {B} x {T} tokens for "
+                               "this forward (kv_b_proj hook)")
+        # transformers 5.17 hands kv_b_proj [B, 1, T, d_c] (earlier 5.x [B, T, d_c])
+        latent = latent.reshape(B, T, d["d_c"])
+        pg = self._pages[layer]
+        start = self.lengths.get(layer, 0)
+        d_n, d_c = d["d_n"], d["d_c"]
+        outs = []
+        for s0, s1 in P.chunks(T, H):
+            n = s1 - s0
+            rows = torch.zeros((B, n, P.D), dtype=torch.bfloat16, device=self.device)
+            rows[..., :d_c] = latent[:, s0:s1]
+            rows[..., P.D_C:] = key[:, 0, s0:s1, d_n:]
+            seq_len = self._write(pg, rows, start + s0, start + s1)
+            q = torch.zeros((B, n, H, P.D), dtype=torch.bfloat16, device=self.device)
+            qn = query[:, :, s0:s1, :d_n].float()
+            q[..., :d_c] = torch.einsum("bhtn,hnc->bthc", qn, d["w_uk"])
+            q[..., P.D_C:] = query[:, :, s0:s1, d_n:].transpose(1, 2)
+            self.lengths[layer] = start + s1
+            out, _ = self.decode_latent(layer, q, scaling, seq_len)
+            outs.append(out)
+        o = (outs[0] if len(outs) == 1 else torch.cat(outs, 1))[..., :d_c].float()
+        return torch.einsum("bthc,hvc->bthv", o, d["w_uv"]).to(query.dtype)

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# scripts/device-serving.sh — on the accelerator machine (issue 21): build
+# libqmla.so with the CUDA launchers (meson, build dir /tmp/qmla-serving-build
+# kept while the machine stays warm), build the torch extension
+# (python/qmla/torch_ops.cpp, qmla.torch.load_ops), then the named steps
+# (each under its own limit, OPS_LIMIT, TINY_LIMIT, FAMILIES_LIMIT, BENCH_LIMIT):
+#   ops       experiments/serving/test_ops.py (operators: values, decode,
+#             CUDA graph capture, refusals)
+#   tiny      experiments/serving/generate.py --what tiny
+#   families  experiments/serving/generate.py --what families
+#   bench     experiments/serving/bench_serving.py
+# Logs go to $LOGS (default /tmp/serving-logs); after every step they are packed
+# again into $OUT/serving-logs.tgz, so that a call cut short still returns
+# what ran (at most 8 files come back); the benchmark's TSV goes to $OUT.
+# Needs data/heldout/ and models/tiny-mla (copied beside the tree by the caller:
+# scripts/device-copy.sh leaves data/, models/ and experiments/ out).
+# Usage: OUT=... bash scripts/device-serving.sh ops tiny families bench
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-device-out}
+LOGS=${LOGS:-/tmp/serving-logs}
+mkdir -p "$OUT" "$LOGS"
+pack() { (cd "$LOGS" && tar czf "$OUT/serving-logs.tgz" .); }
+source scripts/device-env.sh
+PY=${PY:-/opt/torch/.venv/bin/python3}
+B=${QMLA_SERVING_BUILD:-/tmp/qmla-serving-build}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.total --format=csv
+cat .qmla-commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || true
+if [ ! -f "$B/build.ninja" ]; then
+  meson setup "$B" --buildtype=release -Dcuda=enabled >"$LOGS/setup.log" 2>&1 ||
+    { tail -30 "$LOGS/setup.log"; pack; exit 1; }
+fi
+ninja -C "$B" python/libqmla.so >"$LOGS/build.log" 2>&1 ||
+  { grep -E "error" -A3 "$LOGS/build.log" | head -60; pack; exit 1; }
+echo "== libqmla.so built at ${SECONDS}s"
+export QMLA_LIB=$B/python/libqmla.so
+export TORCH_EXTENSIONS_DIR=/tmp/qmla-torch-ext
+export PYTHONPATH=$PWD/python
+$PY -c "import qmla.torch as qt; qt.load_ops(verbose=True)" >"$LOGS/ext_build.log" 2>&1 ||
+  { tail -60 "$LOGS/ext_build.log"; pack; exit 1; }
+echo "== extension built at ${SECONDS}s"
+for step in "$@"; do
+  echo "== step $step at ${SECONDS}s"
+  lv="${step^^}_LIMIT"
+  lim=${!lv:-200}
+  case $step in
+  ops)
+    timeout $lim $PY experiments/serving/test_ops.py --out "$LOGS" >"$LOGS/test_ops.log" 2>&1
+    echo "rc=$?"; grep -E "FAIL|checks passed|Error|error" "$LOGS/test_ops.log" | head -40 ;;
+  tiny | families)
+    timeout $lim $PY experiments/serving/generate.py --what $step --out "$LOGS/$step" \
+      ${GEN_ARGS:-} >"$LOGS/generate_$step.log" 2>&1
+    echo "rc=$?"; grep -vE "^\s*$" "$LOGS/generate_$step.log" | cut -c1-700 | tail -40 ;;
+  bench)
+    timeout $lim $PY experiments/serving/bench_serving.py --out "$OUT" \
+      ${BENCH_ARGS:-} >"$LOGS/bench_serving.log" 2>&1
+    echo "rc=$?"; grep -v "^{" "$LOGS/bench_serving.log" | tail -60 ;;
+  esac
+  pack
+done
+echo "== done at ${SECONDS}s"

@@ -1,0 +1,152 @@
+#!/usr/bin/python3
+"""tests/serve/test_paging.py — the host bookkeeping of qmla.torch.MLAPagedCache
+(python/qmla/paging.py) without torch: page sizes against docs/decode.md's
+figures and `qmla storage` (QMLA_BIN), block tables and slots against a
+brute-force owner map, the sink/window rule against a simulated ring,
+plan buckets and prefill pieces. Random draws from seed 21.
+Run: /usr/bin/python3 tests/serve/test_paging.py (QMLA_BIN=build/cli/qmla optional).
+"""
+import os
+import random
+import subprocess
+import sys
+
+ROOT = os.environ.get("QMLA_SOURCE_ROOT") or os.path.join(os.path.dirname(__file__), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import qmla.paging as P  # noqa: E402
+
+FAILS = []
+N = [0]
+
+
+def check(cond, what):
+    N[0] += 1
+    if not cond:
+        FAILS.append(what)
+        print("FAIL", what)
+
+
+# ---- page sizes: the byte counts docs/decode.md states for the C layout
+for name, want in (("C4R4", 20736), ("C2R4", 12544), ("C8R8", 39168), ("BF16", 73728)):
+    check(P.page_bytes(P.parse_config(name)) == want, f"page bytes {name}")
+
+# ---- refusals
+for bad in ("C3R4", "C4R2", "FP8"):
+    try:
+        P.parse_config(bad)
+        check(False, f"{bad} accepted")
+    except P.PagingError as e:
+        check("C4R4" in str(e), f"{bad}: message names the choices")
+try:
+    P.parse_config("C4R4", sink=-1)
+    check(False, "negative sink accepted")
+except P.PagingError:
+    check(True, "")
+
+# ---- bytes per token against `qmla storage` (no page rounding at multiples of 64)
+qbin = os.environ.get("QMLA_BIN")
+if qbin and os.path.exists(qbin):
+    for name in ("C4R4", "C2R4", "C8R8", "BF16"):
+        pol = "none" if name == "BF16" else "sink4/local128"
+        r = subprocess.run([qbin, "storage", "--contexts", "4096,131072", "--config", name,
+                            "--policy", pol, "--format", "tsv"], capture_output=True, text=True)
+        check(r.returncode == 0, f"qmla storage {name}: rc {r.returncode} {r.stderr}")
+        lines = [ln.split("\t") for ln in r.stdout.strip().splitlines()]
+        head = lines[0]
+        col = head.index("bytes_per_token")
+        ctx = head.index("context")
+        for row in lines[1:]:
+            T = int(row[ctx])
+            cfg = P.parse_config(name) if name != "BF16" else P.parse_config("BF16")
+            got = P.bytes_per_token(cfg, T)
+            check(abs(got - float(row[col])) <= 1e-6 * got,
+                  f"bytes/token {name} {T}: {got} vs qmla storage {row[col]}")
+    # a context off the page grid: ours counts the whole last page (>= storage's)
+    cfg = P.parse_config("C4R4")
+    check(P.bytes_per_token(cfg, 4097) > P.bytes_per_token(cfg, 4096), "page rounding")
+else:
+    print("note: QMLA_BIN not set, qmla storage comparison skipped")
+
+# ---- block tables: random growth and release against an owner map
+rng = random.Random(21)
+pool = P.PagePool(40)
+bt = P.BlockTables(batch=5, max_len=500, pool=pool)
+owner = {}                                       # physical page -> sequence
+for step in range(400):
+    s = rng.randrange(5)
+    if rng.random() < 0.08 and bt.lengths[s]:
+        for p in bt.pages[s]:
+            del owner[p]
+        bt.release(s)
+        continue
+    new = min(500, bt.lengths[s] + rng.randrange(0, 90))
+    try:
+        added = bt.grow(s, new)
+        for p in added:
+            check(p not in owner, f"page {p} handed out twice")
+            owner[p] = s
+    except P.PagingError as e:
+        need = -(-new // 64) - len(bt.pages[s])
+        check(need > pool.free and "exhausted" in str(e), f"refusal with {pool.free} free: {e}")
+        continue
+    # every slot of every sequence: its own page, the right offset, distinct
+    seen = set()
+    for q in range(5):
+        L = bt.lengths[q]
+        check(len(bt.pages[q]) == -(-L // 64), f"seq {q}: {len(bt.pages[q])} pages for {L}")
+        for t, sl in zip(range(L), bt.slots(q, range(L))):
+            check(owner.get(sl // 64) == q and sl % 64 == t % 64, f"slot of seq {q} pos {t}")
+            check(sl not in seen, "slot shared")
+            seen.add(sl)
+    check(pool.free + len(owner) == 40, "pages conserved")
+tab = bt.table()
+check(len(tab) == 5 and all(len(r) == bt.max_pages for r in tab), "table shape")
+for q in range(5):
+    check(tab[q][:len(bt.pages[q])] == bt.pages[q], "table rows")
+for bad in ((0, 501), (7, 10)):
+    try:
+        bt.grow(*bad)
+        check(False, f"grow{bad} accepted")
+    except P.PagingError:
+        check(True, "")
+try:
+    bt.slots(0, [bt.lengths[0]])
+    check(False, "slot past the length")
+except P.PagingError:
+    check(True, "")
+try:
+    pool.release([0, 0])
+    check(False, "double release")
+except P.PagingError:
+    check(True, "")
+
+# ---- protection rule against a simulated ring of W rows + a sink
+for S, W in ((4, 128), (0, 0), (4, 16), (0, 7)):
+    cfg = P.parse_config("C4R4", sink=S, window=W)
+    for L in (1, 5, 63, 64, 130, 300):
+        ring = [None] * W
+        for t in range(L):
+            if W:
+                ring[P.window_row(cfg, t)] = t
+        for t in range(L):
+            in_ring = W > 0 and ring[t % W] == t
+            check(P.protected(cfg, t, L) == (t < S or in_ring), f"S{S} W{W} len {L} t {t}")
+
+# ---- plan buckets and prefill pieces
+cap = 64 * 40
+prev = 0
+for L in range(1, cap + 1, 37):
+    b = P.plan_bucket(L, cap)
+    check(L <= b <= cap, f"bucket {b} for {L}")
+    check(b >= prev, "buckets monotone")
+    prev = b
+check(P.plan_bucket(65, cap) == 128 and P.plan_bucket(64, cap) == 64, "power-of-two buckets")
+for T, H in ((1, 16), (511, 8), (1024, 16), (3, 128), (2000, 1)):
+    ch = P.chunks(T, H)
+    check(ch[0][0] == 0 and ch[-1][1] == T and all(a[1] == b[0] for a, b in zip(ch, ch[1:])),
+          f"pieces of {T} cover it")
+    check(all(H * (b - a) <= 1024 for a, b in ch), f"pieces of {T} x {H} within 1024 rows")
+    check(len(ch) == -(-T // max(1, 1024 // H)), f"fewest pieces {T} x {H}")
+
+print(f"test_paging: {N[0] - len(FAILS)}/{N[0]} checks passed")
+sys.exit(1 if FAILS else 0)
