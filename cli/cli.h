@@ -20,6 +20,13 @@ enum {
     QMLA_EXIT_INTERRUPTED = 130
 };
 
+/* The --engine paragraph of every analysis command's --help. */
+#define CLI_ENGINE_HELP                                                        \
+    "--engine NAME: the engine of the per-sequence work: cpu (default), cuda\n" \
+    "(a build with -Dgpu_engine=true on a usable GPU; docs/cuda-engine.md\n"   \
+    "says which operations run there) or auto (cuda where usable, else cpu);\n" \
+    "any other, or cuda without a usable GPU, is refused (exit 2).\n"
+
 int cmd_check(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_synth(int argc, char **argv);

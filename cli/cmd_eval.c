@@ -37,10 +37,7 @@ static void help(FILE *f, const void *ctx)
         "none). Writes group /eval (other groups of RESULTS.h5 are kept).\n"
         "Evaluate on cells the transforms were not calibrated on (--cells).\n"
         "Exit 1 when a measured RoPE-only distortion exceeds its bound.\n"
-        "--engine NAME: the engine of the per-sequence work: cpu (default), cuda\n"
-        "(a build with -Dcuda on a usable GPU; docs/cuda-engine.md says which\n"
-        "operations run there) or auto (cuda where usable, else cpu); any other,\n"
-        "or cuda without a usable GPU, is refused (exit 2).\n"
+        CLI_ENGINE_HELP
         "example: qmla eval data/tiny-mla-default.h5 --transforms rtn.h5 --transforms qm.h5 \\\n"
         "           --config C4R4 --cells code-s0 -o eval.h5\n");
 }

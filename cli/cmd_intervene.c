@@ -33,10 +33,7 @@ static void help(FILE *f, const void *ctx)
         "Resume: interrupt and rerun the same command\n"
         "(RESULTS.h5.interventions.journal); --force discards a journal of other\n"
         "options.\n"
-        "--engine NAME: the engine of the per-sequence work: cpu (default), cuda\n"
-        "(a build with -Dcuda on a usable GPU; docs/cuda-engine.md says which\n"
-        "operations run there) or auto (cuda where usable, else cpu); any other,\n"
-        "or cuda without a usable GPU, is refused (exit 2).\n"
+        CLI_ENGINE_HELP
         "example: qmla intervene data/tiny-mla-default.h5 -o op.h5 --threads 2\n");
 }
 

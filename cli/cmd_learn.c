@@ -60,10 +60,7 @@ static void help(FILE *f, const void *ctx)
         "independently), without learning the content path twice.\n"
         "One progress line per layer and path. Resume: rerun the same\n"
         "command (--force starts over).\n"
-        "--engine NAME: the engine of the per-sequence work: cpu (default), cuda\n"
-        "(a build with -Dcuda on a usable GPU; docs/cuda-engine.md says which\n"
-        "operations run there) or auto (cuda where usable, else cpu); any other,\n"
-        "or cuda without a usable GPU, is refused (exit 2).\n"
+        CLI_ENGINE_HELP
         "example: qmla learn data/tiny-mla-default.h5 -o qm.h5 --train-cells prose-s0\n");
 }
 

@@ -57,10 +57,7 @@ static void help(FILE *f, const void *ctx)
         "  -v              per-layer table (development direction for predict,\n"
         "                  the last --bits for jvp; means over cells and sequences)\n"
         "Resume: interrupt and rerun the same command (RESULTS.h5.%s.journal).\n"
-        "--engine NAME: the engine of the per-sequence work: cpu (default), cuda\n"
-        "(a build with -Dcuda on a usable GPU; docs/cuda-engine.md says which\n"
-        "operations run there) or auto (cuda where usable, else cpu); any other,\n"
-        "or cuda without a usable GPU, is refused (exit 2).\n"
+        CLI_ENGINE_HELP
         "example: qmla %s data/tiny-mla-default.h5 -o op.h5 --threads 2\n",
         name, name);
 }
@@ -119,16 +116,23 @@ static int print_splits(const qmla_op_point *p, size_t n, qmla_error *err)
                "heldout", "Spearman", "med|err|", "all", "Spearman", "med|err|", "pairs",
                "MAE");
         for (size_t k = 0; k < nr; k++) {
-            char key[160];
+            char key[160], v[5][16];
+            const double x[5] = {r[k].spearman_heldout, r[k].median_heldout, r[k].spearman_all,
+                                 r[k].median_all, r[k].mae_alloc};
             snprintf(key, sizeof key, "%s%s", r[k].key, r[k].heldout == 1 ? "*" : "");
-            printf("%-22s %8zu %9.3f %9.3f   %6zu %9.3f %9.3f   %6zu %9.3f\n", key,
-                   r[k].n_heldout, r[k].spearman_heldout, r[k].median_heldout, r[k].n_all,
-                   r[k].spearman_all, r[k].median_all, r[k].n_pairs, r[k].mae_alloc);
+            for (int i = 0; i < 5; i++) /* undefined (no points): "-", not "nan" */
+                if (isfinite(x[i]))
+                    snprintf(v[i], sizeof v[i], "%.3f", x[i]);
+                else
+                    snprintf(v[i], sizeof v[i], "-");
+            printf("%-22s %8zu %9s %9s   %6zu %9s %9s   %6zu %9s\n", key, r[k].n_heldout, v[0],
+                   v[1], r[k].n_all, v[2], v[3], r[k].n_pairs, v[4]);
         }
         free(r);
     }
     printf("(heldout: points of held-out directions; all: every direction; MAE: the\n"
-           " operator+allocation RoPE/content log-ratio MAE over the row's pairs)\n");
+           " operator+allocation RoPE/content log-ratio MAE over the row's pairs;\n"
+           " -: undefined, no points)\n");
     return 0;
 }
 

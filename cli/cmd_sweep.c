@@ -60,10 +60,7 @@ static void help(FILE *f)
         "of the same capture and parameters is extended, not recomputed.\n"
         "Temporary files RESULTS.h5.tmp.PID of processes that no longer run\n"
         "are removed.\n"
-        "--engine NAME: the engine of the per-sequence work: cpu (default), cuda\n"
-        "(a build with -Dcuda on a usable GPU; docs/cuda-engine.md says which\n"
-        "operations run there) or auto (cuda where usable, else cpu); any other,\n"
-        "or cuda without a usable GPU, is refused (exit 2).\n"
+        CLI_ENGINE_HELP
         "example: qmla sweep data/tiny-mla-default.h5 -o results.h5 --threads 2 -v\n");
 }
 
