@@ -694,7 +694,7 @@ static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_
 
 static void list_figures(void)
 {
-    printf("%-16s %-20s %-9s %s\n", "figure", "table", "size", "needs / what");
+    printf("%-18s %-20s %-9s %s\n", "figure", "table", "size", "needs / what");
     for (size_t k = 0; k < N_FIGURES; k++) {
         const figure_def *f = &figures[k];
         char size[48];
@@ -702,7 +702,7 @@ static void list_figures(void)
             snprintf(size, sizeof size, "md+csv");
         else
             snprintf(size, sizeof size, "%d+%dN x %d+%dN", f->w, f->w_model, f->h, f->h_model);
-        printf("%-16s %-20s %-9s %s\n%-16s %-20s %-9s %s\n", f->name, f->table, size, f->needs,
+        printf("%-18s %-20s %-9s %s\n%-18s %-20s %-9s %s\n", f->name, f->table, size, f->needs,
                "", "", "", f->what);
     }
 }
