@@ -8,6 +8,8 @@
  *   qmla export results.h5 --table summary --format csv -o summary.csv */
 #include "cli.h"
 #include "qmla/export.h"
+#include "qmla/intervene.h"
+#include "qmla/predict.h"
 #include "qmla/table.h"
 
 #include <getopt.h>
@@ -31,6 +33,10 @@ static void help(FILE *f)
         "                  1-D datasets of one length (nested: layers/0/content;\n"
         "                  a group of several lengths: GROUP and GROUP:LEN, e.g.\n"
         "                  interventions and interventions:384);\n"
+        "                  predict_pairs: /predict's RoPE/content pairs (log\n"
+        "                  response ratios, measured and predicted);\n"
+        "                  intervention_ratios: /interventions' gain ratios\n"
+        "                  with their intervals (both computed, not stored);\n"
         "                  responses_by_layer: per-layer means of /responses by\n"
         "                  path (computed, not stored; docs/figures.md)\n"
         "  --format F      tsv (default), csv, md or json\n"
@@ -48,11 +54,42 @@ static void help(FILE *f)
         "  pandas: pd.read_csv(\"responses.csv\", comment=\"#\")\n");
 }
 
-/* Read table `name` of path; the derived responses_by_layer when the file
- * has no group of that name. */
+/* The derived tables: name, the group they are computed from. */
+static const char *const derived[][2] = {{"responses_by_layer", "responses"},
+                                         {"predict_pairs", "predict"},
+                                         {"intervention_ratios", "interventions"}};
+
+/* predict_pairs and intervention_ratios (qmla/predict.h, qmla/intervene.h) */
+static int load_op_derived(const char *path, const char *name, qmla_table **t,
+                           qmla_error *err)
+{
+    qmla_table *r = NULL;
+    qmla_error e2;
+    qmla_error_clear(&e2);
+    const int pairs = !strcmp(name, "predict_pairs");
+    int st = qmla_table_read_any(path, pairs ? "predict" : "interventions", &r, &e2);
+    if (st) {
+        if (err)
+            *err = e2;
+        return st;
+    }
+    st = pairs ? qmla_op_pairs_table(r, t, err)
+               : qmla_intervene_ratios_table(r->attrs, r->n_attrs, t, err);
+    qmla_table_free(r);
+    if (st)
+        qmla_error_prefix(err, "%s: ", path);
+    return st;
+}
+
+/* Read table `name` of path; a derived table (responses_by_layer,
+ * predict_pairs, intervention_ratios) when the file has no group of that
+ * name. */
 int cli_table_load(const char *path, const char *name, qmla_table **t, qmla_error *err)
 {
     int st = qmla_table_read_any(path, name, t, err);
+    if (st == QMLA_EFORMAT && (!strcmp(name, "predict_pairs") ||
+                               !strcmp(name, "intervention_ratios")))
+        return load_op_derived(path, name, t, err);
     if (st != QMLA_EFORMAT || strcmp(name, "responses_by_layer"))
         return st;
     qmla_table *r = NULL;
@@ -78,12 +115,16 @@ static int list_tables(const char *path)
     size_t n;
     if (qmla_table_list(path, &names, &n, &err))
         return cli_lib_error("export", &err);
-    int rc = QMLA_EXIT_OK, has_resp = 0, has_by_layer = 0;
+    int rc = QMLA_EXIT_OK;
+    enum { ND = sizeof derived / sizeof derived[0] };
+    int has_src[ND] = {0}, has_name[ND] = {0};
     printf("%-24s %8s %8s\n", "table", "rows", "columns");
     for (size_t k = 0; k < n; k++) {
         qmla_table *t;
-        has_resp |= !strcmp(names[k], "responses");
-        has_by_layer |= !strcmp(names[k], "responses_by_layer");
+        for (size_t d = 0; d < ND; d++) {
+            has_src[d] |= !strcmp(names[k], derived[d][1]);
+            has_name[d] |= !strcmp(names[k], derived[d][0]);
+        }
         if (qmla_table_read_any(path, names[k], &t, &err)) {
             rc = cli_lib_error("export", &err);
         } else {
@@ -93,14 +134,16 @@ static int list_tables(const char *path)
         free(names[k]);
     }
     free(names);
-    /* the derived table, which --table also takes */
-    qmla_table *t;
-    if (has_resp && !has_by_layer && rc == QMLA_EXIT_OK) {
-        if (cli_table_load(path, "responses_by_layer", &t, &err)) {
+    /* the derived tables, which --table also takes */
+    for (size_t d = 0; d < ND && rc == QMLA_EXIT_OK; d++) {
+        qmla_table *t;
+        if (!has_src[d] || has_name[d])
+            continue;
+        if (cli_table_load(path, derived[d][0], &t, &err)) {
             rc = cli_lib_error("export", &err);
         } else {
-            printf("%-24s %8zu %8zu  (derived from responses)\n", "responses_by_layer",
-                   t->n_rows, t->n_cols);
+            printf("%-24s %8zu %8zu  (derived from %s)\n", derived[d][0], t->n_rows,
+                   t->n_cols, derived[d][1]);
             qmla_table_free(t);
         }
     }

@@ -92,6 +92,22 @@ static const figure_def figures[] = {
      120, 840, 460, 0, NULL,
      "bits/byte above the BF16 cache per cache configuration, policy and method, "
      "one panel per text (`qmla ppl`'s /ppl_table; the accuracy table)"},
+    {"fig7-gains", "predict", "layer,path,heldout,g_jvp,g_finite",
+     120, 420, 460, 0, NULL,
+     "local gain per layer of the content and RoPE paths at the development "
+     "direction, JVP and finite (`qmla predict`'s /predict; paper Fig. 7a)"},
+    {"fig7-validation", "predict_pairs",
+     "log_ratio_measured,log_ratio_pred_alloc,direction_index,abs_error_alloc,"
+     "rank_measured,rank_pred_alloc",
+     120, 640, 500, 0, NULL,
+     "predicted (operator + allocation) against measured RoPE/content log response "
+     "ratio, one marker per direction, identity line, Spearman and MAE in the key "
+     "(/predict's pairs; paper Fig. 7b)"},
+    {"fig7-interventions", "intervention_ratios",
+     "control_index,path_index,gain_ratio,ci_low,ci_high",
+     120, 420, 460, 0, NULL,
+     "gain ratio per equal-energy control and path with 95 % bootstrap intervals, "
+     "unity marked (`qmla intervene`'s /interventions; paper Fig. 7c)"},
     {"table4", "summary", "@model_response_content,@model_response_rope,@model_ratio",
      0, 0, 0, 0, render_table4,
      "model-level responses and ratio beside the paper's rows (paper Table 4), "
@@ -678,7 +694,7 @@ static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_
 
 static void list_figures(void)
 {
-    printf("%-16s %-20s %-9s %s\n", "figure", "table", "size", "needs / what");
+    printf("%-18s %-20s %-9s %s\n", "figure", "table", "size", "needs / what");
     for (size_t k = 0; k < N_FIGURES; k++) {
         const figure_def *f = &figures[k];
         char size[48];
@@ -686,7 +702,7 @@ static void list_figures(void)
             snprintf(size, sizeof size, "md+csv");
         else
             snprintf(size, sizeof size, "%d+%dN x %d+%dN", f->w, f->w_model, f->h, f->h_model);
-        printf("%-16s %-20s %-9s %s\n%-16s %-20s %-9s %s\n", f->name, f->table, size, f->needs,
+        printf("%-18s %-20s %-9s %s\n%-18s %-20s %-9s %s\n", f->name, f->table, size, f->needs,
                "", "", "", f->what);
     }
 }

@@ -9,6 +9,7 @@
 #include "qmla/ppl.h"
 
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,7 @@ static void usage(FILE *f)
         "usage: qmla ppl MODEL_DIR --text FILE[.gz] [--text FILE2 ...] -o RESULTS.h5\n"
         "                [--config LIST] [--policy LIST] [--transforms T.h5]\n"
         "                [--transforms-only] [--tokens N] [--context T] [--threads N]\n"
-        "                [--force]\n"
+        "                [--kl-ref fp32|bf16|none] [--force]\n"
         "\n"
         "Bits per byte and mean NLL of the checkpoint in MODEL_DIR (config.json +\n"
         "safetensors; DeepseekV2/V3, dense or MoE) over each text, as the training\n"
@@ -49,6 +50,13 @@ static void usage(FILE *f)
         "                   a table, for qmla export / figures) are replaced,\n"
         "                   others kept (an existing file must be a results\n"
         "                   file: a capture or transforms file is refused)\n"
+        "  --kl-ref R       the reference of the KL columns (default fp32 when a\n"
+        "                   config is quantized, else none): every row gets the\n"
+        "                   mean per-token KL(P_R || P_row) in nats with its 95 %%\n"
+        "                   t interval over windows, the 99th percentile of the\n"
+        "                   per-token KL and the top-1 agreement with R (R is\n"
+        "                   scored in the same windows; a row only if --config\n"
+        "                   holds it; docs/results-format.md, /ppl_table)\n"
         "  --force          discard a journal of other inputs or options\n"
         "\n"
         "The configurations of one text and model (or transforms file) are scored\n"
@@ -74,6 +82,7 @@ static void usage(FILE *f)
  * on stderr, the table on stdout, a progress bar per group. */
 typedef struct ppl_cli {
     cli_progress prog;
+    int kl; /* the table has the KL columns */
     char label[600]; /* the progress bar keeps a pointer to its label */
 } ppl_cli;
 
@@ -83,8 +92,15 @@ static void on_event(void *ctx, const qmla_ppl_event *ev)
     if (ev->kind == QMLA_PPL_NOTE) {
         fprintf(stderr, "qmla ppl: %s\n", ev->line);
     } else if (ev->kind == QMLA_PPL_TABLE) {
-        printf("%-28s %-10s %-16s %-16s %9s %9s %12s %8s\n", "text", "config", "method", "policy",
+        /* the KL columns after the others (which stay as they were) */
+        c->kl = ev->line && *ev->line;
+        char klh[64];
+        snprintf(klh, sizeof klh, "KL/%s", c->kl ? ev->line : "");
+        printf("%-28s %-10s %-16s %-16s %9s %9s %12s %8s", "text", "config", "method", "policy",
                "bits/byte", "nats/tok", "tokens", "s(grp)");
+        if (c->kl)
+            printf(" %10s %23s %10s %7s", klh, "KL 95% CI", "KL p99", "top1");
+        printf("\n");
     } else if (ev->kind == QMLA_PPL_GROUP_BEGIN) {
         /* windows done, on stderr (a bar on a terminal, else a line every
          * 30 s); SIGINT/SIGTERM stop at the next window: exit 130 */
@@ -94,9 +110,17 @@ static void on_event(void *ctx, const qmla_ppl_event *ev)
         cli_progress_end(&c->prog);
         for (size_t j = 0; j < ev->n_rows; j++) {
             const qmla_ppl_row *r = &ev->rows[j];
-            printf("%-28s %-10s %-16s %-16s %9.4f %9.5f %12zu %8.1f\n", r->text, r->config,
+            printf("%-28s %-10s %-16s %-16s %9.4f %9.5f %12zu %8.1f", r->text, r->config,
                    r->method, r->policy, r->r.bits_per_byte, r->r.nll_nats_per_token, r->r.tokens,
                    ev->seconds);
+            if (c->kl && r->r.has_kl) {
+                char ci[64] = "n/a (1 window)";
+                if (isfinite(r->r.kl_ci_lo))
+                    snprintf(ci, sizeof ci, "[%.3e, %.3e]", r->r.kl_ci_lo, r->r.kl_ci_hi);
+                printf(" %10.3e %23s %10.3e %7.4f", r->r.kl_mean, ci, r->r.kl_p99,
+                       r->r.top1_agreement);
+            }
+            printf("\n");
         }
         fflush(stdout);
     }
@@ -116,10 +140,11 @@ int cmd_ppl(int argc, char **argv)
         {"tokens", required_argument, 0, 'n'},   {"context", required_argument, 0, 'T'},
         {"threads", required_argument, 0, 'j'},  {"output", required_argument, 0, 'o'},
         {"transforms-only", no_argument, 0, 'X'}, {"force", no_argument, 0, 'f'},
+        {"kl-ref", required_argument, 0, 'K'},
         {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     const char *texts[16];
     size_t n_texts = 0;
-    const char *configs = "bf16", *policies = "none", *out = NULL, *tfp[16];
+    const char *configs = "bf16", *policies = "none", *out = NULL, *tfp[16], *kl_ref = NULL;
     size_t n_tf = 0;
     int tf_only = 0, force = 0;
     long tokens = 0, context = 512, threads = cli_default_threads(), v;
@@ -141,6 +166,12 @@ int cmd_ppl(int argc, char **argv)
             break;
         case 'o': out = optarg; break;
         case 'X': tf_only = 1; break;
+        case 'K':
+            if (strcmp(optarg, "fp32") && strcmp(optarg, "bf16") && strcmp(optarg, "none"))
+                return cli_fail("ppl", "--kl-ref: expected fp32, bf16 or none, found \"%s\"",
+                                optarg);
+            kl_ref = optarg;
+            break;
         case 'f': force = 1; break;
         case 'n':
             if (cli_parse_long(optarg, 1, 1L << 40, &v))
@@ -179,6 +210,7 @@ int cmd_ppl(int argc, char **argv)
     o.transforms = tfp;
     o.n_transforms = n_tf;
     o.transforms_only = tf_only;
+    o.kl_ref = kl_ref;
     o.tokens = (size_t)tokens;
     o.context = (size_t)context;
     o.threads = (int)threads;

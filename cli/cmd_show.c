@@ -533,7 +533,9 @@ static int show_ppl(const char *path)
     qmla_attrs_free(a, n);
     static const char *const cols[] = {"text", "config", "policy", "method", "tokens",
                                        "nll_nats_per_token", "bits_per_byte",
-                                       "delta_bits_per_byte"};
+                                       "delta_bits_per_byte", "kl_ref", "kl_mean_nats",
+                                       "kl_ci95_lo", "kl_ci95_hi", "kl_p99_nats",
+                                       "top1_agreement"};
     print_columns(t, cols, sizeof cols / sizeof *cols);
     qmla_table_free(t);
     return QMLA_EXIT_OK;

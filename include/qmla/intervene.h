@@ -33,6 +33,16 @@ enum { QMLA_CTRL_SIGN = 0, QMLA_CTRL_PERMUTE = 1, QMLA_CTRL_ISOTROPIC = 2,
        QMLA_N_CTRL = 3 };
 const char *qmla_control_name(int control); /* "sign", "permute", "isotropic" */
 
+/* The derived table intervention_ratios of /interventions' attributes a[n]
+ * (lib/operator/optables.c; figure fig7-interventions): six rows (control
+ * sign, permute, isotropic x path content, rope), columns control,
+ * control_index, path, path_index, gain_ratio, ci_low, ci_high, median.
+ * QMLA_EFORMAT naming a missing attribute. */
+struct qmla_attr;
+struct qmla_table;
+int qmla_intervene_ratios_table(const struct qmla_attr *a, size_t n,
+                                struct qmla_table **out, qmla_error *err);
+
 /* One item's results. ratio [2 paths][3 controls][reps] (caller-sized). */
 typedef struct qmla_iv_item {
     uint64_t seed;

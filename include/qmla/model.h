@@ -91,6 +91,8 @@ void qmla_model_free(qmla_model *m);
 const qmla_model_config *qmla_model_cfg(const qmla_model *m);
 /* Number of parameters loaded. */
 size_t qmla_model_n_params(const qmla_model *m);
+/* The vocabulary size V (the logits' row length). */
+size_t qmla_model_vocab_size(const qmla_model *m);
 
 /* The cache transform hook the transforms (issue 10) plug into: before the
  * quantizer, the path of one layer (path 0 content [T, d_c], 1 RoPE
@@ -292,6 +294,14 @@ typedef struct qmla_ppl_result {
     size_t windows;
     double nll_nats_per_token;
     double bits_per_byte;
+    /* KL(P_ref || P_this) from a reference configuration (qmla_model_ppl_kl,
+     * `qmla ppl --kl-ref`; docs/results-format.md "/ppl_table"): has_kl 0
+     * when none was computed (the fields below are then 0) */
+    int has_kl;
+    double kl_mean;            /* nats/token: mean over every target */
+    double kl_ci_lo, kl_ci_hi; /* 95 % t interval over the windows' means (NaN: 1 window) */
+    double kl_p99;             /* nats: 99th percentile of the per-token KL (float32) */
+    double top1_agreement;     /* fraction of targets whose argmax equals the reference's */
 } qmla_ppl_result;
 
 /* Score `text` (bytes) under the protocol above with windows of `context`
@@ -327,6 +337,24 @@ int qmla_model_ppl_multi_progress(const qmla_model *m, const qmla_exec *ex,
                                   qmla_progress_fn progress, void *progress_ctx,
                                   int *stopped, qmla_ppl_result *res, qmla_error *err);
 
+/* qmla_model_ppl_multi with, for every configuration, the KL divergence of
+ * its next-token distribution from the one of `ref` (a configuration scored
+ * in the same windows; it may be one of cs, whose row then has KL 0 and
+ * agreement 1 exactly): per target t, with log-softmax in double of the
+ * float logits, KL_t = sum_v p_ref(v) (log p_ref(v) - log p_this(v)); and
+ * whether argmax of the two rows (the first maximum) agrees. res[j] gets
+ * has_kl = 1, the mean of KL_t over every target, a 95 % t interval over
+ * the windows (mean +- t(0.975, n-1) s / sqrt(n) of the n windows' mean
+ * KL_t: windows are disjoint and each starts from BOS, the tokens inside
+ * one are not independent), the 99th percentile of KL_t rounded to float32
+ * (linear interpolation between order statistics, as NumPy's default) and
+ * the agreement fraction. The NLL fields are bit for bit those of
+ * qmla_model_ppl_multi. */
+int qmla_model_ppl_kl(const qmla_model *m, const qmla_exec *ex, const qmla_cache_spec *cs,
+                      size_t n_cs, const qmla_cache_spec *ref, const uint8_t *text,
+                      size_t n_bytes, size_t context, size_t max_windows, qmla_ppl_result *res,
+                      qmla_error *err);
+
 /* One row of a perplexity table. */
 typedef struct qmla_ppl_row {
     const char *text;     /* text file as given */
@@ -336,6 +364,7 @@ typedef struct qmla_ppl_row {
     const char *transforms; /* transforms file folded in ("" or NULL: none) */
     size_t context;
     qmla_ppl_result r;
+    const char *kl_ref;     /* the KL's reference configuration (r.has_kl) */
 } qmla_ppl_row;
 
 /* Write group /ppl of the results file `path` atomically (other groups of an

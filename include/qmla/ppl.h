@@ -5,7 +5,8 @@
  * of a results file (qmla_ppl_save). Resumable: with a journal, every
  * finished window's NLL sums are kept (kind "ppl", docs/results-format.md
  * "Resume journals") and a rerun scores only the missing windows, with
- * results bit for bit those of an uninterrupted run. */
+ * results bit for bit those of an uninterrupted run. With a KL reference
+ * (opts kl_ref), every row also has its KL divergence from it. */
 #ifndef QMLA_PPL_H
 #define QMLA_PPL_H
 
@@ -23,7 +24,8 @@ extern "C" {
 
 enum {
     QMLA_PPL_NOTE = 0,        /* line: a note (model loaded, transforms folded) */
-    QMLA_PPL_TABLE = 1,       /* every model is loaded: the table begins */
+    QMLA_PPL_TABLE = 1,       /* every model is loaded: the table begins (line: the
+                                 KL reference, "" when none) */
     QMLA_PPL_GROUP_BEGIN = 2, /* line: the group's label ("ppl TEXT[ + METHOD]") */
     QMLA_PPL_GROUP_END = 3    /* rows [n_rows] of the group, seconds it took */
 };
@@ -65,6 +67,12 @@ typedef struct qmla_ppl_run_opts {
      * which starts it over. */
     const char *journal;
     int force;
+    /* the KL reference (`--kl-ref`): "fp32" or "bf16" (scored in every
+     * group's windows; a row only when --config holds it), "none", or NULL:
+     * fp32 when a configuration is quantized, else none. Every row then has
+     * its KL from the reference (qmla_model_ppl_kl; the reference of a
+     * transforms group is scored with that group's folded weights) */
+    const char *kl_ref;
 } qmla_ppl_run_opts;
 
 qmla_ppl_run_opts qmla_ppl_run_defaults(void);

@@ -126,6 +126,18 @@ int qmla_op_split_compute(const qmla_op_point *p, size_t n, int by, qmla_op_spli
 /* Spearman rank correlation of x and y (GSL), NaN for n < 2. */
 double qmla_spearman(const double *x, const double *y, size_t n);
 
+/* The derived table predict_pairs of a /predict table (lib/operator/optables.c;
+ * `qmla export --table predict_pairs`, figure fig7-validation): one row per
+ * RoPE/content pair of non-degenerate points of one item and direction (the
+ * pairs of the mae_log_ratio_* attributes), columns layer, cell, seq, bits,
+ * group, nmse, heldout, direction ("INT4/G64/nu0.001"), direction_index,
+ * log_ratio_measured, log_ratio_pred_alloc, log_ratio_pred_trace,
+ * abs_error_alloc and the average ranks rank_measured, rank_pred_alloc.
+ * QMLA_EFORMAT naming a missing column. *out owned by the caller. */
+struct qmla_table;
+int qmla_op_pairs_table(const struct qmla_table *predict, struct qmla_table **out,
+                        qmla_error *err);
+
 /* ---- over a capture ------------------------------------------------------ */
 
 typedef struct qmla_op_opts {

@@ -867,6 +867,7 @@ static int run_ppl(qmla_job *j, const char *dir, const char *out, qmla_error *er
         o.configs = get(j, "config");
     if (get(j, "policy"))
         o.policies = get(j, "policy");
+    o.kl_ref = get(j, "kl-ref");
     long tokens = 0, context = 512;
     st = p_flag(j, "transforms-only", &o.transforms_only, err);
     if (!st)
@@ -898,6 +899,12 @@ static int run_ppl(qmla_job *j, const char *dir, const char *out, qmla_error *er
             char nm[96];
             snprintf(nm, sizeof nm, "bits_per_byte_%zu", k);
             put(j, nm, r.rows[k].r.bits_per_byte);
+            if (r.rows[k].r.has_kl) {
+                snprintf(nm, sizeof nm, "kl_mean_nats_%zu", k);
+                put(j, nm, r.rows[k].r.kl_mean);
+                snprintf(nm, sizeof nm, "top1_agreement_%zu", k);
+                put(j, nm, r.rows[k].r.top1_agreement);
+            }
         }
     }
     qmla_ppl_run_result_free(&r);
@@ -920,7 +927,7 @@ static const job_driver drivers[] = {
     {"capture", "input output corpus* seeds cells seqs tokens layers store gzip no-pre model-name "
                 "check-tol threads force", run_capture},
     {"ppl", "input output text* config policy transforms* transforms-only tokens context threads "
-            "force command", run_ppl},
+            "force kl-ref command", run_ppl},
 };
 
 static int key_known(const char *keys, const char *key)

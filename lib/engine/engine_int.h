@@ -217,14 +217,31 @@ int qmla_eng_forward_window(const qmla_model *m, const qmla_cache_spec *cs, qmla
 /* Windows scored of a text of n_bytes (max_windows 0: all). */
 size_t qmla_eng_ppl_n_windows(size_t n_bytes, size_t context, size_t max_windows);
 
+/* The KL of every configuration from a reference (qmla_model_ppl_kl), per
+ * window k and configuration j: sum[k * n_cs + j] the KL summed over the
+ * window's targets (nats, in target order), top1[k * n_cs + j] the targets
+ * whose argmax agrees, tok[(k * n_cs + j) * context + t] target t's KL
+ * rounded to float32. Windows done in a resume journal are filled by the
+ * caller; the others are written. */
+typedef struct qmla_eng_ppl_kl {
+    const qmla_cache_spec *ref; /* the reference configuration */
+    long ref_index;             /* its index in cs, or -1: scored on its own (no result) */
+    double *sum;                /* [windows * n_cs] */
+    long long *top1;            /* [windows * n_cs] */
+    float *tok;                 /* [windows * n_cs * context] */
+} qmla_eng_ppl_kl;
+
 /* Windows already scored (a resume journal: done[k] != 0, their NLLs in
- * nll[k * n_cs + j]), and a callback for every newly scored window with its
- * n_cs NLL sums (called one at a time, in completion order; a non-zero
- * status fails the run with err set). */
+ * nll[k * n_cs + j], with kl: their KL in its arrays), and a callback for
+ * every newly scored window with its n_cs NLL sums (and with kl, its KL
+ * sums, agreements and n_cs * context per-token KL; else NULL), called one
+ * at a time, in completion order; a non-zero status fails the run with err
+ * set. */
 typedef struct qmla_eng_ppl_resume {
     const unsigned char *done; /* [windows] or NULL */
     const double *nll;         /* [windows * n_cs] */
-    int (*save)(void *ctx, size_t k, const double *nll, size_t n_cs, qmla_error *err);
+    int (*save)(void *ctx, size_t k, const double *nll, size_t n_cs, const double *kl_sum,
+                const long long *top1, const float *kl_tok, qmla_error *err);
     void *ctx;
 } qmla_eng_ppl_resume;
 
@@ -232,12 +249,13 @@ typedef struct qmla_eng_ppl_resume {
  * are not scored again; every sum is taken over all windows in window
  * order, so the results equal an uninterrupted run's bit for bit. Progress
  * counts the restored windows (its `resumed`), reported once before the
- * first new window when there are any. */
+ * first new window when there are any. kl (may be NULL): the KL of every
+ * configuration from kl->ref, into its arrays and res[j]'s KL fields. */
 int qmla_eng_ppl_windows(const qmla_model *m, const qmla_exec *ex, const qmla_cache_spec *cs,
                          size_t n_cs, const uint8_t *text, size_t n_bytes, size_t context,
                          size_t max_windows, qmla_progress_fn progress, void *progress_ctx,
-                         const qmla_eng_ppl_resume *rs, int *stopped, qmla_ppl_result *res,
-                         qmla_error *err);
+                         const qmla_eng_ppl_resume *rs, const qmla_eng_ppl_kl *kl,
+                         int *stopped, qmla_ppl_result *res, qmla_error *err);
 
 /* ---- capture_native.c: a model directory in a resume key */
 

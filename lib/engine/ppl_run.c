@@ -63,10 +63,16 @@ typedef struct pgroup {
     size_t k, v, row0, n, n_win;
     unsigned char *done; /* [n_win]: restored from the journal (2: in the record being read) */
     double *nll;         /* [n_win * n] */
+    long ref_index;      /* the KL reference's row in the group, or -1 */
+    double *kl_sum;      /* with KL: [n_win * n] (qmla_eng_ppl_kl) */
+    long long *top1;     /* with KL: [n_win * n] */
+    float *kl_tok;       /* with KL: [n_win * n * context] */
 } pgroup;
 
 /* The journal: records of lines "W <group> <window> <tokens> <NLL sum of
- * each configuration of the group, %a>\n", committed at most every second
+ * each configuration of the group, %a>" and, with a KL reference, for each
+ * configuration " <KL sum, %a> <agreeing targets> <the per-target KL as
+ * float32 bit patterns, 8 hex digits each, no separator>", then "\n"; committed at most every second
  * (and at the end of every group, at a stop and at an error) so that the
  * fsync costs nothing next to the windows. */
 typedef struct pjournal {
@@ -76,10 +82,52 @@ typedef struct pjournal {
     size_t n_g, cur, context, pending;
     size_t kept; /* windows in the journal: restored and committed */
     double last;
+    int kl;      /* the lines carry the KL fields */
+    char *hex;   /* with kl: [8 * context + 1] */
 } pjournal;
 
 #define PPL_COMMIT_S 1.0     /* seconds between commits */
 #define PPL_COMMIT_MAX 256   /* windows per record at most */
+
+/* One configuration's KL fields of a journal line at *p (moved past them). */
+static int pj_replay_kl(const pjournal *pj, pgroup *G, size_t k, size_t j, char **p)
+{
+    const size_t T = pj->context, at = k * G->n + j;
+    char *q = *p, *end;
+    if (*q != ' ')
+        return QMLA_EFORMAT;
+    const double x = strtod(q + 1, &end);
+    if (end == q + 1 || *end != ' ' || !isfinite(x))
+        return QMLA_EFORMAT;
+    q = end + 1;
+    if (*q < '0' || *q > '9')
+        return QMLA_EFORMAT;
+    const long long a = strtoll(q, &end, 10);
+    if (end == q || *end != ' ' || a < 0 || (unsigned long long)a > T)
+        return QMLA_EFORMAT;
+    q = end + 1;
+    for (size_t t = 0; t < T; t++, q += 8) {
+        uint32_t u = 0;
+        for (int i = 0; i < 8; i++) {
+            const char c = q[i];
+            const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+            if (d < 0)
+                return QMLA_EFORMAT;
+            u = u << 4 | (uint32_t)d;
+        }
+        float f;
+        memcpy(&f, &u, sizeof f);
+        if (!isfinite(f))
+            return QMLA_EFORMAT;
+        G->kl_tok[at * T + t] = f;
+    }
+    if (*q && *q != ' ')
+        return QMLA_EFORMAT;
+    G->kl_sum[at] = x;
+    G->top1[at] = a;
+    *p = q;
+    return QMLA_OK;
+}
 
 static int pj_replay(void *ctx, char *rec, size_t len, qmla_error *err)
 {
@@ -116,6 +164,8 @@ static int pj_replay(void *ctx, char *rec, size_t len, qmla_error *err)
             G->nll[k * G->n + j] = x;
             p = end;
         }
+        for (size_t j = 0; j < G->n && !st && pj->kl; j++)
+            st = pj_replay_kl(pj, G, k, j, &p);
         if (!st && *p)
             st = QMLA_EFORMAT;
         if (!st) {
@@ -143,12 +193,24 @@ static int pj_flush(pjournal *pj, qmla_error *err)
     return st;
 }
 
-static int pj_window(void *ctx, size_t k, const double *nll, size_t n_cs, qmla_error *err)
+static int pj_window(void *ctx, size_t k, const double *nll, size_t n_cs, const double *kl_sum,
+                     const long long *top1, const float *kl_tok, qmla_error *err)
 {
     pjournal *pj = ctx;
     qmla_jnl_printf(&pj->j, "W %zu %zu %zu", pj->cur, k, pj->context);
     for (size_t j = 0; j < n_cs; j++)
         qmla_jnl_printf(&pj->j, " %a", nll[j]);
+    for (size_t j = 0; j < n_cs && pj->kl && kl_sum; j++) {
+        static const char hx[] = "0123456789abcdef";
+        for (size_t t = 0; t < pj->context; t++) {
+            uint32_t u;
+            memcpy(&u, &kl_tok[j * pj->context + t], sizeof u);
+            for (int i = 0; i < 8; i++)
+                pj->hex[8 * t + (size_t)i] = hx[(u >> (28 - 4 * i)) & 15];
+        }
+        pj->hex[8 * pj->context] = '\0';
+        qmla_jnl_printf(&pj->j, " %a %lld %s", kl_sum[j], top1[j], pj->hex);
+    }
     qmla_jnl_printf(&pj->j, "\n");
     pj->pending++;
     if (pj->pending >= PPL_COMMIT_MAX || qmla_monotonic_s() - pj->last >= PPL_COMMIT_S)
@@ -160,7 +222,8 @@ static int pj_window(void *ctx, size_t k, const double *nll, size_t n_cs, qmla_e
  * paths and the command line are recorded from the run that writes). */
 static char *pj_key(const char *dir, const qmla_ppl_run_opts *o, size_t context,
                     const uint8_t *const *bufs, const size_t *nbs, const char (*tsha)[65],
-                    const qmla_cache_spec *specs, size_t n_spec, qmla_error *err)
+                    const qmla_cache_spec *specs, size_t n_spec, const char *kl_ref,
+                    qmla_error *err)
 {
     char *key = NULL, esc[512];
     size_t klen = 0;
@@ -207,6 +270,8 @@ static char *pj_key(const char *dir, const qmla_ppl_run_opts *o, size_t context,
     }
     fprintf(f, " transforms_only=%d tokens=%zu context=%zu", !!o->transforms_only, o->tokens,
             context);
+    if (kl_ref) /* runs without KL keep the key they had */
+        fprintf(f, " kl=%s", kl_ref);
     if (fclose(f) != 0) {
         free(key);
         qmla_error_set(err, QMLA_ENOMEM, "resume key");
@@ -347,6 +412,19 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
             any_quant |= !plain;
             specs[n_spec++] = s;
         }
+    /* the KL reference: --kl-ref, or fp32 when a configuration is quantized */
+    const char *kl_ref = o->kl_ref && *o->kl_ref ? o->kl_ref : any_quant ? "fp32" : "none";
+    qmla_cache_spec kl_spec;
+    memset(&kl_spec, 0, sizeof kl_spec);
+    if (strcmp(kl_ref, "fp32") && strcmp(kl_ref, "bf16") && strcmp(kl_ref, "none")) {
+        st = qmla_refuse(&r->refusal, err, "--kl-ref: expected fp32, bf16 or none, found \"%s\"",
+                         kl_ref);
+        goto done;
+    }
+    if (!strcmp(kl_ref, "none"))
+        kl_ref = NULL;
+    else if ((st = qmla_cache_spec_parse(kl_ref, "none", &kl_spec, err)))
+        goto done;
     int any_policy = 0;
     for (size_t p = 0; p < np; p++)
         any_policy |= strcmp(pl[p], "none") != 0;
@@ -393,6 +471,7 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
                 row->method = v ? labels[v] : plain ? "none" : "RTN";
                 row->transforms = v ? tfp[v - 1] : "";
                 row->context = context;
+                row->kl_ref = kl_ref;
                 n_grp++;
             }
             if (!n_grp)
@@ -405,7 +484,16 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
             G->n_win = qmla_eng_ppl_n_windows(nbs[k], context, maxw);
             G->done = calloc(G->n_win + 1, 1);
             G->nll = calloc(G->n_win * n_grp + 1, sizeof *G->nll);
-            if (!G->done || !G->nll) {
+            G->ref_index = -1;
+            for (size_t j = 0; j < n_grp && kl_ref; j++)
+                if (G->ref_index < 0 && !strcmp(r->rows[n_rows_all + j].config, kl_ref))
+                    G->ref_index = (long)j;
+            if (kl_ref) {
+                G->kl_sum = calloc(G->n_win * n_grp + 1, sizeof *G->kl_sum);
+                G->top1 = calloc(G->n_win * n_grp + 1, sizeof *G->top1);
+                G->kl_tok = calloc(G->n_win * n_grp * context + 1, sizeof *G->kl_tok);
+            }
+            if (!G->done || !G->nll || (kl_ref && (!G->kl_sum || !G->top1 || !G->kl_tok))) {
                 st = qmla_refuse(&r->refusal, err, "out of memory");
                 goto done;
             }
@@ -418,7 +506,7 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
             if ((st = qmla_sha256_file(tfp[i], tsha[i], err)))
                 goto done;
         char *key = pj_key(dir, o, context, (const uint8_t *const *)bufs, nbs,
-                           (const char (*)[65])tsha, specs, n_spec, err);
+                           (const char (*)[65])tsha, specs, n_spec, kl_ref, err);
         if (!key) {
             st = err->status;
             goto done;
@@ -430,6 +518,12 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
         pj.g = gs;
         pj.n_g = n_g;
         pj.context = context;
+        pj.kl = kl_ref != NULL;
+        if (pj.kl && !(pj.hex = malloc(8 * context + 1))) {
+            free(key);
+            st = qmla_refuse(&r->refusal, err, "out of memory");
+            goto done;
+        }
         size_t n_rec = 0;
         st = qmla_jnl_open(&pj.j, o->journal, "ppl", key, o->force, pj_replay, &pj, &n_rec,
                            err);
@@ -481,7 +575,7 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
                  "config) of %zu layers folded into the weights", tfp[v - 1], labels[v], tf[v - 1].n);
     }
     const qmla_exec ex = qmla_exec_cpu(o->threads);
-    emit(o, QMLA_PPL_TABLE, NULL, 0, 0, NULL);
+    emit(o, QMLA_PPL_TABLE, NULL, 0, 0, "%s", kl_ref ? kl_ref : "");
     for (size_t g = 0; g < n_g; g++) {
         const pgroup *G = &gs[g];
         const size_t k = G->k, v = G->v, n_grp = G->n;
@@ -492,10 +586,11 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
         emit(o, QMLA_PPL_GROUP_BEGIN, NULL, 0, 0, "ppl %s%s%s", base ? base + 1 : texts[k],
              v ? " + " : "", v ? labels[v] : "");
         const qmla_eng_ppl_resume rs = {G->done, G->nll, pj_window, &pj};
+        const qmla_eng_ppl_kl klg = {&kl_spec, G->ref_index, G->kl_sum, G->top1, G->kl_tok};
         pj.cur = g;
         st = qmla_eng_ppl_windows(mv[v], &ex, grp, n_grp, bufs[k], nbs[k], context, maxw,
                                   o->progress, o->progress_ctx, pj.open ? &rs : NULL,
-                                  &r->stopped, res, err);
+                                  kl_ref ? &klg : NULL, &r->stopped, res, err);
         {
             /* the windows finished so far are kept, whatever happened */
             qmla_error e2;
@@ -553,7 +648,11 @@ done:
     for (size_t g = 0; gs && g < n_g; g++) {
         free(gs[g].done);
         free(gs[g].nll);
+        free(gs[g].kl_sum);
+        free(gs[g].top1);
+        free(gs[g].kl_tok);
     }
+    free(pj.hex);
     free(gs);
     free(row_spec);
     free(grp);

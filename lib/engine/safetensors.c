@@ -897,6 +897,7 @@ int qmla_model_load(const char *dir, qmla_model **out, qmla_error *err)
 
 const qmla_model_config *qmla_model_cfg(const qmla_model *m) { return &m->c; }
 size_t qmla_model_n_params(const qmla_model *m) { return m->n_params; }
+size_t qmla_model_vocab_size(const qmla_model *m) { return m->c.V; }
 
 /* ------------------------------------------------------------ writing */
 

@@ -61,7 +61,10 @@ class _Exec(C.Structure):
 
 class _Res(C.Structure):
     _fields_ = [("nll_sum", C.c_double), ("tokens", C.c_size_t), ("windows", C.c_size_t),
-                ("nll_nats_per_token", C.c_double), ("bits_per_byte", C.c_double)]
+                ("nll_nats_per_token", C.c_double), ("bits_per_byte", C.c_double),
+                ("has_kl", C.c_int), ("kl_mean", C.c_double), ("kl_ci_lo", C.c_double),
+                ("kl_ci_hi", C.c_double), ("kl_p99", C.c_double),
+                ("top1_agreement", C.c_double)]
 
 
 _META = {"f16": 0, "f32": 1, "q8": 2}
@@ -134,11 +137,23 @@ def _L():
         lib.qmla_model_free.argtypes = [C.c_void_p]
         lib.qmla_model_n_params.argtypes = [C.c_void_p]
         lib.qmla_model_n_params.restype = C.c_size_t
+        lib.qmla_model_vocab_size.argtypes = [C.c_void_p]
+        lib.qmla_model_vocab_size.restype = C.c_size_t
         lib.qmla_cache_spec_parse.argtypes = [C.c_char_p, C.c_char_p, C.POINTER(_Spec),
                                               C.POINTER(_Err)]
         lib.qmla_model_ppl.argtypes = [C.c_void_p, C.POINTER(_Exec), C.POINTER(_Spec),
                                        C.c_char_p, C.c_size_t, C.c_size_t, C.c_size_t,
                                        C.POINTER(_Res), C.POINTER(_Err)]
+        lib.qmla_model_ppl_kl.argtypes = [C.c_void_p, C.POINTER(_Exec), C.POINTER(_Spec),
+                                          C.c_size_t, C.POINTER(_Spec), C.c_char_p, C.c_size_t,
+                                          C.c_size_t, C.c_size_t, C.POINTER(_Res),
+                                          C.POINTER(_Err)]
+        lib.qmla_model_ws_alloc.argtypes = [C.c_void_p, C.c_size_t, C.POINTER(C.c_void_p),
+                                            C.POINTER(_Err)]
+        lib.qmla_model_ws_free.argtypes = [C.c_void_p]
+        lib.qmla_model_forward.argtypes = [C.c_void_p, C.POINTER(_Spec), C.c_void_p,
+                                           C.POINTER(C.c_int32), C.c_size_t,
+                                           C.POINTER(C.c_float), C.POINTER(_Err)]
         lib.qmla_blas_set_threads.argtypes = [C.c_int]
         lib.qmla_version.restype = C.c_char_p
         lib.qmla_status_name.argtypes = [C.c_int]
@@ -236,9 +251,14 @@ class Model:
     def n_params(self):
         return _L().qmla_model_n_params(self._handle())
 
-    def ppl(self, text, config="bf16", policy="none", context=512, windows=0, threads=1):
+    def ppl(self, text, config="bf16", policy="none", context=512, windows=0, threads=1,
+            kl_ref="auto"):
         """Bits per byte of `text` (bytes) under the training run's protocol
-        (qmla_model_ppl): the first `windows` windows of `context` bytes."""
+        (qmla_model_ppl): the first `windows` windows of `context` bytes.
+        kl_ref ("fp32", "bf16", None; "auto": fp32 for a quantized config,
+        else None): with a reference, the dict also holds the KL from it
+        (qmla_model_ppl_kl): kl_ref, kl_mean_nats, kl_ci95_lo, kl_ci95_hi
+        (NaN for one window), kl_p99_nats, top1_agreement."""
         h = self._handle()
         ex = _Exec(_threads(threads))
         context = _int("context", context, 1, _SIZE_MAX)
@@ -250,10 +270,50 @@ class Model:
         s, e, r = _Spec(), _Err(), _Res()
         _check(_L().qmla_cache_spec_parse(config.encode(), policy.encode(), C.byref(s),
                                           C.byref(e)), e)
-        _check(_L().qmla_model_ppl(h, C.byref(ex), C.byref(s), bytes(text), len(text),
-                                   context, windows, C.byref(r), C.byref(e)), e)
-        return {"bits_per_byte": r.bits_per_byte, "nll_nats_per_token": r.nll_nats_per_token,
-                "tokens": r.tokens, "windows": r.windows, "config": config, "policy": policy}
+        if kl_ref == "auto":
+            kl_ref = None if s.c_bits in (32, 16) else "fp32"  # QMLA_CACHE_FP32 / _BF16
+        if kl_ref not in (None, "fp32", "bf16"):
+            raise ValueError(f"kl_ref: expected 'fp32', 'bf16', None or 'auto', found {kl_ref!r}")
+        if kl_ref is None:
+            _check(_L().qmla_model_ppl(h, C.byref(ex), C.byref(s), bytes(text), len(text),
+                                       context, windows, C.byref(r), C.byref(e)), e)
+        else:
+            rs = _Spec()
+            _check(_L().qmla_cache_spec_parse(kl_ref.encode(), b"none", C.byref(rs),
+                                              C.byref(e)), e)
+            _check(_L().qmla_model_ppl_kl(h, C.byref(ex), C.byref(s), 1, C.byref(rs),
+                                          bytes(text), len(text), context, windows, C.byref(r),
+                                          C.byref(e)), e)
+        out = {"bits_per_byte": r.bits_per_byte, "nll_nats_per_token": r.nll_nats_per_token,
+               "tokens": r.tokens, "windows": r.windows, "config": config, "policy": policy}
+        if r.has_kl:
+            out.update(kl_ref=kl_ref, kl_mean_nats=r.kl_mean, kl_ci95_lo=r.kl_ci_lo,
+                       kl_ci95_hi=r.kl_ci_hi, kl_p99_nats=r.kl_p99,
+                       top1_agreement=r.top1_agreement)
+        return out
+
+    def logits(self, tokens, config="fp32", policy="none"):
+        """Logits [T, V] (float32) of one sequence of token ids under a cache
+        configuration (qmla_model_forward, single threaded): the rows that
+        `ppl` scores for a window are those of [BOS] + window[:-1]."""
+        h = self._handle()
+        if not isinstance(config, str) or not isinstance(policy, str):
+            raise ValueError(f"config, policy: expected strings, found {config!r}, {policy!r}")
+        t = np.ascontiguousarray(tokens, dtype=np.int32)
+        if t.ndim != 1 or t.size == 0:
+            raise ValueError("tokens: expected a non-empty 1-D sequence of ids")
+        s, e, ws = _Spec(), _Err(), C.c_void_p()
+        _check(_L().qmla_cache_spec_parse(config.encode(), policy.encode(), C.byref(s),
+                                          C.byref(e)), e)
+        _check(_L().qmla_model_ws_alloc(h, t.size, C.byref(ws), C.byref(e)), e)
+        try:
+            out = np.empty((t.size, _L().qmla_model_vocab_size(h)), dtype=np.float32)
+            _check(_L().qmla_model_forward(h, C.byref(s), ws, t.ctypes.data_as(
+                C.POINTER(C.c_int32)), t.size, out.ctypes.data_as(C.POINTER(C.c_float)),
+                C.byref(e)), e)
+        finally:
+            _L().qmla_model_ws_free(ws)
+        return out
 
     def close(self):
         if self._h:

@@ -438,9 +438,13 @@ for name, (w, h) in sizes.items():
     print("ok" if good else "FAIL", p, fmt, "size", w, "x", h)
 EOF
 expect 0 "figures A B png" -- "$QMLA" figures "$work/A.h5" "$work/B.h5" -o "$work/figs"
-# a sweep file has no /eval and no /ppl_table, so transforms-nmse (qmla eval's
-# figure) and ppl-bits (qmla ppl's) are the ones skipped
-contains "4 written, 2 skipped" "figures A B png"
+# a sweep file has no /eval, /ppl_table, /predict or /interventions, so
+# transforms-nmse (qmla eval's figure), ppl-bits (qmla ppl's) and the three
+# Fig. 7 figures (qmla predict's and intervene's) are the ones skipped
+contains "4 written, 5 skipped" "figures A B png"
+contains "skipped fig7-gains: needs predict" "figures A B png"
+contains "skipped fig7-validation: needs predict_pairs" "figures A B png"
+contains "skipped fig7-interventions: needs intervention_ratios" "figures A B png"
 contains "skipped transforms-nmse: needs eval" "figures A B png"
 contains "skipped ppl-bits: needs ppl_table" "figures A B png"
 pycheck "figures png" "$work/check_images.py" "$work/figs" png 2
@@ -531,7 +535,8 @@ expect 2 "figures wrong label count" -- "$QMLA" figures "$work/A.h5" -o "$work/x
 expect 2 "figures without gnuplot" -- "$QMLA" figures "$work/A.h5" -o "$work/x" --gnuplot /nonexistent/gnuplot --only routes
 contains "cannot run \"/nonexistent/gnuplot\"" "figures without gnuplot"
 expect 0 "figures --list" -- "$QMLA" figures --list
-for f in fig2-responses fig6-atlas routes table4; do contains "$f" "figures --list"; done
+for f in fig2-responses fig6-atlas routes table4 fig7-gains fig7-validation fig7-interventions; do
+  contains "$f" "figures --list"; done
 
 # ppl-bits from a qmla ppl file (one panel per text: 120 + 840 x 460)
 expect 0 "ppl for ppl-bits" -- "$QMLA" ppl "$ROOT/models/tiny-mla" --text "$ROOT/data/heldout/prose.txt.gz" \
@@ -549,4 +554,86 @@ bpb = {(r[h.index("text_index")], r[h.index("config")], r[h.index("policy")]): f
 good = len(rows) == 6 and all(abs(d[k] - (bpb[k] - bpb[(k[0], "bf16", "none")])) < 1e-12 for k in d) and d[("0", "bf16", "none")] == 0
 print("ok" if good else "FAIL", "ppl_table deltas against the bf16 row of the same text")
 EOF2
+# Fig. 7 from qmla predict and qmla intervene on the synthetic capture A:
+# sizes; the exported rows against NumPy on the HDF5 groups (the pairs of
+# /predict and their log ratios, MAE = the file's attribute, Spearman from
+# NumPy's ranks; the interventions' ratios = the attributes); the SVG key
+# shows that Spearman and MAE
+expect 0 "predict A" -- "$QMLA" predict "$work/capA.h5" -o "$work/op.h5" --threads 2
+expect 0 "intervene A" -- "$QMLA" intervene "$work/capA.h5" -o "$work/op.h5" --reps 4 --bootstrap 200 --threads 2
+expect 0 "export --list op" -- "$QMLA" export "$work/op.h5" --list
+contains "predict_pairs .*(derived from predict)" "export --list names predict_pairs"
+contains "intervention_ratios .*(derived from interventions)" "export --list names intervention_ratios"
+expect 2 "export predict_pairs of a sweep" -- "$QMLA" export "$work/A.h5" --table predict_pairs
+contains "no table /predict" "predict_pairs without /predict"
+for fmt in png svg; do
+  expect 0 "figures fig7 $fmt" -- "$QMLA" figures "$work/op.h5" -o "$work/fig7-$fmt" --format $fmt \
+    --only fig7-gains,fig7-validation,fig7-interventions
+  contains "3 written, 0 skipped" "figures fig7 $fmt"
+done
+cat > "$work/check_fig7.py" <<'EOF2'
+import math, re, struct, sys, h5py, numpy as np
+d, dsvg, path = sys.argv[1:4]
+for name, (w, h) in {"fig7-gains": (540, 460), "fig7-validation": (760, 500),
+                     "fig7-interventions": (540, 460)}.items():
+    b = open(f"{d}/{name}.png", "rb").read()
+    good = b[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", b[16:24]) == (w, h) and len(b) > 5000
+    print("ok" if good else "FAIL", name, "png size", w, "x", h)
+def tsv(p):
+    rows = [l.rstrip("\n").split("\t") for l in open(p) if not l.startswith("#")]
+    return rows[0], rows[1:]
+f = h5py.File(path, "r")
+g = f["predict"]
+col = {k: g[k][...] for k in ("layer", "cell", "seq", "path", "bits", "group", "nmse", "degenerate",
+                              "g_finite", "pred_alloc", "heldout", "g_jvp")}
+n = len(col["layer"])
+h, rows = tsv(f"{d}/data/m1.predict.tsv")
+print("ok" if len(rows) == n else "FAIL", "predict.tsv rows", len(rows), "of", n)
+key = lambda i: (int(col["layer"][i]), col["cell"][i], int(col["seq"][i]), int(col["bits"][i]),
+                 int(col["group"][i]), float(col["nmse"][i]))
+rope = {key(i): i for i in range(n) if col["path"][i] == 1 and not col["degenerate"][i]}
+pairs = [(i, rope[key(i)]) for i in range(n) if col["path"][i] == 0 and not col["degenerate"][i] and key(i) in rope]
+meas = np.array([math.log(col["g_finite"][j] / col["g_finite"][i]) for i, j in pairs])
+pred = np.array([math.log(col["pred_alloc"][j] / col["pred_alloc"][i]) for i, j in pairs])
+h, rows = tsv(f"{d}/data/m1.predict_pairs.tsv")
+X = np.array([float(r[h.index("log_ratio_measured")]) for r in rows])
+Y = np.array([float(r[h.index("log_ratio_pred_alloc")]) for r in rows])
+good = len(rows) == len(pairs) == int(g.attrs["n_pairs"]) and np.allclose(X, meas, rtol=0, atol=1e-12) \
+    and np.allclose(Y, pred, rtol=0, atol=1e-12)
+print("ok" if good else "FAIL", "predict_pairs: the", len(pairs), "pairs of /predict and their log ratios")
+mae = np.abs(pred - meas).mean()
+good = abs(mae - float(g.attrs["mae_log_ratio_operator_allocation"])) < 1e-12
+print("ok" if good else "FAIL", "MAE", mae, "= /predict mae_log_ratio_operator_allocation")
+def ranks(v):
+    o = np.argsort(v, kind="stable"); r = np.empty(len(v))
+    i = 0
+    while i < len(v):
+        j = i
+        while j + 1 < len(v) and v[o[j + 1]] == v[o[i]]: j += 1
+        r[o[i:j + 1]] = (i + j) / 2 + 1; i = j + 1
+    return r
+rho = np.corrcoef(ranks(meas), ranks(pred))[0, 1]
+R1 = np.array([float(r[h.index("rank_measured")]) for r in rows])
+R2 = np.array([float(r[h.index("rank_pred_alloc")]) for r in rows])
+print("ok" if np.array_equal(R1, ranks(meas)) and np.array_equal(R2, ranks(pred)) else "FAIL", "rank columns")
+svg = open(f"{dsvg}/fig7-validation.svg", encoding="utf-8").read()
+good = ("Spearman %.3f" % rho) in svg and ("MAE %.3f" % mae) in svg and ("(%d pairs" % len(pairs)) in svg
+print("ok" if good else "FAIL", "the key says Spearman %.3f, MAE %.3f" % (rho, mae))
+dirs = sorted({(int(col["bits"][i]), int(col["group"][i]), float(col["nmse"][i])) for i, _ in pairs})
+print("ok" if len(set(r[h.index("direction")] for r in rows)) == len(dirs) else "FAIL", len(dirs), "directions")
+a = f["interventions"].attrs
+h, rows = tsv(f"{d}/data/m1.intervention_ratios.tsv")
+good = len(rows) == 6
+for r in rows:
+    c, p = r[h.index("control")], r[h.index("path")]
+    for colname, attr in (("gain_ratio", f"gain_ratio_{c}_{p}"), ("ci_low", f"gain_ratio_{c}_{p}_ci_low"),
+                          ("ci_high", f"gain_ratio_{c}_{p}_ci_high"), ("median", f"median_gain_ratio_{c}_{p}")):
+        good &= float(r[h.index(colname)]) == float(a[attr])
+    good &= float(r[h.index("ci_low")]) <= float(r[h.index("gain_ratio")]) <= float(r[h.index("ci_high")])
+print("ok" if good else "FAIL", "intervention_ratios = the /interventions attributes")
+# the gains figure's points: the development direction (heldout 0) of both paths
+dev = [(int(col["layer"][i]), int(col["path"][i])) for i in range(n) if col["heldout"][i] == 0 and col["g_jvp"][i] > 0]
+print("ok" if {p for _, p in dev} == {0, 1} and len(dev) > 0 else "FAIL", "development points of both paths")
+EOF2
+pycheck "fig7" "$work/check_fig7.py" "$work/fig7-png" "$work/fig7-svg" "$work/op.h5"
 finish test_figures

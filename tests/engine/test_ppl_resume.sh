@@ -13,7 +13,9 @@
 #     windows journaled before the kill (so it did not start over), exit 0,
 #     the journal removed, and every dataset and attribute of /ppl and
 #     /ppl_table equal to an uninterrupted run's, bit for bit (the NLL sums
-#     are journaled as C99 hex reals and summed in window order);
+#     are journaled as C99 hex reals and summed in window order), the KL
+#     columns from the fp32 reference included (per-window KL sums as hex
+#     reals, per-token KL as float32 bit patterns);
 #   - SIGTERM keeps a journal too; --force with other options discards it
 #     (nothing resumed, the new options' results written).
 # QMLA_TEST_SMALL=1 (set by tests/meson.build in a sanitizer build): every
@@ -102,6 +104,9 @@ for r in a["ppl"]:
     attrs(a["ppl"][r], b["ppl"][r], r)
 t, u = a["ppl_table"], b["ppl_table"]
 assert sorted(t) == sorted(u)
+# the KL columns (reference fp32, scored without a row) are resumed too
+assert {"kl_mean_nats", "kl_ci95_lo", "kl_ci95_hi", "kl_p99_nats", "top1_agreement"} <= set(t), sorted(t)
+assert (t["kl_mean_nats"][...] > 0).all(), t["kl_mean_nats"][...]
 for k in t:
     x, y = t[k][...], u[k][...]
     assert x.dtype == y.dtype and x.shape == y.shape, k
