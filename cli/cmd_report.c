@@ -647,10 +647,10 @@ static void section_sensitivity(FILE *f, size_t idx, const char *path, const qml
         snprintf(policy, sizeof policy, "sink%zu/local%d", sink, POLICY_LOCAL);
     else
         snprintf(policy, sizeof policy, "none");
-    fprintf(f, "<div class=suggest data-file=\"%zu\">\n<p><b>Suggested</b> (cache bytes of "
-               "C%dR%d):</p>\n<pre>--config C%dR%d --policy <span data-policy>%s</span>\n"
-               "per-layer: <span data-per-layer>",
-            idx, bud[0], bud[1], best[0], best[1], policy);
+    fprintf(f, "<div class=suggest data-file=\"%zu\" data-budget=\"C%dR%d\">\n<p><b>Suggested"
+               "</b> (cache bytes of C%dR%d):</p>\n<pre>--config C%dR%d --policy <span "
+               "data-policy>%s</span>\nper-layer: <span data-per-layer>",
+            idx, bud[0], bud[1], bud[0], bud[1], best[0], best[1], policy);
     for (size_t i = 0; i < S.n_layers; i++)
         fprintf(f, "%s%d:C%dR%d", i ? "," : "", S.layer[i], S.s[i][0].bits, S.s[i][1].bits);
     char cfgs[64];
