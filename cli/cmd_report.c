@@ -732,6 +732,7 @@ static int run_figures(char *const *paths, const size_t *idx, size_t n, const ch
             av[ac++] = (char *)gnuplot;
         }
         const int rc = cmd_figures(ac, av);
+        free(av);
         fflush(NULL);
         _exit(rc);
     }
