@@ -697,7 +697,7 @@ static void section_sensitivity(FILE *f, size_t idx, const char *path, const qml
 /* Run cmd_figures in a child process on inputs idx[0..n) into dir (its
  * output in dir/figures.log). Returns its exit status (-1: not started). */
 static int run_figures(char *const *paths, const size_t *idx, size_t n, const char *dir,
-                       const char *plots, const char *gnuplot)
+                       const char *only, const char *plots, const char *gnuplot)
 {
     char log[PATH_MAX];
     snprintf(log, sizeof log, "%s/figures.log", dir);
@@ -712,7 +712,7 @@ static int run_figures(char *const *paths, const size_t *idx, size_t n, const ch
         dup2(fd, STDOUT_FILENO);
         dup2(fd, STDERR_FILENO);
         close(fd);
-        char **av = calloc(n + 12, sizeof *av);
+        char **av = calloc(n + 14, sizeof *av);
         if (!av)
             _exit(126);
         int ac = 0;
@@ -723,6 +723,10 @@ static int run_figures(char *const *paths, const size_t *idx, size_t n, const ch
         av[ac++] = (char *)dir;
         av[ac++] = "--format";
         av[ac++] = "svg";
+        if (only) {
+            av[ac++] = "--only";
+            av[ac++] = (char *)only;
+        }
         if (plots) {
             av[ac++] = "--plots";
             av[ac++] = (char *)plots;
@@ -929,25 +933,59 @@ static size_t stems(const char *dir, const char *ext, char ***out)
     return n;
 }
 
-typedef struct fig_group {
-    const char *format;     /* the inputs' root format attribute ("" none) */
+/* One run of qmla figures: inputs of one format drawn together, or (alone)
+ * one of them with the figures the others could not share (--only). */
+typedef struct fig_run {
+    const char *format;      /* the inputs' root format attribute ("" none) */
     size_t idx[REPORT_MAX_INPUTS], n;
+    int alone;               /* one input of a group of several */
+    size_t parent;           /* alone: the joint run */
+    int show_skipped;        /* 0: its skipped figures are drawn per input */
+    char only[4096];         /* --only (alone runs) */
     char dir[PATH_MAX];
-} fig_group;
+} fig_run;
 
-/* One group's figures and tables: the registry's in its order, then any
+/* The names of the figures a run's log says were skipped, comma-separated
+ * into out (empty: none). */
+static void skipped_names(const char *dir, char *out, size_t len)
+{
+    char logp[PATH_MAX + 16], *log = NULL;
+    size_t ln = 0, o = 0;
+    out[0] = '\0';
+    snprintf(logp, sizeof logp, "%s/figures.log", dir);
+    if (read_whole(logp, &log, &ln))
+        return;
+    for (char *line = log, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        if (strncmp(line, "figures: skipped ", 17))
+            continue;
+        const char *name = line + 17;
+        const size_t l = strcspn(name, ":");
+        if (o + l + 2 < len) {
+            o += (size_t)snprintf(out + o, len - o, "%s%.*s", o ? "," : "", (int)l, name);
+        }
+    }
+    free(log);
+}
+
+/* One run's figures and tables: the registry's in its order, then any
  * other the folder holds; the skipped ones with what they need. */
-static int section_figures(FILE *f, char *const *paths, const fig_group *g, size_t gi,
+static int section_figures(FILE *f, char *const *paths, const fig_run *g, size_t gi,
                            size_t *n_fig, char *why, size_t len)
 {
-    fputs("<p>Inputs:", f);
+    fputs(g->alone ? "<h3>Alone: " : g->n > 1 ? "<h3>Drawn together: " : "<h3>", f);
     for (size_t k = 0; k < g->n; k++) {
-        fputs(k ? ", " : " ", f);
+        fputs(k ? ", " : "", f);
         fputs("<code>", f);
         esc(f, paths[g->idx[k]]);
         fputs("</code>", f);
     }
-    fputs("</p>\n", f);
+    fputs("</h3>\n", f);
+    if (g->alone)
+        fputs("<p>The figures the inputs drawn together above could not share (each needs "
+              "its data in every input).</p>\n", f);
     char **svg = NULL, **csv = NULL;
     const size_t nsvg = stems(g->dir, ".svg", &svg), ncsv = stems(g->dir, ".csv", &csv);
     unsigned char *used_svg = calloc(nsvg + 1, 1), *used_csv = calloc(ncsv + 1, 1);
@@ -1002,11 +1040,14 @@ static int section_figures(FILE *f, char *const *paths, const fig_group *g, size
                     used_csv[j] = 1;
                 }
         }
+    if (!rc && !g->show_skipped && nsvg + ncsv == 0)
+        fputs("<p>None of the figures has its data in every one of these inputs; each input "
+              "is drawn alone below.</p>\n", f);
     /* what qmla figures skipped, and why */
     char logp[PATH_MAX + 16], *log = NULL;
     size_t ln = 0;
     snprintf(logp, sizeof logp, "%s/figures.log", g->dir);
-    if (!rc && read_whole(logp, &log, &ln) == 0) {
+    if (!rc && g->show_skipped && read_whole(logp, &log, &ln) == 0) {
         int any = 0;
         for (char *line = log, *nl; line && *line; line = nl ? nl + 1 : NULL) {
             nl = strchr(line, '\n');
@@ -1211,8 +1252,8 @@ int cmd_report(int argc, char **argv)
     int rc = QMLA_EXIT_OK;
     char why[QMLA_ERRMSG_MAX + PATH_MAX];
     char tmp[PATH_MAX] = "";
-    fig_group groups[REPORT_MAX_INPUTS];
-    size_t ng = 0;
+    static fig_run groups[2 * REPORT_MAX_INPUTS];
+    size_t ng = 0, n_joint = 0;
     char *page = NULL;
     size_t page_n = 0;
     FILE *f = NULL;
@@ -1230,6 +1271,7 @@ int cmd_report(int argc, char **argv)
             g++;
         if (g == ng) {
             memset(&groups[ng], 0, sizeof groups[ng]);
+            groups[ng].show_skipped = 1;
             groups[ng++].format = fm;
         }
         groups[g].idx[groups[g].n++] = i;
@@ -1243,14 +1285,17 @@ int cmd_report(int argc, char **argv)
             tmp[0] = '\0';
             goto out;
         }
+        /* a joint run whose figures some input lacks the data for: those
+         * figures drawn again for each input alone */
+        n_joint = ng;
         for (size_t g = 0; g < ng; g++) {
             snprintf(groups[g].dir, sizeof groups[g].dir, "%s/g%zu", tmp, g);
             if (mkdir(groups[g].dir, 0700)) {
                 rc = cli_fail("report", "%s: cannot create: %s", groups[g].dir, strerror(errno));
                 goto out;
             }
-            const int frc = run_figures(paths, groups[g].idx, groups[g].n, groups[g].dir, plots,
-                                        gnuplot);
+            const int frc = run_figures(paths, groups[g].idx, groups[g].n, groups[g].dir,
+                                        groups[g].alone ? groups[g].only : NULL, plots, gnuplot);
             if (frc != 0) {
                 char logp[PATH_MAX + 16], *log = NULL;
                 size_t ln = 0;
@@ -1269,6 +1314,22 @@ int cmd_report(int argc, char **argv)
                               "%d; messages above); --no-figures writes the page without them",
                               frc);
                 goto out;
+            }
+            char names[4096];
+            if (g < n_joint && groups[g].n > 1 &&
+                (skipped_names(groups[g].dir, names, sizeof names), names[0])) {
+                groups[g].show_skipped = 0;
+                for (size_t k = 0; k < groups[g].n && ng < 2 * REPORT_MAX_INPUTS; k++) {
+                    fig_run *a = &groups[ng++];
+                    memset(a, 0, sizeof *a);
+                    a->format = groups[g].format;
+                    a->idx[0] = groups[g].idx[k];
+                    a->n = 1;
+                    a->alone = 1;
+                    a->parent = g;
+                    a->show_skipped = 1;
+                    snprintf(a->only, sizeof a->only, "%s", names);
+                }
             }
         }
     }
@@ -1344,11 +1405,13 @@ int cmd_report(int argc, char **argv)
     size_t n_fig = 0;
     if (no_figures)
         fputs("<p>Left out (--no-figures).</p>\n", f);
-    for (size_t g = 0; g < ng && !no_figures; g++)
-        if (section_figures(f, paths, &groups[g], g, &n_fig, why, sizeof why)) {
-            rc = cli_fail("report", "%s", why);
-            goto out;
-        }
+    for (size_t g = 0; g < n_joint && !no_figures; g++)
+        for (size_t a = g; a < ng; a = a == g ? n_joint : a + 1) /* g, then its alone runs */
+            if ((a == g || groups[a].parent == g) &&
+                section_figures(f, paths, &groups[a], a, &n_fig, why, sizeof why)) {
+                rc = cli_fail("report", "%s", why);
+                goto out;
+            }
     fputs("<h2 id=\"tables\">4. Tables of every input</h2>\n<p>Numbers are rounded to 6 "
           "digits; the exact value (the shortest decimal that reads back to the stored double) "
           "is in each cell's data-v attribute.</p>\n", f);

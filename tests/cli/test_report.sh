@@ -97,6 +97,23 @@ expect 0 "report of a file with markup in its strings" -- "$QMLA" report "$work/
 pycheck "hostile strings escaped" escape "$work/hostile.html" '<script>alert(1)</script>' \
   '"><img src=x onerror=alert(2)>' '<iframe src=x></iframe>' 'a & b'
 
+# two results files, one without /summary: the figures they cannot share are
+# drawn for each alone, so the page holds every figure of each file
+"$PY" - "$res" "$work/oponly.h5" <<'EOF'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "w") as b:
+    b.attrs["format"] = "qmla-results"
+    b.attrs["format_version"] = 1
+    a.copy("predict", b)
+EOF
+expect 0 "figures of the /predict-only file" -- "$QMLA" figures "$work/oponly.h5" -o "$work/figs-op" --format svg
+expect 0 "report of two results files" -- "$QMLA" report "$res" "$work/oponly.h5" -o "$work/two.html"
+containsF "2 inputs" "two inputs: closing line"
+want=$(( $(ls "$work/figs"/*.svg | wc -l) + $(ls "$work/figs-op"/*.svg 2>/dev/null | wc -l) ))
+got=$(grep -o '<figure id=' "$work/two.html" | wc -l)
+if [ "$got" = "$want" ]; then ok; else bad "two inputs: $got figures in the page, expected $want (each file's own)"; fi
+if grep -q '<h3>Alone: ' "$work/two.html"; then ok; else bad "two inputs: no per-input figure section"; fi
+
 # output paths and bad inputs
 expect 2 "-o the input" -- "$QMLA" report "$res" -o "$res"
 contains "report (-o)" "-o the input: message"
