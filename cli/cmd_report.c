@@ -208,10 +208,13 @@ static int is_prov(const char *name)
     return strstr(name, "sha256") != NULL;
 }
 
-static void attr_table(FILE *f, const qmla_attr *a, size_t n, const char *cls)
+/* The attributes as a table: the provenance ones first (passes 0..1 of
+ * [first, last]: 0 provenance, 1 the others). */
+static void attr_table(FILE *f, const qmla_attr *a, size_t n, const char *cls, int first,
+                       int last)
 {
     fprintf(f, "<table class=\"attrs %s\"><tr><th>attribute</th><th>value</th></tr>\n", cls);
-    for (int pass = 0; pass < 2; pass++)
+    for (int pass = first; pass <= last; pass++)
         for (size_t k = 0; k < n; k++) {
             if (is_prov(a[k].name) != !pass)
                 continue;
@@ -1105,7 +1108,7 @@ static int section_tables(FILE *f, size_t idx, const char *path, size_t max_rows
                     shown < t->n_rows ? " (first rows shown)" : "");
             if (t->n_attrs) {
                 fputs("<details class=gattrs><summary>group attributes</summary>\n", f);
-                attr_table(f, t->attrs, t->n_attrs, "group");
+                attr_table(f, t->attrs, t->n_attrs, "group", 0, 1);
                 fputs("</details>\n", f);
             }
             fprintf(f, "<div class=scroll><table class=data data-file=\"%zu\" data-table=\"", idx);
@@ -1366,7 +1369,18 @@ int cmd_report(int argc, char **argv)
         fprintf(f, "<h3 data-input=\"%zu\">Input %zu: <code>", i, i + 1);
         esc(f, paths[i]);
         fputs("</code></h3>\n", f);
-        attr_table(f, root[i], nroot[i], "root");
+        char cls[48];
+        snprintf(cls, sizeof cls, "root\" data-input=\"%zu", i);
+        attr_table(f, root[i], nroot[i], cls, 0, 0);
+        size_t n_other = 0;
+        for (size_t k = 0; k < nroot[i]; k++)
+            n_other += !is_prov(root[i][k].name);
+        if (n_other) {
+            fprintf(f, "<details><summary>the other %zu root attributes (parameters, shapes)"
+                       "</summary>\n", n_other);
+            attr_table(f, root[i], nroot[i], cls, 1, 1);
+            fputs("</details>\n", f);
+        }
         char **gn = NULL;
         size_t ngn = 0;
         qmla_error_clear(&err);
@@ -1383,7 +1397,7 @@ int cmd_report(int argc, char **argv)
                     const char *cl = attr_str(ga, na, "command_line");
                     esc(f, cl ? cl : attr_str(ga, na, "tool"));
                     fputs("</code></summary>\n", f);
-                    attr_table(f, ga, na, "group");
+                    attr_table(f, ga, na, "group", 0, 1);
                     fputs("</details>\n", f);
                 }
                 qmla_attrs_free(ga, na);

@@ -38,11 +38,11 @@ tf=()
 for m in rtn smoothquant quarot; do
   # its per-layer "calibrated on" notes left out; errors still shown
   $q learn "$cap" -o "results/transforms/$m.h5" --method "$m" --train-cells code-s0 \
-    --threads "$threads" 2> >(grep -v ': calibrated on ' >&2)
+    --threads "$threads" 2> >(grep -v ' calibrated on ' >&2)
   tf+=(--transforms "results/transforms/$m.h5")
 done
 $q eval "$cap" "${tf[@]}" --config C4R4 --cells prose-s0 -o "$res" --threads "$threads" |
-  tail -n 4
+  tail -n 5
 $q ppl models/tiny-mla --text data/heldout/prose.txt.gz --text data/heldout/code.txt.gz \
   --config bf16,C4R4,C2R4 --policy none,sink4/local128 --tokens 2048 -o "$res" \
   --threads "$threads"

@@ -166,11 +166,12 @@ def check_tables(page, idx, path):
     extra = sorted(set(got) - set(want))
     (fail if extra else ok)("%s: no table in the page that the file lacks %s" % (path, extra if extra else ""))
     # provenance: every root attribute with its value
-    rows = [rows for a, rows in page.tables if "root" in a.get("class", "")]
-    if idx >= len(rows):
+    tabs = [rows for a, rows in page.tables
+            if "root" in a.get("class", "") and a.get("data-input") == str(idx)]
+    if not tabs:
         fail("%s: no provenance table" % path)
         return
-    have = {r[0][2]: r[1][2] for r in rows[idx][1:]}
+    have = {r[0][2]: r[1][2] for rows in tabs for r in rows[1:]}
     bad = [k for k, v in root.items()
            if k not in have or (isinstance(v, (bytes, str)) and have[k] != text_of(v))
            or (not isinstance(v, (bytes, str)) and np.ndim(v) == 0 and not same(have[k], v))]
