@@ -54,9 +54,11 @@ static void help(FILE *f, const void *ctx)
         "    /predict and /jvp; then a suggested --config (same cache bytes as\n"
         "    --budget), a per-layer configuration and a --policy sinkS/localW, with\n"
         "    how each is derived (docs/report.md);\n"
-        "  - every figure and table `qmla figures` can draw from the inputs (files\n"
-        "    of one format are drawn together, as qmla figures draws them), and the\n"
-        "    names of those it cannot draw with the data they need;\n"
+        "  - every figure and table `qmla figures` can draw from the inputs: files\n"
+        "    of one format drawn together (one model per panel or line, as qmla\n"
+        "    figures draws them), and a figure they cannot share (its data missing\n"
+        "    from one of them) drawn for each file alone; the names of those that\n"
+        "    cannot be drawn, with the data they need;\n"
         "  - every table of every input (the first --max-rows rows of each; the\n"
         "    whole table: qmla export FILE --table NAME).\n"
         "Every text from a file is HTML-escaped. The page is written atomically:\n"
@@ -1165,7 +1167,8 @@ static const char style[] =
     "figcaption{font-size:13px;color:#404040}pre{background:#f4f4f4;padding:.6em;"
     "overflow-x:auto}.check{padding:.3em .6em;border-radius:4px;background:#eee}"
     ".check.ok{background:#dff0d8}.check.fail{background:#f2dede}.u{color:#707070}"
-    "code{background:#f4f4f4;padding:0 .2em}td{word-break:break-word}"
+    "code{background:#f4f4f4;padding:0 .2em}table.attrs td{overflow-wrap:anywhere}"
+    "td.n,td{white-space:nowrap}table.attrs td{white-space:normal}"
     "table.attrs td:first-child{white-space:nowrap}";
 
 /* The page checks itself on load (the browser test reads the verdict from
