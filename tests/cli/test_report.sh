@@ -79,9 +79,25 @@ then ok; cp "$work/shot.png" "$logdir/test_report-screenshot.png"; cp "$work/dom
   echo "screenshot: $logdir/test_report-screenshot.png"
 else bad "screenshot: not a 1280x2400 PNG with content"; fi
 
-# --budget C2R8: the uniform suggestion (C3R4) is not the budget
-expect 0 "report --budget C2R8 --no-figures" -- "$QMLA" report "$res" -o "$work/c2r8.html" --budget C2R8 --no-figures
-pycheck "ranking and suggestion at --budget C2R8" rank "$work/c2r8.html" "$res"
+# --budget C2R8: the uniform suggestion (C3R4) is not the budget; and
+# sensitivities made so that the sink rule's answer hangs on its details:
+# every series 1 but sigma_0 = 30, sigma_1 = 6 and sigma_2 = 20 (about 25, 5
+# and 16 times the mean): 8x the mean and contiguous from the start gives 1
+# sink; 4x would give 3, any flagged position (not contiguous) 2
+cp "$res" "$work/sinks.h5"
+"$PY" - "$work/sinks.h5" <<'EOF'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    p = f["predict"]
+    s = np.ones(p["sensitivity"].shape)
+    for o, T in zip(p["sens_offset"][()], p["sens_T"][()]):
+        for q in (0, 1):
+            s[o + q * T:o + q * T + 3] = [30.0, 6.0, 20.0]
+    p["sensitivity"][...] = s
+EOF
+expect 0 "report --budget C2R8 --no-figures" -- "$QMLA" report "$work/sinks.h5" -o "$work/c2r8.html" --budget C2R8 --no-figures
+pycheck "ranking and suggestion at --budget C2R8" rank "$work/c2r8.html" "$work/sinks.h5"
+if grep -q 'data-policy>sink1/local128<' "$work/c2r8.html"; then ok; else bad "designed sensitivities: policy $(grep -o 'data-policy>[^<]*' "$work/c2r8.html"), expected sink1/local128"; fi
 
 # hostile strings: markup in the model name, a table string and an attribute
 cp "$res" "$work/hostile.h5"
