@@ -465,11 +465,12 @@ static int sens_sinks(const char *path, size_t *sink, double *share, size_t *n_s
     const qmla_table_col *cs = NULL, *co = NULL, *ct = NULL;
     qmla_table *ts[2] = {NULL, NULL};
     for (size_t k = 0; k < nn; k++) {
-        if (strncmp(names[k], "predict:", 8) == 0 && (!cs || !co)) {
+        if ((!strcmp(names[k], "predict") || !strncmp(names[k], "predict:", 8)) && (!cs || !co)) {
             qmla_table *t = NULL;
             if (qmla_table_read_any(path, names[k], &t, &e) == QMLA_OK) {
-                if (!cs && num_col(t, "sensitivity")) {
-                    cs = num_col(t, "sensitivity");
+                const qmla_table_col *c = qmla_table_column(t, "sensitivity");
+                if (!cs && c && c->v.kind == QMLA_VAL_FLOAT) {
+                    cs = c;
                     ts[0] = t;
                     t = NULL;
                 } else if (!co && num_col(t, "sens_offset") && num_col(t, "sens_T")) {
@@ -500,31 +501,41 @@ static int sens_sinks(const char *path, size_t *sink, double *share, size_t *n_s
         }
         if (ok) {
             const size_t lim = tmin / 4, ns = 2 * ni;
-            size_t s = 0;
+            double *mean = malloc(ns * sizeof *mean), *sum = malloc(ns * sizeof *sum);
+            size_t *off = malloc(ns * sizeof *off), s = 0;
+            if (!mean || !sum || !off) {
+                free(mean);
+                free(sum);
+                free(off);
+                qmla_table_free(ts[0]);
+                qmla_table_free(ts[1]);
+                return -1;
+            }
+            for (size_t q = 0; q < ns; q++) {
+                const size_t T = (size_t)qmla_values_get(&ct->v, q / 2);
+                off[q] = (size_t)qmla_values_get(&co->v, q / 2) + (q % 2) * T;
+                sum[q] = 0;
+                for (size_t t = 0; t < T; t++)
+                    sum[q] += cs->v.d[off[q] + t];
+                mean[q] = sum[q] / (double)T;
+            }
             for (; s < lim; s++) {
                 size_t hits = 0;
-                for (size_t q = 0; q < ns; q++) {
-                    const size_t T = (size_t)qmla_values_get(&ct->v, q / 2),
-                                 o = (size_t)qmla_values_get(&co->v, q / 2) + (q % 2) * T;
-                    double sum = 0;
-                    for (size_t t = 0; t < T; t++)
-                        sum += cs->v.d[o + t];
-                    hits += cs->v.d[o + s] >= SINK_FACTOR * sum / (double)T;
-                }
+                for (size_t q = 0; q < ns; q++)
+                    hits += cs->v.d[off[q] + s] >= SINK_FACTOR * mean[q];
                 if (2 * hits < ns)
                     break;
             }
             double sh = 0;
             for (size_t q = 0; q < ns; q++) {
-                const size_t T = (size_t)qmla_values_get(&ct->v, q / 2),
-                             o = (size_t)qmla_values_get(&co->v, q / 2) + (q % 2) * T;
-                double sum = 0, lead = 0;
-                for (size_t t = 0; t < T; t++) {
-                    sum += cs->v.d[o + t];
-                    lead += t < s ? cs->v.d[o + t] : 0;
-                }
-                sh += sum > 0 ? lead / sum : 0;
+                double lead = 0;
+                for (size_t t = 0; t < s; t++)
+                    lead += cs->v.d[off[q] + t];
+                sh += sum[q] > 0 ? lead / sum[q] : 0;
             }
+            free(mean);
+            free(sum);
+            free(off);
             *sink = s;
             *share = sh / (double)ns;
             *n_series = ns;
