@@ -20,7 +20,8 @@
 #                     provenance, the ranked sensitivities and suggestion, the
 #                     figures and every table (open it in a browser).
 # CAPTURE (the first argument) replaces the default capture; steps 5 and 6
-# then still use the default held-out texts and checkpoint.
+# then still use the default held-out texts and checkpoint. The last line
+# (stderr) gives the wall time of the job after the setup and of each step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -29,11 +30,18 @@ q=./build/cli/qmla
 res=results/default-sweep.h5
 mkdir -p results/transforms
 threads=$(nproc)
-$q check "$cap" -q --threads "$threads"
-$q sweep "$cap" -o "$res" -v --threads "$threads"
+# wall time per step: lap NAME after each (bash's EPOCHREALTIME, in seconds)
+t_start=$EPOCHREALTIME t_last=$EPOCHREALTIME laps=""
+lap() {
+  local now=$EPOCHREALTIME
+  laps+="${laps:+, }$1 $(awk -v a="$t_last" -v b="$now" 'BEGIN { printf "%.1f", b - a }')"
+  t_last=$now
+}
+$q check "$cap" -q --threads "$threads"; lap check
+$q sweep "$cap" -o "$res" -v --threads "$threads"; lap sweep
 # the headline of each step (sed reads on: no SIGPIPE under pipefail)
-$q predict "$cap" -o "$res" --threads "$threads" | sed -n '1,11p'
-$q intervene "$cap" -o "$res" --reps 8 --threads "$threads"
+$q predict "$cap" -o "$res" --threads "$threads" | sed -n '1,11p'; lap predict
+$q intervene "$cap" -o "$res" --reps 8 --threads "$threads"; lap intervene
 tf=()
 for m in rtn smoothquant quarot; do
   # its per-layer "calibrated on" notes left out; errors still shown
@@ -41,10 +49,14 @@ for m in rtn smoothquant quarot; do
     --threads "$threads" 2> >(grep -v ' calibrated on ' >&2)
   tf+=(--transforms "results/transforms/$m.h5")
 done
+lap learn
 $q eval "$cap" "${tf[@]}" --config C4R4 --cells prose-s0 -o "$res" --threads "$threads" |
   tail -n 5
+lap eval
 $q ppl models/tiny-mla --text data/heldout/prose.txt.gz --text data/heldout/code.txt.gz \
   --config bf16,C4R4,C2R4 --policy none,sink4/local128 --tokens 2048 -o "$res" \
   --threads "$threads"
-$q figures "$res" -o results/figures
-$q report "$res" -o results/report.html
+lap ppl
+$q figures "$res" -o results/figures; lap figures
+$q report "$res" -o results/report.html; lap report
+echo "main: $(awk -v a="$t_start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s after the setup ($laps s)" >&2
