@@ -123,11 +123,15 @@ with h5py.File(sys.argv[1], "r") as a, h5py.File(sys.argv[2], "w") as b:
     a.copy("predict", b)
 EOF
 expect 0 "figures of the /predict-only file" -- "$QMLA" figures "$work/oponly.h5" -o "$work/figs-op" --format svg
+expect 0 "figures of both files together" -- "$QMLA" figures "$res" "$work/oponly.h5" -o "$work/figs-both" --format svg
 expect 0 "report of two results files" -- "$QMLA" report "$res" "$work/oponly.h5" -o "$work/two.html"
 containsF "2 inputs" "two inputs: closing line"
-want=$(( $(ls "$work/figs"/*.svg | wc -l) + $(ls "$work/figs-op"/*.svg 2>/dev/null | wc -l) ))
-got=$(grep -o '<figure id=' "$work/two.html" | wc -l)
-if [ "$got" = "$want" ]; then ok; else bad "two inputs: $got figures in the page, expected $want (each file's own)"; fi
+# the page: those drawn together, then each file's others (names, sorted)
+stems() { ls "$1" | sed -n 's/\.svg$//p'; }
+want=$( { stems "$work/figs-both"; stems "$work/figs" | grep -vxF -f <(stems "$work/figs-both"; echo /);
+          stems "$work/figs-op" | grep -vxF -f <(stems "$work/figs-both"; echo /); } | sort | tr '\n' ' ')
+got=$(grep -o 'data-figure="[^"]*"' "$work/two.html" | sed 's/data-figure="//; s/"$//' | sort | tr '\n' ' ')
+if [ -n "$got" ] && [ "$got" = "$want" ]; then ok; else bad "two inputs: figures [$got], expected [$want]"; fi
 if grep -q '<h3>Alone: ' "$work/two.html"; then ok; else bad "two inputs: no per-input figure section"; fi
 
 # output paths and bad inputs
