@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -756,11 +757,27 @@ static int run_figures(char *const *paths, const size_t *idx, size_t n, const ch
         fflush(NULL);
         _exit(rc);
     }
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR)
-            return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    /* Ctrl-C reaches the child too (one process group): the parent waits
+     * for it, then removes the temporary folder and exits 130 */
+    struct sigaction ign, old_int, old_term;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGINT, &ign, &old_int);
+    sigaction(SIGTERM, &ign, &old_term);
+    int status = 0, rc;
+    for (;;) {
+        if (waitpid(pid, &status, 0) >= 0) {
+            rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            break;
+        }
+        if (errno != EINTR) {
+            rc = -1;
+            break;
+        }
+    }
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    return rc;
 }
 
 static int read_whole(const char *path, char **buf, size_t *n)
@@ -1313,6 +1330,12 @@ int cmd_report(int argc, char **argv)
             }
             const int frc = run_figures(paths, groups[g].idx, groups[g].n, groups[g].dir,
                                         groups[g].alone ? groups[g].only : NULL, plots, gnuplot);
+            if (frc == 128 + SIGINT || frc == 128 + SIGTERM) {
+                fprintf(stderr, "qmla report: interrupted (%s); no page written\n",
+                        frc == 128 + SIGINT ? "SIGINT" : "SIGTERM");
+                rc = QMLA_EXIT_INTERRUPTED;
+                goto out;
+            }
             if (frc != 0) {
                 char logp[PATH_MAX + 16], *log = NULL;
                 size_t ln = 0;

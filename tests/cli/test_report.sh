@@ -16,6 +16,7 @@
 #  - hostile strings in a file (markup in the model name, a table string,
 #    an attribute) appear as text: the page's one script, no injected element;
 #  - -o refused for an input, a directory, a non-HTML file; bad inputs exit 2;
+#    SIGTERM while the figures are drawn: exit 130, no page, no temporary left;
 #  - the screenshot (PNG) is kept in the test log folder for a reviewer.
 # SKIP (77) only when no chromium is installed (scripts/setup.sh installs
 # chromium-headless-shell). Env (meson): QMLA_BIN, QMLA_SOURCE_ROOT,
@@ -156,6 +157,19 @@ expect 2 "--budget C5R4" -- "$QMLA" report "$res" -o "$work/x.html" --budget C5R
 containsF "--budget" "bad budget: message"
 expect 2 "--gnuplot missing" -- "$QMLA" report "$res" -o "$work/x.html" --gnuplot "$work/no-gnuplot"
 containsF "no-figures" "missing gnuplot: the message says --no-figures"
+# SIGTERM to the process group while the figures are drawn (a gnuplot that
+# waits first): exit 130, no page, the temporary folder removed
+printf '#!/bin/sh\nsleep 30\nexec gnuplot "$@"\n' >"$work/slowgp"; chmod +x "$work/slowgp"
+mkdir -p "$work/tmp"
+TMPDIR="$work/tmp" setsid "$QMLA" report "$res" -o "$work/int.html" --gnuplot "$work/slowgp" \
+  >"$work/out" 2>&1 &
+pid=$!
+for _ in $(seq 50); do ls "$work/tmp"/qmla-report.*/g0/data >/dev/null 2>&1 && break; sleep 0.1; done
+kill -TERM -- -"$pid" 2>/dev/null
+wait "$pid"; got=$?
+if [ "$got" = 130 ]; then ok; else bad "SIGTERM during the figures: exit $got, expected 130"; fi
+containsF "interrupted (SIGTERM)" "SIGTERM: message"
+if [ -e "$work/int.html" ] || [ -n "$(ls -A "$work/tmp")" ]; then bad "SIGTERM left a page or a temporary folder"; else ok; fi
 expect 0 "--help" -- "$QMLA" report --help
 containsF "usage: qmla report" "--help: usage"
 finish test_report
