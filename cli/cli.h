@@ -44,6 +44,12 @@ int cli_mpi_sweep(qmla_capture *cap, const qmla_sweep_selection *sel,
 int cmd_export(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_figures(int argc, char **argv);
+int cmd_report(int argc, char **argv);
+/* The figures and tables of `qmla figures` (cmd_figures.c), in --list
+ * order: k < cli_figure_count(); the name (output stem: NAME.png|svg|pdf,
+ * or NAME.md and NAME.csv for a table) and in *what its description. */
+size_t cli_figure_count(void);
+const char *cli_figure_at(size_t k, const char **what);
 
 
 /* Table `name` of a results file (cmd_export.c): the HDF5 group, or the

@@ -707,6 +707,15 @@ static void list_figures(void)
     }
 }
 
+/* The registry for other commands (cli.h; qmla report lists what it embeds). */
+size_t cli_figure_count(void) { return N_FIGURES; }
+
+const char *cli_figure_at(size_t k, const char **what)
+{
+    *what = figures[k].what;
+    return figures[k].name;
+}
+
 static int selected(const char *only, const char *name)
 {
     if (!only)

@@ -6,6 +6,7 @@
  *   qmla export RESULTS.h5 [--table NAME] [--format tsv|csv|md|json]
  *   qmla show RESULTS.h5
  *   qmla figures RESULTS.h5 [MORE.h5 ...] -o DIR [--format png|svg|pdf]
+ *   qmla report RESULTS.h5 [MORE.h5 ...] -o REPORT.html
  *   qmla storage [--contexts LIST] [--config C4R4] [--policy sink4/local128]
  *
  * Exit status: 0 success, 1 a finding (e.g. an inconsistent capture),
@@ -35,6 +36,8 @@ static void usage(FILE *f)
             "  export  one table of a results file as tsv, csv, md or json\n"
             "  show    print the summary stored in a results file\n"
             "  figures render the paper's figures and tables from results files\n"
+            "  report  one self-contained HTML page: provenance, ranked sensitivities,\n"
+            "          every figure and table of results files\n"
             "  storage bytes per token of the low-bit paged cache vs BF16\n"
             "  merge   combine the part files of sharded sweeps -> results.h5\n"
             "  serve-sim  serving under KV-cache pressure (paper Table 10)\n"
@@ -73,7 +76,7 @@ static const struct {
 } commands[] = {
     {"check", cmd_check},     {"sweep", cmd_sweep},     {"synth", cmd_synth},
     {"storage", cmd_storage}, {"export", cmd_export},   {"show", cmd_show},
-    {"figures", cmd_figures}, {"jvp", cmd_jvp},         {"predict", cmd_predict},
+    {"figures", cmd_figures}, {"report", cmd_report},  {"jvp", cmd_jvp},         {"predict", cmd_predict},
     {"intervene", cmd_intervene}, {"merge", cmd_merge},
     {"serve-sim", cmd_serve_sim}, {"ppl", cmd_ppl},
     {"fuse", cmd_fuse},
