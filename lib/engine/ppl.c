@@ -108,7 +108,9 @@ static int kl_stats(const qmla_eng_ppl_kl *kl, size_t j, size_t n_cs, size_t n, 
             x[k] = kl->sum[k * n_cs + j] / (double)T;
         const double sd = gsl_stats_sd(x, 1, n);
         const double h = gsl_cdf_tdist_Pinv(0.975, (double)(n - 1)) * sd / sqrt((double)n);
-        res->kl_ci_lo = res->kl_mean - h;
+        /* truncated at 0: KL >= 0, so the part below 0 holds no value the
+         * mean can take (the interval keeps its coverage) */
+        res->kl_ci_lo = fmax(0.0, res->kl_mean - h);
         res->kl_ci_hi = res->kl_mean + h;
     }
     for (size_t k = 0; k < n; k++)
@@ -391,7 +393,7 @@ static int ppl_table_kl(hid_t g, const char *path, const qmla_ppl_row *rows, siz
         const char *name, *desc, *unit;
     } col[5] = {
         {"kl_mean_nats", "mean over targets of KL(P_ref || P_row), log-softmax in double", "nat/token"},
-        {"kl_ci95_lo", "95 % t interval over windows of the mean KL: low (NaN: one window)", "nat/token"},
+        {"kl_ci95_lo", "95 % t interval over windows of the mean KL, truncated at 0: low (NaN: one window)", "nat/token"},
         {"kl_ci95_hi", "95 % t interval over windows of the mean KL: high (NaN: one window)", "nat/token"},
         {"kl_p99_nats", "99th percentile of the per-target KL (float32 values, linear interpolation)", "nat"},
         {"top1_agreement", "fraction of targets whose argmax equals the reference's", ""}};

@@ -81,6 +81,7 @@ texts = {"prose": (os.path.join(H, "prose.txt.gz"), 3), "code": (os.path.join(H,
 CONFIGS = [("fp32", "none"), ("bf16", "none"), ("C4R4", "none"), ("C2R4", "none"),
            ("C4R4", "sink4/local128"), ("C2R4", "sink4/local128")]
 tables = {}
+n_trunc = [0]  # rows whose t interval reaches below 0 (truncated at 0 by qmla)
 for name, (path, nw) in texts.items():
     out = os.path.join(work, name + ".h5")
     rc, log = ppl(out, "--text", path, "--config", "fp32,bf16,C4R4,C2R4",
@@ -119,7 +120,9 @@ for name, (path, nw) in texts.items():
         p99 = np.percentile(kl.astype(np.float32).astype(np.float64), 99)
         got = {k: float(t[k][i]) for k in ("kl_mean_nats", "kl_ci95_lo", "kl_ci95_hi",
                                            "kl_p99_nats", "top1_agreement")}
-        want = {"kl_mean_nats": mean, "kl_ci95_lo": mean - h, "kl_ci95_hi": mean + h,
+        check(got["kl_ci95_lo"] >= 0, f"{name} {c}: interval truncated at 0 ({got['kl_ci95_lo']!r})")
+        n_trunc[0] += mean - h < 0
+        want = {"kl_mean_nats": mean, "kl_ci95_lo": max(0.0, mean - h), "kl_ci95_hi": mean + h,
                 "kl_p99_nats": p99, "top1_agreement": top1}
         for k in want:
             tol = 1e-7 * abs(want[k]) + 1e-13 if k != "top1_agreement" else 0
@@ -135,6 +138,9 @@ for name, (path, nw) in texts.items():
     i = CONFIGS.index(("fp32", "none"))
     check(all(t[k][i] == 0.0 for k in ("kl_mean_nats", "kl_ci95_lo", "kl_ci95_hi", "kl_p99_nats"))
           and t["top1_agreement"][i] == 1.0, f"{name}: fp32 row against itself not exactly 0 / 1")
+
+check(n_trunc[0] >= 1, "no row exercised the interval's truncation at 0")
+print(f"{n_trunc[0]} rows with the t interval's low end below 0 (truncated at 0)")
 
 # --kl-ref bf16: its row exactly 0 and 1; a reference not in --config (no row) bit for bit the same
 p = texts["prose"][0]
