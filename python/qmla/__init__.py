@@ -52,7 +52,8 @@ class _QParams(C.Structure):
 class _Spec(C.Structure):
     _fields_ = [("c_bits", C.c_int), ("r_bits", C.c_int), ("group", C.c_int),
                 ("meta", C.c_int), ("sink", C.c_int), ("window", C.c_int),
-                ("hook", C.c_void_p), ("name", C.c_char * 32), ("policy", C.c_char * 32)]
+                ("hook", C.c_void_p), ("name", C.c_char * 32), ("policy", C.c_char * 32),
+                ("layer_bits", (C.c_ubyte * 2) * 128), ("n_layer_bits", C.c_int)]
 
 
 class _Exec(C.Structure):

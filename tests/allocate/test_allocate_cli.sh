@@ -11,7 +11,11 @@
 #   - `qmla show` and `qmla export` read it;
 #   - bad input exits 2 naming the value: unknown candidate, budget not a
 #     number, infeasible budget, missing capture, missing --budget;
-#   - `--config ALLOC.h5` of qmla storage: the per-layer bytes and the mean.
+#   - `--config ALLOC.h5` of qmla storage: the per-layer bytes and the mean;
+#     of qmla eval: each layer's row equals the uniform run of its config;
+#     of qmla ppl: a uniform file scores exactly as that config, files with
+#     one 2-bit layer (first or last, the rest 8-bit) differ from each other
+#     and lie between uniform C8R8 and C2R2.
 # Needs QMLA_BIN, QMLA_SOURCE_ROOT, QMLA_PYTHON (set by meson).
 set -uo pipefail
 source "$(dirname "$0")/../support/cli_lib.sh"
@@ -102,6 +106,53 @@ assert len(per) == 6 and len(mean) == 1, rows
 for a, b in zip(per, g["bytes_per_token"][...]):
     assert abs(a - b) < 1e-3, (a, b)
 assert abs(mean[0] - g.attrs["bytes_per_token"]) < 1e-3
+PY
+
+# --config ALLOC.h5 of eval and ppl: files with chosen bits (h5py)
+expect 0 "make mixed files" -- "$PY" - "$work/a.h5" "$work" <<'PY'
+import sys, shutil, h5py
+src, d = sys.argv[1], sys.argv[2]
+def make(name, bits):
+    shutil.copy(src, f"{d}/{name}.h5")
+    with h5py.File(f"{d}/{name}.h5", "r+") as f:
+        f["allocate/c_bits"][...] = [b[0] for b in bits]
+        f["allocate/r_bits"][...] = [b[1] for b in bits]
+make("alt", [(4, 4), (2, 4)] * 3)   # layers alternate C4R4, C2R4
+make("u38", [(3, 8)] * 6)            # uniform C3R8 as a file
+make("lo0", [(2, 2)] + [(8, 8)] * 5) # one 2-bit layer first ...
+make("lo5", [(8, 8)] * 5 + [(2, 2)]) # ... or last
+PY
+# eval: each layer's row equals the uniform run of that layer's config
+expect 0 "rtn transforms" -- "$QMLA" learn "$cap" -o "$work/rtn.h5" --method rtn --train-cells prose-s0
+for c in C4R4 C2R4 alt.h5; do
+  f=$c; [ $c = alt.h5 ] && f=$work/alt.h5
+  expect 0 "eval $c" -- "$QMLA" eval "$cap" --transforms "$work/rtn.h5" --config "$f" --threads 1 -o "$work/ev-$c.h5"
+done
+expect 0 "eval per layer" -- "$PY" - "$work" <<'PY'
+import sys, h5py, numpy as np
+d = sys.argv[1]
+ev = {c: h5py.File(f"{d}/ev-{c}.h5", "r")["eval"] for c in ("C4R4", "C2R4", "alt.h5")}
+m = ev["alt.h5"]
+for i in range(len(m["layer"])):
+    L, cell = m["layer"][i], m["cell"][i]
+    ref = ev["C4R4" if L % 2 == 0 else "C2R4"]
+    j = [k for k in range(len(ref["layer"])) if ref["layer"][k] == L and ref["cell"][k] == cell][0]
+    assert m["nmse_out"][i] == ref["nmse_out"][j], (L, cell)
+assert not np.array_equal(m["nmse_out"][...], ev["C4R4"]["nmse_out"][...])
+PY
+# ppl: a uniform file scores as the uniform config; mixed files by layer
+ppl_cfg=C3R8,C2R2,C8R8,$work/u38.h5,$work/lo0.h5,$work/lo5.h5
+expect 0 "ppl --config ALLOC.h5" -- "$QMLA" ppl "$ROOT/models/tiny-mla" --text "$ROOT/data/heldout/prose.txt.gz" \
+  --config "$ppl_cfg" --tokens 512 --threads 1 -o "$work/ppl.h5"
+contains "mix383838383838" "the uniform file's name lists its layers"
+expect 0 "ppl rows" -- "$PY" - "$work/ppl.h5" <<'PY'
+import sys, h5py
+t = h5py.File(sys.argv[1], "r")["ppl_table"]
+v = {c.decode(): x for c, x in zip(t["config"][...], t["nll_nats_per_token"][...])}
+assert v["mix383838383838"] == v["C3R8"], v
+a, b = v["mix228888888888"], v["mix888888888822"]
+assert a != b and a != v["C8R8"] and b != v["C8R8"], v
+assert v["C8R8"] < min(a, b) and max(a, b) < v["C2R2"], v
 PY
 
 # bad input: exit 2, the value named
