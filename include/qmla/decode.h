@@ -102,7 +102,8 @@ int qmla_storage_account(const qmla_kv_config *c, int meta, long context,
                          qmla_storage_row *row, qmla_error *err);
 
 /* The same accounting for a latent of d_c + d_r values per token (multiples
- * of c->group) and every bit width of the quantizer (2, 3, 4, 8; 16 BF16):
+ * of c->group, or a path narrower than it: one group, as the quantizer
+ * groups it) and every bit width of the quantizer (2, 3, 4, 8; 16 BF16):
  * code bytes per token (d_c/G) ceil(G c_bits/8) + (d_r/G) ceil(G r_bits/8),
  * metadata, protection (S + W) (d_c + d_r) 2, page table 4 per 64 tokens;
  * ratio against 2 (d_c + d_r) bytes per token. qmla_storage_account is this

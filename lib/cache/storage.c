@@ -26,10 +26,13 @@ int qmla_storage_account_dims(const qmla_kv_config *c, int meta, long context, i
     if (c->group != 8 && c->group != 16 && c->group != 32 && c->group != 64)
         return qmla_error_set(err, QMLA_EINVAL,
                               "storage: group: expected 8, 16, 32 or 64, found %d", c->group);
-    if (d_c < 1 || d_r < 1 || d_c % c->group || d_r % c->group)
+    /* as the quantizer groups a path: width/G groups of G, or one group of
+     * the whole path when it is narrower than G */
+    if (d_c < 1 || d_r < 1 || (d_c > c->group && d_c % c->group) ||
+        (d_r > c->group && d_r % c->group))
         return qmla_error_set(err, QMLA_EINVAL,
-                              "storage: d_c %d, d_r %d: expected positive multiples of the "
-                              "group %d", d_c, d_r, c->group);
+                              "storage: d_c %d, d_r %d: expected multiples of the group %d "
+                              "(or narrower than it)", d_c, d_r, c->group);
     if (c->sink < 0 || c->window < 0)
         return qmla_error_set(err, QMLA_EINVAL,
                               "storage: sink %d / window %d: expected >= 0", c->sink, c->window);
@@ -47,9 +50,10 @@ int qmla_storage_account_dims(const qmla_kv_config *c, int meta, long context, i
         row->meta_bytes = 0;
         row->protect_bytes = 0;
     } else {
-        const int ng_c = d_c / c->group, ng_r = d_r / c->group;
-        const double cb_c = (double)ng_c * (double)qmla_core_packed_bytes((size_t)c->group, c->c_bits);
-        const double cb_r = (double)ng_r * (double)qmla_core_packed_bytes((size_t)c->group, c->r_bits);
+        const int gc = d_c < c->group ? d_c : c->group, gr = d_r < c->group ? d_r : c->group;
+        const int ng_c = d_c / gc, ng_r = d_r / gr;
+        const double cb_c = (double)ng_c * (double)qmla_core_packed_bytes((size_t)gc, c->c_bits);
+        const double cb_r = (double)ng_r * (double)qmla_core_packed_bytes((size_t)gr, c->r_bits);
         row->code_bytes = T * (cb_c + cb_r);
         row->meta_bytes = T * (meta == QMLA_CORE_META_Q8 ? (4 + 2 * ng_c) + (4 + 2 * ng_r)
                                                          : 4 * (ng_c + ng_r));

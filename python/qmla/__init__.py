@@ -926,10 +926,20 @@ def learn(capture, output, **opts):
 
 def evaluate(capture, output, transforms, config, **opts):
     """qmla eval (qmla_tf_eval_run, group /eval): transforms (a list of
-    files), config (C4R4 or C2R4), policy, layers, cells, threads, engine."""
+    files), config (C4R4, C2R4 or an allocation file of allocate()), policy,
+    layers, cells, threads, engine."""
     if isinstance(transforms, (str, bytes, os.PathLike)):
         transforms = [transforms]
     return run_driver("eval", capture, output, transforms=list(transforms), config=config, **opts)
+
+
+def allocate(capture, output, budget, **opts):
+    """qmla allocate (qmla_alloc_run, group /allocate; docs/allocate.md):
+    budget (bytes per token, a config such as "C4R4", or "3.5bits"),
+    candidates (comma list), policy, context, transforms, cells, threads,
+    engine. Returns n_layers, budget_bytes_per_token, bytes_per_token,
+    pred_total, measure_cpu_s."""
+    return run_driver("allocate", capture, output, budget=budget, **opts)
 
 
 def capture(model_dir, output, corpus, **opts):

@@ -179,6 +179,13 @@ static void budgets_and_storage(void)
     qmla_storage_row r;
     CHECK_OK(qmla_storage_account_dims(&c3, QMLA_CORE_META_F16, 64, 512, 64, &r, &err), err);
     CHECK(r.total_bytes == (192 + 32 + 36) * 64.0 + 4, "C3R4 at 512+64: %g", r.total_bytes);
+    /* a path narrower than the group is one group (the quantizer's rule):
+     * d_c 64, d_r 16 at C4R2 = 32 + 4 code bytes, 4 + 4 metadata per token */
+    qmla_kv_config cn = {4, 2, 64, 0, 0};
+    CHECK_OK(qmla_storage_account_dims(&cn, QMLA_CORE_META_F16, 64, 64, 16, &r, &err), err);
+    CHECK(r.total_bytes == (32 + 4 + 8) * 64.0 + 4, "C4R2 at 64+16: %g", r.total_bytes);
+    CHECK(qmla_storage_account_dims(&cn, QMLA_CORE_META_F16, 64, 96, 16, &r, &err) == QMLA_EINVAL,
+          "d_c 96 with group 64 accepted");
     qmla_kv_config c5 = {5, 4, 64, 0, 0};
     CHECK(qmla_storage_account_dims(&c5, QMLA_CORE_META_F16, 64, 512, 64, &r, &err) == QMLA_EINVAL,
           "C5R4 accepted");
