@@ -8,7 +8,8 @@
 #   - the allocation file (h5py): one chosen candidate per layer, bytes
 #     reached <= budget, pred_total the sum, and the optimum equal to a
 #     NumPy brute force over every assignment of the candidates table;
-#   - `qmla show` and `qmla export` read it;
+#   - `qmla show` and `qmla export` read it; `qmla figures` renders the
+#     allocate-pareto and allocate-strip figures of the committed validation;
 #   - bad input exits 2 naming the value: unknown candidate, budget not a
 #     number, infeasible budget, missing capture, missing --budget;
 #   - `--config ALLOC.h5` of qmla storage: the per-layer bytes and the mean;
@@ -169,6 +170,19 @@ expect 2 "missing --budget" -- "$QMLA" allocate "$cap" -o "$work/x.h5"
 containsF -- "--budget" "missing budget named"
 expect 2 "bad policy" -- "$QMLA" allocate "$cap" --budget C4R4 --policy sink4 -o "$work/x.h5"
 [ ! -e "$work/x.h5" ] && ok || bad "a refused run left $work/x.h5"
+# the figures of the committed validation (gnuplot: skipped without it)
+if command -v gnuplot >/dev/null; then
+  expect 0 "figures" -- "$QMLA" figures "$ROOT/docs/evidence/allocate-validation/pareto.h5" -o "$work/figs" \
+    --only allocate-pareto,allocate-strip
+  expect 0 "figure sizes" -- "$PY" - "$work/figs" <<'PY'
+import struct, sys
+for name, size in (("allocate-pareto", (720, 520)), ("allocate-strip", (620, 360))):
+    b = open(f"{sys.argv[1]}/{name}.png", "rb").read()
+    assert b[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", b[16:24]) == size, name
+PY
+fi
+expect 0 "figures --list" -- "$QMLA" figures --list
+containsF "allocate-pareto" "figures --list names allocate-pareto"
 expect 0 "help" -- "$QMLA" allocate --help
 containsF "--budget B" "help lists --budget"
 finish test_allocate_cli
