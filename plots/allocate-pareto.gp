@@ -2,7 +2,8 @@
 # every uniform cache configuration C{c}R{r} (grey points, named), the
 # uniform Pareto front (grey line: no uniform configuration is better at
 # fewer or equal bytes), the per-layer allocations of `qmla allocate` at each
-# budget (red), and the BF16 cache's bits/byte (dashed). Reads
+# budget (red), the measured search of scripts/allocate-search.py where
+# present (blue, dotted), and the BF16 cache's bits/byte (dashed). Reads
 # data/m1.allocate_pareto.tsv (columns kind_index, name, bytes_per_token,
 # bpb_mean, on_front; written by scripts/allocate-table.py into pareto.h5).
 # Size 720 by 520 pixels.
@@ -27,4 +28,6 @@ plot f using (column("kind_index") == 0 ? column("bytes_per_token") : NaN):"bpb_
      f using (column("kind_index") == 1 ? column("bytes_per_token") : NaN):"bpb_mean" \
        smooth unique with linespoints pt 9 ps 1.4 lw 2 lc rgb c_rope title "allocated (qmla allocate)", \
      f using (column("kind_index") == 1 ? column("bytes_per_token") : NaN):"bpb_mean":(strcol("name")) \
-       with labels left offset 1.2, -0.7 font ",9" tc rgb c_rope notitle noenhanced
+       with labels left offset 1.2, -0.7 font ",9" tc rgb c_rope notitle noenhanced, \
+     f using (column("kind_index") == 3 ? column("bytes_per_token") : NaN):"bpb_mean" \
+       smooth unique with linespoints pt 5 ps 1.0 lw 1.5 dt 3 lc rgb c_content title "measured search (per-layer ppl)"

@@ -9,7 +9,8 @@ Also WORKDIR/pareto.h5, a qmla-results file with the tables the figures
 allocate-pareto and allocate-strip read (`qmla figures WORKDIR/pareto.h5
 -o DIR --only allocate-pareto,allocate-strip`): /allocate_pareto (one row
 per uniform configuration, allocation and bf16: kind_index 0 uniform,
-1 allocated, 2 bf16; on_front 1 for the uniform configurations no other
+1 allocated, 2 bf16, 3 the measured search of scripts/allocate-search.py
+when WORKDIR/search.tsv exists; on_front 1 for the uniform configurations no other
 uniform one beats at fewer or equal bytes) and /allocate_strip (one row per
 budget and layer), each group with its provenance attributes (this script,
 its command line, the git commit, the SHA-256 of every input).
@@ -18,6 +19,7 @@ Measured per-layer error: /eval nmse_out (both caches, RTN), the mean over
 cells, as `qmla eval` prints it; the model-level error is its sum over
 layers, as the allocation's pred_total. Spearman: average ranks (ties)."""
 import datetime
+import os
 import hashlib
 import subprocess
 import sys
@@ -93,6 +95,12 @@ def write_pareto(w, budgets, uni, mean_bpb):
             strip.append((bi, b, int(L), int(c[1]), int(c[3]), float(by)))
         inputs[f"allocation_{bi}"] = f"{w}/alloc-{b}.h5"
     rows.append((2, "bf16", 640.0625, mean_bpb["bf16"], 0.0, 0.0))  # 2 (256 + 64) + 4/64
+    # the measured search of scripts/allocate-search.py, when it has run
+    if os.path.exists(f"{w}/search.tsv"):
+        for line in open(f"{w}/search.tsv").read().strip().split("\n")[1:]:
+            b, _, by, bp = line.split("\t")[:4]
+            rows.append((3, b, float(by), float(bp), float("nan"), float("nan")))
+        inputs["search_ppl"] = f"{w}/search-ppl.h5"
     front = []
     for r in rows:
         front.append(int(r[0] == 0 and not any(q[0] == 0 and q[2] <= r[2] and q[3] < r[3] for q in rows)))
@@ -102,7 +110,8 @@ def write_pareto(w, budgets, uni, mean_bpb):
         g = h.create_group("allocate_pareto")
         provenance(g, inputs)
         g["kind_index"] = np.array([r[0] for r in rows], np.int32)
-        g["kind_index"].attrs["description"] = "0 uniform, 1 allocated (qmla allocate), 2 bf16"
+        g["kind_index"].attrs["description"] = ("0 uniform, 1 allocated (qmla allocate), 2 bf16, "
+                                                "3 measured search (scripts/allocate-search.py)")
         g["name"] = np.array([r[1] for r in rows], dtype=h5py.string_dtype())
         g["bytes_per_token"] = np.array([r[2] for r in rows])
         g["bpb_mean"] = np.array([r[3] for r in rows])

@@ -8,14 +8,19 @@
 #      of each allocation, and of every uniform candidate;
 #   3. qmla ppl on both held-out texts (--tokens N each, default 16384) of
 #      bf16, the 16 uniform configurations and the 5 allocations;
-#   4. scripts/allocate-table.py: the tables (per-layer predicted vs
+#   4. scripts/allocate-search.py: the measured search baseline (each layer
+#      at each candidate, the others at C8R8, scored by qmla ppl on 4096
+#      tokens per text; the same knapsack on the measured deltas; its
+#      allocations scored like the others) — QMLA_NO_SEARCH=1 skips it;
+#   5. scripts/allocate-table.py: the tables (per-layer predicted vs
 #      measured with Spearman; per budget the allocation against the best
 #      uniform configuration within the budget and the cheapest-best of the
 #      same or larger bytes).
 # Usage: bash scripts/allocate-validate.sh [WORKDIR] [TOKENS]
 # Writes WORKDIR/{per_layer.tsv,summary.tsv,table.md} (default WORKDIR
 # /tmp/qmla-allocate-validate); docs/evidence/allocate-validation/ keeps the
-# committed copy. Takes about 10 minutes niced on a shared 2-core machine.
+# committed copy. Took 13 + 17 minutes (validation + search) niced on a
+# shared, heavily loaded 2-core machine.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 q=${QMLA_BIN:-$root/build/cli/qmla}
@@ -55,5 +60,7 @@ start=$(date +%s)
 run "$q" ppl "$model" --text "$root/data/heldout/prose.txt.gz" --text "$root/data/heldout/code.txt.gz" \
   --config "$cfgs" --tokens "$tokens" --context 512 --threads 2 -o "$w/ppl.h5" | tee "$w/ppl.txt"
 echo "ppl: $(( $(date +%s) - start )) s wall" >&2
+# the measured search baseline (96 configurations scored by qmla ppl), then the tables
+[ "${QMLA_NO_SEARCH:-0}" = 1 ] || run "$py" "$root/scripts/allocate-search.py" "$w" 4096 "$tokens"
 "$py" "$root/scripts/allocate-table.py" "$w" $budgets
 run "$q" figures "$w/pareto.h5" -o "$w/figs" --only allocate-pareto,allocate-strip
