@@ -47,7 +47,7 @@ static void usage(FILE *f)
             "  fuse    fold a transforms file into an MLA checkpoint (safetensors)\n"
             "  learn   per-layer cache transforms: QuantMLA (learned), RTN, SmoothQuant†,\n"
             "          QuaRot† -> a transforms file (docs/transforms-format.md)\n"
-            "  eval    output NMSE of transforms at C4R4/C2R4, with the RoPE bound (/eval)\n"
+            "  eval    output NMSE of transforms at C4R4/C2R4 or ALLOC.h5, with the RoPE bound\n"
             "  allocate  per-layer cache bits under a byte budget from the operator model\n"
             "          (/allocate; use it as --config ALLOC.h5)\n"
             "\n"

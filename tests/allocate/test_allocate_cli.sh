@@ -16,7 +16,8 @@
 #     of qmla eval: each layer's row equals the uniform run of its config;
 #     of qmla ppl: a uniform file scores exactly as that config, files with
 #     one 2-bit layer (first or last, the rest 8-bit) differ from each other
-#     and lie between uniform C8R8 and C2R2.
+#     and lie between uniform C8R8 and C2R2; five layers at C2R8 and one at
+#     C8R8 cost more than half of uniform C2R8's loss and less than all of it.
 # Needs QMLA_BIN, QMLA_SOURCE_ROOT, QMLA_PYTHON (set by meson).
 set -uo pipefail
 source "$(dirname "$0")/../support/cli_lib.sh"
@@ -122,6 +123,7 @@ make("alt", [(4, 4), (2, 4)] * 3)   # layers alternate C4R4, C2R4
 make("u38", [(3, 8)] * 6)            # uniform C3R8 as a file
 make("lo0", [(2, 2)] + [(8, 8)] * 5) # one 2-bit layer first ...
 make("lo5", [(8, 8)] * 5 + [(2, 2)]) # ... or last
+make("hi0", [(8, 8)] + [(2, 8)] * 5) # five 2-bit content layers
 PY
 # eval: each layer's row equals the uniform run of that layer's config
 expect 0 "rtn transforms" -- "$QMLA" learn "$cap" -o "$work/rtn.h5" --method rtn --train-cells prose-s0
@@ -142,7 +144,7 @@ for i in range(len(m["layer"])):
 assert not np.array_equal(m["nmse_out"][...], ev["C4R4"]["nmse_out"][...])
 PY
 # ppl: a uniform file scores as the uniform config; mixed files by layer
-ppl_cfg=C3R8,C2R2,C8R8,$work/u38.h5,$work/lo0.h5,$work/lo5.h5
+ppl_cfg=C3R8,C2R2,C8R8,C2R8,$work/u38.h5,$work/lo0.h5,$work/lo5.h5,$work/hi0.h5
 expect 0 "ppl --config ALLOC.h5" -- "$QMLA" ppl "$ROOT/models/tiny-mla" --text "$ROOT/data/heldout/prose.txt.gz" \
   --config "$ppl_cfg" --tokens 512 --threads 1 -o "$work/ppl.h5"
 contains "mix383838383838" "the uniform file's name lists its layers"
@@ -154,6 +156,9 @@ assert v["mix383838383838"] == v["C3R8"], v
 a, b = v["mix228888888888"], v["mix888888888822"]
 assert a != b and a != v["C8R8"] and b != v["C8R8"], v
 assert v["C8R8"] < min(a, b) and max(a, b) < v["C2R2"], v
+# five of six layers at 2-bit content cost more than half of uniform C2R8's loss
+h = v["mix882828282828"]
+assert h - v["C8R8"] > 0.5 * (v["C2R8"] - v["C8R8"]) and h < v["C2R8"], v
 PY
 
 # bad input: exit 2, the value named
