@@ -3,15 +3,19 @@
 # README: docs/figures/default/ (the default run: the sweep of
 # data/tiny-mla-default.h5 that scripts/run-main.sh makes) and
 # docs/figures/tiny-mla-full/ (the full six-cell tiny-mla sweep at cache NMSE
-# 1e-2 and 1e-3, experiments/tiny-mla/results/). Needs a build (scripts/setup.sh).
+# 1e-2 and 1e-3, experiments/tiny-mla/results/) and docs/figures/allocate/ (the
+# qmla allocate validation, docs/evidence/allocate-validation/pareto.h5 from
+# scripts/allocate-validate.sh). Needs a build (scripts/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 qmla=./build/cli/qmla
 mkdir -p results
 [ -f results/default-sweep.h5 ] ||
   "$qmla" sweep data/tiny-mla-default.h5 -o results/default-sweep.h5 --threads "$(nproc)"
-rm -rf docs/figures/default docs/figures/tiny-mla-full
+rm -rf docs/figures/default docs/figures/tiny-mla-full docs/figures/allocate
 "$qmla" figures results/default-sweep.h5 -o docs/figures/default
 "$qmla" figures experiments/tiny-mla/results/tiny-mla-full-sweep.h5 \
   experiments/tiny-mla/results/tiny-mla-full-sweep-nu1e-3.h5 -o docs/figures/tiny-mla-full
+"$qmla" figures docs/evidence/allocate-validation/pareto.h5 -o docs/figures/allocate \
+  --only allocate-pareto,allocate-strip
 rm -f docs/figures/*/data/*.log
