@@ -6,5 +6,5 @@ array source[1]
 array nmse[1]
 label[1] = 'pareto.h5'
 model[1] = ''
-source[1] = '/tmp/qmla-allocate-validate/pareto.h5'
+source[1] = 'docs/evidence/allocate-validation/pareto.h5'
 nmse[1] = NaN
