@@ -119,9 +119,11 @@ int cmd_allocate(int argc, char **argv)
                "%ld, policy %s)\n", argv[optind], budget, a->budget_bytes, a->n, a->context,
                a->policy);
         printf("%6s %8s %12s %14s\n", "layer", "config", "bytes/token", "pred NMSE");
-        for (size_t i = 0; i < a->n; i++)
-            printf("%6d %5sC%dR%d %12.4f %14.4e\n", a->layer[i], "", a->c_bits[i], a->r_bits[i],
-                   a->bytes[i], a->pred[i]);
+        for (size_t i = 0; i < a->n; i++) {
+            char cfg[16];
+            snprintf(cfg, sizeof cfg, "C%dR%d", a->c_bits[i], a->r_bits[i]);
+            printf("%6d %8s %12.4f %14.4e\n", a->layer[i], cfg, a->bytes[i], a->pred[i]);
+        }
         printf("%6s %8s %12.4f %14.4e  (sum over layers)\n", "total", "", a->bytes_per_token,
                a->pred_total);
         printf("measured %zu candidates x %zu layers in %.2f CPU s, knapsack %.4f CPU s\n",

@@ -8,6 +8,8 @@
 #   - the allocation file (h5py): one chosen candidate per layer, bytes
 #     reached <= budget, pred_total the sum, and the optimum equal to a
 #     NumPy brute force over every assignment of the candidates table;
+#   - --transforms (RTN's identity: the plain numbers) and --policy (less
+#     error, the protected tokens' BF16 bytes counted by closed form);
 #   - `qmla show` and `qmla export` read it; `qmla figures` renders the
 #     allocate-pareto and allocate-strip figures of the committed validation;
 #   - bad input exits 2 naming the value: unknown candidate, budget not a
@@ -142,6 +144,24 @@ for i in range(len(m["layer"])):
     j = [k for k in range(len(ref["layer"])) if ref["layer"][k] == L and ref["cell"][k] == cell][0]
     assert m["nmse_out"][i] == ref["nmse_out"][j], (L, cell)
 assert not np.array_equal(m["nmse_out"][...], ev["C4R4"]["nmse_out"][...])
+PY
+# --transforms: RTN's identity transform gives the plain allocation's numbers;
+# --policy: protected tokens clean (less error) and their BF16 bytes counted
+expect 0 "allocate --transforms rtn" -- "$QMLA" allocate "$cap" --budget C4R4 --context 512 --cells code-s0 \
+  --transforms "$work/rtn.h5" --threads 1 -o "$work/tf.h5"
+expect 0 "allocate --policy" -- "$QMLA" allocate "$cap" --budget C4R4 --context 512 --cells code-s0 \
+  --policy sink4/local16 --threads 1 -o "$work/pol.h5"
+expect 0 "transforms and policy" -- "$PY" - "$work/one.h5" "$work/tf.h5" "$work/pol.h5" <<'PY'
+import sys, h5py, numpy as np
+a, t, p = (h5py.File(x, "r")["allocate/candidates"] for x in sys.argv[1:4])
+assert np.allclose(a["pred_nmse"][...], t["pred_nmse"][...], rtol=1e-6, atol=0)
+assert h5py.File(sys.argv[2], "r")["allocate"].attrs["transforms"].endswith("rtn.h5")
+assert (p["nmse_c"][...] < a["nmse_c"][...]).all() and (p["pred_nmse"][...] < a["pred_nmse"][...]).all()
+cfg = [x.decode() for x in p["config"][...]]
+i = cfg.index("C4R4")
+want = ((128 + 32 + 20) * 512 + 32 + (4 + 16) * 320 * 2) / 512
+assert abs(p["bytes_per_token"][i] - want) < 1e-12, (p["bytes_per_token"][i], want)
+assert h5py.File(sys.argv[3], "r")["allocate"].attrs["policy"] == "sink4/local16"
 PY
 # ppl: a uniform file scores as the uniform config; mixed files by layer
 ppl_cfg=C3R8,C2R2,C8R8,C2R8,$work/u38.h5,$work/lo0.h5,$work/lo5.h5,$work/hi0.h5
