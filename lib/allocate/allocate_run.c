@@ -328,6 +328,26 @@ int qmla_alloc_run(const char *capture, const char *out, const qmla_alloc_opts *
         st = qmla_error_set(err, QMLA_ENOMEM, "allocate: out of memory");
         goto free_work;
     }
+    /* the costs first: an infeasible budget is refused before any measurement */
+    long long cheapest = 0;
+    for (size_t li = 0; li < NL && !st; li++) {
+        long long lo = 0;
+        for (size_t k = 0; k < K && !st; k++) {
+            st = qmla_alloc_layer_bytes(cb[k], rb[k], d_c, d_r, (int)c.sink, (int)c.local, context,
+                                        &cost[li * K + k], err);
+            lo = k == 0 || cost[li * K + k] < lo ? cost[li * K + k] : lo;
+        }
+        cheapest += lo;
+    }
+    if (st)
+        goto free_work;
+    if (cheapest > capb) {
+        st = qmla_refuse(&r->refusal, err, "--budget %s = %.4f bytes per token: below the "
+                         "cheapest assignment, %.4f bytes per token (every layer at its cheapest "
+                         "candidate; %zu layers, context %ld, policy %s)", o->budget, budget_bpt,
+                         (double)cheapest / ((double)NL * (double)context), NL, context, policy);
+        goto free_work;
+    }
     const double t0 = cpu_s();
     qmla_transform rtn;
     memset(&rtn, 0, sizeof rtn);
@@ -360,8 +380,6 @@ int qmla_alloc_run(const char *capture, const char *out, const qmla_alloc_opts *
         if (!st)
             st = measure_layer(&c, li, t, gamma, &lm[li], &r->refusal, err);
         for (size_t k = 0; k < K && !st; k++) {
-            st = qmla_alloc_layer_bytes(cb[k], rb[k], d_c, d_r, (int)c.sink, (int)c.local, context,
-                                        &cost[li * K + k], err);
             const int ic = width_index(cb[k]), ir = width_index(rb[k]);
             qmla_alloc_cand *q = &r->cand[li * K + k];
             q->layer = layer;
