@@ -63,6 +63,7 @@ int cmd_fuse(int argc, char **argv);
 int cmd_learn(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_capture(int argc, char **argv);
+int cmd_allocate(int argc, char **argv);
 /* Shared body of `qmla jvp` (pred 0) and `qmla predict` (pred 1). */
 int cli_op_main(int argc, char **argv, int pred);
 

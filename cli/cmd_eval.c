@@ -25,12 +25,13 @@ static void help(FILE *f, const void *ctx)
     (void)ctx;
     fprintf(f,
         "usage: qmla eval CAPTURE.h5 --transforms T.h5 [--transforms T2.h5 ...]\n"
-        "                 --config C4R4|C2R4 [--policy sink4/local128|none]\n"
+        "                 --config C4R4|C2R4|ALLOC.h5 [--policy sink4/local128|none]\n"
         "                 [--layers LIST] [--cells LIST] [--threads N] -o RESULTS.h5\n"
         "\n"
         "For every transforms file, layer and cell: caches quantized in the\n"
         "transformed coordinates, QDQ(X T) T^-1 (content x bits, RoPE y bits for\n"
-        "C{x}R{y}, group 64, f16 metadata); output NMSE with both caches, with\n"
+        "C{x}R{y}, group 64, f16 metadata; ALLOC.h5 from qmla allocate: each\n"
+        "layer at its own C{x}R{y}); output NMSE with both caches, with\n"
         "only the content cache and with only the RoPE cache quantized; the\n"
         "positional-score error; the RoPE bound of docs/math.md §8. --policy\n"
         "keeps the first S and the last W tokens of each sequence clean (default\n"
@@ -63,7 +64,7 @@ int cmd_eval(int argc, char **argv)
         {.name = "output", .shrt = 'o', .kind = CLI_STR, .dst = &out},
         {.name = "transforms", .shrt = 0, .kind = CLI_REPEAT, .dst = tf_path, .hi = MAX_TF, .expected = "files",
          .count = &n_tf},
-        {.name = "config", .shrt = 0, .kind = CLI_CHOICE, .dst = &config, .expected = "C4R4 or C2R4", .choices = "C4R4 C2R4"},
+        {.name = "config", .shrt = 0, .kind = CLI_STR, .dst = &config},
         {.name = "policy", .shrt = 0, .kind = CLI_FN, .dst = &policy, .fn = opt_policy},
         {.name = "layers", .shrt = 0, .kind = CLI_STR, .dst = &layers_arg},
         {.name = "cells", .shrt = 0, .kind = CLI_STR, .dst = &cells_arg},

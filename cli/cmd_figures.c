@@ -108,6 +108,14 @@ static const figure_def figures[] = {
      120, 420, 460, 0, NULL,
      "gain ratio per equal-energy control and path with 95 % bootstrap intervals, "
      "unity marked (`qmla intervene`'s /interventions; paper Fig. 7c)"},
+    {"allocate-pareto", "allocate_pareto", "kind_index,bytes_per_token,bpb_mean,on_front",
+     720, 0, 520, 0, NULL,
+     "bits/byte against bytes per token: uniform configurations, their Pareto front and "
+     "the allocations of `qmla allocate` (scripts/allocate-validate.sh's pareto.h5)"},
+    {"allocate-strip", "allocate_strip", "budget_index,layer,c_bits,r_bits",
+     620, 0, 360, 0, NULL,
+     "the configuration `qmla allocate` chose per layer and budget, as a strip "
+     "(scripts/allocate-validate.sh's pareto.h5)"},
     {"table4", "summary", "@model_response_content,@model_response_rope,@model_ratio",
      0, 0, 0, 0, render_table4,
      "model-level responses and ratio beside the paper's rows (paper Table 4), "

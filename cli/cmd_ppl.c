@@ -31,6 +31,7 @@ static void usage(FILE *f)
         "  --config LIST    comma-separated cache configurations (default bf16):\n"
         "                   fp32, bf16, C{x}R{y} with x, y in {2,3,4,8}, optionally\n"
         "                   -f16 (default) or -q8 metadata, e.g. C4R4,C2R4-q8\n"
+        "                   or ALLOC.h5 (qmla allocate): one C{x}R{y} per layer\n"
         "  --policy LIST    comma-separated: none (default) or sink<S>/local<W>,\n"
         "                   e.g. none,sink4/local128 (quantized configs only)\n"
         "  --transforms F   a transforms file (qmla learn; docs/transforms-format.md),\n"

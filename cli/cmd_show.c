@@ -29,6 +29,8 @@ static void help(FILE *f)
         "  /eval            per method and layer the NMSEs (old files lacking the\n"
         "                   root format attribute included)\n"
         "  /ppl_table       the perplexity table\n"
+        "  /allocate        the per-layer configurations of qmla allocate, the budget\n"
+        "                   and the bytes reached\n"
         "  serve-sim        throughput and preemptions per configuration\n"
         "  qmla-bench       the decode benchmark's rows and its Table 9\n"
         "  transforms       method, layers present and missing, the complete flag\n"
@@ -541,6 +543,27 @@ static int show_ppl(const char *path)
     return QMLA_EXIT_OK;
 }
 
+/* /allocate: the chosen configuration per layer and the budget figures. */
+static int show_allocate(const char *path)
+{
+    static const char *const need[] = {"layer", "config", "bytes_per_token", "pred_nmse"};
+    qmla_table *t;
+    int rc = need_table(path, "allocate", need, 4, &t);
+    if (rc)
+        return rc;
+    print_provenance("group /allocate: per-layer cache configurations (qmla allocate)", t->attrs,
+                     t->n_attrs);
+    static const char *const lines[][2] = {
+        {"budget", "budget"}, {"budget bytes/token", "budget_bytes_per_token"},
+        {"bytes/token reached", "bytes_per_token"}, {"predicted total", "pred_total"},
+        {"context", "context"}, {"policy", "policy"}, {"candidates", "candidates"}};
+    for (size_t k = 0; k < sizeof lines / sizeof *lines; k++)
+        print_attr_line(lines[k][0], t->attrs, t->n_attrs, lines[k][1]);
+    print_columns(t, need, 4);
+    qmla_table_free(t);
+    return QMLA_EXIT_OK;
+}
+
 /* A whole table, every column (serve-sim, the benchmark's rows). */
 static int show_whole(const char *path, const char *name, const char *first)
 {
@@ -749,7 +772,7 @@ int cmd_show(int argc, char **argv)
         /* a results file: the sweep's summary (a part file: its coverage),
          * then every group another command added */
         static const char *const groups[] = {"jvp", "predict", "interventions", "eval",
-                                             "ppl_table"};
+                                             "ppl_table", "allocate"};
         int shown = 0;
         if (has_group(path, "part")) {
             rc = show_part(path, root, nr);
@@ -769,12 +792,14 @@ int cmd_show(int argc, char **argv)
                 rc = show_interventions(path);
             else if (!strcmp(groups[k], "eval"))
                 rc = show_eval(path, brief);
+            else if (!strcmp(groups[k], "allocate"))
+                rc = show_allocate(path);
             else
                 rc = show_ppl(path);
         }
         if (!shown)
             rc = cli_fail("show", "%s: expected one of the groups /summary, /part, /jvp, "
-                          "/predict, /interventions, /eval, /ppl_table, found none", path);
+                          "/predict, /interventions, /eval, /ppl_table, /allocate, found none", path);
     } else {
         cli_fail("show", "%s: root attribute format: expected \"qmla-results\", \"qmla-bench\", "
                  "\"qmla-serve-sim\" or \"qmla-transforms\" (or a group /eval), found %s%s%s",

@@ -6,6 +6,7 @@
  *                [--meta f16|q8] [--format table|tsv]
  */
 #include "cli.h"
+#include "qmla/allocation.h"
 #include "qmla/decode.h"
 
 #include <getopt.h>
@@ -27,7 +28,11 @@ static void help(FILE *f)
         "1152 bytes per token over the total.\n"
         "\n"
         "  --contexts LIST  tokens per sequence, comma-separated (default 4096,131072)\n"
-        "  --config NAMES   C4R4, C2R4, C8R8 or BF16, comma-separated (default C4R4)\n"
+        "  --config NAMES   C4R4, C2R4, C8R8 or BF16, comma-separated (default C4R4),\n"
+        "                   or ALLOC.h5 from qmla allocate: one row per layer at its\n"
+        "                   configuration (the file's d_c, d_r and, unless --policy is\n"
+        "                   given, its policy; 3-bit paths counted as packed) and\n"
+        "                   the mean over layers\n"
         "  --policy P       sink4/local128 (default) or none\n"
         "  --meta M         f16 (4 bytes per group, default) or q8 (per token two\n"
         "                   float16 super-scales + 2 bytes per group)\n"
@@ -51,6 +56,71 @@ static int parse_policy(const char *s, int *S, int *W)
     return 0;
 }
 
+/* One row of the printed table (both formats). */
+static void print_row(int tsv, const char *name, const char *mname, int S, int W,
+                      const qmla_storage_row *r)
+{
+    if (tsv) {
+        printf("%s\t%s\t%d\t%d\t%ld\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.4f\t%.4f\n", name, mname,
+               S, W, r->context, r->code_bytes, r->meta_bytes, r->protect_bytes, r->table_bytes,
+               r->total_bytes, r->bytes_per_token, r->ratio);
+        return;
+    }
+    char pol[48];
+    if (S == 0 && W == 0)
+        snprintf(pol, sizeof pol, "none");
+    else
+        snprintf(pol, sizeof pol, "sink%d/local%d", S, W);
+    printf("%-6s %-4s %-15s %9ld %14.0f %12.0f %10.0f %10.0f %14.0f %10.2f %6.3fx\n", name, mname,
+           pol, r->context, r->code_bytes, r->meta_bytes, r->protect_bytes, r->table_bytes,
+           r->total_bytes, r->bytes_per_token, r->ratio);
+}
+
+/* --config ALLOC.h5: a row per layer ("layerL:C4R4") at each context, then
+ * "mean": the byte columns averaged over layers, the ratio of the sums. */
+static int storage_allocation(const char *path, int meta, int policy_given, int S, int W,
+                              const long *T, size_t nctx, int tsv)
+{
+    qmla_error err;
+    qmla_allocation a;
+    if (qmla_allocation_read(path, &a, &err))
+        return cli_lib_error("storage", &err);
+    if (!policy_given) {
+        S = a.sink;
+        W = a.window;
+    }
+    const char *mname = meta == QMLA_CORE_META_Q8 ? "q8" : "f16";
+    int rc = QMLA_EXIT_OK;
+    for (size_t i = 0; i < nctx && rc == QMLA_EXIT_OK; i++) {
+        qmla_storage_row m;
+        memset(&m, 0, sizeof m);
+        m.context = T[i];
+        for (size_t l = 0; l < a.n; l++) {
+            const qmla_kv_config c = {a.c_bits[l], a.r_bits[l], a.group, S, W};
+            qmla_storage_row r;
+            if (qmla_storage_account_dims(&c, meta, T[i], a.d_c, a.d_r, &r, &err)) {
+                rc = cli_lib_error("storage", &err);
+                break;
+            }
+            char name[48];
+            snprintf(name, sizeof name, "layer%d:C%dR%d", a.layer[l], a.c_bits[l], a.r_bits[l]);
+            print_row(tsv, name, mname, S, W, &r);
+            m.code_bytes += r.code_bytes / (double)a.n;
+            m.meta_bytes += r.meta_bytes / (double)a.n;
+            m.protect_bytes += r.protect_bytes / (double)a.n;
+            m.table_bytes += r.table_bytes / (double)a.n;
+            m.total_bytes += r.total_bytes / (double)a.n;
+        }
+        if (rc == QMLA_EXIT_OK) {
+            m.bytes_per_token = m.total_bytes / (double)T[i];
+            m.ratio = (double)T[i] * (a.d_c + a.d_r) * 2.0 / m.total_bytes;
+            print_row(tsv, "mean", mname, S, W, &m);
+        }
+    }
+    qmla_allocation_free(&a);
+    return rc;
+}
+
 int cmd_storage(int argc, char **argv)
 {
     static const struct option lo[] = {
@@ -59,13 +129,13 @@ int cmd_storage(int argc, char **argv)
         {"format", required_argument, 0, 'f'},   {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *contexts = "4096,131072", *configs = "C4R4", *policy = "sink4/local128";
-    int meta = QMLA_CORE_META_F16, tsv = 0, S = 4, W = 128, ch;
+    int meta = QMLA_CORE_META_F16, tsv = 0, S = 4, W = 128, ch, policy_given = 0;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (ch) {
         case 'c': contexts = optarg; break;
         case 'k': configs = optarg; break;
-        case 'p': policy = optarg; break;
+        case 'p': policy = optarg; policy_given = 1; break;
         case 'm':
             if (!strcmp(optarg, "f16"))
                 meta = QMLA_CORE_META_F16;
@@ -121,6 +191,17 @@ int cmd_storage(int argc, char **argv)
     }
     for (size_t k = 0; k < ncfg; k++) {
         qmla_error err;
+        if (qmla_alloc_is_file(cfg[k])) {
+            qmla_allocation a;
+            if (qmla_allocation_read(cfg[k], &a, &err)) {
+                rc = cli_lib_error("storage", &err);
+                free(kc);
+                free(T);
+                goto out;
+            }
+            qmla_allocation_free(&a);
+            continue;
+        }
         if (qmla_kv_parse_config(cfg[k], &kc[k], &err)) {
             rc = cli_lib_error("storage", &err);
             free(kc);
@@ -136,6 +217,10 @@ int cmd_storage(int argc, char **argv)
                "policy", "context", "codes", "metadata", "bf16 buf", "pages", "total",
                "B/token", "ratio");
     for (size_t k = 0; k < ncfg && rc == QMLA_EXIT_OK; k++) {
+        if (qmla_alloc_is_file(cfg[k])) {
+            rc = storage_allocation(cfg[k], meta, policy_given, S, W, T, nctx, tsv);
+            continue;
+        }
         qmla_kv_config c = kc[k];
         qmla_error err;
         c.sink = c.c_bits == QMLA_KV_BF16 ? 0 : S;
@@ -147,22 +232,7 @@ int cmd_storage(int argc, char **argv)
                 rc = cli_lib_error("storage", &err);
                 break;
             }
-            if (tsv)
-                printf("%s\t%s\t%d\t%d\t%ld\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.4f\t%.4f\n", cfg[k],
-                       mname, c.sink, c.window, r.context, r.code_bytes, r.meta_bytes,
-                       r.protect_bytes, r.table_bytes, r.total_bytes, r.bytes_per_token,
-                       r.ratio);
-            else {
-                char pol[48];
-                if (c.sink == 0 && c.window == 0)
-                    snprintf(pol, sizeof pol, "none");
-                else
-                    snprintf(pol, sizeof pol, "sink%d/local%d", c.sink, c.window);
-                printf("%-6s %-4s %-15s %9ld %14.0f %12.0f %10.0f %10.0f %14.0f %10.2f %6.3fx\n",
-                       cfg[k], mname, pol, r.context, r.code_bytes, r.meta_bytes,
-                       r.protect_bytes, r.table_bytes, r.total_bytes, r.bytes_per_token,
-                       r.ratio);
-            }
+            print_row(tsv, cfg[k], mname, c.sink, c.window, &r);
         }
     }
     free(kc);

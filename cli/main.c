@@ -8,6 +8,7 @@
  *   qmla figures RESULTS.h5 [MORE.h5 ...] -o DIR [--format png|svg|pdf]
  *   qmla report RESULTS.h5 [MORE.h5 ...] -o REPORT.html
  *   qmla storage [--contexts LIST] [--config C4R4] [--policy sink4/local128]
+ *   qmla allocate CAPTURE.h5 --budget B -o ALLOC.h5
  *
  * Exit status: 0 success, 1 a finding (e.g. an inconsistent capture),
  * 2 bad usage or malformed input, 130 interrupted. */
@@ -49,7 +50,9 @@ static void usage(FILE *f)
             "  fuse    fold a transforms file into an MLA checkpoint (safetensors)\n"
             "  learn   per-layer cache transforms: QuantMLA (learned), RTN, SmoothQuant†,\n"
             "          QuaRot† -> a transforms file (docs/transforms-format.md)\n"
-            "  eval    output NMSE of transforms at C4R4/C2R4, with the RoPE bound (/eval)\n"
+            "  eval    output NMSE of transforms at C4R4/C2R4 or ALLOC.h5, with the RoPE bound\n"
+            "  allocate  per-layer cache bits under a byte budget from the operator model\n"
+            "          (/allocate; use it as --config ALLOC.h5)\n"
             "\n"
             "exit status: 0 ok, 1 finding, 2 usage/malformed input, 130 interrupted\n");
 }
@@ -81,6 +84,7 @@ static const struct {
     {"serve-sim", cmd_serve_sim}, {"ppl", cmd_ppl},
     {"fuse", cmd_fuse},
     {"learn", cmd_learn},     {"eval", cmd_eval},       {"capture", cmd_capture},
+    {"allocate", cmd_allocate},
 };
 
 static int (*find_command(const char *name))(int, char **)

@@ -31,7 +31,7 @@ static const abi_field fields[] = {
     F(qmla_cache_spec, c_bits), F(qmla_cache_spec, r_bits), F(qmla_cache_spec, group),
     F(qmla_cache_spec, meta), F(qmla_cache_spec, sink), F(qmla_cache_spec, window),
     F(qmla_cache_spec, hook), F(qmla_cache_spec, name), F(qmla_cache_spec, policy),
-    END(qmla_cache_spec),
+    F(qmla_cache_spec, layer_bits), F(qmla_cache_spec, n_layer_bits), END(qmla_cache_spec),
     F(qmla_exec, threads), END(qmla_exec),
     F(qmla_ppl_result, nll_sum), F(qmla_ppl_result, tokens), F(qmla_ppl_result, windows),
     F(qmla_ppl_result, nll_nats_per_token), F(qmla_ppl_result, bits_per_byte),

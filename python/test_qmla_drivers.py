@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """python/test_qmla_drivers.py — every analysis driver reached from Python
-(qmla.sweep, jvp, predict, intervene, learn, evaluate, capture, ppl_run over
+(qmla.sweep, jvp, predict, intervene, learn, evaluate, allocate, capture, ppl_run over
 include/qmla/job.h) writes the file the `qmla` command writes for the same
 arguments: every dataset and every attribute equal, except the provenance
 (command line, creation time, the capture's hash). Inputs: a small synth
@@ -107,6 +107,17 @@ cli("eval", cap, *sum([["--transforms", t] for t in tfs], []), "--config", "C2R4
 r = qmla.evaluate(cap, p("ev_py.h5"), tfs, "C2R4", policy="sink2/local4", cells="synth-s2", threads=2)
 same("eval", p("ev_cli.h5"), p("ev_py.h5"))
 fails += not (r["n_rows"] == 10 and "mean_quantmla-content" in r)
+
+# allocate (qmla_alloc_run), then eval at the allocation
+args = ["--budget", "C3R4", "--candidates", "C2R4,C3R4,C4R4,C3R8", "--context", "128", "--cells",
+        "synth-s0,synth-s1", "--threads", "2"]
+cli("allocate", cap, "-o", p("al_cli.h5"), *args)
+r = qmla.allocate(cap, p("al_py.h5"), "C3R4", candidates="C2R4,C3R4,C4R4,C3R8", context=128,
+                  cells=["synth-s0", "synth-s1"], threads=2)
+same("allocate", p("al_cli.h5"), p("al_py.h5"))
+fails += not (r["n_layers"] == 2 and r["bytes_per_token"] <= r["budget_bytes_per_token"])
+r = qmla.evaluate(cap, p("ev_al.h5"), tfs[:1], p("al_py.h5"), cells="synth-s2", threads=2)
+fails += not r["n_rows"] == 2
 
 # capture and ppl on models/tiny-mla
 model, prose = os.path.join(root, "models", "tiny-mla"), os.path.join(root, "data", "heldout", "prose.txt.gz")

@@ -21,7 +21,8 @@ OWNER = {
     'jvp': 'operator', 'predict': 'operator', 'intervene': 'operator',
     'transform': 'transform', 'learn': 'transform', 'tfeval': 'transform', 'tmethod': 'transform',
     'model': 'engine', 'capture_native': 'engine', 'ppl': 'engine',
-    'kvcache': 'cache', 'decode': 'cache', 'bench_results': 'cache',
+    'kvcache': 'cache', 'decode': 'cache', 'bench_results': 'cache', 'allocation': 'cache',
+    'allocate': 'allocate',
     'serve_sim': 'serve',
     'job': 'driver',
 }
@@ -35,11 +36,13 @@ ALLOWED = {
     'capture': {'core', 'io', 'quant', 'attention'},
     'sweep': {'core', 'io', 'quant', 'attention', 'capture'},
     'operator': {'core', 'io', 'quant', 'attention', 'capture', 'sweep'},
-    'transform': {'core', 'io', 'quant', 'attention', 'capture'},
+    'transform': {'core', 'io', 'quant', 'attention', 'capture', 'cache'},
     'engine': {'core', 'io', 'quant', 'attention', 'capture', 'cache', 'transform'},
     'serve': {'core', 'io', 'cache'},
+    'allocate': {'core', 'io', 'quant', 'attention', 'capture', 'sweep', 'operator', 'cache',
+                 'transform'},
     'driver': {'core', 'io', 'quant', 'attention', 'capture', 'sweep', 'operator', 'transform',
-               'engine', 'cache', 'serve'},
+               'engine', 'cache', 'serve', 'allocate'},
 }
 inc = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 bad = 0

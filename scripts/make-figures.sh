@@ -3,20 +3,23 @@
 # README: docs/figures/default/ (the default run: the sweep of
 # data/tiny-mla-default.h5 that scripts/run-main.sh makes) and
 # docs/figures/tiny-mla-full/ (the full six-cell tiny-mla sweep at cache NMSE
-# 1e-2 and 1e-3, experiments/tiny-mla/results/) and docs/figures/operator/
+# 1e-2 and 1e-3, experiments/tiny-mla/results/), docs/figures/operator/
 # (Fig. 7 from qmla predict and qmla intervene on the default capture,
-# experiments/operator/tiny-mla-default-operator.h5). Needs a build
-# (scripts/setup.sh).
+# experiments/operator/tiny-mla-default-operator.h5) and docs/figures/allocate/
+# (the qmla allocate validation, docs/evidence/allocate-validation/pareto.h5
+# from scripts/allocate-validate.sh). Needs a build (scripts/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 qmla=./build/cli/qmla
 mkdir -p results
 [ -f results/default-sweep.h5 ] ||
   "$qmla" sweep data/tiny-mla-default.h5 -o results/default-sweep.h5 --threads "$(nproc)"
-rm -rf docs/figures/default docs/figures/tiny-mla-full docs/figures/operator
+rm -rf docs/figures/default docs/figures/tiny-mla-full docs/figures/operator docs/figures/allocate
 "$qmla" figures results/default-sweep.h5 -o docs/figures/default
 "$qmla" figures experiments/tiny-mla/results/tiny-mla-full-sweep.h5 \
   experiments/tiny-mla/results/tiny-mla-full-sweep-nu1e-3.h5 -o docs/figures/tiny-mla-full
 "$qmla" figures experiments/operator/tiny-mla-default-operator.h5 -o docs/figures/operator \
   --only fig7-gains,fig7-validation,fig7-interventions --labels "tiny-mla (default capture)"
+"$qmla" figures docs/evidence/allocate-validation/pareto.h5 -o docs/figures/allocate \
+  --only allocate-pareto,allocate-strip
 rm -f docs/figures/*/data/*.log

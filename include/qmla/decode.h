@@ -101,6 +101,16 @@ typedef struct qmla_storage_row {
 int qmla_storage_account(const qmla_kv_config *c, int meta, long context,
                          qmla_storage_row *row, qmla_error *err);
 
+/* The same accounting for a latent of d_c + d_r values per token (multiples
+ * of c->group, or a path narrower than it: one group, as the quantizer
+ * groups it) and every bit width of the quantizer (2, 3, 4, 8; 16 BF16):
+ * code bytes per token (d_c/G) ceil(G c_bits/8) + (d_r/G) ceil(G r_bits/8),
+ * metadata, protection (S + W) (d_c + d_r) 2, page table 4 per 64 tokens;
+ * ratio against 2 (d_c + d_r) bytes per token. qmla_storage_account is this
+ * at 512 + 64 after qmla_kv_check. QMLA_EINVAL naming the value otherwise. */
+int qmla_storage_account_dims(const qmla_kv_config *c, int meta, long context, int d_c,
+                              int d_r, qmla_storage_row *row, qmla_error *err);
+
 #ifdef __cplusplus
 }
 #endif

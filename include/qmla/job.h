@@ -14,7 +14,7 @@
  * Drivers and what they run: sweep (qmla_sweep_run), jvp and predict
  * (qmla_op_run_points), intervene (qmla_intervene_run), learn
  * (qmla_learn_run), eval (qmla_tf_eval_run), capture (qmla_capture_native),
- * ppl (qmla_ppl_run). Keys are the long options of the `qmla` command of
+ * ppl (qmla_ppl_run), allocate (qmla_alloc_run). Keys are the long options of the `qmla` command of
  * the same name (qmla COMMAND --help), with the same values and ranges, plus
  * "input" (the capture, or the model directory of capture and ppl) and
  * "output" (-o). A flag (force, verify, balance, no-pre, transforms-only)

@@ -200,14 +200,21 @@ void qmla_model_transform_hook_free(qmla_cache_hook *hk);
 
 
 
+#define QMLA_CACHE_LAYERS_MAX 128 /* layers a per-layer configuration covers */
 typedef struct qmla_cache_spec {
     int c_bits, r_bits;     /* 32 fp32, 16 bf16, or 2/3/4/8 quantized */
     int group;              /* G for quantized paths */
     qmla_meta meta;         /* f16 or q8 */
     int sink, window;       /* policy; 0 / 0 = none */
     const qmla_cache_hook *hook; /* NULL: RTN */
-    char name[32];          /* "C4R4", "C4R4-q8", "bf16", "fp32" */
+    char name[32];          /* "C4R4", "C4R4-q8", "bf16", "fp32", "mix..." */
     char policy[32];        /* "none" or "sink4/local128" */
+    /* a per-layer configuration (qmla_cache_spec_from_allocation): layer l's
+     * content and RoPE bits are layer_bits[l][0..1] for l < n_layer_bits (0:
+     * none given, refused when the layer is written); n_layer_bits 0: c_bits
+     * and r_bits for every layer */
+    unsigned char layer_bits[QMLA_CACHE_LAYERS_MAX][2];
+    int n_layer_bits;
 } qmla_cache_spec;
 
 /* Parse a configuration name ("fp32", "bf16", "C4R4", "C3R4", "C2R4-q8"; the
@@ -215,6 +222,14 @@ typedef struct qmla_cache_spec {
  * "sink4/local128"). QMLA_EINVAL with a message otherwise. */
 int qmla_cache_spec_parse(const char *config, const char *policy, qmla_cache_spec *s,
                           qmla_error *err);
+/* A per-layer configuration from the allocation file `path` (group /allocate
+ * of `qmla allocate`, qmla/allocation.h) under `policy`: group 64, f16
+ * metadata, c_bits/r_bits those of the file's first layer, layer_bits set,
+ * name "mix" followed by each layer's two digits when that fits (else
+ * "mix-" and 8 hex digits of a hash of the bits). QMLA_EINVAL for a layer
+ * index beyond QMLA_CACHE_LAYERS_MAX; the reader's errors otherwise. */
+int qmla_cache_spec_from_allocation(const char *path, const char *policy, qmla_cache_spec *s,
+                                    qmla_error *err);
 
 /* How attention is computed over a window (prefill): the absorbed form of
  * docs/math.md §1 through lib/attention/attention.c (queries absorbed into the latent

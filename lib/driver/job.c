@@ -24,6 +24,7 @@
 #include "qmla/sweep.h"
 #include "qmla/text.h"
 #include "qmla/tfeval.h"
+#include "qmla/allocate.h"
 #include "qmla/tmethod.h"
 
 enum { MAX_KV = 256, MAX_VALUES = 64 };
@@ -654,6 +655,45 @@ static int run_eval(qmla_job *j, const char *in, const char *out, qmla_error *er
     return st;
 }
 
+/* ---- allocate ---------------------------------------------------------------------- */
+
+static int run_allocate(qmla_job *j, const char *in, const char *out, qmla_error *err)
+{
+    qmla_alloc_opts o;
+    memset(&o, 0, sizeof o);
+    o.budget = get(j, "budget");
+    o.candidates = get(j, "candidates");
+    o.policy = get(j, "policy");
+    o.transforms = get(j, "transforms");
+    o.command_line = command_of(j);
+    long context = 4096;
+    char **cells = NULL, *cbuf = NULL;
+    int st = p_long(j, "context", 1, 1L << 30, &context, err);
+    o.context = context;
+    if (!st)
+        st = p_threads(j, &o.threads, err);
+    if (!st)
+        st = p_engine(j, &o.engine, err);
+    if (!st)
+        st = p_list(j, "cells", &cells, &o.n_cells, &cbuf, err);
+    o.cells = (const char *const *)cells;
+    qmla_alloc_result r;
+    memset(&r, 0, sizeof r);
+    if (!st)
+        st = qmla_alloc_run(in, out, &o, &r, err);
+    if (!st) {
+        put(j, "n_layers", (double)r.a.n);
+        put(j, "budget_bytes_per_token", r.a.budget_bytes);
+        put(j, "bytes_per_token", r.a.bytes_per_token);
+        put(j, "pred_total", r.a.pred_total);
+        put(j, "measure_cpu_s", r.measure_cpu_s);
+    }
+    qmla_alloc_result_free(&r);
+    free(cells);
+    free(cbuf);
+    return st;
+}
+
 /* ---- capture ---------------------------------------------------------------------- */
 
 enum { CAP_MAX_CORPORA = 16, CAP_MAX_CELLS = 256 };
@@ -928,6 +968,8 @@ static const job_driver drivers[] = {
                 "check-tol threads force", run_capture},
     {"ppl", "input output text* config policy transforms* transforms-only tokens context threads "
             "force kl-ref command", run_ppl},
+    {"allocate", "input output budget candidates policy context transforms cells threads engine "
+                 "command", run_allocate},
 };
 
 static int key_known(const char *keys, const char *key)
@@ -959,7 +1001,8 @@ int qmla_job_new(const char *driver, qmla_job **out, qmla_error *err)
             return QMLA_OK;
         }
     return qmla_error_set(err, QMLA_EINVAL,
-                          "driver \"%s\": expected sweep, jvp, predict, intervene, learn, eval, capture or ppl",
+                          "driver \"%s\": expected sweep, jvp, predict, intervene, learn, eval, capture, ppl "
+                          "or allocate",
                           driver ? driver : "(null)");
 }
 

@@ -1,8 +1,11 @@
 /* lib/engine/cachespec.c — the engine's cache configurations and policies
  * by name (qmla_cache_spec_parse): fp32, bf16, C<x>R<y>[-f16|-q8] with the
- * quantizer's bit widths, and none or sink<S>/local<W>. */
+ * quantizer's bit widths, and none or sink<S>/local<W>; a per-layer
+ * configuration from an allocation file (qmla_cache_spec_from_allocation). */
+#include "qmla/allocation.h"
 #include "qmla/model.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -73,4 +76,44 @@ int qmla_cache_spec_parse(const char *config, const char *policy, qmla_cache_spe
     s->window = W;
     snprintf(s->policy, sizeof s->policy, "sink%d/local%d", S, W);
     return QMLA_OK;
+}
+
+int qmla_cache_spec_from_allocation(const char *path, const char *policy, qmla_cache_spec *s,
+                                    qmla_error *err)
+{
+    qmla_allocation a;
+    int st = qmla_allocation_read(path, &a, err);
+    if (st)
+        return st;
+    char c0[16];
+    snprintf(c0, sizeof c0, "C%dR%d", a.c_bits[0], a.r_bits[0]);
+    st = qmla_cache_spec_parse(c0, policy, s, err);
+    uint32_t h = 2166136261u; /* FNV-1a 32 over (layer, c, r) */
+    for (size_t i = 0; i < a.n && !st; i++) {
+        if (a.layer[i] < 0 || a.layer[i] >= QMLA_CACHE_LAYERS_MAX) {
+            st = qmla_error_set(err, QMLA_EINVAL, "%s: layer %d: expected 0..%d", path,
+                                a.layer[i], QMLA_CACHE_LAYERS_MAX - 1);
+            break;
+        }
+        s->layer_bits[a.layer[i]][0] = (unsigned char)a.c_bits[i];
+        s->layer_bits[a.layer[i]][1] = (unsigned char)a.r_bits[i];
+        if (a.layer[i] + 1 > s->n_layer_bits)
+            s->n_layer_bits = a.layer[i] + 1;
+        const unsigned char b[3] = {(unsigned char)a.layer[i], (unsigned char)a.c_bits[i],
+                                    (unsigned char)a.r_bits[i]};
+        for (int k = 0; k < 3; k++)
+            h = (h ^ b[k]) * 16777619u;
+    }
+    if (!st) {
+        if (3 + 2 * (size_t)s->n_layer_bits < sizeof s->name) {
+            snprintf(s->name, sizeof s->name, "mix");
+            for (int l = 0; l < s->n_layer_bits; l++)
+                snprintf(s->name + 3 + 2 * l, sizeof s->name - 3 - 2 * (size_t)l, "%d%d",
+                         s->layer_bits[l][0] % 10, s->layer_bits[l][1] % 10);
+        } else {
+            snprintf(s->name, sizeof s->name, "mix-%08x", (unsigned)h);
+        }
+    }
+    qmla_allocation_free(&a);
+    return st;
 }

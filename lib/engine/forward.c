@@ -156,12 +156,20 @@ static int write_cache(const qmla_cache_spec *cs, size_t layer, size_t T, size_t
         return QMLA_OK;
     if (cs->c_bits != QMLA_CACHE_BF16) {
         const qmla_cache_hook *hk = cs->hook;
+        int bits[2] = {cs->c_bits, cs->r_bits};
+        if (cs->n_layer_bits) { /* a per-layer configuration */
+            if (layer >= (size_t)cs->n_layer_bits || !cs->layer_bits[layer][0])
+                return qmla_error_set(err, QMLA_EINVAL, "cache config %s: no configuration "
+                                      "for layer %zu", cs->name, layer);
+            bits[0] = cs->layer_bits[layer][0];
+            bits[1] = cs->layer_bits[layer][1];
+        }
         memcpy(Cq, C, T * d_c * sizeof(float));
         memcpy(Kq, K, T * d_r * sizeof(float));
         for (int path = 0; path < 2; path++) {
             float *x = path ? Kq : Cq;
             size_t wdt = path ? d_r : d_c;
-            qmla_quant_params p = {path ? cs->r_bits : cs->c_bits, cs->group, cs->meta};
+            qmla_quant_params p = {bits[path], cs->group, cs->meta};
             int st = QMLA_OK;
             if (hk && hk->forward)
                 st = hk->forward(hk->ctx, layer, path, x, T, wdt, err);

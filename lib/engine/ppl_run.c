@@ -3,6 +3,7 @@
  * "ppl"; docs/results-format.md, "Resume journals") and a rerun scores only
  * the windows it lacks. */
 #define _POSIX_C_SOURCE 200809L
+#include "qmla/allocation.h"
 #include "qmla/ppl.h"
 #include "qmla/exec.h"
 
@@ -400,7 +401,8 @@ int qmla_ppl_run(const char *dir, const char *out, const qmla_ppl_run_opts *o,
     for (size_t p = 0; p < np; p++)
         for (size_t c = 0; c < nc; c++) {
             qmla_cache_spec s;
-            st = qmla_cache_spec_parse(cl[c], pl[p], &s, err);
+            st = qmla_alloc_is_file(cl[c]) ? qmla_cache_spec_from_allocation(cl[c], pl[p], &s, err)
+                                           : qmla_cache_spec_parse(cl[c], pl[p], &s, err);
             if (st)
                 goto done;
             const int plain = s.c_bits == QMLA_CACHE_FP32 || s.c_bits == QMLA_CACHE_BF16;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qmla/allocation.h"
 #include "qmla/outpath.h"
 #include "qmla/tmethod.h"
 #include "transform/run.h"
@@ -73,8 +74,13 @@ int qmla_tf_eval_run(const char *capture, const char *out, const qmla_tf_eval_ru
         return qmla_refuse(&r->refusal, err, "--transforms: at most %d files", QMLA_TF_EVAL_MAX);
     if (!config)
         return qmla_refuse(&r->refusal, err, "missing --config C4R4|C2R4");
-    if (strcmp(config, "C4R4") && strcmp(config, "C2R4"))
-        return qmla_refuse(&r->refusal, err, "--config: expected C4R4 or C2R4, found \"%s\"", config);
+    /* a per-layer configuration (qmla allocate) or one of the two */
+    qmla_allocation alloc;
+    memset(&alloc, 0, sizeof alloc);
+    const int mixed = qmla_alloc_is_file(config);
+    if (!mixed && strcmp(config, "C4R4") && strcmp(config, "C2R4"))
+        return qmla_refuse(&r->refusal, err, "--config: expected C4R4, C2R4 or an allocation "
+                           "file ALLOC.h5 (qmla allocate), found \"%s\"", config);
     size_t sink = 0, local = 0;
     if (qmla_tf_eval_policy_parse(policy, &sink, &local))
         return qmla_refuse(&r->refusal, err, "--policy: expected sinkS/localW (e.g. sink4/local128) or none, found \"%s\"",
@@ -85,11 +91,13 @@ int qmla_tf_eval_run(const char *capture, const char *out, const qmla_tf_eval_ru
         inputs[k + 1] = o->transforms[k];
     if (qmla_output_path_check(out, "output file (-o)", inputs, n_tf + 1, err))
         return err->status;
+    if (mixed && qmla_allocation_read(config, &alloc, err))
+        return err->status;
     qmla_tf_eval_opts eo;
     eo.qc = qmla_quant_defaults();
     eo.qr = qmla_quant_defaults();
-    eo.qc.bits = config[1] - '0';
-    eo.qr.bits = config[3] - '0';
+    eo.qc.bits = mixed ? alloc.c_bits[0] : config[1] - '0';
+    eo.qr.bits = mixed ? alloc.r_bits[0] : config[3] - '0';
     eo.sink = sink;
     eo.local = local;
     qmla_exec ex = qmla_exec_cpu(o->threads);
@@ -133,6 +141,16 @@ int qmla_tf_eval_run(const char *capture, const char *out, const qmla_tf_eval_ru
         int layer = qmla_capture_layer_index(cap, li);
         if (!qmla_tf_layer_wanted(o->layers, o->n_layers, layer))
             continue;
+        if (mixed) {
+            const long ai = qmla_allocation_find(&alloc, layer);
+            if (ai < 0) {
+                st = qmla_refuse(&r->refusal, err, "%s has no configuration for layer %d", config,
+                                 layer);
+                goto done;
+            }
+            eo.qc.bits = alloc.c_bits[ai];
+            eo.qr.bits = alloc.r_bits[ai];
+        }
         double lay[QMLA_TF_EVAL_MAX] = {0};
         size_t nc = qmla_capture_n_cells(cap, li), used = 0;
         for (size_t ci = 0; ci < nc; ci++) {
@@ -220,6 +238,7 @@ int qmla_tf_eval_run(const char *capture, const char *out, const qmla_tf_eval_ru
     if (!st)
         r->wrote = 1;
 done:
+    qmla_allocation_free(&alloc);
     point_names(r);
     for (size_t k = 0; k < n_tf; k++)
         qmla_transform_file_free(&tf[k]);

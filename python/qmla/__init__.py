@@ -52,7 +52,8 @@ class _QParams(C.Structure):
 class _Spec(C.Structure):
     _fields_ = [("c_bits", C.c_int), ("r_bits", C.c_int), ("group", C.c_int),
                 ("meta", C.c_int), ("sink", C.c_int), ("window", C.c_int),
-                ("hook", C.c_void_p), ("name", C.c_char * 32), ("policy", C.c_char * 32)]
+                ("hook", C.c_void_p), ("name", C.c_char * 32), ("policy", C.c_char * 32),
+                ("layer_bits", (C.c_ubyte * 2) * 128), ("n_layer_bits", C.c_int)]
 
 
 class _Exec(C.Structure):
@@ -985,10 +986,20 @@ def learn(capture, output, **opts):
 
 def evaluate(capture, output, transforms, config, **opts):
     """qmla eval (qmla_tf_eval_run, group /eval): transforms (a list of
-    files), config (C4R4 or C2R4), policy, layers, cells, threads, engine."""
+    files), config (C4R4, C2R4 or an allocation file of allocate()), policy,
+    layers, cells, threads, engine."""
     if isinstance(transforms, (str, bytes, os.PathLike)):
         transforms = [transforms]
     return run_driver("eval", capture, output, transforms=list(transforms), config=config, **opts)
+
+
+def allocate(capture, output, budget, **opts):
+    """qmla allocate (qmla_alloc_run, group /allocate; docs/allocate.md):
+    budget (bytes per token, a config such as "C4R4", or "3.5bits"),
+    candidates (comma list), policy, context, transforms, cells, threads,
+    engine. Returns n_layers, budget_bytes_per_token, bytes_per_token,
+    pred_total, measure_cpu_s."""
+    return run_driver("allocate", capture, output, budget=budget, **opts)
 
 
 def capture(model_dir, output, corpus, **opts):

@@ -438,13 +438,15 @@ for name, (w, h) in sizes.items():
     print("ok" if good else "FAIL", p, fmt, "size", w, "x", h)
 EOF
 expect 0 "figures A B png" -- "$QMLA" figures "$work/A.h5" "$work/B.h5" -o "$work/figs"
-# a sweep file has no /eval, /ppl_table, /predict or /interventions, so
-# transforms-nmse (qmla eval's figure), ppl-bits (qmla ppl's) and the three
-# Fig. 7 figures (qmla predict's and intervene's) are the ones skipped
-contains "4 written, 5 skipped" "figures A B png"
+# a sweep file has no /eval, /ppl_table, /predict, /interventions or the
+# allocation tables, so transforms-nmse (qmla eval's figure), ppl-bits (qmla
+# ppl's), the three Fig. 7 figures (qmla predict's and intervene's) and the two
+# allocate figures (scripts/allocate-validate.sh's) are the ones skipped
+contains "4 written, 7 skipped" "figures A B png"
 contains "skipped fig7-gains: needs predict" "figures A B png"
 contains "skipped fig7-validation: needs predict_pairs" "figures A B png"
 contains "skipped fig7-interventions: needs intervention_ratios" "figures A B png"
+contains "skipped allocate-pareto: needs allocate_pareto" "figures A B png"
 contains "skipped transforms-nmse: needs eval" "figures A B png"
 contains "skipped ppl-bits: needs ppl_table" "figures A B png"
 pycheck "figures png" "$work/check_images.py" "$work/figs" png 2
