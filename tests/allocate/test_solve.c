@@ -192,7 +192,7 @@ static void budgets_and_storage(void)
     /* the infeasible message names the budget and the cheapest total */
     long long cost[2] = {10, 20};
     double val[2] = {1, 0.5};
-    int ch[1];
+    int ch[2]; /* the two-layer instance below writes choice[0..1] */
     double tot;
     long long used;
     int st = qmla_alloc_solve(1, 2, cost, val, 9, ch, &tot, &used, &err);
