@@ -7,7 +7,8 @@
 #             the C twin (NMSE, LSE, token aging, bit-identical reruns)
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck on
 #             test_decode_cuda (QMLA_TEST_SMALL=1: three shapes, 12 aging
-#             steps; SAN_TOOLS: the tools, default all three; sanitize-TOOL:
+#             steps; SAN_SMALL= (empty) runs the full-size test; SAN_TOOLS: the
+#             tools, default all three; sanitize-TOOL:
 #             that one tool)
 #   probe     bench/probe_handoff.cu under racecheck and synccheck, modes 0-5
 #             (do they accept a bar.arrive / bar.sync / mbarrier hand-off, with
@@ -58,7 +59,7 @@ run_step() {
     local tools=${SAN_TOOLS:-memcheck racecheck synccheck}
     [ "$step" != sanitize ] && tools=${step#sanitize-}
     for tool in $tools; do
-      QMLA_TEST_SMALL=1 timeout $(lim ${SAN_LIMIT:-60}) compute-sanitizer --tool $tool --error-exitcode 9 \
+      QMLA_TEST_SMALL=${SAN_SMALL-1} timeout $(lim ${SAN_LIMIT:-60}) compute-sanitizer --tool $tool --error-exitcode 9 \
         ./build-dev/tests/test_decode_cuda >"$OUT/sanitize_$tool.log" 2>&1
       echo "== compute-sanitizer $tool rc=$?"; tail -3 "$OUT/sanitize_$tool.log"
     done ;;
@@ -84,7 +85,7 @@ run_step() {
     fb=${FMLA_DIR:-fmla}/bench_flashmla
     if [ ! -x "$fb" ] && [ -f "${FMLA_DIR:-fmla}/src.tgz" ]; then
       mkdir -p /tmp/fmla-src && tar xzf "${FMLA_DIR:-fmla}/src.tgz" -C /tmp/fmla-src &&
-        JOBS=3 timeout $(lim ${FMLA_BUILD_LIMIT:-200}) bash scripts/build-flashmla.sh /tmp/fmla-src /tmp/fmla-build \
+        JOBS=${FMLA_JOBS:-3} timeout $(lim ${FMLA_BUILD_LIMIT:-200}) bash scripts/build-flashmla.sh /tmp/fmla-src /tmp/fmla-build \
         >"$OUT/flashmla_build.log" 2>&1; echo "== flashmla build rc=$? at ${SECONDS}s"
       fb=/tmp/fmla-build/bench_flashmla
     fi
