@@ -116,6 +116,12 @@ static const figure_def figures[] = {
      620, 0, 360, 0, NULL,
      "the configuration `qmla allocate` chose per layer and budget, as a strip "
      "(scripts/allocate-validate.sh's pareto.h5)"},
+    {"serving-bench", "serving_bench",
+     "cache_index,context,batch,fits,cache_gib,tok_s_aggregate",
+     1260, 0, 760, 0, NULL,
+     "decode tokens/s in aggregate and cache GiB against batch, one column per context: "
+     "C4R4 and BF16 pages against transformers' DynamicCache, points that do not fit "
+     "marked (scripts/serving-table.py's file)"},
     {"table4", "summary", "@model_response_content,@model_response_rope,@model_ratio",
      0, 0, 0, 0, render_table4,
      "model-level responses and ratio beside the paper's rows (paper Table 4), "

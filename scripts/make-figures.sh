@@ -7,14 +7,18 @@
 # (Fig. 7 from qmla predict and qmla intervene on the default capture,
 # experiments/operator/tiny-mla-default-operator.h5) and docs/figures/allocate/
 # (the qmla allocate validation, docs/evidence/allocate-validation/pareto.h5
-# from scripts/allocate-validate.sh). Needs a build (scripts/setup.sh).
+# from scripts/allocate-validate.sh) and docs/figures/serving/ (the H200
+# serving benchmark of issue 21, docs/evidence/serving/bench_serving-h200-2026-12-02.tsv,
+# converted by scripts/serving-table.py). Needs a build (scripts/setup.sh)
+# and python3 with h5py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 qmla=./build/cli/qmla
 mkdir -p results
 [ -f results/default-sweep.h5 ] ||
   "$qmla" sweep data/tiny-mla-default.h5 -o results/default-sweep.h5 --threads "$(nproc)"
-rm -rf docs/figures/default docs/figures/tiny-mla-full docs/figures/operator docs/figures/allocate
+rm -rf docs/figures/default docs/figures/tiny-mla-full docs/figures/operator docs/figures/allocate \
+  docs/figures/serving
 "$qmla" figures results/default-sweep.h5 -o docs/figures/default
 "$qmla" figures experiments/tiny-mla/results/tiny-mla-full-sweep.h5 \
   experiments/tiny-mla/results/tiny-mla-full-sweep-nu1e-3.h5 -o docs/figures/tiny-mla-full
@@ -22,4 +26,8 @@ rm -rf docs/figures/default docs/figures/tiny-mla-full docs/figures/operator doc
   --only fig7-gains,fig7-validation,fig7-interventions --labels "tiny-mla (default capture)"
 "$qmla" figures docs/evidence/allocate-validation/pareto.h5 -o docs/figures/allocate \
   --only allocate-pareto,allocate-strip
+sv=docs/evidence/serving/bench_serving-h200-2026-12-02
+"${PYTHON:-python3}" scripts/serving-table.py "$sv.tsv" "$sv.h5"
+"$qmla" figures "$sv.h5" -o docs/figures/serving --only serving-bench \
+  --labels "H200 serving benchmark"
 rm -f docs/figures/*/data/*.log

@@ -441,8 +441,10 @@ expect 0 "figures A B png" -- "$QMLA" figures "$work/A.h5" "$work/B.h5" -o "$wor
 # a sweep file has no /eval, /ppl_table, /predict, /interventions or the
 # allocation tables, so transforms-nmse (qmla eval's figure), ppl-bits (qmla
 # ppl's), the three Fig. 7 figures (qmla predict's and intervene's) and the two
-# allocate figures (scripts/allocate-validate.sh's) are the ones skipped
-contains "4 written, 7 skipped" "figures A B png"
+# allocate figures (scripts/allocate-validate.sh's) and the serving benchmark's
+# (scripts/serving-table.py's) are the ones skipped
+contains "4 written, 8 skipped" "figures A B png"
+contains "skipped serving-bench: needs serving_bench" "figures A B png"
 contains "skipped fig7-gains: needs predict" "figures A B png"
 contains "skipped fig7-validation: needs predict_pairs" "figures A B png"
 contains "skipped fig7-interventions: needs intervention_ratios" "figures A B png"
@@ -537,7 +539,7 @@ expect 2 "figures wrong label count" -- "$QMLA" figures "$work/A.h5" -o "$work/x
 expect 2 "figures without gnuplot" -- "$QMLA" figures "$work/A.h5" -o "$work/x" --gnuplot /nonexistent/gnuplot --only routes
 contains "cannot run \"/nonexistent/gnuplot\"" "figures without gnuplot"
 expect 0 "figures --list" -- "$QMLA" figures --list
-for f in fig2-responses fig6-atlas routes table4 fig7-gains fig7-validation fig7-interventions; do
+for f in fig2-responses fig6-atlas routes table4 fig7-gains fig7-validation fig7-interventions serving-bench; do
   contains "$f" "figures --list"; done
 
 # ppl-bits from a qmla ppl file (one panel per text: 120 + 840 x 460)
@@ -638,4 +640,31 @@ dev = [(int(col["layer"][i]), int(col["path"][i])) for i in range(n) if col["hel
 print("ok" if {p for _, p in dev} == {0, 1} and len(dev) > 0 else "FAIL", "development points of both paths")
 EOF2
 pycheck "fig7" "$work/check_fig7.py" "$work/fig7-png" "$work/fig7-svg" "$work/op.h5"
+
+# serving-bench from the committed H200 benchmark, converted again from its TSV
+# (scripts/serving-table.py): 1260 x 760; the exported rows equal the TSV's
+sv=$ROOT/docs/evidence/serving/bench_serving-h200-2026-12-02.tsv
+expect 0 "serving-table" -- "$PY" "$ROOT/scripts/serving-table.py" "$sv" "$work/serving.h5"
+expect 2 "serving-table bad status" -- "$PY" "$ROOT/scripts/serving-table.py" \
+  <(sed 's/\tdoes not fit\t/\tmaybe\t/' "$sv") "$work/serving-bad.h5"
+contains "status: expected 'ok' or 'does not fit', found 'maybe'" "serving-table bad status"
+expect 0 "figures serving-bench" -- "$QMLA" figures "$work/serving.h5" -o "$work/figsS" --only serving-bench
+pycheck "serving-bench png" - "$work/figsS/serving-bench.png" "$work/figsS/data/m1.serving_bench.tsv" "$sv" <<'EOF2'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+print("ok" if b[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", b[16:24]) == (1260, 760) else "FAIL", "serving-bench size")
+def rows(p):
+    r = [l.rstrip("\n").split("\t") for l in open(p) if l.strip() and not l.startswith("#")]
+    return r[0], r[1:]
+h, ex = rows(sys.argv[2])
+hs, src = rows(sys.argv[3])
+good = len(ex) == len(src) == 36
+for a, s in zip(ex, src):
+    good &= a[h.index("cache")] == s[hs.index("cache")] and int(a[h.index("batch")]) == int(s[hs.index("batch")])
+    good &= int(a[h.index("fits")]) == (s[hs.index("status")] == "ok")
+    t = s[hs.index("tok_s_aggregate")]
+    good &= (t == "" and a[h.index("tok_s_aggregate")] == "nan") or abs(float(a[h.index("tok_s_aggregate")]) - float(t or "nan")) < 1e-9
+    good &= abs(float(a[h.index("cache_gib")]) * 2 ** 30 - float(s[hs.index("cache_bytes")])) < 1
+print("ok" if good else "FAIL", "serving-bench data: 36 rows equal the TSV's")
+EOF2
 finish test_figures
