@@ -30,6 +30,9 @@ def best(rows, prefix):
 
 
 def main(argv):
+    if len(argv) > 1 and argv[1] in ("-h", "--help"):
+        sys.stdout.write(__doc__)
+        return 0
     if len(argv) not in (4, 5):
         sys.stderr.write(__doc__)
         return 2
@@ -103,4 +106,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    try:
+        sys.exit(main(sys.argv))
+    except (OSError, KeyError, ValueError) as e:
+        sys.stderr.write("%s: %s: %s\n" % (sys.argv[0], type(e).__name__, e))
+        sys.exit(1)

@@ -16,6 +16,9 @@ import sys
 
 
 def main(argv):
+    if len(argv) > 1 and argv[1] in ("-h", "--help"):
+        sys.stdout.write(__doc__)
+        return 0
     if len(argv) < 2:
         sys.stderr.write(__doc__)
         return 2
@@ -57,4 +60,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    try:
+        sys.exit(main(sys.argv))
+    except (OSError, KeyError, ValueError) as e:
+        sys.stderr.write("%s: %s: %s\n" % (sys.argv[0], type(e).__name__, e))
+        sys.exit(1)
