@@ -127,7 +127,8 @@ static void help(FILE *f)
 {
     fprintf(f,
         "usage: qmla figures RESULTS.h5 [MORE.h5 ...] -o DIR [--format png|svg|pdf]\n"
-        "                    [--labels A,B,...] [--only NAME,...] [--plots DIR]\n"
+        "                    [--labels A,B,...] [--only NAME,...] [--exclude NAME,...]\n"
+        "                    [--plots DIR]\n"
         "                    [--gnuplot PATH] [--list]\n"
         "\n"
         "Render every figure and table the results files support: the tables each\n"
@@ -142,6 +143,9 @@ static void help(FILE *f)
         "  --labels LIST   one label per file (default: the model name, with the\n"
         "                  cache NMSE or file name where two files share a model)\n"
         "  --only LIST     render only these figures (see --list)\n"
+        "  --exclude LIST  render none of these figures, nor report them skipped\n"
+        "                  (scripts/run-main.sh: the allocate figures, whose data\n"
+        "                  only scripts/allocate-validate.sh makes)\n"
         "  --plots DIR     the gnuplot scripts (default $QMLA_PLOTS_DIR, else\n"
         "                  the source tree's plots/)\n"
         "  --gnuplot PATH  the gnuplot program (default $QMLA_GNUPLOT, else gnuplot)\n"
@@ -724,12 +728,11 @@ const char *cli_figure_at(size_t k, const char **what)
     return figures[k].name;
 }
 
-static int selected(const char *only, const char *name)
+/* Is name in the comma-separated list? */
+static int in_list(const char *list, const char *name)
 {
-    if (!only)
-        return 1;
     const size_t n = strlen(name);
-    for (const char *p = only; *p;) {
+    for (const char *p = list; *p;) {
         const char *e = strchr(p, ',');
         const size_t l = e ? (size_t)(e - p) : strlen(p);
         if (l == n && !strncmp(p, name, n))
@@ -739,19 +742,49 @@ static int selected(const char *only, const char *name)
     return 0;
 }
 
+/* Selected: in --only (when given) and not in --exclude. */
+static const char *sel_exclude;
+
+static int selected(const char *only, const char *name)
+{
+    if (sel_exclude && in_list(sel_exclude, name))
+        return 0;
+    return !only || in_list(only, name);
+}
+
+/* Every name of a --only/--exclude list is a figure; else 0 and the bad one. */
+static int check_list(const char *opt, const char *list)
+{
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t l = e ? (size_t)(e - p) : strlen(p);
+        int found = 0;
+        for (size_t k = 0; k < N_FIGURES; k++)
+            found |= strlen(figures[k].name) == l && !strncmp(p, figures[k].name, l);
+        if (!found) {
+            cli_fail("figures", "%s: no figure \"%.*s\" (see qmla figures --list)", opt, (int)l,
+                     p);
+            return 0;
+        }
+        p += l + (e ? 1 : 0);
+    }
+    return 1;
+}
+
 int cmd_figures(int argc, char **argv)
 {
     static const struct option lo[] = {{"output", required_argument, 0, 'o'},
                                        {"format", required_argument, 0, 'F'},
                                        {"labels", required_argument, 0, 'L'},
                                        {"only", required_argument, 0, 'O'},
+                                       {"exclude", required_argument, 0, 'X'},
                                        {"plots", required_argument, 0, 'P'},
                                        {"gnuplot", required_argument, 0, 'G'},
                                        {"list", no_argument, 0, 'l'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
     const char *dir = NULL, *format = "png", *labels = NULL, *only = NULL, *plots = NULL,
-               *gnuplot = NULL;
+               *gnuplot = NULL, *exclude = NULL;
     int ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
@@ -760,6 +793,7 @@ int cmd_figures(int argc, char **argv)
         case 'F': format = optarg; break;
         case 'L': labels = optarg; break;
         case 'O': only = optarg; break;
+        case 'X': exclude = optarg; break;
         case 'P': plots = optarg; break;
         case 'G': gnuplot = optarg; break;
         case 'l': list_figures(); return QMLA_EXIT_OK;
@@ -776,18 +810,11 @@ int cmd_figures(int argc, char **argv)
         return cli_fail("figures", "expected one or more RESULTS.h5 (see qmla figures --help)");
     if (n > MAX_INPUTS)
         return cli_fail("figures", "expected at most %d results files, found %zu", MAX_INPUTS, n);
-    if (only)
-        for (const char *p = only; *p;) {
-            const char *e = strchr(p, ',');
-            const size_t l = e ? (size_t)(e - p) : strlen(p);
-            int found = 0;
-            for (size_t k = 0; k < N_FIGURES; k++)
-                found |= strlen(figures[k].name) == l && !strncmp(p, figures[k].name, l);
-            if (!found)
-                return cli_fail("figures", "--only: no figure \"%.*s\" (see qmla figures --list)",
-                                (int)l, p);
-            p += l + (e ? 1 : 0);
-        }
+    if (only && !check_list("--only", only))
+        return QMLA_EXIT_USAGE;
+    if (exclude && !check_list("--exclude", exclude))
+        return QMLA_EXIT_USAGE;
+    sel_exclude = exclude;
 
     fig_ctx c;
     memset(&c, 0, sizeof c);

@@ -450,6 +450,17 @@ contains "skipped allocate-pareto: needs allocate_pareto" "figures A B png"
 contains "skipped transforms-nmse: needs eval" "figures A B png"
 contains "skipped ppl-bits: needs ppl_table" "figures A B png"
 pycheck "figures png" "$work/check_images.py" "$work/figs" png 2
+# --exclude (scripts/run-main.sh leaves out the allocate figures): those are
+# neither rendered nor reported skipped, the rest as without it; a name that
+# is no figure is refused
+expect 0 "figures --exclude" -- "$QMLA" figures "$work/A.h5" -o "$work/figsX" \
+  --exclude allocate-pareto,allocate-strip,fig6-atlas
+contains "3 written, 5 skipped" "figures --exclude"
+if grep -q "allocate-\|fig6-atlas" "$work/out"; then bad "figures --exclude still names an excluded figure"; else ok; fi
+if [ -e "$work/figsX/fig6-atlas.png" ] || [ ! -s "$work/figsX/fig2-responses.png" ]; then
+  bad "figures --exclude: fig6-atlas drawn or fig2-responses missing"; else ok; fi
+expect 2 "figures unknown --exclude" -- "$QMLA" figures "$work/A.h5" -o "$work/x" --exclude allocate-nope
+contains "--exclude: no figure \"allocate-nope\"" "figures unknown --exclude"
 for fmt in svg pdf; do
   expect 0 "figures A $fmt" -- "$QMLA" figures "$work/A.h5" -o "$work/figs-$fmt" --format $fmt
   pycheck "figures $fmt" "$work/check_images.py" "$work/figs-$fmt" $fmt 1
