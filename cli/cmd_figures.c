@@ -2,7 +2,9 @@
  * more results files into DIR/data/ (TSV, as `qmla export` writes it) and
  * render each figure with its gnuplot script in plots/ (png, svg or pdf);
  * tables (Table 4) are written as Markdown and CSV. A figure whose data is
- * absent is skipped with one line naming the data it needs.
+ * absent is skipped with one line naming the data it needs. Tables 5 and 6
+ * (render_attr_table) are group attributes of /predict and /interventions
+ * beside the paper's rows (plots/table5-paper.tsv, plots/table6-paper.tsv).
  *
  *   qmla figures results/default-sweep.h5 -o results/figures
  *   qmla figures a.h5 b.h5 -o figs --format svg --labels A,B
@@ -67,6 +69,7 @@ typedef struct figure_def {
 } figure_def;
 
 static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_t len);
+static int render_attr_table(const fig_ctx *c, const figure_def *f, char *msg, size_t len);
 
 /* The figures and tables. One row each; gnuplot scripts in plots/. */
 static const figure_def figures[] = {
@@ -126,6 +129,20 @@ static const figure_def figures[] = {
      0, 0, 0, 0, render_table4,
      "model-level responses and ratio beside the paper's rows (paper Table 4), "
      "Markdown and CSV"},
+    {"table5", "predict",
+     "@n_pairs,@spearman,@median_abs_log_error,@mae_log_ratio_cache_only,"
+     "@mae_log_ratio_operator_only,@mae_log_ratio_operator_allocation",
+     0, 0, 0, 0, render_attr_table,
+     "predictive validation of the operator-error model: Spearman, median absolute log "
+     "error and the three predictors' log-ratio MAE beside the paper's (paper Table 5; "
+     "`qmla predict`'s /predict), Markdown and CSV"},
+    {"table6", "interventions",
+     "@gain_ratio_sign_content,@gain_ratio_sign_rope,@gain_ratio_permute_content,"
+     "@gain_ratio_permute_rope,@gain_ratio_isotropic_content,@gain_ratio_isotropic_rope",
+     0, 0, 0, 0, render_attr_table,
+     "equal-energy interventions: gain ratio per control and path with 95 % intervals "
+     "beside the paper's (paper Table 6; `qmla intervene`'s /interventions), Markdown and "
+     "CSV"},
 };
 #define N_FIGURES (sizeof figures / sizeof figures[0])
 
@@ -133,7 +150,8 @@ static void help(FILE *f)
 {
     fprintf(f,
         "usage: qmla figures RESULTS.h5 [MORE.h5 ...] -o DIR [--format png|svg|pdf]\n"
-        "                    [--labels A,B,...] [--only NAME,...] [--plots DIR]\n"
+        "                    [--labels A,B,...] [--only NAME,...] [--exclude NAME,...]\n"
+        "                    [--plots DIR]\n"
         "                    [--gnuplot PATH] [--list]\n"
         "\n"
         "Render every figure and table the results files support: the tables each\n"
@@ -148,6 +166,9 @@ static void help(FILE *f)
         "  --labels LIST   one label per file (default: the model name, with the\n"
         "                  cache NMSE or file name where two files share a model)\n"
         "  --only LIST     render only these figures (see --list)\n"
+        "  --exclude LIST  render none of these figures, nor report them skipped\n"
+        "                  (scripts/run-main.sh: the allocate figures, whose data\n"
+        "                  only scripts/allocate-validate.sh makes)\n"
         "  --plots DIR     the gnuplot scripts (default $QMLA_PLOTS_DIR, else\n"
         "                  the source tree's plots/)\n"
         "  --gnuplot PATH  the gnuplot program (default $QMLA_GNUPLOT, else gnuplot)\n"
@@ -704,6 +725,279 @@ static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_
     return save_text(csvp, csv, &csvb, &csvn, msg, len);
 }
 
+/* ---- Tables 5 and 6: group attributes beside the paper's rows ---------- */
+
+/* One column of an attribute table: its header, the attribute of each row
+ * (printf pattern with %s = the row's key) and optionally its 95 % interval. */
+typedef struct attr_col {
+    const char *head, *csv, *attr, *lo, *hi;
+} attr_col;
+
+typedef struct attr_tab {
+    const char *name, *title, *paper;   /* stem, Markdown intro, plots/<paper> */
+    const char *row_head;               /* the first column's header */
+    size_t n_rows, n_cols;
+    const char *row_key[8], *row_label[8];
+    attr_col col[4];
+} attr_tab;
+
+static const attr_tab attr_tables[] = {
+    {"table5",
+     "Predictive validation of the operator–error model (Table 5 of the QuantMLA paper): the "
+     "log RoPE/content response ratio predicted per direction against the measured one "
+     "(`qmla predict`'s /predict attributes; docs/analysis.md). Spearman and the median "
+     "absolute log error of the operator + allocation predictor, and the log-ratio MAE of "
+     "the three predictors. Rows of source *paper* are the paper's (plots/table5-paper.tsv, "
+     "36 validation points per model).",
+     "table5-paper.tsv", "quantity", 6, 1,
+     {"points", "spearman", "median_abs_log_error", "mae_log_ratio_cache_only",
+      "mae_log_ratio_operator_only", "mae_log_ratio_operator_allocation"},
+     {"validation points (pairs)", "held-out Spearman (frozen predictor)",
+      "held-out median absolute log error",
+      "log-ratio MAE: cache error only", "log-ratio MAE: operator trace only",
+      "log-ratio MAE: operator + error allocation"},
+     {{"value", "value", "%s", NULL, NULL}}},
+    {"table6",
+     "Equal-energy interventions (Table 6 of the QuantMLA paper): gain ratio of each control "
+     "to the original QDQ-induced error, per path, with the 95 % bootstrap interval "
+     "(`qmla intervene`'s /interventions attributes); unity is an unchanged gain. Rows of "
+     "source *paper* are the paper's (plots/table6-paper.tsv: DeepSeek-V2-Lite layer 20, 32 "
+     "repetitions per control, no intervals printed).",
+     "table6-paper.tsv", "control", 3, 2,
+     {"sign", "permute", "isotropic"},
+     {"independent sign randomization", "whole-token permutation", "isotropic direction"},
+     {{"content gain ratio", "content", "gain_ratio_%s_content", "gain_ratio_%s_content_ci_low",
+       "gain_ratio_%s_content_ci_high"},
+      {"RoPE gain ratio", "rope", "gain_ratio_%s_rope", "gain_ratio_%s_rope_ci_low",
+       "gain_ratio_%s_rope_ci_high"}}},
+};
+
+static void csv_field(FILE *csv, const char *v, int last)
+{
+    if (strpbrk(v, ",\"\n")) {
+        fputc('"', csv);
+        for (const char *p = v; *p; p++) {
+            if (*p == '"')
+                fputc('"', csv);
+            fputc(*p, csv);
+        }
+        fputc('"', csv);
+    } else {
+        fputs(v, csv);
+    }
+    fputc(last ? '\n' : ',', csv);
+}
+
+/* The value of row r, column k of the input's table (NaN when absent);
+ * "points" is the n_pairs attribute. */
+static double attr_cell(const qmla_table *t, const attr_tab *T, size_t r, const char *pat)
+{
+    char name[128];
+    if (!strcmp(T->row_key[r], "points"))
+        return attr_num(t->attrs, t->n_attrs, "n_pairs");
+    snprintf(name, sizeof name, pat, T->row_key[r]);
+    return attr_num(t->attrs, t->n_attrs, name);
+}
+
+typedef struct attr_paper {
+    char model[128], key[64], val[4][32];
+    int used;
+} attr_paper;
+
+/* plots/<T->paper>: comment lines, a header (model, the row-key column, one
+ * column per attr_col csv name), tab-separated rows. */
+static int read_attr_paper(const char *path, const attr_tab *T, attr_paper *rows, size_t cap,
+                           size_t *n, char *msg, size_t len)
+{
+    *n = 0;
+    FILE *pf = fopen(path, "r");
+    if (!pf) {
+        snprintf(msg, len, "%s: cannot open (the paper's %s)", path, T->name);
+        return -1;
+    }
+    int header = 0, lineno = 0;
+    char line[1024];
+    const int nf_want = 2 + (int)T->n_cols;
+    while (fgets(line, sizeof line, pf)) {
+        lineno++;
+        line[strcspn(line, "\r\n")] = '\0';
+        if (line[0] == '#' || !line[0])
+            continue;
+        char *fld[8] = {0}, *save = NULL;
+        int nf = 0;
+        for (char *t = strtok_r(line, "\t", &save); t && nf < 8; t = strtok_r(NULL, "\t", &save))
+            fld[nf++] = t;
+        if (!header) {
+            const char *want[6] = {"model", T->row_head};
+            for (size_t k = 0; k < T->n_cols; k++)
+                want[2 + k] = T->col[k].csv;
+            for (int k = 0; k < nf_want; k++)
+                if (k >= nf || strcmp(fld[k], want[k])) {
+                    snprintf(msg, len, "%s:%d: expected header column %d \"%s\", found \"%s\"",
+                             path, lineno, k + 1, want[k], k < nf ? fld[k] : "");
+                    fclose(pf);
+                    return -1;
+                }
+            header = 1;
+            continue;
+        }
+        if (nf != nf_want || *n == cap) {
+            snprintf(msg, len, "%s:%d: expected %d tab-separated fields, found %d", path, lineno,
+                     nf_want, nf);
+            fclose(pf);
+            return -1;
+        }
+        int known = 0;
+        for (size_t r = 0; r < T->n_rows; r++)
+            known |= !strcmp(fld[1], T->row_key[r]);
+        if (!known) {
+            snprintf(msg, len, "%s:%d: unknown %s \"%s\"", path, lineno, T->row_head, fld[1]);
+            fclose(pf);
+            return -1;
+        }
+        attr_paper *p = &rows[(*n)++];
+        memset(p, 0, sizeof *p);
+        snprintf(p->model, sizeof p->model, "%s", fld[0]);
+        snprintf(p->key, sizeof p->key, "%s", fld[1]);
+        for (size_t k = 0; k < T->n_cols; k++)
+            snprintf(p->val[k], sizeof p->val[k], "%s", fld[2 + k]);
+    }
+    fclose(pf);
+    if (!header) {
+        snprintf(msg, len, "%s: no header line", path);
+        return -1;
+    }
+    return 0;
+}
+
+static const char *row_label(const attr_tab *T, const char *key)
+{
+    for (size_t r = 0; r < T->n_rows; r++)
+        if (!strcmp(T->row_key[r], key))
+            return T->row_label[r];
+    return key;
+}
+
+static void attr_paper_rows(FILE *md, FILE *csv, const attr_tab *T, attr_paper *p)
+{
+    p->used = 1;
+    fprintf(md, "| %s | paper | %s |", p->model, row_label(T, p->key));
+    for (size_t k = 0; k < T->n_cols; k++)
+        fprintf(md, " %s |", p->val[k]);
+    fputc('\n', md);
+    csv_field(csv, "paper", 0);
+    csv_field(csv, p->model, 0);
+    csv_field(csv, p->key, 0);
+    for (size_t k = 0; k < T->n_cols; k++) {
+        const int ci = T->col[k].lo != NULL, last = k + 1 == T->n_cols;
+        csv_field(csv, p->val[k], last && !ci);
+        if (ci) {
+            csv_field(csv, "", 0);
+            csv_field(csv, "", last);
+        }
+    }
+}
+
+static int render_attr_table(const fig_ctx *c, const figure_def *f, char *msg, size_t len)
+{
+    const attr_tab *T = NULL;
+    for (size_t k = 0; k < sizeof attr_tables / sizeof attr_tables[0]; k++)
+        if (!strcmp(attr_tables[k].name, f->name))
+            T = &attr_tables[k];
+    if (!T) {
+        snprintf(msg, len, "%s: no attribute-table definition", f->name);
+        return -1;
+    }
+    attr_paper paper[32];
+    size_t np;
+    char ppath[PATH_MAX + 32];
+    snprintf(ppath, sizeof ppath, "%s/%s", c->plots, T->paper);
+    if (read_attr_paper(ppath, T, paper, 32, &np, msg, len))
+        return -1;
+    char mdp[PATH_MAX + 32], csvp[PATH_MAX + 32];
+    snprintf(mdp, sizeof mdp, "%s/%s.md", c->dir, T->name);
+    snprintf(csvp, sizeof csvp, "%s/%s.csv", c->dir, T->name);
+    char *mdb = NULL, *csvb = NULL;
+    size_t mdn = 0, csvn = 0;
+    FILE *md = open_memstream(&mdb, &mdn), *csv = open_memstream(&csvb, &csvn);
+    if (!md || !csv) {
+        if (md)
+            fclose(md);
+        if (csv)
+            fclose(csv);
+        free(mdb);
+        free(csvb);
+        snprintf(msg, len, "%s: out of memory", mdp);
+        return -1;
+    }
+    fprintf(md, "%s\n\n| model | source | %s |", T->title, T->row_head);
+    for (size_t k = 0; k < T->n_cols; k++)
+        fprintf(md, " %s%s |", T->col[k].head, T->col[k].lo ? " [95 % CI]" : "");
+    fprintf(md, "\n|---|---|---|");
+    for (size_t k = 0; k < T->n_cols; k++)
+        fprintf(md, "---:|");
+    fputc('\n', md);
+    fprintf(csv, "source,model,%s", T->row_head);
+    for (size_t k = 0; k < T->n_cols; k++) {
+        fprintf(csv, ",%s", T->col[k].csv);
+        if (T->col[k].lo)
+            fprintf(csv, ",%s_ci_low,%s_ci_high", T->col[k].csv, T->col[k].csv);
+    }
+    fputc('\n', csv);
+    for (size_t i = 0; i < c->n; i++) {
+        const char *why;
+        fig_input *in = &c->in[i];
+        const qmla_table *t = input_table(in, f->table, &why);
+        char src[160];
+        snprintf(src, sizeof src, "ours (%s)", in->label);
+        /* a file without a model attribute (qmla predict's): its label */
+        const char *mname = in->model[0] ? in->model : in->label;
+        for (size_t r = 0; r < T->n_rows; r++) {
+            fprintf(md, "| %s | %s | %s |", mname, src, T->row_label[r]);
+            csv_field(csv, src, 0);
+            csv_field(csv, mname, 0);
+            csv_field(csv, T->row_key[r], 0);
+            for (size_t k = 0; k < T->n_cols; k++) {
+                const attr_col *a = &T->col[k];
+                const double v = attr_cell(t, T, r, a->attr);
+                const int last = k + 1 == T->n_cols;
+                char ex[40];
+                qmla_export_double(v, ex, sizeof ex);
+                csv_field(csv, isnan(v) ? "" : ex, last && !a->lo);
+                if (!strcmp(T->row_key[r], "points"))
+                    fprintf(md, " %.0f |", v);
+                else if (a->lo) {
+                    const double lo = attr_cell(t, T, r, a->lo), hi = attr_cell(t, T, r, a->hi);
+                    char el[40], eh[40];
+                    qmla_export_double(lo, el, sizeof el);
+                    qmla_export_double(hi, eh, sizeof eh);
+                    csv_field(csv, isnan(lo) ? "" : el, 0);
+                    csv_field(csv, isnan(hi) ? "" : eh, last);
+                    fprintf(md, " %.3f [%.3f, %.3f] |", v, lo, hi);
+                } else {
+                    fprintf(md, " %.4f |", v);
+                }
+            }
+            fputc('\n', md);
+        }
+        const char *slash = strrchr(in->model, '/');
+        const char *shortm = slash ? slash + 1 : in->model;
+        for (size_t k = 0; k < np; k++)
+            if (!strcasecmp(paper[k].model, shortm))
+                attr_paper_rows(md, csv, T, &paper[k]);
+    }
+    for (size_t k = 0; k < np; k++)
+        if (!paper[k].used)
+            attr_paper_rows(md, csv, T, &paper[k]);
+    const int bad = save_text(mdp, md, &mdb, &mdn, msg, len);
+    if (bad) {
+        fclose(csv);
+        free(csvb);
+        return -1;
+    }
+    return save_text(csvp, csv, &csvb, &csvn, msg, len);
+}
+
 /* ---- the command -------------------------------------------------------- */
 
 static void list_figures(void)
@@ -730,12 +1024,11 @@ const char *cli_figure_at(size_t k, const char **what)
     return figures[k].name;
 }
 
-static int selected(const char *only, const char *name)
+/* Is name in the comma-separated list? */
+static int in_list(const char *list, const char *name)
 {
-    if (!only)
-        return 1;
     const size_t n = strlen(name);
-    for (const char *p = only; *p;) {
+    for (const char *p = list; *p;) {
         const char *e = strchr(p, ',');
         const size_t l = e ? (size_t)(e - p) : strlen(p);
         if (l == n && !strncmp(p, name, n))
@@ -745,19 +1038,49 @@ static int selected(const char *only, const char *name)
     return 0;
 }
 
+/* Selected: in --only (when given) and not in --exclude. */
+static const char *sel_exclude;
+
+static int selected(const char *only, const char *name)
+{
+    if (sel_exclude && in_list(sel_exclude, name))
+        return 0;
+    return !only || in_list(only, name);
+}
+
+/* Every name of a --only/--exclude list is a figure; else 0 and the bad one. */
+static int check_list(const char *opt, const char *list)
+{
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t l = e ? (size_t)(e - p) : strlen(p);
+        int found = 0;
+        for (size_t k = 0; k < N_FIGURES; k++)
+            found |= strlen(figures[k].name) == l && !strncmp(p, figures[k].name, l);
+        if (!found) {
+            cli_fail("figures", "%s: no figure \"%.*s\" (see qmla figures --list)", opt, (int)l,
+                     p);
+            return 0;
+        }
+        p += l + (e ? 1 : 0);
+    }
+    return 1;
+}
+
 int cmd_figures(int argc, char **argv)
 {
     static const struct option lo[] = {{"output", required_argument, 0, 'o'},
                                        {"format", required_argument, 0, 'F'},
                                        {"labels", required_argument, 0, 'L'},
                                        {"only", required_argument, 0, 'O'},
+                                       {"exclude", required_argument, 0, 'X'},
                                        {"plots", required_argument, 0, 'P'},
                                        {"gnuplot", required_argument, 0, 'G'},
                                        {"list", no_argument, 0, 'l'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
     const char *dir = NULL, *format = "png", *labels = NULL, *only = NULL, *plots = NULL,
-               *gnuplot = NULL;
+               *gnuplot = NULL, *exclude = NULL;
     int ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
@@ -766,6 +1089,7 @@ int cmd_figures(int argc, char **argv)
         case 'F': format = optarg; break;
         case 'L': labels = optarg; break;
         case 'O': only = optarg; break;
+        case 'X': exclude = optarg; break;
         case 'P': plots = optarg; break;
         case 'G': gnuplot = optarg; break;
         case 'l': list_figures(); return QMLA_EXIT_OK;
@@ -782,18 +1106,11 @@ int cmd_figures(int argc, char **argv)
         return cli_fail("figures", "expected one or more RESULTS.h5 (see qmla figures --help)");
     if (n > MAX_INPUTS)
         return cli_fail("figures", "expected at most %d results files, found %zu", MAX_INPUTS, n);
-    if (only)
-        for (const char *p = only; *p;) {
-            const char *e = strchr(p, ',');
-            const size_t l = e ? (size_t)(e - p) : strlen(p);
-            int found = 0;
-            for (size_t k = 0; k < N_FIGURES; k++)
-                found |= strlen(figures[k].name) == l && !strncmp(p, figures[k].name, l);
-            if (!found)
-                return cli_fail("figures", "--only: no figure \"%.*s\" (see qmla figures --list)",
-                                (int)l, p);
-            p += l + (e ? 1 : 0);
-        }
+    if (only && !check_list("--only", only))
+        return QMLA_EXIT_USAGE;
+    if (exclude && !check_list("--exclude", exclude))
+        return QMLA_EXIT_USAGE;
+    sel_exclude = exclude;
 
     fig_ctx c;
     memset(&c, 0, sizeof c);

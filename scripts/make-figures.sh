@@ -4,7 +4,7 @@
 # data/tiny-mla-default.h5 that scripts/run-main.sh makes) and
 # docs/figures/tiny-mla-full/ (the full six-cell tiny-mla sweep at cache NMSE
 # 1e-2 and 1e-3, experiments/tiny-mla/results/), docs/figures/operator/
-# (Fig. 7 from qmla predict and qmla intervene on the default capture,
+# (Fig. 7 and Tables 5 and 6 from qmla predict and qmla intervene on the default capture,
 # experiments/operator/tiny-mla-default-operator.h5) and docs/figures/allocate/
 # (the qmla allocate validation, docs/evidence/allocate-validation/pareto.h5
 # from scripts/allocate-validate.sh) and docs/figures/serving/ (the H200
@@ -23,7 +23,7 @@ rm -rf docs/figures/default docs/figures/tiny-mla-full docs/figures/operator doc
 "$qmla" figures experiments/tiny-mla/results/tiny-mla-full-sweep.h5 \
   experiments/tiny-mla/results/tiny-mla-full-sweep-nu1e-3.h5 -o docs/figures/tiny-mla-full
 "$qmla" figures experiments/operator/tiny-mla-default-operator.h5 -o docs/figures/operator \
-  --only fig7-gains,fig7-validation,fig7-interventions --labels "tiny-mla (default capture)"
+  --only fig7-gains,fig7-validation,fig7-interventions,table5,table6 --labels "tiny-mla (default capture)"
 "$qmla" figures docs/evidence/allocate-validation/pareto.h5 -o docs/figures/allocate \
   --only allocate-pareto,allocate-strip
 sv=docs/evidence/serving/bench_serving-h200-2026-12-02

@@ -15,7 +15,10 @@
 #                     and C2R4 with and without the sink4/local128 policy
 #                     (/ppl, /ppl_table);
 #   7. qmla figures   every figure and table these support (results/figures/,
-#                     gnuplot scripts in plots/);
+#                     gnuplot scripts in plots/); the allocate figures and the
+#                     serving benchmark's are left out (--exclude): their data only
+#                     scripts/allocate-validate.sh and scripts/serving-table.py
+#                     make, so the job would only report them skipped;
 #   8. qmla report    results/report.html: one self-contained page with the
 #                     provenance, the ranked sensitivities and suggestion, the
 #                     figures and every table (open it in a browser).
@@ -57,6 +60,6 @@ $q ppl models/tiny-mla --text data/heldout/prose.txt.gz --text data/heldout/code
   --config bf16,C4R4,C2R4 --policy none,sink4/local128 --tokens 2048 -o "$res" \
   --threads "$threads"
 lap ppl
-$q figures "$res" -o results/figures; lap figures
+$q figures "$res" -o results/figures --exclude allocate-pareto,allocate-strip,serving-bench; lap figures
 $q report "$res" -o results/report.html; lap report
 echo "main: $(awk -v a="$t_start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s after the setup ($laps s)" >&2

@@ -440,10 +440,10 @@ EOF
 expect 0 "figures A B png" -- "$QMLA" figures "$work/A.h5" "$work/B.h5" -o "$work/figs"
 # a sweep file has no /eval, /ppl_table, /predict, /interventions or the
 # allocation tables, so transforms-nmse (qmla eval's figure), ppl-bits (qmla
-# ppl's), the three Fig. 7 figures (qmla predict's and intervene's) and the two
+# ppl's), the three Fig. 7 figures and Tables 5 and 6 (qmla predict's and intervene's), the two
 # allocate figures (scripts/allocate-validate.sh's) and the serving benchmark's
 # (scripts/serving-table.py's) are the ones skipped
-contains "4 written, 8 skipped" "figures A B png"
+contains "4 written, 10 skipped" "figures A B png"
 contains "skipped serving-bench: needs serving_bench" "figures A B png"
 contains "skipped fig7-gains: needs predict" "figures A B png"
 contains "skipped fig7-validation: needs predict_pairs" "figures A B png"
@@ -452,6 +452,17 @@ contains "skipped allocate-pareto: needs allocate_pareto" "figures A B png"
 contains "skipped transforms-nmse: needs eval" "figures A B png"
 contains "skipped ppl-bits: needs ppl_table" "figures A B png"
 pycheck "figures png" "$work/check_images.py" "$work/figs" png 2
+# --exclude (scripts/run-main.sh leaves out the allocate figures): those are
+# neither rendered nor reported skipped, the rest as without it; a name that
+# is no figure is refused
+expect 0 "figures --exclude" -- "$QMLA" figures "$work/A.h5" -o "$work/figsX" \
+  --exclude allocate-pareto,allocate-strip,fig6-atlas
+contains "3 written, 8 skipped" "figures --exclude"
+if grep -q "allocate-\|fig6-atlas" "$work/out"; then bad "figures --exclude still names an excluded figure"; else ok; fi
+if [ -e "$work/figsX/fig6-atlas.png" ] || [ ! -s "$work/figsX/fig2-responses.png" ]; then
+  bad "figures --exclude: fig6-atlas drawn or fig2-responses missing"; else ok; fi
+expect 2 "figures unknown --exclude" -- "$QMLA" figures "$work/A.h5" -o "$work/x" --exclude allocate-nope
+contains "--exclude: no figure \"allocate-nope\"" "figures unknown --exclude"
 for fmt in svg pdf; do
   expect 0 "figures A $fmt" -- "$QMLA" figures "$work/A.h5" -o "$work/figs-$fmt" --format $fmt
   pycheck "figures $fmt" "$work/check_images.py" "$work/figs-$fmt" $fmt 1
@@ -539,7 +550,7 @@ expect 2 "figures wrong label count" -- "$QMLA" figures "$work/A.h5" -o "$work/x
 expect 2 "figures without gnuplot" -- "$QMLA" figures "$work/A.h5" -o "$work/x" --gnuplot /nonexistent/gnuplot --only routes
 contains "cannot run \"/nonexistent/gnuplot\"" "figures without gnuplot"
 expect 0 "figures --list" -- "$QMLA" figures --list
-for f in fig2-responses fig6-atlas routes table4 fig7-gains fig7-validation fig7-interventions serving-bench; do
+for f in fig2-responses fig6-atlas routes table4 table5 table6 fig7-gains fig7-validation fig7-interventions serving-bench; do
   contains "$f" "figures --list"; done
 
 # ppl-bits from a qmla ppl file (one panel per text: 120 + 840 x 460)
@@ -667,4 +678,52 @@ for a, s in zip(ex, src):
     good &= abs(float(a[h.index("cache_gib")]) * 2 ** 30 - float(s[hs.index("cache_bytes")])) < 1
 print("ok" if good else "FAIL", "serving-bench data: 36 rows equal the TSV's")
 EOF2
+# Tables 5 and 6 from the same file: every value of ours equals the /predict
+# or /interventions attribute exactly (CSV) and the rounding of it (Markdown);
+# the paper's rows are those of plots/table5-paper.tsv and table6-paper.tsv
+expect 0 "figures table5 table6" -- "$QMLA" figures "$work/op.h5" -o "$work/t56" --only table5,table6 --labels opA
+contains "2 written, 0 skipped" "figures table5 table6"
+expect 0 "figures table5 of a sweep" -- "$QMLA" figures "$work/A.h5" -o "$work/t56A" --only table5,table6
+contains "skipped table5: needs predict" "table5 without /predict"
+contains "skipped table6: needs interventions" "table6 without /interventions"
+cat > "$work/check_t56.py" <<'EOF2'
+import csv, sys, h5py
+d, path, plots = sys.argv[1:4]
+f = h5py.File(path, "r")
+def paper(name):
+    rows = [l.rstrip("\n").split("\t") for l in open(f"{plots}/{name}-paper.tsv") if not l.startswith("#") and l.strip()]
+    return rows[0], rows[1:]
+P = f["predict"].attrs
+rows = list(csv.DictReader(open(f"{d}/table5.csv")))
+ours = [r for r in rows if r["source"] == "ours (opA)"]
+key = {"points": "n_pairs"}
+good = len(ours) == 6 and all(float(r["value"]) == float(P[key.get(r["quantity"], r["quantity"])]) for r in ours)
+print("ok" if good else "FAIL", "table5: ours = the /predict attributes")
+h, pr = paper("table5")
+got = [(r["model"], r["quantity"], r["value"]) for r in rows if r["source"] == "paper"]
+print("ok" if got == [tuple(x) for x in pr] and len(pr) == 12 else "FAIL", "table5: the paper's 12 rows")
+md = open(f"{d}/table5.md", encoding="utf-8").read()
+print("ok" if ("| %.4f |" % P["spearman"]) in md and ("| %d |" % P["n_pairs"]) in md else "FAIL", "table5.md rounding")
+I = f["interventions"].attrs
+rows = list(csv.DictReader(open(f"{d}/table6.csv")))
+ours = [r for r in rows if r["source"] == "ours (opA)"]
+good = [r["control"] for r in ours] == ["sign", "permute", "isotropic"]
+md = open(f"{d}/table6.md", encoding="utf-8").read()
+for r in ours:
+    for p in ("content", "rope"):
+        a = f"gain_ratio_{r['control']}_{p}"
+        good &= float(r[p]) == float(I[a]) and float(r[p + "_ci_low"]) == float(I[a + "_ci_low"]) \
+            and float(r[p + "_ci_high"]) == float(I[a + "_ci_high"])
+        good &= ("%.3f [%.3f, %.3f]" % (I[a], I[a + "_ci_low"], I[a + "_ci_high"])) in md
+print("ok" if good else "FAIL", "table6: ours = the /interventions gain ratios and intervals")
+h, pr = paper("table6")
+got = [(r["model"], r["control"], r["content"], r["rope"]) for r in rows if r["source"] == "paper"]
+print("ok" if got == [tuple(x) for x in pr] and len(pr) == 3 else "FAIL", "table6: the paper's 3 rows")
+EOF2
+pycheck "tables 5 and 6" "$work/check_t56.py" "$work/t56" "$work/op.h5" "$ROOT/plots"
+# a malformed paper file is refused, naming the file and line
+mkdir -p "$work/plotsbad" && cp "$ROOT"/plots/* "$work/plotsbad/"
+printf 'model\tcontrol\tcontent\trope\nX\tflip\t1\t2\n' > "$work/plotsbad/table6-paper.tsv"
+expect 2 "table6 bad paper file" -- "$QMLA" figures "$work/op.h5" -o "$work/t56bad" --only table6 --plots "$work/plotsbad"
+contains "table6-paper.tsv:2: unknown control \"flip\"" "table6 bad paper file"
 finish test_figures
