@@ -22,3 +22,15 @@ int qmla_op_configs(int sensitivities, const int *bits, size_t nbits, int group,
     *n = k;
     return 0;
 }
+
+qmla_op_opts qmla_op_opts_make(const qmla_op_config *conf, size_t nconf, int sensitivities,
+                               int threads, int force, const qmla_engine *engine,
+                               const char *command_line, qmla_progress_fn progress,
+                               void *progress_ctx)
+{
+    const qmla_op_opts o = {.conf = conf, .nconf = nconf, .sensitivities = sensitivities,
+                            .threads = threads, .force = force, .command_line = command_line,
+                            .progress = progress, .progress_ctx = progress_ctx,
+                            .engine = engine};
+    return o;
+}
