@@ -1413,10 +1413,7 @@ static int op_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
      * weights go to the device with every sequence's first sweep */
     sweep_layer_begin(W->sw);
     for (size_t k = 0; k < nconf; k++) {
-        qmla_sweep_params sp = qmla_sweep_defaults();
-        sp.quant.bits = conf[k].bits;
-        sp.quant.group = conf[k].group;
-        sp.nmse = conf[k].nmse;
+        qmla_sweep_params sp = qmla_op_config_sweep(&conf[k]);
         qmla_response fin[2];
         int st = sweep_sequence(ex, &sp, d, T, wt, q_nope, q_rope, C, K, 0, W->sw, fin, err);
         if (st)

@@ -18,6 +18,10 @@
 extern "C" {
 #endif
 
+/* The sweep parameters of configuration c: the defaults with c's bits,
+ * group and cache NMSE. */
+qmla_sweep_params qmla_op_config_sweep(const qmla_op_config *c);
+
 /* The start of point p (path `path` under configuration c): p zeroed and
  * filled from c and T; the QDQ direction E [T x width] of the path under sp
  * (qmla_op_path_direction) with *xx = ||X||^2; then p->degenerate (the

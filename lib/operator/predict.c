@@ -70,10 +70,7 @@ int qmla_op_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
     const qmla_attn_state *clean = &ws->sweep.clean;
     double yy = 0.0;
     for (size_t k = 0; k < nconf; k++) {
-        qmla_sweep_params sp = qmla_sweep_defaults();
-        sp.quant.bits = conf[k].bits;
-        sp.quant.group = conf[k].group;
-        sp.nmse = conf[k].nmse;
+        qmla_sweep_params sp = qmla_op_config_sweep(&conf[k]);
         qmla_response fin[2];
         /* the finite responses; the sweep's clean pass is the one the JVP
          * and the sensitivities reuse */
