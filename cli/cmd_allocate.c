@@ -94,18 +94,12 @@ int cmd_allocate(int argc, char **argv)
         free(cellbuf);
         return cli_fail("allocate", "--cells: empty list \"%s\"", cells_arg);
     }
-    qmla_alloc_opts o;
-    memset(&o, 0, sizeof o);
-    o.budget = budget;
-    o.candidates = cands;
-    o.policy = policy;
-    o.context = context;
-    o.transforms = tf;
-    o.cells = (const char *const *)cells;
-    o.n_cells = n_cells;
-    o.threads = threads;
-    o.command_line = cli_command_line();
-    o.engine = engine;
+    /* every field not named is zero */
+    const qmla_alloc_opts o = {.budget = budget, .candidates = cands, .policy = policy,
+                               .context = context, .transforms = tf,
+                               .cells = (const char *const *)cells, .n_cells = n_cells,
+                               .threads = threads, .command_line = cli_command_line(),
+                               .engine = engine};
     qmla_error err;
     qmla_error_clear(&err);
     qmla_alloc_result r;

@@ -199,17 +199,8 @@ int cli_op_main(int argc, char **argv, int pred)
     cli_signals_install();
     cli_progress prog;
     cli_progress_init(&prog, name);
-    qmla_op_opts o;
-    memset(&o, 0, sizeof o);
-    o.conf = conf;
-    o.nconf = nconf;
-    o.sensitivities = pred;
-    o.threads = threads;
-    o.engine = engine;
-    o.force = force;
-    o.command_line = cli_command_line();
-    o.progress = cli_progress_poll;
-    o.progress_ctx = &prog;
+    qmla_op_opts o = qmla_op_opts_make(conf, nconf, pred, threads, force, engine,
+                                       cli_command_line(), cli_progress_poll, &prog);
     qmla_op_stats s;
     int stopped = 0;
     const double t0 = cli_now();

@@ -703,6 +703,7 @@ extern "C" const qmla_quant_ops qmla_cuda_quant_ops = {cuda_qdq};
 
 #include "qmla/intervene.h"
 #include "qmla/predict.h"
+#include "operator/op_shared.h"
 
 #include <gsl/gsl_randist.h>
 #include <gsl/gsl_rng.h>
@@ -1412,10 +1413,7 @@ static int op_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
      * weights go to the device with every sequence's first sweep */
     sweep_layer_begin(W->sw);
     for (size_t k = 0; k < nconf; k++) {
-        qmla_sweep_params sp = qmla_sweep_defaults();
-        sp.quant.bits = conf[k].bits;
-        sp.quant.group = conf[k].group;
-        sp.nmse = conf[k].nmse;
+        qmla_sweep_params sp = qmla_op_config_sweep(&conf[k]);
         qmla_response fin[2];
         int st = sweep_sequence(ex, &sp, d, T, wt, q_nope, q_rope, C, K, 0, W->sw, fin, err);
         if (st)
@@ -1426,54 +1424,29 @@ static int op_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
             if (Ly) {
                 if ((st = sens_exact(W, Ly, T, sigma, sigma + T, err)))
                     return st;
-                for (size_t t = 0; t < T; t++) {
-                    sigma[t] = yy > 0 ? sigma[t] * cc / yy : 0.0;
-                    sigma[T + t] = yy > 0 ? sigma[T + t] * kk / yy : 0.0;
-                }
+                qmla_op_sigma_scale(sigma, sigma, T, cc, kk, yy);
             }
         }
         for (int path = 0; path < 2; path++) {
             qmla_op_point *p = &pts[2 * k + (size_t)path];
             double *wtk = alloc + (2 * k + (size_t)path) * T;
             const int content = path == QMLA_PATH_CONTENT;
-            const size_t width = content ? dc : dr;
-            memset(p, 0, sizeof *p);
-            p->path = path;
-            p->bits = conf[k].bits;
-            p->group = conf[k].group;
-            p->nmse = conf[k].nmse;
-            p->heldout = conf[k].heldout;
-            p->T = T;
-            double xx, nq, nc;
-            int degen;
-            st = qmla_sweep_error_direction(&sp, content ? C : K, T, width, W->hE, &xx, &nq, &nc,
-                                            &degen, err);
+            double xx, ee;
+            int skip;
+            st = qmla_op_point_begin(p, path, &conf[k], &sp, C, K, T, dc, dr, &fin[path], yy,
+                                     W->hE, wtk, &xx, &ee, &skip, err);
             if (st)
                 return st;
-            p->degenerate = degen || fin[path].degenerate || yy == 0.0;
-            for (size_t t = 0; t < T; t++)
-                wtk[t] = 0.0;
-            if (p->degenerate)
+            if (skip)
                 continue;
-            const double ee = qmla_sumsq(W->hE, T * width);
-            for (size_t t = 0; t < T; t++)
-                wtk[t] = qmla_sumsq(W->hE + t * width, width) / ee;
             /* the sweep left this direction on the device (Ec / Er) */
             double jj = 0.0;
             if ((st = jvp_norm(W, T, path, content ? W->sw->Ec : W->sw->Er, &jj, err)))
                 return st;
             p->g_jvp = (jj / yy) / (ee / xx);
             p->g_finite = fin[path].response;
-            if (Ly) {
-                const double *sg = sigma + (size_t)path * T;
-                double m = 0.0, a = 0.0;
-                for (size_t t = 0; t < T; t++) {
-                    m += sg[t];
-                    a += wtk[t] * sg[t];
-                }
-                p->pred_trace = m / (double)T;
-                p->pred_alloc = a;
-            }
+            if (Ly)
+                qmla_op_point_pred(p, sigma + (size_t)path * T, wtk, T);
         }
     }
     return QMLA_OK;
@@ -1575,46 +1548,23 @@ static int iv_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
         st = qmla_error_set(err, QMLA_ENOMEM, "interventions: out of memory");
         goto done;
     }
-    gsl_rng_set(rng, (unsigned long)seed);
-    for (size_t k = 0; k < 2 * QMLA_N_CTRL * reps; k++)
-        ratio[k] = NAN;
-    out->degenerate = fin[0].degenerate || fin[1].degenerate || yy == 0.0;
-    if (out->degenerate)
+    if (qmla_iv_begin(rng, seed, reps, fin, yy, out, ratio))
         goto done;
     for (int path = 0; path < 2; path++) {
-        const int content = path == QMLA_PATH_CONTENT;
-        const float *X = content ? C : K;
-        const size_t width = content ? dc : dr, n = T * width;
-        double xx, nq, nc;
+        size_t width;
+        double xx;
         int degen;
-        if ((st = qmla_sweep_error_direction(p, X, T, width, E0, &xx, &nq, &nc, &degen, err)))
+        if ((st = qmla_op_path_direction(p, path, C, K, T, dc, dr, E0, &width, &xx, &degen,
+                                         err)))
             goto done;
+        const size_t n = T * width;
         out->r_finite[path] = fin[path].response;
         if ((st = iv_gain(W, T, path, E0, xx, yy, &out->g_jvp[path], err)))
             goto done;
         const double e0 = sqrt(qmla_sumsq(E0, n));
         for (int c = 0; c < QMLA_N_CTRL; c++)
             for (size_t r = 0; r < reps; r++) {
-                if (c == QMLA_CTRL_SIGN) {
-                    for (size_t i = 0; i < n; i++)
-                        E1[i] = (gsl_rng_get(rng) & 1u) ? E0[i] : -E0[i];
-                } else if (c == QMLA_CTRL_PERMUTE) {
-                    for (size_t t = 0; t < T; t++)
-                        perm[t] = t;
-                    gsl_ran_shuffle(rng, perm, T, sizeof *perm);
-                    for (size_t t = 0; t < T; t++)
-                        memcpy(E1 + t * width, E0 + perm[t] * width, width * sizeof *E1);
-                } else {
-                    double gg = 0.0;
-                    for (size_t i = 0; i < n; i++) {
-                        const double v = gsl_ran_gaussian_ziggurat(rng, 1.0);
-                        E1[i] = (float)v;
-                        gg += v * v;
-                    }
-                    const double sc = e0 / sqrt(gg);
-                    for (size_t i = 0; i < n; i++)
-                        E1[i] = (float)((double)E1[i] * sc);
-                }
+                qmla_iv_control(rng, c, E0, E1, T, width, e0, perm);
                 double g;
                 if ((st = iv_gain(W, T, path, E1, xx, yy, &g, err)))
                     goto done;
@@ -1627,11 +1577,7 @@ static int iv_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
         double ss = 0.0;
         if ((st = joint_norm(W, T, &ss, err)))
             goto done;
-        const double oj = ss / yy;
-        const double oc = fin[0].nmse_out, op = fin[1].nmse_out;
-        out->r_joint = oj / p->nmse;
-        out->cross = oj - oc - op;
-        out->cross_rel = (oc + op) > 0 ? out->cross / (oc + op) : 0.0;
+        qmla_iv_joint(out, ss / yy, fin, p->nmse);
     }
 done:
     if (rng)

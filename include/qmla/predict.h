@@ -152,6 +152,13 @@ typedef struct qmla_op_opts {
     const qmla_engine *engine; /* per-sequence work (NULL: the CPU engine) */
 } qmla_op_opts;
 
+/* The options of a run, every field from its argument (the one filling of
+ * qmla_op_opts, shared by `qmla jvp|predict` and the job driver). */
+qmla_op_opts qmla_op_opts_make(const qmla_op_config *conf, size_t nconf, int sensitivities,
+                               int threads, int force, const qmla_engine *engine,
+                               const char *command_line, qmla_progress_fn progress,
+                               void *progress_ctx);
+
 /* The directions of a run (at most QMLA_OP_CONFIGS_MAX): `qmla jvp` (0)
  * QDQ at each of bits[nbits] with `group` at nu; `qmla predict` (1) the
  * development direction INT4 and the held-out INT2, INT3, INT8, INT4 at

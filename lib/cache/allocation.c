@@ -298,13 +298,7 @@ int qmla_allocation_read(const char *path, qmla_allocation *a, qmla_error *err)
         snprintf(a->policy, sizeof a->policy, "%s", s);
 out:
     free(s);
-    if (g >= 0)
-        H5Gclose(g);
-    if (fh >= 0)
-        H5Fclose(fh);
-    if (lapl >= 0)
-        H5Pclose(lapl);
-    qmla_h5_quiet_end(q);
+    qmla_h5_read_close(g, fh, lapl, q);
     if (st)
         qmla_allocation_free(a);
     return st;

@@ -425,17 +425,8 @@ static int run_op(qmla_job *j, const char *in, const char *out, int pred, qmla_e
     qmla_capture *cap = NULL;
     if (!st)
         st = qmla_capture_open(in, &cap, err);
-    qmla_op_opts o;
-    memset(&o, 0, sizeof o);
-    o.conf = conf;
-    o.nconf = nconf;
-    o.sensitivities = pred;
-    o.threads = threads;
-    o.engine = engine;
-    o.force = force;
-    o.command_line = command_of(j);
-    o.progress = j->progress;
-    o.progress_ctx = j->ctx;
+    qmla_op_opts o = qmla_op_opts_make(conf, nconf, pred, threads, force, engine,
+                                       command_of(j), j->progress, j->ctx);
     qmla_op_stats ss;
     qmla_op_point *pts = NULL;
     size_t npts = 0;

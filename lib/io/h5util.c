@@ -903,6 +903,17 @@ int qmla_h5_check_dataset(const qmla_h5_ctx *v, hid_t g, const char *gpath,
         found[i] = dims[i];
     return QMLA_OK;
 }
+void qmla_h5_read_close(hid_t g, hid_t fh, hid_t lapl, h5_quiet q)
+{
+    if (g >= 0)
+        H5Gclose(g);
+    if (fh >= 0)
+        H5Fclose(fh);
+    if (lapl >= 0)
+        H5Pclose(lapl);
+    qmla_h5_quiet_end(q);
+}
+
 hid_t qmla_h5_make_lapl(void)
 {
     hid_t lapl = H5Pcreate(H5P_LINK_ACCESS);

@@ -34,6 +34,11 @@ typedef struct h5_quiet {
 h5_quiet qmla_h5_quiet_begin(void);
 void qmla_h5_quiet_end(h5_quiet q);
 
+/* A reader's epilogue: closes the group g, the file fh and the link access
+ * list lapl (each only where it is a valid id, >= 0), then restores HDF5's
+ * error printing (qmla_h5_quiet_end(q)). */
+void qmla_h5_read_close(hid_t g, hid_t fh, hid_t lapl, h5_quiet q);
+
 /* The innermost description on HDF5's error stack (the most specific one,
  * e.g. "truncated file: eof = 96, ..."), or "unspecified HDF5 error". */
 void qmla_h5_error_text(char *buf, size_t cap);

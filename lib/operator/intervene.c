@@ -2,6 +2,7 @@
  * (include/qmla/intervene.h, docs/math.md §6, paper Table 6, App. B.2),
  * with a GSL percentile bootstrap of the geometric-mean gain ratios. */
 #include "qmla/intervene.h"
+#include "operator/op_shared.h"
 #include "qmla/norms.h"
 #include "sweep/plan.h"
 #include "io/group.h"
@@ -70,21 +71,17 @@ int qmla_intervene_sequence(const qmla_exec *ex, const qmla_mla_dims *d,
         st = qmla_error_set(err, QMLA_ENOMEM, "interventions: out of memory");
         goto out;
     }
-    gsl_rng_set(rng, (unsigned long)seed);
-    for (size_t k = 0; k < 2 * QMLA_N_CTRL * reps; k++)
-        ratio[k] = NAN;
-    out->degenerate = fin[0].degenerate || fin[1].degenerate || yy == 0.0;
-    if (out->degenerate)
+    if (qmla_iv_begin(rng, seed, reps, fin, yy, out, ratio))
         goto out;
     for (int path = 0; path < 2; path++) {
         const int content = path == QMLA_PATH_CONTENT;
-        const float *X = content ? C : K;
-        const size_t width = content ? dc : dr, n = T * width;
-        double xx, nq, nc;
+        size_t width;
+        double xx;
         int degen;
-        if ((st = qmla_sweep_error_direction(p, X, T, width, E0, &xx, &nq, &nc, &degen,
-                                             err)))
+        if ((st = qmla_op_path_direction(p, path, C, K, T, dc, dr, E0, &width, &xx, &degen,
+                                         err)))
             goto out;
+        const size_t n = T * width;
         if (!content)
             memcpy(Ek, E0, n * sizeof *Ek); /* kept for the joint perturbation */
         else
@@ -95,27 +92,7 @@ int qmla_intervene_sequence(const qmla_exec *ex, const qmla_mla_dims *d,
         const double e0 = sqrt(qmla_sumsq(E0, n));
         for (int c = 0; c < QMLA_N_CTRL; c++)
             for (size_t r = 0; r < reps; r++) {
-                if (c == QMLA_CTRL_SIGN) {
-                    for (size_t i = 0; i < n; i++)
-                        E1[i] = (gsl_rng_get(rng) & 1u) ? E0[i] : -E0[i];
-                } else if (c == QMLA_CTRL_PERMUTE) {
-                    for (size_t t = 0; t < T; t++)
-                        perm[t] = t;
-                    gsl_ran_shuffle(rng, perm, T, sizeof *perm);
-                    for (size_t t = 0; t < T; t++)
-                        memcpy(E1 + t * width, E0 + perm[t] * width,
-                               width * sizeof *E1);
-                } else {
-                    double gg = 0.0;
-                    for (size_t i = 0; i < n; i++) {
-                        const double v = gsl_ran_gaussian_ziggurat(rng, 1.0);
-                        E1[i] = (float)v;
-                        gg += v * v;
-                    }
-                    const double s = e0 / sqrt(gg);
-                    for (size_t i = 0; i < n; i++)
-                        E1[i] = (float)((double)E1[i] * s);
-                }
+                qmla_iv_control(rng, c, E0, E1, T, width, e0, perm);
                 double g;
                 if ((st = local_gain(ex, d, T, w, C, path, E1, xx, yy, ws, &g, err)))
                     goto out;
@@ -133,11 +110,7 @@ int qmla_intervene_sequence(const qmla_exec *ex, const qmla_mla_dims *d,
                            Cp, Kp, ws->jvp.dZ, ws->jvp.dZ, ws->jvp.dU, ws->jvp.dO,
                            ws->jvp.dY);
     {
-        const double oj = qmla_diff_sumsq(ws->jvp.dY, Y, nY) / yy;
-        const double oc = fin[0].nmse_out, op = fin[1].nmse_out;
-        out->r_joint = oj / p->nmse;
-        out->cross = oj - oc - op;
-        out->cross_rel = (oc + op) > 0 ? out->cross / (oc + op) : 0.0;
+        qmla_iv_joint(out, qmla_diff_sumsq(ws->jvp.dY, Y, nY) / yy, fin, p->nmse);
     }
 out:
     if (rng)
@@ -541,4 +514,59 @@ out:
     free(ratio);
     free(lr);
     return st;
+}
+
+int qmla_iv_begin(gsl_rng *rng, uint64_t seed, size_t reps, const qmla_response fin[2],
+                  double yy, qmla_iv_item *out, double *ratio)
+{
+    gsl_rng_set(rng, (unsigned long)seed);
+    for (size_t k = 0; k < 2 * QMLA_N_CTRL * reps; k++)
+        ratio[k] = NAN;
+    out->degenerate = fin[0].degenerate || fin[1].degenerate || yy == 0.0;
+    return out->degenerate;
+}
+
+void qmla_iv_control(gsl_rng *rng, int c, const float *E0, float *E1, size_t T,
+                     size_t width, double e0, size_t *perm)
+{
+    const size_t n = T * width;
+    if (c == QMLA_CTRL_SIGN) {
+        for (size_t i = 0; i < n; i++)
+            E1[i] = (gsl_rng_get(rng) & 1u) ? E0[i] : -E0[i];
+    } else if (c == QMLA_CTRL_PERMUTE) {
+        for (size_t t = 0; t < T; t++)
+            perm[t] = t;
+        gsl_ran_shuffle(rng, perm, T, sizeof *perm);
+        for (size_t t = 0; t < T; t++)
+            memcpy(E1 + t * width, E0 + perm[t] * width, width * sizeof *E1);
+    } else {
+        double gg = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            const double v = gsl_ran_gaussian_ziggurat(rng, 1.0);
+            E1[i] = (float)v;
+            gg += v * v;
+        }
+        const double s = e0 / sqrt(gg);
+        for (size_t i = 0; i < n; i++)
+            E1[i] = (float)((double)E1[i] * s);
+    }
+}
+
+int qmla_op_path_direction(const qmla_sweep_params *p, int path, const float *C, const float *K,
+                           size_t T, size_t dc, size_t dr, float *E, size_t *width, double *xx,
+                           int *degen, qmla_error *err)
+{
+    const int content = path == QMLA_PATH_CONTENT;
+    double nq, nc;
+    *width = content ? dc : dr;
+    return qmla_sweep_error_direction(p, content ? C : K, T, *width, E, xx, &nq, &nc, degen,
+                                      err);
+}
+
+void qmla_iv_joint(qmla_iv_item *out, double oj, const qmla_response fin[2], double nmse)
+{
+    const double oc = fin[0].nmse_out, op = fin[1].nmse_out;
+    out->r_joint = oj / nmse;
+    out->cross = oj - oc - op;
+    out->cross_rel = (oc + op) > 0 ? out->cross / (oc + op) : 0.0;
 }

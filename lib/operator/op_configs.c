@@ -1,6 +1,7 @@
 /* op_configs.c — the directions of `qmla jvp` and `qmla predict`
  * (qmla_op_configs, qmla/predict.h). */
 #include "qmla/predict.h"
+#include "operator/op_shared.h"
 
 int qmla_op_configs(int sensitivities, const int *bits, size_t nbits, int group,
                     double nu, qmla_op_config *c, size_t *n)
@@ -21,4 +22,25 @@ int qmla_op_configs(int sensitivities, const int *bits, size_t nbits, int group,
     }
     *n = k;
     return 0;
+}
+
+qmla_op_opts qmla_op_opts_make(const qmla_op_config *conf, size_t nconf, int sensitivities,
+                               int threads, int force, const qmla_engine *engine,
+                               const char *command_line, qmla_progress_fn progress,
+                               void *progress_ctx)
+{
+    const qmla_op_opts o = {.conf = conf, .nconf = nconf, .sensitivities = sensitivities,
+                            .threads = threads, .force = force, .command_line = command_line,
+                            .progress = progress, .progress_ctx = progress_ctx,
+                            .engine = engine};
+    return o;
+}
+
+qmla_sweep_params qmla_op_config_sweep(const qmla_op_config *c)
+{
+    qmla_sweep_params sp = qmla_sweep_defaults();
+    sp.quant.bits = c->bits;
+    sp.quant.group = c->group;
+    sp.nmse = c->nmse;
+    return sp;
 }

@@ -4,6 +4,7 @@
  * of a results file (include/qmla/predict.h, docs/math.md §5,
  * docs/results-format.md). */
 #include "qmla/predict.h"
+#include "operator/op_shared.h"
 #include "core/alloc.h"
 #include "qmla/norms.h"
 #include "sweep/plan.h"
@@ -69,10 +70,7 @@ int qmla_op_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
     const qmla_attn_state *clean = &ws->sweep.clean;
     double yy = 0.0;
     for (size_t k = 0; k < nconf; k++) {
-        qmla_sweep_params sp = qmla_sweep_defaults();
-        sp.quant.bits = conf[k].bits;
-        sp.quant.group = conf[k].group;
-        sp.nmse = conf[k].nmse;
+        qmla_sweep_params sp = qmla_op_config_sweep(&conf[k]);
         qmla_response fin[2];
         /* the finite responses; the sweep's clean pass is the one the JVP
          * and the sensitivities reuse */
@@ -88,54 +86,29 @@ int qmla_op_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
                                      ws->tr + T, err);
                 if (st)
                     return st;
-                for (size_t t = 0; t < T; t++) {
-                    sigma[t] = yy > 0 ? ws->tr[t] * cc / yy : 0.0;
-                    sigma[T + t] = yy > 0 ? ws->tr[T + t] * kk / yy : 0.0;
-                }
+                qmla_op_sigma_scale(sigma, ws->tr, T, cc, kk, yy);
             }
         }
         for (int path = 0; path < 2; path++) {
             qmla_op_point *p = &pts[2 * k + (size_t)path];
             double *wt = alloc + (2 * k + (size_t)path) * T;
             const int content = path == QMLA_PATH_CONTENT;
-            const size_t width = content ? dc : dr;
-            memset(p, 0, sizeof *p);
-            p->path = path;
-            p->bits = conf[k].bits;
-            p->group = conf[k].group;
-            p->nmse = conf[k].nmse;
-            p->heldout = conf[k].heldout;
-            p->T = T;
-            double xx, nq, nc;
-            int degen;
-            st = qmla_sweep_error_direction(&sp, content ? C : K, T, width, ws->E,
-                                            &xx, &nq, &nc, &degen, err);
+            double xx, ee;
+            int skip;
+            st = qmla_op_point_begin(p, path, &conf[k], &sp, C, K, T, dc, dr, &fin[path], yy,
+                                     ws->E, wt, &xx, &ee, &skip, err);
             if (st)
                 return st;
-            p->degenerate = degen || fin[path].degenerate || yy == 0.0;
-            for (size_t t = 0; t < T; t++)
-                wt[t] = 0.0;
-            if (p->degenerate)
+            if (skip)
                 continue;
-            const double ee = qmla_sumsq(ws->E, T * width);
-            for (size_t t = 0; t < T; t++)
-                wt[t] = qmla_sumsq(ws->E + t * width, width) / ee;
             st = qmla_jvp_apply(ex, d, T, w, clean, C, content ? ws->E : NULL,
                                 content ? NULL : ws->E, &ws->jvp, err);
             if (st)
                 return st;
             p->g_jvp = (qmla_sumsq(ws->jvp.dY, nY) / yy) / (ee / xx);
             p->g_finite = fin[path].response;
-            if (L) {
-                const double *s = sigma + (size_t)path * T;
-                double m = 0.0, a = 0.0;
-                for (size_t t = 0; t < T; t++) {
-                    m += s[t];
-                    a += wt[t] * s[t];
-                }
-                p->pred_trace = m / (double)T;
-                p->pred_alloc = a;
-            }
+            if (L)
+                qmla_op_point_pred(p, sigma + (size_t)path * T, wt, T);
         }
     }
     return QMLA_OK;
@@ -939,4 +912,66 @@ out:
     store_free(&s);
     qmla_plan_free(&plan);
     return st;
+}
+
+static void point_init(qmla_op_point *p, int path, const qmla_op_config *c, size_t T)
+{
+    memset(p, 0, sizeof *p);
+    p->path = path;
+    p->bits = c->bits;
+    p->group = c->group;
+    p->nmse = c->nmse;
+    p->heldout = c->heldout;
+    p->T = T;
+}
+
+void qmla_op_sigma_scale(double *sigma, const double *tr, size_t T, double cc, double kk,
+                         double yy)
+{
+    for (size_t t = 0; t < T; t++) {
+        sigma[t] = yy > 0 ? tr[t] * cc / yy : 0.0;
+        sigma[T + t] = yy > 0 ? tr[T + t] * kk / yy : 0.0;
+    }
+}
+
+static int point_weights(qmla_op_point *p, int degen, const qmla_response *fin, double yy,
+                         const float *E, size_t T, size_t width, double *wt, double *ee)
+{
+    p->degenerate = degen || fin->degenerate || yy == 0.0;
+    for (size_t t = 0; t < T; t++)
+        wt[t] = 0.0;
+    *ee = 0.0;
+    if (p->degenerate)
+        return 1;
+    *ee = qmla_sumsq(E, T * width);
+    for (size_t t = 0; t < T; t++)
+        wt[t] = qmla_sumsq(E + t * width, width) / *ee;
+    return 0;
+}
+
+int qmla_op_point_begin(qmla_op_point *p, int path, const qmla_op_config *c,
+                        const qmla_sweep_params *sp, const float *C, const float *K, size_t T,
+                        size_t dc, size_t dr, const qmla_response *fin, double yy, float *E,
+                        double *wt, double *xx, double *ee, int *skip, qmla_error *err)
+{
+    point_init(p, path, c, T);
+    size_t width;
+    int degen;
+    *skip = 1;
+    const int st = qmla_op_path_direction(sp, path, C, K, T, dc, dr, E, &width, xx, &degen, err);
+    if (st)
+        return st;
+    *skip = point_weights(p, degen, fin, yy, E, T, width, wt, ee);
+    return QMLA_OK;
+}
+
+void qmla_op_point_pred(qmla_op_point *p, const double *sg, const double *wt, size_t T)
+{
+    double m = 0.0, a = 0.0;
+    for (size_t t = 0; t < T; t++) {
+        m += sg[t];
+        a += wt[t] * sg[t];
+    }
+    p->pred_trace = m / (double)T;
+    p->pred_alloc = a;
 }

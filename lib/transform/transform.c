@@ -697,13 +697,7 @@ int qmla_transform_file_read(const char *path, qmla_transform_file *f,
 out:
     if (names)
         qmla_h5_free_names(names, nn);
-    if (lg >= 0)
-        H5Gclose(lg);
-    if (fh >= 0)
-        H5Fclose(fh);
-    if (lapl >= 0)
-        H5Pclose(lapl);
-    qmla_h5_quiet_end(q);
+    qmla_h5_read_close(lg, fh, lapl, q);
     if (st)
         qmla_transform_file_free(f);
     return st;
