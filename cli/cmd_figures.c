@@ -643,6 +643,26 @@ static void t4_paper(FILE *md, FILE *csv, const paper_row *p)
     t4_row(md, csv, v, r3);
 }
 
+/* The Markdown and CSV buffers of one table, opened together; on failure
+ * neither is left open and msg names the table's Markdown path. */
+static int open_table_streams(FILE **md, char **mdb, size_t *mdn, FILE **csv, char **csvb,
+                              size_t *csvn, const char *mdp, char *msg, size_t len)
+{
+    *md = open_memstream(mdb, mdn);
+    *csv = open_memstream(csvb, csvn);
+    if (*md && *csv)
+        return 0;
+    if (*md)
+        fclose(*md);
+    if (*csv)
+        fclose(*csv);
+    free(*mdb);
+    free(*csvb);
+    *mdb = *csvb = NULL;
+    snprintf(msg, len, "%s: out of memory", mdp);
+    return -1;
+}
+
 static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_t len)
 {
     (void)f;
@@ -657,17 +677,9 @@ static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_
     snprintf(csvp, sizeof csvp, "%s/table4.csv", c->dir);
     char *mdb = NULL, *csvb = NULL;
     size_t mdn = 0, csvn = 0;
-    FILE *md = open_memstream(&mdb, &mdn), *csv = open_memstream(&csvb, &csvn);
-    if (!md || !csv) {
-        if (md)
-            fclose(md);
-        if (csv)
-            fclose(csv);
-        free(mdb);
-        free(csvb);
-        snprintf(msg, len, "%s: out of memory", mdp);
+    FILE *md, *csv;
+    if (open_table_streams(&md, &mdb, &mdn, &csv, &csvb, &csvn, mdp, msg, len))
         return -1;
-    }
     fprintf(md, "Model-level responses at matched cache NMSE (Table 4 of the QuantMLA paper): "
                 "mean over layers of the content and RoPE responses R = NMSE_out / NMSE_cache "
                 "(dimensionless) and their ratio. Rows of source *paper* are the paper's "
@@ -919,17 +931,9 @@ static int render_attr_table(const fig_ctx *c, const figure_def *f, char *msg, s
     snprintf(csvp, sizeof csvp, "%s/%s.csv", c->dir, T->name);
     char *mdb = NULL, *csvb = NULL;
     size_t mdn = 0, csvn = 0;
-    FILE *md = open_memstream(&mdb, &mdn), *csv = open_memstream(&csvb, &csvn);
-    if (!md || !csv) {
-        if (md)
-            fclose(md);
-        if (csv)
-            fclose(csv);
-        free(mdb);
-        free(csvb);
-        snprintf(msg, len, "%s: out of memory", mdp);
+    FILE *md, *csv;
+    if (open_table_streams(&md, &mdb, &mdn, &csv, &csvb, &csvn, mdp, msg, len))
         return -1;
-    }
     fprintf(md, "%s\n\n| model | source | %s |", T->title, T->row_head);
     for (size_t k = 0; k < T->n_cols; k++)
         fprintf(md, " %s%s |", T->col[k].head, T->col[k].lo ? " [95 % CI]" : "");
