@@ -234,7 +234,7 @@ static void bench_writer(bench *B)
         const qmla_kv_layout L = qmla_kv_layout_of(&cfg);
         qmla_kv_cache kc = {cfg, (uint8_t *)dalloc(n / 64 * L.page_bytes), n / 64,
                             (uint16_t *)dalloc(4 * 1152), (uint16_t *)dalloc(128 * 1152), 1};
-        qmla_kv_write w = {kv, n, slot, seq, pos, len};
+        qmla_kv_write w = {kv, n, slot, seq, pos, len, NULL};
         float t[64];
         int st = 0;
         for (int i = 0; i < B->samples + 2; i++) {

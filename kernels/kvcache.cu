@@ -1,18 +1,24 @@
 /* kernels/kvcache.cu — the fused cache writer (contract: kernels/kvcache_cuda.h).
  *
+ * Rows come as BF16 (qmla_kv_write.kv) or float32 (kv_f32); every kernel
+ * below has both forms (template parameter In: uint16_t or float), the
+ * float32 one quantizing the float32 values and rounding its BF16 copies
+ * as qmla_core_f32_to_bf16.
  * BF16 layout: kv_copy_bf16_kernel, a gathered copy of the rows into their
  * page slots (one 16-byte chunk per thread, KVC_UNROLL in flight;
- * consecutive threads on consecutive chunks).
+ * consecutive threads on consecutive chunks); kv_copy_f32_kernel the same
+ * from float32 rows (two 16-byte loads per chunk).
  * Quantized layouts: kv_write_kernel, one thread per E = min(G, 32)
  * channels; a group of 64 is split over a lane pair (lane, lane ^ 1), its
  * extrema combined by one shuffle each. A block of 288 threads writes E/2
  * tokens: warps 0-7 the content (512/E threads per token), warp 8 the RoPE
  * (64/E per token), so every warp runs one bit width (C2R4 has no
- * divergent paths). A thread issues its loads at once (its row's BF16
- * values with 16-byte loads, E/8 of them, whatever the slot; the slot,
- * sequence, position; then the sequence's length), finds the extrema by
- * NaN-propagating BF16x2 minimum / maximum (exact; a zero extremum becomes
- * +0 as in qmla_core_group_extrema), the stored f16 metadata by
+ * divergent paths). A thread issues its loads at once (its row's values
+ * with 16-byte loads, E/8 of them for BF16 and E/4 for float32, whatever
+ * the slot; the slot, sequence, position; then the sequence's length),
+ * finds the extrema by NaN-propagating BF16x2 (float32: float) minimum /
+ * maximum (exact; a zero extremum becomes +0 as in
+ * qmla_core_group_extrema), the stored f16 metadata by
  * qmla_core_group_meta_from_extrema, the codes by qmla_emit_fast
  * (emit_fast.cuh: about 10 instructions per element, the rare near-ties
  * by the exact division), and stores its codes with 4- to 16-byte stores,
@@ -24,7 +30,8 @@
  * Prefill- and decode-sized writes use the same launch. The bit widths
  * are template parameters (one instantiation per G and C{2,4,8}R{2,4,8}),
  * and the sink / window rows are stored before the emitter: 56 registers,
- * no spill (H200 run 25). The launcher does not reset the failure word:
+ * no spill (H200 run 25; BF16 rows; the float32 form is bounded at 72,
+ * QMLA_KVW_MIN_BLOCKS_F32, its speed not measured). The launcher does not reset the failure word:
  * qmla_kv_write_cuda_ws_init once, the status call after a failure. Twin:
  * qmla_kv_write_ref (bit for bit, test_decode_cuda).
  */
@@ -41,9 +48,13 @@
 #ifndef QMLA_KVW_MIN_BLOCKS /* blocks per SM the registers allow (build-time experiment) */
 #define QMLA_KVW_MIN_BLOCKS 4 /* H200 run 22a: 3 blocks 51.9 us, 4 blocks 48.7 (C4R4) */
 #endif
+#ifndef QMLA_KVW_MIN_BLOCKS_F32 /* the same for float32 rows (twice the row registers) */
+#define QMLA_KVW_MIN_BLOCKS_F32 3 /* 72 registers, no spill (ptxas -v, sm_90a); speed not measured */
+#endif
 
 struct kvw_args {
-    const uint16_t *kv;       /* [n, 576] */
+    const uint16_t *kv;       /* [n, 576] BF16, or NULL */
+    const float *kv_f32;      /* [n, 576] float32, or NULL */
     const int64_t *slot;      /* [n] */
     const int32_t *seq, *pos; /* [n] */
     const int32_t *seq_len;   /* [batch] */
@@ -56,29 +67,62 @@ struct kvw_args {
     int S, W;
 };
 
-/* Element j (float32) of E elements held as E/8 uint4 of BF16 pairs. */
-template <int E>
+/* The input rows: In = uint16_t (BF16 bits) or float. A thread holds its
+ * E elements as KVW_CHUNKS(E, In) uint4 (E/8 of BF16 pairs, E/4 of floats). */
+#define KVW_CHUNKS(E, In) ((E) * (int)sizeof(In) / 16)
+
+/* Element j (float32) of E elements held in raw. */
+template <int E, class In>
 __device__ static inline float kvw_elem(const uint4 *raw, int j)
 {
-    const uint4 v = raw[j / 8];
-    const uint32_t u = (j % 8) < 2 ? v.x : (j % 8) < 4 ? v.y : (j % 8) < 6 ? v.z : v.w;
-    return __uint_as_float(j % 2 ? u & 0xffff0000u : u << 16);
+    if constexpr (sizeof(In) == 2) {
+        const uint4 v = raw[j / 8];
+        const uint32_t u = (j % 8) < 2 ? v.x : (j % 8) < 4 ? v.y : (j % 8) < 6 ? v.z : v.w;
+        return __uint_as_float(j % 2 ? u & 0xffff0000u : u << 16);
+    } else {
+        const uint4 v = raw[j / 4];
+        return __uint_as_float((j % 4) == 0 ? v.x : (j % 4) == 1 ? v.y : (j % 4) == 2 ? v.z : v.w);
+    }
+}
+
+/* Element j of a row in global memory (a run-time j: the rare exact codes). */
+__device__ static inline float kvw_load(const uint16_t *src, int j)
+{
+    return __uint_as_float((uint32_t)src[j] << 16);
+}
+__device__ static inline float kvw_load(const float *src, int j) { return src[j]; }
+
+/* Chunk v (8 values, 16 bytes) of the BF16 copy of the E elements: raw[v]
+ * itself for BF16 rows; float32 rows rounded to nearest even as
+ * qmla_core_f32_to_bf16 (the twin's rounding, NaN included). */
+template <int E, class In>
+__device__ static inline uint4 kvw_bf16_chunk(const uint4 *raw, int v)
+{
+    if constexpr (sizeof(In) == 2) {
+        return raw[v];
+    } else {
+        uint32_t u[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            u[k] = (uint32_t)qmla_core_f32_to_bf16(kvw_elem<E, In>(raw, 8 * v + 2 * k)) |
+                   (uint32_t)qmla_core_f32_to_bf16(kvw_elem<E, In>(raw, 8 * v + 2 * k + 1)) << 16;
+        return make_uint4(u[0], u[1], u[2], u[3]);
+    }
 }
 
 /* Codes of one thread's E elements (B bits) into dst (E B / 8 bytes,
  * aligned to that size up to 16); act: this lane stores (every lane of the
  * warp calls: qmla_store_words). */
-template <int E, int B>
-__device__ static inline void kvw_codes(const uint4 *raw, const uint16_t *src, float s, float l,
+template <int E, int B, class In>
+__device__ static inline void kvw_codes(const uint4 *raw, const In *src, float s, float l,
                                         uint8_t *dst, bool act)
 {
-    auto x = [&](int j) { return kvw_elem<E>(raw, j); };
+    auto x = [&](int j) { return kvw_elem<E, In>(raw, j); };
     if constexpr ((E * B) % 32 == 0) {
         constexpr int NW = E * B / 32;
         uint32_t w[NW], bad[(E + 31) / 32];
         qmla_emit_fast<E, B, false>(x, s, l, w, nullptr, bad);
-        qmla_emit_fix_codes<E, B>(bad, [&](int j) { return __uint_as_float((uint32_t)src[j] << 16); },
-                                  s, l, w);
+        qmla_emit_fix_codes<E, B>(bad, [&](int j) { return kvw_load(src, j); }, s, l, w);
         qmla_store_words<NW>(dst, act, w);
     } else { /* E 8, B 2: two bytes, by the shared emit loop */
         float xs[E];
@@ -121,14 +165,44 @@ __global__ void __launch_bounds__(KVC_THREADS) kv_copy_bf16_kernel(kvw_args a)
     }
 }
 
+/* The BF16 layout from float32 rows: one 16-byte chunk of BF16 (8 values,
+ * two 16-byte loads of floats) per thread, rounded as qmla_core_f32_to_bf16
+ * (consecutive threads, consecutive chunks). */
+__global__ void __launch_bounds__(KVC_THREADS) kv_copy_f32_kernel(kvw_args a)
+{
+    constexpr int CPT = QMLA_KV_D * 2 / 16; /* 72 BF16 chunks per token */
+    const size_t q0 = (size_t)blockIdx.x * (KVC_THREADS * KVC_UNROLL) + threadIdx.x;
+    const size_t nq = a.n * CPT;
+    uint4 v[KVC_UNROLL][2];
+    int64_t slot[KVC_UNROLL];
+#pragma unroll
+    for (int k = 0; k < KVC_UNROLL; k++) {
+        const size_t q = q0 + (size_t)k * KVC_THREADS;
+        slot[k] = q < nq ? __ldg((const long long *)a.slot + q / CPT) : -1;
+        const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+        v[k][0] = q < nq ? __ldg((const uint4 *)a.kv_f32 + 2 * q) : z;
+        v[k][1] = q < nq ? __ldg((const uint4 *)a.kv_f32 + 2 * q + 1) : z;
+    }
+#pragma unroll
+    for (int k = 0; k < KVC_UNROLL; k++) {
+        const size_t q = q0 + (size_t)k * KVC_THREADS;
+        if (slot[k] >= 0)
+            ((uint4 *)(a.pool + (size_t)(slot[k] / QMLA_KV_PAGE) * a.L.page_bytes))
+                [(size_t)(slot[k] % QMLA_KV_PAGE) * CPT + q % CPT] = kvw_bf16_chunk<8, float>(v[k], 0);
+    }
+}
+
 /* Quantized layouts. One thread per E = min(G, 32) channels: a group of 64
  * is split over a lane pair (lane, lane ^ 1: the halves; extrema combined
  * by one shuffle each), smaller groups take one thread. A block of 288
  * threads writes E/2 tokens: warps 0-7 the content (512/E threads per
  * token), warp 8 the RoPE (64/E per token). */
-template <int G, int BC, int BR>
-__global__ void __launch_bounds__(KVW_THREADS, QMLA_KVW_MIN_BLOCKS) kv_write_kernel(kvw_args a)
+template <int G, int BC, int BR, class In>
+__global__ void __launch_bounds__(KVW_THREADS, sizeof(In) == 2 ? QMLA_KVW_MIN_BLOCKS
+                                                               : QMLA_KVW_MIN_BLOCKS_F32)
+    kv_write_kernel(kvw_args a)
 {
+    constexpr int NC = KVW_CHUNKS(G > 32 ? 32 : G, In); /* uint4 per thread */
     constexpr int E = G > 32 ? 32 : G;      /* channels per thread */
     constexpr int LP = G / E;               /* lanes per group: 1 or 2 */
     constexpr int TOK = E / 2;              /* tokens per block */
@@ -153,41 +227,55 @@ __global__ void __launch_bounds__(KVW_THREADS, QMLA_KVW_MIN_BLOCKS) kv_write_ker
     bool act = slot >= 0;
     const qmla_kv_layout &L = a.L;
     const int ch = rope ? QMLA_KV_DC + k * E : k * E; /* first channel */
-    const uint16_t *src = a.kv + (live ? i : 0) * QMLA_KV_D + ch;
-    uint4 raw[E / 8];
-    qmla_pair_load<E / 8>((const uint4 *)src, live, raw);
+    const In *src = (const In *)(sizeof(In) == 2 ? (const void *)a.kv : (const void *)a.kv_f32) +
+                    (live ? i : 0) * QMLA_KV_D + ch;
+    uint4 raw[NC];
+    qmla_pair_load<NC>((const uint4 *)src, live, raw);
     const long len = act ? a.seq_len[bseq] : 0;
     uint8_t *pg = a.pool + (size_t)(act ? slot / QMLA_KV_PAGE : 0) * L.page_bytes;
     const int o = act ? (int)(slot % QMLA_KV_PAGE) : 0;
 
-    /* extrema: NaN-propagating BF16x2 min / max (exact) */
-    __nv_bfloat162 mn2 = *(const __nv_bfloat162 *)&raw[0].x, mx2 = mn2;
+    /* extrema: NaN-propagating minimum / maximum (exact) */
+    float rmn, rmx;
+    if constexpr (sizeof(In) == 2) { /* BF16x2 pairs */
+        __nv_bfloat162 mn2 = *(const __nv_bfloat162 *)&raw[0].x, mx2 = mn2;
 #pragma unroll
-    for (int v = 0; v < E / 8; v++) {
-        const uint32_t wv[4] = {raw[v].x, raw[v].y, raw[v].z, raw[v].w};
+        for (int v = 0; v < NC; v++) {
+            const uint32_t wv[4] = {raw[v].x, raw[v].y, raw[v].z, raw[v].w};
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
-            const __nv_bfloat162 p = *(const __nv_bfloat162 *)&wv[q];
-            mn2 = __hmin2_nan(mn2, p);
-            mx2 = __hmax2_nan(mx2, p);
+            for (int q = 0; q < 4; q++) {
+                const __nv_bfloat162 p = *(const __nv_bfloat162 *)&wv[q];
+                mn2 = __hmin2_nan(mn2, p);
+                mx2 = __hmax2_nan(mx2, p);
+            }
         }
-    }
-    uint32_t mnu = *(const uint32_t *)&mn2, mxu = *(const uint32_t *)&mx2;
-    if constexpr (LP == 2) { /* the other half of the group */
-        const uint32_t pmn = __shfl_xor_sync(0xffffffffu, mnu, 1);
-        const uint32_t pmx = __shfl_xor_sync(0xffffffffu, mxu, 1);
-        mn2 = __hmin2_nan(mn2, *(const __nv_bfloat162 *)&pmn);
-        mx2 = __hmax2_nan(mx2, *(const __nv_bfloat162 *)&pmx);
-        mnu = *(const uint32_t *)&mn2;
-        mxu = *(const uint32_t *)&mx2;
+        uint32_t mnu = *(const uint32_t *)&mn2, mxu = *(const uint32_t *)&mx2;
+        if constexpr (LP == 2) { /* the other half of the group */
+            const uint32_t pmn = __shfl_xor_sync(0xffffffffu, mnu, 1);
+            const uint32_t pmx = __shfl_xor_sync(0xffffffffu, mxu, 1);
+            mn2 = __hmin2_nan(mn2, *(const __nv_bfloat162 *)&pmn);
+            mx2 = __hmax2_nan(mx2, *(const __nv_bfloat162 *)&pmx);
+            mnu = *(const uint32_t *)&mn2;
+            mxu = *(const uint32_t *)&mx2;
+        }
+        rmn = qmla_fmin_nan(__uint_as_float(mnu << 16), __uint_as_float(mnu & 0xffff0000u));
+        rmx = qmla_fmax_nan(__uint_as_float(mxu << 16), __uint_as_float(mxu & 0xffff0000u));
+    } else { /* float32 */
+        rmn = rmx = kvw_elem<E, In>(raw, 0);
+#pragma unroll
+        for (int j = 1; j < E; j++) {
+            rmn = qmla_fmin_nan(rmn, kvw_elem<E, In>(raw, j));
+            rmx = qmla_fmax_nan(rmx, kvw_elem<E, In>(raw, j));
+        }
+        if constexpr (LP == 2) { /* the other half of the group */
+            rmn = qmla_fmin_nan(rmn, __shfl_xor_sync(0xffffffffu, rmn, 1));
+            rmx = qmla_fmax_nan(rmx, __shfl_xor_sync(0xffffffffu, rmx, 1));
+        }
     }
     float mn, mx, s = 0.0f, l = 0.0f, bad = 0.0f;
     int st = QMLA_CORE_NONFINITE;
     const int bits = rope ? BR : BC; /* warp-uniform */
-    if (qmla_emit_extrema_finish(
-            qmla_fmin_nan(__uint_as_float(mnu << 16), __uint_as_float(mnu & 0xffff0000u)),
-            qmla_fmax_nan(__uint_as_float(mxu << 16), __uint_as_float(mxu & 0xffff0000u)), &mn,
-            &mx))
+    if (qmla_emit_extrema_finish(rmn, rmx, &mn, &mx))
         st = qmla_core_group_meta_from_extrema(mn, mx, bits, QMLA_CORE_META_F16, &s, &l, &bad);
     if (act && st != QMLA_CORE_OK) { /* both lanes of a pair (same token, same status) */
         bool report = half == 0;
@@ -195,7 +283,7 @@ __global__ void __launch_bounds__(KVW_THREADS, QMLA_KVW_MIN_BLOCKS) kv_write_ker
             bool mine = false;
 #pragma unroll
             for (int j = E - 1; j >= 0; j--) {
-                const float v = kvw_elem<E>(raw, j);
+                const float v = kvw_elem<E, In>(raw, j);
                 if (!qmla_core_isfinite(v)) {
                     bad = v;
                     mine = true;
@@ -226,22 +314,23 @@ __global__ void __launch_bounds__(KVW_THREADS, QMLA_KVW_MIN_BLOCKS) kv_write_ker
     if (act && p < a.S)
 #pragma unroll
         for (int v = 0; v < E / 8; v++)
-            ((uint4 *)(a.sink + ((size_t)bseq * a.S + (size_t)p) * QMLA_KV_D + ch))[v] = raw[v];
+            ((uint4 *)(a.sink + ((size_t)bseq * a.S + (size_t)p) * QMLA_KV_D + ch))[v] =
+                kvw_bf16_chunk<E, In>(raw, v);
     if (act && a.W > 0 && p >= len - a.W)
 #pragma unroll
         for (int v = 0; v < E / 8; v++)
             ((uint4 *)(a.window + ((size_t)bseq * a.W + (size_t)(p % a.W)) * QMLA_KV_D + ch))[v] =
-                raw[v];
+                kvw_bf16_chunk<E, In>(raw, v);
     const uint32_t meta = (uint32_t)__half_as_ushort(__float2half_rn(s)) |
                           (uint32_t)__half_as_ushort(__float2half_rn(l)) << 16; /* exact */
     if (rope) {
         uint8_t *dst = pg + L.off_rc + (size_t)o * L.cb_r + (size_t)g * L.gb_r;
-        kvw_codes<E, BR>(raw, src, s, l, dst + half * (E * BR / 8), act);
+        kvw_codes<E, BR, In>(raw, src, s, l, dst + half * (E * BR / 8), act);
         if (act && half == 0)
             *(uint32_t *)(pg + L.off_mr + ((size_t)o * NGR + g) * 4) = meta;
     } else {
         uint8_t *dst = pg + (size_t)o * L.cb_c + (size_t)g * L.gb_c;
-        kvw_codes<E, BC>(raw, src, s, l, dst + half * (E * BC / 8), act);
+        kvw_codes<E, BC, In>(raw, src, s, l, dst + half * (E * BC / 8), act);
         if (act && half == 0)
             *(uint32_t *)(pg + L.off_mc + ((size_t)o * NGC + g) * 4) = meta;
     }
@@ -249,36 +338,37 @@ __global__ void __launch_bounds__(KVW_THREADS, QMLA_KVW_MIN_BLOCKS) kv_write_ker
 
 /* One instantiation per group size and bit widths (the bit widths are
  * compile-time: no per-warp switch between three code paths). */
-template <int BC, int BR>
+template <int BC, int BR, class In>
 static void kvw_launch_b(unsigned gb, cudaStream_t stream, const kvw_args &a)
 {
     switch (a.L.G) {
-    case 8: kv_write_kernel<8, BC, BR><<<gb, KVW_THREADS, 0, stream>>>(a); break;
-    case 16: kv_write_kernel<16, BC, BR><<<gb, KVW_THREADS, 0, stream>>>(a); break;
-    case 32: kv_write_kernel<32, BC, BR><<<gb, KVW_THREADS, 0, stream>>>(a); break;
-    default: kv_write_kernel<64, BC, BR><<<gb, KVW_THREADS, 0, stream>>>(a); break;
+    case 8: kv_write_kernel<8, BC, BR, In><<<gb, KVW_THREADS, 0, stream>>>(a); break;
+    case 16: kv_write_kernel<16, BC, BR, In><<<gb, KVW_THREADS, 0, stream>>>(a); break;
+    case 32: kv_write_kernel<32, BC, BR, In><<<gb, KVW_THREADS, 0, stream>>>(a); break;
+    default: kv_write_kernel<64, BC, BR, In><<<gb, KVW_THREADS, 0, stream>>>(a); break;
     }
 }
 
-template <int BC>
+template <int BC, class In>
 static void kvw_launch_r(unsigned gb, cudaStream_t stream, const kvw_args &a)
 {
     if (a.L.r_bits == 2)
-        kvw_launch_b<BC, 2>(gb, stream, a);
+        kvw_launch_b<BC, 2, In>(gb, stream, a);
     else if (a.L.r_bits == 4)
-        kvw_launch_b<BC, 4>(gb, stream, a);
+        kvw_launch_b<BC, 4, In>(gb, stream, a);
     else
-        kvw_launch_b<BC, 8>(gb, stream, a);
+        kvw_launch_b<BC, 8, In>(gb, stream, a);
 }
 
+template <class In>
 static void kvw_launch_g(unsigned gb, cudaStream_t stream, const kvw_args &a)
 {
     if (a.L.c_bits == 2)
-        kvw_launch_r<2>(gb, stream, a);
+        kvw_launch_r<2, In>(gb, stream, a);
     else if (a.L.c_bits == 4)
-        kvw_launch_r<4>(gb, stream, a);
+        kvw_launch_r<4, In>(gb, stream, a);
     else
-        kvw_launch_r<8>(gb, stream, a);
+        kvw_launch_r<8, In>(gb, stream, a);
 }
 
 extern "C" int qmla_kv_write_cuda_launch(const qmla_kv_cache *kc, const qmla_kv_write *w,
@@ -287,9 +377,11 @@ extern "C" int qmla_kv_write_cuda_launch(const qmla_kv_cache *kc, const qmla_kv_
     int st = qmla_kv_check(kc ? &kc->cfg : nullptr, err);
     if (st)
         return st;
-    if (!w || !ws || (w->n > 0 && (!w->kv || !w->slot || !w->seq || !w->pos || !w->seq_len)))
+    if (!w || !ws || (w->n > 0 && (!w->slot || !w->seq || !w->pos || !w->seq_len)))
         return qmla_error_set(err, QMLA_EINVAL, "kv writer: NULL argument");
-    if (((uintptr_t)w->kv & 15u) || ((uintptr_t)kc->pool & 15u) ||
+    if ((st = qmla_kv_write_rows_check(w, err)))
+        return st;
+    if (((uintptr_t)w->kv & 15u) || ((uintptr_t)w->kv_f32 & 15u) || ((uintptr_t)kc->pool & 15u) ||
         ((uintptr_t)kc->sink & 15u) || ((uintptr_t)kc->window & 15u) || ((uintptr_t)ws & 7u))
         return qmla_error_set(err, QMLA_EINVAL,
                               "kv writer: rows, pool and buffers must be 16-byte aligned");
@@ -304,6 +396,7 @@ extern "C" int qmla_kv_write_cuda_launch(const qmla_kv_cache *kc, const qmla_kv_
         return QMLA_OK;
     kvw_args a;
     a.kv = w->kv;
+    a.kv_f32 = w->kv_f32;
     a.slot = w->slot;
     a.seq = w->seq;
     a.pos = w->pos;
@@ -322,13 +415,19 @@ extern "C" int qmla_kv_write_cuda_launch(const qmla_kv_cache *kc, const qmla_kv_
         const size_t blocks = (nq + per - 1) / per;
         if (blocks > 0x7fffffffu)
             return qmla_error_set(err, QMLA_EINVAL, "kv writer: %zu tokens is too many", w->n);
-        kv_copy_bf16_kernel<<<(unsigned)blocks, KVC_THREADS, 0, stream>>>(a);
+        if (w->kv)
+            kv_copy_bf16_kernel<<<(unsigned)blocks, KVC_THREADS, 0, stream>>>(a);
+        else
+            kv_copy_f32_kernel<<<(unsigned)blocks, KVC_THREADS, 0, stream>>>(a);
     } else {
         const size_t tok = (size_t)(L.G > 32 ? 32 : L.G) / 2; /* tokens per block */
         const size_t blocks = (w->n + tok - 1) / tok;
         if (blocks > 0x7fffffffu)
             return qmla_error_set(err, QMLA_EINVAL, "kv writer: %zu tokens is too many", w->n);
-        kvw_launch_g((unsigned)blocks, stream, a);
+        if (w->kv)
+            kvw_launch_g<uint16_t>((unsigned)blocks, stream, a);
+        else
+            kvw_launch_g<float>((unsigned)blocks, stream, a);
     }
     if ((e = cudaGetLastError()) != cudaSuccess)
         return qmla_cuda_fail(err, e, "kv writer launch");

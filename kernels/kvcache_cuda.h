@@ -1,10 +1,13 @@
 /* kernels/kvcache_cuda.h — the fused cache writer on the GPU (layout:
  * include/qmla/kvcache.h; description: docs/decode.md). For incoming rows
- * [c_kv ; k_rope] (BF16) and a slot mapping into the paged pool: quantize
+ * [c_kv ; k_rope] (BF16 in qmla_kv_write.kv, or float32 in kv_f32: exactly
+ * one, 16-byte aligned) and a slot mapping into the paged pool: quantize
  * (quant_core.h, f16 metadata), pack, insert; keep the BF16 rows of sink
  * tokens (pos < S) and of the window (pos >= seq_len - W, ring row pos % W).
  * A packed copy is written for every token, so a token leaving the window
- * needs no new quantization. Bit for bit the C twin qmla_kv_write_ref.
+ * needs no new quantization. Float32 rows are quantized as they are and
+ * their BF16 copies (protected rows, BF16 pages) rounded to nearest even.
+ * Bit for bit the C twin qmla_kv_write_ref (both row types).
  *
  * All pointers in qmla_kv_cache / qmla_kv_write are device pointers.
  * ws: QMLA_KV_WRITE_WS_BYTES of caller-owned device memory (first failure),

@@ -30,14 +30,21 @@ typedef struct qmla_kv_cache {
     int batch;
 } qmla_kv_cache;
 
-/* Tokens to insert: rows of [c_kv ; k_rope]. */
+/* Tokens to insert: rows of [c_kv ; k_rope], as BF16 (kv) or float32
+ * (kv_f32): exactly one of the two is non-NULL when n > 0. Float32 rows
+ * are quantized as they are (what the QDQ hook of a float32 model
+ * quantizes); their BF16 copies (sink / window rows, BF16 pages) are the
+ * rows rounded to nearest even (qmla_core_f32_to_bf16). BF16 rows are
+ * quantized as their float32 values. */
 typedef struct qmla_kv_write {
-    const uint16_t *kv;     /* [n, 576] BF16 bits */
+    const uint16_t *kv;     /* [n, 576] BF16 bits, or NULL */
     size_t n;
     const int64_t *slot;    /* [n] physical page * 64 + offset; < 0: skip the token */
     const int32_t *seq;     /* [n] sequence of each token, < batch */
     const int32_t *pos;     /* [n] position of each token in its sequence */
     const int32_t *seq_len; /* [batch] length of each sequence after this write */
+    const float *kv_f32;    /* [n, 576] float32, or NULL (last: {kv, n, ...} initializers
+                             * of BF16 writes leave it NULL) */
 } qmla_kv_write;
 
 /* Decode attention inputs (queries absorbed into the latent space). */
@@ -57,11 +64,16 @@ int qmla_kv_check(const qmla_kv_config *c, qmla_error *err);
 int qmla_kv_parse_config(const char *name, qmla_kv_config *c, qmla_error *err);
 
 /* C twin of the fused cache writer: quantize each token (quant_core.h, f16
- * metadata), pack it into its slot, and store its BF16 row in the sink
- * buffer when pos < S and in the window ring when pos >= seq_len - W.
- * QMLA_ENONFINITE / QMLA_ERANGE name the first failing token and group. */
+ * metadata) from its BF16 or float32 row, pack it into its slot, and store
+ * its BF16 row in the sink buffer when pos < S and in the window ring when
+ * pos >= seq_len - W. QMLA_EINVAL when both or neither of kv / kv_f32 are
+ * given; QMLA_ENONFINITE / QMLA_ERANGE name the first failing token and
+ * group. */
 int qmla_kv_write_ref(const qmla_kv_cache *kc, const qmla_kv_write *w,
                       qmla_error *err);
+/* The rows of a write: QMLA_EINVAL unless exactly one of kv / kv_f32 is
+ * given (n > 0); shared by the twin and the CUDA launcher. */
+int qmla_kv_write_rows_check(const qmla_kv_write *w, qmla_error *err);
 
 /* Token t of sequence bi as attention uses it: 576 BF16 values (as float),
  * from the protection buffers or reconstructed from the packed copy. */

@@ -84,6 +84,18 @@ static int quant_path(const float *x, int width, int G, int bits, uint8_t *codes
     return QMLA_OK;
 }
 
+int qmla_kv_write_rows_check(const qmla_kv_write *w, qmla_error *err)
+{
+    if (!w)
+        return qmla_error_set(err, QMLA_EINVAL, "kv writer: NULL argument");
+    if (w->n > 0 && !w->kv == !w->kv_f32)
+        return qmla_error_set(err, QMLA_EINVAL,
+                              "kv writer: rows: expected exactly one of kv (BF16) and kv_f32 "
+                              "(float32), found %s",
+                              w->kv ? "both" : "neither");
+    return QMLA_OK;
+}
+
 int qmla_kv_write_ref(const qmla_kv_cache *kc, const qmla_kv_write *w, qmla_error *err)
 {
     int st = qmla_kv_check(kc ? &kc->cfg : NULL, err);
@@ -91,10 +103,23 @@ int qmla_kv_write_ref(const qmla_kv_cache *kc, const qmla_kv_write *w, qmla_erro
         return st;
     const qmla_kv_config *c = &kc->cfg;
     const qmla_kv_layout L = qmla_kv_layout_of(c);
+    if ((st = qmla_kv_write_rows_check(w, err)))
+        return st;
     for (size_t i = 0; i < w->n; i++) {
-        const uint16_t *row = w->kv + i * QMLA_KV_D;
         if (w->slot[i] < 0)
             continue;
+        /* x: what is quantized; row: the BF16 copy (sink, window, BF16 page) */
+        float x[QMLA_KV_D];
+        uint16_t rb[QMLA_KV_D];
+        const uint16_t *row = w->kv ? w->kv + i * QMLA_KV_D : rb;
+        for (int j = 0; j < QMLA_KV_D; j++) {
+            if (w->kv) {
+                x[j] = qmla_core_bf16_to_f32(row[j]);
+            } else {
+                x[j] = w->kv_f32[i * QMLA_KV_D + j];
+                rb[j] = qmla_core_f32_to_bf16(x[j]);
+            }
+        }
         const size_t page = (size_t)(w->slot[i] / QMLA_KV_PAGE);
         const int o = (int)(w->slot[i] % QMLA_KV_PAGE);
         if (page >= kc->n_pages || w->seq[i] < 0 || w->seq[i] >= kc->batch)
@@ -108,9 +133,6 @@ int qmla_kv_write_ref(const qmla_kv_cache *kc, const qmla_kv_write *w, qmla_erro
             memcpy(pg + (size_t)o * QMLA_KV_D * 2, row, QMLA_KV_D * 2);
             continue;
         }
-        float x[QMLA_KV_D];
-        for (int j = 0; j < QMLA_KV_D; j++)
-            x[j] = qmla_core_bf16_to_f32(row[j]);
         if ((st = quant_path(x, QMLA_KV_DC, L.G, L.c_bits, pg + (size_t)o * L.cb_c,
                              pg + L.off_mc + (size_t)o * 4 * L.ng_c, i, 0, err)) ||
             (st = quant_path(x + QMLA_KV_DC, QMLA_KV_DR, L.G, L.r_bits,

@@ -2,6 +2,9 @@
  * decode attention (kernels/decode.cu) on the GPU against their C twins:
  *  - writer: pool pages, sink and window buffers bit for bit equal to
  *    qmla_kv_write_ref (prefill-sized writes), and the same error for NaN;
+ *    from BF16 rows and from float32 rows (every configuration and group
+ *    size; the float32 rows are not BF16 values, so a writer that rounded
+ *    them first would differ from the twin);
  *  - decode: output and LSE against the double-precision reference on the
  *    cache as the kernel attends to it (qmla_decode_ref_model with
  *    qmla_decode_cuda_packed_f32), NMSE <= 1e-5 and
@@ -113,30 +116,40 @@ static void cache_free(cache *c)
 }
 
 /* Append tokens: for each sequence b, positions from..to-1 (to <= its slot
- * capacity), through the GPU writer and the C twin; compare the bytes. */
-static int append(cache *c, const shape *s, const int *from, const int *to, void *ws)
+ * capacity), through the GPU writer and the C twin, as BF16 rows or (f32)
+ * as float32 rows; compare the bytes. */
+static int append_rows(cache *c, const shape *s, const int *from, const int *to, void *ws,
+                       int f32)
 {
     size_t n = 0;
     for (int b = 0; b < s->batch; b++)
         n += (size_t)(to[b] - from[b]);
+    const size_t esz = f32 ? 4 : 2;
     uint16_t *kv = malloc((n + 1) * QMLA_KV_D * 2);
+    float *kv32 = malloc((n + 1) * QMLA_KV_D * 4);
     int64_t *slot = malloc((n + 1) * 8);
     int32_t *seq = malloc((n + 1) * 4), *pos = malloc((n + 1) * 4);
     size_t i = 0;
     for (int b = 0; b < s->batch; b++) {
         for (int t = from[b]; t < to[b]; t++, i++) {
-            for (int j = 0; j < QMLA_KV_D; j++)
-                kv[i * QMLA_KV_D + j] = qmla_core_f32_to_bf16(
-                    (float)(gauss() * (j % 41 == 7 ? 3.0 : 1.0) + (j < 512 ? 0.05 * b : 0.0)));
+            for (int j = 0; j < QMLA_KV_D; j++) {
+                const float v =
+                    (float)(gauss() * (j % 41 == 7 ? 3.0 : 1.0) + (j < 512 ? 0.05 * b : 0.0));
+                kv[i * QMLA_KV_D + j] = qmla_core_f32_to_bf16(v);
+                kv32[i * QMLA_KV_D + j] = v;
+            }
             slot[i] = (int64_t)c->bt[b * c->maxp + t / 64] * 64 + t % 64;
             seq[i] = b;
             pos[i] = t;
         }
         c->len[b] = to[b];
     }
-    qmla_kv_write wh = {kv, n, slot, seq, pos, c->len};
-    qmla_kv_write wd = {up(kv, n * QMLA_KV_D * 2), n, up(slot, n * 8), up(seq, n * 4),
-                        up(pos, n * 4), up(c->len, (size_t)s->batch * 4)};
+    const void *rows = f32 ? (const void *)kv32 : (const void *)kv;
+    void *drows = up(rows, n * QMLA_KV_D * esz);
+    qmla_kv_write wh = {f32 ? NULL : kv, n, slot, seq, pos, c->len, f32 ? kv32 : NULL};
+    qmla_kv_write wd = {f32 ? NULL : drows, n, up(slot, n * 8), up(seq, n * 4),
+                        up(pos, n * 4), up(c->len, (size_t)s->batch * 4),
+                        f32 ? drows : NULL};
     qmla_error e1, e2;
     int st1 = qmla_kv_write_ref(&c->h, &wh, &e1);
     int st2 = qmla_kv_write_cuda_launch(&c->d, &wd, ws, 0, &e2);
@@ -154,16 +167,22 @@ static int append(cache *c, const shape *s, const int *from, const int *to, void
     free(pool);
     free(sink);
     free(win);
-    cudaFree((void *)wd.kv);
+    cudaFree(drows);
     cudaFree((void *)wd.slot);
     cudaFree((void *)wd.seq);
     cudaFree((void *)wd.pos);
     cudaFree((void *)wd.seq_len);
     free(kv);
+    free(kv32);
     free(slot);
     free(seq);
     free(pos);
     return same;
+}
+
+static int append(cache *c, const shape *s, const int *from, const int *to, void *ws)
+{
+    return append_rows(c, s, from, to, ws, 0);
 }
 
 /* The kernel's reconstruction of every token, bit for bit against
@@ -356,6 +375,50 @@ int main(void)
             cache_free(&c);
         }
     }
+    /* float32 rows: every configuration on three shapes (prefill-sized, with
+     * and without protection) and the other group sizes, bytes against the
+     * twin; then decode-sized writes (one token per sequence per call)
+     * across the window boundary */
+    {
+        const shape fs[3] = {{"f32 b3", 3, 16, 1, 4, 128, {70, 131, 5}},
+                             {"f32 b8", 8, 16, 1, 4, 128, {1, 63, 64, 65, 131, 300, 200, 7}},
+                             {"f32 no protection", 1, 16, 1, 0, 0, {257}}};
+        const int f32cfg[8][3] = {{16, 16, 64}, {4, 4, 64}, {2, 4, 64}, {8, 8, 64},
+                                  {4, 4, 32}, {4, 4, 16}, {2, 4, 8}, {4, 2, 64}};
+        int n_ok = 0, n_run = 0;
+        for (int ci = 0; ci < 8; ci++)
+            for (int si = 0; si < 3; si++) {
+                const shape *s = &fs[si];
+                qmla_kv_config cfg = {f32cfg[ci][0], f32cfg[ci][1], f32cfg[ci][2], s->S, s->W};
+                int max_len = 0, from[8] = {0};
+                for (int b = 0; b < s->batch; b++)
+                    max_len = s->len[b] > max_len ? s->len[b] : max_len;
+                cache c;
+                cache_alloc(&c, cfg, s, max_len);
+                const int ok = append_rows(&c, s, from, s->len, ws, 1);
+                CHECK(ok, "float32 rows, C%dR%d G %d, %s: writer bytes differ from the twin",
+                      cfg.c_bits, cfg.r_bits, cfg.group, s->name);
+                n_ok += ok;
+                n_run++;
+                cache_free(&c);
+            }
+        const shape s = {"f32 aging", 2, 16, 1, 4, 128, {0, 0}};
+        qmla_kv_config cfg = {4, 4, 64, 4, 128};
+        cache c;
+        cache_alloc(&c, cfg, &s, 300);
+        int from[2] = {0, 0}, to[2] = {120, 60};
+        int ok = append_rows(&c, &s, from, to, ws, 1);
+        for (int step = 0; step < 20; step++) {
+            from[0] = to[0]++;
+            from[1] = to[1]++;
+            ok &= append_rows(&c, &s, from, to, ws, 1);
+        }
+        ok &= check_gather(&c, &s) == 0;
+        CHECK(ok, "float32 rows, C4R4: decode-sized writes across W differ from the twin");
+        cache_free(&c);
+        printf("float32 rows: %d of %d writes bit for bit the twin; decode-sized: %s\n", n_ok,
+               n_run, ok ? "identical" : "DIFFER");
+    }
     /* token aging: two sequences grow one token per call across W = 128,
      * every variant of C4R4 after each step */
     {
@@ -390,32 +453,41 @@ int main(void)
     /* writer error: the same token, group and value as the twin (the
      * group's first non-finite value, in either half of a group of 64:
      * the kernel splits it over two threads) */
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < 4; v++) {
         const shape s = {"nan", 1, 16, 1, 4, 128, {10}};
         qmla_kv_config cfg = {4, 4, 64, 4, 128};
         cache c;
         cache_alloc(&c, cfg, &s, 64);
         uint16_t kv[3 * 576];
-        for (int j = 0; j < 3 * 576; j++)
-            kv[j] = qmla_core_f32_to_bf16((float)gauss());
+        float kv32[3 * 576];
+        for (int j = 0; j < 3 * 576; j++) {
+            kv32[j] = (float)gauss();
+            kv[j] = qmla_core_f32_to_bf16(kv32[j]);
+        }
         if (v == 0) { /* RoPE group 8, first half */
             kv[2 * 576 + 530] = 0x7fc0;
         } else if (v == 1) { /* content group 1: NaN in the first half, -inf in the second */
             kv[2 * 576 + 70] = 0x7fc0;
             kv[2 * 576 + 100] = 0xff80;
-        } else { /* content group 1: -inf then NaN, both in the second half */
+        } else if (v == 2) { /* content group 1: -inf then NaN, both in the second half */
             kv[2 * 576 + 100] = 0xff80;
             kv[2 * 576 + 120] = 0x7fc0;
+        } else { /* float32 rows: content group 1, +inf then NaN in the second half */
+            kv32[2 * 576 + 100] = INFINITY;
+            kv32[2 * 576 + 120] = NAN;
         }
+        const int f32 = v == 3;
         const char *want = v == 0 ? "group 8: non-finite value nan"
                            : v == 1 ? "group 1: non-finite value nan"
-                                    : "group 1: non-finite value -inf";
+                           : v == 2 ? "group 1: non-finite value -inf"
+                                    : "group 1: non-finite value inf";
         int64_t slot[3] = {(int64_t)c.bt[0] * 64, (int64_t)c.bt[0] * 64 + 1,
                            (int64_t)c.bt[0] * 64 + 2};
         int32_t seq[3] = {0, 0, 0}, pos[3] = {0, 1, 2}, len[1] = {3};
-        qmla_kv_write wh = {kv, 3, slot, seq, pos, len};
-        qmla_kv_write wd = {up(kv, sizeof kv), 3, up(slot, 24), up(seq, 12), up(pos, 12),
-                            up(len, 4)};
+        void *drows = f32 ? up(kv32, sizeof kv32) : up(kv, sizeof kv);
+        qmla_kv_write wh = {f32 ? NULL : kv, 3, slot, seq, pos, len, f32 ? kv32 : NULL};
+        qmla_kv_write wd = {f32 ? NULL : drows, 3, up(slot, 24), up(seq, 12), up(pos, 12),
+                            up(len, 4), f32 ? drows : NULL};
         qmla_error e1, e2;
         int st1 = qmla_kv_write_ref(&c.h, &wh, &e1);
         int st2 = qmla_kv_write_cuda_launch(&c.d, &wd, ws, 0, &e2);
@@ -424,7 +496,7 @@ int main(void)
         CHECK(st1 == QMLA_ENONFINITE && st2 == QMLA_ENONFINITE && strstr(e2.msg, "token 2,") &&
                   strstr(e2.msg, want) && strcmp(e1.msg, e2.msg) == 0,
               "non-finite %d: %s / %s", v, e1.msg, e2.msg);
-        cudaFree((void *)wd.kv);
+        cudaFree(drows);
         cudaFree((void *)wd.slot);
         cudaFree((void *)wd.seq);
         cudaFree((void *)wd.pos);

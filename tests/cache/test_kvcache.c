@@ -2,7 +2,12 @@
  *  - pack layout: the C writer twin stores, for every token, the codes and
  *    float16 metadata that qmla_quant_qdq gives for the same row (C4R4,
  *    C2R4, C8R8, groups 64 and 32), and the reconstruction is BF16(x^);
- *  - protection buffers: sink rows and the window ring hold the BF16 rows;
+ *    from BF16 rows and from float32 rows (quantized unrounded: the test
+ *    also counts the tokens whose codes the BF16-rounded row would change,
+ *    so that it tells the two apart), float32 rows into BF16 pages rounded
+ *    to nearest even, and the row refusals (both / neither of kv, kv_f32);
+ *  - protection buffers: sink rows and the window ring hold the BF16 rows
+ *    (of float32 rows: the rounded rows);
  *  - decode reference against an independent naive attention: on the BF16
  *    rows when the window covers everything, on BF16(x^) without
  *    protection, and the causal rule for s_q = 2;
@@ -26,12 +31,14 @@ typedef struct {
     qmla_kv_cache kc;
     qmla_decode_args a;
     int32_t *bt, *len;
-    uint16_t *q, *kv;
+    uint16_t *q, *kv; /* kv: the BF16 rows (of float32 rows: rounded) */
+    float *kv32;      /* the float32 rows written (f32 fixtures), else NULL */
 } fixture;
 
 /* A batch of sequences of lengths len[], pages shuffled, every token written
- * through the C writer twin. */
-static void build(fixture *f, qmla_kv_config cfg, int batch, const int *lens, int s_q, int H)
+ * through the C writer twin, as BF16 rows or (f32) as float32 rows. */
+static void build_rows(fixture *f, qmla_kv_config cfg, int batch, const int *lens, int s_q,
+                       int H, int f32)
 {
     memset(f, 0, sizeof *f);
     int maxp = 1;
@@ -61,20 +68,25 @@ static void build(fixture *f, qmla_kv_config cfg, int batch, const int *lens, in
         f->bt[j] = t;
     }
     f->kv = malloc((ntok + 1) * QMLA_KV_D * 2);
+    f->kv32 = f32 ? malloc((ntok + 1) * QMLA_KV_D * 4) : NULL;
     int64_t *slot = malloc((ntok + 1) * 8);
     int32_t *seq = malloc((ntok + 1) * 4), *pos = malloc((ntok + 1) * 4);
     size_t i = 0;
     for (int b = 0; b < batch; b++) {
         f->len[b] = lens[b];
         for (int t = 0; t < lens[b]; t++, i++) {
-            for (int j = 0; j < QMLA_KV_D; j++)
-                f->kv[i * QMLA_KV_D + j] = bf(gauss() * (j % 37 == 3 ? 4.0 : 1.0) + 0.1 * b);
+            for (int j = 0; j < QMLA_KV_D; j++) {
+                const float v = (float)(gauss() * (j % 37 == 3 ? 4.0 : 1.0) + 0.1 * b);
+                f->kv[i * QMLA_KV_D + j] = qmla_core_f32_to_bf16(v);
+                if (f32)
+                    f->kv32[i * QMLA_KV_D + j] = v;
+            }
             slot[i] = (int64_t)f->bt[b * maxp + t / 64] * 64 + t % 64;
             seq[i] = b;
             pos[i] = t;
         }
     }
-    qmla_kv_write w = {f->kv, ntok, slot, seq, pos, f->len};
+    qmla_kv_write w = {f32 ? NULL : f->kv, ntok, slot, seq, pos, f->len, f->kv32};
     qmla_error err;
     int st = qmla_kv_write_ref(&f->kc, &w, &err);
     CHECK_OK(st, err);
@@ -94,6 +106,11 @@ static void build(fixture *f, qmla_kv_config cfg, int batch, const int *lens, in
     f->a.seq_len = f->len;
 }
 
+static void build(fixture *f, qmla_kv_config cfg, int batch, const int *lens, int s_q, int H)
+{
+    build_rows(f, cfg, batch, lens, s_q, H, 0);
+}
+
 static void release(fixture *f)
 {
     free(f->kc.pool);
@@ -103,6 +120,7 @@ static void release(fixture *f)
     free(f->len);
     free(f->q);
     free(f->kv);
+    free(f->kv32);
 }
 
 /* Naive attention of one query row over rows[0..n) (double). */
@@ -131,23 +149,33 @@ static double naive(const uint16_t *q, const float *rows, long n, double scale, 
     return m + log(s);
 }
 
-static void test_layout(int cb, int rb, int G)
+/* f32: the rows are written as float32 (quantized unrounded). */
+static void test_layout(int cb, int rb, int G, int f32)
 {
     qmla_kv_config cfg = {cb, rb, G, 4, 128};
     const int lens[2] = {70, 200};
     fixture f;
-    build(&f, cfg, 2, lens, 1, 1);
+    build_rows(&f, cfg, 2, lens, 1, 1, f32);
     const qmla_kv_layout L = qmla_kv_layout_of(&cfg);
     qmla_quant_params pc = {cb, G, QMLA_META_F16}, pr = {rb, G, QMLA_META_F16};
-    int bad_codes = 0, bad_meta = 0, bad_rec = 0;
+    int bad_codes = 0, bad_meta = 0, bad_rec = 0, rounding_moves = 0;
     size_t i = 0;
     for (int b = 0; b < 2; b++)
         for (int t = 0; t < lens[b]; t++, i++) {
             float x[QMLA_KV_D], xh[QMLA_KV_D], s[16], l[16];
             uint8_t c[QMLA_KV_D];
             for (int j = 0; j < QMLA_KV_D; j++)
-                x[j] = qmla_core_bf16_to_f32(f.kv[i * QMLA_KV_D + j]);
+                x[j] = f32 ? f.kv32[i * QMLA_KV_D + j] : qmla_core_bf16_to_f32(f.kv[i * QMLA_KV_D + j]);
             qmla_error err;
+            if (f32) { /* would the BF16-rounded row give other codes? */
+                float xr[QMLA_KV_D];
+                uint8_t c1[QMLA_KV_D], c2[QMLA_KV_D];
+                for (int j = 0; j < QMLA_KV_D; j++)
+                    xr[j] = qmla_core_bf16_to_f32(f.kv[i * QMLA_KV_D + j]);
+                CHECK_OK(qmla_quant_qdq(&pc, x, 1, QMLA_KV_DC, c1, s, l, NULL, &err), err);
+                CHECK_OK(qmla_quant_qdq(&pc, xr, 1, QMLA_KV_DC, c2, s, l, NULL, &err), err);
+                rounding_moves += memcmp(c1, c2, (size_t)L.cb_c) != 0;
+            }
             const uint8_t *pg = f.kc.pool + (size_t)f.bt[b * f.a.max_pages + t / 64] * L.page_bytes;
             const int o = t % 64;
             for (int path = 0; path < 2; path++) {
@@ -177,9 +205,59 @@ static void test_layout(int cb, int rb, int G)
                       "window row %d of sequence %d", t, b);
         }
     CHECK(bad_codes == 0 && bad_meta == 0 && bad_rec == 0,
-          "C%dR%d G %d: tokens with other codes %d, metadata %d, values %d", cb, rb, G,
-          bad_codes, bad_meta, bad_rec);
+          "C%dR%d G %d %s rows: tokens with other codes %d, metadata %d, values %d", cb, rb, G,
+          f32 ? "float32" : "BF16", bad_codes, bad_meta, bad_rec);
+    /* the float32 rows are not BF16 values in disguise: rounding them first
+     * would have changed the content codes of some tokens */
+    CHECK(!f32 || rounding_moves > 0, "C%dR%d G %d float32 rows: no token's codes depend on "
+          "the BF16 rounding (the test cannot tell the paths apart)", cb, rb, G);
     release(&f);
+}
+
+/* Float32 rows into a BF16 cache: the pages hold the rows rounded to
+ * nearest even (NaN too: quieted, as qmla_core_f32_to_bf16); the writer
+ * takes exactly one of kv / kv_f32. */
+static void test_f32_rows(void)
+{
+    qmla_kv_config cfg = {QMLA_KV_BF16, QMLA_KV_BF16, 64, 0, 0};
+    uint8_t pool[2 * 73728];
+    float row[2 * QMLA_KV_D];
+    uint16_t row16[QMLA_KV_D];
+    for (int j = 0; j < 2 * QMLA_KV_D; j++)
+        row[j] = (float)gauss();
+    row[QMLA_KV_D + 9] = qmla_core_bits_f32(0x7f800001u); /* a signalling NaN */
+    int64_t slot[2] = {64 + 5, 3};
+    int32_t seq[2] = {0, 0}, pos[2] = {0, 1}, len = 2;
+    qmla_kv_cache kc = {cfg, pool, 2, NULL, NULL, 1};
+    memset(pool, 0, sizeof pool);
+    qmla_kv_write w = {NULL, 2, slot, seq, pos, &len, row};
+    qmla_error err;
+    CHECK_OK(qmla_kv_write_ref(&kc, &w, &err), err);
+    int bad = 0;
+    for (int t = 0; t < 2; t++) {
+        const uint8_t *r = pool + (size_t)(slot[t] / 64) * 73728 + (size_t)(slot[t] % 64) * 1152;
+        for (int j = 0; j < QMLA_KV_D; j++)
+            bad += (uint16_t)(r[2 * j] | r[2 * j + 1] << 8) !=
+                   qmla_core_f32_to_bf16(row[t * QMLA_KV_D + j]);
+    }
+    CHECK(bad == 0, "BF16 pages from float32 rows: %d values not rounded to nearest even", bad);
+    for (int j = 0; j < QMLA_KV_D; j++)
+        row16[j] = bf(row[j]);
+    qmla_kv_write both = {row16, 2, slot, seq, pos, &len, row};
+    int st = qmla_kv_write_ref(&kc, &both, &err);
+    CHECK(st == QMLA_EINVAL && strstr(err.msg, "found both"), "kv and kv_f32: %d %s", st, err.msg);
+    qmla_kv_write neither = {NULL, 2, slot, seq, pos, &len, NULL};
+    st = qmla_kv_write_ref(&kc, &neither, &err);
+    CHECK(st == QMLA_EINVAL && strstr(err.msg, "found neither"), "no rows: %d %s", st, err.msg);
+    /* a non-finite float32 value is named as for BF16 rows */
+    qmla_kv_config c4 = {4, 4, 64, 0, 0};
+    uint8_t pool4[20736];
+    qmla_kv_cache k4 = {c4, pool4, 1, NULL, NULL, 1};
+    row[200] = -INFINITY;
+    qmla_kv_write w4 = {NULL, 1, &slot[1], seq, pos, &len, row};
+    st = qmla_kv_write_ref(&k4, &w4, &err);
+    CHECK(st == QMLA_ENONFINITE && strstr(err.msg, "group 3: non-finite value -inf"),
+          "float32 -inf: %d %s", st, err.msg);
 }
 
 /* decode_ref against naive attention; protect: 1 = window covers all,
@@ -314,10 +392,10 @@ static void test_storage(void)
 int main(void)
 {
     check_rng_seed(0x9e3779b97f4a7c15ULL);
-    test_layout(4, 4, 64);
-    test_layout(2, 4, 64);
-    test_layout(8, 8, 64);
-    test_layout(4, 2, 32);
+    test_layout(4, 4, 64, 0);
+    test_layout(2, 4, 64, 0);
+    test_layout(8, 8, 64, 0);
+    test_layout(4, 2, 32, 0);
     test_decode_ref(1, 1, 0);
     test_decode_ref(0, 1, 0);
     test_decode_ref(0, 2, 0);
@@ -326,6 +404,12 @@ int main(void)
     test_decode_ref(0, 2, 1);
     test_aging();
     test_storage();
+    /* float32 rows (after the BF16 tests: their random draws unchanged) */
+    test_layout(4, 4, 64, 1);
+    test_layout(2, 4, 64, 1);
+    test_layout(8, 8, 64, 1);
+    test_layout(4, 2, 32, 1);
+    test_f32_rows();
     /* the writer names a non-finite token */
     {
         qmla_kv_config cfg = {4, 4, 64, 4, 128};
@@ -337,7 +421,7 @@ int main(void)
         int64_t slot = 3;
         int32_t seq = 0, pos = 0, len = 1;
         qmla_kv_cache kc = {cfg, pool, 1, sink, win, 1};
-        qmla_kv_write w = {row, 1, &slot, &seq, &pos, &len};
+        qmla_kv_write w = {row, 1, &slot, &seq, &pos, &len, NULL};
         qmla_error err;
         int st = qmla_kv_write_ref(&kc, &w, &err);
         CHECK(st == QMLA_ENONFINITE && strstr(err.msg, "group 4"), "NaN: %d %s", st, err.msg);
