@@ -3,7 +3,10 @@
 # libqmla.so with the CUDA launchers (meson, build dir /tmp/qmla-serving-build
 # kept while the machine stays warm), build the torch extension
 # (python/qmla/torch_ops.cpp, qmla.torch.load_ops), then the named steps
-# (each under its own limit, OPS_LIMIT, TINY_LIMIT, FAMILIES_LIMIT, BENCH_LIMIT):
+# (each under its own limit, CUDATEST_LIMIT, OPS_LIMIT, TINY_LIMIT,
+# FAMILIES_LIMIT, BENCH_LIMIT):
+#   cudatest  tests/test_decode_cuda in the same build, QMLA_TEST_SMALL=1 (the
+#             writer, BF16 and float32 rows, and decode against their C twins)
 #   ops       experiments/serving/test_ops.py (operators: values, decode,
 #             CUDA graph capture, refusals)
 #   tiny      experiments/serving/generate.py --what tiny
@@ -44,6 +47,13 @@ for step in "$@"; do
   lv="${step^^}_LIMIT"
   lim=${!lv:-200}
   case $step in
+  cudatest)
+    if ninja -C "$B" tests/test_decode_cuda >"$LOGS/cudatest_build.log" 2>&1; then
+      QMLA_TEST_SMALL=1 timeout $lim "$B/tests/test_decode_cuda" >"$LOGS/test_decode_cuda.log" 2>&1
+      echo "rc=$?"; grep -E "FAIL|failed|float32|aging|worst|passed" "$LOGS/test_decode_cuda.log" | tail -12
+    else
+      echo "rc=build"; grep -E "error" -A3 "$LOGS/cudatest_build.log" | head -30
+    fi ;;
   ops)
     timeout $lim $PY experiments/serving/test_ops.py --out "$LOGS" >"$LOGS/test_ops.log" 2>&1
     echo "rc=$?"; grep -E "FAIL|checks passed|Error|error" "$LOGS/test_ops.log" | head -40 ;;

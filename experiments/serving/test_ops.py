@@ -12,6 +12,10 @@ For C4R4, C2R4, C8R8 (sink 4, window 16) and BF16, a batch of 3 sequences
     exactly the library's CPU quantizer's values (qmla.qdq through ctypes,
     fmaf(q, s, l) rounded once to float32), and the sink / window rows hold
     the BF16 rows bit for bit; BF16 pages hold the rows;
+  * the same rows as float32 (unrounded) through qmla::kv_write into a
+    second cache: the values are qmla.qdq's of the float32 rows (and differ
+    from the BF16 write's: the test tells the paths apart), sink / window
+    rows and BF16 pages hold the rows rounded to nearest even;
   * qmla::decode for s_q = 1, 3 and 64 (1,024 query rows: a prefill piece
     of MLAPagedCache), H = 16, against a float64 softmax attention on those
     values (C4R4 / C2R4 unrounded, C8R8 rounded to BF16:
@@ -110,7 +114,8 @@ def run_config(name, ops, dev, gen):
             slot.append(int(bt[b, t // 64]) * 64 + t % 64)
             seq.append(b)
             pos.append(t)
-    kv = torch.cat(rows).to(torch.bfloat16)
+    kv32 = torch.cat(rows)
+    kv = kv32.to(torch.bfloat16)
     slot_t = torch.tensor(slot, dtype=torch.int64)
     kv_d, slot_d = kv.to(dev), slot_t.to(dev)
     seq_d = torch.tensor(seq, dtype=torch.int32, device=dev)
@@ -147,6 +152,8 @@ def run_config(name, ops, dev, gen):
             off += L
         check(ok_s, f"{name}: sink rows bit for bit")
         check(ok_w, f"{name}: window ring rows bit for bit")
+    f32_rows(name, ops, dev, cfg, cl, B, n_pages, kv32, slot_t, slot_d, seq_d, pos_d, len_d, lens,
+             vals)
     # the values attention uses per token
     packed_f32 = name in ("C4R4", "C2R4")
     kref = []
@@ -245,6 +252,49 @@ def run_config(name, ops, dev, gen):
                 len=len_d, bt=bt_d, cl=cl, cfg=cfg, H=H, B=B)
 
 
+def f32_rows(name, ops, dev, cfg, cl, B, n_pages, kv32, slot_t, slot_d, seq_d, pos_d, len_d, lens,
+             vals16):
+    """qmla::kv_write of float32 rows into a fresh cache, against qmla.qdq
+    of the float32 rows; vals16: the values of the BF16 write of the same
+    rows rounded (they must differ)."""
+    pool, sink, win = make_cache(cfg, B, n_pages, dev)
+    ws = torch.empty(16, dtype=torch.uint8, device=dev)
+    ops.kv_write_ws_init(ws)
+    kv_d = kv32.to(dev)
+    m0 = torch.cuda.memory_allocated(dev)
+    ops.kv_write(pool, sink, win, ws, kv_d, slot_d, seq_d, pos_d, len_d, cl)
+    check(torch.cuda.memory_allocated(dev) == m0, f"{name} float32 rows: kv_write allocates nothing")
+    check(ops.kv_write_status(ws, cl) == "", f"{name} float32 rows: writer status clean")
+    kvr = kv32.to(torch.bfloat16)                   # the rounded rows (BF16 copies)
+    if cfg["c_bits"] == 16:
+        got = torch.stack([pool[s // 64, (s % 64) * 1152:(s % 64) * 1152 + 1152]
+                           for s in slot_t.tolist()])
+        check(torch.equal(got.cpu().view(torch.bfloat16), kvr),
+              f"{name} float32 rows: BF16 pages hold the rows rounded to nearest even")
+        return
+    x = kv32.numpy()
+    ref = torch.from_numpy(np.concatenate([
+        qmla.qdq(np.ascontiguousarray(x[:, :P.D_C]), bits=cfg["c_bits"], group=64, meta="f16"),
+        qmla.qdq(np.ascontiguousarray(x[:, P.D_C:]), bits=cfg["r_bits"], group=64, meta="f16")],
+        1)).double()
+    vals = page_values(pool, cfg, slot_d).cpu()
+    check(torch.equal(vals, ref), f"{name} float32 rows: pool values == qmla.qdq of the float32 "
+          "rows bit for bit", "max |d| %.3g" % float((vals - ref).abs().max()))
+    moved = int((vals != vals16).any(1).sum())
+    check(moved > 0, f"{name} float32 rows: the BF16-rounded write differs (the check "
+          "discriminates)", f"{moved} of {vals.shape[0]} tokens differ")
+    off = 0
+    ok_s = ok_w = True
+    for b, L in enumerate(lens):
+        xb = kvr[off:off + L]
+        for t in range(min(cfg["sink"], L)):
+            ok_s &= torch.equal(sink[b, t].cpu(), xb[t])
+        for t in range(max(0, L - cfg["window"]), L):
+            ok_w &= torch.equal(win[b, t % cfg["window"]].cpu(), xb[t])
+        off += L
+    check(ok_s and ok_w, f"{name} float32 rows: sink and window rows == the rows rounded to BF16")
+
+
 def expect_error(what, fn, needle):
     print("trying refusal:", what, flush=True)
     try:
@@ -263,7 +313,12 @@ def refusals(ops, c, dev):
                                   o.get("ws", ws), o.get("kv", kv), o.get("slot", slot),
                                   o.get("seq", seq), o.get("pos", pos), o.get("len", ln),
                                   o.get("cl", cl))
-    expect_error("kv float32", lambda: W(kv=kv.float()), "kv: expected dtype")
+    expect_error("kv float16", lambda: W(kv=kv.half()),
+                 "kv: expected dtype BFloat16 or Float, found Half")
+    expect_error("kv float64", lambda: W(kv=kv.double()),
+                 "kv: expected dtype BFloat16 or Float, found Double")
+    expect_error("kv float32 strided", lambda: W(kv=torch.cat([kv, kv], 1).float()[:, ::2]),
+                 "contiguous")
     expect_error("kv width 512", lambda: W(kv=kv[:, :512].contiguous()), "kv: expected shape")
     expect_error("kv strided", lambda: W(kv=torch.cat([kv, kv], 1)[:, ::2]), "contiguous")
     expect_error("kv on the CPU", lambda: W(kv=kv.cpu()), "expected a CUDA tensor")

@@ -21,8 +21,10 @@ rows, or BF16), one set of block tables for every layer (qmla.paging), and
 the decode plans. In each attention forward:
   * the latent (the input of kv_b_proj, i.e. kv_a_layernorm's output) and
     the rotated RoPE key of the new tokens are written through the fused
-    writer (qmla::kv_write), zero-padded to 512 content channels when
-    kv_lora_rank < 512 (exact: whole groups of zeros);
+    writer (qmla::kv_write) in the dtype the model computes them (BF16 rows
+    for a BF16 model, float32 rows otherwise: the writer quantizes exactly
+    the values the QDQ hook quantizes), zero-padded to 512 content channels
+    when kv_lora_rank < 512 (exact: whole groups of zeros);
   * the queries are absorbed (q_lat = W_UK^T q_nope, with the rotated
     q_rope) and attention runs on the pages through qmla::decode, in pieces
     of at most 1024 / H query tokens (a prefill too);
@@ -203,6 +205,16 @@ class _PagedLayer(CacheLayerMixin):
 _PagedLayer.__abstractmethods__ = frozenset()
 
 
+def row_dtype(latent, key):
+    """The dtype of the rows handed to qmla::kv_write for a latent and RoPE
+    key: BF16 when both are BF16, else float32 (exact for float32 and
+    float16; the writer quantizes what the model computed, as the QDQ hook
+    of experiments/eval/eval_hook.py does)."""
+    if latent.dtype == torch.bfloat16 and key.dtype == torch.bfloat16:
+        return torch.bfloat16
+    return torch.float32
+
+
 class _LayerPages:
     def __init__(self, cache, device):
         c, B = cache.cfg, cache.batch
@@ -315,8 +327,8 @@ class MLAPagedCache(Cache):
         return d
 
     def write_rows(self, layer, rows):
-        """Append rows [B, T, 576] (BF16 [c_kv ; k_rope]) to `layer` without
-        attention (benchmarks, tests). Returns the new length."""
+        """Append rows [B, T, 576] ([c_kv ; k_rope], BF16 or float32) to
+        `layer` without attention (benchmarks, tests). Returns the new length."""
         B, T, _ = rows.shape
         start = self.lengths.get(layer, 0)
         self._write(self._pages[layer], rows, start, start + T)
@@ -373,13 +385,14 @@ class MLAPagedCache(Cache):
                                "this forward (kv_b_proj hook)")
         # transformers 5.17 hands kv_b_proj [B, 1, T, d_c] (earlier 5.x [B, T, d_c])
         latent = latent.reshape(B, T, d["d_c"])
+        rdt = row_dtype(latent, key)
         pg = self._pages[layer]
         start = self.lengths.get(layer, 0)
         d_n, d_c = d["d_n"], d["d_c"]
         outs = []
         for s0, s1 in P.chunks(T, H):
             n = s1 - s0
-            rows = torch.zeros((B, n, P.D), dtype=torch.bfloat16, device=self.device)
+            rows = torch.zeros((B, n, P.D), dtype=rdt, device=self.device)
             rows[..., :d_c] = latent[:, s0:s1]
             rows[..., P.D_C:] = key[:, 0, s0:s1, d_n:]
             seq_len = self._write(pg, rows, start + s0, start + s1)

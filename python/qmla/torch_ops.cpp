@@ -2,7 +2,9 @@
 // the paged low-bit MLA cache (issue 21 item 1; docs/serving.md):
 //
 //   qmla::kv_write(pool, sink, window, ws, kv, slot, seq, pos, seq_len, cfg)
-//       the fused cache writer (kernels/kvcache_cuda.h) on the current stream
+//       the fused cache writer (kernels/kvcache_cuda.h) on the current stream;
+//       kv: BF16 or float32 rows (float32 quantized as they are, their BF16
+//       copies rounded to nearest even)
 //   qmla::kv_write_ws_init(ws)         set a writer workspace up (once)
 //   qmla::kv_write_status(ws, cfg)     "" or the first failure since the last
 //                                      status (synchronises: not in graphs)
@@ -76,16 +78,22 @@ std::string shape_str(const at::Tensor &t, bool strides = false)
     return s + "]";
 }
 
-// A tensor of `dtype`, on `dev`, C-contiguous, with the given sizes (-1: any).
+// A tensor of `dtype` (or `alt`, when given), on `dev`, C-contiguous, with
+// the given sizes (-1: any).
 void check_tensor(const char *op, const char *name, const at::Tensor &t, at::ScalarType dtype,
-                  std::vector<int64_t> sizes, const c10::Device &dev, int align)
+                  std::vector<int64_t> sizes, const c10::Device &dev, int align,
+                  at::ScalarType alt = at::ScalarType::Undefined)
 {
     TORCH_CHECK(t.defined(), op, ": ", name, ": undefined tensor");
     TORCH_CHECK(t.is_cuda(), op, ": ", name, ": expected a CUDA tensor, found one on ", t.device());
     TORCH_CHECK(t.device() == dev, op, ": ", name, ": on ", t.device(), ", expected ", dev,
                 " (every tensor on one device)");
-    TORCH_CHECK(t.scalar_type() == dtype, op, ": ", name, ": expected dtype ", dtype, ", found ",
-                t.scalar_type());
+    if (alt == at::ScalarType::Undefined)
+        TORCH_CHECK(t.scalar_type() == dtype, op, ": ", name, ": expected dtype ", dtype,
+                    ", found ", t.scalar_type());
+    else
+        TORCH_CHECK(t.scalar_type() == dtype || t.scalar_type() == alt, op, ": ", name,
+                    ": expected dtype ", dtype, " or ", alt, ", found ", t.scalar_type());
     bool ok = t.dim() == (int64_t)sizes.size();
     for (size_t i = 0; ok && i < sizes.size(); i++)
         ok = sizes[i] < 0 || t.size((int64_t)i) == sizes[i];
@@ -146,7 +154,8 @@ void kv_write(at::Tensor pool, at::Tensor sink, at::Tensor window,
     const int64_t batch = seq_len.size(0);
     TORCH_CHECK(batch >= 1, op, ": seq_len: expected at least one sequence");
     qmla_kv_cache kc = cache_of(op, c, pool, sink, window, batch);
-    check_tensor(op, "kv", kv, at::kBFloat16, {-1, QMLA_KV_D}, dev, 16);
+    check_tensor(op, "kv", kv, at::kBFloat16, {-1, QMLA_KV_D}, dev, 16, at::kFloat);
+    const bool f32 = kv.scalar_type() == at::kFloat;
     const int64_t n = kv.size(0);
     check_tensor(op, "slot", slot, at::kLong, {n}, dev, 8);
     check_tensor(op, "seq", seq, at::kInt, {n}, dev, 4);
@@ -154,8 +163,9 @@ void kv_write(at::Tensor pool, at::Tensor sink, at::Tensor window,
     check_tensor(op, "ws", ws, at::kByte, {-1}, dev, 8);
     TORCH_CHECK(ws.numel() >= QMLA_KV_WRITE_WS_BYTES, op, ": ws: expected at least ",
                 N(QMLA_KV_WRITE_WS_BYTES), " bytes, found ", N(ws.numel()));
-    qmla_kv_write w;
-    w.kv = (const uint16_t *)kv.data_ptr();
+    qmla_kv_write w{};
+    w.kv = f32 ? nullptr : (const uint16_t *)kv.data_ptr();
+    w.kv_f32 = f32 ? (const float *)kv.data_ptr() : nullptr;
     w.n = (size_t)n;
     w.slot = (const int64_t *)slot.data_ptr();
     w.seq = (const int32_t *)seq.data_ptr();
