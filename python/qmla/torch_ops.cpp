@@ -88,12 +88,13 @@ void check_tensor(const char *op, const char *name, const at::Tensor &t, at::Sca
     TORCH_CHECK(t.is_cuda(), op, ": ", name, ": expected a CUDA tensor, found one on ", t.device());
     TORCH_CHECK(t.device() == dev, op, ": ", name, ": on ", t.device(), ", expected ", dev,
                 " (every tensor on one device)");
-    if (alt == at::ScalarType::Undefined)
+    if (alt == at::ScalarType::Undefined) {
         TORCH_CHECK(t.scalar_type() == dtype, op, ": ", name, ": expected dtype ", dtype,
                     ", found ", t.scalar_type());
-    else
+    } else {
         TORCH_CHECK(t.scalar_type() == dtype || t.scalar_type() == alt, op, ": ", name,
                     ": expected dtype ", dtype, " or ", alt, ", found ", t.scalar_type());
+    }
     bool ok = t.dim() == (int64_t)sizes.size();
     for (size_t i = 0; ok && i < sizes.size(); i++)
         ok = sizes[i] < 0 || t.size((int64_t)i) == sizes[i];
