@@ -92,6 +92,36 @@ def make_cache(cfg, B, n_pages, dev):
     return pool, sink, win
 
 
+def qdq_ref(x, cfg):
+    """qmla.qdq (the CPU quantizer) of float32 rows x [n, 576], both paths, as float64."""
+    x = x.numpy()
+    return torch.from_numpy(np.concatenate([
+        qmla.qdq(np.ascontiguousarray(x[:, :P.D_C]), bits=cfg["c_bits"], group=64, meta="f16"),
+        qmla.qdq(np.ascontiguousarray(x[:, P.D_C:]), bits=cfg["r_bits"], group=64, meta="f16")],
+        1)).double()
+
+
+def bf16_pages(pool, slot_t):
+    """The BF16 rows stored at slot_t in a BF16 pool."""
+    got = torch.stack([pool[s // 64, (s % 64) * 1152:(s % 64) * 1152 + 1152] for s in slot_t.tolist()])
+    return got.cpu().view(torch.bfloat16)
+
+
+def protection_rows_equal(sink, win, cfg, lens, rows):
+    """(sink ok, window ok): every sink row and window ring row of the
+    sequences of lengths `lens` equals its BF16 row of `rows` bit for bit."""
+    off = 0
+    ok_s = ok_w = True
+    for b, L in enumerate(lens):
+        xb = rows[off:off + L]
+        for t in range(min(cfg["sink"], L)):
+            ok_s &= torch.equal(sink[b, t].cpu(), xb[t])
+        for t in range(max(0, L - cfg["window"]), L):
+            ok_w &= torch.equal(win[b, t % cfg["window"]].cpu(), xb[t])
+        off += L
+    return ok_s, ok_w
+
+
 def run_config(name, ops, dev, gen):
     cfg = P.parse_config(name, sink=4, window=16)
     cl = P.cfg_list(cfg)
@@ -128,28 +158,14 @@ def run_config(name, ops, dev, gen):
     # pool contents against the library quantizer
     kvf = kv.float()
     if cfg["c_bits"] == 16:
-        got = torch.stack([pool[s // 64, (s % 64) * 1152:(s % 64) * 1152 + 1152] for s in slot_t.tolist()])
-        same = torch.equal(got.cpu().view(torch.bfloat16), kv)
-        check(same, f"{name}: BF16 pages hold the rows bit for bit")
+        check(torch.equal(bf16_pages(pool, slot_t), kv), f"{name}: BF16 pages hold the rows bit for bit")
         vals = kvf.double()
     else:
-        ref_c = qmla.qdq(np.ascontiguousarray(kvf[:, :P.D_C].numpy()), bits=cfg["c_bits"],
-                         group=64, meta="f16")
-        ref_r = qmla.qdq(np.ascontiguousarray(kvf[:, P.D_C:].numpy()), bits=cfg["r_bits"],
-                         group=64, meta="f16")
-        ref = torch.from_numpy(np.concatenate([ref_c, ref_r], 1)).double()
+        ref = qdq_ref(kvf, cfg)
         vals = page_values(pool, cfg, slot_d).cpu()
         check(torch.equal(vals, ref), f"{name}: pool values == qmla.qdq (CPU quantizer) bit for bit",
               "max |d| %.3g" % float((vals - ref).abs().max()))
-        off = 0
-        ok_s = ok_w = True
-        for b, L in enumerate(lens):
-            xb = kv[off:off + L]
-            for t in range(min(cfg["sink"], L)):
-                ok_s &= torch.equal(sink[b, t].cpu(), xb[t])
-            for t in range(max(0, L - cfg["window"]), L):
-                ok_w &= torch.equal(win[b, t % cfg["window"]].cpu(), xb[t])
-            off += L
+        ok_s, ok_w = protection_rows_equal(sink, win, cfg, lens, kv)
         check(ok_s, f"{name}: sink rows bit for bit")
         check(ok_w, f"{name}: window ring rows bit for bit")
     f32_rows(name, ops, dev, cfg, cl, B, n_pages, kv32, slot_t, slot_d, seq_d, pos_d, len_d, lens,
@@ -267,31 +283,17 @@ def f32_rows(name, ops, dev, cfg, cl, B, n_pages, kv32, slot_t, slot_d, seq_d, p
     check(ops.kv_write_status(ws, cl) == "", f"{name} float32 rows: writer status clean")
     kvr = kv32.to(torch.bfloat16)                   # the rounded rows (BF16 copies)
     if cfg["c_bits"] == 16:
-        got = torch.stack([pool[s // 64, (s % 64) * 1152:(s % 64) * 1152 + 1152]
-                           for s in slot_t.tolist()])
-        check(torch.equal(got.cpu().view(torch.bfloat16), kvr),
+        check(torch.equal(bf16_pages(pool, slot_t), kvr),
               f"{name} float32 rows: BF16 pages hold the rows rounded to nearest even")
         return
-    x = kv32.numpy()
-    ref = torch.from_numpy(np.concatenate([
-        qmla.qdq(np.ascontiguousarray(x[:, :P.D_C]), bits=cfg["c_bits"], group=64, meta="f16"),
-        qmla.qdq(np.ascontiguousarray(x[:, P.D_C:]), bits=cfg["r_bits"], group=64, meta="f16")],
-        1)).double()
+    ref = qdq_ref(kv32, cfg)
     vals = page_values(pool, cfg, slot_d).cpu()
     check(torch.equal(vals, ref), f"{name} float32 rows: pool values == qmla.qdq of the float32 "
           "rows bit for bit", "max |d| %.3g" % float((vals - ref).abs().max()))
     moved = int((vals != vals16).any(1).sum())
     check(moved > 0, f"{name} float32 rows: the BF16-rounded write differs (the check "
           "discriminates)", f"{moved} of {vals.shape[0]} tokens differ")
-    off = 0
-    ok_s = ok_w = True
-    for b, L in enumerate(lens):
-        xb = kvr[off:off + L]
-        for t in range(min(cfg["sink"], L)):
-            ok_s &= torch.equal(sink[b, t].cpu(), xb[t])
-        for t in range(max(0, L - cfg["window"]), L):
-            ok_w &= torch.equal(win[b, t % cfg["window"]].cpu(), xb[t])
-        off += L
+    ok_s, ok_w = protection_rows_equal(sink, win, cfg, lens, kvr)
     check(ok_s and ok_w, f"{name} float32 rows: sink and window rows == the rows rounded to BF16")
 
 
