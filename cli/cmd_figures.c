@@ -70,6 +70,8 @@ typedef struct figure_def {
 
 static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_t len);
 static int render_attr_table(const fig_ctx *c, const figure_def *f, char *msg, size_t len);
+static int render_table9(const fig_ctx *c, const figure_def *f, char *msg, size_t len);
+static int render_table10(const fig_ctx *c, const figure_def *f, char *msg, size_t len);
 
 /* The figures and tables. One row each; gnuplot scripts in plots/. */
 static const figure_def figures[] = {
@@ -111,6 +113,19 @@ static const figure_def figures[] = {
      120, 420, 460, 0, NULL,
      "gain ratio per equal-energy control and path with 95 % bootstrap intervals, "
      "unity marked (`qmla intervene`'s /interventions; paper Fig. 7c)"},
+    {"fig5a-storage", "storage", "context,series_index,bytes_per_token,ratio",
+     1100, 0, 480, 0, NULL,
+     "persistent KV-cache bytes per token and compression against BF16 by context, BF16 "
+     "buffers, metadata and page tables included, per configuration and policy, the paper's "
+     "two C4R4 points marked (`qmla storage -o`'s /storage; paper Fig. 5a)"},
+    {"fig5b-latency", "table9", "batch,context,BF16_us,C4R4_us",
+     1000, 0, 460, 0, NULL,
+     "decode attention time of C4R4, C2R4 and C8R8 over BF16's against context at batch 8 "
+     "and 32, the paper's C4R4 range shaded (the decode benchmark's /table9; paper Fig. 5b)"},
+    {"fig5c-serving", "serve_sim", "throughput,preemptions",
+     120, 420, 460, 0, NULL,
+     "whole-job output throughput per cache configuration with its preemption count, "
+     "beside the paper's BF16 and C4R4 (`qmla serve-sim -o`'s /serve_sim; paper Fig. 5c)"},
     {"allocate-pareto", "allocate_pareto", "kind_index,bytes_per_token,bpb_mean,on_front",
      720, 0, 520, 0, NULL,
      "bits/byte against bytes per token: uniform configurations, their Pareto front and "
@@ -143,6 +158,16 @@ static const figure_def figures[] = {
      "equal-energy interventions: gain ratio per control and path with 95 % intervals "
      "beside the paper's (paper Table 6; `qmla intervene`'s /interventions), Markdown and "
      "CSV"},
+    {"table9", "table9", "batch,context,BF16_us,C4R4_us,C4R4_ratio",
+     0, 0, 0, 0, render_table9,
+     "decode attention latency of BF16 and the low-bit caches at batch 8 and 32 per context "
+     "with Δ against BF16, and the C4R4 Δ range beside the paper's (paper Table 9; the "
+     "decode benchmark's /table9), Markdown and CSV"},
+    {"table10", "serve_sim", "slots,elapsed_s,throughput,preemptions,recomputed_tokens",
+     0, 0, 0, 0, render_table10,
+     "serving under cache pressure: usable slots, elapsed time, output throughput, "
+     "preemptions and recomputed tokens per configuration beside the paper's (paper Table "
+     "10; `qmla serve-sim -o`'s /serve_sim), Markdown and CSV"},
 };
 #define N_FIGURES (sizeof figures / sizeof figures[0])
 
@@ -1000,6 +1025,334 @@ static int render_attr_table(const fig_ctx *c, const figure_def *f, char *msg, s
         return -1;
     }
     return save_text(csvp, csv, &csvb, &csvn, msg, len);
+}
+
+/* ---- Tables 9 and 10: table rows beside the paper's ------------------- */
+
+/* A paper file of plots/: comment lines, a header of nf named columns
+ * (checked), rows of nf tab-separated fields. */
+typedef struct paper_tsv {
+    size_t n;
+    char cell[16][6][64];
+} paper_tsv;
+
+static int read_paper_tsv(const char *path, const char *const *head, int nf, paper_tsv *p,
+                          char *msg, size_t len)
+{
+    p->n = 0;
+    FILE *pf = fopen(path, "r");
+    if (!pf) {
+        snprintf(msg, len, "%s: cannot open (the paper's table)", path);
+        return -1;
+    }
+    char line[1024];
+    int header = 0, lineno = 0;
+    while (fgets(line, sizeof line, pf)) {
+        lineno++;
+        line[strcspn(line, "\r\n")] = '\0';
+        if (line[0] == '#' || !line[0])
+            continue;
+        char *fld[8] = {0}, *save = NULL;
+        int got = 0;
+        for (char *t = strtok_r(line, "\t", &save); t && got < 8; t = strtok_r(NULL, "\t", &save))
+            fld[got++] = t;
+        if (!header) {
+            for (int k = 0; k < nf; k++)
+                if (k >= got || strcmp(fld[k], head[k])) {
+                    snprintf(msg, len, "%s:%d: expected header column %d \"%s\", found \"%s\"",
+                             path, lineno, k + 1, head[k], k < got ? fld[k] : "");
+                    fclose(pf);
+                    return -1;
+                }
+            header = 1;
+            continue;
+        }
+        if (got != nf || p->n == sizeof p->cell / sizeof p->cell[0]) {
+            snprintf(msg, len, "%s:%d: expected %d tab-separated fields, found %d", path, lineno,
+                     nf, got);
+            fclose(pf);
+            return -1;
+        }
+        for (int k = 0; k < nf; k++)
+            snprintf(p->cell[p->n][k], sizeof p->cell[p->n][k], "%s", fld[k]);
+        p->n++;
+    }
+    fclose(pf);
+    if (!header) {
+        snprintf(msg, len, "%s: no header line", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Value of column `name` at row r of t (NaN when absent or a string). */
+static double col_at(const qmla_table *t, const char *name, size_t r)
+{
+    const qmla_table_col *c = qmla_table_column(t, name);
+    return c && c->v.kind != QMLA_VAL_STRING && r < c->v.n ? qmla_values_get(&c->v, r) : NAN;
+}
+
+/* 4096 -> "4K", 1048576 -> "1M". */
+static void ctx_label(double t, char *buf, size_t len)
+{
+    const long v = (long)t;
+    if (v > 0 && v % 1048576 == 0)
+        snprintf(buf, len, "%ldM", v / 1048576);
+    else if (v > 0 && v % 1024 == 0)
+        snprintf(buf, len, "%ldK", v / 1024);
+    else
+        snprintf(buf, len, "%ld", v);
+}
+
+static void csv_num(FILE *csv, double v, int last)
+{
+    char ex[40];
+    qmla_export_double(v, ex, sizeof ex);
+    csv_field(csv, isnan(v) ? "" : ex, last);
+}
+
+static int finish_tables(const char *mdp, FILE *md, char **mdb, size_t *mdn, const char *csvp,
+                         FILE *csv, char **csvb, size_t *csvn, char *msg, size_t len)
+{
+    if (save_text(mdp, md, mdb, mdn, msg, len)) {
+        fclose(csv);
+        free(*csvb);
+        return -1;
+    }
+    return save_text(csvp, csv, csvb, csvn, msg, len);
+}
+
+static const char *const t9_cfg[4] = {"BF16", "C4R4", "C2R4", "C8R8"};
+
+static int render_table9(const fig_ctx *c, const figure_def *f, char *msg, size_t len)
+{
+    (void)f;
+    static const char *const head[3] = {"model", "quantity", "value"};
+    paper_tsv paper;
+    char ppath[PATH_MAX + 32];
+    snprintf(ppath, sizeof ppath, "%s/table9-paper.tsv", c->plots);
+    if (read_paper_tsv(ppath, head, 3, &paper, msg, len))
+        return -1;
+    char mdp[PATH_MAX + 32], csvp[PATH_MAX + 32];
+    snprintf(mdp, sizeof mdp, "%s/table9.md", c->dir);
+    snprintf(csvp, sizeof csvp, "%s/table9.csv", c->dir);
+    char *mdb = NULL, *csvb = NULL;
+    size_t mdn = 0, csvn = 0;
+    FILE *md, *csv;
+    if (open_table_streams(&md, &mdb, &mdn, &csv, &csvb, &csvn, mdp, msg, len))
+        return -1;
+    fprintf(md, "Decode attention latency at fixed context lengths (Table 9 of the QuantMLA "
+                "paper): the median time of the BF16 cache and of each low-bit cache "
+                "(sink4/local128) at batch 8 and 32 (medians of one call, µs), and "
+                "Δ = (t / t_BF16 − 1) × 100 %% (the decode benchmark's /table9; "
+                "docs/decode.md). The paper's per-point values are not in "
+                "the text we hold: its rows (plots/table9-paper.tsv) are the range it states, "
+                "beside ours.\n\n");
+    fprintf(md, "| model | source | batch | context | BF16 µs |");
+    for (int k = 1; k < 4; k++)
+        fprintf(md, " %s µs | %s Δ |", t9_cfg[k], t9_cfg[k]);
+    fprintf(md, "\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    fprintf(csv, "source,model,row,batch,context,BF16_us");
+    for (int k = 1; k < 4; k++)
+        fprintf(csv, ",%s_us,%s_delta_pct", t9_cfg[k], t9_cfg[k]);
+    fprintf(csv, ",value\n");
+    double dmin[MAX_INPUTS], dmax[MAX_INPUTS], dfar[MAX_INPUTS];
+    for (size_t i = 0; i < c->n; i++) {
+        const char *why;
+        fig_input *in = &c->in[i];
+        const qmla_table *t = input_table(in, f->table, &why);
+        char src[160];
+        snprintf(src, sizeof src, "ours (%s)", in->label);
+        const char *mname = in->model[0] ? in->model : in->label;
+        dmin[i] = INFINITY;
+        dmax[i] = -INFINITY;
+        dfar[i] = 0;
+        for (size_t r = 0; r < t->n_rows; r++) {
+            const double b = col_at(t, "batch", r), ctx = col_at(t, "context", r);
+            if (b != 8 && b != 32)
+                continue;
+            char cl[32], us[32];
+            ctx_label(ctx, cl, sizeof cl);
+            snprintf(us, sizeof us, "%.2f", col_at(t, "BF16_us", r));
+            fprintf(md, "| %s | %s | %.0f | %s | %s |", mname, src, b, cl, us);
+            csv_field(csv, src, 0);
+            csv_field(csv, mname, 0);
+            csv_field(csv, "point", 0);
+            csv_num(csv, b, 0);
+            csv_num(csv, ctx, 0);
+            csv_num(csv, col_at(t, "BF16_us", r), 0);
+            for (int k = 1; k < 4; k++) {
+                char nm[32];
+                snprintf(nm, sizeof nm, "%s_us", t9_cfg[k]);
+                const double v = col_at(t, nm, r);
+                const double d = (v / col_at(t, "BF16_us", r) - 1.0) * 100.0;
+                if (isnan(v))
+                    fprintf(md, " – | – |");
+                else
+                    fprintf(md, " %.2f | %+.2f %% |", v, d);
+                csv_num(csv, v, 0);
+                csv_num(csv, d, 0);
+                if (k == 1 && !isnan(d)) {
+                    dmin[i] = d < dmin[i] ? d : dmin[i];
+                    dmax[i] = d > dmax[i] ? d : dmax[i];
+                    if (ctx >= 65536 && fabs(d) > dfar[i])
+                        dfar[i] = fabs(d);
+                }
+            }
+            csv_field(csv, "", 1);
+            fputc('\n', md);
+        }
+    }
+    static const char *const qkey[3] = {"c4r4_delta_min_pct", "c4r4_delta_max_pct",
+                                        "c4r4_abs_delta_max_from_64k_pct"};
+    static const char *const qlab[3] = {"C4R4 Δ, lowest (batch 8 and 32, every context)",
+                                        "C4R4 Δ, highest (batch 8 and 32, every context)",
+                                        "C4R4 largest absolute Δ from 64K on"};
+    fprintf(md, "\n| model | source | quantity | value |\n|---|---|---|---:|\n");
+    for (size_t i = 0; i < c->n; i++) {
+        const char *mname = c->in[i].model[0] ? c->in[i].model : c->in[i].label;
+        char src[160];
+        snprintf(src, sizeof src, "ours (%s)", c->in[i].label);
+        const double v[3] = {dmin[i], dmax[i], dfar[i]};
+        for (int q = 0; q < 3; q++) {
+            const double x = isfinite(v[q]) ? v[q] : NAN;
+            if (isnan(x))
+                fprintf(md, "| %s | %s | %s | – |\n", mname, src, qlab[q]);
+            else
+                fprintf(md, q == 2 ? "| %s | %s | %s | %.2f %% |\n" : "| %s | %s | %s | %+.2f %% |\n",
+                        mname, src, qlab[q], x);
+            csv_field(csv, src, 0);
+            csv_field(csv, mname, 0);
+            csv_field(csv, qkey[q], 0);
+            for (int k = 0; k < 8; k++)
+                csv_field(csv, "", 0);
+            csv_num(csv, x, 1);
+        }
+    }
+    for (size_t r = 0; r < paper.n; r++) {
+        const char *lab = paper.cell[r][1];
+        for (int q = 0; q < 3; q++)
+            if (!strcmp(paper.cell[r][1], qkey[q]))
+                lab = qlab[q];
+        fprintf(md, "| %s | paper | %s | %s %% |\n", paper.cell[r][0], lab, paper.cell[r][2]);
+        csv_field(csv, "paper", 0);
+        csv_field(csv, paper.cell[r][0], 0);
+        csv_field(csv, paper.cell[r][1], 0);
+        for (int k = 0; k < 8; k++)
+            csv_field(csv, "", 0);
+        csv_field(csv, paper.cell[r][2], 1);
+    }
+    return finish_tables(mdp, md, &mdb, &mdn, csvp, csv, &csvb, &csvn, msg, len);
+}
+
+static int render_table10(const fig_ctx *c, const figure_def *f, char *msg, size_t len)
+{
+    static const char *const head[4] = {"model", "metric", "BF16", "C4R4"};
+    static const char *const mkey[5] = {"slots", "elapsed_s", "throughput", "preemptions",
+                                        "recomputed_tokens"};
+    static const char *const mlab[5] = {"usable cache slots", "elapsed time (s)",
+                                        "output throughput (tokens/s)", "preemption events",
+                                        "recomputed tokens"};
+    paper_tsv paper;
+    char ppath[PATH_MAX + 32];
+    snprintf(ppath, sizeof ppath, "%s/table10-paper.tsv", c->plots);
+    if (read_paper_tsv(ppath, head, 4, &paper, msg, len))
+        return -1;
+    /* the columns: every input's configurations in order, then the paper's */
+    const char *cols[16];
+    size_t nc = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        const char *why;
+        const qmla_table *t = input_table(&c->in[i], f->table, &why);
+        const qmla_table_col *cc = qmla_table_column(t, "config");
+        for (size_t r = 0; cc && cc->v.kind == QMLA_VAL_STRING && r < t->n_rows; r++) {
+            size_t k = 0;
+            while (k < nc && strcmp(cols[k], cc->v.s[r]))
+                k++;
+            if (k == nc && nc < 14)
+                cols[nc++] = cc->v.s[r];
+        }
+    }
+    for (int p = 2; p < 4; p++) {
+        size_t k = 0;
+        while (k < nc && strcmp(cols[k], head[p]))
+            k++;
+        if (k == nc)
+            cols[nc++] = head[p];
+    }
+    char mdp[PATH_MAX + 32], csvp[PATH_MAX + 32];
+    snprintf(mdp, sizeof mdp, "%s/table10.md", c->dir);
+    snprintf(csvp, sizeof csvp, "%s/table10.csv", c->dir);
+    char *mdb = NULL, *csvb = NULL;
+    size_t mdn = 0, csvn = 0;
+    FILE *md, *csv;
+    if (open_table_streams(&md, &mdb, &mdn, &csv, &csvb, &csvn, mdp, msg, len))
+        return -1;
+    fprintf(md, "Serving under KV-cache pressure (Table 10 of the QuantMLA paper): usable "
+                "cache slots, whole-job elapsed time and output throughput, preemption events "
+                "and recomputed tokens per cache configuration (`qmla serve-sim`'s /serve_sim: "
+                "a simulation of vLLM's scheduler with a cost model, "
+                "experiments/serving/README.md). Rows of source *paper* are the paper's "
+                "(plots/table10-paper.tsv: DeepSeek-R1-0528 on eight GPUs, one C4R4 run "
+                "against the recorded BF16 baseline).\n\n| model | source | metric |");
+    fprintf(csv, "source,model,metric,");
+    for (size_t k = 0; k < nc; k++) {
+        fprintf(md, " %s |", cols[k]);
+        csv_field(csv, cols[k], k + 1 == nc);
+    }
+    fprintf(md, "\n|---|---|---|");
+    for (size_t k = 0; k < nc; k++)
+        fprintf(md, "---:|");
+    fputc('\n', md);
+    for (size_t i = 0; i < c->n; i++) {
+        const char *why;
+        fig_input *in = &c->in[i];
+        const qmla_table *t = input_table(in, f->table, &why);
+        const qmla_table_col *cc = qmla_table_column(t, "config");
+        char src[160];
+        snprintf(src, sizeof src, "ours (%s)", in->label);
+        const char *mname = in->model[0] ? in->model : in->label;
+        for (int m = 0; m < 5; m++) {
+            fprintf(md, "| %s | %s | %s |", mname, src, mlab[m]);
+            csv_field(csv, src, 0);
+            csv_field(csv, mname, 0);
+            csv_field(csv, mkey[m], 0);
+            for (size_t k = 0; k < nc; k++) {
+                double v = NAN;
+                for (size_t r = 0; cc && cc->v.kind == QMLA_VAL_STRING && r < t->n_rows; r++)
+                    if (!strcmp(cc->v.s[r], cols[k]))
+                        v = col_at(t, mkey[m], r);
+                if (isnan(v))
+                    fprintf(md, " – |");
+                else if (m == 1 || m == 2)
+                    fprintf(md, " %.3f |", v);
+                else
+                    fprintf(md, " %.0f |", v);
+                csv_num(csv, v, k + 1 == nc);
+            }
+            fputc('\n', md);
+        }
+    }
+    for (size_t r = 0; r < paper.n; r++) {
+        const char *lab = paper.cell[r][1];
+        for (int m = 0; m < 5; m++)
+            if (!strcmp(lab, mkey[m]))
+                lab = mlab[m];
+        fprintf(md, "| %s | paper | %s |", paper.cell[r][0], lab);
+        csv_field(csv, "paper", 0);
+        csv_field(csv, paper.cell[r][0], 0);
+        csv_field(csv, paper.cell[r][1], 0);
+        for (size_t k = 0; k < nc; k++) {
+            const char *v = "";
+            for (int p = 2; p < 4; p++)
+                if (!strcmp(cols[k], head[p]))
+                    v = paper.cell[r][p];
+            fprintf(md, " %s |", v[0] ? v : "–");
+            csv_field(csv, v, k + 1 == nc);
+        }
+        fputc('\n', md);
+    }
+    return finish_tables(mdp, md, &mdb, &mdn, csvp, csv, &csvb, &csvn, msg, len);
 }
 
 /* ---- the command -------------------------------------------------------- */
