@@ -1224,7 +1224,7 @@ static int render_table9(const fig_ctx *c, const figure_def *f, char *msg, size_
             csv_field(csv, src, 0);
             csv_field(csv, mname, 0);
             csv_field(csv, qkey[q], 0);
-            for (int k = 0; k < 8; k++)
+            for (int k = 0; k < 9; k++) /* batch .. C8R8_delta_pct */
                 csv_field(csv, "", 0);
             csv_num(csv, x, 1);
         }
@@ -1238,7 +1238,7 @@ static int render_table9(const fig_ctx *c, const figure_def *f, char *msg, size_
         csv_field(csv, "paper", 0);
         csv_field(csv, paper.cell[r][0], 0);
         csv_field(csv, paper.cell[r][1], 0);
-        for (int k = 0; k < 8; k++)
+        for (int k = 0; k < 9; k++) /* batch .. C8R8_delta_pct */
             csv_field(csv, "", 0);
         csv_field(csv, paper.cell[r][2], 1);
     }
@@ -1381,8 +1381,8 @@ const char *cli_figure_at(size_t k, const char **what)
     return figures[k].name;
 }
 
-/* Is name in the comma-separated list? */
-static int in_list(const char *list, const char *name)
+/* Is name in the comma-separated list? (cli.h) */
+int cli_in_list(const char *list, const char *name)
 {
     const size_t n = strlen(name);
     for (const char *p = list; *p;) {
@@ -1400,13 +1400,14 @@ static const char *sel_exclude;
 
 static int selected(const char *only, const char *name)
 {
-    if (sel_exclude && in_list(sel_exclude, name))
+    if (sel_exclude && cli_in_list(sel_exclude, name))
         return 0;
-    return !only || in_list(only, name);
+    return !only || cli_in_list(only, name);
 }
 
-/* Every name of a --only/--exclude list is a figure; else 0 and the bad one. */
-static int check_list(const char *opt, const char *list)
+/* Every name of a --only/--exclude list is a figure; else 0 and the bad one
+ * (cli.h; qmla report checks its --exclude with it). */
+int cli_figure_list_ok(const char *cmd, const char *opt, const char *list)
 {
     for (const char *p = list; *p;) {
         const char *e = strchr(p, ',');
@@ -1415,8 +1416,7 @@ static int check_list(const char *opt, const char *list)
         for (size_t k = 0; k < N_FIGURES; k++)
             found |= strlen(figures[k].name) == l && !strncmp(p, figures[k].name, l);
         if (!found) {
-            cli_fail("figures", "%s: no figure \"%.*s\" (see qmla figures --list)", opt, (int)l,
-                     p);
+            cli_fail(cmd, "%s: no figure \"%.*s\" (see qmla figures --list)", opt, (int)l, p);
             return 0;
         }
         p += l + (e ? 1 : 0);
@@ -1463,9 +1463,9 @@ int cmd_figures(int argc, char **argv)
         return cli_fail("figures", "expected one or more RESULTS.h5 (see qmla figures --help)");
     if (n > MAX_INPUTS)
         return cli_fail("figures", "expected at most %d results files, found %zu", MAX_INPUTS, n);
-    if (only && !check_list("--only", only))
+    if (only && !cli_figure_list_ok("figures", "--only", only))
         return QMLA_EXIT_USAGE;
-    if (exclude && !check_list("--exclude", exclude))
+    if (exclude && !cli_figure_list_ok("figures", "--exclude", exclude))
         return QMLA_EXIT_USAGE;
     sel_exclude = exclude;
 

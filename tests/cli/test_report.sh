@@ -135,6 +135,25 @@ got=$(grep -o 'data-figure="[^"]*"' "$work/two.html" | sed 's/data-figure="//; s
 if [ -n "$got" ] && [ "$got" = "$want" ]; then ok; else bad "two inputs: figures [$got], expected [$want]"; fi
 if grep -q '<h3>Alone: ' "$work/two.html"; then ok; else bad "two inputs: no per-input figure section"; fi
 
+# --exclude (scripts/run-main.sh passes the figures' exclusion): the figures
+# named are neither drawn nor listed as not drawn, and the page says they were
+# left out; without it the same figures are listed as not drawn
+skipped_list() { sed -n '/<ul class=skipped>/,/<\/ul>/p' "$1"; }
+if skipped_list "$work/report.html" | grep -q 'allocate-pareto: needs'; then ok; else
+  bad "without --exclude: allocate-pareto not listed as not drawn"; fi
+expect 0 "report --exclude" -- "$QMLA" report "$res" -o "$work/excl.html" \
+  --exclude allocate-pareto,allocate-strip,table10
+if skipped_list "$work/excl.html" | grep -Eq '(allocate-pareto|allocate-strip|table10): needs'; then
+  bad "--exclude: an excluded figure is listed as not drawn"; else ok; fi
+if skipped_list "$work/excl.html" | grep -q 'fig5a-storage: needs'; then ok; else
+  bad "--exclude: the figures not excluded are still listed (fig5a-storage)"; fi
+if grep -q 'class=excluded>.*<code>allocate-pareto,allocate-strip,table10</code>' "$work/excl.html"; then ok; else
+  bad "--exclude: the page does not name the figures left out"; fi
+a=$(grep -o 'data-figure="[^"]*"' "$work/report.html" | sort); b=$(grep -o 'data-figure="[^"]*"' "$work/excl.html" | sort)
+if [ -n "$a" ] && [ "$a" = "$b" ]; then ok; else bad "--exclude of undrawable figures changed the drawn ones"; fi
+expect 2 "report --exclude of an unknown figure" -- "$QMLA" report "$res" -o "$work/x.html" --exclude fig99
+containsF 'no figure "fig99"' "--exclude unknown: message names it"
+
 # output paths and bad inputs
 expect 2 "-o the input" -- "$QMLA" report "$res" -o "$res"
 contains "report (-o)" "-o the input: message"
