@@ -570,6 +570,69 @@ static int render_gnuplot(const fig_ctx *c, const figure_def *f, char *msg, size
     return 0;
 }
 
+/* ---- the paper's rows (plots/NAME-paper.tsv) ------------------------ */
+
+/* A paper file of plots/: comment lines, a header of nf named columns
+ * (checked), rows of nf tab-separated fields. */
+typedef struct paper_tsv {
+    size_t n;
+    int line[32];          /* each row's line number in the file */
+    char cell[32][8][64];
+} paper_tsv;
+
+static int read_paper_tsv(const char *path, const char *const *head, int nf, paper_tsv *p,
+                          char *msg, size_t len)
+{
+    if (nf > 8) {
+        snprintf(msg, len, "%s: %d columns: at most 8", path, nf);
+        return -1;
+    }
+    p->n = 0;
+    FILE *pf = fopen(path, "r");
+    if (!pf) {
+        snprintf(msg, len, "%s: cannot open (the paper's table)", path);
+        return -1;
+    }
+    char line[1024];
+    int header = 0, lineno = 0;
+    while (fgets(line, sizeof line, pf)) {
+        lineno++;
+        line[strcspn(line, "\r\n")] = '\0';
+        if (line[0] == '#' || !line[0])
+            continue;
+        char *fld[8] = {0}, *save = NULL;
+        int got = 0;
+        for (char *t = strtok_r(line, "\t", &save); t && got < 8; t = strtok_r(NULL, "\t", &save))
+            fld[got++] = t;
+        if (!header) {
+            for (int k = 0; k < nf; k++)
+                if (k >= got || strcmp(fld[k], head[k])) {
+                    snprintf(msg, len, "%s:%d: expected header column %d \"%s\", found \"%s\"",
+                             path, lineno, k + 1, head[k], k < got ? fld[k] : "");
+                    fclose(pf);
+                    return -1;
+                }
+            header = 1;
+            continue;
+        }
+        if (got != nf || p->n == sizeof p->cell / sizeof p->cell[0]) {
+            snprintf(msg, len, "%s:%d: expected %d tab-separated fields, found %d", path, lineno,
+                     nf, got);
+            fclose(pf);
+            return -1;
+        }
+        for (int k = 0; k < nf; k++)
+            snprintf(p->cell[p->n][k], sizeof p->cell[p->n][k], "%s", fld[k]);
+        p->line[p->n++] = lineno;
+    }
+    fclose(pf);
+    if (!header) {
+        snprintf(msg, len, "%s: no header line", path);
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- Table 4 ------------------------------------------------------------ */
 
 typedef struct paper_row {
@@ -582,53 +645,23 @@ typedef struct paper_row {
 static int read_paper(const char *path, paper_row *rows, size_t cap, size_t *n, char *msg,
                       size_t len)
 {
-    *n = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(msg, len, "%s: cannot open (the paper's Table 4)", path);
-        return -1;
-    }
-    char line[1024];
-    int header = 0, lineno = 0;
     static const char *const want[] = {"model", "content_response", "rope_response", "ratio",
                                        "layers", "bits", "nmse_target"};
-    while (fgets(line, sizeof line, f)) {
-        lineno++;
-        line[strcspn(line, "\r\n")] = '\0';
-        if (line[0] == '#' || !line[0])
-            continue;
-        char *fld[8] = {0}, *save = NULL;
-        int nf = 0;
-        for (char *t = strtok_r(line, "\t", &save); t && nf < 8; t = strtok_r(NULL, "\t", &save))
-            fld[nf++] = t;
-        if (!header) {
-            for (int k = 0; k < 7; k++)
-                if (k >= nf || strcmp(fld[k], want[k])) {
-                    snprintf(msg, len, "%s:%d: expected header column %d \"%s\", found \"%s\"",
-                             path, lineno, k + 1, want[k], k < nf ? fld[k] : "");
-                    fclose(f);
-                    return -1;
-                }
-            header = 1;
-            continue;
-        }
-        if (nf != 7 || *n == cap) {
-            snprintf(msg, len, "%s:%d: expected 7 tab-separated fields, found %d", path, lineno,
-                     nf);
-            fclose(f);
-            return -1;
-        }
+    static paper_tsv p;
+    *n = 0;
+    if (read_paper_tsv(path, want, 7, &p, msg, len))
+        return -1;
+    for (size_t k = 0; k < p.n && *n < cap; k++) {
         paper_row *r = &rows[(*n)++];
         memset(r, 0, sizeof *r);
-        snprintf(r->model, sizeof r->model, "%s", fld[0]);
-        snprintf(r->content, sizeof r->content, "%s", fld[1]);
-        snprintf(r->rope, sizeof r->rope, "%s", fld[2]);
-        snprintf(r->ratio, sizeof r->ratio, "%s", fld[3]);
-        snprintf(r->layers, sizeof r->layers, "%s", fld[4]);
-        snprintf(r->bits, sizeof r->bits, "%s", fld[5]);
-        snprintf(r->nmse, sizeof r->nmse, "%s", fld[6]);
+        snprintf(r->model, sizeof r->model, "%s", p.cell[k][0]);
+        snprintf(r->content, sizeof r->content, "%s", p.cell[k][1]);
+        snprintf(r->rope, sizeof r->rope, "%s", p.cell[k][2]);
+        snprintf(r->ratio, sizeof r->ratio, "%s", p.cell[k][3]);
+        snprintf(r->layers, sizeof r->layers, "%s", p.cell[k][4]);
+        snprintf(r->bits, sizeof r->bits, "%s", p.cell[k][5]);
+        snprintf(r->nmse, sizeof r->nmse, "%s", p.cell[k][6]);
     }
-    fclose(f);
     return 0;
 }
 
@@ -846,63 +879,28 @@ typedef struct attr_paper {
 static int read_attr_paper(const char *path, const attr_tab *T, attr_paper *rows, size_t cap,
                            size_t *n, char *msg, size_t len)
 {
+    const char *want[8] = {"model", T->row_head};
+    for (size_t k = 0; k < T->n_cols; k++)
+        want[2 + k] = T->col[k].csv;
+    static paper_tsv p;
     *n = 0;
-    FILE *pf = fopen(path, "r");
-    if (!pf) {
-        snprintf(msg, len, "%s: cannot open (the paper's %s)", path, T->name);
+    if (read_paper_tsv(path, want, 2 + (int)T->n_cols, &p, msg, len))
         return -1;
-    }
-    int header = 0, lineno = 0;
-    char line[1024];
-    const int nf_want = 2 + (int)T->n_cols;
-    while (fgets(line, sizeof line, pf)) {
-        lineno++;
-        line[strcspn(line, "\r\n")] = '\0';
-        if (line[0] == '#' || !line[0])
-            continue;
-        char *fld[8] = {0}, *save = NULL;
-        int nf = 0;
-        for (char *t = strtok_r(line, "\t", &save); t && nf < 8; t = strtok_r(NULL, "\t", &save))
-            fld[nf++] = t;
-        if (!header) {
-            const char *want[6] = {"model", T->row_head};
-            for (size_t k = 0; k < T->n_cols; k++)
-                want[2 + k] = T->col[k].csv;
-            for (int k = 0; k < nf_want; k++)
-                if (k >= nf || strcmp(fld[k], want[k])) {
-                    snprintf(msg, len, "%s:%d: expected header column %d \"%s\", found \"%s\"",
-                             path, lineno, k + 1, want[k], k < nf ? fld[k] : "");
-                    fclose(pf);
-                    return -1;
-                }
-            header = 1;
-            continue;
-        }
-        if (nf != nf_want || *n == cap) {
-            snprintf(msg, len, "%s:%d: expected %d tab-separated fields, found %d", path, lineno,
-                     nf_want, nf);
-            fclose(pf);
-            return -1;
-        }
+    for (size_t k = 0; k < p.n && *n < cap; k++) {
         int known = 0;
         for (size_t r = 0; r < T->n_rows; r++)
-            known |= !strcmp(fld[1], T->row_key[r]);
+            known |= !strcmp(p.cell[k][1], T->row_key[r]);
         if (!known) {
-            snprintf(msg, len, "%s:%d: unknown %s \"%s\"", path, lineno, T->row_head, fld[1]);
-            fclose(pf);
+            snprintf(msg, len, "%s:%d: unknown %s \"%s\"", path, p.line[k], T->row_head,
+                     p.cell[k][1]);
             return -1;
         }
-        attr_paper *p = &rows[(*n)++];
-        memset(p, 0, sizeof *p);
-        snprintf(p->model, sizeof p->model, "%s", fld[0]);
-        snprintf(p->key, sizeof p->key, "%s", fld[1]);
-        for (size_t k = 0; k < T->n_cols; k++)
-            snprintf(p->val[k], sizeof p->val[k], "%s", fld[2 + k]);
-    }
-    fclose(pf);
-    if (!header) {
-        snprintf(msg, len, "%s: no header line", path);
-        return -1;
+        attr_paper *a = &rows[(*n)++];
+        memset(a, 0, sizeof *a);
+        snprintf(a->model, sizeof a->model, "%s", p.cell[k][0]);
+        snprintf(a->key, sizeof a->key, "%s", p.cell[k][1]);
+        for (size_t c = 0; c < T->n_cols; c++)
+            snprintf(a->val[c], sizeof a->val[c], "%s", p.cell[k][2 + c]);
     }
     return 0;
 }
@@ -1029,62 +1027,6 @@ static int render_attr_table(const fig_ctx *c, const figure_def *f, char *msg, s
 
 /* ---- Tables 9 and 10: table rows beside the paper's ------------------- */
 
-/* A paper file of plots/: comment lines, a header of nf named columns
- * (checked), rows of nf tab-separated fields. */
-typedef struct paper_tsv {
-    size_t n;
-    char cell[16][6][64];
-} paper_tsv;
-
-static int read_paper_tsv(const char *path, const char *const *head, int nf, paper_tsv *p,
-                          char *msg, size_t len)
-{
-    p->n = 0;
-    FILE *pf = fopen(path, "r");
-    if (!pf) {
-        snprintf(msg, len, "%s: cannot open (the paper's table)", path);
-        return -1;
-    }
-    char line[1024];
-    int header = 0, lineno = 0;
-    while (fgets(line, sizeof line, pf)) {
-        lineno++;
-        line[strcspn(line, "\r\n")] = '\0';
-        if (line[0] == '#' || !line[0])
-            continue;
-        char *fld[8] = {0}, *save = NULL;
-        int got = 0;
-        for (char *t = strtok_r(line, "\t", &save); t && got < 8; t = strtok_r(NULL, "\t", &save))
-            fld[got++] = t;
-        if (!header) {
-            for (int k = 0; k < nf; k++)
-                if (k >= got || strcmp(fld[k], head[k])) {
-                    snprintf(msg, len, "%s:%d: expected header column %d \"%s\", found \"%s\"",
-                             path, lineno, k + 1, head[k], k < got ? fld[k] : "");
-                    fclose(pf);
-                    return -1;
-                }
-            header = 1;
-            continue;
-        }
-        if (got != nf || p->n == sizeof p->cell / sizeof p->cell[0]) {
-            snprintf(msg, len, "%s:%d: expected %d tab-separated fields, found %d", path, lineno,
-                     nf, got);
-            fclose(pf);
-            return -1;
-        }
-        for (int k = 0; k < nf; k++)
-            snprintf(p->cell[p->n][k], sizeof p->cell[p->n][k], "%s", fld[k]);
-        p->n++;
-    }
-    fclose(pf);
-    if (!header) {
-        snprintf(msg, len, "%s: no header line", path);
-        return -1;
-    }
-    return 0;
-}
-
 /* Value of column `name` at row r of t (NaN when absent or a string). */
 static double col_at(const qmla_table *t, const char *name, size_t r)
 {
@@ -1128,7 +1070,7 @@ static int render_table9(const fig_ctx *c, const figure_def *f, char *msg, size_
 {
     (void)f;
     static const char *const head[3] = {"model", "quantity", "value"};
-    paper_tsv paper;
+    static paper_tsv paper;
     char ppath[PATH_MAX + 32];
     snprintf(ppath, sizeof ppath, "%s/table9-paper.tsv", c->plots);
     if (read_paper_tsv(ppath, head, 3, &paper, msg, len))
@@ -1253,7 +1195,7 @@ static int render_table10(const fig_ctx *c, const figure_def *f, char *msg, size
     static const char *const mlab[5] = {"usable cache slots", "elapsed time (s)",
                                         "output throughput (tokens/s)", "preemption events",
                                         "recomputed tokens"};
-    paper_tsv paper;
+    static paper_tsv paper;
     char ppath[PATH_MAX + 32];
     snprintf(ppath, sizeof ppath, "%s/table10-paper.tsv", c->plots);
     if (read_paper_tsv(ppath, head, 4, &paper, msg, len))
