@@ -701,24 +701,43 @@ static void t4_paper(FILE *md, FILE *csv, const paper_row *p)
     t4_row(md, csv, v, r3);
 }
 
-/* The Markdown and CSV buffers of one table, opened together; on failure
- * neither is left open and msg names the table's Markdown path. */
-static int open_table_streams(FILE **md, char **mdb, size_t *mdn, FILE **csv, char **csvb,
-                              size_t *csvn, const char *mdp, char *msg, size_t len)
+/* The Markdown and CSV files DIR/<stem>.md and .csv of one table, built in
+ * memory (tab_open) and saved atomically together (tab_close); on failure
+ * nothing is left open and msg names the file. */
+typedef struct tab_out {
+    char mdp[PATH_MAX + 32], csvp[PATH_MAX + 32];
+    char *mdb, *csvb;
+    size_t mdn, csvn;
+    FILE *md, *csv;
+} tab_out;
+
+static int tab_open(tab_out *o, const fig_ctx *c, const char *stem, char *msg, size_t len)
 {
-    *md = open_memstream(mdb, mdn);
-    *csv = open_memstream(csvb, csvn);
-    if (*md && *csv)
+    memset(o, 0, sizeof *o);
+    snprintf(o->mdp, sizeof o->mdp, "%s/%s.md", c->dir, stem);
+    snprintf(o->csvp, sizeof o->csvp, "%s/%s.csv", c->dir, stem);
+    o->md = open_memstream(&o->mdb, &o->mdn);
+    o->csv = open_memstream(&o->csvb, &o->csvn);
+    if (o->md && o->csv)
         return 0;
-    if (*md)
-        fclose(*md);
-    if (*csv)
-        fclose(*csv);
-    free(*mdb);
-    free(*csvb);
-    *mdb = *csvb = NULL;
-    snprintf(msg, len, "%s: out of memory", mdp);
+    if (o->md)
+        fclose(o->md);
+    if (o->csv)
+        fclose(o->csv);
+    free(o->mdb);
+    free(o->csvb);
+    snprintf(msg, len, "%s: out of memory", o->mdp);
     return -1;
+}
+
+static int tab_close(tab_out *o, char *msg, size_t len)
+{
+    if (save_text(o->mdp, o->md, &o->mdb, &o->mdn, msg, len)) {
+        fclose(o->csv);
+        free(o->csvb);
+        return -1;
+    }
+    return save_text(o->csvp, o->csv, &o->csvb, &o->csvn, msg, len);
 }
 
 static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_t len)
@@ -730,14 +749,10 @@ static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_
     snprintf(ppath, sizeof ppath, "%s/table4-paper.tsv", c->plots);
     if (read_paper(ppath, paper, 64, &np, msg, len))
         return -1;
-    char mdp[PATH_MAX + 32], csvp[PATH_MAX + 32];
-    snprintf(mdp, sizeof mdp, "%s/table4.md", c->dir);
-    snprintf(csvp, sizeof csvp, "%s/table4.csv", c->dir);
-    char *mdb = NULL, *csvb = NULL;
-    size_t mdn = 0, csvn = 0;
-    FILE *md, *csv;
-    if (open_table_streams(&md, &mdb, &mdn, &csv, &csvb, &csvn, mdp, msg, len))
+    tab_out o;
+    if (tab_open(&o, c, "table4", msg, len))
         return -1;
+    FILE *md = o.md, *csv = o.csv;
     fprintf(md, "Model-level responses at matched cache NMSE (Table 4 of the QuantMLA paper): "
                 "mean over layers of the content and RoPE responses R = NMSE_out / NMSE_cache "
                 "(dimensionless) and their ratio. Rows of source *paper* are the paper's "
@@ -786,13 +801,7 @@ static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_
     for (size_t k = 0; k < np; k++)
         if (!paper[k].used)
             t4_paper(md, csv, &paper[k]);
-    const int bad = save_text(mdp, md, &mdb, &mdn, msg, len);
-    if (bad) {
-        fclose(csv);
-        free(csvb);
-        return -1;
-    }
-    return save_text(csvp, csv, &csvb, &csvn, msg, len);
+    return tab_close(&o, msg, len);
 }
 
 /* ---- Tables 5 and 6: group attributes beside the paper's rows ---------- */
@@ -949,14 +958,10 @@ static int render_attr_table(const fig_ctx *c, const figure_def *f, char *msg, s
     snprintf(ppath, sizeof ppath, "%s/%s", c->plots, T->paper);
     if (read_attr_paper(ppath, T, paper, 32, &np, msg, len))
         return -1;
-    char mdp[PATH_MAX + 32], csvp[PATH_MAX + 32];
-    snprintf(mdp, sizeof mdp, "%s/%s.md", c->dir, T->name);
-    snprintf(csvp, sizeof csvp, "%s/%s.csv", c->dir, T->name);
-    char *mdb = NULL, *csvb = NULL;
-    size_t mdn = 0, csvn = 0;
-    FILE *md, *csv;
-    if (open_table_streams(&md, &mdb, &mdn, &csv, &csvb, &csvn, mdp, msg, len))
+    tab_out o;
+    if (tab_open(&o, c, T->name, msg, len))
         return -1;
+    FILE *md = o.md, *csv = o.csv;
     fprintf(md, "%s\n\n| model | source | %s |", T->title, T->row_head);
     for (size_t k = 0; k < T->n_cols; k++)
         fprintf(md, " %s%s |", T->col[k].head, T->col[k].lo ? " [95 % CI]" : "");
@@ -1016,13 +1021,7 @@ static int render_attr_table(const fig_ctx *c, const figure_def *f, char *msg, s
     for (size_t k = 0; k < np; k++)
         if (!paper[k].used)
             attr_paper_rows(md, csv, T, &paper[k]);
-    const int bad = save_text(mdp, md, &mdb, &mdn, msg, len);
-    if (bad) {
-        fclose(csv);
-        free(csvb);
-        return -1;
-    }
-    return save_text(csvp, csv, &csvb, &csvn, msg, len);
+    return tab_close(&o, msg, len);
 }
 
 /* ---- Tables 9 and 10: table rows beside the paper's ------------------- */
@@ -1053,17 +1052,6 @@ static void csv_num(FILE *csv, double v, int last)
     csv_field(csv, isnan(v) ? "" : ex, last);
 }
 
-static int finish_tables(const char *mdp, FILE *md, char **mdb, size_t *mdn, const char *csvp,
-                         FILE *csv, char **csvb, size_t *csvn, char *msg, size_t len)
-{
-    if (save_text(mdp, md, mdb, mdn, msg, len)) {
-        fclose(csv);
-        free(*csvb);
-        return -1;
-    }
-    return save_text(csvp, csv, csvb, csvn, msg, len);
-}
-
 static const char *const t9_cfg[4] = {"BF16", "C4R4", "C2R4", "C8R8"};
 
 static int render_table9(const fig_ctx *c, const figure_def *f, char *msg, size_t len)
@@ -1075,14 +1063,10 @@ static int render_table9(const fig_ctx *c, const figure_def *f, char *msg, size_
     snprintf(ppath, sizeof ppath, "%s/table9-paper.tsv", c->plots);
     if (read_paper_tsv(ppath, head, 3, &paper, msg, len))
         return -1;
-    char mdp[PATH_MAX + 32], csvp[PATH_MAX + 32];
-    snprintf(mdp, sizeof mdp, "%s/table9.md", c->dir);
-    snprintf(csvp, sizeof csvp, "%s/table9.csv", c->dir);
-    char *mdb = NULL, *csvb = NULL;
-    size_t mdn = 0, csvn = 0;
-    FILE *md, *csv;
-    if (open_table_streams(&md, &mdb, &mdn, &csv, &csvb, &csvn, mdp, msg, len))
+    tab_out o;
+    if (tab_open(&o, c, "table9", msg, len))
         return -1;
+    FILE *md = o.md, *csv = o.csv;
     fprintf(md, "Decode attention latency at fixed context lengths (Table 9 of the QuantMLA "
                 "paper): the median time of the BF16 cache and of each low-bit cache "
                 "(sink4/local128) at batch 8 and 32 (medians of one call, µs), and "
@@ -1184,7 +1168,7 @@ static int render_table9(const fig_ctx *c, const figure_def *f, char *msg, size_
             csv_field(csv, "", 0);
         csv_field(csv, paper.cell[r][2], 1);
     }
-    return finish_tables(mdp, md, &mdb, &mdn, csvp, csv, &csvb, &csvn, msg, len);
+    return tab_close(&o, msg, len);
 }
 
 static int render_table10(const fig_ctx *c, const figure_def *f, char *msg, size_t len)
@@ -1222,14 +1206,10 @@ static int render_table10(const fig_ctx *c, const figure_def *f, char *msg, size
         if (k == nc)
             cols[nc++] = head[p];
     }
-    char mdp[PATH_MAX + 32], csvp[PATH_MAX + 32];
-    snprintf(mdp, sizeof mdp, "%s/table10.md", c->dir);
-    snprintf(csvp, sizeof csvp, "%s/table10.csv", c->dir);
-    char *mdb = NULL, *csvb = NULL;
-    size_t mdn = 0, csvn = 0;
-    FILE *md, *csv;
-    if (open_table_streams(&md, &mdb, &mdn, &csv, &csvb, &csvn, mdp, msg, len))
+    tab_out o;
+    if (tab_open(&o, c, "table10", msg, len))
         return -1;
+    FILE *md = o.md, *csv = o.csv;
     fprintf(md, "Serving under KV-cache pressure (Table 10 of the QuantMLA paper): usable "
                 "cache slots, whole-job elapsed time and output throughput, preemption events "
                 "and recomputed tokens per cache configuration (`qmla serve-sim`'s /serve_sim: "
@@ -1294,7 +1274,7 @@ static int render_table10(const fig_ctx *c, const figure_def *f, char *msg, size
         }
         fputc('\n', md);
     }
-    return finish_tables(mdp, md, &mdb, &mdn, csvp, csv, &csvb, &csvn, msg, len);
+    return tab_close(&o, msg, len);
 }
 
 /* ---- the command -------------------------------------------------------- */
