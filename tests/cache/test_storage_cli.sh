@@ -47,6 +47,8 @@ ok '[ "$(echo "$out" | tail -n 2)" = "$one" ]' "policy list: the none rows equal
 t=$(mktemp -d)
 "$q" storage --contexts 4096 -o "$t/s.h5" >/dev/null; ok '[ $? = 0 ] && [ -s "$t/s.h5" ]' "-o writes the file"
 "$q" storage --contexts 131072 -o "$t/s.h5" >/dev/null; ok '[ $? = 0 ]' "-o replaces an earlier storage file"
+sh=$("$q" show "$t/s.h5"); rc=$?
+ok '[ $rc = 0 ] && echo "$sh" | grep -q "^storage accounting (qmla storage -o)" && echo "$sh" | grep -Eq "C4R4 +f16 +sink4/local128 +131072 +4.26276e\+07 +325.223 +3.54219"' "show of a storage file: provenance and the row (found: ${sh:0:80})"
 printf 'text\n' >"$t/x.txt"
 "$q" storage -o "$t/x.txt" >/dev/null 2>"$t/err"; rc=$?
 ok '[ $rc = 2 ] && [ "$(cat "$t/x.txt")" = text ] && grep -q "x.txt" "$t/err"' "-o a text file: exit 2 naming it, file kept"
