@@ -584,6 +584,19 @@ static int show_whole(const char *path, const char *name, const char *first)
     return QMLA_EXIT_OK;
 }
 
+/* Columns cols of table `name`, which must hold the columns need. */
+static int show_columns(const char *path, const char *name, const char *const *need,
+                        size_t nneed, const char *const *cols, size_t ncols)
+{
+    qmla_table *t;
+    int rc = need_table(path, name, need, nneed, &t);
+    if (rc)
+        return rc;
+    print_columns(t, cols, ncols);
+    qmla_table_free(t);
+    return QMLA_EXIT_OK;
+}
+
 static int show_serve(const char *path, const qmla_attr *root, size_t nr)
 {
     print_provenance("serve-sim results (qmla serve-sim)", root, nr);
@@ -593,14 +606,8 @@ static int show_serve(const char *path, const qmla_attr *root, size_t nr)
     static const char *const cols[] = {"config", "throughput", "elapsed_s", "preemptions",
                                        "recomputed_tokens", "output_tokens", "steps",
                                        "max_used_blocks"};
-    qmla_table *t;
-    const char *need[] = {"config", "throughput", "preemptions"};
-    int rc = need_table(path, "serve_sim", need, 3, &t);
-    if (rc)
-        return rc;
-    print_columns(t, cols, sizeof cols / sizeof *cols);
-    qmla_table_free(t);
-    return QMLA_EXIT_OK;
+    static const char *const need[] = {"config", "throughput", "preemptions"};
+    return show_columns(path, "serve_sim", need, 3, cols, sizeof cols / sizeof *cols);
 }
 
 static int show_bench(const char *path, const qmla_attr *root, size_t nr, int brief)
@@ -622,14 +629,8 @@ static int show_storage(const char *path, const qmla_attr *root, size_t nr)
     print_provenance("storage accounting (qmla storage -o)", root, nr);
     static const char *const cols[] = {"config", "meta", "policy", "context", "total_bytes",
                                        "bytes_per_token", "ratio"};
-    qmla_table *t;
-    const char *need[] = {"config", "context", "bytes_per_token", "ratio"};
-    int rc = need_table(path, "storage", need, 4, &t);
-    if (rc)
-        return rc;
-    print_columns(t, cols, sizeof cols / sizeof *cols);
-    qmla_table_free(t);
-    return QMLA_EXIT_OK;
+    static const char *const need[] = {"config", "context", "bytes_per_token", "ratio"};
+    return show_columns(path, "storage", need, 4, cols, sizeof cols / sizeof *cols);
 }
 
 /* The layers a transforms file's settings select ("layers=0-3,7"), 1 each. */
