@@ -50,6 +50,12 @@ int cmd_report(int argc, char **argv);
  * or NAME.md and NAME.csv for a table) and in *what its description. */
 size_t cli_figure_count(void);
 const char *cli_figure_at(size_t k, const char **what);
+/* Every name of the comma-separated list `list` (given as option `opt` of
+ * command `cmd`: "--only", "--exclude") is a figure of the registry: 1;
+ * else 0, the bad name reported by cli_fail. */
+int cli_figure_list_ok(const char *cmd, const char *opt, const char *list);
+/* Is name one of the comma-separated list? */
+int cli_in_list(const char *list, const char *name);
 
 
 /* Table `name` of a results file (cmd_export.c): the HDF5 group, or the

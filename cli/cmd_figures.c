@@ -70,6 +70,8 @@ typedef struct figure_def {
 
 static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_t len);
 static int render_attr_table(const fig_ctx *c, const figure_def *f, char *msg, size_t len);
+static int render_table9(const fig_ctx *c, const figure_def *f, char *msg, size_t len);
+static int render_table10(const fig_ctx *c, const figure_def *f, char *msg, size_t len);
 
 /* The figures and tables. One row each; gnuplot scripts in plots/. */
 static const figure_def figures[] = {
@@ -111,6 +113,19 @@ static const figure_def figures[] = {
      120, 420, 460, 0, NULL,
      "gain ratio per equal-energy control and path with 95 % bootstrap intervals, "
      "unity marked (`qmla intervene`'s /interventions; paper Fig. 7c)"},
+    {"fig5a-storage", "storage", "context,series_index,bytes_per_token,ratio",
+     1100, 0, 480, 0, NULL,
+     "persistent KV-cache bytes per token and compression against BF16 by context, BF16 "
+     "buffers, metadata and page tables included, per configuration and policy, the paper's "
+     "two C4R4 points marked (`qmla storage -o`'s /storage; paper Fig. 5a)"},
+    {"fig5b-latency", "table9", "batch,context,BF16_us,C4R4_us",
+     1000, 0, 460, 0, NULL,
+     "decode attention time of C4R4, C2R4 and C8R8 over BF16's against context at batch 8 "
+     "and 32, the paper's C4R4 range shaded (the decode benchmark's /table9; paper Fig. 5b)"},
+    {"fig5c-serving", "serve_sim", "throughput,preemptions",
+     120, 420, 460, 0, NULL,
+     "whole-job output throughput per cache configuration with its preemption count, "
+     "beside the paper's BF16 and C4R4 (`qmla serve-sim -o`'s /serve_sim; paper Fig. 5c)"},
     {"allocate-pareto", "allocate_pareto", "kind_index,bytes_per_token,bpb_mean,on_front",
      720, 0, 520, 0, NULL,
      "bits/byte against bytes per token: uniform configurations, their Pareto front and "
@@ -143,6 +158,16 @@ static const figure_def figures[] = {
      "equal-energy interventions: gain ratio per control and path with 95 % intervals "
      "beside the paper's (paper Table 6; `qmla intervene`'s /interventions), Markdown and "
      "CSV"},
+    {"table9", "table9", "batch,context,BF16_us,C4R4_us,C4R4_ratio",
+     0, 0, 0, 0, render_table9,
+     "decode attention latency of BF16 and the low-bit caches at batch 8 and 32 per context "
+     "with Δ against BF16, and the C4R4 Δ range beside the paper's (paper Table 9; the "
+     "decode benchmark's /table9), Markdown and CSV"},
+    {"table10", "serve_sim", "slots,elapsed_s,throughput,preemptions,recomputed_tokens",
+     0, 0, 0, 0, render_table10,
+     "serving under cache pressure: usable slots, elapsed time, output throughput, "
+     "preemptions and recomputed tokens per configuration beside the paper's (paper Table "
+     "10; `qmla serve-sim -o`'s /serve_sim), Markdown and CSV"},
 };
 #define N_FIGURES (sizeof figures / sizeof figures[0])
 
@@ -545,6 +570,69 @@ static int render_gnuplot(const fig_ctx *c, const figure_def *f, char *msg, size
     return 0;
 }
 
+/* ---- the paper's rows (plots/NAME-paper.tsv) ------------------------ */
+
+/* A paper file of plots/: comment lines, a header of nf named columns
+ * (checked), rows of nf tab-separated fields. */
+typedef struct paper_tsv {
+    size_t n;
+    int line[32];          /* each row's line number in the file */
+    char cell[32][8][64];
+} paper_tsv;
+
+static int read_paper_tsv(const char *path, const char *const *head, int nf, paper_tsv *p,
+                          char *msg, size_t len)
+{
+    if (nf > 8) {
+        snprintf(msg, len, "%s: %d columns: at most 8", path, nf);
+        return -1;
+    }
+    p->n = 0;
+    FILE *pf = fopen(path, "r");
+    if (!pf) {
+        snprintf(msg, len, "%s: cannot open (the paper's table)", path);
+        return -1;
+    }
+    char line[1024];
+    int header = 0, lineno = 0;
+    while (fgets(line, sizeof line, pf)) {
+        lineno++;
+        line[strcspn(line, "\r\n")] = '\0';
+        if (line[0] == '#' || !line[0])
+            continue;
+        char *fld[8] = {0}, *save = NULL;
+        int got = 0;
+        for (char *t = strtok_r(line, "\t", &save); t && got < 8; t = strtok_r(NULL, "\t", &save))
+            fld[got++] = t;
+        if (!header) {
+            for (int k = 0; k < nf; k++)
+                if (k >= got || strcmp(fld[k], head[k])) {
+                    snprintf(msg, len, "%s:%d: expected header column %d \"%s\", found \"%s\"",
+                             path, lineno, k + 1, head[k], k < got ? fld[k] : "");
+                    fclose(pf);
+                    return -1;
+                }
+            header = 1;
+            continue;
+        }
+        if (got != nf || p->n == sizeof p->cell / sizeof p->cell[0]) {
+            snprintf(msg, len, "%s:%d: expected %d tab-separated fields, found %d", path, lineno,
+                     nf, got);
+            fclose(pf);
+            return -1;
+        }
+        for (int k = 0; k < nf; k++)
+            snprintf(p->cell[p->n][k], sizeof p->cell[p->n][k], "%s", fld[k]);
+        p->line[p->n++] = lineno;
+    }
+    fclose(pf);
+    if (!header) {
+        snprintf(msg, len, "%s: no header line", path);
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- Table 4 ------------------------------------------------------------ */
 
 typedef struct paper_row {
@@ -557,53 +645,23 @@ typedef struct paper_row {
 static int read_paper(const char *path, paper_row *rows, size_t cap, size_t *n, char *msg,
                       size_t len)
 {
-    *n = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(msg, len, "%s: cannot open (the paper's Table 4)", path);
-        return -1;
-    }
-    char line[1024];
-    int header = 0, lineno = 0;
     static const char *const want[] = {"model", "content_response", "rope_response", "ratio",
                                        "layers", "bits", "nmse_target"};
-    while (fgets(line, sizeof line, f)) {
-        lineno++;
-        line[strcspn(line, "\r\n")] = '\0';
-        if (line[0] == '#' || !line[0])
-            continue;
-        char *fld[8] = {0}, *save = NULL;
-        int nf = 0;
-        for (char *t = strtok_r(line, "\t", &save); t && nf < 8; t = strtok_r(NULL, "\t", &save))
-            fld[nf++] = t;
-        if (!header) {
-            for (int k = 0; k < 7; k++)
-                if (k >= nf || strcmp(fld[k], want[k])) {
-                    snprintf(msg, len, "%s:%d: expected header column %d \"%s\", found \"%s\"",
-                             path, lineno, k + 1, want[k], k < nf ? fld[k] : "");
-                    fclose(f);
-                    return -1;
-                }
-            header = 1;
-            continue;
-        }
-        if (nf != 7 || *n == cap) {
-            snprintf(msg, len, "%s:%d: expected 7 tab-separated fields, found %d", path, lineno,
-                     nf);
-            fclose(f);
-            return -1;
-        }
+    static paper_tsv p;
+    *n = 0;
+    if (read_paper_tsv(path, want, 7, &p, msg, len))
+        return -1;
+    for (size_t k = 0; k < p.n && *n < cap; k++) {
         paper_row *r = &rows[(*n)++];
         memset(r, 0, sizeof *r);
-        snprintf(r->model, sizeof r->model, "%s", fld[0]);
-        snprintf(r->content, sizeof r->content, "%s", fld[1]);
-        snprintf(r->rope, sizeof r->rope, "%s", fld[2]);
-        snprintf(r->ratio, sizeof r->ratio, "%s", fld[3]);
-        snprintf(r->layers, sizeof r->layers, "%s", fld[4]);
-        snprintf(r->bits, sizeof r->bits, "%s", fld[5]);
-        snprintf(r->nmse, sizeof r->nmse, "%s", fld[6]);
+        snprintf(r->model, sizeof r->model, "%s", p.cell[k][0]);
+        snprintf(r->content, sizeof r->content, "%s", p.cell[k][1]);
+        snprintf(r->rope, sizeof r->rope, "%s", p.cell[k][2]);
+        snprintf(r->ratio, sizeof r->ratio, "%s", p.cell[k][3]);
+        snprintf(r->layers, sizeof r->layers, "%s", p.cell[k][4]);
+        snprintf(r->bits, sizeof r->bits, "%s", p.cell[k][5]);
+        snprintf(r->nmse, sizeof r->nmse, "%s", p.cell[k][6]);
     }
-    fclose(f);
     return 0;
 }
 
@@ -643,24 +701,43 @@ static void t4_paper(FILE *md, FILE *csv, const paper_row *p)
     t4_row(md, csv, v, r3);
 }
 
-/* The Markdown and CSV buffers of one table, opened together; on failure
- * neither is left open and msg names the table's Markdown path. */
-static int open_table_streams(FILE **md, char **mdb, size_t *mdn, FILE **csv, char **csvb,
-                              size_t *csvn, const char *mdp, char *msg, size_t len)
+/* The Markdown and CSV files DIR/<stem>.md and .csv of one table, built in
+ * memory (tab_open) and saved atomically together (tab_close); on failure
+ * nothing is left open and msg names the file. */
+typedef struct tab_out {
+    char mdp[PATH_MAX + 32], csvp[PATH_MAX + 32];
+    char *mdb, *csvb;
+    size_t mdn, csvn;
+    FILE *md, *csv;
+} tab_out;
+
+static int tab_open(tab_out *o, const fig_ctx *c, const char *stem, char *msg, size_t len)
 {
-    *md = open_memstream(mdb, mdn);
-    *csv = open_memstream(csvb, csvn);
-    if (*md && *csv)
+    memset(o, 0, sizeof *o);
+    snprintf(o->mdp, sizeof o->mdp, "%s/%s.md", c->dir, stem);
+    snprintf(o->csvp, sizeof o->csvp, "%s/%s.csv", c->dir, stem);
+    o->md = open_memstream(&o->mdb, &o->mdn);
+    o->csv = open_memstream(&o->csvb, &o->csvn);
+    if (o->md && o->csv)
         return 0;
-    if (*md)
-        fclose(*md);
-    if (*csv)
-        fclose(*csv);
-    free(*mdb);
-    free(*csvb);
-    *mdb = *csvb = NULL;
-    snprintf(msg, len, "%s: out of memory", mdp);
+    if (o->md)
+        fclose(o->md);
+    if (o->csv)
+        fclose(o->csv);
+    free(o->mdb);
+    free(o->csvb);
+    snprintf(msg, len, "%s: out of memory", o->mdp);
     return -1;
+}
+
+static int tab_close(tab_out *o, char *msg, size_t len)
+{
+    if (save_text(o->mdp, o->md, &o->mdb, &o->mdn, msg, len)) {
+        fclose(o->csv);
+        free(o->csvb);
+        return -1;
+    }
+    return save_text(o->csvp, o->csv, &o->csvb, &o->csvn, msg, len);
 }
 
 static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_t len)
@@ -672,14 +749,10 @@ static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_
     snprintf(ppath, sizeof ppath, "%s/table4-paper.tsv", c->plots);
     if (read_paper(ppath, paper, 64, &np, msg, len))
         return -1;
-    char mdp[PATH_MAX + 32], csvp[PATH_MAX + 32];
-    snprintf(mdp, sizeof mdp, "%s/table4.md", c->dir);
-    snprintf(csvp, sizeof csvp, "%s/table4.csv", c->dir);
-    char *mdb = NULL, *csvb = NULL;
-    size_t mdn = 0, csvn = 0;
-    FILE *md, *csv;
-    if (open_table_streams(&md, &mdb, &mdn, &csv, &csvb, &csvn, mdp, msg, len))
+    tab_out o;
+    if (tab_open(&o, c, "table4", msg, len))
         return -1;
+    FILE *md = o.md, *csv = o.csv;
     fprintf(md, "Model-level responses at matched cache NMSE (Table 4 of the QuantMLA paper): "
                 "mean over layers of the content and RoPE responses R = NMSE_out / NMSE_cache "
                 "(dimensionless) and their ratio. Rows of source *paper* are the paper's "
@@ -728,13 +801,7 @@ static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_
     for (size_t k = 0; k < np; k++)
         if (!paper[k].used)
             t4_paper(md, csv, &paper[k]);
-    const int bad = save_text(mdp, md, &mdb, &mdn, msg, len);
-    if (bad) {
-        fclose(csv);
-        free(csvb);
-        return -1;
-    }
-    return save_text(csvp, csv, &csvb, &csvn, msg, len);
+    return tab_close(&o, msg, len);
 }
 
 /* ---- Tables 5 and 6: group attributes beside the paper's rows ---------- */
@@ -821,63 +888,28 @@ typedef struct attr_paper {
 static int read_attr_paper(const char *path, const attr_tab *T, attr_paper *rows, size_t cap,
                            size_t *n, char *msg, size_t len)
 {
+    const char *want[8] = {"model", T->row_head};
+    for (size_t k = 0; k < T->n_cols; k++)
+        want[2 + k] = T->col[k].csv;
+    static paper_tsv p;
     *n = 0;
-    FILE *pf = fopen(path, "r");
-    if (!pf) {
-        snprintf(msg, len, "%s: cannot open (the paper's %s)", path, T->name);
+    if (read_paper_tsv(path, want, 2 + (int)T->n_cols, &p, msg, len))
         return -1;
-    }
-    int header = 0, lineno = 0;
-    char line[1024];
-    const int nf_want = 2 + (int)T->n_cols;
-    while (fgets(line, sizeof line, pf)) {
-        lineno++;
-        line[strcspn(line, "\r\n")] = '\0';
-        if (line[0] == '#' || !line[0])
-            continue;
-        char *fld[8] = {0}, *save = NULL;
-        int nf = 0;
-        for (char *t = strtok_r(line, "\t", &save); t && nf < 8; t = strtok_r(NULL, "\t", &save))
-            fld[nf++] = t;
-        if (!header) {
-            const char *want[6] = {"model", T->row_head};
-            for (size_t k = 0; k < T->n_cols; k++)
-                want[2 + k] = T->col[k].csv;
-            for (int k = 0; k < nf_want; k++)
-                if (k >= nf || strcmp(fld[k], want[k])) {
-                    snprintf(msg, len, "%s:%d: expected header column %d \"%s\", found \"%s\"",
-                             path, lineno, k + 1, want[k], k < nf ? fld[k] : "");
-                    fclose(pf);
-                    return -1;
-                }
-            header = 1;
-            continue;
-        }
-        if (nf != nf_want || *n == cap) {
-            snprintf(msg, len, "%s:%d: expected %d tab-separated fields, found %d", path, lineno,
-                     nf_want, nf);
-            fclose(pf);
-            return -1;
-        }
+    for (size_t k = 0; k < p.n && *n < cap; k++) {
         int known = 0;
         for (size_t r = 0; r < T->n_rows; r++)
-            known |= !strcmp(fld[1], T->row_key[r]);
+            known |= !strcmp(p.cell[k][1], T->row_key[r]);
         if (!known) {
-            snprintf(msg, len, "%s:%d: unknown %s \"%s\"", path, lineno, T->row_head, fld[1]);
-            fclose(pf);
+            snprintf(msg, len, "%s:%d: unknown %s \"%s\"", path, p.line[k], T->row_head,
+                     p.cell[k][1]);
             return -1;
         }
-        attr_paper *p = &rows[(*n)++];
-        memset(p, 0, sizeof *p);
-        snprintf(p->model, sizeof p->model, "%s", fld[0]);
-        snprintf(p->key, sizeof p->key, "%s", fld[1]);
-        for (size_t k = 0; k < T->n_cols; k++)
-            snprintf(p->val[k], sizeof p->val[k], "%s", fld[2 + k]);
-    }
-    fclose(pf);
-    if (!header) {
-        snprintf(msg, len, "%s: no header line", path);
-        return -1;
+        attr_paper *a = &rows[(*n)++];
+        memset(a, 0, sizeof *a);
+        snprintf(a->model, sizeof a->model, "%s", p.cell[k][0]);
+        snprintf(a->key, sizeof a->key, "%s", p.cell[k][1]);
+        for (size_t c = 0; c < T->n_cols; c++)
+            snprintf(a->val[c], sizeof a->val[c], "%s", p.cell[k][2 + c]);
     }
     return 0;
 }
@@ -926,14 +958,10 @@ static int render_attr_table(const fig_ctx *c, const figure_def *f, char *msg, s
     snprintf(ppath, sizeof ppath, "%s/%s", c->plots, T->paper);
     if (read_attr_paper(ppath, T, paper, 32, &np, msg, len))
         return -1;
-    char mdp[PATH_MAX + 32], csvp[PATH_MAX + 32];
-    snprintf(mdp, sizeof mdp, "%s/%s.md", c->dir, T->name);
-    snprintf(csvp, sizeof csvp, "%s/%s.csv", c->dir, T->name);
-    char *mdb = NULL, *csvb = NULL;
-    size_t mdn = 0, csvn = 0;
-    FILE *md, *csv;
-    if (open_table_streams(&md, &mdb, &mdn, &csv, &csvb, &csvn, mdp, msg, len))
+    tab_out o;
+    if (tab_open(&o, c, T->name, msg, len))
         return -1;
+    FILE *md = o.md, *csv = o.csv;
     fprintf(md, "%s\n\n| model | source | %s |", T->title, T->row_head);
     for (size_t k = 0; k < T->n_cols; k++)
         fprintf(md, " %s%s |", T->col[k].head, T->col[k].lo ? " [95 % CI]" : "");
@@ -993,13 +1021,260 @@ static int render_attr_table(const fig_ctx *c, const figure_def *f, char *msg, s
     for (size_t k = 0; k < np; k++)
         if (!paper[k].used)
             attr_paper_rows(md, csv, T, &paper[k]);
-    const int bad = save_text(mdp, md, &mdb, &mdn, msg, len);
-    if (bad) {
-        fclose(csv);
-        free(csvb);
+    return tab_close(&o, msg, len);
+}
+
+/* ---- Tables 9 and 10: table rows beside the paper's ------------------- */
+
+/* Value of column `name` at row r of t (NaN when absent or a string). */
+static double col_at(const qmla_table *t, const char *name, size_t r)
+{
+    const qmla_table_col *c = qmla_table_column(t, name);
+    return c && c->v.kind != QMLA_VAL_STRING && r < c->v.n ? qmla_values_get(&c->v, r) : NAN;
+}
+
+/* 4096 -> "4K", 1048576 -> "1M". */
+static void ctx_label(double t, char *buf, size_t len)
+{
+    const long v = (long)t;
+    if (v > 0 && v % 1048576 == 0)
+        snprintf(buf, len, "%ldM", v / 1048576);
+    else if (v > 0 && v % 1024 == 0)
+        snprintf(buf, len, "%ldK", v / 1024);
+    else
+        snprintf(buf, len, "%ld", v);
+}
+
+static void csv_num(FILE *csv, double v, int last)
+{
+    char ex[40];
+    qmla_export_double(v, ex, sizeof ex);
+    csv_field(csv, isnan(v) ? "" : ex, last);
+}
+
+static const char *const t9_cfg[4] = {"BF16", "C4R4", "C2R4", "C8R8"};
+
+static int render_table9(const fig_ctx *c, const figure_def *f, char *msg, size_t len)
+{
+    (void)f;
+    static const char *const head[3] = {"model", "quantity", "value"};
+    static paper_tsv paper;
+    char ppath[PATH_MAX + 32];
+    snprintf(ppath, sizeof ppath, "%s/table9-paper.tsv", c->plots);
+    if (read_paper_tsv(ppath, head, 3, &paper, msg, len))
         return -1;
+    tab_out o;
+    if (tab_open(&o, c, "table9", msg, len))
+        return -1;
+    FILE *md = o.md, *csv = o.csv;
+    fprintf(md, "Decode attention latency at fixed context lengths (Table 9 of the QuantMLA "
+                "paper): the median time of the BF16 cache and of each low-bit cache "
+                "(sink4/local128) at batch 8 and 32 (medians of one call, µs), and "
+                "Δ = (t / t_BF16 − 1) × 100 %% (the decode benchmark's /table9; "
+                "docs/decode.md). The paper's per-point values are not in "
+                "the text we hold: its rows (plots/table9-paper.tsv) are the range it states, "
+                "beside ours.\n\n");
+    fprintf(md, "| model | source | batch | context | BF16 µs |");
+    for (int k = 1; k < 4; k++)
+        fprintf(md, " %s µs | %s Δ |", t9_cfg[k], t9_cfg[k]);
+    fprintf(md, "\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    fprintf(csv, "source,model,row,batch,context,BF16_us");
+    for (int k = 1; k < 4; k++)
+        fprintf(csv, ",%s_us,%s_delta_pct", t9_cfg[k], t9_cfg[k]);
+    fprintf(csv, ",value\n");
+    double dmin[MAX_INPUTS], dmax[MAX_INPUTS], dfar[MAX_INPUTS];
+    for (size_t i = 0; i < c->n; i++) {
+        const char *why;
+        fig_input *in = &c->in[i];
+        const qmla_table *t = input_table(in, f->table, &why);
+        char src[160];
+        snprintf(src, sizeof src, "ours (%s)", in->label);
+        const char *mname = in->model[0] ? in->model : in->label;
+        dmin[i] = INFINITY;
+        dmax[i] = -INFINITY;
+        dfar[i] = 0;
+        for (size_t r = 0; r < t->n_rows; r++) {
+            const double b = col_at(t, "batch", r), ctx = col_at(t, "context", r);
+            if (b != 8 && b != 32)
+                continue;
+            char cl[32], us[32];
+            ctx_label(ctx, cl, sizeof cl);
+            snprintf(us, sizeof us, "%.2f", col_at(t, "BF16_us", r));
+            fprintf(md, "| %s | %s | %.0f | %s | %s |", mname, src, b, cl, us);
+            csv_field(csv, src, 0);
+            csv_field(csv, mname, 0);
+            csv_field(csv, "point", 0);
+            csv_num(csv, b, 0);
+            csv_num(csv, ctx, 0);
+            csv_num(csv, col_at(t, "BF16_us", r), 0);
+            for (int k = 1; k < 4; k++) {
+                char nm[32];
+                snprintf(nm, sizeof nm, "%s_us", t9_cfg[k]);
+                const double v = col_at(t, nm, r);
+                const double d = (v / col_at(t, "BF16_us", r) - 1.0) * 100.0;
+                if (isnan(v))
+                    fprintf(md, " – | – |");
+                else
+                    fprintf(md, " %.2f | %+.2f %% |", v, d);
+                csv_num(csv, v, 0);
+                csv_num(csv, d, 0);
+                if (k == 1 && !isnan(d)) {
+                    dmin[i] = d < dmin[i] ? d : dmin[i];
+                    dmax[i] = d > dmax[i] ? d : dmax[i];
+                    if (ctx >= 65536 && fabs(d) > dfar[i])
+                        dfar[i] = fabs(d);
+                }
+            }
+            csv_field(csv, "", 1);
+            fputc('\n', md);
+        }
     }
-    return save_text(csvp, csv, &csvb, &csvn, msg, len);
+    static const char *const qkey[3] = {"c4r4_delta_min_pct", "c4r4_delta_max_pct",
+                                        "c4r4_abs_delta_max_from_64k_pct"};
+    static const char *const qlab[3] = {"C4R4 Δ, lowest (batch 8 and 32, every context)",
+                                        "C4R4 Δ, highest (batch 8 and 32, every context)",
+                                        "C4R4 largest absolute Δ from 64K on"};
+    fprintf(md, "\n| model | source | quantity | value |\n|---|---|---|---:|\n");
+    for (size_t i = 0; i < c->n; i++) {
+        const char *mname = c->in[i].model[0] ? c->in[i].model : c->in[i].label;
+        char src[160];
+        snprintf(src, sizeof src, "ours (%s)", c->in[i].label);
+        const double v[3] = {dmin[i], dmax[i], dfar[i]};
+        for (int q = 0; q < 3; q++) {
+            const double x = isfinite(v[q]) ? v[q] : NAN;
+            if (isnan(x))
+                fprintf(md, "| %s | %s | %s | – |\n", mname, src, qlab[q]);
+            else
+                fprintf(md, q == 2 ? "| %s | %s | %s | %.2f %% |\n" : "| %s | %s | %s | %+.2f %% |\n",
+                        mname, src, qlab[q], x);
+            csv_field(csv, src, 0);
+            csv_field(csv, mname, 0);
+            csv_field(csv, qkey[q], 0);
+            for (int k = 0; k < 9; k++) /* batch .. C8R8_delta_pct */
+                csv_field(csv, "", 0);
+            csv_num(csv, x, 1);
+        }
+    }
+    for (size_t r = 0; r < paper.n; r++) {
+        const char *lab = paper.cell[r][1];
+        for (int q = 0; q < 3; q++)
+            if (!strcmp(paper.cell[r][1], qkey[q]))
+                lab = qlab[q];
+        fprintf(md, "| %s | paper | %s | %s %% |\n", paper.cell[r][0], lab, paper.cell[r][2]);
+        csv_field(csv, "paper", 0);
+        csv_field(csv, paper.cell[r][0], 0);
+        csv_field(csv, paper.cell[r][1], 0);
+        for (int k = 0; k < 9; k++) /* batch .. C8R8_delta_pct */
+            csv_field(csv, "", 0);
+        csv_field(csv, paper.cell[r][2], 1);
+    }
+    return tab_close(&o, msg, len);
+}
+
+static int render_table10(const fig_ctx *c, const figure_def *f, char *msg, size_t len)
+{
+    static const char *const head[4] = {"model", "metric", "BF16", "C4R4"};
+    static const char *const mkey[5] = {"slots", "elapsed_s", "throughput", "preemptions",
+                                        "recomputed_tokens"};
+    static const char *const mlab[5] = {"usable cache slots", "elapsed time (s)",
+                                        "output throughput (tokens/s)", "preemption events",
+                                        "recomputed tokens"};
+    static paper_tsv paper;
+    char ppath[PATH_MAX + 32];
+    snprintf(ppath, sizeof ppath, "%s/table10-paper.tsv", c->plots);
+    if (read_paper_tsv(ppath, head, 4, &paper, msg, len))
+        return -1;
+    /* the columns: every input's configurations in order, then the paper's */
+    const char *cols[16];
+    size_t nc = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        const char *why;
+        const qmla_table *t = input_table(&c->in[i], f->table, &why);
+        const qmla_table_col *cc = qmla_table_column(t, "config");
+        for (size_t r = 0; cc && cc->v.kind == QMLA_VAL_STRING && r < t->n_rows; r++) {
+            size_t k = 0;
+            while (k < nc && strcmp(cols[k], cc->v.s[r]))
+                k++;
+            if (k == nc && nc < 14)
+                cols[nc++] = cc->v.s[r];
+        }
+    }
+    for (int p = 2; p < 4; p++) {
+        size_t k = 0;
+        while (k < nc && strcmp(cols[k], head[p]))
+            k++;
+        if (k == nc)
+            cols[nc++] = head[p];
+    }
+    tab_out o;
+    if (tab_open(&o, c, "table10", msg, len))
+        return -1;
+    FILE *md = o.md, *csv = o.csv;
+    fprintf(md, "Serving under KV-cache pressure (Table 10 of the QuantMLA paper): usable "
+                "cache slots, whole-job elapsed time and output throughput, preemption events "
+                "and recomputed tokens per cache configuration (`qmla serve-sim`'s /serve_sim: "
+                "a simulation of vLLM's scheduler with a cost model, "
+                "experiments/serving/README.md). Rows of source *paper* are the paper's "
+                "(plots/table10-paper.tsv: DeepSeek-R1-0528 on eight GPUs, one C4R4 run "
+                "against the recorded BF16 baseline).\n\n| model | source | metric |");
+    fprintf(csv, "source,model,metric,");
+    for (size_t k = 0; k < nc; k++) {
+        fprintf(md, " %s |", cols[k]);
+        csv_field(csv, cols[k], k + 1 == nc);
+    }
+    fprintf(md, "\n|---|---|---|");
+    for (size_t k = 0; k < nc; k++)
+        fprintf(md, "---:|");
+    fputc('\n', md);
+    for (size_t i = 0; i < c->n; i++) {
+        const char *why;
+        fig_input *in = &c->in[i];
+        const qmla_table *t = input_table(in, f->table, &why);
+        const qmla_table_col *cc = qmla_table_column(t, "config");
+        char src[160];
+        snprintf(src, sizeof src, "ours (%s)", in->label);
+        const char *mname = in->model[0] ? in->model : in->label;
+        for (int m = 0; m < 5; m++) {
+            fprintf(md, "| %s | %s | %s |", mname, src, mlab[m]);
+            csv_field(csv, src, 0);
+            csv_field(csv, mname, 0);
+            csv_field(csv, mkey[m], 0);
+            for (size_t k = 0; k < nc; k++) {
+                double v = NAN;
+                for (size_t r = 0; cc && cc->v.kind == QMLA_VAL_STRING && r < t->n_rows; r++)
+                    if (!strcmp(cc->v.s[r], cols[k]))
+                        v = col_at(t, mkey[m], r);
+                if (isnan(v))
+                    fprintf(md, " – |");
+                else if (m == 1 || m == 2)
+                    fprintf(md, " %.3f |", v);
+                else
+                    fprintf(md, " %.0f |", v);
+                csv_num(csv, v, k + 1 == nc);
+            }
+            fputc('\n', md);
+        }
+    }
+    for (size_t r = 0; r < paper.n; r++) {
+        const char *lab = paper.cell[r][1];
+        for (int m = 0; m < 5; m++)
+            if (!strcmp(lab, mkey[m]))
+                lab = mlab[m];
+        fprintf(md, "| %s | paper | %s |", paper.cell[r][0], lab);
+        csv_field(csv, "paper", 0);
+        csv_field(csv, paper.cell[r][0], 0);
+        csv_field(csv, paper.cell[r][1], 0);
+        for (size_t k = 0; k < nc; k++) {
+            const char *v = "";
+            for (int p = 2; p < 4; p++)
+                if (!strcmp(cols[k], head[p]))
+                    v = paper.cell[r][p];
+            fprintf(md, " %s |", v[0] ? v : "–");
+            csv_field(csv, v, k + 1 == nc);
+        }
+        fputc('\n', md);
+    }
+    return tab_close(&o, msg, len);
 }
 
 /* ---- the command -------------------------------------------------------- */
@@ -1028,8 +1303,8 @@ const char *cli_figure_at(size_t k, const char **what)
     return figures[k].name;
 }
 
-/* Is name in the comma-separated list? */
-static int in_list(const char *list, const char *name)
+/* Is name in the comma-separated list? (cli.h) */
+int cli_in_list(const char *list, const char *name)
 {
     const size_t n = strlen(name);
     for (const char *p = list; *p;) {
@@ -1047,13 +1322,14 @@ static const char *sel_exclude;
 
 static int selected(const char *only, const char *name)
 {
-    if (sel_exclude && in_list(sel_exclude, name))
+    if (sel_exclude && cli_in_list(sel_exclude, name))
         return 0;
-    return !only || in_list(only, name);
+    return !only || cli_in_list(only, name);
 }
 
-/* Every name of a --only/--exclude list is a figure; else 0 and the bad one. */
-static int check_list(const char *opt, const char *list)
+/* Every name of a --only/--exclude list is a figure; else 0 and the bad one
+ * (cli.h; qmla report checks its --exclude with it). */
+int cli_figure_list_ok(const char *cmd, const char *opt, const char *list)
 {
     for (const char *p = list; *p;) {
         const char *e = strchr(p, ',');
@@ -1062,8 +1338,7 @@ static int check_list(const char *opt, const char *list)
         for (size_t k = 0; k < N_FIGURES; k++)
             found |= strlen(figures[k].name) == l && !strncmp(p, figures[k].name, l);
         if (!found) {
-            cli_fail("figures", "%s: no figure \"%.*s\" (see qmla figures --list)", opt, (int)l,
-                     p);
+            cli_fail(cmd, "%s: no figure \"%.*s\" (see qmla figures --list)", opt, (int)l, p);
             return 0;
         }
         p += l + (e ? 1 : 0);
@@ -1110,9 +1385,9 @@ int cmd_figures(int argc, char **argv)
         return cli_fail("figures", "expected one or more RESULTS.h5 (see qmla figures --help)");
     if (n > MAX_INPUTS)
         return cli_fail("figures", "expected at most %d results files, found %zu", MAX_INPUTS, n);
-    if (only && !check_list("--only", only))
+    if (only && !cli_figure_list_ok("figures", "--only", only))
         return QMLA_EXIT_USAGE;
-    if (exclude && !check_list("--exclude", exclude))
+    if (exclude && !cli_figure_list_ok("figures", "--exclude", exclude))
         return QMLA_EXIT_USAGE;
     sel_exclude = exclude;
 

@@ -41,7 +41,8 @@ static void help(FILE *f, const void *ctx)
     (void)ctx;
     fprintf(f,
         "usage: qmla report RESULTS.h5 [MORE.h5 ...] -o REPORT.html [--budget C4R4]\n"
-        "                   [--max-rows 200] [--no-figures] [--plots DIR] [--gnuplot PATH]\n"
+        "                   [--max-rows 200] [--no-figures] [--exclude NAME,...]\n"
+        "                   [--plots DIR] [--gnuplot PATH]\n"
         "\n"
         "Write one HTML page about the files qmla wrote (results of sweep, predict,\n"
         "jvp, intervene, eval, ppl; serve-sim and benchmark files; transforms). The\n"
@@ -71,6 +72,9 @@ static void help(FILE *f, const void *ctx)
         "                  (default C4R4; x, y in 2, 3, 4, 8)\n"
         "  --max-rows N    rows shown per table (default 200, 1..1000000)\n"
         "  --no-figures    leave the figures out (no gnuplot needed)\n"
+        "  --exclude LIST  neither draw nor list as not drawn these figures (as for\n"
+        "                  qmla figures; scripts/run-main.sh passes the figures'\n"
+        "                  exclusion: the data of those its steps do not make)\n"
         "  --plots DIR     the gnuplot scripts (as for qmla figures)\n"
         "  --gnuplot PATH  the gnuplot program (as for qmla figures)\n"
         "\n"
@@ -714,7 +718,8 @@ static void section_sensitivity(FILE *f, size_t idx, const char *path, const qml
 /* Run cmd_figures in a child process on inputs idx[0..n) into dir (its
  * output in dir/figures.log). Returns its exit status (-1: not started). */
 static int run_figures(char *const *paths, const size_t *idx, size_t n, const char *dir,
-                       const char *only, const char *plots, const char *gnuplot)
+                       const char *only, const char *exclude, const char *plots,
+                       const char *gnuplot)
 {
     char log[PATH_MAX];
     snprintf(log, sizeof log, "%s/figures.log", dir);
@@ -729,7 +734,7 @@ static int run_figures(char *const *paths, const size_t *idx, size_t n, const ch
         dup2(fd, STDOUT_FILENO);
         dup2(fd, STDERR_FILENO);
         close(fd);
-        char **av = calloc(n + 14, sizeof *av);
+        char **av = calloc(n + 16, sizeof *av);
         if (!av)
             _exit(126);
         int ac = 0;
@@ -743,6 +748,10 @@ static int run_figures(char *const *paths, const size_t *idx, size_t n, const ch
         if (only) {
             av[ac++] = "--only";
             av[ac++] = (char *)only;
+        }
+        if (exclude) {
+            av[ac++] = "--exclude";
+            av[ac++] = (char *)exclude;
         }
         if (plots) {
             av[ac++] = "--plots";
@@ -1006,7 +1015,7 @@ static void skipped_names(const char *dir, char *out, size_t len)
 /* One run's figures and tables: the registry's in its order, then any
  * other the folder holds; the skipped ones with what they need. */
 static int section_figures(FILE *f, char *const *paths, const fig_run *g, size_t gi,
-                           size_t *n_fig, char *why, size_t len)
+                           const char *drawn, size_t *n_fig, char *why, size_t len)
 {
     fputs(g->alone ? "<h3>Alone: " : g->n > 1 ? "<h3>Drawn together: " : "<h3>", f);
     for (size_t k = 0; k < g->n; k++) {
@@ -1088,8 +1097,16 @@ static int section_figures(FILE *f, char *const *paths, const fig_run *g, size_t
                 *nl = '\0';
             if (strncmp(line, "figures: skipped ", 17))
                 continue;
-            fputs(any++ ? "<li>" : "<p>Not drawn for these inputs (the data each needs):</p>\n"
-                                   "<ul class=skipped><li>", f);
+            /* a figure drawn for other inputs of the page is not listed */
+            char nm[128];
+            snprintf(nm, sizeof nm, "%.*s", (int)strcspn(line + 17, ":"), line + 17);
+            if (cli_in_list(drawn, nm))
+                continue;
+            fputs(any++ ? "<li>"
+                        : "<p>Not drawn for these inputs (the data each needs; a figure drawn "
+                          "for other inputs of this page is not listed):</p>\n"
+                          "<ul class=skipped><li>",
+                  f);
             esc(f, line + 17);
             fputs("</li>\n", f);
         }
@@ -1242,7 +1259,7 @@ static int looks_html(const char *path)
 
 int cmd_report(int argc, char **argv)
 {
-    const char *out = NULL, *budget_s = "C4R4", *plots = NULL, *gnuplot = NULL;
+    const char *out = NULL, *budget_s = "C4R4", *plots = NULL, *gnuplot = NULL, *exclude = NULL;
     long max_rows = 200;
     int no_figures = 0;
     const cli_opt opts[] = {
@@ -1251,6 +1268,7 @@ int cmd_report(int argc, char **argv)
         {.name = "max-rows", .shrt = 0, .kind = CLI_LONG, .dst = &max_rows, .lo = 1,
          .hi = 1000000, .expected = "1..1000000"},
         {.name = "no-figures", .shrt = 0, .kind = CLI_SET, .dst = &no_figures},
+        {.name = "exclude", .shrt = 0, .kind = CLI_STR, .dst = &exclude},
         {.name = "plots", .shrt = 0, .kind = CLI_STR, .dst = &plots},
         {.name = "gnuplot", .shrt = 0, .kind = CLI_STR, .dst = &gnuplot},
         {.name = "help", .shrt = 'h', .kind = CLI_HELP, .dst = NULL},
@@ -1265,6 +1283,8 @@ int cmd_report(int argc, char **argv)
                         "C4R4), found \"%s\"", cli_esc(budget_s, e1, sizeof e1));
     if (!out)
         return cli_fail("report", "missing -o REPORT.html (see qmla report --help)");
+    if (exclude && !cli_figure_list_ok("report", "--exclude", exclude))
+        return QMLA_EXIT_USAGE;
     const size_t n = (size_t)(argc - optind);
     if (n == 0)
         return cli_fail("report", "expected one or more files qmla wrote, e.g. RESULTS.h5 "
@@ -1329,7 +1349,8 @@ int cmd_report(int argc, char **argv)
                 goto out;
             }
             const int frc = run_figures(paths, groups[g].idx, groups[g].n, groups[g].dir,
-                                        groups[g].alone ? groups[g].only : NULL, plots, gnuplot);
+                                        groups[g].alone ? groups[g].only : NULL, exclude, plots,
+                                        gnuplot);
             if (frc == 128 + SIGINT || frc == 128 + SIGTERM) {
                 fprintf(stderr, "qmla report: interrupted (%s); no page written\n",
                         frc == 128 + SIGINT ? "SIGINT" : "SIGTERM");
@@ -1453,13 +1474,33 @@ int cmd_report(int argc, char **argv)
                   "(/predict, /jvp: qmla predict, qmla jvp).</p>\n", f);
     }
     fputs("<h2 id=\"figures\">3. Figures and paper tables</h2>\n", f);
+    /* the figures drawn for any input (their names, comma-separated) */
+    char drawn[8192] = "";
+    for (size_t g = 0; g < ng && !no_figures; g++)
+        for (int e = 0; e < 2; e++) {
+            char **st = NULL;
+            const size_t ns = stems(groups[g].dir, e ? ".csv" : ".svg", &st);
+            for (size_t k = 0; k < ns; k++) {
+                const size_t o = strlen(drawn);
+                if (!cli_in_list(drawn, st[k]) && o + strlen(st[k]) + 2 < sizeof drawn)
+                    snprintf(drawn + o, sizeof drawn - o, "%s%s", o ? "," : "", st[k]);
+                free(st[k]);
+            }
+            free(st);
+        }
     size_t n_fig = 0;
     if (no_figures)
         fputs("<p>Left out (--no-figures).</p>\n", f);
+    else if (exclude) {
+        fputs("<p class=excluded>Left out on request (--exclude), neither drawn nor listed "
+              "below: <code>", f);
+        esc(f, exclude);
+        fputs("</code>.</p>\n", f);
+    }
     for (size_t g = 0; g < n_joint && !no_figures; g++)
         for (size_t a = g; a < ng; a = a == g ? n_joint : a + 1) /* g, then its alone runs */
             if ((a == g || groups[a].parent == g) &&
-                section_figures(f, paths, &groups[a], a, &n_fig, why, sizeof why)) {
+                section_figures(f, paths, &groups[a], a, drawn, &n_fig, why, sizeof why)) {
                 rc = cli_fail("report", "%s", why);
                 goto out;
             }

@@ -32,7 +32,9 @@ static void help(FILE *f)
         "  /allocate        the per-layer configurations of qmla allocate, the budget\n"
         "                   and the bytes reached\n"
         "  serve-sim        throughput and preemptions per configuration\n"
-        "  qmla-bench       the decode benchmark's rows and its Table 9\n"
+        "  qmla-bench       the decode benchmark's rows and its Table 9 (a results\n"
+        "                   file's /table9: scripts/decode-table.py's)\n"
+        "  qmla-storage     qmla storage -o: bytes per token and ratio per row\n"
         "  transforms       method, layers present and missing, the complete flag\n"
         "Every group of a file is shown, each with its provenance (tool, version,\n"
         "commit, command line, creation time, engine, input hashes).\n"
@@ -582,6 +584,19 @@ static int show_whole(const char *path, const char *name, const char *first)
     return QMLA_EXIT_OK;
 }
 
+/* Columns cols of table `name`, which must hold the columns need. */
+static int show_columns(const char *path, const char *name, const char *const *need,
+                        size_t nneed, const char *const *cols, size_t ncols)
+{
+    qmla_table *t;
+    int rc = need_table(path, name, need, nneed, &t);
+    if (rc)
+        return rc;
+    print_columns(t, cols, ncols);
+    qmla_table_free(t);
+    return QMLA_EXIT_OK;
+}
+
 static int show_serve(const char *path, const qmla_attr *root, size_t nr)
 {
     print_provenance("serve-sim results (qmla serve-sim)", root, nr);
@@ -591,14 +606,8 @@ static int show_serve(const char *path, const qmla_attr *root, size_t nr)
     static const char *const cols[] = {"config", "throughput", "elapsed_s", "preemptions",
                                        "recomputed_tokens", "output_tokens", "steps",
                                        "max_used_blocks"};
-    qmla_table *t;
-    const char *need[] = {"config", "throughput", "preemptions"};
-    int rc = need_table(path, "serve_sim", need, 3, &t);
-    if (rc)
-        return rc;
-    print_columns(t, cols, sizeof cols / sizeof *cols);
-    qmla_table_free(t);
-    return QMLA_EXIT_OK;
+    static const char *const need[] = {"config", "throughput", "preemptions"};
+    return show_columns(path, "serve_sim", need, 3, cols, sizeof cols / sizeof *cols);
 }
 
 static int show_bench(const char *path, const qmla_attr *root, size_t nr, int brief)
@@ -613,6 +622,15 @@ static int show_bench(const char *path, const qmla_attr *root, size_t nr, int br
     if (!rc && has_group(path, "table9"))
         rc = show_whole(path, "table9", "batch");
     return rc;
+}
+
+static int show_storage(const char *path, const qmla_attr *root, size_t nr)
+{
+    print_provenance("storage accounting (qmla storage -o)", root, nr);
+    static const char *const cols[] = {"config", "meta", "policy", "context", "total_bytes",
+                                       "bytes_per_token", "ratio"};
+    static const char *const need[] = {"config", "context", "bytes_per_token", "ratio"};
+    return show_columns(path, "storage", need, 4, cols, sizeof cols / sizeof *cols);
 }
 
 /* The layers a transforms file's settings select ("layers=0-3,7"), 1 each. */
@@ -766,13 +784,15 @@ int cmd_show(int argc, char **argv)
         rc = show_bench(path, root, nr, brief);
     } else if (format && !strcmp(format, "qmla-serve-sim")) {
         rc = show_serve(path, root, nr);
+    } else if (format && !strcmp(format, "qmla-storage")) {
+        rc = show_storage(path, root, nr);
     } else if (format && !strcmp(format, "qmla-transforms")) {
         rc = show_transforms(path, root, nr);
     } else if ((format && !strcmp(format, "qmla-results")) || (!format && has_group(path, "eval"))) {
         /* a results file: the sweep's summary (a part file: its coverage),
          * then every group another command added */
         static const char *const groups[] = {"jvp", "predict", "interventions", "eval",
-                                             "ppl_table", "allocate"};
+                                             "ppl_table", "allocate", "table9"};
         int shown = 0;
         if (has_group(path, "part")) {
             rc = show_part(path, root, nr);
@@ -794,15 +814,19 @@ int cmd_show(int argc, char **argv)
                 rc = show_eval(path, brief);
             else if (!strcmp(groups[k], "allocate"))
                 rc = show_allocate(path);
+            else if (!strcmp(groups[k], "table9"))
+                rc = show_whole(path, "table9", "batch");
             else
                 rc = show_ppl(path);
         }
         if (!shown)
             rc = cli_fail("show", "%s: expected one of the groups /summary, /part, /jvp, "
-                          "/predict, /interventions, /eval, /ppl_table, /allocate, found none", path);
+                          "/predict, /interventions, /eval, /ppl_table, /allocate, /table9, "
+                          "found none", path);
     } else {
         cli_fail("show", "%s: root attribute format: expected \"qmla-results\", \"qmla-bench\", "
-                 "\"qmla-serve-sim\" or \"qmla-transforms\" (or a group /eval), found %s%s%s",
+                 "\"qmla-serve-sim\", \"qmla-storage\" or \"qmla-transforms\" (or a group "
+                 "/eval), found %s%s%s",
                  path, format ? "\"" : "", format ? format : "none", format ? "\"" : "");
         rc = QMLA_EXIT_USAGE;
     }

@@ -3,7 +3,9 @@
  * paper Fig. 5(a)), from lib/cache/storage.c. CPU only.
  *
  *   qmla storage --contexts 4096,131072 --config C4R4 --policy sink4/local128
- *                [--meta f16|q8] [--format table|tsv]
+ *                [--meta f16|q8] [--format table|tsv] [-o STORAGE.h5]
+ * With -o the rows are also written as the table /storage of a results
+ * file (qmla_storage_write_h5), which `qmla figures` draws (fig5a-storage).
  */
 #include "cli.h"
 #include "qmla/allocation.h"
@@ -19,7 +21,7 @@ static void help(FILE *f)
     fprintf(f,
         "usage: qmla storage [--contexts LIST] [--config NAME[,NAME...]]\n"
         "                    [--policy sinkS/localW|none] [--meta f16|q8]\n"
-        "                    [--format table|tsv]\n"
+        "                    [--format table|tsv] [-o STORAGE.h5]\n"
         "\n"
         "Bytes of one sequence's MLA cache (d_c 512 + d_r 64, 64-token pages,\n"
         "group 64) with everything counted: packed codes of every token,\n"
@@ -33,11 +35,14 @@ static void help(FILE *f)
         "                   configuration (the file's d_c, d_r and, unless --policy is\n"
         "                   given, its policy; 3-bit paths counted as packed) and\n"
         "                   the mean over layers\n"
-        "  --policy P       sink4/local128 (default) or none\n"
+        "  --policy P       sink4/local128 (default) or none, or a comma-separated\n"
+        "                   list of them (a row per policy; BF16 once)\n"
         "  --meta M         f16 (4 bytes per group, default) or q8 (per token two\n"
         "                   float16 super-scales + 2 bytes per group)\n"
         "  --format F       table (default) or tsv: a header line, then one row per\n"
         "                   (config, context)\n"
+        "  -o STORAGE.h5    also write the rows as the table /storage of an HDF5\n"
+        "                   file (format qmla-storage; qmla figures: fig5a-storage)\n"
         "\n"
         "example: qmla storage --contexts 4096,131072 --config C4R4 --meta q8\n");
 }
@@ -56,10 +61,38 @@ static int parse_policy(const char *s, int *S, int *W)
     return 0;
 }
 
-/* One row of the printed table (both formats). */
+/* The rows printed so far, kept for -o (NULL: not kept). */
+static qmla_storage_entry *rows_kept;
+static size_t n_kept, cap_kept;
+static int keep_failed;
+
+static void keep_row(const char *name, const char *mname, int S, int W,
+                     const qmla_storage_row *r)
+{
+    if (n_kept == cap_kept) {
+        const size_t c = cap_kept ? 2 * cap_kept : 64;
+        qmla_storage_entry *p = realloc(rows_kept, c * sizeof *p);
+        if (!p) {
+            keep_failed = 1;
+            return;
+        }
+        rows_kept = p;
+        cap_kept = c;
+    }
+    qmla_storage_entry *e = &rows_kept[n_kept++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->config, sizeof e->config, "%s", name);
+    snprintf(e->meta, sizeof e->meta, "%s", mname);
+    e->sink = S;
+    e->window = W;
+    e->r = *r;
+}
+
+/* One row of the printed table (both formats), kept for -o. */
 static void print_row(int tsv, const char *name, const char *mname, int S, int W,
                       const qmla_storage_row *r)
 {
+    keep_row(name, mname, S, W, r);
     if (tsv) {
         printf("%s\t%s\t%d\t%d\t%ld\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.4f\t%.4f\n", name, mname,
                S, W, r->context, r->code_bytes, r->meta_bytes, r->protect_bytes, r->table_bytes,
@@ -127,12 +160,16 @@ int cmd_storage(int argc, char **argv)
         {"contexts", required_argument, 0, 'c'}, {"config", required_argument, 0, 'k'},
         {"policy", required_argument, 0, 'p'},   {"meta", required_argument, 0, 'm'},
         {"format", required_argument, 0, 'f'},   {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+        {"output", required_argument, 0, 'o'},   {0, 0, 0, 0}};
     const char *contexts = "4096,131072", *configs = "C4R4", *policy = "sink4/local128";
+    const char *out_h5 = NULL;
     int meta = QMLA_CORE_META_F16, tsv = 0, S = 4, W = 128, ch, policy_given = 0;
+    n_kept = 0;
+    keep_failed = 0;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "ho:", lo, NULL)) != -1) {
         switch (ch) {
+        case 'o': out_h5 = optarg; break;
         case 'c': contexts = optarg; break;
         case 'k': configs = optarg; break;
         case 'p': policy = optarg; policy_given = 1; break;
@@ -159,19 +196,41 @@ int cmd_storage(int argc, char **argv)
     }
     if (optind < argc)
         return cli_fail("storage", "unexpected argument \"%s\"", argv[optind]);
-    if (parse_policy(policy, &S, &W))
-        return cli_fail("storage", "--policy: expected sinkS/localW with S, W in "
-                        "0..999999999 (e.g. sink4/local128) or none, found \"%s\"", policy);
-    char **ctx = NULL, **cfg = NULL, *cbuf = NULL, *kbuf = NULL;
-    size_t nctx = 0, ncfg = 0;
-    int rc = QMLA_EXIT_OK;
+    char **ctx = NULL, **cfg = NULL, **pol = NULL, *cbuf = NULL, *kbuf = NULL, *pbuf = NULL;
+    size_t nctx = 0, ncfg = 0, npol = 0;
+    int rc = QMLA_EXIT_OK, *PS = NULL, *PW = NULL;
+    long *T = NULL;
+    qmla_kv_config *kc = NULL;
+    qmla_error err;
+    qmla_error_clear(&err);
+    if (cli_split_list(policy, &pol, &npol, &pbuf) || !npol) {
+        rc = cli_fail("storage", "--policy: expected a comma-separated list");
+        goto out;
+    }
+    PS = malloc(npol * sizeof *PS);
+    PW = malloc(npol * sizeof *PW);
+    if (!PS || !PW) {
+        rc = cli_fail("storage", "out of memory");
+        goto out;
+    }
+    for (size_t p = 0; p < npol; p++)
+        if (parse_policy(pol[p], &PS[p], &PW[p])) {
+            rc = cli_fail("storage", "--policy: expected sinkS/localW with S, W in "
+                          "0..999999999 (e.g. sink4/local128) or none, found \"%s\"", pol[p]);
+            goto out;
+        }
+    if (out_h5 && qmla_storage_check_output(out_h5, &err)) {
+        rc = cli_lib_error("storage", &err);
+        goto out;
+    }
     if (cli_split_list(contexts, &ctx, &nctx, &cbuf) || cli_split_list(configs, &cfg, &ncfg, &kbuf) ||
         !nctx || !ncfg) {
         rc = cli_fail("storage", "--contexts / --config: expected comma-separated lists");
         goto out;
     }
-    long *T = malloc(nctx * sizeof *T);
-    if (!T) {
+    T = malloc(nctx * sizeof *T);
+    kc = malloc(ncfg * sizeof *kc);
+    if (!T || !kc) {
         rc = cli_fail("storage", "out of memory");
         goto out;
     }
@@ -179,24 +238,14 @@ int cmd_storage(int argc, char **argv)
         if (cli_parse_long(ctx[i], 1, 1L << 40, &T[i])) {
             rc = cli_fail("storage", "--contexts: expected positive integers, found \"%s\"",
                           ctx[i]);
-            free(T);
             goto out;
         }
     /* every config is checked before anything is printed */
-    qmla_kv_config *kc = malloc(ncfg * sizeof *kc);
-    if (!kc) {
-        rc = cli_fail("storage", "out of memory");
-        free(T);
-        goto out;
-    }
     for (size_t k = 0; k < ncfg; k++) {
-        qmla_error err;
         if (qmla_alloc_is_file(cfg[k])) {
             qmla_allocation a;
             if (qmla_allocation_read(cfg[k], &a, &err)) {
                 rc = cli_lib_error("storage", &err);
-                free(kc);
-                free(T);
                 goto out;
             }
             qmla_allocation_free(&a);
@@ -204,8 +253,6 @@ int cmd_storage(int argc, char **argv)
         }
         if (qmla_kv_parse_config(cfg[k], &kc[k], &err)) {
             rc = cli_lib_error("storage", &err);
-            free(kc);
-            free(T);
             goto out;
         }
     }
@@ -216,31 +263,52 @@ int cmd_storage(int argc, char **argv)
         printf("%-6s %-4s %-15s %9s %14s %12s %10s %10s %14s %10s %7s\n", "config", "meta",
                "policy", "context", "codes", "metadata", "bf16 buf", "pages", "total",
                "B/token", "ratio");
-    for (size_t k = 0; k < ncfg && rc == QMLA_EXIT_OK; k++) {
-        if (qmla_alloc_is_file(cfg[k])) {
-            rc = storage_allocation(cfg[k], meta, policy_given, S, W, T, nctx, tsv);
-            continue;
-        }
-        qmla_kv_config c = kc[k];
-        qmla_error err;
-        c.sink = c.c_bits == QMLA_KV_BF16 ? 0 : S;
-        c.window = c.c_bits == QMLA_KV_BF16 ? 0 : W;
-        const char *mname = c.c_bits == QMLA_KV_BF16 ? "-" : (meta == QMLA_CORE_META_Q8 ? "q8" : "f16");
-        for (size_t i = 0; i < nctx; i++) {
-            qmla_storage_row r;
-            if (qmla_storage_account(&c, meta, T[i], &r, &err)) {
-                rc = cli_lib_error("storage", &err);
-                break;
+    /* per config, each policy (BF16, which has none, once), each context */
+    for (size_t k = 0; k < ncfg && rc == QMLA_EXIT_OK; k++)
+        for (size_t p = 0; p < npol && rc == QMLA_EXIT_OK; p++) {
+            S = PS[p];
+            W = PW[p];
+            if (qmla_alloc_is_file(cfg[k])) {
+                rc = storage_allocation(cfg[k], meta, policy_given, S, W, T, nctx, tsv);
+                if (!policy_given)
+                    break; /* the file's own policy */
+                continue;
             }
-            print_row(tsv, cfg[k], mname, c.sink, c.window, &r);
+            qmla_kv_config c = kc[k];
+            if (c.c_bits == QMLA_KV_BF16 && p > 0)
+                break;
+            c.sink = c.c_bits == QMLA_KV_BF16 ? 0 : S;
+            c.window = c.c_bits == QMLA_KV_BF16 ? 0 : W;
+            const char *mname = c.c_bits == QMLA_KV_BF16 ? "-"
+                                : (meta == QMLA_CORE_META_Q8 ? "q8" : "f16");
+            for (size_t i = 0; i < nctx; i++) {
+                qmla_storage_row r;
+                if (qmla_storage_account(&c, meta, T[i], &r, &err)) {
+                    rc = cli_lib_error("storage", &err);
+                    break;
+                }
+                print_row(tsv, cfg[k], mname, c.sink, c.window, &r);
+            }
         }
+    if (rc == QMLA_EXIT_OK && out_h5) {
+        if (keep_failed)
+            rc = cli_fail("storage", "%s: out of memory", out_h5);
+        else if (qmla_storage_write_h5(out_h5, rows_kept, n_kept, cli_command_line(), &err))
+            rc = cli_lib_error("storage", &err);
     }
+out:
+    free(rows_kept);
+    rows_kept = NULL;
+    n_kept = cap_kept = 0;
     free(kc);
     free(T);
-out:
+    free(PS);
+    free(PW);
     free(ctx);
     free(cfg);
+    free(pol);
     free(cbuf);
     free(kbuf);
+    free(pbuf);
     return rc;
 }

@@ -9,8 +9,13 @@
 # (the qmla allocate validation, docs/evidence/allocate-validation/pareto.h5
 # from scripts/allocate-validate.sh) and docs/figures/serving/ (the H200
 # serving benchmark of issue 21, docs/evidence/serving/bench_serving-h200-2026-12-02.tsv,
-# converted by scripts/serving-table.py). Needs a build (scripts/setup.sh)
-# and python3 with h5py.
+# converted by scripts/serving-table.py), and Fig. 5 with Tables 9 and 10:
+# docs/figures/storage/ (fig5a-storage from `qmla storage -o`),
+# docs/figures/decode/ (fig5b-latency and table9 from the H200 decode run 5,
+# docs/evidence/decode-h200-2026-12-02-run5/bench_variants.tsv, converted by
+# scripts/decode-table.py) and docs/figures/serve-sim/ (fig5c-serving and
+# table10 from `qmla serve-sim experiments/serving/paper-table10.scn -o`).
+# Needs a build (scripts/setup.sh) and python3 with h5py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 qmla=./build/cli/qmla
@@ -18,7 +23,7 @@ mkdir -p results
 [ -f results/default-sweep.h5 ] ||
   "$qmla" sweep data/tiny-mla-default.h5 -o results/default-sweep.h5 --threads "$(nproc)"
 rm -rf docs/figures/default docs/figures/tiny-mla-full docs/figures/operator docs/figures/allocate \
-  docs/figures/serving
+  docs/figures/serving docs/figures/storage docs/figures/decode docs/figures/serve-sim
 "$qmla" figures results/default-sweep.h5 -o docs/figures/default
 "$qmla" figures experiments/tiny-mla/results/tiny-mla-full-sweep.h5 \
   experiments/tiny-mla/results/tiny-mla-full-sweep-nu1e-3.h5 -o docs/figures/tiny-mla-full
@@ -30,4 +35,19 @@ sv=docs/evidence/serving/bench_serving-h200-2026-12-02
 "${PYTHON:-python3}" scripts/serving-table.py "$sv.tsv" "$sv.h5"
 "$qmla" figures "$sv.h5" -o docs/figures/serving --only serving-bench \
   --labels "H200 serving benchmark"
+# Fig. 5 (a): every configuration, with and without the sink4/local128
+# policy, f16 metadata, contexts 1K..1M
+"$qmla" storage --contexts 1024,2048,4096,8192,16384,32768,65536,131072,262144,524288,1048576 \
+  --config BF16,C4R4,C2R4,C8R8 --policy sink4/local128,none -o results/storage.h5 >/dev/null
+"$qmla" figures results/storage.h5 -o docs/figures/storage --only fig5a-storage \
+  --labels "qmla storage (f16 metadata)"
+# Fig. 5 (b) and Table 9: H 16, s_q 1, kernel variant 0 of the H200 run 5
+"${PYTHON:-python3}" scripts/decode-table.py \
+  docs/evidence/decode-h200-2026-12-02-run5/bench_variants.tsv results/decode-h200-run5.h5
+"$qmla" figures results/decode-h200-run5.h5 -o docs/figures/decode --only fig5b-latency,table9 \
+  --labels "H200 decode run 5: H 16 / s_q 1 / variant 0"
+# Fig. 5 (c) and Table 10: the paper's serving scenario, simulated
+"$qmla" serve-sim experiments/serving/paper-table10.scn -o results/serve-sim.h5 >/dev/null
+"$qmla" figures results/serve-sim.h5 -o docs/figures/serve-sim --only fig5c-serving,table10 \
+  --labels "qmla serve-sim (paper-table10.scn)"
 rm -f docs/figures/*/data/*.log

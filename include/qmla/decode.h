@@ -113,6 +113,30 @@ typedef struct qmla_storage_row {
 int qmla_storage_account(const qmla_kv_config *c, int meta, long context,
                          qmla_storage_row *row, qmla_error *err);
 
+/* One row of a storage results file: a configuration's name ("C4R4",
+ * "layer3:C2R4", "mean"), its metadata ("f16", "q8", "-" for BF16), the
+ * policy (sink, window) and the accounting at one context. */
+typedef struct qmla_storage_entry {
+    char config[48];
+    char meta[8];
+    int sink, window;
+    qmla_storage_row r;
+} qmla_storage_entry;
+
+/* Write rows e[0..n) to path atomically as a whole new file: root
+ * attributes format "qmla-storage", format_version 1 and the provenance
+ * (command_line may be NULL), and the table /storage with one row per
+ * entry (config, config_index: order of first appearance, meta, policy,
+ * sink, window, context, series_index: order of first appearance of
+ * (config, meta, policy), code_bytes, meta_bytes, protect_bytes,
+ * table_bytes, total_bytes, bytes_per_token, ratio). An existing path that
+ * is not an earlier storage file is refused (QMLA_EINVAL naming what it
+ * holds); QMLA_EIO naming the file when the write fails. */
+int qmla_storage_write_h5(const char *path, const qmla_storage_entry *e, size_t n,
+                          const char *command_line, qmla_error *err);
+/* The refusal of qmla_storage_write_h5, checked before any work. */
+int qmla_storage_check_output(const char *path, qmla_error *err);
+
 /* The same accounting for a latent of d_c + d_r values per token (multiples
  * of c->group, or a path narrower than it: one group, as the quantizer
  * groups it) and every bit width of the quantizer (2, 3, 4, 8; 16 BF16):

@@ -36,5 +36,22 @@ for p in sink99999999999/local1 sink2000000000/local2000000000; do
 done
 r=$("$q" storage --contexts 64 --policy sink999999999/local999999999 --format tsv | awk -F'\t' 'NR==2{print $8}')
 ok '[ "$r" = 2303999997696 ]' "9-digit sink and window: BF16 buffer bytes (found $r)"
+# a list of policies: a row per (config, policy, context), BF16 (no policy)
+# once; the rows of one policy are those of that policy alone
+out=$("$q" storage --contexts 4096,131072 --config BF16,C4R4 --policy sink4/local128,none --format tsv)
+ok '[ "$(echo "$out" | wc -l)" = 7 ]' "policy list: 2 BF16 + 2 x 2 C4R4 rows and the header"
+one=$("$q" storage --contexts 4096,131072 --config C4R4 --policy none --format tsv | tail -n 2)
+ok '[ "$(echo "$out" | tail -n 2)" = "$one" ]' "policy list: the none rows equal --policy none's"
+"$q" storage --policy sink4/local128,sink4 >/dev/null 2>&1; ok '[ $? = 2 ]' "bad policy in a list exits 2"
+# -o: a new file is written, a file of another kind is refused and kept
+t=$(mktemp -d)
+"$q" storage --contexts 4096 -o "$t/s.h5" >/dev/null; ok '[ $? = 0 ] && [ -s "$t/s.h5" ]' "-o writes the file"
+"$q" storage --contexts 131072 -o "$t/s.h5" >/dev/null; ok '[ $? = 0 ]' "-o replaces an earlier storage file"
+sh=$("$q" show "$t/s.h5"); rc=$?
+ok '[ $rc = 0 ] && echo "$sh" | grep -q "^storage accounting (qmla storage -o)" && echo "$sh" | grep -Eq "C4R4 +f16 +sink4/local128 +131072 +4.26276e\+07 +325.223 +3.54219"' "show of a storage file: provenance and the row (found: ${sh:0:80})"
+printf 'text\n' >"$t/x.txt"
+"$q" storage -o "$t/x.txt" >/dev/null 2>"$t/err"; rc=$?
+ok '[ $rc = 2 ] && [ "$(cat "$t/x.txt")" = text ] && grep -q "x.txt" "$t/err"' "-o a text file: exit 2 naming it, file kept"
+rm -rf "$t"
 echo "test_storage_cli: $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -441,9 +441,13 @@ expect 0 "figures A B png" -- "$QMLA" figures "$work/A.h5" "$work/B.h5" -o "$wor
 # a sweep file has no /eval, /ppl_table, /predict, /interventions or the
 # allocation tables, so transforms-nmse (qmla eval's figure), ppl-bits (qmla
 # ppl's), the three Fig. 7 figures and Tables 5 and 6 (qmla predict's and intervene's), the two
-# allocate figures (scripts/allocate-validate.sh's) and the serving benchmark's
-# (scripts/serving-table.py's) are the ones skipped
-contains "4 written, 10 skipped" "figures A B png"
+# allocate figures (scripts/allocate-validate.sh's), the serving benchmark's
+# (scripts/serving-table.py's) and Fig. 5 with Tables 9 and 10 (qmla storage,
+# the decode benchmark, qmla serve-sim) are the ones skipped
+contains "4 written, 15 skipped" "figures A B png"
+contains "skipped fig5a-storage: needs storage" "figures A B png"
+contains "skipped fig5b-latency: needs table9" "figures A B png"
+contains "skipped table10: needs serve_sim" "figures A B png"
 contains "skipped serving-bench: needs serving_bench" "figures A B png"
 contains "skipped fig7-gains: needs predict" "figures A B png"
 contains "skipped fig7-validation: needs predict_pairs" "figures A B png"
@@ -457,7 +461,7 @@ pycheck "figures png" "$work/check_images.py" "$work/figs" png 2
 # is no figure is refused
 expect 0 "figures --exclude" -- "$QMLA" figures "$work/A.h5" -o "$work/figsX" \
   --exclude allocate-pareto,allocate-strip,fig6-atlas
-contains "3 written, 8 skipped" "figures --exclude"
+contains "3 written, 13 skipped" "figures --exclude"
 if grep -q "allocate-\|fig6-atlas" "$work/out"; then bad "figures --exclude still names an excluded figure"; else ok; fi
 if [ -e "$work/figsX/fig6-atlas.png" ] || [ ! -s "$work/figsX/fig2-responses.png" ]; then
   bad "figures --exclude: fig6-atlas drawn or fig2-responses missing"; else ok; fi
@@ -550,7 +554,8 @@ expect 2 "figures wrong label count" -- "$QMLA" figures "$work/A.h5" -o "$work/x
 expect 2 "figures without gnuplot" -- "$QMLA" figures "$work/A.h5" -o "$work/x" --gnuplot /nonexistent/gnuplot --only routes
 contains "cannot run \"/nonexistent/gnuplot\"" "figures without gnuplot"
 expect 0 "figures --list" -- "$QMLA" figures --list
-for f in fig2-responses fig6-atlas routes table4 table5 table6 fig7-gains fig7-validation fig7-interventions serving-bench; do
+for f in fig2-responses fig6-atlas routes table4 table5 table6 fig7-gains fig7-validation fig7-interventions serving-bench \
+         fig5a-storage fig5b-latency fig5c-serving table9 table10; do
   contains "$f" "figures --list"; done
 
 # ppl-bits from a qmla ppl file (one panel per text: 120 + 840 x 460)
@@ -726,4 +731,132 @@ mkdir -p "$work/plotsbad" && cp "$ROOT"/plots/* "$work/plotsbad/"
 printf 'model\tcontrol\tcontent\trope\nX\tflip\t1\t2\n' > "$work/plotsbad/table6-paper.tsv"
 expect 2 "table6 bad paper file" -- "$QMLA" figures "$work/op.h5" -o "$work/t56bad" --only table6 --plots "$work/plotsbad"
 contains "table6-paper.tsv:2: unknown control \"flip\"" "table6 bad paper file"
+# --- Fig. 5 and Tables 9 and 10 ------------------------------------------
+# fig5a-storage from `qmla storage -o`: /storage holds exactly the rows the
+# TSV prints (every column, floats to the printed digits), config_index and
+# series_index in order of first appearance; 1100 x 480 PNG and SVG
+sargs=(--contexts 1024,4096,131072,1048576 --config BF16,C4R4,C2R4 --policy sink4/local128,none)
+expect 0 "storage -o" -- "$QMLA" storage "${sargs[@]}" -o "$work/storage.h5"
+"$QMLA" storage "${sargs[@]}" --format tsv >"$work/storage.tsv"
+expect 0 "figures fig5a png" -- "$QMLA" figures "$work/storage.h5" -o "$work/f5a" --only fig5a-storage
+contains "1 written, 0 skipped" "figures fig5a png"
+expect 0 "figures fig5a svg" -- "$QMLA" figures "$work/storage.h5" -o "$work/f5a" --only fig5a-storage --format svg
+pycheck "storage file and fig5a" - "$work/storage.h5" "$work/storage.tsv" "$work/f5a" <<'EOF2'
+import struct, sys, h5py
+f = h5py.File(sys.argv[1], "r")
+g = f["storage"]
+lines = [l.rstrip("\n").split("\t") for l in open(sys.argv[2])]
+h, rows = lines[0], lines[1:]
+print("ok" if f.attrs["format"] == "qmla-storage" and f.attrs["tool"] == "qmla storage" else "FAIL", "storage root attributes")
+# BF16 once, C4R4 and C2R4 under both policies: 5 series x 4 contexts
+good = len(rows) == g["context"].shape[0] == 20
+col = {k: g[k][()] for k in g}
+def s(x): return x.decode() if isinstance(x, bytes) else x
+for i, r in enumerate(rows):
+    d = dict(zip(h, r))
+    good &= s(col["config"][i]) == d["config"] and s(col["meta"][i]) == d["meta"]
+    for k in ("sink", "window", "context", "code_bytes", "meta_bytes", "protect_bytes", "table_bytes", "total_bytes"):
+        good &= int(col[k][i]) == int(float(d[k]))
+    good &= abs(col["bytes_per_token"][i] - float(d["bytes_per_token"])) < 1e-4
+    good &= abs(col["ratio"][i] - float(d["ratio"])) < 1e-4
+    good &= abs(col["total_bytes"][i] / col["context"][i] - col["bytes_per_token"][i]) < 1e-9
+    pol = "none" if d["sink"] == "0" and d["window"] == "0" else "sink%s/local%s" % (d["sink"], d["window"])
+    good &= s(col["policy"][i]) == pol
+print("ok" if good else "FAIL", "/storage = the printed TSV, 20 rows")
+first, ser = {}, {}
+ci = [first.setdefault(s(c), len(first)) for c in col["config"]]
+si = [ser.setdefault((s(c), s(m), s(p)), len(ser)) for c, m, p in zip(col["config"], col["meta"], col["policy"])]
+print("ok" if list(col["config_index"]) == ci and list(col["series_index"]) == si and len(ser) == 5 else "FAIL", "config_index, series_index")
+b = open(sys.argv[3] + "/fig5a-storage.png", "rb").read()
+print("ok" if b[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", b[16:24]) == (1100, 480) else "FAIL", "fig5a png size")
+v = open(sys.argv[3] + "/fig5a-storage.svg").read()
+print("ok" if 'width="1100"' in v and "paper: C4R4 sink4/local128" in v else "FAIL", "fig5a svg: size, the paper's points in the key")
+EOF2
+printf 'not a storage file\n' >"$work/keep.txt"
+expect 2 "storage -o a file of another kind" -- "$QMLA" storage -o "$work/keep.txt"
+if [ "$(cat "$work/keep.txt")" = "not a storage file" ]; then ok; else bad "storage -o replaced a file of another kind"; fi
+expect 2 "storage -o a results file" -- "$QMLA" storage -o "$work/A.h5"
+
+# fig5b-latency and table9 from the H200 run 5 (scripts/decode-table.py): the
+# /table9 rows are the TSV's variant-0 rows of H 16, s_q 1; table9's Δ are
+# (C_us / BF16_us - 1) x 100 of those, exactly in the CSV; the paper's rows
+# are plots/table9-paper.tsv's; the figure also draws a bench_decode HDF5
+# file as written (run 24)
+dv=$ROOT/docs/evidence/decode-h200-2026-12-02-run5/bench_variants.tsv
+expect 0 "decode-table" -- "$PY" "$ROOT/scripts/decode-table.py" "$dv" "$work/dec.h5"
+contains "15 points of 'decode h16 sq1', variant v0" "decode-table"
+expect 2 "decode-table: no such variant" -- "$PY" "$ROOT/scripts/decode-table.py" "$dv" "$work/dec-bad.h5" --variant v9
+contains "no row of kind 'decode h16 sq1' with a config of variant v9" "decode-table: no such variant"
+expect 2 "decode-table: bad header" -- "$PY" "$ROOT/scripts/decode-table.py" <(sed '1s/median_us/med/' "$dv") "$work/dec-bad.h5"
+contains ":1: expected the header" "decode-table: bad header"
+expect 0 "figures fig5b table9" -- "$QMLA" figures "$work/dec.h5" -o "$work/f5b" --only fig5b-latency,table9 --labels run5
+contains "2 written, 0 skipped" "figures fig5b table9"
+expect 0 "figures fig5b of bench_decode's own file" -- "$QMLA" figures "$ROOT/docs/evidence/run24_bench_decode.h5" \
+  -o "$work/f5b24" --only fig5b-latency,table9
+contains "2 written, 0 skipped" "figures fig5b of bench_decode's own file"
+pycheck "table9 and fig5b" - "$work/dec.h5" "$dv" "$work/f5b" "$ROOT/plots" "$work/f5b24" <<'EOF2'
+import csv, math, struct, sys, h5py
+f = h5py.File(sys.argv[1], "r")
+g = f["table9"]
+want = {}
+for l in open(sys.argv[2]):
+    r = l.rstrip("\n").split("\t")
+    if r[0] == "decode h16 sq1" and r[3] in ("BF16", "C4R4 v0", "C2R4 v0", "C8R8 v0"):
+        want[(int(r[1]), int(r[2]), r[3].split()[0])] = float(r[4])
+good = len(want) == 60 and g["batch"].shape[0] == 15
+for i in range(15):
+    b, t = int(g["batch"][i]), int(g["context"][i])
+    for c in ("BF16", "C4R4", "C2R4", "C8R8"):
+        good &= g[c + "_us"][i] == want[(b, t, c)]
+print("ok" if good else "FAIL", "/table9 = the TSV's variant-0 rows of H 16, s_q 1")
+d = sys.argv[3]
+rows = list(csv.DictReader(open(d + "/table9.csv")))
+pts = [r for r in rows if r["row"] == "point"]
+good = len(pts) == 8 and {int(r["batch"]) for r in pts} == {8, 32}
+md = open(d + "/table9.md", encoding="utf-8").read()
+lo, hi = math.inf, -math.inf
+for r in pts:
+    b, t = int(r["batch"]), int(r["context"])
+    for c in ("C4R4", "C2R4", "C8R8"):
+        dd = (want[(b, t, c)] / want[(b, t, "BF16")] - 1.0) * 100.0
+        good &= float(r[c + "_delta_pct"]) == dd and float(r[c + "_us"]) == want[(b, t, c)]
+        good &= ("| %.2f | %+.2f %% |" % (want[(b, t, c)], dd)) in md
+        if c == "C4R4":
+            lo, hi = min(lo, dd), max(hi, dd)
+print("ok" if good else "FAIL", "table9: times and deltas of batch 8 and 32")
+summ = {r["row"]: r["value"] for r in rows if r["source"].startswith("ours")}
+print("ok" if float(summ["c4r4_delta_min_pct"]) == lo and float(summ["c4r4_delta_max_pct"]) == hi else "FAIL", "table9: C4R4 range")
+pr = [l.rstrip("\n").split("\t") for l in open(sys.argv[4] + "/table9-paper.tsv") if l.strip() and not l.startswith("#")][1:]
+got = [(r["model"], r["row"], r["value"]) for r in rows if r["source"] == "paper"]
+print("ok" if got == [tuple(x) for x in pr] and len(pr) == 3 else "FAIL", "table9: the paper's 3 rows")
+for p in (d, sys.argv[5]):
+    b = open(p + "/fig5b-latency.png", "rb").read()
+    print("ok" if b[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", b[16:24]) == (1000, 460) else "FAIL", "fig5b png size", p)
+EOF2
+
+# fig5c-serving and table10 from `qmla serve-sim -o`: ours = /serve_sim's
+# columns exactly, the paper's rows = plots/table10-paper.tsv; 540 x 460
+expect 0 "serve-sim -o" -- "$QMLA" serve-sim "$ROOT/experiments/serving/paper-table10.scn" -o "$work/serve.h5"
+expect 0 "figures fig5c table10" -- "$QMLA" figures "$work/serve.h5" -o "$work/f5c" --only fig5c-serving,table10 --labels sim
+contains "2 written, 0 skipped" "figures fig5c table10"
+pycheck "table10 and fig5c" - "$work/serve.h5" "$work/f5c" "$ROOT/plots" <<'EOF2'
+import csv, struct, sys, h5py
+g = h5py.File(sys.argv[1], "r")["serve_sim"]
+cfg = [c.decode() if isinstance(c, bytes) else c for c in g["config"][()]]
+d = sys.argv[2]
+rows = list(csv.DictReader(open(d + "/table10.csv")))
+ours = [r for r in rows if r["source"] == "ours (sim)"]
+good = cfg == ["BF16", "C4R4"] and [r["metric"] for r in ours] == ["slots", "elapsed_s", "throughput", "preemptions", "recomputed_tokens"]
+for r in ours:
+    for i, c in enumerate(cfg):
+        good &= float(r[c]) == float(g[r["metric"]][i])
+print("ok" if good else "FAIL", "table10: ours = /serve_sim")
+md = open(d + "/table10.md", encoding="utf-8").read()
+print("ok" if ("| %.3f | %.3f |" % tuple(g["throughput"][()])) in md and "| 32 | 0 |" in md else "FAIL", "table10.md rounding")
+pr = [l.rstrip("\n").split("\t") for l in open(sys.argv[3] + "/table10-paper.tsv") if l.strip() and not l.startswith("#")][1:]
+got = [(r["model"], r["metric"], r["BF16"], r["C4R4"]) for r in rows if r["source"] == "paper"]
+print("ok" if got == [tuple(x) for x in pr] and len(pr) == 5 else "FAIL", "table10: the paper's 5 rows")
+b = open(d + "/fig5c-serving.png", "rb").read()
+print("ok" if b[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", b[16:24]) == (540, 460) else "FAIL", "fig5c png size")
+EOF2
 finish test_figures

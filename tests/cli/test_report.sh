@@ -135,6 +135,35 @@ got=$(grep -o 'data-figure="[^"]*"' "$work/two.html" | sed 's/data-figure="//; s
 if [ -n "$got" ] && [ "$got" = "$want" ]; then ok; else bad "two inputs: figures [$got], expected [$want]"; fi
 if grep -q '<h3>Alone: ' "$work/two.html"; then ok; else bad "two inputs: no per-input figure section"; fi
 
+# --exclude (scripts/run-main.sh passes the figures' exclusion): the figures
+# named are neither drawn nor listed as not drawn, and the page says they were
+# left out; without it the same figures are listed as not drawn
+skipped_list() { sed -n '/<ul class=skipped>/,/<\/ul>/p' "$1"; }
+if skipped_list "$work/report.html" | grep -q 'allocate-pareto: needs'; then ok; else
+  bad "without --exclude: allocate-pareto not listed as not drawn"; fi
+expect 0 "report --exclude" -- "$QMLA" report "$res" -o "$work/excl.html" \
+  --exclude allocate-pareto,allocate-strip,table10
+if skipped_list "$work/excl.html" | grep -Eq '(allocate-pareto|allocate-strip|table10): needs'; then
+  bad "--exclude: an excluded figure is listed as not drawn"; else ok; fi
+if skipped_list "$work/excl.html" | grep -q 'fig5a-storage: needs'; then ok; else
+  bad "--exclude: the figures not excluded are still listed (fig5a-storage)"; fi
+if grep -q 'class=excluded>.*<code>allocate-pareto,allocate-strip,table10</code>' "$work/excl.html"; then ok; else
+  bad "--exclude: the page does not name the figures left out"; fi
+a=$(grep -o 'data-figure="[^"]*"' "$work/report.html" | sort); b=$(grep -o 'data-figure="[^"]*"' "$work/excl.html" | sort)
+if [ -n "$a" ] && [ "$a" = "$b" ]; then ok; else bad "--exclude of undrawable figures changed the drawn ones"; fi
+# files of two formats (a sweep and a qmla storage file): a figure drawn for
+# one input is not listed as not drawn for the other
+expect 0 "storage -o" -- "$QMLA" storage --contexts 4096,131072 --config BF16,C4R4 -o "$work/storage.h5"
+expect 0 "report of a sweep and a storage file" -- "$QMLA" report "$res" "$work/storage.h5" -o "$work/mixed.html"
+if grep -q 'data-figure="fig5a-storage"' "$work/mixed.html" && grep -q 'data-figure="fig2-responses"' "$work/mixed.html"; then ok; else
+  bad "sweep + storage: fig2-responses and fig5a-storage both drawn"; fi
+if skipped_list "$work/mixed.html" | grep -Eq '(fig5a-storage|fig2-responses|table4): needs'; then
+  bad "sweep + storage: a figure drawn for one input listed as not drawn for the other"; else ok; fi
+if skipped_list "$work/mixed.html" | grep -q 'fig5c-serving: needs'; then ok; else
+  bad "sweep + storage: fig5c-serving (no input has its data) not listed"; fi
+expect 2 "report --exclude of an unknown figure" -- "$QMLA" report "$res" -o "$work/x.html" --exclude fig99
+containsF 'no figure "fig99"' "--exclude unknown: message names it"
+
 # output paths and bad inputs
 expect 2 "-o the input" -- "$QMLA" report "$res" -o "$res"
 contains "report (-o)" "-o the input: message"
