@@ -4,7 +4,8 @@
 # kept while the machine stays warm), build the torch extension
 # (python/qmla/torch_ops.cpp, qmla.torch.load_ops), then the named steps
 # (each under its own limit, CUDATEST_LIMIT, OPS_LIMIT, TINY_LIMIT,
-# FAMILIES_LIMIT, BENCH_LIMIT):
+# FAMILIES_LIMIT, BENCH_LIMIT; with DEADLINE=N no step runs past N seconds
+# of the script):
 #   cudatest  tests/test_decode_cuda in the same build, QMLA_TEST_SMALL=1 (the
 #             writer, BF16 and float32 rows, and decode against their C twins)
 #   ops       experiments/serving/test_ops.py (operators: values, decode,
@@ -46,6 +47,11 @@ for step in "$@"; do
   echo "== step $step at ${SECONDS}s"
   lv="${step^^}_LIMIT"
   lim=${!lv:-200}
+  if [ -n "${DEADLINE:-}" ]; then    # no step runs past DEADLINE seconds of the script
+    left=$((DEADLINE - SECONDS))
+    [ "$left" -lt "$lim" ] && lim=$left
+    [ "$lim" -lt 1 ] && { echo "== step $step skipped: DEADLINE ${DEADLINE}s reached"; continue; }
+  fi
   case $step in
   cudatest)
     if ninja -C "$B" tests/test_decode_cuda >"$LOGS/cudatest_build.log" 2>&1; then
