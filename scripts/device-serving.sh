@@ -12,6 +12,7 @@
 #             CUDA graph capture, refusals)
 #   tiny      experiments/serving/generate.py --what tiny
 #   families  experiments/serving/generate.py --what families
+#   evalfam   experiments/eval/eval_hook.py families (the QDQ hook alone)
 #   bench     experiments/serving/bench_serving.py
 # Logs go to $LOGS (default /tmp/serving-logs); after every step they are packed
 # again into $OUT/serving-logs.tgz, so that a call cut short still returns
@@ -67,6 +68,10 @@ for step in "$@"; do
     timeout $lim $PY experiments/serving/generate.py --what $step --out "$LOGS/$step" \
       ${GEN_ARGS:-} >"$LOGS/generate_$step.log" 2>&1
     echo "rc=$?"; grep -vE "^\s*$" "$LOGS/generate_$step.log" | cut -c1-700 | tail -40 ;;
+  evalfam)
+    timeout $lim $PY experiments/eval/eval_hook.py families --device cuda --out "$LOGS/evalfam" \
+      >"$LOGS/eval_families.log" 2>&1
+    echo "rc=$?"; grep -E "^\{|families:" "$LOGS/eval_families.log" | cut -c1-400 | tail -8 ;;
   bench)
     timeout $lim $PY experiments/serving/bench_serving.py --out "$OUT" \
       ${BENCH_ARGS:-} >"$LOGS/bench_serving.log" 2>&1
