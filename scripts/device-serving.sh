@@ -4,13 +4,15 @@
 # kept while the machine stays warm), build the torch extension
 # (python/qmla/torch_ops.cpp, qmla.torch.load_ops), then the named steps
 # (each under its own limit, CUDATEST_LIMIT, OPS_LIMIT, TINY_LIMIT,
-# FAMILIES_LIMIT, BENCH_LIMIT):
+# FAMILIES_LIMIT, BENCH_LIMIT; with DEADLINE=N no step runs past N seconds
+# of the script):
 #   cudatest  tests/test_decode_cuda in the same build, QMLA_TEST_SMALL=1 (the
 #             writer, BF16 and float32 rows, and decode against their C twins)
 #   ops       experiments/serving/test_ops.py (operators: values, decode,
 #             CUDA graph capture, refusals)
 #   tiny      experiments/serving/generate.py --what tiny
 #   families  experiments/serving/generate.py --what families
+#   evalfam   experiments/eval/eval_hook.py families (the QDQ hook alone)
 #   bench     experiments/serving/bench_serving.py
 # Logs go to $LOGS (default /tmp/serving-logs); after every step they are packed
 # again into $OUT/serving-logs.tgz, so that a call cut short still returns
@@ -46,6 +48,11 @@ for step in "$@"; do
   echo "== step $step at ${SECONDS}s"
   lv="${step^^}_LIMIT"
   lim=${!lv:-200}
+  if [ -n "${DEADLINE:-}" ]; then    # no step runs past DEADLINE seconds of the script
+    left=$((DEADLINE - SECONDS))
+    [ "$left" -lt "$lim" ] && lim=$left
+    [ "$lim" -lt 1 ] && { echo "== step $step skipped: DEADLINE ${DEADLINE}s reached"; continue; }
+  fi
   case $step in
   cudatest)
     if ninja -C "$B" tests/test_decode_cuda >"$LOGS/cudatest_build.log" 2>&1; then
@@ -61,6 +68,10 @@ for step in "$@"; do
     timeout $lim $PY experiments/serving/generate.py --what $step --out "$LOGS/$step" \
       ${GEN_ARGS:-} >"$LOGS/generate_$step.log" 2>&1
     echo "rc=$?"; grep -vE "^\s*$" "$LOGS/generate_$step.log" | cut -c1-700 | tail -40 ;;
+  evalfam)
+    timeout $lim $PY experiments/eval/eval_hook.py families --device cuda --out "$LOGS/evalfam" \
+      >"$LOGS/eval_families.log" 2>&1
+    echo "rc=$?"; grep -E "^\{|families:" "$LOGS/eval_families.log" | cut -c1-400 | tail -8 ;;
   bench)
     timeout $lim $PY experiments/serving/bench_serving.py --out "$OUT" \
       ${BENCH_ARGS:-} >"$LOGS/bench_serving.log" 2>&1

@@ -22,7 +22,12 @@ by what the cache configuration stores:
          place of QDQ(X), then rounded to BF16 (the C engine's online hook,
          qmla_model_transform_hook).
 The content path is taken as the output of each MLA module's kv_a_layernorm (a
-forward hook that replaces it: keys and values both read it); the RoPE path
+forward hook that replaces it: keys and values both read it); for
+LongcatFlash, whose module multiplies that output by mla_scale_kv_lora and
+caches the product (as `qmla ppl`, the capture and the packed cache do), the
+hook quantizes the product and hands back QDQ(s x) / s, which the module
+multiplies by s again (the cached values, up to one float32 rounding;
+before 2026-12-02's serving run 4 it quantized x, unscaled); the RoPE path
 is the RoPE part of the key handed to eager_attention_forward (wrapped in the
 attention module's own source module while the hook is active), shared by
 all heads.
@@ -129,9 +134,18 @@ class CacheHook:
         e[1] += float((x.float() ** 2).sum())
         return y.reshape(shp).to(dt)
 
-    def _norm_hook(self, layer):
-        def hook(mod, args, out):
-            return self.process(layer, "content", out)
+    def _norm_hook(self, layer, scale):
+        if scale is None:
+            def hook(mod, args, out):
+                return self.process(layer, "content", out)
+        else:
+            # LongcatFlash: the module multiplies kv_a_layernorm's output by
+            # mla_scale_kv_lora before kv_b_proj, and that product is what is
+            # cached (the C engine, the capture, the packed cache). Quantize
+            # the product; hand it back divided by the scale, which the
+            # module multiplies again (one float32 rounding of each).
+            def hook(mod, args, out):
+                return self.process(layer, "content", out * scale) / scale
         return hook
 
     def _wrap_attn(self, fn):
@@ -154,7 +168,8 @@ class CacheHook:
     def __enter__(self):
         from qmla.torch import eager_attention_slots
         for i, _, m, _ in self.mods:
-            self.handles.append(m.kv_a_layernorm.register_forward_hook(self._norm_hook(i)))
+            hook = self._norm_hook(i, L._num_attr(m, "mla_scale_kv_lora"))
+            self.handles.append(m.kv_a_layernorm.register_forward_hook(hook))
         try:
             slots = eager_attention_slots([m for _, _, m, _ in self.mods])
         except ValueError as e:

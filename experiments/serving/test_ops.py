@@ -55,33 +55,7 @@ def check(ok, what, detail=""):
     return ok
 
 
-def unpack_codes(b, bits):
-    """uint8 [..., nbytes] -> codes [..., nbytes * 8 / bits] (low bits first)."""
-    per = 8 // bits
-    sh = torch.arange(per, device=b.device, dtype=torch.int32) * bits
-    c = (b.int().unsqueeze(-1) >> sh) & ((1 << bits) - 1)
-    return c.reshape(*b.shape[:-1], -1)
-
-
-def page_values(pool, cfg, slots):
-    """Float64 values fmaf(q, s, l) of the tokens at `slots` decoded from the pool bytes."""
-    G, cb, rb = cfg["group"], cfg["c_bits"], cfg["r_bits"]
-    pages, off = slots // 64, slots % 64
-    pg = pool[pages]                                            # [n, page_bytes]
-    ng_c, ng_r = P.D_C // G, P.D_R // G
-    cbt, rbt = ng_c * G * cb // 8, ng_r * G * rb // 8
-    o_rc, o_mc = 64 * cbt, 64 * cbt + 64 * rbt
-    o_mr = o_mc + 64 * 4 * ng_c
-    idx = off[:, None]
-    ar = lambda n: torch.arange(n, device=pool.device)[None, :]  # noqa: E731
-    c_codes = unpack_codes(pg.gather(1, idx * cbt + ar(cbt)), cb).double()
-    r_codes = unpack_codes(pg.gather(1, o_rc + idx * rbt + ar(rbt)), rb).double()
-    mc = pg.gather(1, o_mc + idx * 4 * ng_c + ar(4 * ng_c)).contiguous().view(torch.float16)
-    mr = pg.gather(1, o_mr + idx * 4 * ng_r + ar(4 * ng_r)).contiguous().view(torch.float16)
-    mc, mr = mc.double().view(-1, ng_c, 2), mr.double().view(-1, ng_r, 2)
-    c = c_codes.view(-1, ng_c, G) * mc[..., :1] + mc[..., 1:]
-    r = r_codes.view(-1, ng_r, G) * mr[..., :1] + mr[..., 1:]
-    return torch.cat([c.reshape(-1, P.D_C), r.reshape(-1, P.D_R)], 1).float().double()
+page_values = qt.page_values       # the pool reader (qmla.torch: include/qmla/kvcache.h layout)
 
 
 def make_cache(cfg, B, n_pages, dev):

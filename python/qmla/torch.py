@@ -215,6 +215,47 @@ def row_dtype(latent, key):
     return torch.float32
 
 
+def unpack_codes(b, bits):
+    """uint8 [..., nbytes] -> codes [..., nbytes * 8 / bits] int32 (low bits
+    first: include/qmla/quant_core.h's packing, for 2, 4 and 8 bits)."""
+    per = 8 // bits
+    sh = torch.arange(per, device=b.device, dtype=torch.int32) * bits
+    c = (b.int().unsqueeze(-1) >> sh) & ((1 << bits) - 1)
+    return c.reshape(*b.shape[:-1], -1)
+
+
+def page_fields(pool, cfg, slots):
+    """The stored fields of the tokens at `slots` [n] (int64) of a quantized
+    pool, read from its bytes (include/qmla/kvcache.h's page layout,
+    independently of the kernels): content and RoPE codes [n, 512] / [n, 64]
+    (int32) and float16 metadata as float64 [n, groups, 2] (step, minimum)."""
+    G, cb, rb = cfg["group"], cfg["c_bits"], cfg["r_bits"]
+    pages, off = slots // P.PAGE, slots % P.PAGE
+    pg = pool[pages]                                            # [n, page_bytes]
+    ng_c, ng_r = P.D_C // G, P.D_R // G
+    cbt, rbt = ng_c * G * cb // 8, ng_r * G * rb // 8
+    o_rc, o_mc = P.PAGE * cbt, P.PAGE * (cbt + rbt)
+    o_mr = o_mc + P.PAGE * 4 * ng_c
+    idx = off[:, None]
+    ar = lambda n: torch.arange(n, device=pool.device)[None, :]  # noqa: E731
+    c_codes = unpack_codes(pg.gather(1, idx * cbt + ar(cbt)), cb)
+    r_codes = unpack_codes(pg.gather(1, o_rc + idx * rbt + ar(rbt)), rb)
+    mc = pg.gather(1, o_mc + idx * 4 * ng_c + ar(4 * ng_c)).contiguous().view(torch.float16)
+    mr = pg.gather(1, o_mr + idx * 4 * ng_r + ar(4 * ng_r)).contiguous().view(torch.float16)
+    return c_codes, r_codes, mc.double().view(-1, ng_c, 2), mr.double().view(-1, ng_r, 2)
+
+
+def page_values(pool, cfg, slots):
+    """The values fmaf(q, s, l) (one rounding to float32, given as float64)
+    of the tokens at `slots` [n] of a quantized pool: [n, 576]; the values
+    the C4R4 / C2R4 kernels attend to (docs/decode.md)."""
+    G = cfg["group"]
+    c_codes, r_codes, mc, mr = page_fields(pool, cfg, slots)
+    c = c_codes.double().view(-1, P.D_C // G, G) * mc[..., :1] + mc[..., 1:]
+    r = r_codes.double().view(-1, P.D_R // G, G) * mr[..., :1] + mr[..., 1:]
+    return torch.cat([c.reshape(-1, P.D_C), r.reshape(-1, P.D_R)], 1).float().double()
+
+
 class _LayerPages:
     def __init__(self, cache, device):
         c, B = cache.cfg, cache.batch
@@ -363,6 +404,35 @@ class MLAPagedCache(Cache):
         self.ops.decode(q.contiguous(), pg.pool, pg.sink, pg.window, self._bt, seq_len, self._dws,
                         out, lse, scale, self.cfg_list, plan)
         return out, lse
+
+    def slots(self, length=None):
+        """The slots [B, length] (int64, on the device) of positions 0 ..
+        length-1 of every sequence (default: the cache's length)."""
+        n = length if length is not None else max(self.tables.lengths)
+        rows = [self.tables.slots(b, range(n)) for b in range(self.batch)]
+        return torch.tensor(rows, dtype=torch.int64, device=self.device)
+
+    def stored(self, layer, length=None):
+        """What `layer` holds for positions 0 .. length-1 of every sequence,
+        read back from the pool bytes: a dict with the values attention
+        uses, 'values' [B, length, 576] float32 (BF16 pages: the BF16 rows;
+        quantized pages: fmaf(q, s, l), page_values) and, for quantized
+        pages, 'c_codes', 'r_codes', 'c_meta', 'r_meta' (page_fields), each
+        [B, length, ...]. Positions a sink / window row serves are not
+        substituted (sink = window = 0 stores every token in the pages)."""
+        sl = self.slots(length)
+        B, n = sl.shape
+        pool = self._pages[layer].pool
+        if self.cfg["c_bits"] == 16:
+            flat = sl.reshape(-1)
+            rows = pool.view(-1, P.PAGE, P.D * 2)[flat // P.PAGE, flat % P.PAGE]
+            return {"values": rows.contiguous().view(torch.bfloat16).float().view(B, n, P.D)}
+        flat = sl.reshape(-1)
+        f = page_fields(pool, self.cfg, flat)
+        out = {k: v.reshape(B, n, *v.shape[1:]) for k, v in
+               zip(("c_codes", "r_codes", "c_meta", "r_meta"), f)}
+        out["values"] = page_values(pool, self.cfg, flat).float().view(B, n, P.D)
+        return out
 
     def check(self):
         """The writers' first failure since the last check (a non-finite value,
