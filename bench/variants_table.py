@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/variants_table.py — a bench_decode --variants TSV as a Markdown table
 whose ratios are to the fastest of our BF16 variants (0; 3 with the
-split-parallel combine; 5 with the head rows on one tile) at each point, not
+split-parallel combine; 5 and 6 with the head rows on one tile) at each point, not
 to variant 0 alone.
 
   bench/variants_table.py VARIANTS.tsv [KIND ...]
@@ -35,7 +35,7 @@ def main(argv):
             if r["kind"] == kind:
                 pts.setdefault((int(r["batch"]), int(r["context"])), {})[r["config"]] = r
         for (b, ctx), c in sorted(pts.items()):
-            bf = min((c[k] for k in ("BF16", "BF16 v3", "BF16 v5") if k in c),
+            bf = min((r for k, r in c.items() if k == "BF16" or k.startswith("BF16 v")),
                      key=lambda r: float(r["median_us"]))
             bu = float(bf["median_us"])
 
