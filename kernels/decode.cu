@@ -414,6 +414,19 @@ struct dec_state {
     float o[8][4]; /* O accumulators: 16 rows x 64 channels */
 };
 
+/* The 4 scores of a row from part * 4: the 4 channel quarters' partials
+ * (q0: quarter 0's, qs: the distance between quarters) summed in a fixed
+ * order (deterministic). */
+__device__ static inline void sum_quarters(const float *q0, ptrdiff_t qs, float acc[4])
+{
+    const float4 c0 = *(const float4 *)q0, c1 = *(const float4 *)(q0 + qs);
+    const float4 c2 = *(const float4 *)(q0 + 2 * qs), c3 = *(const float4 *)(q0 + 3 * qs);
+    acc[0] = ((c0.x + c1.x) + c2.x) + c3.x;
+    acc[1] = ((c0.y + c1.y) + c2.y) + c3.y;
+    acc[2] = ((c0.z + c1.z) + c2.z) + c3.z;
+    acc[3] = ((c0.w + c1.w) + c2.w) + c3.w;
+}
+
 /* tmap: NULL for the page of tokens t0 .. t0+63, else the token of each
  * tile row (INT_MAX: none), as the protected path gathers them. */
 template <class SM, int UNROLL = 9, int NB = 0>
@@ -453,13 +466,8 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
     /* softmax: 16 threads per row, 4 tokens each (fixed summation order) */
     {
         const int row = tid >> 4, part = tid & 15;
-        float z[4];
-        const float4 c0 = *(const float4 *)&sm.sp[0][row][part * 4];
-        const float4 c1 = *(const float4 *)&sm.sp[1][row][part * 4];
-        const float4 c2 = *(const float4 *)&sm.sp[2][row][part * 4];
-        const float4 c3 = *(const float4 *)&sm.sp[3][row][part * 4];
-        const float acc[4] = {((c0.x + c1.x) + c2.x) + c3.x, ((c0.y + c1.y) + c2.y) + c3.y,
-                              ((c0.z + c1.z) + c2.z) + c3.z, ((c0.w + c1.w) + c2.w) + c3.w};
+        float z[4], acc[4];
+        sum_quarters(&sm.sp[0][row][part * 4], &sm.sp[1][0][0] - &sm.sp[0][0][0], acc);
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             const long t = tmap ? (long)tmap[part * 4 + u] : t0 + part * 4 + u;
@@ -1574,13 +1582,8 @@ __device__ static inline void attend_page_mr(dec_state_mr<MT> &st, SM &sm,
 #pragma unroll
     for (int m = 0; m < MT; m++) {
         const int row = m * DEC_ROWS + (tid >> 4), part = tid & 15;
-        const float4 c0 = *(const float4 *)&sm.sp[0][row][part * 4];
-        const float4 c1 = *(const float4 *)&sm.sp[1][row][part * 4];
-        const float4 c2 = *(const float4 *)&sm.sp[2][row][part * 4];
-        const float4 c3 = *(const float4 *)&sm.sp[3][row][part * 4];
-        const float acc[4] = {((c0.x + c1.x) + c2.x) + c3.x, ((c0.y + c1.y) + c2.y) + c3.y,
-                              ((c0.z + c1.z) + c2.z) + c3.z, ((c0.w + c1.w) + c2.w) + c3.w};
-        float z[4], p[4];
+        float z[4], p[4], acc[4];
+        sum_quarters(&sm.sp[0][row][part * 4], &sm.sp[1][0][0] - &sm.sp[0][0][0], acc);
 #pragma unroll
         for (int u = 0; u < 4; u++)
             z[u] = t0 + part * 4 + u < vis[m] ? acc[u] * a.scale_log2 : -INFINITY;
