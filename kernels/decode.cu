@@ -414,6 +414,30 @@ struct dec_state {
     float o[8][4]; /* O accumulators: 16 rows x 64 channels */
 };
 
+/* ldmatrix fragments of the tile kernels (mi = lane >> 3, rr = lane & 7):
+ * A of 16 rows x 16 columns at (row 0, column k0) of a row-major tile with
+ * stride ld (Q for QK, P for PV); B of QK: 16 tokens from n0 x 16 channels
+ * from k0 (two n-tiles: b[0..1], b[2..3]); B of PV: 16 tokens from k0 x 16
+ * channels from n0, transposed. */
+__device__ static inline void ldsm_a(uint32_t a[4], const __nv_bfloat16 *t, int ld, int k0,
+                                     int lane)
+{
+    const int mi = lane >> 3, rr = lane & 7;
+    ldsm_x4(a[0], a[1], a[2], a[3], t + (rr + 8 * (mi & 1)) * ld + k0 + 8 * (mi >> 1));
+}
+__device__ static inline void ldsm_bk(uint32_t b[4], const __nv_bfloat16 *tile, int n0, int k0,
+                                      int lane)
+{
+    const int mi = lane >> 3, rr = lane & 7;
+    ldsm_x4(b[0], b[1], b[2], b[3], tile + (n0 + rr + 8 * (mi >> 1)) * KSTR + k0 + 8 * (mi & 1));
+}
+__device__ static inline void ldsm_bv(uint32_t b[4], const __nv_bfloat16 *tile, int k0, int n0,
+                                      int lane)
+{
+    const int mi = lane >> 3, rr = lane & 7;
+    ldsm_x4_t(b[0], b[1], b[2], b[3], tile + (k0 + rr + 8 * (mi & 1)) * KSTR + n0 + 8 * (mi >> 1));
+}
+
 /* The 4 scores of a row from part * 4: the 4 channel quarters' partials
  * (q0: quarter 0's, qs: the distance between quarters) summed in a fixed
  * order (deterministic). */
@@ -441,19 +465,17 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
 #pragma unroll
     for (int n = 0; n < 4; n++)
         s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-    const int mi = lane >> 3, rr = lane & 7;
 #pragma unroll UNROLL
     for (int kk = 0; kk < 9; kk++) {
         const int k0 = (cg * 9 + kk) * 16;
         uint32_t qa[4]; /* A = Q[16 rows][16 channels], as P below */
-        ldsm_x4(qa[0], qa[1], qa[2], qa[3], sm.q + (rr + 8 * (mi & 1)) * KSTR + k0 + 8 * (mi >> 1));
+        ldsm_a(qa, sm.q, KSTR, k0, lane);
 #pragma unroll
         for (int np = 0; np < 2; np++) {
-            const int n0 = th * 32 + np * 16;
-            uint32_t b0, b1, b2, b3;
-            ldsm_x4(b0, b1, b2, b3, tile + (n0 + rr + 8 * (mi >> 1)) * KSTR + k0 + 8 * (mi & 1));
-            mma16816(s[2 * np], qa, b0, b1);
-            mma16816(s[2 * np + 1], qa, b2, b3);
+            uint32_t bk[4];
+            ldsm_bk(bk, tile, th * 32 + np * 16, k0, lane);
+            mma16816(s[2 * np], qa, bk[0], bk[1]);
+            mma16816(s[2 * np + 1], qa, bk[2], bk[3]);
         }
     }
 #pragma unroll
@@ -493,16 +515,13 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
             uint32_t pa[4];
             /* A = P[16 rows][16 tokens]: matrices (rows 0-7, k 0-7), (rows 8-15,
              * k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15) */
-            ldsm_x4(pa[0], pa[1], pa[2], pa[3],
-                    sm.p + (rr + 8 * (mi & 1)) * PSTR + ks * 16 + 8 * (mi >> 1));
+            ldsm_a(pa, sm.p, PSTR, ks * 16, lane);
 #pragma unroll
             for (int np = 0; np < 4; np++) {
-                const int n0 = warp * 64 + np * 16;
-                uint32_t b0, b1, b2, b3;
-                ldsm_x4_t(b0, b1, b2, b3,
-                          tile + (ks * 16 + rr + 8 * (mi & 1)) * KSTR + n0 + 8 * (mi >> 1));
-                mma16816(st.o[2 * np], pa, b0, b1);
-                mma16816(st.o[2 * np + 1], pa, b2, b3);
+                uint32_t bv[4];
+                ldsm_bv(bv, tile, ks * 16, warp * 64 + np * 16, lane);
+                mma16816(st.o[2 * np], pa, bv[0], bv[1]);
+                mma16816(st.o[2 * np + 1], pa, bv[2], bv[3]);
             }
         }
     }
@@ -1540,7 +1559,7 @@ __device__ static inline void attend_page_mr(dec_state_mr<MT> &st, SM &sm,
                                              long t0, const long vis[MT], int tid)
 {
     const int warp = tid >> 5, lane = tid & 31, cg = warp & 3, th = warp >> 2;
-    const int gr = lane >> 2, gc = lane & 3, mi = lane >> 3, rr = lane & 7;
+    const int gr = lane >> 2, gc = lane & 3;
     /* QK partial: 16 MT rows x 32 tokens over channels [144cg, 144cg+144) */
     float s[MT][4][4];
 #pragma unroll
@@ -1554,17 +1573,15 @@ __device__ static inline void attend_page_mr(dec_state_mr<MT> &st, SM &sm,
         uint32_t qa[MT][4];
 #pragma unroll
         for (int m = 0; m < MT; m++)
-            ldsm_x4(qa[m][0], qa[m][1], qa[m][2], qa[m][3],
-                    sm.q + (m * DEC_ROWS + rr + 8 * (mi & 1)) * KSTR + k0 + 8 * (mi >> 1));
+            ldsm_a(qa[m], sm.q + m * DEC_ROWS * KSTR, KSTR, k0, lane);
 #pragma unroll
         for (int np = 0; np < 2; np++) {
-            const int n0 = th * 32 + np * 16;
-            uint32_t b0, b1, b2, b3;
-            ldsm_x4(b0, b1, b2, b3, tile + (n0 + rr + 8 * (mi >> 1)) * KSTR + k0 + 8 * (mi & 1));
+            uint32_t bk[4];
+            ldsm_bk(bk, tile, th * 32 + np * 16, k0, lane);
 #pragma unroll
-            for (int m = 0; m < MT; m++) {
-                mma16816(s[m][2 * np], qa[m], b0, b1);
-                mma16816(s[m][2 * np + 1], qa[m], b2, b3);
+            for (int m = 0; m < MT; m++) { /* one fragment, MT row tiles */
+                mma16816(s[m][2 * np], qa[m], bk[0], bk[1]);
+                mma16816(s[m][2 * np + 1], qa[m], bk[2], bk[3]);
             }
         }
     }
@@ -1608,18 +1625,15 @@ __device__ static inline void attend_page_mr(dec_state_mr<MT> &st, SM &sm,
         uint32_t pa[MT][4];
 #pragma unroll
         for (int m = 0; m < MT; m++)
-            ldsm_x4(pa[m][0], pa[m][1], pa[m][2], pa[m][3],
-                    sm.p + (m * DEC_ROWS + rr + 8 * (mi & 1)) * PSTR + ks * 16 + 8 * (mi >> 1));
+            ldsm_a(pa[m], sm.p + m * DEC_ROWS * PSTR, PSTR, ks * 16, lane);
 #pragma unroll
         for (int np = 0; np < 4; np++) {
-            const int n0 = warp * 64 + np * 16;
-            uint32_t b0, b1, b2, b3;
-            ldsm_x4_t(b0, b1, b2, b3,
-                      tile + (ks * 16 + rr + 8 * (mi & 1)) * KSTR + n0 + 8 * (mi >> 1));
+            uint32_t bv[4];
+            ldsm_bv(bv, tile, ks * 16, warp * 64 + np * 16, lane);
 #pragma unroll
             for (int m = 0; m < MT; m++) {
-                mma16816(st.o[m][2 * np], pa[m], b0, b1);
-                mma16816(st.o[m][2 * np + 1], pa[m], b2, b3);
+                mma16816(st.o[m][2 * np], pa[m], bv[0], bv[1]);
+                mma16816(st.o[m][2 * np + 1], pa[m], bv[2], bv[3]);
             }
         }
     }
