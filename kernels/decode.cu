@@ -378,22 +378,15 @@ __device__ static inline void store_page(const prefetch<CB, RB> &f, __nv_bfloat1
     }
 }
 
-/* BF16 page: cp.async of 64 x 72 chunks of 16 bytes by NT threads, zero
- * past the end. */
-template <int NT>
-__device__ static inline void async_page_bf16_n(__nv_bfloat16 *tile, const uint8_t *pg, long t0,
-                                                long len, int tid)
-{
-#pragma unroll
-    for (int j = 0; j < QMLA_KV_PAGE * 72 / NT; j++) {
-        const int c = tid + NT * j, tt = c / 72, kk = c - tt * 72;
-        cp_async16(tile + tt * KSTR + kk * 8, pg + (size_t)c * 16, t0 + tt < len ? 16 : 0);
-    }
-}
+/* BF16 page: cp.async of 64 x 72 chunks of 16 bytes, zero past the end. */
 __device__ static inline void async_page_bf16(__nv_bfloat16 *tile, const uint8_t *pg, long t0,
                                               long len, int tid)
 {
-    async_page_bf16_n<DEC_THREADS>(tile, pg, t0, len, tid);
+#pragma unroll
+    for (int j = 0; j < 18; j++) {
+        const int c = tid + DEC_THREADS * j, tt = c / 72, kk = c - tt * 72;
+        cp_async16(tile + tt * KSTR + kk * 8, pg + (size_t)c * 16, t0 + tt < len ? 16 : 0);
+    }
 }
 
 /* ---- barriers --------------------------------------------------------------
@@ -1732,92 +1725,6 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_mr_kernel(dec_args a)
     }
 }
 
-/* ---- variant 6: two warp groups, a row tile each, on one tile ----------
- * decode_mr2_kernel<CB, RB>: 16 warps; warps 0-7 and 8-15 are two groups of
- * the BF16-tile attention (attend_page, its barriers named barrier 1 + g
- * over the group's 256 threads), each on its own row tile of 16 query rows,
- * both on the same page tile: 32 rows per block as variant 5, but by twice
- * the warps (16 per SM instead of 8, to hide the latency that bounds
- * variant 5: H200 run 6's profile, docs/decode.md) and without variant 5's
- * shared B fragments (each group loads its own). BF16: both groups issue
- * the page's cp.async (9 chunks per thread), two tiles; packed pages:
- * group 0 prefetches and reconstructs the page into one tile
- * (load_page / store_page), group 1 waits at the block barrier. 128
- * registers (one block of 512 threads per SM). Reference as variant 5. */
-#define MR2_THREADS (2 * DEC_THREADS)
-template <int NBUF> struct dec_smem_mr2 {
-    __nv_bfloat16 tile[NBUF][QMLA_KV_PAGE * KSTR];
-    dec_smem_rt rt[2];
-};
-template <int CB> static constexpr size_t mr2_smem_bytes()
-{
-    return sizeof(dec_smem_mr2<CB == 16 ? 2 : 1>);
-}
-
-template <int CB, int RB>
-__global__ void __launch_bounds__(MR2_THREADS, 1) decode_mr2_kernel(dec_args a)
-{
-    constexpr int NBUF = CB == 16 ? 2 : 1;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    dec_smem_mr2<NBUF> &sm = *(dec_smem_mr2<NBUF> *)smem_raw;
-    const int split = blockIdx.x, b = blockIdx.z, tid = threadIdx.x;
-    const int g = tid >> 8, gt = tid & (DEC_THREADS - 1);
-    const int r0 = (blockIdx.y * 2 + g) * DEC_ROWS;
-    const bool live = r0 < a.R_pad; /* the same for the whole group */
-    const long len = a.seq_len[b];
-    const int npages = (int)((len + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE);
-    const int p0 = split * a.pps, p1 = min(npages, p0 + a.pps);
-    const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
-    dec_state st;
-    dec_init(st, sm.rt[g], a, b, r0, gt); /* zero rows past R */
-    const long vis = row_vis(a, r0, len, gt);
-    if constexpr (CB == 16) {
-        if (p0 < p1) {
-            async_page_bf16_n<MR2_THREADS>(sm.tile[0], a.pool + (size_t)bt[p0] * a.L.page_bytes,
-                                           (long)p0 * QMLA_KV_PAGE, len, tid);
-            cp_async_commit();
-        }
-    }
-    prefetch<CB == 16 ? 4 : CB, CB == 16 ? 4 : RB> f; /* packed pages only */
-    if constexpr (CB != 16)
-        if (g == 0 && p0 < p1)
-            load_page<CB, RB>(f, a.pool + (size_t)bt[p0] * a.L.page_bytes, a.L, gt);
-    for (int p = p0; p < p1; p++) {
-        const int buf = CB == 16 ? (p - p0) & 1 : 0;
-        if constexpr (CB == 16) { /* one block barrier per page, as variant 5 */
-            cp_async_wait<0>();
-            __syncthreads(); /* page p visible; page p - 1's buffer no longer read */
-            if (p + 1 < p1) {
-                async_page_bf16_n<MR2_THREADS>(sm.tile[buf ^ 1],
-                                               a.pool + (size_t)bt[p + 1] * a.L.page_bytes,
-                                               (long)(p + 1) * QMLA_KV_PAGE, len, tid);
-                cp_async_commit();
-            }
-        } else {
-            __syncthreads(); /* both groups done with the tile */
-            if (g == 0)
-                store_page<CB, RB>(f, sm.tile[0], a, b, (long)p * QMLA_KV_PAGE, len, gt);
-            __syncthreads(); /* page p in the tile */
-            if (g == 0 && p + 1 < p1)
-                load_page<CB, RB>(f, a.pool + (size_t)bt[p + 1] * a.L.page_bytes, a.L, gt);
-        }
-        if (live) {
-            if (g == 0)
-                attend_page<dec_smem_rt, 9, 1>(st, sm.rt[0], sm.tile[buf], a,
-                                               (long)p * QMLA_KV_PAGE, vis, gt);
-            else
-                attend_page<dec_smem_rt, 9, 2>(st, sm.rt[1], sm.tile[buf], a,
-                                               (long)p * QMLA_KV_PAGE, vis, gt);
-        }
-    }
-    if (live) {
-        if (g == 0)
-            dec_finish<dec_smem_rt, 1>(st, sm.rt[0], a, b, split, r0, gt);
-        else
-            dec_finish<dec_smem_rt, 2>(st, sm.rt[1], a, b, split, r0, gt);
-    }
-}
-
 /* Reconstruction check: page blockIdx.x of sequence blockIdx.y through the
  * decode kernel's own load_page / store_page, rows copied to
  * out [b][max_pages * 64][576] (zero past the sequence). */
@@ -2016,7 +1923,7 @@ static int eff_variant(const qmla_kv_config *c, int v)
         return v;
     if (v == 3)
         return 3; /* every configuration, BF16 too */
-    if ((v == 5 || v == 6) && (c->c_bits == QMLA_KV_BF16 ||
+    if (v == 5 && (c->c_bits == QMLA_KV_BF16 ||
                    (c->group == 64 && ((c->c_bits == 4 && c->r_bits == 4) ||
                                        (c->c_bits == 2 && c->r_bits == 4) ||
                                        (c->c_bits == 8 && c->r_bits == 8)))))
@@ -2040,7 +1947,7 @@ static int ws_nrt(int tiles) { return tiles >= 2 ? 2 : 1; }
 static int mr_mt(int tiles) { return tiles >= 2 ? 2 : 1; }
 /* 1 when the plan's variant reads packed pages through BF16 tiles (no
  * protected partials, BF16-rounded packed values). */
-static int tile_variant(int v) { return v == 2 || v == 5 || v == 6; }
+static int tile_variant(int v) { return v == 2 || v == 5; }
 
 extern "C" int qmla_decode_cuda_variant_packed_f32(const qmla_kv_config *cfg, int variant)
 {
@@ -2056,7 +1963,6 @@ extern "C" const char *qmla_decode_cuda_variant_name(int variant)
     case 3: return "v3 v0+comb2";
     case 4: return "v4 v1+comb-by-splits";
     case 5: return "v5 rows-on-one-tile";
-    case 6: return "v6 two-groups-one-tile";
     default: return "?";
     }
 }
@@ -2135,11 +2041,11 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
         plan->sep = (int)sep;
     } else {
         const long groups = v == 2   ? (tiles + ws_nrt(tiles) - 1) / ws_nrt(tiles)
-                            : v >= 5 ? (tiles + mr_mt(tiles) - 1) / mr_mt(tiles)
+                            : v == 5 ? (tiles + mr_mt(tiles) - 1) / mr_mt(tiles)
                                      : tiles;
         const long per_seq = (long)a->batch * groups;
         /* one wave: blocks resident at once (2 per SM low-bit, 1 BF16 and
-         * variants 2, 5, 6) */
+         * variants 2 and 5) */
         const long per_sm = cfg->c_bits == QMLA_KV_BF16 || tile_variant(v) ? 1 : 2;
         splits = (long)n_sm * per_sm / per_seq;
         if (splits > COMB_MAX_SPLITS - 64)
@@ -2248,8 +2154,6 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
         grid.y = (unsigned)((plan->row_tiles + nrt - 1) / nrt);
     if (var == 5)
         grid.y = (unsigned)((plan->row_tiles + mt - 1) / mt);
-    if (var == 6)
-        grid.y = (unsigned)((plan->row_tiles + 1) / 2);
     cudaError_t e = cudaSuccess;
 #define QMLA_LAUNCH(KERNEL, SMEM)                                                              \
     do {                                                                                       \
@@ -2268,17 +2172,7 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
         else                                                                                   \
             QMLA_LAUNCH((decode_mr_kernel<CB, RB, 2>), (mr_smem_bytes<CB, 2>()));              \
     } while (0)
-    if (var == 6) {
-        THREADS = MR2_THREADS;
-        if (L.bf16)
-            QMLA_LAUNCH((decode_mr2_kernel<16, 16>), mr2_smem_bytes<16>());
-        else if (L.c_bits == 4)
-            QMLA_LAUNCH((decode_mr2_kernel<4, 4>), mr2_smem_bytes<4>());
-        else if (L.c_bits == 2)
-            QMLA_LAUNCH((decode_mr2_kernel<2, 4>), mr2_smem_bytes<2>());
-        else
-            QMLA_LAUNCH((decode_mr2_kernel<8, 8>), mr2_smem_bytes<8>());
-    } else if (var == 5 && L.bf16)
+    if (var == 5 && L.bf16)
         QMLA_LAUNCH_MR(16, 16);
     else if (var == 5 && L.c_bits == 4)
         QMLA_LAUNCH_MR(4, 4);
