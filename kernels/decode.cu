@@ -31,6 +31,10 @@
  * are attended to by extra blocks through the BF16-tile path (see "C4R4 /
  * C2R4" below).
  *
+ * Head rows on one tile (decode_mr_kernel, variant 5): the BF16-tile
+ * attention for 32 query rows per block, each page tile and each of its
+ * ldmatrix fragments shared by the two row tiles' MMAs (see "variant 5").
+ *
  * Twins: qmla_decode_ref_model (BF16-rounded packed values for the tile
  * kernels, unrounded for decode_fast_kernel; qmla_decode_cuda_packed_f32);
  * test: tests/cache/test_decode_cuda.c; benchmark: bench/bench_decode.cu;
