@@ -23,7 +23,8 @@
  * Usage: bench_decode [--samples N] [--out results.tsv] [--h5 results.h5] [--quick]
  * (--quick: a subset of the points; --profile: a few launches of each
  * kernel, decode at b 32, 64K, for Nsight Compute; --profile-short: decode
- * at b 8, 4K only)
+ * at b 8, 4K only; --profile-variants: every variant at b 32, 64K, H 16 and
+ * 128; --profile-h128: the same at H 128 only)
  * Writes a TSV (one row per measurement), the same rows as an HDF5 results
  * file with the run's provenance and the decode rows in the paper's Table 9
  * shape (qmla/bench_results.h; default: the TSV's name with .h5), both
@@ -374,7 +375,7 @@ static void bench_decode_point(bench *B, int batch, long ctx, float res_us[4])
  * ratio to BF16 of the same point, GB/s on the bytes read (packed pages,
  * protected BF16 rows, queries, block table). Prints one Markdown line per
  * configuration and variant. */
-#define NV_MAX 16
+#define NV_MAX 24
 static void bench_variants_point(bench *B, int batch, long ctx, int H, int s_q)
 {
     const int maxp = (int)((ctx + 63) / 64);
@@ -517,10 +518,12 @@ int main(int argc, char **argv)
             variants = 3;
         else if (!strcmp(argv[i], "--profile-variants"))
             quick = 4;
+        else if (!strcmp(argv[i], "--profile-h128"))
+            quick = 5;
         else {
             fprintf(stderr, "usage: bench_decode [--samples N] [--out F.tsv] [--h5 F.h5] "
                             "[--quick | --profile | --profile-short | --variants | "
-                            "--variants-quick | --variants-fmla | --profile-variants]\n");
+                            "--variants-quick | --variants-fmla | --profile-variants | --profile-h128]\n");
             return 2;
         }
     }
@@ -570,8 +573,10 @@ int main(int argc, char **argv)
             bench_decode_point(&B, 32, 65536, r);
         } else if (quick == 3) {
             bench_decode_point(&B, 8, 4096, r); /* --profile-short */
-        } else { /* --profile-variants: every variant at b 32, 64K, H 16 and 128 */
+        } else if (quick == 4) { /* --profile-variants: every variant at b 32, 64K, H 16 and 128 */
             bench_variants_point(&B, 32, 65536, 16, 1);
+            bench_variants_point(&B, 32, 65536, 128, 1);
+        } else { /* --profile-h128: every variant at b 32, 64K, H 128 only */
             bench_variants_point(&B, 32, 65536, 128, 1);
         }
         fclose(B.tsv);

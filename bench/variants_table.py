@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """bench/variants_table.py — a bench_decode --variants TSV as a Markdown table
-whose ratios are to the faster of our two BF16 variants (0, and 3 with the
-split-parallel combine) at each point, not to variant 0 alone.
+whose ratios are to the fastest of our BF16 variants (0; 3 with the
+split-parallel combine; 5 and 6 with the head rows on one tile) at each point, not
+to variant 0 alone.
 
   bench/variants_table.py VARIANTS.tsv [KIND ...]
 
@@ -34,7 +35,7 @@ def main(argv):
             if r["kind"] == kind:
                 pts.setdefault((int(r["batch"]), int(r["context"])), {})[r["config"]] = r
         for (b, ctx), c in sorted(pts.items()):
-            bf = min((c[k] for k in ("BF16", "BF16 v3") if k in c),
+            bf = min((r for k, r in c.items() if k == "BF16" or k.startswith("BF16 v")),
                      key=lambda r: float(r["median_us"]))
             bu = float(bf["median_us"])
 
@@ -53,7 +54,7 @@ def main(argv):
             ctxs = "%dK" % (ctx // 1024) if ctx < 1 << 20 else "%dM" % (ctx >> 20)
             shape = kind.replace("decode ", "").replace("h", "H ").replace(" sq", ", s_q ")
             print("| %s | %d | %s | %.1f (%s) | %s | %s | %s | %s | %s | %s |" % (
-                shape, b, ctxs, bu, "v3" if bf["config"] == "BF16 v3" else "v0",
+                shape, b, ctxs, bu, bf["config"].split()[-1] if " v" in bf["config"] else "v0",
                 best("C4R4")[0], v2("C4R4"), best("C2R4")[0].split(",")[0] + ")",
                 v2("C2R4"), best("C8R8")[0].split(",")[0] + ")", v2("C8R8")))
     return 0

@@ -31,6 +31,10 @@
  * are attended to by extra blocks through the BF16-tile path (see "C4R4 /
  * C2R4" below).
  *
+ * Head rows on one tile (decode_mr_kernel, variant 5): the BF16-tile
+ * attention for 32 query rows per block, each page tile and each of its
+ * ldmatrix fragments shared by the two row tiles' MMAs (see "variant 5").
+ *
  * Twins: qmla_decode_ref_model (BF16-rounded packed values for the tile
  * kernels, unrounded for decode_fast_kernel; qmla_decode_cuda_packed_f32);
  * test: tests/cache/test_decode_cuda.c; benchmark: bench/bench_decode.cu;
@@ -407,6 +411,43 @@ struct dec_state {
     float o[8][4]; /* O accumulators: 16 rows x 64 channels */
 };
 
+/* ldmatrix fragments of the tile kernels (mi = lane >> 3, rr = lane & 7):
+ * A of 16 rows x 16 columns at (row 0, column k0) of a row-major tile with
+ * stride ld (Q for QK, P for PV); B of QK: 16 tokens from n0 x 16 channels
+ * from k0 (two n-tiles: b[0..1], b[2..3]); B of PV: 16 tokens from k0 x 16
+ * channels from n0, transposed. */
+__device__ static inline void ldsm_a(uint32_t a[4], const __nv_bfloat16 *t, int ld, int k0,
+                                     int lane)
+{
+    const int mi = lane >> 3, rr = lane & 7;
+    ldsm_x4(a[0], a[1], a[2], a[3], t + (rr + 8 * (mi & 1)) * ld + k0 + 8 * (mi >> 1));
+}
+__device__ static inline void ldsm_bk(uint32_t b[4], const __nv_bfloat16 *tile, int n0, int k0,
+                                      int lane)
+{
+    const int mi = lane >> 3, rr = lane & 7;
+    ldsm_x4(b[0], b[1], b[2], b[3], tile + (n0 + rr + 8 * (mi >> 1)) * KSTR + k0 + 8 * (mi & 1));
+}
+__device__ static inline void ldsm_bv(uint32_t b[4], const __nv_bfloat16 *tile, int k0, int n0,
+                                      int lane)
+{
+    const int mi = lane >> 3, rr = lane & 7;
+    ldsm_x4_t(b[0], b[1], b[2], b[3], tile + (k0 + rr + 8 * (mi & 1)) * KSTR + n0 + 8 * (mi >> 1));
+}
+
+/* The 4 scores of a row from part * 4: the 4 channel quarters' partials
+ * (q0: quarter 0's, qs: the distance between quarters) summed in a fixed
+ * order (deterministic). */
+__device__ static inline void sum_quarters(const float *q0, ptrdiff_t qs, float acc[4])
+{
+    const float4 c0 = *(const float4 *)q0, c1 = *(const float4 *)(q0 + qs);
+    const float4 c2 = *(const float4 *)(q0 + 2 * qs), c3 = *(const float4 *)(q0 + 3 * qs);
+    acc[0] = ((c0.x + c1.x) + c2.x) + c3.x;
+    acc[1] = ((c0.y + c1.y) + c2.y) + c3.y;
+    acc[2] = ((c0.z + c1.z) + c2.z) + c3.z;
+    acc[3] = ((c0.w + c1.w) + c2.w) + c3.w;
+}
+
 /* tmap: NULL for the page of tokens t0 .. t0+63, else the token of each
  * tile row (INT_MAX: none), as the protected path gathers them. */
 template <class SM, int UNROLL = 9, int NB = 0>
@@ -421,19 +462,17 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
 #pragma unroll
     for (int n = 0; n < 4; n++)
         s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-    const int mi = lane >> 3, rr = lane & 7;
 #pragma unroll UNROLL
     for (int kk = 0; kk < 9; kk++) {
         const int k0 = (cg * 9 + kk) * 16;
         uint32_t qa[4]; /* A = Q[16 rows][16 channels], as P below */
-        ldsm_x4(qa[0], qa[1], qa[2], qa[3], sm.q + (rr + 8 * (mi & 1)) * KSTR + k0 + 8 * (mi >> 1));
+        ldsm_a(qa, sm.q, KSTR, k0, lane);
 #pragma unroll
         for (int np = 0; np < 2; np++) {
-            const int n0 = th * 32 + np * 16;
-            uint32_t b0, b1, b2, b3;
-            ldsm_x4(b0, b1, b2, b3, tile + (n0 + rr + 8 * (mi >> 1)) * KSTR + k0 + 8 * (mi & 1));
-            mma16816(s[2 * np], qa, b0, b1);
-            mma16816(s[2 * np + 1], qa, b2, b3);
+            uint32_t bk[4];
+            ldsm_bk(bk, tile, th * 32 + np * 16, k0, lane);
+            mma16816(s[2 * np], qa, bk[0], bk[1]);
+            mma16816(s[2 * np + 1], qa, bk[2], bk[3]);
         }
     }
 #pragma unroll
@@ -446,13 +485,8 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
     /* softmax: 16 threads per row, 4 tokens each (fixed summation order) */
     {
         const int row = tid >> 4, part = tid & 15;
-        float z[4];
-        const float4 c0 = *(const float4 *)&sm.sp[0][row][part * 4];
-        const float4 c1 = *(const float4 *)&sm.sp[1][row][part * 4];
-        const float4 c2 = *(const float4 *)&sm.sp[2][row][part * 4];
-        const float4 c3 = *(const float4 *)&sm.sp[3][row][part * 4];
-        const float acc[4] = {((c0.x + c1.x) + c2.x) + c3.x, ((c0.y + c1.y) + c2.y) + c3.y,
-                              ((c0.z + c1.z) + c2.z) + c3.z, ((c0.w + c1.w) + c2.w) + c3.w};
+        float z[4], acc[4];
+        sum_quarters(&sm.sp[0][row][part * 4], &sm.sp[1][0][0] - &sm.sp[0][0][0], acc);
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             const long t = tmap ? (long)tmap[part * 4 + u] : t0 + part * 4 + u;
@@ -478,16 +512,13 @@ __device__ static inline void attend_page(dec_state &st, SM &sm, const __nv_bflo
             uint32_t pa[4];
             /* A = P[16 rows][16 tokens]: matrices (rows 0-7, k 0-7), (rows 8-15,
              * k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15) */
-            ldsm_x4(pa[0], pa[1], pa[2], pa[3],
-                    sm.p + (rr + 8 * (mi & 1)) * PSTR + ks * 16 + 8 * (mi >> 1));
+            ldsm_a(pa, sm.p, PSTR, ks * 16, lane);
 #pragma unroll
             for (int np = 0; np < 4; np++) {
-                const int n0 = warp * 64 + np * 16;
-                uint32_t b0, b1, b2, b3;
-                ldsm_x4_t(b0, b1, b2, b3,
-                          tile + (ks * 16 + rr + 8 * (mi & 1)) * KSTR + n0 + 8 * (mi >> 1));
-                mma16816(st.o[2 * np], pa, b0, b1);
-                mma16816(st.o[2 * np + 1], pa, b2, b3);
+                uint32_t bv[4];
+                ldsm_bv(bv, tile, ks * 16, warp * 64 + np * 16, lane);
+                mma16816(st.o[2 * np], pa, bv[0], bv[1]);
+                mma16816(st.o[2 * np + 1], pa, bv[2], bv[3]);
             }
         }
     }
@@ -1476,6 +1507,228 @@ __global__ void __launch_bounds__(WS_THREADS, 1) decode_ws_kernel(dec_args a)
                                                  (rt0 + j) * DEC_ROWS, tid);
 }
 
+/* ---- variant 5: the head rows of a query on one tile --------------------
+ * decode_mr_kernel<CB, RB, MT>: the BF16-tile attention of
+ * decode_bf16_kernel / decode_quant_kernel, but one block of 8 warps takes
+ * MT row tiles (16 MT query rows: heads x query tokens) on each page tile,
+ * and every warp register-blocks them: each B fragment of the page that a
+ * warp loads by ldmatrix (QK: 32 tokens x 16 channels; PV: 16 tokens x 16
+ * channels) feeds the MMAs of all MT row tiles. So at H 128 (8 row tiles)
+ * every page is fetched into shared memory 8 / MT times instead of 8 (BF16
+ * variants 0 and 3; hopper run 4's profile of BF16 at H 16 already showed
+ * L2 throughput at 89 %, and at H 128 each page went through L2 8 times),
+ * and the shared-memory reads of the page per query row fall from 3 + 5 to
+ * (2 + 4 MT) / MT ldmatrix per k-step and warp. FlashMLA's dense decode
+ * does the same at 64 rows per block with wgmma (two warpgroups, Q in
+ * shared memory; docs/decode.md); here MT = 2 (32 rows) is what fits the
+ * register file (the O accumulators are 32 MT floats per thread) and the
+ * shared memory (BF16: two page tiles, 228.7 KB).
+ * CB = 16: the BF16 cache (cp.async, two tiles, zero fill past the end, as
+ * decode_bf16_kernel); CB = 4 / 2 / 8: packed pages prefetched into
+ * registers during the previous page and reconstructed into one tile
+ * (load_page / store_page: BF16(fmaf(q, s, l)), the BF16 sink / window
+ * rows for protected tokens, zeros past the end; as decode_quant_kernel),
+ * so C4R4 / C2R4 attend to BF16-rounded values here (packed_f32 0) and
+ * there are no protected partials. Combine: decode_combine2_kernel.
+ * Reference: qmla_decode_ref_model. */
+template <int MT, int NBUF> struct dec_smem_mr {
+    __nv_bfloat16 tile[NBUF][QMLA_KV_PAGE * KSTR];
+    __nv_bfloat16 q[MT * DEC_ROWS * KSTR];
+    float sp[4][MT * DEC_ROWS][SSTR];
+    __nv_bfloat16 p[MT * DEC_ROWS * PSTR];
+    float m[MT * DEC_ROWS], l[MT * DEC_ROWS], alpha[MT * DEC_ROWS];
+};
+template <int CB, int MT> static constexpr size_t mr_smem_bytes()
+{
+    return sizeof(dec_smem_mr<MT, CB == 16 ? 2 : 1>);
+}
+
+template <int MT> struct dec_state_mr {
+    float o[MT][8][4]; /* row tile m: 16 rows x channels 64w .. 64w + 63 */
+};
+
+/* One page on a ready tile for the MT row tiles (attend_page's steps, the
+ * row tiles' MMAs sharing every B fragment). vis[m]: the visible bound of
+ * this thread's softmax row in row tile m. */
+template <int MT, class SM>
+__device__ static inline void attend_page_mr(dec_state_mr<MT> &st, SM &sm,
+                                             const __nv_bfloat16 *tile, const dec_args &a,
+                                             long t0, const long vis[MT], int tid)
+{
+    const int warp = tid >> 5, lane = tid & 31, cg = warp & 3, th = warp >> 2;
+    const int gr = lane >> 2, gc = lane & 3;
+    /* QK partial: 16 MT rows x 32 tokens over channels [144cg, 144cg+144) */
+    float s[MT][4][4];
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+            s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < 9; kk++) {
+        const int k0 = (cg * 9 + kk) * 16;
+        uint32_t qa[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+            ldsm_a(qa[m], sm.q + m * DEC_ROWS * KSTR, KSTR, k0, lane);
+#pragma unroll
+        for (int np = 0; np < 2; np++) {
+            uint32_t bk[4];
+            ldsm_bk(bk, tile, th * 32 + np * 16, k0, lane);
+#pragma unroll
+            for (int m = 0; m < MT; m++) { /* one fragment, MT row tiles */
+                mma16816(s[m][2 * np], qa[m], bk[0], bk[1]);
+                mma16816(s[m][2 * np + 1], qa[m], bk[2], bk[3]);
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int n = 0; n < 4; n++) {
+            const int tok = th * 32 + n * 8 + 2 * gc;
+            *(float2 *)&sm.sp[cg][m * DEC_ROWS + gr][tok] = make_float2(s[m][n][0], s[m][n][1]);
+            *(float2 *)&sm.sp[cg][m * DEC_ROWS + gr + 8][tok] =
+                make_float2(s[m][n][2], s[m][n][3]);
+        }
+    __syncthreads();
+    /* softmax: 16 threads per row, row tile by row tile (fixed order) */
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        const int row = m * DEC_ROWS + (tid >> 4), part = tid & 15;
+        float z[4], p[4], acc[4];
+        sum_quarters(&sm.sp[0][row][part * 4], &sm.sp[1][0][0] - &sm.sp[0][0][0], acc);
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            z[u] = t0 + part * 4 + u < vis[m] ? acc[u] * a.scale_log2 : -INFINITY;
+        softmax_step(z, part, &sm.m[row], &sm.l[row], &sm.alpha[row], p);
+        *(uint2 *)(sm.p + row * PSTR + part * 4) = make_uint2(bf16x2(p[0], p[1]), bf16x2(p[2], p[3]));
+    }
+    __syncthreads();
+    /* PV: 16 MT rows x channels [64w, 64w+64) */
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        const float a0 = sm.alpha[m * DEC_ROWS + gr], a1 = sm.alpha[m * DEC_ROWS + gr + 8];
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            st.o[m][n][0] *= a0;
+            st.o[m][n][1] *= a0;
+            st.o[m][n][2] *= a1;
+            st.o[m][n][3] *= a1;
+        }
+    }
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) {
+        uint32_t pa[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+            ldsm_a(pa[m], sm.p + m * DEC_ROWS * PSTR, PSTR, ks * 16, lane);
+#pragma unroll
+        for (int np = 0; np < 4; np++) {
+            uint32_t bv[4];
+            ldsm_bv(bv, tile, ks * 16, warp * 64 + np * 16, lane);
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                mma16816(st.o[m][2 * np], pa[m], bv[0], bv[1]);
+                mma16816(st.o[m][2 * np + 1], pa[m], bv[2], bv[3]);
+            }
+        }
+    }
+}
+
+template <int CB, int RB, int MT>
+__global__ void __launch_bounds__(DEC_THREADS, 1) decode_mr_kernel(dec_args a)
+{
+    constexpr int NBUF = CB == 16 ? 2 : 1, ROWS = MT * DEC_ROWS;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    dec_smem_mr<MT, NBUF> &sm = *(dec_smem_mr<MT, NBUF> *)smem_raw;
+    const int split = blockIdx.x, r0 = blockIdx.y * ROWS, b = blockIdx.z, tid = threadIdx.x;
+    const long len = a.seq_len[b];
+    const int npages = (int)((len + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE);
+    const int p0 = split * a.pps, p1 = min(npages, p0 + a.pps);
+    const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
+    /* queries (zero rows past R), accumulators, softmax state */
+    for (int i = tid; i < ROWS * 72; i += DEC_THREADS) {
+        const int r = i / 72, k = i - r * 72;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (r0 + r < a.R)
+            v = __ldg((const uint4 *)(a.q + ((size_t)b * a.R + r0 + r) * QMLA_KV_D) + k);
+        *(uint4 *)(sm.q + r * KSTR + k * 8) = v;
+    }
+    dec_state_mr<MT> st;
+    long vis[MT];
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+            st.o[m][n][0] = st.o[m][n][1] = st.o[m][n][2] = st.o[m][n][3] = 0.0f;
+        vis[m] = row_vis(a, r0 + m * DEC_ROWS, len, tid);
+    }
+    if (tid < ROWS) {
+        sm.m[tid] = -INFINITY;
+        sm.l[tid] = 0.0f;
+    }
+    if constexpr (CB == 16) {
+        if (p0 < p1) {
+            async_page_bf16(sm.tile[0], a.pool + (size_t)bt[p0] * a.L.page_bytes,
+                            (long)p0 * QMLA_KV_PAGE, len, tid);
+            cp_async_commit();
+        }
+        /* one barrier per page here (decode_bf16_kernel has two): page p is
+         * the only copy in flight when it is waited for, and the barrier
+         * after the wait also marks the end of page p - 1's reads, so the
+         * copy of page p + 1 into that buffer is issued after it */
+        for (int p = p0; p < p1; p++) {
+            cp_async_wait<0>();
+            __syncthreads(); /* page p visible; page p - 1's buffer no longer read */
+            if (p + 1 < p1) {
+                async_page_bf16(sm.tile[(p + 1 - p0) & 1],
+                                a.pool + (size_t)bt[p + 1] * a.L.page_bytes,
+                                (long)(p + 1) * QMLA_KV_PAGE, len, tid);
+                cp_async_commit();
+            }
+            attend_page_mr<MT>(st, sm, sm.tile[(p - p0) & 1], a, (long)p * QMLA_KV_PAGE, vis,
+                               tid);
+        }
+    } else {
+        prefetch<CB, RB> f;
+        if (p0 < p1)
+            load_page<CB, RB>(f, a.pool + (size_t)bt[p0] * a.L.page_bytes, a.L, tid);
+        for (int p = p0; p < p1; p++) {
+            __syncthreads(); /* the tile's previous readers are done */
+            store_page<CB, RB>(f, sm.tile[0], a, b, (long)p * QMLA_KV_PAGE, len, tid);
+            __syncthreads();
+            if (p + 1 < p1)
+                load_page<CB, RB>(f, a.pool + (size_t)bt[p + 1] * a.L.page_bytes, a.L, tid);
+            attend_page_mr<MT>(st, sm, sm.tile[0], a, (long)p * QMLA_KV_PAGE, vis, tid);
+        }
+    }
+    /* normalised partials and natural-log LSEs of the row tiles below R_pad */
+    __syncthreads();
+    const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
+    const size_t base = ((size_t)b * a.n_splits + split) * a.R_pad + r0;
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        if (r0 + m * DEC_ROWS >= a.R_pad)
+            break; /* the same for the whole block */
+        const int ra = m * DEC_ROWS + gr, rb = ra + 8;
+        const float la = sm.l[ra], lb = sm.l[rb];
+        const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            const int ch = warp * 64 + n * 8 + 2 * gc;
+            *(float2 *)(a.o_part + (base + ra) * QMLA_KV_DC + ch) =
+                make_float2(st.o[m][n][0] * ia, st.o[m][n][1] * ia);
+            *(float2 *)(a.o_part + (base + rb) * QMLA_KV_DC + ch) =
+                make_float2(st.o[m][n][2] * ib, st.o[m][n][3] * ib);
+        }
+    }
+    if (tid < ROWS && r0 + tid < a.R_pad) {
+        const float l = sm.l[tid];
+        a.lse_part[base + tid] = l > 0.0f ? (sm.m[tid] + log2f(l)) * LN2 : -INFINITY;
+    }
+}
+
 /* Reconstruction check: page blockIdx.x of sequence blockIdx.y through the
  * decode kernel's own load_page / store_page, rows copied to
  * out [b][max_pages * 64][576] (zero past the sequence). */
@@ -1674,6 +1927,11 @@ static int eff_variant(const qmla_kv_config *c, int v)
         return v;
     if (v == 3)
         return 3; /* every configuration, BF16 too */
+    if (v == 5 && (c->c_bits == QMLA_KV_BF16 ||
+                   (c->group == 64 && ((c->c_bits == 4 && c->r_bits == 4) ||
+                                       (c->c_bits == 2 && c->r_bits == 4) ||
+                                       (c->c_bits == 8 && c->r_bits == 8)))))
+        return v; /* the tile kernels' configurations, BF16 too */
     if (v == 2 && c->c_bits != QMLA_KV_BF16 && c->group == 64 &&
         ((c->c_bits == 4 && c->r_bits == 4) || (c->c_bits == 2 && c->r_bits == 4) ||
          (c->c_bits == 8 && c->r_bits == 8)))
@@ -1689,10 +1947,15 @@ static int eff_variant(const qmla_kv_config *c, int v)
 
 /* Row tiles per block of variant 2 (one dequantized page for all of them). */
 static int ws_nrt(int tiles) { return tiles >= 2 ? 2 : 1; }
+/* Row tiles per block of variant 5 (register-blocked on one tile). */
+static int mr_mt(int tiles) { return tiles >= 2 ? 2 : 1; }
+/* 1 when the plan's variant reads packed pages through BF16 tiles (no
+ * protected partials, BF16-rounded packed values). */
+static int tile_variant(int v) { return v == 2 || v == 5; }
 
 extern "C" int qmla_decode_cuda_variant_packed_f32(const qmla_kv_config *cfg, int variant)
 {
-    return cfg && eff_variant(cfg, variant) != 2 && fast_config(cfg);
+    return cfg && !tile_variant(eff_variant(cfg, variant)) && fast_config(cfg);
 }
 
 extern "C" const char *qmla_decode_cuda_variant_name(int variant)
@@ -1703,6 +1966,7 @@ extern "C" const char *qmla_decode_cuda_variant_name(int variant)
     case 2: return "v2 ws-tile";
     case 3: return "v3 v0+comb2";
     case 4: return "v4 v1+comb-by-splits";
+    case 5: return "v5 rows-on-one-tile";
     default: return "?";
     }
 }
@@ -1743,7 +2007,7 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
     const int tiles = (int)((R + DEC_ROWS - 1) / DEC_ROWS);
     const long pages = (max_len + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE;
     const long prot =
-        v != 2 && fast_config(cfg) ? (cfg->sink + cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
+        !tile_variant(v) && fast_config(cfg) ? (cfg->sink + cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
     long splits, pps;
     if (v == 1 || v == 4) {
         /* the short-context plan: the packed pages below the window over
@@ -1780,11 +2044,13 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
         splits += prot;
         plan->sep = (int)sep;
     } else {
-        const long groups = v == 2 ? (tiles + ws_nrt(tiles) - 1) / ws_nrt(tiles) : tiles;
+        const long groups = v == 2   ? (tiles + ws_nrt(tiles) - 1) / ws_nrt(tiles)
+                            : v == 5 ? (tiles + mr_mt(tiles) - 1) / mr_mt(tiles)
+                                     : tiles;
         const long per_seq = (long)a->batch * groups;
         /* one wave: blocks resident at once (2 per SM low-bit, 1 BF16 and
-         * variant 2) */
-        const long per_sm = cfg->c_bits == QMLA_KV_BF16 || v == 2 ? 1 : 2;
+         * variants 2 and 5) */
+        const long per_sm = cfg->c_bits == QMLA_KV_BF16 || tile_variant(v) ? 1 : 2;
         splits = (long)n_sm * per_sm / per_seq;
         if (splits > COMB_MAX_SPLITS - 64)
             splits = COMB_MAX_SPLITS - 64; /* room for the protected partials */
@@ -1872,7 +2138,7 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     if (var < 0 || var >= QMLA_DECODE_VARIANTS || var != eff_variant(&kc->cfg, var))
         return qmla_error_set(err, QMLA_EINVAL, "decode: the plan's variant %d does not fit C%dR%d",
                               var, L.c_bits, L.r_bits);
-    const int fast = fast_config(&kc->cfg) && var != 2;
+    const int fast = fast_config(&kc->cfg) && !tile_variant(var);
     d.n_prot = fast ? plan->n_prot : 0;
     if (fast_config(&kc->cfg) &&
         L.page_bytes != (size_t)(L.c_bits == 4 ? fcfg<4>::PB : fcfg<2>::PB))
@@ -1887,8 +2153,11 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     dim3 grid((unsigned)(d.n_splits - (sep ? 0 : d.n_prot)), (unsigned)plan->row_tiles,
               (unsigned)a->batch);
     const int nrt = ws_nrt(plan->row_tiles);
+    const int mt = mr_mt(plan->row_tiles);
     if (var == 2)
         grid.y = (unsigned)((plan->row_tiles + nrt - 1) / nrt);
+    if (var == 5)
+        grid.y = (unsigned)((plan->row_tiles + mt - 1) / mt);
     cudaError_t e = cudaSuccess;
 #define QMLA_LAUNCH(KERNEL, SMEM)                                                              \
     do {                                                                                       \
@@ -1900,7 +2169,22 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
         }                                                                                      \
     } while (0)
     int THREADS = DEC_THREADS;
-    if (L.bf16)
+#define QMLA_LAUNCH_MR(CB, RB)                                                                 \
+    do {                                                                                       \
+        if (mt == 1)                                                                           \
+            QMLA_LAUNCH((decode_mr_kernel<CB, RB, 1>), (mr_smem_bytes<CB, 1>()));              \
+        else                                                                                   \
+            QMLA_LAUNCH((decode_mr_kernel<CB, RB, 2>), (mr_smem_bytes<CB, 2>()));              \
+    } while (0)
+    if (var == 5 && L.bf16)
+        QMLA_LAUNCH_MR(16, 16);
+    else if (var == 5 && L.c_bits == 4)
+        QMLA_LAUNCH_MR(4, 4);
+    else if (var == 5 && L.c_bits == 2)
+        QMLA_LAUNCH_MR(2, 4);
+    else if (var == 5)
+        QMLA_LAUNCH_MR(8, 8);
+    else if (L.bf16)
         QMLA_LAUNCH(decode_bf16_kernel, sizeof(dec_smem_bf16));
     else if (var == 2) {
         THREADS = WS_THREADS;
@@ -1926,6 +2210,7 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
         QMLA_LAUNCH((decode_fast_kernel<2, 0>), fast_smem_bytes<2>());
     else
         QMLA_LAUNCH((decode_quant_kernel<8, 8>), sizeof(dec_smem_quant));
+#undef QMLA_LAUNCH_MR
 #undef QMLA_LAUNCH
     if (e != cudaSuccess)
         return qmla_cuda_fail(err, e, "decode main kernel");

@@ -67,10 +67,18 @@ typedef struct qmla_decode_plan {
  *      combine (16 warps share the splits of a row instead of one walking
  *      them all);
  *   4  C4R4 / C2R4: variant 1 with the split-parallel combine only above 16
- *      partials (the old one at few splits).
+ *      partials (the old one at few splits);
+ *   5  BF16, C4R4 / C2R4 / C8R8: the head rows of a query on one tile
+ *      (decode_mr_kernel: 32 query rows per block, each page's BF16 tile
+ *      loaded or dequantized once for them and every ldmatrix fragment of
+ *      it shared by their MMAs; attends to BF16-rounded packed values, no
+ *      protected partials), split-parallel combine.
+ * (A variant 6, two warp groups of 8 on one tile, was measured in H200 run
+ * 6 at commit 9829c8b and removed: slower than 5, and racecheck reported
+ * its BF16 hand-off; docs/decode.md.)
  * A variant that does not apply to a configuration falls back to 0 (the
  * plan's `variant` says which one runs). */
-#define QMLA_DECODE_VARIANTS 5
+#define QMLA_DECODE_VARIANTS 6
 
 /* Plan for a batch (a->batch, s_q, heads) whose longest sequence has at most
  * max_len tokens, on a device of n_sm multiprocessors (0: ask the current
@@ -85,7 +93,7 @@ int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg, const qmla_decode_a
                                   qmla_error *err);
 /* Short name of a variant ("v0 fast", ...). */
 const char *qmla_decode_cuda_variant_name(int variant);
-/* qmla_decode_cuda_packed_f32 for the variant (0 for variant 2). */
+/* qmla_decode_cuda_packed_f32 for the variant (0 for variants 2 and 5). */
 int qmla_decode_cuda_variant_packed_f32(const qmla_kv_config *cfg, int variant);
 
 /* Enqueue main + combine. Every seq_len must be <= the plan's max_len;

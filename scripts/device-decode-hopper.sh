@@ -22,8 +22,10 @@
 #             FlashMLA's source src.tgz to build it here)
 #   ncu       Nsight Compute (--set full) of the first launch of NCU_KERNEL
 #             (default decode_fast_kernel: C4R4 variant 0's main kernel, the
-#             kernel of variants 0, 1, 3 and 4) in bench_decode
-#             --profile-variants (b 32, 64K, H 16 first)
+#             kernel of variants 0, 1, 3 and 4; several regexes: one profile
+#             each; NCU_BASE=mangled matches them on mangled names, e.g. one
+#             template instance) in bench_decode NCU_ARGS (default
+#             --profile-variants: b 32, 64K, H 16 first; --profile-h128: H 128)
 #   pack      the logs in $OUT into logs.tgz (at most 8 files come back)
 # Usage (from the repository root, carry [".deb"] after scripts/device-prep.sh):
 #   OUT=... bash scripts/device-decode-hopper.sh tests quick pack
@@ -92,11 +94,14 @@ run_step() {
     timeout $(lim ${FMLA_LIMIT:-60}) "$fb" --out "$OUT/bench_flashmla.tsv" >"$OUT/bench_flashmla.log" 2>&1
     echo "== flashmla rc=$?"; cat "$OUT/bench_flashmla.log" ;;
   ncu)
-    k=${NCU_KERNEL:-decode_fast_kernel}
-    timeout $(lim ${NCU_LIMIT:-90}) ncu --clock-control none --set full -k "regex:$k" -c 1 \
-      ./build-dev/bench/bench_decode --profile-variants --out /tmp/p.tsv >"$OUT/ncu_$k.txt" 2>&1
-    echo "== ncu rc=$?"
-    grep -E "decode_|Duration|DRAM Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Executed Instructions  |Warp Cycles Per Issued|highest-utilized|Bank" "$OUT/ncu_$k.txt" | head -24 ;;
+    for k in ${NCU_KERNEL:-decode_fast_kernel}; do
+      f=$(printf %s "$k" | tr -c 'A-Za-z0-9_' _)
+      timeout $(lim ${NCU_LIMIT:-90}) ncu --clock-control none --set full \
+        --kernel-name-base ${NCU_BASE:-function} -k "regex:$k" -c 1 \
+        ./build-dev/bench/bench_decode ${NCU_ARGS:---profile-variants} --out /tmp/p.tsv >"$OUT/ncu_$f.txt" 2>&1
+      echo "== ncu $k rc=$?"
+      grep -E "decode_|Duration|DRAM Throughput|Memory Throughput|L2 Cache Throughput|L1/TEX Cache|Registers Per|Achieved Occupancy|Issue Slots Busy|Executed Instructions  |Warp Cycles Per Issued|highest-utilized|Bank" "$OUT/ncu_$f.txt" | head -24
+    done ;;
   pack)
     k=""; while [ -e "$OUT/logs$k.tgz" ]; do k=$(( ${k:-1} + 1 )); done
     (cd "$OUT" && tar czf "logs$k.tgz" --remove-files $(ls | grep -vE '\.(tsv|h5|tgz)$')) ;;

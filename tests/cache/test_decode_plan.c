@@ -9,6 +9,8 @@
  *    block per SM in one wave, pages covered; C8R8 too;
  *  - variant 3: variant 0's plan (only its combine differs), BF16 too;
  *  - variant 4: variant 1's plan (only its combine choice differs);
+ *  - variant 5 (head rows on one tile): every configuration, no protected
+ *    partials, one block per SM in one wave, pages covered;
  *  - fall-backs: BF16 runs variant 0 under 1, 2, 4; C8R8 under 1 and 4;
  *  - an unknown variant is an error naming it.
  * Suite unit (linked with the CUDA kernels' library, but launches nothing). */
@@ -16,6 +18,7 @@
 #include "decode_cuda.h"
 #include "qmla/decode.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static qmla_kv_config cfg_of(const char *name)
@@ -110,6 +113,26 @@ int main(void)
                                       "%s b %d H %d len %ld: v2 grid over one wave", names[ni],
                                       a.batch, a.heads, len);
                         }
+                        /* variant 5: every tile configuration, BF16 too; 32 rows
+                         * per block (16 at one row tile), no protected partials,
+                         * one block per SM in one wave, pages covered */
+                        for (int v = 5; v <= 5; v++) {
+                            CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, v, &p, &err),
+                                     err);
+                            CHECK(p.variant == v, "%s: variant %d runs %d", names[ni], v, p.variant);
+                            const int groups = (tiles + 1) / 2;
+                            CHECK(p.n_prot == 0 && p.sep == 0 && p.row_tiles == tiles &&
+                                      (pages == 0 || (long)p.n_splits * p.pages_per_split >= pages) &&
+                                      (pages <= 1 || (long)(p.n_splits - 1) * p.pages_per_split < pages),
+                                  "%s b %d len %ld: v%d %d splits of %d pages", names[ni], a.batch,
+                                  len, v, p.n_splits, p.pages_per_split);
+                            if ((long)a.batch * groups <= n_sm)
+                                CHECK((long)a.batch * groups * p.n_splits <= n_sm,
+                                      "%s b %d H %d len %ld: v%d grid over one wave", names[ni],
+                                      a.batch, a.heads, len, v);
+                            CHECK(qmla_decode_cuda_variant_packed_f32(&cfg, v) == 0,
+                                  "%s: v%d attends to BF16-rounded values", names[ni], v);
+                        }
                     }
         /* variant 4: variant 1's plan (the combine choice differs) */
         {
@@ -137,10 +160,13 @@ int main(void)
         const qmla_decode_args a = {8, 1, 16, 1.0f, &q0, &z, 1, &z};
         const int st = qmla_decode_cuda_plan_variant(&cfg, &a, 4096, n_sm, QMLA_DECODE_VARIANTS,
                                                      &p, &err);
-        CHECK(st == QMLA_EINVAL && strstr(err.msg, "variant 5"), "%s: bad variant: %d %s",
-              names[ni], st, err.msg);
+        char want[32];
+        snprintf(want, sizeof want, "variant %d", QMLA_DECODE_VARIANTS);
+        CHECK(st == QMLA_EINVAL && strstr(err.msg, want), "%s: bad variant: %d %s", names[ni],
+              st, err.msg);
     }
     CHECK(strcmp(qmla_decode_cuda_variant_name(2), "v2 ws-tile") == 0, "variant name");
+    CHECK(strcmp(qmla_decode_cuda_variant_name(5), "v5 rows-on-one-tile") == 0, "variant 5 name");
     {
         const qmla_kv_config c4 = cfg_of("C4R4"), c8 = cfg_of("C8R8");
         CHECK(qmla_decode_cuda_variant_packed_f32(&c4, 0) == 1 &&
