@@ -278,12 +278,18 @@ int main(void)
         free(yc);
         qmla_model_ws_free(wb);
     }
+    /* QMLA_TEST_SMALL=1 (a sanitizer build; tests/meson.build): the two
+     * sections below on windows of 160 tokens (the release build: 300),
+     * still past every sink + window of their policies (at most 104) */
+    const int small = getenv("QMLA_TEST_SMALL") != NULL;
+    enum { CTX_MAX = 300 };
+    const size_t ctx = small ? 160 : CTX_MAX;
     /* the clean prefix: two phases against the single pass */
     {
-        enum { TP = 300 };
+        const size_t TP = ctx;
         qmla_model_ws *wp = NULL;
         CHECK_OK(qmla_model_ws_alloc(m, TP, &wp, &err), err);
-        int32_t tp[TP];
+        int32_t tp[CTX_MAX];
         bos_text_tokens(tp, TP, txt, 5);
         float *la = malloc(sizeof(float) * TP * c->V), *lb = malloc(sizeof(float) * TP * c->V);
         const qmla_model_tap none = {NULL, NULL, 0};
@@ -310,14 +316,13 @@ int main(void)
         free(lb);
         qmla_model_ws_free(wp);
         /* sharing: each configuration of a group as alone, bit for bit */
-        /* QMLA_TEST_SMALL=1 (a sanitizer build; tests/meson.build): two
-         * windows and 2 threads only (the release build checks 3 windows
-         * with 1 and 2 threads) */
-        const int small = getenv("QMLA_TEST_SMALL") != NULL;
-        enum { CTX = 300, NW_MAX = 3 };
+        /* QMLA_TEST_SMALL=1: two windows of ctx (160) tokens and 2 threads
+         * only (the release build checks 3 windows of 300 with 1 and 2
+         * threads) */
+        enum { NW_MAX = 3 };
         const size_t NW = small ? 2 : NW_MAX;
-        uint8_t text[CTX * NW_MAX];
-        const size_t ntext = CTX * NW;
+        uint8_t text[CTX_MAX * NW_MAX];
+        const size_t ntext = ctx * NW;
         for (size_t i = 0; i < ntext; i++)
             text[i] = (uint8_t)txt[(i * 3) % strlen(txt)];
         const char *gc[][2] = {{"bf16", "none"}, {"C4R4", "sink4/local100"},
@@ -330,12 +335,12 @@ int main(void)
             qmla_cache_spec_parse(gc[j][0], gc[j][1], &gs[j], &err);
         for (int th = small ? 2 : 1; th <= 2; th++) {
             const qmla_exec ex = qmla_exec_cpu(th);
-            CHECK_OK(qmla_model_ppl_multi(m, &ex, gs, NG, text, ntext, CTX, 0, rg, &err),
+            CHECK_OK(qmla_model_ppl_multi(m, &ex, gs, NG, text, ntext, ctx, 0, rg, &err),
                      err);
             for (size_t j = 0; j < NG; j++) {
-                CHECK_OK(qmla_model_ppl(m, &ex, &gs[j], text, ntext, CTX, 0, &ra[j], &err),
+                CHECK_OK(qmla_model_ppl(m, &ex, &gs[j], text, ntext, ctx, 0, &ra[j], &err),
                          err);
-                CHECK(ra[j].nll_sum == rg[j].nll_sum && rg[j].tokens == CTX * NW,
+                CHECK(ra[j].nll_sum == rg[j].nll_sum && rg[j].tokens == ctx * NW,
                       "%s %s, %d threads: shared %.17g, alone %.17g", gc[j][0], gc[j][1], th,
                       rg[j].nll_sum, ra[j].nll_sum);
             }
@@ -347,7 +352,7 @@ int main(void)
             prog_log pl = {0, 0, 0, 0};
             qmla_ppl_result rp[NG];
             int stopped = -1;
-            CHECK_OK(qmla_model_ppl_multi_progress(m, &ex, gs, NG, text, ntext, CTX, 0,
+            CHECK_OK(qmla_model_ppl_multi_progress(m, &ex, gs, NG, text, ntext, ctx, 0,
                                                    prog_cb, &pl, &stopped, rp, &err), err);
             for (size_t j = 0; j < NG; j++)
                 CHECK(rp[j].nll_sum == rg[j].nll_sum, "with progress: %s %s", gc[j][0],
@@ -356,7 +361,7 @@ int main(void)
                   "%d threads: progress calls %zu, max done %zu of %zu, stopped %d", th,
                   pl.calls, pl.max_done, pl.total, stopped);
             prog_log ps = {0, 0, 0, 1};
-            CHECK(qmla_model_ppl_multi_progress(m, &ex, gs, NG, text, ntext, CTX, 0,
+            CHECK(qmla_model_ppl_multi_progress(m, &ex, gs, NG, text, ntext, ctx, 0,
                                                 prog_cb, &ps, &stopped, rp, &err) == QMLA_OK &&
                       stopped == 1 && ps.calls == 1 && rp[0].tokens == 0 && rp[0].nll_sum == 0,
                   "%d threads: a stop: stopped %d, calls %zu, tokens %zu", th, stopped, ps.calls,
