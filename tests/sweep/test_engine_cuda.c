@@ -49,11 +49,14 @@
 #include "qmla/capture.h"
 #include "qmla/engine.h"
 #include "qmla/intervene.h"
+#include "qmla/learn.h"
 #include "qmla/predict.h"
 #include "qmla/quant.h"
 #include "qmla/results.h"
 #include "qmla/sweep.h"
 #include "qmla/synth.h"
+#include "qmla/tfeval.h"
+#include "qmla/tmethod.h"
 
 #include <hdf5.h>
 #include <math.h>
@@ -826,6 +829,266 @@ static void test_run(const char *capture, const char *tag)
     qmla_capture_close(cap);
 }
 
+/* ---- learning (qmla learn) and the effective-cache evaluation (qmla eval) ----
+ * learn: the content path's learner of each engine on the same banks (two
+ * train and two held-out sequences of the case's shape, the shapes of at
+ * most 512 tokens, H D <= 40960 and no explicit tile, γ = 1 + 0.3 N(0,1),
+ * INT4 groups of 16): the initial α, the train objective and its gradient
+ * at the initial parameters (objective within 1e-4 relative, gradient
+ * within 1e-4 of its norm), twice on the GPU bit-identical; where the CPU's
+ * 100 steps are affordable (T H d_c <= 4e5), 100 AdamW steps from the same
+ * seed on both: the best held-out and the last train objectives within
+ * 1e-3 relative. eval: qmla_tf_eval_run with each engine on SmoothQuant
+ * and QuaRot transforms of the capture (qmla_learn_run, CPU-calibrated):
+ * every row's five values within 1e-4 relative, bound_ok and n_seq equal,
+ * twice on the GPU bit-identical, /eval naming the engine and device;
+ * qmla_learn_run (QuantMLA, content path) with the cuda engine writes a
+ * file naming it and its device. */
+
+#define LEARN_RTOL 1e-3
+static double worst_learn; /* objectives and gradients at the same parameters */
+static double worst_steps; /* objectives after 100 steps */
+static double worst_eval;
+
+static int learn_affordable(const shape_case *c)
+{
+    /* the CPU learner's projections are single-threaded BLAS here: H D <= 40960 */
+    return c->kind == 0 && c->tile == 0 && c->T > 1 && c->T <= 512 &&
+           c->H * c->T * c->T <= 5e6 && c->H * c->D <= 40960 && c->d_c % 16 == 0;
+}
+
+static int learn_steps_affordable(const shape_case *c)
+{
+    return learn_affordable(c) && (double)c->T * (double)c->H * (double)c->d_c <= 4e5;
+}
+
+static double rel_diff(double a, double b)
+{
+    const double m = fabs(a) > fabs(b) ? fabs(a) : fabs(b);
+    return m > 0.0 ? fabs(a - b) / m : 0.0;
+}
+
+static void run_learn_case(const shape_case *c)
+{
+    case_inputs in;
+    case_inputs_make(c, &in); /* weights and the first train sequence */
+    const qmla_mla_dims d = in.d;
+    const size_t H = c->H, T = c->T;
+    enum { NS = 4 };
+    float *qn[NS], *qr[NS], *C[NS], *K[NS];
+    qn[0] = in.qn;
+    qr[0] = in.qr;
+    C[0] = in.C;
+    K[0] = in.K;
+    for (int k = 1; k < NS; k++) {
+        qn[k] = randn(H * T * c->d_n, 1.0);
+        qr[k] = randn(H * T * c->d_r, 1.0);
+        C[k] = randn(T * c->d_c, 1.0);
+        K[k] = randn(T * c->d_r, 1.0);
+    }
+    float *gamma = randn(c->d_c, 0.3);
+    for (size_t j = 0; j < c->d_c; j++)
+        gamma[j] += 1.0f;
+    size_t Ts[2] = {T, T};
+    const float *bC[2][2] = {{C[0], C[1]}, {C[2], C[3]}}, *bK[2][2] = {{K[0], K[1]}, {K[2], K[3]}};
+    const float *bn[2][2] = {{qn[0], qn[1]}, {qn[2], qn[3]}},
+                *br[2][2] = {{qr[0], qr[1]}, {qr[2], qr[3]}};
+    const qmla_learn_bank train = {2, Ts, bC[0], bK[0], bn[0], br[0]},
+                          held = {2, Ts, bC[1], bK[1], bn[1], br[1]};
+    qmla_learn_opts o = qmla_learn_defaults();
+    o.quant.bits = 4;
+    o.quant.group = 16;
+    o.steps = 100;
+    o.seed = 7;
+    o.threads = 8;
+    qmla_error err;
+    qmla_error_clear(&err);
+    const qmla_learn_ops *ops[2] = {qmla_engine_learn(qmla_engine_cpu()), qmla_engine_learn(cuda)};
+    void *l[2] = {NULL, NULL};
+    double alpha[2] = {0, 0}, f[3] = {0, 0, 0};
+    int ok = 1;
+    for (int e = 0; e < 2 && ok; e++) {
+        int st = ops[e]->alloc(QMLA_LEARN_CONTENT, &d, &in.w, gamma, QMLA_ROPE_INTERLEAVED, &train,
+                               &held, &o, &l[e], &err);
+        if (!st)
+            st = ops[e]->init(l[e], &alpha[e], &err);
+        CHECK_OK(st, err);
+        ok = !st;
+    }
+    if (ok) {
+        /* both learners are CPU learners (the cuda one with its attention on
+         * the GPU): the objective at the same parameters */
+        qmla_learner *lc = (qmla_learner *)l[0], *lg = (qmla_learner *)l[1];
+        const size_t np = qmla_learner_n_params(lc);
+        double *p = (double *)malloc(np * sizeof *p);
+        double *g[3];
+        for (int k = 0; k < 3; k++)
+            g[k] = (double *)calloc(np, sizeof(double));
+        memcpy(p, qmla_learner_params(lc), np * sizeof *p);
+        int st = qmla_learner_objective(lc, 0, p, g[0], 0, &f[0], &err);
+        if (!st)
+            st = qmla_learner_objective(lg, 0, p, g[1], 0, &f[1], &err);
+        if (!st)
+            st = qmla_learner_objective(lg, 0, p, g[2], 0, &f[2], &err);
+        CHECK_OK(st, err);
+        if (!st) {
+            double dg = 0, gg = 0;
+            for (size_t i = 0; i < np; i++) {
+                dg += (g[1][i] - g[0][i]) * (g[1][i] - g[0][i]);
+                gg += g[0][i] * g[0][i];
+            }
+            const double rg = gg > 0 ? sqrt(dg / gg) : sqrt(dg), rf = rel_diff(f[0], f[1]);
+            worst_learn = rf > worst_learn ? rf : worst_learn;
+            worst_learn = rg > worst_learn ? rg : worst_learn;
+            CHECK(alpha[0] == alpha[1], "%s learn: the same initial alpha (cpu %g, cuda %g)",
+                  c->name, alpha[0], alpha[1]);
+            CHECK(rf <= RTOL && rg <= RTOL,
+                  "%s learn: content objective %.9g/%.9g (rel %.2g) and gradient (rel %.2g) of "
+                  "the cuda engine within %g of the cpu's",
+                  c->name, f[0], f[1], rf, rg, RTOL);
+            CHECK(f[1] == f[2] && !memcmp(g[1], g[2], np * sizeof(double)),
+                  "%s learn: cuda objective and gradient bit-identical run after run", c->name);
+        }
+        if (!st && learn_steps_affordable(c)) {
+            for (int e = 0; e < 2 && !st; e++) {
+                for (size_t k = 0; k < o.steps && !st; k++)
+                    st = ops[e]->iterate(l[e], &err);
+                if (!st)
+                    st = ops[e]->finish(l[e], &err);
+            }
+            CHECK_OK(st, err);
+            if (!st) {
+                const qmla_learn_state s0 = ops[0]->state(l[0]), s1 = ops[1]->state(l[1]);
+                const double rb = rel_diff(s0.best_held, s1.best_held),
+                             rt = rel_diff(s0.train_obj, s1.train_obj);
+                worst_steps = rb > worst_steps ? rb : worst_steps;
+                worst_steps = rt > worst_steps ? rt : worst_steps;
+                CHECK(s0.step == 100 && s1.step == 100 && rb <= LEARN_RTOL && rt <= LEARN_RTOL &&
+                          s1.best_held < s1.init_obj,
+                      "%s learn: after 100 steps from the same seed, best held-out %.9g/%.9g "
+                      "(rel %.2g), train %.9g/%.9g (rel %.2g) within %g; cuda improved on its "
+                      "init %.9g",
+                      c->name, s0.best_held, s1.best_held, rb, s0.train_obj, s1.train_obj, rt,
+                      LEARN_RTOL, s1.init_obj);
+            }
+        }
+        for (int k = 0; k < 3; k++)
+            free(g[k]);
+        free(p);
+    }
+    for (int e = 0; e < 2; e++)
+        if (l[e])
+            ops[e]->free(l[e]);
+    printf("  %-28s H %3zu T %4zu  learn L_C cpu %.9g cuda %.9g\n", c->name, H, T, f[0], f[1]);
+    for (int k = 1; k < NS; k++) {
+        free(qn[k]);
+        free(qr[k]);
+        free(C[k]);
+        free(K[k]);
+    }
+    free(gamma);
+    case_inputs_free(&in);
+}
+
+/* Baseline transforms of the capture (CPU-calibrated) into dir. */
+static int write_baseline(const char *capture, const qmla_tmethod_type *m, const char *name,
+                          qmla_error *err)
+{
+    qmla_learn_run_opts o = qmla_learn_run_defaults();
+    o.method = m;
+    o.learn.threads = 8;
+    o.force = 1;
+    qmla_learn_run_result r;
+    memset(&r, 0, sizeof r);
+    return qmla_learn_run(capture, check_path(name), &o, &r, err);
+}
+
+static void test_eval_run(const char *capture, const char *tag, const char *policy)
+{
+    qmla_error err;
+    qmla_error_clear(&err);
+    char f1[96], f2[96];
+    snprintf(f1, sizeof f1, "%s-sq.h5", tag);
+    snprintf(f2, sizeof f2, "%s-qr.h5", tag);
+    int st = write_baseline(capture, qmla_tmethod_smoothquant, f1, &err);
+    if (!st)
+        st = write_baseline(capture, qmla_tmethod_quarot, f2, &err);
+    CHECK_OK(st, err);
+    if (st)
+        return;
+    char p1[1024], p2[1024];
+    snprintf(p1, sizeof p1, "%s", check_path(f1));
+    snprintf(p2, sizeof p2, "%s", check_path(f2));
+    const char *tfs[2] = {p1, p2};
+    qmla_tf_eval_run_result r[3];
+    memset(r, 0, sizeof r);
+    int ran = 0;
+    for (int k = 0; k < 3; k++) {
+        qmla_tf_eval_run_opts o = qmla_tf_eval_run_defaults();
+        o.transforms = tfs;
+        o.n_transforms = 2;
+        o.config = "C4R4";
+        o.policy = policy;
+        o.threads = 8;
+        o.engine = k ? cuda : qmla_engine_cpu();
+        char name[96];
+        snprintf(name, sizeof name, "%s-eval-%d.h5", tag, k);
+        st = qmla_tf_eval_run(capture, check_path(name), &o, &r[k], &err);
+        CHECK_OK(st, err);
+        if (!st) {
+            ran++;
+            check_group_engine(check_path(name), "eval", k > 0, tag);
+        }
+    }
+    if (ran == 3) {
+        int ok = r[0].n_rows == r[1].n_rows && r[0].n_rows == r[2].n_rows && r[0].n_rows > 0;
+        int same = ok;
+        for (size_t i = 0; ok && i < r[0].n_rows; i++) {
+            const qmla_tf_eval_row *a = &r[0].rows[i].r, *b = &r[1].rows[i].r;
+            const double v[5] = {rel_diff(a->nmse_out, b->nmse_out), rel_diff(a->nmse_c, b->nmse_c),
+                                 rel_diff(a->nmse_p, b->nmse_p), rel_diff(a->pos_err, b->pos_err),
+                                 rel_diff(a->bound_p, b->bound_p)};
+            for (int j = 0; j < 5; j++) {
+                worst_eval = v[j] > worst_eval ? v[j] : worst_eval;
+                ok = ok && v[j] <= RTOL;
+            }
+            ok = ok && a->bound_ok == b->bound_ok && a->n_seq == b->n_seq && a->n_seq > 0;
+            same = same && !memcmp(&r[1].rows[i].r, &r[2].rows[i].r, sizeof *b);
+        }
+        CHECK(ok, "%s eval (%s): %zu rows of the cuda engine within %g of the cpu's (first "
+              "nmse_out %.9g/%.9g)", tag, policy, r[1].n_rows, RTOL,
+              r[0].n_rows ? r[0].rows[0].r.nmse_out : 0.0,
+              r[1].n_rows ? r[1].rows[0].r.nmse_out : 0.0);
+        CHECK(same, "%s eval: cuda rows bit-identical run after run", tag);
+    }
+    for (int k = 0; k < 3; k++)
+        qmla_tf_eval_run_result_free(&r[k]);
+}
+
+/* qmla_learn_run with the cuda engine: the transforms file names it. */
+static void test_learn_run(const char *capture, const char *tag)
+{
+    qmla_error err;
+    qmla_error_clear(&err);
+    qmla_learn_run_opts o = qmla_learn_run_defaults();
+    o.path = "content";
+    o.learn.steps = 5;
+    o.learn.threads = 8;
+    o.force = 1;
+    const int layers[1] = {0};
+    o.layers = layers;
+    o.n_layers = 1;
+    o.engine = cuda;
+    char name[96];
+    snprintf(name, sizeof name, "%s-learn-cuda.h5", tag);
+    qmla_learn_run_result r;
+    memset(&r, 0, sizeof r);
+    const int st = qmla_learn_run(capture, check_path(name), &o, &r, &err);
+    CHECK_OK(st, err);
+    if (!st)
+        check_group_engine(check_path(name), "/", 1, tag);
+}
+
 int main(void)
 {
     qmla_blas_set_threads(1);
@@ -853,6 +1116,10 @@ int main(void)
         if (!(is_small && cases[k].big) && !(is_tiny && cases[k].H * cases[k].T > 64) &&
             iv_affordable(&cases[k]))
             run_iv_case(&cases[k]);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        if (!(is_small && cases[k].big) && !(is_tiny && cases[k].H * cases[k].T > 64) &&
+            learn_affordable(&cases[k]))
+            run_learn_case(&cases[k]);
     test_layer_begin();
     test_qdq();
     if (is_tiny)
@@ -863,6 +1130,8 @@ int main(void)
     test_run(def, "default");
     test_op_run(def, "default", 1);
     test_iv_run(def, "default");
+    test_eval_run(def, "default", "none");
+    test_learn_run(def, "default");
     {
         qmla_synth_opts so;
         memset(&so, 0, sizeof so);
@@ -878,10 +1147,14 @@ int main(void)
         if (!st) {
             test_run(check_path("v2lite.h5"), "v2-lite synth");
             test_op_run(check_path("v2lite.h5"), "v2-lite synth", 0);
+            test_eval_run(check_path("v2lite.h5"), "v2-lite synth", "sink4/local16");
         }
     }
     printf("largest relative difference cuda vs cpu: %.3g (tolerance %g)\n", worst, RTOL);
     printf("largest relative difference cuda vs cpu, operator and interventions: %.3g "
            "(tolerance %g)\n", worst_op, RTOL);
+    printf("largest relative difference cuda vs cpu, learn objective and gradient: %.3g "
+           "(tolerance %g); after 100 steps: %.3g (tolerance %g); eval: %.3g (tolerance %g)\n",
+           worst_learn, RTOL, worst_steps, LEARN_RTOL, worst_eval, RTOL);
     return check_summary("test_engine_cuda");
 }
