@@ -1693,17 +1693,21 @@ typedef struct cuda_eval_ctx {
     double *pos, *hpos; /* [2, H, T]: den, num */
 } cuda_eval_ctx;
 
+/* cudaFree of the n device pointers of p that are not NULL. */
+static void cuda_free_all(void *const *p, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (p[k])
+            cudaFree(p[k]);
+}
+
 static void eval_end(void *p)
 {
     cuda_eval_ctx *c = (cuda_eval_ctx *)p;
     if (c->sw)
         sweep_ws_free(c->sw);
-    if (c->Cd)
-        cudaFree(c->Cd);
-    if (c->G)
-        cudaFree(c->G);
-    if (c->pos)
-        cudaFree(c->pos);
+    void *const dev[] = {c->Cd, c->G, c->pos};
+    cuda_free_all(dev, 3);
     if (c->hpos)
         cudaFreeHost(c->hpos);
     free(c->hG);
@@ -1792,10 +1796,8 @@ static int eval_head_norms(void *p, const qmla_mla_dims *d, const qmla_mla_weigh
 out:
     if (st)
         cudaStreamSynchronize(s);
-    void *dev[] = {f, wo, wuv, X, G};
-    for (size_t k = 0; k < sizeof dev / sizeof *dev; k++)
-        if (dev[k])
-            cudaFree(dev[k]);
+    void *const dev[] = {f, wo, wuv, X, G};
+    cuda_free_all(dev, 5);
     free(hG);
     free(lam);
     return st;
@@ -1983,20 +1985,14 @@ static void learn_ctx_free(void *p)
         return;
     for (int b = 0; b < 2; b++) {
         for (size_t k = 0; c->seq[b] && k < c->nseq[b]; k++) {
-            float *f[] = {c->seq[b][k].qn, c->seq[b][k].qr, c->seq[b][k].K, c->seq[b][k].Y};
-            for (size_t j = 0; j < 4; j++)
-                if (f[j])
-                    cudaFree(f[j]);
+            void *const f[] = {c->seq[b][k].qn, c->seq[b][k].qr, c->seq[b][k].K, c->seq[b][k].Y};
+            cuda_free_all(f, 4);
         }
         free(c->seq[b]);
     }
-    float *f[] = {c->wuk, c->wuv, c->wo, c->Ct, c->Kc, c->Vc, c->Z,  c->GA,
-                  c->O,   c->Yt,  c->GY, c->GO, c->GK, c->GV, c->GC};
-    for (size_t j = 0; j < sizeof f / sizeof *f; j++)
-        if (f[j])
-            cudaFree(f[j]);
-    if (c->part)
-        cudaFree(c->part);
+    void *const f[] = {c->wuk, c->wuv, c->wo, c->Ct, c->Kc, c->Vc, c->Z,  c->GA,
+                       c->O,   c->Yt,  c->GY, c->GO, c->GK, c->GV, c->GC, c->part};
+    cuda_free_all(f, sizeof f / sizeof *f);
     if (c->hpart)
         cudaFreeHost(c->hpart);
     if (c->blas)

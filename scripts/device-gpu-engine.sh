@@ -32,6 +32,14 @@ steps=${*:-build test bench memcheck}
 source scripts/device-env.sh
 B=build-gpu
 say() { echo "== $*" | tee -a "$LOG"; }
+# the V2-Lite- and V3-shaped synth captures of one layer-cell, 8 sequences of
+# 512 tokens: /tmp/v2l.h5, /tmp/v3.h5
+synth512() {
+  $B/cli/qmla synth -o /tmp/v2l.h5 --shape deepseek-v2-lite --layers 1 --cells 1 --seqs 8 \
+    --tokens 512 --no-pre --force --threads 16 >>"$LOG" 2>&1
+  $B/cli/qmla synth -o /tmp/v3.h5 --shape deepseek-v3 --layers 1 --cells 1 --seqs 8 \
+    --tokens 512 --no-pre --force --threads 16 >>"$LOG" 2>&1
+}
 t_start=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv 2>&1 | tee -a "$LOG"
 if [[ " $steps " == *" build "* ]]; then
@@ -54,10 +62,7 @@ fi
 if [[ " $steps " == *" bench "* ]]; then
   Q=$B/cli/qmla
   say "bench: synth captures ($(date -u +%H:%M:%S))"
-  $Q synth -o /tmp/v3.h5 --shape deepseek-v3 --layers 1 --cells 1 --seqs 8 --tokens 512 \
-    --no-pre --force --threads 16 >>"$LOG" 2>&1
-  $Q synth -o /tmp/v2l.h5 --shape deepseek-v2-lite --layers 1 --cells 1 --seqs 8 --tokens 512 \
-    --no-pre --force --threads 16 >>"$LOG" 2>&1
+  synth512
   say "bench: DeepSeek-V3 shape, T 512, N 8 (cpu: 1 sequence timed)"
   timeout 60 $B/bench/bench_engine /tmp/v3.h5 --threads 16 --cpu-seqs 1 --out $OUT/bench-v3.h5 >>"$LOG" 2>&1
   say "bench v3 exit $?"
@@ -84,10 +89,7 @@ if [[ " $steps " == *" ops "* ]]; then
   # 194 JVPs)
   Q=$B/cli/qmla
   say "ops bench: synth captures ($(date -u +%H:%M:%S))"
-  $Q synth -o /tmp/v2l.h5 --shape deepseek-v2-lite --layers 1 --cells 1 --seqs 8 --tokens 512 \
-    --no-pre --force --threads 16 >>"$LOG" 2>&1
-  $Q synth -o /tmp/v3.h5 --shape deepseek-v3 --layers 1 --cells 1 --seqs 8 --tokens 512 \
-    --no-pre --force --threads 16 >>"$LOG" 2>&1
+  synth512
   say "ops bench: DeepSeek-V2-Lite shape, T 512, N 8 (gpu 8 seqs, interventions 2; cpu 1)"
   timeout 60 $B/bench/bench_engine /tmp/v2l.h5 --threads 16 --no-sweep --ops --op-seqs 8 \
     --iv-seqs 2 --cpu-op-seqs 1 --out $OUT/bench-ops-v2lite.h5 >>"$LOG" 2>&1
@@ -116,10 +118,7 @@ if [[ " $steps " == *" tf "* ]]; then
   # learner takes minutes per step at 16 threads)
   Q=$B/cli/qmla
   say "tf bench: synth captures ($(date -u +%H:%M:%S))"
-  $Q synth -o /tmp/v2l.h5 --shape deepseek-v2-lite --layers 1 --cells 1 --seqs 8 --tokens 512 \
-    --no-pre --force --threads 16 >>"$LOG" 2>&1
-  $Q synth -o /tmp/v3.h5 --shape deepseek-v3 --layers 1 --cells 1 --seqs 8 --tokens 512 \
-    --no-pre --force --threads 16 >>"$LOG" 2>&1
+  synth512
   say "tf bench: DeepSeek-V2-Lite shape, T 512, N 8 (gpu 20 steps, cpu 2)"
   timeout 90 $B/bench/bench_engine /tmp/v2l.h5 --threads 16 --no-sweep --learn 20 \
     --cpu-learn-steps 2 --eval --out $OUT/bench-tf-v2lite.h5 >>"$LOG" 2>&1
