@@ -5,10 +5,14 @@
  *   bench_engine CAPTURE.h5 [--threads N] [--out OUT.h5] [--layers L]
  *                [--cpu-seqs K] [--no-cpu] [--no-sweep] [--ops] [--op-seqs K]
  *                [--iv-seqs K] [--iv-reps R] [--cpu-op-seqs K] [--cpu-light]
+ *                [--learn GPU_STEPS] [--cpu-learn-steps K] [--eval]
  *
  * --ops adds jvp, predict (with the exact sensitivities, also timed alone)
  * and intervene per sequence on both engines (bench_ops below); --no-sweep
- * leaves the sweep rows out.
+ * leaves the sweep rows out. --learn and --eval add `qmla learn`'s learner
+ * (both paths of layer 0, GPU_STEPS steps timed on the GPU, K (default 2)
+ * on the CPU, 300 steps projected) and `qmla eval` of one layer-cell on
+ * both engines (bench_tf below).
  *
  * For each of the first L layers (default 1) and each cell: the cuda
  * engine times every sequence of the cell (its weights copied again at the
@@ -46,9 +50,11 @@ extern "C" {
 #include "qmla/engine.h"
 #include "qmla/intervene.h"
 #include "qmla/jvp.h"
+#include "qmla/learn.h"
 #include "qmla/outpath.h"
 #include "qmla/predict.h"
 #include "qmla/sweep.h"
+#include "qmla/tfeval.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
@@ -204,7 +210,8 @@ static int write_h5(const char *path, const char *capture, const char *cmd,
     for (size_t k = 0; k < nr; k++)
         sv[k] = rows[k].op;
     QMLA_H5_TRY(qmla_h5_dset_strs(g, "op", nr, sv,
-                                  "operation: sweep, jvp, predict, sensitivities, interventions"),
+                                  "operation: sweep, jvp, predict, sensitivities, interventions, "
+                                  "eval, learn_content_step, learn_rope_step, learn_layer_300"),
                 "rows/op");
     ICOL("layer", rows[k].layer, "layer index as captured");
     for (size_t k = 0; k < nr; k++)
@@ -454,11 +461,180 @@ static int bench_ops(qmla_capture *cap, const qmla_mla_dims *d, const qmla_engin
     return st;
 }
 
+/* ---- learning and the effective-cache evaluation -------------------------------
+ * On layer 0: `qmla learn`'s learner (Table 7's settings: 300 AdamW steps
+ * of both paths at C4R4, the train bank the first cell's sequences, the
+ * held-out bank the second cell's, when there is one) on each engine, the
+ * GPU timing `gpu_steps` steps and the CPU `cpu_steps`: per path the setup
+ * (allocation with the banks' clean passes, the scale search, the final
+ * held-out evaluation) and the time per step, and one layer's 300 steps of
+ * both paths projected from them; max_rel: the train objective after
+ * min(gpu_steps, cpu_steps) steps from the same seed. And `qmla eval` of a
+ * SmoothQuant transform (calibrated on the CPU on the first cell) on the
+ * first cell per engine; max_rel: over nmse_out, nmse_out_content,
+ * nmse_out_rope, pos_score_err and rope_bound_nmse. */
+
+typedef struct tf_times {
+    double eval[2];   /* seconds per layer-cell: cuda, cpu */
+    double step[2][2], setup[2][2]; /* [engine][path] */
+    double layer300[2];
+} tf_times;
+
+static int bench_tf(qmla_capture *cap, const qmla_mla_dims *d, const qmla_engine *cuda,
+                    int threads, size_t gpu_steps, size_t cpu_steps, int do_eval, int cpu_eval,
+                    row *rows,
+                    size_t *nr, tf_times *tm, qmla_error *err)
+{
+    const qmla_capture_config *cf = qmla_capture_get_config(cap);
+    const size_t ncell = qmla_capture_n_cells(cap, 0);
+    qmla_layer L;
+    qmla_cell c[2];
+    memset(&L, 0, sizeof L);
+    memset(c, 0, sizeof c);
+    int st = qmla_capture_load_layer(cap, 0, &L, err);
+    for (size_t k = 0; k < 2 && k < ncell && !st; k++)
+        st = qmla_capture_load_cell_parts(cap, 0, k, 0, &c[k], err);
+    if (st) {
+        qmla_layer_free(&L);
+        for (int k = 0; k < 2; k++)
+            qmla_cell_free(&c[k]);
+        return st;
+    }
+    const int layer = qmla_capture_layer_index(cap, 0);
+    const qmla_mla_weights w = {L.w_uk, L.w_uv, L.w_o};
+    const qmla_engine *eng[2] = {cuda, qmla_engine_cpu()};
+    const char *ename[2] = {"cuda", "cpu"};
+    const size_t H = d->H, T = c[0].T;
+    const qmla_exec ex = qmla_exec_cpu(threads);
+    /* the banks: views into the cells */
+    qmla_learn_bank bk[2];
+    size_t *Ts[2];
+    const float **pv[2][4];
+    for (int b = 0; b < 2; b++) {
+        const size_t n = b < (int)ncell ? c[b].N : 0;
+        Ts[b] = (size_t *)malloc((n ? n : 1) * sizeof(size_t));
+        for (int q = 0; q < 4; q++)
+            pv[b][q] = (const float **)malloc((n ? n : 1) * sizeof(float *));
+        for (size_t s = 0; s < n; s++) {
+            const size_t Tb = c[b].T;
+            Ts[b][s] = Tb;
+            pv[b][0][s] = c[b].c_kv + s * Tb * d->d_c;
+            pv[b][1][s] = c[b].k_rope + s * Tb * d->d_r;
+            pv[b][2][s] = c[b].q_nope + s * H * Tb * d->d_n;
+            pv[b][3][s] = c[b].q_rope + s * H * Tb * d->d_r;
+        }
+        bk[b].n = n;
+        bk[b].T = Ts[b];
+        bk[b].C = pv[b][0];
+        bk[b].K = pv[b][1];
+        bk[b].q_nope = pv[b][2];
+        bk[b].q_rope = pv[b][3];
+    }
+    qmla_learn_opts o = qmla_learn_defaults();
+    o.quant.bits = 4;
+    o.threads = threads;
+    o.steps = 300;
+    const size_t ncmp = gpu_steps < cpu_steps ? gpu_steps : cpu_steps;
+    double cmp_obj[2][2] = {{NAN, NAN}, {NAN, NAN}};
+    for (int e = 0; e < 2 && !st; e++) {
+        const size_t n = e == 0 ? gpu_steps : cpu_steps;
+        if (n == 0)
+            continue;
+        const qmla_learn_ops *lo = qmla_engine_learn(eng[e]);
+        tm->layer300[e] = 0.0;
+        for (int path = 0; path < 2 && !st; path++) {
+            void *l = NULL;
+            const double t0 = now();
+            st = lo->alloc(path ? QMLA_LEARN_ROPE : QMLA_LEARN_CONTENT, d, &w, L.kv_norm,
+                           cf->rope_pairing, &bk[0], &bk[1], &o, &l, err);
+            if (!st)
+                st = lo->init(l, NULL, err);
+            const double t1 = now();
+            for (size_t k = 0; k < n && !st; k++) {
+                st = lo->iterate(l, err);
+                if (!st && k + 1 == ncmp)
+                    cmp_obj[e][path] = lo->state(l).train_obj;
+            }
+            const double t2 = now();
+            if (!st)
+                st = lo->finish(l, err);
+            const double t3 = now();
+            if (l)
+                lo->free(l);
+            if (st)
+                break;
+            tm->setup[e][path] = (t1 - t0) + (t3 - t2);
+            tm->step[e][path] = (t2 - t1) / (double)n;
+            tm->layer300[e] += tm->setup[e][path] + 300.0 * tm->step[e][path];
+            add_row(rows, nr, path ? "learn_rope_step" : "learn_content_step", layer, c[0].name, T,
+                    1, ename[e], n, tm->step[e][path], 0);
+        }
+        if (!st)
+            add_row(rows, nr, "learn_layer_300", layer, c[0].name, T, 1, ename[e], n,
+                    tm->layer300[e], 0);
+    }
+    if (!st && ncmp)
+        for (size_t k = 0; k < *nr; k++)
+            if (!strncmp(rows[k].op, "learn_", 6)) {
+                const int path = !strcmp(rows[k].op, "learn_rope_step");
+                rows[k].max_rel = !strcmp(rows[k].op, "learn_layer_300")
+                                      ? fmax(rel(cmp_obj[0][0], cmp_obj[1][0]),
+                                             rel(cmp_obj[0][1], cmp_obj[1][1]))
+                                      : rel(cmp_obj[0][path], cmp_obj[1][path]);
+            }
+    if (!st && do_eval) {
+        qmla_transform t;
+        memset(&t, 0, sizeof t);
+        float *gam = (float *)malloc(d->d_c * sizeof(float));
+        const size_t cells0[1] = {0};
+        st = qmla_transform_alloc(d->d_c, d->d_r, cf->rope_pairing, &t, err);
+        if (!st)
+            st = qmla_tf_baseline(&ex, cap, 0, cells0, 1, QMLA_TM_SMOOTHQUANT, 0.5, &t, gam, err);
+        qmla_tf_eval_opts eo;
+        memset(&eo, 0, sizeof eo);
+        eo.qc = qmla_quant_defaults();
+        eo.qr = qmla_quant_defaults();
+        eo.qc.bits = eo.qr.bits = 4;
+        qmla_tf_eval_row er[2];
+        memset(er, 0, sizeof er);
+        for (int e = 0; e < (cpu_eval ? 2 : 1) && !st; e++) {
+            const double t0 = now();
+            st = qmla_engine_tfeval(eng[e])->cell(&ex, cap, 0, 0, &t, gam, &eo, &er[e], err);
+            tm->eval[e] = now() - t0;
+            if (!st)
+                add_row(rows, nr, "eval", layer, c[0].name, T, c[0].N, ename[e], c[0].N,
+                        tm->eval[e] / (double)c[0].N, 0);
+        }
+        if (!st && cpu_eval) {
+            const double v[5] = {rel(er[0].nmse_out, er[1].nmse_out), rel(er[0].nmse_c, er[1].nmse_c),
+                                 rel(er[0].nmse_p, er[1].nmse_p), rel(er[0].pos_err, er[1].pos_err),
+                                 rel(er[0].bound_p, er[1].bound_p)};
+            double m = 0.0;
+            for (int j = 0; j < 5; j++)
+                m = v[j] > m ? v[j] : m;
+            rows[*nr - 1].max_rel = rows[*nr - 2].max_rel = m;
+            printf("eval nmse_out cuda %.9g cpu %.9g\n", er[0].nmse_out, er[1].nmse_out);
+        }
+        qmla_transform_free(&t);
+        free(gam);
+    }
+    for (int b = 0; b < 2; b++) {
+        free(Ts[b]);
+        for (int q = 0; q < 4; q++)
+            free(pv[b][q]);
+    }
+    qmla_cell_free(&c[0]);
+    qmla_cell_free(&c[1]);
+    qmla_layer_free(&L);
+    return st;
+}
+
 static int usage(void)
 {
     fprintf(stderr, "usage: bench_engine CAPTURE.h5 [--threads N] [--out OUT.h5] [--layers L] "
                     "[--cpu-seqs K] [--no-cpu] [--no-sweep] [--ops] [--op-seqs K] "
-                    "[--iv-seqs K] [--iv-reps R] [--cpu-op-seqs K] [--cpu-light]\n");
+                    "[--iv-seqs K] [--iv-reps R] [--cpu-op-seqs K] [--cpu-light] "
+                    "[--learn GPU_STEPS] [--cpu-learn-steps K] [--eval]\n");
     return 2;
 }
 
@@ -469,7 +645,8 @@ int main(int argc, char **argv)
         return usage();
     const char *capture = argv[1], *out = "/tmp/qmla-bench-engine.h5";
     int threads = 1, layers = 1, cpu_seqs = 1, no_sweep = 0, ops = 0, op_seqs = 8, iv_seqs = 1;
-    int iv_reps = 32, cpu_op_seqs = 1, cpu_light = 0;
+    int iv_reps = 32, cpu_op_seqs = 1, cpu_light = 0, learn_steps = 0, cpu_learn_steps = 2;
+    int do_eval = 0, cpu_eval = 1;
     for (int k = 2; k < argc; k++) {
         if (!strcmp(argv[k], "--threads") && k + 1 < argc)
             threads = atoi(argv[++k]);
@@ -480,11 +657,17 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[k], "--cpu-seqs") && k + 1 < argc)
             cpu_seqs = atoi(argv[++k]);
         else if (!strcmp(argv[k], "--no-cpu"))
-            cpu_seqs = cpu_op_seqs = 0;
+            cpu_seqs = cpu_op_seqs = cpu_learn_steps = cpu_eval = 0;
         else if (!strcmp(argv[k], "--no-sweep"))
             no_sweep = 1;
         else if (!strcmp(argv[k], "--ops"))
             ops = 1;
+        else if (!strcmp(argv[k], "--learn") && k + 1 < argc)
+            learn_steps = atoi(argv[++k]);
+        else if (!strcmp(argv[k], "--cpu-learn-steps") && k + 1 < argc)
+            cpu_learn_steps = atoi(argv[++k]);
+        else if (!strcmp(argv[k], "--eval"))
+            do_eval = 1;
         else if (!strcmp(argv[k], "--cpu-light"))
             cpu_light = 1;
         else if (!strcmp(argv[k], "--op-seqs") && k + 1 < argc)
@@ -526,7 +709,7 @@ int main(int argc, char **argv)
     const qmla_exec ex = qmla_exec_cpu(threads);
     const size_t nl = qmla_capture_n_layers(cap) < (size_t)layers ? qmla_capture_n_layers(cap)
                                                                  : (size_t)layers;
-    row *rows = (row *)calloc(2 * nl * 64 + 16, sizeof *rows);
+    row *rows = (row *)calloc(2 * nl * 64 + 32, sizeof *rows);
     size_t nr = 0;
     double gpu_seq_s = 0.0, gpu_seqs = 0.0, cpu_seq_s = 0.0, cpu_seqs_n = 0.0;
     double gemm_logits = 0.0, gemm_proj = 0.0;
@@ -619,6 +802,14 @@ int main(int argc, char **argv)
         st = bench_ops(cap, &d, cuda, threads, op_seqs < 0 ? 0 : (size_t)op_seqs,
                        iv_seqs < 0 ? 0 : (size_t)iv_seqs, cpu_op_seqs < 0 ? 0 : (size_t)cpu_op_seqs,
                        iv_reps < 0 ? 0 : (size_t)iv_reps, cpu_light, rows, &nr, &tm, &err);
+    tf_times tt;
+    memset(&tt, 0, sizeof tt);
+    for (int e = 0; e < 2; e++)
+        tt.eval[e] = tt.layer300[e] = NAN;
+    if (!st && (learn_steps > 0 || do_eval))
+        st = bench_tf(cap, &d, cuda, threads, learn_steps < 0 ? 0 : (size_t)learn_steps,
+                      cpu_learn_steps < 0 ? 0 : (size_t)cpu_learn_steps, do_eval, cpu_eval, rows,
+                      &nr, &tt, &err);
     double gemm_sens = 0.0;
     if (!st && ops && nr) {
         /* the sensitivities' pairwise product: [ni H, d_v] x [d_v, T] per head */
@@ -666,6 +857,15 @@ int main(int argc, char **argv)
                tm.jvp[1] / tm.jvp[0], tm.predict[1] / tm.predict[0], tm.sens[1] / tm.sens[0],
                tm.iv[1] / tm.iv[0]);
     }
+    if (learn_steps > 0)
+        printf("learn one layer, both paths, 300 steps (Table 7): cuda %.1f s, cpu %.1f s "
+               "(projected from the timed steps); content step cuda %.4f s cpu %.4f s, rope step "
+               "cuda %.4f s cpu %.4f s\n",
+               tt.layer300[0], tt.layer300[1], tt.step[0][0], tt.step[1][0], tt.step[0][1],
+               tt.step[1][1]);
+    if (do_eval)
+        printf("eval one layer-cell: cuda %.3f s cpu %.3f s (speedup %.1f)\n", tt.eval[0],
+               tt.eval[1], tt.eval[1] / tt.eval[0]);
     if (v3) {
         study_s = gpu_per_seq * study_items;
         if (!no_sweep)
@@ -692,10 +892,15 @@ int main(int argc, char **argv)
                                "v3_sweep_study_seconds_extrapolated",
                                "v3_predict_study_seconds_extrapolated",
                                "v3_interventions_study_seconds_extrapolated",
-                               "cublas_sgemm_gflops_sensitivities"};
-        const double vals[] = {gemm_logits, gemm_proj, cpu_gemm, (double)threads,
-                               gpu_per_seq, cpu_per_seq, study_s, predict_s, iv_s, gemm_sens};
-        if ((st = write_h5(out, capture, cmd, qmla_engine_device(cuda), names, vals, 10, rows,
+                               "cublas_sgemm_gflops_sensitivities",
+                               "learn_layer_300_steps_seconds_cuda",
+                               "learn_layer_300_steps_seconds_cpu", "eval_cell_seconds_cuda",
+                               "eval_cell_seconds_cpu"};
+        const double vals[] = {gemm_logits,    gemm_proj,      cpu_gemm,    (double)threads,
+                               gpu_per_seq,    cpu_per_seq,    study_s,     predict_s,
+                               iv_s,           gemm_sens,      tt.layer300[0], tt.layer300[1],
+                               tt.eval[0],     tt.eval[1]};
+        if ((st = write_h5(out, capture, cmd, qmla_engine_device(cuda), names, vals, 14, rows,
                            nr, &err))) {
             fprintf(stderr, "bench_engine: %s\n", err.msg);
             qmla_capture_close(cap);

@@ -436,6 +436,49 @@ static cublasStatus_t aggregate_tile(cuda_sweep_ws *w, size_t Bt, size_t L, cons
                    w->U, dc, (long long)(Bt * dc), H);
 }
 
+/* One sequence's inputs to the device (q_nope, q_rope, c_kv, k_rope; the
+ * layer's weights unless the device copies are those of these host
+ * arrays), then the absorbed queries ql[h] = q_nope[h] w_uk[h]. On the
+ * workspace's stream, not synchronised. */
+static int seq_upload(cuda_sweep_ws *w, const qmla_mla_weights *wt, const float *q_nope,
+                      const float *q_rope, const float *C, const float *K, size_t T,
+                      qmla_error *err)
+{
+    const qmla_mla_dims *d = &w->d;
+    const size_t H = d->H, dc = d->d_c, dr = d->d_r, dn = d->d_n, dv = d->d_v, D = d->D;
+    const size_t HV = H * dv;
+    cudaStream_t s = w->stream;
+    int st = QMLA_OK;
+    CU(cudaMemcpyAsync(w->qn, q_nope, H * T * dn * sizeof(float), cudaMemcpyHostToDevice, s),
+       "copy q_nope");
+    CU(cudaMemcpyAsync(w->qr, q_rope, H * T * dr * sizeof(float), cudaMemcpyHostToDevice, s),
+       "copy q_rope");
+    CU(cudaMemcpyAsync(w->C, C, T * dc * sizeof(float), cudaMemcpyHostToDevice, s), "copy c_kv");
+    CU(cudaMemcpyAsync(w->K, K, T * dr * sizeof(float), cudaMemcpyHostToDevice, s), "copy k_rope");
+    if (!(w->w_valid && w->w_host[0] == wt->w_uk && w->w_host[1] == wt->w_uv &&
+          w->w_host[2] == wt->w_o)) {
+        w->w_valid = 0;
+        CU(cudaMemcpyAsync(w->wuk, wt->w_uk, H * dn * dc * sizeof(float),
+                           cudaMemcpyHostToDevice, s),
+           "copy w_uk");
+        CU(cudaMemcpyAsync(w->wuv, wt->w_uv, H * dv * dc * sizeof(float),
+                           cudaMemcpyHostToDevice, s),
+           "copy w_uv");
+        CU(cudaMemcpyAsync(w->wo, wt->w_o, D * HV * sizeof(float), cudaMemcpyHostToDevice, s),
+           "copy w_o");
+        w->w_host[0] = wt->w_uk;
+        w->w_host[1] = wt->w_uv;
+        w->w_host[2] = wt->w_o;
+        w->w_valid = 1;
+    }
+    /* absorption: ql[h] = q_nope[h] w_uk[h]  ([T, dn] x [dn, dc]) */
+    CB(gemm_rm(w->blas, 0, 0, T, dc, dn, 1.0f, w->qn, dn, (long long)(T * dn), w->wuk, dc,
+               (long long)(dn * dc), 0.0f, w->ql, dc, (long long)(T * dc), H),
+       "absorption");
+out:
+    return st;
+}
+
 static int sweep_sequence(const qmla_exec *ex, const qmla_sweep_params *p,
                           const qmla_mla_dims *d, size_t T, const qmla_mla_weights *wt,
                           const float *q_nope, const float *q_rope, const float *C,
@@ -454,8 +497,8 @@ static int sweep_sequence(const qmla_exec *ex, const qmla_sweep_params *p,
         return qmla_sweep_sequence(ex, p, d, T, wt, q_nope, q_rope, C, K, 1, w->cpu, out,
                                    err);
     }
-    const size_t H = d->H, dc = d->d_c, dr = d->d_r, dn = d->d_n, dv = d->d_v, D = d->D;
-    const size_t HV = H * dv, B = w->B, nt = ntiles(T, B);
+    const size_t H = d->H, dc = d->d_c, dr = d->d_r, D = d->D;
+    const size_t B = w->B, nt = ntiles(T, B);
     const float tau = (float)d->tau;
     int st = QMLA_OK;
     w->a_valid = 0;
@@ -477,36 +520,12 @@ static int sweep_sequence(const qmla_exec *ex, const qmla_sweep_params *p,
     const int run[2] = {!degenerate[0], !degenerate[1]};
 
     cudaStream_t s = w->stream;
-    CU(cudaMemcpyAsync(w->qn, q_nope, H * T * dn * sizeof(float), cudaMemcpyHostToDevice, s),
-       "copy q_nope");
-    CU(cudaMemcpyAsync(w->qr, q_rope, H * T * dr * sizeof(float), cudaMemcpyHostToDevice, s),
-       "copy q_rope");
-    CU(cudaMemcpyAsync(w->C, C, T * dc * sizeof(float), cudaMemcpyHostToDevice, s), "copy c_kv");
-    CU(cudaMemcpyAsync(w->K, K, T * dr * sizeof(float), cudaMemcpyHostToDevice, s), "copy k_rope");
+    if ((st = seq_upload(w, wt, q_nope, q_rope, C, K, T, err)))
+        goto out;
     CU(cudaMemcpyAsync(w->Ec, E[0], T * dc * sizeof(float), cudaMemcpyHostToDevice, s),
        "copy content error");
     CU(cudaMemcpyAsync(w->Er, E[1], T * dr * sizeof(float), cudaMemcpyHostToDevice, s),
        "copy RoPE error");
-    if (!(w->w_valid && w->w_host[0] == wt->w_uk && w->w_host[1] == wt->w_uv &&
-          w->w_host[2] == wt->w_o)) {
-        w->w_valid = 0;
-        CU(cudaMemcpyAsync(w->wuk, wt->w_uk, H * dn * dc * sizeof(float),
-                           cudaMemcpyHostToDevice, s),
-           "copy w_uk");
-        CU(cudaMemcpyAsync(w->wuv, wt->w_uv, H * dv * dc * sizeof(float),
-                           cudaMemcpyHostToDevice, s),
-           "copy w_uv");
-        CU(cudaMemcpyAsync(w->wo, wt->w_o, D * HV * sizeof(float), cudaMemcpyHostToDevice, s),
-           "copy w_o");
-        w->w_host[0] = wt->w_uk;
-        w->w_host[1] = wt->w_uv;
-        w->w_host[2] = wt->w_o;
-        w->w_valid = 1;
-    }
-    /* absorption: ql[h] = q_nope[h] w_uk[h]  ([T, dn] x [dn, dc]) */
-    CB(gemm_rm(w->blas, 0, 0, T, dc, dn, 1.0f, w->qn, dn, (long long)(T * dn), w->wuk, dc,
-               (long long)(dn * dc), 0.0f, w->ql, dc, (long long)(T * dc), H),
-       "absorption");
     for (size_t k = 0; k < nt; k++) {
         const size_t t0 = k * B, t1 = t0 + B < T ? t0 + B : T, Bt = t1 - t0, L = t1;
         const size_t nZ = H * Bt * L;
@@ -1591,3 +1610,574 @@ done:
 extern "C" const qmla_op_ops qmla_cuda_op_ops = {op_ws_alloc, op_ws_free, op_layer_alloc,
                                                 op_layer_free, op_sequence};
 extern "C" const qmla_iv_ops qmla_cuda_iv_ops = {iv_ws_alloc, op_ws_free, iv_sequence};
+
+/* ---- the effective-cache evaluation (qmla eval) -------------------------------
+ * qmla_tf_eval_cell's attention work (transform/tfeval_int.h) on the GPU:
+ * per sequence the clean pass and the three quantized passes (both caches,
+ * content only, RoPE only) tile by tile on the sweep's workspace, the
+ * squared output differences in double (one partial per block), and the
+ * masked positional scores Q_P,h K^T and Q_P,h (K~ - K)^T in double (one
+ * block per (head, query token), a fixed tree); ||C||_2 from C^T C (DGEMM)
+ * and per layer ||P_h||_2 from P_h P_h^T with P_h^T = W_O,h W_UV,h (DGEMM,
+ * rounded to float as the CPU stores it), their largest eigenvalues by the
+ * CPU's own GSL call on the host. The effective caches C~, K~ are the
+ * CPU's (qmla_transform_effective_*), bit for bit. */
+
+#include "transform/learn_int.h"
+#include "transform/tfeval_int.h"
+
+static cublasStatus_t dgemm_rm(cublasHandle_t h, int ta, int tb, size_t M, size_t N, size_t K,
+                               const double *A, size_t lda, long long sA, const double *Bm,
+                               size_t ldb, long long sB, double beta, double *C, size_t ldc,
+                               long long sC, size_t batch)
+{
+    const double one = 1.0;
+    return cublasDgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                     ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K,
+                                     &one, Bm, (int)ldb, sB, A, (int)lda, sA, &beta, C,
+                                     (int)ldc, sC, (int)batch);
+}
+
+/* y = (double)x; with round_f, y = (double)(float)x for double x. */
+static __global__ void to_double_kernel(const float *x, double *y, size_t n)
+{
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x)
+        y[k] = (double)x[k];
+}
+
+static __global__ void round_float_kernel(double *y, size_t n)
+{
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x)
+        y[k] = (double)(float)y[k];
+}
+
+/* Block (h, i): over the keys s <= i, sum of (q . k_s)^2 and of
+ * (q . (k~_s - k_s))^2 in double, q = q_rope[h, i] (head-major [H, T, d_r]);
+ * into den[h T + i], num[h T + i]. */
+static __global__ void pos_scores_kernel(const float *qr, const float *K, const float *Ke,
+                                         size_t T, size_t dr, double *den, double *num)
+{
+    __shared__ double sh[SM_THREADS];
+    extern __shared__ double q[];
+    const size_t row = blockIdx.x, i = row % T;
+    for (size_t j = threadIdx.x; j < dr; j += blockDim.x)
+        q[j] = (double)qr[row * dr + j];
+    __syncthreads();
+    double z2 = 0.0, d2 = 0.0;
+    for (size_t s = threadIdx.x; s <= i; s += blockDim.x) {
+        double z = 0.0, dz = 0.0;
+        for (size_t j = 0; j < dr; j++) {
+            const double k = (double)K[s * dr + j];
+            z += q[j] * k;
+            dz += q[j] * ((double)Ke[s * dr + j] - k);
+        }
+        z2 += z * z;
+        d2 += dz * dz;
+    }
+    const double a = block_sum(z2, sh);
+    const double b = block_sum(d2, sh);
+    if (threadIdx.x == 0) {
+        den[row] = a;
+        num[row] = b;
+    }
+}
+
+typedef struct cuda_eval_ctx {
+    cuda_sweep_ws *sw;
+    size_t T;
+    int threads;      /* host threads of the eigensolver */
+    double *Cd, *G;   /* device: C as double [T, d_c], C^T C [d_c, d_c] */
+    double *hG;       /* host [d_c, d_c] */
+    double *pos, *hpos; /* [2, H, T]: den, num */
+} cuda_eval_ctx;
+
+/* cudaFree of the n device pointers of p that are not NULL. */
+static void cuda_free_all(void *const *p, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (p[k])
+            cudaFree(p[k]);
+}
+
+static void eval_end(void *p)
+{
+    cuda_eval_ctx *c = (cuda_eval_ctx *)p;
+    if (c->sw)
+        sweep_ws_free(c->sw);
+    void *const dev[] = {c->Cd, c->G, c->pos};
+    cuda_free_all(dev, 3);
+    if (c->hpos)
+        cudaFreeHost(c->hpos);
+    free(c->hG);
+    const int th = c->threads;
+    memset(c, 0, sizeof *c);
+    c->threads = th;
+}
+
+static int eval_begin(void *p, const qmla_mla_dims *d, size_t T, qmla_error *err)
+{
+    cuda_eval_ctx *c = (cuda_eval_ctx *)p;
+    void *sw = NULL;
+    int st = sweep_ws_alloc(d, T, 0, &sw, err);
+    if (st)
+        return st;
+    c->sw = (cuda_sweep_ws *)sw;
+    c->T = T;
+    const size_t dc = d->d_c, H = d->H;
+    CU(cudaMalloc((void **)&c->Cd, T * dc * sizeof(double)), "c_kv (double)");
+    CU(cudaMalloc((void **)&c->G, dc * dc * sizeof(double)), "Gram of c_kv");
+    CU(cudaMalloc((void **)&c->pos, 2 * H * T * sizeof(double)), "positional sums");
+    CU(cudaMallocHost((void **)&c->hpos, 2 * H * T * sizeof(double)), "positional sums");
+    if (!(c->hG = (double *)malloc(dc * dc * sizeof(double))))
+        st = qmla_error_set(err, QMLA_ENOMEM, "cuda engine: out of memory");
+out:
+    if (st)
+        eval_end(c);
+    return st;
+}
+
+/* ||P_h||_2 of every head: X_h = W_O,h W_UV,h [D, d_c] in double (DGEMM),
+ * rounded to float as the CPU stores it, G_h = X_h^T X_h (DGEMM), the
+ * largest eigenvalues on the host (GSL, as the CPU), heads in chunks of at
+ * most 1 GiB of X. */
+static int eval_head_norms(void *p, const qmla_mla_dims *d, const qmla_mla_weights *wt,
+                           double *pn, qmla_error *err)
+{
+    cuda_eval_ctx *c = (cuda_eval_ctx *)p;
+    cuda_sweep_ws *w = c->sw;
+    const size_t H = d->H, D = d->D, dc = d->d_c, dv = d->d_v, HV = H * dv;
+    cudaStream_t s = w->stream;
+    int st = QMLA_OK;
+    float *f = NULL;
+    double *wo = NULL, *wuv = NULL, *X = NULL, *G = NULL, *hG = NULL, *lam = NULL;
+    size_t hc = (size_t)(1073741824.0 / ((double)D * (double)dc * 8.0));
+    hc = hc < 1 ? 1 : hc > H ? H : hc;
+    const size_t nf = D * HV > HV * dc ? D * HV : HV * dc;
+    CU(cudaMalloc((void **)&f, nf * sizeof(float)), "weights staging");
+    CU(cudaMalloc((void **)&wo, D * HV * sizeof(double)), "w_o (double)");
+    CU(cudaMalloc((void **)&wuv, HV * dc * sizeof(double)), "w_uv (double)");
+    CU(cudaMalloc((void **)&X, hc * D * dc * sizeof(double)), "P_h");
+    CU(cudaMalloc((void **)&G, hc * dc * dc * sizeof(double)), "P_h Grams");
+    hG = (double *)malloc(H * dc * dc * sizeof(double));
+    lam = (double *)malloc(H * sizeof(double));
+    if (!hG || !lam) {
+        st = qmla_error_set(err, QMLA_ENOMEM, "bound: out of memory");
+        goto out;
+    }
+    CU(cudaMemcpyAsync(f, wt->w_o, D * HV * sizeof(float), cudaMemcpyHostToDevice, s), "copy w_o");
+    to_double_kernel<<<grid_for(D * HV), SM_THREADS, 0, s>>>(f, wo, D * HV);
+    CU(cudaGetLastError(), "w_o (double)");
+    CU(cudaMemcpyAsync(f, wt->w_uv, HV * dc * sizeof(float), cudaMemcpyHostToDevice, s),
+       "copy w_uv");
+    to_double_kernel<<<grid_for(HV * dc), SM_THREADS, 0, s>>>(f, wuv, HV * dc);
+    CU(cudaGetLastError(), "w_uv (double)");
+    for (size_t h0 = 0; h0 < H; h0 += hc) {
+        const size_t nh = h0 + hc <= H ? hc : H - h0;
+        /* X_h [D, dc] = w_o[:, h dv .. h dv + dv) (row stride HV) w_uv[h] [dv, dc] */
+        CB(dgemm_rm(w->blas, 0, 0, D, dc, dv, wo + h0 * dv, HV, (long long)dv,
+                    wuv + h0 * dv * dc, dc, (long long)(dv * dc), 0.0, X, dc,
+                    (long long)(D * dc), nh),
+           "P_h");
+        round_float_kernel<<<grid_for(nh * D * dc), SM_THREADS, 0, s>>>(X, nh * D * dc);
+        CU(cudaGetLastError(), "P_h as float");
+        CB(dgemm_rm(w->blas, 1, 0, dc, dc, D, X, dc, (long long)(D * dc), X, dc,
+                    (long long)(D * dc), 0.0, G, dc, (long long)(dc * dc), nh),
+           "P_h Gram");
+        CU(cudaMemcpyAsync(hG + h0 * dc * dc, G, nh * dc * dc * sizeof(double),
+                           cudaMemcpyDeviceToHost, s),
+           "copy P_h Grams");
+    }
+    CU(cudaStreamSynchronize(s), "head norms");
+    qmla_lambda_max_sym_batch(hG, H, dc, c->threads, lam);
+    for (size_t h = 0; h < H; h++)
+        pn[h] = sqrt(lam[h] > 0 ? lam[h] : 0);
+out:
+    if (st)
+        cudaStreamSynchronize(s);
+    void *const dev[] = {f, wo, wuv, X, G};
+    cuda_free_all(dev, 5);
+    free(hG);
+    free(lam);
+    return st;
+}
+
+/* One query tile's attention of caches (Cs, Ks) into P (softmax in place),
+ * then its output into Y. */
+static int eval_pass_tile(cuda_sweep_ws *w, size_t T, size_t t0, size_t Bt, const float *Cs,
+                          const float *Ks, float *P, float *Y, qmla_error *err)
+{
+    const qmla_mla_dims *d = &w->d;
+    const size_t H = d->H, dc = d->d_c, dr = d->d_r, L = t0 + Bt;
+    const long long sZ = (long long)(Bt * L);
+    const float tau = (float)d->tau;
+    int st = QMLA_OK;
+    CB(gemm_rm(w->blas, 0, 1, Bt, L, dc, tau, w->ql + t0 * dc, dc, (long long)(T * dc), Cs, dc,
+               0, 0.0f, P, L, sZ, H),
+       "content logits");
+    CB(gemm_rm(w->blas, 0, 1, Bt, L, dr, tau, w->qr + t0 * dr, dr, (long long)(T * dr), Ks, dr,
+               0, 1.0f, P, L, sZ, H),
+       "RoPE logits");
+    softmax_rows_kernel<<<(unsigned)(H * Bt), SM_THREADS, 0, w->stream>>>(P, NULL, P, Bt, L, t0);
+    CU(cudaGetLastError(), "softmax");
+    CB(aggregate_tile(w, Bt, L, P, Cs), "aggregation");
+    CB(project_tile(w, Bt, Y), "projection");
+out:
+    return st;
+}
+
+static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
+                         const qmla_mla_weights *wt, const float *q_nope, const float *q_rope,
+                         const float *C, const float *K, const float *Ce, const float *Ke,
+                         qmla_tf_eval_sums *out, qmla_error *err)
+{
+    (void)ex;
+    cuda_eval_ctx *c = (cuda_eval_ctx *)p;
+    cuda_sweep_ws *w = c->sw;
+    const size_t H = d->H, dc = d->d_c, dr = d->d_r, D = d->D, B = w->B, nt = ntiles(T, B);
+    const size_t np = nt * NORM_BLOCKS;
+    cudaStream_t s = w->stream;
+    int st = QMLA_OK;
+    if (T == 0 || T > c->T)
+        return qmla_error_set(err, QMLA_EINVAL, "eval: T = %zu outside [1, %zu]", T, c->T);
+    if ((st = seq_upload(w, wt, q_nope, q_rope, C, K, T, err)))
+        goto out;
+    /* C~ and K~ in the error slots */
+    CU(cudaMemcpyAsync(w->Ec, Ce, T * dc * sizeof(float), cudaMemcpyHostToDevice, s),
+       "copy effective c_kv");
+    CU(cudaMemcpyAsync(w->Er, Ke, T * dr * sizeof(float), cudaMemcpyHostToDevice, s),
+       "copy effective k_rope");
+    for (size_t k = 0; k < nt; k++) {
+        const size_t t0 = k * B, t1 = t0 + B < T ? t0 + B : T, Bt = t1 - t0;
+        if ((st = eval_pass_tile(w, T, t0, Bt, w->C, w->K, w->Z, w->Y[0], err)))
+            goto out;
+        sumsq_kernel<<<NORM_BLOCKS, SM_THREADS, 0, s>>>(w->Y[0], NULL, Bt * D,
+                                                        w->part + k * NORM_BLOCKS);
+        CU(cudaGetLastError(), "output norm");
+        const float *Cs[3] = {w->Ec, w->Ec, w->C}, *Ks[3] = {w->Er, w->K, w->Er};
+        for (int q = 0; q < 3; q++) {
+            if ((st = eval_pass_tile(w, T, t0, Bt, Cs[q], Ks[q], w->P1, w->Y[1], err)))
+                goto out;
+            sumsq_kernel<<<NORM_BLOCKS, SM_THREADS, 0, s>>>(
+                w->Y[1], w->Y[0], Bt * D, w->part + (size_t)(q + 1) * np + k * NORM_BLOCKS);
+            CU(cudaGetLastError(), "output difference");
+        }
+    }
+    pos_scores_kernel<<<(unsigned)(H * T), SM_THREADS, dr * sizeof(double), s>>>(
+        w->qr, w->K, w->Er, T, dr, c->pos, c->pos + H * T);
+    CU(cudaGetLastError(), "positional scores");
+    to_double_kernel<<<grid_for(T * dc), SM_THREADS, 0, s>>>(w->C, c->Cd, T * dc);
+    CU(cudaGetLastError(), "c_kv (double)");
+    CB(dgemm_rm(w->blas, 1, 0, dc, dc, T, c->Cd, dc, 0, c->Cd, dc, 0, 0.0, c->G, dc, 0, 1),
+       "Gram of c_kv");
+    CU(cudaMemcpyAsync(w->hpart, w->part, 4 * np * sizeof(double), cudaMemcpyDeviceToHost, s),
+       "copy sums");
+    CU(cudaMemcpyAsync(c->hpos, c->pos, 2 * H * T * sizeof(double), cudaMemcpyDeviceToHost, s),
+       "copy positional sums");
+    CU(cudaMemcpyAsync(c->hG, c->G, dc * dc * sizeof(double), cudaMemcpyDeviceToHost, s),
+       "copy Gram");
+    CU(cudaStreamSynchronize(s), "eval sequence");
+    {
+        double v[4] = {0, 0, 0, 0};
+        for (int q = 0; q < 4; q++)
+            for (size_t k = 0; k < np; k++)
+                v[q] += w->hpart[(size_t)q * np + k];
+        if (!isfinite(v[0]))
+            return qmla_error_set(err, QMLA_ENONFINITE,
+                                  "clean attention pass: expected finite values, found %g as "
+                                  "the sum of squares of the attention output Y = O W_O "
+                                  "(float32 overflow; `qmla check` locates it)",
+                                  v[0]);
+        out->yy = v[0];
+        for (int q = 0; q < 3; q++)
+            out->dd[q] = v[q + 1];
+        double den = 0.0;
+        for (size_t k = 0; k < H * T; k++)
+            den += c->hpos[k];
+        out->den = den;
+        for (size_t h = 0; h < H; h++) {
+            double nh = 0.0;
+            for (size_t i = 0; i < T; i++)
+                nh += c->hpos[H * T + h * T + i];
+            out->nh[h] = nh;
+        }
+        const double l = qmla_lambda_max_sym(c->hG, dc);
+        out->cn = sqrt(l > 0 ? l : 0);
+    }
+out:
+    if (st)
+        cudaStreamSynchronize(s);
+    return st;
+}
+
+extern "C" int qmla_cuda_tf_eval_cell(const qmla_exec *ex, qmla_capture *cap, size_t li,
+                                      size_t ci, const qmla_transform *t, const float *gamma,
+                                      const qmla_tf_eval_opts *o, qmla_tf_eval_row *row,
+                                      qmla_error *err)
+{
+    if (!qmla_cuda_engine_device())
+        return qmla_error_set(err, QMLA_EINVAL, "cuda engine: %s", qmla_cuda_engine_unusable());
+    cuda_eval_ctx c;
+    memset(&c, 0, sizeof c);
+    c.threads = qmla_exec_threads(ex);
+    const qmla_tf_eval_impl im = {&c, eval_head_norms, eval_begin, eval_end, eval_sequence};
+    return qmla_tf_eval_cell_impl(&im, ex, cap, li, ci, t, gamma, o, row, err);
+}
+
+/* ---- learning: the content objective's attention (qmla learn) ------------------
+ * The CPU learner (lib/transform/learn.c) with the attention forward and
+ * backward of its content objective on the GPU (transform/learn_int.h): the
+ * per-head form of learn.c's attn_fast, with every sequence's q_nope,
+ * q_rope, k_rope and clean output Y on the device from the learner's
+ * allocation on, and per call the effective cache C~ in and G_C~ out:
+ *   K_all = C~ W_UK^T, V_all = C~ W_UV^T                  (SGEMM)
+ *   Z_h = tau (q_nope,h K_h^T + q_rope,h K^T)             (strided-batched)
+ *   A = causal softmax (the sweep's row kernel), O_h = A_h V_h, Y~ = O W_O^T
+ *   L_C = ||Y~ - Y||^2 / yden (double, one partial per block), G_Y
+ *   G_O = G_Y W_O, G_A,h = G_O,h V_h^T, G_V,h = A_h^T G_O,h,
+ *   G_Z = A (.) (G_A - rowsum(A (.) G_A)) (the JVP row kernel),
+ *   G_K,h = tau G_Z,h^T q_nope,h, G_C~ = G_K W_UK + G_V W_UV.
+ * Full [H, T, T] attention and its gradient (as the CPU learner's
+ * workspace): memory O(H T^2). The transform maps, the straight-through
+ * quantizer, the Cayley map and AdamW are the CPU learner's, in double
+ * where it uses double. */
+
+/* GY = (float)(2 (Yt - Y) / yden); partial sums of (Yt - Y)^2 per block. */
+static __global__ void out_loss_kernel(const float *Yt, const float *Y, double yden, size_t n,
+                                       float *GY, double *part)
+{
+    __shared__ double sh[SM_THREADS];
+    double s = 0.0;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        const double v = (double)Yt[k] - (double)Y[k];
+        s += v * v;
+        if (GY)
+            GY[k] = (float)(2.0 * v / yden);
+    }
+    const double v = block_sum(s, sh);
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = v;
+}
+
+typedef struct cuda_learn_seq {
+    size_t T;
+    double yden;
+    float *qn, *qr, *K, *Y; /* device */
+} cuda_learn_seq;
+
+typedef struct cuda_learn_ctx {
+    qmla_mla_dims d;
+    size_t Tmax, nseq[2];
+    cuda_learn_seq *seq[2];
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    float *wuk, *wuv, *wo;
+    float *Ct, *Kc, *Vc, *Z, *GA, *O, *Yt, *GY, *GO, *GK, *GV, *GC;
+    double *part, *hpart;
+} cuda_learn_ctx;
+
+static void learn_ctx_free(void *p)
+{
+    cuda_learn_ctx *c = (cuda_learn_ctx *)p;
+    if (!c)
+        return;
+    for (int b = 0; b < 2; b++) {
+        for (size_t k = 0; c->seq[b] && k < c->nseq[b]; k++) {
+            void *const f[] = {c->seq[b][k].qn, c->seq[b][k].qr, c->seq[b][k].K, c->seq[b][k].Y};
+            cuda_free_all(f, 4);
+        }
+        free(c->seq[b]);
+    }
+    void *const f[] = {c->wuk, c->wuv, c->wo, c->Ct, c->Kc, c->Vc, c->Z,  c->GA,
+                       c->O,   c->Yt,  c->GY, c->GO, c->GK, c->GV, c->GC, c->part};
+    cuda_free_all(f, sizeof f / sizeof *f);
+    if (c->hpart)
+        cudaFreeHost(c->hpart);
+    if (c->blas)
+        cublasDestroy(c->blas);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+static int learn_content(void *p, int bank, size_t k, const float *Ct, int want_grad, double *f,
+                         float *GC, double *tm, qmla_error *err)
+{
+    cuda_learn_ctx *c = (cuda_learn_ctx *)p;
+    const qmla_mla_dims *d = &c->d;
+    const cuda_learn_seq *q = &c->seq[bank][k];
+    const size_t T = q->T, H = d->H, dc = d->d_c, dn = d->d_n, dr = d->d_r, dv = d->d_v;
+    const size_t D = d->D, HN = H * dn, HV = H * dv;
+    const long long sZ = (long long)(T * T);
+    const float tau = (float)d->tau;
+    cudaStream_t s = c->stream;
+    cublasHandle_t h = c->blas;
+    int st = QMLA_OK;
+    const double t0 = wall_now();
+    double t1 = t0;
+    CU(cudaMemcpyAsync(c->Ct, Ct, T * dc * sizeof(float), cudaMemcpyHostToDevice, s),
+       "copy effective c_kv");
+    CB(gemm_rm(h, 0, 1, T, HN, dc, 1.0f, c->Ct, dc, 0, c->wuk, dc, 0, 0.0f, c->Kc, HN, 0, 1),
+       "keys K_h");
+    CB(gemm_rm(h, 0, 1, T, HV, dc, 1.0f, c->Ct, dc, 0, c->wuv, dc, 0, 0.0f, c->Vc, HV, 0, 1),
+       "values V_h");
+    CB(gemm_rm(h, 0, 1, T, T, dn, tau, q->qn, dn, (long long)(T * dn), c->Kc, HN, (long long)dn,
+               0.0f, c->Z, T, sZ, H),
+       "content logits");
+    CB(gemm_rm(h, 0, 1, T, T, dr, tau, q->qr, dr, (long long)(T * dr), q->K, dr, 0, 1.0f, c->Z, T,
+               sZ, H),
+       "RoPE logits");
+    softmax_rows_kernel<<<(unsigned)(H * T), SM_THREADS, 0, s>>>(c->Z, NULL, c->Z, T, T, 0);
+    CU(cudaGetLastError(), "softmax");
+    CB(gemm_rm(h, 0, 0, T, dv, T, 1.0f, c->Z, T, sZ, c->Vc, HV, (long long)dv, 0.0f, c->O, HV,
+               (long long)dv, H),
+       "head outputs");
+    CB(gemm_rm(h, 0, 1, T, D, HV, 1.0f, c->O, HV, 0, c->wo, HV, 0, 0.0f, c->Yt, D, 0, 1),
+       "projection");
+    out_loss_kernel<<<NORM_BLOCKS, SM_THREADS, 0, s>>>(c->Yt, q->Y, q->yden, T * D,
+                                                       want_grad ? c->GY : NULL, c->part);
+    CU(cudaGetLastError(), "objective");
+    CU(cudaMemcpyAsync(c->hpart, c->part, NORM_BLOCKS * sizeof(double), cudaMemcpyDeviceToHost,
+                       s),
+       "copy objective sums");
+    CU(cudaStreamSynchronize(s), "content objective");
+    {
+        double e = 0.0;
+        for (size_t j = 0; j < NORM_BLOCKS; j++)
+            e += c->hpart[j];
+        if (!isfinite(e))
+            return qmla_error_set(err, QMLA_ENONFINITE,
+                                  "learn: content objective: expected a finite output error, "
+                                  "found %g (float32 overflow)",
+                                  e);
+        *f = e / q->yden;
+    }
+    t1 = wall_now();
+    tm[0] += t1 - t0;
+    if (!want_grad)
+        return QMLA_OK;
+    CB(gemm_rm(h, 0, 0, T, HV, D, 1.0f, c->GY, D, 0, c->wo, HV, 0, 0.0f, c->GO, HV, 0, 1),
+       "G_O");
+    CB(gemm_rm(h, 0, 1, T, T, dv, 1.0f, c->GO, HV, (long long)dv, c->Vc, HV, (long long)dv, 0.0f,
+               c->GA, T, sZ, H),
+       "G_A");
+    CB(gemm_rm(h, 1, 0, T, dv, T, 1.0f, c->Z, T, sZ, c->GO, HV, (long long)dv, 0.0f, c->GV, HV,
+               (long long)dv, H),
+       "G_V");
+    softmax_jvp_kernel<<<(unsigned)(H * T), SM_THREADS, 0, s>>>(c->Z, c->GA, c->GA, T, T, 0);
+    CU(cudaGetLastError(), "softmax backward");
+    CB(gemm_rm(h, 1, 0, T, dn, T, tau, c->GA, T, sZ, q->qn, dn, (long long)(T * dn), 0.0f, c->GK,
+               HN, (long long)dn, H),
+       "G_K");
+    CB(gemm_rm(h, 0, 0, T, dc, HN, 1.0f, c->GK, HN, 0, c->wuk, dc, 0, 0.0f, c->GC, dc, 0, 1),
+       "G_C (keys)");
+    CB(gemm_rm(h, 0, 0, T, dc, HV, 1.0f, c->GV, HV, 0, c->wuv, dc, 0, 1.0f, c->GC, dc, 0, 1),
+       "G_C (values)");
+    CU(cudaMemcpyAsync(GC, c->GC, T * dc * sizeof(float), cudaMemcpyDeviceToHost, s),
+       "copy G_C");
+    CU(cudaStreamSynchronize(s), "content gradient");
+    tm[1] += wall_now() - t1;
+out:
+    if (st)
+        cudaStreamSynchronize(s);
+    return st;
+}
+
+/* The CPU learner, with the content attention on the GPU (content path
+ * with the function-aligned objective in its default per-head form; the
+ * RoPE path, --objective recon and attn_reference stay the CPU's). */
+extern "C" int qmla_cuda_learn_alloc(qmla_learn_path path, const qmla_mla_dims *d,
+                                     const qmla_mla_weights *wt, const float *gamma,
+                                     qmla_rope_pairing pairing, const qmla_learn_bank *train,
+                                     const qmla_learn_bank *held, const qmla_learn_opts *o,
+                                     void **learner, qmla_error *err)
+{
+    *learner = NULL;
+    if (!qmla_cuda_engine_device())
+        return qmla_error_set(err, QMLA_EINVAL, "cuda engine: %s", qmla_cuda_engine_unusable());
+    qmla_learner *l = NULL;
+    int st = qmla_learner_alloc(path, d, wt, gamma, pairing, train, held, o, &l, err);
+    if (st)
+        return st;
+    if (path != QMLA_LEARN_CONTENT || o->recon || o->attn_reference) {
+        *learner = l;
+        return QMLA_OK;
+    }
+    const size_t H = d->H, dc = d->d_c, dn = d->d_n, dr = d->d_r, dv = d->d_v, D = d->D;
+    const size_t HN = H * dn, HV = H * dv;
+    cuda_learn_ctx *c = (cuda_learn_ctx *)calloc(1, sizeof *c);
+    if (!c) {
+        qmla_learner_free(l);
+        return qmla_error_set(err, QMLA_ENOMEM, "cuda engine: out of memory");
+    }
+    c->d = *d;
+    CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "stream");
+    CB(cublasCreate(&c->blas), "cublasCreate");
+    CB(cublasSetStream(c->blas, c->stream), "cublasSetStream");
+    CB(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    CU(cudaMalloc((void **)&c->wuk, HN * dc * sizeof(float)), "w_uk");
+    CU(cudaMalloc((void **)&c->wuv, HV * dc * sizeof(float)), "w_uv");
+    CU(cudaMalloc((void **)&c->wo, D * HV * sizeof(float)), "w_o");
+    CU(cudaMemcpy(c->wuk, wt->w_uk, HN * dc * sizeof(float), cudaMemcpyHostToDevice), "copy w_uk");
+    CU(cudaMemcpy(c->wuv, wt->w_uv, HV * dc * sizeof(float), cudaMemcpyHostToDevice), "copy w_uv");
+    CU(cudaMemcpy(c->wo, wt->w_o, D * HV * sizeof(float), cudaMemcpyHostToDevice), "copy w_o");
+    for (int b = 0; b < 2; b++) {
+        const size_t n = qmla_learner_n_seq(l, b);
+        c->nseq[b] = n;
+        if (!(c->seq[b] = (cuda_learn_seq *)calloc(n ? n : 1, sizeof(cuda_learn_seq)))) {
+            st = qmla_error_set(err, QMLA_ENOMEM, "cuda engine: out of memory");
+            goto out;
+        }
+        for (size_t k = 0; k < n; k++) {
+            cuda_learn_seq *q = &c->seq[b][k];
+            const float *qn, *qr, *K, *Y;
+            size_t T;
+            qmla_learner_seq(l, b, k, &T, &qn, &qr, &K, &Y, &q->yden);
+            q->T = T;
+            if (T > c->Tmax)
+                c->Tmax = T;
+            CU(cudaMalloc((void **)&q->qn, H * T * dn * sizeof(float)), "q_nope");
+            CU(cudaMalloc((void **)&q->qr, H * T * dr * sizeof(float)), "q_rope");
+            CU(cudaMalloc((void **)&q->K, T * dr * sizeof(float)), "k_rope");
+            CU(cudaMalloc((void **)&q->Y, T * D * sizeof(float)), "clean output");
+            CU(cudaMemcpy(q->qn, qn, H * T * dn * sizeof(float), cudaMemcpyHostToDevice),
+               "copy q_nope");
+            CU(cudaMemcpy(q->qr, qr, H * T * dr * sizeof(float), cudaMemcpyHostToDevice),
+               "copy q_rope");
+            CU(cudaMemcpy(q->K, K, T * dr * sizeof(float), cudaMemcpyHostToDevice), "copy k_rope");
+            CU(cudaMemcpy(q->Y, Y, T * D * sizeof(float), cudaMemcpyHostToDevice),
+               "copy clean output");
+        }
+    }
+    {
+        const size_t T = c->Tmax;
+        CU(cudaMalloc((void **)&c->Ct, T * dc * sizeof(float)), "effective c_kv");
+        CU(cudaMalloc((void **)&c->Kc, T * HN * sizeof(float)), "keys");
+        CU(cudaMalloc((void **)&c->Vc, T * HV * sizeof(float)), "values");
+        CU(cudaMalloc((void **)&c->Z, H * T * T * sizeof(float)), "attention");
+        CU(cudaMalloc((void **)&c->GA, H * T * T * sizeof(float)), "attention gradient");
+        CU(cudaMalloc((void **)&c->O, T * HV * sizeof(float)), "head outputs");
+        CU(cudaMalloc((void **)&c->Yt, T * D * sizeof(float)), "output");
+        CU(cudaMalloc((void **)&c->GY, T * D * sizeof(float)), "output gradient");
+        CU(cudaMalloc((void **)&c->GO, T * HV * sizeof(float)), "head-output gradient");
+        CU(cudaMalloc((void **)&c->GK, T * HN * sizeof(float)), "key gradient");
+        CU(cudaMalloc((void **)&c->GV, T * HV * sizeof(float)), "value gradient");
+        CU(cudaMalloc((void **)&c->GC, T * dc * sizeof(float)), "cache gradient");
+        CU(cudaMalloc((void **)&c->part, NORM_BLOCKS * sizeof(double)), "objective sums");
+        CU(cudaMallocHost((void **)&c->hpart, NORM_BLOCKS * sizeof(double)), "objective sums");
+    }
+out:
+    if (st) {
+        learn_ctx_free(c);
+        qmla_learner_free(l);
+        return st;
+    }
+    {
+        const qmla_learn_attn a = {c, learn_content, learn_ctx_free};
+        qmla_learner_set_attn(l, &a);
+    }
+    *learner = l;
+    return QMLA_OK;
+}

@@ -19,8 +19,9 @@
 #     cp -r .deb .device/gpu-engine/ && cd .device/gpu-engine &&
 #     bash scripts/device-gpu-engine.sh
 # Steps can be named (default: build test bench memcheck; also ops, ops4k: the
-# jvp/predict/intervene benchmark, docs/cuda-engine.md), run in this order:
-# build test bench ops ops4k memcheck. TEST_TIMEOUT (default 240) bounds the
+# jvp/predict/intervene benchmark; tf: the learn/eval benchmark; tfcli: qmla
+# learn and eval through the CLI with each engine; docs/cuda-engine.md), run
+# in this order: build test bench ops ops4k tf tfcli memcheck. TEST_TIMEOUT (default 240) bounds the
 # agreement test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,14 @@ steps=${*:-build test bench memcheck}
 source scripts/device-env.sh
 B=build-gpu
 say() { echo "== $*" | tee -a "$LOG"; }
+# the V2-Lite- and V3-shaped synth captures of one layer-cell, 8 sequences of
+# 512 tokens: /tmp/v2l.h5, /tmp/v3.h5
+synth512() {
+  $B/cli/qmla synth -o /tmp/v2l.h5 --shape deepseek-v2-lite --layers 1 --cells 1 --seqs 8 \
+    --tokens 512 --no-pre --force --threads 16 >>"$LOG" 2>&1
+  $B/cli/qmla synth -o /tmp/v3.h5 --shape deepseek-v3 --layers 1 --cells 1 --seqs 8 \
+    --tokens 512 --no-pre --force --threads 16 >>"$LOG" 2>&1
+}
 t_start=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv 2>&1 | tee -a "$LOG"
 if [[ " $steps " == *" build "* ]]; then
@@ -53,10 +62,7 @@ fi
 if [[ " $steps " == *" bench "* ]]; then
   Q=$B/cli/qmla
   say "bench: synth captures ($(date -u +%H:%M:%S))"
-  $Q synth -o /tmp/v3.h5 --shape deepseek-v3 --layers 1 --cells 1 --seqs 8 --tokens 512 \
-    --no-pre --force --threads 16 >>"$LOG" 2>&1
-  $Q synth -o /tmp/v2l.h5 --shape deepseek-v2-lite --layers 1 --cells 1 --seqs 8 --tokens 512 \
-    --no-pre --force --threads 16 >>"$LOG" 2>&1
+  synth512
   say "bench: DeepSeek-V3 shape, T 512, N 8 (cpu: 1 sequence timed)"
   timeout 60 $B/bench/bench_engine /tmp/v3.h5 --threads 16 --cpu-seqs 1 --out $OUT/bench-v3.h5 >>"$LOG" 2>&1
   say "bench v3 exit $?"
@@ -83,10 +89,7 @@ if [[ " $steps " == *" ops "* ]]; then
   # 194 JVPs)
   Q=$B/cli/qmla
   say "ops bench: synth captures ($(date -u +%H:%M:%S))"
-  $Q synth -o /tmp/v2l.h5 --shape deepseek-v2-lite --layers 1 --cells 1 --seqs 8 --tokens 512 \
-    --no-pre --force --threads 16 >>"$LOG" 2>&1
-  $Q synth -o /tmp/v3.h5 --shape deepseek-v3 --layers 1 --cells 1 --seqs 8 --tokens 512 \
-    --no-pre --force --threads 16 >>"$LOG" 2>&1
+  synth512
   say "ops bench: DeepSeek-V2-Lite shape, T 512, N 8 (gpu 8 seqs, interventions 2; cpu 1)"
   timeout 60 $B/bench/bench_engine /tmp/v2l.h5 --threads 16 --no-sweep --ops --op-seqs 8 \
     --iv-seqs 2 --cpu-op-seqs 1 --out $OUT/bench-ops-v2lite.h5 >>"$LOG" 2>&1
@@ -107,6 +110,40 @@ if [[ " $steps " == *" ops4k "* ]]; then
   say "ops bench v3 T 4096 exit $?"
   rm -f /tmp/v3k.h5
 fi
+if [[ " $steps " == *" tf "* ]]; then
+  # qmla learn's learner (both paths, 300 steps projected from the timed
+  # ones; one train cell of 8 sequences, no held-out bank, C4R4: the
+  # experiments' settings, experiments/transforms/run.sh) and qmla eval of
+  # one layer-cell; V2-Lite on both engines, V3 on the GPU only (its CPU
+  # learner takes minutes per step at 16 threads)
+  Q=$B/cli/qmla
+  say "tf bench: synth captures ($(date -u +%H:%M:%S))"
+  synth512
+  say "tf bench: DeepSeek-V2-Lite shape, T 512, N 8 (gpu 20 steps, cpu 2)"
+  timeout 90 $B/bench/bench_engine /tmp/v2l.h5 --threads 16 --no-sweep --learn 20 \
+    --cpu-learn-steps 2 --eval --out $OUT/bench-tf-v2lite.h5 >>"$LOG" 2>&1
+  say "tf bench v2-lite exit $?"
+  say "tf bench: DeepSeek-V3 shape, T 512, N 8 (gpu only, 20 steps)"
+  timeout 90 $B/bench/bench_engine /tmp/v3.h5 --threads 16 --no-sweep --no-cpu --learn 20 \
+    --eval --out $OUT/bench-tf-v3.h5 >>"$LOG" 2>&1
+  say "tf bench v3 exit $?"
+  rm -f /tmp/v2l.h5 /tmp/v3.h5
+fi
+if [[ " $steps " == *" tfcli "* ]]; then
+  # qmla learn and qmla eval through the CLI with each engine on the
+  # default capture: the printed tables side by side
+  Q=$B/cli/qmla
+  C=data/tiny-mla-default.h5
+  for e in cpu cuda; do
+    say "tfcli: qmla learn --engine $e ($(date -u +%H:%M:%S))"
+    $Q learn $C -o /tmp/qm-$e.h5 --path both --config C4R4 --steps 100 --seed 0 \
+      --train-cells prose-s0 --heldout-cells none --layers 0-1 --threads 16 --engine $e --force \
+      2>&1 | tee -a "$LOG" | tail -4
+    say "tfcli: qmla eval --engine $e"
+    $Q eval $C --config C4R4 --policy none --cells code-s0 --threads 16 --engine $e \
+      --transforms /tmp/qm-$e.h5 -o /tmp/ev-$e.h5 2>&1 | tee -a "$LOG" | tail -8
+  done
+fi
 if [[ " $steps " == *" memcheck "* ]]; then
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   say "compute-sanitizer memcheck, QMLA_TEST_SMALL=1 ($(date -u +%H:%M:%S))"
@@ -125,4 +162,4 @@ if [[ " $steps " == *" memcheck "* ]]; then
 fi
 say "done in $(( $(date +%s) - t_start )) s"
 # the summary lines last (the reply carries the end of the output)
-grep -E "^== |passed|largest relative|SKIP|ERROR SUMMARY|RACECHECK SUMMARY|s/layercell|^[0-9]+ +synth|speedup|extrapolated|cublas_sgemm|openblas_sgemm|device |^(jvp|predict|sensitivities|interventions) " "$LOG" | tail -60
+grep -E "^== |passed|largest relative|^learn one layer|^eval |^(eval|learn_)|SKIP|ERROR SUMMARY|RACECHECK SUMMARY|s/layercell|^[0-9]+ +synth|speedup|extrapolated|cublas_sgemm|openblas_sgemm|device |^(jvp|predict|sensitivities|interventions) " "$LOG" | tail -60

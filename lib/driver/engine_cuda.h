@@ -9,9 +9,11 @@
 #include <stddef.h>
 
 #include "qmla/intervene.h"
+#include "qmla/learn.h"
 #include "qmla/predict.h"
 #include "qmla/quant.h"
 #include "qmla/sweep.h"
+#include "qmla/tfeval.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,6 +36,22 @@ extern const qmla_iv_ops qmla_cuda_iv_ops;
 /* QDQ on the GPU through the project's kernel (kernels/qdq_cuda.h), host
  * arrays in and out; bit for bit the CPU's qmla_quant_qdq. */
 extern const qmla_quant_ops qmla_cuda_quant_ops;
+
+/* qmla_tf_eval_cell on the GPU: per sequence the clean and the three
+ * quantized attention passes, the positional scores and the Gram of C on
+ * the device; per layer the head norms' Grams (DGEMM); the effective
+ * caches and the eigenvalues the CPU's code (docs/cuda-engine.md). */
+int qmla_cuda_tf_eval_cell(const qmla_exec *ex, qmla_capture *cap, size_t li, size_t ci,
+                           const qmla_transform *t, const float *gamma,
+                           const qmla_tf_eval_opts *o, qmla_tf_eval_row *row, qmla_error *err);
+/* The learner of the cuda engine: the CPU learner (qmla_learner_alloc)
+ * whose content objective runs its attention forward and backward on the
+ * GPU; the rest of the learn table is the CPU's (a qmla_learner). */
+int qmla_cuda_learn_alloc(qmla_learn_path path, const qmla_mla_dims *d,
+                          const qmla_mla_weights *w, const float *gamma,
+                          qmla_rope_pairing pairing, const qmla_learn_bank *train,
+                          const qmla_learn_bank *held, const qmla_learn_opts *o,
+                          void **learner, qmla_error *err);
 
 /* "NAME (sm_XY, N GiB)" of device 0 when it is usable by this build (a
  * device is present and runs this build's kernels), else NULL. Probed once

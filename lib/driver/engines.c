@@ -180,17 +180,22 @@ static const qmla_engine engine_cpu = {"cpu",   NULL,     &cpu_attn, &cpu_quant,
 #if QMLA_HAVE_CUDA_ENGINE
 /* ---- the CUDA engine (kernels/engine_cuda.cu) --------------------------
  * On the GPU: the sweep's sequence, QDQ, the operator model's sequence
- * (jvp, predict: responses, JVPs, exact sensitivities) and the
- * interventions' sequence. The JVP table keeps the CPU functions (its
- * arguments are the CPU's workspaces; no driver calls it directly: the
- * operator and intervention sequences above run their JVPs on the device),
- * and learn and eval are still the CPU engine's, so those commands give the
- * CPU numbers under --engine cuda; docs/cuda-engine.md lists which run
- * where. */
+ * (jvp, predict: responses, JVPs, exact sensitivities), the
+ * interventions' sequence, the effective-cache evaluation's attention
+ * passes and sums (eval), and the content objective's attention forward
+ * and backward inside the CPU learner (learn: the rest of the learner is
+ * the CPU's, so its table is the CPU's but for alloc). The JVP table keeps
+ * the CPU functions (its arguments are the CPU's workspaces; no driver
+ * calls it directly: the operator and intervention sequences above run
+ * their JVPs on the device); docs/cuda-engine.md lists which run where. */
+static const qmla_learn_ops cuda_learn = {qmla_cuda_learn_alloc, cpu_learn_free, cpu_learn_init,
+                                          cpu_learn_iterate,     cpu_learn_finish,
+                                          cpu_learn_get,         cpu_learn_state};
+static const qmla_tfeval_ops cuda_tfeval = {qmla_cuda_tf_eval_cell};
 static const qmla_engine engine_cuda = {"cuda",   qmla_cuda_engine_device, &cpu_attn,
                                         &qmla_cuda_quant_ops, &qmla_cuda_sweep_ops,
                                         &cpu_jvp, &qmla_cuda_op_ops, &qmla_cuda_iv_ops,
-                                        &cpu_learn, &cpu_tfeval};
+                                        &cuda_learn, &cuda_tfeval};
 #endif
 
 /* NULL-terminated. */

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "transform/learn_int.h"
+
 /* LAPACK from OpenBLAS (column-major). */
 extern void dgetrf_(const int *m, const int *n, double *a, const int *lda,
                     int *ipiv, int *info);
@@ -44,6 +46,8 @@ typedef struct seqws {
     double *Gam;        /* [T, d_r, d_r] suffix sums Γ_s (RoPE) */
     double pden;        /* max(Σ_s k_s^T Γ_s k_s, 1e-8) */
     float *rfz;         /* [T, width] frozen residuals, or NULL */
+    int bank;           /* its bank and index there */
+    size_t idx;
 } seqws;
 
 /* Per-thread scratch, sized for the longest sequence. */
@@ -83,6 +87,7 @@ struct qmla_learner {
     float *Rf; /* [d_c, d_c] R as float */
     qmla_learn_state st;
     qmla_calib cal;
+    qmla_learn_attn attn; /* an engine's content attention (attn.content NULL: attn_fast) */
 };
 
 /* ---- straight-through quantizer ------------------------------------------ */
@@ -369,6 +374,13 @@ static int content_seq(qmla_learner *l, seqws *q, scratch *s, const double *sc,
             for (size_t i = 0; i < T * dc; i++)
                 s->GC[i] = (float)(2.0 * ((double)s->Ct[i] - q->C[i]) / den);
         tm[0] += omp_get_wtime() - t2b;
+    } else if (l->attn.content) {
+        /* the engine's attention: one sequence at a time */
+        int sa;
+#pragma omp critical(qmla_learn_attn)
+        sa = l->attn.content(l->attn.ctx, q->bank, q->idx, s->Ct, want_grad, f, s->GC, tm, err);
+        if (sa)
+            return sa;
     } else if (l->o.attn_reference) {
         attn_ref(l, q, s, want_grad, f, tm);
     } else {
@@ -604,7 +616,9 @@ static int bank_objective(qmla_learner *l, int bank, const double *p, double *gr
     memset(l->tslot, 0, n * 3 * sizeof(double));
     /* threads over sequences; with fewer sequences than threads (content),
      * over the heads inside each sequence instead */
-    int outer = l->path == QMLA_LEARN_CONTENT && n < (size_t)l->nth ? 1 : l->nth;
+    int outer = l->path == QMLA_LEARN_CONTENT && n < (size_t)l->nth && !l->attn.content
+                    ? 1
+                    : l->nth;
     int inner = outer == 1 ? l->nth : 1;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(outer) if (outer > 1)
     for (long k = 0; k < nn; k++) {
@@ -749,7 +763,31 @@ void qmla_learner_free(qmla_learner *l)
     free(l->Sfull); free(l->LU); free(l->Cay); free(l->Z); free(l->ipiv); free(l->Rf);
     free(l->pcay);
     qmla_calib_free(&l->cal);
+    if (l->attn.free)
+        l->attn.free(l->attn.ctx);
     free(l);
+}
+
+void qmla_learner_set_attn(qmla_learner *l, const qmla_learn_attn *a)
+{
+    if (l->attn.free)
+        l->attn.free(l->attn.ctx);
+    l->attn = *a;
+}
+
+size_t qmla_learner_n_seq(const qmla_learner *l, int bank) { return l->nseq[bank]; }
+
+void qmla_learner_seq(const qmla_learner *l, int bank, size_t k, size_t *T,
+                      const float **q_nope, const float **q_rope, const float **K,
+                      const float **Y, double *yden)
+{
+    const seqws *q = &l->bank[bank][k];
+    *T = q->T;
+    *q_nope = q->qn;
+    *q_rope = q->qr;
+    *K = q->K;
+    *Y = q->Y;
+    *yden = q->yden;
 }
 
 #define ALLOC(ptr, n) ((ptr) = calloc((size_t)(n) > 0 ? (size_t)(n) : 1u, sizeof *(ptr)), (ptr) != NULL)
@@ -765,6 +803,8 @@ static int prep_bank(qmla_learner *l, int b, const qmla_learn_bank *bk, qmla_err
         seqws *q = &l->bank[b][k];
         size_t T = bk->T[k];
         q->T = T;
+        q->bank = b;
+        q->idx = k;
         q->C = bk->C[k];
         q->K = bk->K[k];
         q->qn = bk->q_nope[k];

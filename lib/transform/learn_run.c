@@ -463,13 +463,13 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
         if (method->learned) { /* checkpoint after every layer */
             snprintf(m.train_cells, sizeof m.train_cells, "%s", cells_used);
             m.complete = 0;
-            st = qmla_transform_file_write_engine(out, &m, qmla_engine_name(o->engine), ts, (const float *const *)gam, obj, nt, err);
+            st = qmla_transform_file_write_engine(out, &m, o->engine, ts, (const float *const *)gam, obj, nt, err);
             if (st)
                 goto done;
             snprintf(m2.train_cells, sizeof m2.train_cells, "%s", cells_used);
             m2.complete = 0;
             if (also) {
-                st = qmla_transform_file_write_engine(also, &m2, qmla_engine_name(o->engine), ts2, (const float *const *)gam, obj2, nt, err);
+                st = qmla_transform_file_write_engine(also, &m2, o->engine, ts2, (const float *const *)gam, obj2, nt, err);
                 if (st)
                     goto done;
             }
@@ -481,7 +481,7 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
     }
     snprintf(m.train_cells, sizeof m.train_cells, "%s", cells_used);
     m.complete = 1;
-    st = qmla_transform_file_write_engine(out, &m, qmla_engine_name(o->engine), ts, (const float *const *)gam, obj, nt, err);
+    st = qmla_transform_file_write_engine(out, &m, o->engine, ts, (const float *const *)gam, obj, nt, err);
     if (st)
         goto done;
     r->wrote = 1;
@@ -489,7 +489,7 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
     if (also) {
         snprintf(m2.train_cells, sizeof m2.train_cells, "%s", cells_used);
         m2.complete = 1;
-        st = qmla_transform_file_write_engine(also, &m2, qmla_engine_name(o->engine), ts2, (const float *const *)gam, obj2, nt, err);
+        st = qmla_transform_file_write_engine(also, &m2, o->engine, ts2, (const float *const *)gam, obj2, nt, err);
         if (st)
             goto done;
         r->wrote_also = 1;

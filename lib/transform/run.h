@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "qmla/engine.h"
 #include "qmla/tfeval.h"
 #include "qmla/transform.h"
 
@@ -21,12 +22,13 @@ static inline int qmla_tf_layer_wanted(const int *layers, size_t n_layers, int l
 }
 
 /* qmla_tf_eval_write and qmla_transform_file_write with the provenance
- * attribute `engine` set to `engine` (the driver's engine name; NULL: "cpu"). */
+ * attributes `engine` (the driver's engine's name; NULL: the CPU engine)
+ * and, for a device engine, `engine_device`. */
 int qmla_tf_eval_write_engine(const char *path, const char *config, const char *policy,
-                              const char *command, const char *engine,
+                              const char *command, const qmla_engine *engine,
                               const qmla_tf_eval_rec *rows, size_t n, qmla_error *err);
 int qmla_transform_file_write_engine(const char *path, const qmla_transform_meta *m,
-                                     const char *engine, const qmla_transform *t,
+                                     const qmla_engine *engine, const qmla_transform *t,
                                      const float *const *gammas, const double *obj, size_t n,
                                      qmla_error *err);
 

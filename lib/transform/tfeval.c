@@ -10,6 +10,7 @@
 
 #include "qmla/attention.h"
 #include "qmla/tmethod.h"
+#include "transform/tfeval_int.h"
 
 static qmla_mla_dims dims_of(const qmla_capture_config *c)
 {
@@ -70,7 +71,7 @@ int qmla_tf_baseline(const qmla_exec *ex, qmla_capture *cap, size_t li,
     return st;
 }
 
-static double lambda_max_gram(const double *G, size_t d)
+double qmla_lambda_max_sym(const double *G, size_t d)
 {
     gsl_matrix *m = gsl_matrix_alloc(d, d);
     gsl_vector *ev = gsl_vector_alloc(d);
@@ -85,6 +86,14 @@ static double lambda_max_gram(const double *G, size_t d)
     if (ev) gsl_vector_free(ev);
     if (m) gsl_matrix_free(m);
     return r;
+}
+
+void qmla_lambda_max_sym_batch(const double *G, size_t n, size_t d, int threads, double *out)
+{
+    long nl = (long)n;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
+    for (long k = 0; k < nl; k++)
+        out[k] = qmla_lambda_max_sym(G + (size_t)k * d * d, d);
 }
 
 double qmla_spectral_norm(const float *X, size_t n, size_t d)
@@ -103,15 +112,18 @@ double qmla_spectral_norm(const float *X, size_t n, size_t d)
     for (size_t j = 0; j < d; j++)
         for (size_t k = 0; k < j; k++)
             G[j * d + k] = G[k * d + j];
-    double l = lambda_max_gram(G, d);
+    double l = qmla_lambda_max_sym(G, d);
     free(G);
     return sqrt(l > 0 ? l : 0);
 }
 
+/* ---- the CPU engine's attention work (transform/tfeval_int.h) ------------- */
+
 /* ‖P_h‖₂ for every head: P_h^T = W_O,h W_UV,h [D, d_c]. */
-static int head_norms(const qmla_mla_dims *d, const qmla_layer *L, double *pn,
-                      qmla_error *err)
+static int cpu_head_norms(void *ctx, const qmla_mla_dims *d, const qmla_mla_weights *w,
+                          double *pn, qmla_error *err)
 {
+    (void)ctx;
     float *X = malloc(d->D * d->d_c * sizeof(float));
     double *row = malloc(d->d_c * sizeof(double));
     if (!X || !row) {
@@ -121,11 +133,11 @@ static int head_norms(const qmla_mla_dims *d, const qmla_layer *L, double *pn,
     }
     size_t HV = d->H * d->d_v;
     for (size_t h = 0; h < d->H; h++) {
-        const float *wuv = L->w_uv + h * d->d_v * d->d_c;
+        const float *wuv = w->w_uv + h * d->d_v * d->d_c;
         for (size_t o = 0; o < d->D; o++) {
             memset(row, 0, d->d_c * sizeof(double));
             for (size_t v = 0; v < d->d_v; v++) {
-                double a = L->w_o[o * HV + h * d->d_v + v];
+                double a = w->w_o[o * HV + h * d->d_v + v];
                 const float *u = wuv + v * d->d_c;
                 for (size_t j = 0; j < d->d_c; j++)
                     row[j] += a * u[j];
@@ -133,9 +145,9 @@ static int head_norms(const qmla_mla_dims *d, const qmla_layer *L, double *pn,
             for (size_t j = 0; j < d->d_c; j++)
                 X[o * d->d_c + j] = (float)row[j];
         }
-        /* float storage of P_h^T loses ~1e-7 relative: inflate by 1e-5 so the
-         * bound stays an upper bound */
-        pn[h] = qmla_spectral_norm(X, d->D, d->d_c) * (1.0 + 1e-5);
+        /* float storage of P_h^T loses ~1e-7 relative: the caller inflates
+         * by 1e-5 so the bound stays an upper bound */
+        pn[h] = qmla_spectral_norm(X, d->D, d->d_c);
     }
     free(X);
     free(row);
@@ -152,10 +164,88 @@ static double sq_diff(const float *a, const float *b, size_t n)
     return s;
 }
 
+typedef struct cpu_eval_ws {
+    qmla_attn_state s0, s1;
+} cpu_eval_ws;
+
+static int cpu_eval_begin(void *ctx, const qmla_mla_dims *d, size_t T, qmla_error *err)
+{
+    cpu_eval_ws *w = ctx;
+    int st = qmla_attn_state_alloc(d, T, 0, &w->s0, err);
+    if (!st)
+        st = qmla_attn_state_alloc(d, T, 0, &w->s1, err);
+    return st;
+}
+
+static void cpu_eval_end(void *ctx)
+{
+    cpu_eval_ws *w = ctx;
+    qmla_attn_state_free(&w->s0);
+    qmla_attn_state_free(&w->s1);
+}
+
+static int cpu_eval_sequence(void *ctx, const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
+                             const qmla_mla_weights *w, const float *q_nope,
+                             const float *q_rope, const float *C, const float *K,
+                             const float *Ce, const float *Ke, qmla_tf_eval_sums *s,
+                             qmla_error *err)
+{
+    cpu_eval_ws *ws = ctx;
+    qmla_attn_state *s0 = &ws->s0, *s1 = &ws->s1;
+    int st = qmla_attn_state_forward(ex, d, T, w, q_nope, q_rope, C, K, s0, err);
+    if (st)
+        return st;
+    double yy = 0;
+    for (size_t i = 0; i < T * d->D; i++)
+        yy += (double)s0->Y[i] * s0->Y[i];
+    s->yy = yy;
+    const float *Cs[3] = {Ce, Ce, C}, *Ks[3] = {Ke, K, Ke};
+    for (int k = 0; k < 3; k++) {
+        qmla_attn_from_queries(ex, d, T, w, s0->q_lat, s0->q_rope_t, Cs[k], Ks[k], s1->A, s1->A,
+                               s1->U, s1->O, s1->Y);
+        s->dd[k] = sq_diff(s1->Y, s0->Y, T * d->D);
+    }
+    /* positional scores, masked (τ is the caller's) */
+    double den = 0;
+    for (size_t h = 0; h < d->H; h++) {
+        double nh = 0;
+        for (size_t i = 0; i < T; i++) {
+            const float *q = s0->q_rope_t + (i * d->H + h) * d->d_r;
+            for (size_t t = 0; t <= i; t++) {
+                double z = 0, dz = 0;
+                for (size_t j = 0; j < d->d_r; j++) {
+                    z += (double)q[j] * K[t * d->d_r + j];
+                    dz += (double)q[j] * ((double)Ke[t * d->d_r + j] - K[t * d->d_r + j]);
+                }
+                den += z * z;
+                nh += dz * dz;
+            }
+        }
+        s->nh[h] = nh;
+    }
+    s->den = den;
+    s->cn = qmla_spectral_norm(C, T, d->d_c);
+    return QMLA_OK;
+}
+
 int qmla_tf_eval_cell(const qmla_exec *ex, qmla_capture *cap, size_t li,
                       size_t ci, const qmla_transform *t, const float *gamma,
                       const qmla_tf_eval_opts *o, qmla_tf_eval_row *row,
                       qmla_error *err)
+{
+    cpu_eval_ws ws;
+    memset(&ws, 0, sizeof ws);
+    const qmla_tf_eval_impl im = {&ws, cpu_head_norms, cpu_eval_begin, cpu_eval_end,
+                                  cpu_eval_sequence};
+    return qmla_tf_eval_cell_impl(&im, ex, cap, li, ci, t, gamma, o, row, err);
+}
+
+/* ---- the cell, whichever engine --------------------------------------------- */
+
+int qmla_tf_eval_cell_impl(const qmla_tf_eval_impl *im, const qmla_exec *ex,
+                           qmla_capture *cap, size_t li, size_t ci, const qmla_transform *t,
+                           const float *gamma, const qmla_tf_eval_opts *o,
+                           qmla_tf_eval_row *row, qmla_error *err)
 {
     const qmla_capture_config *cf = qmla_capture_get_config(cap);
     qmla_mla_dims d = dims_of(cf);
@@ -170,11 +260,9 @@ int qmla_tf_eval_cell(const qmla_exec *ex, qmla_capture *cap, size_t li,
     memset(&L, 0, sizeof L);
     qmla_cell cell;
     memset(&cell, 0, sizeof cell);
-    qmla_attn_state s0, s1;
-    memset(&s0, 0, sizeof s0);
-    memset(&s1, 0, sizeof s1);
     float *Ce = NULL, *Ke = NULL, *work = NULL;
-    double *pn = NULL;
+    double *pn = NULL, *nh = NULL;
+    int begun = 0;
     int st = qmla_capture_load_layer(cap, li, &L, err);
     if (st)
         goto out;
@@ -189,75 +277,60 @@ int qmla_tf_eval_cell(const qmla_exec *ex, qmla_capture *cap, size_t li,
     if (st)
         goto out;
     size_t T = cell.T;
-    st = qmla_attn_state_alloc(&d, T, 0, &s0, err);
-    if (!st)
-        st = qmla_attn_state_alloc(&d, T, 0, &s1, err);
+    st = im->begin(im->ctx, &d, T, err);
     if (st)
         goto out;
+    begun = 1;
     Ce = malloc(T * d.d_c * sizeof(float));
     Ke = malloc(T * d.d_r * sizeof(float));
     work = malloc(T * (d.d_c > d.d_r ? d.d_c : d.d_r) * sizeof(float));
     pn = malloc(d.H * sizeof(double));
-    if (!Ce || !Ke || !work || !pn) {
+    nh = malloc(d.H * sizeof(double));
+    if (!Ce || !Ke || !work || !pn || !nh) {
         st = qmla_error_set(err, QMLA_ENOMEM, "eval: out of memory (T %zu)", T);
         goto out;
     }
-    st = head_norms(&d, &L, pn, err);
+    qmla_mla_weights w = {L.w_uk, L.w_uv, L.w_o};
+    st = im->head_norms(im->ctx, &d, &w, pn, err);
     if (st)
         goto out;
-    qmla_mla_weights w = {L.w_uk, L.w_uv, L.w_o};
+    for (size_t h = 0; h < d.H; h++)
+        pn[h] *= 1.0 + 1e-5;
     for (size_t n = 0; n < cell.N; n++) {
         const float *C = cell.c_kv + n * T * d.d_c, *K = cell.k_rope + n * T * d.d_r;
-        st = qmla_attn_state_forward(ex, &d, T, &w, cell.q_nope + n * d.H * T * d.d_n,
-                                     cell.q_rope + n * d.H * T * d.d_r, C, K, &s0, err);
-        if (!st)
-            st = qmla_transform_effective_content(ex, t, gamma, &o->qc, C, T, o->sink, o->local,
-                                                  work, Ce, err);
+        qmla_tf_eval_sums s;
+        memset(&s, 0, sizeof s);
+        s.nh = nh;
+        st = qmla_transform_effective_content(ex, t, gamma, &o->qc, C, T, o->sink, o->local,
+                                              work, Ce, err);
         if (!st)
             st = qmla_transform_effective_rope(t, &o->qr, K, T, o->sink, o->local, work, Ke, err);
+        if (!st)
+            st = im->sequence(im->ctx, ex, &d, T, &w, cell.q_nope + n * d.H * T * d.d_n,
+                              cell.q_rope + n * d.H * T * d.d_r, C, K, Ce, Ke, &s, err);
         if (st) {
             qmla_error_prefix(err, "%s: layer %d, cell %s, sequence %zu: ", qmla_capture_path(cap),
                               L.layer, cell.name, n);
             goto out;
         }
-        double yy = 0;
-        for (size_t i = 0; i < T * d.D; i++)
-            yy += (double)s0.Y[i] * s0.Y[i];
+        double yy = s.yy;
         if (!(yy > 0))
             yy = 1e-30;
-        const float *Cs[3] = {Ce, Ce, C}, *Ks[3] = {Ke, K, Ke};
         double r[3];
-        for (int k = 0; k < 3; k++) {
-            qmla_attn_from_queries(ex, &d, T, &w, s0.q_lat, s0.q_rope_t, Cs[k], Ks[k], s1.A, s1.A,
-                                   s1.U, s1.O, s1.Y);
-            r[k] = sq_diff(s1.Y, s0.Y, T * d.D) / yy;
-        }
-        /* positional scores, masked, with τ */
-        double num = 0, den = 0, bsum = 0;
+        for (int k = 0; k < 3; k++)
+            r[k] = s.dd[k] / yy;
+        double num = 0, bsum = 0;
         for (size_t h = 0; h < d.H; h++) {
-            double nh = 0;
-            for (size_t i = 0; i < T; i++) {
-                const float *q = s0.q_rope_t + (i * d.H + h) * d.d_r;
-                for (size_t s = 0; s <= i; s++) {
-                    double z = 0, dz = 0;
-                    for (size_t j = 0; j < d.d_r; j++) {
-                        z += (double)q[j] * K[s * d.d_r + j];
-                        dz += (double)q[j] * ((double)Ke[s * d.d_r + j] - K[s * d.d_r + j]);
-                    }
-                    den += z * z;
-                    nh += dz * dz;
-                }
-            }
-            num += nh;
-            bsum += pn[h] * d.tau * sqrt(nh);
+            num += nh[h];
+            bsum += pn[h] * d.tau * sqrt(nh[h]);
         }
-        double cn = qmla_spectral_norm(C, T, d.d_c) * (1.0 + 1e-5);
+        double cn = s.cn * (1.0 + 1e-5);
         double bound = 0.5 * bsum * cn;
         double bnmse = bound * bound / yy;
         row->nmse_out += r[0];
         row->nmse_c += r[1];
         row->nmse_p += r[2];
-        row->pos_err += num / (den > 1e-8 ? den : 1e-8);
+        row->pos_err += num / (s.den > 1e-8 ? s.den : 1e-8);
         row->bound_p += bnmse;
         if (r[2] > bnmse)
             row->bound_ok = 0;
@@ -276,8 +349,9 @@ out:
     free(Ke);
     free(work);
     free(pn);
-    qmla_attn_state_free(&s0);
-    qmla_attn_state_free(&s1);
+    free(nh);
+    if (begun)
+        im->end(im->ctx);
     qmla_cell_free(&cell);
     qmla_layer_free(&L);
     return st;
@@ -297,7 +371,7 @@ int qmla_tf_eval_write(const char *path, const char *config,
 }
 
 int qmla_tf_eval_write_engine(const char *path, const char *config, const char *policy,
-                              const char *command, const char *engine,
+                              const char *command, const qmla_engine *engine,
                               const qmla_tf_eval_rec *rows, size_t n, qmla_error *err)
 {
     qmla_h5_out o;
@@ -333,7 +407,9 @@ int qmla_tf_eval_write_engine(const char *path, const char *config, const char *
         bad |= qmla_h5_attr_str(g, "config", config);
         bad |= qmla_h5_attr_str(g, "policy", policy);
         bad |= qmla_h5_attr_str(g, "command", command ? command : "");
-        const qmla_prov p = {.tool = "qmla eval", .command_line = command, .engine = engine};
+        const qmla_prov p = {.tool = "qmla eval", .command_line = command,
+                             .engine = qmla_engine_name(engine),
+                             .engine_device = qmla_engine_device(engine)};
         if (!bad && (st = qmla_h5_prov(g, &p, path, err)))
             bad = 1;
         bad |= qmla_h5_dset_strs(g, "method", n, meth, "transform method (label)");

@@ -234,7 +234,7 @@ int qmla_tf_eval_run(const char *capture, const char *out, const qmla_tf_eval_ru
     r->computed = 1;
     point_names(r);
     st = qmla_tf_eval_write_engine(out, config, policy, o->command_line,
-                                   qmla_engine_name(o->engine), r->rows, r->n_rows, err);
+                                   o->engine, r->rows, r->n_rows, err);
     if (!st)
         r->wrote = 1;
 done:

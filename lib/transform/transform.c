@@ -360,7 +360,7 @@ int qmla_transform_file_write(const char *path, const qmla_transform_meta *m,
 }
 
 int qmla_transform_file_write_engine(const char *path, const qmla_transform_meta *m,
-                                     const char *engine, const qmla_transform *t,
+                                     const qmla_engine *engine, const qmla_transform *t,
                                      const float *const *gammas, const double *obj, size_t n,
                                      qmla_error *err)
 {
@@ -386,7 +386,9 @@ int qmla_transform_file_write_engine(const char *path, const qmla_transform_meta
         bad |= qmla_h5_attr_int(f, "complete", m->complete);
         if (m->capture_sha256[0])
             bad |= qmla_h5_attr_str(f, "capture_sha256", m->capture_sha256);
-        const qmla_prov p = {.tool = "qmla learn", .command_line = m->command, .engine = engine};
+        const qmla_prov p = {.tool = "qmla learn", .command_line = m->command,
+                             .engine = qmla_engine_name(engine),
+                             .engine_device = qmla_engine_device(engine)};
         if (!bad && (st = qmla_h5_prov(f, &p, path, err)))
             return qmla_h5_out_finish(&o, st);
     }
