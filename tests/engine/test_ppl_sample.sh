@@ -25,7 +25,10 @@
 #     pass the same check. The per-window check is the tight one.
 # Each window is its own --text (a 512-byte plain file: exactly one window,
 # [BOS] + w[0..511) against w[0..512)), 16 texts per `qmla ppl` call.
-# About 20 s on 2 free cores (200 windows, 102,400 tokens).
+# About 72 s alone on the idle 2-core development machine (200 windows,
+# 102,400 tokens; 2026-12-02: one window per text, and `qmla ppl` runs a
+# text's windows in parallel, so one of its 2 threads idles), 109 s beside
+# the other tests in `.ci/run`.
 # QMLA_TEST_SMALL=1 (set by tests/meson.build in a sanitizer build): 16
 # windows per text, spread evenly over the sorted sample (every check above
 # on those 32 windows, the standard errors computed for n = 16); the release
