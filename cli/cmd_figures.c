@@ -641,28 +641,24 @@ typedef struct paper_row {
     int used;
 } paper_row;
 
-/* plots/table4-paper.tsv: comment lines, a header, tab-separated rows. */
-static int read_paper(const char *path, paper_row *rows, size_t cap, size_t *n, char *msg,
-                      size_t len)
-{
-    static const char *const want[] = {"model", "content_response", "rope_response", "ratio",
+/* plots/table4-paper.tsv's columns, and its rows as paper_row */
+static const char *const t4_head[7] = {"model", "content_response", "rope_response", "ratio",
                                        "layers", "bits", "nmse_target"};
-    static paper_tsv p;
+
+static void t4_paper_rows(const paper_tsv *p, paper_row *rows, size_t cap, size_t *n)
+{
     *n = 0;
-    if (read_paper_tsv(path, want, 7, &p, msg, len))
-        return -1;
-    for (size_t k = 0; k < p.n && *n < cap; k++) {
+    for (size_t k = 0; k < p->n && *n < cap; k++) {
         paper_row *r = &rows[(*n)++];
         memset(r, 0, sizeof *r);
-        snprintf(r->model, sizeof r->model, "%s", p.cell[k][0]);
-        snprintf(r->content, sizeof r->content, "%s", p.cell[k][1]);
-        snprintf(r->rope, sizeof r->rope, "%s", p.cell[k][2]);
-        snprintf(r->ratio, sizeof r->ratio, "%s", p.cell[k][3]);
-        snprintf(r->layers, sizeof r->layers, "%s", p.cell[k][4]);
-        snprintf(r->bits, sizeof r->bits, "%s", p.cell[k][5]);
-        snprintf(r->nmse, sizeof r->nmse, "%s", p.cell[k][6]);
+        snprintf(r->model, sizeof r->model, "%s", p->cell[k][0]);
+        snprintf(r->content, sizeof r->content, "%s", p->cell[k][1]);
+        snprintf(r->rope, sizeof r->rope, "%s", p->cell[k][2]);
+        snprintf(r->ratio, sizeof r->ratio, "%s", p->cell[k][3]);
+        snprintf(r->layers, sizeof r->layers, "%s", p->cell[k][4]);
+        snprintf(r->bits, sizeof r->bits, "%s", p->cell[k][5]);
+        snprintf(r->nmse, sizeof r->nmse, "%s", p->cell[k][6]);
     }
-    return 0;
 }
 
 static double attr_num(const qmla_attr *a, size_t n, const char *name)
@@ -730,6 +726,15 @@ static int tab_open(tab_out *o, const fig_ctx *c, const char *stem, char *msg, s
     return -1;
 }
 
+/* tab_open undone: both files closed and freed, nothing written */
+static void tab_abort(tab_out *o)
+{
+    fclose(o->md);
+    fclose(o->csv);
+    free(o->mdb);
+    free(o->csvb);
+}
+
 static int tab_close(tab_out *o, char *msg, size_t len)
 {
     if (save_text(o->mdp, o->md, &o->mdb, &o->mdn, msg, len)) {
@@ -740,18 +745,29 @@ static int tab_close(tab_out *o, char *msg, size_t len)
     return save_text(o->csvp, o->csv, &o->csvb, &o->csvn, msg, len);
 }
 
+/* The start of every table: the paper's rows of plots/<paper_file> (header
+ * head[0..nf-1] checked) into *paper, then the output files DIR/<stem>.md
+ * and .csv opened in memory (tab_open). */
+static int table_begin(tab_out *o, const fig_ctx *c, const char *stem, const char *paper_file,
+                       const char *const *head, int nf, paper_tsv *paper, char *msg, size_t len)
+{
+    char ppath[PATH_MAX + 32];
+    snprintf(ppath, sizeof ppath, "%s/%s", c->plots, paper_file);
+    if (read_paper_tsv(ppath, head, nf, paper, msg, len))
+        return -1;
+    return tab_open(o, c, stem, msg, len);
+}
+
 static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_t len)
 {
     (void)f;
     paper_row paper[64];
     size_t np;
-    char ppath[PATH_MAX + 32];
-    snprintf(ppath, sizeof ppath, "%s/table4-paper.tsv", c->plots);
-    if (read_paper(ppath, paper, 64, &np, msg, len))
-        return -1;
+    static paper_tsv tsv;
     tab_out o;
-    if (tab_open(&o, c, "table4", msg, len))
+    if (table_begin(&o, c, "table4", "table4-paper.tsv", t4_head, 7, &tsv, msg, len))
         return -1;
+    t4_paper_rows(&tsv, paper, 64, &np);
     FILE *md = o.md, *csv = o.csv;
     fprintf(md, "Model-level responses at matched cache NMSE (Table 4 of the QuantMLA paper): "
                 "mean over layers of the content and RoPE responses R = NMSE_out / NMSE_cache "
@@ -883,33 +899,37 @@ typedef struct attr_paper {
     int used;
 } attr_paper;
 
-/* plots/<T->paper>: comment lines, a header (model, the row-key column, one
- * column per attr_col csv name), tab-separated rows. */
-static int read_attr_paper(const char *path, const attr_tab *T, attr_paper *rows, size_t cap,
-                           size_t *n, char *msg, size_t len)
+/* plots/<T->paper>'s header: model, the row-key column, one column per
+ * attr_col csv name; returns the number of columns */
+static int attr_paper_head(const attr_tab *T, const char *want[8])
 {
-    const char *want[8] = {"model", T->row_head};
+    want[0] = "model";
+    want[1] = T->row_head;
     for (size_t k = 0; k < T->n_cols; k++)
         want[2 + k] = T->col[k].csv;
-    static paper_tsv p;
+    return 2 + (int)T->n_cols;
+}
+
+/* the rows of plots/<T->paper> (path: for the messages), each row key known */
+static int attr_paper_rows_of(const char *path, const paper_tsv *p, const attr_tab *T,
+                              attr_paper *rows, size_t cap, size_t *n, char *msg, size_t len)
+{
     *n = 0;
-    if (read_paper_tsv(path, want, 2 + (int)T->n_cols, &p, msg, len))
-        return -1;
-    for (size_t k = 0; k < p.n && *n < cap; k++) {
+    for (size_t k = 0; k < p->n && *n < cap; k++) {
         int known = 0;
         for (size_t r = 0; r < T->n_rows; r++)
-            known |= !strcmp(p.cell[k][1], T->row_key[r]);
+            known |= !strcmp(p->cell[k][1], T->row_key[r]);
         if (!known) {
-            snprintf(msg, len, "%s:%d: unknown %s \"%s\"", path, p.line[k], T->row_head,
-                     p.cell[k][1]);
+            snprintf(msg, len, "%s:%d: unknown %s \"%s\"", path, p->line[k], T->row_head,
+                     p->cell[k][1]);
             return -1;
         }
         attr_paper *a = &rows[(*n)++];
         memset(a, 0, sizeof *a);
-        snprintf(a->model, sizeof a->model, "%s", p.cell[k][0]);
-        snprintf(a->key, sizeof a->key, "%s", p.cell[k][1]);
+        snprintf(a->model, sizeof a->model, "%s", p->cell[k][0]);
+        snprintf(a->key, sizeof a->key, "%s", p->cell[k][1]);
         for (size_t c = 0; c < T->n_cols; c++)
-            snprintf(a->val[c], sizeof a->val[c], "%s", p.cell[k][2 + c]);
+            snprintf(a->val[c], sizeof a->val[c], "%s", p->cell[k][2 + c]);
     }
     return 0;
 }
@@ -954,13 +974,18 @@ static int render_attr_table(const fig_ctx *c, const figure_def *f, char *msg, s
     }
     attr_paper paper[32];
     size_t np;
+    static paper_tsv tsv;
+    const char *want[8];
+    const int nf = attr_paper_head(T, want);
+    tab_out o;
+    if (table_begin(&o, c, T->name, T->paper, want, nf, &tsv, msg, len))
+        return -1;
     char ppath[PATH_MAX + 32];
     snprintf(ppath, sizeof ppath, "%s/%s", c->plots, T->paper);
-    if (read_attr_paper(ppath, T, paper, 32, &np, msg, len))
+    if (attr_paper_rows_of(ppath, &tsv, T, paper, 32, &np, msg, len)) {
+        tab_abort(&o);
         return -1;
-    tab_out o;
-    if (tab_open(&o, c, T->name, msg, len))
-        return -1;
+    }
     FILE *md = o.md, *csv = o.csv;
     fprintf(md, "%s\n\n| model | source | %s |", T->title, T->row_head);
     for (size_t k = 0; k < T->n_cols; k++)
@@ -1059,12 +1084,8 @@ static int render_table9(const fig_ctx *c, const figure_def *f, char *msg, size_
     (void)f;
     static const char *const head[3] = {"model", "quantity", "value"};
     static paper_tsv paper;
-    char ppath[PATH_MAX + 32];
-    snprintf(ppath, sizeof ppath, "%s/table9-paper.tsv", c->plots);
-    if (read_paper_tsv(ppath, head, 3, &paper, msg, len))
-        return -1;
     tab_out o;
-    if (tab_open(&o, c, "table9", msg, len))
+    if (table_begin(&o, c, "table9", "table9-paper.tsv", head, 3, &paper, msg, len))
         return -1;
     FILE *md = o.md, *csv = o.csv;
     fprintf(md, "Decode attention latency at fixed context lengths (Table 9 of the QuantMLA "
@@ -1180,9 +1201,8 @@ static int render_table10(const fig_ctx *c, const figure_def *f, char *msg, size
                                         "output throughput (tokens/s)", "preemption events",
                                         "recomputed tokens"};
     static paper_tsv paper;
-    char ppath[PATH_MAX + 32];
-    snprintf(ppath, sizeof ppath, "%s/table10-paper.tsv", c->plots);
-    if (read_paper_tsv(ppath, head, 4, &paper, msg, len))
+    tab_out o;
+    if (table_begin(&o, c, "table10", "table10-paper.tsv", head, 4, &paper, msg, len))
         return -1;
     /* the columns: every input's configurations in order, then the paper's */
     const char *cols[16];
@@ -1206,9 +1226,6 @@ static int render_table10(const fig_ctx *c, const figure_def *f, char *msg, size
         if (k == nc)
             cols[nc++] = head[p];
     }
-    tab_out o;
-    if (tab_open(&o, c, "table10", msg, len))
-        return -1;
     FILE *md = o.md, *csv = o.csv;
     fprintf(md, "Serving under KV-cache pressure (Table 10 of the QuantMLA paper): usable "
                 "cache slots, whole-job elapsed time and output throughput, preemption events "

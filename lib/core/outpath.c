@@ -133,7 +133,8 @@ int qmla_stale_tmp_remove(const char *path, size_t *removed, qmla_error *err)
         return QMLA_OK; /* a name this long has no temporaries we made */
     DIR *d = opendir(dir);
     if (!d)
-        return qmla_error_set(err, QMLA_EIO,
+        return qmla_error_set(err, errno == ENOENT || errno == ENOTDIR
+                                       ? QMLA_ENOENT : QMLA_EIO,
                               "%s: cannot list the directory %s to look for "
                               "stale temporary files: %s", path, dir,
                               strerror(errno));

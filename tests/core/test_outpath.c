@@ -113,8 +113,16 @@ int main(void)
     CHECK_OK(qmla_stale_tmp_remove(out, &removed, &err), err);
     CHECK(exists(tdir), "a directory was removed");
     /* a path in a directory that cannot be listed */
-    CHECK(qmla_stale_tmp_remove("/nonexistent-qmla-dir/x.h5", NULL, &err) == QMLA_EIO,
-          "unlistable directory: %s", err.msg);
+    /* a path whose directory does not exist is QMLA_ENOENT (not EIO),
+     * naming the directory; so is one under a regular file (ENOTDIR) */
+    CHECK(qmla_stale_tmp_remove("/nonexistent-qmla-dir/x.h5", NULL, &err) == QMLA_ENOENT &&
+              strstr(err.msg, "/nonexistent-qmla-dir") != NULL,
+          "missing directory: %s", err.msg);
+    char under_file[4200];
+    snprintf(under_file, sizeof under_file, "%s/x.h5", in);
+    CHECK(qmla_stale_tmp_remove(under_file, NULL, &err) == QMLA_ENOENT &&
+              strstr(err.msg, in) != NULL,
+          "directory that is a file: %s", err.msg);
 
     rmdir(tdir);
     unlink(tself);
