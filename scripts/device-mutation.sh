@@ -9,13 +9,16 @@
 # Tests the machine cannot run (no gnuplot, no mpirun, Ubuntu's paths) are
 # left out of both (QMLA_MUT_EXCLUDE); a mutant only they catch shows as
 # SURVIVED here and is rerun on a Debian machine.
-# Usage: bash scripts/device-mutation.sh N LIMIT_S [PATTERN...]
+# QMLA_MUT_JOBS (default 1) sets each harness's ninja and meson test
+# parallelism: 4 harnesses of 4 build one copy each instead of 16 copies on
+# one core each (16 one-core builds took most of a 600 s call).
+# Usage: [QMLA_MUT_JOBS=J] bash scripts/device-mutation.sh N LIMIT_S [PATTERN...]
 #   logs in $OUT: mut-I.log per harness, baseline.txt, summary.txt
 set -u
 n=${1:?N harnesses} limit=${2:?time limit in seconds}; shift 2
 source scripts/device-env.sh
 PY=${QMLA_PYTHON:-/opt/torch/.venv/bin/python3}
-export QMLA_PYTHON=$PY QMLA_MUT_JOBS=1 QMLA_MUT_NO_BASELINE=1
+export QMLA_PYTHON=$PY QMLA_MUT_JOBS=${QMLA_MUT_JOBS:-1} QMLA_MUT_NO_BASELINE=1
 export QMLA_MUT_EXCLUDE=${QMLA_MUT_EXCLUDE:-"test_figures test_merge test_serve_sim_cli test_mpi test_capture_cli"}
 export QMLA_MUT_MESON_ARGS="-Dpython=$PY -Dmpi=disabled"
 OUT=${OUT:-/tmp/mut-out}; mkdir -p "$OUT"
