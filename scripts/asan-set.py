@@ -21,9 +21,9 @@ own), reads the counters with gcov, and chooses:
      still cover.
 It writes tests/asan-set.txt (or --out): one line per test, `run NAME` or
 `left NAME`, with the measured seconds and line counts as comments, and a
-header with the totals. scripts/asan-tests.py reads that file in the ASan
-stage; a test the file does not name runs (a new test is sanitized until the
-set is regenerated).
+header with the totals. Not yet used by run-tests.sh (its first full run is
+still to be done): the plan is that the ASan stage reads that file and runs
+every test marked run and every test the file does not name.
 
 Usage: /usr/bin/python3 scripts/asan-set.py [--build DIR] [--out FILE] [--jobs N]
 Takes about 15 minutes on 2 idle cores (the build, then every test under
