@@ -747,12 +747,13 @@ static int tab_close(tab_out *o, char *msg, size_t len)
 
 /* The start of every table: the paper's rows of plots/<paper_file> (header
  * head[0..nf-1] checked) into *paper, then the output files DIR/<stem>.md
- * and .csv opened in memory (tab_open). */
+ * and .csv opened in memory (tab_open); ppath receives the paper file's
+ * path (for the caller's messages). */
 static int table_begin(tab_out *o, const fig_ctx *c, const char *stem, const char *paper_file,
-                       const char *const *head, int nf, paper_tsv *paper, char *msg, size_t len)
+                       const char *const *head, int nf, paper_tsv *paper,
+                       char ppath[PATH_MAX + 32], char *msg, size_t len)
 {
-    char ppath[PATH_MAX + 32];
-    snprintf(ppath, sizeof ppath, "%s/%s", c->plots, paper_file);
+    snprintf(ppath, PATH_MAX + 32, "%s/%s", c->plots, paper_file);
     if (read_paper_tsv(ppath, head, nf, paper, msg, len))
         return -1;
     return tab_open(o, c, stem, msg, len);
@@ -765,7 +766,8 @@ static int render_table4(const fig_ctx *c, const figure_def *f, char *msg, size_
     size_t np;
     static paper_tsv tsv;
     tab_out o;
-    if (table_begin(&o, c, "table4", "table4-paper.tsv", t4_head, 7, &tsv, msg, len))
+    char ppath[PATH_MAX + 32];
+    if (table_begin(&o, c, "table4", "table4-paper.tsv", t4_head, 7, &tsv, ppath, msg, len))
         return -1;
     t4_paper_rows(&tsv, paper, 64, &np);
     FILE *md = o.md, *csv = o.csv;
@@ -978,10 +980,9 @@ static int render_attr_table(const fig_ctx *c, const figure_def *f, char *msg, s
     const char *want[8];
     const int nf = attr_paper_head(T, want);
     tab_out o;
-    if (table_begin(&o, c, T->name, T->paper, want, nf, &tsv, msg, len))
-        return -1;
     char ppath[PATH_MAX + 32];
-    snprintf(ppath, sizeof ppath, "%s/%s", c->plots, T->paper);
+    if (table_begin(&o, c, T->name, T->paper, want, nf, &tsv, ppath, msg, len))
+        return -1;
     if (attr_paper_rows_of(ppath, &tsv, T, paper, 32, &np, msg, len)) {
         tab_abort(&o);
         return -1;
@@ -1085,7 +1086,8 @@ static int render_table9(const fig_ctx *c, const figure_def *f, char *msg, size_
     static const char *const head[3] = {"model", "quantity", "value"};
     static paper_tsv paper;
     tab_out o;
-    if (table_begin(&o, c, "table9", "table9-paper.tsv", head, 3, &paper, msg, len))
+    char ppath[PATH_MAX + 32];
+    if (table_begin(&o, c, "table9", "table9-paper.tsv", head, 3, &paper, ppath, msg, len))
         return -1;
     FILE *md = o.md, *csv = o.csv;
     fprintf(md, "Decode attention latency at fixed context lengths (Table 9 of the QuantMLA "
@@ -1202,7 +1204,8 @@ static int render_table10(const fig_ctx *c, const figure_def *f, char *msg, size
                                         "recomputed tokens"};
     static paper_tsv paper;
     tab_out o;
-    if (table_begin(&o, c, "table10", "table10-paper.tsv", head, 4, &paper, msg, len))
+    char ppath[PATH_MAX + 32];
+    if (table_begin(&o, c, "table10", "table10-paper.tsv", head, 4, &paper, ppath, msg, len))
         return -1;
     /* the columns: every input's configurations in order, then the paper's */
     const char *cols[16];

@@ -10,8 +10,9 @@
 # left out of both (QMLA_MUT_EXCLUDE); a mutant only they catch shows as
 # SURVIVED here and is rerun on a Debian machine.
 # QMLA_MUT_JOBS (default 1) sets each harness's ninja and meson test
-# parallelism: 4 harnesses of 4 build one copy each instead of 16 copies on
-# one core each (16 one-core builds took most of a 600 s call).
+# parallelism. Neither 16 x 1 nor 4 x 4 (tried 2026-12-02: 27 mutants in one
+# 600 s call, and 4 tests failing in that machine's baseline) finishes a
+# run in one call: not a way to score the tree (docs/testing.md).
 # Usage: [QMLA_MUT_JOBS=J] bash scripts/device-mutation.sh N LIMIT_S [PATTERN...]
 #   logs in $OUT: mut-I.log per harness, baseline.txt, summary.txt
 set -u
