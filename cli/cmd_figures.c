@@ -707,6 +707,18 @@ typedef struct tab_out {
     FILE *md, *csv;
 } tab_out;
 
+/* tab_open undone (also a half-done one): the files that were opened closed
+ * and freed, nothing written */
+static void tab_abort(tab_out *o)
+{
+    if (o->md)
+        fclose(o->md);
+    if (o->csv)
+        fclose(o->csv);
+    free(o->mdb);
+    free(o->csvb);
+}
+
 static int tab_open(tab_out *o, const fig_ctx *c, const char *stem, char *msg, size_t len)
 {
     memset(o, 0, sizeof *o);
@@ -716,23 +728,9 @@ static int tab_open(tab_out *o, const fig_ctx *c, const char *stem, char *msg, s
     o->csv = open_memstream(&o->csvb, &o->csvn);
     if (o->md && o->csv)
         return 0;
-    if (o->md)
-        fclose(o->md);
-    if (o->csv)
-        fclose(o->csv);
-    free(o->mdb);
-    free(o->csvb);
+    tab_abort(o);
     snprintf(msg, len, "%s: out of memory", o->mdp);
     return -1;
-}
-
-/* tab_open undone: both files closed and freed, nothing written */
-static void tab_abort(tab_out *o)
-{
-    fclose(o->md);
-    fclose(o->csv);
-    free(o->mdb);
-    free(o->csvb);
 }
 
 static int tab_close(tab_out *o, char *msg, size_t len)
