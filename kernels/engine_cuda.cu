@@ -95,6 +95,22 @@ extern "C" const char *qmla_cuda_engine_unusable(void)
 static size_t tile_override;
 extern "C" void qmla_cuda_engine_set_tile(size_t tokens) { tile_override = tokens; }
 
+/* QMLA_CUDA_ENGINE_BEFORE=1 (benchmarks only: the before rows of
+ * docs/cuda-engine.md, in the same run as the after rows): the operator,
+ * intervention and eval sequences as of 2026-12-02 (f8d3d79): the full
+ * five-route sweep for every finite gain, the weights and inputs copied
+ * with every sweep, sensitivity chunks of 1024 / H rows, ||C||_2 by GSL on
+ * the host. */
+static int before_mode(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("QMLA_CUDA_ENGINE_BEFORE");
+        v = e && *e && strcmp(e, "0") != 0;
+    }
+    return v;
+}
+
 /* ---- errors ------------------------------------------------------------------ */
 
 static int cuda_fail(qmla_error *err, cudaError_t e, const char *what)
@@ -1185,7 +1201,7 @@ static int op_ws_alloc_common(const qmla_mla_dims *d, size_t T_max, int with_sen
         /* 4096 / H rows (V3: 32; before 2026-12-03 1024 / H, 8 at V3, whose
          * per-chunk GEMMs of 8 rows per head ran at a fraction of SGEMM's
          * rate); the row and head sums are in the same order whatever ni */
-        size_t ni = 4096 / H;
+        size_t ni = (before_mode() ? 1024 : 4096) / H;
         ni = ni < 2 ? 2 : ni > 64 ? 64 : ni;
         if (ni > T)
             ni = T;
@@ -1521,11 +1537,14 @@ static int op_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
      * the two perturbed totals: the response-only sweep, the first with the
      * sequence's inputs and its clean output, the others on the inputs and
      * ||Y||^2 the first left on the device */
+    const int before = before_mode();
+    if (before) /* as 2026-12-02: the weights with every sequence, full sweeps */
+        sweep_layer_begin(W->sw);
     for (size_t k = 0; k < nconf; k++) {
         qmla_sweep_params sp = qmla_op_config_sweep(&conf[k]);
         qmla_response fin[2];
-        int st = sweep_run(ex, &sp, d, T, wt, q_nope, q_rope, C, K, 0, W->sw, fin, 1, k == 0,
-                           k == 0, err);
+        int st = sweep_run(ex, &sp, d, T, wt, q_nope, q_rope, C, K, 0, W->sw, fin, !before,
+                           k == 0, k == 0, err);
         if (st)
             return qmla_error_prefix(err, "INT%d G%d nu %g: ", conf[k].bits, conf[k].group,
                                      conf[k].nmse);
@@ -1646,7 +1665,10 @@ static int iv_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
     qmla_response fin[2];
     /* the weights as op_sequence's; the response-only sweep with the clean
      * output (the joint pass reuses it when the sequence is one tile) */
-    int st = sweep_run(ex, p, d, T, wt, q_nope, q_rope, C, K, 0, W->sw, fin, 1, 1, 1, err);
+    if (before_mode())
+        sweep_layer_begin(W->sw);
+    int st = sweep_run(ex, p, d, T, wt, q_nope, q_rope, C, K, 0, W->sw, fin, !before_mode(), 1,
+                       1, err);
     if (st)
         return st;
     const double yy = W->sw->yy;
@@ -2022,7 +2044,10 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
 #if QMLA_HAVE_CUSOLVER
     /* the eigenvalues of C^T C on the device (ascending: the largest last;
      * the lower triangle, as GSL's symmetric eigensolver reads it) */
-    {
+    if (before_mode())
+        CU(cudaMemcpyAsync(c->hG, c->G, dc * dc * sizeof(double), cudaMemcpyDeviceToHost, s),
+           "copy Gram");
+    else {
         const cusolverStatus_t cs =
             cusolverDnDsyevd(c->sol, CUSOLVER_EIG_MODE_NOVECTOR, CUBLAS_FILL_MODE_LOWER,
                              (int)dc, c->G, (int)dc, c->ev, c->work, c->lwork, c->info);
@@ -2032,11 +2057,12 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
                                 dc, (int)cs);
             goto out;
         }
+        CU(cudaMemcpyAsync(c->hlam, c->ev + (dc - 1), sizeof(double), cudaMemcpyDeviceToHost,
+                           s),
+           "copy largest eigenvalue");
+        CU(cudaMemcpyAsync(c->hinfo, c->info, sizeof(int), cudaMemcpyDeviceToHost, s),
+           "copy eigensolver status");
     }
-    CU(cudaMemcpyAsync(c->hlam, c->ev + (dc - 1), sizeof(double), cudaMemcpyDeviceToHost, s),
-       "copy largest eigenvalue");
-    CU(cudaMemcpyAsync(c->hinfo, c->info, sizeof(int), cudaMemcpyDeviceToHost, s),
-       "copy eigensolver status");
 #else
     CU(cudaMemcpyAsync(c->hG, c->G, dc * dc * sizeof(double), cudaMemcpyDeviceToHost, s),
        "copy Gram");
@@ -2067,12 +2093,12 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
             out->nh[h] = nh;
         }
 #if QMLA_HAVE_CUSOLVER
-        if (*c->hinfo != 0)
+        if (!before_mode() && *c->hinfo != 0)
             return qmla_error_set(err, QMLA_EIO,
                                   "eval: ||C||_2: cusolverDnDsyevd of C^T C (d_c %zu): "
                                   "expected info 0, found %d",
                                   dc, *c->hinfo);
-        const double l = *c->hlam;
+        const double l = before_mode() ? qmla_lambda_max_sym(c->hG, dc) : *c->hlam;
 #else
         const double l = qmla_lambda_max_sym(c->hG, dc);
 #endif

@@ -27,7 +27,10 @@
  *          arithmetic: both engines' values below 1e-6 of the content
  *          path's; the RoPE control ratios 0/0 (NaN) on both.
  *   layer: layer_begin makes the engine take new weights at the same
- *          host address (the driver calls it on every layer load).
+ *          host address (the driver calls it on every layer load); the
+ *          same for the operator and intervention tables (two sequences
+ *          on the kept weights, then the next layer at the same addresses:
+ *          points and item the CPU's on the new weights).
  *   qdq:   the engine's quant table against qmla_quant_qdq, bit for bit.
  *   run:   qmla_sweep_run on the default capture (data/tiny-mla-default.h5)
  *          and on a V2-Lite-shaped synth capture with each engine: rows
