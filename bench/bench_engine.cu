@@ -629,6 +629,16 @@ static int bench_tf(qmla_capture *cap, const qmla_mla_dims *d, const qmla_engine
     return st;
 }
 
+/* The engine's query rows per sensitivity chunk (kernels/engine_cuda.cu,
+ * op_ws_alloc_common): clamp(4096 / H, 2, 64), or 1024 / H under
+ * QMLA_CUDA_ENGINE_BEFORE=1 (the 2026-12-02 engine). */
+static size_t sens_rows(size_t H)
+{
+    const char *e = getenv("QMLA_CUDA_ENGINE_BEFORE");
+    size_t ni = (e && *e && strcmp(e, "0") ? 1024 : 4096) / H;
+    return ni < 2 ? 2 : ni > 64 ? 64 : ni;
+}
+
 static int usage(void)
 {
     fprintf(stderr, "usage: bench_engine CAPTURE.h5 [--threads N] [--out OUT.h5] [--layers L] "
@@ -814,8 +824,7 @@ int main(int argc, char **argv)
     if (!st && ops && nr) {
         /* the sensitivities' pairwise product: [ni H, d_v] x [d_v, T] per head */
         const size_t T = (size_t)rows[nr - 1].T, H = d.H;
-        size_t ni = 1024 / H;
-        ni = ni < 2 ? 2 : ni > 64 ? 64 : ni;
+        const size_t ni = sens_rows(H);
         gemm_sens = gpu_sgemm_rate(ni * H, T, d.d_v, H);
         if (!T_first) {
             T_first = T;
@@ -847,7 +856,7 @@ int main(int argc, char **argv)
     printf("openblas_sgemm_gflops %.1f (2048^3, %d threads)\n", cpu_gemm, threads);
     if (ops)
         printf("cublas_sgemm_gflops sensitivities %.1f (%zu x [%zu, %zu] x [%zu, %zu])\n",
-               gemm_sens, d.H, (size_t)(1024 / d.H < 2 ? 2 : 1024 / d.H > 64 ? 64 : 1024 / d.H) *
+               gemm_sens, d.H, sens_rows(d.H) *
                d.H, d.d_v, d.d_v, T_first);
     printf("speedup_cuda_over_cpu %.1f (per sequence)\n", cpu_per_seq / gpu_per_seq);
     double study_s = NAN, predict_s = NAN, iv_s = NAN;

@@ -95,6 +95,22 @@ extern "C" const char *qmla_cuda_engine_unusable(void)
 static size_t tile_override;
 extern "C" void qmla_cuda_engine_set_tile(size_t tokens) { tile_override = tokens; }
 
+/* QMLA_CUDA_ENGINE_BEFORE=1 (benchmarks only: the before rows of
+ * docs/cuda-engine.md, in the same run as the after rows): the operator,
+ * intervention and eval sequences as of 2026-12-02 (f8d3d79): the full
+ * five-route sweep for every finite gain, the weights and inputs copied
+ * with every sweep, sensitivity chunks of 1024 / H rows, ||C||_2 by GSL on
+ * the host. */
+static int before_mode(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("QMLA_CUDA_ENGINE_BEFORE");
+        v = e && *e && strcmp(e, "0") != 0;
+    }
+    return v;
+}
+
 /* ---- errors ------------------------------------------------------------------ */
 
 static int cuda_fail(qmla_error *err, cudaError_t e, const char *what)
@@ -232,6 +248,37 @@ static __global__ void norms_kernel(const float *Y0, const float *Ym, const floa
         if (threadIdx.x == 0)
             part[blockIdx.x * NORM_SUMS + q] = v;
     }
+}
+
+/* The response-only pass's partial sums (the same NORM_SUMS layout as
+ * norms_kernel): yy of the clean output Y0 (0 when Y0 is NULL) in slot 0,
+ * the content route sum's square of Yc in slot 4 (Yc is the projection of
+ * the summed latents (A~ - A) C + A E_C + (A~ - A) E_C, the content
+ * perturbed output minus the clean one), the RoPE route's of Yr in slot 5,
+ * zeros in the per-route slots 1..3. */
+static __global__ void totals_kernel(const float *Y0, const float *Yc, const float *Yr,
+                                     size_t n, double *part)
+{
+    __shared__ double sh[SM_THREADS];
+    double s[3] = {0, 0, 0};
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        const double c = Yc[k], r = Yr[k];
+        if (Y0) {
+            const double y = Y0[k];
+            s[0] += y * y;
+        }
+        s[1] += c * c;
+        s[2] += r * r;
+    }
+    const int slot[3] = {0, 4, 5};
+    for (int q = 0; q < 3; q++) {
+        const double v = block_sum(s[q], sh);
+        if (threadIdx.x == 0)
+            part[blockIdx.x * NORM_SUMS + slot[q]] = v;
+    }
+    if (threadIdx.x < 3)
+        part[blockIdx.x * NORM_SUMS + 1 + threadIdx.x] = 0.0;
 }
 
 /* ---- cuBLAS in row-major terms ---------------------------------------------
@@ -427,13 +474,20 @@ static cublasStatus_t project_tile(cuda_sweep_ws *w, size_t Bt, float *Y)
                    d->D, 0, 1);
 }
 
-/* U = X_tile-weights (Bt x L per head) times V [L, dc] (shared by heads). */
+/* U (+)= X_tile-weights (Bt x L per head) times V [L, dc] (shared by
+ * heads); beta 0 overwrites U, 1 adds to it. */
+static cublasStatus_t aggregate_tile_beta(cuda_sweep_ws *w, size_t Bt, size_t L,
+                                          const float *A, const float *V, float beta)
+{
+    const size_t H = w->d.H, dc = w->d.d_c;
+    return gemm_rm(w->blas, 0, 0, Bt, dc, L, 1.0f, A, L, (long long)(Bt * L), V, dc, 0, beta,
+                   w->U, dc, (long long)(Bt * dc), H);
+}
+
 static cublasStatus_t aggregate_tile(cuda_sweep_ws *w, size_t Bt, size_t L, const float *A,
                                      const float *V)
 {
-    const size_t H = w->d.H, dc = w->d.d_c;
-    return gemm_rm(w->blas, 0, 0, Bt, dc, L, 1.0f, A, L, (long long)(Bt * L), V, dc, 0, 0.0f,
-                   w->U, dc, (long long)(Bt * dc), H);
+    return aggregate_tile_beta(w, Bt, L, A, V, 0.0f);
 }
 
 /* One sequence's inputs to the device (q_nope, q_rope, c_kv, k_rope; the
@@ -479,11 +533,21 @@ out:
     return st;
 }
 
-static int sweep_sequence(const qmla_exec *ex, const qmla_sweep_params *p,
-                          const qmla_mla_dims *d, size_t T, const qmla_mla_weights *wt,
-                          const float *q_nope, const float *q_rope, const float *C,
-                          const float *K, int verify, void *ws, qmla_response out[2],
-                          qmla_error *err)
+/* The sweep of one sequence (the table's `sequence`: totals 0, clean 1,
+ * upload 1), or its response-only form for the operator's finite gains
+ * (totals 1): only the two perturbed totals ||Y(C + E_C) - Y||^2 (one
+ * projection of the summed content latents) and ||Y(K + E_R) - Y||^2, not
+ * the three content routes apart; out[] then has nmse_cache, nmse_qdq,
+ * nmse_out, response and degenerate, the per-route NMSEs 0. clean 0 (only
+ * with totals) leaves out the clean output and takes ||Y||^2 from the
+ * workspace (w->yy of the same sequence's earlier pass); upload 0 keeps the
+ * inputs and absorbed queries of that earlier pass on the device (the same
+ * q_nope, q_rope, C, K and weights: the caller's promise). */
+static int sweep_run(const qmla_exec *ex, const qmla_sweep_params *p, const qmla_mla_dims *d,
+                     size_t T, const qmla_mla_weights *wt, const float *q_nope,
+                     const float *q_rope, const float *C, const float *K, int verify,
+                     void *ws, qmla_response out[2], int totals, int clean, int upload,
+                     qmla_error *err)
 {
     cuda_sweep_ws *w = (cuda_sweep_ws *)ws;
     if (T == 0 || T > w->T_max)
@@ -518,9 +582,11 @@ static int sweep_sequence(const qmla_exec *ex, const qmla_sweep_params *p,
             return qmla_error_prefix(err, "%s cache: ", qmla_path_name(path));
     }
     const int run[2] = {!degenerate[0], !degenerate[1]};
+    if (!totals)
+        clean = upload = 1;
 
     cudaStream_t s = w->stream;
-    if ((st = seq_upload(w, wt, q_nope, q_rope, C, K, T, err)))
+    if (upload && (st = seq_upload(w, wt, q_nope, q_rope, C, K, T, err)))
         goto out;
     CU(cudaMemcpyAsync(w->Ec, E[0], T * dc * sizeof(float), cudaMemcpyHostToDevice, s),
        "copy content error");
@@ -564,6 +630,32 @@ static int sweep_sequence(const qmla_exec *ex, const qmla_sweep_params *p,
             softmax_rows_kernel<<<rows, SM_THREADS, 0, s>>>(w->P2, w->Z, w->P2, Bt, L, t0);
             CU(cudaGetLastError(), "RoPE softmax delta");
         }
+        if (totals) {
+            /* response only: the clean output (when asked), the content
+             * total from U = P1 C + A E_C + P1 E_C (one projection), the
+             * RoPE route; Y[0] is not touched without clean */
+            if (clean) {
+                CB(aggregate_tile(w, Bt, L, w->Z, w->C), "aggregation");
+                CB(project_tile(w, Bt, w->Y[0]), "projection");
+            }
+            if (run[0]) {
+                CB(aggregate_tile_beta(w, Bt, L, w->P1, w->C, 0.0f), "content total");
+                CB(aggregate_tile_beta(w, Bt, L, w->Z, w->Ec, 1.0f), "content total");
+                CB(aggregate_tile_beta(w, Bt, L, w->P1, w->Ec, 1.0f), "content total");
+                CB(project_tile(w, Bt, w->Y[1]), "projection");
+            } else
+                CU(cudaMemsetAsync(w->Y[1], 0, Bt * D * sizeof(float), s), "memset");
+            if (run[1]) {
+                CB(aggregate_tile(w, Bt, L, w->P2, w->C), "RoPE matching route");
+                CB(project_tile(w, Bt, w->Y[4]), "projection");
+            } else
+                CU(cudaMemsetAsync(w->Y[4], 0, Bt * D * sizeof(float), s), "memset");
+            totals_kernel<<<NORM_BLOCKS, SM_THREADS, 0, s>>>(
+                clean ? w->Y[0] : NULL, w->Y[1], w->Y[4], Bt * D,
+                w->part + k * NORM_BLOCKS * NORM_SUMS);
+            CU(cudaGetLastError(), "totals");
+            continue;
+        }
         /* the five outputs: clean; content matching, aggregation,
          * interaction; RoPE matching */
         CB(aggregate_tile(w, Bt, L, w->Z, w->C), "aggregation");
@@ -597,7 +689,7 @@ static int sweep_sequence(const qmla_exec *ex, const qmla_sweep_params *p,
         for (size_t k = 0; k < nt * NORM_BLOCKS; k++)
             for (int q = 0; q < NORM_SUMS; q++)
                 sum[q] += w->hpart[k * NORM_SUMS + q];
-        const double yy = sum[0];
+        const double yy = clean ? sum[0] : w->yy;
         w->yy = yy;
         w->a_valid = nt == 1;
         if (!isfinite(yy))
@@ -633,6 +725,15 @@ out:
     if (st)
         cudaStreamSynchronize(s);
     return st;
+}
+
+static int sweep_sequence(const qmla_exec *ex, const qmla_sweep_params *p,
+                          const qmla_mla_dims *d, size_t T, const qmla_mla_weights *wt,
+                          const float *q_nope, const float *q_rope, const float *C,
+                          const float *K, int verify, void *ws, qmla_response out[2],
+                          qmla_error *err)
+{
+    return sweep_run(ex, p, d, T, wt, q_nope, q_rope, C, K, verify, ws, out, 0, 1, 1, err);
 }
 
 /* Another layer: its weights are copied with its first sequence. */
@@ -1097,7 +1198,10 @@ static int op_ws_alloc_common(const qmla_mla_dims *d, size_t T_max, int with_sen
         goto out;
     }
     if (with_sens) {
-        size_t ni = 1024 / H;
+        /* 4096 / H rows (V3: 32; before 2026-12-03 1024 / H, 8 at V3, whose
+         * per-chunk GEMMs of 8 rows per head ran at a fraction of SGEMM's
+         * rate); the row and head sums are in the same order whatever ni */
+        size_t ni = (before_mode() ? 1024 : 4096) / H;
         ni = ni < 2 ? 2 : ni > 64 ? 64 : ni;
         if (ni > T)
             ni = T;
@@ -1428,13 +1532,19 @@ static int op_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
     const size_t dc = d->d_c, dr = d->d_r;
     const double cc = qmla_sumsq(C, T * dc), kk = qmla_sumsq(K, T * dr);
     double yy = 0.0;
-    /* the driver frees and loads layers without telling this table: the
-     * weights go to the device with every sequence's first sweep */
-    sweep_layer_begin(W->sw);
+    /* the layer's weights stay on the device until the driver's layer_begin
+     * (op_layer_begin) or other weight pointers; the finite gains need only
+     * the two perturbed totals: the response-only sweep, the first with the
+     * sequence's inputs and its clean output, the others on the inputs and
+     * ||Y||^2 the first left on the device */
+    const int before = before_mode();
+    if (before) /* as 2026-12-02: the weights with every sequence, full sweeps */
+        sweep_layer_begin(W->sw);
     for (size_t k = 0; k < nconf; k++) {
         qmla_sweep_params sp = qmla_op_config_sweep(&conf[k]);
         qmla_response fin[2];
-        int st = sweep_sequence(ex, &sp, d, T, wt, q_nope, q_rope, C, K, 0, W->sw, fin, err);
+        int st = sweep_run(ex, &sp, d, T, wt, q_nope, q_rope, C, K, 0, W->sw, fin, !before,
+                           k == 0, k == 0, err);
         if (st)
             return qmla_error_prefix(err, "INT%d G%d nu %g: ", conf[k].bits, conf[k].group,
                                      conf[k].nmse);
@@ -1553,8 +1663,12 @@ static int iv_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
         return qmla_error_set(err, QMLA_EINVAL, "interventions: T = %zu outside [1, %zu]", T,
                               W->T_max);
     qmla_response fin[2];
-    sweep_layer_begin(W->sw);
-    int st = sweep_sequence(ex, p, d, T, wt, q_nope, q_rope, C, K, 0, W->sw, fin, err);
+    /* the weights as op_sequence's; the response-only sweep with the clean
+     * output (the joint pass reuses it when the sequence is one tile) */
+    if (before_mode())
+        sweep_layer_begin(W->sw);
+    int st = sweep_run(ex, p, d, T, wt, q_nope, q_rope, C, K, 0, W->sw, fin, !before_mode(), 1,
+                       1, err);
     if (st)
         return st;
     const double yy = W->sw->yy;
@@ -1607,9 +1721,14 @@ done:
     return st;
 }
 
+/* The driver loaded another layer (perhaps at the same addresses): its
+ * weights go to the device with its first sequence. */
+static void op_layer_begin(void *ws) { sweep_layer_begin(((cuda_op_ws *)ws)->sw); }
+
 extern "C" const qmla_op_ops qmla_cuda_op_ops = {op_ws_alloc, op_ws_free, op_layer_alloc,
-                                                op_layer_free, op_sequence};
-extern "C" const qmla_iv_ops qmla_cuda_iv_ops = {iv_ws_alloc, op_ws_free, iv_sequence};
+                                                op_layer_free, op_sequence, op_layer_begin};
+extern "C" const qmla_iv_ops qmla_cuda_iv_ops = {iv_ws_alloc, op_ws_free, iv_sequence,
+                                                op_layer_begin};
 
 /* ---- the effective-cache evaluation (qmla eval) -------------------------------
  * qmla_tf_eval_cell's attention work (transform/tfeval_int.h) on the GPU:
@@ -1625,6 +1744,10 @@ extern "C" const qmla_iv_ops qmla_cuda_iv_ops = {iv_ws_alloc, op_ws_free, iv_seq
 
 #include "transform/learn_int.h"
 #include "transform/tfeval_int.h"
+
+#if QMLA_HAVE_CUSOLVER
+#include <cusolverDn.h>
+#endif
 
 static cublasStatus_t dgemm_rm(cublasHandle_t h, int ta, int tb, size_t M, size_t N, size_t K,
                                const double *A, size_t lda, long long sA, const double *Bm,
@@ -1691,6 +1814,14 @@ typedef struct cuda_eval_ctx {
     double *Cd, *G;   /* device: C as double [T, d_c], C^T C [d_c, d_c] */
     double *hG;       /* host [d_c, d_c] */
     double *pos, *hpos; /* [2, H, T]: den, num */
+#if QMLA_HAVE_CUSOLVER
+    /* ||C||_2 on the device: the eigenvalues of C^T C (cusolverDnDsyevd,
+     * values only, double), the largest copied back with the status */
+    cusolverDnHandle_t sol;
+    double *ev, *work, *hlam; /* device [d_c], [lwork]; host pinned [1] */
+    int *info, *hinfo;        /* device [1]; host pinned [1] */
+    int lwork;
+#endif
 } cuda_eval_ctx;
 
 /* cudaFree of the n device pointers of p that are not NULL. */
@@ -1711,6 +1842,16 @@ static void eval_end(void *p)
     if (c->hpos)
         cudaFreeHost(c->hpos);
     free(c->hG);
+#if QMLA_HAVE_CUSOLVER
+    void *const sv[] = {c->ev, c->work, c->info};
+    cuda_free_all(sv, 3);
+    if (c->hlam)
+        cudaFreeHost(c->hlam);
+    if (c->hinfo)
+        cudaFreeHost(c->hinfo);
+    if (c->sol)
+        cusolverDnDestroy(c->sol);
+#endif
     const int th = c->threads;
     memset(c, 0, sizeof *c);
     c->threads = th;
@@ -1730,8 +1871,33 @@ static int eval_begin(void *p, const qmla_mla_dims *d, size_t T, qmla_error *err
     CU(cudaMalloc((void **)&c->G, dc * dc * sizeof(double)), "Gram of c_kv");
     CU(cudaMalloc((void **)&c->pos, 2 * H * T * sizeof(double)), "positional sums");
     CU(cudaMallocHost((void **)&c->hpos, 2 * H * T * sizeof(double)), "positional sums");
-    if (!(c->hG = (double *)malloc(dc * dc * sizeof(double))))
+    if (!(c->hG = (double *)malloc(dc * dc * sizeof(double)))) {
         st = qmla_error_set(err, QMLA_ENOMEM, "cuda engine: out of memory");
+        goto out;
+    }
+#if QMLA_HAVE_CUSOLVER
+    {
+        cusolverStatus_t cs = cusolverDnCreate(&c->sol);
+        if (cs == CUSOLVER_STATUS_SUCCESS)
+            cs = cusolverDnSetStream(c->sol, c->sw->stream);
+        if (cs == CUSOLVER_STATUS_SUCCESS)
+            cs = cusolverDnDsyevd_bufferSize(c->sol, CUSOLVER_EIG_MODE_NOVECTOR,
+                                             CUBLAS_FILL_MODE_LOWER, (int)dc, c->G, (int)dc,
+                                             c->ev, &c->lwork);
+        if (cs != CUSOLVER_STATUS_SUCCESS) {
+            st = qmla_error_set(err, QMLA_EIO,
+                                "cuda engine: cuSOLVER set-up for ||C||_2 (d_c %zu): status %d",
+                                dc, (int)cs);
+            goto out;
+        }
+    }
+    CU(cudaMalloc((void **)&c->ev, dc * sizeof(double)), "eigenvalues of C^T C");
+    CU(cudaMalloc((void **)&c->work, (size_t)(c->lwork > 0 ? c->lwork : 1) * sizeof(double)),
+       "eigensolver workspace");
+    CU(cudaMalloc((void **)&c->info, sizeof(int)), "eigensolver status");
+    CU(cudaMallocHost((void **)&c->hlam, sizeof(double)), "largest eigenvalue");
+    CU(cudaMallocHost((void **)&c->hinfo, sizeof(int)), "eigensolver status");
+#endif
 out:
     if (st)
         eval_end(c);
@@ -1875,8 +2041,32 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
        "copy sums");
     CU(cudaMemcpyAsync(c->hpos, c->pos, 2 * H * T * sizeof(double), cudaMemcpyDeviceToHost, s),
        "copy positional sums");
+#if QMLA_HAVE_CUSOLVER
+    /* the eigenvalues of C^T C on the device (ascending: the largest last;
+     * the lower triangle, as GSL's symmetric eigensolver reads it) */
+    if (before_mode())
+        CU(cudaMemcpyAsync(c->hG, c->G, dc * dc * sizeof(double), cudaMemcpyDeviceToHost, s),
+           "copy Gram");
+    else {
+        const cusolverStatus_t cs =
+            cusolverDnDsyevd(c->sol, CUSOLVER_EIG_MODE_NOVECTOR, CUBLAS_FILL_MODE_LOWER,
+                             (int)dc, c->G, (int)dc, c->ev, c->work, c->lwork, c->info);
+        if (cs != CUSOLVER_STATUS_SUCCESS) {
+            st = qmla_error_set(err, QMLA_EIO,
+                                "eval: ||C||_2: cusolverDnDsyevd of C^T C (d_c %zu): status %d",
+                                dc, (int)cs);
+            goto out;
+        }
+        CU(cudaMemcpyAsync(c->hlam, c->ev + (dc - 1), sizeof(double), cudaMemcpyDeviceToHost,
+                           s),
+           "copy largest eigenvalue");
+        CU(cudaMemcpyAsync(c->hinfo, c->info, sizeof(int), cudaMemcpyDeviceToHost, s),
+           "copy eigensolver status");
+    }
+#else
     CU(cudaMemcpyAsync(c->hG, c->G, dc * dc * sizeof(double), cudaMemcpyDeviceToHost, s),
        "copy Gram");
+#endif
     CU(cudaStreamSynchronize(s), "eval sequence");
     {
         double v[4] = {0, 0, 0, 0};
@@ -1902,7 +2092,16 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
                 nh += c->hpos[H * T + h * T + i];
             out->nh[h] = nh;
         }
+#if QMLA_HAVE_CUSOLVER
+        if (!before_mode() && *c->hinfo != 0)
+            return qmla_error_set(err, QMLA_EIO,
+                                  "eval: ||C||_2: cusolverDnDsyevd of C^T C (d_c %zu): "
+                                  "expected info 0, found %d",
+                                  dc, *c->hinfo);
+        const double l = before_mode() ? qmla_lambda_max_sym(c->hG, dc) : *c->hlam;
+#else
         const double l = qmla_lambda_max_sym(c->hG, dc);
+#endif
         out->cn = sqrt(l > 0 ? l : 0);
     }
 out:

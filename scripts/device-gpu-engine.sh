@@ -20,8 +20,10 @@
 #     bash scripts/device-gpu-engine.sh
 # Steps can be named (default: build test bench memcheck; also ops, ops4k: the
 # jvp/predict/intervene benchmark; tf: the learn/eval benchmark; tfcli: qmla
-# learn and eval through the CLI with each engine; docs/cuda-engine.md), run
-# in this order: build test bench ops ops4k tf tfcli memcheck. TEST_TIMEOUT (default 240) bounds the
+# learn and eval through the CLI with each engine; before: the ops and eval
+# benchmarks on the GPU with QMLA_CUDA_ENGINE_BEFORE=1, the 2026-12-02
+# engine's sequences, for before/after rows of one run; docs/cuda-engine.md),
+# run in this order: build test bench ops ops4k tf before tfcli memcheck. TEST_TIMEOUT (default 240) bounds the
 # agreement test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -127,6 +129,25 @@ if [[ " $steps " == *" tf "* ]]; then
   timeout 90 $B/bench/bench_engine /tmp/v3.h5 --threads 16 --no-sweep --no-cpu --learn 20 \
     --eval --out $OUT/bench-tf-v3.h5 >>"$LOG" 2>&1
   say "tf bench v3 exit $?"
+  rm -f /tmp/v2l.h5 /tmp/v3.h5
+fi
+if [[ " $steps " == *" before "* ]]; then
+  # the before rows in the same run: the GPU-only ops and eval benchmarks
+  # with QMLA_CUDA_ENGINE_BEFORE=1 (the engine's operator, intervention and
+  # eval sequences as of 2026-12-02, f8d3d79: full five-route finite sweeps,
+  # weights and inputs copied with every sweep, sensitivity chunks of
+  # 1024 / H rows, ||C||_2 by GSL on the host; kernels/engine_cuda.cu)
+  Q=$B/cli/qmla
+  say "before bench: synth captures ($(date -u +%H:%M:%S))"
+  synth512
+  say "before bench: DeepSeek-V2-Lite shape, T 512, N 8 (gpu only, QMLA_CUDA_ENGINE_BEFORE=1)"
+  QMLA_CUDA_ENGINE_BEFORE=1 timeout 60 $B/bench/bench_engine /tmp/v2l.h5 --threads 16 --no-sweep \
+    --no-cpu --ops --op-seqs 8 --iv-seqs 2 --eval --out $OUT/bench-before-v2lite.h5 >>"$LOG" 2>&1
+  say "before bench v2-lite exit $?"
+  say "before bench: DeepSeek-V3 shape, T 512, N 8 (gpu only, 4 seqs, interventions 1)"
+  QMLA_CUDA_ENGINE_BEFORE=1 timeout 60 $B/bench/bench_engine /tmp/v3.h5 --threads 16 --no-sweep \
+    --no-cpu --ops --op-seqs 4 --iv-seqs 1 --eval --out $OUT/bench-before-v3.h5 >>"$LOG" 2>&1
+  say "before bench v3 exit $?"
   rm -f /tmp/v2l.h5 /tmp/v3.h5
 fi
 if [[ " $steps " == *" tfcli "* ]]; then

@@ -101,7 +101,9 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
 
 /* One item of the interventions on an engine (qmla_intervene_run). The CPU
  * engine: ws is a qmla_op_ws without sensitivities (qmla_op_ws_alloc/_free)
- * and sequence is qmla_intervene_sequence. */
+ * and sequence is qmla_intervene_sequence. layer_begin (NULL for the CPU
+ * engine): as qmla_op_ops' (qmla/predict.h), called by the driver after
+ * each layer load. */
 typedef struct qmla_iv_ops {
     int (*ws_alloc)(const qmla_mla_dims *d, size_t T_max, int threads, void **ws,
                     qmla_error *err);
@@ -111,6 +113,7 @@ typedef struct qmla_iv_ops {
                     const float *q_rope, const float *C, const float *K,
                     const qmla_sweep_params *p, size_t reps, uint64_t seed,
                     void *ws, qmla_iv_item *out, double *ratio, qmla_error *err);
+    void (*layer_begin)(void *ws); /* may be NULL */
 } qmla_iv_ops;
 
 const qmla_iv_ops *qmla_engine_iv(const qmla_engine *e);

@@ -190,7 +190,12 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
 /* The points of one sequence on an engine (qmla_op_run). The CPU engine:
  * ws is a qmla_op_ws (qmla_op_ws_alloc/_free), layer a qmla_sens_layer
  * (qmla_sens_layer_init/_free, made once per layer when sensitivities are
- * on) and sequence is qmla_op_sequence (layer NULL: sensitivities off). */
+ * on) and sequence is qmla_op_sequence (layer NULL: sensitivities off).
+ * layer_begin (NULL for the CPU engine) is called by the driver on ws after
+ * each layer load, before that layer's first sequence: a device engine
+ * keeps the layer's weights on the device from one sequence to the next
+ * (while the weight pointers stay the same) until it is called, so a
+ * caller passing other weights at the same addresses calls it first. */
 typedef struct qmla_op_ops {
     int (*ws_alloc)(const qmla_mla_dims *d, size_t T_max, int with_sens,
                     int threads, void **ws, qmla_error *err);
@@ -204,6 +209,7 @@ typedef struct qmla_op_ops {
                     const float *K, const qmla_op_config *conf, size_t nconf,
                     void *ws, qmla_op_point *pts, double *alloc, double *sigma,
                     qmla_error *err);
+    void (*layer_begin)(void *ws); /* may be NULL */
 } qmla_op_ops;
 
 const qmla_op_ops *qmla_engine_op(const qmla_engine *e);

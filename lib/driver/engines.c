@@ -167,8 +167,8 @@ static const qmla_sweep_ops cpu_sweep = {cpu_sweep_ws_alloc, qmla_sweep_ws_bytes
 static const qmla_jvp_ops cpu_jvp = {qmla_jvp_apply, qmla_jvp_token, qmla_sens_exact,
                                      qmla_sens_hutchinson};
 static const qmla_op_ops cpu_op = {cpu_op_ws_alloc, cpu_op_ws_free, cpu_op_layer_alloc,
-                                   cpu_op_layer_free, cpu_op_sequence};
-static const qmla_iv_ops cpu_iv = {cpu_iv_ws_alloc, cpu_op_ws_free, cpu_iv_sequence};
+                                   cpu_op_layer_free, cpu_op_sequence, NULL};
+static const qmla_iv_ops cpu_iv = {cpu_iv_ws_alloc, cpu_op_ws_free, cpu_iv_sequence, NULL};
 static const qmla_learn_ops cpu_learn = {cpu_learn_alloc,   cpu_learn_free, cpu_learn_init,
                                          cpu_learn_iterate, cpu_learn_finish, cpu_learn_get,
                                          cpu_learn_state};

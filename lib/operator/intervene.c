@@ -432,6 +432,8 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
             qmla_layer_free(&layer);
             if ((st = qmla_capture_load_layer(cap, it->li, &layer, err)))
                 goto out2;
+            if (eng->layer_begin) /* a device engine copies the new weights */
+                eng->layer_begin(ws);
             cur = (long)it->li;
         }
         qmla_cell cell;

@@ -845,6 +845,8 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
             const qmla_mla_weights w = {layer.w_uk, layer.w_uv, layer.w_o};
             if (o->sensitivities && (st = eng->layer_alloc(&ex, &d, &w, &L, err)))
                 goto out;
+            if (eng->layer_begin) /* a device engine copies the new weights */
+                eng->layer_begin(ws);
             cur_li = (long)it->li;
         }
         qmla_cell cell;

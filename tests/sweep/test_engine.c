@@ -114,8 +114,9 @@ static void make_counting(void)
     cpu_iv = qmla_engine_iv(cpu);
     count_sweep = (qmla_sweep_ops){c_sweep_alloc, cpu_sweep->ws_bytes, c_sweep_free, c_sweep_seq,
                                    cpu_sweep->layer_begin};
-    count_op = (qmla_op_ops){c_op_alloc, c_op_free, c_op_layer, cpu_op->layer_free, c_op_seq};
-    count_iv = (qmla_iv_ops){c_iv_alloc, c_iv_free, c_iv_seq};
+    count_op = (qmla_op_ops){c_op_alloc, c_op_free, c_op_layer, cpu_op->layer_free, c_op_seq,
+                             cpu_op->layer_begin};
+    count_iv = (qmla_iv_ops){c_iv_alloc, c_iv_free, c_iv_seq, cpu_iv->layer_begin};
     counting = *cpu; /* every other table the CPU's */
     counting.name = "counting";
     counting.sweep = &count_sweep;

@@ -27,7 +27,10 @@
  *          arithmetic: both engines' values below 1e-6 of the content
  *          path's; the RoPE control ratios 0/0 (NaN) on both.
  *   layer: layer_begin makes the engine take new weights at the same
- *          host address (the driver calls it on every layer load).
+ *          host address (the driver calls it on every layer load); the
+ *          same for the operator and intervention tables (two sequences
+ *          on the kept weights, then the next layer at the same addresses:
+ *          points and item the CPU's on the new weights).
  *   qdq:   the engine's quant table against qmla_quant_qdq, bit for bit.
  *   run:   qmla_sweep_run on the default capture (data/tiny-mla-default.h5)
  *          and on a V2-Lite-shaped synth capture with each engine: rows
@@ -736,6 +739,117 @@ static void test_layer_begin(void)
     free(wo);
 }
 
+/* The operator and intervention tables over two "layers" at the same host
+ * addresses (as the drivers' freed and reloaded layers may be): the engine
+ * keeps a layer's weights on the device between sequences, and after
+ * layer_begin takes the next layer's, so its points and items agree with
+ * the CPU's on the new weights (and differ from the first layer's). */
+static void test_op_layer_begin(void)
+{
+    const qmla_mla_dims d = {4, 64, 64, 16, 16, 16, 1.0 / sqrt(32.0)};
+    const size_t H = 4, T = 40, reps = 2, nr = 2 * QMLA_N_CTRL * 2;
+    float *qn = randn(H * T * 16, 1.0), *qr = randn(H * T * 16, 1.0);
+    float *C = randn(T * 64, 1.0), *K = randn(T * 16, 1.0);
+    float *wuk = randn(H * 16 * 64, 0.25), *wuv = randn(H * 16 * 64, 0.125);
+    float *wo = randn(64 * H * 16, 0.125);
+    const qmla_mla_weights w = {wuk, wuv, wo};
+    qmla_op_config conf[QMLA_OP_CONFIGS_MAX];
+    size_t nconf = 0;
+    const int bits = 4;
+    qmla_op_configs(1, &bits, 1, 16, 1e-3, conf, &nconf);
+    const size_t np = 2 * nconf;
+    qmla_sweep_params p = qmla_sweep_defaults();
+    p.quant.group = 16;
+    const qmla_exec ex = qmla_exec_cpu(4);
+    qmla_error err;
+    qmla_error_clear(&err);
+    const qmla_op_ops *ocpu = qmla_engine_op(qmla_engine_cpu()), *ogpu = qmla_engine_op(cuda);
+    const qmla_iv_ops *icpu = qmla_engine_iv(qmla_engine_cpu()), *igpu = qmla_engine_iv(cuda);
+    CHECK(ogpu->layer_begin != NULL && igpu->layer_begin != NULL,
+          "op/iv layer_begin: the cuda engine has them");
+    CHECK(ocpu->layer_begin == NULL && icpu->layer_begin == NULL,
+          "op/iv layer_begin: the cpu engine has none (its code paths unchanged)");
+    qmla_op_point *p1 = calloc(np, sizeof *p1), *pg = calloc(np, sizeof *pg),
+                  *pc = calloc(np, sizeof *pc);
+    double *al = calloc(np * T, sizeof *al), *sg = calloc(2 * T, sizeof *sg);
+    qmla_iv_item i1, ig, ic;
+    memset(&i1, 0, sizeof i1);
+    memset(&ig, 0, sizeof ig);
+    memset(&ic, 0, sizeof ic);
+    double r1[2 * QMLA_N_CTRL * 2], rg[2 * QMLA_N_CTRL * 2], rc[2 * QMLA_N_CTRL * 2];
+    void *wg = NULL, *wc = NULL, *lg = NULL, *lc = NULL, *vg = NULL, *vc = NULL;
+    int ok = 1;
+    ok = ok && ogpu->ws_alloc(&d, T, 1, 4, &wg, &err) == QMLA_OK;
+    ok = ok && ocpu->ws_alloc(&d, T, 1, 4, &wc, &err) == QMLA_OK;
+    ok = ok && igpu->ws_alloc(&d, T, 4, &vg, &err) == QMLA_OK;
+    ok = ok && icpu->ws_alloc(&d, T, 4, &vc, &err) == QMLA_OK;
+    /* layer 1 on the GPU: two sequences (the second on the kept weights) */
+    ok = ok && ogpu->layer_alloc(&ex, &d, &w, &lg, &err) == QMLA_OK;
+    for (int r = 0; r < 2 && ok; r++)
+        ok = ogpu->sequence(&ex, &d, T, &w, lg, qn, qr, C, K, conf, nconf, wg, p1, al, sg,
+                            &err) == QMLA_OK;
+    for (int r = 0; r < 2 && ok; r++)
+        ok = igpu->sequence(&ex, &d, T, &w, qn, qr, C, K, &p, reps, 5, vg, &i1, r1, &err) ==
+             QMLA_OK;
+    /* layer 2 at the same addresses */
+    for (size_t i = 0; i < H * 16 * 64; i++)
+        wuk[i] = (float)(0.25 * gauss());
+    for (size_t i = 0; i < 64 * H * 16; i++)
+        wo[i] = (float)(0.125 * gauss());
+    if (lg)
+        ogpu->layer_free(lg);
+    lg = NULL;
+    ok = ok && ogpu->layer_alloc(&ex, &d, &w, &lg, &err) == QMLA_OK;
+    if (ok) {
+        ogpu->layer_begin(wg);
+        igpu->layer_begin(vg);
+    }
+    ok = ok && ogpu->sequence(&ex, &d, T, &w, lg, qn, qr, C, K, conf, nconf, wg, pg, al, sg,
+                              &err) == QMLA_OK;
+    ok = ok && igpu->sequence(&ex, &d, T, &w, qn, qr, C, K, &p, reps, 5, vg, &ig, rg, &err) ==
+                   QMLA_OK;
+    ok = ok && ocpu->layer_alloc(&ex, &d, &w, &lc, &err) == QMLA_OK;
+    ok = ok && ocpu->sequence(&ex, &d, T, &w, lc, qn, qr, C, K, conf, nconf, wc, pc, al, sg,
+                              &err) == QMLA_OK;
+    ok = ok && icpu->sequence(&ex, &d, T, &w, qn, qr, C, K, &p, reps, 5, vc, &ic, rc, &err) ==
+                   QMLA_OK;
+    CHECK(ok, "op/iv layer_begin: every sequence runs (%s)", err.msg);
+    if (ok) {
+        CHECK(p1[0].g_jvp != pg[0].g_jvp && i1.r_joint != ig.r_joint,
+              "op/iv layer_begin: the second layer's weights change the results (g_jvp %.9g "
+              "-> %.9g, r_joint %.9g -> %.9g)",
+              p1[0].g_jvp, pg[0].g_jvp, i1.r_joint, ig.r_joint);
+        CHECK(points_close(pc, pg, np, "op layer_begin"),
+              "op layer_begin: after it the points are the cpu's on the new weights");
+        CHECK(items_close(&ic, &ig, rc, rg, nr, "iv layer_begin"),
+              "iv layer_begin: after it the item is the cpu's on the new weights");
+    }
+    if (lg)
+        ogpu->layer_free(lg);
+    if (lc)
+        ocpu->layer_free(lc);
+    if (wg)
+        ogpu->ws_free(wg);
+    if (wc)
+        ocpu->ws_free(wc);
+    if (vg)
+        igpu->ws_free(vg);
+    if (vc)
+        icpu->ws_free(vc);
+    free(p1);
+    free(pg);
+    free(pc);
+    free(al);
+    free(sg);
+    free(qn);
+    free(qr);
+    free(C);
+    free(K);
+    free(wuk);
+    free(wuv);
+    free(wo);
+}
+
 static void test_qdq(void)
 {
     const qmla_quant_ops *cq = qmla_engine_quant(qmla_engine_cpu()), *gq = qmla_engine_quant(cuda);
@@ -1235,6 +1349,7 @@ int main(void)
             learn_affordable(&cases[k]))
             run_learn_case(&cases[k]);
     test_layer_begin();
+    test_op_layer_begin();
     test_qdq();
     if (is_tiny)
         return check_summary("test_engine_cuda");
