@@ -35,6 +35,11 @@
  * attention for 32 query rows per block, each page tile and each of its
  * ldmatrix fragments shared by the two row tiles' MMAs (see "variant 5").
  *
+ * Codes on tensor cores for two row tiles (decode_fast_mr_kernel, variant
+ * 6): the fast kernel's arithmetic for 32 query rows per block, each page's
+ * codes unpacked once for both tiles' MMAs (see "variant 6"; H200 run 8:
+ * no faster than variant 0, one block per SM instead of two).
+ *
  * Twins: qmla_decode_ref_model (BF16-rounded packed values for the tile
  * kernels, unrounded for decode_fast_kernel; qmla_decode_cuda_packed_f32);
  * test: tests/cache/test_decode_cuda.c; benchmark: bench/bench_decode.cu;
