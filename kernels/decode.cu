@@ -35,6 +35,11 @@
  * attention for 32 query rows per block, each page tile and each of its
  * ldmatrix fragments shared by the two row tiles' MMAs (see "variant 5").
  *
+ * Codes on tensor cores for two row tiles (decode_fast_mr_kernel, variant
+ * 6): the fast kernel's arithmetic for 32 query rows per block, each page's
+ * codes unpacked once for both tiles' MMAs (see "variant 6"; H200 run 8:
+ * no faster than variant 0, one block per SM instead of two).
+ *
  * Twins: qmla_decode_ref_model (BF16-rounded packed values for the tile
  * kernels, unrounded for decode_fast_kernel; qmla_decode_cuda_packed_f32);
  * test: tests/cache/test_decode_cuda.c; benchmark: bench/bench_decode.cu;
@@ -979,8 +984,8 @@ __device__ static inline float rcp_approx(float x)
 /* Metadata of page `pg` for group `warp` (warp-private tables) and the RoPE
  * metadata of tokens 8 warp .. 8 warp + 7. Tokens outside [S, lenW) get
  * zero PV weights (their scores are masked by the softmax). */
-template <int CB>
-__device__ static inline void fast_meta(dec_smem_fast<CB> &sm, const uint8_t *pg, int t0, int S,
+template <int CB, class SM>
+__device__ static inline void fast_meta(SM &sm, const uint8_t *pg, int t0, int S,
                                         int lenW, int warp, int lane)
 {
     typedef fcfg<CB> F;
@@ -1374,6 +1379,392 @@ __global__ void __launch_bounds__(DEC_THREADS, 2) decode_fast_kernel(dec_args a)
     if (k >= 0) { /* the last n_prot blocks (the fewest packed pages) */
         __syncthreads();
         prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, k, nblk + k, tid);
+    }
+}
+
+/* ---- variant 6: the codes on tensor cores for MT row tiles per page ------
+ * decode_fast_kernel gives every 16 query rows (heads x query tokens) a
+ * block of its own, so at H 128 each packed page is fetched and its codes
+ * unpacked 8 times. decode_fast_mr_kernel<CB, MT> is variant 5's idea on
+ * that kernel: one block of 8 warps takes MT = 2 row tiles (32 rows) on
+ * each page, and every warp register-blocks them: the codes it reads from
+ * the stage and unpacks into MMA operands (QK: one 8-byte load and 8 LOP3
+ * per n-tile; PV: 4 word loads, 8 PRMT and 16 LOP3 per k-step), the page's
+ * metadata tables (fast_meta, once per page) and the RoPE codes serve the
+ * MMAs of both tiles. The arithmetic per tile is decode_fast_kernel's (the
+ * same MMA chains, summation orders and softmax), so each row's output is
+ * that kernel's bit for bit. One block per SM (the two tiles' query
+ * fragments and accumulators: about 2 x 68 registers more than the 126 of
+ * the one-tile kernel), the page pipeline of fast_part (NST stages by
+ * cp.async, two block barriers per page), the protected partials after the
+ * pages of the last n_prot blocks, one tile after the other (prot_part).
+ * Row tiles at or past R_pad (an odd tile count's last group) compute on
+ * zero queries and write nothing. Reference: qmla_decode_ref_model with
+ * packed_f32 = 1, as variant 0. */
+template <int CB, int MT> struct dec_smem_fmr {
+    uint8_t stage[fcfg<CB>::NST][fcfg<CB>::PB];     /* as dec_smem_fast */
+    float sp[MT][8][DEC_ROWS][SSTR];                /* [tile][group][16][64 (+8)] */
+    float pf[MT][DEC_ROWS][SSTR];                   /* [tile][16][64 (+8)] */
+    float2 qkm[8][QMLA_KV_PAGE];
+    float pvs[8][QMLA_KV_PAGE];
+    uint16_t bh[8][QMLA_KV_PAGE], bl[8][QMLA_KV_PAGE];
+    float2 rqm[QMLA_KV_PAGE];
+    float m[MT * DEC_ROWS], l[MT * DEC_ROWS], alpha[MT * DEC_ROWS], zs[MT * DEC_ROWS];
+};
+
+template <int CB, int MT> static constexpr size_t fmr_smem_bytes()
+{
+    return sizeof(dec_smem_fmr<CB, MT>) > sizeof(dec_smem_quant) ? sizeof(dec_smem_fmr<CB, MT>)
+                                                                  : sizeof(dec_smem_quant);
+}
+
+/* fast_qk for MT row tiles: each n-tile's codes loaded and unpacked once. */
+template <int CB, int MT>
+__device__ static inline void fast_qk_mr(dec_smem_fmr<CB, MT> &sm, const uint8_t *pg,
+                                         const fast_lane<CB> &fl, const uint32_t (&qc)[MT][4][4],
+                                         const uint32_t (&qr)[MT][4][4], const float (&sqr)[MT][2],
+                                         const uint32_t (&la)[MT][4], int warp, int gr, int gc)
+{
+    typedef fcfg<CB> F;
+#pragma unroll QK_UNROLL
+    for (int j = 0; j < 8; j++) {
+        uint32_t bc[8];
+        const uint8_t *p = pg + fl.qoff[j & 1] + 8 * j * F::CBC;
+        if constexpr (CB == 4) {
+            const uint2 v = *(const uint2 *)p;
+            nib_codes(v.x, bc);
+            nib_codes(v.y, bc + 4);
+        } else {
+            crumb_codes(*(const uint32_t *)p, bc);
+        }
+        const float4 mm = *(const float4 *)&sm.qkm[warp][8 * j + 2 * gc];
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma16816(c, qc[m][0], bc[0], bc[1]);
+            mma16816(d, qc[m][1], bc[2], bc[3]);
+            mma16816(c, qc[m][2], bc[4], bc[5]);
+            mma16816(d, qc[m][3], bc[6], bc[7]);
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                c[k] += d[k];
+            *(float2 *)&sm.sp[m][warp][gr][8 * j + 2 * gc] = make_float2(mm.x * c[0], mm.z * c[1]);
+            *(float2 *)&sm.sp[m][warp][gr + 8][8 * j + 2 * gc] =
+                make_float2(mm.x * c[2], mm.z * c[3]);
+        }
+    }
+    /* RoPE for n-tile `warp` and the content groups' l sum(Q) (fast_qk) */
+    const uint2 v = *(const uint2 *)(pg + fl.roff);
+    uint32_t br[8];
+    nib_codes(v.x, br);
+    nib_codes(v.y, br + 4);
+    const float4 mm = *(const float4 *)&sm.rqm[8 * warp + 2 * gc];
+    const uint8_t *mt = pg + F::OFF_MC + (8 * warp + gr) * 32 + 4 * gc;
+    const uint32_t u0 = *(const uint32_t *)mt, u1 = *(const uint32_t *)(mt + 16);
+    const uint32_t lb0 = __byte_perm(u0, 0, 0x3232), lb1 = __byte_perm(u1, 0, 0x3232);
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        float rc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++)
+            mma16816(rc, qr[m][ks], br[2 * ks], br[2 * ks + 1]);
+        float2 *d0 = (float2 *)&sm.sp[m][warp][gr][8 * warp + 2 * gc];
+        float2 *d1 = (float2 *)&sm.sp[m][warp][gr + 8][8 * warp + 2 * gc];
+        float2 x0 = *d0, x1 = *d1;
+        float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma16816_f16(e, la[m], lb0, lb1);
+        x0.x += fmaf(mm.x, rc[0], fmaf(mm.y, sqr[m][0], e[0]));
+        x0.y += fmaf(mm.z, rc[1], fmaf(mm.w, sqr[m][0], e[1]));
+        x1.x += fmaf(mm.x, rc[2], fmaf(mm.y, sqr[m][1], e[2]));
+        x1.y += fmaf(mm.z, rc[3], fmaf(mm.w, sqr[m][1], e[3]));
+        *d0 = x0;
+        *d1 = x1;
+    }
+}
+
+/* fast_softmax for MT row tiles: each thread takes row srow of every tile. */
+template <int CB, int MT>
+__device__ static inline void fast_softmax_mr(dec_smem_fmr<CB, MT> &sm, const dec_args &a,
+                                              int t0, const int (&shi)[MT], int srow, int spart)
+{
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int w = 0; w < 8; w++) {
+            const float4 c = *(const float4 *)&sm.sp[m][w][srow][spart * 4];
+            acc[0] += c.x;
+            acc[1] += c.y;
+            acc[2] += c.z;
+            acc[3] += c.w;
+        }
+        float z[4], p[4];
+        const int row = m * DEC_ROWS + srow;
+        const float zs = sm.zs[row];
+        const int tb = t0 + spart * 4;
+        if (tb >= a.S && tb + 4 <= shi[m]) {
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                z[u] = acc[u] * zs;
+        } else {
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                z[u] = tb + u >= a.S && tb + u < shi[m] ? acc[u] * zs : -INFINITY;
+        }
+        softmax_step<true>(z, spart, &sm.m[row], &sm.l[row], &sm.alpha[row], p);
+        *(float4 *)&sm.pf[m][srow][spart * 4] = make_float4(p[0], p[1], p[2], p[3]);
+    }
+}
+
+/* fast_pv for MT row tiles: the code words and their operands once per
+ * k-step, the MMAs of every tile on them. */
+template <int CB, int MT>
+__device__ static inline void fast_pv_mr(dec_smem_fmr<CB, MT> &sm, const uint8_t *pg,
+                                         const fast_lane<CB> &fl, float (&o)[MT][8][4],
+                                         float (&bacc)[MT][4], int warp, int gr, int gc)
+{
+    typedef fcfg<CB> F;
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        const float al0 = sm.alpha[m * DEC_ROWS + gr], al1 = sm.alpha[m * DEC_ROWS + gr + 8];
+        if (__any_sync(0xffffffffu, al0 != 1.0f || al1 != 1.0f)) {
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                o[m][n][0] *= al0;
+                o[m][n][1] *= al0;
+                o[m][n][2] *= al1;
+                o[m][n][3] *= al1;
+            }
+            bacc[m][0] *= al0;
+            bacc[m][1] *= al0;
+            bacc[m][2] *= al1;
+            bacc[m][3] *= al1;
+        }
+    }
+    const uint16_t *bsrc = gr == 0 ? sm.bh[warp] : sm.bl[warp];
+#pragma unroll PV_UNROLL
+    for (int ks = 0; ks < 4; ks++) {
+        const int tA = 16 * ks + 2 * gc, tC = tA + 8;
+        const float2 sA = *(const float2 *)&sm.pvs[warp][tA];
+        const float2 sC = *(const float2 *)&sm.pvs[warp][tC];
+        uint32_t pa[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            const float2 pA0 = *(const float2 *)&sm.pf[m][gr][tA];
+            const float2 pA1 = *(const float2 *)&sm.pf[m][gr + 8][tA];
+            const float2 pC0 = *(const float2 *)&sm.pf[m][gr][tC];
+            const float2 pC1 = *(const float2 *)&sm.pf[m][gr + 8][tC];
+            pa[m][0] = bf16x2(pA0.x * sA.x, pA0.y * sA.y);
+            pa[m][1] = bf16x2(pA1.x * sA.x, pA1.y * sA.y);
+            pa[m][2] = bf16x2(pC0.x * sC.x, pC0.y * sC.y);
+            pa[m][3] = bf16x2(pC1.x * sC.x, pC1.y * sC.y);
+        }
+        {
+            uint32_t b0 = 0, b1 = 0;
+            if (gr < 2) {
+                b0 = *(const uint32_t *)&bsrc[tA];
+                b1 = *(const uint32_t *)&bsrc[tC];
+            }
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+                mma16816(bacc[m], pa[m], b0, b1);
+        }
+        const uint8_t *p = pg + 16 * ks * F::CBC;
+        const uint32_t wa = *(const uint32_t *)(p + fl.poff[0]);
+        const uint32_t wb = *(const uint32_t *)(p + fl.poff[1]);
+        const uint32_t wc = *(const uint32_t *)(p + fl.poff[2]);
+        const uint32_t wd = *(const uint32_t *)(p + fl.poff[3]);
+        if constexpr (CB == 4) {
+#pragma unroll
+            for (int jb = 0; jb < 4; jb++) {
+                const uint32_t sel = jb | (jb << 4) | ((4 + jb) << 8) | ((4 + jb) << 12);
+                const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
+                const uint32_t xl = x & 0x000f000fu, yl = y & 0x000f000fu;
+                const uint32_t xh = x & 0x00f000f0u, yh = y & 0x00f000f0u;
+#pragma unroll
+                for (int m = 0; m < MT; m++) {
+                    mma16816(o[m][2 * jb], pa[m], xl, yl);
+                    mma16816(o[m][2 * jb + 1], pa[m], xh, yh);
+                }
+            }
+        } else {
+            const int h = gr & 1;
+            const uint32_t sel = (2 * h) | ((2 * h + 1) << 4) | ((4 + 2 * h) << 8) | ((5 + 2 * h) << 12);
+            const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
+            const uint32_t x8 = x >> 8, y8 = y >> 8;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+                const uint32_t mk = 0x00030003u << subn_pos<2>(nt);
+                const uint32_t bx = (nt < 4 ? x : x8) & mk, by = (nt < 4 ? y : y8) & mk;
+#pragma unroll
+                for (int m = 0; m < MT; m++)
+                    mma16816(o[m][nt], pa[m], bx, by);
+            }
+        }
+    }
+}
+
+/* fast_part for MT row tiles from r0 (the same schedule). */
+template <int CB, int MT>
+__device__ static void fast_part_mr(dec_smem_fmr<CB, MT> &sm, const dec_args &a, int b, int r0,
+                                    int split, int slot, int tid)
+{
+    typedef fcfg<CB> F;
+    static_assert(F::NST >= 3, "fast_part_mr needs three stages");
+    const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
+    const int len = a.seq_len[b], lenW = len - a.W;
+    int p0 = split * a.pps, p1 = p0 + a.pps;
+    {
+        const int lo = a.S / QMLA_KV_PAGE;
+        const int hi = lenW > a.S ? (lenW + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
+        p0 = p0 > lo ? p0 : lo;
+        p1 = p1 < hi ? p1 : hi;
+    }
+    const int np = p1 - p0;
+    const fast_lane<CB> fl(tid);
+    uint32_t qc[MT][4][4], qr[MT][4][4];
+    float sqc[MT][2], sqr[MT][2];
+    uint32_t lqa[MT][4];
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        int qe[2];
+        fast_q<CB>(a, b, r0 + m * DEC_ROWS, warp, gr, gc, qc[m], qr[m], sqc[m], sqr[m], qe);
+        int *qex = (int *)&sm.pf[m][0][0];
+        if (gc == 0) {
+            qex[warp * DEC_ROWS + gr] = qe[0];
+            qex[warp * DEC_ROWS + gr + 8] = qe[1];
+            qex[8 * DEC_ROWS + warp * DEC_ROWS + gr] = __float_as_int(sqc[m][0]);
+            qex[8 * DEC_ROWS + warp * DEC_ROWS + gr + 8] = __float_as_int(sqc[m][1]);
+        }
+    }
+    float o[MT][8][4], bacc[MT][4];
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        bacc[m][0] = bacc[m][1] = bacc[m][2] = bacc[m][3] = 0.0f;
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+            o[m][n][0] = o[m][n][1] = o[m][n][2] = o[m][n][3] = 0.0f;
+    }
+    if (tid < MT * DEC_ROWS) {
+        sm.m[tid] = -INFINITY;
+        sm.l[tid] = 0.0f;
+    }
+    const int srow = tid >> 4, spart = tid & 15;
+    int shi[MT];
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        shi[m] = 0;
+        const int r = r0 + m * DEC_ROWS + srow;
+        if (r < a.R) {
+            const int v = len - a.s_q + r / a.H + 1;
+            shi[m] = v < lenW ? v : lenW;
+        }
+    }
+    const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
+    if (np > 0) {
+        fast_issue<CB>(sm.stage[0], a.pool + (size_t)bt[p0] * F::PB, fl.dswz, tid);
+        cp_async_commit();
+        if (np > 1)
+            fast_issue<CB>(sm.stage[1], a.pool + (size_t)bt[p0 + 1] * F::PB, fl.dswz, tid);
+        cp_async_commit();
+    }
+    cp_async_wait<1>();
+    __syncthreads(); /* page 0 landed; the rows' exponent fields */
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        const int *qex = (const int *)&sm.pf[m][0][0];
+        int e0 = 0, e1 = 0;
+#pragma unroll
+        for (int w = 0; w < 8; w++) {
+            e0 = max(e0, qex[w * DEC_ROWS + gr]);
+            e1 = max(e1, qex[w * DEC_ROWS + gr + 8]);
+        }
+        const int E[2] = {subn_rowexp(e0), subn_rowexp(e1)};
+        fast_qscale<CB>(qc[m], qr[m], sqc[m], sqr[m], E);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int hr = k & 1, g = gc + 4 * (k >> 1);
+            const float x = __fmul_rn(__int_as_float(qex[8 * DEC_ROWS + g * DEC_ROWS + gr + 8 * hr]),
+                                      pow2f(E[hr] - 133));
+            const __half h = __float2half_rn(x);
+            const __half l = __float2half_rn(x - __half2float(h));
+            lqa[m][k] = (uint32_t)__half_as_ushort(h) | ((uint32_t)__half_as_ushort(l) << 16);
+        }
+        if (tid < 32 && gc == 0) {
+            sm.zs[m * DEC_ROWS + gr] = a.scale_log2 * pow2f(133 - E[0]);
+            sm.zs[m * DEC_ROWS + gr + 8] = a.scale_log2 * pow2f(133 - E[1]);
+        }
+    }
+    for (int i = -1; i < np; i++) {
+        if (i >= 0) {
+            __syncthreads(); /* scores of page i complete */
+            fast_softmax_mr<CB, MT>(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
+            cp_async_wait<0>();
+            __syncthreads(); /* P of page i; page i+1 landed; page i-1 consumed */
+            if (i + 2 < np)
+                fast_issue<CB>(sm.stage[(i + 2) % F::NST],
+                               a.pool + (size_t)bt[p0 + i + 2] * F::PB, fl.dswz, tid);
+            cp_async_commit();
+            fast_pv_mr<CB, MT>(sm, sm.stage[i % F::NST], fl, o, bacc, warp, gr, gc);
+        }
+        if (i + 1 < np) {
+            __syncwarp();
+            const uint8_t *pg = sm.stage[(i + 1) % F::NST];
+            fast_meta<CB>(sm, pg, (p0 + i + 1) * QMLA_KV_PAGE, a.S, lenW, warp, lane);
+            fast_qk_mr<CB, MT>(sm, pg, fl, qc, qr, sqr, lqa, warp, gr, gc);
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        const int rm = r0 + m * DEC_ROWS;
+        if (rm >= a.R_pad)
+            break; /* the same for the whole block */
+        float b0 = bacc[m][0] + bacc[m][1], b1 = bacc[m][2] + bacc[m][3];
+        b0 = __shfl_sync(0xffffffffu, b0, lane & ~3);
+        b1 = __shfl_sync(0xffffffffu, b1, lane & ~3);
+        const size_t base = ((size_t)b * a.n_splits + slot) * a.R_pad + rm;
+        const float la = sm.l[m * DEC_ROWS + gr], lb = sm.l[m * DEC_ROWS + gr + 8];
+        const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
+        float4 *d0 = (float4 *)(a.o_part + (base + gr) * QMLA_KV_DC + 64 * warp + 16 * gc);
+        float4 *d1 = (float4 *)(a.o_part + (base + gr + 8) * QMLA_KV_DC + 64 * warp + 16 * gc);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int e = k >> 1, n0 = 4 * (k & 1);
+#define QMLA_OUT(N, C, BB, I) (fmaf(o[m][N][C], pv_unscale<CB>(N), BB) * (I))
+            d0[k] = make_float4(QMLA_OUT(n0, e, b0, ia), QMLA_OUT(n0 + 1, e, b0, ia),
+                                QMLA_OUT(n0 + 2, e, b0, ia), QMLA_OUT(n0 + 3, e, b0, ia));
+            d1[k] = make_float4(QMLA_OUT(n0, 2 + e, b1, ib), QMLA_OUT(n0 + 1, 2 + e, b1, ib),
+                                QMLA_OUT(n0 + 2, 2 + e, b1, ib), QMLA_OUT(n0 + 3, 2 + e, b1, ib));
+#undef QMLA_OUT
+        }
+        if (tid < DEC_ROWS) {
+            const float l = sm.l[m * DEC_ROWS + tid];
+            a.lse_part[base + tid] =
+                l > 0.0f ? (sm.m[m * DEC_ROWS + tid] + log2f(l)) * LN2 : -INFINITY;
+        }
+    }
+}
+
+/* Variant 6: grid (n_splits - n_prot, ceil(row tiles / MT), batch); the
+ * last n_prot blocks then attend to the protected tokens of each of their
+ * row tiles below R_pad (prot_part, one tile after the other). */
+template <int CB, int MT>
+__global__ void __launch_bounds__(DEC_THREADS, 1) decode_fast_mr_kernel(dec_args a)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int b = blockIdx.z, r0 = blockIdx.y * DEC_ROWS * MT, tid = threadIdx.x, x = blockIdx.x;
+    const int nblk = a.n_splits - a.n_prot; /* gridDim.x */
+    fast_part_mr<CB, MT>(*(dec_smem_fmr<CB, MT> *)smem_raw, a, b, r0, x, x, tid);
+    const int k = x - (nblk - a.n_prot);
+    if (k >= 0) {
+#pragma unroll 1
+        for (int m = 0; m < MT; m++) {
+            if (r0 + m * DEC_ROWS >= a.R_pad)
+                break;
+            __syncthreads();
+            prot_part(*(dec_smem_quant *)smem_raw, a, b, r0 + m * DEC_ROWS, k, nblk + k, tid);
+        }
     }
 }
 
@@ -1923,7 +2314,7 @@ extern "C" int qmla_decode_cuda_packed_f32(const qmla_kv_config *cfg)
  * C2R4, C8R8); otherwise variant 0. */
 static int eff_variant(const qmla_kv_config *c, int v)
 {
-    if ((v == 1 || v == 4) && fast_config(c))
+    if ((v == 1 || v == 4 || v == 6) && fast_config(c))
         return v;
     if (v == 3)
         return 3; /* every configuration, BF16 too */
@@ -1949,6 +2340,9 @@ static int eff_variant(const qmla_kv_config *c, int v)
 static int ws_nrt(int tiles) { return tiles >= 2 ? 2 : 1; }
 /* Row tiles per block of variant 5 (register-blocked on one tile). */
 static int mr_mt(int tiles) { return tiles >= 2 ? 2 : 1; }
+/* Row tiles per block of variant 6 (register-blocked on one page's codes);
+ * at one row tile variant 6 is decode_fast_kernel with variant 3's plan. */
+static int fmr_mt(int tiles) { return tiles >= 2 ? 2 : 1; }
 /* 1 when the plan's variant reads packed pages through BF16 tiles (no
  * protected partials, BF16-rounded packed values). */
 static int tile_variant(int v) { return v == 2 || v == 5; }
@@ -1967,6 +2361,7 @@ extern "C" const char *qmla_decode_cuda_variant_name(int variant)
     case 3: return "v3 v0+comb2";
     case 4: return "v4 v1+comb-by-splits";
     case 5: return "v5 rows-on-one-tile";
+    case 6: return "v6 fast-rows-on-one-page";
     default: return "?";
     }
 }
@@ -2046,11 +2441,14 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
     } else {
         const long groups = v == 2   ? (tiles + ws_nrt(tiles) - 1) / ws_nrt(tiles)
                             : v == 5 ? (tiles + mr_mt(tiles) - 1) / mr_mt(tiles)
+                            : v == 6 ? (tiles + fmr_mt(tiles) - 1) / fmr_mt(tiles)
                                      : tiles;
         const long per_seq = (long)a->batch * groups;
         /* one wave: blocks resident at once (2 per SM low-bit, 1 BF16 and
-         * variants 2 and 5) */
-        const long per_sm = cfg->c_bits == QMLA_KV_BF16 || tile_variant(v) ? 1 : 2;
+         * variants 2 and 5, and variant 6 at two row tiles per block) */
+        const long per_sm =
+            cfg->c_bits == QMLA_KV_BF16 || tile_variant(v) || (v == 6 && fmr_mt(tiles) > 1) ? 1
+                                                                                           : 2;
         splits = (long)n_sm * per_sm / per_seq;
         if (splits > COMB_MAX_SPLITS - 64)
             splits = COMB_MAX_SPLITS - 64; /* room for the protected partials */
@@ -2154,6 +2552,9 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
               (unsigned)a->batch);
     const int nrt = ws_nrt(plan->row_tiles);
     const int mt = mr_mt(plan->row_tiles);
+    const int fmt = fmr_mt(plan->row_tiles);
+    if (var == 6)
+        grid.y = (unsigned)((plan->row_tiles + fmt - 1) / fmt);
     if (var == 2)
         grid.y = (unsigned)((plan->row_tiles + nrt - 1) / nrt);
     if (var == 5)
@@ -2200,7 +2601,11 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
             QMLA_LAUNCH((decode_ws_kernel<8, 8, 1>), sizeof(dec_smem_ws<1>));
         else
             QMLA_LAUNCH((decode_ws_kernel<8, 8, 2>), sizeof(dec_smem_ws<2>));
-    } else if (L.c_bits == 4 && sep)
+    } else if (var == 6 && L.c_bits == 4 && fmt == 2)
+        QMLA_LAUNCH((decode_fast_mr_kernel<4, 2>), (fmr_smem_bytes<4, 2>()));
+    else if (var == 6 && L.c_bits == 2 && fmt == 2)
+        QMLA_LAUNCH((decode_fast_mr_kernel<2, 2>), (fmr_smem_bytes<2, 2>()));
+    else if (L.c_bits == 4 && sep)
         QMLA_LAUNCH((decode_fast_kernel<4, 1>), fast_smem_bytes<4>());
     else if (L.c_bits == 4)
         QMLA_LAUNCH((decode_fast_kernel<4, 0>), fast_smem_bytes<4>());

@@ -72,13 +72,20 @@ typedef struct qmla_decode_plan {
  *      (decode_mr_kernel: 32 query rows per block, each page's BF16 tile
  *      loaded or dequantized once for them and every ldmatrix fragment of
  *      it shared by their MMAs; attends to BF16-rounded packed values, no
- *      protected partials), split-parallel combine.
- * (A variant 6, two warp groups of 8 on one tile, was measured in H200 run
- * 6 at commit 9829c8b and removed: slower than 5, and racecheck reported
- * its BF16 hand-off; docs/decode.md.)
+ *      protected partials), split-parallel combine;
+ *   6  C4R4 / C2R4: decode_fast_mr_kernel, variant 5's idea on the tensor-
+ *      core-on-codes kernel: 32 query rows per block of 8 warps (16 at one
+ *      row tile: then decode_fast_kernel with variant 3's plan), each page's
+ *      codes fetched and unpacked once for both row tiles' MMAs, one block
+ *      per SM; the same arithmetic per row as variant 0 (unrounded packed
+ *      values, protected partials), split-parallel combine.
+ * (An earlier variant 6, two warp groups of 8 on one BF16 tile, was
+ * measured in H200 run 6 at commit 9829c8b and removed: slower than 5, and
+ * racecheck reported its BF16 hand-off; docs/decode.md. The number was
+ * reused in H200 run 8.)
  * A variant that does not apply to a configuration falls back to 0 (the
  * plan's `variant` says which one runs). */
-#define QMLA_DECODE_VARIANTS 6
+#define QMLA_DECODE_VARIANTS 7
 
 /* Plan for a batch (a->batch, s_q, heads) whose longest sequence has at most
  * max_len tokens, on a device of n_sm multiprocessors (0: ask the current

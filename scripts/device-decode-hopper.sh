@@ -6,7 +6,7 @@
 #   tests     test_decode_cuda: every kernel variant (decode_cuda.h) against
 #             the C twin (NMSE, LSE, token aging, bit-identical reruns)
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck on
-#             test_decode_cuda (QMLA_TEST_SMALL=1: three shapes, 12 aging
+#             test_decode_cuda (QMLA_TEST_SMALL=1: four shapes, 12 aging
 #             steps; SAN_SMALL= (empty) runs the full-size test; SAN_TOOLS: the
 #             tools, default all three; sanitize-TOOL:
 #             that one tool)

@@ -314,6 +314,9 @@ int main(void)
         {"b1 ctx1", 1, 16, 1, 4, 128, {1}},
         {"b3 ctx63/64/65", 3, 16, 1, 4, 128, {63, 64, 65}},
         {"b8 mixed", 8, 16, 1, 4, 128, {1, 63, 64, 65, 131, 4097, 200, 1000}},
+        /* three row tiles (s_q 3): variants 2, 5, 6 with an odd tile count
+         * (the last block's second tile past R_pad); in the small mode too */
+        {"b2 s_q3", 2, 16, 3, 4, 128, {300, 1100}},
         {"b3 H128", 3, 128, 1, 4, 128, {131, 4097, 65}},
         {"b3 s_q2", 3, 16, 2, 4, 128, {5, 131, 300}},
         {"b3 window covers all", 3, 16, 1, 4, 8192, {131, 4097, 64}},
@@ -321,9 +324,10 @@ int main(void)
     };
     const char *cfgs[] = {"BF16", "C4R4", "C2R4", "C8R8"};
     double worst_nmse = 0, worst_lse = 0;
-    /* QMLA_TEST_SMALL=1 (under compute-sanitizer): three shapes, 12 aging steps */
+    /* QMLA_TEST_SMALL=1 (under compute-sanitizer): four shapes (one of them
+     * with three row tiles), 12 aging steps */
     const int small = getenv("QMLA_TEST_SMALL") != NULL;
-    const size_t n_shapes = small ? 3 : sizeof shapes / sizeof *shapes;
+    const size_t n_shapes = small ? 4 : sizeof shapes / sizeof *shapes;
     for (int ci = 0; ci < 4; ci++)
         for (size_t si = 0; si < n_shapes; si++) {
             const shape *s = &shapes[si];

@@ -11,6 +11,9 @@
  *  - variant 4: variant 1's plan (only its combine choice differs);
  *  - variant 5 (head rows on one tile): every configuration, no protected
  *    partials, one block per SM in one wave, pages covered;
+ *  - variant 6 (the fast kernel with two row tiles per page): C4R4 / C2R4
+ *    only, variant 0's protected partials, one wave of one block per SM
+ *    (two at one row tile, variant 0's plan there), pages covered;
  *  - fall-backs: BF16 runs variant 0 under 1, 2, 4; C8R8 under 1 and 4;
  *  - an unknown variant is an error naming it.
  * Suite unit (linked with the CUDA kernels' library, but launches nothing). */
@@ -134,6 +137,47 @@ int main(void)
                                   "%s: v%d attends to BF16-rounded values", names[ni], v);
                         }
                     }
+        /* variant 6: C4R4 / C2R4 only; 32 rows per block (16 at one row
+         * tile), protected partials as variant 0, one wave (one block per SM
+         * at two row tiles per block, two at one), pages covered */
+        for (int bi = 0; bi < 4; bi++)
+            for (int hi = 0; hi < 2; hi++)
+                for (int si = 0; si < 2; si++)
+                    for (int ci = 0; ci < 7; ci++) {
+                        const qmla_decode_args a = {batches[bi], sqs[si], heads[hi], 1.0f, &q0,
+                                                    &z, 1, &z};
+                        const long len = ctxs[ci], pages = (len + 63) / 64;
+                        const int tiles = (sqs[si] * heads[hi] + 15) / 16;
+                        qmla_decode_plan p0, p;
+                        CHECK_OK(qmla_decode_cuda_plan(&cfg, &a, len, n_sm, &p0, &err), err);
+                        CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 6, &p, &err),
+                                 err);
+                        CHECK(p.variant == (fast ? 6 : 0), "%s: variant 6 runs %d", names[ni],
+                              p.variant);
+                        if (!fast)
+                            continue;
+                        const int mt = tiles >= 2 ? 2 : 1, groups = (tiles + mt - 1) / mt;
+                        const long packed = p.n_splits - p.n_prot;
+                        CHECK(p.n_prot == p0.n_prot && p.sep == 0 && p.row_tiles == tiles &&
+                                  packed >= p.n_prot &&
+                                  (pages == 0 || packed * p.pages_per_split >= pages) &&
+                                  (pages <= 1 || (packed - 1) * p.pages_per_split < pages ||
+                                   packed == p.n_prot),
+                              "%s b %d H %d s_q %d len %ld: v6 %d splits (%d protected) of %d pages",
+                              names[ni], a.batch, a.heads, a.s_q, len, p.n_splits, p.n_prot,
+                              p.pages_per_split);
+                        const long per_sm = mt == 2 ? 1 : 2;
+                        if ((long)a.batch * groups * p.n_prot <= per_sm * n_sm)
+                            CHECK((long)a.batch * groups * packed <= per_sm * n_sm,
+                                  "%s b %d H %d s_q %d len %ld: v6 grid over one wave", names[ni],
+                                  a.batch, a.heads, a.s_q, len);
+                        CHECK(qmla_decode_cuda_variant_packed_f32(&cfg, 6) == 1,
+                              "%s: v6 attends to unrounded packed values", names[ni]);
+                        if (mt == 1) /* variant 3's plan at one row tile */
+                            CHECK(p.n_splits == p0.n_splits &&
+                                      p.pages_per_split == p0.pages_per_split,
+                                  "%s: v6 at one row tile is not variant 0's plan", names[ni]);
+                    }
         /* variant 4: variant 1's plan (the combine choice differs) */
         {
             const qmla_decode_args a = {8, 1, 16, 1.0f, &q0, &z, 1, &z};
@@ -167,6 +211,8 @@ int main(void)
     }
     CHECK(strcmp(qmla_decode_cuda_variant_name(2), "v2 ws-tile") == 0, "variant name");
     CHECK(strcmp(qmla_decode_cuda_variant_name(5), "v5 rows-on-one-tile") == 0, "variant 5 name");
+    CHECK(strcmp(qmla_decode_cuda_variant_name(6), "v6 fast-rows-on-one-page") == 0,
+          "variant 6 name");
     {
         const qmla_kv_config c4 = cfg_of("C4R4"), c8 = cfg_of("C8R8");
         CHECK(qmla_decode_cuda_variant_packed_f32(&c4, 0) == 1 &&
