@@ -23,7 +23,9 @@
 # learn and eval through the CLI with each engine; before: the ops and eval
 # benchmarks on the GPU with QMLA_CUDA_ENGINE_BEFORE=1, the 2026-12-02
 # engine's sequences, for before/after rows of one run; docs/cuda-engine.md),
-# run in this order: build test bench ops ops4k tf before tfcli memcheck. TEST_TIMEOUT (default 240) bounds the
+# cli: sweep, jvp, predict, intervene, learn and eval through the CLI with
+# each engine, the results files compared (scripts/compare-results.py);
+# run in this order: build test bench ops ops4k tf before tfcli cli memcheck. TEST_TIMEOUT (default 240) bounds the
 # agreement test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -163,6 +165,40 @@ if [[ " $steps " == *" tfcli "* ]]; then
     say "tfcli: qmla eval --engine $e"
     $Q eval $C --config C4R4 --policy none --cells code-s0 --threads 16 --engine $e \
       --transforms /tmp/qm-$e.h5 -o /tmp/ev-$e.h5 2>&1 | tee -a "$LOG" | tail -8
+  done
+fi
+if [[ " $steps " == *" cli "* ]]; then
+  # the six analysis commands through the CLI with each engine on the
+  # default capture, each pair of results files compared dataset by dataset
+  # (scripts/compare-results.py: rtol 1e-4; learn, 4 steps, 1e-3): the
+  # files in $OUT/cli/, one verdict line per command
+  Q=$B/cli/qmla
+  C=data/tiny-mla-default.h5
+  D=$OUT/cli
+  mkdir -p $D
+  for e in cpu cuda; do
+    say "cli: --engine $e ($(date -u +%H:%M:%S))"
+    a="--threads 16 --engine $e --force"
+    $Q sweep $C -o $D/sweep-$e.h5 $a >>"$LOG" 2>&1; say "cli sweep $e exit $?"
+    $Q jvp $C -o $D/jvp-$e.h5 $a >>"$LOG" 2>&1; say "cli jvp $e exit $?"
+    $Q predict $C -o $D/predict-$e.h5 $a >>"$LOG" 2>&1; say "cli predict $e exit $?"
+    $Q intervene $C -o $D/intervene-$e.h5 --layers 0-1 --reps 8 $a >>"$LOG" 2>&1
+    say "cli intervene $e exit $?"
+    $Q learn $C -o $D/learn-$e.h5 --path both --config C4R4 --steps 4 --seed 0 \
+      --train-cells prose-s0 --heldout-cells none --layers 0-1 $a >>"$LOG" 2>&1
+    say "cli learn $e exit $?"
+  done
+  for e in cpu cuda; do # the same (CPU-learned) transforms on both engines
+    $Q eval $C --config C4R4 --policy none --cells code-s0 --threads 16 --engine $e \
+      --transforms $D/learn-cpu.h5 -o $D/eval-$e.h5 >>"$LOG" 2>&1
+    say "cli eval $e exit $?"
+  done
+  for c in sweep jvp predict intervene eval learn; do
+    tol=1e-4
+    [ $c = learn ] && tol=1e-3
+    python3 scripts/compare-results.py $D/$c-cpu.h5 $D/$c-cuda.h5 --rtol $tol --atol 1e-9 \
+      >$D/compare-$c.txt 2>&1
+    say "cli compare $c exit $?: $(tail -1 $D/compare-$c.txt)"
   done
 fi
 if [[ " $steps " == *" memcheck "* ]]; then

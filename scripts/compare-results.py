@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""scripts/compare-results.py — compare two HDF5 files qmla wrote (for
+example the same command run with --engine cpu and --engine cuda),
+dataset by dataset.
+
+Every dataset present in A must be present in B with the same shape and
+kind. Floating-point datasets agree when every element satisfies
+|a - b| <= rtol * max(|a|, |b|) + atol (NaN only where the other is NaN;
+infinities equal); integer, boolean and string datasets must be equal.
+Attributes (the provenance: command line, time, engine, device, commit,
+threads) are not compared. Datasets whose path contains one of --skip's
+substrings are left out (named in the output).
+
+Prints one line per compared dataset with its largest relative difference
+(over the elements whose magnitude exceeds atol / rtol), then a summary
+line; exits 0 when everything agrees, 1 when something differs, 2 on bad
+input (a file that cannot be read, naming it).
+
+Usage: /usr/bin/python3 scripts/compare-results.py A.h5 B.h5
+           [--rtol 1e-4] [--atol 1e-12] [--skip SUBSTR ...] [--quiet]
+Needs numpy and h5py (Debian: python3-numpy, python3-h5py).
+"""
+import argparse
+import sys
+
+import numpy as np
+
+try:
+    import h5py
+except ImportError:  # pragma: no cover - environment problem
+    sys.exit("compare-results: needs h5py (Debian package python3-h5py)")
+
+
+def datasets(f):
+    out = {}
+
+    def visit(name, obj):
+        if isinstance(obj, h5py.Dataset):
+            out[name] = obj
+
+    f.visititems(visit)
+    return out
+
+
+def compare(name, a, b, rtol, atol):
+    """(ok, largest relative difference or None, message)"""
+    if a.shape != b.shape:
+        return False, None, f"shape {a.shape} against {b.shape}"
+    x, y = a[()], b[()]
+    if a.dtype.kind in "fc" and b.dtype.kind in "fc":
+        x = np.asarray(x, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        nx, ny = np.isnan(x), np.isnan(y)
+        if not np.array_equal(nx, ny):
+            return False, None, f"NaN at {int(np.sum(nx != ny))} element(s) in one file only"
+        fx, fy = np.isfinite(x), np.isfinite(y)
+        inf = ~fx & ~nx
+        if not np.array_equal(fx, fy) or not np.array_equal(x[inf], y[inf]):
+            return False, None, "infinities differ"
+        xs, ys = x[fx], y[fx]
+        if xs.size == 0:
+            return True, 0.0, ""
+        mag = np.maximum(np.abs(xs), np.abs(ys))
+        diff = np.abs(xs - ys)
+        bad = diff > rtol * mag + atol
+        sig = mag > atol / rtol
+        worst = float(np.max(diff[sig] / mag[sig])) if np.any(sig) else 0.0
+        if np.any(bad):
+            i = int(np.argmax(np.where(bad, diff / np.maximum(mag, 1e-300), -1.0)))
+            return (False, worst,
+                    f"{int(np.sum(bad))} of {xs.size} element(s) beyond rtol {rtol:g}: "
+                    f"e.g. {xs[i]!r} against {ys[i]!r}")
+        return True, worst, ""
+    if a.dtype.kind != b.dtype.kind:
+        return False, None, f"kind {a.dtype} against {b.dtype}"
+    if not np.array_equal(np.asarray(x), np.asarray(y)):
+        return False, None, "values differ"
+    return True, 0.0, ""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("a")
+    ap.add_argument("b")
+    ap.add_argument("--rtol", type=float, default=1e-4)
+    ap.add_argument("--atol", type=float, default=1e-12)
+    ap.add_argument("--skip", nargs="*", default=[])
+    ap.add_argument("--quiet", action="store_true")
+    o = ap.parse_args()
+    if not (o.rtol > 0 and o.atol >= 0):
+        print("compare-results: --rtol must be > 0 and --atol >= 0", file=sys.stderr)
+        return 2
+    files = []
+    for p in (o.a, o.b):
+        try:
+            files.append(h5py.File(p, "r"))
+        except OSError as e:
+            print(f"compare-results: {p}: cannot read as HDF5 ({e})", file=sys.stderr)
+            return 2
+    da, db = datasets(files[0]), datasets(files[1])
+    bad, worst, n = 0, 0.0, 0
+    for name in sorted(set(da) | set(db)):
+        if any(s in name for s in o.skip):
+            print(f"skipped {name}")
+            continue
+        if name not in db or name not in da:
+            print(f"DIFF {name}: only in {o.a if name in da else o.b}")
+            bad += 1
+            continue
+        ok, w, msg = compare(name, da[name], db[name], o.rtol, o.atol)
+        n += 1
+        if w is not None:
+            worst = max(worst, w)
+        if not ok:
+            bad += 1
+            print(f"DIFF {name}: {msg}")
+        elif not o.quiet:
+            print(f"ok   {name}: largest relative difference {w:.3g}")
+    print(f"compare-results: {n} dataset(s) compared, {bad} differ, largest relative "
+          f"difference {worst:.3g} (rtol {o.rtol:g}, atol {o.atol:g}): {o.a} against {o.b}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
