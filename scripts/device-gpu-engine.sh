@@ -170,8 +170,8 @@ fi
 if [[ " $steps " == *" cli "* ]]; then
   # the six analysis commands through the CLI with each engine on the
   # default capture, each pair of results files compared dataset by dataset
-  # (scripts/compare-results.py: rtol 1e-4; learn, 4 steps, 1e-3): the
-  # files in $OUT/cli/, one verdict line per command
+  # (scripts/compare-results.py: rtol 1e-4; learn, 4 steps, through its
+  # transforms' eval, 1e-3): $OUT/cli/compare-*.txt, one verdict line each
   Q=$B/cli/qmla
   C=data/tiny-mla-default.h5
   D=$OUT/cli
@@ -188,18 +188,27 @@ if [[ " $steps " == *" cli "* ]]; then
       --train-cells prose-s0 --heldout-cells none --layers 0-1 $a >>"$LOG" 2>&1
     say "cli learn $e exit $?"
   done
-  for e in cpu cuda; do # the same (CPU-learned) transforms on both engines
-    $Q eval $C --config C4R4 --policy none --cells code-s0 --threads 16 --engine $e \
-      --transforms $D/learn-cpu.h5 -o $D/eval-$e.h5 >>"$LOG" 2>&1
+  # eval: the same (CPU-learned) transforms on both engines; learn: the
+  # transforms each engine learned, evaluated on the CPU engine (their
+  # objective, not their parameters: 4 Adam steps from one seed move
+  # near-zero rotation entries by +-lr whatever the gradient's last digits)
+  for e in cpu cuda; do
+    $Q eval $C --config C4R4 --policy none --cells code-s0 --layers 0-1 --threads 16 \
+      --engine $e --transforms $D/learn-cpu.h5 -o $D/eval-$e.h5 >>"$LOG" 2>&1
     say "cli eval $e exit $?"
   done
-  for c in sweep jvp predict intervene eval learn; do
+  $Q eval $C --config C4R4 --policy none --cells code-s0 --layers 0-1 --threads 16 \
+    --engine cpu --transforms $D/learn-cuda.h5 -o $D/learned-cuda.h5 >>"$LOG" 2>&1
+  say "cli eval of the cuda-learned transforms exit $?"
+  cp $D/eval-cpu.h5 $D/learned-cpu.h5
+  for c in sweep jvp predict intervene eval learned; do
     tol=1e-4
-    [ $c = learn ] && tol=1e-3
+    [ $c = learned ] && tol=1e-3
     python3 scripts/compare-results.py $D/$c-cpu.h5 $D/$c-cuda.h5 --rtol $tol --atol 1e-9 \
       >$D/compare-$c.txt 2>&1
     say "cli compare $c exit $?: $(tail -1 $D/compare-$c.txt)"
   done
+  rm -f $D/*.h5 # the verdicts and per-dataset lines stay (compare-*.txt)
 fi
 if [[ " $steps " == *" memcheck "* ]]; then
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
