@@ -79,13 +79,20 @@ def compare(name, a, b, rtol, atol):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("a")
-    ap.add_argument("b")
-    ap.add_argument("--rtol", type=float, default=1e-4)
-    ap.add_argument("--atol", type=float, default=1e-12)
-    ap.add_argument("--skip", nargs="*", default=[])
-    ap.add_argument("--quiet", action="store_true")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="example: scripts/compare-results.py sweep-cpu.h5 sweep-cuda.h5 --rtol 1e-4; "
+        "exit 0 all agree, 1 something differs, 2 bad input")
+    ap.add_argument("a", help="first results file (HDF5)")
+    ap.add_argument("b", help="second results file (HDF5)")
+    ap.add_argument("--rtol", type=float, default=1e-4,
+                    help="relative tolerance for floats (default 1e-4)")
+    ap.add_argument("--atol", type=float, default=1e-12,
+                    help="absolute tolerance added to rtol*max(|a|,|b|) (default 1e-12)")
+    ap.add_argument("--skip", nargs="*", default=[], metavar="SUBSTR",
+                    help="leave out datasets whose path contains one of these")
+    ap.add_argument("--quiet", action="store_true",
+                    help="print only differing datasets and the summary line")
     o = ap.parse_args()
     if not (o.rtol > 0 and o.atol >= 0):
         print("compare-results: --rtol must be > 0 and --atol >= 0", file=sys.stderr)
