@@ -13,7 +13,8 @@
 #   tiny      experiments/serving/generate.py --what tiny
 #   families  experiments/serving/generate.py --what families
 #   evalfam   experiments/eval/eval_hook.py families (the QDQ hook alone)
-#   bench     experiments/serving/bench_serving.py
+#   bench     experiments/serving/bench_serving.py (eager rows and, since run 6,
+#             the CUDA-graph rows; TSV and JSON of the graph checks to $OUT)
 # Logs go to $LOGS (default /tmp/serving-logs); after every step they are packed
 # again into $OUT/serving-logs.tgz, so that a call cut short still returns
 # what ran (at most 8 files come back); the benchmark's TSV goes to $OUT.

@@ -6,10 +6,16 @@ serving-bench reads (`qmla figures OUT.h5 -o DIR --only serving-bench`,
 docs/figures.md). One row per (cache, context, batch) of the TSV:
 
   cache (string) and cache_index  0 C4R4, 1 BF16 (qmla pages), 2 dynamic
-                                  (transformers' DynamicCache, BF16)
+                                  (transformers' DynamicCache, BF16): the eager
+                                  step; 3 C4R4-graph-v0, 4 C4R4-graph-v1,
+                                  5 BF16-graph-v0, 6 BF16-graph-v3: the whole
+                                  step in a CUDA graph (decode-kernel variant
+                                  vN; bench_serving.py since run 6)
   context, batch                  tokens per sequence, sequences
   fits                            1 measured, 0 "does not fit" (the cache the
-                                  point needs exceeds the budget; no step ran)
+                                  point needs exceeds the budget; no step ran),
+                                  -1 not measured ("error", "out of memory",
+                                  "not run (time)": the benchmark's log says why)
   cache_bytes                     device bytes of the cache (for a point that
                                   does not fit: the bytes it would need)
   cache_gib                       cache_bytes / 2^30
@@ -33,7 +39,9 @@ import sys
 import h5py
 import numpy as np
 
-CACHES = ("C4R4", "BF16", "dynamic")
+CACHES = ("C4R4", "BF16", "dynamic", "C4R4-graph-v0", "C4R4-graph-v1", "BF16-graph-v0",
+          "BF16-graph-v3")
+STATUS = {"ok": 1, "does not fit": 0, "error": -1, "out of memory": -1, "not run (time)": -1}
 COLS = ("cache", "context", "batch", "status", "cache_bytes", "bytes_per_token",
         "peak_alloc_bytes", "step_s", "tok_s_per_seq", "tok_s_aggregate", "attn_kernels_s")
 
@@ -71,8 +79,9 @@ def read(path):
         r = dict(zip(COLS, f))
         if r["cache"] not in CACHES:
             fail(f"{path}:{ln}: cache: expected one of {', '.join(CACHES)}, found {r['cache']!r}")
-        if r["status"] not in ("ok", "does not fit"):
-            fail(f"{path}:{ln}: status: expected 'ok' or 'does not fit', found {r['status']!r}")
+        if r["status"] not in STATUS:
+            fail(f"{path}:{ln}: status: expected one of " + ", ".join(repr(k) for k in STATUS)
+                 + f", found {r['status']!r}")
         rows.append((ln, r))
     if header is None or not rows:
         fail(f"{path}: expected a header line and at least one row, found none")
@@ -96,7 +105,7 @@ def main():
     for ln, r in rows:
         data["cache"].append(r["cache"])
         data["cache_index"].append(CACHES.index(r["cache"]))
-        data["fits"].append(1 if r["status"] == "ok" else 0)
+        data["fits"].append(STATUS[r["status"]])
         for k in COLS[1:]:
             if k != "status":
                 data[k].append(num(src, ln, k, r[k]))
@@ -120,11 +129,14 @@ def main():
         g.attrs["bench_budget"] = "\n".join(tail)
         g["cache"] = np.array(data["cache"], dtype=h5py.string_dtype())
         g["cache_index"] = np.array(data["cache_index"], np.int32)
-        g["cache_index"].attrs["description"] = "0 C4R4, 1 BF16 (qmla pages), 2 DynamicCache (BF16)"
+        g["cache_index"].attrs["description"] = ("0 C4R4, 1 BF16 (qmla pages), 2 DynamicCache (BF16): "
+                                                 "eager step; 3 C4R4-graph-v0, 4 C4R4-graph-v1, "
+                                                 "5 BF16-graph-v0, 6 BF16-graph-v3: CUDA-graph step")
         g["context"] = np.array(data["context"], np.int64)
         g["batch"] = np.array(data["batch"], np.int64)
         g["fits"] = np.array(data["fits"], np.int32)
-        g["fits"].attrs["description"] = "1 measured, 0 does not fit the budget (no step ran)"
+        g["fits"].attrs["description"] = ("1 measured, 0 does not fit the budget (no step ran), "
+                                          "-1 not measured (error, out of memory, not run)")
         for k in ("cache_bytes", "bytes_per_token", "peak_alloc_bytes", "step_s",
                   "tok_s_per_seq", "tok_s_aggregate", "attn_kernels_s"):
             g[k] = np.array(data[k], np.float64)

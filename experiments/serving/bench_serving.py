@@ -4,6 +4,7 @@ cache against BF16 (issue 21 item 4), on the accelerator machine:
 
   python3 experiments/serving/bench_serving.py --out DIR [--contexts 4096,32768,131072]
       [--batches 1,8,32,64] [--steps 8] [--budget-gib 125] [--seconds 150]
+      [--graph-variants C4R4:0,1;BF16:0,3] [--replays 10]
 
 Model: a random DeepseekV2 attention stack shaped as DeepSeek-V2-Lite's
 (27 layers, hidden 2048, H 16, d_c 512, d_r 64, d_n 128, d_v 128; seed 21),
@@ -24,9 +25,30 @@ tokens/s per sequence and in aggregate, and the attention kernels alone
 A point whose cache would not fit --budget-gib is recorded as "does not
 fit" with its computed bytes. The largest batch at 32K context inside the
 budget follows from the measured bytes per sequence. Writes DIR/bench_serving.tsv.
+
+Those rows ("C4R4", "BF16", "dynamic") are the eager step: transformers'
+forward with the cache's per-layer Python, one launch at a time, so at these
+sizes they time the host more than the GPU. Beside them, for each paged cache
+and each decode-kernel variant of --graph-variants, a CUDA-graph row
+("C4R4-graph-v0", "BF16-graph-v3", ...): the whole decode step (embedding,
+27 x (norms, projections, qmla::kv_write, query absorption, qmla::decode,
+W_UV, o_proj), final norm and LM head) captured once in a torch.cuda.CUDAGraph
+on the cache the eager row filled (at its length L = context + steps + 2; the
+block-table rows of position L reserved before the capture, the plan made on
+the host at capture time, a 4-D attention mask handed in so that transformers
+builds none) and replayed --replays times after 2 warm-up replays (median of
+CUDA events around each replay). Every replay is the step at position L: it
+rewrites that token's rows (the same values) and attends over L + 1 tokens.
+Its attn_kernels_s is the 27 qmla::decode launches captured in a graph of
+their own. Check, per graph row: the replay's logits against the eager
+forward's at the same state, for two different input batches (output filled
+with NaN before each replay, the two inputs' logits must differ): bit for bit,
+or the largest |difference| is recorded; DIR/bench_serving.json holds them and
+the run fails (exit 1) when a replay differs from its eager step.
 """
 import argparse
 import gc
+import json
 import os
 import statistics
 import sys
@@ -149,6 +171,151 @@ def time_kernels(cache, B, ctx, dev, gen, reps=5):
     return statistics.median(ts)
 
 
+def parse_graph_variants(text):
+    """'C4R4:0,1;BF16:0,3' -> [('C4R4', 0), ('C4R4', 1), ('BF16', 0), ('BF16', 3)]"""
+    out = []
+    for part in filter(None, (x.strip() for x in text.split(";"))):
+        name, _, vs = part.partition(":")
+        if name not in ("C4R4", "BF16") or not vs:
+            raise SystemExit(f"bench_serving: --graph-variants {text!r}: expected "
+                             "'C4R4:0,1;BF16:0,3' (caches C4R4 / BF16, decode variants)")
+        out += [(name, int(v)) for v in vs.split(",")]
+    return out
+
+
+def _set_variant(cache, variant):
+    """Decode with `variant` from now on (plans are made again; the pages stay)."""
+    cache.variant = int(variant)
+    cache._plans = {}
+
+
+def graph_kernels(cache, B, dev, gen, reps):
+    """The 27 qmla::decode launches of time_kernels captured in one CUDA graph
+    (random absorbed queries, every layer at its length): median replay time."""
+    q = (torch.randn((B, 1, H, P.D), generator=gen, device=dev) * 0.1).to(torch.bfloat16)
+    layers = list(cache._pages)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for layer in layers:
+            cache.decode_latent(layer, q, 0.07)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize(dev)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for layer in layers:
+            cache.decode_latent(layer, q, 0.07)
+    ts = []
+    for r in range(reps + 2):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        g.replay()
+        e1.record()
+        torch.cuda.synchronize(dev)
+        if r >= 2:
+            ts.append(e0.elapsed_time(e1) / 1e3)
+    del g
+    return statistics.median(ts)
+
+
+def graph_step(model, cache, B, dev, gen, replays):
+    """One whole decode step captured in a CUDA graph at the cache's length L
+    and replayed: (median step seconds, peak bytes, check dict). The check
+    compares the replay's logits with the eager forward's at the same state
+    for two input batches."""
+    L = max(cache.lengths.values())
+    cache._reserve(L + 1)            # block-table rows of position L on the device now
+    ids_a = torch.randint(0, 1024, (B, 1), device=dev, generator=gen)
+    ids_b = torch.randint(0, 1024, (B, 1), device=dev, generator=gen)
+    # a 4-D mask is handed back by transformers as it is (no mask construction
+    # in the graph); the paged attention does not read it
+    mask = torch.zeros((B, 1, 1, L + 1), dtype=torch.bfloat16, device=dev)
+    static_ids = ids_a.clone()
+
+    def at_len():
+        for k in list(cache.lengths):
+            cache.lengths[k] = L
+
+    def fwd(ids):
+        at_len()
+        return model(input_ids=ids, attention_mask=mask, past_key_values=cache,
+                     use_cache=True).logits
+
+    torch.cuda.reset_peak_memory_stats(dev)
+    with torch.no_grad():
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):           # warm-up off the capture stream
+            for _ in range(2):
+                fwd(static_ids)
+        torch.cuda.current_stream().wait_stream(s)
+        ref_a = fwd(ids_a).clone()
+        ref_b = fwd(ids_b).clone()
+        torch.cuda.synchronize(dev)
+        cache.check()
+        g = torch.cuda.CUDAGraph()
+        at_len()
+        with torch.cuda.graph(g):
+            static_out = fwd(static_ids)
+        at_len()
+        chk = dict(length=L)
+        same, diff = True, 0.0
+        for tag, ids, ref in (("b", ids_b, ref_b), ("a", ids_a, ref_a)):
+            static_ids.copy_(ids)
+            static_out.fill_(float("nan"))
+            g.replay()
+            torch.cuda.synchronize(dev)
+            eq = bool(torch.equal(static_out, ref))
+            d = float((static_out.float() - ref.float()).abs().max())
+            chk[f"exact_{tag}"] = eq
+            chk[f"max_abs_{tag}"] = d
+            same &= eq
+            diff = max(diff, d) if d == d else float("inf")
+        chk["inputs_differ"] = bool(not torch.equal(ref_a, ref_b))
+        chk["finite"] = bool(torch.isfinite(ref_a).all() and torch.isfinite(ref_b).all())
+        chk["exact"] = same
+        chk["max_abs"] = diff
+        chk["ok"] = same and chk["inputs_differ"] and chk["finite"]
+        ts = []
+        for r in range(replays + 2):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            g.replay()
+            e1.record()
+            torch.cuda.synchronize(dev)
+            if r >= 2:
+                ts.append(e0.elapsed_time(e1) / 1e3)
+        cache.check()
+        peak = torch.cuda.max_memory_allocated(dev)
+        del g, static_out
+    return statistics.median(ts), peak, chk
+
+
+def graph_row(model, cache, cname, var, ctx, B, nb, dev, gen, replays, checks):
+    """The TSV row of one CUDA-graph point (variant `var` of the decode kernel)."""
+    name = f"{cname}-graph-v{var}"
+    row = dict(cache=name, context=ctx, batch=B)
+    try:
+        _set_variant(cache, var)
+        kt = graph_kernels(cache, B, dev, gen, replays)
+        st, peak, chk = graph_step(model, cache, B, dev, gen, replays)
+        chk.update(cache=name, context=ctx, batch=B, variant=var)
+        checks.append(chk)
+        print("graph check", chk, flush=True)
+        row.update(status="ok", cache_bytes=int(nb), bytes_per_token="%.1f" % (nb / (B * ctx)),
+                   peak_alloc_bytes=int(peak), step_s="%.6f" % st, tok_s_per_seq="%.2f" % (1 / st),
+                   tok_s_aggregate="%.1f" % (B / st), attn_kernels_s="%.6f" % kt)
+    except (RuntimeError, torch.cuda.OutOfMemoryError) as e:
+        print(f"graph row {name} {ctx} {B}: {e!r}"[:2000], flush=True)
+        checks.append(dict(cache=name, context=ctx, batch=B, variant=var, ok=False, exact=False,
+                           max_abs=float("inf"), error=repr(e)[:500]))
+        row.update(status="error", cache_bytes=int(nb))
+    finally:
+        _set_variant(cache, 0)
+        gc.collect()
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -158,7 +325,11 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--budget-gib", type=float, default=125.0)
     ap.add_argument("--seconds", type=float, default=150.0, help="stop starting points after this")
+    ap.add_argument("--graph-variants", default="C4R4:0,1;BF16:0,3",
+                    help="CUDA-graph rows: cache:decode variants; '' for none")
+    ap.add_argument("--replays", type=int, default=10, help="timed replays of each graph")
     a = ap.parse_args()
+    gvars = parse_graph_variants(a.graph_variants)
     os.makedirs(a.out, exist_ok=True)
     dev = torch.device("cuda")
     t_start = time.time()
@@ -179,6 +350,7 @@ def main():
     f.write("\t".join(cols) + "\n")
     f.flush()
     per_seq = {}
+    checks = []
     for ctx in [int(x) for x in a.contexts.split(",")]:
         for B in [int(x) for x in a.batches.split(",")]:
             for cname in a.caches.split(","):
@@ -188,7 +360,7 @@ def main():
                 else:
                     need = (dyn_bytes(B, ctx + a.steps + 2) + dyn_step_bytes(B, ctx + a.steps + 2)
                             if cname == "dynamic" else
-                            paged_bytes(P.parse_config(cname), B, ctx + a.steps + 2))
+                            paged_bytes(P.parse_config(cname), B, ctx + a.steps + 3))
                     if need > budget:
                         row.update(status="does not fit", cache_bytes=int(need))
                     else:
@@ -202,7 +374,7 @@ def main():
                                 kt = ""
                             else:
                                 cache = qt.MLAPagedCache(model, batch_size=B,
-                                                         max_cache_len=ctx + a.steps + 2,
+                                                         max_cache_len=ctx + a.steps + 3,
                                                          config=cname)
                                 fill_paged(cache, B, ctx, dev, gen)
                                 nb = cache.nbytes()
@@ -214,15 +386,29 @@ def main():
                                        tok_s_per_seq="%.2f" % (1 / st),
                                        tok_s_aggregate="%.1f" % (B / st), attn_kernels_s=kt)
                             per_seq.setdefault(cname, {})[ctx] = nb / B
+                            if cname != "dynamic":
+                                f.write("\t".join(str(row.get(c, "")) for c in cols) + "\n")
+                                f.flush()
+                                print(row, flush=True)
+                                row = None
+                                for gname, var in gvars:
+                                    if gname != cname:
+                                        continue
+                                    gr = graph_row(model, cache, cname, var, ctx, B, nb, dev, gen,
+                                                   a.replays, checks)
+                                    f.write("\t".join(str(gr.get(c, "")) for c in cols) + "\n")
+                                    f.flush()
+                                    print(gr, flush=True)
                             del cache
                         except torch.cuda.OutOfMemoryError as e:
                             row.update(status="out of memory", cache_bytes=int(need))
                             print(repr(e)[:200], flush=True)
                         cache = None
                         gc.collect()
-                f.write("\t".join(str(row.get(c, "")) for c in cols) + "\n")
-                f.flush()
-                print(row, flush=True)
+                if row is not None:
+                    f.write("\t".join(str(row.get(c, "")) for c in cols) + "\n")
+                    f.flush()
+                    print(row, flush=True)
     # the largest batch in the budget at each measured context
     f.write("# largest batch inside the budget (%.0f GiB of cache), from the measured bytes "
             "per sequence:\n" % a.budget_gib)
@@ -230,9 +416,16 @@ def main():
         for ctx, b in sorted(d.items()):
             f.write(f"# {cname}\tcontext {ctx}\t{b:.0f} bytes/sequence\tmax batch "
                     f"{int(budget // b)}\n")
+    n_ok = sum(c["ok"] for c in checks)
+    f.write(f"# CUDA-graph replay against the eager step (logits, two input batches each): "
+            f"{sum(c['exact'] for c in checks)} of {len(checks)} rows bit for bit, "
+            f"{n_ok} of {len(checks)} ok; largest |difference| "
+            f"{max([c['max_abs'] for c in checks] or [0.0]):.3g}\n")
     f.close()
+    with open(os.path.join(a.out, "bench_serving.json"), "w") as jf:
+        json.dump(dict(command=" ".join(sys.argv), graph_checks=checks), jf, indent=1)
     print(open(path).read(), flush=True)
-    return 0
+    return 0 if n_ok == len(checks) else 1
 
 
 if __name__ == "__main__":

@@ -663,7 +663,7 @@ sv=$ROOT/docs/evidence/serving/bench_serving-h200-2026-12-02.tsv
 expect 0 "serving-table" -- "$PY" "$ROOT/scripts/serving-table.py" "$sv" "$work/serving.h5"
 expect 2 "serving-table bad status" -- "$PY" "$ROOT/scripts/serving-table.py" \
   <(sed 's/\tdoes not fit\t/\tmaybe\t/' "$sv") "$work/serving-bad.h5"
-contains "status: expected 'ok' or 'does not fit', found 'maybe'" "serving-table bad status"
+contains "status: expected one of 'ok', 'does not fit', 'error', 'out of memory', 'not run (time)', found 'maybe'" "serving-table bad status"
 expect 0 "figures serving-bench" -- "$QMLA" figures "$work/serving.h5" -o "$work/figsS" --only serving-bench
 pycheck "serving-bench png" - "$work/figsS/serving-bench.png" "$work/figsS/data/m1.serving_bench.tsv" "$sv" <<'EOF2'
 import struct, sys
