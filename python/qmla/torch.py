@@ -95,6 +95,13 @@ def _dispatch(orig):
             if scaling is None:
                 scaling = module.scaling
             return act[0]._attend(module, query, key, float(scaling)), None
+        # not a paged layer (another cache, or none): drop the latent the
+        # kv_b_proj hook kept. Left in _LATENT it outlived the forward: under
+        # transformers 5.17 a DynamicCache step hands kv_b_proj the whole
+        # context's latent, and the benchmark's next point started with those
+        # 27 tensors still allocated (run 6: 59.4 GB peak at C4R4 4K batch 1
+        # after DynamicCache 32K batch 64, whose latents are 58.0 GB)
+        _LATENT.pop(id(module), None)
         return orig(module, query, key, value, attention_mask, *args, **kwargs)
     eager_attention_forward.__qmla_paged__ = orig
     return eager_attention_forward

@@ -683,6 +683,33 @@ for a, s in zip(ex, src):
     good &= abs(float(a[h.index("cache_gib")]) * 2 ** 30 - float(s[hs.index("cache_bytes")])) < 1
 print("ok" if good else "FAIL", "serving-bench data: 36 rows equal the TSV's")
 EOF2
+# run 6's file: the eager rows and the CUDA-graph rows (caches 3-6, decode
+# variants), 82 rows; every exported row names its cache by the index
+# scripts/serving-table.py documents, and its status and tokens/s are the TSV's
+sv6=$ROOT/docs/evidence/serving/bench_serving-h200-2026-12-03-run6.tsv
+expect 0 "serving-table run 6" -- "$PY" "$ROOT/scripts/serving-table.py" "$sv6" "$work/serving6.h5"
+expect 0 "figures serving-bench run 6" -- "$QMLA" figures "$work/serving6.h5" -o "$work/figsS6" --only serving-bench
+pycheck "serving-bench run 6" - "$work/figsS6/serving-bench.png" "$work/figsS6/data/m1.serving_bench.tsv" "$sv6" <<'EOF2'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+print("ok" if b[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", b[16:24]) == (1260, 760) else "FAIL", "serving-bench run 6 size")
+def rows(p):
+    r = [l.rstrip("\n").split("\t") for l in open(p) if l.strip() and not l.startswith("#")]
+    return r[0], r[1:]
+caches = ["C4R4", "BF16", "dynamic", "C4R4-graph-v0", "C4R4-graph-v1", "BF16-graph-v0", "BF16-graph-v3"]
+h, ex = rows(sys.argv[2])
+hs, src = rows(sys.argv[3])
+good = len(ex) == len(src) == 82
+seen = set()
+for a, s in zip(ex, src):
+    c = s[hs.index("cache")]
+    seen.add(c)
+    good &= a[h.index("cache")] == c and int(a[h.index("cache_index")]) == caches.index(c)
+    good &= int(a[h.index("fits")]) == {"ok": 1, "does not fit": 0}[s[hs.index("status")]]
+    t = s[hs.index("tok_s_aggregate")]
+    good &= (t == "" and a[h.index("tok_s_aggregate")] == "nan") or abs(float(a[h.index("tok_s_aggregate")]) - float(t or "nan")) < 1e-9
+print("ok" if good and seen == set(caches) else "FAIL", "serving-bench run 6 data: 82 rows of the 7 caches equal the TSV's")
+EOF2
 # Tables 5 and 6 from the same file: every value of ours equals the /predict
 # or /interventions attribute exactly (CSV) and the rounding of it (Markdown);
 # the paper's rows are those of plots/table5-paper.tsv and table6-paper.tsv
