@@ -321,6 +321,11 @@ int main(void)
         {"b3 s_q2", 3, 16, 2, 4, 128, {5, 131, 300}},
         {"b3 window covers all", 3, 16, 1, 4, 8192, {131, 4097, 64}},
         {"b1 no protection", 1, 16, 1, 0, 0, {4097}},
+        /* variant 7's combines (decode_cuda.h): rows x sequences 160, the
+         * channel-split combine3 with 2 blocks per row (the shapes above
+         * run the one with 4: below 132); 512 at <= 16 partials, the old one */
+        {"b5 s_q2", 5, 16, 2, 4, 128, {65, 4097, 131, 700, 2}},
+        {"b4 H128", 4, 128, 1, 4, 128, {4097, 300, 65, 1}},
     };
     const char *cfgs[] = {"BF16", "C4R4", "C2R4", "C8R8"};
     double worst_nmse = 0, worst_lse = 0;
