@@ -2448,14 +2448,28 @@ static int eff_variant(const qmla_kv_config *c, int v)
  * old combine won by 5-9 % at R x b >= 1024 and lost by 7-9 % at 256). */
 #define V7_OLD_COMB_MIN_RB 512
 #define V7_COMB3_RB 264
+#define V7_COMB3_MIN_SPLITS 64
+/* Variant 7 runs variant 2 (the warp-specialised BF16-tile kernel, two row
+ * tiles per dequantized page, protected rows in the tile) at two or more
+ * row tiles, V7_WS_MIN_TILES to V7_WS_MAX_TILES row tiles x sequences and
+ * contexts up to V7_WS_MAX_LEN: H200 runs 8 and 10 measured variant 2 0-7 %
+ * faster than variant 1's plan at b 1, 4K, H 128 (s_q 1 and 2) and b 8, 4K,
+ * H 16, s_q 2 (8 and 16 row tiles x sequences), slower at 32K and at b 1,
+ * 4K, H 16, s_q 2 (2). */
+#define V7_WS_MIN_TILES 8
+#define V7_WS_MAX_TILES 16
+#define V7_WS_MAX_LEN 4096
 
 /* Variant 7's combine for a batch shape: 0 the old combine, 2 combine2,
- * 3 combine3 with 4 channel blocks per row (NF 1), 4 with 2 (NF 2). */
+ * 3 combine3 with 4 channel blocks per row (NF 1), 4 with 2 (NF 2); combine3
+ * only from V7_COMB3_MIN_SPLITS partials (H200 run 10: 5-8 % slower than
+ * combine2 at 16-36 partials and 128-256 rows x sequences, 2-13 % faster at
+ * 65-264 partials and 16-32). */
 static int v7_combine(int n_splits, long rb)
 {
     if (n_splits <= V4_COMB2_MIN_SPLITS && rb >= V7_OLD_COMB_MIN_RB)
         return 0;
-    if (rb >= V7_COMB3_RB)
+    if (rb >= V7_COMB3_RB || n_splits < V7_COMB3_MIN_SPLITS)
         return 2;
     return 2 * rb < V7_COMB3_RB ? 3 : 4;
 }
@@ -2526,8 +2540,13 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
         if (e != cudaSuccess)
             return qmla_cuda_fail(err, e, "multiprocessor count");
     }
-    const int v = eff_variant(cfg, variant);
+    int v = eff_variant(cfg, variant);
     const int tiles = (int)((R + DEC_ROWS - 1) / DEC_ROWS);
+    /* variant 7 at a few short sequences with several row tiles: variant 2
+     * (the plan's variant says so; it attends to BF16-rounded values) */
+    if (v == 7 && tiles >= 2 && (long)a->batch * tiles >= V7_WS_MIN_TILES &&
+        (long)a->batch * tiles <= V7_WS_MAX_TILES && max_len <= V7_WS_MAX_LEN)
+        v = 2;
     const long pages = (max_len + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE;
     const long prot =
         !tile_variant(v) && fast_config(cfg) ? (cfg->sink + cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;

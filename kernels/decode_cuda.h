@@ -79,13 +79,18 @@ typedef struct qmla_decode_plan {
  *      codes fetched and unpacked once for both row tiles' MMAs, one block
  *      per SM; the same arithmetic per row as variant 0 (unrounded packed
  *      values, protected partials), split-parallel combine.
- *   7  the default of C4R4 / C2R4 (qmla_decode_cuda_plan): decode_fast_kernel
+ *   7  the default of C4R4 / C2R4 (qmla_decode_cuda_plan), a shape
+ *      heuristic (H200 runs 8 and 10, docs/decode.md): decode_fast_kernel
  *      with variant 1's short-context plan, one page per packed block where
  *      the grid of one page per block then fits one block per SM, and the
  *      combine chosen by batch shape: the old one at <= 16 partials and
- *      >= 512 rows x sequences, below 264 rows x sequences the channel-split
- *      combine3 (2 or 4 blocks per row), else the split-parallel combine;
- *      attends to unrounded packed values as variant 0.
+ *      >= 512 rows x sequences, the channel-split combine3 (2 or 4 blocks
+ *      per row) below 264 rows x sequences from 64 partials, else the
+ *      split-parallel combine; attends to unrounded packed values as
+ *      variant 0. Except at 2 or more row tiles, 8 to 16 row tiles x
+ *      sequences and max_len <= 4096: there the plan is variant 2's (its
+ *      `variant` 2, BF16-rounded packed values: use
+ *      qmla_decode_cuda_variant_packed_f32(cfg, plan.variant)).
  * (An earlier variant 6, two warp groups of 8 on one BF16 tile, was
  * measured in H200 run 6 at commit 9829c8b and removed: slower than 5, and
  * racecheck reported its BF16 hand-off; docs/decode.md. The number was
@@ -108,7 +113,9 @@ int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg, const qmla_decode_a
                                   qmla_error *err);
 /* Short name of a variant ("v0 fast", ...). */
 const char *qmla_decode_cuda_variant_name(int variant);
-/* qmla_decode_cuda_packed_f32 for the variant (0 for variants 2 and 5). */
+/* qmla_decode_cuda_packed_f32 for the variant (0 for variants 2 and 5;
+ * variant 7 gives 1, and its plans that run variant 2 say so in `variant`:
+ * pass the plan's variant). */
 int qmla_decode_cuda_variant_packed_f32(const qmla_kv_config *cfg, int variant);
 
 /* Enqueue main + combine. Every seq_len must be <= the plan's max_len;
@@ -121,7 +128,11 @@ int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args *a,
 /* 1 when the decode kernel of this configuration attends to packed values
  * unrounded, fmaf(q, s, l) (C4R4, C2R4: scale and minimum applied after
  * tensor-core products of the codes), 0 when to BF16(fmaf(q, s, l)): the
- * packed_f32 argument of qmla_decode_ref_model that is its reference. */
+ * packed_f32 argument of qmla_decode_ref_model that is its reference.
+ * This is variant 0's (and variant 7's) answer; the default plan of a C4R4
+ * / C2R4 batch shape that runs variant 2 (variant 7's heuristic) attends
+ * to BF16-rounded values: qmla_decode_cuda_variant_packed_f32(cfg,
+ * plan.variant) answers for a plan. */
 int qmla_decode_cuda_packed_f32(const qmla_kv_config *cfg);
 
 /* Test hook: every page of every sequence reconstructed by the decode

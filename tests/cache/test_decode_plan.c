@@ -4,7 +4,8 @@
  *    and variant 0 for C8R8 / BF16, field for field;
  *  - variant 7 (C4R4 / C2R4): variant 1's plan, except one page per packed
  *    block (protected blocks of their own) exactly where that grid fits one
- *    block per SM; unrounded packed values;
+ *    block per SM, and variant 2's plan (variant 2) exactly at >= 2 row
+ *    tiles, 8-16 row tiles x sequences and contexts <= 4096;
  *  - variant 1 (C4R4 / C2R4 short-context plan): a grid of one wave of 2
  *    blocks per SM, at least 2 pages per packed block, the packed blocks
  *    covering the pages below the window, the protected partials n_prot
@@ -59,14 +60,19 @@ int main(void)
                                                     &z, 1, &z};
                         const long len = ctxs[ci], pages = (len + 63) / 64;
                         const int tiles = (sqs[si] * heads[hi] + 15) / 16;
-                        qmla_decode_plan pd, p0, pv, p, p7;
+                        qmla_decode_plan pd, p0, pv, p, p7, p2;
+                        /* variant 7 hands these shapes to variant 2 */
+                        const int ws7 = fast && tiles >= 2 && (long)a.batch * tiles >= 8 &&
+                                        (long)a.batch * tiles <= 16 && len <= 4096;
+                        CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 2, &p2, &err),
+                                 err);
                         CHECK_OK(qmla_decode_cuda_plan(&cfg, &a, len, n_sm, &pd, &err), err);
                         CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 0, &p0, &err),
                                  err);
                         CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, fast ? 7 : 0,
                                                                &pv, &err),
                                  err);
-                        CHECK(p0.variant == 0 && pd.variant == (fast ? 7 : 0) &&
+                        CHECK(p0.variant == 0 && pd.variant == (ws7 ? 2 : fast ? 7 : 0) &&
                                   pv.variant == pd.variant && pd.n_splits == pv.n_splits &&
                                   pd.pages_per_split == pv.pages_per_split &&
                                   pd.n_prot == pv.n_prot && pd.ws_bytes == pv.ws_bytes &&
@@ -114,9 +120,16 @@ int main(void)
                             CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 7, &p7,
                                                                    &err),
                                      err);
-                            CHECK(p7.variant == (fast ? 7 : 0), "%s: variant 7 runs %d",
+                            CHECK(p7.variant == (ws7 ? 2 : fast ? 7 : 0), "%s: variant 7 runs %d",
                                   names[ni], p7.variant);
-                            if (fast) {
+                            if (ws7)
+                                CHECK(p7.n_splits == p2.n_splits &&
+                                          p7.pages_per_split == p2.pages_per_split &&
+                                          p7.n_prot == 0 && p7.sep == 0 &&
+                                          p7.ws_bytes == p2.ws_bytes,
+                                      "%s b %d H %d s_q %d len %ld: v7 is not v2's plan", names[ni],
+                                      a.batch, a.heads, a.s_q, len);
+                            else if (fast) {
                                 const long below = len > 128 ? (len - 128 + 63) / 64 : 0;
                                 const long packed = p7.n_splits - p7.n_prot;
                                 const int tiny =
