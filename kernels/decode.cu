@@ -2449,13 +2449,16 @@ static int eff_variant(const qmla_kv_config *c, int v)
 #define V7_OLD_COMB_MIN_RB 512
 #define V7_COMB3_RB 264
 #define V7_COMB3_MIN_SPLITS 64
-/* Variant 7 runs variant 2 (the warp-specialised BF16-tile kernel, two row
+/* Variant 7 of C4R4 runs variant 2 (the warp-specialised BF16-tile kernel, two row
  * tiles per dequantized page, protected rows in the tile) at two or more
  * row tiles, V7_WS_MIN_TILES to V7_WS_MAX_TILES row tiles x sequences and
  * contexts up to V7_WS_MAX_LEN: H200 runs 8 and 10 measured variant 2 0-7 %
  * faster than variant 1's plan at b 1, 4K, H 128 (s_q 1 and 2) and b 8, 4K,
- * H 16, s_q 2 (8 and 16 row tiles x sequences), slower at 32K and at b 1,
- * 4K, H 16, s_q 2 (2). */
+ * H 16, s_q 2 (8 and 16 row tiles x sequences; at the last within the
+ * runs' spread), slower at 32K and at b 1, 4K, H 16, s_q 2 (2). C2R4's
+ * variant 2 is slower than variant 1 at those points (runs 8, 10a, 10b:
+ * 1.07-1.18x at b 8, H 16, s_q 2 and b 1, H 128, s_q 2), so C2R4 keeps
+ * variant 1's plan there. */
 #define V7_WS_MIN_TILES 8
 #define V7_WS_MAX_TILES 16
 #define V7_WS_MAX_LEN 4096
@@ -2542,9 +2545,10 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
     }
     int v = eff_variant(cfg, variant);
     const int tiles = (int)((R + DEC_ROWS - 1) / DEC_ROWS);
-    /* variant 7 at a few short sequences with several row tiles: variant 2
-     * (the plan's variant says so; it attends to BF16-rounded values) */
-    if (v == 7 && tiles >= 2 && (long)a->batch * tiles >= V7_WS_MIN_TILES &&
+    /* variant 7 at a few short sequences with several row tiles (C4R4):
+     * variant 2 (the plan's variant says so; it attends to BF16-rounded
+     * values) */
+    if (v == 7 && cfg->c_bits == 4 && tiles >= 2 && (long)a->batch * tiles >= V7_WS_MIN_TILES &&
         (long)a->batch * tiles <= V7_WS_MAX_TILES && max_len <= V7_WS_MAX_LEN)
         v = 2;
     const long pages = (max_len + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE;

@@ -87,7 +87,7 @@ typedef struct qmla_decode_plan {
  *      >= 512 rows x sequences, the channel-split combine3 (2 or 4 blocks
  *      per row) below 264 rows x sequences from 64 partials, else the
  *      split-parallel combine; attends to unrounded packed values as
- *      variant 0. Except at 2 or more row tiles, 8 to 16 row tiles x
+ *      variant 0. Except for C4R4 at 2 or more row tiles, 8 to 16 row tiles x
  *      sequences and max_len <= 4096: there the plan is variant 2's (its
  *      `variant` 2, BF16-rounded packed values: use
  *      qmla_decode_cuda_variant_packed_f32(cfg, plan.variant)).
@@ -114,8 +114,8 @@ int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg, const qmla_decode_a
 /* Short name of a variant ("v0 fast", ...). */
 const char *qmla_decode_cuda_variant_name(int variant);
 /* qmla_decode_cuda_packed_f32 for the variant (0 for variants 2 and 5;
- * variant 7 gives 1, and its plans that run variant 2 say so in `variant`:
- * pass the plan's variant). */
+ * variant 7 gives 1, and its C4R4 plans that run variant 2 say so in
+ * `variant`: pass the plan's variant). */
 int qmla_decode_cuda_variant_packed_f32(const qmla_kv_config *cfg, int variant);
 
 /* Enqueue main + combine. Every seq_len must be <= the plan's max_len;
@@ -130,7 +130,7 @@ int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args *a,
  * tensor-core products of the codes), 0 when to BF16(fmaf(q, s, l)): the
  * packed_f32 argument of qmla_decode_ref_model that is its reference.
  * This is variant 0's (and variant 7's) answer; the default plan of a C4R4
- * / C2R4 batch shape that runs variant 2 (variant 7's heuristic) attends
+ * batch shape that runs variant 2 (variant 7's heuristic) attends
  * to BF16-rounded values: qmla_decode_cuda_variant_packed_f32(cfg,
  * plan.variant) answers for a plan. */
 int qmla_decode_cuda_packed_f32(const qmla_kv_config *cfg);

@@ -329,7 +329,7 @@ int main(void)
          * run the one with 4: below 132); 512 at <= 16 partials, the old one */
         {"b5 s_q2", 5, 16, 2, 4, 128, {65, 4097, 131, 700, 2}},
         {"b4 H128", 4, 128, 1, 4, 128, {4097, 300, 65, 1}},
-        /* 8 row tiles x sequences, <= 4K: variant 7 runs variant 2 */
+        /* 8 row tiles x sequences, <= 4K: variant 7 runs variant 2 (C4R4) */
         {"b1 H128", 1, 128, 1, 4, 128, {2000}},
     };
     const char *cfgs[] = {"BF16", "C4R4", "C2R4", "C8R8"};

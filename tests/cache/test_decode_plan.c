@@ -4,8 +4,8 @@
  *    and variant 0 for C8R8 / BF16, field for field;
  *  - variant 7 (C4R4 / C2R4): variant 1's plan, except one page per packed
  *    block (protected blocks of their own) exactly where that grid fits one
- *    block per SM, and variant 2's plan (variant 2) exactly at >= 2 row
- *    tiles, 8-16 row tiles x sequences and contexts <= 4096;
+ *    block per SM, and (C4R4 only) variant 2's plan (variant 2) exactly at
+ *    >= 2 row tiles, 8-16 row tiles x sequences and contexts <= 4096;
  *  - variant 1 (C4R4 / C2R4 short-context plan): a grid of one wave of 2
  *    blocks per SM, at least 2 pages per packed block, the packed blocks
  *    covering the pages below the window, the protected partials n_prot
@@ -62,7 +62,7 @@ int main(void)
                         const int tiles = (sqs[si] * heads[hi] + 15) / 16;
                         qmla_decode_plan pd, p0, pv, p, p7, p2;
                         /* variant 7 hands these shapes to variant 2 */
-                        const int ws7 = fast && tiles >= 2 && (long)a.batch * tiles >= 8 &&
+                        const int ws7 = ni == 0 && tiles >= 2 && (long)a.batch * tiles >= 8 &&
                                         (long)a.batch * tiles <= 16 && len <= 4096;
                         CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 2, &p2, &err),
                                  err);
