@@ -19,7 +19,9 @@
  * per point unless --samples; provenance: heads and s_q -1, quick 11;
  * --variants-quick: H 16 s_q 1 whole, the other shapes at 4K and 128K, quick 12;
  * --variants-fmla: the points bench_flashmla.cu times, b 1 / 8 / 32, 4K, 32K
- * and 128K, H 16 and 128, s_q 1, quick 13).
+ * and 128K, H 16 and 128, s_q 1, quick 13; --sweep: the default C4R4
+ * plan's pages per block forced to 1-8 beside our BF16 at b 1 and 8, 4K and
+ * 32K, H 16 and 128, s_q 1 and 2, quick 14).
  * Usage: bench_decode [--samples N] [--out results.tsv] [--h5 results.h5] [--quick]
  * (--quick: a subset of the points; --profile: a few launches of each
  * kernel, decode at b 32, 64K, for Nsight Compute; --profile-short: decode
@@ -431,8 +433,9 @@ static void bench_variants_point(bench *B, int batch, long ctx, int H, int s_q)
         for (int v = 0; v < QMLA_DECODE_VARIANTS && n < NV_MAX; v++) {
             qmla_decode_plan plan;
             OK(qmla_decode_cuda_plan_variant(&cfg, &a, ctx, 0, v, &plan, &err), err);
-            if (plan.variant != v)
-                continue; /* falls back to variant 0: measured already */
+            if (plan.variant != v && !(v == 7 && plan.variant == 2))
+                continue; /* falls back to variant 0: measured already (variant 7
+                           * handing a shape to variant 2 is kept, as "v7") */
             ws[n] = dalloc(plan.ws_bytes);
             OK(qmla_decode_cuda(&kc[ci], &a, &plan, ws[n], out, lse, B->s, &err), err);
             CU(cudaStreamSynchronize(B->s));
@@ -488,6 +491,139 @@ static void bench_variants_point(bench *B, int batch, long ctx, int H, int s_q)
     free(hbt);
 }
 
+/* --sweep: the short-context plan of the default C4R4 kernel (variant 7)
+ * with its pages per packed block forced to 1, 2, 3, 4, 6, 8 (protected
+ * partials in blocks of their own; splits = ceil(pages below the window /
+ * pps) + protected), beside our BF16 (variants 0, 3, 5), C4R4 variant 0 and
+ * variant 7's own plan, at one point; rows kind "sweep h<H> sq<s_q>",
+ * config "C4R4 v7 pps<p>" (ratios to BF16 variant 0). Evidence for the
+ * plan's choice (H200 run 10); CUDA Graphs, L2 flushed, alternating order
+ * as --variants. */
+static void bench_sweep_point(bench *B, int batch, long ctx, int H, int s_q)
+{
+    const int maxp = (int)((ctx + 63) / 64);
+    const size_t pages = (size_t)batch * maxp, R = (size_t)s_q * H;
+    int32_t *hbt = (int32_t *)malloc(pages * 4);
+    for (size_t i = 0; i < pages; i++)
+        hbt[i] = (int32_t)i;
+    uint64_t r = 0x1234567ull + (uint64_t)ctx * 31 + (uint64_t)batch;
+    for (size_t i = pages; i > 1; i--) {
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        const size_t j = (size_t)(r % i);
+        const int32_t t = hbt[i - 1];
+        hbt[i - 1] = hbt[j];
+        hbt[j] = t;
+    }
+    int32_t *bt = (int32_t *)dalloc(pages * 4), *len = (int32_t *)dalloc((size_t)batch * 4);
+    CU(cudaMemcpy(bt, hbt, pages * 4, cudaMemcpyHostToDevice));
+    fill_i32<<<64, 256>>>(len, (size_t)batch, (int32_t)ctx);
+    uint16_t *q = (uint16_t *)dalloc((size_t)batch * R * QMLA_KV_D * 2);
+    fill_bf16<<<256, 256>>>(q, (size_t)batch * R * QMLA_KV_D, 11);
+    uint16_t *out = (uint16_t *)dalloc((size_t)batch * R * 512 * 2);
+    float *lse = (float *)dalloc((size_t)batch * R * 4);
+    qmla_decode_args a = {batch, s_q, H, 1.0f / sqrtf(192.0f), q, bt, maxp, len};
+    qmla_kv_cache kc[2];
+    int n = 0, ent_cfg[NV_MAX], ent_splits[NV_MAX];
+    char ent_name[NV_MAX][32];
+    void *ws[NV_MAX];
+    cudaGraphExec_t gx[NV_MAX];
+    double bytes[2];
+    const int cis[2] = {0, 1}; /* BF16, C4R4 */
+    for (int k = 0; k < 2; k++) {
+        const int ci = cis[k];
+        qmla_kv_config cfg;
+        qmla_error err;
+        OK(qmla_kv_parse_config(CFG[ci], &cfg, &err), err);
+        cfg.sink = 4;
+        cfg.window = 128;
+        const qmla_kv_layout L = qmla_kv_layout_of(&cfg);
+        kc[k].cfg = cfg;
+        kc[k].pool = (uint8_t *)dalloc(pages * L.page_bytes);
+        kc[k].n_pages = pages;
+        kc[k].sink = (uint16_t *)dalloc((size_t)batch * 4 * 1152);
+        kc[k].window = (uint16_t *)dalloc((size_t)batch * 128 * 1152);
+        kc[k].batch = batch;
+        if (L.bf16)
+            fill_bf16<<<4096, 256>>>((uint16_t *)kc[k].pool, pages * L.page_bytes / 2, 5);
+        else
+            fill_pages<<<4096, 256>>>(kc[k].pool, pages, L, 5);
+        fill_bf16<<<256, 256>>>(kc[k].sink, (size_t)batch * 4 * 576, 6);
+        fill_bf16<<<256, 256>>>(kc[k].window, (size_t)batch * 128 * 576, 7);
+        CU(cudaGetLastError());
+        const double prot = L.bf16 ? 0.0 : (double)batch * (ctx < 132 ? ctx : 132) * 1152;
+        bytes[k] = (double)pages * L.page_bytes + prot + (double)batch * R * 1152 + pages * 4.0;
+        const int bf_v[3] = {0, 3, 5}, c4_v[2] = {0, 7};
+        const int nv = k == 0 ? 3 : 2 + 6;
+        const int pps_f[6] = {1, 2, 3, 4, 6, 8};
+        for (int e = 0; e < nv && n < NV_MAX; e++) {
+            qmla_decode_plan plan;
+            const int v = k == 0 ? bf_v[e] : e < 2 ? c4_v[e] : 7;
+            OK(qmla_decode_cuda_plan_variant(&cfg, &a, ctx, 0, v, &plan, &err), err);
+            if (k == 0 && e == 0)
+                snprintf(ent_name[n], sizeof ent_name[n], "BF16");
+            else if (k == 0 || e < 2)
+                snprintf(ent_name[n], sizeof ent_name[n], "%s v%d", CFG[ci], v);
+            else { /* forced pages per packed block, protected blocks of their own */
+                if (plan.variant != 7)
+                    continue; /* variant 7 runs variant 2 here: no such plan */
+                const int pp = pps_f[e - 2];
+                const long hi = ctx - 128 > 0 ? (ctx - 128 + 63) / 64 : 0;
+                const long packed = hi > 0 ? (hi + pp - 1) / pp : 1;
+                plan.pages_per_split = pp;
+                plan.n_splits = (int)(packed + plan.n_prot);
+                plan.sep = 1;
+                const size_t rows = (size_t)batch * plan.n_splits * plan.row_tiles * 16;
+                plan.ws_bytes = rows * 512 * 4 + ((rows * 4 + 15) & ~(size_t)15);
+                snprintf(ent_name[n], sizeof ent_name[n], "C4R4 v7 pps%d", pp);
+            }
+            ws[n] = dalloc(plan.ws_bytes);
+            OK(qmla_decode_cuda(&kc[k], &a, &plan, ws[n], out, lse, B->s, &err), err);
+            CU(cudaStreamSynchronize(B->s));
+            cudaGraph_t g;
+            CU(cudaStreamBeginCapture(B->s, cudaStreamCaptureModeGlobal));
+            OK(qmla_decode_cuda(&kc[k], &a, &plan, ws[n], out, lse, B->s, &err), err);
+            CU(cudaStreamEndCapture(B->s, &g));
+            CU(cudaGraphInstantiate(&gx[n], g, 0));
+            CU(cudaGraphDestroy(g));
+            ent_cfg[n] = k;
+            ent_splits[n] = plan.n_splits;
+            n++;
+        }
+    }
+    static float t[NV_MAX][256];
+    for (int i = 0; i < B->samples; i++)
+        for (int k = 0; k < n; k++) {
+            const int e = i % 2 ? n - 1 - k : k;
+            t[e][i] = time_graph(B, gx[e]);
+        }
+    float us[NV_MAX];
+    for (int e = 0; e < n; e++)
+        us[e] = median(t[e], B->samples);
+    char kind[32];
+    snprintf(kind, sizeof kind, "sweep h%d sq%d", H, s_q);
+    for (int e = 0; e < n; e++) {
+        emit(B, kind, batch, ctx, ent_name[e], us[e], us[e] / us[0], bytes[ent_cfg[e]]);
+        printf("| %3d | %3d | %2d | %7ld | %-13s | %9.1f | %5.3f | %4d |\n", H, s_q, batch, ctx,
+               ent_name[e], us[e], us[e] / us[0], ent_splits[e]);
+        cudaGraphExecDestroy(gx[e]);
+        cudaFree(ws[e]);
+    }
+    fflush(stdout);
+    for (int k = 0; k < 2; k++) {
+        cudaFree(kc[k].pool);
+        cudaFree(kc[k].sink);
+        cudaFree(kc[k].window);
+    }
+    cudaFree(bt);
+    cudaFree(len);
+    cudaFree(q);
+    cudaFree(out);
+    cudaFree(lse);
+    free(hbt);
+}
+
 int main(int argc, char **argv)
 {
     bench B;
@@ -516,6 +652,8 @@ int main(int argc, char **argv)
             variants = 2;
         else if (!strcmp(argv[i], "--variants-fmla"))
             variants = 3;
+        else if (!strcmp(argv[i], "--sweep"))
+            variants = 4;
         else if (!strcmp(argv[i], "--profile-variants"))
             quick = 4;
         else if (!strcmp(argv[i], "--profile-h128"))
@@ -523,7 +661,8 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: bench_decode [--samples N] [--out F.tsv] [--h5 F.h5] "
                             "[--quick | --profile | --profile-short | --variants | "
-                            "--variants-quick | --variants-fmla | --profile-variants | --profile-h128]\n");
+                            "--variants-quick | --variants-fmla | --sweep | --profile-variants | "
+                            "--profile-h128]\n");
             return 2;
         }
     }
@@ -584,7 +723,17 @@ int main(int argc, char **argv)
         return 0;
     }
     copy_bandwidth(&B);
-    if (variants) {
+    if (variants == 4) { /* --sweep: b 1 and 8, 4K and 32K, H 16 and 128, s_q 1 and 2 */
+        printf("\n| H | s_q | b | context | kernel | us | x BF16 | splits |\n"
+               "|---|---|---|---|---|---|---|---|\n");
+        const int bs[] = {1, 8}, hs[] = {16, 128}, sqs[] = {1, 2};
+        const long cx[] = {4096, 32768};
+        for (int hi = 0; hi < 2; hi++)
+            for (int si = 0; si < 2; si++)
+                for (int bi = 0; bi < 2; bi++)
+                    for (int xi = 0; xi < 2; xi++)
+                        bench_sweep_point(&B, bs[bi], cx[xi], hs[hi], sqs[si]);
+    } else if (variants) {
         printf("\n| H | s_q | b | context | kernel | us | x BF16 | GB/s | %% of copy | splits |\n"
                "|---|---|---|---|---|---|---|---|---|---|\n");
         const int bs[] = {1, 8, 32, 64}, hs[] = {16, 128}, sqs[] = {1, 2};

@@ -2296,6 +2296,113 @@ __global__ void __launch_bounds__(COMB2_THREADS) decode_combine2_kernel(
     }
 }
 
+/* Combine of variant 7 (the default plan of C4R4 / C2R4): combine2's
+ * weights and warp layout (16 warps share the splits of a row), but the
+ * 512 channels of a row split over NCH = 4 / NF blocks (grid R x batch x
+ * NCH), each lane NF float4 of its block's 128 NF channels per split, and
+ * 8 / NF splits per warp loaded before they are added (the same bytes in
+ * flight per lane at every NF). At small batch shapes (R x batch below
+ * two blocks per SM) combine2 runs R x batch blocks, each reading all
+ * partials of a row: at b 1, H 16 that is 16 blocks on 132 SMs, and with
+ * the 258 partials of b 1, 32K the reads of 16 SMs set its time. Every
+ * block recomputes the row's weights from the partial LSEs (n_splits
+ * floats); block z == 0 writes the LSE. Fixed order (warp k: splits k,
+ * k + 16, ..; then the 16 warps in order): bit-identical across runs. */
+template <int NF>
+__global__ void __launch_bounds__(COMB2_THREADS) decode_combine3_kernel(
+    const float *o_part, const float *lse_part, int n_splits, int R, int R_pad, uint16_t *out,
+    float *lse)
+{
+    constexpr int CH = 128 * NF; /* channels per block */
+    constexpr int UN = 8 / NF;   /* splits in flight per warp */
+    __shared__ float wsh[COMB_MAX_SPLITS];
+    __shared__ __align__(16) float part[COMB2_WARPS][CH];
+    __shared__ float psum[COMB2_WARPS];
+    __shared__ float red[COMB2_WARPS];
+    const int r = blockIdx.x, b = blockIdx.y, z = blockIdx.z, tid = threadIdx.x,
+              warp = tid >> 5, lane = tid & 31;
+    const float *lp = lse_part + (size_t)b * n_splits * R_pad + r;
+    float mx = -INFINITY;
+    for (int s = tid; s < n_splits; s += COMB2_THREADS)
+        mx = fmaxf(mx, lp[(size_t)s * R_pad]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    if (lane == 0)
+        red[warp] = mx;
+    __syncthreads();
+    mx = red[0];
+#pragma unroll
+    for (int w = 1; w < COMB2_WARPS; w++)
+        mx = fmaxf(mx, red[w]);
+    for (int s = tid; s < n_splits; s += COMB2_THREADS) {
+        const float ls = lp[(size_t)s * R_pad];
+        wsh[s] = mx == -INFINITY || ls == -INFINITY ? 0.0f : expf(ls - mx);
+    }
+    __syncthreads();
+    float acc[4 * NF], sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4 * NF; k++)
+        acc[k] = 0.0f;
+    const float4 *op =
+        (const float4 *)(o_part + ((size_t)b * n_splits * R_pad + r) * QMLA_KV_DC + CH * z) + lane;
+    const size_t stride = (size_t)R_pad * QMLA_KV_DC / 4; /* float4s between splits */
+    for (int s0 = warp; s0 < n_splits; s0 += COMB2_WARPS * UN) {
+        float4 v[UN][NF];
+        float w[UN];
+#pragma unroll
+        for (int u = 0; u < UN; u++) {
+            const int s = s0 + COMB2_WARPS * u;
+            w[u] = s < n_splits ? wsh[s] : 0.0f;
+#pragma unroll
+            for (int j = 0; j < NF; j++)
+                v[u][j] = w[u] != 0.0f ? op[(size_t)s * stride + 32 * j]
+                                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int u = 0; u < UN; u++)
+            if (w[u] != 0.0f) {
+                sum += w[u];
+#pragma unroll
+                for (int j = 0; j < NF; j++) {
+                    acc[4 * j] += w[u] * v[u][j].x;
+                    acc[4 * j + 1] += w[u] * v[u][j].y;
+                    acc[4 * j + 2] += w[u] * v[u][j].z;
+                    acc[4 * j + 3] += w[u] * v[u][j].w;
+                }
+            }
+    }
+#pragma unroll
+    for (int j = 0; j < NF; j++)
+        *(float4 *)&part[warp][4 * (lane + 32 * j)] =
+            make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+    if (lane == 0)
+        psum[warp] = sum;
+    __syncthreads();
+    if (tid < CH / 4) { /* 4 channels per thread, warps added in order */
+        float4 t = *(const float4 *)&part[0][4 * tid];
+        float ts = psum[0];
+#pragma unroll
+        for (int w = 1; w < COMB2_WARPS; w++) {
+            const float4 u = *(const float4 *)&part[w][4 * tid];
+            t.x += u.x;
+            t.y += u.y;
+            t.z += u.z;
+            t.w += u.w;
+            ts += psum[w];
+        }
+        const float inv = ts > 0.0f ? 1.0f / ts : 0.0f;
+        __nv_bfloat162 h0 = __floats2bfloat162_rn(t.x * inv, t.y * inv);
+        __nv_bfloat162 h1 = __floats2bfloat162_rn(t.z * inv, t.w * inv);
+        uint2 o2;
+        o2.x = *(uint32_t *)&h0;
+        o2.y = *(uint32_t *)&h1;
+        *((uint2 *)(out + ((size_t)b * R + r) * QMLA_KV_DC + CH * z) + tid) = o2;
+        if (tid == 0 && z == 0)
+            lse[(size_t)b * R + r] = mx == -INFINITY ? -INFINITY : mx + logf(ts);
+    }
+}
+
 /* ---- host side ----------------------------------------------------------- */
 /* 1 for the configurations decode_fast_kernel takes (C4R4, C2R4, group 64). */
 static int fast_config(const qmla_kv_config *c)
@@ -2314,7 +2421,7 @@ extern "C" int qmla_decode_cuda_packed_f32(const qmla_kv_config *cfg)
  * C2R4, C8R8); otherwise variant 0. */
 static int eff_variant(const qmla_kv_config *c, int v)
 {
-    if ((v == 1 || v == 4 || v == 6) && fast_config(c))
+    if ((v == 1 || v == 4 || v == 6 || v == 7) && fast_config(c))
         return v;
     if (v == 3)
         return 3; /* every configuration, BF16 too */
@@ -2335,6 +2442,40 @@ static int eff_variant(const qmla_kv_config *c, int v)
 #define V1_SLACK 2
 /* Variant 4 (variant 1's plan): the old combine up to this many partials. */
 #define V4_COMB2_MIN_SPLITS 16
+/* Variant 7 (the default of C4R4 / C2R4): the old combine only where it has
+ * as many blocks (rows x sequences) as this; the channel-split combine3
+ * below V7_COMB3_RB rows x sequences (H200 run 8: at <= 16 partials the
+ * old combine won by 5-9 % at R x b >= 1024 and lost by 7-9 % at 256). */
+#define V7_OLD_COMB_MIN_RB 512
+#define V7_COMB3_RB 264
+#define V7_COMB3_MIN_SPLITS 64
+/* Variant 7 of C4R4 runs variant 2 (the warp-specialised BF16-tile kernel, two row
+ * tiles per dequantized page, protected rows in the tile) at two or more
+ * row tiles, V7_WS_MIN_TILES to V7_WS_MAX_TILES row tiles x sequences and
+ * contexts up to V7_WS_MAX_LEN: H200 runs 8 and 10 measured variant 2 0-7 %
+ * faster than variant 1's plan at b 1, 4K, H 128 (s_q 1 and 2) and b 8, 4K,
+ * H 16, s_q 2 (8 and 16 row tiles x sequences; at the last within the
+ * runs' spread), slower at 32K and at b 1, 4K, H 16, s_q 2 (2). C2R4's
+ * variant 2 is slower than variant 1 at those points (runs 8, 10a, 10b:
+ * 1.07-1.18x at b 8, H 16, s_q 2 and b 1, H 128, s_q 2), so C2R4 keeps
+ * variant 1's plan there. */
+#define V7_WS_MIN_TILES 8
+#define V7_WS_MAX_TILES 16
+#define V7_WS_MAX_LEN 4096
+
+/* Variant 7's combine for a batch shape: 0 the old combine, 2 combine2,
+ * 3 combine3 with 4 channel blocks per row (NF 1), 4 with 2 (NF 2); combine3
+ * only from V7_COMB3_MIN_SPLITS partials (H200 run 10: 5-8 % slower than
+ * combine2 at 16-36 partials and 128-256 rows x sequences, 2-13 % faster at
+ * 65-264 partials and 16-32). */
+static int v7_combine(int n_splits, long rb)
+{
+    if (n_splits <= V4_COMB2_MIN_SPLITS && rb >= V7_OLD_COMB_MIN_RB)
+        return 0;
+    if (rb >= V7_COMB3_RB || n_splits < V7_COMB3_MIN_SPLITS)
+        return 2;
+    return 2 * rb < V7_COMB3_RB ? 3 : 4;
+}
 
 /* Row tiles per block of variant 2 (one dequantized page for all of them). */
 static int ws_nrt(int tiles) { return tiles >= 2 ? 2 : 1; }
@@ -2362,6 +2503,7 @@ extern "C" const char *qmla_decode_cuda_variant_name(int variant)
     case 4: return "v4 v1+comb-by-splits";
     case 5: return "v5 rows-on-one-tile";
     case 6: return "v6 fast-rows-on-one-page";
+    case 7: return "v7 auto (default)";
     default: return "?";
     }
 }
@@ -2370,7 +2512,10 @@ extern "C" int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decod
                                      long max_len, int n_sm, qmla_decode_plan *plan,
                                      qmla_error *err)
 {
-    return qmla_decode_cuda_plan_variant(cfg, a, max_len, n_sm, 0, plan, err);
+    /* the default: variant 7 for C4R4 / C2R4 (the short-context plan and
+     * the combine by batch shape), variant 0 for every other configuration
+     * (variant 7 falls back to 0 there) */
+    return qmla_decode_cuda_plan_variant(cfg, a, max_len, n_sm, 7, plan, err);
 }
 
 extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
@@ -2398,16 +2543,23 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
         if (e != cudaSuccess)
             return qmla_cuda_fail(err, e, "multiprocessor count");
     }
-    const int v = eff_variant(cfg, variant);
+    int v = eff_variant(cfg, variant);
     const int tiles = (int)((R + DEC_ROWS - 1) / DEC_ROWS);
+    /* variant 7 at a few short sequences with several row tiles (C4R4):
+     * variant 2 (the plan's variant says so; it attends to BF16-rounded
+     * values) */
+    if (v == 7 && cfg->c_bits == 4 && tiles >= 2 && (long)a->batch * tiles >= V7_WS_MIN_TILES &&
+        (long)a->batch * tiles <= V7_WS_MAX_TILES && max_len <= V7_WS_MAX_LEN)
+        v = 2;
     const long pages = (max_len + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE;
     const long prot =
         !tile_variant(v) && fast_config(cfg) ? (cfg->sink + cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
     long splits, pps;
-    if (v == 1 || v == 4) {
+    if (v == 1 || v == 4 || v == 7) {
         /* the short-context plan: the packed pages below the window over
          * `packed` blocks of one wave (2 per SM), at least V1_MIN_PPS pages
-         * each; the protected partials in blocks of their own beside them
+         * each (variant 7: one page each where all the blocks of one page
+         * and the protected blocks fit one block per SM); the protected partials in blocks of their own beside them
          * when the wave has room for them, or when making room costs at
          * most V1_SLACK more pages per packed block (the protected blocks'
          * own work, about 2 pages); otherwise after the pages of the last
@@ -2416,11 +2568,13 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
         const long hi = max_len - cfg->window > 0
                             ? (max_len - cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE
                             : 0;
+        const long min_pps =
+            v == 7 && (long)a->batch * tiles * (hi + prot) <= n_sm ? 1 : V1_MIN_PPS;
         long packed = slots < 1 ? 1 : slots;
         if (packed > COMB_MAX_SPLITS - 64)
             packed = COMB_MAX_SPLITS - 64;
-        if (packed > (hi + V1_MIN_PPS - 1) / V1_MIN_PPS)
-            packed = (hi + V1_MIN_PPS - 1) / V1_MIN_PPS;
+        if (packed > (hi + min_pps - 1) / min_pps)
+            packed = (hi + min_pps - 1) / min_pps;
         if (packed < 1)
             packed = 1;
         const long pps0 = hi > 0 ? (hi + packed - 1) / packed : 1;
@@ -2472,7 +2626,7 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
     plan->pages_per_split = (int)pps;
     plan->row_tiles = tiles;
     plan->variant = v;
-    if (v != 1 && v != 4)
+    if (v != 1 && v != 4 && v != 7)
         plan->sep = 0;
     const size_t rows = (size_t)a->batch * splits * tiles * DEC_ROWS;
     plan->ws_bytes = rows * QMLA_KV_DC * 4 + ((rows * 4 + 15) & ~(size_t)15);
@@ -2547,7 +2701,7 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     const size_t rows = (size_t)a->batch * d.n_splits * d.R_pad;
     d.o_part = (float *)ws;
     d.lse_part = (float *)ws + rows * QMLA_KV_DC;
-    const int sep = (var == 1 || var == 4) && plan->sep;
+    const int sep = (var == 1 || var == 4 || var == 7) && plan->sep;
     dim3 grid((unsigned)(d.n_splits - (sep ? 0 : d.n_prot)), (unsigned)plan->row_tiles,
               (unsigned)a->batch);
     const int nrt = ws_nrt(plan->row_tiles);
@@ -2621,9 +2775,20 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
         return qmla_cuda_fail(err, e, "decode main kernel");
     /* variant 4: the split-parallel combine only where the splits are many
      * (hopper run 2: it loses 1-10 % at <= 11 partials, wins from 24) */
-    if (var == 0 || (var == 4 && d.n_splits <= V4_COMB2_MIN_SPLITS))
+    const int comb = var == 0 || (var == 4 && d.n_splits <= V4_COMB2_MIN_SPLITS) ? 0
+                     : var == 7 ? v7_combine(d.n_splits, R * a->batch)
+                                : 2;
+    if (comb == 0)
         decode_combine_kernel<<<dim3((unsigned)R, (unsigned)a->batch), 128, 0, stream>>>(
             d.o_part, d.lse_part, d.n_splits, d.R, d.R_pad, out, lse);
+    else if (comb == 3)
+        decode_combine3_kernel<1><<<dim3((unsigned)R, (unsigned)a->batch, 4), COMB2_THREADS, 0,
+                                    stream>>>(d.o_part, d.lse_part, d.n_splits, d.R, d.R_pad,
+                                              out, lse);
+    else if (comb == 4)
+        decode_combine3_kernel<2><<<dim3((unsigned)R, (unsigned)a->batch, 2), COMB2_THREADS, 0,
+                                    stream>>>(d.o_part, d.lse_part, d.n_splits, d.R, d.R_pad,
+                                              out, lse);
     else
         decode_combine2_kernel<<<dim3((unsigned)R, (unsigned)a->batch), COMB2_THREADS, 0,
                                  stream>>>(d.o_part, d.lse_part, d.n_splits, d.R, d.R_pad, out,

@@ -48,11 +48,11 @@ typedef struct qmla_decode_plan {
     int n_prot;          /* C4R4 / C2R4: partials of protected tokens (of n_splits) */
     size_t ws_bytes;     /* device workspace the launch needs */
     int variant;         /* kernel variant the plan was made for (below) */
-    int sep;             /* variants 1, 4: protected partials in blocks of their own */
+    int sep;             /* variants 1, 4, 7: protected partials in blocks of their own */
 } qmla_decode_plan;
 
 /* Kernel variants (numbered as llm.c's dev/cuda kernels; docs/decode.md):
- *   0  the default: C4R4 / C2R4 decode_fast_kernel (tensor cores on the
+ *   0  the baseline (the default of BF16 and C8R8): C4R4 / C2R4 decode_fast_kernel (tensor cores on the
  *      codes, protected tokens after the pages of the last blocks), C8R8
  *      and BF16 through the BF16-tile kernels;
  *   1  C4R4 / C2R4: decode_fast_kernel with the short-context plan (at
@@ -79,28 +79,43 @@ typedef struct qmla_decode_plan {
  *      codes fetched and unpacked once for both row tiles' MMAs, one block
  *      per SM; the same arithmetic per row as variant 0 (unrounded packed
  *      values, protected partials), split-parallel combine.
+ *   7  the default of C4R4 / C2R4 (qmla_decode_cuda_plan), a shape
+ *      heuristic (H200 runs 8 and 10, docs/decode.md): decode_fast_kernel
+ *      with variant 1's short-context plan, one page per packed block where
+ *      the grid of one page per block then fits one block per SM, and the
+ *      combine chosen by batch shape: the old one at <= 16 partials and
+ *      >= 512 rows x sequences, the channel-split combine3 (2 or 4 blocks
+ *      per row) below 264 rows x sequences from 64 partials, else the
+ *      split-parallel combine; attends to unrounded packed values as
+ *      variant 0. Except for C4R4 at 2 or more row tiles, 8 to 16 row tiles x
+ *      sequences and max_len <= 4096: there the plan is variant 2's (its
+ *      `variant` 2, BF16-rounded packed values: use
+ *      qmla_decode_cuda_variant_packed_f32(cfg, plan.variant)).
  * (An earlier variant 6, two warp groups of 8 on one BF16 tile, was
  * measured in H200 run 6 at commit 9829c8b and removed: slower than 5, and
  * racecheck reported its BF16 hand-off; docs/decode.md. The number was
  * reused in H200 run 8.)
  * A variant that does not apply to a configuration falls back to 0 (the
  * plan's `variant` says which one runs). */
-#define QMLA_DECODE_VARIANTS 7
+#define QMLA_DECODE_VARIANTS 8
 
 /* Plan for a batch (a->batch, s_q, heads) whose longest sequence has at most
  * max_len tokens, on a device of n_sm multiprocessors (0: ask the current
- * device). Host arithmetic only. */
+ * device). Host arithmetic only. The default variant: 7 for C4R4 / C2R4,
+ * 0 for BF16 and C8R8 (the plan's `variant`). */
 int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decode_args *a,
                           long max_len, int n_sm, qmla_decode_plan *plan, qmla_error *err);
 
 /* The same for kernel variant `variant` (0 .. QMLA_DECODE_VARIANTS - 1);
- * qmla_decode_cuda_plan is variant 0. */
+ * qmla_decode_cuda_plan is variant 7 (which is variant 0 for BF16, C8R8). */
 int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg, const qmla_decode_args *a,
                                   long max_len, int n_sm, int variant, qmla_decode_plan *plan,
                                   qmla_error *err);
 /* Short name of a variant ("v0 fast", ...). */
 const char *qmla_decode_cuda_variant_name(int variant);
-/* qmla_decode_cuda_packed_f32 for the variant (0 for variants 2 and 5). */
+/* qmla_decode_cuda_packed_f32 for the variant (0 for variants 2 and 5;
+ * variant 7 gives 1, and its C4R4 plans that run variant 2 say so in
+ * `variant`: pass the plan's variant). */
 int qmla_decode_cuda_variant_packed_f32(const qmla_kv_config *cfg, int variant);
 
 /* Enqueue main + combine. Every seq_len must be <= the plan's max_len;
@@ -113,7 +128,11 @@ int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args *a,
 /* 1 when the decode kernel of this configuration attends to packed values
  * unrounded, fmaf(q, s, l) (C4R4, C2R4: scale and minimum applied after
  * tensor-core products of the codes), 0 when to BF16(fmaf(q, s, l)): the
- * packed_f32 argument of qmla_decode_ref_model that is its reference. */
+ * packed_f32 argument of qmla_decode_ref_model that is its reference.
+ * This is variant 0's (and variant 7's) answer; the default plan of a C4R4
+ * batch shape that runs variant 2 (variant 7's heuristic) attends
+ * to BF16-rounded values: qmla_decode_cuda_variant_packed_f32(cfg,
+ * plan.variant) answers for a plan. */
 int qmla_decode_cuda_packed_f32(const qmla_kv_config *cfg);
 
 /* Test hook: every page of every sequence reconstructed by the decode

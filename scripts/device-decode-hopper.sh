@@ -16,6 +16,8 @@
 #   quick     bench_decode --variants-quick (H 16 s_q 1 whole; the other
 #             shapes at 4K and 128K), 10 samples per point
 #   bench     bench_decode --variants (b 1/8/32/64, 4K-1M, H 16/128, s_q 1/2)
+#   sweep     bench_decode --sweep (the default C4R4 plan's pages per block
+#             forced to 1-8 beside BF16 at the short points; bench_sweep.tsv)
 #   fmla      bench_decode --variants-fmla, then FlashMLA's BF16 dense decode
 #             on the same points (bench/bench_flashmla.cu; FMLA_DIR holds the
 #             program bench_flashmla built by scripts/build-flashmla.sh, or
@@ -70,6 +72,10 @@ run_step() {
     timeout $(lim ${BENCH_LIMIT:-150}) ./build-dev/bench/bench_decode $a --out "$OUT/bench_variants.tsv" \
       >"$OUT/bench_variants.log" 2>&1
     echo "rc=$?"; cat "$OUT/bench_variants.log" ;;
+  sweep)
+    timeout $(lim ${SWEEP_LIMIT:-60}) ./build-dev/bench/bench_decode --sweep --out "$OUT/bench_sweep.tsv" \
+      >"$OUT/bench_sweep.log" 2>&1
+    echo "rc=$?"; cat "$OUT/bench_sweep.log" ;;
   probe)
     pb=${FMLA_DIR:-fmla}/probe_handoff
     [ -x "$pb" ] || { pb=/tmp/probe_handoff; nvcc -O2 -gencode arch=compute_90a,code=sm_90a \

@@ -1,6 +1,11 @@
 /* test_decode_plan.c — the decode plan's kernel variants (kernels/decode.cu,
  * qmla_decode_cuda_plan_variant; host arithmetic only, no GPU needed):
- *  - variant 0 is qmla_decode_cuda_plan, field for field;
+ *  - the default plan (qmla_decode_cuda_plan) is variant 7 for C4R4 / C2R4
+ *    and variant 0 for C8R8 / BF16, field for field;
+ *  - variant 7 (C4R4 / C2R4): variant 1's plan, except one page per packed
+ *    block (protected blocks of their own) exactly where that grid fits one
+ *    block per SM, and (C4R4 only) variant 2's plan (variant 2) exactly at
+ *    >= 2 row tiles, 8-16 row tiles x sequences and contexts <= 4096;
  *  - variant 1 (C4R4 / C2R4 short-context plan): a grid of one wave of 2
  *    blocks per SM, at least 2 pages per packed block, the packed blocks
  *    covering the pages below the window, the protected partials n_prot
@@ -55,15 +60,24 @@ int main(void)
                                                     &z, 1, &z};
                         const long len = ctxs[ci], pages = (len + 63) / 64;
                         const int tiles = (sqs[si] * heads[hi] + 15) / 16;
-                        qmla_decode_plan p0, pv, p;
-                        CHECK_OK(qmla_decode_cuda_plan(&cfg, &a, len, n_sm, &p0, &err), err);
-                        CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 0, &pv, &err),
+                        qmla_decode_plan pd, p0, pv, p, p7, p2;
+                        /* variant 7 hands these shapes to variant 2 */
+                        const int ws7 = ni == 0 && tiles >= 2 && (long)a.batch * tiles >= 8 &&
+                                        (long)a.batch * tiles <= 16 && len <= 4096;
+                        CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 2, &p2, &err),
                                  err);
-                        CHECK(p0.variant == 0 && pv.variant == 0 && p0.n_splits == pv.n_splits &&
-                                  p0.pages_per_split == pv.pages_per_split &&
-                                  p0.n_prot == pv.n_prot && p0.ws_bytes == pv.ws_bytes &&
-                                  p0.row_tiles == pv.row_tiles,
-                              "%s: variant 0 differs from the default plan", names[ni]);
+                        CHECK_OK(qmla_decode_cuda_plan(&cfg, &a, len, n_sm, &pd, &err), err);
+                        CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 0, &p0, &err),
+                                 err);
+                        CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, fast ? 7 : 0,
+                                                               &pv, &err),
+                                 err);
+                        CHECK(p0.variant == 0 && pd.variant == (ws7 ? 2 : fast ? 7 : 0) &&
+                                  pv.variant == pd.variant && pd.n_splits == pv.n_splits &&
+                                  pd.pages_per_split == pv.pages_per_split &&
+                                  pd.n_prot == pv.n_prot && pd.ws_bytes == pv.ws_bytes &&
+                                  pd.row_tiles == pv.row_tiles && pd.sep == pv.sep,
+                              "%s: the default plan is not variant %d's", names[ni], fast ? 7 : 0);
                         /* variant 1 */
                         CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 1, &p, &err),
                                  err);
@@ -98,6 +112,56 @@ int main(void)
                                   len, p.pages_per_split);
                         } else {
                             CHECK(p.sep == 0, "%s: sep without variant 1", names[ni]);
+                        }
+                        /* variant 7: variant 1's plan, but one page per block where
+                         * that grid (and the protected blocks) fits one block per SM */
+                        {
+                            qmla_decode_plan p1 = p;
+                            CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 7, &p7,
+                                                                   &err),
+                                     err);
+                            CHECK(p7.variant == (ws7 ? 2 : fast ? 7 : 0), "%s: variant 7 runs %d",
+                                  names[ni], p7.variant);
+                            if (ws7)
+                                CHECK(p7.n_splits == p2.n_splits &&
+                                          p7.pages_per_split == p2.pages_per_split &&
+                                          p7.n_prot == 0 && p7.sep == 0 &&
+                                          p7.ws_bytes == p2.ws_bytes,
+                                      "%s b %d H %d s_q %d len %ld: v7 is not v2's plan", names[ni],
+                                      a.batch, a.heads, a.s_q, len);
+                            else if (fast) {
+                                const long below = len > 128 ? (len - 128 + 63) / 64 : 0;
+                                const long packed = p7.n_splits - p7.n_prot;
+                                const int tiny =
+                                    (long)a.batch * tiles * ((below > 0 ? below : 1) + p7.n_prot) <= n_sm;
+                                CHECK(p7.n_prot == p0.n_prot && packed >= 1 &&
+                                          (below == 0 || packed * p7.pages_per_split >= below) &&
+                                          (below == 0 || packed <= p7.n_prot ||
+                                           (packed - 1) * p7.pages_per_split < below),
+                                      "%s b %d H %d len %ld: v7 %d splits, %d pages each", names[ni],
+                                      a.batch, a.heads, len, p7.n_splits, p7.pages_per_split);
+                                if (tiny)
+                                    CHECK(p7.pages_per_split == 1 && p7.sep == 1 &&
+                                              (long)a.batch * tiles * p7.n_splits <= n_sm,
+                                          "%s b %d H %d s_q %d len %ld: v7 tiny grid: %d pages "
+                                          "per block, sep %d, %d splits",
+                                          names[ni], a.batch, a.heads, a.s_q, len,
+                                          p7.pages_per_split, p7.sep, p7.n_splits);
+                                else
+                                    CHECK(p7.n_splits == p1.n_splits &&
+                                              p7.pages_per_split == p1.pages_per_split &&
+                                              p7.sep == p1.sep && p7.ws_bytes == p1.ws_bytes,
+                                          "%s b %d H %d s_q %d len %ld: v7 is not v1's plan",
+                                          names[ni], a.batch, a.heads, a.s_q, len);
+                                if ((long)a.batch * tiles * p7.n_prot <= 2L * n_sm)
+                                    CHECK((long)a.batch * tiles *
+                                                  (p7.sep ? p7.n_splits : packed) <=
+                                              2L * n_sm,
+                                          "%s b %d H %d s_q %d len %ld: v7 grid over one wave",
+                                          names[ni], a.batch, a.heads, a.s_q, len);
+                            } else {
+                                CHECK(p7.sep == 0, "%s: sep without variant 7", names[ni]);
+                            }
                         }
                         /* variant 2 */
                         CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 2, &p, &err),
@@ -149,7 +213,8 @@ int main(void)
                         const long len = ctxs[ci], pages = (len + 63) / 64;
                         const int tiles = (sqs[si] * heads[hi] + 15) / 16;
                         qmla_decode_plan p0, p;
-                        CHECK_OK(qmla_decode_cuda_plan(&cfg, &a, len, n_sm, &p0, &err), err);
+                        CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 0, &p0, &err),
+                                 err);
                         CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 6, &p, &err),
                                  err);
                         CHECK(p.variant == (fast ? 6 : 0), "%s: variant 6 runs %d", names[ni],
@@ -193,7 +258,7 @@ int main(void)
         {
             const qmla_decode_args a = {8, 1, 16, 1.0f, &q0, &z, 1, &z};
             qmla_decode_plan p0, p3;
-            CHECK_OK(qmla_decode_cuda_plan(&cfg, &a, 65536, n_sm, &p0, &err), err);
+            CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, 65536, n_sm, 0, &p0, &err), err);
             CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, 65536, n_sm, 3, &p3, &err), err);
             CHECK(p3.variant == 3 && p3.n_splits == p0.n_splits &&
                       p3.pages_per_split == p0.pages_per_split && p3.n_prot == p0.n_prot &&
@@ -213,11 +278,14 @@ int main(void)
     CHECK(strcmp(qmla_decode_cuda_variant_name(5), "v5 rows-on-one-tile") == 0, "variant 5 name");
     CHECK(strcmp(qmla_decode_cuda_variant_name(6), "v6 fast-rows-on-one-page") == 0,
           "variant 6 name");
+    CHECK(strcmp(qmla_decode_cuda_variant_name(7), "v7 auto (default)") == 0, "variant 7 name");
     {
         const qmla_kv_config c4 = cfg_of("C4R4"), c8 = cfg_of("C8R8");
         CHECK(qmla_decode_cuda_variant_packed_f32(&c4, 0) == 1 &&
                   qmla_decode_cuda_variant_packed_f32(&c4, 1) == 1 &&
                   qmla_decode_cuda_variant_packed_f32(&c4, 2) == 0 &&
+                  qmla_decode_cuda_variant_packed_f32(&c4, 7) == 1 &&
+                  qmla_decode_cuda_variant_packed_f32(&c8, 7) == 0 &&
                   qmla_decode_cuda_variant_packed_f32(&c8, 2) == 0,
               "packed_f32 per variant");
     }
