@@ -152,6 +152,32 @@ if [[ " $steps " == *" before "* ]]; then
   say "before bench v3 exit $?"
   rm -f /tmp/v2l.h5 /tmp/v3.h5
 fi
+if [[ " $steps " == *" run10 "* ]]; then
+  # docs/cuda-engine.md, "H200 run 10": before and after rows in one call,
+  # every GPU row with the engine's phase profile (QMLA_CUDA_ENGINE_PROFILE=1;
+  # the before rows QMLA_CUDA_ENGINE_BEFORE=1, the sequences of e498e58)
+  say "run10: synth captures ($(date -u +%H:%M:%S))"
+  synth512
+  export QMLA_CUDA_ENGINE_PROFILE=1
+  say "run10: V2-Lite after (sweep: gpu 8, cpu 2; ops: gpu 8, interventions 2, cpu 1; eval on both)"
+  timeout 120 $B/bench/bench_engine /tmp/v2l.h5 --threads 16 --cpu-seqs 2 --ops --op-seqs 8 \
+    --iv-seqs 2 --cpu-op-seqs 1 --eval --out $OUT/r10-after-v2lite.h5 >>"$LOG" 2>&1
+  say "run10 v2-lite after exit $?"
+  say "run10: V2-Lite before (QMLA_CUDA_ENGINE_BEFORE=1, gpu only)"
+  QMLA_CUDA_ENGINE_BEFORE=1 timeout 60 $B/bench/bench_engine /tmp/v2l.h5 --threads 16 --no-cpu \
+    --ops --op-seqs 8 --iv-seqs 2 --eval --out $OUT/r10-before-v2lite.h5 >>"$LOG" 2>&1
+  say "run10 v2-lite before exit $?"
+  say "run10: V3 after (gpu only: sweep 8, ops 4, interventions 1, eval)"
+  timeout 90 $B/bench/bench_engine /tmp/v3.h5 --threads 16 --no-cpu --ops --op-seqs 4 \
+    --iv-seqs 1 --eval --out $OUT/r10-after-v3.h5 >>"$LOG" 2>&1
+  say "run10 v3 after exit $?"
+  say "run10: V3 before (QMLA_CUDA_ENGINE_BEFORE=1)"
+  QMLA_CUDA_ENGINE_BEFORE=1 timeout 90 $B/bench/bench_engine /tmp/v3.h5 --threads 16 --no-cpu \
+    --ops --op-seqs 4 --iv-seqs 1 --eval --out $OUT/r10-before-v3.h5 >>"$LOG" 2>&1
+  say "run10 v3 before exit $?"
+  unset QMLA_CUDA_ENGINE_PROFILE
+  rm -f /tmp/v2l.h5 /tmp/v3.h5
+fi
 if [[ " $steps " == *" tfcli "* ]]; then
   # qmla learn and qmla eval through the CLI with each engine on the
   # default capture: the printed tables side by side
