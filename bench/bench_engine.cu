@@ -75,7 +75,9 @@ static void prof_print(const char *op, const char *shape, double wall, double n)
     if (!p.on || !(n > 0) || !(wall > 0))
         return;
     const int host[] = {QMLA_CUDA_PH_DIR, QMLA_CUDA_PH_CTRL, QMLA_CUDA_PH_POINTS,
-                        QMLA_CUDA_PH_EVAL_HOST, QMLA_CUDA_PH_H2D, QMLA_CUDA_PH_WAIT};
+                        QMLA_CUDA_PH_EVAL_HOST, QMLA_CUDA_PH_EVAL_HEADS,
+                        QMLA_CUDA_PH_EVAL_SETUP, QMLA_CUDA_PH_H2D,
+                        QMLA_CUDA_PH_WAIT};
     double used = 0.0;
     printf("profile %-13s %-8s per sequence (%g timed): wall %.5f s\n", op, shape, n, wall / n);
     for (size_t k = 0; k < sizeof host / sizeof *host; k++) {

@@ -159,7 +159,9 @@ extern "C" const char *qmla_cuda_engine_profile_name(int phase)
 {
     static const char *const names[QMLA_CUDA_PH_N] = {
         "host: error directions", "host: controls drawn", "host: point weights, sums",
-        "host: eval cell outside the engine", "host: in H2D copy calls",
+        "host: eval cell outside the engine", "host: eval heads' eigensolves",
+        "host: eval workspace set-up, release",
+        "host: in H2D copy calls",
         "host: waiting on the stream", "GPU: stream time (events)",
         "sensitivities (wall, inside the above)"};
     return phase >= 0 && phase < QMLA_CUDA_PH_N ? names[phase] : "?";
@@ -376,6 +378,12 @@ typedef struct cuda_sweep_ws {
      * synchronisation, one at the synchronisation */
     cudaEvent_t ev0, ev1;
     int seg_open;
+    /* the error directions' thread count, chosen by timing: [0] the serial
+     * form, [1] ex's threads (the two give the same bits; H200 run 10 found
+     * the parallel form faster at V2-Lite and slower at V3, cause not
+     * established) */
+    double dir_s[2];
+    unsigned long dir_n[2], dir_calls;
     /* after a sequence: ||Y||^2 of its clean pass, and whether Z still
      * holds its whole attention A and Y[0] its clean output (one tile):
      * the JVPs and the joint pass of the same sequence reuse them */
@@ -651,27 +659,46 @@ typedef struct sweep_dirs {
     int degenerate[2];
 } sweep_dirs;
 
-static int sweep_prep(const qmla_exec *ex, const qmla_sweep_params *p, const qmla_mla_dims *d,
-                      size_t T, const float *C, const float *K, float *E, sweep_dirs *r,
-                      qmla_error *err)
+static int sweep_prep(cuda_sweep_ws *w, const qmla_exec *ex, const qmla_sweep_params *p,
+                      const qmla_mla_dims *d, size_t T, const float *C, const float *K, float *E,
+                      sweep_dirs *r, qmla_error *err)
 {
     const size_t dc = d->d_c, dr = d->d_r;
     const double t0 = ph_begin();
     r->E[0] = E;
     r->E[1] = E + T * dc;
     int st = QMLA_OK;
+    /* serial or parallel: each form twice, then the faster one, the other
+     * again every 64th call */
+    const int nth = qmla_exec_threads(ex);
+    int par = 0;
+    if (nth > 1 && !before_r8()) {
+        const unsigned long k = w->dir_calls++;
+        if (k < 4)
+            par = (int)(k & 1);
+        else {
+            const int best = w->dir_s[1] / (double)w->dir_n[1] < w->dir_s[0] / (double)w->dir_n[0];
+            par = k % 64 == 0 ? !best : best;
+        }
+    }
+    const qmla_exec ex1 = qmla_exec_cpu(1), *exd = par ? ex : &ex1;
+    const double td = wall_now();
     for (int path = 0; path < 2 && !st; path++) {
         const int content = path == QMLA_PATH_CONTENT;
         st = before_r8()
                  ? qmla_sweep_error_direction(p, content ? C : K, T, content ? dc : dr,
                                               r->E[path], &r->xx[path], &r->nmse_qdq[path],
                                               &r->nmse_cache[path], &r->degenerate[path], err)
-                 : qmla_sweep_error_direction_par(ex, p, content ? C : K, T, content ? dc : dr,
+                 : qmla_sweep_error_direction_par(exd, p, content ? C : K, T, content ? dc : dr,
                                                   r->E[path], &r->xx[path], &r->nmse_qdq[path],
                                                   &r->nmse_cache[path], &r->degenerate[path],
                                                   err);
         if (st)
             qmla_error_prefix(err, "%s cache: ", qmla_path_name(path));
+    }
+    if (nth > 1 && !before_r8()) {
+        w->dir_s[par] += wall_now() - td;
+        w->dir_n[par]++;
     }
     ph_end(QMLA_CUDA_PH_DIR, t0);
     return st;
@@ -890,7 +917,7 @@ static int sweep_run(const qmla_exec *ex, const qmla_sweep_params *p, const qmla
     out[1].path = QMLA_PATH_ROPE;
     sweep_dirs r;
     /* run 8: the directions in pageable memory */
-    int st = sweep_prep(ex, p, d, T, C, K, before_r8() ? w->hE : w->hEp[0], &r, err);
+    int st = sweep_prep(w, ex, p, d, T, C, K, before_r8() ? w->hE : w->hEp[0], &r, err);
     if (st)
         return st;
     if ((st = sweep_enqueue(d, T, wt, q_nope, q_rope, C, K, w, &r, totals, clean, upload, err))) {
@@ -2008,7 +2035,7 @@ static int op_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
     qmla_error_clear(&nerr);
     int st = QMLA_OK, nst = QMLA_OK;
     sp[0] = qmla_op_config_sweep(&conf[0]);
-    if ((st = sweep_prep(ex, &sp[0], d, T, C, K, w->hEp[0], &dir[0], err)))
+    if ((st = sweep_prep(w, ex, &sp[0], d, T, C, K, w->hEp[0], &dir[0], err)))
         return qmla_error_prefix(err, "INT%d G%d nu %g: ", conf[0].bits, conf[0].group,
                                  conf[0].nmse);
     for (size_t k = 0; k < nconf; k++) {
@@ -2028,7 +2055,7 @@ static int op_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
         /* the next directions while the GPU runs these */
         if (k + 1 < nconf) {
             sp[!b] = qmla_op_config_sweep(&conf[k + 1]);
-            nst = sweep_prep(ex, &sp[!b], d, T, C, K, w->hEp[!b], &dir[!b], &nerr);
+            nst = sweep_prep(w, ex, &sp[!b], d, T, C, K, w->hEp[!b], &dir[!b], &nerr);
         }
         if ((st = sweep_finish(d, T, w, r, 1, k == 0, fin, err)))
             return qmla_error_prefix(err, "INT%d G%d nu %g: ", conf[k].bits, conf[k].group,
@@ -2099,7 +2126,7 @@ static int iv_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
     const size_t per_path = 1 + QMLA_N_CTRL * reps, nitems = 2 * per_path + 1;
     qmla_response fin[2];
     sweep_dirs r;
-    int st = sweep_prep(ex, p, d, T, C, K, w->hEp[0], &r, err);
+    int st = sweep_prep(w, ex, p, d, T, C, K, w->hEp[0], &r, err);
     if (st)
         return st;
     if ((st = sweep_enqueue(d, T, wt, q_nope, q_rope, C, K, w, &r, 1, 1, 1, err))) {
@@ -2299,6 +2326,11 @@ typedef struct cuda_eval_ctx {
     double *ev, *work, *hlam; /* device [d_c], [lwork]; host pinned [1] */
     int *info, *hinfo;        /* device [1]; host pinned [1] */
     int lwork;
+    /* since run 10 the eigensolver runs on its own stream, concurrently
+     * with the sequence's four attention passes: evg (the Gram is ready)
+     * and evd (the eigenvalue and status are copied) order the two */
+    cudaStream_t s2;
+    cudaEvent_t evg, evd;
 #endif
 } cuda_eval_ctx;
 
@@ -2329,6 +2361,12 @@ static void eval_end(void *p)
         cudaFreeHost(c->hinfo);
     if (c->sol)
         cusolverDnDestroy(c->sol);
+    if (c->evg)
+        cudaEventDestroy(c->evg);
+    if (c->evd)
+        cudaEventDestroy(c->evd);
+    if (c->s2)
+        cudaStreamDestroy(c->s2);
 #endif
     const int th = c->threads;
     memset(c, 0, sizeof *c);
@@ -2354,10 +2392,13 @@ static int eval_begin(void *p, const qmla_mla_dims *d, size_t T, qmla_error *err
         goto out;
     }
 #if QMLA_HAVE_CUSOLVER
+    CU(cudaStreamCreateWithFlags(&c->s2, cudaStreamNonBlocking), "eigensolver stream");
+    CU(cudaEventCreateWithFlags(&c->evg, cudaEventDisableTiming), "event");
+    CU(cudaEventCreateWithFlags(&c->evd, cudaEventDisableTiming), "event");
     {
         cusolverStatus_t cs = cusolverDnCreate(&c->sol);
         if (cs == CUSOLVER_STATUS_SUCCESS)
-            cs = cusolverDnSetStream(c->sol, c->sw->stream);
+            cs = cusolverDnSetStream(c->sol, before_r8() ? c->sw->stream : c->s2);
         if (cs == CUSOLVER_STATUS_SUCCESS)
             cs = cusolverDnDsyevd_bufferSize(c->sol, CUSOLVER_EIG_MODE_NOVECTOR,
                                              CUBLAS_FILL_MODE_LOWER, (int)dc, c->G, (int)dc,
@@ -2399,12 +2440,22 @@ static int eval_head_norms(void *p, const qmla_mla_dims *d, const qmla_mla_weigh
     size_t hc = (size_t)(1073741824.0 / ((double)D * (double)dc * 8.0));
     hc = hc < 1 ? 1 : hc > H ? H : hc;
     const size_t nf = D * HV > HV * dc ? D * HV : HV * dc;
+    /* since run 10: ||P_h||_2^2 = lambda_max(G1_h G2_h), G1_h = W_O,h^T W_O,h,
+     * G2_h = W_UV,h W_UV,h^T (d_v x d_v, in double), instead of the d_c x d_c
+     * Gram of P_h^T rounded to float (the CPU's; the two differ by that
+     * rounding) */
+    const int small = !before_r8();
     CU(cudaMalloc((void **)&f, nf * sizeof(float)), "weights staging");
     CU(cudaMalloc((void **)&wo, D * HV * sizeof(double)), "w_o (double)");
     CU(cudaMalloc((void **)&wuv, HV * dc * sizeof(double)), "w_uv (double)");
-    CU(cudaMalloc((void **)&X, hc * D * dc * sizeof(double)), "P_h");
-    CU(cudaMalloc((void **)&G, hc * dc * dc * sizeof(double)), "P_h Grams");
-    hG = (double *)malloc(H * dc * dc * sizeof(double));
+    if (small) {
+        CU(cudaMalloc((void **)&G, 2 * H * dv * dv * sizeof(double)), "head Grams");
+        hG = (double *)malloc(2 * H * dv * dv * sizeof(double));
+    } else {
+        CU(cudaMalloc((void **)&X, hc * D * dc * sizeof(double)), "P_h");
+        CU(cudaMalloc((void **)&G, hc * dc * dc * sizeof(double)), "P_h Grams");
+        hG = (double *)malloc(H * dc * dc * sizeof(double));
+    }
     lam = (double *)malloc(H * sizeof(double));
     if (!hG || !lam) {
         st = qmla_error_set(err, QMLA_ENOMEM, "bound: out of memory");
@@ -2417,6 +2468,27 @@ static int eval_head_norms(void *p, const qmla_mla_dims *d, const qmla_mla_weigh
     CU(h2d(w, f, wt->w_uv, HV * dc * sizeof(float)), "copy w_uv");
     to_double_kernel<<<grid_for(HV * dc), SM_THREADS, 0, s>>>(f, wuv, HV * dc);
     CU(cudaGetLastError(), "w_uv (double)");
+    if (small) {
+        /* G1_h = W_O,h^T W_O,h: W_O,h the columns h dv .. h dv + dv of w_o [D, HV] */
+        CB(dgemm_rm(w->blas, 1, 0, dv, dv, D, wo, HV, (long long)dv, wo, HV, (long long)dv, 0.0,
+                    G, dv, (long long)(dv * dv), H),
+           "head Grams W_O");
+        /* G2_h = W_UV,h W_UV,h^T: W_UV,h [dv, dc] */
+        CB(dgemm_rm(w->blas, 0, 1, dv, dv, dc, wuv, dc, (long long)(dv * dc), wuv, dc,
+                    (long long)(dv * dc), 0.0, G + H * dv * dv, dv, (long long)(dv * dv), H),
+           "head Grams W_UV");
+        CU(cudaMemcpyAsync(hG, G, 2 * H * dv * dv * sizeof(double), cudaMemcpyDeviceToHost, s),
+           "copy head Grams");
+        CU(ws_sync(c->sw), "head norms");
+        {
+            const double te = ph_begin(); /* the host's eigensolves */
+            qmla_lambda_max_psd_prod_batch(hG, hG + H * dv * dv, H, dv, c->threads, lam);
+            ph_end(QMLA_CUDA_PH_EVAL_HEADS, te);
+        }
+        for (size_t h = 0; h < H; h++)
+            pn[h] = sqrt(lam[h] > 0 ? lam[h] : 0);
+        goto out;
+    }
     for (size_t h0 = 0; h0 < H; h0 += hc) {
         const size_t nh = h0 + hc <= H ? hc : H - h0;
         /* X_h [D, dc] = w_o[:, h dv .. h dv + dv) (row stride HV) w_uv[h] [dv, dc] */
@@ -2437,7 +2509,7 @@ static int eval_head_norms(void *p, const qmla_mla_dims *d, const qmla_mla_weigh
     {
         const double te = ph_begin(); /* the host's eigensolves */
         qmla_lambda_max_sym_batch(hG, H, dc, c->threads, lam);
-        ph_end(QMLA_CUDA_PH_EVAL_HOST, te);
+        ph_end(QMLA_CUDA_PH_EVAL_HEADS, te);
     }
     for (size_t h = 0; h < H; h++)
         pn[h] = sqrt(lam[h] > 0 ? lam[h] : 0);
@@ -2487,6 +2559,11 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
     const size_t np = nt * NORM_BLOCKS;
     cudaStream_t s = w->stream;
     int st = QMLA_OK;
+#if QMLA_HAVE_CUSOLVER
+    const int gram_here = before_r8(); /* else queued before the passes */
+#else
+    const int gram_here = 1;
+#endif
     if (T == 0 || T > c->T)
         return qmla_error_set(err, QMLA_EINVAL, "eval: T = %zu outside [1, %zu]", T, c->T);
     if ((st = seq_upload(w, wt, q_nope, q_rope, C, K, T, err)))
@@ -2494,6 +2571,33 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
     /* C~ and K~ in the error slots */
     CU(h2d(w, w->Ec, Ce, T * dc * sizeof(float)), "copy effective c_kv");
     CU(h2d(w, w->Er, Ke, T * dr * sizeof(float)), "copy effective k_rope");
+#if QMLA_HAVE_CUSOLVER
+    if (!before_r8()) {
+        /* C^T C first, then its eigenvalues on the solver's stream while
+         * the passes below run on this one */
+        to_double_kernel<<<grid_for(T * dc), SM_THREADS, 0, s>>>(w->C, c->Cd, T * dc);
+        CU(cudaGetLastError(), "c_kv (double)");
+        CB(dgemm_rm(w->blas, 1, 0, dc, dc, T, c->Cd, dc, 0, c->Cd, dc, 0, 0.0, c->G, dc, 0, 1),
+           "Gram of c_kv");
+        CU(cudaEventRecord(c->evg, s), "event");
+        CU(cudaStreamWaitEvent(c->s2, c->evg, 0), "event");
+        const cusolverStatus_t cs =
+            cusolverDnDsyevd(c->sol, CUSOLVER_EIG_MODE_NOVECTOR, CUBLAS_FILL_MODE_LOWER,
+                             (int)dc, c->G, (int)dc, c->ev, c->work, c->lwork, c->info);
+        if (cs != CUSOLVER_STATUS_SUCCESS) {
+            st = qmla_error_set(err, QMLA_EIO,
+                                "eval: ||C||_2: cusolverDnDsyevd of C^T C (d_c %zu): status %d",
+                                dc, (int)cs);
+            goto out;
+        }
+        CU(cudaMemcpyAsync(c->hlam, c->ev + (dc - 1), sizeof(double), cudaMemcpyDeviceToHost,
+                           c->s2),
+           "copy largest eigenvalue");
+        CU(cudaMemcpyAsync(c->hinfo, c->info, sizeof(int), cudaMemcpyDeviceToHost, c->s2),
+           "copy eigensolver status");
+        CU(cudaEventRecord(c->evd, c->s2), "event");
+    }
+#endif
     for (size_t k = 0; k < nt; k++) {
         const size_t t0 = k * B, t1 = t0 + B < T ? t0 + B : T, Bt = t1 - t0;
         if ((st = eval_pass_tile(w, T, t0, Bt, w->C, w->K, w->Z, w->Y[0], err)))
@@ -2513,10 +2617,12 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
     pos_scores_kernel<<<(unsigned)(H * T), SM_THREADS, dr * sizeof(double), s>>>(
         w->qr, w->K, w->Er, T, dr, c->pos, c->pos + H * T);
     CU(cudaGetLastError(), "positional scores");
-    to_double_kernel<<<grid_for(T * dc), SM_THREADS, 0, s>>>(w->C, c->Cd, T * dc);
-    CU(cudaGetLastError(), "c_kv (double)");
-    CB(dgemm_rm(w->blas, 1, 0, dc, dc, T, c->Cd, dc, 0, c->Cd, dc, 0, 0.0, c->G, dc, 0, 1),
-       "Gram of c_kv");
+    if (gram_here) {
+        to_double_kernel<<<grid_for(T * dc), SM_THREADS, 0, s>>>(w->C, c->Cd, T * dc);
+        CU(cudaGetLastError(), "c_kv (double)");
+        CB(dgemm_rm(w->blas, 1, 0, dc, dc, T, c->Cd, dc, 0, c->Cd, dc, 0, 0.0, c->G, dc, 0, 1),
+           "Gram of c_kv");
+    }
     CU(cudaMemcpyAsync(w->hpart, w->part, 4 * np * sizeof(double), cudaMemcpyDeviceToHost, s),
        "copy sums");
     CU(cudaMemcpyAsync(c->hpos, c->pos, 2 * H * T * sizeof(double), cudaMemcpyDeviceToHost, s),
@@ -2527,6 +2633,8 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
     if (before_mode())
         CU(cudaMemcpyAsync(c->hG, c->G, dc * dc * sizeof(double), cudaMemcpyDeviceToHost, s),
            "copy Gram");
+    else if (!before_r8()) /* queued above: this stream waits for it */
+        CU(cudaStreamWaitEvent(s, c->evd, 0), "event");
     else {
         const cusolverStatus_t cs =
             cusolverDnDsyevd(c->sol, CUSOLVER_EIG_MODE_NOVECTOR, CUBLAS_FILL_MODE_LOWER,
@@ -2585,8 +2693,12 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
         out->cn = sqrt(l > 0 ? l : 0);
     }
 out:
-    if (st)
+    if (st) {
         cudaStreamSynchronize(s);
+#if QMLA_HAVE_CUSOLVER
+        cudaStreamSynchronize(c->s2);
+#endif
+    }
     return st;
 }
 
@@ -2605,6 +2717,7 @@ static int eval_begin_p(void *p, const qmla_mla_dims *d, size_t T, qmla_error *e
     const double t0 = wall_now();
     const int st = eval_begin(p, d, T, err);
     eval_inside += wall_now() - t0;
+    prof.s[QMLA_CUDA_PH_EVAL_SETUP] += wall_now() - t0;
     return st;
 }
 static void eval_end_p(void *p)
@@ -2612,6 +2725,7 @@ static void eval_end_p(void *p)
     const double t0 = wall_now();
     eval_end(p);
     eval_inside += wall_now() - t0;
+    prof.s[QMLA_CUDA_PH_EVAL_SETUP] += wall_now() - t0;
 }
 static int eval_sequence_p(void *p, const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
                            const qmla_mla_weights *wt, const float *q_nope, const float *q_rope,

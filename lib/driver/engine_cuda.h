@@ -84,7 +84,10 @@ enum {
     QMLA_CUDA_PH_CTRL,      /* host: intervention controls drawn (GSL) and their norms */
     QMLA_CUDA_PH_POINTS,    /* host: point weights w_t, ||E||^2, the partial sums */
     QMLA_CUDA_PH_EVAL_HOST, /* host: eval's cell outside the engine's calls (effective
-                               caches, the heads' eigensolves, means, the bound) */
+                               caches, means, the bound, loading the layer and cell) */
+    QMLA_CUDA_PH_EVAL_HEADS, /* host: eval's head norms' eigensolves (GSL) */
+    QMLA_CUDA_PH_EVAL_SETUP, /* host: eval's cell workspace set up and freed (allocations,
+                                cuBLAS and cuSOLVER handles) */
     QMLA_CUDA_PH_H2D,       /* host: inside host-to-device copy calls (a pageable
                                source blocks until it is staged) */
     QMLA_CUDA_PH_WAIT,      /* host: blocked on the stream (synchronisations) */
