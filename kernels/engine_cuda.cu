@@ -32,6 +32,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/alloc.h"
 #include "driver/engine_cuda.h"
 #include "qdq_cuda.h"
 #include "qmla/norms.h"
@@ -384,6 +385,12 @@ typedef struct cuda_sweep_ws {
      * established) */
     double dir_s[2];
     unsigned long dir_n[2], dir_calls;
+    /* since run 10 the inputs (and weights) go to the device through two
+     * pinned staging slots, filled by a parallel memcpy on `threads` host
+     * threads while the slot before is copied (stage_ev: its copy done) */
+    char *stage[2];
+    cudaEvent_t stage_ev[2];
+    int stage_busy[2], stage_next, threads;
     /* after a sequence: ||Y||^2 of its clean pass, and whether Z still
      * holds its whole attention A and Y[0] its clean output (one tile):
      * the JVPs and the joint pass of the same sequence reuse them */
@@ -412,6 +419,12 @@ static void sweep_ws_free(void *p)
     for (int k = 0; k < 2; k++)
         if (w->hEp[k])
             cudaFreeHost(w->hEp[k]);
+    for (int k = 0; k < 2; k++) {
+        if (w->stage[k])
+            cudaFreeHost(w->stage[k]);
+        if (w->stage_ev[k])
+            cudaEventDestroy(w->stage_ev[k]);
+    }
     if (w->ev0)
         cudaEventDestroy(w->ev0);
     if (w->ev1)
@@ -428,6 +441,8 @@ static void sweep_ws_free(void *p)
 }
 
 static size_t ntiles(size_t T, size_t B) { return (T + B - 1) / B; }
+
+#define STAGE_BYTES ((size_t)16 << 20)
 
 /* Work is about to be queued on w's stream: the profile's GPU segment
  * starts here unless it has already. */
@@ -455,6 +470,43 @@ static cudaError_t ws_sync(cuda_sweep_ws *w)
     }
     w->seg_open = 0;
     return e;
+}
+
+/* h2d through the pinned staging slots (since run 10; the run-8
+ * sequences and copies under 1 MiB as plain h2d): chunks of at most
+ * STAGE_BYTES memcpy'd on w->threads threads into a slot whose last copy
+ * has run, then copied from it asynchronously. */
+static cudaError_t h2d(cuda_sweep_ws *w, void *dst, const void *src, size_t bytes);
+static cudaError_t h2d_staged(cuda_sweep_ws *w, void *dst, const void *src, size_t bytes)
+{
+    if (before_r8() || bytes < ((size_t)1 << 20))
+        return h2d(w, dst, src, bytes);
+    prof_mark(w);
+    for (size_t off = 0; off < bytes; off += STAGE_BYTES) {
+        const size_t n = bytes - off < STAGE_BYTES ? bytes - off : STAGE_BYTES;
+        const int k = w->stage_next;
+        w->stage_next ^= 1;
+        cudaError_t e;
+        if (w->stage_busy[k]) {
+            const double t0 = ph_begin();
+            e = cudaEventSynchronize(w->stage_ev[k]);
+            ph_end(QMLA_CUDA_PH_WAIT, t0);
+            if (e != cudaSuccess)
+                return e;
+        }
+        const double t0 = ph_begin();
+        qmla_memcpy_par(w->stage[k], (const char *)src + off, n, w->threads);
+        e = cudaMemcpyAsync((char *)dst + off, w->stage[k], n, cudaMemcpyHostToDevice, w->stream);
+        ph_end(QMLA_CUDA_PH_H2D, t0);
+        if (prof_on()) {
+            prof.h2d_calls++;
+            prof.h2d_bytes += (double)n;
+        }
+        if (e != cudaSuccess || (e = cudaEventRecord(w->stage_ev[k], w->stream)) != cudaSuccess)
+            return e;
+        w->stage_busy[k] = 1;
+    }
+    return cudaSuccess;
 }
 
 /* A host-to-device copy on w's stream, timed in the profile. */
@@ -556,6 +608,11 @@ static int sweep_ws_alloc(const qmla_mla_dims *d, size_t T_max, int verify, void
            "host error directions");
     CU(cudaEventCreate(&w->ev0), "event");
     CU(cudaEventCreate(&w->ev1), "event");
+    for (int k = 0; k < 2; k++) {
+        CU(cudaMallocHost((void **)&w->stage[k], STAGE_BYTES), "input staging");
+        CU(cudaEventCreateWithFlags(&w->stage_ev[k], cudaEventDisableTiming), "event");
+    }
+    w->threads = 1;
 out:
     if (st) {
         sweep_ws_free(w);
@@ -626,16 +683,16 @@ static int seq_upload(cuda_sweep_ws *w, const qmla_mla_weights *wt, const float 
     const size_t HV = H * dv;
     int st = QMLA_OK;
     prof_mark(w);
-    CU(h2d(w, w->qn, q_nope, H * T * dn * sizeof(float)), "copy q_nope");
-    CU(h2d(w, w->qr, q_rope, H * T * dr * sizeof(float)), "copy q_rope");
-    CU(h2d(w, w->C, C, T * dc * sizeof(float)), "copy c_kv");
-    CU(h2d(w, w->K, K, T * dr * sizeof(float)), "copy k_rope");
+    CU(h2d_staged(w, w->qn, q_nope, H * T * dn * sizeof(float)), "copy q_nope");
+    CU(h2d_staged(w, w->qr, q_rope, H * T * dr * sizeof(float)), "copy q_rope");
+    CU(h2d_staged(w, w->C, C, T * dc * sizeof(float)), "copy c_kv");
+    CU(h2d_staged(w, w->K, K, T * dr * sizeof(float)), "copy k_rope");
     if (!(w->w_valid && w->w_host[0] == wt->w_uk && w->w_host[1] == wt->w_uv &&
           w->w_host[2] == wt->w_o)) {
         w->w_valid = 0;
-        CU(h2d(w, w->wuk, wt->w_uk, H * dn * dc * sizeof(float)), "copy w_uk");
-        CU(h2d(w, w->wuv, wt->w_uv, H * dv * dc * sizeof(float)), "copy w_uv");
-        CU(h2d(w, w->wo, wt->w_o, D * HV * sizeof(float)), "copy w_o");
+        CU(h2d_staged(w, w->wuk, wt->w_uk, H * dn * dc * sizeof(float)), "copy w_uk");
+        CU(h2d_staged(w, w->wuv, wt->w_uv, H * dv * dc * sizeof(float)), "copy w_uv");
+        CU(h2d_staged(w, w->wo, wt->w_o, D * HV * sizeof(float)), "copy w_o");
         w->w_host[0] = wt->w_uk;
         w->w_host[1] = wt->w_uv;
         w->w_host[2] = wt->w_o;
@@ -671,6 +728,7 @@ static int sweep_prep(cuda_sweep_ws *w, const qmla_exec *ex, const qmla_sweep_pa
     /* serial or parallel: each form twice, then the faster one, the other
      * again every 64th call */
     const int nth = qmla_exec_threads(ex);
+    w->threads = nth;
     int par = 0;
     if (nth > 1 && !before_r8()) {
         const unsigned long k = w->dir_calls++;
@@ -2462,10 +2520,10 @@ static int eval_head_norms(void *p, const qmla_mla_dims *d, const qmla_mla_weigh
         goto out;
     }
     prof_mark(w);
-    CU(h2d(w, f, wt->w_o, D * HV * sizeof(float)), "copy w_o");
+    CU(h2d_staged(w, f, wt->w_o, D * HV * sizeof(float)), "copy w_o");
     to_double_kernel<<<grid_for(D * HV), SM_THREADS, 0, s>>>(f, wo, D * HV);
     CU(cudaGetLastError(), "w_o (double)");
-    CU(h2d(w, f, wt->w_uv, HV * dc * sizeof(float)), "copy w_uv");
+    CU(h2d_staged(w, f, wt->w_uv, HV * dc * sizeof(float)), "copy w_uv");
     to_double_kernel<<<grid_for(HV * dc), SM_THREADS, 0, s>>>(f, wuv, HV * dc);
     CU(cudaGetLastError(), "w_uv (double)");
     if (small) {
@@ -2566,11 +2624,12 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
 #endif
     if (T == 0 || T > c->T)
         return qmla_error_set(err, QMLA_EINVAL, "eval: T = %zu outside [1, %zu]", T, c->T);
+    w->threads = qmla_exec_threads(ex);
     if ((st = seq_upload(w, wt, q_nope, q_rope, C, K, T, err)))
         goto out;
     /* C~ and K~ in the error slots */
-    CU(h2d(w, w->Ec, Ce, T * dc * sizeof(float)), "copy effective c_kv");
-    CU(h2d(w, w->Er, Ke, T * dr * sizeof(float)), "copy effective k_rope");
+    CU(h2d_staged(w, w->Ec, Ce, T * dc * sizeof(float)), "copy effective c_kv");
+    CU(h2d_staged(w, w->Er, Ke, T * dr * sizeof(float)), "copy effective k_rope");
 #if QMLA_HAVE_CUSOLVER
     if (!before_r8()) {
         /* C^T C first, then its eigenvalues on the solver's stream while

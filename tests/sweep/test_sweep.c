@@ -9,6 +9,7 @@
  *  - qmla_sweep_error_direction_par gives the serial form's direction,
  *    sums, flags, status and message bit for bit at every thread count. */
 #include "check.h"
+#include "core/alloc.h"
 #include "naive.h"
 #include "qmla/response.h"
 #include "qmla/sweep.h"
@@ -271,6 +272,30 @@ static void test_direction_par(void)
            "form\n", cases, differ);
 }
 
+/* qmla_memcpy_par: the same bytes as memcpy for sizes around its 1 MiB
+ * threshold and odd lengths, at several thread counts. */
+static void test_memcpy_par(void)
+{
+    const size_t sizes[] = {0, 1, 1000, ((size_t)1 << 20) - 1, (size_t)1 << 20,
+                            ((size_t)3 << 20) + 7};
+    uint64_t seed = 99;
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++)
+        for (int th = 1; th <= 16; th *= 3) {
+            const size_t n = sizes[k];
+            unsigned char *a = malloc(n + 1), *b = malloc(n + 1);
+            CHECK(a && b, "out of memory");
+            if (!a || !b)
+                return;
+            for (size_t i = 0; i < n; i++)
+                a[i] = (unsigned char)(lcg_unit(&seed) * 127.0f + 128.0f);
+            memset(b, 0xa5, n + 1);
+            qmla_memcpy_par(b, a, n, th);
+            CHECK(!memcmp(a, b, n) && b[n] == 0xa5, "memcpy_par %zu bytes, %d threads", n, th);
+            free(a);
+            free(b);
+        }
+}
+
 int main(void)
 {
     qmla_blas_set_threads(1);
@@ -281,5 +306,6 @@ int main(void)
     test_nu_dependence();
     test_summary();
     test_direction_par();
+    test_memcpy_par();
     return check_summary("test_sweep");
 }
