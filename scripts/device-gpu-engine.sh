@@ -21,11 +21,13 @@
 # Steps can be named (default: build test bench memcheck; also ops, ops4k: the
 # jvp/predict/intervene benchmark; tf: the learn/eval benchmark; tfcli: qmla
 # learn and eval through the CLI with each engine; before: the ops and eval
-# benchmarks on the GPU with QMLA_CUDA_ENGINE_BEFORE=1, the 2026-12-02
-# engine's sequences, for before/after rows of one run; docs/cuda-engine.md),
+# benchmarks on the GPU with QMLA_CUDA_ENGINE_BEFORE=1, the sequences of
+# e498e58 (run 8; =2 those of 2026-12-02), for before/after rows of one run;
+# run10: the sweep, ops and eval benchmarks on V2-Lite and V3, after and
+# before (=1) rows, with the engine's phase profile; docs/cuda-engine.md),
 # cli: sweep, jvp, predict, intervene, learn and eval through the CLI with
 # each engine, the results files compared (scripts/compare-results.py);
-# run in this order: build test bench ops ops4k tf before tfcli cli memcheck. TEST_TIMEOUT (default 240) bounds the
+# run in this order: build test bench ops ops4k tf before run10 tfcli cli memcheck. TEST_TIMEOUT (default 240) bounds the
 # agreement test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
