@@ -137,10 +137,12 @@ if [[ " $steps " == *" tf "* ]]; then
 fi
 if [[ " $steps " == *" before "* ]]; then
   # the before rows in the same run: the GPU-only ops and eval benchmarks
-  # with QMLA_CUDA_ENGINE_BEFORE=1 (the engine's operator, intervention and
-  # eval sequences as of 2026-12-02, f8d3d79: full five-route finite sweeps,
-  # weights and inputs copied with every sweep, sensitivity chunks of
-  # 1024 / H rows, ||C||_2 by GSL on the host; kernels/engine_cuda.cu)
+  # with QMLA_CUDA_ENGINE_BEFORE=1 (since run 10 the engine's sequences as
+  # of e498e58, run 8; until run 10 =1 meant what =2 means now: the
+  # operator, intervention and eval sequences as of 2026-12-02, f8d3d79:
+  # full five-route finite sweeps, weights and inputs copied with every
+  # sweep, sensitivity chunks of 1024 / H rows, ||C||_2 by GSL on the host;
+  # kernels/engine_cuda.cu)
   Q=$B/cli/qmla
   say "before bench: synth captures ($(date -u +%H:%M:%S))"
   synth512
