@@ -623,10 +623,12 @@ out:
 }
 
 /* Host memory the workspace takes (the device memory is checked by
- * cudaMalloc): the error directions, and the CPU workspace of --verify. */
+ * cudaMalloc): the error directions (three buffers), the two pinned input
+ * staging slots, and the CPU workspace of --verify. */
 static double sweep_ws_bytes(const qmla_mla_dims *d, size_t T_max, int verify)
 {
-    const double host = 3.0 * 4.0 * (double)T_max * (double)(d->d_c + d->d_r);
+    const double host = 3.0 * 4.0 * (double)T_max * (double)(d->d_c + d->d_r) +
+                        2.0 * (double)STAGE_BYTES;
     return host + (verify ? qmla_sweep_ws_bytes(d, T_max, 1) : 0.0);
 }
 
