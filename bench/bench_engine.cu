@@ -58,6 +58,59 @@ extern "C" {
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
+/* QMLA_CUDA_ENGINE_PROFILE=1: the engine's phase profile (engine_cuda.h)
+ * of each timed GPU operation, per sequence: prof_start before its timed
+ * calls, prof_print after them with their wall seconds and count. The
+ * host phases are disjoint; "rest" is the wall time they leave (the
+ * launches of kernels and GEMMs, the host's small sums, the driver's
+ * loops); the GPU's stream time is the sum over synchronisations of the
+ * time from the first work queued to the synchronisation, so GPU / wall
+ * near 1 means the GPU bounds the operation, a large host phase that the
+ * host does. */
+static void prof_start(void) { qmla_cuda_engine_profile_reset(); }
+static void prof_print(const char *op, const char *shape, double wall, double n)
+{
+    qmla_cuda_profile p;
+    qmla_cuda_engine_profile_get(&p);
+    if (!p.on || !(n > 0) || !(wall > 0))
+        return;
+    const int host[] = {QMLA_CUDA_PH_DIR, QMLA_CUDA_PH_CTRL, QMLA_CUDA_PH_POINTS,
+                        QMLA_CUDA_PH_EVAL_HOST, QMLA_CUDA_PH_EVAL_HEADS,
+                        QMLA_CUDA_PH_EVAL_SETUP, QMLA_CUDA_PH_H2D,
+                        QMLA_CUDA_PH_WAIT};
+    double used = 0.0;
+    printf("profile %-13s %-8s per sequence (%g timed): wall %.5f s\n", op, shape, n, wall / n);
+    for (size_t k = 0; k < sizeof host / sizeof *host; k++) {
+        const double v = p.s[host[k]];
+        used += v;
+        printf("profile %-13s %-8s   %-40s %.5f s %5.1f %%\n", op, shape,
+               qmla_cuda_engine_profile_name(host[k]), v / n, 100.0 * v / wall);
+    }
+    printf("profile %-13s %-8s   %-40s %.5f s %5.1f %%\n", op, shape,
+           "rest (launches, host sums, driver)", (wall - used) / n, 100.0 * (wall - used) / wall);
+    printf("profile %-13s %-8s   %-40s %.5f s %5.1f %% of wall\n", op, shape,
+           qmla_cuda_engine_profile_name(QMLA_CUDA_PH_GPU), p.s[QMLA_CUDA_PH_GPU] / n,
+           100.0 * p.s[QMLA_CUDA_PH_GPU] / wall);
+    if (p.s[QMLA_CUDA_PH_SENS] > 0)
+        printf("profile %-13s %-8s   %-40s %.5f s %5.1f %%\n", op, shape,
+               qmla_cuda_engine_profile_name(QMLA_CUDA_PH_SENS), p.s[QMLA_CUDA_PH_SENS] / n,
+               100.0 * p.s[QMLA_CUDA_PH_SENS] / wall);
+    printf("profile %-13s %-8s   synchronisations %.1f, H2D copies %.1f (%.2f MB) per sequence\n",
+           op, shape, (double)p.syncs / n, (double)p.h2d_calls / n, p.h2d_bytes / n / 1e6);
+}
+
+/* "V3", "V2-Lite" or "H%zu" for the profile lines. */
+static const char *shape_tag(const qmla_mla_dims *d)
+{
+    static char b[32];
+    if (d->H == 128 && d->D == 7168)
+        return "V3";
+    if (d->H == 16 && d->D == 2048)
+        return "V2-Lite";
+    snprintf(b, sizeof b, "H%zu", d->H);
+    return b;
+}
+
 static double now(void)
 {
     struct timespec ts;
@@ -345,17 +398,25 @@ static int bench_ops(qmla_capture *cap, const qmla_mla_dims *d, const qmla_engin
                  c.k_rope + (s) * T * d->d_r, conf, nconf, ws, out, alloc, sigma, err)
         if (e == 0) /* warm-up: one direction with the sensitivities */
             st = OPSEQ(0, cj, nj, lay, pts[e][1]);
+        if (e == 0)
+            prof_start();
         double t0 = now();
         for (size_t s = 0; s < n && !st; s++)
             st = OPSEQ(s, cj, nj, NULL, pts[e][0] + s * 2 * nj);
         tm->jvp[e] = (now() - t0) / (double)n;
+        if (e == 0)
+            prof_print("jvp", shape_tag(d), tm->jvp[e] * (double)n, (double)n);
         const double h0 = qmla_cuda_engine_sens_seconds();
         const int light = e == 1 && cpu_light; /* the CPU: jvp and sensitivities only */
+        if (e == 0)
+            prof_start();
         t0 = now();
         for (size_t s = 0; s < n && !st && !light; s++)
             st = OPSEQ(s, cp, npc, lay, pts[e][1] + s * 2 * npc);
         if (!light)
             tm->predict[e] = (now() - t0) / (double)n;
+        if (e == 0)
+            prof_print("predict", shape_tag(d), tm->predict[e] * (double)n, (double)n);
         if (e == 0)
             tm->sens[0] = (qmla_cuda_engine_sens_seconds() - h0) / (double)n;
 #undef OPSEQ
@@ -405,10 +466,14 @@ static int bench_ops(qmla_capture *cap, const qmla_mla_dims *d, const qmla_engin
     iv->sequence(&ex, d, T, &w, c.q_nope + (s) * H * T * d->d_n,                          \
                  c.q_rope + (s) * H * T * d->d_r, c.c_kv + (s) * T * d->d_c,             \
                  c.k_rope + (s) * T * d->d_r, &ivp, iv_reps, 1 + (s), iws, out, rat, err)
+            if (e == 0)
+                prof_start();
             t0 = now();
             for (size_t s = 0; s < ni && !st; s++)
                 st = IVSEQ(s, items[e] + s, ratio[e] + s * nrat);
             tm->iv[e] = (now() - t0) / (double)ni;
+            if (e == 0)
+                prof_print("interventions", shape_tag(d), tm->iv[e] * (double)ni, (double)ni);
 #undef IVSEQ
             iv->ws_free(iws);
             if (st)
@@ -598,9 +663,13 @@ static int bench_tf(qmla_capture *cap, const qmla_mla_dims *d, const qmla_engine
         qmla_tf_eval_row er[2];
         memset(er, 0, sizeof er);
         for (int e = 0; e < (cpu_eval ? 2 : 1) && !st; e++) {
+            if (e == 0)
+                prof_start();
             const double t0 = now();
             st = qmla_engine_tfeval(eng[e])->cell(&ex, cap, 0, 0, &t, gam, &eo, &er[e], err);
             tm->eval[e] = now() - t0;
+            if (e == 0 && !st)
+                prof_print("eval", shape_tag(d), tm->eval[e], (double)c[0].N);
             if (!st)
                 add_row(rows, nr, "eval", layer, c[0].name, T, c[0].N, ename[e], c[0].N,
                         tm->eval[e] / (double)c[0].N, 0);
@@ -631,11 +700,10 @@ static int bench_tf(qmla_capture *cap, const qmla_mla_dims *d, const qmla_engine
 
 /* The engine's query rows per sensitivity chunk (kernels/engine_cuda.cu,
  * op_ws_alloc_common): clamp(4096 / H, 2, 64), or 1024 / H under
- * QMLA_CUDA_ENGINE_BEFORE=1 (the 2026-12-02 engine). */
+ * QMLA_CUDA_ENGINE_BEFORE=2 (the 2026-12-02 engine). */
 static size_t sens_rows(size_t H)
 {
-    const char *e = getenv("QMLA_CUDA_ENGINE_BEFORE");
-    size_t ni = (e && *e && strcmp(e, "0") ? 1024 : 4096) / H;
+    size_t ni = (qmla_cuda_engine_before() >= 2 ? 1024 : 4096) / H;
     return ni < 2 ? 2 : ni > 64 ? 64 : ni;
 }
 
@@ -762,10 +830,14 @@ int main(int argc, char **argv)
                     st = SEQ(0, tmp);
                     eng[e]->layer_begin(ws);
                 }
+                if (e == 0)
+                    prof_start();
                 const double t0 = now();
                 for (size_t s = 0; s < n_run && !st; s++)
                     st = SEQ(s, res[e] + 2 * s);
                 const double el = now() - t0;
+                if (e == 0)
+                    prof_print("sweep", shape_tag(&d), el, (double)n_run);
 #undef SEQ
                 eng[e]->ws_free(ws);
                 if (st)

@@ -32,6 +32,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/alloc.h"
 #include "driver/engine_cuda.h"
 #include "qdq_cuda.h"
 #include "qmla/norms.h"
@@ -95,20 +96,76 @@ extern "C" const char *qmla_cuda_engine_unusable(void)
 static size_t tile_override;
 extern "C" void qmla_cuda_engine_set_tile(size_t tokens) { tile_override = tokens; }
 
-/* QMLA_CUDA_ENGINE_BEFORE=1 (benchmarks only: the before rows of
- * docs/cuda-engine.md, in the same run as the after rows): the operator,
- * intervention and eval sequences as of 2026-12-02 (f8d3d79): the full
- * five-route sweep for every finite gain, the weights and inputs copied
- * with every sweep, sensitivity chunks of 1024 / H rows, ||C||_2 by GSL on
- * the host. */
-static int before_mode(void)
+/* QMLA_CUDA_ENGINE_BEFORE (benchmarks' before rows, in the same run as the
+ * after rows, and the tests; engine_cuda.h): 1 the sequences of commit
+ * e498e58 (2026-12-03 run 8), 2 those of 2026-12-02 (f8d3d79). */
+static int before_lvl = -1;
+extern "C" int qmla_cuda_engine_before(void)
 {
-    static int v = -1;
-    if (v < 0) {
+    if (before_lvl < 0) {
         const char *e = getenv("QMLA_CUDA_ENGINE_BEFORE");
-        v = e && *e && strcmp(e, "0") != 0;
+        before_lvl = e && *e ? atoi(e) : 0;
+        before_lvl = before_lvl < 0 ? 0 : before_lvl > 2 ? 2 : before_lvl;
     }
-    return v;
+    return before_lvl;
+}
+extern "C" int qmla_cuda_engine_set_before(int level)
+{
+    const int old = qmla_cuda_engine_before();
+    before_lvl = level < 0 ? 0 : level > 2 ? 2 : level;
+    return old;
+}
+/* the 2026-12-02 sequences */
+static int before_mode(void) { return qmla_cuda_engine_before() >= 2; }
+/* the run-8 sequences (or older) */
+static int before_r8(void) { return qmla_cuda_engine_before() >= 1; }
+
+/* ---- the phase profile (engine_cuda.h) -------------------------------------- */
+
+static qmla_cuda_profile prof;
+static int prof_state = -1;
+
+static int prof_on(void)
+{
+    if (prof_state < 0) {
+        const char *e = getenv("QMLA_CUDA_ENGINE_PROFILE");
+        prof_state = e && *e && strcmp(e, "0") != 0;
+    }
+    return prof_state;
+}
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* t0 of a host phase (0 when the profile is off) and its end. */
+static double ph_begin(void) { return prof_on() ? wall_now() : 0.0; }
+static void ph_end(int ph, double t0)
+{
+    if (prof_on())
+        prof.s[ph] += wall_now() - t0;
+}
+
+extern "C" void qmla_cuda_engine_profile_enable(int on) { prof_state = on != 0; }
+extern "C" void qmla_cuda_engine_profile_get(qmla_cuda_profile *p)
+{
+    *p = prof;
+    p->on = prof_on();
+}
+extern "C" void qmla_cuda_engine_profile_reset(void) { memset(&prof, 0, sizeof prof); }
+extern "C" const char *qmla_cuda_engine_profile_name(int phase)
+{
+    static const char *const names[QMLA_CUDA_PH_N] = {
+        "host: error directions", "host: controls drawn", "host: point weights, sums",
+        "host: eval cell outside the engine", "host: eval heads' eigensolves",
+        "host: eval workspace set-up, release",
+        "host: in H2D copy calls",
+        "host: waiting on the stream", "GPU: stream time (events)",
+        "sensitivities (wall, inside the above)"};
+    return phase >= 0 && phase < QMLA_CUDA_PH_N ? names[phase] : "?";
 }
 
 /* ---- errors ------------------------------------------------------------------ */
@@ -314,7 +371,26 @@ typedef struct cuda_sweep_ws {
      * driver's layer_begin (or other pointers) says otherwise */
     const float *w_host[3];
     int w_valid;
-    float *hE;            /* host [T_max, d_c + d_r]: the error directions */
+    float *hE;            /* host [T_max, d_c + d_r]: the error directions (run 8) */
+    float *hEp[2];        /* pinned [T_max, d_c + d_r] each: the error directions of
+                             two configurations (one drawn while the GPU runs the
+                             other) */
+    /* the profile's GPU time: an event at the first work queued after a
+     * synchronisation, one at the synchronisation */
+    cudaEvent_t ev0, ev1;
+    int seg_open;
+    /* the error directions' thread count, chosen by timing: [0] the serial
+     * form, [1] ex's threads (the two give the same bits; H200 run 10 found
+     * the parallel form faster at V2-Lite and slower at V3, cause not
+     * established) */
+    double dir_s[2];
+    unsigned long dir_n[2], dir_calls;
+    /* since run 10 the inputs (and weights) go to the device through two
+     * pinned staging slots, filled by a parallel memcpy on `threads` host
+     * threads while the slot before is copied (stage_ev: its copy done) */
+    char *stage[2];
+    cudaEvent_t stage_ev[2];
+    int stage_busy[2], stage_next, threads;
     /* after a sequence: ||Y||^2 of its clean pass, and whether Z still
      * holds its whole attention A and Y[0] its clean output (one tile):
      * the JVPs and the joint pass of the same sequence reuse them */
@@ -340,6 +416,19 @@ static void sweep_ws_free(void *p)
     if (w->hpart)
         cudaFreeHost(w->hpart);
     free(w->hE);
+    for (int k = 0; k < 2; k++)
+        if (w->hEp[k])
+            cudaFreeHost(w->hEp[k]);
+    for (int k = 0; k < 2; k++) {
+        if (w->stage[k])
+            cudaFreeHost(w->stage[k]);
+        if (w->stage_ev[k])
+            cudaEventDestroy(w->stage_ev[k]);
+    }
+    if (w->ev0)
+        cudaEventDestroy(w->ev0);
+    if (w->ev1)
+        cudaEventDestroy(w->ev1);
     if (w->blas)
         cublasDestroy(w->blas);
     if (w->stream)
@@ -352,6 +441,87 @@ static void sweep_ws_free(void *p)
 }
 
 static size_t ntiles(size_t T, size_t B) { return (T + B - 1) / B; }
+
+#define STAGE_BYTES ((size_t)16 << 20)
+
+/* Work is about to be queued on w's stream: the profile's GPU segment
+ * starts here unless it has already. */
+static void prof_mark(cuda_sweep_ws *w)
+{
+    if (prof_on() && !w->seg_open && cudaEventRecord(w->ev0, w->stream) == cudaSuccess)
+        w->seg_open = 1;
+}
+
+/* cudaStreamSynchronize of w's stream, its wait and the segment's GPU time
+ * in the profile. */
+static cudaError_t ws_sync(cuda_sweep_ws *w)
+{
+    if (!prof_on())
+        return cudaStreamSynchronize(w->stream);
+    const int seg = w->seg_open && cudaEventRecord(w->ev1, w->stream) == cudaSuccess;
+    const double t0 = wall_now();
+    const cudaError_t e = cudaStreamSynchronize(w->stream);
+    prof.s[QMLA_CUDA_PH_WAIT] += wall_now() - t0;
+    prof.syncs++;
+    if (seg && e == cudaSuccess) {
+        float ms = 0.0f;
+        if (cudaEventElapsedTime(&ms, w->ev0, w->ev1) == cudaSuccess)
+            prof.s[QMLA_CUDA_PH_GPU] += 1e-3 * (double)ms;
+    }
+    w->seg_open = 0;
+    return e;
+}
+
+/* h2d through the pinned staging slots (since run 10; the run-8
+ * sequences and copies under 1 MiB as plain h2d): chunks of at most
+ * STAGE_BYTES memcpy'd on w->threads threads into a slot whose last copy
+ * has run, then copied from it asynchronously. */
+static cudaError_t h2d(cuda_sweep_ws *w, void *dst, const void *src, size_t bytes);
+static cudaError_t h2d_staged(cuda_sweep_ws *w, void *dst, const void *src, size_t bytes)
+{
+    if (before_r8() || bytes < ((size_t)1 << 20))
+        return h2d(w, dst, src, bytes);
+    prof_mark(w);
+    for (size_t off = 0; off < bytes; off += STAGE_BYTES) {
+        const size_t n = bytes - off < STAGE_BYTES ? bytes - off : STAGE_BYTES;
+        const int k = w->stage_next;
+        w->stage_next ^= 1;
+        cudaError_t e;
+        if (w->stage_busy[k]) {
+            const double t0 = ph_begin();
+            e = cudaEventSynchronize(w->stage_ev[k]);
+            ph_end(QMLA_CUDA_PH_WAIT, t0);
+            if (e != cudaSuccess)
+                return e;
+        }
+        const double t0 = ph_begin();
+        qmla_memcpy_par(w->stage[k], (const char *)src + off, n, w->threads);
+        e = cudaMemcpyAsync((char *)dst + off, w->stage[k], n, cudaMemcpyHostToDevice, w->stream);
+        ph_end(QMLA_CUDA_PH_H2D, t0);
+        if (prof_on()) {
+            prof.h2d_calls++;
+            prof.h2d_bytes += (double)n;
+        }
+        if (e != cudaSuccess || (e = cudaEventRecord(w->stage_ev[k], w->stream)) != cudaSuccess)
+            return e;
+        w->stage_busy[k] = 1;
+    }
+    return cudaSuccess;
+}
+
+/* A host-to-device copy on w's stream, timed in the profile. */
+static cudaError_t h2d(cuda_sweep_ws *w, void *dst, const void *src, size_t bytes)
+{
+    if (!prof_on())
+        return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, w->stream);
+    prof_mark(w);
+    const double t0 = wall_now();
+    const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, w->stream);
+    prof.s[QMLA_CUDA_PH_H2D] += wall_now() - t0;
+    prof.h2d_calls++;
+    prof.h2d_bytes += (double)bytes;
+    return e;
+}
 
 static int sweep_ws_alloc(const qmla_mla_dims *d, size_t T_max, int verify, void **out,
                           qmla_error *err)
@@ -433,6 +603,16 @@ static int sweep_ws_alloc(const qmla_mla_dims *d, size_t T_max, int verify, void
         st = qmla_error_set(err, QMLA_ENOMEM, "cuda engine: out of memory");
         goto out;
     }
+    for (int k = 0; k < 2; k++)
+        CU(cudaMallocHost((void **)&w->hEp[k], T * (dc + dr) * sizeof(float)),
+           "host error directions");
+    CU(cudaEventCreate(&w->ev0), "event");
+    CU(cudaEventCreate(&w->ev1), "event");
+    for (int k = 0; k < 2; k++) {
+        CU(cudaMallocHost((void **)&w->stage[k], STAGE_BYTES), "input staging");
+        CU(cudaEventCreateWithFlags(&w->stage_ev[k], cudaEventDisableTiming), "event");
+    }
+    w->threads = 1;
 out:
     if (st) {
         sweep_ws_free(w);
@@ -443,10 +623,12 @@ out:
 }
 
 /* Host memory the workspace takes (the device memory is checked by
- * cudaMalloc): the error directions, and the CPU workspace of --verify. */
+ * cudaMalloc): the error directions (three buffers), the two pinned input
+ * staging slots, and the CPU workspace of --verify. */
 static double sweep_ws_bytes(const qmla_mla_dims *d, size_t T_max, int verify)
 {
-    const double host = 4.0 * (double)T_max * (double)(d->d_c + d->d_r);
+    const double host = 3.0 * 4.0 * (double)T_max * (double)(d->d_c + d->d_r) +
+                        2.0 * (double)STAGE_BYTES;
     return host + (verify ? qmla_sweep_ws_bytes(d, T_max, 1) : 0.0);
 }
 
@@ -501,25 +683,18 @@ static int seq_upload(cuda_sweep_ws *w, const qmla_mla_weights *wt, const float 
     const qmla_mla_dims *d = &w->d;
     const size_t H = d->H, dc = d->d_c, dr = d->d_r, dn = d->d_n, dv = d->d_v, D = d->D;
     const size_t HV = H * dv;
-    cudaStream_t s = w->stream;
     int st = QMLA_OK;
-    CU(cudaMemcpyAsync(w->qn, q_nope, H * T * dn * sizeof(float), cudaMemcpyHostToDevice, s),
-       "copy q_nope");
-    CU(cudaMemcpyAsync(w->qr, q_rope, H * T * dr * sizeof(float), cudaMemcpyHostToDevice, s),
-       "copy q_rope");
-    CU(cudaMemcpyAsync(w->C, C, T * dc * sizeof(float), cudaMemcpyHostToDevice, s), "copy c_kv");
-    CU(cudaMemcpyAsync(w->K, K, T * dr * sizeof(float), cudaMemcpyHostToDevice, s), "copy k_rope");
+    prof_mark(w);
+    CU(h2d_staged(w, w->qn, q_nope, H * T * dn * sizeof(float)), "copy q_nope");
+    CU(h2d_staged(w, w->qr, q_rope, H * T * dr * sizeof(float)), "copy q_rope");
+    CU(h2d_staged(w, w->C, C, T * dc * sizeof(float)), "copy c_kv");
+    CU(h2d_staged(w, w->K, K, T * dr * sizeof(float)), "copy k_rope");
     if (!(w->w_valid && w->w_host[0] == wt->w_uk && w->w_host[1] == wt->w_uv &&
           w->w_host[2] == wt->w_o)) {
         w->w_valid = 0;
-        CU(cudaMemcpyAsync(w->wuk, wt->w_uk, H * dn * dc * sizeof(float),
-                           cudaMemcpyHostToDevice, s),
-           "copy w_uk");
-        CU(cudaMemcpyAsync(w->wuv, wt->w_uv, H * dv * dc * sizeof(float),
-                           cudaMemcpyHostToDevice, s),
-           "copy w_uv");
-        CU(cudaMemcpyAsync(w->wo, wt->w_o, D * HV * sizeof(float), cudaMemcpyHostToDevice, s),
-           "copy w_o");
+        CU(h2d_staged(w, w->wuk, wt->w_uk, H * dn * dc * sizeof(float)), "copy w_uk");
+        CU(h2d_staged(w, w->wuv, wt->w_uv, H * dv * dc * sizeof(float)), "copy w_uv");
+        CU(h2d_staged(w, w->wo, wt->w_o, D * HV * sizeof(float)), "copy w_o");
         w->w_host[0] = wt->w_uk;
         w->w_host[1] = wt->w_uv;
         w->w_host[2] = wt->w_o;
@@ -533,6 +708,62 @@ out:
     return st;
 }
 
+/* The error directions of one sequence's two paths under p, on the host:
+ * the CPU's own (qmla_sweep_error_direction; since run 10 its parallel
+ * form on ex's threads, the same bits) into E (T (d_c + d_r) floats:
+ * content, then RoPE), with their norms and flags. */
+typedef struct sweep_dirs {
+    float *E[2];
+    double xx[2], nmse_qdq[2], nmse_cache[2];
+    int degenerate[2];
+} sweep_dirs;
+
+static int sweep_prep(cuda_sweep_ws *w, const qmla_exec *ex, const qmla_sweep_params *p,
+                      const qmla_mla_dims *d, size_t T, const float *C, const float *K, float *E,
+                      sweep_dirs *r, qmla_error *err)
+{
+    const size_t dc = d->d_c, dr = d->d_r;
+    const double t0 = ph_begin();
+    r->E[0] = E;
+    r->E[1] = E + T * dc;
+    int st = QMLA_OK;
+    /* serial or parallel: each form twice, then the faster one, the other
+     * again every 64th call */
+    const int nth = qmla_exec_threads(ex);
+    w->threads = nth;
+    int par = 0;
+    if (nth > 1 && !before_r8()) {
+        const unsigned long k = w->dir_calls++;
+        if (k < 4)
+            par = (int)(k & 1);
+        else {
+            const int best = w->dir_s[1] / (double)w->dir_n[1] < w->dir_s[0] / (double)w->dir_n[0];
+            par = k % 64 == 0 ? !best : best;
+        }
+    }
+    const qmla_exec ex1 = qmla_exec_cpu(1), *exd = par ? ex : &ex1;
+    const double td = wall_now();
+    for (int path = 0; path < 2 && !st; path++) {
+        const int content = path == QMLA_PATH_CONTENT;
+        st = before_r8()
+                 ? qmla_sweep_error_direction(p, content ? C : K, T, content ? dc : dr,
+                                              r->E[path], &r->xx[path], &r->nmse_qdq[path],
+                                              &r->nmse_cache[path], &r->degenerate[path], err)
+                 : qmla_sweep_error_direction_par(exd, p, content ? C : K, T, content ? dc : dr,
+                                                  r->E[path], &r->xx[path], &r->nmse_qdq[path],
+                                                  &r->nmse_cache[path], &r->degenerate[path],
+                                                  err);
+        if (st)
+            qmla_error_prefix(err, "%s cache: ", qmla_path_name(path));
+    }
+    if (nth > 1 && !before_r8()) {
+        w->dir_s[par] += wall_now() - td;
+        w->dir_n[par]++;
+    }
+    ph_end(QMLA_CUDA_PH_DIR, t0);
+    return st;
+}
+
 /* The sweep of one sequence (the table's `sequence`: totals 0, clean 1,
  * upload 1), or its response-only form for the operator's finite gains
  * (totals 1): only the two perturbed totals ||Y(C + E_C) - Y||^2 (one
@@ -542,56 +773,31 @@ out:
  * with totals) leaves out the clean output and takes ||Y||^2 from the
  * workspace (w->yy of the same sequence's earlier pass); upload 0 keeps the
  * inputs and absorbed queries of that earlier pass on the device (the same
- * q_nope, q_rope, C, K and weights: the caller's promise). */
-static int sweep_run(const qmla_exec *ex, const qmla_sweep_params *p, const qmla_mla_dims *d,
-                     size_t T, const qmla_mla_weights *wt, const float *q_nope,
-                     const float *q_rope, const float *C, const float *K, int verify,
-                     void *ws, qmla_response out[2], int totals, int clean, int upload,
-                     qmla_error *err)
+ * q_nope, q_rope, C, K and weights: the caller's promise).
+ * sweep_enqueue queues it on the stream with the directions r (sweep_prep)
+ * and the sums' copy to the host, without waiting; sweep_finish waits and
+ * forms out[]. Between the two the caller may queue more work (the JVPs of
+ * the directions, which stay in w->Ec, w->Er) and draw the next
+ * directions. */
+static int sweep_enqueue(const qmla_mla_dims *d, size_t T, const qmla_mla_weights *wt,
+                         const float *q_nope, const float *q_rope, const float *C,
+                         const float *K, cuda_sweep_ws *w, const sweep_dirs *r, int totals,
+                         int clean, int upload, qmla_error *err)
 {
-    cuda_sweep_ws *w = (cuda_sweep_ws *)ws;
-    if (T == 0 || T > w->T_max)
-        return qmla_error_set(err, QMLA_EINVAL, "sweep: T = %zu outside [1, %zu]", T,
-                              w->T_max);
-    if (verify) {
-        if (!w->cpu)
-            return qmla_error_set(err, QMLA_EINVAL,
-                                  "sweep: workspace allocated without verify");
-        /* the route identity's full perturbed forward runs on the CPU */
-        return qmla_sweep_sequence(ex, p, d, T, wt, q_nope, q_rope, C, K, 1, w->cpu, out,
-                                   err);
-    }
     const size_t H = d->H, dc = d->d_c, dr = d->d_r, D = d->D;
     const size_t B = w->B, nt = ntiles(T, B);
     const float tau = (float)d->tau;
     int st = QMLA_OK;
     w->a_valid = 0;
-    out[0].path = QMLA_PATH_CONTENT;
-    out[1].path = QMLA_PATH_ROPE;
-
-    /* the error directions of both paths, on the host: the CPU's own */
-    double xx[2], nmse_qdq[2], nmse_cache[2];
-    int degenerate[2];
-    float *E[2] = {w->hE, w->hE + T * dc};
-    for (int path = 0; path < 2; path++) {
-        const int content = path == QMLA_PATH_CONTENT;
-        st = qmla_sweep_error_direction(p, content ? C : K, T, content ? dc : dr, E[path],
-                                        &xx[path], &nmse_qdq[path], &nmse_cache[path],
-                                        &degenerate[path], err);
-        if (st)
-            return qmla_error_prefix(err, "%s cache: ", qmla_path_name(path));
-    }
-    const int run[2] = {!degenerate[0], !degenerate[1]};
+    const int run[2] = {!r->degenerate[0], !r->degenerate[1]};
     if (!totals)
         clean = upload = 1;
-
     cudaStream_t s = w->stream;
+    prof_mark(w);
     if (upload && (st = seq_upload(w, wt, q_nope, q_rope, C, K, T, err)))
         goto out;
-    CU(cudaMemcpyAsync(w->Ec, E[0], T * dc * sizeof(float), cudaMemcpyHostToDevice, s),
-       "copy content error");
-    CU(cudaMemcpyAsync(w->Er, E[1], T * dr * sizeof(float), cudaMemcpyHostToDevice, s),
-       "copy RoPE error");
+    CU(h2d(w, w->Ec, r->E[0], T * dc * sizeof(float)), "copy content error");
+    CU(h2d(w, w->Er, r->E[1], T * dr * sizeof(float)), "copy RoPE error");
     for (size_t k = 0; k < nt; k++) {
         const size_t t0 = k * B, t1 = t0 + B < T ? t0 + B : T, Bt = t1 - t0, L = t1;
         const size_t nZ = H * Bt * L;
@@ -683,15 +889,36 @@ static int sweep_run(const qmla_exec *ex, const qmla_sweep_params *p, const qmla
     CU(cudaMemcpyAsync(w->hpart, w->part, nt * NORM_BLOCKS * NORM_SUMS * sizeof(double),
                        cudaMemcpyDeviceToHost, s),
        "copy sums");
-    CU(cudaStreamSynchronize(s), "sweep sequence");
+    /* one tile: Z holds the sequence's whole attention (and Y[0] its clean
+     * output when clean) for the JVPs and the joint pass queued after */
+    w->a_valid = nt == 1;
+out:
+    return st;
+}
+
+static int sweep_finish(const qmla_mla_dims *d, size_t T, cuda_sweep_ws *w,
+                        const sweep_dirs *r, int totals, int clean, qmla_response out[2],
+                        qmla_error *err)
+{
+    const size_t nt = ntiles(T, w->B);
+    int st = QMLA_OK;
+    const int a_valid = w->a_valid;
+    (void)d;
+    if (!totals)
+        clean = 1;
+    out[0].path = QMLA_PATH_CONTENT;
+    out[1].path = QMLA_PATH_ROPE;
+    CU(ws_sync(w), "sweep sequence");
     {
+        const double *nmse_qdq = r->nmse_qdq, *nmse_cache = r->nmse_cache;
+        const int *degenerate = r->degenerate;
         double sum[NORM_SUMS] = {0, 0, 0, 0, 0, 0};
         for (size_t k = 0; k < nt * NORM_BLOCKS; k++)
             for (int q = 0; q < NORM_SUMS; q++)
                 sum[q] += w->hpart[k * NORM_SUMS + q];
         const double yy = clean ? sum[0] : w->yy;
         w->yy = yy;
-        w->a_valid = nt == 1;
+        w->a_valid = a_valid;
         if (!isfinite(yy))
             return qmla_error_set(err, QMLA_ENONFINITE,
                                   "clean attention pass: expected finite values, found %g as "
@@ -723,8 +950,41 @@ static int sweep_run(const qmla_exec *ex, const qmla_sweep_params *p, const qmla
     }
 out:
     if (st)
-        cudaStreamSynchronize(s);
+        cudaStreamSynchronize(w->stream);
     return st;
+}
+
+static int sweep_run(const qmla_exec *ex, const qmla_sweep_params *p, const qmla_mla_dims *d,
+                     size_t T, const qmla_mla_weights *wt, const float *q_nope,
+                     const float *q_rope, const float *C, const float *K, int verify,
+                     void *ws, qmla_response out[2], int totals, int clean, int upload,
+                     qmla_error *err)
+{
+    cuda_sweep_ws *w = (cuda_sweep_ws *)ws;
+    if (T == 0 || T > w->T_max)
+        return qmla_error_set(err, QMLA_EINVAL, "sweep: T = %zu outside [1, %zu]", T,
+                              w->T_max);
+    if (verify) {
+        if (!w->cpu)
+            return qmla_error_set(err, QMLA_EINVAL,
+                                  "sweep: workspace allocated without verify");
+        /* the route identity's full perturbed forward runs on the CPU */
+        return qmla_sweep_sequence(ex, p, d, T, wt, q_nope, q_rope, C, K, 1, w->cpu, out,
+                                   err);
+    }
+    w->a_valid = 0;
+    out[0].path = QMLA_PATH_CONTENT;
+    out[1].path = QMLA_PATH_ROPE;
+    sweep_dirs r;
+    /* run 8: the directions in pageable memory */
+    int st = sweep_prep(w, ex, p, d, T, C, K, before_r8() ? w->hE : w->hEp[0], &r, err);
+    if (st)
+        return st;
+    if ((st = sweep_enqueue(d, T, wt, q_nope, q_rope, C, K, w, &r, totals, clean, upload, err))) {
+        cudaStreamSynchronize(w->stream);
+        return st;
+    }
+    return sweep_finish(d, T, w, &r, totals, clean, out, err);
 }
 
 static int sweep_sequence(const qmla_exec *ex, const qmla_sweep_params *p,
@@ -1127,6 +1387,8 @@ out:
 
 /* ---- the operator workspace ---------------------------------------------------- */
 
+#define IV_SLOTS 4
+
 typedef struct cuda_op_ws {
     cuda_sweep_ws *sw;
     size_t T_max;
@@ -1134,8 +1396,15 @@ typedef struct cuda_op_ws {
     /* JVPs and the joint pass */
     float *Ed;             /* [T, max(d_c, d_r)] a direction on the device */
     float *Cp, *Kp;        /* joint-path perturbed caches */
-    double *jpart, *hjpart; /* [n_tiles * NORM_BLOCKS] */
+    double *jpart, *hjpart; /* [nslots][n_tiles * NORM_BLOCKS]: one slot per JVP queued
+                               before a synchronisation */
+    size_t nslots;
     float *hE;             /* host [T, max(d_c, d_r)] */
+    /* the interventions' pipeline: controls drawn on the host into pinned
+     * slots while the GPU runs the JVPs of the ones before */
+    float *hc[IV_SLOTS], *dc_[IV_SLOTS];
+    cudaEvent_t evc[IV_SLOTS];
+    double *ee;            /* [nslots] ||E||^2 of each queued direction */
     /* sensitivities (with_sens) */
     size_t ni, gc, gs;     /* rows per chunk, heads per R chunk, per Gram chunk */
     float *Yc, *S, *Ac, *Uc, *Oc, *OKb, *xq, *X2, *R0, *R1;
@@ -1161,6 +1430,15 @@ static void op_ws_free(void *p)
             cudaFree(dev[k]);
     if (w->hjpart)
         cudaFreeHost(w->hjpart);
+    for (int k = 0; k < IV_SLOTS; k++) {
+        if (w->hc[k])
+            cudaFreeHost(w->hc[k]);
+        if (w->dc_[k])
+            cudaFree(w->dc_[k]);
+        if (w->evc[k])
+            cudaEventDestroy(w->evc[k]);
+    }
+    free(w->ee);
     if (w->htr)
         cudaFreeHost(w->htr);
     free(w->hE);
@@ -1191,8 +1469,15 @@ static int op_ws_alloc_common(const qmla_mla_dims *d, size_t T_max, int with_sen
     CU(cudaMalloc((void **)&w->Ed, T * wmax * sizeof(float)), "direction");
     CU(cudaMalloc((void **)&w->Cp, T * dc * sizeof(float)), "joint c_kv");
     CU(cudaMalloc((void **)&w->Kp, T * dr * sizeof(float)), "joint k_rope");
-    CU(cudaMalloc((void **)&w->jpart, nt * NORM_BLOCKS * sizeof(double)), "JVP sums");
-    CU(cudaMallocHost((void **)&w->hjpart, nt * NORM_BLOCKS * sizeof(double)), "JVP sums");
+    w->nslots = 2; /* the operator's two paths; the interventions grow it */
+    CU(cudaMalloc((void **)&w->jpart, w->nslots * nt * NORM_BLOCKS * sizeof(double)),
+       "JVP sums");
+    CU(cudaMallocHost((void **)&w->hjpart, w->nslots * nt * NORM_BLOCKS * sizeof(double)),
+       "JVP sums");
+    if (!(w->ee = (double *)malloc(w->nslots * sizeof(double)))) {
+        st = qmla_error_set(err, QMLA_ENOMEM, "cuda engine: out of memory");
+        goto out;
+    }
     if (!(w->hE = (float *)malloc(T * wmax * sizeof(float)))) {
         st = qmla_error_set(err, QMLA_ENOMEM, "cuda engine: out of memory");
         goto out;
@@ -1306,7 +1591,7 @@ static int sum_partials(cuda_op_ws *W, size_t nt, const char *what, double *v, q
     CU(cudaMemcpyAsync(W->hjpart, W->jpart, nt * NORM_BLOCKS * sizeof(double),
                        cudaMemcpyDeviceToHost, s),
        "copy sums");
-    CU(cudaStreamSynchronize(s), what);
+    CU(ws_sync(W->sw), what);
     {
         double sum = 0.0;
         for (size_t k = 0; k < nt * NORM_BLOCKS; k++)
@@ -1318,9 +1603,10 @@ out:
 }
 
 /* ||J_b E||^2 for the direction E [T, width] already on the device (dir),
- * at the clean pass of the sequence the sweep workspace last ran. */
-static int jvp_norm(cuda_op_ws *W, size_t T, int path, const float *dir, double *jj,
-                    qmla_error *err)
+ * at the clean pass of the sequence the sweep workspace last ran: queued,
+ * its nt * NORM_BLOCKS partial sums into dpart (device), not waited for. */
+static int jvp_enqueue(cuda_op_ws *W, size_t T, int path, const float *dir, double *dpart,
+                       qmla_error *err)
 {
     cuda_sweep_ws *w = W->sw;
     const qmla_mla_dims *d = &w->d;
@@ -1330,6 +1616,7 @@ static int jvp_norm(cuda_op_ws *W, size_t T, int path, const float *dir, double 
     const float tau = (float)d->tau;
     cudaStream_t s = w->stream;
     int st = QMLA_OK;
+    prof_mark(w);
     for (size_t k = 0; k < nt; k++) {
         const size_t t0 = k * B, t1 = t0 + B < T ? t0 + B : T, Bt = t1 - t0, L = t1;
         const long long sZ = (long long)(Bt * L);
@@ -1351,25 +1638,57 @@ static int jvp_norm(cuda_op_ws *W, size_t T, int path, const float *dir, double 
                "JVP latents");
         CB(project_tile(w, Bt, w->Y[1]), "JVP projection");
         sumsq_kernel<<<NORM_BLOCKS, SM_THREADS, 0, s>>>(w->Y[1], NULL, Bt * D,
-                                                        W->jpart + k * NORM_BLOCKS);
+                                                        dpart + k * NORM_BLOCKS);
         CU(cudaGetLastError(), "JVP norm");
     }
-    st = sum_partials(W, nt, "JVP", jj, err);
 out:
+    return st;
+}
+
+/* The same, waited for: *jj (the run-8 sequences). */
+static int jvp_norm(cuda_op_ws *W, size_t T, int path, const float *dir, double *jj,
+                    qmla_error *err)
+{
+    int st = jvp_enqueue(W, T, path, dir, W->jpart, err);
+    if (!st)
+        st = sum_partials(W, ntiles(T, W->sw->B), "JVP", jj, err);
     if (st)
-        cudaStreamSynchronize(s);
+        cudaStreamSynchronize(W->sw->stream);
+    return st;
+}
+
+/* The nt * NORM_BLOCKS partials of a slot, summed in order. */
+static double slot_sum(const double *h, size_t nt)
+{
+    double sum = 0.0;
+    for (size_t k = 0; k < nt * NORM_BLOCKS; k++)
+        sum += h[k];
+    return sum;
+}
+
+/* At least n slots of JVP partial sums (and of their ||E||^2). */
+static int ensure_slots(cuda_op_ws *W, size_t n, qmla_error *err)
+{
+    if (n <= W->nslots)
+        return QMLA_OK;
+    int st = QMLA_OK;
+    const size_t np = ntiles(W->T_max, W->sw->B) * NORM_BLOCKS;
+    cudaFree(W->jpart);
+    cudaFreeHost(W->hjpart);
+    W->jpart = W->hjpart = NULL;
+    free(W->ee);
+    W->nslots = 0;
+    if (!(W->ee = (double *)malloc(n * sizeof(double))))
+        return qmla_error_set(err, QMLA_ENOMEM, "cuda engine: out of memory");
+    CU(cudaMalloc((void **)&W->jpart, n * np * sizeof(double)), "JVP sums");
+    CU(cudaMallocHost((void **)&W->hjpart, n * np * sizeof(double)), "JVP sums");
+    W->nslots = n;
+out:
     return st;
 }
 
 static double sens_seconds; /* the benchmark's hook */
 extern "C" double qmla_cuda_engine_sens_seconds(void) { return sens_seconds; }
-
-static double wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int sens_exact_run(cuda_op_ws *W, const cuda_sens_layer *Ly, size_t T, double *trc,
                           double *trr, qmla_error *err);
@@ -1383,6 +1702,8 @@ static int sens_exact(cuda_op_ws *W, const cuda_sens_layer *Ly, size_t T, double
     const double t0 = wall_now();
     const int st = sens_exact_run(W, Ly, T, trc, trr, err);
     sens_seconds += wall_now() - t0;
+    if (prof_on())
+        prof.s[QMLA_CUDA_PH_SENS] += wall_now() - t0;
     return st;
 }
 
@@ -1402,6 +1723,7 @@ static int sens_exact_run(cuda_op_ws *W, const cuda_sens_layer *Ly, size_t T, do
         return qmla_error_set(err, QMLA_EINVAL,
                               "sensitivities: layer constants for H = %zu, d_v = %zu, "
                               "found H = %zu, d_v = %zu", H, dv, Ly->H, Ly->d_v);
+    prof_mark(w);
     /* Yc = C W_UV^T [T, HV] */
     CB(gemm_rm(hb, 0, 1, T, HV, dc, 1.0f, w->C, dc, 0, w->wuv, dc, 0, 0.0f, W->Yc, HV, 0, 1),
        "values Yc");
@@ -1502,7 +1824,7 @@ static int sens_exact_run(cuda_op_ws *W, const cuda_sens_layer *Ly, size_t T, do
     CU(cudaMemcpyAsync(W->htr, W->trc, T * sizeof(double), cudaMemcpyDeviceToHost, s), "copy");
     CU(cudaMemcpyAsync(W->htr + T, W->trr, T * sizeof(double), cudaMemcpyDeviceToHost, s),
        "copy");
-    CU(cudaStreamSynchronize(s), "sensitivities");
+    CU(ws_sync(w), "sensitivities");
     for (size_t t = 0; t < T; t++) {
         trc[t] = W->htr[t] / (double)dc;
         trr[t] = W->htr[T + t] / (double)dr;
@@ -1515,7 +1837,7 @@ out:
 
 /* qmla_op_sequence on the GPU: the same steps and host arithmetic, with the
  * sweep, the JVPs and the sensitivities on the device. */
-static int op_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
+static int op_sequence_r8(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
                        const qmla_mla_weights *wt, const void *layer, const float *q_nope,
                        const float *q_rope, const float *C, const float *K,
                        const qmla_op_config *conf, size_t nconf, void *ws, qmla_op_point *pts,
@@ -1562,8 +1884,10 @@ static int op_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
             const int content = path == QMLA_PATH_CONTENT;
             double xx, ee;
             int skip;
+            const double tp = ph_begin();
             st = qmla_op_point_begin(p, path, &conf[k], &sp, C, K, T, dc, dr, &fin[path], yy,
                                      W->hE, wtk, &xx, &ee, &skip, err);
+            ph_end(QMLA_CUDA_PH_DIR, tp);
             if (st)
                 return st;
             if (skip)
@@ -1589,9 +1913,7 @@ static int iv_gain(cuda_op_ws *W, size_t T, int path, const float *E, double xx,
     const size_t width = path == QMLA_PATH_CONTENT ? d->d_c : d->d_r;
     int st = QMLA_OK;
     double jj = 0.0;
-    CU(cudaMemcpyAsync(W->Ed, E, T * width * sizeof(float), cudaMemcpyHostToDevice,
-                       W->sw->stream),
-       "copy direction");
+    CU(h2d(W->sw, W->Ed, E, T * width * sizeof(float)), "copy direction");
     if ((st = jvp_norm(W, T, path, W->Ed, &jj, err)))
         return st;
     {
@@ -1603,8 +1925,9 @@ out:
 }
 
 /* ||Y(C + E_C, K + E_K) - Y||^2: the joint path's full forward on the
- * perturbed caches (Ec, Er of the sweep) against the clean output. */
-static int joint_norm(cuda_op_ws *W, size_t T, double *out_ss, qmla_error *err)
+ * perturbed caches (Ec, Er of the sweep) against the clean output; queued,
+ * its partials into dpart. */
+static int joint_enqueue(cuda_op_ws *W, size_t T, double *dpart, qmla_error *err)
 {
     cuda_sweep_ws *w = W->sw;
     const qmla_mla_dims *d = &w->d;
@@ -1612,6 +1935,7 @@ static int joint_norm(cuda_op_ws *W, size_t T, double *out_ss, qmla_error *err)
     const float tau = (float)d->tau;
     cudaStream_t s = w->stream;
     int st = QMLA_OK;
+    prof_mark(w);
     add_kernel<<<grid_for(T * dc), SM_THREADS, 0, s>>>(w->C, w->Ec, W->Cp, T * dc);
     CU(cudaGetLastError(), "joint c_kv");
     add_kernel<<<grid_for(T * dr), SM_THREADS, 0, s>>>(w->K, w->Er, W->Kp, T * dr);
@@ -1637,19 +1961,27 @@ static int joint_norm(cuda_op_ws *W, size_t T, double *out_ss, qmla_error *err)
         CB(aggregate_tile(w, Bt, L, w->P2, W->Cp), "joint aggregation");
         CB(project_tile(w, Bt, w->Y[2]), "joint projection");
         sumsq_kernel<<<NORM_BLOCKS, SM_THREADS, 0, s>>>(w->Y[2], w->Y[0], Bt * D,
-                                                        W->jpart + k * NORM_BLOCKS);
+                                                        dpart + k * NORM_BLOCKS);
         CU(cudaGetLastError(), "joint norm");
     }
-    st = sum_partials(W, nt, "joint pass", out_ss, err);
 out:
+    return st;
+}
+
+/* The same, waited for (the run-8 sequences). */
+static int joint_norm(cuda_op_ws *W, size_t T, double *out_ss, qmla_error *err)
+{
+    int st = joint_enqueue(W, T, W->jpart, err);
+    if (!st)
+        st = sum_partials(W, ntiles(T, W->sw->B), "joint pass", out_ss, err);
     if (st)
-        cudaStreamSynchronize(s);
+        cudaStreamSynchronize(W->sw->stream);
     return st;
 }
 
 /* qmla_intervene_sequence on the GPU: the same random draws on the host in
  * the same order (GSL mt19937), every JVP and the joint pass on the device. */
-static int iv_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
+static int iv_sequence_r8(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
                        const qmla_mla_weights *wt, const float *q_nope, const float *q_rope,
                        const float *C, const float *K, const qmla_sweep_params *p, size_t reps,
                        uint64_t seed, void *ws, qmla_iv_item *out, double *ratio,
@@ -1687,8 +2019,10 @@ static int iv_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
         size_t width;
         double xx;
         int degen;
-        if ((st = qmla_op_path_direction(p, path, C, K, T, dc, dr, E0, &width, &xx, &degen,
-                                         err)))
+        const double tp = ph_begin();
+        st = qmla_op_path_direction(p, path, C, K, T, dc, dr, E0, &width, &xx, &degen, err);
+        ph_end(QMLA_CUDA_PH_DIR, tp);
+        if (st)
             goto done;
         const size_t n = T * width;
         out->r_finite[path] = fin[path].response;
@@ -1697,7 +2031,9 @@ static int iv_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
         const double e0 = sqrt(qmla_sumsq(E0, n));
         for (int c = 0; c < QMLA_N_CTRL; c++)
             for (size_t r = 0; r < reps; r++) {
+                const double tc = ph_begin();
                 qmla_iv_control(rng, c, E0, E1, T, width, e0, perm);
+                ph_end(QMLA_CUDA_PH_CTRL, tc);
                 double g;
                 if ((st = iv_gain(W, T, path, E1, xx, yy, &g, err)))
                     goto done;
@@ -1717,6 +2053,235 @@ done:
         gsl_rng_free(rng);
     free(E0);
     free(E1);
+    free(perm);
+    return st;
+}
+
+/* qmla_op_sequence on the GPU: the same steps and host arithmetic, with the
+ * sweep, the JVPs and the sensitivities on the device. Since run 10 per
+ * configuration: the response-only sweep and the JVPs of both paths queued
+ * together (the JVPs on the sweep's own directions, still on the device),
+ * one synchronisation; while the GPU runs them the host draws the next
+ * configuration's directions (on ex's threads) into the other pinned
+ * buffer; each point's weights come from the direction the sweep drew
+ * (qmla_op_point_begin_dir: the function qmla_op_point_begin would call
+ * again, of the same arguments), so nothing is drawn twice. */
+static int op_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
+                       const qmla_mla_weights *wt, const void *layer, const float *q_nope,
+                       const float *q_rope, const float *C, const float *K,
+                       const qmla_op_config *conf, size_t nconf, void *ws, qmla_op_point *pts,
+                       double *alloc, double *sigma, qmla_error *err)
+{
+    if (before_r8())
+        return op_sequence_r8(ex, d, T, wt, layer, q_nope, q_rope, C, K, conf, nconf, ws, pts,
+                              alloc, sigma, err);
+    cuda_op_ws *W = (cuda_op_ws *)ws;
+    cuda_sweep_ws *w = W->sw;
+    const cuda_sens_layer *Ly = (const cuda_sens_layer *)layer;
+    if (Ly && !W->with_sens)
+        return qmla_error_set(err, QMLA_EINVAL,
+                              "operator: sensitivities asked, workspace without them");
+    if (T == 0 || T > W->T_max)
+        return qmla_error_set(err, QMLA_EINVAL, "operator: T = %zu outside [1, %zu]", T,
+                              W->T_max);
+    if (nconf == 0)
+        return QMLA_OK;
+    const size_t dc = d->d_c, dr = d->d_r, nt = ntiles(T, w->B), np = nt * NORM_BLOCKS;
+    const double cc = qmla_sumsq(C, T * dc), kk = qmla_sumsq(K, T * dr);
+    double yy = 0.0;
+    sweep_dirs dir[2];
+    qmla_sweep_params sp[2];
+    qmla_error nerr; /* the next configuration's directions: reported in order */
+    qmla_error_clear(&nerr);
+    int st = QMLA_OK, nst = QMLA_OK;
+    sp[0] = qmla_op_config_sweep(&conf[0]);
+    if ((st = sweep_prep(w, ex, &sp[0], d, T, C, K, w->hEp[0], &dir[0], err)))
+        return qmla_error_prefix(err, "INT%d G%d nu %g: ", conf[0].bits, conf[0].group,
+                                 conf[0].nmse);
+    for (size_t k = 0; k < nconf; k++) {
+        const int b = (int)(k & 1);
+        const sweep_dirs *r = &dir[b];
+        qmla_response fin[2];
+        if ((st = sweep_enqueue(d, T, wt, q_nope, q_rope, C, K, w, r, 1, k == 0, k == 0, err)))
+            goto fail;
+        for (int path = 0; path < 2; path++)
+            if (!r->degenerate[path] &&
+                (st = jvp_enqueue(W, T, path, path == QMLA_PATH_CONTENT ? w->Ec : w->Er,
+                                  W->jpart + (size_t)path * np, err)))
+                goto fail;
+        CU(cudaMemcpyAsync(W->hjpart, W->jpart, 2 * np * sizeof(double), cudaMemcpyDeviceToHost,
+                           w->stream),
+           "copy sums");
+        /* the next directions while the GPU runs these */
+        if (k + 1 < nconf) {
+            sp[!b] = qmla_op_config_sweep(&conf[k + 1]);
+            nst = sweep_prep(w, ex, &sp[!b], d, T, C, K, w->hEp[!b], &dir[!b], &nerr);
+        }
+        if ((st = sweep_finish(d, T, w, r, 1, k == 0, fin, err)))
+            return qmla_error_prefix(err, "INT%d G%d nu %g: ", conf[k].bits, conf[k].group,
+                                     conf[k].nmse);
+        if (k == 0) {
+            yy = w->yy;
+            if (Ly) {
+                if ((st = sens_exact(W, Ly, T, sigma, sigma + T, err)))
+                    return st;
+                qmla_op_sigma_scale(sigma, sigma, T, cc, kk, yy);
+            }
+        }
+        const double tp = ph_begin();
+        for (int path = 0; path < 2; path++) {
+            qmla_op_point *p = &pts[2 * k + (size_t)path];
+            double *wtk = alloc + (2 * k + (size_t)path) * T;
+            const size_t width = path == QMLA_PATH_CONTENT ? dc : dr;
+            double ee;
+            if (qmla_op_point_begin_dir(p, path, &conf[k], T, width, r->E[path],
+                                        r->degenerate[path], &fin[path], yy, wtk, &ee))
+                continue;
+            const double jj = slot_sum(W->hjpart + (size_t)path * np, nt);
+            p->g_jvp = (jj / yy) / (ee / r->xx[path]);
+            p->g_finite = fin[path].response;
+            if (Ly)
+                qmla_op_point_pred(p, sigma + (size_t)path * T, wtk, T);
+        }
+        ph_end(QMLA_CUDA_PH_POINTS, tp);
+        if (nst) {
+            *err = nerr;
+            return qmla_error_prefix(err, "INT%d G%d nu %g: ", conf[k + 1].bits,
+                                     conf[k + 1].group, conf[k + 1].nmse);
+        }
+    }
+    return QMLA_OK;
+out:
+fail:
+    cudaStreamSynchronize(w->stream);
+    return st;
+}
+
+/* qmla_intervene_sequence on the GPU: the same random draws on the host in
+ * the same order (GSL mt19937), every JVP and the joint pass on the device.
+ * Since run 10 pipelined: the QDQ directions are the sweep's (on the device
+ * already); each control is drawn into one of IV_SLOTS pinned host buffers
+ * while the GPU runs the JVPs queued before it (a slot is reused once its
+ * copy to the device has run), every JVP and the joint pass queued with
+ * their partial sums in their own slots, one synchronisation at the end;
+ * then the gains and ratios with the CPU's lines, in the CPU's order. */
+static int iv_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
+                       const qmla_mla_weights *wt, const float *q_nope, const float *q_rope,
+                       const float *C, const float *K, const qmla_sweep_params *p, size_t reps,
+                       uint64_t seed, void *ws, qmla_iv_item *out, double *ratio,
+                       qmla_error *err)
+{
+    if (before_r8())
+        return iv_sequence_r8(ex, d, T, wt, q_nope, q_rope, C, K, p, reps, seed, ws, out, ratio,
+                              err);
+    cuda_op_ws *W = (cuda_op_ws *)ws;
+    cuda_sweep_ws *w = W->sw;
+    const size_t dc = d->d_c, dr = d->d_r, wmax = dc > dr ? dc : dr;
+    memset(out, 0, sizeof *out);
+    out->seed = seed;
+    if (T == 0 || T > W->T_max)
+        return qmla_error_set(err, QMLA_EINVAL, "interventions: T = %zu outside [1, %zu]", T,
+                              W->T_max);
+    const size_t nt = ntiles(T, w->B), np = nt * NORM_BLOCKS;
+    const size_t per_path = 1 + QMLA_N_CTRL * reps, nitems = 2 * per_path + 1;
+    qmla_response fin[2];
+    sweep_dirs r;
+    int st = sweep_prep(w, ex, p, d, T, C, K, w->hEp[0], &r, err);
+    if (st)
+        return st;
+    if ((st = sweep_enqueue(d, T, wt, q_nope, q_rope, C, K, w, &r, 1, 1, 1, err))) {
+        cudaStreamSynchronize(w->stream);
+        return st;
+    }
+    if ((st = sweep_finish(d, T, w, &r, 1, 1, fin, err)))
+        return st;
+    const double yy = w->yy;
+    size_t *perm = (size_t *)malloc(T * sizeof *perm);
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    size_t j = 0; /* controls drawn */
+    if (!perm || !rng) {
+        st = qmla_error_set(err, QMLA_ENOMEM, "interventions: out of memory");
+        goto done;
+    }
+    if ((st = ensure_slots(W, nitems, err)))
+        goto done;
+    for (int k = 0; k < IV_SLOTS; k++) {
+        if (!W->hc[k])
+            CU(cudaMallocHost((void **)&W->hc[k], W->T_max * wmax * sizeof(float)),
+               "control directions");
+        if (!W->dc_[k])
+            CU(cudaMalloc((void **)&W->dc_[k], W->T_max * wmax * sizeof(float)),
+               "control directions");
+        if (!W->evc[k])
+            CU(cudaEventCreateWithFlags(&W->evc[k], cudaEventDisableTiming), "event");
+    }
+    if (qmla_iv_begin(rng, seed, reps, fin, yy, out, ratio))
+        goto done;
+    for (int path = 0; path < 2; path++) {
+        const size_t width = path == QMLA_PATH_CONTENT ? dc : dr, n = T * width;
+        const float *E0 = r.E[path];
+        const size_t base = (size_t)path * per_path;
+        out->r_finite[path] = fin[path].response;
+        /* the QDQ direction: the sweep's, on the device */
+        const double tp = ph_begin();
+        W->ee[base] = qmla_sumsq(E0, n);
+        const double e0 = sqrt(W->ee[base]);
+        ph_end(QMLA_CUDA_PH_POINTS, tp);
+        if ((st = jvp_enqueue(W, T, path, path == QMLA_PATH_CONTENT ? w->Ec : w->Er,
+                              W->jpart + base * np, err)))
+            goto fail;
+        for (int c = 0; c < QMLA_N_CTRL; c++)
+            for (size_t q = 0; q < reps; q++, j++) {
+                const int sl = (int)(j % IV_SLOTS);
+                if (j >= IV_SLOTS) { /* the slot's last copy has run */
+                    const double tw = ph_begin();
+                    CU(cudaEventSynchronize(W->evc[sl]), "control copy");
+                    ph_end(QMLA_CUDA_PH_WAIT, tw);
+                }
+                const double tc = ph_begin();
+                qmla_iv_control(rng, c, E0, W->hc[sl], T, width, e0, perm);
+                const size_t it = base + 1 + (size_t)c * reps + q;
+                W->ee[it] = qmla_sumsq(W->hc[sl], n);
+                ph_end(QMLA_CUDA_PH_CTRL, tc);
+                CU(h2d(w, W->dc_[sl], W->hc[sl], n * sizeof(float)), "copy control");
+                CU(cudaEventRecord(W->evc[sl], w->stream), "event");
+                if ((st = jvp_enqueue(W, T, path, W->dc_[sl], W->jpart + it * np, err)))
+                    goto fail;
+            }
+    }
+    /* joint: both caches perturbed by the sweep's QDQ directions */
+    if ((st = joint_enqueue(W, T, W->jpart + 2 * per_path * np, err)))
+        goto fail;
+    CU(cudaMemcpyAsync(W->hjpart, W->jpart, nitems * np * sizeof(double),
+                       cudaMemcpyDeviceToHost, w->stream),
+       "copy sums");
+    CU(ws_sync(w), "interventions");
+    {
+        const double tp = ph_begin();
+        for (int path = 0; path < 2; path++) {
+            const size_t base = (size_t)path * per_path;
+            const double xx = r.xx[path];
+            const double jj0 = slot_sum(W->hjpart + base * np, nt);
+            out->g_jvp[path] = (jj0 / yy) / (W->ee[base] / xx);
+            for (int c = 0; c < QMLA_N_CTRL; c++)
+                for (size_t q = 0; q < reps; q++) {
+                    const size_t it = base + 1 + (size_t)c * reps + q;
+                    const double g = (slot_sum(W->hjpart + it * np, nt) / yy) / (W->ee[it] / xx);
+                    ratio[((size_t)path * QMLA_N_CTRL + (size_t)c) * reps + q] =
+                        g / out->g_jvp[path];
+                }
+        }
+        const double ss = slot_sum(W->hjpart + 2 * per_path * np, nt);
+        qmla_iv_joint(out, ss / yy, fin, p->nmse);
+        ph_end(QMLA_CUDA_PH_POINTS, tp);
+    }
+    goto done;
+out:
+fail:
+    cudaStreamSynchronize(w->stream);
+done:
+    if (rng)
+        gsl_rng_free(rng);
     free(perm);
     return st;
 }
@@ -1821,6 +2386,11 @@ typedef struct cuda_eval_ctx {
     double *ev, *work, *hlam; /* device [d_c], [lwork]; host pinned [1] */
     int *info, *hinfo;        /* device [1]; host pinned [1] */
     int lwork;
+    /* since run 10 the eigensolver runs on its own stream, concurrently
+     * with the sequence's four attention passes: evg (the Gram is ready)
+     * and evd (the eigenvalue and status are copied) order the two */
+    cudaStream_t s2;
+    cudaEvent_t evg, evd;
 #endif
 } cuda_eval_ctx;
 
@@ -1851,6 +2421,12 @@ static void eval_end(void *p)
         cudaFreeHost(c->hinfo);
     if (c->sol)
         cusolverDnDestroy(c->sol);
+    if (c->evg)
+        cudaEventDestroy(c->evg);
+    if (c->evd)
+        cudaEventDestroy(c->evd);
+    if (c->s2)
+        cudaStreamDestroy(c->s2);
 #endif
     const int th = c->threads;
     memset(c, 0, sizeof *c);
@@ -1876,10 +2452,13 @@ static int eval_begin(void *p, const qmla_mla_dims *d, size_t T, qmla_error *err
         goto out;
     }
 #if QMLA_HAVE_CUSOLVER
+    CU(cudaStreamCreateWithFlags(&c->s2, cudaStreamNonBlocking), "eigensolver stream");
+    CU(cudaEventCreateWithFlags(&c->evg, cudaEventDisableTiming), "event");
+    CU(cudaEventCreateWithFlags(&c->evd, cudaEventDisableTiming), "event");
     {
         cusolverStatus_t cs = cusolverDnCreate(&c->sol);
         if (cs == CUSOLVER_STATUS_SUCCESS)
-            cs = cusolverDnSetStream(c->sol, c->sw->stream);
+            cs = cusolverDnSetStream(c->sol, before_r8() ? c->sw->stream : c->s2);
         if (cs == CUSOLVER_STATUS_SUCCESS)
             cs = cusolverDnDsyevd_bufferSize(c->sol, CUSOLVER_EIG_MODE_NOVECTOR,
                                              CUBLAS_FILL_MODE_LOWER, (int)dc, c->G, (int)dc,
@@ -1921,24 +2500,55 @@ static int eval_head_norms(void *p, const qmla_mla_dims *d, const qmla_mla_weigh
     size_t hc = (size_t)(1073741824.0 / ((double)D * (double)dc * 8.0));
     hc = hc < 1 ? 1 : hc > H ? H : hc;
     const size_t nf = D * HV > HV * dc ? D * HV : HV * dc;
+    /* since run 10: ||P_h||_2^2 = lambda_max(G1_h G2_h), G1_h = W_O,h^T W_O,h,
+     * G2_h = W_UV,h W_UV,h^T (d_v x d_v, in double), instead of the d_c x d_c
+     * Gram of P_h^T rounded to float (the CPU's; the two differ by that
+     * rounding) */
+    const int small = !before_r8();
     CU(cudaMalloc((void **)&f, nf * sizeof(float)), "weights staging");
     CU(cudaMalloc((void **)&wo, D * HV * sizeof(double)), "w_o (double)");
     CU(cudaMalloc((void **)&wuv, HV * dc * sizeof(double)), "w_uv (double)");
-    CU(cudaMalloc((void **)&X, hc * D * dc * sizeof(double)), "P_h");
-    CU(cudaMalloc((void **)&G, hc * dc * dc * sizeof(double)), "P_h Grams");
-    hG = (double *)malloc(H * dc * dc * sizeof(double));
+    if (small) {
+        CU(cudaMalloc((void **)&G, 2 * H * dv * dv * sizeof(double)), "head Grams");
+        hG = (double *)malloc(2 * H * dv * dv * sizeof(double));
+    } else {
+        CU(cudaMalloc((void **)&X, hc * D * dc * sizeof(double)), "P_h");
+        CU(cudaMalloc((void **)&G, hc * dc * dc * sizeof(double)), "P_h Grams");
+        hG = (double *)malloc(H * dc * dc * sizeof(double));
+    }
     lam = (double *)malloc(H * sizeof(double));
     if (!hG || !lam) {
         st = qmla_error_set(err, QMLA_ENOMEM, "bound: out of memory");
         goto out;
     }
-    CU(cudaMemcpyAsync(f, wt->w_o, D * HV * sizeof(float), cudaMemcpyHostToDevice, s), "copy w_o");
+    prof_mark(w);
+    CU(h2d_staged(w, f, wt->w_o, D * HV * sizeof(float)), "copy w_o");
     to_double_kernel<<<grid_for(D * HV), SM_THREADS, 0, s>>>(f, wo, D * HV);
     CU(cudaGetLastError(), "w_o (double)");
-    CU(cudaMemcpyAsync(f, wt->w_uv, HV * dc * sizeof(float), cudaMemcpyHostToDevice, s),
-       "copy w_uv");
+    CU(h2d_staged(w, f, wt->w_uv, HV * dc * sizeof(float)), "copy w_uv");
     to_double_kernel<<<grid_for(HV * dc), SM_THREADS, 0, s>>>(f, wuv, HV * dc);
     CU(cudaGetLastError(), "w_uv (double)");
+    if (small) {
+        /* G1_h = W_O,h^T W_O,h: W_O,h the columns h dv .. h dv + dv of w_o [D, HV] */
+        CB(dgemm_rm(w->blas, 1, 0, dv, dv, D, wo, HV, (long long)dv, wo, HV, (long long)dv, 0.0,
+                    G, dv, (long long)(dv * dv), H),
+           "head Grams W_O");
+        /* G2_h = W_UV,h W_UV,h^T: W_UV,h [dv, dc] */
+        CB(dgemm_rm(w->blas, 0, 1, dv, dv, dc, wuv, dc, (long long)(dv * dc), wuv, dc,
+                    (long long)(dv * dc), 0.0, G + H * dv * dv, dv, (long long)(dv * dv), H),
+           "head Grams W_UV");
+        CU(cudaMemcpyAsync(hG, G, 2 * H * dv * dv * sizeof(double), cudaMemcpyDeviceToHost, s),
+           "copy head Grams");
+        CU(ws_sync(c->sw), "head norms");
+        {
+            const double te = ph_begin(); /* the host's eigensolves */
+            qmla_lambda_max_psd_prod_batch(hG, hG + H * dv * dv, H, dv, c->threads, lam);
+            ph_end(QMLA_CUDA_PH_EVAL_HEADS, te);
+        }
+        for (size_t h = 0; h < H; h++)
+            pn[h] = sqrt(lam[h] > 0 ? lam[h] : 0);
+        goto out;
+    }
     for (size_t h0 = 0; h0 < H; h0 += hc) {
         const size_t nh = h0 + hc <= H ? hc : H - h0;
         /* X_h [D, dc] = w_o[:, h dv .. h dv + dv) (row stride HV) w_uv[h] [dv, dc] */
@@ -1955,8 +2565,12 @@ static int eval_head_norms(void *p, const qmla_mla_dims *d, const qmla_mla_weigh
                            cudaMemcpyDeviceToHost, s),
            "copy P_h Grams");
     }
-    CU(cudaStreamSynchronize(s), "head norms");
-    qmla_lambda_max_sym_batch(hG, H, dc, c->threads, lam);
+    CU(ws_sync(c->sw), "head norms");
+    {
+        const double te = ph_begin(); /* the host's eigensolves */
+        qmla_lambda_max_sym_batch(hG, H, dc, c->threads, lam);
+        ph_end(QMLA_CUDA_PH_EVAL_HEADS, te);
+    }
     for (size_t h = 0; h < H; h++)
         pn[h] = sqrt(lam[h] > 0 ? lam[h] : 0);
 out:
@@ -2005,15 +2619,46 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
     const size_t np = nt * NORM_BLOCKS;
     cudaStream_t s = w->stream;
     int st = QMLA_OK;
+#if QMLA_HAVE_CUSOLVER
+    const int gram_here = before_r8(); /* else queued before the passes */
+#else
+    const int gram_here = 1;
+#endif
     if (T == 0 || T > c->T)
         return qmla_error_set(err, QMLA_EINVAL, "eval: T = %zu outside [1, %zu]", T, c->T);
+    w->threads = qmla_exec_threads(ex);
     if ((st = seq_upload(w, wt, q_nope, q_rope, C, K, T, err)))
         goto out;
     /* C~ and K~ in the error slots */
-    CU(cudaMemcpyAsync(w->Ec, Ce, T * dc * sizeof(float), cudaMemcpyHostToDevice, s),
-       "copy effective c_kv");
-    CU(cudaMemcpyAsync(w->Er, Ke, T * dr * sizeof(float), cudaMemcpyHostToDevice, s),
-       "copy effective k_rope");
+    CU(h2d_staged(w, w->Ec, Ce, T * dc * sizeof(float)), "copy effective c_kv");
+    CU(h2d_staged(w, w->Er, Ke, T * dr * sizeof(float)), "copy effective k_rope");
+#if QMLA_HAVE_CUSOLVER
+    if (!before_r8()) {
+        /* C^T C first, then its eigenvalues on the solver's stream while
+         * the passes below run on this one */
+        to_double_kernel<<<grid_for(T * dc), SM_THREADS, 0, s>>>(w->C, c->Cd, T * dc);
+        CU(cudaGetLastError(), "c_kv (double)");
+        CB(dgemm_rm(w->blas, 1, 0, dc, dc, T, c->Cd, dc, 0, c->Cd, dc, 0, 0.0, c->G, dc, 0, 1),
+           "Gram of c_kv");
+        CU(cudaEventRecord(c->evg, s), "event");
+        CU(cudaStreamWaitEvent(c->s2, c->evg, 0), "event");
+        const cusolverStatus_t cs =
+            cusolverDnDsyevd(c->sol, CUSOLVER_EIG_MODE_NOVECTOR, CUBLAS_FILL_MODE_LOWER,
+                             (int)dc, c->G, (int)dc, c->ev, c->work, c->lwork, c->info);
+        if (cs != CUSOLVER_STATUS_SUCCESS) {
+            st = qmla_error_set(err, QMLA_EIO,
+                                "eval: ||C||_2: cusolverDnDsyevd of C^T C (d_c %zu): status %d",
+                                dc, (int)cs);
+            goto out;
+        }
+        CU(cudaMemcpyAsync(c->hlam, c->ev + (dc - 1), sizeof(double), cudaMemcpyDeviceToHost,
+                           c->s2),
+           "copy largest eigenvalue");
+        CU(cudaMemcpyAsync(c->hinfo, c->info, sizeof(int), cudaMemcpyDeviceToHost, c->s2),
+           "copy eigensolver status");
+        CU(cudaEventRecord(c->evd, c->s2), "event");
+    }
+#endif
     for (size_t k = 0; k < nt; k++) {
         const size_t t0 = k * B, t1 = t0 + B < T ? t0 + B : T, Bt = t1 - t0;
         if ((st = eval_pass_tile(w, T, t0, Bt, w->C, w->K, w->Z, w->Y[0], err)))
@@ -2033,10 +2678,12 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
     pos_scores_kernel<<<(unsigned)(H * T), SM_THREADS, dr * sizeof(double), s>>>(
         w->qr, w->K, w->Er, T, dr, c->pos, c->pos + H * T);
     CU(cudaGetLastError(), "positional scores");
-    to_double_kernel<<<grid_for(T * dc), SM_THREADS, 0, s>>>(w->C, c->Cd, T * dc);
-    CU(cudaGetLastError(), "c_kv (double)");
-    CB(dgemm_rm(w->blas, 1, 0, dc, dc, T, c->Cd, dc, 0, c->Cd, dc, 0, 0.0, c->G, dc, 0, 1),
-       "Gram of c_kv");
+    if (gram_here) {
+        to_double_kernel<<<grid_for(T * dc), SM_THREADS, 0, s>>>(w->C, c->Cd, T * dc);
+        CU(cudaGetLastError(), "c_kv (double)");
+        CB(dgemm_rm(w->blas, 1, 0, dc, dc, T, c->Cd, dc, 0, c->Cd, dc, 0, 0.0, c->G, dc, 0, 1),
+           "Gram of c_kv");
+    }
     CU(cudaMemcpyAsync(w->hpart, w->part, 4 * np * sizeof(double), cudaMemcpyDeviceToHost, s),
        "copy sums");
     CU(cudaMemcpyAsync(c->hpos, c->pos, 2 * H * T * sizeof(double), cudaMemcpyDeviceToHost, s),
@@ -2047,6 +2694,8 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
     if (before_mode())
         CU(cudaMemcpyAsync(c->hG, c->G, dc * dc * sizeof(double), cudaMemcpyDeviceToHost, s),
            "copy Gram");
+    else if (!before_r8()) /* queued above: this stream waits for it */
+        CU(cudaStreamWaitEvent(s, c->evd, 0), "event");
     else {
         const cusolverStatus_t cs =
             cusolverDnDsyevd(c->sol, CUSOLVER_EIG_MODE_NOVECTOR, CUBLAS_FILL_MODE_LOWER,
@@ -2067,7 +2716,7 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
     CU(cudaMemcpyAsync(c->hG, c->G, dc * dc * sizeof(double), cudaMemcpyDeviceToHost, s),
        "copy Gram");
 #endif
-    CU(cudaStreamSynchronize(s), "eval sequence");
+    CU(ws_sync(w), "eval sequence");
     {
         double v[4] = {0, 0, 0, 0};
         for (int q = 0; q < 4; q++)
@@ -2105,8 +2754,48 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
         out->cn = sqrt(l > 0 ? l : 0);
     }
 out:
-    if (st)
+    if (st) {
         cudaStreamSynchronize(s);
+#if QMLA_HAVE_CUSOLVER
+        cudaStreamSynchronize(c->s2);
+#endif
+    }
+    return st;
+}
+
+/* The eval callbacks timed (the profile). */
+static double eval_inside;
+static int eval_head_norms_p(void *p, const qmla_mla_dims *d, const qmla_mla_weights *wt,
+                             double *out, qmla_error *err)
+{
+    const double t0 = wall_now();
+    const int st = eval_head_norms(p, d, wt, out, err);
+    eval_inside += wall_now() - t0;
+    return st;
+}
+static int eval_begin_p(void *p, const qmla_mla_dims *d, size_t T, qmla_error *err)
+{
+    const double t0 = wall_now();
+    const int st = eval_begin(p, d, T, err);
+    eval_inside += wall_now() - t0;
+    prof.s[QMLA_CUDA_PH_EVAL_SETUP] += wall_now() - t0;
+    return st;
+}
+static void eval_end_p(void *p)
+{
+    const double t0 = wall_now();
+    eval_end(p);
+    eval_inside += wall_now() - t0;
+    prof.s[QMLA_CUDA_PH_EVAL_SETUP] += wall_now() - t0;
+}
+static int eval_sequence_p(void *p, const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
+                           const qmla_mla_weights *wt, const float *q_nope, const float *q_rope,
+                           const float *C, const float *K, const float *Ce, const float *Ke,
+                           qmla_tf_eval_sums *out, qmla_error *err)
+{
+    const double t0 = wall_now();
+    const int st = eval_sequence(p, ex, d, T, wt, q_nope, q_rope, C, K, Ce, Ke, out, err);
+    eval_inside += wall_now() - t0;
     return st;
 }
 
@@ -2120,8 +2809,19 @@ extern "C" int qmla_cuda_tf_eval_cell(const qmla_exec *ex, qmla_capture *cap, si
     cuda_eval_ctx c;
     memset(&c, 0, sizeof c);
     c.threads = qmla_exec_threads(ex);
-    const qmla_tf_eval_impl im = {&c, eval_head_norms, eval_begin, eval_end, eval_sequence};
-    return qmla_tf_eval_cell_impl(&im, ex, cap, li, ci, t, gamma, o, row, err);
+    if (!prof_on()) {
+        const qmla_tf_eval_impl im = {&c, eval_head_norms, eval_begin, eval_end, eval_sequence};
+        return qmla_tf_eval_cell_impl(&im, ex, cap, li, ci, t, gamma, o, row, err);
+    }
+    /* the profile: the cell's wall time outside the engine's calls is the
+     * host's part (loading, effective caches, eigensolves, means) */
+    const qmla_tf_eval_impl im = {&c, eval_head_norms_p, eval_begin_p, eval_end_p,
+                                  eval_sequence_p};
+    eval_inside = 0.0;
+    const double t0 = wall_now();
+    const int st = qmla_tf_eval_cell_impl(&im, ex, cap, li, ci, t, gamma, o, row, err);
+    prof.s[QMLA_CUDA_PH_EVAL_HOST] += wall_now() - t0 - eval_inside;
+    return st;
 }
 
 /* ---- learning: the content objective's attention (qmla learn) ------------------

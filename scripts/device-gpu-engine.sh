@@ -21,11 +21,13 @@
 # Steps can be named (default: build test bench memcheck; also ops, ops4k: the
 # jvp/predict/intervene benchmark; tf: the learn/eval benchmark; tfcli: qmla
 # learn and eval through the CLI with each engine; before: the ops and eval
-# benchmarks on the GPU with QMLA_CUDA_ENGINE_BEFORE=1, the 2026-12-02
-# engine's sequences, for before/after rows of one run; docs/cuda-engine.md),
+# benchmarks on the GPU with QMLA_CUDA_ENGINE_BEFORE=1, the sequences of
+# e498e58 (run 8; =2 those of 2026-12-02), for before/after rows of one run;
+# run10: the sweep, ops and eval benchmarks on V2-Lite and V3, after and
+# before (=1) rows, with the engine's phase profile; docs/cuda-engine.md),
 # cli: sweep, jvp, predict, intervene, learn and eval through the CLI with
 # each engine, the results files compared (scripts/compare-results.py);
-# run in this order: build test bench ops ops4k tf before tfcli cli memcheck. TEST_TIMEOUT (default 240) bounds the
+# run in this order: build test bench ops ops4k tf before run10 tfcli cli memcheck. TEST_TIMEOUT (default 240) bounds the
 # agreement test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -135,10 +137,12 @@ if [[ " $steps " == *" tf "* ]]; then
 fi
 if [[ " $steps " == *" before "* ]]; then
   # the before rows in the same run: the GPU-only ops and eval benchmarks
-  # with QMLA_CUDA_ENGINE_BEFORE=1 (the engine's operator, intervention and
-  # eval sequences as of 2026-12-02, f8d3d79: full five-route finite sweeps,
-  # weights and inputs copied with every sweep, sensitivity chunks of
-  # 1024 / H rows, ||C||_2 by GSL on the host; kernels/engine_cuda.cu)
+  # with QMLA_CUDA_ENGINE_BEFORE=1 (since run 10 the engine's sequences as
+  # of e498e58, run 8; until run 10 =1 meant what =2 means now: the
+  # operator, intervention and eval sequences as of 2026-12-02, f8d3d79:
+  # full five-route finite sweeps, weights and inputs copied with every
+  # sweep, sensitivity chunks of 1024 / H rows, ||C||_2 by GSL on the host;
+  # kernels/engine_cuda.cu)
   Q=$B/cli/qmla
   say "before bench: synth captures ($(date -u +%H:%M:%S))"
   synth512
@@ -150,6 +154,32 @@ if [[ " $steps " == *" before "* ]]; then
   QMLA_CUDA_ENGINE_BEFORE=1 timeout 60 $B/bench/bench_engine /tmp/v3.h5 --threads 16 --no-sweep \
     --no-cpu --ops --op-seqs 4 --iv-seqs 1 --eval --out $OUT/bench-before-v3.h5 >>"$LOG" 2>&1
   say "before bench v3 exit $?"
+  rm -f /tmp/v2l.h5 /tmp/v3.h5
+fi
+if [[ " $steps " == *" run10 "* ]]; then
+  # docs/cuda-engine.md, "H200 run 10": before and after rows in one call,
+  # every GPU row with the engine's phase profile (QMLA_CUDA_ENGINE_PROFILE=1;
+  # the before rows QMLA_CUDA_ENGINE_BEFORE=1, the sequences of e498e58)
+  say "run10: synth captures ($(date -u +%H:%M:%S))"
+  synth512
+  export QMLA_CUDA_ENGINE_PROFILE=1
+  say "run10: V2-Lite after (sweep: gpu 8, cpu 2; ops: gpu 8, interventions 2, cpu 1; eval on both)"
+  timeout 120 $B/bench/bench_engine /tmp/v2l.h5 --threads 16 --cpu-seqs 2 --ops --op-seqs 8 \
+    --iv-seqs 2 --cpu-op-seqs 1 --eval --out $OUT/r10-after-v2lite.h5 >>"$LOG" 2>&1
+  say "run10 v2-lite after exit $?"
+  say "run10: V2-Lite before (QMLA_CUDA_ENGINE_BEFORE=1, gpu only)"
+  QMLA_CUDA_ENGINE_BEFORE=1 timeout 60 $B/bench/bench_engine /tmp/v2l.h5 --threads 16 --no-cpu \
+    --ops --op-seqs 8 --iv-seqs 2 --eval --out $OUT/r10-before-v2lite.h5 >>"$LOG" 2>&1
+  say "run10 v2-lite before exit $?"
+  say "run10: V3 after (gpu only: sweep 8, ops 4, interventions 1, eval)"
+  timeout 90 $B/bench/bench_engine /tmp/v3.h5 --threads 16 --no-cpu --ops --op-seqs 4 \
+    --iv-seqs 1 --eval --out $OUT/r10-after-v3.h5 >>"$LOG" 2>&1
+  say "run10 v3 after exit $?"
+  say "run10: V3 before (QMLA_CUDA_ENGINE_BEFORE=1)"
+  QMLA_CUDA_ENGINE_BEFORE=1 timeout 90 $B/bench/bench_engine /tmp/v3.h5 --threads 16 --no-cpu \
+    --ops --op-seqs 4 --iv-seqs 1 --eval --out $OUT/r10-before-v3.h5 >>"$LOG" 2>&1
+  say "run10 v3 before exit $?"
+  unset QMLA_CUDA_ENGINE_PROFILE
   rm -f /tmp/v2l.h5 /tmp/v3.h5
 fi
 if [[ " $steps " == *" tfcli "* ]]; then

@@ -85,6 +85,16 @@ int qmla_sweep_error_direction(const qmla_sweep_params *p, const float *X,
                                double *nmse_qdq, double *nmse_cache,
                                int *degenerate, qmla_error *err);
 
+/* qmla_sweep_error_direction with the quantization and the rescaling on
+ * ex's threads (token blocks; each element computed as the serial form
+ * does, the sums of squares in the same serial order): the same E, *xx,
+ * *nmse_qdq, *nmse_cache and *degenerate bit for bit, and the same status
+ * and message on error, whatever the thread count. */
+int qmla_sweep_error_direction_par(const qmla_exec *ex, const qmla_sweep_params *p,
+                                   const float *X, size_t T, size_t width, float *E,
+                                   double *xx, double *nmse_qdq, double *nmse_cache,
+                                   int *degenerate, qmla_error *err);
+
 /* Compute both paths of one sequence (threads from ex). q_nope [H,T,d_n], q_rope [H,T,d_r],
  * C [T,d_c], K [T,d_r]. out[0] = content, out[1] = rope (layer/cell/seq
  * fields are left for the caller). verify != 0 also recomputes Y~ with a

@@ -3,6 +3,7 @@
 #include "core/alloc.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 void *qmla_alloc_big(size_t bytes, qmla_error *err, const char *what)
@@ -24,4 +25,18 @@ void *qmla_alloc_big(size_t bytes, qmla_error *err, const char *what)
         (void)madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE);
 #endif
     return p;
+}
+
+void qmla_memcpy_par(void *dst, const void *src, size_t bytes, int threads)
+{
+    if (threads < 2 || bytes < ((size_t)1 << 20)) {
+        memcpy(dst, src, bytes);
+        return;
+    }
+    const long nb = threads;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (long b = 0; b < nb; b++) {
+        const size_t a = bytes * (size_t)b / (size_t)nb, e = bytes * (size_t)(b + 1) / (size_t)nb;
+        memcpy((char *)dst + a, (const char *)src + a, e - a);
+    }
 }

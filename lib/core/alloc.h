@@ -16,6 +16,11 @@ extern "C" {
  * `what` on failure. */
 void *qmla_alloc_big(size_t bytes, qmla_error *err, const char *what);
 
+/* memcpy of `bytes` bytes in `threads` contiguous blocks on OpenMP threads
+ * (serial when threads < 2, the build has no OpenMP or bytes < 1 MiB): the
+ * CUDA engine's staging of inputs into pinned buffers. */
+void qmla_memcpy_par(void *dst, const void *src, size_t bytes, int threads);
+
 #ifdef __cplusplus
 }
 #endif

@@ -71,6 +71,55 @@ void qmla_cuda_engine_set_tile(size_t tokens);
  * synchronised with the device). */
 double qmla_cuda_engine_sens_seconds(void);
 
+/* The engine's phase profile (QMLA_CUDA_ENGINE_PROFILE=1 in the
+ * environment, or qmla_cuda_engine_profile_enable): wall seconds of the
+ * host in each phase, summed over every table call of the process since
+ * the last reset, and the GPU's stream time. The host phases are disjoint
+ * intervals of the calling thread (what a call's wall time leaves over is
+ * the launches of kernels and GEMMs and the host's small sums); the
+ * library only stores them, the benchmark prints them. Off: nothing is
+ * timed (no events, no clock reads). */
+enum {
+    QMLA_CUDA_PH_DIR,       /* host: error directions (QDQ, rescaling) */
+    QMLA_CUDA_PH_CTRL,      /* host: intervention controls drawn (GSL) and their norms */
+    QMLA_CUDA_PH_POINTS,    /* host: point weights w_t, ||E||^2, the partial sums */
+    QMLA_CUDA_PH_EVAL_HOST, /* host: eval's cell outside the engine's calls (effective
+                               caches, means, the bound, loading the layer and cell) */
+    QMLA_CUDA_PH_EVAL_HEADS, /* host: eval's head norms' eigensolves (GSL) */
+    QMLA_CUDA_PH_EVAL_SETUP, /* host: eval's cell workspace set up and freed (allocations,
+                                cuBLAS and cuSOLVER handles) */
+    QMLA_CUDA_PH_H2D,       /* host: inside host-to-device copy calls (a pageable
+                               source blocks until it is staged) */
+    QMLA_CUDA_PH_WAIT,      /* host: blocked on the stream (synchronisations) */
+    QMLA_CUDA_PH_GPU,       /* GPU: stream time from the first work queued after a
+                               synchronisation to the next synchronisation (events) */
+    QMLA_CUDA_PH_SENS,      /* wall of the exact sensitivities (inside the others) */
+    QMLA_CUDA_PH_N
+};
+typedef struct qmla_cuda_profile {
+    int on;
+    double s[QMLA_CUDA_PH_N];
+    unsigned long syncs, h2d_calls; /* synchronisations, host-to-device copies */
+    double h2d_bytes;
+} qmla_cuda_profile;
+void qmla_cuda_engine_profile_enable(int on);
+void qmla_cuda_engine_profile_get(qmla_cuda_profile *p);
+void qmla_cuda_engine_profile_reset(void);
+/* The phase's name ("host: error directions"). */
+const char *qmla_cuda_engine_profile_name(int phase);
+
+/* Which sequences the engine runs (benchmarks' before rows, tests):
+ * 0 today's; 1 those of commit e498e58 (run 8: serial error directions
+ * drawn again for every point and control, one synchronisation per JVP,
+ * controls copied from pageable memory, no overlap of host and GPU);
+ * 2 those of 2026-12-02 (f8d3d79: full five-route finite sweeps, weights
+ * and inputs copied with every sweep, sensitivity chunks of 1024 / H
+ * rows, ||C||_2 by GSL on the host). The first call reads
+ * QMLA_CUDA_ENGINE_BEFORE (unset: 0); set returns the level before. The
+ * chunk rows are fixed when a workspace is allocated. */
+int qmla_cuda_engine_before(void);
+int qmla_cuda_engine_set_before(int level);
+
 #ifdef __cplusplus
 }
 #endif

@@ -33,6 +33,15 @@ int qmla_op_point_begin(qmla_op_point *p, int path, const qmla_op_config *c,
                         size_t dc, size_t dr, const qmla_response *fin, double yy, float *E,
                         double *wt, double *xx, double *ee, int *skip, qmla_error *err);
 
+/* qmla_op_point_begin for a direction already drawn: E [T x width] the
+ * path's QDQ direction under c (qmla_op_path_direction's, e.g. the one the
+ * sweep of the same configuration drew: the same function of the same
+ * arguments) and degen its degenerate flag; p, wt and *ee as
+ * qmla_op_point_begin. Returns its *skip. */
+int qmla_op_point_begin_dir(qmla_op_point *p, int path, const qmla_op_config *c, size_t T,
+                            size_t width, const float *E, int degen,
+                            const qmla_response *fin, double yy, double *wt, double *ee);
+
 /* sigma[t] = tr[t] cc / yy, sigma[T + t] = tr[T + t] kk / yy (0 where
  * yy <= 0), t < T; tr may be sigma. */
 void qmla_op_sigma_scale(double *sigma, const double *tr, size_t T, double cc, double kk,

@@ -967,6 +967,14 @@ int qmla_op_point_begin(qmla_op_point *p, int path, const qmla_op_config *c,
     return QMLA_OK;
 }
 
+int qmla_op_point_begin_dir(qmla_op_point *p, int path, const qmla_op_config *c, size_t T,
+                            size_t width, const float *E, int degen,
+                            const qmla_response *fin, double yy, double *wt, double *ee)
+{
+    point_init(p, path, c, T);
+    return point_weights(p, degen, fin, yy, E, T, width, wt, ee);
+}
+
 void qmla_op_point_pred(qmla_op_point *p, const double *sg, const double *wt, size_t T)
 {
     double m = 0.0, a = 0.0;

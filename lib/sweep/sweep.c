@@ -93,16 +93,14 @@ void qmla_sweep_ws_free(qmla_sweep_ws *ws)
     memset(ws, 0, sizeof *ws);
 }
 
-/* E = alpha (QDQ(X) - X) scaled to cache NMSE nu. Returns the raw NMSE of
- * Delta in *nmse_qdq and sets *degenerate when Delta or X has no energy. */
-static int path_error(const qmla_sweep_params *p, const float *X, size_t T,
-                      size_t width, float *E, double *xx, double *nmse_qdq,
-                      double *nmse_cache, int *degenerate, qmla_error *err)
+/* The rest of path_error after E = QDQ(X): the sums of squares in double
+ * in index order (serial, so the parallel form gives the same bits), then
+ * E = alpha (E - X) on `threads` threads (each element on its own: the
+ * same value whatever the thread count) and ||E||^2 in index order. */
+static void path_error_finish(const qmla_sweep_params *p, const float *X, size_t n,
+                              float *E, double *xx, double *nmse_qdq, double *nmse_cache,
+                              int *degenerate, int threads)
 {
-    int st = qmla_quant_qdq(&p->quant, X, T, width, NULL, NULL, NULL, E, err);
-    if (st)
-        return st;
-    const size_t n = T * width;
     double dd = 0.0, x2 = 0.0;
     for (size_t i = 0; i < n; i++) {
         const double x = X[i], e = (double)E[i] - x;
@@ -115,16 +113,37 @@ static int path_error(const qmla_sweep_params *p, const float *X, size_t T,
     *nmse_cache = 0.0;
     if (x2 == 0.0 || dd == 0.0) {
         *degenerate = 1;
-        return QMLA_OK;
+        return;
     }
     const double alpha = sqrt(p->nmse * x2 / dd);
     double ee = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        E[i] = (float)(alpha * ((double)E[i] - (double)X[i]));
-        ee += (double)E[i] * (double)E[i];
-    }
+    if (threads > 1) {
+        const long nl = (long)n;
+        (void)nl;
+#pragma omp parallel for schedule(static) num_threads(threads)
+        for (long i = 0; i < nl; i++)
+            E[i] = (float)(alpha * ((double)E[i] - (double)X[i]));
+        for (size_t i = 0; i < n; i++)
+            ee += (double)E[i] * (double)E[i];
+    } else
+        for (size_t i = 0; i < n; i++) {
+            E[i] = (float)(alpha * ((double)E[i] - (double)X[i]));
+            ee += (double)E[i] * (double)E[i];
+        }
     *nmse_qdq = dd / x2;
     *nmse_cache = ee / x2;
+}
+
+/* E = alpha (QDQ(X) - X) scaled to cache NMSE nu. Returns the raw NMSE of
+ * Delta in *nmse_qdq and sets *degenerate when Delta or X has no energy. */
+static int path_error(const qmla_sweep_params *p, const float *X, size_t T,
+                      size_t width, float *E, double *xx, double *nmse_qdq,
+                      double *nmse_cache, int *degenerate, qmla_error *err)
+{
+    int st = qmla_quant_qdq(&p->quant, X, T, width, NULL, NULL, NULL, E, err);
+    if (st)
+        return st;
+    path_error_finish(p, X, T * width, E, xx, nmse_qdq, nmse_cache, degenerate, 1);
     return QMLA_OK;
 }
 
@@ -135,6 +154,35 @@ int qmla_sweep_error_direction(const qmla_sweep_params *p, const float *X,
 {
     return path_error(p, X, T, width, E, xx, nmse_qdq, nmse_cache, degenerate,
                       err);
+}
+
+int qmla_sweep_error_direction_par(const qmla_exec *ex, const qmla_sweep_params *p,
+                                   const float *X, size_t T, size_t width, float *E,
+                                   double *xx, double *nmse_qdq, double *nmse_cache,
+                                   int *degenerate, qmla_error *err)
+{
+    const int threads = qmla_exec_threads(ex);
+    if (threads < 2 || T < 2)
+        return path_error(p, X, T, width, E, xx, nmse_qdq, nmse_cache, degenerate, err);
+    int st = qmla_quant_check(&p->quant, width, err);
+    if (st)
+        return st;
+    /* QDQ is per token: blocks of tokens on the threads give the serial
+     * call's values; a block's error is reported by the serial call, whose
+     * message names the first failing token of the whole sequence */
+    const long nb = (long)(T < (size_t)threads * 4 ? T : (size_t)threads * 4);
+    int bad = 0;
+#pragma omp parallel for schedule(static) num_threads(threads) reduction(| : bad)
+    for (long b = 0; b < nb; b++) {
+        const size_t t0 = T * (size_t)b / (size_t)nb, t1 = T * (size_t)(b + 1) / (size_t)nb;
+        if (t1 > t0 && qmla_quant_qdq(&p->quant, X + t0 * width, t1 - t0, width, NULL, NULL,
+                                      NULL, E + t0 * width, NULL))
+            bad |= 1;
+    }
+    if (bad)
+        return path_error(p, X, T, width, E, xx, nmse_qdq, nmse_cache, degenerate, err);
+    path_error_finish(p, X, T * width, E, xx, nmse_qdq, nmse_cache, degenerate, threads);
+    return QMLA_OK;
 }
 
 /* At = softmax(Z + tau Q E^T) - A, causal; Q [H,T,w], E [T,w]. */

@@ -88,6 +88,65 @@ double qmla_lambda_max_sym(const double *G, size_t d)
     return r;
 }
 
+double qmla_lambda_max_psd_prod(const double *G1, const double *G2, size_t d)
+{
+    /* G1 = V diag(l) V^T, R = G1^(1/2) = V diag(sqrt(max(l, 0))) V^T; the
+     * eigenvalues of G1 G2 are those of the symmetric R G2 R */
+    gsl_matrix *m = gsl_matrix_alloc(d, d), *v = gsl_matrix_alloc(d, d);
+    gsl_vector *ev = gsl_vector_alloc(d);
+    gsl_eigen_symmv_workspace *w = gsl_eigen_symmv_alloc(d);
+    double *R = malloc(d * d * sizeof *R), *P = malloc(d * d * sizeof *P);
+    double r = NAN;
+    if (m && v && ev && w && R && P) {
+        memcpy(m->data, G1, d * d * sizeof(double));
+        gsl_eigen_symmv(m, ev, v, w);
+        for (size_t i = 0; i < d; i++)
+            for (size_t j = 0; j < d; j++) {
+                double acc = 0.0;
+                for (size_t k = 0; k < d; k++) {
+                    const double l = gsl_vector_get(ev, k);
+                    acc += gsl_matrix_get(v, i, k) * (l > 0 ? sqrt(l) : 0.0) *
+                           gsl_matrix_get(v, j, k);
+                }
+                R[i * d + j] = acc;
+            }
+        for (size_t i = 0; i < d; i++) /* P = R G2 */
+            for (size_t j = 0; j < d; j++) {
+                double acc = 0.0;
+                for (size_t k = 0; k < d; k++)
+                    acc += R[i * d + k] * G2[k * d + j];
+                P[i * d + j] = acc;
+            }
+        for (size_t i = 0; i < d; i++) /* S = P R, symmetrised, in m */
+            for (size_t j = 0; j <= i; j++) {
+                double a = 0.0, b = 0.0;
+                for (size_t k = 0; k < d; k++) {
+                    a += P[i * d + k] * R[k * d + j];
+                    b += P[j * d + k] * R[k * d + i];
+                }
+                gsl_matrix_set(m, i, j, 0.5 * (a + b));
+                gsl_matrix_set(m, j, i, 0.5 * (a + b));
+            }
+        r = qmla_lambda_max_sym(m->data, d);
+    }
+    free(R);
+    free(P);
+    if (w) gsl_eigen_symmv_free(w);
+    if (ev) gsl_vector_free(ev);
+    if (v) gsl_matrix_free(v);
+    if (m) gsl_matrix_free(m);
+    return r;
+}
+
+void qmla_lambda_max_psd_prod_batch(const double *G1, const double *G2, size_t n, size_t d,
+                                    int threads, double *out)
+{
+    long nl = (long)n;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
+    for (long k = 0; k < nl; k++)
+        out[k] = qmla_lambda_max_psd_prod(G1 + (size_t)k * d * d, G2 + (size_t)k * d * d, d);
+}
+
 void qmla_lambda_max_sym_batch(const double *G, size_t n, size_t d, int threads, double *out)
 {
     long nl = (long)n;

@@ -51,6 +51,16 @@ double qmla_lambda_max_sym(const double *G, size_t d);
  * `threads` threads. */
 void qmla_lambda_max_sym_batch(const double *G, size_t n, size_t d, int threads, double *out);
 
+/* lambda_max(G1 G2) of two symmetric positive semi-definite d x d matrices,
+ * as lambda_max(R G2 R) with R = G1^(1/2) (GSL's eigensolvers, double): the
+ * largest eigenvalue of B^T A^T A B = (AB)^T (AB) from G1 = A^T A and
+ * G2 = B B^T, a d x d problem instead of one of B's width (the CUDA
+ * engine's head norms ||W_O,h W_UV,h||_2, d = d_v). NaN when out of
+ * memory. The batch: n pairs, `threads` threads. */
+double qmla_lambda_max_psd_prod(const double *G1, const double *G2, size_t d);
+void qmla_lambda_max_psd_prod_batch(const double *G1, const double *G2, size_t n, size_t d,
+                                    int threads, double *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -195,6 +195,28 @@ static void case_inputs_free(case_inputs *in)
     free(in->wo);
 }
 
+/* The profile after a call with it on: the call synchronised, timed the GPU
+ * and copied to the device (what the benchmark's profile lines rest on). */
+static int profile_recorded(const char *what)
+{
+    qmla_cuda_profile pr;
+    qmla_cuda_engine_profile_get(&pr);
+    const int ok = pr.on && pr.syncs > 0 && pr.h2d_calls > 0 && pr.s[QMLA_CUDA_PH_GPU] > 0.0 &&
+                   pr.s[QMLA_CUDA_PH_WAIT] >= 0.0 && pr.s[QMLA_CUDA_PH_H2D] > 0.0 &&
+                   pr.s[QMLA_CUDA_PH_DIR] > 0.0;
+    if (!ok)
+        fprintf(stderr, "  %s: profile on %d syncs %lu h2d %lu gpu %g wait %g h2d %g dir %g\n",
+                what, pr.on, pr.syncs, pr.h2d_calls, pr.s[QMLA_CUDA_PH_GPU],
+                pr.s[QMLA_CUDA_PH_WAIT], pr.s[QMLA_CUDA_PH_H2D], pr.s[QMLA_CUDA_PH_DIR]);
+    return ok;
+}
+
+static void profile_begin(void)
+{
+    qmla_cuda_engine_profile_enable(1);
+    qmla_cuda_engine_profile_reset();
+}
+
 static void run_case(const shape_case *c)
 {
     case_inputs in;
@@ -223,6 +245,22 @@ static void run_case(const shape_case *c)
     CHECK_OK(st, err);
     const int sg = st ? st : gpu->sequence(&ex, &p, &d, T, &w, qn, qr, C, K, 0, wg, rg, &err);
     const int sg2 = st ? st : gpu->sequence(&ex, &p, &d, T, &w, qn, qr, C, K, 0, wg, rg2, &err);
+    /* the run-8 sequence (serial directions, pageable copies) and the
+     * profiled one: the same bits */
+    qmla_response rg3[2], rg4[2];
+    memset(rg3, 0, sizeof rg3);
+    memset(rg4, 0, sizeof rg4);
+    const int lv = qmla_cuda_engine_set_before(1);
+    const int sg3 = st ? st : gpu->sequence(&ex, &p, &d, T, &w, qn, qr, C, K, 0, wg, rg3, &err);
+    qmla_cuda_engine_set_before(lv);
+    profile_begin();
+    const int sg4 = st ? st : gpu->sequence(&ex, &p, &d, T, &w, qn, qr, C, K, 0, wg, rg4, &err);
+    const int prof_ok = sg4 || profile_recorded(c->name);
+    qmla_cuda_engine_profile_enable(0);
+    CHECK(sg3 == sg && sg4 == sg && !memcmp(rg, rg3, sizeof rg) && !memcmp(rg, rg4, sizeof rg),
+          "%s: cuda's run-8 sequence and the profiled one bit for bit today's (status %d %d %d)",
+          c->name, sg, sg3, sg4);
+    CHECK(prof_ok, "%s: the profile recorded the sequence", c->name);
     if (c->kind == 2) {
         CHECK(sc == QMLA_ENONFINITE && sg == QMLA_ENONFINITE,
               "%s: a float32 overflow is refused by both engines (cpu %d, cuda %d: %s)",
@@ -373,6 +411,38 @@ static void run_op_case(const shape_case *c)
                                            conf, nconf, wg, pg, ag, sg, &err);
     const int rg2 = st ? st : gpu->sequence(&ex, &d, T, &in.w, lg, in.qn, in.qr, in.C, in.K,
                                             conf, nconf, wg, pg2, ag2, sg2, &err);
+    {
+        /* the run-8 sequence (directions drawn again per point, one wait per
+         * JVP) and the profiled pipelined one: the same bits */
+        qmla_op_point *p3 = calloc(np, sizeof *p3), *p4 = calloc(np, sizeof *p4);
+        double *a3 = calloc(np * T, sizeof *a3), *a4 = calloc(np * T, sizeof *a4);
+        double *s3 = calloc(2 * T, sizeof *s3), *s4 = calloc(2 * T, sizeof *s4);
+        const int lv = qmla_cuda_engine_set_before(1);
+        const int r3 = st ? st : gpu->sequence(&ex, &d, T, &in.w, lg, in.qn, in.qr, in.C, in.K,
+                                               conf, nconf, wg, p3, a3, s3, &err);
+        qmla_cuda_engine_set_before(lv);
+        profile_begin();
+        const int r4 = st ? st : gpu->sequence(&ex, &d, T, &in.w, lg, in.qn, in.qr, in.C, in.K,
+                                               conf, nconf, wg, p4, a4, s4, &err);
+        const int prof_ok = r4 || profile_recorded(c->name);
+        qmla_cuda_engine_profile_enable(0);
+        const int same = r3 == rg && r4 == rg &&
+                         (rg || (!memcmp(pg, p3, np * sizeof *pg) &&
+                                 !memcmp(pg, p4, np * sizeof *pg) &&
+                                 !memcmp(ag, a3, np * T * sizeof *ag) &&
+                                 !memcmp(ag, a4, np * T * sizeof *ag) &&
+                                 !memcmp(sg, s3, 2 * T * sizeof *sg) &&
+                                 !memcmp(sg, s4, 2 * T * sizeof *sg)));
+        CHECK(same, "op %s: cuda's run-8 sequence and the profiled pipelined one bit for bit "
+              "today's (status %d %d %d)", c->name, rg, r3, r4);
+        CHECK(prof_ok, "op %s: the profile recorded the sequence", c->name);
+        free(p3);
+        free(p4);
+        free(a3);
+        free(a4);
+        free(s3);
+        free(s4);
+    }
     double ws = 0.0; /* the worst sigma */
     if (c->kind == 2) {
         CHECK(rc == QMLA_ENONFINITE && rg == QMLA_ENONFINITE,
@@ -513,6 +583,31 @@ static void run_iv_case(const shape_case *c)
                                            77, wg, &ig, rg_, &err);
     const int rg2 = st ? st : gpu->sequence(&ex, &d, T, &in.w, in.qn, in.qr, in.C, in.K, &p,
                                             reps, 77, wg, &ig2, rg2_, &err);
+    {
+        /* the run-8 sequence (one wait per control) and the profiled
+         * pipelined one: the same bits */
+        qmla_iv_item i3, i4;
+        double r3_[2 * QMLA_N_CTRL * 3], r4_[2 * QMLA_N_CTRL * 3];
+        memset(&i3, 0, sizeof i3);
+        memset(&i4, 0, sizeof i4);
+        memset(r3_, 0, sizeof r3_);
+        memset(r4_, 0, sizeof r4_);
+        const int lv = qmla_cuda_engine_set_before(1);
+        const int s3 = st ? st : gpu->sequence(&ex, &d, T, &in.w, in.qn, in.qr, in.C, in.K, &p,
+                                               reps, 77, wg, &i3, r3_, &err);
+        qmla_cuda_engine_set_before(lv);
+        profile_begin();
+        const int s4 = st ? st : gpu->sequence(&ex, &d, T, &in.w, in.qn, in.qr, in.C, in.K, &p,
+                                               reps, 77, wg, &i4, r4_, &err);
+        const int prof_ok = s4 || profile_recorded(c->name);
+        qmla_cuda_engine_profile_enable(0);
+        const int same = s3 == rg && s4 == rg &&
+                         (rg || (!memcmp(&ig, &i3, sizeof ig) && !memcmp(&ig, &i4, sizeof ig) &&
+                                 !memcmp(rg_, r3_, sizeof rg_) && !memcmp(rg_, r4_, sizeof rg_)));
+        CHECK(same, "iv %s: cuda's run-8 sequence and the profiled pipelined one bit for bit "
+              "today's (status %d %d %d)", c->name, rg, s3, s4);
+        CHECK(prof_ok, "iv %s: the profile recorded the sequence", c->name);
+    }
     if (c->kind == 2) {
         CHECK(rc == QMLA_ENONFINITE && rg == QMLA_ENONFINITE,
               "iv %s: a float32 overflow is refused by both engines (cpu %d, cuda %d: %s)",

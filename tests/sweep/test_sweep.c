@@ -5,13 +5,18 @@
  *    exactly), to a stated tolerance for c = 3 (quantization codes can flip);
  *  - responses move only slowly with the target NMSE nu (finite, not local);
  *  - means: cell = mean over sequences, layer = mean over cells, model =
- *    mean over layers, ratio = mean R_P / mean R_C, degenerate excluded. */
+ *    mean over layers, ratio = mean R_P / mean R_C, degenerate excluded;
+ *  - qmla_sweep_error_direction_par gives the serial form's direction,
+ *    sums, flags, status and message bit for bit at every thread count. */
 #include "check.h"
+#include "core/alloc.h"
 #include "naive.h"
 #include "qmla/response.h"
 #include "qmla/sweep.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -190,6 +195,107 @@ static void test_row_order(void)
           "path names with a suffix or prefix accepted");
 }
 
+/* Uniform in [-1, 1) from a 64-bit LCG (the test's own stream). */
+static float lcg_unit(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((double)(*s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static void test_direction_par(void)
+{
+    const size_t Ts[] = {1, 2, 3, 17, 64, 257, 512};
+    const size_t widths[] = {64, 512, 8, 96};
+    const int bitss[] = {4, 2, 8, 3};
+    const qmla_meta metas[] = {QMLA_META_F16, QMLA_META_F32, QMLA_META_Q8, QMLA_META_F16};
+    const int threads[] = {1, 2, 3, 7, 16};
+    size_t cases = 0, differ = 0;
+    uint64_t seed = 12345;
+    for (size_t iw = 0; iw < sizeof widths / sizeof *widths; iw++)
+        for (size_t it = 0; it < sizeof Ts / sizeof *Ts; it++)
+            for (int kind = 0; kind < 4; kind++) {
+                /* kind 0: random; 1: all zero (degenerate); 2: one NaN
+                 * (an error naming its token); 3: tokens of very different
+                 * scale */
+                const size_t T = Ts[it], W = widths[iw], n = T * W;
+                float *X = malloc(n * sizeof *X), *E0 = malloc(n * sizeof *E0),
+                      *E1 = malloc(n * sizeof *E1);
+                CHECK(X && E0 && E1, "out of memory");
+                if (!X || !E0 || !E1)
+                    return;
+                for (size_t i = 0; i < n; i++)
+                    X[i] = kind == 1 ? 0.0f : lcg_unit(&seed) *
+                                                  (kind == 3 ? (float)(1u << (i / W % 9)) : 1.0f);
+                if (kind == 2)
+                    X[n - 1 - (n / 3)] = NAN;
+                qmla_sweep_params p = qmla_sweep_defaults();
+                p.quant.bits = bitss[iw];
+                p.quant.meta = metas[iw];
+                p.quant.group = W == 96 ? 32 : 64;
+                p.nmse = 1e-3;
+                double a[3], b[3];
+                int dg0 = -1, dg1 = -1;
+                qmla_error e0, e1;
+                qmla_error_clear(&e0);
+                const int s0 = qmla_sweep_error_direction(&p, X, T, W, E0, &a[0], &a[1], &a[2],
+                                                          &dg0, &e0);
+                for (size_t ith = 0; ith < sizeof threads / sizeof *threads; ith++) {
+                    const qmla_exec ex = {threads[ith]};
+                    qmla_error_clear(&e1);
+                    memset(E1, 0x5a, n * sizeof *E1);
+                    dg1 = -1;
+                    const int s1 = qmla_sweep_error_direction_par(&ex, &p, X, T, W, E1, &b[0],
+                                                                  &b[1], &b[2], &dg1, &e1);
+                    cases++;
+                    int same = s0 == s1 && !strcmp(e0.msg, e1.msg);
+                    if (!s0)
+                        same = same && !memcmp(E0, E1, n * sizeof *E0) &&
+                               !memcmp(a, b, sizeof a) && dg0 == dg1;
+                    differ += !same;
+                    CHECK(same, "direction_par T %zu width %zu kind %d threads %d: status %d/%d "
+                          "(\"%s\" / \"%s\"), same E %d, sums %.17g/%.17g, degenerate %d/%d",
+                          T, W, kind, threads[ith], s0, s1, e0.msg, e1.msg,
+                          !s0 && !memcmp(E0, E1, n * sizeof *E0), a[2], b[2], dg0, dg1);
+                }
+                if (kind == 2)
+                    CHECK(s0 == QMLA_ENONFINITE, "NaN input: status %d, expected ENONFINITE", s0);
+                if (kind == 1)
+                    CHECK(!s0 && dg0 == 1, "zero input: status %d degenerate %d", s0, dg0);
+                if (kind == 0 && !s0)
+                    CHECK(dg0 == 0 && fabs(a[2] / 1e-3 - 1.0) < 1e-3,
+                          "random input: cache NMSE %g, expected 1e-3", a[2]);
+                free(X);
+                free(E0);
+                free(E1);
+            }
+    printf("direction_par: %zu cases (shape x input x threads), %zu differ from the serial "
+           "form\n", cases, differ);
+}
+
+/* qmla_memcpy_par: the same bytes as memcpy for sizes around its 1 MiB
+ * threshold and odd lengths, at several thread counts. */
+static void test_memcpy_par(void)
+{
+    const size_t sizes[] = {0, 1, 1000, ((size_t)1 << 20) - 1, (size_t)1 << 20,
+                            ((size_t)3 << 20) + 7};
+    uint64_t seed = 99;
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++)
+        for (int th = 1; th <= 16; th *= 3) {
+            const size_t n = sizes[k];
+            unsigned char *a = malloc(n + 1), *b = malloc(n + 1);
+            CHECK(a && b, "out of memory");
+            if (!a || !b)
+                return;
+            for (size_t i = 0; i < n; i++)
+                a[i] = (unsigned char)(lcg_unit(&seed) * 127.0f + 128.0f);
+            memset(b, 0xa5, n + 1);
+            qmla_memcpy_par(b, a, n, th);
+            CHECK(!memcmp(a, b, n) && b[n] == 0xa5, "memcpy_par %zu bytes, %d threads", n, th);
+            free(a);
+            free(b);
+        }
+}
+
 int main(void)
 {
     qmla_blas_set_threads(1);
@@ -199,5 +305,7 @@ int main(void)
     test_scale_invariance(3.0, 0.02, QMLA_META_F32);
     test_nu_dependence();
     test_summary();
+    test_direction_par();
+    test_memcpy_par();
     return check_summary("test_sweep");
 }

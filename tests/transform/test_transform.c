@@ -34,6 +34,7 @@
 #include "qmla/tfeval.h"
 #include "qmla/transform.h"
 #include "qmla/tmethod.h"
+#include "transform/tfeval_int.h"
 
 static void random_orthogonal(double *R, size_t d)
 {
@@ -756,6 +757,68 @@ static void check_file(void)
     }
 }
 
+/* qmla_lambda_max_psd_prod (the CUDA engine's head norms): lambda_max of
+ * (AB)^T (AB) from A^T A and B B^T against the full Gram's, on random
+ * shapes (D, d_v, d_c), a rank-deficient A and a zero head. */
+static void check_psd_prod(void)
+{
+    const size_t shapes[][3] = {{64, 8, 24}, {256, 32, 96}, {40, 16, 16}, {7, 5, 9}};
+    for (size_t q = 0; q < sizeof shapes / sizeof *shapes; q++)
+        for (int kind = 0; kind < 3; kind++) {
+            const size_t D = shapes[q][0], dv = shapes[q][1], dc = shapes[q][2];
+            double *A = malloc(D * dv * sizeof *A), *B = malloc(dv * dc * sizeof *B);
+            double *X = calloc(D * dc, sizeof *X), *G = calloc(dc * dc, sizeof *G);
+            double *G1 = calloc(dv * dv, sizeof *G1), *G2 = calloc(dv * dv, sizeof *G2);
+            for (size_t i = 0; i < D * dv; i++) /* kind 1: A's last column 0; 2: A = 0 */
+                A[i] = kind == 2 || (kind == 1 && i % dv == dv - 1) ? 0.0 : naive_gauss();
+            for (size_t i = 0; i < dv * dc; i++)
+                B[i] = naive_gauss() * 0.1;
+            for (size_t i = 0; i < D; i++)
+                for (size_t j = 0; j < dc; j++)
+                    for (size_t k = 0; k < dv; k++)
+                        X[i * dc + j] += A[i * dv + k] * B[k * dc + j];
+            for (size_t i = 0; i < dc; i++)
+                for (size_t j = 0; j < dc; j++)
+                    for (size_t k = 0; k < D; k++)
+                        G[i * dc + j] += X[k * dc + i] * X[k * dc + j];
+            for (size_t i = 0; i < dv; i++)
+                for (size_t j = 0; j < dv; j++) {
+                    for (size_t k = 0; k < D; k++)
+                        G1[i * dv + j] += A[k * dv + i] * A[k * dv + j];
+                    for (size_t k = 0; k < dc; k++)
+                        G2[i * dv + j] += B[i * dc + k] * B[j * dc + k];
+                }
+            const double full = qmla_lambda_max_sym(G, dc);
+            const double prod = qmla_lambda_max_psd_prod(G1, G2, dv);
+            double batch[2] = {0, 0};
+            double *G1b = malloc(2 * dv * dv * sizeof *G1b), *G2b = malloc(2 * dv * dv * sizeof *G2b);
+            memcpy(G1b, G1, dv * dv * sizeof *G1);
+            memcpy(G1b + dv * dv, G1, dv * dv * sizeof *G1);
+            memcpy(G2b, G2, dv * dv * sizeof *G2);
+            memcpy(G2b + dv * dv, G2, dv * dv * sizeof *G2);
+            qmla_lambda_max_psd_prod_batch(G1b, G2b, 2, dv, 2, batch);
+            if (kind == 2)
+                CHECK(fabs(prod) <= 1e-300 && fabs(full) <= 1e-300,
+                      "psd_prod D %zu d_v %zu d_c %zu: zero head: %g (full %g)", D, dv, dc, prod,
+                      full);
+            else
+                CHECK(full > 0 && fabs(prod - full) <= 1e-10 * full,
+                      "psd_prod D %zu d_v %zu d_c %zu kind %d: %.17g, the full Gram's %.17g",
+                      D, dv, dc, kind, prod, full);
+            CHECK(batch[0] == prod && batch[1] == prod,
+                  "psd_prod batch D %zu kind %d: %.17g %.17g, single %.17g", D, kind, batch[0],
+                  batch[1], prod);
+            free(A);
+            free(B);
+            free(X);
+            free(G);
+            free(G1);
+            free(G2);
+            free(G1b);
+            free(G2b);
+        }
+}
+
 int main(void)
 {
     qmla_exec ex = qmla_exec_cpu(2);
@@ -777,5 +840,6 @@ int main(void)
     check_eval(&ex, "tiny");
     check_eval(&ex, "moonlight");
     check_file();
+    check_psd_prod();
     return check_summary("test_transform");
 }
