@@ -25,7 +25,10 @@ enum {
     "--engine NAME: the engine of the per-sequence work: cpu (default), cuda\n" \
     "(a build with -Dgpu_engine=true on a usable GPU; docs/cuda-engine.md\n"   \
     "says which operations run there) or auto (cuda where usable, else cpu);\n" \
-    "any other, or cuda without a usable GPU, is refused (exit 2).\n"
+    "any other, or cuda without a usable GPU, is refused (exit 2).\n"          \
+    "--device N (or --engine cuda:N, or QMLA_CUDA_DEVICE=N): the CUDA device;\n" \
+    "without them the node-local MPI/Slurm rank (OMPI_COMM_WORLD_LOCAL_RANK,\n" \
+    "SLURM_LOCALID, ...) mod the device count, else 0; out of range: exit 2.\n"
 
 int cmd_check(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
@@ -108,6 +111,18 @@ int cli_opt_threads(const char *cmd, const char *arg, int *threads);
 /* --engine NAME (qmla/engine.h): *engine, or the engine's refusal naming
  * the engines of this build (returns QMLA_EXIT_USAGE). */
 int cli_opt_engine(const char *cmd, const char *arg, const qmla_engine **engine);
+/* --device N after --engine: qmla_engine_select_device (device < 0: nothing
+ * to do). 0, or QMLA_EXIT_USAGE after a message naming the device asked
+ * for and the count found. */
+int cli_engine_device(const char *cmd, const qmla_engine *engine, long device);
+/* --merge's arguments: CAPTURE.h5 then at least one PART, -o, no --shard.
+ * 0, or QMLA_EXIT_USAGE after a message. */
+int cli_merge_args(const char *cmd, int argc, const char *out, size_t n_shards);
+/* --shard I/N (CLI_FN; dst a cli_shard): 0, or QMLA_EXIT_USAGE. */
+typedef struct cli_shard {
+    size_t shard, n_shards;
+} cli_shard;
+int cli_opt_shard(const char *cmd, const char *arg, void *dst);
 
 /* A subcommand's options as a table, parsed by cli_getopt: each entry
  * names a long option (with its short letter, if any), what its argument
