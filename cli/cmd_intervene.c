@@ -44,6 +44,37 @@ static void help(FILE *f, const void *ctx)
         "example: qmla intervene data/tiny-mla-default.h5 -o op.h5 --threads 2\n");
 }
 
+#if QMLA_HAVE_MPI
+/* One rank's shard under mpirun (cli_mpi_op_shards). */
+typedef struct iv_mpi {
+    qmla_capture *cap;
+    const qmla_sweep_selection *sel;
+    qmla_iv_opts o;
+} iv_mpi;
+
+static int quiet_poll(void *ctx, size_t done, size_t total, size_t resumed)
+{
+    (void)ctx;
+    (void)done;
+    (void)total;
+    (void)resumed;
+    return cli_interrupted() != 0;
+}
+
+static int iv_mpi_part(void *ctx, const char *part, size_t shard, size_t n, int rank,
+                       int *stopped, qmla_error *err)
+{
+    iv_mpi *m = ctx;
+    qmla_iv_opts o = m->o;
+    o.shard = shard;
+    o.n_shards = n;
+    if (rank != 0) /* rank 0's progress line only */
+        o.progress = quiet_poll;
+    qmla_iv_stats s;
+    return qmla_intervene_run(m->cap, m->sel, &o, part, &s, stopped, err);
+}
+#endif
+
 int cmd_intervene(int argc, char **argv)
 {
     qmla_iv_opts o;
@@ -112,6 +143,28 @@ int cmd_intervene(int argc, char **argv)
     qmla_iv_stats s;
     int stopped = 0;
     const double t0 = cli_now();
+#if QMLA_HAVE_MPI
+    char **mparts = NULL; /* mpirun: the ranks' parts, merged by rank 0 */
+    size_t nmparts = 0;
+    if (cli_mpi_launched()) {
+        iv_mpi mc = {cap, &cs.sel, o};
+        const int mr = cli_mpi_op_shards("intervene", out, "interventions",
+                                         merge ? "--merge under mpirun: merge once, "
+                                                 "without mpirun"
+                                         : o.n_shards > 1 ? "--shard and mpirun do not "
+                                                 "combine: under MPI the ranks are the shards"
+                                                 : NULL,
+                                         iv_mpi_part, &mc, &mparts, &nmparts);
+        if (mr >= 0) {
+            rc = mr;
+            goto done;
+        }
+        if (mr == -2) { /* rank 0: merge the ranks' parts */
+            o.parts = (const char *const *)mparts;
+            o.n_parts = nmparts;
+        }
+    }
+#endif
     int st = qmla_intervene_run(cap, &cs.sel, &o, out, &s, &stopped, &err);
     cli_progress_end(&prog);
     if (stopped) {
@@ -125,6 +178,13 @@ int cmd_intervene(int argc, char **argv)
         rc = cli_lib_error("intervene", &err);
         goto done;
     }
+#if QMLA_HAVE_MPI
+    if (mparts) { /* merged: the parts are removed */
+        cli_mpi_parts_free(mparts, nmparts, 1);
+        mparts = NULL;
+        printf("(%zu MPI ranks, one shard each, merged by rank 0)\n", nmparts);
+    }
+#endif
     printf("capture  %s  (%s)\n", argv[optind], qmla_capture_get_config(cap)->model);
     if (o.n_shards > 1) {
         printf("part     %s  (shard %zu of %zu, engine %s; %.1f s)\n(combine the %zu parts "
@@ -150,6 +210,9 @@ int cmd_intervene(int argc, char **argv)
            "the single-path sum\n", s.mean_r_joint, s.mean_r_content, s.mean_r_rope,
            s.mean_cross_rel);
 done:
+#if QMLA_HAVE_MPI
+    cli_mpi_parts_free(mparts, nmparts, 0); /* a failed merge keeps the parts */
+#endif
     if (cap)
         qmla_capture_close(cap);
     cli_selection_free(&cs);

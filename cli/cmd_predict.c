@@ -144,6 +144,37 @@ static int print_splits(const qmla_op_point *p, size_t n, qmla_error *err)
     return 0;
 }
 
+#if QMLA_HAVE_MPI
+/* One rank's shard under mpirun (cli_mpi_op_shards). */
+typedef struct op_mpi {
+    qmla_capture *cap;
+    const qmla_sweep_selection *sel;
+    qmla_op_opts o;
+} op_mpi;
+
+static int quiet_poll(void *ctx, size_t done, size_t total, size_t resumed)
+{
+    (void)ctx;
+    (void)done;
+    (void)total;
+    (void)resumed;
+    return cli_interrupted() != 0;
+}
+
+static int op_mpi_part(void *ctx, const char *part, size_t shard, size_t n, int rank,
+                       int *stopped, qmla_error *err)
+{
+    op_mpi *m = ctx;
+    qmla_op_opts o = m->o;
+    o.shard = shard;
+    o.n_shards = n;
+    if (rank != 0) /* rank 0's progress line only */
+        o.progress = quiet_poll;
+    qmla_op_stats s;
+    return qmla_op_run_points(m->cap, m->sel, &o, part, &s, NULL, NULL, stopped, err);
+}
+#endif
+
 int cli_op_main(int argc, char **argv, int pred)
 {
     const char *name = pred ? "predict" : "jvp";
@@ -229,6 +260,28 @@ int cli_op_main(int argc, char **argv, int pred)
     const double t0 = cli_now();
     qmla_op_point *pts = NULL;
     size_t npts = 0;
+#if QMLA_HAVE_MPI
+    char **mparts = NULL; /* mpirun: the ranks' parts, merged by rank 0 */
+    size_t nmparts = 0;
+    if (cli_mpi_launched()) {
+        op_mpi mc = {cap, &cs.sel, o};
+        const int mr = cli_mpi_op_shards(name, out, name,
+                                         merge ? "--merge under mpirun: merge once, "
+                                                 "without mpirun"
+                                         : o.n_shards > 1 ? "--shard and mpirun do not "
+                                                 "combine: under MPI the ranks are the shards"
+                                                 : NULL,
+                                         op_mpi_part, &mc, &mparts, &nmparts);
+        if (mr >= 0) {
+            rc = mr;
+            goto done;
+        }
+        if (mr == -2) { /* rank 0: merge the ranks' parts */
+            o.parts = (const char *const *)mparts;
+            o.n_parts = nmparts;
+        }
+    }
+#endif
     int st = qmla_op_run_points(cap, &cs.sel, &o, out, &s, &pts, &npts, &stopped, &err);
     cli_progress_end(&prog);
     if (stopped) {
@@ -241,6 +294,13 @@ int cli_op_main(int argc, char **argv, int pred)
         rc = cli_lib_error(name, &err);
         goto done;
     }
+#if QMLA_HAVE_MPI
+    if (mparts) { /* merged: the parts are removed */
+        cli_mpi_parts_free(mparts, nmparts, 1);
+        mparts = NULL;
+        printf("(%zu MPI ranks, one shard each, merged by rank 0)\n", nmparts);
+    }
+#endif
     printf("capture  %s  (%s)\n", argv[optind], qmla_capture_get_config(cap)->model);
     if (o.n_shards > 1) {
         printf("part     %s  (shard %zu of %zu, engine %s; %.1f s)\n(combine the %zu parts "
@@ -281,6 +341,9 @@ int cli_op_main(int argc, char **argv, int pred)
         print_layers(pts, npts, &conf[pred ? 0 : nconf - 1], pred);
     free(pts);
 done:
+#if QMLA_HAVE_MPI
+    cli_mpi_parts_free(mparts, nmparts, 0); /* a failed merge keeps the parts */
+#endif
     if (cap)
         qmla_capture_close(cap);
     cli_selection_free(&cs);
