@@ -20,6 +20,8 @@ static void help(FILE *f, const void *ctx)
         "                      [--layers LIST] [--cells LIST] [--threads N] [--force]\n"
         "                      [--engine cuda [--device N]] [--shard I/N]\n"
         "       qmla intervene CAPTURE.h5 PART... --merge -o RESULTS.h5 [same options]\n"
+        "       mpirun -n K qmla intervene ... (built with MPI: rank r is shard r,\n"
+        "       rank 0 merges)\n"
         "\n"
         "Equal-energy interventions (docs/math.md §6): for every layer, cell and\n"
         "sequence and both paths, the QDQ direction E at cache NMSE --nmse is\n"

@@ -27,7 +27,9 @@ static void help(FILE *f, const void *ctx)
         "                 [--group 64] [--layers 0-3,7] [--cells a,b] [--threads N]\n"
         "                 [--force] [--engine cuda [--device N]] [--shard I/N]\n"
         "       qmla %s CAPTURE.h5 PART... --merge -o RESULTS.h5 [same options]\n"
-        "\n", name, name);
+        "       mpirun -n K qmla %s ... (built with MPI: rank r is shard r,\n"
+        "       rank 0 merges)\n"
+        "\n", name, name, name);
     if (!pred)
         fprintf(f,
             "Local versus finite gains (docs/math.md §5): for every layer, cell and\n"
