@@ -10,7 +10,8 @@
 # a part of another plan (other layers; other shard count), of other
 # options, two parts of one shard, a results file as a part, a torn part, a
 # part of another engine (its P record rewritten with a valid checksum), a
-# shard run onto a results file; --device with the CPU engine.
+# shard run onto a results file; --device and --engine cpu:0 with the CPU
+# engine, a malformed NAME:DEVICE.
 # tiny-mla-default.h5: 6 layers x 2 cells x 1 sequence = 12 items.
 # Env (set by meson): QMLA_BIN, QMLA_SOURCE_ROOT.
 set -uo pipefail
@@ -82,6 +83,12 @@ expect 2 "--merge without parts" -- "$QMLA" intervene "$C" --merge -o x.h5
 containsF "--merge: expected CAPTURE.h5 and at least one PART" "merge usage"
 expect 2 "--device with the cpu engine" -- "$QMLA" intervene "$C" -o x.h5 --device 0
 containsF "--device: engine \"cpu\" has no devices" "device message"
+expect 2 "--engine cpu:0" -- "$QMLA" predict "$C" -o x.h5 --engine cpu:0
+containsF "engine \"cpu\" has no devices: device 0 asked for" "cpu:0 message"
+expect 2 "--engine cuda:x" -- "$QMLA" sweep "$C" -o x.h5 --engine cuda:x
+containsF "expected NAME or NAME:DEVICE (e.g. cuda:1)" "NAME:DEVICE message"
+expect 2 "--engine auto:1" -- "$QMLA" sweep "$C" -o x.h5 --engine auto:1
+containsF "auto takes no device" "auto:N message"
 expect 2 "bad --shard" -- "$QMLA" intervene "$C" -o x.h5 --shard 3/3
 containsF "--shard: expected I/N with 0 <= I < N" "shard usage"
 
