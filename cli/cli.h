@@ -44,19 +44,29 @@ int cli_mpi_launched(void);
 int cli_mpi_sweep(qmla_capture *cap, const qmla_sweep_selection *sel,
                   qmla_sweep_opts *o, const char *out, int verbose);
 /* `mpirun -n K qmla jvp|predict|intervene` (cli/mpi_sweep.c): rank r of K
- * calls run_part(ctx, PART, r, K, rank, &stopped, err) with PART =
- * OUT.<group>.part-r-of-K (a shard's part file); the ranks agree on
+ * calls run_part(ctx, PART, r, K, rank, replay, &stopped, err) with PART =
+ * OUT.<group>.part-r-of-K (a shard's part file) and replay the files
+ * OUT.<group>.part-* that earlier runs left (listed by every rank before
+ * any writes: a rerun with any K resumes them); the ranks agree on
  * success (a failed or interrupted rank named by rank 0; every rank exits
  * non-zero, finished items stay in the parts' journals). Returns -1 for a
  * single rank (run serially); refuse (non-NULL) is refused with K > 1;
  * rank 0 of a successful run gets the K part paths in *parts (free with
  * cli_mpi_parts_free, after removing them with remove = 1 once merged) and
  * -2: merge them now; the other ranks their exit code. */
+typedef struct cli_mpi_replay {
+    const char *const *files; /* OUT.<group>.part-* of earlier runs (any K) */
+    size_t n;
+} cli_mpi_replay;
 int cli_mpi_op_shards(const char *cmd, const char *out, const char *group, const char *refuse,
                       int (*run_part)(void *ctx, const char *part, size_t shard, size_t n,
-                                      int rank, int *stopped, qmla_error *err),
+                                      int rank, const cli_mpi_replay *replay, int *stopped,
+                                      qmla_error *err),
                       void *ctx, char ***parts, size_t *n_parts);
-void cli_mpi_parts_free(char **parts, size_t n, int remove);
+/* Free the part paths; remove = 1 (after the merge): also delete every
+ * OUT.<group>.part-* file (the parts and journals of any K). */
+void cli_mpi_parts_free(char **parts, size_t n, int remove, const char *out,
+                        const char *group);
 #endif
 int cmd_export(int argc, char **argv);
 int cmd_show(int argc, char **argv);

@@ -64,12 +64,14 @@ static int quiet_poll(void *ctx, size_t done, size_t total, size_t resumed)
 }
 
 static int iv_mpi_part(void *ctx, const char *part, size_t shard, size_t n, int rank,
-                       int *stopped, qmla_error *err)
+                       const cli_mpi_replay *replay, int *stopped, qmla_error *err)
 {
     iv_mpi *m = ctx;
     qmla_iv_opts o = m->o;
     o.shard = shard;
     o.n_shards = n;
+    o.replay = replay->files;
+    o.n_replay = replay->n;
     if (rank != 0) /* rank 0's progress line only */
         o.progress = quiet_poll;
     qmla_iv_stats s;
@@ -182,7 +184,7 @@ int cmd_intervene(int argc, char **argv)
     }
 #if QMLA_HAVE_MPI
     if (mparts) { /* merged: the parts are removed */
-        cli_mpi_parts_free(mparts, nmparts, 1);
+        cli_mpi_parts_free(mparts, nmparts, 1, out, "interventions");
         mparts = NULL;
         printf("(%zu MPI ranks, one shard each, merged by rank 0)\n", nmparts);
     }
@@ -213,7 +215,7 @@ int cmd_intervene(int argc, char **argv)
            s.mean_cross_rel);
 done:
 #if QMLA_HAVE_MPI
-    cli_mpi_parts_free(mparts, nmparts, 0); /* a failed merge keeps the parts */
+    cli_mpi_parts_free(mparts, nmparts, 0, NULL, NULL); /* a failed merge keeps them */
 #endif
     if (cap)
         qmla_capture_close(cap);

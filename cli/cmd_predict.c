@@ -164,12 +164,14 @@ static int quiet_poll(void *ctx, size_t done, size_t total, size_t resumed)
 }
 
 static int op_mpi_part(void *ctx, const char *part, size_t shard, size_t n, int rank,
-                       int *stopped, qmla_error *err)
+                       const cli_mpi_replay *replay, int *stopped, qmla_error *err)
 {
     op_mpi *m = ctx;
     qmla_op_opts o = m->o;
     o.shard = shard;
     o.n_shards = n;
+    o.replay = replay->files;
+    o.n_replay = replay->n;
     if (rank != 0) /* rank 0's progress line only */
         o.progress = quiet_poll;
     qmla_op_stats s;
@@ -298,7 +300,7 @@ int cli_op_main(int argc, char **argv, int pred)
     }
 #if QMLA_HAVE_MPI
     if (mparts) { /* merged: the parts are removed */
-        cli_mpi_parts_free(mparts, nmparts, 1);
+        cli_mpi_parts_free(mparts, nmparts, 1, out, name);
         mparts = NULL;
         printf("(%zu MPI ranks, one shard each, merged by rank 0)\n", nmparts);
     }
@@ -344,7 +346,7 @@ int cli_op_main(int argc, char **argv, int pred)
     free(pts);
 done:
 #if QMLA_HAVE_MPI
-    cli_mpi_parts_free(mparts, nmparts, 0); /* a failed merge keeps the parts */
+    cli_mpi_parts_free(mparts, nmparts, 0, NULL, NULL); /* a failed merge keeps them */
 #endif
     if (cap)
         qmla_capture_close(cap);

@@ -210,9 +210,18 @@ int cli_mpi_sweep(qmla_capture *cap, const qmla_sweep_selection *sel,
 
 /* ---- jvp, predict, intervene (cli.h) -------------------------------------- */
 
+/* OUT.<group>.part-* */
+static int list_op_parts(const char *out, const char *group, glob_t *g)
+{
+    char base[4300];
+    snprintf(base, sizeof base, "%s.%s", out, group);
+    return list_parts(base, g);
+}
+
 int cli_mpi_op_shards(const char *cmd, const char *out, const char *group, const char *refuse,
                       int (*run_part)(void *ctx, const char *part, size_t shard, size_t n,
-                                      int rank, int *stopped, qmla_error *err),
+                                      int rank, const cli_mpi_replay *replay, int *stopped,
+                                      qmla_error *err),
                       void *ctx, char ***parts, size_t *n_parts)
 {
     int provided, rank, size;
@@ -232,10 +241,16 @@ int cli_mpi_op_shards(const char *cmd, const char *out, const char *group, const
     }
     char part[4200];
     snprintf(part, sizeof part, "%s.%s.part-%d-of-%d", out, group, rank, size);
+    /* the files of earlier runs, listed by every rank before any writes */
+    glob_t g;
+    list_op_parts(out, group, &g);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const cli_mpi_replay rpl = {(const char *const *)g.gl_pathv, g.gl_pathc};
     qmla_error err;
     qmla_error_clear(&err);
     int stopped = 0;
-    const int st = run_part(ctx, part, (size_t)rank, (size_t)size, rank, &stopped, &err);
+    const int st = run_part(ctx, part, (size_t)rank, (size_t)size, rank, &rpl, &stopped, &err);
+    globfree(&g);
     int mine = st ? 1 : (stopped || cli_interrupted()) ? 2 : 0;
     if (st) {
         char pre[96];
@@ -263,9 +278,8 @@ int cli_mpi_op_shards(const char *cmd, const char *out, const char *group, const
                     l += (size_t)snprintf(list + l, sizeof list - l, "%s%d", l ? "," : "", r);
             fprintf(stderr, "qmla %s: rank(s) %s of %d %s; finished items are kept in "
                     "%s.%s.part-*-of-%d.%s.journal and finished parts in %s.%s.part-*; "
-                    "rerun with -n %d to resume\n", cmd, list, size,
-                    failed ? "failed" : "were interrupted", out, group, size, group, out, group,
-                    size);
+                    "rerun (with any -n) to resume\n", cmd, list, size,
+                    failed ? "failed" : "were interrupted", out, group, size, group, out, group);
         }
         rc = failed ? QMLA_EXIT_USAGE : QMLA_EXIT_INTERRUPTED;
     } else if (rank == 0) {
@@ -273,7 +287,7 @@ int cli_mpi_op_shards(const char *cmd, const char *out, const char *group, const
         for (int r = 0; p && r < size; r++) {
             p[r] = malloc(4200);
             if (!p[r]) {
-                cli_mpi_parts_free(p, (size_t)size, 0);
+                cli_mpi_parts_free(p, (size_t)size, 0, NULL, NULL);
                 p = NULL;
                 break;
             }
@@ -291,7 +305,8 @@ int cli_mpi_op_shards(const char *cmd, const char *out, const char *group, const
     return rc;
 }
 
-void cli_mpi_parts_free(char **parts, size_t n, int remove)
+void cli_mpi_parts_free(char **parts, size_t n, int remove, const char *out,
+                        const char *group)
 {
     for (size_t k = 0; parts && k < n; k++) {
         if (remove && parts[k])
@@ -299,4 +314,10 @@ void cli_mpi_parts_free(char **parts, size_t n, int remove)
         free(parts[k]);
     }
     free(parts);
+    glob_t g;
+    if (remove && out && list_op_parts(out, group, &g) == 0) {
+        for (size_t k = 0; k < g.gl_pathc; k++)
+            unlink(g.gl_pathv[k]);
+        globfree(&g);
+    }
 }

@@ -83,6 +83,8 @@ typedef struct qmla_iv_opts {
     size_t shard, n_shards;
     const char *const *parts;
     size_t n_parts;
+    const char *const *replay; /* as qmla_op_opts' */
+    size_t n_replay;
 } qmla_iv_opts;
 
 /* Headline: geometric-mean gain ratio per (control, path) over all items

@@ -158,6 +158,11 @@ typedef struct qmla_op_opts {
     size_t shard, n_shards;
     const char *const *parts;
     size_t n_parts;
+    /* With n_shards > 1: files of earlier runs replayed read only before
+     * the work (part files and resume journals of any shard count, this
+     * key; others left out), so a rerun with another N resumes. */
+    const char *const *replay;
+    size_t n_replay;
 } qmla_op_opts;
 
 /* The options of a run, every field from its argument (the one filling of

@@ -483,6 +483,19 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
     if (st)
         goto out2;
     jopen = !merging;
+    if (sharded && o->n_replay) { /* earlier runs' parts and journals, any N */
+        double *sc2 = malloc((nr ? nr : 1) * sizeof *sc2);
+        if (!sc2) {
+            st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", jpath);
+            goto out2;
+        }
+        rpl.r = sc2;
+        st = qmla_oppart_replay_files(o->replay, o->n_replay, "interventions",
+                                      "interventions-part", key, iv_journal_replay, &rpl, err);
+        free(sc2);
+        if (st)
+            goto out2;
+    }
     size_t resumed = 0;
     for (size_t k = 0; k < nw; k++)
         resumed += done[k];

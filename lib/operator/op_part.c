@@ -326,3 +326,53 @@ int qmla_oppart_merge_read(const char *const *parts, size_t n_parts, const char 
     free(m.shard_part);
     return st;
 }
+
+/* ---- read-only replay of earlier runs' files ---------------------------- */
+
+typedef struct replay_skip_p {
+    qmla_jnl_replay_fn fn;
+    void *ctx;
+    int first;
+} replay_skip_p;
+
+static int replay_part_record(void *ctx, char *rec, size_t len, qmla_error *err)
+{
+    replay_skip_p *r = ctx;
+    if (r->first) {
+        r->first = 0;
+        if (rec[0] == 'P' && rec[1] == ' ')
+            return QMLA_OK; /* the part header */
+    }
+    return r->fn(r->ctx, rec, len, err);
+}
+
+int qmla_oppart_replay_files(const char *const *files, size_t n, const char *kind,
+                             const char *part_kind, const char *key, qmla_jnl_replay_fn replay,
+                             void *ctx, qmla_error *err)
+{
+    char jh[128], ph[128];
+    snprintf(jh, sizeof jh, "%s%s ", PART_MAGIC, kind);
+    snprintf(ph, sizeof ph, "%s%s ", PART_MAGIC, part_kind);
+    for (size_t k = 0; k < n; k++) {
+        FILE *f = fopen(files[k], "r");
+        if (!f)
+            continue;
+        char line[128];
+        const size_t m = fread(line, 1, sizeof line - 1, f);
+        fclose(f);
+        line[m] = '\0';
+        qmla_error e2;
+        qmla_error_clear(&e2);
+        int st = QMLA_OK;
+        if (strncmp(line, ph, strlen(ph)) == 0) {
+            replay_skip_p r = {replay, ctx, 1};
+            st = qmla_jnl_read(files[k], part_kind, key, replay_part_record, &r, NULL, &e2);
+        } else if (strncmp(line, jh, strlen(jh)) == 0)
+            st = qmla_jnl_read(files[k], kind, key, replay, ctx, NULL, &e2);
+        if (st == QMLA_ENOMEM) {
+            *err = e2;
+            return st;
+        }
+    }
+    return QMLA_OK;
+}

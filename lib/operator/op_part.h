@@ -50,6 +50,15 @@ int qmla_oppart_write(const char *path, const char *kind, const char *key, size_
  * (SIZE_MAX: not in the plan), or QMLA_EFORMAT. */
 typedef int (*qmla_oppart_item_fn)(void *ctx, const char *rec, size_t len, size_t *item);
 
+/* Replay, read only, files of earlier runs into a shard's run (the MPI
+ * driver's resume with any rank count): part files of part_kind (their P
+ * record skipped) and resume journals of kind, both with this key; files of
+ * another kind or key, or unreadable, are left out. replay must ignore the
+ * items this shard does not own (the caller's plan). QMLA_ENOMEM only. */
+int qmla_oppart_replay_files(const char *const *files, size_t n, const char *kind,
+                             const char *part_kind, const char *key, qmla_jnl_replay_fn replay,
+                             void *ctx, qmla_error *err);
+
 /* The engine and devices of the merged parts, for the provenance. */
 typedef struct qmla_oppart_prov {
     char engine[32];
