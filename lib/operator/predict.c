@@ -487,7 +487,6 @@ typedef struct op_replay {
     const qmla_plan *plan;
     op_store *s;
     const char *path;
-    int only_wanted; /* skip the items the plan does not want (other shards) */
 } op_replay;
 
 /* One journal record (an item's block) into the store (the item marked done
@@ -533,7 +532,9 @@ static int journal_replay_item(void *ctx, char *rec, size_t len, qmla_error *err
         goto out; /* a malformed block: cut, recomputed */
     rc = QMLA_OK;
     const size_t item = qmla_plan_find(r->plan, layer, cell, seq);
-    if (item == SIZE_MAX || s->done[item] || (r->only_wanted && !r->plan->wanted[item]))
+    /* an item outside the selection (another --layers, another shard) is
+     * not this run's: a journal of a wider run resumes only what it wants */
+    if (item == SIZE_MAX || s->done[item] || !r->plan->wanted[item])
         goto out;
     if (store_item(s, layer, cell, seq, T, pts, np, vec, nsig ? vec + np * T : NULL)) {
         rc = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", r->path);
@@ -871,7 +872,7 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
         st = qmla_error_set(err, QMLA_ENOMEM, "operator: out of memory");
         goto out;
     }
-    op_replay rp = {&plan, &s, jpath, 0};
+    op_replay rp = {&plan, &s, jpath};
     if (merging)
         st = qmla_oppart_merge_read(o->parts, o->n_parts, pkind, key, cap, &ps, &plan,
                                     op_record_item, journal_replay_item, &rp, &prov, err);
@@ -882,11 +883,9 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
         goto out;
     jopen = !merging;
     if (sharded && o->n_replay) { /* earlier runs' parts and journals, any N */
-        rp.only_wanted = 1;
         if ((st = qmla_oppart_replay_files(o->replay, o->n_replay, gname, pkind, key,
                                            journal_replay_item, &rp, err)))
             goto out;
-        rp.only_wanted = 0;
     }
     const size_t T = plan.T_max ? plan.T_max : 1, np = 2 * o->nconf;
     /* nothing to compute: a merge, or an empty shard */

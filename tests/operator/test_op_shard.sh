@@ -11,7 +11,8 @@
 # options, two parts of one shard, a results file as a part, a torn part, a
 # part of another engine (its P record rewritten with a valid checksum), a
 # shard run onto a results file; --device and --engine cpu:0 with the CPU
-# engine, a malformed NAME:DEVICE.
+# engine, a malformed NAME:DEVICE; a resume journal of a wider layer
+# selection resumes only the selected layers (it wrote them all before).
 # tiny-mla-default.h5: 6 layers x 2 cells x 1 sequence = 12 items.
 # Env (set by meson): QMLA_BIN, QMLA_SOURCE_ROOT.
 set -uo pipefail
@@ -102,6 +103,17 @@ expect 2 "predict: missing part refused" -- "$QMLA" predict "$C" q1.part --merge
 containsF "no part for shard(s) 0 of 2" "predict missing shard"
 expect 2 "predict: an interventions part refused" -- "$QMLA" predict "$C" q0.part i1.part --merge -o x.h5
 containsF "i1.part: journal of another run" "kind message"
+# a resume journal of a wider selection (shard 0's items, layers 0-2, as the
+# journal of an interrupted run) resumes only the selected layer's items
+"$PY" - q0.part r.h5.predict.journal <<'PYEOF'
+import sys
+lines = open(sys.argv[1]).read().split("\n")
+open(sys.argv[2], "w").write("\n".join([lines[0].replace("predict-part", "predict", 1)] + lines[3:]))
+PYEOF
+expect 0 "predict --layers 0 over a wider journal" -- "$QMLA" predict "$C" -o r.h5 --layers 0 --threads 1
+containsF "(28 points;" "only layer 0's points"
+expect 0 "predict --layers 0, fresh" -- "$QMLA" predict "$C" -o r0.h5 --layers 0 --threads 1
+expect 0 "the resumed group equals the fresh one" -- h5group_same r0.h5 r.h5 predict
 expect 0 "jvp, one process" -- "$QMLA" jvp "$C" -o jw.h5 --threads 1
 expect 0 "jvp shard 0/2" -- "$QMLA" jvp "$C" -o j0.part --shard 0/2 --threads 1
 expect 0 "jvp shard 1/2" -- "$QMLA" jvp "$C" -o j1.part --shard 1/2 --threads 1
