@@ -25,7 +25,10 @@ enum {
     "--engine NAME: the engine of the per-sequence work: cpu (default), cuda\n" \
     "(a build with -Dgpu_engine=true on a usable GPU; docs/cuda-engine.md\n"   \
     "says which operations run there) or auto (cuda where usable, else cpu);\n" \
-    "any other, or cuda without a usable GPU, is refused (exit 2).\n"
+    "any other, or cuda without a usable GPU, is refused (exit 2).\n"          \
+    "--device N (or --engine cuda:N, or QMLA_CUDA_DEVICE=N): the CUDA device;\n" \
+    "without them the node-local MPI/Slurm rank (OMPI_COMM_WORLD_LOCAL_RANK,\n" \
+    "SLURM_LOCALID, ...) mod the device count, else 0; out of range: exit 2.\n"
 
 int cmd_check(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
@@ -40,6 +43,30 @@ int cmd_serve_sim(int argc, char **argv);
 int cli_mpi_launched(void);
 int cli_mpi_sweep(qmla_capture *cap, const qmla_sweep_selection *sel,
                   qmla_sweep_opts *o, const char *out, int verbose);
+/* `mpirun -n K qmla jvp|predict|intervene` (cli/mpi_sweep.c): rank r of K
+ * calls run_part(ctx, PART, r, K, rank, replay, &stopped, err) with PART =
+ * OUT.<group>.part-r-of-K (a shard's part file) and replay the files
+ * OUT.<group>.part-* that earlier runs left (listed by every rank before
+ * any writes: a rerun with any K resumes them); the ranks agree on
+ * success (a failed or interrupted rank named by rank 0; every rank exits
+ * non-zero, finished items stay in the parts' journals). Returns -1 for a
+ * single rank (run serially); refuse (non-NULL) is refused with K > 1;
+ * rank 0 of a successful run gets the K part paths in *parts (free with
+ * cli_mpi_parts_free, after removing them with remove = 1 once merged) and
+ * -2: merge them now; the other ranks their exit code. */
+typedef struct cli_mpi_replay {
+    const char *const *files; /* OUT.<group>.part-* of earlier runs (any K) */
+    size_t n;
+} cli_mpi_replay;
+int cli_mpi_op_shards(const char *cmd, const char *out, const char *group, const char *refuse,
+                      int (*run_part)(void *ctx, const char *part, size_t shard, size_t n,
+                                      int rank, const cli_mpi_replay *replay, int *stopped,
+                                      qmla_error *err),
+                      void *ctx, char ***parts, size_t *n_parts);
+/* Free the part paths; remove = 1 (after the merge): also delete every
+ * OUT.<group>.part-* file (the parts and journals of any K). */
+void cli_mpi_parts_free(char **parts, size_t n, int remove, const char *out,
+                        const char *group);
 #endif
 int cmd_export(int argc, char **argv);
 int cmd_show(int argc, char **argv);
@@ -108,6 +135,18 @@ int cli_opt_threads(const char *cmd, const char *arg, int *threads);
 /* --engine NAME (qmla/engine.h): *engine, or the engine's refusal naming
  * the engines of this build (returns QMLA_EXIT_USAGE). */
 int cli_opt_engine(const char *cmd, const char *arg, const qmla_engine **engine);
+/* --device N after --engine: qmla_engine_select_device (device < 0: nothing
+ * to do). 0, or QMLA_EXIT_USAGE after a message naming the device asked
+ * for and the count found. */
+int cli_engine_device(const char *cmd, const qmla_engine *engine, long device);
+/* --merge's arguments: CAPTURE.h5 then at least one PART, -o, no --shard.
+ * 0, or QMLA_EXIT_USAGE after a message. */
+int cli_merge_args(const char *cmd, int argc, const char *out, size_t n_shards);
+/* --shard I/N (CLI_FN; dst a cli_shard): 0, or QMLA_EXIT_USAGE. */
+typedef struct cli_shard {
+    size_t shard, n_shards;
+} cli_shard;
+int cli_opt_shard(const char *cmd, const char *arg, void *dst);
 
 /* A subcommand's options as a table, parsed by cli_getopt: each entry
  * names a long option (with its short letter, if any), what its argument

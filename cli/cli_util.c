@@ -316,6 +316,41 @@ int cli_opt_engine(const char *cmd, const char *arg, const qmla_engine **engine)
     return 0;
 }
 
+int cli_engine_device(const char *cmd, const qmla_engine *engine, long device)
+{
+    if (device < 0)
+        return 0;
+    qmla_error err;
+    qmla_error_clear(&err);
+    if (qmla_engine_select_device(engine, (int)device, &err))
+        return cli_fail(cmd, "--device: %s", err.msg);
+    return 0;
+}
+
+int cli_merge_args(const char *cmd, int argc, const char *out, size_t n_shards)
+{
+    if (optind > argc - 2)
+        return cli_fail(cmd, "--merge: expected CAPTURE.h5 and at least one PART (see qmla %s "
+                        "--help)", cmd);
+    if (!out)
+        return cli_fail(cmd, "missing -o RESULTS.h5");
+    if (n_shards > 1)
+        return cli_fail(cmd, "--merge and --shard exclude each other");
+    return 0;
+}
+
+int cli_opt_shard(const char *cmd, const char *arg, void *dst)
+{
+    cli_shard *s = dst;
+    unsigned long i, n;
+    char tail;
+    if (sscanf(arg, "%lu/%lu%c", &i, &n, &tail) != 2 || n < 1 || i >= n || n > 1000000)
+        return cli_fail(cmd, "--shard: expected I/N with 0 <= I < N, found \"%s\"", arg);
+    s->shard = i;
+    s->n_shards = n;
+    return 0;
+}
+
 /* ---- the option table (cli_getopt) ------------------------------------- */
 
 enum { CLI_OPTS_MAX = 64 };

@@ -18,6 +18,10 @@ static void help(FILE *f, const void *ctx)
         "usage: qmla intervene CAPTURE.h5 -o RESULTS.h5 [--bits 4] [--group 64]\n"
         "                      [--nmse 1e-3] [--reps 32] [--seed 1] [--bootstrap 2000]\n"
         "                      [--layers LIST] [--cells LIST] [--threads N] [--force]\n"
+        "                      [--engine cuda [--device N]] [--shard I/N]\n"
+        "       qmla intervene CAPTURE.h5 PART... --merge -o RESULTS.h5 [same options]\n"
+        "       mpirun -n K qmla intervene ... (built with MPI: rank r is shard r,\n"
+        "       rank 0 merges)\n"
         "\n"
         "Equal-energy interventions (docs/math.md §6): for every layer, cell and\n"
         "sequence and both paths, the QDQ direction E at cache NMSE --nmse is\n"
@@ -33,9 +37,47 @@ static void help(FILE *f, const void *ctx)
         "Resume: interrupt and rerun the same command\n"
         "(RESULTS.h5.interventions.journal); --force discards a journal of other\n"
         "options.\n"
+        "--shard I/N: compute only shard I (0-based) of N (the sweep's plan, balanced\n"
+        "by cost T^2: a shard reads only its part of the capture) and write a part\n"
+        "file to -o. --merge: the arguments after CAPTURE are the N parts; they are\n"
+        "checked (same capture, options, plan and engine; every shard once; no item\n"
+        "missing or twice) and the group written, identical to a one-process run.\n"
         CLI_ENGINE_HELP
         "example: qmla intervene data/tiny-mla-default.h5 -o op.h5 --threads 2\n");
 }
+
+#if QMLA_HAVE_MPI
+/* One rank's shard under mpirun (cli_mpi_op_shards). */
+typedef struct iv_mpi {
+    qmla_capture *cap;
+    const qmla_sweep_selection *sel;
+    qmla_iv_opts o;
+} iv_mpi;
+
+static int quiet_poll(void *ctx, size_t done, size_t total, size_t resumed)
+{
+    (void)ctx;
+    (void)done;
+    (void)total;
+    (void)resumed;
+    return cli_interrupted() != 0;
+}
+
+static int iv_mpi_part(void *ctx, const char *part, size_t shard, size_t n, int rank,
+                       const cli_mpi_replay *replay, int *stopped, qmla_error *err)
+{
+    iv_mpi *m = ctx;
+    qmla_iv_opts o = m->o;
+    o.shard = shard;
+    o.n_shards = n;
+    o.replay = replay->files;
+    o.n_replay = replay->n;
+    if (rank != 0) /* rank 0's progress line only */
+        o.progress = quiet_poll;
+    qmla_iv_stats s;
+    return qmla_intervene_run(m->cap, m->sel, &o, part, &s, stopped, err);
+}
+#endif
 
 int cmd_intervene(int argc, char **argv)
 {
@@ -50,6 +92,9 @@ int cmd_intervene(int argc, char **argv)
     const char *out = NULL, *layers_arg = NULL, *cells_arg = NULL;
     long reps = (long)o.reps, seed = (long)o.seed, bootstrap = (long)o.bootstrap;
     const qmla_engine *engine = NULL; /* --engine (NULL: cpu) */
+    long device = -1;                 /* --device N */
+    cli_shard shard = {0, 0};         /* --shard I/N */
+    int merge = 0;                    /* --merge: the arguments after CAPTURE are parts */
     const cli_opt opts[] = {
         {.name = "output", .shrt = 'o', .kind = CLI_STR, .dst = &out},
         {.name = "bits", .shrt = 0, .kind = CLI_BITS, .dst = &o.params.quant.bits},
@@ -64,6 +109,9 @@ int cmd_intervene(int argc, char **argv)
         {.name = "help", .shrt = 'h', .kind = CLI_HELP, .dst = NULL},
         {.name = "force", .shrt = 0, .kind = CLI_SET, .dst = &o.force},
         {.name = "engine", .shrt = 0, .kind = CLI_ENGINE, .dst = &engine},
+        {.name = "device", .shrt = 0, .kind = CLI_LONG, .dst = &device, .lo = 0, .hi = 1000000, .expected = "a device index 0..1000000"},
+        {.name = "shard", .shrt = 0, .kind = CLI_FN, .dst = &shard, .fn = cli_opt_shard},
+        {.name = "merge", .shrt = 0, .kind = CLI_SET, .dst = &merge},
         {0}};
     const int prc = cli_getopt("intervene", argc, argv, opts, help, NULL);
     if (prc >= 0)
@@ -71,7 +119,10 @@ int cmd_intervene(int argc, char **argv)
     o.reps = (size_t)reps;
     o.seed = (uint64_t)seed;
     o.bootstrap = (size_t)bootstrap;
-    if (cli_require_args("intervene", argc, "CAPTURE.h5", out, "-o RESULTS.h5"))
+    if (merge ? cli_merge_args("intervene", argc, out, shard.n_shards)
+              : cli_require_args("intervene", argc, "CAPTURE.h5", out, "-o RESULTS.h5"))
+        return QMLA_EXIT_USAGE;
+    if (cli_engine_device("intervene", engine, device))
         return QMLA_EXIT_USAGE;
     cli_selection cs;
     qmla_error err;
@@ -87,9 +138,37 @@ int cmd_intervene(int argc, char **argv)
     o.progress_ctx = &prog;
     o.command_line = cli_command_line();
     o.engine = engine;
+    o.shard = shard.shard;
+    o.n_shards = shard.n_shards;
+    if (merge) {
+        o.parts = (const char *const *)argv + optind + 1;
+        o.n_parts = (size_t)(argc - optind - 1);
+    }
     qmla_iv_stats s;
     int stopped = 0;
     const double t0 = cli_now();
+#if QMLA_HAVE_MPI
+    char **mparts = NULL; /* mpirun: the ranks' parts, merged by rank 0 */
+    size_t nmparts = 0;
+    if (cli_mpi_launched()) {
+        iv_mpi mc = {cap, &cs.sel, o};
+        const int mr = cli_mpi_op_shards("intervene", out, "interventions",
+                                         merge ? "--merge under mpirun: merge once, "
+                                                 "without mpirun"
+                                         : o.n_shards > 1 ? "--shard and mpirun do not "
+                                                 "combine: under MPI the ranks are the shards"
+                                                 : NULL,
+                                         iv_mpi_part, &mc, &mparts, &nmparts);
+        if (mr >= 0) {
+            rc = mr;
+            goto done;
+        }
+        if (mr == -2) { /* rank 0: merge the ranks' parts */
+            o.parts = (const char *const *)mparts;
+            o.n_parts = nmparts;
+        }
+    }
+#endif
     int st = qmla_intervene_run(cap, &cs.sel, &o, out, &s, &stopped, &err);
     cli_progress_end(&prog);
     if (stopped) {
@@ -103,9 +182,24 @@ int cmd_intervene(int argc, char **argv)
         rc = cli_lib_error("intervene", &err);
         goto done;
     }
+#if QMLA_HAVE_MPI
+    if (mparts) { /* merged: the parts are removed */
+        cli_mpi_parts_free(mparts, nmparts, 1, out, "interventions");
+        mparts = NULL;
+        printf("(%zu MPI ranks, one shard each, merged by rank 0)\n", nmparts);
+    }
+#endif
     printf("capture  %s  (%s)\n", argv[optind], qmla_capture_get_config(cap)->model);
-    printf("results  %s  group /interventions  (%zu items x %zu reps; seed %llu; %.1f s)\n",
-           out, s.n_items, o.reps, (unsigned long long)o.seed, cli_now() - t0);
+    if (o.n_shards > 1) {
+        printf("part     %s  (shard %zu of %zu, engine %s; %.1f s)\n(combine the %zu parts "
+               "with qmla intervene CAPTURE PART... --merge -o RESULTS.h5 and these "
+               "options)\n", out, o.shard, o.n_shards, qmla_engine_name(engine),
+               cli_now() - t0, o.n_shards);
+        goto done;
+    }
+    printf("results  %s  group /interventions  (%zu items x %zu reps; seed %llu; %.1f s%s)\n",
+           out, s.n_items, o.reps, (unsigned long long)o.seed, cli_now() - t0,
+           o.n_parts ? ", merged from parts" : "");
     printf("direction INT%d, group %d, cache NMSE %g\n\n", o.params.quant.bits,
            o.params.quant.group, o.params.nmse);
     printf("gain ratio g(E')/g(E), geometric mean [95%% bootstrap CI]   paper (content / rope)\n");
@@ -120,6 +214,9 @@ int cmd_intervene(int argc, char **argv)
            "the single-path sum\n", s.mean_r_joint, s.mean_r_content, s.mean_r_rope,
            s.mean_cross_rel);
 done:
+#if QMLA_HAVE_MPI
+    cli_mpi_parts_free(mparts, nmparts, 0, NULL, NULL); /* a failed merge keeps them */
+#endif
     if (cap)
         qmla_capture_close(cap);
     cli_selection_free(&cs);

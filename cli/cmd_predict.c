@@ -25,8 +25,11 @@ static void help(FILE *f, const void *ctx)
     fprintf(f,
         "usage: qmla %s CAPTURE.h5 -o RESULTS.h5 [--nmse 1e-3] [--bits LIST]\n"
         "                 [--group 64] [--layers 0-3,7] [--cells a,b] [--threads N]\n"
-        "                 [--force]\n"
-        "\n", name);
+        "                 [--force] [--engine cuda [--device N]] [--shard I/N]\n"
+        "       qmla %s CAPTURE.h5 PART... --merge -o RESULTS.h5 [same options]\n"
+        "       mpirun -n K qmla %s ... (built with MPI: rank r is shard r,\n"
+        "       rank 0 merges)\n"
+        "\n", name, name, name);
     if (!pred)
         fprintf(f,
             "Local versus finite gains (docs/math.md §5): for every layer, cell and\n"
@@ -54,6 +57,13 @@ static void help(FILE *f, const void *ctx)
         "  --group G       quantizer group size (default 64)\n"
         "  --layers LIST   --cells LIST   --threads N   as for qmla sweep\n"
         "  --force         discard a journal of other options\n"
+        "  --shard I/N     compute only shard I (0-based) of N (the sweep's plan,\n"
+        "                  balanced by cost T^2: a shard reads only its part of the\n"
+        "                  capture) and write a part file to -o\n"
+        "  --merge         the arguments after CAPTURE are the N parts: check them\n"
+        "                  (same capture, options, plan and engine; every shard\n"
+        "                  once; no item missing or twice) and write the group,\n"
+        "                  identical to a one-process run; nothing is computed\n"
         "  -v              per-layer table (development direction for predict,\n"
         "                  the last --bits for jvp; means over cells and sequences)\n"
         "Resume: interrupt and rerun the same command (RESULTS.h5.%s.journal).\n"
@@ -136,6 +146,39 @@ static int print_splits(const qmla_op_point *p, size_t n, qmla_error *err)
     return 0;
 }
 
+#if QMLA_HAVE_MPI
+/* One rank's shard under mpirun (cli_mpi_op_shards). */
+typedef struct op_mpi {
+    qmla_capture *cap;
+    const qmla_sweep_selection *sel;
+    qmla_op_opts o;
+} op_mpi;
+
+static int quiet_poll(void *ctx, size_t done, size_t total, size_t resumed)
+{
+    (void)ctx;
+    (void)done;
+    (void)total;
+    (void)resumed;
+    return cli_interrupted() != 0;
+}
+
+static int op_mpi_part(void *ctx, const char *part, size_t shard, size_t n, int rank,
+                       const cli_mpi_replay *replay, int *stopped, qmla_error *err)
+{
+    op_mpi *m = ctx;
+    qmla_op_opts o = m->o;
+    o.shard = shard;
+    o.n_shards = n;
+    o.replay = replay->files;
+    o.n_replay = replay->n;
+    if (rank != 0) /* rank 0's progress line only */
+        o.progress = quiet_poll;
+    qmla_op_stats s;
+    return qmla_op_run_points(m->cap, m->sel, &o, part, &s, NULL, NULL, stopped, err);
+}
+#endif
+
 int cli_op_main(int argc, char **argv, int pred)
 {
     const char *name = pred ? "predict" : "jvp";
@@ -145,6 +188,9 @@ int cli_op_main(int argc, char **argv, int pred)
     int group = 64;
     int threads = cli_default_threads();
     const qmla_engine *engine = NULL; /* --engine (NULL: cpu) */
+    long device = -1;                 /* --device N */
+    cli_shard shard = {0, 0};         /* --shard I/N */
+    int merge = 0;                    /* --merge: the arguments after CAPTURE are parts */
     const cli_opt opts[] = {
         {.name = "output", .shrt = 'o', .kind = CLI_STR, .dst = &out},
         {.name = "bits", .shrt = 0, .kind = CLI_STR, .dst = &bits_arg},
@@ -156,12 +202,18 @@ int cli_op_main(int argc, char **argv, int pred)
         {.name = "help", .shrt = 'h', .kind = CLI_HELP, .dst = NULL},
         {.name = "force", .shrt = 0, .kind = CLI_SET, .dst = &force},
         {.name = "engine", .shrt = 0, .kind = CLI_ENGINE, .dst = &engine},
+        {.name = "device", .shrt = 0, .kind = CLI_LONG, .dst = &device, .lo = 0, .hi = 1000000, .expected = "a device index 0..1000000"},
+        {.name = "shard", .shrt = 0, .kind = CLI_FN, .dst = &shard, .fn = cli_opt_shard},
+        {.name = "merge", .shrt = 0, .kind = CLI_SET, .dst = &merge},
         {.name = NULL, .shrt = 'v', .kind = CLI_SET, .dst = &verbose},
         {0}};
     const int prc = cli_getopt(name, argc, argv, opts, help, &pred);
     if (prc >= 0)
         return prc;
-    if (cli_require_args(name, argc, "CAPTURE.h5", out, "-o RESULTS.h5"))
+    if (merge ? cli_merge_args(name, argc, out, shard.n_shards)
+              : cli_require_args(name, argc, "CAPTURE.h5", out, "-o RESULTS.h5"))
+        return QMLA_EXIT_USAGE;
+    if (cli_engine_device(name, engine, device))
         return QMLA_EXIT_USAGE;
     int bits[8] = {2, 3, 4, 8}, *bl = NULL;
     size_t nbits = 4;
@@ -201,11 +253,39 @@ int cli_op_main(int argc, char **argv, int pred)
     cli_progress_init(&prog, name);
     qmla_op_opts o = qmla_op_opts_make(conf, nconf, pred, threads, force, engine,
                                        cli_command_line(), cli_progress_poll, &prog);
+    o.shard = shard.shard;
+    o.n_shards = shard.n_shards;
+    if (merge) {
+        o.parts = (const char *const *)argv + optind + 1;
+        o.n_parts = (size_t)(argc - optind - 1);
+    }
     qmla_op_stats s;
     int stopped = 0;
     const double t0 = cli_now();
     qmla_op_point *pts = NULL;
     size_t npts = 0;
+#if QMLA_HAVE_MPI
+    char **mparts = NULL; /* mpirun: the ranks' parts, merged by rank 0 */
+    size_t nmparts = 0;
+    if (cli_mpi_launched()) {
+        op_mpi mc = {cap, &cs.sel, o};
+        const int mr = cli_mpi_op_shards(name, out, name,
+                                         merge ? "--merge under mpirun: merge once, "
+                                                 "without mpirun"
+                                         : o.n_shards > 1 ? "--shard and mpirun do not "
+                                                 "combine: under MPI the ranks are the shards"
+                                                 : NULL,
+                                         op_mpi_part, &mc, &mparts, &nmparts);
+        if (mr >= 0) {
+            rc = mr;
+            goto done;
+        }
+        if (mr == -2) { /* rank 0: merge the ranks' parts */
+            o.parts = (const char *const *)mparts;
+            o.n_parts = nmparts;
+        }
+    }
+#endif
     int st = qmla_op_run_points(cap, &cs.sel, &o, out, &s, &pts, &npts, &stopped, &err);
     cli_progress_end(&prog);
     if (stopped) {
@@ -218,9 +298,23 @@ int cli_op_main(int argc, char **argv, int pred)
         rc = cli_lib_error(name, &err);
         goto done;
     }
+#if QMLA_HAVE_MPI
+    if (mparts) { /* merged: the parts are removed */
+        cli_mpi_parts_free(mparts, nmparts, 1, out, name);
+        mparts = NULL;
+        printf("(%zu MPI ranks, one shard each, merged by rank 0)\n", nmparts);
+    }
+#endif
     printf("capture  %s  (%s)\n", argv[optind], qmla_capture_get_config(cap)->model);
-    printf("results  %s  group /%s  (%zu points; %.1f s)\n", out, name, s.n_points,
-           cli_now() - t0);
+    if (o.n_shards > 1) {
+        printf("part     %s  (shard %zu of %zu, engine %s; %.1f s)\n(combine the %zu parts "
+               "with qmla %s CAPTURE PART... --merge -o RESULTS.h5 and these options)\n",
+               out, o.shard, o.n_shards, qmla_engine_name(engine), cli_now() - t0,
+               o.n_shards, name);
+        goto done;
+    }
+    printf("results  %s  group /%s  (%zu points; %.1f s%s)\n", out, name, s.n_points,
+           cli_now() - t0, o.n_parts ? ", merged from parts" : "");
     printf("directions: QDQ at cache NMSE %g, group %d;", nu, group);
     for (size_t k = 0; k < nconf; k++)
         printf(" INT%d/G%d/nu%g%s", conf[k].bits, conf[k].group, conf[k].nmse,
@@ -251,6 +345,9 @@ int cli_op_main(int argc, char **argv, int pred)
         print_layers(pts, npts, &conf[pred ? 0 : nconf - 1], pred);
     free(pts);
 done:
+#if QMLA_HAVE_MPI
+    cli_mpi_parts_free(mparts, nmparts, 0, NULL, NULL); /* a failed merge keeps them */
+#endif
     if (cap)
         qmla_capture_close(cap);
     cli_selection_free(&cs);

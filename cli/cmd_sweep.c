@@ -17,7 +17,7 @@ static void help(FILE *f)
         "usage: qmla sweep CAPTURE.h5 -o RESULTS.h5 [--bits 4] [--group 64]\n"
         "                  [--nmse 0.01] [--meta f16|f32|q8] [--layers 0-3,7]\n"
         "                  [--cells a,b] [--threads N] [-v] [--verify] [--force]\n"
-        "                  [--shard I/N [--balance]]\n"
+        "                  [--shard I/N [--balance]] [--engine cuda [--device N]]\n"
         "       mpirun -n K qmla sweep ... (built with MPI: ranks share the work)\n"
         "\n"
         "Matched-NMSE perturbation study (docs/math.md §3-4): for every layer,\n"
@@ -75,7 +75,9 @@ int cmd_sweep(int argc, char **argv)
         {"help", no_argument, 0, 'h'},         {"version", no_argument, 0, 'v' + 256},
         {"shard", required_argument, 0, 's' + 256}, {"balance", no_argument, 0, 'B'},
         {"engine", required_argument, 0, 'E' + 256},
+        {"device", required_argument, 0, 'D' + 256},
         {0, 0, 0, 0}};
+    long device = -1; /* --device N */
     qmla_sweep_opts o;
     memset(&o, 0, sizeof o);
     o.params = qmla_sweep_defaults();
@@ -128,12 +130,22 @@ int cmd_sweep(int argc, char **argv)
             if (cli_opt_engine("sweep", optarg, &engine))
                 return QMLA_EXIT_USAGE;
             break;
+        case 'D' + 256: {
+            char *end = NULL;
+            device = strtol(optarg, &end, 10);
+            if (!*optarg || *end || device < 0 || device > 1000000)
+                return cli_fail("sweep", "--device: expected a device index >= 0, found "
+                                "\"%s\"", optarg);
+            break;
+        }
         case 'h': help(stdout); return QMLA_EXIT_OK;
         case 'v' + 256: printf("qmla %s\n", qmla_version()); return QMLA_EXIT_OK;
         default: help(stderr); return QMLA_EXIT_USAGE;
         }
     }
     if (cli_require_args("sweep", argc, "CAPTURE.h5", out, "-o RESULTS.h5"))
+        return QMLA_EXIT_USAGE;
+    if (cli_engine_device("sweep", engine, device))
         return QMLA_EXIT_USAGE;
     const char *path = argv[optind];
     /* Before any work: signals, the paths this sweep will write, and the

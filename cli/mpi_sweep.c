@@ -207,3 +207,117 @@ int cli_mpi_sweep(qmla_capture *cap, const qmla_sweep_selection *sel,
     MPI_Finalize();
     return rc;
 }
+
+/* ---- jvp, predict, intervene (cli.h) -------------------------------------- */
+
+/* OUT.<group>.part-* */
+static int list_op_parts(const char *out, const char *group, glob_t *g)
+{
+    char base[4300];
+    snprintf(base, sizeof base, "%s.%s", out, group);
+    return list_parts(base, g);
+}
+
+int cli_mpi_op_shards(const char *cmd, const char *out, const char *group, const char *refuse,
+                      int (*run_part)(void *ctx, const char *part, size_t shard, size_t n,
+                                      int rank, const cli_mpi_replay *replay, int *stopped,
+                                      qmla_error *err),
+                      void *ctx, char ***parts, size_t *n_parts)
+{
+    int provided, rank, size;
+    *parts = NULL;
+    *n_parts = 0;
+    MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size == 1) {
+        MPI_Finalize();
+        return -1;
+    }
+    if (refuse) {
+        const int rc = rank == 0 ? cli_fail(cmd, "%s", refuse) : QMLA_EXIT_USAGE;
+        MPI_Finalize();
+        return rc;
+    }
+    char part[4200];
+    snprintf(part, sizeof part, "%s.%s.part-%d-of-%d", out, group, rank, size);
+    /* the files of earlier runs, listed by every rank before any writes */
+    glob_t g;
+    list_op_parts(out, group, &g);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const cli_mpi_replay rpl = {(const char *const *)g.gl_pathv, g.gl_pathc};
+    qmla_error err;
+    qmla_error_clear(&err);
+    int stopped = 0;
+    const int st = run_part(ctx, part, (size_t)rank, (size_t)size, rank, &rpl, &stopped, &err);
+    globfree(&g);
+    int mine = st ? 1 : (stopped || cli_interrupted()) ? 2 : 0;
+    if (st) {
+        char pre[96];
+        snprintf(pre, sizeof pre, "%s (rank %d of %d)", cmd, rank, size);
+        cli_lib_error(pre, &err);
+    }
+    int *all = calloc((size_t)size, sizeof *all);
+    if (!all) {
+        fprintf(stderr, "qmla %s (rank %d of %d): out of memory\n", cmd, rank, size);
+        MPI_Abort(MPI_COMM_WORLD, QMLA_EXIT_USAGE);
+    }
+    MPI_Allgather(&mine, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD);
+    int failed = 0, interrupted = 0;
+    for (int r = 0; r < size; r++) {
+        failed += all[r] == 1;
+        interrupted += all[r] == 2;
+    }
+    int rc = QMLA_EXIT_OK;
+    if (failed || interrupted) {
+        if (rank == 0) {
+            char list[512] = "";
+            size_t l = 0;
+            for (int r = 0; r < size && l < sizeof list - 16; r++)
+                if (all[r])
+                    l += (size_t)snprintf(list + l, sizeof list - l, "%s%d", l ? "," : "", r);
+            fprintf(stderr, "qmla %s: rank(s) %s of %d %s; finished items are kept in "
+                    "%s.%s.part-*-of-%d.%s.journal and finished parts in %s.%s.part-*; "
+                    "rerun (with any -n) to resume\n", cmd, list, size,
+                    failed ? "failed" : "were interrupted", out, group, size, group, out, group);
+        }
+        rc = failed ? QMLA_EXIT_USAGE : QMLA_EXIT_INTERRUPTED;
+    } else if (rank == 0) {
+        char **p = calloc((size_t)size, sizeof *p);
+        for (int r = 0; p && r < size; r++) {
+            p[r] = malloc(4200);
+            if (!p[r]) {
+                cli_mpi_parts_free(p, (size_t)size, 0, NULL, NULL);
+                p = NULL;
+                break;
+            }
+            snprintf(p[r], 4200, "%s.%s.part-%d-of-%d", out, group, r, size);
+        }
+        if (p) {
+            *parts = p;
+            *n_parts = (size_t)size;
+            rc = -2;
+        } else
+            rc = cli_fail(cmd, "out of memory");
+    }
+    free(all);
+    MPI_Finalize();
+    return rc;
+}
+
+void cli_mpi_parts_free(char **parts, size_t n, int remove, const char *out,
+                        const char *group)
+{
+    for (size_t k = 0; parts && k < n; k++) {
+        if (remove && parts[k])
+            unlink(parts[k]);
+        free(parts[k]);
+    }
+    free(parts);
+    glob_t g;
+    if (remove && out && list_op_parts(out, group, &g) == 0) {
+        for (size_t k = 0; k < g.gl_pathc; k++)
+            unlink(g.gl_pathv[k]);
+        globfree(&g);
+    }
+}

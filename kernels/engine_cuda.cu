@@ -37,9 +37,28 @@
 #include "qdq_cuda.h"
 #include "qmla/norms.h"
 
-/* ---- the device probe ----------------------------------------------------- */
+/* ---- the device probe and the device of this process ------------------- */
+/* The device (docs/cuda-engine.md, "Several GPUs"), chosen once per process
+ * before any allocation, in this order:
+ *   1. qmla_cuda_engine_select (the CLI's --device N or --engine cuda:N);
+ *   2. the environment variable QMLA_CUDA_DEVICE=N;
+ *   3. under a launcher, the node-local rank mod the device count: the
+ *      first set of OMPI_COMM_WORLD_LOCAL_RANK (Open MPI), MV2_COMM_WORLD_
+ *      LOCAL_RANK (MVAPICH2), MPI_LOCALRANKID (MPICH/Intel MPI),
+ *      PALS_LOCAL_RANKID, SLURM_LOCALID (srun);
+ *   4. device 0.
+ * An index asked for by 1 or 2 outside 0 .. count-1 makes the engine
+ * unusable with a message naming the index, where it came from and the
+ * count found. Indices are CUDA runtime ordinals, so they count only the
+ * devices CUDA_VISIBLE_DEVICES leaves visible. Every entry point makes the
+ * device current in its calling thread (device_enter: the runtime's current
+ * device is per host thread), so a thread that launches always launches on
+ * it. The name in provenance (qmla_cuda_engine_device) carries the index,
+ * the count and the rule that chose it. */
 
 static int probed;
+static int want_device = -1; /* qmla_cuda_engine_select; -1: none */
+static int dev_index = -1;   /* the device chosen (probed and usable) */
 static char dev_name[320];
 static char dev_why[640];
 
@@ -49,11 +68,32 @@ static __global__ void probe_kernel(int *x)
         *x = 1;
 }
 
+static const char *const local_rank_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK",
+                                              "MV2_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                              "PALS_LOCAL_RANKID", "SLURM_LOCALID", NULL};
+
+/* A non-negative decimal integer (at most 7 digits) or -1. */
+static long parse_index(const char *v)
+{
+    if (!v || !*v || strlen(v) > 7)
+        return -1;
+    long x = 0;
+    for (const char *c = v; *c; c++) {
+        if (*c < '0' || *c > '9')
+            return -1;
+        x = x * 10 + (*c - '0');
+    }
+    return x;
+}
+
 static void probe(void)
 {
     if (probed)
         return;
     probed = 1;
+    dev_index = -1;
+    dev_name[0] = '\0';
+    dev_why[0] = '\0';
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n < 1) {
@@ -62,23 +102,65 @@ static void probe(void)
         cudaGetLastError();
         return;
     }
+    /* which device: explicit, QMLA_CUDA_DEVICE, local rank mod n, 0 */
+    long idx = 0;
+    char rule[160];
+    snprintf(rule, sizeof rule, "default");
+    const char *env = getenv("QMLA_CUDA_DEVICE");
+    if (want_device >= 0) {
+        idx = want_device;
+        snprintf(rule, sizeof rule, "--device");
+    } else if (env && *env) {
+        idx = parse_index(env);
+        if (idx < 0) {
+            char v[48];
+            snprintf(v, sizeof v, "%s", env);
+            snprintf(dev_why, sizeof dev_why, "QMLA_CUDA_DEVICE=\"%s\": expected a CUDA "
+                     "device index 0..%d (this machine has %d CUDA device%s)", v, n - 1, n,
+                     n == 1 ? "" : "s");
+            return;
+        }
+        snprintf(rule, sizeof rule, "QMLA_CUDA_DEVICE");
+    } else {
+        for (size_t k = 0; local_rank_vars[k]; k++) {
+            const long r = parse_index(getenv(local_rank_vars[k]));
+            if (r >= 0) {
+                idx = r % n;
+                snprintf(rule, sizeof rule, "%s %ld mod %d", local_rank_vars[k], r, n);
+                break;
+            }
+        }
+    }
+    if (idx >= n) {
+        snprintf(dev_why, sizeof dev_why, "CUDA device %ld asked for (%s) but this machine "
+                 "has %d CUDA device%s (indices 0..%d; CUDA_VISIBLE_DEVICES counts)", idx,
+                 rule, n, n == 1 ? "" : "s", n - 1);
+        return;
+    }
+    if ((e = cudaSetDevice((int)idx)) != cudaSuccess) {
+        snprintf(dev_why, sizeof dev_why, "CUDA device %ld (%s): cudaSetDevice: %s", idx, rule,
+                 cudaGetErrorString(e));
+        cudaGetLastError();
+        return;
+    }
     cudaDeviceProp p;
-    if ((e = cudaGetDeviceProperties(&p, 0)) != cudaSuccess) {
-        snprintf(dev_why, sizeof dev_why, "CUDA device 0: %s", cudaGetErrorString(e));
+    if ((e = cudaGetDeviceProperties(&p, (int)idx)) != cudaSuccess) {
+        snprintf(dev_why, sizeof dev_why, "CUDA device %ld: %s", idx, cudaGetErrorString(e));
         cudaGetLastError();
         return;
     }
     /* the build's kernels must run on it (a binary for its architecture) */
     cudaFuncAttributes fa;
     if ((e = cudaFuncGetAttributes(&fa, probe_kernel)) != cudaSuccess) {
-        snprintf(dev_why, sizeof dev_why, "CUDA device 0 (%s, sm_%d%d) cannot run this "
-                 "build's kernels (meson option gpu_arch): %s", p.name, p.major, p.minor,
+        snprintf(dev_why, sizeof dev_why, "CUDA device %ld (%s, sm_%d%d) cannot run this "
+                 "build's kernels (meson option gpu_arch): %s", idx, p.name, p.major, p.minor,
                  cudaGetErrorString(e));
         cudaGetLastError();
         return;
     }
-    snprintf(dev_name, sizeof dev_name, "%s (sm_%d%d, %.1f GiB)", p.name, p.major, p.minor,
-             (double)p.totalGlobalMem / 1073741824.0);
+    dev_index = (int)idx;
+    snprintf(dev_name, sizeof dev_name, "%s (sm_%d%d, %.1f GiB), device %ld of %d (%s)", p.name,
+             p.major, p.minor, (double)p.totalGlobalMem / 1073741824.0, idx, n, rule);
 }
 
 extern "C" const char *qmla_cuda_engine_device(void)
@@ -91,6 +173,38 @@ extern "C" const char *qmla_cuda_engine_unusable(void)
 {
     probe();
     return dev_name[0] ? "" : dev_why;
+}
+
+extern "C" int qmla_cuda_engine_device_index(void)
+{
+    probe();
+    return dev_index;
+}
+
+extern "C" void qmla_cuda_engine_select(int device)
+{
+    want_device = device < 0 ? -1 : device;
+    probed = 0; /* probed again, with this choice, at the next use */
+}
+
+/* The engine's device made current in the calling thread; QMLA_EINVAL when
+ * it is not usable (why), QMLA_EIO when cudaSetDevice fails. */
+static int device_enter(qmla_error *err)
+{
+    if (!qmla_cuda_engine_device())
+        return qmla_error_set(err, QMLA_EINVAL, "cuda engine: %s", qmla_cuda_engine_unusable());
+    const cudaError_t e = cudaSetDevice(dev_index);
+    if (e != cudaSuccess)
+        return qmla_error_set(err, QMLA_EIO, "cuda engine: cudaSetDevice(%d): %s", dev_index,
+                              cudaGetErrorString(e));
+    return QMLA_OK;
+}
+
+/* As device_enter for the release functions (no status to return). */
+static void device_enter_quiet(void)
+{
+    if (dev_index >= 0)
+        cudaSetDevice(dev_index);
 }
 
 static size_t tile_override;
@@ -400,6 +514,7 @@ typedef struct cuda_sweep_ws {
 
 static void sweep_ws_free(void *p)
 {
+    device_enter_quiet();
     cuda_sweep_ws *w = (cuda_sweep_ws *)p;
     if (!w)
         return;
@@ -527,8 +642,11 @@ static int sweep_ws_alloc(const qmla_mla_dims *d, size_t T_max, int verify, void
                           qmla_error *err)
 {
     *out = NULL;
-    if (!qmla_cuda_engine_device())
-        return qmla_error_set(err, QMLA_EINVAL, "cuda engine: %s", qmla_cuda_engine_unusable());
+    {
+        const int ds_ = device_enter(err);
+        if (ds_)
+            return ds_;
+    }
     if (T_max == 0)
         return qmla_error_set(err, QMLA_EINVAL, "cuda engine: T_max = 0");
     int st = QMLA_OK;
@@ -993,6 +1111,11 @@ static int sweep_sequence(const qmla_exec *ex, const qmla_sweep_params *p,
                           const float *K, int verify, void *ws, qmla_response out[2],
                           qmla_error *err)
 {
+    {
+        const int ds_ = device_enter(err);
+        if (ds_)
+            return ds_;
+    }
     return sweep_run(ex, p, d, T, wt, q_nope, q_rope, C, K, verify, ws, out, 0, 1, 1, err);
 }
 
@@ -1010,8 +1133,11 @@ extern "C" const qmla_sweep_ops qmla_cuda_sweep_ops = {sweep_ws_alloc, sweep_ws_
 static int cuda_qdq(const qmla_quant_params *p, const float *x, size_t T, size_t width,
                     uint8_t *codes, float *scale, float *lo, float *xhat, qmla_error *err)
 {
-    if (!qmla_cuda_engine_device())
-        return qmla_error_set(err, QMLA_EINVAL, "cuda engine: %s", qmla_cuda_engine_unusable());
+    {
+        const int ds_ = device_enter(err);
+        if (ds_)
+            return ds_;
+    }
     int st = qmla_quant_check(p, width, err);
     if (st)
         return st;
@@ -1324,6 +1450,7 @@ typedef struct cuda_sens_layer {
 
 static void op_layer_free(void *p)
 {
+    device_enter_quiet();
     cuda_sens_layer *L = (cuda_sens_layer *)p;
     if (!L)
         return;
@@ -1339,8 +1466,11 @@ static int op_layer_alloc(const qmla_exec *ex, const qmla_mla_dims *d,
 {
     (void)ex;
     *out = NULL;
-    if (!qmla_cuda_engine_device())
-        return qmla_error_set(err, QMLA_EINVAL, "cuda engine: %s", qmla_cuda_engine_unusable());
+    {
+        const int ds_ = device_enter(err);
+        if (ds_)
+            return ds_;
+    }
     int st = QMLA_OK;
     const size_t H = d->H, dv = d->d_v, dc = d->d_c, D = d->D, HV = H * dv;
     cuda_sens_layer *L = (cuda_sens_layer *)calloc(1, sizeof *L);
@@ -1417,6 +1547,7 @@ typedef struct cuda_op_ws {
 
 static void op_ws_free(void *p)
 {
+    device_enter_quiet();
     cuda_op_ws *w = (cuda_op_ws *)p;
     if (!w)
         return;
@@ -1843,6 +1974,11 @@ static int op_sequence_r8(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
                        const qmla_op_config *conf, size_t nconf, void *ws, qmla_op_point *pts,
                        double *alloc, double *sigma, qmla_error *err)
 {
+    {
+        const int ds_ = device_enter(err);
+        if (ds_)
+            return ds_;
+    }
     cuda_op_ws *W = (cuda_op_ws *)ws;
     const cuda_sens_layer *Ly = (const cuda_sens_layer *)layer;
     if (Ly && !W->with_sens)
@@ -1987,6 +2123,11 @@ static int iv_sequence_r8(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
                        uint64_t seed, void *ws, qmla_iv_item *out, double *ratio,
                        qmla_error *err)
 {
+    {
+        const int ds_ = device_enter(err);
+        if (ds_)
+            return ds_;
+    }
     cuda_op_ws *W = (cuda_op_ws *)ws;
     const size_t dc = d->d_c, dr = d->d_r;
     memset(out, 0, sizeof *out);
@@ -2404,6 +2545,7 @@ static void cuda_free_all(void *const *p, size_t n)
 
 static void eval_end(void *p)
 {
+    device_enter_quiet();
     cuda_eval_ctx *c = (cuda_eval_ctx *)p;
     if (c->sw)
         sweep_ws_free(c->sw);
@@ -2435,6 +2577,11 @@ static void eval_end(void *p)
 
 static int eval_begin(void *p, const qmla_mla_dims *d, size_t T, qmla_error *err)
 {
+    {
+        const int ds_ = device_enter(err);
+        if (ds_)
+            return ds_;
+    }
     cuda_eval_ctx *c = (cuda_eval_ctx *)p;
     void *sw = NULL;
     int st = sweep_ws_alloc(d, T, 0, &sw, err);
@@ -2490,6 +2637,11 @@ out:
 static int eval_head_norms(void *p, const qmla_mla_dims *d, const qmla_mla_weights *wt,
                            double *pn, qmla_error *err)
 {
+    {
+        const int ds_ = device_enter(err);
+        if (ds_)
+            return ds_;
+    }
     cuda_eval_ctx *c = (cuda_eval_ctx *)p;
     cuda_sweep_ws *w = c->sw;
     const size_t H = d->H, D = d->D, dc = d->d_c, dv = d->d_v, HV = H * dv;
@@ -2612,6 +2764,11 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
                          const float *C, const float *K, const float *Ce, const float *Ke,
                          qmla_tf_eval_sums *out, qmla_error *err)
 {
+    {
+        const int ds_ = device_enter(err);
+        if (ds_)
+            return ds_;
+    }
     (void)ex;
     cuda_eval_ctx *c = (cuda_eval_ctx *)p;
     cuda_sweep_ws *w = c->sw;
@@ -2804,8 +2961,11 @@ extern "C" int qmla_cuda_tf_eval_cell(const qmla_exec *ex, qmla_capture *cap, si
                                       const qmla_tf_eval_opts *o, qmla_tf_eval_row *row,
                                       qmla_error *err)
 {
-    if (!qmla_cuda_engine_device())
-        return qmla_error_set(err, QMLA_EINVAL, "cuda engine: %s", qmla_cuda_engine_unusable());
+    {
+        const int ds_ = device_enter(err);
+        if (ds_)
+            return ds_;
+    }
     cuda_eval_ctx c;
     memset(&c, 0, sizeof c);
     c.threads = qmla_exec_threads(ex);
@@ -2879,6 +3039,7 @@ typedef struct cuda_learn_ctx {
 
 static void learn_ctx_free(void *p)
 {
+    device_enter_quiet();
     cuda_learn_ctx *c = (cuda_learn_ctx *)p;
     if (!c)
         return;
@@ -2904,6 +3065,11 @@ static void learn_ctx_free(void *p)
 static int learn_content(void *p, int bank, size_t k, const float *Ct, int want_grad, double *f,
                          float *GC, double *tm, qmla_error *err)
 {
+    {
+        const int ds_ = device_enter(err);
+        if (ds_)
+            return ds_;
+    }
     cuda_learn_ctx *c = (cuda_learn_ctx *)p;
     const qmla_mla_dims *d = &c->d;
     const cuda_learn_seq *q = &c->seq[bank][k];
@@ -2994,8 +3160,11 @@ extern "C" int qmla_cuda_learn_alloc(qmla_learn_path path, const qmla_mla_dims *
                                      void **learner, qmla_error *err)
 {
     *learner = NULL;
-    if (!qmla_cuda_engine_device())
-        return qmla_error_set(err, QMLA_EINVAL, "cuda engine: %s", qmla_cuda_engine_unusable());
+    {
+        const int ds_ = device_enter(err);
+        if (ds_)
+            return ds_;
+    }
     qmla_learner *l = NULL;
     int st = qmla_learner_alloc(path, d, wt, gamma, pairing, train, held, o, &l, err);
     if (st)

@@ -50,7 +50,8 @@ const qmla_engine *qmla_engine_cpu(void);
 
 /* The engine of that name ("cpu", and "cuda" in a build with CUDA) into
  * *e; "auto" is the CUDA engine when the build has it and a device is
- * usable (qmla_engine_device non-NULL), else the CPU engine. Any other
+ * usable (qmla_engine_device non-NULL), else the CPU engine; "cuda:N" is
+ * "cuda" on device N (qmla_engine_select_device). Any other
  * name (including "cuda" in a build without it) is QMLA_EINVAL with a
  * message naming the engines this build has. "cuda" where its
  * device is not usable on this machine is QMLA_EINVAL saying why. */
@@ -59,10 +60,23 @@ int qmla_engine_find(const char *name, const qmla_engine **e, qmla_error *err);
 /* Its name ("cpu"); NULL is the CPU engine. */
 const char *qmla_engine_name(const qmla_engine *e);
 
-/* The device the engine runs on ("NVIDIA H200 (sm_90, 139.8 GiB)"), or
+/* The device the engine runs on ("NVIDIA H200 (sm_90, 139.8 GiB), device 0
+ * of 1 (default)": name, ordinal, count and the rule that chose it), or
  * NULL for the CPU engine and for a device engine with no usable device.
  * Results files record it as the attribute engine_device. */
 const char *qmla_engine_device(const qmla_engine *e);
+
+/* Choose the device of a device engine for the rest of the process, before
+ * any work: device >= 0 is the CUDA ordinal (the CLI's --device N and
+ * --engine cuda:N), -1 the default rules (QMLA_CUDA_DEVICE, else the
+ * node-local MPI/Slurm rank mod the device count, else 0;
+ * docs/cuda-engine.md "Several GPUs"). QMLA_EINVAL for the CPU engine
+ * (device >= 0: it has no devices) and, naming the index asked for and the
+ * count found, when the device is not usable. */
+int qmla_engine_select_device(const qmla_engine *e, int device, qmla_error *err);
+
+/* The device ordinal the engine runs on, -1 for none (the CPU engine). */
+int qmla_engine_device_index(const qmla_engine *e);
 
 /* The names of this build's engines, comma separated ("cpu" or "cpu,cuda"). */
 const char *qmla_engine_names(void);

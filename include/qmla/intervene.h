@@ -74,6 +74,17 @@ typedef struct qmla_iv_opts {
     qmla_progress_fn progress;
     void *progress_ctx;
     const qmla_engine *engine; /* per-sequence work (NULL: the CPU engine) */
+    /* Shards and merges (docs/results-format.md "Operator parts"):
+     * n_shards > 1: compute only the items of shard `shard` (the plan's
+     * cost-balanced assignment, qmla/part.h) and write a part file to
+     * results_path instead of the group; n_parts > 0: compute nothing, merge
+     * parts[n_parts] (made with these options) into the group of
+     * results_path, the same as one process's run bit for bit. */
+    size_t shard, n_shards;
+    const char *const *parts;
+    size_t n_parts;
+    const char *const *replay; /* as qmla_op_opts' */
+    size_t n_replay;
 } qmla_iv_opts;
 
 /* Headline: geometric-mean gain ratio per (control, path) over all items
@@ -93,6 +104,10 @@ typedef struct qmla_iv_stats {
  * it (a journal of other options is QMLA_EMISMATCH unless force, which
  * discards it), and the group does not
  * depend on what was resumed. */
+/* With o->n_shards > 1 the part file is written and *stats left zero; with
+ * o->n_parts > 0 the parts are checked (lib/operator/op_part.h: another
+ * run, plan or engine, two parts of one shard, an item twice, incomplete
+ * coverage: refused, nothing written) and merged. */
 int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                        const qmla_iv_opts *o, const char *results_path,
                        qmla_iv_stats *stats, int *stopped, qmla_error *err);

@@ -150,6 +150,19 @@ typedef struct qmla_op_opts {
     qmla_progress_fn progress;
     void *progress_ctx;
     const qmla_engine *engine; /* per-sequence work (NULL: the CPU engine) */
+    /* Shards and merges (docs/results-format.md "Operator parts"), as
+     * qmla_iv_opts': n_shards > 1 computes shard `shard` of the plan's
+     * cost-balanced assignment and writes a part file to results_path;
+     * n_parts > 0 computes nothing and merges parts[n_parts] into the group,
+     * the one-process run's bit for bit. Zero (qmla_op_opts_make): neither. */
+    size_t shard, n_shards;
+    const char *const *parts;
+    size_t n_parts;
+    /* With n_shards > 1: files of earlier runs replayed read only before
+     * the work (part files and resume journals of any shard count, this
+     * key; others left out), so a rerun with another N resumes. */
+    const char *const *replay;
+    size_t n_replay;
 } qmla_op_opts;
 
 /* The options of a run, every field from its argument (the one filling of

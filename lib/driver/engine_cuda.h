@@ -53,10 +53,23 @@ int qmla_cuda_learn_alloc(qmla_learn_path path, const qmla_mla_dims *d,
                           const qmla_learn_bank *held, const qmla_learn_opts *o,
                           void **learner, qmla_error *err);
 
-/* "NAME (sm_XY, N GiB)" of device 0 when it is usable by this build (a
- * device is present and runs this build's kernels), else NULL. Probed once
- * per process. */
+/* "NAME (sm_XY, N GiB), device I of N (RULE)" of the engine's device when
+ * it is usable by this build (present, in range, and it runs this build's
+ * kernels), else NULL. The device: qmla_cuda_engine_select's, else
+ * QMLA_CUDA_DEVICE, else the node-local rank (OMPI_COMM_WORLD_LOCAL_RANK,
+ * MV2_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, PALS_LOCAL_RANKID,
+ * SLURM_LOCALID) mod the device count, else 0; RULE names which
+ * (kernels/engine_cuda.cu, docs/cuda-engine.md "Several GPUs"). Probed once
+ * per process (again after qmla_cuda_engine_select). */
 const char *qmla_cuda_engine_device(void);
+
+/* The CUDA ordinal of that device, or -1 when none is usable. */
+int qmla_cuda_engine_device_index(void);
+
+/* Choose device `device` (>= 0; -1: back to the environment rules) for the
+ * rest of the process; call before any work (workspaces allocated earlier
+ * stay on the device they were made on). Probed at the next use. */
+void qmla_cuda_engine_select(int device);
 
 /* Why qmla_cuda_engine_device is NULL ("no CUDA device: ...", the runtime's
  * message), or "" when it is not. */

@@ -220,9 +220,64 @@ static const char *engine_unusable(const qmla_engine *e)
 
 const char *qmla_engine_names(void) { return QMLA_HAVE_CUDA_ENGINE ? "cpu,cuda" : "cpu"; }
 
+int qmla_engine_select_device(const qmla_engine *e, int device, qmla_error *err)
+{
+    const qmla_engine *r = e ? e : &engine_cpu;
+#if QMLA_HAVE_CUDA_ENGINE
+    if (r == &engine_cuda) {
+        qmla_cuda_engine_select(device);
+        if (!qmla_cuda_engine_device())
+            return qmla_error_set(err, QMLA_EINVAL, "engine \"cuda\": %s",
+                                  qmla_cuda_engine_unusable());
+        return QMLA_OK;
+    }
+#endif
+    if (device < 0)
+        return QMLA_OK;
+    return qmla_error_set(err, QMLA_EINVAL, "engine \"%s\" has no devices: device %d asked "
+                          "for (a device is chosen only with --engine cuda)", r->name, device);
+}
+
+int qmla_engine_device_index(const qmla_engine *e)
+{
+#if QMLA_HAVE_CUDA_ENGINE
+    if (e == &engine_cuda)
+        return qmla_cuda_engine_device_index();
+#endif
+    (void)e;
+    return -1;
+}
+
 int qmla_engine_find(const char *name, const qmla_engine **e, qmla_error *err)
 {
     *e = NULL;
+    /* "cuda:N": the engine "cuda" on device N */
+    const char *colon = name ? strchr(name, ':') : NULL;
+    if (colon) {
+        char base[32], *end = NULL;
+        const size_t nb = (size_t)(colon - name);
+        const long dev = strtol(colon + 1, &end, 10);
+        if (nb == 0 || nb >= sizeof base || !colon[1] || *end || dev < 0 || dev > 1000000)
+            return qmla_error_set(err, QMLA_EINVAL, "engine \"%s\": expected NAME or "
+                                  "NAME:DEVICE (e.g. cuda:1)", name);
+        memcpy(base, name, nb);
+        base[nb] = '\0';
+        if (!strcmp(base, "auto"))
+            return qmla_error_set(err, QMLA_EINVAL, "engine \"%s\": auto takes no device",
+                                  name);
+        const qmla_engine *b = NULL;
+        for (size_t k = 0; engines[k]; k++)
+            if (!strcmp(base, engines[k]->name))
+                b = engines[k];
+        if (!b)
+            return qmla_error_set(err, QMLA_EINVAL, "engine \"%s\": not in this build, which "
+                                  "has the engines: %s (or auto)", base, qmla_engine_names());
+        int st = qmla_engine_select_device(b, (int)dev, err);
+        if (st)
+            return st;
+        *e = b;
+        return QMLA_OK;
+    }
     if (name && !strcmp(name, "auto")) {
         /* the first device engine with a usable device, else the CPU */
         for (size_t k = 1; engines[k]; k++)

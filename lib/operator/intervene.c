@@ -3,6 +3,7 @@
  * with a GSL percentile bootstrap of the geometric-mean gain ratios. */
 #include "qmla/intervene.h"
 #include "operator/op_shared.h"
+#include "operator/op_part.h"
 #include "qmla/norms.h"
 #include "sweep/plan.h"
 #include "io/group.h"
@@ -163,7 +164,8 @@ static int bootstrap_gmean(const double *lr, size_t n, size_t B, uint64_t seed,
     return 0;
 }
 
-static int write_iv(const char *path, const qmla_iv_opts *o, const char *capture,
+static int write_iv(const char *path, const qmla_iv_opts *o, const char *eng_name,
+                    const char *eng_device, const char *capture,
                     const char *sha, size_t n, const int *layer, const char **cell,
                     const int *seq, const qmla_iv_item *it, const double *ratio,
                     const qmla_iv_stats *s, qmla_error *err)
@@ -182,8 +184,7 @@ static int write_iv(const char *path, const qmla_iv_opts *o, const char *capture
     {
         const qmla_prov_input in[] = {{"capture_file", capture}, {"capture_sha256", sha}};
         const qmla_prov p = {.tool = "qmla intervene", .command_line = o->command_line,
-                             .engine = qmla_engine_name(o->engine),
-                             .engine_device = qmla_engine_device(o->engine), .inputs = in,
+                             .engine = eng_name, .engine_device = eng_device, .inputs = in,
                              .n_inputs = 2};
         if ((st = qmla_h5_prov(g, &p, path, err)))
             goto out;
@@ -334,6 +335,47 @@ static int iv_journal_replay(void *ctx, char *rec, size_t len, qmla_error *err)
     return QMLA_OK;
 }
 
+/* The plan index of a record (op_part.h's item_of). */
+static int iv_record_item(void *ctx, const char *rec, size_t len, size_t *item)
+{
+    (void)len;
+    const iv_replay *c = ctx;
+    size_t k;
+    int layer, seq;
+    if (sscanf(rec, " I %zu %d %d", &k, &layer, &seq) != 3)
+        return QMLA_EFORMAT;
+    *item = k < c->plan->n_items && c->plan->items[k].layer == layer &&
+                    (int)c->plan->items[k].seq == seq
+                ? k
+                : SIZE_MAX;
+    return QMLA_OK;
+}
+
+/* The shard's items, in plan order, into its part file. */
+typedef struct iv_emit {
+    const qmla_plan *plan;
+    const size_t *ord;
+    const int *lay, *seq;
+    const qmla_iv_item *items;
+    const double *ratio;
+    size_t nr;
+} iv_emit;
+
+static int iv_emit_items(void *ctx, qmla_jnl *j, qmla_error *err)
+{
+    const iv_emit *e = ctx;
+    for (size_t k = 0; k < e->plan->n_items; k++) {
+        if (!e->plan->wanted[k])
+            continue;
+        const size_t o = e->ord[k];
+        const int st = iv_journal_write(j, k, e->lay[o], e->seq[o], &e->items[o],
+                                        e->ratio + o * e->nr, e->nr, err);
+        if (st)
+            return st;
+    }
+    return QMLA_OK;
+}
+
 int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                        const qmla_iv_opts *o, const char *results_path,
                        qmla_iv_stats *stats, int *stopped, qmla_error *err)
@@ -349,11 +391,33 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
         return st;
     if (o->reps == 0)
         return qmla_error_set(err, QMLA_EINVAL, "interventions: expected reps >= 1, found 0");
+    const int sharded = o->n_shards > 1, merging = o->n_parts > 0;
+    if (sharded && merging)
+        return qmla_error_set(err, QMLA_EINVAL, "interventions: a shard run cannot merge parts");
+    if (sharded && o->shard >= o->n_shards)
+        return qmla_error_set(err, QMLA_EINVAL, "interventions: shard %zu of %zu: expected a "
+                              "shard below %zu", o->shard, o->n_shards, o->n_shards);
+    if (sharded && (st = qmla_oppart_check_target(results_path, "interventions-part", err)))
+        return st;
     qmla_plan plan;
-    const qmla_plan_selection ps = qmla_plan_selection_of(sel);
+    const qmla_plan_selection ps0 = qmla_plan_selection_of(sel);
+    qmla_plan_selection ps = ps0;
+    uint64_t plan_hash = 0;
+    if (sharded) {
+        /* the unsharded plan's fingerprint, then this shard's plan */
+        if ((st = qmla_plan_build(cap, &ps0, &plan, err)))
+            return st;
+        plan_hash = qmla_oppart_plan_hash(cap, &plan);
+        qmla_plan_free(&plan);
+        ps.shard = o->shard;
+        ps.n_shards = o->n_shards;
+        ps.balance = 1;
+    }
     if ((st = qmla_plan_build(cap, &ps, &plan, err)))
         return st;
     const size_t nw = plan.n_wanted, R = o->reps;
+    qmla_oppart_prov prov;
+    memset(&prov, 0, sizeof prov);
     /* the per-sequence work and its workspace go through the engine
      * (qmla/engine.h) */
     const qmla_iv_ops *eng = qmla_engine_iv(o->engine);
@@ -373,7 +437,8 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
     }
     if ((st = qmla_sha256_file(qmla_capture_path(cap), sha, err)))
         goto out;
-    if ((st = eng->ws_alloc(&d, plan.T_max, o->threads, &ws, err)))
+    /* nothing to compute: a merge, or an empty shard */
+    if (!merging && nw > 0 && (st = eng->ws_alloc(&d, plan.T_max, o->threads, &ws, err)))
         goto out;
     /* ordinal of each wanted item (plan order); results sit at it */
     size_t *ord = malloc((plan.n_items + 1) * sizeof *ord);
@@ -408,12 +473,29 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
         goto out2;
     }
     iv_replay rpl = {&plan, ord, nr, items, ratio, done, scratch};
-    st = qmla_jnl_open(&jf, jpath, "interventions", key, o->force, iv_journal_replay, &rpl,
-                       NULL, err);
+    if (merging)
+        st = qmla_oppart_merge_read(o->parts, o->n_parts, "interventions-part", key, cap, &ps,
+                                    &plan, iv_record_item, iv_journal_replay, &rpl, &prov, err);
+    else
+        st = qmla_jnl_open(&jf, jpath, "interventions", key, o->force, iv_journal_replay,
+                           &rpl, NULL, err);
     free(scratch);
     if (st)
         goto out2;
-    jopen = 1;
+    jopen = !merging;
+    if (sharded && o->n_replay) { /* earlier runs' parts and journals, any N */
+        double *sc2 = malloc((nr ? nr : 1) * sizeof *sc2);
+        if (!sc2) {
+            st = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", jpath);
+            goto out2;
+        }
+        rpl.r = sc2;
+        st = qmla_oppart_replay_files(o->replay, o->n_replay, "interventions",
+                                      "interventions-part", key, iv_journal_replay, &rpl, err);
+        free(sc2);
+        if (st)
+            goto out2;
+    }
     size_t resumed = 0;
     for (size_t k = 0; k < nw; k++)
         resumed += done[k];
@@ -464,6 +546,17 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
             goto out2;
         }
     }
+    if (sharded) {
+        /* a part file of the shard's items; the group needs every item */
+        const iv_emit em = {&plan, ord, lay, seq, items, ratio, nr};
+        st = qmla_oppart_write(results_path, "interventions-part", key, o->shard, o->n_shards,
+                               plan_hash, o->engine, iv_emit_items, (void *)&em, err);
+        if (st == QMLA_OK) {
+            qmla_jnl_close(&jf, 1);
+            jopen = 0;
+        }
+        goto out2;
+    }
     /* headline statistics over the non-degenerate items */
     size_t good = 0;
     double rj = 0, rc = 0, rp = 0, cr = 0;
@@ -494,9 +587,13 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                 goto out2;
             }
         }
-    st = write_iv(results_path, o, qmla_capture_path(cap), sha, n, lay, cells, seq, items,
-                  ratio, stats, err);
-    if (st == QMLA_OK) {
+    {
+        const char *en = merging ? prov.engine : qmla_engine_name(o->engine);
+        const char *ed = merging ? prov.device : qmla_engine_device(o->engine);
+        st = write_iv(results_path, o, en, ed, qmla_capture_path(cap), sha, n, lay, cells, seq,
+                      items, ratio, stats, err);
+    }
+    if (st == QMLA_OK && jopen) {
         qmla_jnl_close(&jf, 1);
         jopen = 0;
     }
@@ -506,7 +603,8 @@ out2:
     free(ord);
     free(done);
 out:
-    eng->ws_free(ws);
+    if (ws)
+        eng->ws_free(ws);
     qmla_layer_free(&layer);
     qmla_plan_free(&plan);
     free(lay);

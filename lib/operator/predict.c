@@ -5,6 +5,7 @@
  * docs/results-format.md). */
 #include "qmla/predict.h"
 #include "operator/op_shared.h"
+#include "operator/op_part.h"
 #include "core/alloc.h"
 #include "qmla/norms.h"
 #include "sweep/plan.h"
@@ -531,7 +532,9 @@ static int journal_replay_item(void *ctx, char *rec, size_t len, qmla_error *err
         goto out; /* a malformed block: cut, recomputed */
     rc = QMLA_OK;
     const size_t item = qmla_plan_find(r->plan, layer, cell, seq);
-    if (item == SIZE_MAX || s->done[item])
+    /* an item outside the selection (another --layers, another shard) is
+     * not this run's: a journal of a wider run resumes only what it wants */
+    if (item == SIZE_MAX || s->done[item] || !r->plan->wanted[item])
         goto out;
     if (store_item(s, layer, cell, seq, T, pts, np, vec, nsig ? vec + np * T : NULL)) {
         rc = qmla_error_set(err, QMLA_ENOMEM, "%s: out of memory", r->path);
@@ -575,7 +578,7 @@ static int dset_u(hid_t g, const char *name, size_t n, const size_t *v,
 static int write_group(const char *path, const char *gname, const op_store *s,
                        const qmla_op_stats *stt, int with_pred, const char *capture,
                        const char *sha, const char *command_line,
-                       const qmla_engine *engine, qmla_error *err)
+                       const char *eng_name, const char *eng_device, qmla_error *err)
 {
     const size_t n = s->n;
     int st = QMLA_OK;
@@ -594,8 +597,7 @@ static int write_group(const char *path, const char *gname, const op_store *s,
         const qmla_prov_input in[] = {{"capture_file", capture}, {"capture_sha256", sha}};
         const qmla_prov p = {.tool = with_pred ? "qmla predict" : "qmla jvp",
                              .command_line = command_line,
-                             .engine = qmla_engine_name(engine),
-                             .engine_device = qmla_engine_device(engine), .inputs = in,
+                             .engine = eng_name, .engine_device = eng_device, .inputs = in,
                              .n_inputs = 2};
         if ((st = qmla_h5_prov(g, &p, path, err)))
             goto out;
@@ -752,6 +754,42 @@ static void op_key(const qmla_op_opts *o, const char *sha, const qmla_plan *plan
                               plan->cells[c]);
 }
 
+/* The plan index of a record (op_part.h's item_of). */
+static int op_record_item(void *ctx, const char *rec, size_t len, size_t *item)
+{
+    (void)len;
+    const op_replay *r = ctx;
+    int layer, seq;
+    char cell[QMLA_CELL_NAME_MAX];
+    if (sscanf(rec, " I %d %127s %d", &layer, cell, &seq) != 3)
+        return QMLA_EFORMAT;
+    *item = qmla_plan_find(r->plan, layer, cell, seq);
+    return QMLA_OK;
+}
+
+/* The shard's items (the store in plan order: np points and one
+ * sensitivity pair per item) into its part file. */
+typedef struct op_emit {
+    const op_store *s;
+    size_t np;
+    int sens;
+} op_emit;
+
+static int op_emit_items(void *ctx, qmla_jnl *j, qmla_error *err)
+{
+    const op_emit *e = ctx;
+    const op_store *s = e->s;
+    for (size_t i = 0; e->np && i < s->n / e->np; i++) {
+        const qmla_op_point *p = s->pts + i * e->np;
+        const int st = journal_write_item(j, p->layer, p->cell, p->seq, p->T, p, e->np,
+                                          s->alloc + p->alloc_offset,
+                                          e->sens ? s->sig + s->s_off[i] : NULL, err);
+        if (st)
+            return st;
+    }
+    return QMLA_OK;
+}
+
 int qmla_op_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                 const qmla_op_opts *o, const char *results_path,
                 qmla_op_stats *stats, int *stopped, qmla_error *err)
@@ -783,13 +821,36 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
         if (st)
             return st;
     }
+    const char *gname = o->sensitivities ? "predict" : "jvp";
+    const char *pkind = o->sensitivities ? "predict-part" : "jvp-part";
+    const int sharded = o->n_shards > 1, merging = o->n_parts > 0;
+    if (sharded && merging)
+        return qmla_error_set(err, QMLA_EINVAL, "operator: a shard run cannot merge parts");
+    if (sharded && o->shard >= o->n_shards)
+        return qmla_error_set(err, QMLA_EINVAL, "operator: shard %zu of %zu: expected a "
+                              "shard below %zu", o->shard, o->n_shards, o->n_shards);
+    int st;
+    if (sharded && (st = qmla_oppart_check_target(results_path, pkind, err)))
+        return st;
     qmla_plan plan;
-    const qmla_plan_selection ps = qmla_plan_selection_of(sel);
-    int st = qmla_plan_build(cap, &ps, &plan, err);
-    if (st)
+    const qmla_plan_selection ps0 = qmla_plan_selection_of(sel);
+    qmla_plan_selection ps = ps0;
+    uint64_t plan_hash = 0;
+    if (sharded) {
+        /* the unsharded plan's fingerprint, then this shard's plan */
+        if ((st = qmla_plan_build(cap, &ps0, &plan, err)))
+            return st;
+        plan_hash = qmla_oppart_plan_hash(cap, &plan);
+        qmla_plan_free(&plan);
+        ps.shard = o->shard;
+        ps.n_shards = o->n_shards;
+        ps.balance = 1;
+    }
+    if ((st = qmla_plan_build(cap, &ps, &plan, err)))
         return st;
     char sha[65], key[8192], jpath[4096];
-    const char *gname = o->sensitivities ? "predict" : "jvp";
+    qmla_oppart_prov prov;
+    memset(&prov, 0, sizeof prov);
     op_store s;
     memset(&s, 0, sizeof s);
     /* the per-sequence work, its workspace and the per-layer constants go
@@ -812,12 +873,24 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
         goto out;
     }
     op_replay rp = {&plan, &s, jpath};
-    if ((st = qmla_jnl_open(&jf, jpath, gname, key, o->force, journal_replay_item, &rp,
-                            NULL, err)))
+    if (merging)
+        st = qmla_oppart_merge_read(o->parts, o->n_parts, pkind, key, cap, &ps, &plan,
+                                    op_record_item, journal_replay_item, &rp, &prov, err);
+    else
+        st = qmla_jnl_open(&jf, jpath, gname, key, o->force, journal_replay_item, &rp, NULL,
+                           err);
+    if (st)
         goto out;
-    jopen = 1;
-    const size_t T = plan.T_max, np = 2 * o->nconf;
-    if ((st = eng->ws_alloc(&d, T, o->sensitivities, qmla_exec_threads(&ex), &ws, err)))
+    jopen = !merging;
+    if (sharded && o->n_replay) { /* earlier runs' parts and journals, any N */
+        if ((st = qmla_oppart_replay_files(o->replay, o->n_replay, gname, pkind, key,
+                                           journal_replay_item, &rp, err)))
+            goto out;
+    }
+    const size_t T = plan.T_max ? plan.T_max : 1, np = 2 * o->nconf;
+    /* nothing to compute: a merge, or an empty shard */
+    if (!merging && plan.n_wanted > 0 &&
+        (st = eng->ws_alloc(&d, T, o->sensitivities, qmla_exec_threads(&ex), &ws, err)))
         goto out;
     pts = malloc(np * sizeof *pts);
     alloc = malloc(np * T * sizeof *alloc);
@@ -889,13 +962,25 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
         st = qmla_error_set(err, QMLA_ENOMEM, "operator: out of memory");
         goto out;
     }
+    if (sharded) {
+        /* a part file of the shard's items; the group needs every item */
+        const op_emit em = {&s, np, o->sensitivities};
+        if ((st = qmla_oppart_write(results_path, pkind, key, o->shard, o->n_shards, plan_hash,
+                                    o->engine, op_emit_items, (void *)&em, err)))
+            goto out;
+        qmla_jnl_close(&jf, 1);
+        jopen = 0;
+        goto out;
+    }
     if ((st = qmla_op_stats_compute(s.pts, s.n, o->sensitivities, stats, err)))
         goto out;
     if ((st = write_group(results_path, gname, &s, stats, o->sensitivities,
                           qmla_capture_path(cap), sha, o->command_line,
-                          o->engine, err)))
+                          merging ? prov.engine : qmla_engine_name(o->engine),
+                          merging ? prov.device : qmla_engine_device(o->engine), err)))
         goto out;
-    qmla_jnl_close(&jf, 1);
+    if (jopen)
+        qmla_jnl_close(&jf, 1);
     jopen = 0;
     if (points) {
         *points = s.pts; /* handed over */
@@ -908,7 +993,8 @@ out:
     free(pts);
     free(alloc);
     free(sigma);
-    eng->ws_free(ws);
+    if (ws)
+        eng->ws_free(ws);
     qmla_layer_free(&layer);
     eng->layer_free(L);
     store_free(&s);

@@ -480,6 +480,38 @@ typedef struct merge_state {
     size_t *shard_part;   /* [n_shards] part index + 1 */
 } merge_state;
 
+/* A device's identity: its name, ordinal and count without the rule that
+ * chose it ("NAME (...), device 1 of 2"; qmla_engine_device). */
+static void device_key(const char *dev, char *key, size_t len)
+{
+    snprintf(key, len, "%s", dev);
+    char *d = strstr(key, ", device ");
+    char *r = d ? strstr(d, " (") : NULL;
+    if (r)
+        *r = '\0';
+}
+
+/* The device of a part other than the first: meta0.engine_device becomes
+ * "K devices: A; B" when it is another device than those recorded. */
+static void devices_add(merge_state *ms, const char *dev)
+{
+    char k0[256], k1[256];
+    if (!dev[0])
+        return;
+    device_key(dev, k1, sizeof k1);
+    char *list = ms->meta0.engine_device;
+    const char *body = strstr(list, " devices: ");
+    body = body ? body + 10 : list;
+    /* already recorded: the first's key, or an entry of the list */
+    device_key(list, k0, sizeof k0);
+    if (!strcmp(k0, k1) || (body != list && strstr(body, k1)))
+        return;
+    char out[sizeof ms->meta0.engine_device];
+    const int nd = body != list ? atoi(list) + 1 : 2;
+    snprintf(out, sizeof out, "%d devices: %.110s; %.110s", nd, body != list ? body : k0, k1);
+    snprintf(list, sizeof ms->meta0.engine_device, "%s", out);
+}
+
 /* Add the rows of part p (meta m, info pi, rows r) to the state. */
 static int merge_one(merge_state *ms, const char *const *parts, size_t p,
                      const qmla_part_info *pi, const qmla_response *r, size_t n,
@@ -606,6 +638,14 @@ int qmla_merge(const char *const *parts, size_t n_parts, const char *out,
                                 "hash, parameters and cell set must agree",
                                 parts[p], parts[0], key, key0);
             goto next;
+        } else if (strcmp(m.engine, ms.meta0.engine) != 0) {
+            /* engines agree within a tolerance, not bit for bit: a merged
+             * file is one engine's (docs/cuda-engine.md "Several GPUs") */
+            st = qmla_error_set(err, QMLA_EMISMATCH, "%s was computed by engine \"%s\" and "
+                                "%s by engine \"%s\": parts of one merge must come from one "
+                                "engine; rerun the shard with --engine %s", parts[p],
+                                m.engine, parts[0], ms.meta0.engine, ms.meta0.engine);
+            goto next;
         } else if (!same_plan(&pi, &ms.pi0)) {
             st = qmla_error_set(err, QMLA_EMISMATCH, "%s is a part of another plan "
                                 "than %s (found %zu shards, balance %d, %zu slots; "
@@ -616,6 +656,8 @@ int qmla_merge(const char *const *parts, size_t n_parts, const char *out,
             goto next;
         }
         st = merge_one(&ms, parts, p, &pi, r, n, err);
+        if (!st && p > 0)
+            devices_add(&ms, m.engine_device);
     next:
         if (p > 0) {
             qmla_results_meta_free(&m);
