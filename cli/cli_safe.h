@@ -23,6 +23,8 @@ const char *cli_signal_name(void);
  * cli_progress (cli.h); updates the bar and returns nonzero (stop after
  * the current item) once SIGINT/SIGTERM arrived. */
 int cli_progress_poll(void *ctx, size_t done, size_t total, size_t resumed);
+/* The same without a bar (MPI ranks other than 0): stop once a signal arrived. */
+int cli_quiet_poll(void *ctx, size_t done, size_t total, size_t resumed);
 
 /* Where did a float32 recomputation of one sequence go non-finite? Inputs
  * are the stages of the forward pass, token-major as in attention.h:

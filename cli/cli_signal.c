@@ -54,3 +54,12 @@ int cli_progress_poll(void *ctx, size_t done, size_t total, size_t resumed)
     cli_progress_update(ctx, done, total);
     return cli_interrupted() != 0;
 }
+
+int cli_quiet_poll(void *ctx, size_t done, size_t total, size_t resumed)
+{
+    (void)ctx;
+    (void)done;
+    (void)total;
+    (void)resumed;
+    return cli_interrupted() != 0;
+}

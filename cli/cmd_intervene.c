@@ -54,15 +54,6 @@ typedef struct iv_mpi {
     qmla_iv_opts o;
 } iv_mpi;
 
-static int quiet_poll(void *ctx, size_t done, size_t total, size_t resumed)
-{
-    (void)ctx;
-    (void)done;
-    (void)total;
-    (void)resumed;
-    return cli_interrupted() != 0;
-}
-
 static int iv_mpi_part(void *ctx, const char *part, size_t shard, size_t n, int rank,
                        const cli_mpi_replay *replay, int *stopped, qmla_error *err)
 {
@@ -73,7 +64,7 @@ static int iv_mpi_part(void *ctx, const char *part, size_t shard, size_t n, int 
     o.replay = replay->files;
     o.n_replay = replay->n;
     if (rank != 0) /* rank 0's progress line only */
-        o.progress = quiet_poll;
+        o.progress = cli_quiet_poll;
     qmla_iv_stats s;
     return qmla_intervene_run(m->cap, m->sel, &o, part, &s, stopped, err);
 }

@@ -392,29 +392,12 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
     if (o->reps == 0)
         return qmla_error_set(err, QMLA_EINVAL, "interventions: expected reps >= 1, found 0");
     const int sharded = o->n_shards > 1, merging = o->n_parts > 0;
-    if (sharded && merging)
-        return qmla_error_set(err, QMLA_EINVAL, "interventions: a shard run cannot merge parts");
-    if (sharded && o->shard >= o->n_shards)
-        return qmla_error_set(err, QMLA_EINVAL, "interventions: shard %zu of %zu: expected a "
-                              "shard below %zu", o->shard, o->n_shards, o->n_shards);
-    if (sharded && (st = qmla_oppart_check_target(results_path, "interventions-part", err)))
-        return st;
     qmla_plan plan;
-    const qmla_plan_selection ps0 = qmla_plan_selection_of(sel);
-    qmla_plan_selection ps = ps0;
     uint64_t plan_hash = 0;
-    if (sharded) {
-        /* the unsharded plan's fingerprint, then this shard's plan */
-        if ((st = qmla_plan_build(cap, &ps0, &plan, err)))
-            return st;
-        plan_hash = qmla_oppart_plan_hash(cap, &plan);
-        qmla_plan_free(&plan);
-        ps.shard = o->shard;
-        ps.n_shards = o->n_shards;
-        ps.balance = 1;
-    }
-    if ((st = qmla_plan_build(cap, &ps, &plan, err)))
+    if ((st = qmla_oppart_plan(cap, sel, "interventions", o->shard, o->n_shards, merging,
+                               results_path, "interventions-part", &plan, &plan_hash, err)))
         return st;
+    const qmla_plan_selection ps = qmla_plan_selection_of(sel); /* the whole run's, for a merge */
     const size_t nw = plan.n_wanted, R = o->reps;
     qmla_oppart_prov prov;
     memset(&prov, 0, sizeof prov);

@@ -49,6 +49,35 @@ int qmla_oppart_check_target(const char *path, const char *kind, qmla_error *err
                           "remove it or choose another -o", path, want);
 }
 
+int qmla_oppart_plan(const qmla_capture *cap, const qmla_sweep_selection *sel, const char *what,
+                     size_t shard, size_t n_shards, int merging, const char *results_path,
+                     const char *kind, qmla_plan *plan, uint64_t *plan_hash, qmla_error *err)
+{
+    const int sharded = n_shards > 1;
+    int st;
+    *plan_hash = 0;
+    if (sharded && merging)
+        return qmla_error_set(err, QMLA_EINVAL, "%s: a shard run cannot merge parts", what);
+    if (sharded && shard >= n_shards)
+        return qmla_error_set(err, QMLA_EINVAL, "%s: shard %zu of %zu: expected a shard below %zu",
+                              what, shard, n_shards, n_shards);
+    if (sharded && (st = qmla_oppart_check_target(results_path, kind, err)))
+        return st;
+    const qmla_plan_selection ps0 = qmla_plan_selection_of(sel);
+    qmla_plan_selection ps = ps0;
+    if (sharded) {
+        /* the unsharded plan's fingerprint, then this shard's plan */
+        if ((st = qmla_plan_build(cap, &ps0, plan, err)))
+            return st;
+        *plan_hash = qmla_oppart_plan_hash(cap, plan);
+        qmla_plan_free(plan);
+        ps.shard = shard;
+        ps.n_shards = n_shards;
+        ps.balance = 1;
+    }
+    return qmla_plan_build(cap, &ps, plan, err);
+}
+
 int qmla_oppart_write(const char *path, const char *kind, const char *key, size_t shard,
                       size_t n_shards, uint64_t plan_hash, const qmla_engine *engine,
                       qmla_oppart_emit_fn emit, void *ctx, qmla_error *err)

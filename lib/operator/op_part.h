@@ -36,6 +36,16 @@ uint64_t qmla_oppart_plan_hash(const qmla_capture *cap, const qmla_plan *full);
  * QMLA_EINVAL naming it (a results file or anything else is not replaced). */
 int qmla_oppart_check_target(const char *path, const char *kind, qmla_error *err);
 
+/* The plan of a run of `what` ("operator", "interventions"; named in the
+ * messages): with n_shards > 1 a shard run — refused with merging set or a
+ * shard >= n_shards, and when results_path exists and is not a part of
+ * `kind` — whose plan is shard `shard`'s of the cost-balanced assignment,
+ * *plan_hash the unsharded plan's fingerprint (qmla_oppart_plan_hash);
+ * otherwise the whole plan and *plan_hash 0. The caller frees *plan. */
+int qmla_oppart_plan(const qmla_capture *cap, const qmla_sweep_selection *sel, const char *what,
+                     size_t shard, size_t n_shards, int merging, const char *results_path,
+                     const char *kind, qmla_plan *plan, uint64_t *plan_hash, qmla_error *err);
+
 /* Emits the item records (each built with qmla_jnl_printf and committed). */
 typedef int (*qmla_oppart_emit_fn)(void *ctx, qmla_jnl *j, qmla_error *err);
 

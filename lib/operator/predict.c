@@ -824,30 +824,13 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
     const char *gname = o->sensitivities ? "predict" : "jvp";
     const char *pkind = o->sensitivities ? "predict-part" : "jvp-part";
     const int sharded = o->n_shards > 1, merging = o->n_parts > 0;
-    if (sharded && merging)
-        return qmla_error_set(err, QMLA_EINVAL, "operator: a shard run cannot merge parts");
-    if (sharded && o->shard >= o->n_shards)
-        return qmla_error_set(err, QMLA_EINVAL, "operator: shard %zu of %zu: expected a "
-                              "shard below %zu", o->shard, o->n_shards, o->n_shards);
     int st;
-    if (sharded && (st = qmla_oppart_check_target(results_path, pkind, err)))
-        return st;
     qmla_plan plan;
-    const qmla_plan_selection ps0 = qmla_plan_selection_of(sel);
-    qmla_plan_selection ps = ps0;
     uint64_t plan_hash = 0;
-    if (sharded) {
-        /* the unsharded plan's fingerprint, then this shard's plan */
-        if ((st = qmla_plan_build(cap, &ps0, &plan, err)))
-            return st;
-        plan_hash = qmla_oppart_plan_hash(cap, &plan);
-        qmla_plan_free(&plan);
-        ps.shard = o->shard;
-        ps.n_shards = o->n_shards;
-        ps.balance = 1;
-    }
-    if ((st = qmla_plan_build(cap, &ps, &plan, err)))
+    if ((st = qmla_oppart_plan(cap, sel, "operator", o->shard, o->n_shards, merging,
+                               results_path, pkind, &plan, &plan_hash, err)))
         return st;
+    const qmla_plan_selection ps = qmla_plan_selection_of(sel); /* the whole run's, for a merge */
     char sha[65], key[8192], jpath[4096];
     qmla_oppart_prov prov;
     memset(&prov, 0, sizeof prov);
