@@ -14,13 +14,15 @@ set -uo pipefail
 [ "${QMLA_MPI:-0}" = 1 ] && command -v mpirun >/dev/null || { echo "SKIP: built without MPI"; exit 77; }
 . "$(dirname "$0")/../support/cli_lib.sh"
 . "$(dirname "$0")/../support/h5group_same.sh"
-C=$ROOT/data/tiny-mla-default.h5
 cd "$work"
+# 2 layers x 2 cells x 3 sequences of 64 tokens (test_op_shard.sh says why synthetic)
+C=$work/syn.h5
+expect 0 "synthetic capture" -- "$QMLA" synth -o "$C" --shape tiny --layers 2 --cells 2 --seqs 3 --tokens 64 --threads 1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm=isolated \
        OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 export LSAN_OPTIONS="suppressions=$ROOT/tests/support/lsan-mpi.supp:print_suppressions=0:fast_unwind_on_malloc=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 run() { mpirun --oversubscribe -n "$@"; }
-IV="--reps 4 --bootstrap 200"
+IV="--reps 2 --bootstrap 100"
 
 expect 0 "intervene, one process" -- "$QMLA" intervene "$C" -o iw.h5 $IV --threads 1
 expect 0 "predict, one process" -- "$QMLA" predict "$C" -o pw.h5 --threads 1

@@ -13,14 +13,17 @@
 # shard run onto a results file; --device and --engine cpu:0 with the CPU
 # engine, a malformed NAME:DEVICE; a resume journal of a wider layer
 # selection resumes only the selected layers (it wrote them all before).
-# tiny-mla-default.h5: 6 layers x 2 cells x 1 sequence = 12 items.
+# The capture: `qmla synth --shape tiny`, 2 layers x 2 cells x 3 sequences
+# of 64 tokens = 12 items of equal cost (the merge logic does not depend on
+# the weights; the embedded 6-layer capture made this test 2-3 minutes).
 # Env (set by meson): QMLA_BIN, QMLA_SOURCE_ROOT.
 set -uo pipefail
 . "$(dirname "$0")/../support/cli_lib.sh"
 . "$(dirname "$0")/../support/h5group_same.sh"
-C=$ROOT/data/tiny-mla-default.h5
 cd "$work"
-IV="--reps 4 --bootstrap 200 --seed 7"
+C=$work/syn.h5
+expect 0 "synthetic capture" -- "$QMLA" synth -o "$C" --shape tiny --layers 2 --cells 2 --seqs 3 --tokens 64 --threads 1
+IV="--reps 2 --bootstrap 100 --seed 7"
 
 # --- interventions --------------------------------------------------------
 expect 0 "intervene, one process" -- "$QMLA" intervene "$C" -o whole.h5 $IV --threads 1
@@ -34,20 +37,20 @@ expect 0 "the shards hold 12 items, 4 each (equal cost)" -- test "$n0 $n1 $n2" =
 expect 0 "merge 3 parts (shuffled)" -- "$QMLA" intervene "$C" i2.part i0.part i1.part --merge -o merged.h5 $IV --threads 1
 containsF "merged from parts" "merge line"
 expect 0 "merged /interventions equals the one-process run" -- h5group_same whole.h5 merged.h5 interventions
-expect 1 "the comparison tells other seeds apart" -- bash -c ". $ROOT/tests/support/h5group_same.sh; work=$work; \"$QMLA\" intervene \"$C\" -o seed8.h5 --reps 4 --bootstrap 200 --seed 8 --threads 1 >/dev/null && h5group_same whole.h5 seed8.h5 interventions"
+expect 1 "the comparison tells other seeds apart" -- bash -c ". $ROOT/tests/support/h5group_same.sh; work=$work; \"$QMLA\" intervene \"$C\" -o seed8.h5 --reps 2 --bootstrap 100 --seed 8 --threads 1 >/dev/null && h5group_same whole.h5 seed8.h5 interventions"
 
 # faults
 expect 2 "missing part refused" -- "$QMLA" intervene "$C" i0.part i2.part --merge -o x.h5 $IV
 containsF "incomplete: 4 of the plan's items are missing; no part for shard(s) 1 of 3" "missing shard named"
-containsF "first missing: (layer 2, cell" "first missing item named"
+containsF "first missing: (layer 0, cell \"synth-s1\", sequence 1: shard 1)" "first missing item named"
 expect 0 "nothing written when refused" -- test ! -e x.h5
-expect 0 "intervene shard 1/3 of layers 0-2" -- "$QMLA" intervene "$C" -o l1.part --shard 1/3 --layers 0-2 $IV --threads 1
+expect 0 "intervene shard 1/3 of layer 0" -- "$QMLA" intervene "$C" -o l1.part --shard 1/3 --layers 0 $IV --threads 1
 expect 2 "part of another plan (layers) refused" -- "$QMLA" intervene "$C" i0.part l1.part i2.part --merge -o x.h5 $IV
 containsF "l1.part is a part of another plan (plan hash" "plan message"
 expect 0 "intervene shard 1/2" -- "$QMLA" intervene "$C" -o h1.part --shard 1/2 $IV --threads 1
 expect 2 "part of another shard count refused" -- "$QMLA" intervene "$C" i0.part h1.part i2.part --merge -o x.h5 $IV
 containsF "h1.part is a part of another plan than i0.part (shard 1 of 2; expected shards of 3)" "shard count message"
-expect 0 "intervene shard 1/3, seed 8" -- "$QMLA" intervene "$C" -o f1.part --shard 1/3 --reps 4 --bootstrap 200 --seed 8 --threads 1
+expect 0 "intervene shard 1/3, seed 8" -- "$QMLA" intervene "$C" -o f1.part --shard 1/3 --reps 2 --bootstrap 100 --seed 8 --threads 1
 expect 2 "part of other options refused" -- "$QMLA" intervene "$C" i0.part f1.part i2.part --merge -o x.h5 $IV
 containsF "f1.part: journal of another run" "options message"
 cp i1.part i1-copy.part
@@ -103,15 +106,16 @@ expect 2 "predict: missing part refused" -- "$QMLA" predict "$C" q1.part --merge
 containsF "no part for shard(s) 0 of 2" "predict missing shard"
 expect 2 "predict: an interventions part refused" -- "$QMLA" predict "$C" q0.part i1.part --merge -o x.h5
 containsF "i1.part: journal of another run" "kind message"
-# a resume journal of a wider selection (shard 0's items, layers 0-2, as the
-# journal of an interrupted run) resumes only the selected layer's items
-"$PY" - q0.part r.h5.predict.journal <<'PYEOF'
+# a resume journal of a wider selection (both shards' items, layers 0-1, as
+# the journal of an interrupted run) resumes only the selected layer's items
+"$PY" - q0.part q1.part r.h5.predict.journal <<'PYEOF'
 import sys
-lines = open(sys.argv[1]).read().split("\n")
-open(sys.argv[2], "w").write("\n".join([lines[0].replace("predict-part", "predict", 1)] + lines[3:]))
+a = open(sys.argv[1]).read().rstrip("\n").split("\n")
+b = open(sys.argv[2]).read().rstrip("\n").split("\n")
+open(sys.argv[3], "w").write("\n".join([a[0].replace("predict-part", "predict", 1)] + a[3:] + b[3:]) + "\n")
 PYEOF
 expect 0 "predict --layers 0 over a wider journal" -- "$QMLA" predict "$C" -o r.h5 --layers 0 --threads 1
-containsF "(28 points;" "only layer 0's points"
+containsF "(84 points;" "only layer 0's points"
 expect 0 "predict --layers 0, fresh" -- "$QMLA" predict "$C" -o r0.h5 --layers 0 --threads 1
 expect 0 "the resumed group equals the fresh one" -- h5group_same r0.h5 r.h5 predict
 expect 0 "jvp, one process" -- "$QMLA" jvp "$C" -o jw.h5 --threads 1
