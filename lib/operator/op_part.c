@@ -333,13 +333,16 @@ int qmla_oppart_merge_read(const char *const *parts, size_t n_parts, const char 
     if (!st) {
         snprintf(prov->engine, sizeof prov->engine, "%s", m.hdr[0].engine);
         size_t nd = 0;
-        char (*seen)[320] = calloc(m.n_shards, sizeof *seen);
+        /* at most one device per part; a shard without items may have no
+         * part (complete coverage without it): skipped */
+        char (*seen)[320] = calloc(n_parts, sizeof *seen);
         if (!seen) {
             st = qmla_error_set(err, QMLA_ENOMEM, "merge: out of memory");
             nd = 0;
         }
         for (size_t s = 0; seen && s < m.n_shards; s++)
-            add_device(prov, m.hdr[m.shard_part[s] - 1].device, seen, &nd);
+            if (m.shard_part[s])
+                add_device(prov, m.hdr[m.shard_part[s] - 1].device, seen, &nd);
         if (nd == 1) /* one device: its full name, rule included */
             snprintf(prov->device, sizeof prov->device, "%.255s", m.hdr[0].device);
         free(seen);

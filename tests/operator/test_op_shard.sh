@@ -95,6 +95,17 @@ expect 2 "--engine auto:1" -- "$QMLA" sweep "$C" -o x.h5 --engine auto:1
 containsF "auto takes no device" "auto:N message"
 expect 2 "bad --shard" -- "$QMLA" intervene "$C" -o x.h5 --shard 3/3
 containsF "--shard: expected I/N with 0 <= I < N" "shard usage"
+# an empty shard: 3 items (layer 0, one cell) in 4 shards leave shard 1
+# without items; a merge of the other three parts is complete (it read the
+# missing shard's part header out of bounds before; CI's ASan stage sees it)
+E3="$IV --layers 0 --cells synth-s1 --threads 1"
+expect 0 "intervene, 3 items, one process" -- "$QMLA" intervene "$C" -o e.h5 $E3
+for s in 0 1 2 3; do
+    expect 0 "intervene 3 items, shard $s/4" -- "$QMLA" intervene "$C" -o e$s.part --shard $s/4 $E3
+done
+expect 0 "shard 1 of 4 is empty" -- test "$(grep -c '^I ' e1.part)" = 0
+expect 0 "merge without the empty shard's part" -- "$QMLA" intervene "$C" e3.part e0.part e2.part --merge -o em.h5 $E3
+expect 0 "it equals the one-process run" -- h5group_same e.h5 em.h5 interventions
 
 # --- predict and jvp -------------------------------------------------------
 expect 0 "predict, one process" -- "$QMLA" predict "$C" -o pw.h5 --threads 2
