@@ -2,6 +2,7 @@
  * their merge (operator/op_part.h). */
 #include "operator/op_part.h"
 #include "qmla/part.h"
+#include "core/devices.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -237,32 +238,6 @@ static int merge_record(void *ctx, char *rec, size_t len, qmla_error *err)
     return QMLA_OK;
 }
 
-/* A device's identity in the merged provenance: its name, ordinal and count
- * without the rule that chose it ("..., device 1 of 2"). */
-static void device_key(const char *dev, char *key, size_t len)
-{
-    snprintf(key, len, "%s", dev);
-    char *d = strstr(key, ", device ");
-    char *r = d ? strstr(d, " (") : NULL;
-    if (r)
-        *r = '\0';
-}
-
-static void add_device(qmla_oppart_prov *pv, const char *dev, char (*seen)[320], size_t *nd)
-{
-    if (!dev[0])
-        return;
-    char key[320];
-    device_key(dev, key, sizeof key);
-    for (size_t i = 0; i < *nd; i++)
-        if (!strcmp(seen[i], key))
-            return;
-    memcpy(seen[*nd], key, sizeof key);
-    const size_t u = strlen(pv->device);
-    snprintf(pv->device + u, sizeof pv->device - u, "%s%s", u ? "; " : "", key);
-    ++*nd;
-}
-
 int qmla_oppart_merge_read(const char *const *parts, size_t n_parts, const char *kind,
                            const char *key, const qmla_capture *cap,
                            const qmla_plan_selection *ps, const qmla_plan *full,
@@ -332,25 +307,15 @@ int qmla_oppart_merge_read(const char *const *parts, size_t n_parts, const char 
     }
     if (!st) {
         snprintf(prov->engine, sizeof prov->engine, "%s", m.hdr[0].engine);
-        size_t nd = 0;
         /* at most one device per part; a shard without items may have no
          * part (complete coverage without it): skipped */
-        char (*seen)[320] = calloc(n_parts, sizeof *seen);
-        if (!seen) {
-            st = qmla_error_set(err, QMLA_ENOMEM, "merge: out of memory");
-            nd = 0;
-        }
-        for (size_t s = 0; seen && s < m.n_shards; s++)
+        qmla_devices devs;
+        memset(&devs, 0, sizeof devs);
+        for (size_t s = 0; !st && s < m.n_shards; s++)
             if (m.shard_part[s])
-                add_device(prov, m.hdr[m.shard_part[s] - 1].device, seen, &nd);
-        if (nd == 1) /* one device: its full name, rule included */
-            snprintf(prov->device, sizeof prov->device, "%.255s", m.hdr[0].device);
-        free(seen);
-        if (nd > 1) {
-            char tmp[256];
-            snprintf(tmp, sizeof tmp, "%zu devices: %.220s", nd, prov->device);
-            snprintf(prov->device, sizeof prov->device, "%s", tmp);
-        }
+                st = qmla_devices_add(&devs, m.hdr[m.shard_part[s] - 1].device, err);
+        qmla_devices_format(&devs, prov->device, sizeof prov->device);
+        qmla_devices_free(&devs);
     }
     free(m.hdr);
     free(m.from);

@@ -2,6 +2,7 @@
  * (include/qmla/part.h). */
 #include "qmla/part.h"
 #include "io/group.h"
+#include "core/devices.h"
 
 #include <hdf5.h>
 #include <stdint.h>
@@ -478,39 +479,8 @@ typedef struct merge_state {
     qmla_response *rows;  /* [2 n_items] item-major, path-minor */
     size_t *from;         /* [2 n_items] part index + 1, 0 = absent */
     size_t *shard_part;   /* [n_shards] part index + 1 */
+    qmla_devices devs;    /* the parts' devices (provenance) */
 } merge_state;
-
-/* A device's identity: its name, ordinal and count without the rule that
- * chose it ("NAME (...), device 1 of 2"; qmla_engine_device). */
-static void device_key(const char *dev, char *key, size_t len)
-{
-    snprintf(key, len, "%s", dev);
-    char *d = strstr(key, ", device ");
-    char *r = d ? strstr(d, " (") : NULL;
-    if (r)
-        *r = '\0';
-}
-
-/* The device of a part other than the first: meta0.engine_device becomes
- * "K devices: A; B" when it is another device than those recorded. */
-static void devices_add(merge_state *ms, const char *dev)
-{
-    char k0[256], k1[256];
-    if (!dev[0])
-        return;
-    device_key(dev, k1, sizeof k1);
-    char *list = ms->meta0.engine_device;
-    const char *body = strstr(list, " devices: ");
-    body = body ? body + 10 : list;
-    /* already recorded: the first's key, or an entry of the list */
-    device_key(list, k0, sizeof k0);
-    if (!strcmp(k0, k1) || (body != list && strstr(body, k1)))
-        return;
-    char out[sizeof ms->meta0.engine_device];
-    const int nd = body != list ? atoi(list) + 1 : 2;
-    snprintf(out, sizeof out, "%d devices: %.110s; %.110s", nd, body != list ? body : k0, k1);
-    snprintf(list, sizeof ms->meta0.engine_device, "%s", out);
-}
 
 /* Add the rows of part p (meta m, info pi, rows r) to the state. */
 static int merge_one(merge_state *ms, const char *const *parts, size_t p,
@@ -656,8 +626,8 @@ int qmla_merge(const char *const *parts, size_t n_parts, const char *out,
             goto next;
         }
         st = merge_one(&ms, parts, p, &pi, r, n, err);
-        if (!st && p > 0)
-            devices_add(&ms, m.engine_device);
+        if (!st)
+            st = qmla_devices_add(&ms.devs, p ? m.engine_device : ms.meta0.engine_device, err);
     next:
         if (p > 0) {
             qmla_results_meta_free(&m);
@@ -687,6 +657,7 @@ int qmla_merge(const char *const *parts, size_t n_parts, const char *out,
         if (gmtime_r(&now, &tm))
             strftime(m->created_utc, sizeof m->created_utc, "%Y-%m-%dT%H:%M:%SZ", &tm);
         m->keep_groups_from[0] = '\0';
+        qmla_devices_format(&ms.devs, m->engine_device, sizeof m->engine_device);
         st = qmla_results_write(out, m, all, n_all, summary, err);
         if (st)
             qmla_summary_free(summary);
@@ -695,6 +666,7 @@ int qmla_merge(const char *const *parts, size_t n_parts, const char *out,
     free(ms.rows);
     free(ms.from);
     free(ms.shard_part);
+    qmla_devices_free(&ms.devs);
     universe_free(&ms.u);
     qmla_part_info_free(&ms.pi0);
     qmla_results_meta_free(&ms.meta0);
