@@ -173,6 +173,8 @@ double qmla_spectral_norm(const float *X, size_t n, size_t d)
             G[j * d + k] = G[k * d + j];
     double l = qmla_lambda_max_sym(G, d);
     free(G);
+    if (isnan(l)) /* out of memory, or non-finite X: never a norm of 0 */
+        return NAN;
     return sqrt(l > 0 ? l : 0);
 }
 
@@ -353,8 +355,17 @@ int qmla_tf_eval_cell_impl(const qmla_tf_eval_impl *im, const qmla_exec *ex,
     st = im->head_norms(im->ctx, &d, &w, pn, err);
     if (st)
         goto out;
-    for (size_t h = 0; h < d.H; h++)
+    for (size_t h = 0; h < d.H; h++) {
+        if (!isfinite(pn[h])) { /* an eigensolve that failed is no norm of 0 */
+            st = qmla_error_set(err, QMLA_ENONFINITE,
+                                "%s: layer %d: the bound's head norm ||P_h||_2 (W_O,h W_UV,h) of "
+                                "head %zu is %g, expected a finite value (non-finite w_o/w_uv "
+                                "weights, or the eigensolve ran out of memory)",
+                                qmla_capture_path(cap), L.layer, h, pn[h]);
+            goto out;
+        }
         pn[h] *= 1.0 + 1e-5;
+    }
     for (size_t n = 0; n < cell.N; n++) {
         const float *C = cell.c_kv + n * T * d.d_c, *K = cell.k_rope + n * T * d.d_r;
         qmla_tf_eval_sums s;
@@ -367,6 +378,11 @@ int qmla_tf_eval_cell_impl(const qmla_tf_eval_impl *im, const qmla_exec *ex,
         if (!st)
             st = im->sequence(im->ctx, ex, &d, T, &w, cell.q_nope + n * d.H * T * d.d_n,
                               cell.q_rope + n * d.H * T * d.d_r, C, K, Ce, Ke, &s, err);
+        if (!st && !isfinite(s.cn))
+            st = qmla_error_set(err, QMLA_ENONFINITE,
+                                "the bound's ||C||_2 of the cached latents is %g, expected a "
+                                "finite value (non-finite c_kv, or the eigensolve ran out of "
+                                "memory)", s.cn);
         if (st) {
             qmla_error_prefix(err, "%s: layer %d, cell %s, sequence %zu: ", qmla_capture_path(cap),
                               L.layer, cell.name, n);

@@ -819,9 +819,30 @@ static void check_psd_prod(void)
         }
 }
 
+/* qmla_spectral_norm: sigma_max of a known X, 0 for X = 0, and NaN (not a
+ * norm of 0, which made the eval bound silently 0) for non-finite X. */
+static void check_spectral_norm(void)
+{
+    /* X = diag(3, 4) padded with a zero row: sigma_max 4 */
+    const float X[6] = {3, 0, 0, 4, 0, 0};
+    double s = qmla_spectral_norm(X, 3, 2);
+    CHECK(fabs(s - 4.0) <= 1e-12, "spectral norm of diag(3, 4): %.17g, expected 4", s);
+    const float Z[6] = {0};
+    s = qmla_spectral_norm(Z, 3, 2);
+    CHECK(s == 0.0, "spectral norm of 0: %g", s);
+    float B[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    B[4] = NAN;
+    s = qmla_spectral_norm(B, 4, 3);
+    CHECK(isnan(s), "spectral norm with a NaN entry: %g, expected NaN", s);
+    B[4] = INFINITY;
+    s = qmla_spectral_norm(B, 4, 3);
+    CHECK(isnan(s) || isinf(s), "spectral norm with an infinite entry: %g, expected non-finite", s);
+}
+
 int main(void)
 {
     qmla_exec ex = qmla_exec_cpu(2);
+    check_spectral_norm();
     naive_rng_state = 12345;
     for (int pp = 0; pp < 2; pp++) {
         check_maps(&ex, 64, 16, (qmla_rope_pairing)pp, "d_c 64");
