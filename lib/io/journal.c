@@ -130,10 +130,49 @@ static int header_differs(const char *path, const char *line, const char *kind,
     return 1;
 }
 
+#define ENGINE_MARK "@engine "
+
+void qmla_jnl_engines_add(char *set, size_t len, const char *names)
+{
+    const char *p = names;
+    while (p && *p) {
+        const char *e = strchr(p, '+');
+        const size_t n = e ? (size_t)(e - p) : strlen(p);
+        int have = 0;
+        for (const char *q = set; *q && !have;) {
+            const char *qe = strchr(q, '+');
+            const size_t qn = qe ? (size_t)(qe - q) : strlen(q);
+            have = qn == n && !strncmp(q, p, n);
+            q += qn + (qe ? 1 : 0);
+        }
+        const size_t u = strlen(set);
+        if (!have && n && u + n + (u ? 1 : 0) < len)
+            snprintf(set + u, len - u, "%s%.*s", u ? "+" : "", (int)n, p);
+        p += n + (e ? 1 : 0);
+    }
+}
+
+/* The engine state of a scan: the last mark's engine and the set of the
+ * records' engines. */
+typedef struct scan_engines {
+    char last[32];
+    char set[64];
+} scan_engines;
+
+/* A whole record that is an engine mark: 1 (eng->last updated). */
+static int engine_mark(const char *rec, size_t len, scan_engines *eng)
+{
+    const size_t ml = strlen(ENGINE_MARK);
+    if (len <= ml + 1 || strncmp(rec, ENGINE_MARK, ml) != 0 || memchr(rec, '\n', len - 1))
+        return 0;
+    snprintf(eng->last, sizeof eng->last, "%.*s", (int)(len - ml - 1), rec + ml);
+    return 1;
+}
+
 /* Replay the records after the header; *keep: the offset after the last
  * whole record kept. */
 static int scan(FILE *f, const char *path, qmla_jnl_replay_fn fn, void *ctx, size_t *n,
-                long *keep, qmla_error *err)
+                long *keep, scan_engines *eng, qmla_error *err)
 {
     char *line = NULL, *rec = NULL;
     size_t lcap = 0, rlen = 0, rcap = 0;
@@ -173,6 +212,11 @@ static int scan(FILE *f, const char *path, qmla_jnl_replay_fn fn, void *ctx, siz
         if (qmla_jnl_fnv1a(rec, rlen, QMLA_JNL_FNV_INIT) != want)
             break; /* damaged: recompute from here */
         rec[rlen] = '\0';
+        if (engine_mark(rec, rlen, eng)) {
+            *keep = ftell(f);
+            rlen = 0;
+            continue;
+        }
         const int r = fn ? fn(ctx, rec, rlen, err) : QMLA_OK;
         if (r == QMLA_EFORMAT) {
             qmla_error_clear(err);
@@ -183,6 +227,7 @@ static int scan(FILE *f, const char *path, qmla_jnl_replay_fn fn, void *ctx, siz
             break;
         }
         ++*n;
+        qmla_jnl_engines_add(eng->set, sizeof eng->set, eng->last);
         *keep = ftell(f);
         rlen = 0;
     }
@@ -226,6 +271,8 @@ int qmla_jnl_open(qmla_jnl *j, const char *path, const char *kind, const char *k
                               strerror(errno));
     int fresh = f == NULL;
     long keep = 0;
+    scan_engines eng;
+    memset(&eng, 0, sizeof eng);
     if (f) {
         char *line = NULL;
         size_t lcap = 0;
@@ -243,7 +290,7 @@ int qmla_jnl_open(qmla_jnl *j, const char *path, const char *kind, const char *k
                 }
                 fresh = 1;
             } else
-                st = scan(f, path, fn, ctx, &cnt, &keep, err);
+                st = scan(f, path, fn, ctx, &cnt, &keep, &eng, err);
         } else
             fresh = 1; /* empty or torn header: nothing was recorded */
         free(line);
@@ -256,6 +303,8 @@ int qmla_jnl_open(qmla_jnl *j, const char *path, const char *kind, const char *k
     if (truncate(path, keep) != 0 || !(j->f = fopen(path, "a")))
         return qmla_error_set(err, QMLA_EIO, "%s: cannot reopen journal: %s", path,
                               strerror(errno));
+    memcpy(j->engine, eng.last, sizeof j->engine);
+    memcpy(j->engines, eng.set, sizeof j->engines);
     if (n)
         *n = cnt;
     return QMLA_OK;
@@ -264,6 +313,17 @@ int qmla_jnl_open(qmla_jnl *j, const char *path, const char *kind, const char *k
 int qmla_jnl_read(const char *path, const char *kind, const char *key,
                   qmla_jnl_replay_fn fn, void *ctx, size_t *n, qmla_error *err)
 {
+    return qmla_jnl_read_engines(path, kind, key, fn, ctx, n, NULL, 0, err);
+}
+
+int qmla_jnl_read_engines(const char *path, const char *kind, const char *key,
+                          qmla_jnl_replay_fn fn, void *ctx, size_t *n, char *engines,
+                          size_t elen, qmla_error *err)
+{
+    scan_engines eng;
+    memset(&eng, 0, sizeof eng);
+    if (engines && elen)
+        engines[0] = '\0';
     size_t cnt = 0;
     if (n)
         *n = 0;
@@ -284,12 +344,29 @@ int qmla_jnl_read(const char *path, const char *kind, const char *key,
         if (header_differs(path, line, kind, key, 1, err))
             st = QMLA_EMISMATCH;
         else
-            st = scan(f, path, fn, ctx, &cnt, &keep, err);
+            st = scan(f, path, fn, ctx, &cnt, &keep, &eng, err);
     }
     free(line);
     fclose(f);
     if (!st && n)
         *n = cnt;
+    if (!st && engines && elen)
+        snprintf(engines, elen, "%s", eng.set);
+    return st;
+}
+
+int qmla_jnl_engine(qmla_jnl *j, const char *name, qmla_error *err)
+{
+    if (!name || !name[0] || !strcmp(j->engine, name))
+        return QMLA_OK;
+    if (strlen(name) >= sizeof j->engine || strpbrk(name, "+\n#"))
+        return qmla_error_set(err, QMLA_EINTERNAL, "%s: engine name \"%s\": expected a word "
+                              "of at most %zu bytes", j->path, name, sizeof j->engine - 1);
+    j->len = 0;
+    qmla_jnl_printf(j, ENGINE_MARK "%s\n", name);
+    int st = qmla_jnl_commit(j, err);
+    if (!st)
+        snprintf(j->engine, sizeof j->engine, "%s", name);
     return st;
 }
 
@@ -349,6 +426,8 @@ int qmla_jnl_commit(qmla_jnl *j, qmla_error *err)
     if (fsync(fileno(j->f)) != 0)
         return qmla_error_set(err, QMLA_EIO, "%s: fsync failed: %s", j->path,
                               strerror(errno));
+    if (strncmp(j->buf, ENGINE_MARK, strlen(ENGINE_MARK)) != 0)
+        qmla_jnl_engines_add(j->engines, sizeof j->engines, j->engine);
     return QMLA_OK;
 }
 

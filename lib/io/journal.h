@@ -28,6 +28,9 @@ typedef struct qmla_jnl {
     char *buf;        /* the record being built (qmla_jnl_printf) */
     size_t len, cap;
     int bad;          /* a printf failed: the commit reports it */
+    char engine[32];  /* the engine of the last engine mark (qmla_jnl_engine) */
+    char engines[64]; /* the engines of the records kept or written, '+'-joined
+                       * in first-seen order ("" when no record follows a mark) */
 } qmla_jnl;
 
 /* Called per whole record, in file order; rec is NUL-terminated (len bytes,
@@ -50,6 +53,24 @@ int qmla_jnl_open(qmla_jnl *j, const char *path, const char *kind, const char *k
  * header; QMLA_EMISMATCH: another kind or key; QMLA_EIO. */
 int qmla_jnl_read(const char *path, const char *kind, const char *key,
                   qmla_jnl_replay_fn fn, void *ctx, size_t *n, qmla_error *err);
+/* The same, also returning the engines of the records read ('+'-joined,
+ * "" for none or a journal without engine marks) into engines[len]. */
+int qmla_jnl_read_engines(const char *path, const char *kind, const char *key,
+                          qmla_jnl_replay_fn fn, void *ctx, size_t *n, char *engines,
+                          size_t len, qmla_error *err);
+
+/* Engine marks. A journal that engines resume from one another (the resume
+ * key has no engine: their rows agree to 1e-4, not bit for bit) records
+ * which engine wrote its records: qmla_jnl_engine appends the record
+ * "@engine NAME" when NAME is not the last mark's engine, and every later
+ * record is NAME's. Replays skip the marks (the callback never sees them)
+ * and collect the engines of the kept records in j->engines. */
+int qmla_jnl_engine(qmla_jnl *j, const char *name, qmla_error *err);
+
+/* Add the '+'-joined names of `names` to the set `set` (a '+'-joined list
+ * in first-seen order, size len), skipping those it has. */
+void qmla_jnl_engines_add(char *set, size_t len, const char *names);
+
 /* Append text to the record being built (lines must not start with '#';
  * the record must end with '\n'). */
 void qmla_jnl_printf(qmla_jnl *j, const char *fmt, ...)

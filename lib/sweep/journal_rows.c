@@ -101,10 +101,17 @@ int qmla_journal_open(qmla_journal *j, const char *path, const char *key,
 int qmla_journal_read(const char *path, const char *key, qmla_response **recs,
                       size_t *n, qmla_error *err)
 {
+    return qmla_journal_read_engines(path, key, recs, n, NULL, 0, err);
+}
+
+int qmla_journal_read_engines(const char *path, const char *key, qmla_response **recs,
+                              size_t *n, char *engines, size_t elen, qmla_error *err)
+{
     rows rs = {NULL, 0, 0, path};
     *recs = NULL;
     *n = 0;
-    const int st = qmla_jnl_read(path, SWEEP_KIND, key, on_record, &rs, NULL, err);
+    const int st = qmla_jnl_read_engines(path, SWEEP_KIND, key, on_record, &rs, NULL, engines,
+                                         elen, err);
     if (st) {
         free(rs.a);
         return st;

@@ -24,6 +24,10 @@ int qmla_journal_append(qmla_journal *j, const qmla_response *r, size_t n,
 /* Read the rows of a journal without changing it (qmla_jnl_read). */
 int qmla_journal_read(const char *path, const char *key, qmla_response **recs,
                       size_t *n, qmla_error *err);
+/* The same, with the engines of its records ('+'-joined, "" when unmarked;
+ * journal.h "Engine marks") into engines[len]. */
+int qmla_journal_read_engines(const char *path, const char *key, qmla_response **recs,
+                              size_t *n, char *engines, size_t len, qmla_error *err);
 void qmla_journal_close(qmla_journal *j, int remove_file);
 
 #endif

@@ -101,8 +101,8 @@ static int file_exists(const char *p)
 
 /* Rows of an existing results file of the same key count as done. */
 static int restore_results(const char *path, const char *key, int force,
-                           qmla_plan *plan, qmla_results_meta *meta,
-                           qmla_error *err)
+                           qmla_plan *plan, qmla_results_meta *meta, char *engines,
+                           size_t elen, qmla_error *err)
 {
     if (!file_exists(path))
         return QMLA_OK;
@@ -118,6 +118,8 @@ static int restore_results(const char *path, const char *key, int force,
         qmla_results_key(&old, okey, sizeof okey);
     if (rs == QMLA_OK && strcmp(okey, key) == 0) {
         st = qmla_plan_add(plan, rr, nr, path, err);
+        if (nr)
+            qmla_jnl_engines_add(engines, elen, old.engine);
         /* the groups other commands added stay with the rows they describe */
         snprintf(meta->keep_groups_from, sizeof meta->keep_groups_from, "%s", path);
     }
@@ -236,7 +238,7 @@ static int compute_pending(qmla_capture *cap, qmla_plan *plan,
 /* Rows of the replayed files (read only) count as done; files of another
  * key are skipped. */
 static int replay_files(const qmla_sweep_opts *opts, const char *key,
-                        qmla_plan *plan, qmla_error *err)
+                        qmla_plan *plan, char *engines, size_t elen, qmla_error *err)
 {
     for (size_t k = 0; k < opts->n_replay; k++) {
         const char *f = opts->replay[k];
@@ -246,19 +248,23 @@ static int replay_files(const qmla_sweep_opts *opts, const char *key,
         qmla_error e2;
         qmla_error_clear(&e2);
         int rs;
+        char fe[64] = "";
         if (len > 8 && !strcmp(f + len - 8, ".journal"))
-            rs = qmla_journal_read(f, key, &r, &n, &e2);
+            rs = qmla_journal_read_engines(f, key, &r, &n, fe, sizeof fe, &e2);
         else {
             qmla_results_meta m;
             char okey[8192];
             rs = qmla_results_read(f, &m, &r, &n, &e2);
             if (rs == QMLA_OK) {
                 qmla_results_key(&m, okey, sizeof okey);
+                snprintf(fe, sizeof fe, "%s", m.engine);
                 qmla_results_meta_free(&m);
                 if (strcmp(okey, key) != 0)
                     rs = QMLA_EMISMATCH;
             }
         }
+        if (rs == QMLA_OK && n)
+            qmla_jnl_engines_add(engines, elen, fe);
         const int st = rs == QMLA_OK ? qmla_plan_add(plan, r, n, f, err) : QMLA_OK;
         free(r);
         if (st)
@@ -367,12 +373,14 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
     memset(&jr, 0, sizeof jr);
     int journal_open = 0;
     char key[8192], jpath[4096];
+    char engines[64] = ""; /* of the rows restored or replayed (journal.h) */
     if ((st = fill_meta(cap, &plan, opts, &meta, err)))
         goto done;
     qmla_results_key(&meta, key, sizeof key);
     if ((!opts->force && opts->n_shards > 1 &&
          (st = qmla_part_check_target(results_path, opts->shard, opts->n_shards, err))) ||
-        (st = restore_results(results_path, key, opts->force, &plan, &meta, err)))
+        (st = restore_results(results_path, key, opts->force, &plan, &meta, engines,
+                              sizeof engines, err)))
         goto done;
     {
         snprintf(jpath, sizeof jpath, "%s.journal", results_path);
@@ -381,9 +389,11 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
         if ((st = qmla_journal_open(&jr, jpath, key, opts->force, &jrecs, &nj, err)))
             goto done;
         journal_open = 1;
+        qmla_jnl_engines_add(engines, sizeof engines, jr.j.engines);
         st = qmla_plan_add(&plan, jrecs, nj, jpath, err);
         free(jrecs);
-        if (st || (st = replay_files(opts, key, &plan, err)))
+        if (st || (st = replay_files(opts, key, &plan, engines, sizeof engines, err)) ||
+            (st = qmla_jnl_engine(&jr.j, meta.engine, err)))
             goto done;
     }
     const qmla_mla_dims dims = {(size_t)cfg->H, (size_t)cfg->D, (size_t)cfg->d_c,
@@ -391,6 +401,12 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
                                 (size_t)cfg->d_v, cfg->softmax_scale};
     if ((st = compute_pending(cap, &plan, opts, &dims, &jr, stopped, err)) || *stopped)
         goto done;
+    /* rows another engine computed (a resume across engines): the results
+     * file names every engine of its rows ("cuda+cpu"), so a merge refuses
+     * it beside one engine's parts */
+    qmla_jnl_engines_add(engines, sizeof engines, jr.j.engines);
+    if (engines[0] && strcmp(engines, meta.engine) != 0)
+        snprintf(meta.engine, sizeof meta.engine, "%s", engines);
     if ((st = finish(cap, sel, opts, results_path, &plan, &meta, summary, err)))
         goto done;
     qmla_journal_close(&jr, 1);

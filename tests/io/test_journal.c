@@ -283,5 +283,58 @@ int main(void)
     snprintf(hex, sizeof hex, "%a", 0.1);
     CHECK(qmla_jnl_real(hex, &v) == 0 && v == 0.1, "%%a round trip: %s -> %.17g", hex, v);
     CHECK(qmla_jnl_real("0x1p-3junk", &v) != 0, "a real with trailing junk accepted");
+    /* engine marks: written when the engine changes, never replayed as
+     * records, the kept records' engines collected in order */
+    {
+        const char *q = tmp("eng.journal");
+        qmla_jnl j;
+        unlink(q);
+        CHECK_OK(qmla_jnl_open(&j, q, "test", "k", 0, NULL, NULL, NULL, &err), err);
+        CHECK_OK(qmla_jnl_engine(&j, "cpu", &err), err);
+        CHECK_OK(qmla_jnl_engine(&j, "cpu", &err), err); /* no second mark */
+        qmla_jnl_printf(&j, "1 a\n");
+        CHECK_OK(qmla_jnl_commit(&j, &err), err);
+        CHECK(!strcmp(j.engines, "cpu"), "engines after one cpu record: \"%s\"", j.engines);
+        qmla_jnl_close(&j, 0);
+        memset(&g, 0, sizeof g);
+        g.cut_at = -1;
+        size_t nn = 0;
+        CHECK_OK(qmla_jnl_open(&j, q, "test", "k", 0, collect, &g, &nn, &err), err);
+        CHECK(nn == 1 && g.n == 1 && !strcmp(g.recs[0], "1 a\n"),
+              "a mark is no record: replayed %zu (%zu)", nn, g.n);
+        CHECK(!strcmp(j.engine, "cpu") && !strcmp(j.engines, "cpu"),
+              "reopened: last mark \"%s\", engines \"%s\"", j.engine, j.engines);
+        CHECK_OK(qmla_jnl_engine(&j, "cuda", &err), err);
+        qmla_jnl_printf(&j, "2 b\n");
+        CHECK_OK(qmla_jnl_commit(&j, &err), err);
+        CHECK_OK(qmla_jnl_engine(&j, "cpu", &err), err); /* a mark with no record after it */
+        qmla_jnl_close(&j, 0);
+        char *txt = slurp(q);
+        int marks = 0;
+        for (const char *t = txt; t && (t = strstr(t, "@engine ")); t++)
+            marks++;
+        CHECK(marks == 3, "3 marks written (cpu, cuda, cpu), found %d", marks);
+        free(txt);
+        char eng[64];
+        memset(&g, 0, sizeof g);
+        g.cut_at = -1;
+        CHECK_OK(qmla_jnl_read_engines(q, "test", "k", collect, &g, &nn, eng, sizeof eng, &err),
+                 err);
+        CHECK(nn == 2 && !strcmp(eng, "cpu+cuda"),
+              "read: %zu records, engines \"%s\" (expected 2, \"cpu+cuda\")", nn, eng);
+        CHECK_OK(qmla_jnl_open(&j, q, "test", "k", 0, NULL, NULL, NULL, &err), err);
+        CHECK(!strcmp(j.engine, "cpu") && !strcmp(j.engines, "cpu+cuda"),
+              "reopened: last mark \"%s\", engines \"%s\"", j.engine, j.engines);
+        CHECK(qmla_jnl_engine(&j, "a+b", &err) == QMLA_EINTERNAL, "a '+' in an engine name");
+        qmla_jnl_close(&j, 0);
+        char set[16] = "";
+        qmla_jnl_engines_add(set, sizeof set, "cuda+cpu");
+        qmla_jnl_engines_add(set, sizeof set, "cpu");
+        qmla_jnl_engines_add(set, sizeof set, "");
+        qmla_jnl_engines_add(set, sizeof set, "cud");
+        CHECK(!strcmp(set, "cuda+cpu+cud"), "engine set: \"%s\"", set);
+        qmla_jnl_engines_add(set, sizeof set, "toolong");
+        CHECK(!strcmp(set, "cuda+cpu+cud"), "a name that does not fit is left out: \"%s\"", set);
+    }
     return check_summary("test_journal");
 }

@@ -13,6 +13,9 @@
 #include "qmla/results.h"
 #include "qmla/sweep.h"
 #include "qmla/synth.h"
+#include "io/journal.h"
+
+#include <inttypes.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -172,6 +175,85 @@ static int same_results(const char *a, const char *b)
     return ok;
 }
 
+/* The journal's engine mark "@engine FROM" rewritten to "@engine TO" with
+ * its record trailer recomputed: the journal of an interrupted run by
+ * engine TO (this build may have only the CPU engine). 1 when done. */
+static int remark_engine(const char *path, const char *from, const char *to)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    static char buf[1 << 20], out[1 << 20];
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char want[64], rec[64];
+    snprintf(want, sizeof want, "\n@engine %s\n#", from);
+    char *m = strstr(buf, want);
+    if (!m)
+        return 0;
+    char *tail = strchr(m + strlen(want), '\n'); /* end of the old trailer */
+    if (!tail)
+        return 0;
+    snprintf(rec, sizeof rec, "@engine %s\n", to);
+    const uint64_t h = qmla_jnl_fnv1a(rec, strlen(rec), QMLA_JNL_FNV_INIT);
+    int u = snprintf(out, sizeof out, "%.*s\n%s#%016" PRIx64 " %zu%s", (int)(m - buf), buf, rec,
+                     h, strlen(rec), tail);
+    f = fopen(path, "wb");
+    if (!f)
+        return 0;
+    const int ok = fwrite(out, 1, (size_t)u, f) == (size_t)u;
+    fclose(f);
+    return ok;
+}
+
+/* A resume across engines: the journal of an interrupted run by one engine
+ * resumed by another (the resume key has no engine). The results file's
+ * engine names both ("cuda+cpu"), so a merge refuses it beside one engine's
+ * parts; resuming with the journal's own engine keeps one name. */
+static void test_engine_marks(qmla_capture *cap)
+{
+    stopper sp;
+    int stopped = 0;
+    qmla_error err;
+    qmla_error_clear(&err);
+    int st = run(cap, tmp("eng.h5"), 4, NULL, 0, 3, 0, &sp, &stopped, &err);
+    CHECK(st == 0 && stopped, "engine marks: partial run (st %d, stopped %d)", st, stopped);
+    CHECK(remark_engine(tmp("eng.h5.journal"), "cpu", "cuda"),
+          "engine marks: the journal has the mark \"@engine cpu\"");
+    st = run(cap, tmp("eng.h5"), 4, NULL, 0, 0, 0, &sp, &stopped, &err);
+    CHECK_OK(st, err);
+    CHECK(sp.resumed == 3, "engine marks: resumed %zu of 3 (the mark is no item)", sp.resumed);
+    qmla_results_meta m;
+    qmla_response *r = NULL;
+    size_t n = 0;
+    CHECK_OK(qmla_results_read(tmp("eng.h5"), &m, &r, &n, &err), err);
+    CHECK(!strcmp(m.engine, "cuda+cpu"), "engine marks: engine \"%s\", expected \"cuda+cpu\"",
+          m.engine);
+    qmla_results_meta_free(&m);
+    free(r);
+    CHECK(same_results(tmp("full.h5"), tmp("eng.h5")), "engine marks: rows differ");
+    /* a rerun over that complete file computes nothing and keeps both names */
+    st = run(cap, tmp("eng.h5"), 4, NULL, 0, 0, 0, &sp, &stopped, &err);
+    CHECK_OK(st, err);
+    r = NULL;
+    CHECK_OK(qmla_results_read(tmp("eng.h5"), &m, &r, &n, &err), err);
+    CHECK(sp.computed == 0 && !strcmp(m.engine, "cuda+cpu"),
+          "engine marks: rerun computed %zu, engine \"%s\"", sp.computed, m.engine);
+    qmla_results_meta_free(&m);
+    free(r);
+    /* one engine throughout: one name */
+    unlink(tmp("eng1.h5"));
+    st = run(cap, tmp("eng1.h5"), 4, NULL, 0, 3, 0, &sp, &stopped, &err);
+    st = st ? st : run(cap, tmp("eng1.h5"), 4, NULL, 0, 0, 0, &sp, &stopped, &err);
+    CHECK_OK(st, err);
+    r = NULL;
+    CHECK_OK(qmla_results_read(tmp("eng1.h5"), &m, &r, &n, &err), err);
+    CHECK(!strcmp(m.engine, "cpu"), "engine marks: one engine: \"%s\"", m.engine);
+    qmla_results_meta_free(&m);
+    free(r);
+}
+
 int main(void)
 {
     qmla_blas_set_threads(1); /* as the qmla program does */
@@ -212,6 +294,8 @@ int main(void)
     CHECK(same_results(tmp("full.h5"), tmp("part.h5")),
           "resumed results differ from the uninterrupted run");
     CHECK(!exists(tmp("part.h5.journal")), "journal removed after resume");
+
+    test_engine_marks(cap);
 
     /* rerun of a complete sweep: nothing recomputed, file rewritten equal */
     st = run(cap, tmp("part.h5"), 4, NULL, 0, 0, 0, &sp, &stopped, &err);
