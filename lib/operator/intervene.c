@@ -466,6 +466,12 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
     if (st)
         goto out2;
     jopen = !merging;
+    char engines[64] = ""; /* of the items resumed and computed (journal.h) */
+    if (jopen) {
+        qmla_jnl_engines_add(engines, sizeof engines, jf.engines);
+        if ((st = qmla_jnl_engine(&jf, qmla_engine_name(o->engine), err)))
+            goto out2;
+    }
     if (sharded && o->n_replay) { /* earlier runs' parts and journals, any N */
         double *sc2 = malloc((nr ? nr : 1) * sizeof *sc2);
         if (!sc2) {
@@ -474,7 +480,8 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
         }
         rpl.r = sc2;
         st = qmla_oppart_replay_files(o->replay, o->n_replay, "interventions",
-                                      "interventions-part", key, iv_journal_replay, &rpl, err);
+                                      "interventions-part", key, iv_journal_replay, &rpl,
+                                      engines, sizeof engines, err);
         free(sc2);
         if (st)
             goto out2;
@@ -529,11 +536,16 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
             goto out2;
         }
     }
+    /* items another engine computed (a resume across engines): the file
+     * names every engine of its items, so a merge refuses it beside one
+     * engine's parts */
+    if (jopen)
+        qmla_jnl_engines_add(engines, sizeof engines, jf.engines);
     if (sharded) {
         /* a part file of the shard's items; the group needs every item */
         const iv_emit em = {&plan, ord, lay, seq, items, ratio, nr};
         st = qmla_oppart_write(results_path, "interventions-part", key, o->shard, o->n_shards,
-                               plan_hash, o->engine, iv_emit_items, (void *)&em, err);
+                               plan_hash, o->engine, engines, iv_emit_items, (void *)&em, err);
         if (st == QMLA_OK) {
             qmla_jnl_close(&jf, 1);
             jopen = 0;
@@ -571,7 +583,7 @@ int qmla_intervene_run(qmla_capture *cap, const qmla_sweep_selection *sel,
             }
         }
     {
-        const char *en = merging ? prov.engine : qmla_engine_name(o->engine);
+        const char *en = merging ? prov.engine : engines[0] ? engines : qmla_engine_name(o->engine);
         const char *ed = merging ? prov.device : qmla_engine_device(o->engine);
         st = write_iv(results_path, o, en, ed, qmla_capture_path(cap), sha, n, lay, cells, seq,
                       items, ratio, stats, err);

@@ -81,7 +81,8 @@ int qmla_oppart_plan(const qmla_capture *cap, const qmla_sweep_selection *sel, c
 
 int qmla_oppart_write(const char *path, const char *kind, const char *key, size_t shard,
                       size_t n_shards, uint64_t plan_hash, const qmla_engine *engine,
-                      qmla_oppart_emit_fn emit, void *ctx, qmla_error *err)
+                      const char *engines, qmla_oppart_emit_fn emit, void *ctx,
+                      qmla_error *err)
 {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
@@ -94,7 +95,8 @@ int qmla_oppart_write(const char *path, const char *kind, const char *key, size_
     char esc[1024];
     qmla_jnl_escape(dev && *dev ? dev : "-", esc, sizeof esc);
     qmla_jnl_printf(&j, "P %zu %zu %016llx %s %d %s\n", shard, n_shards,
-                    (unsigned long long)plan_hash, qmla_engine_name(engine),
+                    (unsigned long long)plan_hash,
+                    engines && *engines ? engines : qmla_engine_name(engine),
                     qmla_engine_device_index(engine), esc);
     if (!(st = qmla_jnl_commit(&j, err)))
         st = emit(ctx, &j, err);
@@ -193,12 +195,18 @@ static int header(merge_rd *m, char *rec, qmla_error *err)
         return qmla_error_set(err, QMLA_EMISMATCH, "%s is a part of another plan than %s "
                               "(shard %zu of %zu; expected shards of %zu)", path, m->parts[0],
                               h->shard, h->n_shards, m->n_shards);
-    if (strcmp(h->engine, m->hdr[0].engine) != 0)
+    if (strcmp(h->engine, m->hdr[0].engine) != 0) {
+        /* "cuda+cpu": a part resumed across engines (journal.h) */
+        const int mixed = strchr(h->engine, '+') || strchr(m->hdr[0].engine, '+');
         return qmla_error_set(err, QMLA_EMISMATCH, "%s was computed by engine \"%s\" and %s by "
                               "engine \"%s\": parts of one merge must come from one engine "
-                              "(engines agree within a tolerance, not bit for bit); rerun "
-                              "the shard with --engine %s", path, h->engine, m->parts[0],
-                              m->hdr[0].engine, m->hdr[0].engine);
+                              "(engines agree within a tolerance, not bit for bit); %s%s",
+                              path, h->engine, m->parts[0], m->hdr[0].engine,
+                              mixed ? "a part of several engines was resumed across engines: "
+                                      "rerun it with --force and one --engine"
+                                    : "rerun the shard with --engine ",
+                              mixed ? "" : m->hdr[0].engine);
+    }
     if (m->shard_part[h->shard])
         return qmla_error_set(err, QMLA_EMISMATCH, "%s and %s are both shard %zu of %zu: "
                               "overlapping parts", m->parts[m->shard_part[h->shard] - 1], path,
@@ -330,6 +338,8 @@ typedef struct replay_skip_p {
     qmla_jnl_replay_fn fn;
     void *ctx;
     int first;
+    char engine[32]; /* the P header's */
+    size_t items;
 } replay_skip_p;
 
 static int replay_part_record(void *ctx, char *rec, size_t len, qmla_error *err)
@@ -337,15 +347,19 @@ static int replay_part_record(void *ctx, char *rec, size_t len, qmla_error *err)
     replay_skip_p *r = ctx;
     if (r->first) {
         r->first = 0;
-        if (rec[0] == 'P' && rec[1] == ' ')
-            return QMLA_OK; /* the part header */
+        if (rec[0] == 'P' && rec[1] == ' ') { /* the part header */
+            if (sscanf(rec, "P %*s %*s %*s %31s", r->engine) != 1)
+                r->engine[0] = '\0';
+            return QMLA_OK;
+        }
     }
+    r->items++;
     return r->fn(r->ctx, rec, len, err);
 }
 
 int qmla_oppart_replay_files(const char *const *files, size_t n, const char *kind,
                              const char *part_kind, const char *key, qmla_jnl_replay_fn replay,
-                             void *ctx, qmla_error *err)
+                             void *ctx, char *engines, size_t elen, qmla_error *err)
 {
     char jh[128], ph[128];
     snprintf(jh, sizeof jh, "%s%s ", PART_MAGIC, kind);
@@ -361,11 +375,18 @@ int qmla_oppart_replay_files(const char *const *files, size_t n, const char *kin
         qmla_error e2;
         qmla_error_clear(&e2);
         int st = QMLA_OK;
+        char fe[64] = "";
+        size_t ni = 0;
         if (strncmp(line, ph, strlen(ph)) == 0) {
-            replay_skip_p r = {replay, ctx, 1};
+            replay_skip_p r = {replay, ctx, 1, "", 0};
             st = qmla_jnl_read(files[k], part_kind, key, replay_part_record, &r, NULL, &e2);
+            snprintf(fe, sizeof fe, "%s", r.engine);
+            ni = r.items;
         } else if (strncmp(line, jh, strlen(jh)) == 0)
-            st = qmla_jnl_read(files[k], kind, key, replay, ctx, NULL, &e2);
+            st = qmla_jnl_read_engines(files[k], kind, key, replay, ctx, &ni, fe, sizeof fe,
+                                       &e2);
+        if (engines && ni && (st == QMLA_OK || st == QMLA_EFORMAT))
+            qmla_jnl_engines_add(engines, elen, fe);
         if (st == QMLA_ENOMEM) {
             *err = e2;
             return st;

@@ -54,7 +54,10 @@ typedef int (*qmla_oppart_emit_fn)(void *ctx, qmla_jnl *j, qmla_error *err);
  * emit's records. */
 int qmla_oppart_write(const char *path, const char *kind, const char *key, size_t shard,
                       size_t n_shards, uint64_t plan_hash, const qmla_engine *engine,
-                      qmla_oppart_emit_fn emit, void *ctx, qmla_error *err);
+                      const char *engines, qmla_oppart_emit_fn emit, void *ctx,
+                      qmla_error *err);
+/* (engines: the engines of the part's items, '+'-joined, when a resume
+ * across engines made them; NULL or "" for the engine's own name.) */
 
 /* The item of one record of the resume journal's format: its plan index
  * (SIZE_MAX: not in the plan), or QMLA_EFORMAT. */
@@ -67,7 +70,9 @@ typedef int (*qmla_oppart_item_fn)(void *ctx, const char *rec, size_t len, size_
  * items this shard does not own (the caller's plan). QMLA_ENOMEM only. */
 int qmla_oppart_replay_files(const char *const *files, size_t n, const char *kind,
                              const char *part_kind, const char *key, qmla_jnl_replay_fn replay,
-                             void *ctx, qmla_error *err);
+                             void *ctx, char *engines, size_t elen, qmla_error *err);
+/* (engines, when not NULL: the engines of the files replayed with items,
+ * added to the '+'-joined set engines[elen]; journal.h "Engine marks".) */
 
 /* The engine and devices of the merged parts, for the provenance. */
 typedef struct qmla_oppart_prov {

@@ -865,9 +865,16 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
     if (st)
         goto out;
     jopen = !merging;
+    char engines[64] = ""; /* of the items resumed and computed (journal.h) */
+    if (jopen) {
+        qmla_jnl_engines_add(engines, sizeof engines, jf.engines);
+        if ((st = qmla_jnl_engine(&jf, qmla_engine_name(o->engine), err)))
+            goto out;
+    }
     if (sharded && o->n_replay) { /* earlier runs' parts and journals, any N */
         if ((st = qmla_oppart_replay_files(o->replay, o->n_replay, gname, pkind, key,
-                                           journal_replay_item, &rp, err)))
+                                           journal_replay_item, &rp, engines, sizeof engines,
+                                           err)))
             goto out;
     }
     const size_t T = plan.T_max ? plan.T_max : 1, np = 2 * o->nconf;
@@ -945,11 +952,16 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
         st = qmla_error_set(err, QMLA_ENOMEM, "operator: out of memory");
         goto out;
     }
+    /* items another engine computed (a resume across engines): the file
+     * names every engine of its items, so a merge refuses it beside one
+     * engine's parts */
+    if (jopen)
+        qmla_jnl_engines_add(engines, sizeof engines, jf.engines);
     if (sharded) {
         /* a part file of the shard's items; the group needs every item */
         const op_emit em = {&s, np, o->sensitivities};
         if ((st = qmla_oppart_write(results_path, pkind, key, o->shard, o->n_shards, plan_hash,
-                                    o->engine, op_emit_items, (void *)&em, err)))
+                                    o->engine, engines, op_emit_items, (void *)&em, err)))
             goto out;
         qmla_jnl_close(&jf, 1);
         jopen = 0;
@@ -959,7 +971,8 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
         goto out;
     if ((st = write_group(results_path, gname, &s, stats, o->sensitivities,
                           qmla_capture_path(cap), sha, o->command_line,
-                          merging ? prov.engine : qmla_engine_name(o->engine),
+                          merging ? prov.engine
+                                  : engines[0] ? engines : qmla_engine_name(o->engine),
                           merging ? prov.device : qmla_engine_device(o->engine), err)))
         goto out;
     if (jopen)

@@ -611,10 +611,14 @@ int qmla_merge(const char *const *parts, size_t n_parts, const char *out,
         } else if (strcmp(m.engine, ms.meta0.engine) != 0) {
             /* engines agree within a tolerance, not bit for bit: a merged
              * file is one engine's (docs/cuda-engine.md "Several GPUs") */
+            const int mixed = strchr(m.engine, '+') || strchr(ms.meta0.engine, '+');
             st = qmla_error_set(err, QMLA_EMISMATCH, "%s was computed by engine \"%s\" and "
                                 "%s by engine \"%s\": parts of one merge must come from one "
-                                "engine; rerun the shard with --engine %s", parts[p],
-                                m.engine, parts[0], ms.meta0.engine, ms.meta0.engine);
+                                "engine; %s%s", parts[p], m.engine, parts[0], ms.meta0.engine,
+                                mixed ? "a part of several engines was resumed across "
+                                        "engines: rerun it with --force and one --engine"
+                                      : "rerun the shard with --engine ",
+                                mixed ? "" : ms.meta0.engine);
             goto next;
         } else if (!same_plan(&pi, &ms.pi0)) {
             st = qmla_error_set(err, QMLA_EMISMATCH, "%s is a part of another plan "

@@ -129,6 +129,35 @@ expect 0 "predict --layers 0 over a wider journal" -- "$QMLA" predict "$C" -o r.
 containsF "(84 points;" "only layer 0's points"
 expect 0 "predict --layers 0, fresh" -- "$QMLA" predict "$C" -o r0.h5 --layers 0 --threads 1
 expect 0 "the resumed group equals the fresh one" -- h5group_same r0.h5 r.h5 predict
+# a resume across engines (the resume key has no engine): a predict journal
+# whose items an engine "cuda" wrote ("@engine cuda" mark, valid trailer)
+# resumed by the CPU engine; the file names both engines, and a shard whose
+# items all came from that journal is a "cuda" part, refused beside "cpu"
+# parts (review10: the part header used to say cpu)
+"$PY" - q0.part rx.h5.predict.journal m0.part.predict.journal <<'PYEOF'
+import sys
+def fnv(b):
+    h = 1469598103934665603
+    for c in b:
+        h = ((h ^ c) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h
+a = open(sys.argv[1]).read().rstrip("\n").split("\n")
+mark = b"@engine cuda\n"
+head = a[0].replace("predict-part", "predict", 1)
+body = [head, mark.decode().rstrip("\n"), "#%016x %d" % (fnv(mark), len(mark))] + a[3:]
+for out in sys.argv[2:]:
+    open(out, "w").write("\n".join(body) + "\n")
+PYEOF
+expect 0 "predict resumed across engines" -- "$QMLA" predict "$C" -o rx.h5 --threads 1
+expect 1 "it differs from the one-process run in the engine only" -- h5group_same pw.h5 rx.h5 predict
+containsF "attribute engine differs ('cpu' vs 'cuda+cpu')" "the engine attribute"
+containsF "42 datasets compared" "every dataset compared"
+lacks "DIFFERS /predict/" "no dataset differs"
+expect 0 "its engine attribute" -- h5dump -a /predict/engine rx.h5
+containsF '"cuda+cpu"' "the resumed file names both engines"
+expect 0 "a shard resumed wholly from the cuda journal" -- "$QMLA" predict "$C" -o m0.part --shard 0/2 --threads 1
+expect 2 "its part refused beside a cpu part" -- "$QMLA" predict "$C" m0.part q1.part --merge -o x.h5
+containsF "and m0.part by engine \"cuda\"" "cross-engine part message"
 expect 0 "jvp, one process" -- "$QMLA" jvp "$C" -o jw.h5 --threads 1
 expect 0 "jvp shard 0/2" -- "$QMLA" jvp "$C" -o j0.part --shard 0/2 --threads 1
 expect 0 "jvp shard 1/2" -- "$QMLA" jvp "$C" -o j1.part --shard 1/2 --threads 1
