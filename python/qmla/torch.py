@@ -380,7 +380,7 @@ class MLAPagedCache(Cache):
 
     def _plan(self, B, s_q, H, new_len):
         cap = self.tables.max_pages * P.PAGE
-        key = (B, s_q, H, P.plan_bucket(new_len, cap))
+        key = (B, s_q, H, P.plan_bucket_fine(new_len, cap))
         p = self._plans.get(key)
         if p is None:
             p = list(self.ops.decode_plan(self.cfg_list, B, s_q, H, key[3], self.variant))
@@ -462,7 +462,7 @@ class MLAPagedCache(Cache):
             return True
         n = length if length is not None else max(self.lengths.values(), default=0)
         cap = self.tables.max_pages * P.PAGE
-        p = self.ops.decode_plan(self.cfg_list, B, s_q, H, P.plan_bucket(max(n, 1), cap),
+        p = self.ops.decode_plan(self.cfg_list, B, s_q, H, P.plan_bucket_fine(max(n, 1), cap),
                                  self.variant)
         return int(p[5]) in ROUNDED_VARIANTS
 
