@@ -5,8 +5,8 @@
 # transformers' DynamicCache (BF16). Top row: the eager step (transformers'
 # forward launch by launch; dashed, open markers) and, where the file has
 # them (bench_serving.py since run 6), the whole step replayed from a CUDA
-# graph (solid, filled markers; decode-kernel variants v0 / v1 for C4R4, v0 /
-# v3 for BF16). A point whose cache would exceed the benchmark's budget
+# graph (solid, filled markers; decode-kernel variants v0 / v1 / v7, the
+# default plan since run 7, for C4R4, v0 / v3 for BF16). A point whose cache would exceed the benchmark's budget
 # (dashed line, bottom row) did not run: drawn as an open marker at the bytes
 # it would need (bottom) and as a cross at its batch, in its cache's colour,
 # near the foot of the tokens/s panel (top). Reads data/m1.serving_bench.tsv
@@ -18,8 +18,8 @@ stats f using "budget_gib" nooutput name "BUD"
 stats f using "tok_s_aggregate" nooutput name "TOK"
 array ctx[3] = [4096, 32768, 131072]
 array cname[3] = ["4K", "32K", "128K"]
-# caches 0-6 (scripts/serving-table.py's cache_index) at 1-7
-array col[7]
+# caches 0-7 (scripts/serving-table.py's cache_index) at 1-8
+array col[8]
 col[1] = c_rope
 col[2] = c_content
 col[3] = "#505050"
@@ -27,16 +27,17 @@ col[4] = c_rope
 col[5] = "#e8861a"
 col[6] = c_content
 col[7] = "#2aa0a0"
-array nm[7] = ["C4R4 eager", "BF16 eager", "DynamicCache eager", "C4R4 graph v0", "C4R4 graph v1", "BF16 graph v0", "BF16 graph v3"]
-array pt_[7] = [6, 4, 8, 7, 9, 5, 13]
-array dt_[7] = [2, 2, 2, 1, 1, 1, 1]
-array lw_[7] = [1.5, 1.5, 1.5, 2, 2, 2, 2]
+col[8] = "#b01c2e"
+array nm[8] = ["C4R4 eager", "BF16 eager", "DynamicCache eager", "C4R4 graph v0", "C4R4 graph v1", "BF16 graph v0", "BF16 graph v3", "C4R4 graph v7 (default)"]
+array pt_[8] = [6, 4, 8, 7, 9, 5, 13, 11]
+array dt_[8] = [2, 2, 2, 1, 1, 1, 1, 1]
+array lw_[8] = [1.5, 1.5, 1.5, 2, 2, 2, 2, 2.5]
 sel(k, c, fit) = (column("cache_index") == k && column("context") == c && column("fits") == fit)
 # one curve per cache and context: the rows are filtered into data blocks
 # first (a NaN-filtered `using` would leave every point unjoined); every block
 # gets, after a blank line (no joining line), one row outside the x range
 # appended (a table of no rows makes no block; a file without graph rows has
-# none for caches 3-6); $X holds the points that do not fit
+# none for caches 3-7); $X holds the points that do not fit
 mk(j, k) = sprintf("set table $F%d; plot f using 'batch':'tok_s_aggregate':'cache_gib' with table if (sel(%d, %d, 1)); unset table; " . \
                    "set print $F%d append; print ''; print '0.001\t1\t1'; set print", k, k, ctx[j], k)
 mkx(j) = sprintf("set table $X; plot f using 'batch':'cache_gib':'cache_index' with table if (sel(0, %d, 0) || sel(1, %d, 0) || sel(2, %d, 0)); unset table; " . \
@@ -50,7 +51,7 @@ set xrange [0.7:90]
 set xtics (1, 8, 32, 64)
 ylo = (TOK_min > 0 ? TOK_min : 1) / 4.0
 do for [j = 1:3] {
-    do for [k = 0:6] { eval mk(j, k) }
+    do for [k = 0:7] { eval mk(j, k) }
     eval mkx(j)
     set title sprintf("context %s: aggregate tokens/s", cname[j]) font ",11"
     set xlabel "batch (sequences)"
@@ -61,7 +62,7 @@ do for [j = 1:3] {
     # the key in pieces: the eager curves in the first panel, the graph curves
     # in the second, the crosses in the third
     set key top left box opaque font ",8" noenhanced
-    plot for [k = 0:6] sprintf("$F%d", k) using 1:2 with linespoints pt pt_[k + 1] ps 1.0 \
+    plot for [k = 0:7] sprintf("$F%d", k) using 1:2 with linespoints pt pt_[k + 1] ps 1.0 \
            lw lw_[k + 1] dt dt_[k + 1] lc rgb col[k + 1] \
            title ((j == 1 && k < 3) || (j == 2 && k >= 3) ? nm[k + 1] : ""), \
          $X using 1:(ylo * (1.4 + 0.5 * $3)):(int($3) + 1) \

@@ -8,9 +8,11 @@ docs/figures.md). One row per (cache, context, batch) of the TSV:
   cache (string) and cache_index  0 C4R4, 1 BF16 (qmla pages), 2 dynamic
                                   (transformers' DynamicCache, BF16): the eager
                                   step; 3 C4R4-graph-v0, 4 C4R4-graph-v1,
-                                  5 BF16-graph-v0, 6 BF16-graph-v3: the whole
-                                  step in a CUDA graph (decode-kernel variant
-                                  vN; bench_serving.py since run 6)
+                                  5 BF16-graph-v0, 6 BF16-graph-v3,
+                                  7 C4R4-graph-v7 (since run 7: the default
+                                  plan): the whole step in a CUDA graph
+                                  (decode-kernel variant vN; bench_serving.py
+                                  since run 6)
   context, batch                  tokens per sequence, sequences
   fits                            1 measured, 0 "does not fit" (the cache the
                                   point needs exceeds the budget; no step ran),
@@ -40,7 +42,7 @@ import h5py
 import numpy as np
 
 CACHES = ("C4R4", "BF16", "dynamic", "C4R4-graph-v0", "C4R4-graph-v1", "BF16-graph-v0",
-          "BF16-graph-v3")
+          "BF16-graph-v3", "C4R4-graph-v7")
 STATUS = {"ok": 1, "does not fit": 0, "error": -1, "out of memory": -1, "not run (time)": -1}
 COLS = ("cache", "context", "batch", "status", "cache_bytes", "bytes_per_token",
         "peak_alloc_bytes", "step_s", "tok_s_per_seq", "tok_s_aggregate", "attn_kernels_s")

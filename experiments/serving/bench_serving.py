@@ -4,7 +4,7 @@ cache against BF16 (issue 21 item 4), on the accelerator machine:
 
   python3 experiments/serving/bench_serving.py --out DIR [--contexts 4096,32768,131072]
       [--batches 1,8,32,64] [--steps 8] [--budget-gib 125] [--seconds 150]
-      [--graph-variants C4R4:0,1;BF16:0,3] [--replays 10]
+      [--graph-variants C4R4:7,1;BF16:0,3] [--replays 10] [--profile-at 131072x32]
 
 Model: a random DeepseekV2 attention stack shaped as DeepSeek-V2-Lite's
 (27 layers, hidden 2048, H 16, d_c 512, d_r 64, d_n 128, d_v 128; seed 21),
@@ -48,6 +48,19 @@ the run fails (exit 1) when a replay differs from its eager step. It also
 fails when, after a DynamicCache point, qmla.torch's kv_b_proj hook still
 holds latents (the whole-context latents of that cache: 58 GB after 32K x 64
 in run 6, before the dispatch dropped them; checked since after run 6).
+
+The paged caches decode with the library's default plan (MLAPagedCache's
+variant 7: variant 7 for C4R4, 0 for BF16) in the eager rows; the graph rows
+name their variant. Per-phase breakdown (--profile-at CONTEXTxBATCH, default
+131072x32; since run 7): at that point the first graph row of each paged
+cache also runs one eager step twice under torch.profiler with
+record_function ranges around the model's modules (mod.q_proj, mod.o_proj,
+...) and qmla.torch's phases (qmla.rows, qmla.index, qmla.kv_write,
+qmla.absorb, qmla.decode, qmla.expand; qt.PROFILE_RANGES), and replays the
+captured graph 5 times under the profiler: device microseconds per step per
+range and per kernel class (GEMM, qmla decode, kv_write, elementwise, ...),
+kernels per step, the 12 kernels of most time. Written to
+DIR/bench_profile.json.
 """
 import argparse
 import gc
@@ -221,11 +234,141 @@ def graph_kernels(cache, B, dev, gen, reps):
     return statistics.median(ts)
 
 
-def graph_step(model, cache, B, dev, gen, replays):
+KERNEL_CLASSES = (("qmla decode (main + combine)", ("decode",)),
+                  ("qmla kv_write", ("kv_write", "kv_copy")),
+                  ("GEMM", ("gemm", "gemv", "nvjet", "cutlass", "xmma", "splitk", "cublas")),
+                  ("cat", ("catarray", "cat_")),
+                  ("reduce", ("reduce",)),
+                  ("index / gather", ("index", "gather", "scatter")),
+                  ("fill", ("fill",)),
+                  ("elementwise / copy", ("elementwise", "vectorized", "unrolled", "copy")))
+
+
+def kernel_class(name):
+    n = name.lower()
+    for cls, keys in KERNEL_CLASSES:
+        if any(k in n for k in keys):
+            return cls
+    return "other"
+
+
+def kernel_table(prof, per):
+    """{class: [microseconds per step, kernels per step]} over the CUDA kernel
+    events of a profile of `per` steps, plus the 12 kernels of most time."""
+    from torch.autograd import DeviceType
+    cls, names = {}, {}
+    for e in prof.events():
+        if e.device_type != DeviceType.CUDA:
+            continue
+        us = e.time_range.elapsed_us()
+        c = cls.setdefault(kernel_class(e.name), [0.0, 0])
+        c[0] += us / per
+        c[1] += 1 / per
+        n = names.setdefault(e.name[:90], [0.0, 0])
+        n[0] += us / per
+        n[1] += 1 / per
+    total = sum(v[0] for v in cls.values())
+    top = sorted(names.items(), key=lambda kv: -kv[1][0])[:12]
+    return dict(kernel_us_per_step=total, kernels_per_step=sum(v[1] for v in cls.values()),
+                classes={k: dict(us=round(v[0], 2), kernels=round(v[1], 2))
+                         for k, v in sorted(cls.items(), key=lambda kv: -kv[1][0])},
+                top_kernels=[dict(name=k, us=round(v[0], 2), kernels=round(v[1], 2))
+                             for k, v in top])
+
+
+# modules of the model whose forwards the eager profile brackets (names of
+# record_function ranges "mod.<attr>"); qmla.torch adds its own "qmla.*"
+RANGE_ATTRS = ("embed_tokens", "input_layernorm", "self_attn", "q_proj", "q_a_proj", "q_b_proj",
+               "kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj", "o_proj",
+               "post_attention_layernorm", "norm", "lm_head")
+
+
+def range_hooks(model):
+    """Forward pre/post hooks opening and closing a record_function range
+    "mod.<attr>" around every module named in RANGE_ATTRS; returns the handles."""
+    hs = []
+    for name, mod in model.named_modules():
+        attr = name.rsplit(".", 1)[-1]
+        if attr not in RANGE_ATTRS:
+            continue
+        label = "mod." + attr
+
+        def pre(m, args, label=label):
+            r = torch.profiler.record_function(label)
+            r.__enter__()
+            m._qmla_rf = getattr(m, "_qmla_rf", []) + [r]
+
+        def post(m, args, out):
+            m._qmla_rf.pop().__exit__(None, None, None)
+        hs += [mod.register_forward_pre_hook(pre), mod.register_forward_hook(post)]
+    return hs
+
+
+def range_table(prof, per):
+    """{range: device microseconds per step} of the mod.* and qmla.* ranges
+    (kernels launched inside each, children included) and the exclusive
+    remainders: self_attn's own kernels (RoPE, splits, transposes of
+    transformers' attention) and what lies outside every range."""
+    out = {}
+    for a in prof.key_averages():
+        if a.key.startswith("mod.") or a.key.startswith("qmla."):
+            t = getattr(a, "device_time_total", None)
+            if t is None:
+                t = a.cuda_time_total
+            out[a.key] = round(t / per, 2)
+    inner = ("mod.q_proj", "mod.q_a_proj", "mod.q_b_proj", "mod.kv_a_proj_with_mqa",
+             "mod.kv_a_layernorm", "mod.kv_b_proj", "mod.o_proj", "qmla.rows", "qmla.index",
+             "qmla.kv_write", "qmla.absorb", "qmla.decode", "qmla.expand")
+    if "mod.self_attn" in out:
+        out["self_attn other (exclusive)"] = round(
+            out["mod.self_attn"] - sum(out.get(k, 0.0) for k in inner), 2)
+    return out
+
+
+def profile_point(model, cache, B, L, mask, ids, dev, graph):
+    """Per-phase breakdown of one decode step at length L: the eager forward
+    under torch.profiler with module and qmla ranges (kernels per class and
+    per range), and the captured graph's replays (kernels per class)."""
+    def fwd():
+        for k in list(cache.lengths):
+            cache.lengths[k] = L
+        return model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True)
+    from torch.profiler import ProfilerActivity, profile
+    res = {}
+    hs = range_hooks(model)
+    qt.PROFILE_RANGES = True
+    try:
+        with torch.no_grad():
+            fwd()
+            torch.cuda.synchronize(dev)
+            n = 2
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for _ in range(n):
+                    fwd()
+                torch.cuda.synchronize(dev)
+        res["eager"] = kernel_table(prof, n)
+        res["eager"]["ranges_us"] = range_table(prof, n)
+    finally:
+        qt.PROFILE_RANGES = False
+        for h in hs:
+            h.remove()
+    n = 5
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            graph.replay()
+        torch.cuda.synchronize(dev)
+    res["graph"] = kernel_table(prof, n)
+    for k in list(cache.lengths):     # the eager steps advanced the lengths: back to L, so that
+        cache.lengths[k] = L          # the next graph row starts where this one did (run 7 did not)
+    return res
+
+
+def graph_step(model, cache, B, dev, gen, replays, profile=False):
     """One whole decode step captured in a CUDA graph at the cache's length L
     and replayed: (median step seconds, peak bytes, check dict). The check
     compares the replay's logits with the eager forward's at the same state
-    for two input batches."""
+    for two input batches. With profile, the check dict also holds
+    profile_point's breakdown ('profile')."""
     L = max(cache.lengths.values())
     cache._reserve(L + 1)            # block-table rows of position L on the device now
     ids_a = torch.randint(0, 1024, (B, 1), device=dev, generator=gen)
@@ -290,18 +433,25 @@ def graph_step(model, cache, B, dev, gen, replays):
                 ts.append(e0.elapsed_time(e1) / 1e3)
         cache.check()
         peak = torch.cuda.max_memory_allocated(dev)
+        if profile:
+            try:
+                chk["profile"] = profile_point(model, cache, B, L, mask, ids_a, dev, g)
+                chk["profile"]["graph_step_us_median"] = statistics.median(ts) * 1e6
+            except Exception as e:      # the breakdown is extra: recorded, the row stands
+                chk["profile"] = dict(error=repr(e)[:500])
+            print("profile", json.dumps(chk["profile"]), flush=True)
         del g, static_out
     return statistics.median(ts), peak, chk
 
 
-def graph_row(model, cache, cname, var, ctx, B, nb, dev, gen, replays, checks):
+def graph_row(model, cache, cname, var, ctx, B, nb, dev, gen, replays, checks, profile=False):
     """The TSV row of one CUDA-graph point (variant `var` of the decode kernel)."""
     name = f"{cname}-graph-v{var}"
     row = dict(cache=name, context=ctx, batch=B)
     try:
         _set_variant(cache, var)
         kt = graph_kernels(cache, B, dev, gen, replays)
-        st, peak, chk = graph_step(model, cache, B, dev, gen, replays)
+        st, peak, chk = graph_step(model, cache, B, dev, gen, replays, profile)
         chk.update(cache=name, context=ctx, batch=B, variant=var)
         checks.append(chk)
         print("graph check", chk, flush=True)
@@ -314,7 +464,7 @@ def graph_row(model, cache, cname, var, ctx, B, nb, dev, gen, replays, checks):
                            max_abs=float("inf"), error=repr(e)[:500]))
         row.update(status="error", cache_bytes=int(nb))
     finally:
-        _set_variant(cache, 0)
+        _set_variant(cache, qt.DEFAULT_VARIANT)
         gc.collect()
     return row
 
@@ -328,7 +478,10 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--budget-gib", type=float, default=125.0)
     ap.add_argument("--seconds", type=float, default=150.0, help="stop starting points after this")
-    ap.add_argument("--graph-variants", default="C4R4:0,1;BF16:0,3",
+    ap.add_argument("--profile-at", default="131072x32",
+                    help="CONTEXTxBATCH points ('' for none, comma-separated) whose first graph "
+                         "row of each cache gets the per-phase breakdown (bench_profile.json)")
+    ap.add_argument("--graph-variants", default="C4R4:7,1;BF16:0,3",
                     help="CUDA-graph rows: cache:decode variants; '' for none")
     ap.add_argument("--replays", type=int, default=10, help="timed replays of each graph")
     a = ap.parse_args()
@@ -402,11 +555,13 @@ def main():
                                 f.flush()
                                 print(row, flush=True)
                                 row = None
+                                prof = f"{ctx}x{B}" in a.profile_at.split(",")
                                 for gname, var in gvars:
                                     if gname != cname:
                                         continue
                                     gr = graph_row(model, cache, cname, var, ctx, B, nb, dev, gen,
-                                                   a.replays, checks)
+                                                   a.replays, checks, prof)
+                                    prof = False
                                     f.write("\t".join(str(gr.get(c, "")) for c in cols) + "\n")
                                     f.flush()
                                     print(gr, flush=True)
@@ -437,9 +592,13 @@ def main():
             f"{max([k['bytes'] for k in kept_latents] or [0])} bytes at most over "
             f"{len(kept_latents)} points ({'none' if kept_ok else 'some kept'})\n")
     f.close()
+    profs = [dict(cache=c["cache"], context=c["context"], batch=c["batch"], **c.pop("profile"))
+             for c in checks if "profile" in c]
     with open(os.path.join(a.out, "bench_serving.json"), "w") as jf:
         json.dump(dict(command=" ".join(sys.argv), graph_checks=checks,
                        kept_latents_after_dynamic=kept_latents), jf, indent=1)
+    with open(os.path.join(a.out, "bench_profile.json"), "w") as jf:
+        json.dump(dict(command=" ".join(sys.argv), profiles=profs), jf, indent=1)
     print(open(path).read(), flush=True)
     return 0 if n_ok == len(checks) and kept_ok else 1
 

@@ -94,6 +94,16 @@ TOL = {"bf16": 1e-4, "C4R4": 1e-3, "C2R4": 6e-3, "C8R8": 1e-3}
 HOOK_NAME = {"BF16": "bf16", "C4R4": "C4R4", "C2R4": "C2R4", "C8R8": "C8R8"}
 
 
+def split_config(c):
+    """'C4R4@v2' -> ('C4R4', 2); 'C4R4' -> ('C4R4', None): the cache's
+    configuration and decode variant (None: MLAPagedCache's default, 7).
+    C4R4@v2 attends to BF16(fmaf(q, s, l)), the values the hook's cache
+    holds (CacheHook rounds its QDQ output to BF16); variant 7 to fmaf(q, s,
+    l) unrounded."""
+    name, _, v = c.partition("@v")
+    return name, (int(v) if v else None)
+
+
 class Bf16InputHook(CacheHook):
     """eval_hook.py's CacheHook with its input rounded to BF16 first: what
     the packed writer quantized while qmla::kv_write took BF16 rows only (a
@@ -126,9 +136,13 @@ class LockedHook(CacheHook):
     T-1 of a forward of T <= the cache's length tokens. Both paths then attend
     over identical cached values; what is left between them is arithmetic."""
 
-    def __init__(self, model, cache, length):
+    def __init__(self, model, cache, length, rounded=False):
+        # rounded: the values as the kernel attends to them when its variant
+        # rounds the dequantized values to BF16 (MLAPagedCache.attends_rounded)
         super().__init__(model, "fp32")
         self.values = {i: cache.stored(m.layer_idx, length)["values"] for i, _, m, _ in self.mods}
+        if rounded:
+            self.values = {i: v.to(torch.bfloat16).float() for i, v in self.values.items()}
         self.d_c = {i: m.kv_lora_rank for i, _, m, _ in self.mods}
 
     def process(self, layer, path, x):
@@ -152,9 +166,9 @@ class RecordingCache(qt.MLAPagedCache):
         self._layer_of = {id(pg): layer for layer, pg in self._pages.items()}
         self._rows = {layer: [] for layer in self._pages}
 
-    def _write(self, pg, rows, start, new):
+    def _write(self, pg, rows, start, new, layer=None):
         self._rows[self._layer_of[id(pg)]].append(rows.detach().float().clone())
-        return super()._write(pg, rows, start, new)
+        return super()._write(pg, rows, start, new, layer)
 
     def rows(self, layer):
         return torch.cat(self._rows[layer], 1)
@@ -320,12 +334,13 @@ def code_flips(model, cache, prompt, tp, th, g, bits):
     Pn, N = prompt.shape[1], tp.shape[1]
     T = Pn + N - 1
     seq_h = torch.cat([prompt, th[:, :N - 1]], 1)
-    with RecordHook(model, HOOK_NAME[cache.config_name]) as rh, torch.no_grad():
+    with RecordHook(model, HOOK_NAME[split_config(cache.config_name)[0]]) as rh, torch.no_grad():
         model(input_ids=seq_h, use_cache=False)
     mods = {i: m for i, _, m, _ in rh.mods}
     B = prompt.shape[0]
     per = [dict(content_codes=0, rope_codes=0, groups_meta=0, codes_compared=0,
-                max_rel_latent_diff=0.0, max_flip_diff_steps=0.0, first_flip=None)
+                max_rel_latent_diff=0.0, max_flip_diff_steps=0.0, first_flip=None,
+                layer_first_flips=[])
            for _ in range(B)]
     pages_ok = True
     for i, m in mods.items():
@@ -360,6 +375,26 @@ def code_flips(model, cache, prompt, tp, th, g, bits):
                     steps = (d / step.clamp_min(1e-30))[flip]
                     r["max_flip_diff_steps"] = max(r["max_flip_diff_steps"], float(steps.max()))
                     t0 = int(flip.any(-1).nonzero()[0])
+                    # this layer's and path's first flipped row: what the two
+                    # latents were there (before any flip of this layer and
+                    # path could feed back into it): the row's relative
+                    # difference, the differences at its flipped codes in
+                    # steps, and how far the hook's value sat from the
+                    # rounding boundary between the two codes (in steps; the
+                    # quantizer's u = (x - minimum) / step, boundary at k + 0.5)
+                    f0 = flip[t0]
+                    st0 = step[t0][f0].double()
+                    mn0 = hm[b, t0, :, 1].repeat_interleave(64, -1)[f0]
+                    u = (xh[b, t0][f0].double() - mn0) / st0
+                    meta_same = bool(torch.equal(pm[b, t0], hm[b, t0]))
+                    r["layer_first_flips"].append(dict(
+                        layer=layer, path=path, position=t0, codes=int(f0.sum()),
+                        meta_equal=meta_same,
+                        rel_latent_diff=float(rel[t0]),
+                        max_diff_steps=float((d[t0][f0].double() / st0).max()),
+                        max_hook_boundary_dist_steps=float(
+                            (u - u.floor() - 0.5).abs().max()),
+                        prior_rows_equal_codes=bool(t0 == 0 or not flip[:t0].any())))
                     if r["first_flip"] is None or (t0, layer) < (r["first_flip"][1],
                                                                   r["first_flip"][0]):
                         r["first_flip"] = [layer, t0, path]
@@ -375,7 +410,7 @@ def code_flips(model, cache, prompt, tp, th, g, bits):
     return tot
 
 
-def locked_report(model, cache, prompt, tp, sp, bf16_bound, label):
+def locked_report(model, cache, prompt, tp, sp, bf16_bound, label, rounded=False):
     """The code-locked comparison: the hook path teacher-forced on the
     packed path's tokens (prompt + tp) with LockedHook (the packed pages'
     values in every layer), its logits against the packed path's (sp).
@@ -387,7 +422,7 @@ def locked_report(model, cache, prompt, tp, sp, bf16_bound, label):
     Prints one line per mismatch and a summary."""
     Pn, N = prompt.shape[1], tp.shape[1]
     seq = torch.cat([prompt, tp[:, :N - 1]], 1)
-    with LockedHook(model, cache, seq.shape[1]), torch.no_grad():
+    with LockedHook(model, cache, seq.shape[1], rounded), torch.no_grad():
         lg = model(input_ids=seq, use_cache=False).logits.float()[:, Pn - 1:]
     dl = (lg - sp).abs()
     delta = float(dl.max())
@@ -420,6 +455,7 @@ def locked_report(model, cache, prompt, tp, sp, bf16_bound, label):
 
 
 def greedy_suite(model, prompt, new, label, configs):
+    # configs: names as split_config reads them ("C4R4", "C4R4@v2")
     """Greedy runs of `configs` (BF16 first: its delta is the bound of the
     others) with the cache against the hook; for the quantized ones also
     the code flips of the free run (code_flips) and the code-locked
@@ -432,21 +468,30 @@ def greedy_suite(model, prompt, new, label, configs):
     B = prompt.shape[0]
     for c in configs:
         t0 = time.time()
+        cname, var = split_config(c)
         cache = RecordingCache(model, batch_size=B, max_cache_len=prompt.shape[1] + new,
-                               config=c, sink=0, window=0)
+                               config=cname, sink=0, window=0, variant=var)
+        cache.config_name = c
         tp, sp = greedy(model, prompt, new, cache=cache)
         cache.check()
-        th, sh = greedy(model, prompt, new, hook=HOOK_NAME[c])
+        th, sh = greedy(model, prompt, new, hook=HOOK_NAME[cname])
         g = greedy_report(tp, sp, th, sh, f"{label} {c}", bf16_bound=bound)
-        if c == "BF16":
+        g["variant"] = cache.variant
+        if cname == "BF16":
             bound = g["bound"]
             ok &= g["ok"]
         else:
-            P_ = qt.P.parse_config(c)
+            P_ = qt.P.parse_config(cname)
+            H = cache.mods[0].num_heads if hasattr(cache.mods[0], "num_heads") else \
+                model.config.num_attention_heads
+            # the values the decode steps attended to: rounded to BF16 (the hook's
+            # semantics) under variant 2, unrounded under variant 7 (s_q 1 here)
+            g["attends_rounded"] = bool(cache.attends_rounded(B, 1, H))
             try:
                 g["code_flips"] = code_flips(model, cache, prompt, tp, th, g,
                                              (P_["c_bits"], P_["r_bits"]))
-                g["locked"] = locked_report(model, cache, prompt, tp, sp, bound, f"{label} {c}")
+                g["locked"] = locked_report(model, cache, prompt, tp, sp, bound, f"{label} {c}",
+                                            rounded=g["attends_rounded"])
             except Exception as e:  # noqa: BLE001 - reported, the run goes on
                 import traceback
                 traceback.print_exc()
@@ -492,8 +537,11 @@ def run_tiny(a, res):
                                 "rb").read())
     prompt = torch.tensor([[BOS] + list(data[w * T:w * T + 63]) for w in range(8)],
                           dtype=torch.long, device=dev)
-    out["greedy"], ok = greedy_suite(m, prompt, a.new, "tiny", ("BF16", "C4R4"))
+    out["greedy"], ok = greedy_suite(m, prompt, a.new, "tiny", a.greedy_configs.split(","))
     SAVE()
+    if a.greedy_only:
+        res["tiny"] = out
+        return ok
     for name in ("prose", "code"):
         data = gzip.decompress(open(os.path.join(ROOT, "data", "heldout", f"{name}.txt.gz"),
                                     "rb").read())
@@ -627,6 +675,10 @@ def main():
     ap.add_argument("--windows", type=int, default=64)
     ap.add_argument("--new", type=int, default=256)
     ap.add_argument("--what", default="tiny,families")
+    ap.add_argument("--greedy-configs", default="BF16,C4R4",
+                    help="tiny: the greedy suite's caches, BF16 first (C4R4@v2: decode variant 2)")
+    ap.add_argument("--greedy-only", action="store_true",
+                    help="tiny: the greedy suite only (no NLL rows)")
     ap.add_argument("--fam-seqs", type=int, default=32, help="families: sequences")
     ap.add_argument("--fam-len", type=int, default=256, help="families: tokens per sequence")
     a = ap.parse_args()

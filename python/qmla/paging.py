@@ -167,6 +167,34 @@ def plan_bucket(max_len, cap):
     return max(min(b, cap), max_len)
 
 
+FINE_FROM = 4096
+
+
+def plan_bucket_fine(max_len, cap, per_octave=8):
+    """The max_len MLAPagedCache makes a decode plan for (since serving run
+    7): the smallest of the per_octave lengths that split each octave
+    (2^k, 2^(k+1)] evenly, rounded up to whole pages, that is >= max_len,
+    at most `cap`. So a plan covers at most 1 / per_octave more pages than
+    the sequence has (a power-of-two bucket: up to twice as many, and
+    variant 7 spreads the pages over the blocks of one wave by max_len, so
+    a plan made for twice the pages leaves about half its packed blocks
+    without pages), while one plan still serves every layer and many steps.
+    Up to FINE_FROM (4096) tokens it is the power-of-two bucket
+    (plan_bucket), so short sequences keep their plans (tiny-mla and the
+    families of experiments/serving/generate.py stay below 1024 tokens;
+    the benchmark's bucket is its cap either way)."""
+    b = PAGE
+    while b < max_len:
+        b *= 2
+    if max_len > FINE_FROM:
+        lo, step = b // 2, b // 2 / per_octave
+        k = 1
+        while lo + k * step < max_len:
+            k += 1
+        b = min(b, -(-int(lo + k * step) // PAGE) * PAGE)
+    return max(min(b, cap), max_len)
+
+
 def chunks(T, heads, max_rows=1024):
     """[(start, stop)] pieces of T query tokens so that heads * piece <= max_rows
     (QMLA_DECODE_MAX_ROWS): a long prefill goes through the decode kernel in pieces."""

@@ -35,6 +35,7 @@ BF16 copy of the cache exists. Sequences of a batch must have equal lengths
 (no padding). Importing this module imports torch and transformers; the
 ctypes binding (import qmla) does not.
 """
+import contextlib
 import os
 import weakref
 
@@ -49,6 +50,25 @@ _ROOT = os.path.abspath(os.path.join(_HERE, "..", ".."))
 MLA_PARTS = ("kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj", "o_proj")
 
 _OPS = None
+# The decode variant MLAPagedCache plans with unless told: 7, what
+# qmla_decode_cuda_plan (the library's default) uses (kernels/decode_cuda.h;
+# for BF16 and C8R8 it falls back to variant 0)
+DEFAULT_VARIANT = 7
+# Variants whose low-bit kernels attend to BF16(fmaf(q, s, l)) (the values
+# rounded to BF16, as the QDQ hook's cache) instead of fmaf(q, s, l): 2 and
+# 5 (qmla_decode_cuda_variant_packed_f32 == 0); C8R8 always rounds
+ROUNDED_VARIANTS = (2, 5)
+# Set True to wrap each phase of a paged attention forward in a
+# torch.profiler.record_function range ("qmla.rows", "qmla.index",
+# "qmla.kv_write", "qmla.absorb", "qmla.decode", "qmla.expand"): the
+# benchmark's per-phase breakdown (experiments/serving/bench_serving.py)
+PROFILE_RANGES = False
+
+
+def _range(name):
+    if PROFILE_RANGES:
+        return torch.profiler.record_function(name)
+    return contextlib.nullcontext()
 
 
 def load_ops(build_dir=None, verbose=False):
@@ -286,16 +306,19 @@ class MLAPagedCache(Cache):
     protection (kernels: any S, W >= 0; S = W = 0 quantizes every token, as
     the QDQ hook of experiments/eval/eval_hook.py does); n_pages: physical
     pages per layer (default batch_size * ceil(max_cache_len / 64));
-    variant: the decode kernel variant (docs/decode.md)."""
+    variant: the decode kernel variant (docs/decode.md; default 7, the
+    library's default plan qmla_decode_cuda_plan: variant 7's shape
+    heuristic for C4R4 / C2R4, variant 0 for BF16 and C8R8)."""
 
     def __init__(self, model, batch_size, max_cache_len, config="C4R4", meta="f16", sink=4,
-                 window=128, n_pages=None, variant=0, device=None):
+                 window=128, n_pages=None, variant=None, device=None):
         if meta != "f16":
             raise ValueError(f"MLAPagedCache: meta {meta!r}: the fused cache writer "
                              "(kernels/kvcache.cu) stores f16 metadata only")
         self.cfg = P.parse_config(config, sink=sink, window=window)
         self.cfg_list = P.cfg_list(self.cfg)
-        self.config_name, self.variant = config, int(variant)
+        self.config_name = config
+        self.variant = DEFAULT_VARIANT if variant is None else int(variant)
         self.batch, self.max_len = int(batch_size), int(max_cache_len)
         self.ops = load_ops()
         self.mods = attach(model)
@@ -309,12 +332,15 @@ class MLAPagedCache(Cache):
         self._plans = {}
         self._dws = None
         self._bt = None
+        self._reserved = 0          # every sequence's block-table rows cover this length
+        self._idx = None            # (key, slot, seq, pos, seq_len) of the last write (_index)
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self._bt = torch.zeros((self.batch, self.tables.max_pages), dtype=torch.int32,
                                device=self.device)
         super().__init__(layers=[_PagedLayer(self, i) for i in range(n_layers)])
         for m in self.mods:
             self._pages[m.layer_idx] = _LayerPages(self, self.device)
+        self._first_layer = min(self._pages)
 
     # ---- Cache API
     def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
@@ -328,6 +354,8 @@ class MLAPagedCache(Cache):
             self.tables.release(s)
         self.lengths = {}
         self._bt.zero_()
+        self._reserved = 0
+        self._idx = None
 
     # ---- bookkeeping
     def nbytes(self):
@@ -336,6 +364,8 @@ class MLAPagedCache(Cache):
         return n + (self._dws.numel() if self._dws is not None else 0)
 
     def _reserve(self, new_len):
+        if new_len <= self._reserved:       # the common case: no Python loop per layer
+            return
         changed = []
         for s in range(self.batch):
             if self.tables.lengths[s] < new_len:
@@ -345,10 +375,12 @@ class MLAPagedCache(Cache):
             tab = self.tables.table()
             rows = torch.tensor([tab[s] for s in changed], dtype=torch.int32)
             self._bt[changed] = rows.to(self.device, non_blocking=False)
+            self._idx = None
+        self._reserved = min(self.tables.lengths)
 
     def _plan(self, B, s_q, H, new_len):
         cap = self.tables.max_pages * P.PAGE
-        key = (B, s_q, H, P.plan_bucket(new_len, cap))
+        key = (B, s_q, H, P.plan_bucket_fine(new_len, cap))
         p = self._plans.get(key)
         if p is None:
             p = list(self.ops.decode_plan(self.cfg_list, B, s_q, H, key[3], self.variant))
@@ -379,22 +411,60 @@ class MLAPagedCache(Cache):
         `layer` without attention (benchmarks, tests). Returns the new length."""
         B, T, _ = rows.shape
         start = self.lengths.get(layer, 0)
-        self._write(self._pages[layer], rows, start, start + T)
+        self._write(self._pages[layer], rows, start, start + T, layer)
         self.lengths[layer] = start + T
         return start + T
 
-    def _write(self, pg, rows, start, new):
+    def _index(self, B, T, start, new, layer):
+        """The writer's index tensors (slot int64, seq, pos, seq_len int32) of
+        positions start .. start+T-1 of every sequence. Every layer of one
+        forward writes the same positions, so they are computed once, at the
+        forward's first MLA layer, and reused by the others (before, each of
+        a V2-Lite step's 27 layers launched about 10 small kernels for them).
+        The first layer always computes them anew, so a forward, and a CUDA
+        graph captured from one, never reads index tensors an earlier forward
+        made. The block-table entries they read are those of the positions
+        written, which do not change while the pages are held (_reserve drops
+        the kept tensors whenever it changes a row, reset too)."""
+        key = (B, T, start, new)
+        if (layer is not None and layer != self._first_layer and self._idx is not None
+                and self._idx[0] == key):
+            return self._idx[1:]
+        with _range("qmla.index"):
+            dev = self.device
+            pos = torch.arange(start, start + T, dtype=torch.int32, device=dev).repeat(B)
+            seq = torch.arange(B, dtype=torch.int32, device=dev).repeat_interleave(T)
+            slot = (self._bt[seq.long(), (pos // P.PAGE).long()].long() * P.PAGE
+                    + (pos % P.PAGE).long())
+            seq_len = torch.full((B,), new, dtype=torch.int32, device=dev)
+        self._idx = (key, slot, seq, pos, seq_len)
+        return slot, seq, pos, seq_len
+
+    def _write(self, pg, rows, start, new, layer=None):
         B, T = rows.shape[0], rows.shape[1]
         self._reserve(new)
-        dev = self.device
-        pos = torch.arange(start, start + T, dtype=torch.int32, device=dev).repeat(B)
-        seq = torch.arange(B, dtype=torch.int32, device=dev).repeat_interleave(T)
-        slot = (self._bt[seq.long(), (pos // P.PAGE).long()].long() * P.PAGE + (pos % P.PAGE).long())
-        seq_len = torch.full((B,), new, dtype=torch.int32, device=dev)
-        self.ops.kv_write(pg.pool, pg.sink, pg.window, pg.ws,
-                          rows.reshape(B * T, P.D).contiguous(), slot, seq, pos, seq_len,
-                          self.cfg_list)
+        slot, seq, pos, seq_len = self._index(B, T, start, new, layer)
+        with _range("qmla.kv_write"):
+            self.ops.kv_write(pg.pool, pg.sink, pg.window, pg.ws,
+                              rows.reshape(B * T, P.D).contiguous(), slot, seq, pos, seq_len,
+                              self.cfg_list)
         return seq_len
+
+    def attends_rounded(self, B=1, s_q=1, H=16, length=None):
+        """True when qmla::decode on this cache attends to BF16-rounded
+        values BF16(fmaf(q, s, l)) for that batch shape (C8R8; C4R4 / C2R4
+        under variants 2 and 5, or variant 7 where its plan hands over to
+        variant 2), False when to fmaf(q, s, l) unrounded (C4R4 / C2R4
+        otherwise) or to the BF16 rows themselves (BF16 pages)."""
+        if self.cfg["c_bits"] == 16:
+            return False
+        if self.cfg["c_bits"] == 8:
+            return True
+        n = length if length is not None else max(self.lengths.values(), default=0)
+        cap = self.tables.max_pages * P.PAGE
+        p = self.ops.decode_plan(self.cfg_list, B, s_q, H, P.plan_bucket_fine(max(n, 1), cap),
+                                 self.variant)
+        return int(p[5]) in ROUNDED_VARIANTS
 
     def decode_latent(self, layer, q, scale, seq_len=None):
         """qmla::decode of absorbed queries q [B, s_q, H, 576] (BF16) on
@@ -408,8 +478,9 @@ class MLAPagedCache(Cache):
         plan = self._plan(B, s_q, H, n)
         out = torch.empty((B, s_q, H, P.D_C), dtype=torch.bfloat16, device=self.device)
         lse = torch.empty((B, s_q, H), dtype=torch.float32, device=self.device)
-        self.ops.decode(q.contiguous(), pg.pool, pg.sink, pg.window, self._bt, seq_len, self._dws,
-                        out, lse, scale, self.cfg_list, plan)
+        with _range("qmla.decode"):
+            self.ops.decode(q.contiguous(), pg.pool, pg.sink, pg.window, self._bt, seq_len,
+                            self._dws, out, lse, scale, self.cfg_list, plan)
         return out, lse
 
     def slots(self, length=None):
@@ -466,19 +537,31 @@ class MLAPagedCache(Cache):
         pg = self._pages[layer]
         start = self.lengths.get(layer, 0)
         d_n, d_c = d["d_n"], d["d_c"]
+        pad = P.D_C - d_c
         outs = []
         for s0, s1 in P.chunks(T, H):
             n = s1 - s0
-            rows = torch.zeros((B, n, P.D), dtype=rdt, device=self.device)
-            rows[..., :d_c] = latent[:, s0:s1]
-            rows[..., P.D_C:] = key[:, 0, s0:s1, d_n:]
-            seq_len = self._write(pg, rows, start + s0, start + s1)
-            q = torch.zeros((B, n, H, P.D), dtype=torch.bfloat16, device=self.device)
-            qn = query[:, :, s0:s1, :d_n].float()
-            q[..., :d_c] = torch.einsum("bhtn,hnc->bthc", qn, d["w_uk"])
-            q[..., P.D_C:] = query[:, :, s0:s1, d_n:].transpose(1, 2)
+            # [c_kv ; 0 ; k_rope] in one concatenation (the same rows as zeros()
+            # and two slice assignments, two launches fewer)
+            with _range("qmla.rows"):
+                parts = [latent[:, s0:s1].to(rdt)]
+                if pad:
+                    parts.append(latent.new_zeros((B, n, pad), dtype=rdt))
+                parts.append(key[:, 0, s0:s1, d_n:].to(rdt))
+                rows = torch.cat(parts, -1)
+            seq_len = self._write(pg, rows, start + s0, start + s1, layer)
+            with _range("qmla.absorb"):
+                # q_lat = W_UK^T q_nope in float32, rounded once to BF16 (as the
+                # assignment into a BF16 tensor did), then [q_lat ; 0 ; q_rope]
+                qn = query[:, :, s0:s1, :d_n].float()
+                qs = [torch.einsum("bhtn,hnc->bthc", qn, d["w_uk"]).to(torch.bfloat16)]
+                if pad:
+                    qs.append(query.new_zeros((B, n, H, pad), dtype=torch.bfloat16))
+                qs.append(query[:, :, s0:s1, d_n:].transpose(1, 2).to(torch.bfloat16))
+                q = torch.cat(qs, -1)
             self.lengths[layer] = start + s1
             out, _ = self.decode_latent(layer, q, scaling, seq_len)
             outs.append(out)
-        o = (outs[0] if len(outs) == 1 else torch.cat(outs, 1))[..., :d_c].float()
-        return torch.einsum("bthc,hvc->bthv", o, d["w_uv"]).to(query.dtype)
+        with _range("qmla.expand"):
+            o = (outs[0] if len(outs) == 1 else torch.cat(outs, 1))[..., :d_c].float()
+            return torch.einsum("bthc,hvc->bthv", o, d["w_uv"]).to(query.dtype)

@@ -710,6 +710,34 @@ for a, s in zip(ex, src):
     good &= (t == "" and a[h.index("tok_s_aggregate")] == "nan") or abs(float(a[h.index("tok_s_aggregate")]) - float(t or "nan")) < 1e-9
 print("ok" if good and seen == set(caches) else "FAIL", "serving-bench run 6 data: 82 rows of the 7 caches equal the TSV's")
 EOF2
+# run 7's file: the default plan's rows (C4R4-graph-v7, cache index 7) and two
+# rows with status "error" (fits -1)
+sv7=$ROOT/docs/evidence/serving/bench_serving-h200-2026-12-03-run7.tsv
+expect 0 "serving-table run 7" -- "$PY" "$ROOT/scripts/serving-table.py" "$sv7" "$work/serving7.h5"
+expect 0 "figures serving-bench run 7" -- "$QMLA" figures "$work/serving7.h5" -o "$work/figsS7" --only serving-bench
+pycheck "serving-bench run 7" - "$work/figsS7/serving-bench.png" "$work/figsS7/data/m1.serving_bench.tsv" "$sv7" <<'EOF2'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+print("ok" if b[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", b[16:24]) == (1260, 760) else "FAIL", "serving-bench run 7 size")
+def rows(p):
+    r = [l.rstrip("\n").split("\t") for l in open(p) if l.strip() and not l.startswith("#")]
+    return r[0], r[1:]
+caches = ["C4R4", "BF16", "dynamic", "C4R4-graph-v0", "C4R4-graph-v1", "BF16-graph-v0", "BF16-graph-v3", "C4R4-graph-v7"]
+h, ex = rows(sys.argv[2])
+hs, src = rows(sys.argv[3])
+good = len(ex) == len(src) == 82
+seen, errs = set(), 0
+for a, s in zip(ex, src):
+    c = s[hs.index("cache")]
+    seen.add(c)
+    good &= a[h.index("cache")] == c and int(a[h.index("cache_index")]) == caches.index(c)
+    st = s[hs.index("status")]
+    errs += st == "error"
+    good &= int(a[h.index("fits")]) == {"ok": 1, "does not fit": 0, "error": -1}[st]
+    t = s[hs.index("tok_s_aggregate")]
+    good &= (t == "" and a[h.index("tok_s_aggregate")] == "nan") or abs(float(a[h.index("tok_s_aggregate")]) - float(t or "nan")) < 1e-9
+print("ok" if good and errs == 2 and seen == set(caches) - {"C4R4-graph-v0"} else "FAIL", "serving-bench run 7 data: 82 rows (2 errors) equal the TSV's")
+EOF2
 # Tables 5 and 6 from the same file: every value of ours equals the /predict
 # or /interventions attribute exactly (CSV) and the rounding of it (Markdown);
 # the paper's rows are those of plots/table5-paper.tsv and table6-paper.tsv

@@ -141,6 +141,24 @@ for L in range(1, cap + 1, 37):
     check(b >= prev, "buckets monotone")
     prev = b
 check(P.plan_bucket(65, cap) == 128 and P.plan_bucket(64, cap) == 64, "power-of-two buckets")
+# the finer buckets MLAPagedCache plans with: >= the length, <= cap, monotone,
+# at most 1/8 more than the length beyond 4096 tokens (plus the page), equal
+# to the power-of-two bucket up to 4096 tokens
+prev = 0
+big = 64 * 4200
+for L in list(range(1, big + 1, 97)) + [1024, 1025, 4096, 4097, 131072, 131073]:
+    b = P.plan_bucket_fine(L, big)
+    check(L <= b <= big and b % 64 == 0 or b == big, f"fine bucket {b} for {L}")
+    if L > P.FINE_FROM:
+        check(b <= L * 1.125 + 64, f"fine bucket {b} for {L} within 1/8")
+    else:
+        check(b == P.plan_bucket(L, big), f"fine bucket {b} for {L} = power of two")
+for L in sorted(set(range(1, big + 1, 97))):
+    b = P.plan_bucket_fine(L, big)
+    check(b >= prev, "fine buckets monotone")
+    prev = b
+check(P.plan_bucket_fine(40000, 131136) == 40960 and P.plan_bucket_fine(131080, 131136) == 131136,
+      "fine buckets: 40000 -> 40960, the benchmark's 128K length -> the cap")
 for T, H in ((1, 16), (511, 8), (1024, 16), (3, 128), (2000, 1)):
     ch = P.chunks(T, H)
     check(ch[0][0] == 0 and ch[-1][1] == T and all(a[1] == b[0] for a, b in zip(ch, ch[1:])),
