@@ -32,6 +32,7 @@ array nm[8] = ["C4R4 eager", "BF16 eager", "DynamicCache eager", "C4R4 graph v0"
 array pt_[8] = [6, 4, 8, 7, 9, 5, 13, 11]
 array dt_[8] = [2, 2, 2, 1, 1, 1, 1, 1]
 array lw_[8] = [1.5, 1.5, 1.5, 2, 2, 2, 2, 2.5]
+array nr[8] # lines of each cache's data block in the panel being drawn (a block without rows has 2: the blank line and the out-of-range row)
 sel(k, c, fit) = (column("cache_index") == k && column("context") == c && column("fits") == fit)
 # one curve per cache and context: the rows are filtered into data blocks
 # first (a NaN-filtered `using` would leave every point unjoined); every block
@@ -51,7 +52,7 @@ set xrange [0.7:90]
 set xtics (1, 8, 32, 64)
 ylo = (TOK_min > 0 ? TOK_min : 1) / 4.0
 do for [j = 1:3] {
-    do for [k = 0:7] { eval mk(j, k) }
+    do for [k = 0:7] { eval mk(j, k); eval sprintf("nr[%d] = |$F%d|", k + 1, k) }
     eval mkx(j)
     set title sprintf("context %s: aggregate tokens/s", cname[j]) font ",11"
     set xlabel "batch (sequences)"
@@ -64,7 +65,7 @@ do for [j = 1:3] {
     set key top left box opaque font ",8" noenhanced
     plot for [k = 0:7] sprintf("$F%d", k) using 1:2 with linespoints pt pt_[k + 1] ps 1.0 \
            lw lw_[k + 1] dt dt_[k + 1] lc rgb col[k + 1] \
-           title ((j == 1 && k < 3) || (j == 2 && k >= 3) ? nm[k + 1] : ""), \
+           title (((j == 1 && k < 3) || (j == 2 && k >= 3)) && nr[k + 1] > 2 ? nm[k + 1] : ""), \
          $X using 1:(ylo * (1.4 + 0.5 * $3)):(int($3) + 1) \
            with points pt 2 ps 1.6 lw 2.5 lc variable notitle, \
          NaN with points pt 2 ps 1.4 lw 2 lc rgb "#303030" title (j == 3 ? "does not fit (no step ran)" : "")
