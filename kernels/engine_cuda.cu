@@ -755,8 +755,16 @@ static int sweep_ws_alloc(const qmla_mla_dims *d, size_t T_max, int verify, void
         size_t B = (size_t)(budget / row);
         if (B > T)
             B = T;
-        if (tile_override && B > tile_override)
-            B = tile_override;
+        /* QMLA_CUDA_ENGINE_TILE=N (run 11's benchmark of causal tiles: the
+         * products of query tile k span only keys < (k+1) B) caps it like
+         * the test hook; results agree within rounding, not bit for bit */
+        size_t cap = tile_override;
+        if (!cap) {
+            const long v = parse_index(getenv("QMLA_CUDA_ENGINE_TILE"));
+            cap = v > 0 ? (size_t)v : 0;
+        }
+        if (cap && B > cap)
+            B = cap;
         if (B < 1)
             B = 1;
         w->B = B;

@@ -211,8 +211,18 @@ if [[ " $steps " == *" run11 "* ]]; then
       --no-sweep --no-cpu --eval --out /tmp/r11-eval.h5 >>"$LOG" 2>&1
     say "run11 v3 eval after=$sa exit $?"
   done
+  # causal tiles at V3 (T 512): query tiles of 128 and 256 tokens (the
+  # products of tile k span keys < (k+1) B: 62.5 % / 75 % of the full
+  # [T, T] products, but the attention is recomputed per JVP when the
+  # sequence has more than one tile) against the automatic single tile
+  for tl in 0 256 128; do
+    say "run11: V3 ops, QMLA_CUDA_ENGINE_TILE=$tl (0: automatic)"
+    QMLA_CUDA_ENGINE_TILE=$tl timeout 60 $B/bench/bench_engine /tmp/v3.h5 --threads 16 --no-sweep \
+      --no-cpu --ops --op-seqs 4 --iv-seqs 0 --out /tmp/r11-ops.h5 >>"$LOG" 2>&1
+    say "run11 v3 ops tile $tl exit $?"
+  done
   unset QMLA_CUDA_ENGINE_PROFILE
-  rm -f /tmp/v2l.h5 /tmp/v3.h5 /tmp/r11-eval.h5
+  rm -f /tmp/v2l.h5 /tmp/v3.h5 /tmp/r11-eval.h5 /tmp/r11-ops.h5
   Q=$B/cli/qmla
   W=/tmp/r11iv
   mkdir -p $W
