@@ -27,10 +27,11 @@
 # before (=1) rows, with the engine's phase profile; docs/cuda-engine.md),
 # cli: sweep, jvp, predict, intervene, learn and eval through the CLI with
 # each engine, the results files compared (scripts/compare-results.py);
-# run11: eval's eigensolver on its own stream against after the passes, and
-# the V2-Lite intervene cross term's conditioning (docs/cuda-engine.md "H200
-# run 11"); sanitizers: the test, memcheck and racecheck at once, each to its
-# own log ($OUT/test.log, memcheck.log, racecheck.log);
+# run11: eval's eigensolver on its own stream against after the passes, V3
+# ops at causal query tiles of 256 and 128 tokens, and the V2-Lite intervene
+# cross term's conditioning (docs/cuda-engine.md "H200 run 11");
+# sanitizers: the test, memcheck and racecheck at once, the sanitizers split
+# over sections of the test (QMLA_TEST_SECTIONS), every log into engine.log;
 # run in this order: build test bench ops ops4k tf before run10 run11 tfcli cli sanitizers memcheck. TEST_TIMEOUT (default 240) bounds the
 # agreement test.
 set -uo pipefail
@@ -318,30 +319,45 @@ if [[ " $steps " == *" cli "* ]]; then
   rm -f $D/*.h5 # the verdicts and per-dataset lines stay (compare-*.txt)
 fi
 if [[ " $steps " == *" sanitizers "* ]]; then
-  # run 11: the agreement test and both sanitizers at once on the one GPU
-  # (correctness runs, not timed; each writes its own log, appended in
-  # order afterwards): test_engine_cuda in full, memcheck over
-  # QMLA_TEST_SMALL=1 (every kernel and path: sweep, op, iv, learn, eval
-  # with the Gram head norms and the eigensolver's stream, QDQ, the device
-  # rules), racecheck over =2 (the small shapes, the layer and QDQ checks,
-  # and since run 11 eval on one layer of the default capture)
+  # since run 11: the agreement test and both sanitizers at once on the one
+  # GPU (correctness runs, not timed), each sanitizer split by sections of
+  # the test (QMLA_TEST_SECTIONS; run 11 ran each whole and neither finished
+  # in 220 s): memcheck over QMLA_TEST_SMALL=1 (every kernel and path:
+  # sweep, op, iv, learn, eval with the Gram head norms and the eigensolver's
+  # stream, QDQ, the device rules), racecheck over =2 (the small shapes and,
+  # since run 11, eval on one layer of the default capture). Logs:
+  # $OUT/test.log, $OUT/memcheck-N.log, $OUT/racecheck-N.log, appended to
+  # engine.log afterwards; MEMCHECK_GROUPS / RACECHECK_GROUPS (space-
+  # separated section lists) choose the split.
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  say "test_engine_cuda + memcheck + racecheck at once ($(date -u +%H:%M:%S))"
+  MG=${MEMCHECK_GROUPS:-"rules,sweep,layer,qdq,heads op iv learn drivers eval"}
+  RG=${RACECHECK_GROUPS:-"rules,sweep,layer,qdq,heads op iv learn eval"}
+  say "test_engine_cuda + memcheck ($MG) + racecheck ($RG) at once ($(date -u +%H:%M:%S))"
   t0=$(date +%s)
   ( timeout ${TEST_TIMEOUT:-240} $B/tests/test_engine_cuda >$OUT/test.log 2>&1
     echo "== test_engine_cuda exit $? in $(( $(date +%s) - t0 )) s" >>$OUT/test.log ) &
-  ( QMLA_TEST_SMALL=1 timeout ${MEMCHECK_TIMEOUT:-200} "$CS" --tool memcheck --leak-check full \
-      --error-exitcode 9 $B/tests/test_engine_cuda >$OUT/memcheck.log 2>&1
-    echo "== memcheck exit $? in $(( $(date +%s) - t0 )) s" >>$OUT/memcheck.log ) &
-  ( QMLA_TEST_SMALL=2 timeout ${RACECHECK_TIMEOUT:-200} "$CS" --tool racecheck --error-exitcode 9 \
-      $B/tests/test_engine_cuda >$OUT/racecheck.log 2>&1
-    echo "== racecheck exit $? in $(( $(date +%s) - t0 )) s" >>$OUT/racecheck.log ) &
-  wait
-  for f in test memcheck racecheck; do
-    say "---- $f.log"
-    cat $OUT/$f.log >>"$LOG"
+  i=0
+  for g in $MG; do
+    i=$((i + 1))
+    ( QMLA_TEST_SECTIONS=$g QMLA_TEST_SMALL=1 timeout ${MEMCHECK_TIMEOUT:-200} "$CS" --tool memcheck \
+        --leak-check full --error-exitcode 9 $B/tests/test_engine_cuda >$OUT/memcheck-$i.log 2>&1
+      echo "== memcheck [$g] exit $? in $(( $(date +%s) - t0 )) s" >>$OUT/memcheck-$i.log ) &
   done
-  grep -h "^== " $OUT/test.log $OUT/memcheck.log $OUT/racecheck.log | tee -a "$LOG"
+  i=0
+  for g in $RG; do
+    i=$((i + 1))
+    ( QMLA_TEST_SECTIONS=$g QMLA_TEST_SMALL=2 timeout ${RACECHECK_TIMEOUT:-200} "$CS" --tool racecheck \
+        --error-exitcode 9 $B/tests/test_engine_cuda >$OUT/racecheck-$i.log 2>&1
+      echo "== racecheck [$g] exit $? in $(( $(date +%s) - t0 )) s" >>$OUT/racecheck-$i.log ) &
+  done
+  wait
+  for f in $OUT/test.log $OUT/memcheck-*.log $OUT/racecheck-*.log; do
+    say "---- $(basename $f)"
+    cat $f >>"$LOG"
+  done
+  grep -h -E "^== |ERROR SUMMARY|RACECHECK SUMMARY|passed, " $OUT/test.log $OUT/memcheck-*.log \
+    $OUT/racecheck-*.log | tee -a "$LOG"
+  rm -f $OUT/test.log $OUT/memcheck-*.log $OUT/racecheck-*.log
 fi
 if [[ " $steps " == *" memcheck "* ]]; then
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

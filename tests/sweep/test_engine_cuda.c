@@ -1517,8 +1517,24 @@ static void test_head_norms(void)
     case_inputs_free(&in);
 }
 
+/* QMLA_TEST_SECTIONS (main): NULL all, else a comma-separated list. */
+static const char *sections;
+static int want(const char *name)
+{
+    if (!sections || !*sections)
+        return 1;
+    const size_t n = strlen(name);
+    for (const char *p = sections; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == sections || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+            return 1;
+    return 0;
+}
+
 int main(void)
 {
+    /* line by line: a run cut by a sanitizer's time limit still shows how
+     * far it got (run 11's memcheck and racecheck printed nothing) */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     qmla_blas_set_threads(1);
     qmla_error err;
     qmla_error_clear(&err);
@@ -1561,26 +1577,41 @@ int main(void)
                learn_improved, learn_cases);
         return check_summary("test_engine_cuda");
     }
-    test_device_rules(ctx_before);
-    test_head_norms();
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    /* QMLA_TEST_SECTIONS=a,b,...: only those sections (rules sweep op iv
+     * learn layer qdq heads drivers eval), so a sanitizer's run can be split
+     * over several processes, each within a device call's time (run 11's
+     * memcheck and racecheck of the whole test did not finish in 220 s);
+     * unset: all, in this order (a section left out shifts the random
+     * inputs of the later ones) */
+    sections = getenv("QMLA_TEST_SECTIONS");
+    if (want("rules"))
+        test_device_rules(ctx_before);
+    for (size_t k = 0; want("sweep") && k < sizeof cases / sizeof cases[0]; k++)
         if (!(is_small && cases[k].big) && !(is_tiny && cases[k].H * cases[k].T > 64))
             run_case(&cases[k]);
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    for (size_t k = 0; want("op") && k < sizeof cases / sizeof cases[0]; k++)
         if (!(is_small && cases[k].big) && !(is_tiny && cases[k].H * cases[k].T > 64) &&
             op_affordable(&cases[k]))
             run_op_case(&cases[k]);
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    for (size_t k = 0; want("iv") && k < sizeof cases / sizeof cases[0]; k++)
         if (!(is_small && cases[k].big) && !(is_tiny && cases[k].H * cases[k].T > 64) &&
             iv_affordable(&cases[k]))
             run_iv_case(&cases[k]);
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    for (size_t k = 0; want("learn") && k < sizeof cases / sizeof cases[0]; k++)
         if (!(is_small && cases[k].big) && !(is_tiny && cases[k].H * cases[k].T > 64) &&
             learn_affordable(&cases[k]))
             run_learn_case(&cases[k]);
-    test_layer_begin();
-    test_op_layer_begin();
-    test_qdq();
+    if (want("layer")) {
+        test_layer_begin();
+        test_op_layer_begin();
+    }
+    if (want("qdq"))
+        test_qdq();
+    /* after the tables: its random weights must not shift the tables'
+     * inputs (run 11 drew them first, and the tables' T = 2 finite gain at
+     * nu 1e-4 and three learn trajectories then fell outside: docs) */
+    if (want("heads"))
+        test_head_norms();
     const char *root = getenv("QMLA_SOURCE_ROOT");
     char def[1024];
     snprintf(def, sizeof def, "%s/data/tiny-mla-default.h5", root ? root : ".");
@@ -1588,14 +1619,19 @@ int main(void)
         /* racecheck: eval's kernels too (the Gram head norms, the
          * eigensolver's own stream), on one layer of the default capture */
         eval_one_layer = 1;
-        test_eval_run(def, "default", "none");
+        if (want("eval"))
+            test_eval_run(def, "default", "none");
         return check_summary("test_engine_cuda");
     }
-    test_run(def, "default");
-    test_op_run(def, "default", 1);
-    test_iv_run(def, "default");
-    test_eval_run(def, "default", "none");
-    test_learn_run(def, "default");
+    if (want("drivers")) {
+        test_run(def, "default");
+        test_op_run(def, "default", 1);
+        test_iv_run(def, "default");
+    }
+    if (want("eval"))
+        test_eval_run(def, "default", "none");
+    if (want("drivers"))
+        test_learn_run(def, "default");
     {
         qmla_synth_opts so;
         memset(&so, 0, sizeof so);
@@ -1608,11 +1644,12 @@ int main(void)
         so.threads = 2;
         const int st = qmla_synth_write(check_path("v2lite.h5"), &so, &err);
         CHECK_OK(st, err);
-        if (!st) {
+        if (!st && want("drivers")) {
             test_run(check_path("v2lite.h5"), "v2-lite synth");
             test_op_run(check_path("v2lite.h5"), "v2-lite synth", 0);
-            test_eval_run(check_path("v2lite.h5"), "v2-lite synth", "sink4/local16");
         }
+        if (!st && want("eval"))
+            test_eval_run(check_path("v2lite.h5"), "v2-lite synth", "sink4/local16");
     }
     printf("largest relative difference cuda vs cpu: %.3g (tolerance %g)\n", worst, RTOL);
     printf("largest relative difference cuda vs cpu, operator and interventions: %.3g "
