@@ -1551,6 +1551,11 @@ int main(void)
     /* read before anything else touches the device: the find above is the
      * light probe (run 11) */
     const int ctx_before = cuda == qmla_engine_cpu() ? -1 : qmla_cuda_engine_context_active(0);
+    /* the full check (the device runs this build's kernels): else SKIP */
+    if (qmla_engine_ready(cuda, &err)) {
+        printf("SKIP: %s\n", err.msg);
+        return 77;
+    }
     check_rng_seed(0x18c0dau);
     if (!check_tmpdir(dir, sizeof dir, "engine-cuda"))
         return 1;
