@@ -764,7 +764,7 @@ int main(int argc, char **argv)
     qmla_error err;
     qmla_error_clear(&err);
     const qmla_engine *cuda = NULL;
-    if (qmla_engine_find("cuda", &cuda, &err)) {
+    if (qmla_engine_find("cuda", &cuda, &err) || qmla_engine_ready(cuda, &err)) {
         fprintf(stderr, "bench_engine: %s\n", err.msg);
         return 77;
     }

@@ -24,7 +24,8 @@ enum {
 #define CLI_ENGINE_HELP                                                        \
     "--engine NAME: the engine of the per-sequence work: cpu (default), cuda\n" \
     "(a build with -Dgpu_engine=true on a usable GPU; docs/cuda-engine.md\n"   \
-    "says which operations run there) or auto (cuda where usable, else cpu);\n" \
+    "says which operations run there) or auto (cuda where usable, else cpu;\n"  \
+    "a bad QMLA_CUDA_DEVICE is an error, not cpu);\n"                          \
     "any other, or cuda without a usable GPU, is refused (exit 2).\n"          \
     "--device N (or --engine cuda:N, or QMLA_CUDA_DEVICE=N): the CUDA device;\n" \
     "without them the node-local MPI/Slurm rank (OMPI_COMM_WORLD_LOCAL_RANK,\n" \

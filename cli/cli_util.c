@@ -318,10 +318,13 @@ int cli_opt_engine(const char *cmd, const char *arg, const qmla_engine **engine)
 
 int cli_engine_device(const char *cmd, const qmla_engine *engine, long device)
 {
-    if (device < 0)
-        return 0;
     qmla_error err;
     qmla_error_clear(&err);
+    if (device < 0) { /* the device the rules chose: checked now, before any work */
+        if (qmla_engine_ready(engine, &err))
+            return cli_fail(cmd, "--engine: %s", err.msg);
+        return 0;
+    }
     if (qmla_engine_select_device(engine, (int)device, &err))
         return cli_fail(cmd, "--device: %s", err.msg);
     return 0;

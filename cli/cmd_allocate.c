@@ -87,6 +87,8 @@ int cmd_allocate(int argc, char **argv)
     if (!budget)
         return cli_fail("allocate", "missing --budget B (bytes per token, a config such as "
                         "C4R4, or <b>bits such as 3.5bits)");
+    if (cli_engine_device("allocate", engine, -1))
+        return QMLA_EXIT_USAGE;
     char **cells = NULL, *cellbuf = NULL;
     size_t n_cells = 0;
     if (cells_arg && cli_split_list(cells_arg, &cells, &n_cells, &cellbuf)) {

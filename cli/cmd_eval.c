@@ -81,6 +81,8 @@ int cmd_eval(int argc, char **argv)
         return cli_fail("eval", "missing --transforms T.h5");
     if (!config)
         return cli_fail("eval", "missing --config C4R4|C2R4");
+    if (cli_engine_device("eval", engine, -1))
+        return QMLA_EXIT_USAGE;
     const char *capture = argv[optind];
     qmla_error err;
     qmla_error_clear(&err);

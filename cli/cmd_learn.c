@@ -128,6 +128,8 @@ int cmd_learn(int argc, char **argv)
         lo_.recon = !strcmp(objective, "recon");
     if (cli_require_args("learn", argc, "CAPTURE.h5", out, "-o TRANSFORMS.h5"))
         return QMLA_EXIT_USAGE;
+    if (cli_engine_device("learn", engine, -1))
+        return QMLA_EXIT_USAGE;
     const char *capture = argv[optind];
     qmla_learn_run_opts o = qmla_learn_run_defaults();
     o.method = method;

@@ -56,9 +56,11 @@
  * it. The name in provenance (qmla_cuda_engine_device) carries the index,
  * the count and the rule that chose it. */
 
-static int probed;
+static int probed;   /* the light probe ran (count, rule, index, properties) */
+static int verified; /* the full probe ran on dev_index (a context, the kernels) */
 static int want_device = -1; /* qmla_cuda_engine_select; -1: none */
 static int dev_index = -1;   /* the device chosen (probed and usable) */
+static int dev_explicit;     /* dev_why is about a device asked for explicitly */
 static char dev_name[320];
 static char dev_why[640];
 
@@ -86,12 +88,19 @@ static long parse_index(const char *v)
     return x;
 }
 
+/* The light probe (since run 11): which device and its properties, with
+ * calls that make no context (cudaGetDeviceCount, cudaGetDeviceProperties),
+ * so `--engine cuda --device N` no longer holds a context on the default
+ * device (review10). The full probe (probe_full) makes the chosen device
+ * current and checks that it runs this build's kernels. */
 static void probe(void)
 {
     if (probed)
         return;
     probed = 1;
+    verified = 0;
     dev_index = -1;
+    dev_explicit = 0;
     dev_name[0] = '\0';
     dev_why[0] = '\0';
     int n = 0;
@@ -118,6 +127,7 @@ static void probe(void)
             snprintf(dev_why, sizeof dev_why, "QMLA_CUDA_DEVICE=\"%s\": expected a CUDA "
                      "device index 0..%d (this machine has %d CUDA device%s)", v, n - 1, n,
                      n == 1 ? "" : "s");
+            dev_explicit = 1;
             return;
         }
         snprintf(rule, sizeof rule, "QMLA_CUDA_DEVICE");
@@ -135,12 +145,7 @@ static void probe(void)
         snprintf(dev_why, sizeof dev_why, "CUDA device %ld asked for (%s) but this machine "
                  "has %d CUDA device%s (indices 0..%d; CUDA_VISIBLE_DEVICES counts)", idx,
                  rule, n, n == 1 ? "" : "s", n - 1);
-        return;
-    }
-    if ((e = cudaSetDevice((int)idx)) != cudaSuccess) {
-        snprintf(dev_why, sizeof dev_why, "CUDA device %ld (%s): cudaSetDevice: %s", idx, rule,
-                 cudaGetErrorString(e));
-        cudaGetLastError();
+        dev_explicit = 1;
         return;
     }
     cudaDeviceProp p;
@@ -149,21 +154,47 @@ static void probe(void)
         cudaGetLastError();
         return;
     }
-    /* the build's kernels must run on it (a binary for its architecture) */
-    cudaFuncAttributes fa;
-    if ((e = cudaFuncGetAttributes(&fa, probe_kernel)) != cudaSuccess) {
-        snprintf(dev_why, sizeof dev_why, "CUDA device %ld (%s, sm_%d%d) cannot run this "
-                 "build's kernels (meson option gpu_arch): %s", idx, p.name, p.major, p.minor,
-                 cudaGetErrorString(e));
-        cudaGetLastError();
-        return;
-    }
     dev_index = (int)idx;
     snprintf(dev_name, sizeof dev_name, "%s (sm_%d%d, %.1f GiB), device %ld of %d (%s)", p.name,
              p.major, p.minor, (double)p.totalGlobalMem / 1073741824.0, idx, n, rule);
 }
 
+/* The full probe: the light one, then the chosen device made current (its
+ * primary context) and this build's kernels checked on it. */
+static void probe_full(void)
+{
+    probe();
+    if (verified || dev_index < 0)
+        return;
+    verified = 1;
+    cudaError_t e;
+    if ((e = cudaSetDevice(dev_index)) != cudaSuccess) {
+        snprintf(dev_why, sizeof dev_why, "CUDA device %d (%s): cudaSetDevice: %s", dev_index,
+                 dev_name, cudaGetErrorString(e));
+        cudaGetLastError();
+        dev_index = -1;
+        dev_name[0] = '\0';
+        return;
+    }
+    /* the build's kernels must run on it (a binary for its architecture) */
+    cudaFuncAttributes fa;
+    if ((e = cudaFuncGetAttributes(&fa, probe_kernel)) != cudaSuccess) {
+        snprintf(dev_why, sizeof dev_why, "CUDA device %s cannot run this build's kernels "
+                 "(meson option gpu_arch): %s", dev_name, cudaGetErrorString(e));
+        cudaGetLastError();
+        dev_index = -1;
+        dev_name[0] = '\0';
+        return;
+    }
+}
+
 extern "C" const char *qmla_cuda_engine_device(void)
+{
+    probe_full();
+    return dev_name[0] ? dev_name : NULL;
+}
+
+extern "C" const char *qmla_cuda_engine_device_light(void)
 {
     probe();
     return dev_name[0] ? dev_name : NULL;
@@ -175,9 +206,15 @@ extern "C" const char *qmla_cuda_engine_unusable(void)
     return dev_name[0] ? "" : dev_why;
 }
 
-extern "C" int qmla_cuda_engine_device_index(void)
+extern "C" int qmla_cuda_engine_unusable_explicit(void)
 {
     probe();
+    return !dev_name[0] && dev_explicit;
+}
+
+extern "C" int qmla_cuda_engine_device_index(void)
+{
+    probe_full();
     return dev_index;
 }
 
@@ -185,6 +222,27 @@ extern "C" void qmla_cuda_engine_select(int device)
 {
     want_device = device < 0 ? -1 : device;
     probed = 0; /* probed again, with this choice, at the next use */
+}
+
+/* cuDevicePrimaryCtxGetState through the runtime's driver entry point (no
+ * link against libcuda): 1 when device `device` has an active primary
+ * context in this process, 0 when not, -1 when it cannot be told. */
+extern "C" int qmla_cuda_engine_context_active(int device)
+{
+    typedef int (*get_state_fn)(int, unsigned int *, int *);
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &fn, 12000,
+                                         cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess || !fn) {
+        cudaGetLastError();
+        return -1;
+    }
+    unsigned int flags = 0;
+    int active = 0;
+    if (((get_state_fn)fn)(device, &flags, &active) != 0)
+        return -1;
+    return active ? 1 : 0;
 }
 
 /* The engine's device made current in the calling thread; QMLA_EINVAL when
@@ -697,8 +755,16 @@ static int sweep_ws_alloc(const qmla_mla_dims *d, size_t T_max, int verify, void
         size_t B = (size_t)(budget / row);
         if (B > T)
             B = T;
-        if (tile_override && B > tile_override)
-            B = tile_override;
+        /* QMLA_CUDA_ENGINE_TILE=N (run 11's benchmark of causal tiles: the
+         * products of query tile k span only keys < (k+1) B) caps it like
+         * the test hook; results agree within rounding, not bit for bit */
+        size_t cap = tile_override;
+        if (!cap) {
+            const long v = parse_index(getenv("QMLA_CUDA_ENGINE_TILE"));
+            cap = v > 0 ? (size_t)v : 0;
+        }
+        if (cap && B > cap)
+            B = cap;
         if (B < 1)
             B = 1;
         w->B = B;
@@ -2513,6 +2579,26 @@ static __global__ void pos_scores_kernel(const float *qr, const float *K, const 
     }
 }
 
+/* Eval's ||C||_2 eigensolver on its own stream ahead of the passes (run
+ * 10's order) or on the passes' stream after them (run 8's, and
+ * QMLA_CUDA_EVAL_SOLVER_AFTER=1: the benchmark's comparison of run 11). */
+static int solver_after_v = -1;
+extern "C" int qmla_cuda_engine_solver_after(void)
+{
+    if (solver_after_v < 0) {
+        const char *v = getenv("QMLA_CUDA_EVAL_SOLVER_AFTER");
+        solver_after_v = v && !strcmp(v, "1");
+    }
+    return solver_after_v;
+}
+extern "C" int qmla_cuda_engine_set_solver_after(int on)
+{
+    const int was = qmla_cuda_engine_solver_after();
+    solver_after_v = on ? 1 : 0;
+    return was;
+}
+static int solver_own_stream(void) { return !before_r8() && !qmla_cuda_engine_solver_after(); }
+
 typedef struct cuda_eval_ctx {
     cuda_sweep_ws *sw;
     size_t T;
@@ -2605,7 +2691,7 @@ static int eval_begin(void *p, const qmla_mla_dims *d, size_t T, qmla_error *err
     {
         cusolverStatus_t cs = cusolverDnCreate(&c->sol);
         if (cs == CUSOLVER_STATUS_SUCCESS)
-            cs = cusolverDnSetStream(c->sol, before_r8() ? c->sw->stream : c->s2);
+            cs = cusolverDnSetStream(c->sol, solver_own_stream() ? c->s2 : c->sw->stream);
         if (cs == CUSOLVER_STATUS_SUCCESS)
             cs = cusolverDnDsyevd_bufferSize(c->sol, CUSOLVER_EIG_MODE_NOVECTOR,
                                              CUBLAS_FILL_MODE_LOWER, (int)dc, c->G, (int)dc,
@@ -2628,6 +2714,39 @@ out:
     if (st)
         eval_end(c);
     return st;
+}
+
+/* QMLA_ENONFINITE naming the first head whose d x d Gram (of `what`) has a
+ * non-finite entry. */
+static int grams_finite(const double *G, size_t H, size_t d, const char *what, qmla_error *err)
+{
+    for (size_t h = 0; h < H; h++)
+        for (size_t i = 0; i < d * d; i++)
+            if (!isfinite(G[h * d * d + i]))
+                return qmla_error_set(err, QMLA_ENONFINITE,
+                                      "eval bound: head %zu of %zu: the Gram %s has %g at "
+                                      "entry %zu: the weights of that head are not finite "
+                                      "(`qmla check` locates them)",
+                                      h, H, what, G[h * d * d + i], i);
+    return QMLA_OK;
+}
+
+/* pn[h] = sqrt(lambda_max) (a rounding-negative eigenvalue of a PSD
+ * product is 0); a non-finite lambda_max (the eigensolver out of memory:
+ * GSL's workspace, or non-finite input) is QMLA_ENONFINITE naming the head
+ * and the quantity, never a norm of 0 (review10). */
+static int head_norms_from(const double *lam, size_t H, double *pn, qmla_error *err)
+{
+    for (size_t h = 0; h < H; h++) {
+        if (!isfinite(lam[h]))
+            return qmla_error_set(err, QMLA_ENONFINITE,
+                                  "eval bound: head %zu of %zu: ||W_O,h W_UV,h||_2^2 (the "
+                                  "largest eigenvalue of its Gram product) is %g: the host "
+                                  "eigensolver ran out of memory or its input is not finite",
+                                  h, H, lam[h]);
+        pn[h] = sqrt(lam[h] > 0 ? lam[h] : 0);
+    }
+    return QMLA_OK;
 }
 
 /* ||P_h||_2 of every head: X_h = W_O,h W_UV,h [D, d_c] in double (DGEMM),
@@ -2692,13 +2811,18 @@ static int eval_head_norms(void *p, const qmla_mla_dims *d, const qmla_mla_weigh
         CU(cudaMemcpyAsync(hG, G, 2 * H * dv * dv * sizeof(double), cudaMemcpyDeviceToHost, s),
            "copy head Grams");
         CU(ws_sync(c->sw), "head norms");
+        /* non-finite weights: named, before any eigensolve (GSL's QR
+         * iterations on NaN give NaN at best) */
+        if ((st = grams_finite(hG, H, dv, "W_O,h^T W_O,h (from w_o)", err)) ||
+            (st = grams_finite(hG + H * dv * dv, H, dv, "W_UV,h W_UV,h^T (from w_uv)", err)))
+            goto out;
         {
             const double te = ph_begin(); /* the host's eigensolves */
             qmla_lambda_max_psd_prod_batch(hG, hG + H * dv * dv, H, dv, c->threads, lam);
             ph_end(QMLA_CUDA_PH_EVAL_HEADS, te);
         }
-        for (size_t h = 0; h < H; h++)
-            pn[h] = sqrt(lam[h] > 0 ? lam[h] : 0);
+        if ((st = head_norms_from(lam, H, pn, err)))
+            goto out;
         goto out;
     }
     for (size_t h0 = 0; h0 < H; h0 += hc) {
@@ -2723,8 +2847,7 @@ static int eval_head_norms(void *p, const qmla_mla_dims *d, const qmla_mla_weigh
         qmla_lambda_max_sym_batch(hG, H, dc, c->threads, lam);
         ph_end(QMLA_CUDA_PH_EVAL_HEADS, te);
     }
-    for (size_t h = 0; h < H; h++)
-        pn[h] = sqrt(lam[h] > 0 ? lam[h] : 0);
+    st = head_norms_from(lam, H, pn, err);
 out:
     if (st)
         cudaStreamSynchronize(s);
@@ -2777,7 +2900,8 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
     cudaStream_t s = w->stream;
     int st = QMLA_OK;
 #if QMLA_HAVE_CUSOLVER
-    const int gram_here = before_r8(); /* else queued before the passes */
+    const int own = solver_own_stream();
+    const int gram_here = !own; /* else queued before the passes */
 #else
     const int gram_here = 1;
 #endif
@@ -2790,7 +2914,7 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
     CU(h2d_staged(w, w->Ec, Ce, T * dc * sizeof(float)), "copy effective c_kv");
     CU(h2d_staged(w, w->Er, Ke, T * dr * sizeof(float)), "copy effective k_rope");
 #if QMLA_HAVE_CUSOLVER
-    if (!before_r8()) {
+    if (own) {
         /* C^T C first, then its eigenvalues on the solver's stream while
          * the passes below run on this one */
         to_double_kernel<<<grid_for(T * dc), SM_THREADS, 0, s>>>(w->C, c->Cd, T * dc);
@@ -2851,7 +2975,7 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
     if (before_mode())
         CU(cudaMemcpyAsync(c->hG, c->G, dc * dc * sizeof(double), cudaMemcpyDeviceToHost, s),
            "copy Gram");
-    else if (!before_r8()) /* queued above: this stream waits for it */
+    else if (own) /* queued above: this stream waits for it */
         CU(cudaStreamWaitEvent(s, c->evd, 0), "event");
     else {
         const cusolverStatus_t cs =
@@ -2908,6 +3032,11 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
 #else
         const double l = qmla_lambda_max_sym(c->hG, dc);
 #endif
+        if (!isfinite(l))
+            return qmla_error_set(err, QMLA_ENONFINITE,
+                                  "eval: ||C||_2^2 (the largest eigenvalue of C^T C, d_c %zu) "
+                                  "is %g: expected a finite value",
+                                  dc, l);
         out->cn = sqrt(l > 0 ? l : 0);
     }
 out:
@@ -2981,6 +3110,25 @@ extern "C" int qmla_cuda_tf_eval_cell(const qmla_exec *ex, qmla_capture *cap, si
     const double t0 = wall_now();
     const int st = qmla_tf_eval_cell_impl(&im, ex, cap, li, ci, t, gamma, o, row, err);
     prof.s[QMLA_CUDA_PH_EVAL_HOST] += wall_now() - t0 - eval_inside;
+    return st;
+}
+
+extern "C" int qmla_cuda_engine_head_norms(const qmla_mla_dims *d, const qmla_mla_weights *w,
+                                           int threads, double *pn, qmla_error *err)
+{
+    {
+        const int ds_ = device_enter(err);
+        if (ds_)
+            return ds_;
+    }
+    cuda_eval_ctx c;
+    memset(&c, 0, sizeof c);
+    c.threads = threads;
+    int st = eval_begin(&c, d, 1, err);
+    if (!st) {
+        st = eval_head_norms(&c, d, w, pn, err);
+        eval_end(&c);
+    }
     return st;
 }
 

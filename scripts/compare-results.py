@@ -7,6 +7,15 @@ Every dataset present in A must be present in B with the same shape and
 kind. Floating-point datasets agree when every element satisfies
 |a - b| <= rtol * max(|a|, |b|) + atol (NaN only where the other is NaN;
 infinities equal); integer, boolean and string datasets must be equal.
+--abs NAME=TOL compares the datasets named NAME (the last path component)
+on their own scale instead: |a - b| <= TOL. That is for quantities that are
+already relative to something larger, where a relative comparison divides
+by a near-cancelled value: `cross_relative` of qmla intervene is
+(NMSE_joint - NMSE_C - NMSE_P) / (NMSE_C + NMSE_P), a fraction of the
+single-path sum, so `--abs cross_relative=1e-4` asks the cross term within
+1e-4 of that sum, which is the joint ratio NMSE_joint / (NMSE_C + NMSE_P)
+within about 1e-4 relative (tests/sweep/test_engine_cuda.c checks it so;
+docs/cuda-engine.md "H200 run 11" has the numbers).
 Attributes (the provenance: command line, time, engine, device, commit,
 threads) are not compared. Datasets whose path contains one of --skip's
 substrings are left out (named in the output).
@@ -17,7 +26,8 @@ line; exits 0 when everything agrees, 1 when something differs, 2 on bad
 input (a file that cannot be read, naming it).
 
 Usage: /usr/bin/python3 scripts/compare-results.py A.h5 B.h5
-           [--rtol 1e-4] [--atol 1e-12] [--skip SUBSTR ...] [--quiet]
+           [--rtol 1e-4] [--atol 1e-12] [--abs NAME=TOL ...] [--skip SUBSTR ...]
+           [--quiet]
 Needs numpy and h5py (Debian: python3-numpy, python3-h5py).
 """
 import argparse
@@ -40,6 +50,28 @@ def datasets(f):
 
     f.visititems(visit)
     return out
+
+
+def compare_abs(a, b, tol):
+    """(ok, largest absolute difference or None, message): |a - b| <= tol"""
+    if a.shape != b.shape:
+        return False, None, f"shape {a.shape} against {b.shape}"
+    x = np.asarray(a[()], dtype=np.float64)
+    y = np.asarray(b[()], dtype=np.float64)
+    nx, ny = np.isnan(x), np.isnan(y)
+    if not np.array_equal(nx, ny):
+        return False, None, f"NaN at {int(np.sum(nx != ny))} element(s) in one file only"
+    fx = np.isfinite(x)
+    if not np.array_equal(fx, np.isfinite(y)) or not np.array_equal(x[~fx & ~nx], y[~fx & ~nx]):
+        return False, None, "infinities differ"
+    d = np.abs(x[fx] - y[fx])
+    worst = float(np.max(d)) if d.size else 0.0
+    bad = d > tol
+    if np.any(bad):
+        i = int(np.argmax(d))
+        return (False, worst, f"{int(np.sum(bad))} of {d.size} element(s) beyond the absolute "
+                f"tolerance {tol:g}: e.g. {x[fx][i]!r} against {y[fx][i]!r}")
+    return True, worst, ""
 
 
 def compare(name, a, b, rtol, atol):
@@ -89,6 +121,9 @@ def main():
                     help="relative tolerance for floats (default 1e-4)")
     ap.add_argument("--atol", type=float, default=1e-12,
                     help="absolute tolerance added to rtol*max(|a|,|b|) (default 1e-12)")
+    ap.add_argument("--abs", action="append", default=[], metavar="NAME=TOL",
+                    help="compare datasets named NAME (last path component) with the "
+                    "absolute tolerance TOL, on their own scale (e.g. cross_relative=1e-4)")
     ap.add_argument("--skip", nargs="*", default=[], metavar="SUBSTR",
                     help="leave out datasets whose path contains one of these")
     ap.add_argument("--quiet", action="store_true",
@@ -97,6 +132,18 @@ def main():
     if not (o.rtol > 0 and o.atol >= 0):
         print("compare-results: --rtol must be > 0 and --atol >= 0", file=sys.stderr)
         return 2
+    absol = {}
+    for spec in o.abs:
+        k, _, v = spec.partition("=")
+        try:
+            t = float(v)
+        except ValueError:
+            t = -1.0
+        if not k or not t >= 0:
+            print(f"compare-results: --abs {spec}: expected NAME=TOL with TOL >= 0",
+                  file=sys.stderr)
+            return 2
+        absol[k] = t
     files = []
     for p in (o.a, o.b):
         try:
@@ -114,6 +161,17 @@ def main():
             print(f"DIFF {name}: only in {o.a if name in da else o.b}")
             bad += 1
             continue
+        leaf = name.rsplit("/", 1)[-1]
+        if leaf in absol and da[name].dtype.kind in "fc" and db[name].dtype.kind in "fc":
+            ok, w, msg = compare_abs(da[name], db[name], absol[leaf])
+            n += 1
+            if not ok:
+                bad += 1
+                print(f"DIFF {name}: {msg}")
+            elif not o.quiet:
+                print(f"ok   {name}: largest absolute difference {w:.3g} (tolerance "
+                      f"{absol[leaf]:g} on its own scale)")
+            continue
         ok, w, msg = compare(name, da[name], db[name], o.rtol, o.atol)
         n += 1
         if w is not None:
@@ -123,8 +181,9 @@ def main():
             print(f"DIFF {name}: {msg}")
         elif not o.quiet:
             print(f"ok   {name}: largest relative difference {w:.3g}")
+    ab = "".join(f", {k} absolute {v:g}" for k, v in sorted(absol.items()))
     print(f"compare-results: {n} dataset(s) compared, {bad} differ, largest relative "
-          f"difference {worst:.3g} (rtol {o.rtol:g}, atol {o.atol:g}): {o.a} against {o.b}")
+          f"difference {worst:.3g} (rtol {o.rtol:g}, atol {o.atol:g}{ab}): {o.a} against {o.b}")
     return 1 if bad else 0
 
 

@@ -27,7 +27,12 @@
 # before (=1) rows, with the engine's phase profile; docs/cuda-engine.md),
 # cli: sweep, jvp, predict, intervene, learn and eval through the CLI with
 # each engine, the results files compared (scripts/compare-results.py);
-# run in this order: build test bench ops ops4k tf before run10 tfcli cli memcheck. TEST_TIMEOUT (default 240) bounds the
+# run11: eval's eigensolver on its own stream against after the passes, V3
+# ops at causal query tiles of 256 and 128 tokens, and the V2-Lite intervene
+# cross term's conditioning (docs/cuda-engine.md "H200 run 11");
+# sanitizers: the test, memcheck and racecheck at once, the sanitizers split
+# over sections of the test (QMLA_TEST_SECTIONS), every log into engine.log;
+# run in this order: build test bench ops ops4k tf before run10 run11 tfcli cli sanitizers memcheck. TEST_TIMEOUT (default 240) bounds the
 # agreement test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -182,6 +187,78 @@ if [[ " $steps " == *" run10 "* ]]; then
   unset QMLA_CUDA_ENGINE_PROFILE
   rm -f /tmp/v2l.h5 /tmp/v3.h5
 fi
+if [[ " $steps " == *" run11 "* ]]; then
+  # docs/cuda-engine.md, "H200 run 11": (1) eval's ||C||_2 eigensolver on its
+  # own stream ahead of the passes (run 10's order, the default) against the
+  # same solver after the passes on their stream (QMLA_CUDA_EVAL_SOLVER_AFTER=1,
+  # everything else the same build), alternated, with the phase profile;
+  # (2) V2-Lite intervene on both engines (multi10's capture and options):
+  # per item the cross term's conditioning, and the comparison with
+  # cross_relative on its own scale
+  say "run11: synth captures ($(date -u +%H:%M:%S))"
+  synth512
+  export QMLA_CUDA_ENGINE_PROFILE=1
+  for rep in 1 2 3; do
+    for sa in 0 1; do
+      say "run11: V2-Lite eval, solver after the passes = $sa (rep $rep)"
+      QMLA_CUDA_EVAL_SOLVER_AFTER=$sa timeout 40 $B/bench/bench_engine /tmp/v2l.h5 --threads 16 \
+        --no-sweep --no-cpu --eval --out /tmp/r11-eval.h5 >>"$LOG" 2>&1
+      say "run11 v2-lite eval after=$sa exit $?"
+    done
+  done
+  for sa in 0 1; do
+    say "run11: V3 eval, solver after the passes = $sa"
+    QMLA_CUDA_EVAL_SOLVER_AFTER=$sa timeout 60 $B/bench/bench_engine /tmp/v3.h5 --threads 16 \
+      --no-sweep --no-cpu --eval --out /tmp/r11-eval.h5 >>"$LOG" 2>&1
+    say "run11 v3 eval after=$sa exit $?"
+  done
+  # causal tiles at V3 (T 512): query tiles of 128 and 256 tokens (the
+  # products of tile k span keys < (k+1) B: 62.5 % / 75 % of the full
+  # [T, T] products, but the attention is recomputed per JVP when the
+  # sequence has more than one tile) against the automatic single tile
+  for tl in 0 256 128; do
+    say "run11: V3 ops, QMLA_CUDA_ENGINE_TILE=$tl (0: automatic)"
+    QMLA_CUDA_ENGINE_TILE=$tl timeout 60 $B/bench/bench_engine /tmp/v3.h5 --threads 16 --no-sweep \
+      --no-cpu --ops --op-seqs 4 --iv-seqs 0 --out /tmp/r11-ops.h5 >>"$LOG" 2>&1
+    say "run11 v3 ops tile $tl exit $?"
+  done
+  unset QMLA_CUDA_ENGINE_PROFILE
+  rm -f /tmp/v2l.h5 /tmp/v3.h5 /tmp/r11-eval.h5 /tmp/r11-ops.h5
+  Q=$B/cli/qmla
+  W=/tmp/r11iv
+  mkdir -p $W
+  $Q synth -o $W/v2lite.h5 --shape deepseek-v2-lite --layers 2 --cells 1 --seqs 2 --tokens 256 \
+    --no-pre --force --threads 16 >>"$LOG" 2>&1
+  for e in cpu cuda; do
+    $Q intervene $W/v2lite.h5 -o $W/iv-$e.h5 --engine $e --threads 16 --reps 4 --bootstrap 200 \
+      --force >>"$LOG" 2>&1
+    say "run11 v2-lite intervene $e exit $?"
+  done
+  python3 - $W/iv-cpu.h5 $W/iv-cuda.h5 <<'PY' 2>&1 | tee -a "$LOG"
+import sys, h5py, numpy as np
+a, b = (h5py.File(p, "r")["interventions"] for p in sys.argv[1:3])
+g = lambda f, k: np.asarray(f[k][()], dtype=np.float64)
+print("run11 cross term per item: cross_relative cpu, cuda, |diff|, rel diff; joint ratio "
+      "q = r_joint/(r_content+r_rope) rel diff; conditioning (1+cr)/|cr|; predicted rel diff")
+for i in range(len(g(a, "cross_relative"))):
+    ca, cb = g(a, "cross_relative")[i], g(b, "cross_relative")[i]
+    qa = g(a, "response_joint")[i] / (g(a, "response_content")[i] + g(a, "response_rope")[i])
+    qb = g(b, "response_joint")[i] / (g(b, "response_content")[i] + g(b, "response_rope")[i])
+    k = abs(1 + ca) / abs(ca) if ca else float("inf")
+    rq = abs(qa - qb) / abs(qa)
+    print(f"run11 item {i}: cr {ca:.9g} {cb:.9g} |d| {abs(ca-cb):.3g} rel {abs(ca-cb)/max(abs(ca),abs(cb)):.3g}; "
+          f"q rel diff {rq:.3g}; kappa {k:.1f}; kappa*q {k*rq:.3g}; q_cpu-1 {qa-1:.9g}")
+PY
+  python3 scripts/compare-results.py $W/iv-cpu.h5 $W/iv-cuda.h5 --rtol 1e-4 --atol 1e-9 --quiet \
+    >$W/c1.txt 2>&1
+  say "run11 intervene compare, everything relative: exit $?: $(tail -1 $W/c1.txt)"
+  grep DIFF $W/c1.txt | tee -a "$LOG"
+  python3 scripts/compare-results.py $W/iv-cpu.h5 $W/iv-cuda.h5 --rtol 1e-4 --atol 1e-9 \
+    --abs cross_relative=1e-4 >$W/c2.txt 2>&1
+  say "run11 intervene compare, cross_relative on its scale: exit $?: $(tail -1 $W/c2.txt)"
+  grep -E "cross|DIFF" $W/c2.txt | tee -a "$LOG"
+  rm -rf $W
+fi
 if [[ " $steps " == *" tfcli "* ]]; then
   # qmla learn and qmla eval through the CLI with each engine on the
   # default capture: the printed tables side by side
@@ -235,23 +312,65 @@ if [[ " $steps " == *" cli "* ]]; then
     tol=1e-4
     [ $c = learned ] && tol=1e-3
     python3 scripts/compare-results.py $D/$c-cpu.h5 $D/$c-cuda.h5 --rtol $tol --atol 1e-9 \
+      --abs cross_relative=1e-4 \
       >$D/compare-$c.txt 2>&1
     say "cli compare $c exit $?: $(tail -1 $D/compare-$c.txt)"
   done
   rm -f $D/*.h5 # the verdicts and per-dataset lines stay (compare-*.txt)
 fi
+if [[ " $steps " == *" sanitizers "* ]]; then
+  # since run 11: the agreement test and both sanitizers at once on the one
+  # GPU (correctness runs, not timed), each sanitizer split by sections of
+  # the test (QMLA_TEST_SECTIONS; run 11 ran each whole and neither finished
+  # in 220 s): memcheck over QMLA_TEST_SMALL=1 (every kernel and path:
+  # sweep, op, iv, learn, eval with the Gram head norms and the eigensolver's
+  # stream, QDQ, the device rules), racecheck over =2 (the small shapes and,
+  # since run 11, eval on one layer of the default capture). Logs:
+  # $OUT/test.log, $OUT/memcheck-N.log, $OUT/racecheck-N.log, appended to
+  # engine.log afterwards; MEMCHECK_GROUPS / RACECHECK_GROUPS (space-
+  # separated section lists) choose the split.
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  MG=${MEMCHECK_GROUPS:-"rules,sweep,layer,qdq,heads op iv learn drivers eval"}
+  RG=${RACECHECK_GROUPS:-"rules,sweep,layer,qdq,heads op iv learn eval"}
+  say "test_engine_cuda + memcheck ($MG) + racecheck ($RG) at once ($(date -u +%H:%M:%S))"
+  t0=$(date +%s)
+  ( timeout ${TEST_TIMEOUT:-240} $B/tests/test_engine_cuda >$OUT/test.log 2>&1
+    echo "== test_engine_cuda exit $? in $(( $(date +%s) - t0 )) s" >>$OUT/test.log ) &
+  i=0
+  for g in $MG; do
+    i=$((i + 1))
+    ( QMLA_TEST_SECTIONS=$g QMLA_TEST_SMALL=1 timeout ${MEMCHECK_TIMEOUT:-200} "$CS" --tool memcheck \
+        --leak-check full --error-exitcode 9 $B/tests/test_engine_cuda >$OUT/memcheck-$i.log 2>&1
+      echo "== memcheck [$g] exit $? in $(( $(date +%s) - t0 )) s" >>$OUT/memcheck-$i.log ) &
+  done
+  i=0
+  for g in $RG; do
+    i=$((i + 1))
+    ( QMLA_TEST_SECTIONS=$g QMLA_TEST_SMALL=2 timeout ${RACECHECK_TIMEOUT:-200} "$CS" --tool racecheck \
+        --error-exitcode 9 $B/tests/test_engine_cuda >$OUT/racecheck-$i.log 2>&1
+      echo "== racecheck [$g] exit $? in $(( $(date +%s) - t0 )) s" >>$OUT/racecheck-$i.log ) &
+  done
+  wait
+  for f in $OUT/test.log $OUT/memcheck-*.log $OUT/racecheck-*.log; do
+    say "---- $(basename $f)"
+    cat $f >>"$LOG"
+  done
+  grep -h -E "^== |ERROR SUMMARY|RACECHECK SUMMARY|passed, " $OUT/test.log $OUT/memcheck-*.log \
+    $OUT/racecheck-*.log | tee -a "$LOG"
+  rm -f $OUT/test.log $OUT/memcheck-*.log $OUT/racecheck-*.log
+fi
 if [[ " $steps " == *" memcheck "* ]]; then
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   say "compute-sanitizer memcheck, QMLA_TEST_SMALL=1 ($(date -u +%H:%M:%S))"
   t0=$(date +%s)
-  QMLA_TEST_SMALL=1 timeout 60 "$CS" --tool memcheck --leak-check full --error-exitcode 9 \
+  QMLA_TEST_SMALL=1 timeout ${MEMCHECK_TIMEOUT:-60} "$CS" --tool memcheck --leak-check full --error-exitcode 9 \
     $B/tests/test_engine_cuda >>"$LOG" 2>&1
   say "memcheck exit $? in $(( $(date +%s) - t0 )) s"
-  if [ $(( $(date +%s) - t_start )) -gt 230 ]; then
+  if [ -z "${RACECHECK_TIMEOUT:-}" ] && [ $(( $(date +%s) - t_start )) -gt 230 ]; then
     say "racecheck left out (time)"
   else
   t0=$(date +%s)
-  QMLA_TEST_SMALL=2 timeout 40 "$CS" --tool racecheck --error-exitcode 9 \
+  QMLA_TEST_SMALL=2 timeout ${RACECHECK_TIMEOUT:-40} "$CS" --tool racecheck --error-exitcode 9 \
     $B/tests/test_engine_cuda >>"$LOG" 2>&1
   say "racecheck exit $? in $(( $(date +%s) - t0 )) s"
   fi

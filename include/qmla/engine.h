@@ -54,7 +54,9 @@ const qmla_engine *qmla_engine_cpu(void);
  * "cuda" on device N (qmla_engine_select_device). Any other
  * name (including "cuda" in a build without it) is QMLA_EINVAL with a
  * message naming the engines this build has. "cuda" where its
- * device is not usable on this machine is QMLA_EINVAL saying why. */
+ * device is not usable on this machine is QMLA_EINVAL saying why; so is
+ * "auto" when the device asked for by QMLA_CUDA_DEVICE is malformed or out
+ * of range (auto chooses the CPU only when no usable device is present). */
 int qmla_engine_find(const char *name, const qmla_engine **e, qmla_error *err);
 
 /* Its name ("cpu"); NULL is the CPU engine. */
@@ -74,6 +76,14 @@ const char *qmla_engine_device(const qmla_engine *e);
  * (device >= 0: it has no devices) and, naming the index asked for and the
  * count found, when the device is not usable. */
 int qmla_engine_select_device(const qmla_engine *e, int device, qmla_error *err);
+
+/* The full check of the engine's device (for "cuda": its context made and
+ * this build's kernels run on it), after the last qmla_engine_select_device:
+ * QMLA_EINVAL saying why when it is not usable; QMLA_OK for the CPU engine.
+ * qmla_engine_find checks a named device engine without making a context
+ * (so a later select on another device leaves none on the first); the CLI
+ * calls this once its options are read, before any work. */
+int qmla_engine_ready(const qmla_engine *e, qmla_error *err);
 
 /* The device ordinal the engine runs on, -1 for none (the CPU engine). */
 int qmla_engine_device_index(const qmla_engine *e);

@@ -63,6 +63,37 @@ int qmla_cuda_learn_alloc(qmla_learn_path path, const qmla_mla_dims *d,
  * per process (again after qmla_cuda_engine_select). */
 const char *qmla_cuda_engine_device(void);
 
+/* The same without making a context (since run 11): the device chosen by
+ * the rules, present and in range, with its properties read; whether it
+ * runs this build's kernels is checked by qmla_cuda_engine_device (and so
+ * at every entry point), on that device only. qmla_engine_find("cuda")
+ * uses this, so `--engine cuda --device N` makes no context on device 0. */
+const char *qmla_cuda_engine_device_light(void);
+
+/* 1 when the device is unusable because a device asked for explicitly
+ * (qmla_cuda_engine_select, QMLA_CUDA_DEVICE) is malformed or out of range;
+ * --engine auto then refuses instead of choosing the CPU. */
+int qmla_cuda_engine_unusable_explicit(void);
+
+/* Test hook: 1 when CUDA device `device` has an active primary context in
+ * this process, 0 when not, -1 when it cannot be told (the driver's
+ * cuDevicePrimaryCtxGetState through cudaGetDriverEntryPointByVersion). */
+int qmla_cuda_engine_context_active(int device);
+
+/* Test hook: the eval bound's head norms ||W_O,h W_UV,h||_2 of the cuda
+ * engine (what qmla eval uses), H values into pn; non-finite weights or
+ * eigenvalues are QMLA_ENONFINITE naming the head and the quantity. */
+int qmla_cuda_engine_head_norms(const qmla_mla_dims *d, const qmla_mla_weights *w, int threads,
+                                double *pn, qmla_error *err);
+
+/* Eval's ||C||_2 eigensolver (cusolverDnDsyevd): 0 (the default since run
+ * 10) on its own stream, queued ahead of the sequence's attention passes;
+ * 1 on the passes' stream after them (run 8's order, with everything else
+ * today's). The first call reads QMLA_CUDA_EVAL_SOLVER_AFTER (unset: 0);
+ * set returns the value before. For the benchmark's before/after rows. */
+int qmla_cuda_engine_solver_after(void);
+int qmla_cuda_engine_set_solver_after(int on);
+
 /* The CUDA ordinal of that device, or -1 when none is usable. */
 int qmla_cuda_engine_device_index(void);
 

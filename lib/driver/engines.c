@@ -220,6 +220,28 @@ static const char *engine_unusable(const qmla_engine *e)
 
 const char *qmla_engine_names(void) { return QMLA_HAVE_CUDA_ENGINE ? "cpu,cuda" : "cpu"; }
 
+/* The device check of qmla_engine_find: for "cuda" the light probe (no
+ * context: a later --device N must not leave one on device 0), for any
+ * other device engine its device(). */
+static const char *device_light(const qmla_engine *e)
+{
+#if QMLA_HAVE_CUDA_ENGINE
+    if (e == &engine_cuda)
+        return qmla_cuda_engine_device_light();
+#endif
+    return e->device();
+}
+
+int qmla_engine_ready(const qmla_engine *e, qmla_error *err)
+{
+    if (!e || !e->device)
+        return QMLA_OK;
+    if (!e->device())
+        return qmla_error_set(err, QMLA_EINVAL, "engine \"%s\": %s", e->name,
+                              engine_unusable(e));
+    return QMLA_OK;
+}
+
 int qmla_engine_select_device(const qmla_engine *e, int device, qmla_error *err)
 {
     const qmla_engine *r = e ? e : &engine_cpu;
@@ -279,18 +301,29 @@ int qmla_engine_find(const char *name, const qmla_engine **e, qmla_error *err)
         return QMLA_OK;
     }
     if (name && !strcmp(name, "auto")) {
-        /* the first device engine with a usable device, else the CPU */
+        /* the first device engine with a usable device, else the CPU; a
+         * device asked for explicitly (QMLA_CUDA_DEVICE) that is malformed
+         * or out of range is an error, not a silent fall back (run 11) */
         for (size_t k = 1; engines[k]; k++)
             if (engines[k]->device && engines[k]->device()) {
                 *e = engines[k];
                 return QMLA_OK;
             }
+#if QMLA_HAVE_CUDA_ENGINE
+        if (qmla_cuda_engine_unusable_explicit())
+            return qmla_error_set(err, QMLA_EINVAL,
+                                  "engine \"auto\": %s; auto falls back to the CPU only when "
+                                  "no usable CUDA device is present, not when the one asked "
+                                  "for does not exist (unset QMLA_CUDA_DEVICE or pass --engine "
+                                  "cpu)",
+                                  qmla_cuda_engine_unusable());
+#endif
         *e = &engine_cpu;
         return QMLA_OK;
     }
     for (size_t k = 0; name && engines[k]; k++)
         if (!strcmp(name, engines[k]->name)) {
-            if (engines[k]->device && !engines[k]->device())
+            if (engines[k]->device && !device_light(engines[k]))
                 return qmla_error_set(err, QMLA_EINVAL,
                                       "engine \"%s\": no usable device on this machine (%s); "
                                       "--engine auto falls back to the CPU",

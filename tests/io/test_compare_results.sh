@@ -7,7 +7,8 @@
 # --rtol 1e-2 it passes), a NaN (exit 1), a dataset removed (exit 1, "only
 # in"), another shape (exit 1), a string changed (exit 1), an attribute
 # changed (not compared: exit 0); a missing file and a non-HDF5 file (exit
-# 2, naming the file); a bad --rtol (exit 2).
+# 2, naming the file); a bad --rtol (exit 2); --abs NAME=TOL (that dataset
+# within TOL absolute, a bad spec exit 2).
 # Env (set by meson): QMLA_BIN, QMLA_SOURCE_ROOT, QMLA_PYTHON.
 set -u
 . "$(dirname "$0")/../support/cli_lib.sh"
@@ -69,4 +70,16 @@ printf 'not hdf5\n' > "$work/text.h5"
 expect 2 "a text file" -- "$PY" "$CMP" "$work/text.h5" "$work/a.h5"
 contains "text.h5: cannot read as HDF5" "text: the file named"
 expect 2 "--rtol 0" -- "$PY" "$CMP" "$work/a.h5" "$work/b.h5" --rtol 0
+# --abs NAME=TOL: that dataset on its own scale (|a - b| <= TOL), the others
+# as before: the 1e-3 relative move of nmse_cache (|a| ~ 1e-3 .. 1e-1) is
+# within 1e-3 absolute, not within 1e-7; a bad spec is exit 2
+expect 0 "--abs nmse_cache=1e-3" -- "$PY" "$CMP" "$work/a.h5" "$work/scale.h5" --abs nmse_cache=1e-3
+contains "ok   responses/nmse_cache: largest absolute difference" "--abs: compared absolutely"
+contains "nmse_cache absolute 0.001" "--abs: the summary names it"
+expect 1 "--abs nmse_cache=1e-9" -- "$PY" "$CMP" "$work/a.h5" "$work/scale.h5" --abs nmse_cache=1e-9 --quiet
+contains "beyond the absolute tolerance 1e-09" "--abs: too far, named"
+expect 1 "--abs and a NaN" -- "$PY" "$CMP" "$work/a.h5" "$work/nan.h5" --abs nmse_cache=1 --quiet
+contains "NaN at 1 element" "--abs: NaN still named"
+expect 2 "--abs without TOL" -- "$PY" "$CMP" "$work/a.h5" "$work/b.h5" --abs nmse_cache
+expect 2 "--abs negative" -- "$PY" "$CMP" "$work/a.h5" "$work/b.h5" --abs nmse_cache=-1
 finish test_compare_results

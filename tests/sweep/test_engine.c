@@ -358,7 +358,11 @@ static void test_find(void)
                qmla_engine_device(e)) ||
                   (st == QMLA_EINVAL && e == NULL && strstr(err.msg, "no usable device")),
               "find: \"cuda\" in a CUDA build (%d: %s)", st, err.msg);
-    const int have_dev = st == QMLA_OK;
+    /* since run 11 find probes without a context; the full check is ready */
+    const int have_dev = st == QMLA_OK && !qmla_engine_ready(e, &err);
+    CHECK(qmla_engine_ready(NULL, &err) == QMLA_OK &&
+              qmla_engine_ready(qmla_engine_cpu(), &err) == QMLA_OK,
+          "ready: the CPU engine is always ready");
     qmla_error_clear(&err);
     CHECK_OK(qmla_engine_find("auto", &e, &err), err);
     CHECK(e && (have_dev ? !strcmp(qmla_engine_name(e), "cuda") : e == qmla_engine_cpu()),

@@ -1299,6 +1299,10 @@ static int write_baseline(const char *capture, const qmla_tmethod_type *m, const
     return qmla_learn_run(capture, check_path(name), &o, &r, err);
 }
 
+static int eval_one_layer; /* QMLA_TEST_SMALL=2: layer 0 only */
+
+/* Eval on both engines (k 0 cpu, 1 and 2 cuda, 3 cuda with the eigensolver
+ * after the passes: run 11's comparison, the same bits as 1). */
 static void test_eval_run(const char *capture_in, const char *tag, const char *policy)
 {
     char capture[1024]; /* check_path's buffer is reused below */
@@ -1318,10 +1322,11 @@ static void test_eval_run(const char *capture_in, const char *tag, const char *p
     snprintf(p1, sizeof p1, "%s", check_path(f1));
     snprintf(p2, sizeof p2, "%s", check_path(f2));
     const char *tfs[2] = {p1, p2};
-    qmla_tf_eval_run_result r[3];
+    qmla_tf_eval_run_result r[4];
     memset(r, 0, sizeof r);
     int ran = 0;
-    for (int k = 0; k < 3; k++) {
+    const int layer0[1] = {0};
+    for (int k = 0; k < 4; k++) {
         qmla_tf_eval_run_opts o = qmla_tf_eval_run_defaults();
         o.transforms = tfs;
         o.n_transforms = 2;
@@ -1329,18 +1334,26 @@ static void test_eval_run(const char *capture_in, const char *tag, const char *p
         o.policy = policy;
         o.threads = 8;
         o.engine = k ? cuda : qmla_engine_cpu();
+        if (eval_one_layer) {
+            o.layers = layer0;
+            o.n_layers = 1;
+        }
         char name[96];
         snprintf(name, sizeof name, "%s-eval-%d.h5", tag, k);
+        const int was = k == 3 ? qmla_cuda_engine_set_solver_after(1) : 0;
         st = qmla_tf_eval_run(capture, check_path(name), &o, &r[k], &err);
+        if (k == 3)
+            qmla_cuda_engine_set_solver_after(was);
         CHECK_OK(st, err);
         if (!st) {
             ran++;
             check_group_engine(check_path(name), "eval", k > 0, tag);
         }
     }
-    if (ran == 3) {
-        int ok = r[0].n_rows == r[1].n_rows && r[0].n_rows == r[2].n_rows && r[0].n_rows > 0;
-        int same = ok;
+    if (ran == 4) {
+        int ok = r[0].n_rows == r[1].n_rows && r[0].n_rows == r[2].n_rows &&
+                 r[0].n_rows == r[3].n_rows && r[0].n_rows > 0;
+        int same = ok, same_after = ok;
         for (size_t i = 0; ok && i < r[0].n_rows; i++) {
             const qmla_tf_eval_row *a = &r[0].rows[i].r, *b = &r[1].rows[i].r;
             const double v[5] = {rel_diff(a->nmse_out, b->nmse_out), rel_diff(a->nmse_c, b->nmse_c),
@@ -1352,14 +1365,17 @@ static void test_eval_run(const char *capture_in, const char *tag, const char *p
             }
             ok = ok && a->bound_ok == b->bound_ok && a->n_seq == b->n_seq && a->n_seq > 0;
             same = same && !memcmp(&r[1].rows[i].r, &r[2].rows[i].r, sizeof *b);
+            same_after = same_after && !memcmp(&r[1].rows[i].r, &r[3].rows[i].r, sizeof *b);
         }
         CHECK(ok, "%s eval (%s): %zu rows of the cuda engine within %g of the cpu's (first "
               "nmse_out %.9g/%.9g)", tag, policy, r[1].n_rows, RTOL,
               r[0].n_rows ? r[0].rows[0].r.nmse_out : 0.0,
               r[1].n_rows ? r[1].rows[0].r.nmse_out : 0.0);
         CHECK(same, "%s eval: cuda rows bit-identical run after run", tag);
+        CHECK(same_after, "%s eval: the eigensolver after the passes "
+              "(QMLA_CUDA_EVAL_SOLVER_AFTER) gives the same bits", tag);
     }
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         qmla_tf_eval_run_result_free(&r[k]);
 }
 
@@ -1387,8 +1403,138 @@ static void test_learn_run(const char *capture, const char *tag)
         check_group_engine(check_path(name), "/", 1, tag);
 }
 
+/* Run 11: the device checks. qmla_engine_find("cuda") (done by main before
+ * this) probes without a context; the full check makes one on the chosen
+ * device only; an index out of range is refused naming it; --engine auto
+ * with a malformed or out-of-range QMLA_CUDA_DEVICE is an error naming the
+ * variable, not a silent CPU. Ends with the default device selected. */
+static void test_device_rules(int ctx_before)
+{
+    qmla_error err;
+    qmla_error_clear(&err);
+    if (ctx_before < 0)
+        printf("device rules: the primary context's state cannot be read here (no driver "
+               "entry point); the no-context check is left out\n");
+    else
+        CHECK(ctx_before == 0, "device rules: qmla_engine_find(\"cuda\") made no context on "
+              "device 0 (cuDevicePrimaryCtxGetState active %d)", ctx_before);
+    /* the count from the device's name, "... device I of N (RULE)" */
+    int n = 0;
+    const char *nm = qmla_engine_device(cuda), *of = nm ? strstr(nm, " of ") : NULL;
+    CHECK(of && sscanf(of, " of %d", &n) == 1 && n >= 1, "device rules: the device count in "
+          "\"%s\"", nm ? nm : "(none)");
+    /* one past the last device: refused, naming the index and the count */
+    int st = qmla_engine_select_device(cuda, n, &err);
+    char want[64];
+    snprintf(want, sizeof want, "CUDA device %d asked for (--device)", n);
+    CHECK(st == QMLA_EINVAL && strstr(err.msg, want), "device rules: device %d of %d refused "
+          "(%s)", n, n, err.msg);
+    qmla_error_clear(&err);
+    /* auto with a bad QMLA_CUDA_DEVICE: an error, twice (malformed, out of range) */
+    const char *bad[2] = {"x1", "999"};
+    for (int k = 0; k < 2; k++) {
+        setenv("QMLA_CUDA_DEVICE", bad[k], 1);
+        qmla_cuda_engine_select(-1);
+        const qmla_engine *e = NULL;
+        qmla_error_clear(&err);
+        st = qmla_engine_find("auto", &e, &err);
+        CHECK(st == QMLA_EINVAL && e == NULL && strstr(err.msg, "QMLA_CUDA_DEVICE") &&
+              strstr(err.msg, "auto"), "device rules: --engine auto with QMLA_CUDA_DEVICE=%s "
+              "refused (%d: %s)", bad[k], st, err.msg);
+        qmla_error_clear(&err);
+        st = qmla_engine_find("cuda", &e, &err);
+        CHECK(st == QMLA_EINVAL, "device rules: --engine cuda with QMLA_CUDA_DEVICE=%s "
+              "refused (%s)", bad[k], err.msg);
+    }
+    unsetenv("QMLA_CUDA_DEVICE");
+    qmla_cuda_engine_select(-1);
+    const qmla_engine *e = NULL;
+    qmla_error_clear(&err);
+    st = qmla_engine_find("auto", &e, &err);
+    CHECK(st == QMLA_OK && e == cuda, "device rules: auto is cuda again with QMLA_CUDA_DEVICE "
+          "unset (%s)", err.msg);
+    /* the full check: the default device's context, and ready */
+    qmla_error_clear(&err);
+    st = qmla_engine_select_device(cuda, -1, &err);
+    CHECK_OK(st, err);
+    CHECK_OK(qmla_engine_ready(cuda, &err), err);
+    const int ctx_after = qmla_cuda_engine_context_active(qmla_engine_device_index(cuda));
+    CHECK(ctx_after != 0, "device rules: the full check made the context of device %d (%d)",
+          qmla_engine_device_index(cuda), ctx_after);
+}
+
+/* Run 11: eval's head norms (qmla_cuda_engine_head_norms, the d_v Gram
+ * route) against the CPU's ||P_h||_2 (qmla_spectral_norm of the float
+ * product), and non-finite weights refused naming the head and the Gram
+ * (review10: a NaN became a norm of 0). */
+static void test_head_norms(void)
+{
+    const shape_case c = {"head norms", 4, 64, 48, 16, 8, 12, 1, 0, 0, 0};
+    case_inputs in;
+    case_inputs_make(&c, &in);
+    const qmla_mla_dims *d = &in.d;
+    const size_t H = d->H, HV = H * d->d_v;
+    double pn[4], ref[4];
+    float *X = malloc(d->D * d->d_c * sizeof *X);
+    for (size_t h = 0; h < H; h++) {
+        for (size_t o = 0; o < d->D; o++)
+            for (size_t j = 0; j < d->d_c; j++) {
+                double a = 0.0;
+                for (size_t v = 0; v < d->d_v; v++)
+                    a += (double)in.wo[o * HV + h * d->d_v + v] *
+                         in.wuv[(h * d->d_v + v) * d->d_c + j];
+                X[o * d->d_c + j] = (float)a;
+            }
+        ref[h] = qmla_spectral_norm(X, d->D, d->d_c);
+    }
+    free(X);
+    qmla_error err;
+    qmla_error_clear(&err);
+    int st = qmla_cuda_engine_head_norms(d, &in.w, 2, pn, &err);
+    CHECK_OK(st, err);
+    int ok = !st;
+    for (size_t h = 0; ok && h < H; h++)
+        ok = isfinite(pn[h]) && pn[h] > 0 && fabs(pn[h] - ref[h]) <= RTOL * ref[h];
+    CHECK(ok, "head norms: the cuda engine's %zu head norms within %g of the CPU's (%.9g/%.9g)",
+          H, RTOL, pn[0], ref[0]);
+    /* a NaN in head 2's columns of w_o, then in head 1's rows of w_uv */
+    const float wo_keep = in.wo[5 * HV + 2 * d->d_v + 3];
+    in.wo[5 * HV + 2 * d->d_v + 3] = NAN;
+    for (size_t h = 0; h < H; h++)
+        pn[h] = -1.0;
+    qmla_error_clear(&err);
+    st = qmla_cuda_engine_head_norms(d, &in.w, 2, pn, &err);
+    CHECK(st == QMLA_ENONFINITE && strstr(err.msg, "head 2 of 4") && strstr(err.msg, "W_O"),
+          "head norms: a NaN in w_o is QMLA_ENONFINITE naming head 2 and W_O (%d: %s)", st,
+          err.msg);
+    in.wo[5 * HV + 2 * d->d_v + 3] = wo_keep;
+    in.wuv[(1 * d->d_v + 2) * d->d_c + 7] = INFINITY;
+    qmla_error_clear(&err);
+    st = qmla_cuda_engine_head_norms(d, &in.w, 2, pn, &err);
+    CHECK(st == QMLA_ENONFINITE && strstr(err.msg, "head 1 of 4") && strstr(err.msg, "W_UV"),
+          "head norms: an infinity in w_uv is QMLA_ENONFINITE naming head 1 and W_UV (%d: %s)",
+          st, err.msg);
+    case_inputs_free(&in);
+}
+
+/* QMLA_TEST_SECTIONS (main): NULL all, else a comma-separated list. */
+static const char *sections;
+static int want(const char *name)
+{
+    if (!sections || !*sections)
+        return 1;
+    const size_t n = strlen(name);
+    for (const char *p = sections; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == sections || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+            return 1;
+    return 0;
+}
+
 int main(void)
 {
+    /* line by line: a run cut by a sanitizer's time limit still shows how
+     * far it got (run 11's memcheck and racecheck printed nothing) */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     qmla_blas_set_threads(1);
     qmla_error err;
     qmla_error_clear(&err);
@@ -1399,6 +1545,14 @@ int main(void)
     if (te && !strcmp(te, "cpu") && to && !strcmp(to, "learn"))
         cuda = qmla_engine_cpu();
     else if (qmla_engine_find("cuda", &cuda, &err)) {
+        printf("SKIP: %s\n", err.msg);
+        return 77;
+    }
+    /* read before anything else touches the device: the find above is the
+     * light probe (run 11) */
+    const int ctx_before = cuda == qmla_engine_cpu() ? -1 : qmla_cuda_engine_context_active(0);
+    /* the full check (the device runs this build's kernels): else SKIP */
+    if (qmla_engine_ready(cuda, &err)) {
         printf("SKIP: %s\n", err.msg);
         return 77;
     }
@@ -1428,34 +1582,61 @@ int main(void)
                learn_improved, learn_cases);
         return check_summary("test_engine_cuda");
     }
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    /* QMLA_TEST_SECTIONS=a,b,...: only those sections (rules sweep op iv
+     * learn layer qdq heads drivers eval), so a sanitizer's run can be split
+     * over several processes, each within a device call's time (run 11's
+     * memcheck and racecheck of the whole test did not finish in 220 s);
+     * unset: all, in this order (a section left out shifts the random
+     * inputs of the later ones) */
+    sections = getenv("QMLA_TEST_SECTIONS");
+    if (want("rules"))
+        test_device_rules(ctx_before);
+    for (size_t k = 0; want("sweep") && k < sizeof cases / sizeof cases[0]; k++)
         if (!(is_small && cases[k].big) && !(is_tiny && cases[k].H * cases[k].T > 64))
             run_case(&cases[k]);
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    for (size_t k = 0; want("op") && k < sizeof cases / sizeof cases[0]; k++)
         if (!(is_small && cases[k].big) && !(is_tiny && cases[k].H * cases[k].T > 64) &&
             op_affordable(&cases[k]))
             run_op_case(&cases[k]);
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    for (size_t k = 0; want("iv") && k < sizeof cases / sizeof cases[0]; k++)
         if (!(is_small && cases[k].big) && !(is_tiny && cases[k].H * cases[k].T > 64) &&
             iv_affordable(&cases[k]))
             run_iv_case(&cases[k]);
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    for (size_t k = 0; want("learn") && k < sizeof cases / sizeof cases[0]; k++)
         if (!(is_small && cases[k].big) && !(is_tiny && cases[k].H * cases[k].T > 64) &&
             learn_affordable(&cases[k]))
             run_learn_case(&cases[k]);
-    test_layer_begin();
-    test_op_layer_begin();
-    test_qdq();
-    if (is_tiny)
-        return check_summary("test_engine_cuda");
+    if (want("layer")) {
+        test_layer_begin();
+        test_op_layer_begin();
+    }
+    if (want("qdq"))
+        test_qdq();
+    /* after the tables: its random weights must not shift the tables'
+     * inputs (run 11 drew them first, and the tables' T = 2 finite gain at
+     * nu 1e-4 and three learn trajectories then fell outside: docs) */
+    if (want("heads"))
+        test_head_norms();
     const char *root = getenv("QMLA_SOURCE_ROOT");
     char def[1024];
     snprintf(def, sizeof def, "%s/data/tiny-mla-default.h5", root ? root : ".");
-    test_run(def, "default");
-    test_op_run(def, "default", 1);
-    test_iv_run(def, "default");
-    test_eval_run(def, "default", "none");
-    test_learn_run(def, "default");
+    if (is_tiny) {
+        /* racecheck: eval's kernels too (the Gram head norms, the
+         * eigensolver's own stream), on one layer of the default capture */
+        eval_one_layer = 1;
+        if (want("eval"))
+            test_eval_run(def, "default", "none");
+        return check_summary("test_engine_cuda");
+    }
+    if (want("drivers")) {
+        test_run(def, "default");
+        test_op_run(def, "default", 1);
+        test_iv_run(def, "default");
+    }
+    if (want("eval"))
+        test_eval_run(def, "default", "none");
+    if (want("drivers"))
+        test_learn_run(def, "default");
     {
         qmla_synth_opts so;
         memset(&so, 0, sizeof so);
@@ -1468,11 +1649,12 @@ int main(void)
         so.threads = 2;
         const int st = qmla_synth_write(check_path("v2lite.h5"), &so, &err);
         CHECK_OK(st, err);
-        if (!st) {
+        if (!st && want("drivers")) {
             test_run(check_path("v2lite.h5"), "v2-lite synth");
             test_op_run(check_path("v2lite.h5"), "v2-lite synth", 0);
-            test_eval_run(check_path("v2lite.h5"), "v2-lite synth", "sink4/local16");
         }
+        if (!st && want("eval"))
+            test_eval_run(check_path("v2lite.h5"), "v2-lite synth", "sink4/local16");
     }
     printf("largest relative difference cuda vs cpu: %.3g (tolerance %g)\n", worst, RTOL);
     printf("largest relative difference cuda vs cpu, operator and interventions: %.3g "
