@@ -2868,8 +2868,12 @@ __global__ void __launch_bounds__(V8_THREADS, 2) decode_wg_kernel(dec_args a)
             }
             const uint32_t s01 = __byte_perm(mt[0], mt[1], 0x5410);
             const uint32_t s23 = __byte_perm(mt[2], mt[3], 0x5410);
+            /* rows in a per-lane order: the 16 lanes of a group then touch
+             * 16 distinct 8-byte bank slots (run 11b: 8-way conflicts with
+             * n the same in every lane) */
 #pragma unroll 4
-            for (int n = 0; n < DEC_ROWS; n++) {
+            for (int nn = 0; nn < DEC_ROWS; nn++) {
+                const int n = (nn + q + (q >> 3)) & (DEC_ROWS - 1);
                 const uint2 pv = *(const uint2 *)&sm.bp[ks][wg_boff(k0, n)];
                 *(uint2 *)&sm.bg[g][ks][wg_boff(k0, n)] =
                     make_uint2(hmul2_bits(pv.x, s01), hmul2_bits(pv.y, s23));
