@@ -2444,9 +2444,10 @@ __global__ void __launch_bounds__(COMB2_THREADS) decode_combine3_kernel(
  * decode_fast_kernel's BF16(P s): reference qmla_decode_ref_model with
  * packed_f32 = 1. Built for sm_90a only (wgmma). H200 run 11 (docs/decode.md):
  * correct (test_decode_cuda, full-size sanitizers), but 1.20-2.16x variant
- * 7's time: 8 warps per SM with 0.40 eligible per scheduler, 6316 warp
- * instructions per page, shared accesses 59 % excess wavefronts (the P s
- * pass writes 8-way conflicting; next: skew its n loop per lane). */
+ * 7's time in run 11b: 8 warps per SM with 0.40 eligible per scheduler,
+ * 6316 warp instructions per page, shared accesses 59 % excess wavefronts
+ * (the P s pass's stores 8-way conflicting); its rows skewed per lane,
+ * 1.005-2.04x (run 11c). */
 #define V8_THREADS 128
 #define V8_NST 3
 struct dec_smem_wg {

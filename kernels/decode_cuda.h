@@ -98,8 +98,8 @@ typedef struct qmla_decode_plan {
  *      warpgroup per block and row tile, 2 blocks per SM; the protected
  *      partials in a launch of their own (decode_prot_kernel) before it;
  *      variant 7's combine; attends to unrounded packed values (packed_f32
- *      1). Needs sm_90a. H200 run 11: correct, 1.20-2.16x variant 7's
- *      time (latency-bound, shared-memory bank conflicts): not in the
+ *      1). Needs sm_90a. H200 run 11: correct, 1.005-2.04x variant 7's
+ *      time (run 11c; latency-bound at 8 warps per SM): not in the
  *      default plan.
  * (An earlier variant 6, two warp groups of 8 on one BF16 tile, was
  * measured in H200 run 6 at commit 9829c8b and removed: slower than 5, and
