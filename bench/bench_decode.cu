@@ -13,6 +13,8 @@
  *             --samples per point (default 40) in alternating order; median
  *             microseconds, ratio to our BF16, GB/s on the bytes read.
  * Synthetic BF16 queries and cache values (random, never zeros).
+ * --vlist 0,3,7: only those variants in --variants* / --profile-variants
+ * (BF16 variant 0, the reference, always).
  * --variants: instead of qdq / writer / the table above, every kernel
  * variant (decode_cuda.h) beside BF16 over b 1, 8, 32, 64, contexts 4K,
  * 32K, 128K, 1M (b 64: to 128K), H 16 and 128, s_q 1 and 2 (10 samples
@@ -79,6 +81,7 @@ typedef struct {
     double copy_gbs;
     qmla_bench_row rows[1024]; /* everything measured, for the HDF5 file */
     size_t n_rows;
+    unsigned vmask; /* --vlist: the kernel variants --variants times (default all) */
 } bench;
 
 /* One measurement: a TSV line (columns kind, batch, context, config,
@@ -431,6 +434,8 @@ static void bench_variants_point(bench *B, int batch, long ctx, int H, int s_q)
         const double prot = L.bf16 ? 0.0 : (double)batch * (ctx < 132 ? ctx : 132) * 1152;
         bytes[ci] = (double)pages * L.page_bytes + prot + (double)batch * R * 1152 + pages * 4.0;
         for (int v = 0; v < QMLA_DECODE_VARIANTS && n < NV_MAX; v++) {
+            if (!(B->vmask >> v & 1) && !(ci == 0 && v == 0))
+                continue; /* --vlist (BF16's variant 0, the reference, always) */
             qmla_decode_plan plan;
             OK(qmla_decode_cuda_plan_variant(&cfg, &a, ctx, 0, v, &plan, &err), err);
             if (plan.variant != v && !(v == 7 && plan.variant == 2))
@@ -629,6 +634,7 @@ int main(int argc, char **argv)
     bench B;
     memset(&B, 0, sizeof B);
     B.samples = 40;
+    B.vmask = ~0u;
     const char *outp = "bench_decode.tsv", *h5p = NULL;
     int quick = 0, variants = 0, samples_set = 0;
     for (int i = 1; i < argc; i++) {
@@ -638,7 +644,17 @@ int main(int argc, char **argv)
         }
         else if (!strcmp(argv[i], "--out") && i + 1 < argc)
             outp = argv[++i];
-        else if (!strcmp(argv[i], "--h5") && i + 1 < argc)
+        else if (!strcmp(argv[i], "--vlist") && i + 1 < argc) {
+            /* a comma list of variant numbers (--variants*, --profile-variants) */
+            B.vmask = 0;
+            for (char *e = argv[++i], *end; *e; e = *end ? end + 1 : end) {
+                const long k = strtol(e, &end, 10);
+                if (end == e)
+                    break;
+                if (k >= 0 && k < 32)
+                    B.vmask |= 1u << k;
+            }
+        } else if (!strcmp(argv[i], "--h5") && i + 1 < argc)
             h5p = argv[++i];
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;

@@ -2405,6 +2405,584 @@ __global__ void __launch_bounds__(COMB2_THREADS) decode_combine3_kernel(
 
 /* ---- host side ----------------------------------------------------------- */
 /* 1 for the configurations decode_fast_kernel takes (C4R4, C2R4, group 64). */
+/* ---- variant 8: wgmma on the codes (H200 run 11, C4R4) -------------------
+ * decode_wg_kernel: one warpgroup (128 threads) per block and row tile, two
+ * blocks per SM. The page's tokens are the M dimension of Hopper's
+ * wgmma.m64n16k16 (64 tokens = one m64 tile), the 16 query rows of the
+ * tile its N; the A operand (the codes) comes from registers, the B
+ * operand (queries, probabilities) from shared memory through matrix
+ * descriptors, so the register file carries no B fragments.
+ *   QK (BF16): A = the 4-bit codes of a group as BF16 values of the
+ *   smallest binade (c 2^(p - 133), one LOP3 per two codes: nib_codes,
+ *   the trick of decode_fast_kernel), B = Q^T of the group, each row n
+ *   times 2^(E_n - p) (fast_qscale's exponents), built once per block in
+ *   the k order of the A fragments; each of the 9 groups (8 content, 1
+ *   RoPE) accumulates into its own accumulator, and the group's scale s is
+ *   applied per token after the product (T += s acc), two groups in flight
+ *   (wgmma.wait_group 1). The minimum's term l sum(Q) is one more
+ *   wgmma (float16: A = l of the token's 8 content groups, exact; B =
+ *   sum(Q) 2^(E - 133) as float16 high and low part), the RoPE group's
+ *   by an FMA.
+ *   softmax: online, per column of the accumulators (the thread's 4 query
+ *   rows), maxima and sums over the warpgroup through shared memory; P as
+ *   float16 into shared memory (the B of PV, K-major core matrices).
+ *   PV (float16): the output dims are M (one m64 tile per group: 8 tiles,
+ *   64 accumulators per thread), the tokens K: A = the codes of two tokens
+ *   (k, k + 1) of one dim, fetched by ldmatrix.trans (a 16-byte code chunk
+ *   of 8 tokens: each lane receives 4 dims of two tokens; a warp uses dims
+ *   4j, 4j + 1 directly and 4j + 2, 4j + 3 after a shift by 8, one LOP3
+ *   per register), float16 subnormals c 2^(p - 24); B = P s of the group
+ *   (mul.f16x2, one matrix per group, s zero outside the packed tokens),
+ *   the minimum's term sum_t P l by one more wgmma (A = l of the token per
+ *   group row, warp 0; B = P). Outputs times 2^(24 - p).
+ * Pages by cp.async into a ring of 3 stages (two pages ahead), content
+ * chunks swizzled (v8_sig) so that the QK rows and the ldmatrix rows hit
+ * distinct banks. The protected tokens (sink and window) are the partials
+ * n_splits - n_prot .. of decode_prot_kernel (prot_part, the BF16 tile
+ * path, launched before this kernel); the combine as variant 7. Attends to
+ * unrounded packed values for QK and to float16(P s) q + P l for PV, like
+ * decode_fast_kernel's BF16(P s): reference qmla_decode_ref_model with
+ * packed_f32 = 1. Built for sm_90a only (wgmma). H200 run 11 (docs/decode.md):
+ * correct (test_decode_cuda, full-size sanitizers), but 1.20-2.16x variant
+ * 7's time in run 11b: 8 warps per SM with 0.40 eligible per scheduler,
+ * 6316 warp instructions per page, shared accesses 59 % excess wavefronts
+ * (the P s pass's stores 8-way conflicting); its rows skewed per lane,
+ * 1.005-2.04x (run 11c). */
+#define V8_THREADS 128
+#define V8_NST 3
+struct dec_smem_wg {
+    uint8_t stage[V8_NST][fcfg<4>::PB]; /* pages, content chunks swizzled */
+    uint16_t bq[36][256];               /* B of QK: Q^T, [k-step][core matrices] */
+    uint16_t bsum[256];                 /* B of the l sum(Q) term (float16) */
+    uint16_t bp[4][256];                /* B: P (float16) */
+    uint16_t bg[8][4][256];             /* B: P s per group (float16) */
+    float red[2][4][DEC_ROWS];          /* [max, sum][warp][row] */
+    float sqr[DEC_ROWS], zs[DEC_ROWS];  /* RoPE sum(Q) 2^(E - 133); softmax scale 2^(133 - E) */
+    float bias[8][DEC_ROWS];            /* sum_t P l per group (epilogue) */
+};
+
+/* Element offset of (k, n) in a 16 x 16 B tile of K-major core matrices
+ * (8 x 8, 128 bytes each): k halves 128 bytes apart (LBO), n halves 256
+ * (SBO). */
+__device__ static inline int wg_boff(int k, int n)
+{
+    return (n >> 3) * 128 + (k >> 3) * 64 + (n & 7) * 8 + (k & 7);
+}
+/* Shared-memory matrix descriptor (no swizzle, LBO 128, SBO 256 bytes). */
+__device__ static inline uint64_t wg_desc(const void *p)
+{
+    return (uint64_t)((smem_addr(p) & 0x3ffffu) >> 4) | ((uint64_t)(128 >> 4) << 16) |
+           ((uint64_t)(256 >> 4) << 32);
+}
+/* Chunk swizzle of token t's content row: distinct for the 8 tokens of a
+ * QK warp row set (t .. t + 7, pairs t, t + 4 two wavefronts anyway) and of
+ * an ldmatrix matrix (t, t + 8, t + 1, t + 9, ..). */
+__device__ static inline int v8_sig(int t) { return 2 * (t & 3) + ((t >> 3) & 1); }
+
+__device__ static inline void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ static inline void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ static inline void wg_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+__device__ static inline void fence_async_smem()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+/* D (64 x 16, f32) += A (registers) B (descriptor); acc 0: D = A B. */
+template <bool F16>
+__device__ static inline void wg_mma(float d[8], uint32_t a0, uint32_t a1, uint32_t a2,
+                                     uint32_t a3, uint64_t desc, int acc)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if constexpr (F16)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                       "+f"(d[6]), "+f"(d[7])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(acc));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                       "+f"(d[6]), "+f"(d[7])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(acc));
+#else
+    (void)d; (void)a0; (void)a1; (void)a2; (void)a3; (void)desc; (void)acc;
+    __trap(); /* variant 8 needs sm_90a (gpu_arch 90a) */
+#endif
+}
+__device__ static inline uint32_t hmul2_bits(uint32_t x, uint32_t y)
+{
+    uint32_t r;
+    asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(x), "r"(y));
+    return r;
+}
+__device__ static inline uint32_t half2_bits(float lo, float hi)
+{
+    return (uint32_t)__half_as_ushort(__float2half_rn(lo)) |
+           ((uint32_t)__half_as_ushort(__float2half_rn(hi)) << 16);
+}
+__device__ static inline float f16lo(uint32_t u)
+{
+    return __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
+}
+__device__ static inline float f16hi(uint32_t u)
+{
+    return __half2float(__ushort_as_half((unsigned short)(u >> 16)));
+}
+
+/* Copy a page into a stage (128 threads): content chunk k of token t at
+ * chunk k ^ v8_sig(t) of its row, the rest as it is. */
+__device__ static inline void wg_issue(uint8_t *dst, const uint8_t *src, int tid)
+{
+    typedef fcfg<4> F;
+    constexpr int NALL = F::PB / 16, NC = QMLA_KV_PAGE * F::CPR;
+#pragma unroll
+    for (int i = 0; i < (NALL + V8_THREADS - 1) / V8_THREADS; i++) {
+        const int c = tid + V8_THREADS * i;
+        if (c < NC) {
+            const int t = c >> 4, k = c & 15;
+            cp_async16(dst + t * F::CBC + 16 * (k ^ v8_sig(t)), src + 16 * c, 16);
+        } else if (c < NALL) {
+            cp_async16(dst + 16 * c, src + 16 * c, 16);
+        }
+    }
+}
+
+/* Q^T of the tile's rows into sm.bq in the k order of the QK A fragments
+ * (register r = 4 (j >> 3) + (j & 3) of lane quarter c >> 4 holds channel
+ * c of a group, j = c & 15, half (j >> 2) & 1: k-step r >> 1, k 8 (r & 1)
+ * + 2 (c >> 4) + half, code position p = 4 (r & 1)), each value times
+ * 2^(E_n - p); the float16 B of the l sum(Q) term; RoPE sums, softmax
+ * scales. 8 threads per row: thread j the content group j and RoPE
+ * channels 8j .. 8j + 7. */
+__device__ static void wg_setup(dec_smem_wg &sm, const dec_args &a, int b, int r0, int tid)
+{
+    const int n = tid >> 3, j = tid & 7, r = r0 + n;
+    const bool live = r < a.R;
+    const uint16_t *q = a.q + ((size_t)b * a.R + (live ? r : 0)) * QMLA_KV_D;
+    uint32_t cw[32], rw[4];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const uint4 u = live ? __ldg((const uint4 *)(q + 64 * j) + i) : make_uint4(0, 0, 0, 0);
+        cw[4 * i] = u.x;
+        cw[4 * i + 1] = u.y;
+        cw[4 * i + 2] = u.z;
+        cw[4 * i + 3] = u.w;
+    }
+    {
+        const uint4 u = live ? __ldg((const uint4 *)(q + QMLA_KV_DC + 8 * j)) : make_uint4(0, 0, 0, 0);
+        rw[0] = u.x;
+        rw[1] = u.y;
+        rw[2] = u.z;
+        rw[3] = u.w;
+    }
+    float s1 = 0.0f, s2 = 0.0f;
+    uint32_t em = 0;
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+        s1 += __uint_as_float(cw[i] << 16) + __uint_as_float(cw[i] & 0xffff0000u);
+        em = __vmaxu2(em, cw[i] & 0x7f807f80u);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        s2 += __uint_as_float(rw[i] << 16) + __uint_as_float(rw[i] & 0xffff0000u);
+        em = __vmaxu2(em, rw[i] & 0x7f807f80u);
+    }
+    int e = (int)(max(em & 0xffffu, em >> 16) >> 7);
+#pragma unroll
+    for (int off = 1; off < 8; off <<= 1) {
+        e = max(e, __shfl_xor_sync(0xffffffffu, e, off));
+        s2 += __shfl_xor_sync(0xffffffffu, s2, off);
+    }
+    const int E = subn_rowexp(e);
+    /* channel c of a group at (k-step, k, p) */
+#pragma unroll 4
+    for (int c = 0; c < 64; c++) {
+        const int qc = c >> 4, jj = c & 15, rr = 4 * (jj >> 3) + (jj & 3);
+        const int ks = rr >> 1, k = 8 * (rr & 1) + 2 * qc + ((jj >> 2) & 1), p = 4 * (rr & 1);
+        const int sh = E - p, sa = sh >> 1;
+        const float x = __uint_as_float(((cw[c >> 1] >> (16 * (c & 1))) & 0xffffu) << 16);
+        const float y = __fmul_rn(__fmul_rn(x, pow2f(sa)), pow2f(sh - sa));
+        sm.bq[4 * j + ks][wg_boff(k, n)] = (uint16_t)(__float_as_uint(y) >> 16);
+        if (c >> 3 == j) { /* this thread's RoPE channels 8j .. 8j + 7 */
+            const float xr = __uint_as_float(((rw[(c & 7) >> 1] >> (16 * (c & 1))) & 0xffffu) << 16);
+            const float yr = __fmul_rn(__fmul_rn(xr, pow2f(sa)), pow2f(sh - sa));
+            sm.bq[32 + ks][wg_boff(k, n)] = (uint16_t)(__float_as_uint(yr) >> 16);
+        }
+    }
+    const float xs = __fmul_rn(s1, pow2f(E - 133));
+    const __half h = __float2half_rn(xs);
+    const __half l = __float2half_rn(xs - __half2float(h));
+    sm.bsum[wg_boff(2 * j, n)] = __half_as_ushort(h);
+    sm.bsum[wg_boff(2 * j + 1, n)] = __half_as_ushort(l);
+    if (j == 0) {
+        sm.sqr[n] = __fmul_rn(s2, pow2f(E - 133));
+        sm.zs[n] = a.scale_log2 * pow2f(133 - E);
+    }
+}
+
+__global__ void __launch_bounds__(V8_THREADS, 2) decode_wg_kernel(dec_args a)
+{
+    typedef fcfg<4> F;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    dec_smem_wg &sm = *(dec_smem_wg *)smem_raw;
+    const int b = blockIdx.z, r0 = blockIdx.y * DEC_ROWS, split = blockIdx.x, tid = threadIdx.x;
+    const int w = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
+    const int len = a.seq_len[b], lenW = len - a.W;
+    int p0 = split * a.pps, p1 = p0 + a.pps;
+    {
+        const int lo = a.S / QMLA_KV_PAGE;
+        const int hi = lenW > a.S ? (lenW + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
+        p0 = p0 > lo ? p0 : lo;
+        p1 = p1 < hi ? p1 : hi;
+    }
+    const int np = p1 - p0;
+    const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
+    if (np > 0)
+        wg_issue(sm.stage[0], a.pool + (size_t)bt[p0] * F::PB, tid);
+    cp_async_commit();
+    if (np > 1)
+        wg_issue(sm.stage[1], a.pool + (size_t)bt[p0 + 1] * F::PB, tid);
+    cp_async_commit();
+    wg_setup(sm, a, b, r0, tid);
+    fence_async_smem();
+    __syncthreads();
+    /* the thread's accumulator columns c = 0..3: rows n = 8 (c >> 1) + 2 gc
+     * + (c & 1); D element i is column ((i >> 2) << 1) | (i & 1), token row
+     * tA (i & 2 == 0) or tB */
+    int ncol[4], shi[4];
+    float zsc[4], sqc[4], mrow[4], lrow[4];
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        const int n = 8 * (c >> 1) + 2 * gc + (c & 1), r = r0 + n;
+        ncol[c] = n;
+        int v = 0;
+        if (r < a.R) {
+            v = len - a.s_q + r / a.H + 1;
+            v = v < lenW ? v : lenW;
+        }
+        shi[c] = v;
+        zsc[c] = sm.zs[n];
+        sqc[c] = sm.sqr[n];
+        mrow[c] = -INFINITY;
+        lrow[c] = 0.0f;
+    }
+    float o[8][8], bacc[8];
+#pragma unroll
+    for (int g = 0; g < 8; g++)
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            o[g][i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        bacc[i] = 0.0f;
+    const uint64_t dq = wg_desc(sm.bq), dsum = wg_desc(sm.bsum), dp = wg_desc(sm.bp),
+                   dg = wg_desc(sm.bg);
+    const int tA = 16 * w + gr, tB = tA + 8;
+    /* ldmatrix rows of PV: lane's matrix mi = lane >> 3 (X, Y of k-step
+     * 2 kp, X, Y of 2 kp + 1), row rho = lane & 7: token 16 ks + 4 (mi & 1)
+     * + (rho >> 1) + 8 (rho & 1) */
+    int ltok[2], lsig[2];
+#pragma unroll
+    for (int kp = 0; kp < 2; kp++) {
+        const int mi = lane >> 3, rho = lane & 7;
+        const int t = 16 * (2 * kp + (mi >> 1)) + 4 * (mi & 1) + (rho >> 1) + 8 * (rho & 1);
+        ltok[kp] = t * F::CBC;
+        lsig[kp] = v8_sig(t);
+    }
+    const int psh = (w >> 1) * 8, pch = w & 1; /* PV: dims 4j + 2 (w >> 1) (+1), chunk 2g + (w & 1) */
+    const int sigA = v8_sig(tA), sigB = v8_sig(tB);
+    float T[8], acc[2][8];
+#pragma unroll
+    for (int ii = 0; ii < 8; ii++)
+        T[ii] = acc[0][ii] = acc[1][ii] = 0.0f;
+    for (int i = 0; i < np; i++) {
+        const uint8_t *pg = sm.stage[i % V8_NST];
+        cp_async_wait<1>();
+        __syncthreads(); /* page i landed; the stage of page i - 1 is free */
+        if (i + 2 < np)
+            wg_issue(sm.stage[(i + 2) % V8_NST], a.pool + (size_t)bt[p0 + i + 2] * F::PB, tid);
+        cp_async_commit();
+        const int t0 = (p0 + i) * QMLA_KV_PAGE;
+        /* ---- QK ---- */
+        const uint8_t *mc = pg + F::OFF_MC;
+        /* A of the l sum(Q) term: l of groups gc (k 2gc, 2gc + 1) and gc + 4 */
+        const uint32_t lt0 = __byte_perm(*(const uint32_t *)(mc + tA * 32 + 4 * gc), 0, 0x3232);
+        const uint32_t lt1 = __byte_perm(*(const uint32_t *)(mc + tB * 32 + 4 * gc), 0, 0x3232);
+        const uint32_t lt2 = __byte_perm(*(const uint32_t *)(mc + tA * 32 + 4 * gc + 16), 0, 0x3232);
+        const uint32_t lt3 = __byte_perm(*(const uint32_t *)(mc + tB * 32 + 4 * gc + 16), 0, 0x3232);
+        uint32_t A[2][16];
+#define QMLA_V8_FOLD(G)                                                                          \
+    do {                                                                                         \
+        float sa, sb;                                                                            \
+        if ((G) < 8) {                                                                           \
+            sa = f16lo(*(const uint32_t *)(mc + tA * 32 + 4 * (G)));                             \
+            sb = f16lo(*(const uint32_t *)(mc + tB * 32 + 4 * (G)));                             \
+        } else {                                                                                 \
+            const uint32_t ra = *(const uint32_t *)(pg + F::OFF_MR + tA * 4);                    \
+            const uint32_t rb = *(const uint32_t *)(pg + F::OFF_MR + tB * 4);                    \
+            sa = f16lo(ra);                                                                      \
+            sb = f16lo(rb);                                                                      \
+            const float la = f16hi(ra), lb = f16hi(rb);                                          \
+            _Pragma("unroll") for (int ii = 0; ii < 8; ii++) T[ii] =                             \
+                fmaf((ii & 2) ? lb : la, sqc[((ii >> 2) << 1) | (ii & 1)], T[ii]);               \
+        }                                                                                        \
+        _Pragma("unroll") for (int ii = 0; ii < 8; ii++) T[ii] =                                 \
+            fmaf((ii & 2) ? sb : sa, acc[(G) & 1][ii], T[ii]);                                   \
+    } while (0)
+        /* group g + 1's codes are fetched and unpacked while group g's
+         * MMAs run; then group g is folded (wait_group 0: with 1, and two
+         * groups in flight, ptxas serialises every wgmma, C7514) */
+#define QMLA_V8_CODES(G)                                                                         \
+    do {                                                                                         \
+        uint2 vA, vB;                                                                            \
+        if ((G) < 8) {                                                                           \
+            const int ch = 2 * (G) + (gc >> 1);                                                  \
+            vA = *(const uint2 *)(pg + tA * F::CBC + 16 * (ch ^ sigA) + 8 * (gc & 1));           \
+            vB = *(const uint2 *)(pg + tB * F::CBC + 16 * (ch ^ sigB) + 8 * (gc & 1));           \
+        } else {                                                                                 \
+            vA = *(const uint2 *)(pg + F::OFF_RC + tA * 32 + 8 * gc);                            \
+            vB = *(const uint2 *)(pg + F::OFF_RC + tB * 32 + 8 * gc);                            \
+        }                                                                                        \
+        uint32_t ra[8], rb[8];                                                                   \
+        nib_codes(vA.x, ra);                                                                     \
+        nib_codes(vA.y, ra + 4);                                                                 \
+        nib_codes(vB.x, rb);                                                                     \
+        nib_codes(vB.y, rb + 4);                                                                 \
+        _Pragma("unroll") for (int ks = 0; ks < 4; ks++) {                                       \
+            A[(G) & 1][4 * ks] = ra[2 * ks];                                                     \
+            A[(G) & 1][4 * ks + 1] = rb[2 * ks];                                                 \
+            A[(G) & 1][4 * ks + 2] = ra[2 * ks + 1];                                             \
+            A[(G) & 1][4 * ks + 3] = rb[2 * ks + 1];                                             \
+        }                                                                                        \
+    } while (0)
+#define QMLA_V8_ISSUE(G)                                                                         \
+    do {                                                                                         \
+        _Pragma("unroll") for (int ks = 0; ks < 4; ks++)                                         \
+            wg_mma<false>(acc[(G) & 1], A[(G) & 1][4 * ks], A[(G) & 1][4 * ks + 1],              \
+                          A[(G) & 1][4 * ks + 2], A[(G) & 1][4 * ks + 3],                        \
+                          dq + (uint64_t)((((G) < 8 ? 4 * (G) : 32) + ks) * 512 >> 4), ks > 0);  \
+    } while (0)
+        QMLA_V8_CODES(0);
+        wg_fence();
+        wg_mma<true>(T, lt0, lt1, lt2, lt3, dsum, 0);
+        QMLA_V8_ISSUE(0);
+        wg_commit();
+#pragma unroll
+        for (int g = 0; g < 9; g++) {
+            if (g < 8)
+                QMLA_V8_CODES(g + 1);
+            wg_wait<0>();
+            QMLA_V8_FOLD(g);
+            if (g < 8) {
+                wg_fence();
+                QMLA_V8_ISSUE(g + 1);
+                wg_commit();
+            }
+        }
+#undef QMLA_V8_CODES
+#undef QMLA_V8_ISSUE
+#undef QMLA_V8_FOLD
+        /* ---- softmax ---- */
+        float z[8], mx[4], al[4], mu[4];
+#pragma unroll
+        for (int ii = 0; ii < 8; ii++) {
+            const int c = ((ii >> 2) << 1) | (ii & 1), t = t0 + ((ii & 2) ? tB : tA);
+            z[ii] = t >= a.S && t < shi[c] ? T[ii] * zsc[c] : -INFINITY;
+        }
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int i0 = ((c >> 1) << 2) | (c & 1);
+            float x = fmaxf(z[i0], z[i0 + 2]);
+            x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 4));
+            x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 8));
+            x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 16));
+            mx[c] = x;
+        }
+        if (gr == 0) {
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                sm.red[0][w][ncol[c]] = mx[c];
+        }
+        __syncthreads(); /* the warps' maxima */
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            float x = mrow[c];
+#pragma unroll
+            for (int ww = 0; ww < 4; ww++)
+                x = fmaxf(x, sm.red[0][ww][ncol[c]]);
+            mu[c] = x == -INFINITY ? 0.0f : x;
+            al[c] = ex2_ftz(mrow[c] - mu[c]);
+            mrow[c] = x;
+        }
+        float pr[8];
+#pragma unroll
+        for (int ii = 0; ii < 8; ii++)
+            pr[ii] = ex2_ftz(z[ii] - mu[((ii >> 2) << 1) | (ii & 1)]);
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int i0 = ((c >> 1) << 2) | (c & 1);
+            float x = pr[i0] + pr[i0 + 2];
+            x += __shfl_xor_sync(0xffffffffu, x, 4);
+            x += __shfl_xor_sync(0xffffffffu, x, 8);
+            x += __shfl_xor_sync(0xffffffffu, x, 16);
+            if (gr == 0)
+                sm.red[1][w][ncol[c]] = x;
+            /* P of tokens tA, tB (k 2 (8 w + gr), + 1 of k-step w) */
+            *(uint32_t *)&sm.bp[w][wg_boff(2 * gr, ncol[c])] = half2_bits(pr[i0], pr[i0 + 2]);
+        }
+        if (__any_sync(0xffffffffu, al[0] != 1.0f || al[1] != 1.0f || al[2] != 1.0f ||
+                                        al[3] != 1.0f)) {
+#pragma unroll
+            for (int ii = 0; ii < 8; ii++) {
+                const float f = al[((ii >> 2) << 1) | (ii & 1)];
+#pragma unroll
+                for (int g = 0; g < 8; g++)
+                    o[g][ii] *= f;
+                bacc[ii] *= f;
+            }
+        }
+        __syncthreads(); /* P and the sums */
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            float x = 0.0f;
+#pragma unroll
+            for (int ww = 0; ww < 4; ww++)
+                x += sm.red[1][ww][ncol[c]];
+            lrow[c] = lrow[c] * al[c] + x;
+        }
+        /* ---- P s per group (thread: group tid >> 4, k 4q .. 4q + 3) ---- */
+        {
+            const int g = tid >> 4, q = tid & 15, ks = q >> 2, k0 = 4 * (q & 3);
+            const int tu = 16 * (q >> 2) + 2 * (q & 3);
+            uint32_t mt[4];
+            const int tk[4] = {tu, tu + 8, tu + 1, tu + 9};
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int t = t0 + tk[u];
+                const uint32_t x = *(const uint32_t *)(mc + tk[u] * 32 + 4 * g);
+                mt[u] = t >= a.S && t < lenW ? x : 0u;
+            }
+            const uint32_t s01 = __byte_perm(mt[0], mt[1], 0x5410);
+            const uint32_t s23 = __byte_perm(mt[2], mt[3], 0x5410);
+            /* rows in a per-lane order: the 16 lanes of a group then touch
+             * 16 distinct 8-byte bank slots (run 11b: 8-way conflicts with
+             * n the same in every lane) */
+#pragma unroll 4
+            for (int nn = 0; nn < DEC_ROWS; nn++) {
+                const int n = (nn + q + (q >> 3)) & (DEC_ROWS - 1);
+                const uint2 pv = *(const uint2 *)&sm.bp[ks][wg_boff(k0, n)];
+                *(uint2 *)&sm.bg[g][ks][wg_boff(k0, n)] =
+                    make_uint2(hmul2_bits(pv.x, s01), hmul2_bits(pv.y, s23));
+            }
+        }
+        /* A of sum_t P l (warp 0: row g = gr, k pairs of tokens t, t + 8) */
+        uint32_t ab[4][2];
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++) {
+            ab[ks][0] = ab[ks][1] = 0u;
+            if (w == 0) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int t = 16 * ks + 4 * h + gc;
+                    uint32_t x = *(const uint32_t *)(mc + t * 32 + 4 * gr);
+                    uint32_t y = *(const uint32_t *)(mc + (t + 8) * 32 + 4 * gr);
+                    x = t0 + t >= a.S && t0 + t < lenW ? x : 0u;
+                    y = t0 + t + 8 >= a.S && t0 + t + 8 < lenW ? y : 0u;
+                    ab[ks][h] = __byte_perm(x, y, 0x7632);
+                }
+            }
+        }
+        fence_async_smem();
+        __syncthreads(); /* P s of every group */
+        /* ---- PV ---- (per group: two ldmatrix.x4 for its 4 k-steps, 4
+         * wgmma; at most two groups in flight, their A registers double
+         * buffered: ptxas serialises every wgmma when the A registers of
+         * all 32 cannot stay live) */
+        uint32_t AP[2][16];
+#define QMLA_V8_PVA(G)                                                                           \
+    do {                                                                                         \
+        const int ch = 2 * (G) + pch;                                                            \
+        _Pragma("unroll") for (int kp = 0; kp < 2; kp++) {                                       \
+            uint32_t x0, y0, x1, y1;                                                             \
+            ldsm_x4_t(x0, y0, x1, y1, pg + ltok[kp] + 16 * (ch ^ lsig[kp]));                     \
+            x0 >>= psh;                                                                          \
+            y0 >>= psh;                                                                          \
+            x1 >>= psh;                                                                          \
+            y1 >>= psh;                                                                          \
+            uint32_t *r = AP[(G) & 1] + 8 * kp;                                                  \
+            r[0] = x0 & 0x000f000fu;                                                             \
+            r[1] = x0 & 0x00f000f0u;                                                             \
+            r[2] = y0 & 0x000f000fu;                                                             \
+            r[3] = y0 & 0x00f000f0u;                                                             \
+            r[4] = x1 & 0x000f000fu;                                                             \
+            r[5] = x1 & 0x00f000f0u;                                                             \
+            r[6] = y1 & 0x000f000fu;                                                             \
+            r[7] = y1 & 0x00f000f0u;                                                             \
+        }                                                                                        \
+    } while (0)
+        QMLA_V8_PVA(0);
+#pragma unroll
+        for (int g = 0; g < 8; g++) {
+            wg_fence();
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++)
+                wg_mma<true>(o[g], AP[g & 1][4 * ks], AP[g & 1][4 * ks + 1], AP[g & 1][4 * ks + 2],
+                             AP[g & 1][4 * ks + 3], dg + (uint64_t)((4 * g + ks) * 512 >> 4), 1);
+            if (g == 7) {
+#pragma unroll
+                for (int ks = 0; ks < 4; ks++)
+                    wg_mma<true>(bacc, ab[ks][0], 0u, ab[ks][1], 0u,
+                                 dp + (uint64_t)(ks * 512 >> 4), 1);
+            }
+            wg_commit();
+            if (g < 7) {
+                wg_wait<1>(); /* group g - 1 done: its A buffer is free */
+                QMLA_V8_PVA(g + 1);
+            }
+        }
+        wg_wait<0>();
+#undef QMLA_V8_PVA
+    }
+    wg_wait<0>();
+    if (w == 0) {
+        sm.bias[gr][2 * gc] = bacc[0];
+        sm.bias[gr][2 * gc + 1] = bacc[1];
+        sm.bias[gr][8 + 2 * gc] = bacc[4];
+        sm.bias[gr][9 + 2 * gc] = bacc[5];
+    }
+    __syncthreads();
+    const size_t base = ((size_t)b * a.n_splits + split) * a.R_pad + r0;
+    const int dA = 32 * pch + 4 * gr + 2 * (w >> 1); /* M rows gr, gr + 8: dims dA, dA + 1 */
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        const int n = ncol[c], i0 = ((c >> 1) << 2) | (c & 1);
+        const float inv = lrow[c] > 0.0f ? 1.0f / lrow[c] : 0.0f;
+        float *dst = a.o_part + (base + n) * QMLA_KV_DC + dA;
+#pragma unroll
+        for (int g = 0; g < 8; g++) {
+            const float bb = sm.bias[g][n];
+            *(float2 *)(dst + 64 * g) = make_float2(fmaf(o[g][i0], 16777216.0f, bb) * inv,
+                                                    fmaf(o[g][i0 + 2], 1048576.0f, bb) * inv);
+        }
+        if (w == 0 && gr == 0)
+            a.lse_part[base + n] = lrow[c] > 0.0f ? (mrow[c] + log2f(lrow[c])) * LN2 : -INFINITY;
+    }
+}
+
+/* The protected partials of variant 8 (blocks n_splits - n_prot ..). */
+__global__ void __launch_bounds__(DEC_THREADS, 2) decode_prot_kernel(dec_args a)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int nblk = a.n_splits - a.n_prot;
+    prot_part(*(dec_smem_quant *)smem_raw, a, blockIdx.z, blockIdx.y * DEC_ROWS, blockIdx.x,
+              nblk + blockIdx.x, threadIdx.x);
+}
+
 static int fast_config(const qmla_kv_config *c)
 {
     return c->c_bits != QMLA_KV_BF16 && c->group == 64 && c->r_bits == 4 &&
@@ -2423,6 +3001,8 @@ static int eff_variant(const qmla_kv_config *c, int v)
 {
     if ((v == 1 || v == 4 || v == 6 || v == 7) && fast_config(c))
         return v;
+    if (v == 8 && fast_config(c) && c->c_bits == 4)
+        return 8; /* decode_wg_kernel: C4R4 only */
     if (v == 3)
         return 3; /* every configuration, BF16 too */
     if (v == 5 && (c->c_bits == QMLA_KV_BF16 ||
@@ -2504,6 +3084,7 @@ extern "C" const char *qmla_decode_cuda_variant_name(int variant)
     case 5: return "v5 rows-on-one-tile";
     case 6: return "v6 fast-rows-on-one-page";
     case 7: return "v7 auto (default)";
+    case 8: return "v8 wgmma-codes";
     default: return "?";
     }
 }
@@ -2555,7 +3136,25 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
     const long prot =
         !tile_variant(v) && fast_config(cfg) ? (cfg->sink + cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
     long splits, pps;
-    if (v == 1 || v == 4 || v == 7) {
+    if (v == 8) {
+        /* decode_wg_kernel: one wave of 2 blocks per SM over the packed
+         * pages below the window (at least V1_MIN_PPS each), the protected
+         * partials in a launch of their own (decode_prot_kernel) */
+        const long slots = (long)n_sm * 2 / ((long)a->batch * tiles);
+        const long hi = max_len - cfg->window > 0
+                            ? (max_len - cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE
+                            : 0;
+        long packed = slots < 1 ? 1 : slots;
+        if (packed > COMB_MAX_SPLITS - 64)
+            packed = COMB_MAX_SPLITS - 64;
+        if (packed > (hi + V1_MIN_PPS - 1) / V1_MIN_PPS)
+            packed = (hi + V1_MIN_PPS - 1) / V1_MIN_PPS;
+        if (packed < 1)
+            packed = 1;
+        pps = hi > 0 ? (hi + packed - 1) / packed : 1;
+        splits = (hi > 0 ? (hi + pps - 1) / pps : 1) + prot;
+        plan->sep = 1;
+    } else if (v == 1 || v == 4 || v == 7) {
         /* the short-context plan: the packed pages below the window over
          * `packed` blocks of one wave (2 per SM), at least V1_MIN_PPS pages
          * each (variant 7: one page each where all the blocks of one page
@@ -2626,7 +3225,7 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
     plan->pages_per_split = (int)pps;
     plan->row_tiles = tiles;
     plan->variant = v;
-    if (v != 1 && v != 4 && v != 7)
+    if (v != 1 && v != 4 && v != 7 && v != 8)
         plan->sep = 0;
     const size_t rows = (size_t)a->batch * splits * tiles * DEC_ROWS;
     plan->ws_bytes = rows * QMLA_KV_DC * 4 + ((rows * 4 + 15) & ~(size_t)15);
@@ -2701,7 +3300,7 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     const size_t rows = (size_t)a->batch * d.n_splits * d.R_pad;
     d.o_part = (float *)ws;
     d.lse_part = (float *)ws + rows * QMLA_KV_DC;
-    const int sep = (var == 1 || var == 4 || var == 7) && plan->sep;
+    const int sep = (var == 1 || var == 4 || var == 7 || var == 8) && plan->sep;
     dim3 grid((unsigned)(d.n_splits - (sep ? 0 : d.n_prot)), (unsigned)plan->row_tiles,
               (unsigned)a->batch);
     const int nrt = ws_nrt(plan->row_tiles);
@@ -2731,7 +3330,24 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
         else                                                                                   \
             QMLA_LAUNCH((decode_mr_kernel<CB, RB, 2>), (mr_smem_bytes<CB, 2>()));              \
     } while (0)
-    if (var == 5 && L.bf16)
+    if (var == 8) {
+        /* the protected partials, then the packed pages (decode_wg_kernel) */
+        if (d.n_prot > 0) {
+            const dim3 pgrid((unsigned)d.n_prot, (unsigned)plan->row_tiles, (unsigned)a->batch);
+            e = cudaFuncSetAttribute(decode_prot_kernel,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)sizeof(dec_smem_quant));
+            if (e == cudaSuccess) {
+                decode_prot_kernel<<<pgrid, DEC_THREADS, sizeof(dec_smem_quant), stream>>>(d);
+                e = cudaGetLastError();
+            }
+        }
+        if (e == cudaSuccess) {
+            grid.x = (unsigned)(d.n_splits - d.n_prot);
+            THREADS = V8_THREADS;
+            QMLA_LAUNCH(decode_wg_kernel, sizeof(dec_smem_wg));
+        }
+    } else if (var == 5 && L.bf16)
         QMLA_LAUNCH_MR(16, 16);
     else if (var == 5 && L.c_bits == 4)
         QMLA_LAUNCH_MR(4, 4);
@@ -2776,7 +3392,7 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     /* variant 4: the split-parallel combine only where the splits are many
      * (hopper run 2: it loses 1-10 % at <= 11 partials, wins from 24) */
     const int comb = var == 0 || (var == 4 && d.n_splits <= V4_COMB2_MIN_SPLITS) ? 0
-                     : var == 7 ? v7_combine(d.n_splits, R * a->batch)
+                     : var == 7 || var == 8 ? v7_combine(d.n_splits, R * a->batch)
                                 : 2;
     if (comb == 0)
         decode_combine_kernel<<<dim3((unsigned)R, (unsigned)a->batch), 128, 0, stream>>>(

@@ -91,13 +91,23 @@ typedef struct qmla_decode_plan {
  *      sequences and max_len <= 4096: there the plan is variant 2's (its
  *      `variant` 2, BF16-rounded packed values: use
  *      qmla_decode_cuda_variant_packed_f32(cfg, plan.variant)).
+ *   8  C4R4: decode_wg_kernel (H200 run 11, docs/decode.md), Hopper wgmma
+ *      with the codes as the A operand from registers (tokens as M in QK,
+ *      output dims as M in PV), queries and probabilities as B in shared
+ *      memory, scale and minimum per group after the products; one
+ *      warpgroup per block and row tile, 2 blocks per SM; the protected
+ *      partials in a launch of their own (decode_prot_kernel) before it;
+ *      variant 7's combine; attends to unrounded packed values (packed_f32
+ *      1). Needs sm_90a. H200 run 11: correct, 1.005-2.04x variant 7's
+ *      time (run 11c; latency-bound at 8 warps per SM): not in the
+ *      default plan.
  * (An earlier variant 6, two warp groups of 8 on one BF16 tile, was
  * measured in H200 run 6 at commit 9829c8b and removed: slower than 5, and
  * racecheck reported its BF16 hand-off; docs/decode.md. The number was
  * reused in H200 run 8.)
  * A variant that does not apply to a configuration falls back to 0 (the
  * plan's `variant` says which one runs). */
-#define QMLA_DECODE_VARIANTS 8
+#define QMLA_DECODE_VARIANTS 9
 
 /* Plan for a batch (a->batch, s_q, heads) whose longest sequence has at most
  * max_len tokens, on a device of n_sm multiprocessors (0: ask the current

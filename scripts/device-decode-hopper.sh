@@ -15,7 +15,9 @@
 #             and without a consumers-only named barrier; 3 a planted race)
 #   quick     bench_decode --variants-quick (H 16 s_q 1 whole; the other
 #             shapes at 4K and 128K), 10 samples per point
-#   bench     bench_decode --variants (b 1/8/32/64, 4K-1M, H 16/128, s_q 1/2)
+#   bench     bench_decode --variants (b 1/8/32/64, 4K-1M, H 16/128, s_q 1/2;
+#             BENCH_VLIST: bench_decode --vlist, the variants timed, also for
+#             quick and fmla)
 #   sweep     bench_decode --sweep (the default C4R4 plan's pages per block
 #             forced to 1-8 beside BF16 at the short points; bench_sweep.tsv)
 #   fmla      bench_decode --variants-fmla, then FlashMLA's BF16 dense decode
@@ -63,13 +65,14 @@ run_step() {
     local tools=${SAN_TOOLS:-memcheck racecheck synccheck}
     [ "$step" != sanitize ] && tools=${step#sanitize-}
     for tool in $tools; do
-      QMLA_TEST_SMALL=${SAN_SMALL-1} timeout $(lim ${SAN_LIMIT:-60}) compute-sanitizer --tool $tool --error-exitcode 9 \
+      QMLA_TEST_SMALL=${SAN_SMALL-1} QMLA_TEST_VARIANTS=${SAN_VARIANTS-} QMLA_TEST_SHAPES=${SAN_SHAPES-} \
+        QMLA_TEST_CFGS=${SAN_CFGS-} QMLA_TEST_AGING=${SAN_AGING-} timeout $(lim ${SAN_LIMIT:-60}) compute-sanitizer --tool $tool --error-exitcode 9 \
         ./build-dev/tests/test_decode_cuda >"$OUT/sanitize_$tool.log" 2>&1
       echo "== compute-sanitizer $tool rc=$?"; tail -3 "$OUT/sanitize_$tool.log"
     done ;;
   quick | bench)
     a=--variants-quick; [ "$step" = bench ] && a=--variants
-    timeout $(lim ${BENCH_LIMIT:-150}) ./build-dev/bench/bench_decode $a --out "$OUT/bench_variants.tsv" \
+    timeout $(lim ${BENCH_LIMIT:-150}) ./build-dev/bench/bench_decode $a ${BENCH_VLIST:+--vlist $BENCH_VLIST} --out "$OUT/bench_variants.tsv" \
       >"$OUT/bench_variants.log" 2>&1
     echo "rc=$?"; cat "$OUT/bench_variants.log" ;;
   sweep)
@@ -87,7 +90,7 @@ run_step() {
       done
     done ;;
   fmla)
-    timeout $(lim ${BENCH_LIMIT:-90}) ./build-dev/bench/bench_decode --variants-fmla \
+    timeout $(lim ${BENCH_LIMIT:-90}) ./build-dev/bench/bench_decode --variants-fmla ${BENCH_VLIST:+--vlist $BENCH_VLIST} \
       --out "$OUT/bench_variants_fmla.tsv" >"$OUT/bench_variants_fmla.log" 2>&1
     echo "rc=$?"; cat "$OUT/bench_variants_fmla.log"
     fb=${FMLA_DIR:-fmla}/bench_flashmla

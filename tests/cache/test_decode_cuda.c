@@ -212,6 +212,24 @@ static long check_gather(cache *c, const shape *s)
     return bad;
 }
 
+/* A comma list of small numbers in environment variable name as a bit
+ * mask; every bit when it is unset. */
+static unsigned env_mask(const char *name)
+{
+    const char *e = getenv(name);
+    if (!e || !*e)
+        return ~0u;
+    unsigned m = 0;
+    for (char *end; *e; e = *end ? end + 1 : end) {
+        const long k = strtol(e, &end, 10);
+        if (end == e)
+            break;
+        if (k >= 0 && k < 32)
+            m |= 1u << k;
+    }
+    return m;
+}
+
 /* 1 when kernel variant v runs for cfg (a plan for it does not fall back
  * to variant 0; host arithmetic, no device needed). */
 static int variant_applies(const qmla_kv_config *cfg, int v)
@@ -336,11 +354,24 @@ int main(void)
     double worst_nmse = 0, worst_lse = 0;
     /* QMLA_TEST_SMALL=1 (under compute-sanitizer): four shapes (one of them
      * with three row tiles), 12 aging steps */
-    const int small = getenv("QMLA_TEST_SMALL") != NULL;
+    /* (set and not empty: scripts/device-decode-hopper.sh passes SAN_SMALL=
+     * through as an empty value for the full size) */
+    const int small = getenv("QMLA_TEST_SMALL") != NULL && *getenv("QMLA_TEST_SMALL");
     const size_t n_shapes = small ? 4 : sizeof shapes / sizeof *shapes;
+    /* QMLA_TEST_VARIANTS / QMLA_TEST_SHAPES / QMLA_TEST_CFGS (comma lists of
+     * variant numbers, shape indices of the table above, configuration
+     * indices of cfgs[]) and QMLA_TEST_AGING (steps): a full-size subset for
+     * the sanitizers, whose full matrix outlasts a device call */
+    const unsigned vmask = env_mask("QMLA_TEST_VARIANTS"), smask = env_mask("QMLA_TEST_SHAPES"),
+                   cmask = env_mask("QMLA_TEST_CFGS");
+    const int aging_steps =
+        getenv("QMLA_TEST_AGING") && *getenv("QMLA_TEST_AGING") ? atoi(getenv("QMLA_TEST_AGING"))
+                                                                : (small ? 12 : 90);
     for (int ci = 0; ci < 4; ci++)
         for (size_t si = 0; si < n_shapes; si++) {
             const shape *s = &shapes[si];
+            if (!(cmask >> ci & 1) || !(smask >> si & 1))
+                continue;
             qmla_kv_config cfg = {0};
             CHECK_OK(qmla_kv_parse_config(cfgs[ci], &cfg, &err), err);
             cfg.sink = s->S;
@@ -359,7 +390,7 @@ int main(void)
             }
             /* every kernel variant this configuration has (decode_cuda.h) */
             for (int v = 0; v < QMLA_DECODE_VARIANTS; v++) {
-                if (!variant_applies(&cfg, v))
+                if (!(vmask >> v & 1) || !variant_applies(&cfg, v))
                     continue;
                 double le;
                 int same;
@@ -443,7 +474,7 @@ int main(void)
         int from[2] = {0, 0}, to[2] = {120, 60};
         int ok_bytes = append(&c, &s, from, to, ws), ok = 1, steps = 0;
         double wn = 0, wl = 0;
-        for (int step = 0; step < (small ? 12 : 90); step++, steps++) {
+        for (int step = 0; step < aging_steps; step++, steps++) {
             from[0] = to[0];
             from[1] = to[1];
             to[0]++;
@@ -453,13 +484,16 @@ int main(void)
             for (int v = 0; v < QMLA_DECODE_VARIANTS; v++) {
                 double le;
                 int same;
+                if (!(vmask >> v & 1))
+                    continue;
                 const double nmse = check_decode(&c, &s, "aging", v, &le, &same);
                 ok &= nmse <= 1e-5 && le <= 1e-4 && same;
                 wn = nmse > wn ? nmse : wn;
                 wl = le > wl ? le : wl;
             }
         }
-        printf("C4R4  aging (%d steps, all variants) nmse %.3e  lse err %.3e\n", steps, wn, wl);
+        printf("C4R4  aging (%d steps, all variants%s) nmse %.3e  lse err %.3e\n", steps,
+               vmask == ~0u ? "" : " of QMLA_TEST_VARIANTS", wn, wl);
         CHECK(ok_bytes, "aging: writer bytes differ from the twin");
         CHECK(ok, "aging: worst nmse %g lse %g", wn, wl);
         cache_free(&c);

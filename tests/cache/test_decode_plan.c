@@ -243,6 +243,41 @@ int main(void)
                                       p.pages_per_split == p0.pages_per_split,
                                   "%s: v6 at one row tile is not variant 0's plan", names[ni]);
                     }
+        /* variant 8 (decode_wg_kernel): C4R4 only; the packed pages below the
+         * window covered by n_splits - n_prot blocks of at least 2 pages
+         * (fewer only when there are fewer), one wave of 2 blocks per SM,
+         * the protected partials of variant 0 in their own launch (sep) */
+        for (int bi = 0; bi < 4; bi++)
+            for (int hi = 0; hi < 2; hi++)
+                for (int si = 0; si < 2; si++)
+                    for (int ci = 0; ci < 7; ci++) {
+                        const qmla_decode_args a = {batches[bi], sqs[si], heads[hi], 1.0f, &q0,
+                                                    &z, 1, &z};
+                        const long len = ctxs[ci];
+                        const long below = len - 128 > 0 ? (len - 128 + 63) / 64 : 0;
+                        const int tiles = (sqs[si] * heads[hi] + 15) / 16;
+                        qmla_decode_plan p0, p;
+                        CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 0, &p0, &err),
+                                 err);
+                        CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 8, &p, &err),
+                                 err);
+                        CHECK(p.variant == (ni == 0 ? 8 : 0), "%s: variant 8 runs %d", names[ni],
+                              p.variant);
+                        if (ni != 0)
+                            continue;
+                        const long packed = p.n_splits - p.n_prot;
+                        CHECK(p.n_prot == p0.n_prot && p.sep == 1 && p.row_tiles == tiles &&
+                                  packed >= 1 && packed * p.pages_per_split >= below &&
+                                  (below == 0 || (packed - 1) * p.pages_per_split < below) &&
+                                  (below < 2 || p.pages_per_split >= 2 ||
+                                   (long)a.batch * tiles * packed >= 2 * n_sm - a.batch * tiles) &&
+                                  (packed == 1 || (long)a.batch * tiles * packed <= 2 * n_sm),
+                              "%s b %d H %d s_q %d len %ld: v8 %d splits (%d protected) of %d pages",
+                              names[ni], a.batch, a.heads, a.s_q, len, p.n_splits, p.n_prot,
+                              p.pages_per_split);
+                        CHECK(qmla_decode_cuda_variant_packed_f32(&cfg, 8) == 1,
+                              "%s: v8 attends to unrounded packed values", names[ni]);
+                    }
         /* variant 4: variant 1's plan (the combine choice differs) */
         {
             const qmla_decode_args a = {8, 1, 16, 1.0f, &q0, &z, 1, &z};
