@@ -2628,8 +2628,8 @@ __device__ static void wg_setup(dec_smem_wg &sm, const dec_args &a, int b, int r
 __global__ void __launch_bounds__(V8_THREADS, 2) decode_wg_kernel(dec_args a)
 {
     typedef fcfg<4> F;
-    extern __shared__ __align__(128) unsigned char smem_raw[];
-    dec_smem_wg &sm = *(dec_smem_wg *)smem_raw;
+    extern __shared__ __align__(128) unsigned char smem_wg_raw[] /* its own name: the 128-byte alignment would conflict with the other kernels' 16 (nvcc warning 1886) */;
+    dec_smem_wg &sm = *(dec_smem_wg *)smem_wg_raw;
     const int b = blockIdx.z, r0 = blockIdx.y * DEC_ROWS, split = blockIdx.x, tid = threadIdx.x;
     const int w = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
     const int len = a.seq_len[b], lenW = len - a.W;
