@@ -129,7 +129,7 @@ static int storage_allocation(const char *path, int meta, int policy_given, int 
         memset(&m, 0, sizeof m);
         m.context = T[i];
         for (size_t l = 0; l < a.n; l++) {
-            const qmla_kv_config c = {a.c_bits[l], a.r_bits[l], a.group, S, W};
+            const qmla_kv_config c = {a.c_bits[l], a.r_bits[l], a.group, S, W, QMLA_CORE_META_F16};
             qmla_storage_row r;
             if (qmla_storage_account_dims(&c, meta, T[i], a.d_c, a.d_r, &r, &err)) {
                 rc = cli_lib_error("storage", &err);

@@ -3107,6 +3107,8 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
     int st = qmla_kv_check(cfg, err);
     if (st)
         return st;
+    if ((st = qmla_kv_require_f16_meta(cfg, "decode plan", err)))
+        return st;
     if (!a || !plan || a->batch < 1 || a->s_q < 1 || a->heads < 1 || max_len < 0)
         return qmla_error_set(err, QMLA_EINVAL, "decode plan: batch, s_q, heads >= 1 needed");
     if (variant < 0 || variant >= QMLA_DECODE_VARIANTS)
@@ -3238,6 +3240,8 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
 {
     int st = qmla_kv_check(kc ? &kc->cfg : nullptr, err);
     if (st)
+        return st;
+    if ((st = qmla_kv_require_f16_meta(&kc->cfg, "decode", err)))
         return st;
     if (!a || !plan || !ws || !out || !lse || !a->q || !a->block_table || !a->seq_len ||
         !kc->pool)
@@ -3419,6 +3423,8 @@ extern "C" int qmla_kv_gather_cuda(const qmla_kv_cache *kc, const qmla_decode_ar
 {
     int st = qmla_kv_check(kc ? &kc->cfg : nullptr, err);
     if (st)
+        return st;
+    if ((st = qmla_kv_require_f16_meta(&kc->cfg, "gather", err)))
         return st;
     const qmla_kv_layout L = qmla_kv_layout_of(&kc->cfg);
     if (L.bf16 || L.G != 64 ||

@@ -377,6 +377,8 @@ extern "C" int qmla_kv_write_cuda_launch(const qmla_kv_cache *kc, const qmla_kv_
     int st = qmla_kv_check(kc ? &kc->cfg : nullptr, err);
     if (st)
         return st;
+    if ((st = qmla_kv_require_f16_meta(&kc->cfg, "kv writer (GPU)", err)))
+        return st;
     if (!w || !ws || (w->n > 0 && (!w->slot || !w->seq || !w->pos || !w->seq_len)))
         return qmla_error_set(err, QMLA_EINVAL, "kv writer: NULL argument");
     if ((st = qmla_kv_write_rows_check(w, err)))

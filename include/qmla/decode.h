@@ -57,18 +57,26 @@ typedef struct qmla_decode_args {
     const int32_t *seq_len;     /* [b] tokens in the cache (>= 0) */
 } qmla_decode_args;
 
-/* Validate a cache configuration (bits, group, S, W). */
+/* Validate a cache configuration (bits, group, S, W, metadata f16 or q8). */
 int qmla_kv_check(const qmla_kv_config *c, qmla_error *err);
+/* "f16" or "q8" (the packed pages' metadata), "-" for a BF16 cache. */
+const char *qmla_kv_meta_name(const qmla_kv_config *c);
+/* QMLA_OK for a BF16 cache or f16 metadata; QMLA_EINVAL naming `who`, the
+ * layout (C?R? G ?, q8 metadata) and what is supported otherwise. Every GPU
+ * path that reads or writes f16-metadata pages only calls it first. */
+int qmla_kv_require_f16_meta(const qmla_kv_config *c, const char *who, qmla_error *err);
 /* Parse "C4R4", "C2R4", "C8R8", "BF16" (any C{2,4,8}R{2,4,8}) into c, with
- * the defaults group 64, sink 4, window 128 (callers override them). */
+ * the defaults group 64, sink 4, window 128, f16 metadata (callers
+ * override them; c->meta = QMLA_CORE_META_Q8 selects the q8 page). */
 int qmla_kv_parse_config(const char *name, qmla_kv_config *c, qmla_error *err);
 
 /* C twin of the fused cache writer: quantize each token (quant_core.h, f16
- * metadata) from its BF16 or float32 row, pack it into its slot, and store
+ * or q8 metadata as cfg.meta says, exactly as qmla_quant_qdq with that
+ * metadata per path) from its BF16 or float32 row, pack it into its slot, and store
  * its BF16 row in the sink buffer when pos < S and in the window ring when
  * pos >= seq_len - W. QMLA_EINVAL when both or neither of kv / kv_f32 are
  * given; QMLA_ENONFINITE / QMLA_ERANGE name the first failing token and
- * group. */
+ * group (q8: token and path, as the super-scale is per token and path). */
 int qmla_kv_write_ref(const qmla_kv_cache *kc, const qmla_kv_write *w,
                       qmla_error *err);
 /* The rows of a write: QMLA_EINVAL unless exactly one of kv / kv_f32 is

@@ -144,7 +144,7 @@ int qmla_alloc_solve(size_t L, size_t K, const long long *cost, const double *va
 static int layer_bytes(int c_bits, int r_bits, int d_c, int d_r, int sink, int window,
                        long context, long long *bytes, qmla_error *err)
 {
-    const qmla_kv_config kc = {c_bits, r_bits, 64, sink, window};
+    const qmla_kv_config kc = {c_bits, r_bits, 64, sink, window, QMLA_CORE_META_F16};
     qmla_storage_row row;
     int st = qmla_storage_account_dims(&kc, QMLA_CORE_META_F16, context, d_c, d_r, &row, err);
     if (st)

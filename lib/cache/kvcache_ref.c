@@ -1,6 +1,8 @@
 /* kvcache_ref.c — C reference twin of the fused cache writer
  * (kernels/kvcache.cu) and the token reconstruction that decode attention
  * uses (contract: include/qmla/decode.h; layout: include/qmla/kvcache.h).
+ * Both metadata formats of the page (kvcache.h): f16, and q8 exactly as
+ * the quantizer's q8 path (qmla_core_token_meta_q8 per token and path).
  * Built with the quantizer's -ffp-contract=off (lib/meson.build).
  * Test: meson test -C build test_kvcache (CPU), test_decode_cuda (GPU).
  */
@@ -29,7 +31,31 @@ int qmla_kv_check(const qmla_kv_config *c, qmla_error *err)
         return qmla_error_set(err, QMLA_EINVAL,
                               "kv cache: sink %d / window %d: expected >= 0", c->sink,
                               c->window);
+    if (c->meta != QMLA_CORE_META_F16 && c->meta != QMLA_CORE_META_Q8)
+        return qmla_error_set(err, QMLA_EINVAL,
+                              "kv cache: metadata: expected f16 (%d) or q8 (%d), found %d",
+                              QMLA_CORE_META_F16, QMLA_CORE_META_Q8, c->meta);
     return QMLA_OK;
+}
+
+const char *qmla_kv_meta_name(const qmla_kv_config *c)
+{
+    if (!c || c->c_bits == QMLA_KV_BF16)
+        return "-";
+    return c->meta == QMLA_CORE_META_Q8 ? "q8" : "f16";
+}
+
+int qmla_kv_require_f16_meta(const qmla_kv_config *c, const char *who, qmla_error *err)
+{
+    if (!c || c->c_bits == QMLA_KV_BF16 || c->meta == QMLA_CORE_META_F16)
+        return QMLA_OK;
+    return qmla_error_set(err, QMLA_EINVAL,
+                          "%s: page layout C%dR%d G %d with %s metadata is not supported "
+                          "here: this GPU path reads f16-metadata pages (and BF16 pages) "
+                          "only; q8 pages are written by qmla_kv_write_ref and read by "
+                          "qmla_decode_ref_model (the C twins)",
+                          who ? who : "kv cache", c->c_bits, c->r_bits, c->group,
+                          qmla_kv_meta_name(c));
 }
 
 int qmla_kv_parse_config(const char *name, qmla_kv_config *c, qmla_error *err)
@@ -41,6 +67,7 @@ int qmla_kv_parse_config(const char *name, qmla_kv_config *c, qmla_error *err)
     c->group = 64;
     c->sink = 4;
     c->window = 128;
+    c->meta = QMLA_CORE_META_F16;
     if (!strcmp(name, "BF16") || !strcmp(name, "bf16")) {
         c->c_bits = c->r_bits = QMLA_KV_BF16;
         return QMLA_OK;
@@ -80,6 +107,53 @@ static int quant_path(const float *x, int width, int G, int bits, uint8_t *codes
         meta[4 * g + 1] = (uint8_t)(hs >> 8);
         meta[4 * g + 2] = (uint8_t)(hl & 0xff);
         meta[4 * g + 3] = (uint8_t)(hl >> 8);
+    }
+    return QMLA_OK;
+}
+
+/* Quantize one path x[0..width) of token i with q8 metadata (the
+ * quantizer's q8 path: qmla_core_token_meta_q8, then the same emitter) into
+ * codes and the token's record meta[4 + 2*ng]: S, M (float16 bits,
+ * little-endian), sc[ng], m[ng] (kvcache.h). */
+static int quant_path_q8(const float *x, int width, int G, int bits, uint8_t *codes,
+                         uint8_t *meta, size_t i, int rope, int g0, qmla_error *err)
+{
+    const int ng = width / G;
+    const int gb = (int)qmla_core_packed_bytes((size_t)G, bits);
+    float s[QMLA_KV_DC / 8], l[QMLA_KV_DC / 8], bad = 0.0f;
+    uint8_t sc[QMLA_KV_DC / 8];
+    int8_t mq[QMLA_KV_DC / 8];
+    uint16_t S16 = 0, M16 = 0;
+    size_t bg = 0;
+    const char *path = rope ? "RoPE" : "content";
+    int st = qmla_core_token_meta_q8(x, (size_t)width, (size_t)G, bits, s, l, sc, mq, &S16,
+                                     &M16, &bad, &bg);
+    if (st == QMLA_CORE_NONFINITE)
+        return qmla_error_set(err, QMLA_ENONFINITE,
+                              "kv writer: token %zu, group %d: non-finite value %g", i,
+                              g0 + (int)bg, (double)bad);
+    if (st == QMLA_CORE_LO_RANGE)
+        return qmla_error_set(err, QMLA_ERANGE,
+                              "kv writer: token %zu, %s path: q8 metadata: max |lo| = %.9g "
+                              "needs a minimum super-scale %.9g above the float16 maximum %g",
+                              i, path, (double)bad, (double)bad / 127.0,
+                              (double)QMLA_F16_MAX);
+    if (st != QMLA_CORE_OK)
+        return qmla_error_set(err, QMLA_ERANGE,
+                              "kv writer: token %zu, %s path: q8 metadata: largest group step "
+                              "%.9g needs a step super-scale %.9g above the float16 maximum %g",
+                              i, path, (double)bad, (double)bad / 255.0,
+                              (double)QMLA_F16_MAX);
+    for (int g = 0; g < ng; g++)
+        qmla_core_group_emit(x + g * G, (size_t)G, bits, s[g], l[g], codes + (size_t)g * gb,
+                             NULL);
+    meta[0] = (uint8_t)(S16 & 0xff);
+    meta[1] = (uint8_t)(S16 >> 8);
+    meta[2] = (uint8_t)(M16 & 0xff);
+    meta[3] = (uint8_t)(M16 >> 8);
+    for (int g = 0; g < ng; g++) {
+        meta[4 + g] = sc[g];
+        meta[4 + ng + g] = (uint8_t)mq[g];
     }
     return QMLA_OK;
 }
@@ -133,11 +207,18 @@ int qmla_kv_write_ref(const qmla_kv_cache *kc, const qmla_kv_write *w, qmla_erro
             memcpy(pg + (size_t)o * QMLA_KV_D * 2, row, QMLA_KV_D * 2);
             continue;
         }
-        if ((st = quant_path(x, QMLA_KV_DC, L.G, L.c_bits, pg + (size_t)o * L.cb_c,
-                             pg + L.off_mc + (size_t)o * 4 * L.ng_c, i, 0, err)) ||
-            (st = quant_path(x + QMLA_KV_DC, QMLA_KV_DR, L.G, L.r_bits,
-                             pg + L.off_rc + (size_t)o * L.cb_r,
-                             pg + L.off_mr + (size_t)o * 4 * L.ng_r, i, L.ng_c, err)))
+        if (L.meta == QMLA_CORE_META_Q8) {
+            if ((st = quant_path_q8(x, QMLA_KV_DC, L.G, L.c_bits, pg + (size_t)o * L.cb_c,
+                                    pg + L.off_mc + (size_t)o * L.mb_c, i, 0, 0, err)) ||
+                (st = quant_path_q8(x + QMLA_KV_DC, QMLA_KV_DR, L.G, L.r_bits,
+                                    pg + L.off_rc + (size_t)o * L.cb_r,
+                                    pg + L.off_mr + (size_t)o * L.mb_r, i, 1, L.ng_c, err)))
+                return st;
+        } else if ((st = quant_path(x, QMLA_KV_DC, L.G, L.c_bits, pg + (size_t)o * L.cb_c,
+                                    pg + L.off_mc + (size_t)o * L.mb_c, i, 0, err)) ||
+                   (st = quant_path(x + QMLA_KV_DC, QMLA_KV_DR, L.G, L.r_bits,
+                                    pg + L.off_rc + (size_t)o * L.cb_r,
+                                    pg + L.off_mr + (size_t)o * L.mb_r, i, L.ng_c, err)))
             return st;
         const int b = w->seq[i];
         const long p = w->pos[i], len = w->seq_len[b];

@@ -169,24 +169,24 @@ static void budgets_and_storage(void)
     static const int w[3] = {2, 4, 8};
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 3; j++) {
-            qmla_kv_config c = {w[i], w[j], 64, 4, 128};
+            qmla_kv_config c = {w[i], w[j], 64, 4, 128, QMLA_CORE_META_F16};
             qmla_storage_row r1, r2;
             CHECK_OK(qmla_storage_account(&c, QMLA_CORE_META_F16, 4096, &r1, &err), err);
             CHECK_OK(qmla_storage_account_dims(&c, QMLA_CORE_META_F16, 4096, 512, 64, &r2, &err), err);
             CHECK(r1.total_bytes == r2.total_bytes && r1.ratio == r2.ratio, "C%dR%d", w[i], w[j]);
         }
-    qmla_kv_config c3 = {3, 4, 64, 0, 0};
+    qmla_kv_config c3 = {3, 4, 64, 0, 0, QMLA_CORE_META_F16};
     qmla_storage_row r;
     CHECK_OK(qmla_storage_account_dims(&c3, QMLA_CORE_META_F16, 64, 512, 64, &r, &err), err);
     CHECK(r.total_bytes == (192 + 32 + 36) * 64.0 + 4, "C3R4 at 512+64: %g", r.total_bytes);
     /* a path narrower than the group is one group (the quantizer's rule):
      * d_c 64, d_r 16 at C4R2 = 32 + 4 code bytes, 4 + 4 metadata per token */
-    qmla_kv_config cn = {4, 2, 64, 0, 0};
+    qmla_kv_config cn = {4, 2, 64, 0, 0, QMLA_CORE_META_F16};
     CHECK_OK(qmla_storage_account_dims(&cn, QMLA_CORE_META_F16, 64, 64, 16, &r, &err), err);
     CHECK(r.total_bytes == (32 + 4 + 8) * 64.0 + 4, "C4R2 at 64+16: %g", r.total_bytes);
     CHECK(qmla_storage_account_dims(&cn, QMLA_CORE_META_F16, 64, 96, 16, &r, &err) == QMLA_EINVAL,
           "d_c 96 with group 64 accepted");
-    qmla_kv_config c5 = {5, 4, 64, 0, 0};
+    qmla_kv_config c5 = {5, 4, 64, 0, 0, QMLA_CORE_META_F16};
     CHECK(qmla_storage_account_dims(&c5, QMLA_CORE_META_F16, 64, 512, 64, &r, &err) == QMLA_EINVAL,
           "C5R4 accepted");
     /* the infeasible message names the budget and the cheapest total */

@@ -411,7 +411,7 @@ int main(void)
         const shape s = {"groups", 3, 16, 1, 4, 128, {70, 131, 5}};
         const int groups[4][3] = {{32, 4, 4}, {16, 4, 4}, {8, 2, 4}, {64, 4, 2}};
         for (int gi = 0; gi < 4; gi++) {
-            qmla_kv_config cfg = {groups[gi][1], groups[gi][2], groups[gi][0], 4, 128};
+            qmla_kv_config cfg = {groups[gi][1], groups[gi][2], groups[gi][0], 4, 128, QMLA_CORE_META_F16};
             cache c;
             int from[3] = {0, 0, 0};
             cache_alloc(&c, cfg, &s, 131);
@@ -434,7 +434,7 @@ int main(void)
         for (int ci = 0; ci < 8; ci++)
             for (int si = 0; si < 3; si++) {
                 const shape *s = &fs[si];
-                qmla_kv_config cfg = {f32cfg[ci][0], f32cfg[ci][1], f32cfg[ci][2], s->S, s->W};
+                qmla_kv_config cfg = {f32cfg[ci][0], f32cfg[ci][1], f32cfg[ci][2], s->S, s->W, QMLA_CORE_META_F16};
                 int max_len = 0, from[8] = {0};
                 for (int b = 0; b < s->batch; b++)
                     max_len = s->len[b] > max_len ? s->len[b] : max_len;
@@ -448,7 +448,7 @@ int main(void)
                 cache_free(&c);
             }
         const shape s = {"f32 aging", 2, 16, 1, 4, 128, {0, 0}};
-        qmla_kv_config cfg = {4, 4, 64, 4, 128};
+        qmla_kv_config cfg = {4, 4, 64, 4, 128, QMLA_CORE_META_F16};
         cache c;
         cache_alloc(&c, cfg, &s, 300);
         int from[2] = {0, 0}, to[2] = {120, 60};
@@ -468,7 +468,7 @@ int main(void)
      * every variant of C4R4 after each step */
     {
         const shape s = {"aging", 2, 16, 1, 4, 128, {0, 0}};
-        qmla_kv_config cfg = {4, 4, 64, 4, 128};
+        qmla_kv_config cfg = {4, 4, 64, 4, 128, QMLA_CORE_META_F16};
         cache c;
         cache_alloc(&c, cfg, &s, 300);
         int from[2] = {0, 0}, to[2] = {120, 60};
@@ -503,7 +503,7 @@ int main(void)
      * the kernel splits it over two threads) */
     for (int v = 0; v < 4; v++) {
         const shape s = {"nan", 1, 16, 1, 4, 128, {10}};
-        qmla_kv_config cfg = {4, 4, 64, 4, 128};
+        qmla_kv_config cfg = {4, 4, 64, 4, 128, QMLA_CORE_META_F16};
         cache c;
         cache_alloc(&c, cfg, &s, 64);
         uint16_t kv[3 * 576];

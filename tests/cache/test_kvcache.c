@@ -152,7 +152,7 @@ static double naive(const uint16_t *q, const float *rows, long n, double scale, 
 /* f32: the rows are written as float32 (quantized unrounded). */
 static void test_layout(int cb, int rb, int G, int f32)
 {
-    qmla_kv_config cfg = {cb, rb, G, 4, 128};
+    qmla_kv_config cfg = {cb, rb, G, 4, 128, QMLA_CORE_META_F16};
     const int lens[2] = {70, 200};
     fixture f;
     build_rows(&f, cfg, 2, lens, 1, 1, f32);
@@ -219,7 +219,7 @@ static void test_layout(int cb, int rb, int G, int f32)
  * takes exactly one of kv / kv_f32. */
 static void test_f32_rows(void)
 {
-    qmla_kv_config cfg = {QMLA_KV_BF16, QMLA_KV_BF16, 64, 0, 0};
+    qmla_kv_config cfg = {QMLA_KV_BF16, QMLA_KV_BF16, 64, 0, 0, QMLA_CORE_META_F16};
     uint8_t pool[2 * 73728];
     float row[2 * QMLA_KV_D];
     uint16_t row16[QMLA_KV_D];
@@ -250,7 +250,7 @@ static void test_f32_rows(void)
     st = qmla_kv_write_ref(&kc, &neither, &err);
     CHECK(st == QMLA_EINVAL && strstr(err.msg, "found neither"), "no rows: %d %s", st, err.msg);
     /* a non-finite float32 value is named as for BF16 rows */
-    qmla_kv_config c4 = {4, 4, 64, 0, 0};
+    qmla_kv_config c4 = {4, 4, 64, 0, 0, QMLA_CORE_META_F16};
     uint8_t pool4[20736];
     qmla_kv_cache k4 = {c4, pool4, 1, NULL, NULL, 1};
     row[200] = -INFINITY;
@@ -265,7 +265,7 @@ static void test_f32_rows(void)
  * values (the C4R4 / C2R4 GPU kernel's model) instead of BF16(x^). */
 static void test_decode_ref(int protect, int s_q, int packed_f32)
 {
-    qmla_kv_config cfg = {4, 4, 64, protect ? 4 : 0, protect ? 4096 : 0};
+    qmla_kv_config cfg = {4, 4, 64, protect ? 4 : 0, protect ? 4096 : 0, QMLA_CORE_META_F16};
     const int lens[3] = {1, 65, 131};
     const int H = 3;
     fixture f;
@@ -324,7 +324,7 @@ static void test_decode_ref(int protect, int s_q, int packed_f32)
  * without being rewritten. */
 static void test_aging(void)
 {
-    qmla_kv_config cfg = {4, 4, 64, 4, 128};
+    qmla_kv_config cfg = {4, 4, 64, 4, 128, QMLA_CORE_META_F16};
     const int lens[1] = {133};
     fixture f;
     build(&f, cfg, 1, lens, 1, 1);
@@ -412,7 +412,7 @@ int main(void)
     test_f32_rows();
     /* the writer names a non-finite token */
     {
-        qmla_kv_config cfg = {4, 4, 64, 4, 128};
+        qmla_kv_config cfg = {4, 4, 64, 4, 128, QMLA_CORE_META_F16};
         uint8_t pool[20736];
         uint16_t row[576], sink[4 * 576], win[128 * 576];
         for (int j = 0; j < 576; j++)
