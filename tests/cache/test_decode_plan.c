@@ -20,10 +20,16 @@
  *    only, variant 0's protected partials, one wave of one block per SM
  *    (two at one row tile, variant 0's plan there), pages covered;
  *  - fall-backs: BF16 runs variant 0 under 1, 2, 4; C8R8 under 1 and 4;
- *  - an unknown variant is an error naming it.
+ *  - an unknown variant is an error naming it;
+ *  - q8-metadata pages: every GPU entry that reads or writes pages (the
+ *    plan under every variant, decode, gather, the writer) refuses them
+ *    with QMLA_EINVAL naming the entry, the layout and the f16 it reads,
+ *    before touching a pointer or the device; a BF16 cache ignores the
+ *    field.
  * Suite unit (linked with the CUDA kernels' library, but launches nothing). */
 #include "check.h"
 #include "decode_cuda.h"
+#include "kvcache_cuda.h"
 #include "qmla/decode.h"
 
 #include <stdio.h>
@@ -323,6 +329,46 @@ int main(void)
                   qmla_decode_cuda_variant_packed_f32(&c8, 7) == 0 &&
                   qmla_decode_cuda_variant_packed_f32(&c8, 2) == 0,
               "packed_f32 per variant");
+    }
+    /* q8 metadata: refused by name everywhere on the GPU side */
+    {
+        const char *qn[3] = {"C4R4", "C2R4", "C8R8"};
+        int32_t z = 0;
+        const qmla_decode_args a = {8, 1, 16, 1.0f, NULL, &z, 1, &z};
+        for (int k = 0; k < 3; k++) {
+            qmla_kv_config c = cfg_of(qn[k]);
+            c.meta = QMLA_CORE_META_Q8;
+            char want[64];
+            snprintf(want, sizeof want, "page layout %s G 64 with q8 metadata", qn[k]);
+            for (int v = 0; v < QMLA_DECODE_VARIANTS; v++) {
+                qmla_decode_plan p;
+                const int st = qmla_decode_cuda_plan_variant(&c, &a, 4096, 132, v, &p, &err);
+                CHECK(st == QMLA_EINVAL && strstr(err.msg, "decode plan: ") &&
+                          strstr(err.msg, want) && strstr(err.msg, "f16-metadata pages"),
+                      "%s q8, variant %d plan: %d %s", qn[k], v, st, err.msg);
+            }
+            qmla_kv_cache kc;
+            memset(&kc, 0, sizeof kc);
+            kc.cfg = c;
+            qmla_decode_plan p;
+            memset(&p, 0, sizeof p);
+            int st = qmla_decode_cuda(&kc, &a, &p, NULL, NULL, NULL, 0, &err);
+            CHECK(st == QMLA_EINVAL && strstr(err.msg, "decode: ") && strstr(err.msg, want),
+                  "%s q8 decode: %d %s", qn[k], st, err.msg);
+            st = qmla_kv_gather_cuda(&kc, &a, NULL, 0, &err);
+            CHECK(st == QMLA_EINVAL && strstr(err.msg, "gather: ") && strstr(err.msg, want),
+                  "%s q8 gather: %d %s", qn[k], st, err.msg);
+            st = qmla_kv_write_cuda_launch(&kc, NULL, NULL, 0, &err);
+            CHECK(st == QMLA_EINVAL && strstr(err.msg, "kv writer (GPU): ") &&
+                      strstr(err.msg, want),
+                  "%s q8 writer: %d %s", qn[k], st, err.msg);
+        }
+        /* BF16 ignores the field; f16 C4R4 plans as before */
+        qmla_kv_config cb = cfg_of("BF16"), c4 = cfg_of("C4R4");
+        cb.meta = QMLA_CORE_META_Q8;
+        qmla_decode_plan pb, p4;
+        CHECK_OK(qmla_decode_cuda_plan_variant(&cb, &a, 4096, 132, 0, &pb, &err), err);
+        CHECK_OK(qmla_decode_cuda_plan_variant(&c4, &a, 4096, 132, 7, &p4, &err), err);
     }
     return check_summary("test_decode_plan");
 }
