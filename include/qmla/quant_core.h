@@ -430,6 +430,70 @@ QMLA_HD static inline float qmla_core_f16_up(float v, int *overflow)
     return r;
 }
 
+/* The steps of the q8 derivation for one group, shared by
+ * qmla_core_token_meta_q8_finish (one thread per token) and GPU writers
+ * that keep one group per thread (kernels/kvcache.cu) and reduce the
+ * path's maxima across threads (a maximum is exact in any order).
+ * qmla_core_q8_super: a super-scale, the smallest float16 >= vmax / div
+ * (div 127 for M, 255 for S; vmax >= 0), *overflow set when none exists. */
+QMLA_HD static inline float qmla_core_q8_super(float vmax, float div, int *overflow)
+{
+#ifdef __CUDA_ARCH__
+    return qmla_core_f16_up(__fdiv_rn(vmax, div), overflow);
+#else
+    return qmla_core_f16_up(vmax / div, overflow);
+#endif
+}
+
+/* The minimum code of a group with extrema lo, hi under the minimum
+ * super-scale Mf (as float: clamp(floor(lo / Mf), -128, 127), 0 when
+ * Mf = 0) into *mcode; returns the stored minimum l = m * Mf and writes the
+ * step the group needs, s' = (hi - l) / Lf, into *need. */
+QMLA_HD static inline float qmla_core_q8_min(float lo, float hi, float Mf, float Lf,
+                                             float *mcode, float *need)
+{
+    float m = 0.0f, l;
+    if (Mf > 0.0f) {
+#ifdef __CUDA_ARCH__
+        m = floorf(__fdiv_rn(lo, Mf));
+#else
+        m = floorf(lo / Mf);
+#endif
+        m = m < -128.0f ? -128.0f : (m > 127.0f ? 127.0f : m);
+    }
+    *mcode = m;
+#ifdef __CUDA_ARCH__
+    l = __fmul_rn(m, Mf);
+    *need = __fdiv_rn(__fsub_rn(hi, l), Lf);
+#else
+    l = m * Mf;
+    *need = (hi - l) / Lf;
+#endif
+    return l;
+}
+
+/* The step code of a group needing step `need` under the step
+ * super-scale Sf (as float: min(255, ceil(need / Sf)), 0 when Sf = 0) into
+ * *ccode; returns the stored step s = c * Sf. */
+QMLA_HD static inline float qmla_core_q8_step(float need, float Sf, float *ccode)
+{
+    float c = 0.0f;
+    if (Sf > 0.0f) {
+#ifdef __CUDA_ARCH__
+        c = ceilf(__fdiv_rn(need, Sf));
+#else
+        c = ceilf(need / Sf);
+#endif
+        c = c > 255.0f ? 255.0f : c;
+    }
+    *ccode = c;
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(c, Sf);
+#else
+    return c * Sf;
+#endif
+}
+
 /* q8 metadata of one token from its groups' extrema: on entry lo[g] and
  * scale[g] hold the minimum and maximum of group g (as
  * qmla_core_group_extrema gives them, all finite), g < ng; on return they
@@ -438,7 +502,8 @@ QMLA_HD static inline float qmla_core_f16_up(float v, int *overflow)
  *   QMLA_CORE_LO_RANGE    with *bad = max |lo_g| (M would exceed float16),
  *   QMLA_CORE_SCALE_RANGE with *bad = max s'_g (S would exceed float16).
  * Split from qmla_core_token_meta_q8 so that a GPU block can find the group
- * extrema with one thread per group and finish each token with one thread. */
+ * extrema with one thread per group and finish each token with one thread
+ * (or, with the per-group steps above, one thread per group). */
 QMLA_HD static inline int qmla_core_token_meta_q8_finish(
     size_t ng, int bits, float *scale, float *lo, uint8_t *sc, int8_t *mq,
     uint16_t *S16, uint16_t *M16, float *bad)
@@ -450,64 +515,29 @@ QMLA_HD static inline int qmla_core_token_meta_q8_finish(
     for (g = 0; g < ng; g++)
         if (fabsf(lo[g]) > amax)
             amax = fabsf(lo[g]);
-#ifdef __CUDA_ARCH__
-    Mf = qmla_core_f16_up(__fdiv_rn(amax, 127.0f), &ovf);
-#else
-    Mf = qmla_core_f16_up(amax / 127.0f, &ovf);
-#endif
+    Mf = qmla_core_q8_super(amax, 127.0f, &ovf);
     if (ovf) {
         *bad = amax;
         return QMLA_CORE_LO_RANGE;
     }
     for (g = 0; g < ng; g++) { /* minimum codes; scale[g] becomes s'_g */
-        float m = 0.0f, l, hi = scale[g];
-        if (Mf > 0.0f) {
-#ifdef __CUDA_ARCH__
-            m = floorf(__fdiv_rn(lo[g], Mf));
-#else
-            m = floorf(lo[g] / Mf);
-#endif
-            m = m < -128.0f ? -128.0f : (m > 127.0f ? 127.0f : m);
-        }
+        float m;
+        lo[g] = qmla_core_q8_min(lo[g], scale[g], Mf, Lf, &m, &scale[g]);
         if (mq)
             mq[g] = (int8_t)m;
-#ifdef __CUDA_ARCH__
-        l = __fmul_rn(m, Mf);
-        scale[g] = __fdiv_rn(__fsub_rn(hi, l), Lf);
-#else
-        l = m * Mf;
-        scale[g] = (hi - l) / Lf;
-#endif
-        lo[g] = l;
         if (scale[g] > smax)
             smax = scale[g];
     }
-#ifdef __CUDA_ARCH__
-    Sf = qmla_core_f16_up(__fdiv_rn(smax, 255.0f), &ovf);
-#else
-    Sf = qmla_core_f16_up(smax / 255.0f, &ovf);
-#endif
+    Sf = qmla_core_q8_super(smax, 255.0f, &ovf);
     if (ovf) {
         *bad = smax;
         return QMLA_CORE_SCALE_RANGE;
     }
     for (g = 0; g < ng; g++) { /* step codes */
-        float c = 0.0f;
-        if (Sf > 0.0f) {
-#ifdef __CUDA_ARCH__
-            c = ceilf(__fdiv_rn(scale[g], Sf));
-#else
-            c = ceilf(scale[g] / Sf);
-#endif
-            c = c > 255.0f ? 255.0f : c;
-        }
+        float c;
+        scale[g] = qmla_core_q8_step(scale[g], Sf, &c);
         if (sc)
             sc[g] = (uint8_t)c;
-#ifdef __CUDA_ARCH__
-        scale[g] = __fmul_rn(c, Sf);
-#else
-        scale[g] = c * Sf;
-#endif
     }
     if (S16)
         *S16 = qmla_core_f32_to_f16(Sf, NULL);
