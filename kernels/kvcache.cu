@@ -34,6 +34,16 @@
  * QMLA_KVW_MIN_BLOCKS_F32, its speed not measured). The launcher does not reset the failure word:
  * qmla_kv_write_cuda_ws_init once, the status call after a failure. Twin:
  * qmla_kv_write_ref (bit for bit, test_decode_cuda).
+ * q8 metadata (template parameter Q8, cfg.meta): the same threads; a
+ * token's path maxima (max |lo_g|, then max s'_g) by shuffles over the
+ * path's threads (at G 8 the content's two warps meet through shared
+ * memory and one barrier), each thread then derives its group's minimum
+ * and step codes with the shared steps of quant_core.h (qmla_core_q8_*),
+ * stores sc_g and m_g as bytes and the path's first thread S and M; a
+ * range error is the path's (reported at its first group index), a
+ * non-finite value its group's, as the twin. Compiled here (nvcc 13,
+ * sm_90a); NOT yet run on a device: its test (test_decode_cuda, q8 writer
+ * checks) waits for a session with the H200.
  */
 #include "cuda_status.cuh"
 #include "emit_fast.cuh"
@@ -47,6 +57,11 @@
 #define KVW_THREADS 288 /* 256 content + 32 RoPE threads */
 #ifndef QMLA_KVW_MIN_BLOCKS /* blocks per SM the registers allow (build-time experiment) */
 #define QMLA_KVW_MIN_BLOCKS 4 /* H200 run 22a: 3 blocks 51.9 us, 4 blocks 48.7 (C4R4) */
+#endif
+#ifndef QMLA_KVW_MIN_BLOCKS_Q8 /* q8 metadata (BF16 rows; float32 rows one block fewer):
+                                 at 4 blocks (56 registers) ptxas spills 4-112 bytes, at 3
+                                 (72) none for BF16 rows (ptxas -v, sm_90a); speed not measured */
+#define QMLA_KVW_MIN_BLOCKS_Q8 3
 #endif
 #ifndef QMLA_KVW_MIN_BLOCKS_F32 /* the same for float32 rows (twice the row registers) */
 #define QMLA_KVW_MIN_BLOCKS_F32 3 /* 72 registers, no spill (ptxas -v, sm_90a); speed not measured */
@@ -197,9 +212,43 @@ __global__ void __launch_bounds__(KVC_THREADS) kv_copy_f32_kernel(kvw_args a)
  * by one shuffle each), smaller groups take one thread. A block of 288
  * threads writes E/2 tokens: warps 0-7 the content (512/E threads per
  * token), warp 8 the RoPE (64/E per token). */
-template <int G, int BC, int BR, class In>
-__global__ void __launch_bounds__(KVW_THREADS, sizeof(In) == 2 ? QMLA_KVW_MIN_BLOCKS
-                                                               : QMLA_KVW_MIN_BLOCKS_F32)
+/* q8 metadata: the maximum of v over the threads of one token's path
+ * (content: TPC threads, RoPE: TPR threads, aligned blocks of a warp, or,
+ * at G 8, the content's two warps 2t, 2t+1 through sh[9] and one barrier
+ * that every thread of the block reaches). Exact in any order for the
+ * finite values >= +0 it is given. */
+template <int G>
+__device__ static inline float kvw_path_max(float v, bool rope, float *sh)
+{
+    constexpr int E = G > 32 ? 32 : G;
+    constexpr int TPC = QMLA_KV_DC / E, TPR = QMLA_KV_DR / E;
+    constexpr int WC = TPC < 32 ? TPC : 32;
+    if (rope) {
+#pragma unroll
+        for (int off = 1; off < TPR; off <<= 1)
+            v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    } else {
+#pragma unroll
+        for (int off = 1; off < WC; off <<= 1)
+            v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    }
+    if constexpr (TPC > 32) {
+        const int w = (int)(threadIdx.x >> 5);
+        if ((threadIdx.x & 31u) == 0)
+            sh[w] = v;
+        __syncthreads();
+        if (!rope)
+            v = fmaxf(sh[w], sh[w ^ 1]);
+    }
+    return v;
+}
+
+template <int G, int BC, int BR, class In, bool Q8>
+__global__ void __launch_bounds__(KVW_THREADS,
+                                  Q8 ? (sizeof(In) == 2 ? QMLA_KVW_MIN_BLOCKS_Q8
+                                                        : QMLA_KVW_MIN_BLOCKS_Q8 - 1)
+                                     : (sizeof(In) == 2 ? QMLA_KVW_MIN_BLOCKS
+                                                        : QMLA_KVW_MIN_BLOCKS_F32))
     kv_write_kernel(kvw_args a)
 {
     constexpr int NC = KVW_CHUNKS(G > 32 ? 32 : G, In); /* uint4 per thread */
@@ -272,13 +321,47 @@ __global__ void __launch_bounds__(KVW_THREADS, sizeof(In) == 2 ? QMLA_KVW_MIN_BL
             rmx = qmla_fmax_nan(rmx, __shfl_xor_sync(0xffffffffu, rmx, 1));
         }
     }
-    float mn, mx, s = 0.0f, l = 0.0f, bad = 0.0f;
+    float mn = 0.0f, mx = 0.0f, s = 0.0f, l = 0.0f, bad = 0.0f;
     int st = QMLA_CORE_NONFINITE;
     const int bits = rope ? BR : BC; /* warp-uniform */
-    if (qmla_emit_extrema_finish(rmn, rmx, &mn, &mx))
-        st = qmla_core_group_meta_from_extrema(mn, mx, bits, QMLA_CORE_META_F16, &s, &l, &bad);
+    const bool fin = qmla_emit_extrema_finish(rmn, rmx, &mn, &mx);
+    float mcode = 0.0f, ccode = 0.0f, Mf = 0.0f, Sf = 0.0f; /* q8 fields */
+    if constexpr (!Q8) {
+        if (fin)
+            st = qmla_core_group_meta_from_extrema(mn, mx, bits, QMLA_CORE_META_F16, &s, &l,
+                                                   &bad);
+    } else {
+        /* one thread per group (or lane pair), the path's maxima by
+         * reduction: the steps of qmla_core_token_meta_q8_finish */
+        __shared__ float red[3][KVW_THREADS / 32];
+        const float nonfin = kvw_path_max<G>(fin ? 0.0f : 1.0f, rope, red[0]);
+        const float amax = kvw_path_max<G>(fin ? fabsf(mn) : 0.0f, rope, red[1]);
+        int ovm = 0, ovs = 0;
+        Mf = qmla_core_q8_super(amax, 127.0f, &ovm);
+        float need = 0.0f;
+        if (fin && !ovm)
+            l = qmla_core_q8_min(mn, mx, Mf, (float)qmla_core_levels(bits), &mcode, &need);
+        const float smax = kvw_path_max<G>(need > 0.0f ? need : 0.0f, rope, red[2]);
+        Sf = qmla_core_q8_super(smax, 255.0f, &ovs);
+        if (fin && !ovm && !ovs)
+            s = qmla_core_q8_step(need, Sf, &ccode);
+        if (!fin) {
+            st = QMLA_CORE_NONFINITE;
+        } else if (nonfin > 0.0f) {
+            st = -1; /* another group of the path: reported by that group */
+        } else if (ovm) {
+            st = QMLA_CORE_LO_RANGE;
+            bad = amax;
+        } else if (ovs) {
+            st = QMLA_CORE_SCALE_RANGE;
+            bad = smax;
+        } else {
+            st = QMLA_CORE_OK;
+        }
+    }
     if (act && st != QMLA_CORE_OK) { /* both lanes of a pair (same token, same status) */
-        bool report = half == 0;
+        /* q8 range errors belong to the path: its first thread reports them */
+        bool report = (Q8 && st != QMLA_CORE_NONFINITE) ? k == 0 && st > 0 : half == 0;
         if (st == QMLA_CORE_NONFINITE) { /* the group's first non-finite value, as the twin */
             bool mine = false;
 #pragma unroll
@@ -298,7 +381,9 @@ __global__ void __launch_bounds__(KVW_THREADS, sizeof(In) == 2 ? QMLA_KVW_MIN_BL
             }
         }
         if (report) {
-            const int gidx = rope ? L.ng_c + g : g; /* group index within the token */
+            /* group index within the token (q8 range errors: the path's first) */
+            const int gidx = (Q8 && st != QMLA_CORE_NONFINITE) ? (rope ? L.ng_c : 0)
+                                                                : (rope ? L.ng_c + g : g);
             const unsigned long long code =
                 ((unsigned long long)(i * (L.ng_c + L.ng_r) + gidx) << 2) | (unsigned)st;
             const unsigned long long old = atomicMin(a.fail, code);
@@ -323,30 +408,51 @@ __global__ void __launch_bounds__(KVW_THREADS, sizeof(In) == 2 ? QMLA_KVW_MIN_BL
                 kvw_bf16_chunk<E, In>(raw, v);
     const uint32_t meta = (uint32_t)__half_as_ushort(__float2half_rn(s)) |
                           (uint32_t)__half_as_ushort(__float2half_rn(l)) << 16; /* exact */
+    if constexpr (Q8) { /* the token's record: S, M at 0, 2; sc[g] at 4; m[g] at 4 + ng */
+        uint8_t *rec = pg + (rope ? L.off_mr + (size_t)o * L.mb_r : L.off_mc + (size_t)o * L.mb_c);
+        const int ng = rope ? NGR : NGC;
+        if (act && half == 0) {
+            rec[4 + g] = (uint8_t)ccode;
+            rec[4 + ng + g] = (uint8_t)(int8_t)mcode;
+        }
+        if (act && k == 0) { /* mb is even: 2-byte aligned */
+            ((uint16_t *)rec)[0] = qmla_core_f32_to_f16(Sf, nullptr);
+            ((uint16_t *)rec)[1] = qmla_core_f32_to_f16(Mf, nullptr);
+        }
+    }
     if (rope) {
         uint8_t *dst = pg + L.off_rc + (size_t)o * L.cb_r + (size_t)g * L.gb_r;
         kvw_codes<E, BR, In>(raw, src, s, l, dst + half * (E * BR / 8), act);
-        if (act && half == 0)
+        if (!Q8 && act && half == 0)
             *(uint32_t *)(pg + L.off_mr + ((size_t)o * NGR + g) * 4) = meta;
     } else {
         uint8_t *dst = pg + (size_t)o * L.cb_c + (size_t)g * L.gb_c;
         kvw_codes<E, BC, In>(raw, src, s, l, dst + half * (E * BC / 8), act);
-        if (act && half == 0)
+        if (!Q8 && act && half == 0)
             *(uint32_t *)(pg + L.off_mc + ((size_t)o * NGC + g) * 4) = meta;
     }
 }
 
 /* One instantiation per group size and bit widths (the bit widths are
  * compile-time: no per-warp switch between three code paths). */
+template <int BC, int BR, class In, bool Q8>
+static void kvw_launch_m(unsigned gb, cudaStream_t stream, const kvw_args &a)
+{
+    switch (a.L.G) {
+    case 8: kv_write_kernel<8, BC, BR, In, Q8><<<gb, KVW_THREADS, 0, stream>>>(a); break;
+    case 16: kv_write_kernel<16, BC, BR, In, Q8><<<gb, KVW_THREADS, 0, stream>>>(a); break;
+    case 32: kv_write_kernel<32, BC, BR, In, Q8><<<gb, KVW_THREADS, 0, stream>>>(a); break;
+    default: kv_write_kernel<64, BC, BR, In, Q8><<<gb, KVW_THREADS, 0, stream>>>(a); break;
+    }
+}
+
 template <int BC, int BR, class In>
 static void kvw_launch_b(unsigned gb, cudaStream_t stream, const kvw_args &a)
 {
-    switch (a.L.G) {
-    case 8: kv_write_kernel<8, BC, BR, In><<<gb, KVW_THREADS, 0, stream>>>(a); break;
-    case 16: kv_write_kernel<16, BC, BR, In><<<gb, KVW_THREADS, 0, stream>>>(a); break;
-    case 32: kv_write_kernel<32, BC, BR, In><<<gb, KVW_THREADS, 0, stream>>>(a); break;
-    default: kv_write_kernel<64, BC, BR, In><<<gb, KVW_THREADS, 0, stream>>>(a); break;
-    }
+    if (a.L.meta == QMLA_CORE_META_Q8)
+        kvw_launch_m<BC, BR, In, true>(gb, stream, a);
+    else
+        kvw_launch_m<BC, BR, In, false>(gb, stream, a);
 }
 
 template <int BC, class In>
@@ -376,8 +482,6 @@ extern "C" int qmla_kv_write_cuda_launch(const qmla_kv_cache *kc, const qmla_kv_
 {
     int st = qmla_kv_check(kc ? &kc->cfg : nullptr, err);
     if (st)
-        return st;
-    if ((st = qmla_kv_require_f16_meta(&kc->cfg, "kv writer (GPU)", err)))
         return st;
     if (!w || !ws || (w->n > 0 && (!w->slot || !w->seq || !w->pos || !w->seq_len)))
         return qmla_error_set(err, QMLA_EINVAL, "kv writer: NULL argument");
@@ -460,6 +564,20 @@ extern "C" int qmla_kv_write_cuda_status(const qmla_kv_cache *kc, void *ws, cuda
         return qmla_error_set(err, QMLA_ENONFINITE,
                               "kv writer: token %zu, group %zu: non-finite value %g", idx / ngt,
                               idx % ngt, (double)value);
+    if (L.meta == QMLA_CORE_META_Q8) { /* the twin's messages: token and path */
+        const char *path = idx % ngt < (size_t)L.ng_c ? "content" : "RoPE";
+        if (cs == QMLA_CORE_LO_RANGE)
+            return qmla_error_set(err, QMLA_ERANGE,
+                                  "kv writer: token %zu, %s path: q8 metadata: max |lo| = %.9g "
+                                  "needs a minimum super-scale %.9g above the float16 maximum %g",
+                                  idx / ngt, path, (double)value, (double)value / 127.0,
+                                  (double)QMLA_F16_MAX);
+        return qmla_error_set(err, QMLA_ERANGE,
+                              "kv writer: token %zu, %s path: q8 metadata: largest group step "
+                              "%.9g needs a step super-scale %.9g above the float16 maximum %g",
+                              idx / ngt, path, (double)value, (double)value / 255.0,
+                              (double)QMLA_F16_MAX);
+    }
     return qmla_error_set(err, QMLA_ERANGE,
                           "kv writer: token %zu, group %zu: %s %.9g does not fit float16 "
                           "metadata",

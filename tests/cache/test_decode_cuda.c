@@ -14,7 +14,10 @@
  *    before each call; a second call bit-identical; every kernel variant
  *    (QMLA_DECODE_VARIANTS, decode_cuda.h) a configuration has;
  *  - token aging: tokens appended one per sequence per call (decode-sized
- *    writes) across the window boundary, checked after each step.
+ *    writes) across the window boundary, checked after each step;
+ *  - q8 metadata pages: the writer's bytes against the twin (edge rows,
+ *    every configuration and group size, BF16 and float32 rows) and its
+ *    errors; not yet run on a device (written without one).
  * SKIP (77) without a usable GPU. Run: meson test -C build --suite cuda */
 #include "rng.h"
 #include "cuda_check.h"
@@ -115,6 +118,29 @@ static void cache_free(cache *c)
     cudaFree(c->dq);
 }
 
+/* Rows of the q8 writer checks (edge_rows != 0): token i of a write gets
+ * kind i % 9 as in test_kvcache's q8 tests: Gaussian with outliers, zeros,
+ * constant groups, 1e4 N, 4e5 N (beyond float16 metadata), 1 + 1e-3 N,
+ * group magnitudes 1e-2..1e2, positive-only, negative-only with a
+ * zero-range group. */
+static int edge_rows;
+static float edge_value(size_t i, int b, int j)
+{
+    const double z = gauss();
+    const int g8 = j / 8;
+    switch ((int)(i % 9)) {
+    case 1: return 0.0f;
+    case 2: return (float)((g8 % 5 == 0) ? 0.0 : 0.75 * (double)(g8 % 7 - 3));
+    case 3: return (float)(1e4 * z);
+    case 4: return (float)(4e5 * z);
+    case 5: return (float)(1.0 + 1e-3 * z);
+    case 6: return (float)(z * pow(10.0, (double)((j / 32) % 5 - 2)));
+    case 7: return (float)(3.0 + fabs(z) * (1 + j % 3));
+    case 8: return (float)((j >= 64 && j < 72) ? -2.5 : -1.0 - fabs(z));
+    default: return (float)(z * (j % 37 == 3 ? 4.0 : 1.0) + 0.1 * b);
+    }
+}
+
 /* Append tokens: for each sequence b, positions from..to-1 (to <= its slot
  * capacity), through the GPU writer and the C twin, as BF16 rows or (f32)
  * as float32 rows; compare the bytes. */
@@ -134,7 +160,9 @@ static int append_rows(cache *c, const shape *s, const int *from, const int *to,
         for (int t = from[b]; t < to[b]; t++, i++) {
             for (int j = 0; j < QMLA_KV_D; j++) {
                 const float v =
-                    (float)(gauss() * (j % 41 == 7 ? 3.0 : 1.0) + (j < 512 ? 0.05 * b : 0.0));
+                    edge_rows ? edge_value(i, b, j)
+                              : (float)(gauss() * (j % 41 == 7 ? 3.0 : 1.0) +
+                                        (j < 512 ? 0.05 * b : 0.0));
                 kv[i * QMLA_KV_D + j] = qmla_core_f32_to_bf16(v);
                 kv32[i * QMLA_KV_D + j] = v;
             }
@@ -550,6 +578,97 @@ int main(void)
         cudaFree((void *)wd.pos);
         cudaFree((void *)wd.seq_len);
         cache_free(&c);
+    }
+    /* q8 metadata pages: the GPU writer against the twin, bytes of pool,
+     * sink and window, BF16 and float32 rows of the nine edge kinds, every
+     * configuration and group size, prefill-sized and decode-sized writes;
+     * then the errors (token, path or group, value) as the twin names them.
+     * Compiled here; first run on a device still to come (docs/decode.md). */
+    {
+        const shape fs[3] = {{"q8 b3", 3, 16, 1, 4, 128, {70, 131, 5}},
+                             {"q8 b8", 8, 16, 1, 4, 128, {1, 63, 64, 65, 131, 300, 200, 7}},
+                             {"q8 no protection", 1, 16, 1, 0, 0, {257}}};
+        const int qcfg[8][3] = {{4, 4, 64}, {2, 4, 64}, {8, 8, 64}, {4, 4, 32},
+                                {4, 4, 16}, {2, 4, 8},  {4, 2, 64}, {8, 8, 8}};
+        int n_ok = 0, n_run = 0;
+        edge_rows = 1;
+        for (int f32 = 0; f32 < 2; f32++)
+            for (int ci = 0; ci < 8; ci++)
+                for (int si = 0; si < 3; si++) {
+                    const shape *s = &fs[si];
+                    qmla_kv_config cfg = {qcfg[ci][0], qcfg[ci][1], qcfg[ci][2],
+                                          s->S,        s->W,        QMLA_CORE_META_Q8};
+                    int max_len = 0, from[8] = {0};
+                    for (int b = 0; b < s->batch; b++)
+                        max_len = s->len[b] > max_len ? s->len[b] : max_len;
+                    cache c;
+                    cache_alloc(&c, cfg, s, max_len);
+                    const int ok = append_rows(&c, s, from, s->len, ws, f32);
+                    CHECK(ok, "q8 %s rows, C%dR%d G %d, %s: writer bytes differ from the twin",
+                          f32 ? "float32" : "BF16", cfg.c_bits, cfg.r_bits, cfg.group, s->name);
+                    n_ok += ok;
+                    n_run++;
+                    cache_free(&c);
+                }
+        const shape s = {"q8 aging", 2, 16, 1, 4, 128, {0, 0}};
+        qmla_kv_config cfg = {4, 4, 64, 4, 128, QMLA_CORE_META_Q8};
+        cache c;
+        cache_alloc(&c, cfg, &s, 300);
+        int from[2] = {0, 0}, to[2] = {120, 60};
+        int ok = append_rows(&c, &s, from, to, ws, 0);
+        for (int step = 0; step < 20; step++) {
+            from[0] = to[0]++;
+            from[1] = to[1]++;
+            ok &= append_rows(&c, &s, from, to, ws, step % 2);
+        }
+        CHECK(ok, "q8 C4R4: decode-sized writes across W differ from the twin");
+        cache_free(&c);
+        edge_rows = 0;
+        printf("q8 metadata: %d of %d writes bit for bit the twin; decode-sized: %s\n", n_ok,
+               n_run, ok ? "identical" : "DIFFER");
+        /* errors: token 2 of 3 fails (float32 rows) */
+        struct {
+            int cb, G, ch;
+            float v;
+            int status;
+        } ec[] = {
+            {4, 64, 10, -9e6f, QMLA_ERANGE},  {4, 64, 530, -9e6f, QMLA_ERANGE},
+            {4, 64, 10, 3e8f, QMLA_ERANGE},   {8, 64, 552, 5e9f, QMLA_ERANGE},
+            {4, 8, 300, -9e6f, QMLA_ERANGE},  {4, 64, 200, NAN, QMLA_ENONFINITE},
+            {4, 64, 520, INFINITY, QMLA_ENONFINITE}, {2, 8, 400, NAN, QMLA_ENONFINITE},
+        };
+        for (size_t k = 0; k < sizeof ec / sizeof ec[0]; k++) {
+            const shape es = {"q8 error", 1, 16, 1, 4, 128, {10}};
+            qmla_kv_config ecfg = {ec[k].cb, ec[k].cb == 2 ? 4 : ec[k].cb, ec[k].G, 4, 128,
+                                   QMLA_CORE_META_Q8};
+            cache e;
+            cache_alloc(&e, ecfg, &es, 64);
+            float kv32[3 * 576];
+            for (int j = 0; j < 3 * 576; j++)
+                kv32[j] = (float)gauss();
+            kv32[2 * 576 + ec[k].ch] = ec[k].v;
+            int64_t slot[3] = {(int64_t)e.bt[0] * 64, (int64_t)e.bt[0] * 64 + 1,
+                               (int64_t)e.bt[0] * 64 + 2};
+            int32_t seq[3] = {0, 0, 0}, pos[3] = {0, 1, 2}, len[1] = {3};
+            void *drows = up(kv32, sizeof kv32);
+            qmla_kv_write wh = {NULL, 3, slot, seq, pos, len, kv32};
+            qmla_kv_write wd = {NULL, 3, up(slot, 24), up(seq, 12), up(pos, 12), up(len, 4),
+                                drows};
+            qmla_error e1, e2;
+            int st1 = qmla_kv_write_ref(&e.h, &wh, &e1);
+            int st2 = qmla_kv_write_cuda_launch(&e.d, &wd, ws, 0, &e2);
+            if (!st2)
+                st2 = qmla_kv_write_cuda_status(&e.d, ws, 0, &e2);
+            CHECK(st1 == ec[k].status && st2 == ec[k].status && strstr(e2.msg, "token 2,") &&
+                      strcmp(e1.msg, e2.msg) == 0,
+                  "q8 error %zu: %s / %s", k, e1.msg, e2.msg);
+            cudaFree(drows);
+            cudaFree((void *)wd.slot);
+            cudaFree((void *)wd.seq);
+            cudaFree((void *)wd.pos);
+            cudaFree((void *)wd.seq_len);
+            cache_free(&e);
+        }
     }
     printf("worst nmse %.3e, worst lse error %.3e\n", worst_nmse, worst_lse);
     cudaFree(ws);

@@ -574,6 +574,63 @@ static void test_q8_layout(int cb, int rb, int G, int f32)
     release(&f);
 }
 
+/* The GPU writer's order of the q8 derivation (kernels/kvcache.cu: one
+ * thread per group, the path's maxima by reduction, then each group's codes
+ * by qmla_core_q8_min / _step), here on the host with the maxima taken in
+ * reverse group order as fmaxf over values >= +0: the stored fields and
+ * (s, l) bit for bit those of qmla_core_token_meta_q8, over the row kinds,
+ * every bit width and group size, both paths. */
+static void test_q8_group_steps(void)
+{
+    const int bits[3] = {2, 4, 8}, groups[4] = {8, 16, 32, 64};
+    int bad = 0, n = 0;
+    for (int kind = 0; kind < Q8_KINDS; kind++)
+        for (int rep = 0; rep < 4; rep++) {
+            float x[QMLA_KV_D];
+            q8_row(kind, rep, x);
+            for (int bi = 0; bi < 3; bi++)
+                for (int gi = 0; gi < 4; gi++)
+                    for (int path = 0; path < 2; path++) {
+                        const int G = groups[gi], w = path ? 64 : 512, ng = w / G;
+                        const float *xp = x + (path ? 512 : 0);
+                        float s[64], l[64], bd;
+                        uint8_t sc[64];
+                        int8_t mq[64];
+                        uint16_t S16, M16;
+                        size_t bg;
+                        if (qmla_core_token_meta_q8(xp, (size_t)w, (size_t)G, bits[bi], s, l, sc,
+                                                    mq, &S16, &M16, &bd, &bg) != QMLA_CORE_OK)
+                            continue;
+                        float mn[64], mx[64], need[64], amax = 0.0f, smax = 0.0f;
+                        for (int g = ng - 1; g >= 0; g--) {
+                            qmla_core_group_extrema(xp + g * G, (size_t)G, &mn[g], &mx[g], &bd);
+                            amax = fmaxf(amax, fabsf(mn[g]));
+                        }
+                        int ovf = 0;
+                        const float Mf = qmla_core_q8_super(amax, 127.0f, &ovf);
+                        const float Lf = (float)qmla_core_levels(bits[bi]);
+                        float lg[64], mc[64];
+                        for (int g = ng - 1; g >= 0; g--) {
+                            lg[g] = qmla_core_q8_min(mn[g], mx[g], Mf, Lf, &mc[g], &need[g]);
+                            smax = fmaxf(smax, need[g] > 0.0f ? need[g] : 0.0f);
+                        }
+                        const float Sf = qmla_core_q8_super(smax, 255.0f, &ovf);
+                        int b1 = ovf || qmla_core_f32_to_f16(Sf, NULL) != S16 ||
+                                 qmla_core_f32_to_f16(Mf, NULL) != M16;
+                        for (int g = 0; g < ng; g++) {
+                            float cc;
+                            const float sg = qmla_core_q8_step(need[g], Sf, &cc);
+                            b1 |= !same_f32(sg, s[g]) || !same_f32(lg[g], l[g]) ||
+                                  (uint8_t)cc != sc[g] || (int8_t)mc[g] != mq[g];
+                        }
+                        bad += b1;
+                        n++;
+                    }
+        }
+    CHECK(bad == 0 && n > 800, "q8 per-group steps (the GPU writer's order): %d of %d paths "
+          "differ from qmla_core_token_meta_q8", bad, n);
+}
+
 /* Page sizes: for every config, group and metadata, the page is 64 tokens
  * of exactly qmla_storage_account's code + metadata bytes per token (the
  * page rounding is zero: pages hold whole tokens), the sections in the
@@ -784,6 +841,7 @@ int main(void)
     }
     /* q8 metadata pages (after the f16 tests: their random draws unchanged) */
     test_q8_page_bytes();
+    test_q8_group_steps();
     for (int f32 = 0; f32 < 2; f32++) {
         test_q8_layout(4, 4, 64, f32);
         test_q8_layout(2, 4, 64, f32);
