@@ -2,6 +2,9 @@
  * cache (C4R4, C2R4, C8R8 with sink/window BF16 protection) and over a BF16
  * cache with the same structure (layout: include/qmla/kvcache.h;
  * description: docs/decode.md). Twin: qmla_decode_ref (lib/cache/decode_ref.c).
+ * Pages with f16 metadata only: the plan, decode and gather refuse a q8
+ * layout (cfg.meta = QMLA_CORE_META_Q8) with QMLA_EINVAL naming it
+ * (qmla_kv_require_f16_meta); the C twin reads both formats.
  *
  * Per sequence b and query row r = i * H + h (query token i < s_q, head h):
  *   logits  z_t = scale * q[b, i, h, :] . k_t      (576 channels, t visible:

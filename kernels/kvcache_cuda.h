@@ -2,7 +2,8 @@
  * include/qmla/kvcache.h; description: docs/decode.md). For incoming rows
  * [c_kv ; k_rope] (BF16 in qmla_kv_write.kv, or float32 in kv_f32: exactly
  * one, 16-byte aligned) and a slot mapping into the paged pool: quantize
- * (quant_core.h, f16 metadata), pack, insert; keep the BF16 rows of sink
+ * (quant_core.h, f16 or q8 metadata as kc->cfg.meta says; q8 compiled but
+ * not yet run on a device), pack, insert; keep the BF16 rows of sink
  * tokens (pos < S) and of the window (pos >= seq_len - W, ring row pos % W).
  * A packed copy is written for every token, so a token leaving the window
  * needs no new quantization. Float32 rows are quantized as they are and
@@ -14,7 +15,8 @@
  * set up once by qmla_kv_write_cuda_ws_init before the first launch.
  * Launch validates and enqueues on `stream` (no allocation, no
  * synchronisation, no reset of ws); status synchronises and reports
- * QMLA_ENONFINITE / QMLA_ERANGE naming the first failing token and group of
+ * QMLA_ENONFINITE / QMLA_ERANGE naming the first failing token and group (q8
+ * range errors: token and path) of
  * the launches since the last status (one launch: as the twin does), and
  * leaves ws ready for the next launch.
  * Test: tests/cache/test_decode_cuda.c (suite cuda).
