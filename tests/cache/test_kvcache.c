@@ -12,7 +12,16 @@
  *    rows when the window covers everything, on BF16(x^) without
  *    protection, and the causal rule for s_q = 2;
  *  - storage accounting: exact bytes of docs/math.md §9 and the paper's
- *    3.59x with q8 metadata at 128K.
+ *    3.59x with q8 metadata at 128K;
+ *  - q8 metadata pages: every token's codes, stored fields (S, M, sc, m),
+ *    stored (s, l) and x^ bit for bit against qmla_quant_qdq /
+ *    qmla_quant_q8_fields (q8) over C4R4, C2R4, C8R8, C4R2 and groups
+ *    8-64, BF16 and float32 rows of nine edge kinds (zeros, constant
+ *    groups, 1e4 and 4e5 ranges beyond float16 metadata, tiny ranges,
+ *    mixed magnitudes, one-signed groups), protected tokens included, and
+ *    what qmla_kv_token_model serves; page bytes of 72 layouts against
+ *    qmla_storage_account; the GPU writer's order of the q8 steps; the
+ *    q8 writer's errors; qmla_decode_ref_model on q8 pages vs naive.
  * Run: meson test -C build test_kvcache */
 #include "rng.h"
 #include "check.h"
