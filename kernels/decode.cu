@@ -81,6 +81,19 @@ struct dec_args {
     qmla_kv_layout L;
 };
 
+/* The pages of `split` (a.pps per split) that hold packed, unprotected
+ * tokens [S, lenW) of its sequence (lenW = length - W): [*p0, *p1), empty
+ * when *p1 <= *p0 (the fast, multi-row and wgmma kernels). */
+__device__ static inline void packed_pages(const dec_args &a, int lenW, int split, int *p0,
+                                           int *p1)
+{
+    const int lo = a.S / QMLA_KV_PAGE;
+    const int hi = lenW > a.S ? (lenW + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
+    const int q0 = split * a.pps, q1 = q0 + a.pps;
+    *p0 = q0 > lo ? q0 : lo;
+    *p1 = q1 < hi ? q1 : hi;
+}
+
 /* ---- shared-memory plan -------------------------------------------------- */
 struct dec_smem_quant {
     __nv_bfloat16 tile[QMLA_KV_PAGE * KSTR]; /* [64 tokens][576 (+8 pad)] page */
@@ -1209,13 +1222,8 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
     const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
     const int len = a.seq_len[b], lenW = len - a.W; /* tokens >= lenW: window or absent */
     /* pages holding packed, unprotected tokens [S, lenW) */
-    int p0 = split * a.pps, p1 = p0 + a.pps;
-    {
-        const int lo = a.S / QMLA_KV_PAGE;
-        const int hi = lenW > a.S ? (lenW + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
-        p0 = p0 > lo ? p0 : lo;
-        p1 = p1 < hi ? p1 : hi;
-    }
+    int p0, p1;
+    packed_pages(a, lenW, split, &p0, &p1);
     const int np = p1 - p0;
     const fast_lane<CB> fl(tid);
     uint32_t qc[4][4], qr[4][4];
@@ -1613,13 +1621,8 @@ __device__ static void fast_part_mr(dec_smem_fmr<CB, MT> &sm, const dec_args &a,
     static_assert(F::NST >= 3, "fast_part_mr needs three stages");
     const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
     const int len = a.seq_len[b], lenW = len - a.W;
-    int p0 = split * a.pps, p1 = p0 + a.pps;
-    {
-        const int lo = a.S / QMLA_KV_PAGE;
-        const int hi = lenW > a.S ? (lenW + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
-        p0 = p0 > lo ? p0 : lo;
-        p1 = p1 < hi ? p1 : hi;
-    }
+    int p0, p1;
+    packed_pages(a, lenW, split, &p0, &p1);
     const int np = p1 - p0;
     const fast_lane<CB> fl(tid);
     uint32_t qc[MT][4][4], qr[MT][4][4];
@@ -2633,13 +2636,8 @@ __global__ void __launch_bounds__(V8_THREADS, 2) decode_wg_kernel(dec_args a)
     const int b = blockIdx.z, r0 = blockIdx.y * DEC_ROWS, split = blockIdx.x, tid = threadIdx.x;
     const int w = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
     const int len = a.seq_len[b], lenW = len - a.W;
-    int p0 = split * a.pps, p1 = p0 + a.pps;
-    {
-        const int lo = a.S / QMLA_KV_PAGE;
-        const int hi = lenW > a.S ? (lenW + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
-        p0 = p0 > lo ? p0 : lo;
-        p1 = p1 < hi ? p1 : hi;
-    }
+    int p0, p1;
+    packed_pages(a, lenW, split, &p0, &p1);
     const int np = p1 - p0;
     const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
     if (np > 0)
