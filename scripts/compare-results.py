@@ -15,7 +15,9 @@ by a near-cancelled value: `cross_relative` of qmla intervene is
 single-path sum, so `--abs cross_relative=1e-4` asks the cross term within
 1e-4 of that sum, which is the joint ratio NMSE_joint / (NMSE_C + NMSE_P)
 within about 1e-4 relative (tests/sweep/test_engine_cuda.c checks it so;
-docs/cuda-engine.md "H200 run 11" has the numbers).
+docs/cuda-engine.md "H200 run 11" has the numbers). A NAME that matches no
+floating-point dataset is no error (the device scripts pass it for every
+kind of results file) but the summary says "(no float dataset of that name)".
 Attributes (the provenance: command line, time, engine, device, commit,
 threads) are not compared. Datasets whose path contains one of --skip's
 substrings are left out (named in the output).
