@@ -645,14 +645,28 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--out") && i + 1 < argc)
             outp = argv[++i];
         else if (!strcmp(argv[i], "--vlist") && i + 1 < argc) {
-            /* a comma list of variant numbers (--variants*, --profile-variants) */
+            /* a comma list of variant numbers (--variants*, --profile-variants);
+             * anything else is a usage error naming it (review11: a
+             * malformed list timed no variant without a word) */
+            const char *v = argv[++i], *p = v;
             B.vmask = 0;
-            for (char *e = argv[++i], *end; *e; e = *end ? end + 1 : end) {
-                const long k = strtol(e, &end, 10);
-                if (end == e)
+            for (;;) {
+                char *end;
+                if (*p < '0' || *p > '9')
                     break;
-                if (k >= 0 && k < 32)
-                    B.vmask |= 1u << k;
+                const long k = strtol(p, &end, 10);
+                if (k >= QMLA_DECODE_VARIANTS)
+                    break;
+                B.vmask |= 1u << k;
+                p = end;
+                if (*p != ',')
+                    break;
+                p++;
+            }
+            if (*p || !B.vmask || p[-1] == ',') {
+                fprintf(stderr, "bench_decode: --vlist \"%s\": expected a comma list of "
+                                "variant numbers 0..%d\n", v, QMLA_DECODE_VARIANTS - 1);
+                return 2;
             }
         } else if (!strcmp(argv[i], "--h5") && i + 1 < argc)
             h5p = argv[++i];

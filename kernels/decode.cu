@@ -81,6 +81,19 @@ struct dec_args {
     qmla_kv_layout L;
 };
 
+/* The pages of `split` (a.pps per split) that hold packed, unprotected
+ * tokens [S, lenW) of its sequence (lenW = length - W): [*p0, *p1), empty
+ * when *p1 <= *p0 (the fast, multi-row and wgmma kernels). */
+__device__ static inline void packed_pages(const dec_args &a, int lenW, int split, int *p0,
+                                           int *p1)
+{
+    const int lo = a.S / QMLA_KV_PAGE;
+    const int hi = lenW > a.S ? (lenW + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
+    const int q0 = split * a.pps, q1 = q0 + a.pps;
+    *p0 = q0 > lo ? q0 : lo;
+    *p1 = q1 < hi ? q1 : hi;
+}
+
 /* ---- shared-memory plan -------------------------------------------------- */
 struct dec_smem_quant {
     __nv_bfloat16 tile[QMLA_KV_PAGE * KSTR]; /* [64 tokens][576 (+8 pad)] page */
@@ -1209,13 +1222,8 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
     const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
     const int len = a.seq_len[b], lenW = len - a.W; /* tokens >= lenW: window or absent */
     /* pages holding packed, unprotected tokens [S, lenW) */
-    int p0 = split * a.pps, p1 = p0 + a.pps;
-    {
-        const int lo = a.S / QMLA_KV_PAGE;
-        const int hi = lenW > a.S ? (lenW + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
-        p0 = p0 > lo ? p0 : lo;
-        p1 = p1 < hi ? p1 : hi;
-    }
+    int p0, p1;
+    packed_pages(a, lenW, split, &p0, &p1);
     const int np = p1 - p0;
     const fast_lane<CB> fl(tid);
     uint32_t qc[4][4], qr[4][4];
@@ -1613,13 +1621,8 @@ __device__ static void fast_part_mr(dec_smem_fmr<CB, MT> &sm, const dec_args &a,
     static_assert(F::NST >= 3, "fast_part_mr needs three stages");
     const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
     const int len = a.seq_len[b], lenW = len - a.W;
-    int p0 = split * a.pps, p1 = p0 + a.pps;
-    {
-        const int lo = a.S / QMLA_KV_PAGE;
-        const int hi = lenW > a.S ? (lenW + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
-        p0 = p0 > lo ? p0 : lo;
-        p1 = p1 < hi ? p1 : hi;
-    }
+    int p0, p1;
+    packed_pages(a, lenW, split, &p0, &p1);
     const int np = p1 - p0;
     const fast_lane<CB> fl(tid);
     uint32_t qc[MT][4][4], qr[MT][4][4];
@@ -2448,6 +2451,12 @@ __global__ void __launch_bounds__(COMB2_THREADS) decode_combine3_kernel(
  * 6316 warp instructions per page, shared accesses 59 % excess wavefronts
  * (the P s pass's stores 8-way conflicting); its rows skewed per lane,
  * 1.005-2.04x (run 11c). */
+/* 1 when this build's device code is sm_90a's (meson: gpu_arch 90a, the
+ * default), so decode_wg_kernel has its wgmma instructions; else variant 8
+ * falls back to variant 0 (its kernel would trap). */
+#ifndef QMLA_DECODE_WGMMA
+#define QMLA_DECODE_WGMMA 0
+#endif
 #define V8_THREADS 128
 #define V8_NST 3
 struct dec_smem_wg {
@@ -2479,12 +2488,22 @@ __device__ static inline uint64_t wg_desc(const void *p)
  * an ldmatrix matrix (t, t + 8, t + 1, t + 9, ..). */
 __device__ static inline int v8_sig(int t) { return 2 * (t & 3) + ((t >> 3) & 1); }
 
+/* The wgmma instructions exist on sm_90a only: elsewhere (gpu_arch 90, or
+ * another architecture) they are left out, so the file still compiles
+ * (review11: ptxas refused wgmma.fence on sm_90), and variant 8 is not
+ * planned (QMLA_DECODE_WGMMA 0: eff_variant falls back to variant 0). */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ static inline void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ static inline void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ static inline void wg_wait()
 {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+#else
+__device__ static inline void wg_fence() {}
+__device__ static inline void wg_commit() {}
+template <int N> __device__ static inline void wg_wait() {}
+#endif
 __device__ static inline void fence_async_smem()
 {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -2633,13 +2652,8 @@ __global__ void __launch_bounds__(V8_THREADS, 2) decode_wg_kernel(dec_args a)
     const int b = blockIdx.z, r0 = blockIdx.y * DEC_ROWS, split = blockIdx.x, tid = threadIdx.x;
     const int w = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
     const int len = a.seq_len[b], lenW = len - a.W;
-    int p0 = split * a.pps, p1 = p0 + a.pps;
-    {
-        const int lo = a.S / QMLA_KV_PAGE;
-        const int hi = lenW > a.S ? (lenW + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
-        p0 = p0 > lo ? p0 : lo;
-        p1 = p1 < hi ? p1 : hi;
-    }
+    int p0, p1;
+    packed_pages(a, lenW, split, &p0, &p1);
     const int np = p1 - p0;
     const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
     if (np > 0)
@@ -3001,8 +3015,8 @@ static int eff_variant(const qmla_kv_config *c, int v)
 {
     if ((v == 1 || v == 4 || v == 6 || v == 7) && fast_config(c))
         return v;
-    if (v == 8 && fast_config(c) && c->c_bits == 4)
-        return 8; /* decode_wg_kernel: C4R4 only */
+    if (v == 8 && QMLA_DECODE_WGMMA && fast_config(c) && c->c_bits == 4)
+        return 8; /* decode_wg_kernel: C4R4 only, builds for sm_90a only */
     if (v == 3)
         return 3; /* every configuration, BF16 too */
     if (v == 5 && (c->c_bits == QMLA_KV_BF16 ||
@@ -3067,6 +3081,11 @@ static int fmr_mt(int tiles) { return tiles >= 2 ? 2 : 1; }
 /* 1 when the plan's variant reads packed pages through BF16 tiles (no
  * protected partials, BF16-rounded packed values). */
 static int tile_variant(int v) { return v == 2 || v == 5; }
+
+extern "C" int qmla_decode_cuda_variant_built(int variant)
+{
+    return variant >= 0 && variant < QMLA_DECODE_VARIANTS && (variant != 8 || QMLA_DECODE_WGMMA);
+}
 
 extern "C" int qmla_decode_cuda_variant_packed_f32(const qmla_kv_config *cfg, int variant)
 {

@@ -101,7 +101,8 @@ typedef struct qmla_decode_plan {
  *      warpgroup per block and row tile, 2 blocks per SM; the protected
  *      partials in a launch of their own (decode_prot_kernel) before it;
  *      variant 7's combine; attends to unrounded packed values (packed_f32
- *      1). Needs sm_90a. H200 run 11: correct, 1.005-2.04x variant 7's
+ *      1). Needs sm_90a (a build for another gpu_arch plans variant 0 instead:
+ *      qmla_decode_cuda_variant_built). H200 run 11: correct, 1.005-2.04x variant 7's
  *      time (run 11c; latency-bound at 8 warps per SM): not in the
  *      default plan.
  * (An earlier variant 6, two warp groups of 8 on one BF16 tile, was
@@ -124,6 +125,10 @@ int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decode_args *a,
 int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg, const qmla_decode_args *a,
                                   long max_len, int n_sm, int variant, qmla_decode_plan *plan,
                                   qmla_error *err);
+/* 1 when this build has the kernel of `variant` (0 .. QMLA_DECODE_VARIANTS
+ * - 1): all but variant 8 always; variant 8 only in a build for sm_90a
+ * (meson gpu_arch 90a, the default); elsewhere its plan falls back to 0. */
+int qmla_decode_cuda_variant_built(int variant);
 /* Short name of a variant ("v0 fast", ...). */
 const char *qmla_decode_cuda_variant_name(int variant);
 /* qmla_decode_cuda_packed_f32 for the variant (0 for variants 2 and 5;

@@ -2618,6 +2618,11 @@ typedef struct cuda_eval_ctx {
      * and evd (the eigenvalue and status are copied) order the two */
     cudaStream_t s2;
     cudaEvent_t evg, evd;
+    /* solver_own_stream() as eval_begin set the solver's stream: read once
+     * there, so a QMLA_CUDA_EVAL_SOLVER_AFTER / before-mode switch between
+     * begin and a sequence cannot run the solver on s2 unordered with the
+     * Gram on the passes' stream (review11) */
+    int own;
 #endif
 } cuda_eval_ctx;
 
@@ -2691,7 +2696,8 @@ static int eval_begin(void *p, const qmla_mla_dims *d, size_t T, qmla_error *err
     {
         cusolverStatus_t cs = cusolverDnCreate(&c->sol);
         if (cs == CUSOLVER_STATUS_SUCCESS)
-            cs = cusolverDnSetStream(c->sol, solver_own_stream() ? c->s2 : c->sw->stream);
+            cs = cusolverDnSetStream(c->sol, (c->own = solver_own_stream()) ? c->s2
+                                                                            : c->sw->stream);
         if (cs == CUSOLVER_STATUS_SUCCESS)
             cs = cusolverDnDsyevd_bufferSize(c->sol, CUSOLVER_EIG_MODE_NOVECTOR,
                                              CUBLAS_FILL_MODE_LOWER, (int)dc, c->G, (int)dc,
@@ -2900,7 +2906,7 @@ static int eval_sequence(void *p, const qmla_exec *ex, const qmla_mla_dims *d, s
     cudaStream_t s = w->stream;
     int st = QMLA_OK;
 #if QMLA_HAVE_CUSOLVER
-    const int own = solver_own_stream();
+    const int own = c->own; /* the stream eval_begin gave the solver */
     const int gram_here = !own; /* else queued before the passes */
 #else
     const int gram_here = 1;

@@ -240,22 +240,49 @@ static long check_gather(cache *c, const shape *s)
     return bad;
 }
 
-/* A comma list of small numbers in environment variable name as a bit
- * mask; every bit when it is unset. */
-static unsigned env_mask(const char *name)
+/* A comma list of small numbers (0..31) in environment variable name as a
+ * bit mask into *m; every bit when it is unset or empty. Anything else
+ * ("x", "3,", "3,,4", "40") is a FAIL naming the variable (review11: a
+ * malformed list used to select nothing, and the test passed having
+ * checked no variant). */
+static int env_mask(const char *name, unsigned *m)
 {
     const char *e = getenv(name);
+    *m = ~0u;
     if (!e || !*e)
-        return ~0u;
-    unsigned m = 0;
-    for (char *end; *e; e = *end ? end + 1 : end) {
-        const long k = strtol(e, &end, 10);
-        if (end == e)
+        return 1;
+    *m = 0;
+    for (const char *p = e;;) {
+        char *end;
+        if (*p < '0' || *p > '9')
             break;
-        if (k >= 0 && k < 32)
-            m |= 1u << k;
+        const long k = strtol(p, &end, 10);
+        if (k > 31)
+            break;
+        *m |= 1u << k;
+        if (*end == '\0')
+            return 1;
+        if (*end != ',')
+            break;
+        p = end + 1;
     }
-    return m;
+    printf("FAIL: %s=\"%s\": expected a comma list of numbers 0..31 (or unset / empty: all)\n",
+           name, e);
+    return 0;
+}
+
+/* 0 when mask (of env_mask) selects something of the n entries 0..n-1 and
+ * nothing past them; else a FAIL naming the variable. */
+static int env_mask_fits(const char *name, unsigned m, unsigned n)
+{
+    if (m == ~0u)
+        return 0;
+    const unsigned all = n >= 32 ? ~0u : (1u << n) - 1u;
+    if ((m & all) && !(m & ~all))
+        return 0;
+    printf("FAIL: %s=\"%s\": expected indices 0..%u of this run (a selection of nothing "
+           "would check nothing)\n", name, getenv(name), n - 1);
+    return 1;
 }
 
 /* 1 when kernel variant v runs for cfg (a plan for it does not fall back
@@ -350,6 +377,26 @@ int main(void)
 {
     check_rng_seed(0x2545f4914f6cdd1dULL);
     qmla_error err;
+    /* QMLA_TEST_VARIANTS / QMLA_TEST_SHAPES / QMLA_TEST_CFGS (comma lists of
+     * variant numbers, shape indices of the table below, configuration
+     * indices of cfgs[]) and QMLA_TEST_AGING (steps): a full-size subset for
+     * the sanitizers, whose full matrix outlasts a device call; read and
+     * checked before the device (a malformed value fails here too) */
+    unsigned vmask, smask, cmask;
+    if (!env_mask("QMLA_TEST_VARIANTS", &vmask) || !env_mask("QMLA_TEST_SHAPES", &smask) ||
+        !env_mask("QMLA_TEST_CFGS", &cmask))
+        return 1;
+    const char *aging_env = getenv("QMLA_TEST_AGING");
+    long aging_set = -1;
+    if (aging_env && *aging_env) {
+        char *end;
+        aging_set = aging_env[0] >= '0' && aging_env[0] <= '9' ? strtol(aging_env, &end, 10) : -1;
+        if (aging_set < 0 || *end || aging_set > 100000) {
+            printf("FAIL: QMLA_TEST_AGING=\"%s\": expected a number of steps 0..100000\n",
+                   aging_env);
+            return 1;
+        }
+    }
     skip_without_gpu();
     void *ws = dalloc(QMLA_KV_WRITE_WS_BYTES);
     {
@@ -386,15 +433,11 @@ int main(void)
      * through as an empty value for the full size) */
     const int small = getenv("QMLA_TEST_SMALL") != NULL && *getenv("QMLA_TEST_SMALL");
     const size_t n_shapes = small ? 4 : sizeof shapes / sizeof *shapes;
-    /* QMLA_TEST_VARIANTS / QMLA_TEST_SHAPES / QMLA_TEST_CFGS (comma lists of
-     * variant numbers, shape indices of the table above, configuration
-     * indices of cfgs[]) and QMLA_TEST_AGING (steps): a full-size subset for
-     * the sanitizers, whose full matrix outlasts a device call */
-    const unsigned vmask = env_mask("QMLA_TEST_VARIANTS"), smask = env_mask("QMLA_TEST_SHAPES"),
-                   cmask = env_mask("QMLA_TEST_CFGS");
-    const int aging_steps =
-        getenv("QMLA_TEST_AGING") && *getenv("QMLA_TEST_AGING") ? atoi(getenv("QMLA_TEST_AGING"))
-                                                                : (small ? 12 : 90);
+    if (env_mask_fits("QMLA_TEST_VARIANTS", vmask, QMLA_DECODE_VARIANTS) ||
+        env_mask_fits("QMLA_TEST_SHAPES", smask, (unsigned)n_shapes) ||
+        env_mask_fits("QMLA_TEST_CFGS", cmask, 4))
+        return 1;
+    const int aging_steps = aging_set >= 0 ? (int)aging_set : (small ? 12 : 90);
     for (int ci = 0; ci < 4; ci++)
         for (size_t si = 0; si < n_shapes; si++) {
             const shape *s = &shapes[si];

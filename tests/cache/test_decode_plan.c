@@ -249,6 +249,15 @@ int main(void)
                                       p.pages_per_split == p0.pages_per_split,
                                   "%s: v6 at one row tile is not variant 0's plan", names[ni]);
                     }
+#ifdef QMLA_TEST_GPU_ARCH
+        /* variant 8's kernel is in exactly the builds for sm_90a (meson
+         * passes gpu_arch; review11: a gpu_arch 90 build did not compile) */
+        CHECK(qmla_decode_cuda_variant_built(8) == !strcmp(QMLA_TEST_GPU_ARCH, "90a") &&
+                  qmla_decode_cuda_variant_built(7) && !qmla_decode_cuda_variant_built(-1) &&
+                  !qmla_decode_cuda_variant_built(QMLA_DECODE_VARIANTS),
+              "variant 8 built %d in a build for gpu_arch %s", qmla_decode_cuda_variant_built(8),
+              QMLA_TEST_GPU_ARCH);
+#endif
         /* variant 8 (decode_wg_kernel): C4R4 only; the packed pages below the
          * window covered by n_splits - n_prot blocks of at least 2 pages
          * (fewer only when there are fewer), one wave of 2 blocks per SM,
@@ -267,9 +276,11 @@ int main(void)
                                  err);
                         CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 8, &p, &err),
                                  err);
-                        CHECK(p.variant == (ni == 0 ? 8 : 0), "%s: variant 8 runs %d", names[ni],
-                              p.variant);
-                        if (ni != 0)
+                        /* (a build without sm_90a code: variant 0 everywhere) */
+                        const int built = qmla_decode_cuda_variant_built(8);
+                        CHECK(p.variant == (ni == 0 && built ? 8 : 0), "%s: variant 8 runs %d "
+                              "(built %d)", names[ni], p.variant, built);
+                        if (ni != 0 || !built)
                             continue;
                         const long packed = p.n_splits - p.n_prot;
                         CHECK(p.n_prot == p0.n_prot && p.sep == 1 && p.row_tiles == tiles &&

@@ -80,6 +80,12 @@ expect 1 "--abs nmse_cache=1e-9" -- "$PY" "$CMP" "$work/a.h5" "$work/scale.h5" -
 contains "beyond the absolute tolerance 1e-09" "--abs: too far, named"
 expect 1 "--abs and a NaN" -- "$PY" "$CMP" "$work/a.h5" "$work/nan.h5" --abs nmse_cache=1 --quiet
 contains "NaN at 1 element" "--abs: NaN still named"
+# an --abs NAME that names no float dataset: the summary says so (it is
+# passed for every kind of results file by the device scripts, so no error)
+expect 0 "--abs of an absent name" -- "$PY" "$CMP" "$work/a.h5" "$work/b.h5" --abs no_such=1e-4 --quiet
+containsF "no_such absolute 0.0001 (no float dataset of that name)" "--abs: an absent name named"
+expect 0 "--abs of a present name" -- "$PY" "$CMP" "$work/a.h5" "$work/b.h5" --abs nmse_cache=1e-4 --quiet
+lacks "(no float dataset" "--abs: a present name is not flagged"
 expect 2 "--abs without TOL" -- "$PY" "$CMP" "$work/a.h5" "$work/b.h5" --abs nmse_cache
 expect 2 "--abs negative" -- "$PY" "$CMP" "$work/a.h5" "$work/b.h5" --abs nmse_cache=-1
 finish test_compare_results

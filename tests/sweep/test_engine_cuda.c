@@ -1530,11 +1530,41 @@ static int want(const char *name)
     return 0;
 }
 
+/* 1 when QMLA_TEST_SECTIONS is unset, empty or a comma list of known
+ * section names; else a FAIL naming the variable, the entry and the names
+ * (review11: a misspelt section ran nothing and the test passed). */
+static int sections_valid(void)
+{
+    static const char *const known[] = {"rules", "sweep",  "op",   "iv",      "learn",
+                                        "layer", "qdq",    "heads", "drivers", "eval"};
+    const char *v = getenv("QMLA_TEST_SECTIONS");
+    if (!v || !*v)
+        return 1;
+    for (const char *p = v;;) {
+        const char *e = strchr(p, ',');
+        const size_t n = e ? (size_t)(e - p) : strlen(p);
+        int hit = 0;
+        for (size_t k = 0; k < sizeof known / sizeof *known && !hit; k++)
+            hit = n == strlen(known[k]) && !strncmp(p, known[k], n);
+        if (!hit) {
+            printf("FAIL: QMLA_TEST_SECTIONS=\"%s\": \"%.*s\" is no section; expected a "
+                   "comma list of rules, sweep, op, iv, learn, layer, qdq, heads, drivers, "
+                   "eval\n", v, (int)n, p);
+            return 0;
+        }
+        if (!e)
+            return 1;
+        p = e + 1;
+    }
+}
+
 int main(void)
 {
     /* line by line: a run cut by a sanitizer's time limit still shows how
      * far it got (run 11's memcheck and racecheck printed nothing) */
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (!sections_valid()) /* before the device: fails without one too */
+        return 1;
     qmla_blas_set_threads(1);
     qmla_error err;
     qmla_error_clear(&err);
