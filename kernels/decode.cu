@@ -3034,6 +3034,24 @@ static int eff_variant(const qmla_kv_config *c, int v)
 /* Variant 1's plan (qmla_decode_cuda_plan_variant). */
 #define V1_MIN_PPS 2
 #define V1_SLACK 2
+
+/* The short-context plans (variants 1, 4, 7, 8): the pages that hold tokens
+ * below the window of a max_len-token sequence, and how many packed blocks
+ * of one wave (`slots` of them) take them at least min_pps pages each (at
+ * most COMB_MAX_SPLITS - 64 blocks, at least 1). */
+static long packed_pages_below_window(long max_len, int window)
+{
+    return max_len - window > 0 ? (max_len - window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
+}
+static long wave_packed(long slots, long hi, long min_pps)
+{
+    long packed = slots < 1 ? 1 : slots;
+    if (packed > COMB_MAX_SPLITS - 64)
+        packed = COMB_MAX_SPLITS - 64;
+    if (packed > (hi + min_pps - 1) / min_pps)
+        packed = (hi + min_pps - 1) / min_pps;
+    return packed < 1 ? 1 : packed;
+}
 /* Variant 4 (variant 1's plan): the old combine up to this many partials. */
 #define V4_COMB2_MIN_SPLITS 16
 /* Variant 7 (the default of C4R4 / C2R4): the old combine only where it has
@@ -3162,16 +3180,8 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
          * pages below the window (at least V1_MIN_PPS each), the protected
          * partials in a launch of their own (decode_prot_kernel) */
         const long slots = (long)n_sm * 2 / ((long)a->batch * tiles);
-        const long hi = max_len - cfg->window > 0
-                            ? (max_len - cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE
-                            : 0;
-        long packed = slots < 1 ? 1 : slots;
-        if (packed > COMB_MAX_SPLITS - 64)
-            packed = COMB_MAX_SPLITS - 64;
-        if (packed > (hi + V1_MIN_PPS - 1) / V1_MIN_PPS)
-            packed = (hi + V1_MIN_PPS - 1) / V1_MIN_PPS;
-        if (packed < 1)
-            packed = 1;
+        const long hi = packed_pages_below_window(max_len, cfg->window);
+        const long packed = wave_packed(slots, hi, V1_MIN_PPS);
         pps = hi > 0 ? (hi + packed - 1) / packed : 1;
         splits = (hi > 0 ? (hi + pps - 1) / pps : 1) + prot;
         plan->sep = 1;
@@ -3185,18 +3195,10 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
          * own work, about 2 pages); otherwise after the pages of the last
          * packed blocks, as variant 0 */
         const long slots = (long)n_sm * 2 / ((long)a->batch * tiles);
-        const long hi = max_len - cfg->window > 0
-                            ? (max_len - cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE
-                            : 0;
+        const long hi = packed_pages_below_window(max_len, cfg->window);
         const long min_pps =
             v == 7 && (long)a->batch * tiles * (hi + prot) <= n_sm ? 1 : V1_MIN_PPS;
-        long packed = slots < 1 ? 1 : slots;
-        if (packed > COMB_MAX_SPLITS - 64)
-            packed = COMB_MAX_SPLITS - 64;
-        if (packed > (hi + min_pps - 1) / min_pps)
-            packed = (hi + min_pps - 1) / min_pps;
-        if (packed < 1)
-            packed = 1;
+        long packed = wave_packed(slots, hi, min_pps);
         const long pps0 = hi > 0 ? (hi + packed - 1) / packed : 1;
         long sep = packed + prot <= slots;
         if (!sep && slots - prot >= 1) {
