@@ -40,7 +40,7 @@ ninja -C "$B" python/libqmla.so >"$LOGS/build.log" 2>&1 ||
   { grep -E "error" -A3 "$LOGS/build.log" | head -60; pack; exit 1; }
 echo "== libqmla.so built at ${SECONDS}s"
 export QMLA_LIB=$B/python/libqmla.so
-export TORCH_EXTENSIONS_DIR=/tmp/qmla-torch-ext
+export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/qmla-torch-ext}
 export PYTHONPATH=$PWD/python
 $PY -c "import qmla.torch as qt; qt.load_ops(verbose=True)" >"$LOGS/ext_build.log" 2>&1 ||
   { tail -60 "$LOGS/ext_build.log"; pack; exit 1; }

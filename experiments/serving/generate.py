@@ -31,7 +31,10 @@ families: random-weight checkpoints of the transformers MLA families
   C2R4 also the hook with its input rounded to BF16 (Bf16InputHook: what
   the writer quantized while it took BF16 rows only; the cache now hands
   float32 models' rows over as float32) as a diagnostic; and
-  greedy_suite of --new tokens from 4 prompts of 32 tokens (BF16, C4R4).
+  greedy_suite of --new tokens from 4 prompts of 32 tokens (--greedy-configs,
+  BF16, C4R4 unless told), and of --new / 4 tokens from the first prompt
+  alone (BF16, C4R4: there C4R4's prefill plan rounds, its decode plans do
+  not; greedy_b1). --greedy-only: tiny and families without the NLL rows.
 greedy_suite, per model: model.generate with the cache (S = W = 0) against
   model.generate under the hook (use_cache=False), on the raw logits, first
   BF16, then C4R4.
@@ -134,7 +137,9 @@ class LockedHook(CacheHook):
     fmaf(q, s, l), unrounded, as the C4R4 / C2R4 kernels attend to them),
     content = the first d_c channels, RoPE = the last 64, for positions 0 ..
     T-1 of a forward of T <= the cache's length tokens. Both paths then attend
-    over identical cached values; what is left between them is arithmetic."""
+    over identical cached values; what is left between them is arithmetic.
+    rounded: those values rounded to BF16 for every query (locked_logits
+    runs one forward per kind where the packed path's calls differed)."""
 
     def __init__(self, model, cache, length, rounded=False):
         # rounded: the values as the kernel attends to them when its variant
@@ -159,19 +164,54 @@ class LockedHook(CacheHook):
 
 class RecordingCache(qt.MLAPagedCache):
     """MLAPagedCache that keeps the rows it handed to qmla::kv_write (per
-    layer, [B, T, 576] float32 after the run: rows())."""
+    layer, [B, T, 576] float32 after the run: rows()) and, per query
+    position, whether the qmla::decode call that served it attended to
+    BF16-rounded values (rounded_positions: a prefill piece can run another
+    variant than the decode steps, MLAPagedCache.attends_rounded)."""
 
     def __init__(self, *a, **k):
         super().__init__(*a, **k)
         self._layer_of = {id(pg): layer for layer, pg in self._pages.items()}
         self._rows = {layer: [] for layer in self._pages}
+        self._rounded = {}
 
     def _write(self, pg, rows, start, new, layer=None):
         self._rows[self._layer_of[id(pg)]].append(rows.detach().float().clone())
         return super()._write(pg, rows, start, new, layer)
 
+    def decode_latent(self, layer, q, scale, seq_len=None):
+        B, s_q, H, _ = q.shape
+        n = self.lengths.get(layer, 0)
+        r = self.plan_rounded(self._plan(B, s_q, H, n))    # the plan decode_latent uses
+        for t in range(n - s_q, n):
+            if self._rounded.setdefault(t, r) != r:
+                raise RuntimeError(f"RecordingCache: query position {t} attended to "
+                                   f"{'rounded' if r else 'unrounded'} values in layer {layer}, "
+                                   f"{'unrounded' if r else 'rounded'} in an earlier one")
+        return super().decode_latent(layer, q, scale, seq_len)
+
     def rows(self, layer):
         return torch.cat(self._rows[layer], 1)
+
+    def rounded_positions(self, length):
+        """[length] bools: position t's queries attended to BF16-rounded
+        values. Refuses (RuntimeError) a position no decode call served."""
+        miss = [t for t in range(length) if t not in self._rounded]
+        if miss:
+            raise RuntimeError(f"RecordingCache: positions {miss[:5]}... ({len(miss)} of "
+                               f"{length}) were served by no qmla::decode call")
+        return [self._rounded[t] for t in range(length)]
+
+
+def rounded_spans(flags):
+    """[[start, stop, rounded]] runs of equal flags (the JSON summary)."""
+    out = []
+    for t, f in enumerate(flags):
+        if out and out[-1][2] == f:
+            out[-1][1] = t + 1
+        else:
+            out.append([t, t + 1, bool(f)])
+    return out
 
 
 def quant_fields(x, bits):
@@ -410,6 +450,31 @@ def code_flips(model, cache, prompt, tp, th, g, bits):
     return tot
 
 
+def locked_logits(model, cache, seq, rounded):
+    """The hook path's logits [B, T, V] on seq [B, T] over the packed pages'
+    values (LockedHook). rounded: one bool for every position, or [T] bools
+    (RecordingCache.rounded_positions: per query position whether the
+    packed path attended to BF16-rounded values). With both kinds, one
+    forward per kind and each position's logits from its kind's forward:
+    exact, because with every layer's cache replaced by fixed values the
+    logits at position t depend on the cached values and position t's own
+    query path only."""
+    T = seq.shape[1]
+    flags = [bool(rounded)] * T if isinstance(rounded, bool) else [bool(f) for f in rounded]
+    if len(flags) != T:
+        raise ValueError(f"locked_logits: {len(flags)} rounding flags for {T} positions")
+    out = None
+    for mode in sorted(set(flags)):
+        with LockedHook(model, cache, T, mode), torch.no_grad():
+            lg = model(input_ids=seq, use_cache=False).logits.float()
+        if out is None:
+            out = lg
+        else:
+            m = torch.tensor(flags, device=lg.device) == mode
+            out = torch.where(m[None, :, None], lg, out)
+    return out
+
+
 def locked_report(model, cache, prompt, tp, sp, bf16_bound, label, rounded=False):
     """The code-locked comparison: the hook path teacher-forced on the
     packed path's tokens (prompt + tp) with LockedHook (the packed pages'
@@ -419,11 +484,12 @@ def locked_report(model, cache, prompt, tp, sp, bf16_bound, label, rounded=False
     path's c the margin sum (h_a - h_c) + (p_c - p_a) must be <= bf16_bound
     (2 delta of the model's BF16 run: the rounding of the two paths without
     quantization), and delta_locked <= bf16_bound (rounding level).
-    Prints one line per mismatch and a summary."""
+    rounded: bool or per position of prompt + tp[:, :-1]
+    (RecordingCache.rounded_positions; locked_logits). Prints one line per
+    mismatch and a summary."""
     Pn, N = prompt.shape[1], tp.shape[1]
     seq = torch.cat([prompt, tp[:, :N - 1]], 1)
-    with LockedHook(model, cache, seq.shape[1], rounded), torch.no_grad():
-        lg = model(input_ids=seq, use_cache=False).logits.float()[:, Pn - 1:]
+    lg = locked_logits(model, cache, seq, rounded)[:, Pn - 1:]
     dl = (lg - sp).abs()
     delta = float(dl.max())
     a = lg.argmax(-1)
@@ -482,16 +548,19 @@ def greedy_suite(model, prompt, new, label, configs):
             ok &= g["ok"]
         else:
             P_ = qt.P.parse_config(cname)
-            H = cache.mods[0].num_heads if hasattr(cache.mods[0], "num_heads") else \
-                model.config.num_attention_heads
-            # the values the decode steps attended to: rounded to BF16 (the hook's
-            # semantics) under variant 2, unrounded under variant 7 (s_q 1 here)
-            g["attends_rounded"] = bool(cache.attends_rounded(B, 1, H))
             try:
+                # per query position, the values its decode call attended to:
+                # rounded to BF16 (the hook's semantics) under variant 2, unrounded
+                # under variant 7; the prefill's pieces (s_q = prompt length) and
+                # the decode steps (s_q = 1) can differ (C4R4 variant 7 hands a
+                # plan of several row tiles over to variant 2)
+                rp = cache.rounded_positions(prompt.shape[1] + new - 1)
+                g["attends_rounded"] = rp[0] if len(set(rp)) == 1 else "mixed"
+                g["rounded_spans"] = rounded_spans(rp)
                 g["code_flips"] = code_flips(model, cache, prompt, tp, th, g,
                                              (P_["c_bits"], P_["r_bits"]))
                 g["locked"] = locked_report(model, cache, prompt, tp, sp, bound, f"{label} {c}",
-                                            rounded=g["attends_rounded"])
+                                            rounded=rp)
             except Exception as e:  # noqa: BLE001 - reported, the run goes on
                 import traceback
                 traceback.print_exc()
@@ -623,7 +692,7 @@ def run_families(a, res):
             model.generation_config.eos_token_id = None
             r["nll"] = {}
             n = N * T
-            for c in ("BF16", "C4R4", "C2R4"):
+            for c in () if a.greedy_only else ("BF16", "C4R4", "C2R4"):
                 ht = tok_nll_hook(model, inp, tgt, HOOK_NAME[c])
                 pt, _ = nll_paged(model, inp, tgt, c, per_token=True)
                 h = float(ht.sum()) / n / math.log(2)
@@ -645,8 +714,15 @@ def run_families(a, res):
                         "it_minus_hook_se_per_sequence": q3}
                 r["nll"][c] = e
             prompt = inp[:4, :32].contiguous()
-            r["greedy"], gok = greedy_suite(model, prompt, a.new, label, ("BF16", "C4R4"))
-            r["ok"] = all(v["ok"] for v in r["nll"].values()) and gok
+            configs = a.greedy_configs.split(",")
+            r["greedy"], gok = greedy_suite(model, prompt, a.new, label, configs)
+            # one prompt alone: C4R4's prefill (1 x 32 queries x H 4 = 8 row tiles)
+            # plans variant 2 (BF16-rounded values), its decode steps variant 7
+            # (unrounded): the locked comparison takes each position's rounding
+            r["greedy_b1"], gok1 = greedy_suite(model, prompt[:1], a.new // 4, label + " b1",
+                                                ("BF16", "C4R4"))
+            r["greedy_b1_rounding"] = r["greedy_b1"]["C4R4"].get("attends_rounded")
+            r["ok"] = all(v["ok"] for v in r["nll"].values()) and gok and gok1
         except Exception as e:  # noqa: BLE001 - reported per family
             import traceback
             traceback.print_exc()
@@ -676,9 +752,9 @@ def main():
     ap.add_argument("--new", type=int, default=256)
     ap.add_argument("--what", default="tiny,families")
     ap.add_argument("--greedy-configs", default="BF16,C4R4",
-                    help="tiny: the greedy suite's caches, BF16 first (C4R4@v2: decode variant 2)")
+                    help="the greedy suite's caches, BF16 first (C4R4@v2: decode variant 2)")
     ap.add_argument("--greedy-only", action="store_true",
-                    help="tiny: the greedy suite only (no NLL rows)")
+                    help="the greedy suites only (no NLL rows)")
     ap.add_argument("--fam-seqs", type=int, default=32, help="families: sequences")
     ap.add_argument("--fam-len", type=int, default=256, help="families: tokens per sequence")
     a = ap.parse_args()

@@ -28,6 +28,22 @@ For C4R4, C2R4, C8R8 (sink 4, window 16) and BF16, a batch of 3 sequences
     protection rows, configuration) raises RuntimeError with a message
     naming the argument; a NaN row is reported by qmla::kv_write_status
     naming its token and group.
+On qmla.torch.MLAPagedCache over a random 2-layer BF16 DeepseekV2 stack
+(H 16, d_c 512; since serving run 8):
+  * _reserve is all or nothing (qmla.paging.reserve): a write the pool
+    cannot hold at a later sequence, and one whose device upload raises
+    (injected), leave the host tables, the lengths, the device block table
+    and the pages as they were; a prefill of 3 pieces beyond the pool is
+    refused at the first layer with every layer at length 0 and no page
+    written, and a prefill that fits then runs;
+  * the premise of generate.py's per-position rounding: C4R4 variant 7's
+    plan for a prefill piece of 8 x 16 query rows rounds (variant 2), its
+    decode plan does not;
+  * qmla.paging.plan_bucket_fine: C4R4 (sink 4, window 128) at 5,000 and
+    40,000 tokens (batch 2) and 20,000 (batch 8) of a 65,536-token cache:
+    decode with the cache's fine-bucket plan and with the power-of-two
+    bucket's plan, each against a float64 attention over the stored values
+    (the same bounds), and both plans' kernel times (test_ops.json).
 Exit 0 when every check passes. Random draws from seed 21.
 """
 import argparse
@@ -341,6 +357,181 @@ def refusals(ops, c, dev):
     check(ops.kv_write_status(ws, cl) == "", "status re-armed after a report")
 
 
+def small_model(dev, H=16, layers=2):
+    """A random BF16 DeepseekV2 stack (H heads, d_c 512, d_r 64) for the
+    MLAPagedCache checks (no MLP work to speak of)."""
+    from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
+    cfg = DeepseekV2Config(vocab_size=64, hidden_size=128, num_attention_heads=H,
+                           num_key_value_heads=H, kv_lora_rank=512, q_lora_rank=None,
+                           qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32,
+                           num_hidden_layers=layers, first_k_dense_replace=layers,
+                           intermediate_size=64, max_position_embeddings=65536,
+                           n_routed_experts=1, n_shared_experts=1, moe_intermediate_size=32,
+                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                           tie_word_embeddings=False, attn_implementation="eager")
+    torch.manual_seed(21)
+    with torch.device(dev):
+        m = DeepseekV2ForCausalLM(cfg).to(torch.bfloat16)
+    return m.eval()
+
+
+def host_state(cache):
+    t = cache.tables
+    return ([list(p) for p in t.pages], list(t.lengths), t.pool.free, dict(cache.lengths),
+            cache._reserved)
+
+
+def latent_rows(B, T, gen, dev):
+    x = torch.randn((B, T, P.D), generator=gen) * (0.5 + torch.rand(P.D, generator=gen) * 2)
+    return x.to(torch.bfloat16).to(dev)
+
+
+def reserve_checks(model, dev, gen):
+    """MLAPagedCache._reserve all or nothing (qmla.paging.reserve), failures
+    injected: the pool runs out for a later sequence, the device upload
+    raises, and a prefill of 3 pieces that does not fit."""
+    layers = sorted(m.layer_idx for m in qt.attach(model))
+    cache = qt.MLAPagedCache(model, batch_size=3, max_cache_len=256, config="C4R4", n_pages=7)
+    for L in layers:
+        cache.write_rows(L, latent_rows(3, 70, gen, dev))          # 2 pages each: 6 of 7
+    before, bt0 = host_state(cache), cache._bt.clone()
+    pools0 = [cache._pages[L].pool.clone() for L in layers]
+    try:
+        cache.write_rows(layers[0], latent_rows(3, 64, gen, dev))  # 3 more pages, 1 free
+        check(False, "cache: a write beyond the pool accepted")
+    except P.PagingError as e:
+        check("nothing reserved" in str(e), "cache: pool exhausted at a later sequence refused", e)
+    check(host_state(cache) == before and torch.equal(cache._bt, bt0),
+          "cache: pool exhausted: host tables, lengths, device block table unchanged")
+    check(all(torch.equal(cache._pages[L].pool, p0) for L, p0 in zip(layers, pools0)),
+          "cache: pool exhausted: no page written")
+    check(cache._bt.cpu().tolist() == cache.tables.table(), "cache: device table == host table")
+    # the upload fails (injected): growth undone
+    cache2 = qt.MLAPagedCache(model, batch_size=3, max_cache_len=256, config="C4R4", n_pages=12)
+    for L in layers:
+        cache2.write_rows(L, latent_rows(3, 70, gen, dev))
+    before, bt0 = host_state(cache2), cache2._bt.clone()
+
+    def fail(seqs, rows):
+        raise RuntimeError("injected upload failure")
+    cache2._upload_rows = fail
+    try:
+        cache2.write_rows(layers[0], latent_rows(3, 64, gen, dev))
+        check(False, "cache: a failed upload swallowed")
+    except RuntimeError as e:
+        check("injected" in str(e), "cache: the upload's error goes on", e)
+    check(host_state(cache2) == before and torch.equal(cache2._bt, bt0),
+          "cache: failed upload: host tables, lengths, device block table unchanged")
+    del cache2._upload_rows
+    for L in layers:
+        cache2.write_rows(L, latent_rows(3, 64, gen, dev))
+    check(cache2._bt.cpu().tolist() == cache2.tables.table() and cache2.tables.pool.free == 3,
+          "cache: after the failed upload the same write succeeds, device table == host table")
+    # a prefill of 130 tokens (pieces 64, 64, 2 at H 16) into a pool of 128 tokens:
+    # refused at the first layer with nothing written (piece by piece, layer 0 took 2)
+    cache3 = qt.MLAPagedCache(model, batch_size=1, max_cache_len=256, config="C4R4", n_pages=2)
+    ids = torch.randint(0, 64, (1, 130), generator=gen).to(dev)
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, past_key_values=cache3, use_cache=True)
+        check(False, "cache: a prefill beyond the pool accepted")
+    except P.PagingError as e:
+        check("nothing reserved" in str(e), "cache: prefill beyond the pool refused", e)
+    check(all(cache3.lengths.get(L, 0) == 0 for L in layers) and cache3.tables.lengths == [0]
+          and cache3.tables.pool.free == 2 and cache3.get_seq_length() == 0
+          and all(int(cache3._pages[L].pool.count_nonzero()) == 0 for L in layers),
+          "cache: refused prefill: every layer at length 0, no page written",
+          {L: cache3.lengths.get(L, 0) for L in layers})
+    with torch.no_grad():
+        model(input_ids=ids[:, :100], past_key_values=cache3, use_cache=True)
+    check(all(cache3.lengths[L] == 100 for L in layers) and cache3.get_seq_length() == 100,
+          "cache: then a prefill of 100 tokens fits, every layer at 100")
+    cache3.check()
+
+
+def rounding_checks(model):
+    """The premise of generate.py's per-position rounding: a C4R4 prefill
+    piece of several row tiles can plan variant 2 (rounded) where the decode
+    steps of the same cache plan variant 7 (unrounded)."""
+    c4 = qt.MLAPagedCache(model, batch_size=1, max_cache_len=256, config="C4R4", sink=0, window=0)
+    pre, dec = c4.attends_rounded(1, 8, 16, 64), c4.attends_rounded(1, 1, 16, 64)
+    check(pre and not dec, "C4R4 v7: prefill 1 x 8 x H 16 rounds (variant 2), decode does not",
+          (pre, dec))
+    c8 = qt.MLAPagedCache(model, batch_size=1, max_cache_len=256, config="C8R8")
+    bf = qt.MLAPagedCache(model, batch_size=1, max_cache_len=256, config="BF16")
+    check(c8.attends_rounded(1, 1, 16, 64) and not bf.attends_rounded(1, 8, 16, 64),
+          "C8R8 always rounds, BF16 pages never")
+
+
+def fine_bucket_checks(model, ops, dev, gen, out):
+    """qmla.paging.plan_bucket_fine on the device: a C4R4 cache (sink 4,
+    window 128) of max_cache_len 65536 at lengths beyond 4096, decode
+    through MLAPagedCache (its plan for the fine bucket) against a float64
+    attention over the stored values, and the same batch under the
+    power-of-two bucket's plan: both correct; their plans and kernel times
+    (CUDA events, median of 50) recorded."""
+    H, scale = 16, 1.0 / math.sqrt(96.0)
+    rows_out = []
+    for B, L in ((2, 5000), (2, 40000), (8, 20000)):
+        cache = qt.MLAPagedCache(model, batch_size=B, max_cache_len=65536, config="C4R4")
+        layer = min(cache._pages)
+        rows = latent_rows(B, L, gen, dev)
+        cache.write_rows(layer, rows)
+        cache.check()
+        cap = cache.tables.max_pages * P.PAGE
+        fine, pow2 = P.plan_bucket_fine(L, cap), P.plan_bucket(L, cap)
+        q = (torch.randn((B, 1, H, P.D), generator=gen)).to(torch.bfloat16).to(dev)
+        o_fine, lse_fine = cache.decode_latent(layer, q, scale)
+        plan_f = cache._plan(B, 1, H, L)
+        plan_p = list(ops.decode_plan(cache.cfg_list, B, 1, H, pow2, cache.variant))
+        dws = torch.empty(max(plan_p[4], 16), dtype=torch.uint8, device=dev)
+        seq_len = torch.full((B,), L, dtype=torch.int32, device=dev)
+        pg = cache._pages[layer]
+        o_pow = torch.empty_like(o_fine)
+        lse_pow = torch.empty_like(lse_fine)
+
+        def run(plan, ws, o, lse):
+            ops.decode(q, pg.pool, pg.sink, pg.window, cache._bt, seq_len, ws, o, lse, scale,
+                       cache.cfg_list, plan)
+        run(plan_p, dws, o_pow, lse_pow)
+        vals = cache.stored(layer, L)["values"].double()           # [B, L, 576]
+        if cache.attends_rounded(B, 1, H, L):
+            vals = vals.float().to(torch.bfloat16).double()
+        rf = rows.double()
+        for t in list(range(cache.cfg["sink"])) + list(range(L - cache.cfg["window"], L)):
+            vals[:, t] = rf[:, t]
+        z = scale * torch.einsum("bhd,btd->bht", q[:, 0].double(), vals)
+        l_ref = torch.logsumexp(z, -1)
+        o_ref = torch.einsum("bht,btc->bhc", torch.softmax(z, -1), vals[..., :P.D_C])
+        res = dict(batch=B, length=L, fine_bucket=fine, pow2_bucket=pow2,
+                   plan_fine=[int(v) for v in plan_f[:7]], plan_pow2=[int(v) for v in plan_p[:7]])
+        for tag, o, lse in (("fine", o_fine, lse_fine), ("pow2", o_pow, lse_pow)):
+            nmse = float(((o[:, 0].double() - o_ref) ** 2).sum() / (o_ref ** 2).sum())
+            lerr = float((lse[:, 0].double() - l_ref).abs().max())
+            res[f"nmse_{tag}"], res[f"lse_err_{tag}"] = nmse, lerr
+            check(nmse <= 1e-5 and lerr <= 1e-4, f"fine bucket B {B} L {L}: decode with the "
+                  f"{tag} plan ({fine if tag == 'fine' else pow2}) vs float64 attention",
+                  "nmse %.3e lse err %.3e" % (nmse, lerr))
+        for tag, plan, ws, o, lse in (("fine", plan_f, cache._dws, o_fine, lse_fine),
+                                      ("pow2", plan_p, dws, o_pow, lse_pow)):
+            ts = []
+            for r in range(55):
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                run(plan, ws, o, lse)
+                e1.record()
+                torch.cuda.synchronize(dev)
+                if r >= 5:
+                    ts.append(e0.elapsed_time(e1) * 1e3)
+            res[f"us_{tag}"] = sorted(ts)[len(ts) // 2]
+        print("fine bucket", json.dumps(res), flush=True)
+        rows_out.append(res)
+        del cache
+    check(fine < pow2, "fine bucket: the last case plans for fewer tokens than the power of two",
+          (fine, pow2))
+    out["fine_bucket"] = rows_out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
@@ -354,12 +545,18 @@ def main():
         if name == "C4R4":
             last = c
     refusals(ops, last, dev)
+    extra = {}
+    model = small_model(dev)
+    reserve_checks(model, dev, gen)
+    rounding_checks(model)
+    fine_bucket_checks(model, ops, dev, gen, extra)
     n_ok = sum(ok for _, ok, _ in RES)
     print(f"test_ops: {n_ok}/{len(RES)} checks passed", flush=True)
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(),
-                   "checks": [dict(what=w, ok=o, detail=d) for w, o, d in RES]},
+                   "checks": [dict(what=w, ok=o, detail=str(d)) for w, o, d in RES],
+                   **extra},
                   open(os.path.join(a.out, "test_ops.json"), "w"), indent=1)
     return 0 if n_ok == len(RES) else 1
 

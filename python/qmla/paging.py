@@ -127,6 +127,41 @@ class BlockTables:
         self.lengths[seq] = new_len
         return added
 
+    def grow_all(self, new_len):
+        """Every sequence to at least new_len tokens, all or nothing: the
+        pages the sequences below new_len need are counted first and the
+        request refused (PagingError, nothing changed) when the pool has
+        fewer free; were a sequence's growth to fail anyway, the ones grown
+        before it are undone. Returns the growth record [(seq, old_len,
+        added_pages)] of the sequences whose length changed (undo takes it)."""
+        if new_len > self.max_len:
+            raise PagingError(f"{new_len} tokens above the cache's max_len {self.max_len}: "
+                              "nothing reserved")
+        todo = [s for s in range(self.batch) if self.lengths[s] < new_len]
+        need = sum(max(0, -(-new_len // PAGE) - len(self.pages[s])) for s in todo)
+        if need > self.pool.free:
+            raise PagingError(f"page pool exhausted: {len(todo)} sequences to {new_len} tokens "
+                              f"need {need} pages, {self.pool.free} of {self.pool.n_pages} "
+                              "free: nothing reserved")
+        done = []
+        try:
+            for s in todo:
+                old = self.lengths[s]
+                done.append((s, old, self.grow(s, new_len)))
+        except BaseException:
+            self.undo(done)
+            raise
+        return done
+
+    def undo(self, grown):
+        """Undo a growth record of grow_all: each sequence back to its old
+        length, its added pages back to the pool (the free list as before)."""
+        for s, old, added in reversed(grown):
+            if added:
+                del self.pages[s][len(self.pages[s]) - len(added):]
+                self.pool.release(added)
+            self.lengths[s] = old
+
     def slots(self, seq, positions):
         ps = self.pages[seq]
         out = []
@@ -144,6 +179,26 @@ class BlockTables:
 
     def table(self):
         return [ps + [0] * (self.max_pages - len(ps)) for ps in self.pages]
+
+
+def reserve(tables, new_len, upload):
+    """Grow every sequence of `tables` to at least new_len tokens and hand
+    the changed block-table rows to upload(seqs, rows) (MLAPagedCache: the
+    copy into the device table), all or nothing: a refused growth changes
+    nothing (BlockTables.grow_all), and when upload raises the growth is
+    undone before the error goes on, so that the host tables never claim
+    rows the device table lacks. Returns the sequences whose rows changed
+    (a sequence that stays inside its last page changes no row)."""
+    grown = tables.grow_all(new_len)
+    changed = [s for s, _, added in grown if added]
+    if changed:
+        tab = tables.table()
+        try:
+            upload(changed, [tab[s] for s in changed])
+        except BaseException:
+            tables.undo(grown)
+            raise
+    return changed
 
 
 def protected(cfg, t, length):

@@ -364,19 +364,22 @@ class MLAPagedCache(Cache):
         return n + (self._dws.numel() if self._dws is not None else 0)
 
     def _reserve(self, new_len):
+        """Pages and device block-table rows for new_len tokens of every
+        sequence, all or nothing (qmla.paging.reserve): when the pool cannot
+        hold them or the upload fails, the host tables, the device table and
+        the kept index tensors stay as they were and the error goes on."""
         if new_len <= self._reserved:       # the common case: no Python loop per layer
             return
-        changed = []
-        for s in range(self.batch):
-            if self.tables.lengths[s] < new_len:
-                if self.tables.grow(s, new_len):
-                    changed.append(s)
-        if changed:
-            tab = self.tables.table()
-            rows = torch.tensor([tab[s] for s in changed], dtype=torch.int32)
-            self._bt[changed] = rows.to(self.device, non_blocking=False)
+        if P.reserve(self.tables, new_len, self._upload_rows):
             self._idx = None
         self._reserved = min(self.tables.lengths)
+
+    def _upload_rows(self, seqs, rows):
+        """Block-table rows `rows` of sequences `seqs` into the device table
+        (one copy to the device, then one indexed assignment: either fails
+        before the table changes)."""
+        r = torch.tensor(rows, dtype=torch.int32).to(self.device, non_blocking=False)
+        self._bt[seqs] = r
 
     def _plan(self, B, s_q, H, new_len):
         cap = self.tables.max_pages * P.PAGE
@@ -452,10 +455,16 @@ class MLAPagedCache(Cache):
 
     def attends_rounded(self, B=1, s_q=1, H=16, length=None):
         """True when qmla::decode on this cache attends to BF16-rounded
-        values BF16(fmaf(q, s, l)) for that batch shape (C8R8; C4R4 / C2R4
-        under variants 2 and 5, or variant 7 where its plan hands over to
-        variant 2), False when to fmaf(q, s, l) unrounded (C4R4 / C2R4
-        otherwise) or to the BF16 rows themselves (BF16 pages)."""
+        values BF16(fmaf(q, s, l)) for a call of that shape (B sequences,
+        s_q query tokens each, H heads, sequences of `length` tokens;
+        default: the cache's length), False when to fmaf(q, s, l) unrounded
+        or to the BF16 rows themselves (BF16 pages). C8R8 always rounds;
+        C4R4 / C2R4 round under variants 2 and 5, and under variant 7 where
+        its plan hands over to variant 2 (C4R4 at several row tiles: s_q * H
+        > 16; so a prefill piece may round where the decode steps of the
+        same cache do not). One call of qmla::decode, not a forward: a
+        forward of T tokens runs pieces of at most 1024 / H tokens
+        (qmla.paging.chunks); plan_rounded says it for the plans a run used."""
         if self.cfg["c_bits"] == 16:
             return False
         if self.cfg["c_bits"] == 8:
@@ -464,7 +473,14 @@ class MLAPagedCache(Cache):
         cap = self.tables.max_pages * P.PAGE
         p = self.ops.decode_plan(self.cfg_list, B, s_q, H, P.plan_bucket_fine(max(n, 1), cap),
                                  self.variant)
-        return int(p[5]) in ROUNDED_VARIANTS
+        return self.plan_rounded(p)
+
+    def plan_rounded(self, plan):
+        """attends_rounded for a plan of this cache (qmla::decode_plan's
+        values: the variant that runs is plan[5])."""
+        if self.cfg["c_bits"] == 16:
+            return False
+        return self.cfg["c_bits"] == 8 or int(plan[5]) in ROUNDED_VARIANTS
 
     def decode_latent(self, layer, q, scale, seq_len=None):
         """qmla::decode of absorbed queries q [B, s_q, H, 576] (BF16) on
@@ -538,8 +554,14 @@ class MLAPagedCache(Cache):
         start = self.lengths.get(layer, 0)
         d_n, d_c = d["d_n"], d["d_c"]
         pad = P.D_C - d_c
+        pieces = P.chunks(T, H)
+        # the pages of all T tokens before the first piece is written: a pool
+        # that cannot hold them refuses the forward at its first MLA layer with
+        # nothing written (reserved piece by piece, a prefill of 3 pieces whose
+        # third did not fit left this layer 2 pieces longer than the others)
+        self._reserve(start + T)
         outs = []
-        for s0, s1 in P.chunks(T, H):
+        for s0, s1 in pieces:
             n = s1 - s0
             # [c_kv ; 0 ; k_rope] in one concatenation (the same rows as zeros()
             # and two slice assignments, two launches fewer)

@@ -120,6 +120,95 @@ try:
 except P.PagingError:
     check(True, "")
 
+# ---- reserve (MLAPagedCache._reserve's logic): all or nothing. A mirror list
+# stands in for the device block table; failures are injected where they can
+# happen: the pool runs out at a later sequence, the upload raises, a growth
+# raises after earlier sequences grew.
+def snapshot(bt):
+    return ([list(p) for p in bt.pages], list(bt.lengths), bt.pool.free, list(bt.pool._free))
+
+
+def mirror_upload(dev, fail=None):
+    def up(seqs, rows):
+        if fail is not None:
+            raise fail
+        for s_, r in zip(seqs, rows):
+            dev[s_] = list(r)
+    return up
+
+
+pool = P.PagePool(7)
+bt = P.BlockTables(3, 64 * 5, pool)
+dev = bt.table()
+check(P.reserve(bt, 64, mirror_upload(dev)) == [0, 1, 2], "reserve 64: every row changed")
+check(dev == bt.table() and pool.free == 4, "reserve 64: device rows == host rows, 3 pages used")
+check(P.reserve(bt, 70, mirror_upload(dev)) == [0, 1, 2] and pool.free == 1, "reserve 70")
+before, dev0 = snapshot(bt), [list(r) for r in dev]
+# 3 sequences to 130 tokens need 3 pages, 1 free: sequence 0 would get it and
+# sequence 1 fail (the old loop grew 0 and left its row un-uploaded)
+try:
+    P.reserve(bt, 130, mirror_upload(dev))
+    check(False, "reserve beyond the pool accepted")
+except P.PagingError as e:
+    check("need 3 pages" in str(e) and "1 of 7 free" in str(e) and "nothing reserved" in str(e),
+          "pool exhausted: message names the pages asked and free: " + str(e))
+check(snapshot(bt) == before and dev == dev0, "pool exhausted: tables, pool, device rows unchanged")
+try:
+    P.reserve(bt, 64 * 5 + 1, mirror_upload(dev))
+    check(False, "reserve above max_len accepted")
+except P.PagingError as e:
+    check("max_len" in str(e) and snapshot(bt) == before, "above max_len: refused, unchanged")
+# the upload fails (a device error): the growth is undone
+pool2 = P.PagePool(12)
+bt2 = P.BlockTables(3, 64 * 4, pool2)
+dev2 = bt2.table()
+P.reserve(bt2, 100, mirror_upload(dev2))
+before2, dev20 = snapshot(bt2), [list(r) for r in dev2]
+boom = RuntimeError("CUDA error: injected")
+try:
+    P.reserve(bt2, 200, mirror_upload(dev2, fail=boom))
+    check(False, "failed upload swallowed")
+except RuntimeError as e:
+    check(e is boom, "failed upload: the upload's error goes on")
+check(snapshot(bt2) == before2 and dev2 == dev20, "failed upload: growth undone, device rows unchanged")
+check(P.reserve(bt2, 200, mirror_upload(dev2)) == [0, 1, 2] and dev2 == bt2.table()
+      and pool2.free == 0, "after a failed upload the same reservation succeeds, rows uploaded")
+# a sequence's growth fails after earlier ones grew (grow made to raise at
+# sequence 2): grow_all undoes sequences 0 and 1
+pool3 = P.PagePool(20)
+bt3 = P.BlockTables(4, 64 * 4, pool3)
+P.reserve(bt3, 10, mirror_upload(bt3.table()))
+before3 = snapshot(bt3)
+real_grow = bt3.grow
+
+
+def grow_fails_at_2(seq, new_len):
+    if seq == 2:
+        raise P.PagingError("injected")
+    return real_grow(seq, new_len)
+
+
+bt3.grow = grow_fails_at_2
+try:
+    P.reserve(bt3, 150, mirror_upload(bt3.table()))
+    check(False, "failing growth swallowed")
+except P.PagingError as e:
+    check(str(e) == "injected", "failing growth: its error goes on")
+check(snapshot(bt3) == before3, "failing growth at sequence 2: sequences 0, 1 undone, pool as before")
+bt3.grow = real_grow
+# sequences of different lengths: only the short ones grow; one staying inside
+# its page changes no row
+pool4 = P.PagePool(10)
+bt4 = P.BlockTables(3, 64 * 3, pool4)
+dev4 = bt4.table()
+bt4.grow(1, 100)
+dev4[1] = bt4.table()[1]
+check(P.reserve(bt4, 64, mirror_upload(dev4)) == [0, 2] and bt4.lengths == [64, 100, 64],
+      "reserve skips a longer sequence")
+check(P.reserve(bt4, 100, mirror_upload(dev4)) == [0, 2], "reserve 100: 0 and 2 take a page")
+check(P.reserve(bt4, 110, mirror_upload(dev4)) == [] and bt4.lengths == [110] * 3
+      and dev4 == bt4.table(), "reserve inside the last pages: lengths grow, no row changes")
+
 # ---- protection rule against a simulated ring of W rows + a sink
 for S, W in ((4, 128), (0, 0), (4, 16), (0, 7)):
     cfg = P.parse_config("C4R4", sink=S, window=W)
