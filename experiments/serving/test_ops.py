@@ -490,9 +490,8 @@ def fine_bucket_checks(model, ops, dev, gen, out):
         o_pow = torch.empty_like(o_fine)
         lse_pow = torch.empty_like(lse_fine)
 
-        def run(plan, ws, o, lse):
-            ops.decode(q, pg.pool, pg.sink, pg.window, cache._bt, seq_len, ws, o, lse, scale,
-                       cache.cfg_list, plan)
+        def run(plan, ws, o, lse, bt=cache._bt, cl=cache.cfg_list):
+            ops.decode(q, pg.pool, pg.sink, pg.window, bt, seq_len, ws, o, lse, scale, cl, plan)
         run(plan_p, dws, o_pow, lse_pow)
         vals = cache.stored(layer, L)["values"].double()           # [B, L, 576]
         if cache.attends_rounded(B, 1, H, L):
