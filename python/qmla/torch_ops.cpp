@@ -59,7 +59,12 @@ qmla_kv_config cfg_of(const char *op, c10::IntArrayRef cfg)
 {
     TORCH_CHECK(cfg.size() == 5, op, ": cfg: expected [c_bits, r_bits, group, sink, window], found ",
                 N(cfg.size()), " values");
-    qmla_kv_config c;
+    // value-initialised: every field the operators do not take (meta, since
+    // the q8 metadata work added it) is 0, QMLA_CORE_META_F16 (H200 serving
+    // run 8: left uninitialised, qmla_kv_check read stack garbage as meta
+    // and refused every kv_write / kv_write_status)
+    qmla_kv_config c{};
+    c.meta = QMLA_CORE_META_F16;
     c.c_bits = (int)cfg[0];
     c.r_bits = (int)cfg[1];
     c.group = (int)cfg[2];
