@@ -81,12 +81,15 @@ import qmla.torch as qt  # noqa: E402
 LAYERS, HID, H, DN, DV = 27, 2048, 16, 128, 128
 
 
-def make_model(dev):
+def make_model(dev, layers=LAYERS, hidden=HID, heads=H, d_n=DN, d_v=DV, vocab=1024):
+    """The random BF16 DeepseekV2 attention stack (seed 21, every MLP an
+    identity; d_c 512, d_r 64); the defaults are the benchmark's V2-Lite
+    shape (experiments/serving/test_ops.py makes a small one)."""
     from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
-    cfg = DeepseekV2Config(vocab_size=1024, hidden_size=HID, num_attention_heads=H,
-                           num_key_value_heads=H, kv_lora_rank=512, q_lora_rank=None,
-                           qk_rope_head_dim=64, qk_nope_head_dim=DN, v_head_dim=DV,
-                           num_hidden_layers=LAYERS, first_k_dense_replace=LAYERS,
+    cfg = DeepseekV2Config(vocab_size=vocab, hidden_size=hidden, num_attention_heads=heads,
+                           num_key_value_heads=heads, kv_lora_rank=512, q_lora_rank=None,
+                           qk_rope_head_dim=64, qk_nope_head_dim=d_n, v_head_dim=d_v,
+                           num_hidden_layers=layers, first_k_dense_replace=layers,
                            intermediate_size=256, max_position_embeddings=262144,
                            n_routed_experts=1, n_shared_experts=1, moe_intermediate_size=64,
                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},

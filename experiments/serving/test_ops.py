@@ -357,22 +357,11 @@ def refusals(ops, c, dev):
     check(ops.kv_write_status(ws, cl) == "", "status re-armed after a report")
 
 
-def small_model(dev, H=16, layers=2):
-    """A random BF16 DeepseekV2 stack (H heads, d_c 512, d_r 64) for the
-    MLAPagedCache checks (no MLP work to speak of)."""
-    from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
-    cfg = DeepseekV2Config(vocab_size=64, hidden_size=128, num_attention_heads=H,
-                           num_key_value_heads=H, kv_lora_rank=512, q_lora_rank=None,
-                           qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32,
-                           num_hidden_layers=layers, first_k_dense_replace=layers,
-                           intermediate_size=64, max_position_embeddings=65536,
-                           n_routed_experts=1, n_shared_experts=1, moe_intermediate_size=32,
-                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-                           tie_word_embeddings=False, attn_implementation="eager")
-    torch.manual_seed(21)
-    with torch.device(dev):
-        m = DeepseekV2ForCausalLM(cfg).to(torch.bfloat16)
-    return m.eval()
+def small_model(dev):
+    """A random 2-layer BF16 DeepseekV2 stack (H 16, d_c 512, d_r 64; MLP
+    identity) for the MLAPagedCache checks: bench_serving.make_model, small."""
+    from bench_serving import make_model
+    return make_model(dev, layers=2, hidden=128, heads=16, d_n=32, d_v=32, vocab=64)
 
 
 def host_state(cache):
