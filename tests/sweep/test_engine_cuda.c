@@ -1619,6 +1619,21 @@ int main(void)
      * unset: all, in this order (a section left out shifts the random
      * inputs of the later ones) */
     sections = getenv("QMLA_TEST_SECTIONS");
+    /* the GEMM precision is a dimension of the whole table (run 12): the
+     * process runs every case in the mode QMLA_CUDA_ENGINE_GEMM names
+     * (fp32 | 3xtf32), against the same CPU references and tolerance;
+     * scripts/device-gpu-engine.sh's run12 step runs the test in both */
+    {
+        const char *gm = qmla_cuda_engine_gemm_name();
+        CHECK(gm != NULL, "QMLA_CUDA_ENGINE_GEMM is fp32, 3xtf32 or unset (%s)",
+              gm ? gm : qmla_cuda_engine_gemm_error());
+        CHECK(qmla_cuda_engine_set_gemm("tf32") == -1 &&
+                  strcmp(qmla_cuda_engine_gemm_name() ? qmla_cuda_engine_gemm_name() : "",
+                         gm ? gm : "") == 0,
+              "an unknown GEMM mode is refused and leaves the mode as it was");
+        printf("GEMM mode: %s\n", gm ? gm : "(malformed)");
+        fflush(stdout);
+    }
     if (want("rules"))
         test_device_rules(ctx_before);
     for (size_t k = 0; want("sweep") && k < sizeof cases / sizeof cases[0]; k++)
