@@ -697,6 +697,26 @@ static float *tf32_buf(cublasHandle_t h, cudaStream_t s, size_t n)
     return r;
 }
 
+/* The handle's scratch freed and its slot emptied: called before every
+ * cublasDestroy (run 12's table of 32 slots filled up without it: each
+ * workspace makes a handle, and the test's later cases failed with
+ * CUBLAS_STATUS_ALLOC_FAILED) */
+static void tf32_release(cublasHandle_t h)
+{
+    pthread_mutex_lock(&tf32_mu);
+    for (int k = 0; k < 32; k++)
+        if (tf32_tab[k].h == h) {
+            if (tf32_tab[k].buf) {
+                cudaDeviceSynchronize();
+                cudaFree(tf32_tab[k].buf);
+            }
+            tf32_tab[k].h = NULL;
+            tf32_tab[k].buf = NULL;
+            tf32_tab[k].cap = 0;
+        }
+    pthread_mutex_unlock(&tf32_mu);
+}
+
 static size_t footprint(size_t rows, size_t cols, size_t ld, long long stride, size_t batch)
 {
     return (batch > 1 && stride > 0 ? (batch - 1) * (size_t)stride : 0) + (rows - 1) * ld + cols;
@@ -839,6 +859,7 @@ static void sweep_ws_free(void *p)
     if (w->ev1)
         cudaEventDestroy(w->ev1);
     if (w->blas)
+        tf32_release(w->blas);
         cublasDestroy(w->blas);
     if (w->stream)
         cudaStreamDestroy(w->stream);
@@ -1806,6 +1827,7 @@ out:
     if (wuv)
         cudaFree(wuv);
     if (blas)
+        tf32_release(blas);
         cublasDestroy(blas);
     if (st) {
         op_layer_free(L);
@@ -3446,6 +3468,7 @@ static void learn_ctx_free(void *p)
     if (c->hpart)
         cudaFreeHost(c->hpart);
     if (c->blas)
+        tf32_release(c->blas);
         cublasDestroy(c->blas);
     if (c->stream)
         cudaStreamDestroy(c->stream);
