@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <pthread.h>
 
 #include "core/alloc.h"
 #include "driver/engine_cuda.h"
@@ -191,7 +192,11 @@ static void probe_full(void)
 extern "C" const char *qmla_cuda_engine_device(void)
 {
     probe_full();
-    return dev_name[0] ? dev_name : NULL;
+    if (!dev_name[0])
+        return NULL;
+    static char full[sizeof dev_name + 160];
+    snprintf(full, sizeof full, "%s%s", dev_name, qmla_cuda_engine_switches());
+    return full;
 }
 
 extern "C" const char *qmla_cuda_engine_device_light(void)
@@ -249,6 +254,16 @@ extern "C" int qmla_cuda_engine_context_active(int device)
  * it is not usable (why), QMLA_EIO when cudaSetDevice fails. */
 static int device_enter(qmla_error *err)
 {
+    {
+        const char *ge = qmla_cuda_engine_gemm_error();
+        if (ge)
+            return qmla_error_set(err, QMLA_EINVAL, "cuda engine: %s", ge);
+    }
+    {
+        const char *te = qmla_cuda_engine_tile_error();
+        if (te)
+            return qmla_error_set(err, QMLA_EINVAL, "cuda engine: %s", te);
+    }
     if (!qmla_cuda_engine_device())
         return qmla_error_set(err, QMLA_EINVAL, "cuda engine: %s", qmla_cuda_engine_unusable());
     const cudaError_t e = cudaSetDevice(dev_index);
@@ -267,6 +282,57 @@ static void device_enter_quiet(void)
 
 static size_t tile_override;
 extern "C" void qmla_cuda_engine_set_tile(size_t tokens) { tile_override = tokens; }
+
+/* QMLA_CUDA_ENGINE_TILE: unset or "" none, else a positive token count
+ * (0 when malformed: qmla_cuda_engine_tile_error refuses it) */
+static size_t env_tile(void)
+{
+    const long v = parse_index(getenv("QMLA_CUDA_ENGINE_TILE"));
+    return v > 0 ? (size_t)v : 0;
+}
+
+/* NULL when QMLA_CUDA_ENGINE_TILE and QMLA_CUDA_EVAL_SOLVER_AFTER are unset
+ * or well formed, else the message naming the variable (run 12: a
+ * malformed value was silently ignored) */
+extern "C" const char *qmla_cuda_engine_tile_error(void)
+{
+    static char msg[200];
+    const char *t = getenv("QMLA_CUDA_ENGINE_TILE");
+    if (t && *t && parse_index(t) < 0) {
+        char v[48];
+        snprintf(v, sizeof v, "%s", t);
+        snprintf(msg, sizeof msg, "QMLA_CUDA_ENGINE_TILE=\"%s\": expected a number "
+                 "of query tokens (at most 7 digits; 0: automatic), or unset", v);
+        return msg;
+    }
+    const char *a = getenv("QMLA_CUDA_EVAL_SOLVER_AFTER");
+    if (a && *a && strcmp(a, "0") != 0 && strcmp(a, "1") != 0) {
+        char v[48];
+        snprintf(v, sizeof v, "%s", a);
+        snprintf(msg, sizeof msg, "QMLA_CUDA_EVAL_SOLVER_AFTER=\"%s\": expected 0 or 1, "
+                 "or unset", v);
+        return msg;
+    }
+    return NULL;
+}
+
+/* The provenance of the engine's switches that change results in their
+ * last digits (run 12): "" with every default, else "; GEMMs 3xtf32",
+ * "; query tile <= N", "; eval solver after the passes" as set. */
+extern "C" const char *qmla_cuda_engine_switches(void)
+{
+    static char buf[160];
+    buf[0] = '\0';
+    const char *g = qmla_cuda_engine_gemm_name();
+    if (g && strcmp(g, "fp32") != 0)
+        snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "; GEMMs %s", g);
+    const size_t t = tile_override ? tile_override : env_tile();
+    if (t)
+        snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "; query tile <= %zu", t);
+    if (qmla_cuda_engine_solver_after())
+        snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "; eval solver after the passes");
+    return buf;
+}
 
 /* QMLA_CUDA_ENGINE_BEFORE (benchmarks' before rows, in the same run as the
  * after rows, and the tests; engine_cuda.h): 1 the sequences of commit
@@ -515,11 +581,201 @@ static __global__ void totals_kernel(const float *Y0, const float *Yc, const flo
  * gemm_rm computes, for each of `batch` heads, C = alpha op(A) op(B) +
  * beta C in row-major terms (C [M, N]) as the column-major C' = op(B)'
  * op(A)'. */
+static unsigned grid_for_split(size_t n)
+{
+    size_t g = (n + 255) / 256;
+    return (unsigned)(g > 4096 ? 4096 : g < 1 ? 1 : g);
+}
+
+/* ---- the GEMM precision mode (QMLA_CUDA_ENGINE_GEMM, run 12) ----------------
+ * fp32 (default): cublasSgemmStridedBatched, CUBLAS_DEFAULT_MATH.
+ * 3xtf32: each operand split into a TF32-representable high part (round to
+ * nearest, 10 mantissa bits) and its float32 remainder; C = lo_A hi_B +
+ * hi_A lo_B + hi_A hi_B (small terms first) by three TF32 tensor-core GEMMs
+ * (CUBLAS_COMPUTE_32F_FAST_TF32) accumulating in float32; lo_A lo_B dropped.
+ * A malformed value is an error at the engine's first use (device_enter). */
+static int gemm_mode_v = -1; /* 0 fp32, 1 3xtf32, 2 malformed */
+static char gemm_bad[48];
+static int gemm_mode(void)
+{
+    if (gemm_mode_v < 0) {
+        const char *e = getenv("QMLA_CUDA_ENGINE_GEMM");
+        if (!e || !*e || strcmp(e, "fp32") == 0)
+            gemm_mode_v = 0;
+        else if (strcmp(e, "3xtf32") == 0)
+            gemm_mode_v = 1;
+        else {
+            snprintf(gemm_bad, sizeof gemm_bad, "%s", e);
+            gemm_mode_v = 2;
+        }
+    }
+    return gemm_mode_v;
+}
+extern "C" const char *qmla_cuda_engine_gemm_name(void)
+{
+    const int m = gemm_mode();
+    return m == 0 ? "fp32" : m == 1 ? "3xtf32" : NULL;
+}
+extern "C" int qmla_cuda_engine_set_gemm(const char *name)
+{
+    const int old = gemm_mode();
+    if (!name || strcmp(name, "fp32") == 0)
+        gemm_mode_v = 0;
+    else if (strcmp(name, "3xtf32") == 0)
+        gemm_mode_v = 1;
+    else
+        return -1;
+    return old;
+}
+/* NULL when the mode is valid, else the message */
+extern "C" const char *qmla_cuda_engine_gemm_error(void)
+{
+    static char msg[160];
+    if (gemm_mode() != 2)
+        return NULL;
+    snprintf(msg, sizeof msg, "QMLA_CUDA_ENGINE_GEMM=\"%s\": expected fp32 or 3xtf32",
+             gemm_bad);
+    return msg;
+}
+
+static __global__ void tf32_split_kernel(const float *x, float *hi, float *lo, size_t n)
+{
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        const float v = x[k];
+        if (!isfinite(v)) {
+            hi[k] = v;
+            lo[k] = 0.0f;
+            continue;
+        }
+        /* round to nearest (ties away) at the 13th mantissa bit */
+        const unsigned u = (__float_as_uint(v) + 0x1000u) & 0xffffe000u;
+        float h = __uint_as_float(u);
+        if (!isfinite(h))
+            h = __uint_as_float(__float_as_uint(v) & 0xffffe000u);
+        hi[k] = h;
+        lo[k] = v - h;
+    }
+}
+
+/* per cuBLAS handle a scratch buffer for the split operands, stream-ordered */
+typedef struct {
+    cublasHandle_t h;
+    float *buf;
+    size_t cap;
+} tf32_scratch;
+static tf32_scratch tf32_tab[32];
+static pthread_mutex_t tf32_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static float *tf32_buf(cublasHandle_t h, cudaStream_t s, size_t n)
+{
+    float *r = NULL;
+    pthread_mutex_lock(&tf32_mu);
+    tf32_scratch *e = NULL;
+    for (int k = 0; k < 32 && !e; k++)
+        if (tf32_tab[k].h == h)
+            e = &tf32_tab[k];
+    for (int k = 0; k < 32 && !e; k++)
+        if (!tf32_tab[k].h) {
+            e = &tf32_tab[k];
+            e->h = h;
+        }
+    if (e) {
+        if (e->cap < n) {
+            if (e->buf)
+                cudaFreeAsync(e->buf, s);
+            e->buf = NULL;
+            e->cap = 0;
+            if (cudaMallocAsync((void **)&e->buf, n * sizeof(float), s) == cudaSuccess)
+                e->cap = n;
+            else
+                e->buf = NULL;
+        }
+        r = e->buf;
+    }
+    pthread_mutex_unlock(&tf32_mu);
+    return r;
+}
+
+/* The handle's scratch freed and its slot emptied: called before every
+ * cublasDestroy (run 12's table of 32 slots filled up without it: each
+ * workspace makes a handle, and the test's later cases failed with
+ * CUBLAS_STATUS_ALLOC_FAILED) */
+static void tf32_release(cublasHandle_t h)
+{
+    pthread_mutex_lock(&tf32_mu);
+    for (int k = 0; k < 32; k++)
+        if (tf32_tab[k].h == h) {
+            if (tf32_tab[k].buf) {
+                cudaDeviceSynchronize();
+                cudaFree(tf32_tab[k].buf);
+            }
+            tf32_tab[k].h = NULL;
+            tf32_tab[k].buf = NULL;
+            tf32_tab[k].cap = 0;
+        }
+    pthread_mutex_unlock(&tf32_mu);
+}
+
+static size_t footprint(size_t rows, size_t cols, size_t ld, long long stride, size_t batch)
+{
+    return (batch > 1 && stride > 0 ? (batch - 1) * (size_t)stride : 0) + (rows - 1) * ld + cols;
+}
+
+static cublasStatus_t gemm_tf32_ex(cublasHandle_t h, int ta, int tb, size_t M, size_t N,
+                                   size_t K, float alpha, const float *A, size_t lda,
+                                   long long sA, const float *Bm, size_t ldb, long long sB,
+                                   float beta, float *C, size_t ldc, long long sC, size_t batch)
+{
+    return cublasGemmStridedBatchedEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                      ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K,
+                                      &alpha, Bm, CUDA_R_32F, (int)ldb, sB, A, CUDA_R_32F,
+                                      (int)lda, sA, &beta, C, CUDA_R_32F, (int)ldc, sC,
+                                      (int)batch, CUBLAS_COMPUTE_32F_FAST_TF32,
+                                      CUBLAS_GEMM_DEFAULT);
+}
+
+static cublasStatus_t gemm_3xtf32(cublasHandle_t h, int ta, int tb, size_t M, size_t N,
+                                  size_t K, float alpha, const float *A, size_t lda,
+                                  long long sA, const float *Bm, size_t ldb, long long sB,
+                                  float beta, float *C, size_t ldc, long long sC, size_t batch)
+{
+    if (M == 0 || N == 0 || batch == 0)
+        return CUBLAS_STATUS_SUCCESS;
+    if (K == 0)
+        return gemm_tf32_ex(h, ta, tb, M, N, K, alpha, A, lda, sA, Bm, ldb, sB, beta, C, ldc,
+                            sC, batch);
+    const size_t fa = footprint(ta ? K : M, ta ? M : K, lda, sA, batch);
+    const size_t fb = footprint(tb ? N : K, tb ? K : N, ldb, sB, batch);
+    cudaStream_t s = 0;
+    cublasGetStream(h, &s);
+    float *buf = tf32_buf(h, s, 2 * (fa + fb));
+    if (!buf)
+        return CUBLAS_STATUS_ALLOC_FAILED;
+    float *ah = buf, *al = buf + fa, *bh = buf + 2 * fa, *bl = buf + 2 * fa + fb;
+    tf32_split_kernel<<<grid_for_split(fa), 256, 0, s>>>(A, ah, al, fa);
+    tf32_split_kernel<<<grid_for_split(fb), 256, 0, s>>>(Bm, bh, bl, fb);
+    if (cudaGetLastError() != cudaSuccess)
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    cublasStatus_t st;
+    if ((st = gemm_tf32_ex(h, ta, tb, M, N, K, alpha, al, lda, sA, bh, ldb, sB, beta, C, ldc,
+                           sC, batch)))
+        return st;
+    if ((st = gemm_tf32_ex(h, ta, tb, M, N, K, alpha, ah, lda, sA, bl, ldb, sB, 1.0f, C, ldc,
+                           sC, batch)))
+        return st;
+    return gemm_tf32_ex(h, ta, tb, M, N, K, alpha, ah, lda, sA, bh, ldb, sB, 1.0f, C, ldc, sC,
+                        batch);
+}
+
 static cublasStatus_t gemm_rm(cublasHandle_t h, int ta, int tb, size_t M, size_t N,
                               size_t K, float alpha, const float *A, size_t lda,
                               long long sA, const float *Bm, size_t ldb, long long sB,
                               float beta, float *C, size_t ldc, long long sC, size_t batch)
 {
+    if (gemm_mode() == 1)
+        return gemm_3xtf32(h, ta, tb, M, N, K, alpha, A, lda, sA, Bm, ldb, sB, beta, C, ldc,
+                           sC, batch);
     return cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                                      ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K,
                                      &alpha, Bm, (int)ldb, sB, A, (int)lda, sA, &beta, C,
@@ -603,6 +859,7 @@ static void sweep_ws_free(void *p)
     if (w->ev1)
         cudaEventDestroy(w->ev1);
     if (w->blas)
+        tf32_release(w->blas);
         cublasDestroy(w->blas);
     if (w->stream)
         cudaStreamDestroy(w->stream);
@@ -759,10 +1016,8 @@ static int sweep_ws_alloc(const qmla_mla_dims *d, size_t T_max, int verify, void
          * products of query tile k span only keys < (k+1) B) caps it like
          * the test hook; results agree within rounding, not bit for bit */
         size_t cap = tile_override;
-        if (!cap) {
-            const long v = parse_index(getenv("QMLA_CUDA_ENGINE_TILE"));
-            cap = v > 0 ? (size_t)v : 0;
-        }
+        if (!cap)
+            cap = env_tile();
         if (cap && B > cap)
             B = cap;
         if (B < 1)
@@ -1572,6 +1827,7 @@ out:
     if (wuv)
         cudaFree(wuv);
     if (blas)
+        tf32_release(blas);
         cublasDestroy(blas);
     if (st) {
         op_layer_free(L);
@@ -2587,6 +2843,8 @@ extern "C" int qmla_cuda_engine_solver_after(void)
 {
     if (solver_after_v < 0) {
         const char *v = getenv("QMLA_CUDA_EVAL_SOLVER_AFTER");
+        /* unset, "" or "0": 0; "1": 1; anything else is refused by
+         * qmla_cuda_engine_tile_error (device_enter) and reads as 0 */
         solver_after_v = v && !strcmp(v, "1");
     }
     return solver_after_v;
@@ -3210,6 +3468,7 @@ static void learn_ctx_free(void *p)
     if (c->hpart)
         cudaFreeHost(c->hpart);
     if (c->blas)
+        tf32_release(c->blas);
         cublasDestroy(c->blas);
     if (c->stream)
         cudaStreamDestroy(c->stream);

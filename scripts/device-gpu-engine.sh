@@ -32,7 +32,7 @@
 # cross term's conditioning (docs/cuda-engine.md "H200 run 11");
 # sanitizers: the test, memcheck and racecheck at once, the sanitizers split
 # over sections of the test (QMLA_TEST_SECTIONS), every log into engine.log;
-# run in this order: build test bench ops ops4k tf before run10 run11 tfcli cli sanitizers memcheck. TEST_TIMEOUT (default 240) bounds the
+# run in this order: build test bench ops ops4k tf before run10 run12 run11 tfcli cli sanitizers memcheck. TEST_TIMEOUT (default 240) bounds the
 # agreement test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -186,6 +186,33 @@ if [[ " $steps " == *" run10 "* ]]; then
   say "run10 v3 before exit $?"
   unset QMLA_CUDA_ENGINE_PROFILE
   rm -f /tmp/v2l.h5 /tmp/v3.h5
+fi
+# run12: the GEMM precision (QMLA_CUDA_ENGINE_GEMM=fp32|3xtf32): V3 predict
+# (GPU only, 4 sequences) in both modes, then the agreement test's sweep,
+# op and iv sections in both modes at once (RUN12_SECTIONS, RUN12_TIMEOUT)
+if [[ " $steps " == *" run12 "* ]]; then
+  say "run12: synth V3 ($(date -u +%H:%M:%S))"
+  $B/cli/qmla synth -o /tmp/v3.h5 --shape deepseek-v3 --layers 1 --cells 1 --seqs 8 \
+    --tokens 512 --no-pre --force --threads 16 >>"$LOG" 2>&1
+  for gm in fp32 3xtf32 fp32 3xtf32; do
+    say "run12: V3 ops, QMLA_CUDA_ENGINE_GEMM=$gm ($(date -u +%H:%M:%S))"
+    QMLA_CUDA_ENGINE_GEMM=$gm timeout 60 $B/bench/bench_engine /tmp/v3.h5 --threads 16 --no-sweep \
+      --no-cpu --ops --op-seqs 4 --iv-seqs 0 --out $OUT/r12-ops-$gm.h5 >>"$LOG" 2>&1
+    say "run12 v3 ops $gm exit $?"
+  done
+  say "run12: malformed QMLA_CUDA_ENGINE_GEMM"
+  QMLA_CUDA_ENGINE_GEMM=tf32 timeout 30 $B/bench/bench_engine /tmp/v3.h5 --threads 16 --no-sweep \
+    --no-cpu --ops --op-seqs 1 --iv-seqs 0 --out /tmp/r12-bad.h5 >>"$LOG" 2>&1
+  say "run12 malformed exit $? (expected non-zero)"
+  rm -f /tmp/v3.h5
+  say "run12: test_engine_cuda sections ${RUN12_SECTIONS:-sweep,op,iv}, both modes ($(date -u +%H:%M:%S))"
+  for gm in fp32 3xtf32; do
+    ( QMLA_TEST_SECTIONS=${RUN12_SECTIONS:-sweep,op,iv} QMLA_CUDA_ENGINE_GEMM=$gm \
+        timeout ${RUN12_TIMEOUT:-150} $B/tests/test_engine_cuda >$OUT/test-$gm.log 2>&1;
+      echo "== exit $? ($gm)" >>$OUT/test-$gm.log ) &
+  done
+  wait
+  for gm in fp32 3xtf32; do tail -3 $OUT/test-$gm.log | tee -a "$LOG"; done
 fi
 if [[ " $steps " == *" run11 "* ]]; then
   # docs/cuda-engine.md, "H200 run 11": (1) eval's ||C||_2 eigensolver on its

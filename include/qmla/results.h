@@ -52,7 +52,7 @@ typedef struct qmla_results_meta {
     char git_commit[64];      /* "" when not built from a git checkout */
     char command_line[2048];  /* as given by the program, "" if none */
     char created_utc[32];     /* ISO 8601, e.g. 2026-11-30T10:26:15Z */
-    char engine[32];          /* the driver's engine (qmla_engine_name); "" for "cpu" */
+    char engine[64];          /* the driver's engine (qmla_engine_name); "" for "cpu" */
     /* writer only: an existing results file of the same capture, parameters
      * and cell set whose other root groups (/jvp, /predict, ...: what later
      * commands added) are carried into the new file; "" for none */

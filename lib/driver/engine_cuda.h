@@ -106,6 +106,24 @@ void qmla_cuda_engine_select(int device);
  * message), or "" when it is not. */
 const char *qmla_cuda_engine_unusable(void);
 
+/* The GEMM precision (run 12): QMLA_CUDA_ENGINE_GEMM=fp32 (unset: the
+ * default, cublasSgemm) or 3xtf32 (each float32 operand split into a TF32
+ * high part and its float32 remainder, hi*hi + hi*lo + lo*hi by TF32
+ * tensor-core GEMMs accumulating in float32). gemm_name: "fp32", "3xtf32",
+ * or NULL when the variable is malformed (gemm_error then gives the
+ * message; device_enter refuses every engine call with it). set_gemm
+ * returns the mode before (0 fp32, 1 3xtf32, 2 malformed) or -1 for an
+ * unknown name. tile_error: the same for QMLA_CUDA_ENGINE_TILE and
+ * QMLA_CUDA_EVAL_SOLVER_AFTER. switches: "" with the defaults, else the
+ * non-default switches ("; GEMMs 3xtf32", "; query tile <= N", "; eval
+ * solver after the passes"), appended to qmla_cuda_engine_device and so to
+ * the results' engine_device. */
+const char *qmla_cuda_engine_gemm_name(void);
+const char *qmla_cuda_engine_gemm_error(void);
+int qmla_cuda_engine_set_gemm(const char *name);
+const char *qmla_cuda_engine_tile_error(void);
+const char *qmla_cuda_engine_switches(void);
+
 /* Test hook: the largest query tile (tokens) of the sweep workspaces
  * allocated afterwards; 0 (the default) sizes tiles from device memory. */
 void qmla_cuda_engine_set_tile(size_t tokens);

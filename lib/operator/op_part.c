@@ -115,7 +115,7 @@ typedef struct part_hdr {
     int have;
     size_t shard, n_shards;
     unsigned long long hash;
-    char engine[32];
+    char engine[64];
     int ordinal;
     char device[320];
 } part_hdr;
@@ -170,7 +170,7 @@ static int header(merge_rd *m, char *rec, qmla_error *err)
     const char *path = m->parts[m->p];
     part_hdr *h = &m->hdr[m->p];
     char esc[1024];
-    if (sscanf(rec, "P %zu %zu %llx %31s %d %1023s", &h->shard, &h->n_shards, &h->hash,
+    if (sscanf(rec, "P %zu %zu %llx %63s %d %1023s", &h->shard, &h->n_shards, &h->hash,
                h->engine, &h->ordinal, esc) != 6 || h->n_shards < 2 ||
         h->shard >= h->n_shards || h->n_shards > 1000000)
         return qmla_error_set(err, QMLA_EMISMATCH, "%s: not a part file: its first record "
@@ -338,7 +338,7 @@ typedef struct replay_skip_p {
     qmla_jnl_replay_fn fn;
     void *ctx;
     int first;
-    char engine[32]; /* the P header's */
+    char engine[64]; /* the P header's (an engine set, as journal.h engines[64]) */
     size_t items;
 } replay_skip_p;
 
@@ -348,7 +348,7 @@ static int replay_part_record(void *ctx, char *rec, size_t len, qmla_error *err)
     if (r->first) {
         r->first = 0;
         if (rec[0] == 'P' && rec[1] == ' ') { /* the part header */
-            if (sscanf(rec, "P %*s %*s %*s %31s", r->engine) != 1)
+            if (sscanf(rec, "P %*s %*s %*s %63s", r->engine) != 1)
                 r->engine[0] = '\0';
             return QMLA_OK;
         }

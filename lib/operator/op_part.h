@@ -76,7 +76,7 @@ int qmla_oppart_replay_files(const char *const *files, size_t n, const char *kin
 
 /* The engine and devices of the merged parts, for the provenance. */
 typedef struct qmla_oppart_prov {
-    char engine[32];
+    char engine[64]; /* an engine set, "+"-joined (journal.h engines[64]) */
     char device[256]; /* "" (none), the one device, or "K devices: ..." */
 } qmla_oppart_prov;
 

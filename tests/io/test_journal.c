@@ -15,6 +15,8 @@
 #include "check.h"
 #include "fixture.h"
 #include "../lib/io/journal.h"
+#include "../lib/operator/op_part.h"
+#include "qmla/engine.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +94,49 @@ static size_t reopen(const char *p, const char *kind, const char *key, int force
     if (*st == 0)
         qmla_jnl_close(&j, 0);
     return n;
+}
+
+static int emit_one(void *ctx, qmla_jnl *j, qmla_error *err)
+{
+    (void)ctx;
+    (void)err;
+    qmla_jnl_printf(j, "I 0\n");
+    return qmla_jnl_commit(j, err);
+}
+
+static int count_rec(void *ctx, char *rec, size_t len, qmla_error *err)
+{
+    (void)rec;
+    (void)len;
+    (void)err;
+    ++*(size_t *)ctx;
+    return QMLA_OK;
+}
+
+/* A part file whose header names an engine set of 59 bytes (the sets hold
+ * 63, journal.h engines[64]): read back whole by the replay (the header
+ * was read with %31s until run 12, which cut such a set and made the part
+ * "not a part file" at the merge). */
+static void test_long_engine_set(void)
+{
+    qmla_error err;
+    qmla_error_clear(&err);
+    const qmla_engine *cpu = NULL;
+    CHECK_OK(qmla_engine_find("cpu", &cpu, &err), err);
+    const char *set = "cpu+cuda+engine-with-a-long-name-0123456789+another-name-xy";
+    CHECK(strlen(set) > 31 && strlen(set) < 64, "the set's length %zu", strlen(set));
+    const char *p = tmp("long.part");
+    int st = qmla_oppart_write(p, "tpart", "k=1", 0, 2, 0x1234, cpu, set, emit_one, NULL, &err);
+    CHECK_OK(st, err);
+    char engines[64] = "";
+    size_t n = 0;
+    const char *files[1] = {p};
+    st = qmla_oppart_replay_files(files, 1, "tjnl", "tpart", "k=1", count_rec, &n, engines,
+                                  sizeof engines, &err);
+    CHECK_OK(st, err);
+    CHECK(n == 1, "the part's items replayed: %zu (expected 1)", n);
+    CHECK(!strcmp(engines, set), "the part's engine set read back: \"%s\" (expected \"%s\")",
+          engines, set);
 }
 
 int main(void)
@@ -336,5 +381,6 @@ int main(void)
         qmla_jnl_engines_add(set, sizeof set, "toolong");
         CHECK(!strcmp(set, "cuda+cpu+cud"), "a name that does not fit is left out: \"%s\"", set);
     }
+    test_long_engine_set();
     return check_summary("test_journal");
 }

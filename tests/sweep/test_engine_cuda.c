@@ -1558,6 +1558,55 @@ static int sections_valid(void)
     }
 }
 
+/* The benchmark switches' parsing (run 12), host-only, before the device
+ * is probed (so it runs on a machine without a device too): a malformed
+ * QMLA_CUDA_ENGINE_TILE or QMLA_CUDA_EVAL_SOLVER_AFTER is an error naming
+ * the variable (it was silently ignored), well-formed ones are not; an
+ * unknown GEMM mode is refused by the setter. The caller's values are put
+ * back. */
+static void set_or_unset(const char *name, const char *v)
+{
+    if (v)
+        setenv(name, v, 1);
+    else
+        unsetenv(name);
+}
+
+static void test_switch_parsing(void)
+{
+    char keep_t[64] = "", keep_a[64] = "";
+    const char *t0 = getenv("QMLA_CUDA_ENGINE_TILE"), *a0 = getenv("QMLA_CUDA_EVAL_SOLVER_AFTER");
+    if (t0)
+        snprintf(keep_t, sizeof keep_t, "%s", t0);
+    if (a0)
+        snprintf(keep_a, sizeof keep_a, "%s", a0);
+    static const struct { const char *tile, *after; int bad; const char *names; } rows[] = {
+        {NULL, NULL, 0, ""},       {"128", NULL, 0, ""},
+        {"0", "1", 0, ""},         {"12x", NULL, 1, "QMLA_CUDA_ENGINE_TILE=\"12x\""},
+        {"-3", NULL, 1, "QMLA_CUDA_ENGINE_TILE"},
+        {"99999999", NULL, 1, "QMLA_CUDA_ENGINE_TILE"},
+        {NULL, "yes", 1, "QMLA_CUDA_EVAL_SOLVER_AFTER=\"yes\""},
+        {"64", "0", 0, ""}};
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        set_or_unset("QMLA_CUDA_ENGINE_TILE", rows[k].tile);
+        set_or_unset("QMLA_CUDA_EVAL_SOLVER_AFTER", rows[k].after);
+        const char *e = qmla_cuda_engine_tile_error();
+        CHECK((e != NULL) == rows[k].bad && (!e || strstr(e, rows[k].names)),
+              "switches TILE=%s AFTER=%s: %s (expected %s)", rows[k].tile ? rows[k].tile : "unset",
+              rows[k].after ? rows[k].after : "unset", e ? e : "accepted",
+              rows[k].bad ? "an error naming the variable" : "accepted");
+    }
+    set_or_unset("QMLA_CUDA_ENGINE_TILE", t0 ? keep_t : NULL);
+    set_or_unset("QMLA_CUDA_EVAL_SOLVER_AFTER", a0 ? keep_a : NULL);
+    const char *gm = qmla_cuda_engine_gemm_name();
+    char keep_g[16];
+    snprintf(keep_g, sizeof keep_g, "%s", gm ? gm : "");
+    CHECK(qmla_cuda_engine_set_gemm("tf32") == -1, "GEMM mode \"tf32\" refused by the setter");
+    const char *g2 = qmla_cuda_engine_gemm_name();
+    CHECK(!strcmp(g2 ? g2 : "", keep_g), "a refused GEMM mode leaves the mode (%s, was %s)",
+          g2 ? g2 : "malformed", keep_g);
+}
+
 int main(void)
 {
     /* line by line: a run cut by a sanitizer's time limit still shows how
@@ -1571,12 +1620,13 @@ int main(void)
     /* QMLA_TEST_ENGINE=cpu with QMLA_TEST_ONLY=learn: the CPU engine in
      * the cuda engine's place, so the learn rows print the CPU's own
      * rounding yardstick (its reference form) without a device */
+    test_switch_parsing();
     const char *te = getenv("QMLA_TEST_ENGINE"), *to = getenv("QMLA_TEST_ONLY");
     if (te && !strcmp(te, "cpu") && to && !strcmp(to, "learn"))
         cuda = qmla_engine_cpu();
     else if (qmla_engine_find("cuda", &cuda, &err)) {
         printf("SKIP: %s\n", err.msg);
-        return 77;
+        return check_fail_ ? check_summary("test_engine_cuda") : 77;
     }
     /* read before anything else touches the device: the find above is the
      * light probe (run 11) */
@@ -1619,6 +1669,17 @@ int main(void)
      * unset: all, in this order (a section left out shifts the random
      * inputs of the later ones) */
     sections = getenv("QMLA_TEST_SECTIONS");
+    /* the GEMM precision is a dimension of the whole table (run 12): the
+     * process runs every case in the mode QMLA_CUDA_ENGINE_GEMM names
+     * (fp32 | 3xtf32), against the same CPU references and tolerance;
+     * scripts/device-gpu-engine.sh's run12 step runs the test in both */
+    {
+        const char *gm = qmla_cuda_engine_gemm_name();
+        CHECK(gm != NULL, "QMLA_CUDA_ENGINE_GEMM is fp32, 3xtf32 or unset (%s)",
+              gm ? gm : qmla_cuda_engine_gemm_error());
+        printf("GEMM mode: %s\n", gm ? gm : "(malformed)");
+        fflush(stdout);
+    }
     if (want("rules"))
         test_device_rules(ctx_before);
     for (size_t k = 0; want("sweep") && k < sizeof cases / sizeof cases[0]; k++)
