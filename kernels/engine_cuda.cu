@@ -858,9 +858,10 @@ static void sweep_ws_free(void *p)
         cudaEventDestroy(w->ev0);
     if (w->ev1)
         cudaEventDestroy(w->ev1);
-    if (w->blas)
+    if (w->blas) {
         tf32_release(w->blas);
         cublasDestroy(w->blas);
+    }
     if (w->stream)
         cudaStreamDestroy(w->stream);
     if (w->cpu) {
@@ -1826,9 +1827,10 @@ out:
         cudaFree(wo);
     if (wuv)
         cudaFree(wuv);
-    if (blas)
+    if (blas) {
         tf32_release(blas);
         cublasDestroy(blas);
+    }
     if (st) {
         op_layer_free(L);
         return st;
@@ -3467,9 +3469,10 @@ static void learn_ctx_free(void *p)
     cuda_free_all(f, sizeof f / sizeof *f);
     if (c->hpart)
         cudaFreeHost(c->hpart);
-    if (c->blas)
+    if (c->blas) {
         tf32_release(c->blas);
         cublasDestroy(c->blas);
+    }
     if (c->stream)
         cudaStreamDestroy(c->stream);
     free(c);

@@ -5,14 +5,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* name, ordinal and count without the rule: cut at " (" after ", device " */
+/* name, ordinal and count without the rule: cut at " (" after ", device ";
+ * the engine's switches after the rule ("...(rule); GEMMs 3xtf32; query
+ * tile <= 128") stay in the key, in brackets, so parts run with other
+ * switches are other entries and a merge does not drop them */
 static void device_key(const char *dev, char *key, size_t len)
 {
     snprintf(key, len, "%s", dev);
     char *d = strstr(key, ", device ");
     char *r = d ? strstr(d, " (") : NULL;
-    if (r)
-        *r = '\0';
+    if (!r)
+        return;
+    const char *d0 = strstr(dev, ", device ");
+    const char *r0 = strstr(d0, " (");
+    const char *close = strchr(r0, ')');
+    const char *sw = close && close[1] == ';' && close[2] == ' ' ? close + 3 : NULL;
+    *r = '\0';
+    if (sw && sw[0]) {
+        const size_t u = strlen(key);
+        snprintf(key + u, len - u, " [%s]", sw);
+    }
 }
 
 int qmla_devices_add(qmla_devices *d, const char *dev, qmla_error *err)

@@ -76,5 +76,27 @@ int main(void)
           "small buffer: \"%.*s\"", (int)sizeof small, small);
     qmla_devices_free(&d);
     CHECK(d.n == 0 && d.key == NULL, "freed");
+
+    /* the engine's switches after the rule are part of the identity: the
+     * same device in two GEMM modes is two entries, and a merge of parts on
+     * two devices keeps each part's switches */
+    char big[512];
+    memset(&d, 0, sizeof d);
+    const char *sw = "NVIDIA H200 (sm_90, 139.8 GiB), device 0 of 1 (default); GEMMs 3xtf32; "
+                     "query tile <= 128";
+    CHECK_OK(qmla_devices_add(&d, sw, &err), err);
+    CHECK_OK(qmla_devices_add(&d, "NVIDIA H200 (sm_90, 139.8 GiB), device 0 of 1 (--device); "
+                              "GEMMs 3xtf32; query tile <= 128", &err), err);
+    qmla_devices_format(&d, big, sizeof big);
+    CHECK(d.n == 1 && !strcmp(big, sw), "same device and switches under two rules: one entry, "
+          "the first string whole (n %zu, \"%s\")", d.n, big);
+    CHECK_OK(qmla_devices_add(&d, dev(b, sizeof b, 0, 1, "default"), &err), err);
+    qmla_devices_format(&d, big, sizeof big);
+    CHECK(d.n == 2 && !strcmp(big, "2 devices: NVIDIA H200 (sm_90, 139.8 GiB), device 0 of 1 "
+                              "[GEMMs 3xtf32; query tile <= 128]; NVIDIA H200 (sm_90, 139.8 "
+                              "GiB), device 0 of 1"),
+          "the device without switches is another entry, the switches kept in brackets "
+          "(n %zu, \"%s\")", d.n, big);
+    qmla_devices_free(&d);
     return check_summary("test_devices");
 }
