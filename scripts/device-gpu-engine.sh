@@ -194,16 +194,19 @@ if [[ " $steps " == *" run12 "* ]]; then
   say "run12: synth V3 ($(date -u +%H:%M:%S))"
   $B/cli/qmla synth -o /tmp/v3.h5 --shape deepseek-v3 --layers 1 --cells 1 --seqs 8 \
     --tokens 512 --no-pre --force --threads 16 >>"$LOG" 2>&1
+  rep=0
   for gm in fp32 3xtf32 fp32 3xtf32; do
+    rep=$((rep + 1))
     say "run12: V3 ops, QMLA_CUDA_ENGINE_GEMM=$gm ($(date -u +%H:%M:%S))"
     QMLA_CUDA_ENGINE_GEMM=$gm timeout 60 $B/bench/bench_engine /tmp/v3.h5 --threads 16 --no-sweep \
-      --no-cpu --ops --op-seqs 4 --iv-seqs 0 --out $OUT/r12-ops-$gm.h5 >>"$LOG" 2>&1
+      --no-cpu --ops --op-seqs 4 --iv-seqs 0 --out $OUT/r12-ops-$gm-$(( (rep + 1) / 2 )).h5 >>"$LOG" 2>&1
     say "run12 v3 ops $gm exit $?"
   done
   say "run12: malformed QMLA_CUDA_ENGINE_GEMM"
   QMLA_CUDA_ENGINE_GEMM=tf32 timeout 30 $B/bench/bench_engine /tmp/v3.h5 --threads 16 --no-sweep \
     --no-cpu --ops --op-seqs 1 --iv-seqs 0 --out /tmp/r12-bad.h5 >>"$LOG" 2>&1
   say "run12 malformed exit $? (expected non-zero)"
+  rm -f /tmp/r12-bad.h5
   rm -f /tmp/v3.h5
   say "run12: test_engine_cuda sections ${RUN12_SECTIONS:-sweep,op,iv}, both modes ($(date -u +%H:%M:%S))"
   for gm in fp32 3xtf32; do

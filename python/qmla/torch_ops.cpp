@@ -137,7 +137,7 @@ qmla_kv_cache cache_of(const char *op, const qmla_kv_config &c, const at::Tensor
     const qmla_kv_layout L = qmla_kv_layout_of(&c);
     check_tensor(op, "pool", pool, at::kByte, {-1, (int64_t)L.page_bytes}, pool.device(), 16);
     TORCH_CHECK(pool.size(0) > 0, op, ": pool: no pages");
-    qmla_kv_cache kc;
+    qmla_kv_cache kc{};
     kc.cfg = c;
     kc.pool = (uint8_t *)pool.data_ptr();
     kc.n_pages = (size_t)pool.size(0);
