@@ -260,7 +260,7 @@ static int device_enter(qmla_error *err)
             return qmla_error_set(err, QMLA_EINVAL, "cuda engine: %s", ge);
     }
     {
-        const char *te = qmla_cuda_engine_tile_error();
+        const char *te = qmla_cuda_engine_switch_error();
         if (te)
             return qmla_error_set(err, QMLA_EINVAL, "cuda engine: %s", te);
     }
@@ -284,7 +284,7 @@ static size_t tile_override;
 extern "C" void qmla_cuda_engine_set_tile(size_t tokens) { tile_override = tokens; }
 
 /* QMLA_CUDA_ENGINE_TILE: unset or "" none, else a positive token count
- * (0 when malformed: qmla_cuda_engine_tile_error refuses it) */
+ * (0 when malformed: qmla_cuda_engine_switch_error refuses it) */
 static size_t env_tile(void)
 {
     const long v = parse_index(getenv("QMLA_CUDA_ENGINE_TILE"));
@@ -294,7 +294,7 @@ static size_t env_tile(void)
 /* NULL when QMLA_CUDA_ENGINE_TILE and QMLA_CUDA_EVAL_SOLVER_AFTER are unset
  * or well formed, else the message naming the variable (run 12: a
  * malformed value was silently ignored) */
-extern "C" const char *qmla_cuda_engine_tile_error(void)
+extern "C" const char *qmla_cuda_engine_switch_error(void)
 {
     static char msg[200];
     const char *t = getenv("QMLA_CUDA_ENGINE_TILE");
@@ -596,15 +596,19 @@ static unsigned grid_for_split(size_t n)
  * A malformed value is an error at the engine's first use (device_enter). */
 static int gemm_mode_v = -1; /* 0 fp32, 1 3xtf32, 2 malformed */
 static char gemm_bad[48];
+/* 0 for NULL, "" or "fp32", 1 for "3xtf32", -1 for anything else */
+static int gemm_mode_of(const char *name)
+{
+    if (!name || !*name || strcmp(name, "fp32") == 0)
+        return 0;
+    return strcmp(name, "3xtf32") == 0 ? 1 : -1;
+}
 static int gemm_mode(void)
 {
     if (gemm_mode_v < 0) {
         const char *e = getenv("QMLA_CUDA_ENGINE_GEMM");
-        if (!e || !*e || strcmp(e, "fp32") == 0)
-            gemm_mode_v = 0;
-        else if (strcmp(e, "3xtf32") == 0)
-            gemm_mode_v = 1;
-        else {
+        gemm_mode_v = gemm_mode_of(e);
+        if (gemm_mode_v < 0) {
             snprintf(gemm_bad, sizeof gemm_bad, "%s", e);
             gemm_mode_v = 2;
         }
@@ -618,13 +622,10 @@ extern "C" const char *qmla_cuda_engine_gemm_name(void)
 }
 extern "C" int qmla_cuda_engine_set_gemm(const char *name)
 {
-    const int old = gemm_mode();
-    if (!name || strcmp(name, "fp32") == 0)
-        gemm_mode_v = 0;
-    else if (strcmp(name, "3xtf32") == 0)
-        gemm_mode_v = 1;
-    else
+    const int old = gemm_mode(), m = gemm_mode_of(name);
+    if (m < 0)
         return -1;
+    gemm_mode_v = m;
     return old;
 }
 /* NULL when the mode is valid, else the message */
@@ -2846,7 +2847,7 @@ extern "C" int qmla_cuda_engine_solver_after(void)
     if (solver_after_v < 0) {
         const char *v = getenv("QMLA_CUDA_EVAL_SOLVER_AFTER");
         /* unset, "" or "0": 0; "1": 1; anything else is refused by
-         * qmla_cuda_engine_tile_error (device_enter) and reads as 0 */
+         * qmla_cuda_engine_switch_error (device_enter) and reads as 0 */
         solver_after_v = v && !strcmp(v, "1");
     }
     return solver_after_v;

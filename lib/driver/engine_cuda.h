@@ -113,7 +113,7 @@ const char *qmla_cuda_engine_unusable(void);
  * or NULL when the variable is malformed (gemm_error then gives the
  * message; device_enter refuses every engine call with it). set_gemm
  * returns the mode before (0 fp32, 1 3xtf32, 2 malformed) or -1 for an
- * unknown name. tile_error: the same for QMLA_CUDA_ENGINE_TILE and
+ * unknown name. switch_error: the same for QMLA_CUDA_ENGINE_TILE and
  * QMLA_CUDA_EVAL_SOLVER_AFTER. switches: "" with the defaults, else the
  * non-default switches ("; GEMMs 3xtf32", "; query tile <= N", "; eval
  * solver after the passes"), appended to qmla_cuda_engine_device and so to
@@ -121,7 +121,7 @@ const char *qmla_cuda_engine_unusable(void);
 const char *qmla_cuda_engine_gemm_name(void);
 const char *qmla_cuda_engine_gemm_error(void);
 int qmla_cuda_engine_set_gemm(const char *name);
-const char *qmla_cuda_engine_tile_error(void);
+const char *qmla_cuda_engine_switch_error(void);
 const char *qmla_cuda_engine_switches(void);
 
 /* Test hook: the largest query tile (tokens) of the sweep workspaces

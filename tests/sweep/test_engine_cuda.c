@@ -1590,7 +1590,7 @@ static void test_switch_parsing(void)
     for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
         set_or_unset("QMLA_CUDA_ENGINE_TILE", rows[k].tile);
         set_or_unset("QMLA_CUDA_EVAL_SOLVER_AFTER", rows[k].after);
-        const char *e = qmla_cuda_engine_tile_error();
+        const char *e = qmla_cuda_engine_switch_error();
         CHECK((e != NULL) == rows[k].bad && (!e || strstr(e, rows[k].names)),
               "switches TILE=%s AFTER=%s: %s (expected %s)", rows[k].tile ? rows[k].tile : "unset",
               rows[k].after ? rows[k].after : "unset", e ? e : "accepted",
