@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""experiments/operator/journal_gmeans.py JOURNAL — geometric-mean gain
+"""experiments/operator/journal_gmeans.py JOURNAL[.gz] — geometric-mean gain
 ratios per path and control over the finished items of a `qmla intervene`
 journal (RESULTS.h5.interventions.journal; its R records hold, per item,
 2 paths x 3 controls x reps ratios, path-major, as lib/operator/intervene.c writes
-them), for a run that did not finish: the layers it covers are printed."""
+them), for a run that did not finish: the layers it covers are printed.
+A journal kept compressed (gzip, as six-cell-device/ keeps its) is read as is."""
+import gzip
 import math
 import sys
 
-lines = open(sys.argv[1]).read().split("\n")
+path = sys.argv[1]
+with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+    lines = f.read().split("\n")
 items = [l.split() for l in lines if l.startswith("I ")]
 ratios = [l.split()[1:] for l in lines if l.startswith("R ")]
 reps = len(ratios[0]) // 6
