@@ -12,7 +12,9 @@ docs/figures.md). One row per (cache, context, batch) of the TSV:
                                   7 C4R4-graph-v7 (since run 7: the default
                                   plan): the whole step in a CUDA graph
                                   (decode-kernel variant vN; bench_serving.py
-                                  since run 6)
+                                  since run 6); 8 C2R4 (eager), 9
+                                  C2R4-graph-v7 (run 9's side measurement;
+                                  serving-bench does not draw them)
   context, batch                  tokens per sequence, sequences
   fits                            1 measured, 0 "does not fit" (the cache the
                                   point needs exceeds the budget; no step ran),
@@ -42,7 +44,7 @@ import h5py
 import numpy as np
 
 CACHES = ("C4R4", "BF16", "dynamic", "C4R4-graph-v0", "C4R4-graph-v1", "BF16-graph-v0",
-          "BF16-graph-v3", "C4R4-graph-v7")
+          "BF16-graph-v3", "C4R4-graph-v7", "C2R4", "C2R4-graph-v7")
 STATUS = {"ok": 1, "does not fit": 0, "error": -1, "out of memory": -1, "not run (time)": -1}
 COLS = ("cache", "context", "batch", "status", "cache_bytes", "bytes_per_token",
         "peak_alloc_bytes", "step_s", "tok_s_per_seq", "tok_s_aggregate", "attn_kernels_s")

@@ -3,7 +3,8 @@
 cache against BF16 (issue 21 item 4), on the accelerator machine:
 
   python3 experiments/serving/bench_serving.py --out DIR [--contexts 4096,32768,131072]
-      [--batches 1,8,32,64] [--steps 8] [--budget-gib 125] [--seconds 150]
+      [--batches 1,8,32,64] [--caches C4R4,BF16,dynamic[,C2R4@131072x32+...]]
+      [--steps 8] [--budget-gib 125] [--seconds 150]
       [--graph-variants C4R4:7,1;BF16:0,3] [--replays 10] [--profile-at 131072x32]
 
 Model: a random DeepseekV2 attention stack shaped as DeepSeek-V2-Lite's
@@ -16,6 +17,8 @@ embedding / LM head (vocabulary 1024). Caches, side by side in one run:
   BF16     MLAPagedCache BF16 (the latent [c_kv ; k_rope] in BF16 pages,
            qmla::decode);
   C4R4     MLAPagedCache C4R4 (sink 4, window 128);
+  C2R4, C8R8  likewise, where --caches names them (with @CONTEXTxBATCH+...
+           only at those points: a side measurement, since serving run 9);
 both paged caches filled through qmla::kv_write with random rows. Per
 (cache, context, batch): cache bytes per token (the cache's device bytes /
 (batch x context)), torch.cuda.max_memory_allocated over the steps, decode
@@ -66,6 +69,7 @@ import argparse
 import gc
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -190,15 +194,36 @@ def time_kernels(cache, B, ctx, dev, gen, reps=5):
     return statistics.median(ts)
 
 
+PAGED = ("C4R4", "C2R4", "C8R8", "BF16")
+
+
 def parse_graph_variants(text):
     """'C4R4:0,1;BF16:0,3' -> [('C4R4', 0), ('C4R4', 1), ('BF16', 0), ('BF16', 3)]"""
     out = []
     for part in filter(None, (x.strip() for x in text.split(";"))):
         name, _, vs = part.partition(":")
-        if name not in ("C4R4", "BF16") or not vs:
+        if name not in PAGED or not vs:
             raise SystemExit(f"bench_serving: --graph-variants {text!r}: expected "
-                             "'C4R4:0,1;BF16:0,3' (caches C4R4 / BF16, decode variants)")
+                             f"'C4R4:0,1;BF16:0,3' (caches {' / '.join(PAGED)}, decode variants)")
         out += [(name, int(v)) for v in vs.split(",")]
+    return out
+
+
+def parse_caches(text):
+    """'C4R4,BF16,dynamic,C2R4@131072x32+32768x64' -> [('C4R4', None), ...,
+    ('C2R4', {'131072x32', '32768x64'})]: a cache with '@' runs only at the
+    CONTEXTxBATCH points it names (a side measurement that does not cost the
+    whole grid); without, at every point."""
+    out = []
+    for part in filter(None, (x.strip() for x in text.split(","))):
+        name, at, pts = part.partition("@")
+        points = set(filter(None, pts.split("+"))) if at else None
+        if name not in PAGED + ("dynamic",) or (at and not points) or any(
+                not re.fullmatch(r"[0-9]+x[0-9]+", x) for x in points or ()):
+            raise SystemExit(f"bench_serving: --caches {text!r}: expected caches of "
+                             f"{', '.join(PAGED + ('dynamic',))}, each optionally "
+                             "@CONTEXTxBATCH+... (e.g. 'C4R4,BF16,dynamic,C2R4@131072x32')")
+        out.append((name, points))
     return out
 
 
@@ -477,7 +502,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--contexts", default="4096,32768,131072")
     ap.add_argument("--batches", default="1,8,32,64")
-    ap.add_argument("--caches", default="C4R4,BF16,dynamic")
+    ap.add_argument("--caches", default="C4R4,BF16,dynamic",
+                    help="caches (C4R4, C2R4, C8R8, BF16, dynamic), each at every point or, "
+                         "with @CONTEXTxBATCH+..., only at those")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--budget-gib", type=float, default=125.0)
     ap.add_argument("--seconds", type=float, default=150.0, help="stop starting points after this")
@@ -489,6 +516,7 @@ def main():
     ap.add_argument("--replays", type=int, default=10, help="timed replays of each graph")
     a = ap.parse_args()
     gvars = parse_graph_variants(a.graph_variants)
+    caches = parse_caches(a.caches)
     os.makedirs(a.out, exist_ok=True)
     dev = torch.device("cuda")
     t_start = time.time()
@@ -513,7 +541,9 @@ def main():
     kept_latents = []
     for ctx in [int(x) for x in a.contexts.split(",")]:
         for B in [int(x) for x in a.batches.split(",")]:
-            for cname in a.caches.split(","):
+            for cname, points in caches:
+                if points is not None and f"{ctx}x{B}" not in points:
+                    continue
                 row = dict(cache=cname, context=ctx, batch=B)
                 if time.time() - t_start > a.seconds:
                     row["status"] = "not run (time)"
@@ -556,7 +586,7 @@ def main():
                             if cname != "dynamic":
                                 f.write("\t".join(str(row.get(c, "")) for c in cols) + "\n")
                                 f.flush()
-                                print(row, flush=True)
+                                print("[%.1f s]" % (time.time() - t_start), row, flush=True)
                                 row = None
                                 prof = f"{ctx}x{B}" in a.profile_at.split(",")
                                 for gname, var in gvars:
@@ -567,7 +597,7 @@ def main():
                                     prof = False
                                     f.write("\t".join(str(gr.get(c, "")) for c in cols) + "\n")
                                     f.flush()
-                                    print(gr, flush=True)
+                                    print("[%.1f s]" % (time.time() - t_start), gr, flush=True)
                             del cache
                         except torch.cuda.OutOfMemoryError as e:
                             row.update(status="out of memory", cache_bytes=int(need))
@@ -577,7 +607,7 @@ def main():
                 if row is not None:
                     f.write("\t".join(str(row.get(c, "")) for c in cols) + "\n")
                     f.flush()
-                    print(row, flush=True)
+                    print("[%.1f s]" % (time.time() - t_start), row, flush=True)
     # the largest batch in the budget at each measured context
     f.write("# largest batch inside the budget (%.0f GiB of cache), from the measured bytes "
             "per sequence:\n" % a.budget_gib)
