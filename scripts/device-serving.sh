@@ -14,7 +14,8 @@
 #   families  experiments/serving/generate.py --what families
 #   evalfam   experiments/eval/eval_hook.py families (the QDQ hook alone)
 #   bench     experiments/serving/bench_serving.py (eager rows and, since run 6,
-#             the CUDA-graph rows; TSV and JSON of the graph checks to $OUT)
+#             the CUDA-graph rows; TSV and JSON of the graph checks to $OUT;
+#             with BENCH_MARGIN=N no point starts in the step's last N s)
 # Logs go to $LOGS (default /tmp/serving-logs); after every step they are packed
 # again into $OUT/serving-logs.tgz, so that a call cut short still returns
 # what ran (at most 8 files come back); the benchmark's TSV goes to $OUT.
@@ -74,8 +75,13 @@ for step in "$@"; do
       >"$LOGS/eval_families.log" 2>&1
     echo "rc=$?"; grep -E "^\{|families:" "$LOGS/eval_families.log" | cut -c1-400 | tail -8 ;;
   bench)
+    # BENCH_MARGIN=N: no benchmark point starts later than N s before the
+    # step's limit (--seconds, after BENCH_ARGS), so that the run writes its
+    # summary (largest batch in the budget, graph checks) before the limit
+    bs=()
+    [ -n "${BENCH_MARGIN:-}" ] && bs=(--seconds $((lim > BENCH_MARGIN ? lim - BENCH_MARGIN : 1)))
     timeout $lim $PY experiments/serving/bench_serving.py --out "$OUT" \
-      ${BENCH_ARGS:-} >"$LOGS/bench_serving.log" 2>&1
+      ${BENCH_ARGS:-} "${bs[@]}" >"$LOGS/bench_serving.log" 2>&1
     echo "rc=$?"; grep -v "^{" "$LOGS/bench_serving.log" | tail -60 ;;
   esac
   pack
