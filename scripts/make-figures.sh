@@ -8,7 +8,7 @@
 # experiments/operator/tiny-mla-default-operator.h5) and docs/figures/allocate/
 # (the qmla allocate validation, docs/evidence/allocate-validation/pareto.h5
 # from scripts/allocate-validate.sh) and docs/figures/serving/ (the H200
-# serving benchmark of issue 21, docs/evidence/serving/bench_serving-h200-2026-12-03-run7.tsv,
+# serving benchmark of issue 21, docs/evidence/serving/bench_serving-h200-2026-12-04-run9.tsv,
 # converted by scripts/serving-table.py), and Fig. 5 with Tables 9 and 10:
 # docs/figures/storage/ (fig5a-storage from `qmla storage -o`),
 # docs/figures/decode/ (fig5b-latency and table9 from the H200 decode run 5,
@@ -31,7 +31,7 @@ rm -rf docs/figures/default docs/figures/tiny-mla-full docs/figures/operator doc
   --only fig7-gains,fig7-validation,fig7-interventions,table5,table6 --labels "tiny-mla (default capture)"
 "$qmla" figures docs/evidence/allocate-validation/pareto.h5 -o docs/figures/allocate \
   --only allocate-pareto,allocate-strip
-sv=docs/evidence/serving/bench_serving-h200-2026-12-03-run7
+sv=docs/evidence/serving/bench_serving-h200-2026-12-04-run9
 "${PYTHON:-python3}" scripts/serving-table.py "$sv.tsv" "$sv.h5"
 "$qmla" figures "$sv.h5" -o docs/figures/serving --only serving-bench \
   --labels "H200 serving benchmark"

@@ -738,6 +738,27 @@ for a, s in zip(ex, src):
     good &= (t == "" and a[h.index("tok_s_aggregate")] == "nan") or abs(float(a[h.index("tok_s_aggregate")]) - float(t or "nan")) < 1e-9
 print("ok" if good and errs == 2 and seen == set(caches) - {"C4R4-graph-v0"} else "FAIL", "serving-bench run 7 data: 82 rows (2 errors) equal the TSV's")
 EOF2
+# run 9's file: the C2R4 side measurement at 128K b 32 (cache indices 8, 9):
+# kept in the table with its index, not drawn by serving-bench
+sv9=$ROOT/docs/evidence/serving/bench_serving-h200-2026-12-04-run9.tsv
+expect 0 "serving-table run 9" -- "$PY" "$ROOT/scripts/serving-table.py" "$sv9" "$work/serving9.h5"
+expect 0 "figures serving-bench run 9" -- "$QMLA" figures "$work/serving9.h5" -o "$work/figsS9" --only serving-bench
+pycheck "serving-bench run 9" - "$work/figsS9/data/m1.serving_bench.tsv" "$sv9" <<'EOF2'
+import sys
+def rows(p):
+    r = [l.rstrip("\n").split("\t") for l in open(p) if l.strip() and not l.startswith("#")]
+    return r[0], r[1:]
+caches = ["C4R4", "BF16", "dynamic", "C4R4-graph-v0", "C4R4-graph-v1", "BF16-graph-v0", "BF16-graph-v3", "C4R4-graph-v7", "C2R4", "C2R4-graph-v7"]
+h, ex = rows(sys.argv[1])
+hs, src = rows(sys.argv[2])
+good = len(ex) == len(src) == 72
+c2 = 0
+for a, s in zip(ex, src):
+    c = s[hs.index("cache")]
+    c2 += c.startswith("C2R4")
+    good &= a[h.index("cache")] == c and int(a[h.index("cache_index")]) == caches.index(c)
+print("ok" if good and c2 == 2 else "FAIL", "serving-bench run 9 data: 72 rows (2 of C2R4, indices 8 and 9) equal the TSV's")
+EOF2
 # Tables 5 and 6 from the same file: every value of ours equals the /predict
 # or /interventions attribute exactly (CSV) and the rounding of it (Markdown);
 # the paper's rows are those of plots/table5-paper.tsv and table6-paper.tsv
