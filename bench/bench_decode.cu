@@ -19,6 +19,8 @@
  * variant (decode_cuda.h) beside BF16 over b 1, 8, 32, 64, contexts 4K,
  * 32K, 128K, 1M (b 64: to 128K), H 16 and 128, s_q 1 and 2 (10 samples
  * per point unless --samples; provenance: heads and s_q -1, quick 11;
+ * --variants-q8: BF16 and C4R4 / C2R4 with f16 and with q8 metadata
+ * ("C4R4q8 v7"), H 16, s_q 1, b 8 and 32, 4K, 32K, 128K, 256K, 1M, quick 15;
  * --variants-quick: H 16 s_q 1 whole, the other shapes at 4K and 128K, quick 12;
  * --variants-fmla: the points bench_flashmla.cu times, b 1 / 8 / 32, 4K, 32K
  * and 128K, H 16 and 128, s_q 1, quick 13; --sweep: the default C4R4
@@ -82,6 +84,7 @@ typedef struct {
     qmla_bench_row rows[1024]; /* everything measured, for the HDF5 file */
     size_t n_rows;
     unsigned vmask; /* --vlist: the kernel variants --variants times (default all) */
+    int q8;         /* --variants-q8: C4R4 / C2R4 with q8 metadata beside f16 */
 } bench;
 
 /* One measurement: a TSV line (columns kind, batch, context, config,
@@ -381,8 +384,12 @@ static void bench_decode_point(bench *B, int batch, long ctx, float res_us[4])
  * protected BF16 rows, queries, block table). Prints one Markdown line per
  * configuration and variant. */
 #define NV_MAX 24
+/* --variants-q8: the configurations (q8: q8-metadata pages, kvcache.h) */
+static const char *CFGQ[5] = {"BF16", "C4R4", "C2R4", "C4R4q8", "C2R4q8"};
 static void bench_variants_point(bench *B, int batch, long ctx, int H, int s_q)
 {
+    const char *const *cfgs = B->q8 ? CFGQ : CFG;
+    const int nc = B->q8 ? 5 : 4;
     const int maxp = (int)((ctx + 63) / 64);
     const size_t pages = (size_t)batch * maxp, R = (size_t)s_q * H;
     int32_t *hbt = (int32_t *)malloc(pages * 4);
@@ -406,15 +413,19 @@ static void bench_variants_point(bench *B, int batch, long ctx, int H, int s_q)
     uint16_t *out = (uint16_t *)dalloc((size_t)batch * R * 512 * 2);
     float *lse = (float *)dalloc((size_t)batch * R * 4);
     qmla_decode_args a = {batch, s_q, H, 1.0f / sqrtf(192.0f), q, bt, maxp, len};
-    qmla_kv_cache kc[4];
+    qmla_kv_cache kc[5];
     int n = 0, ent_cfg[NV_MAX], ent_var[NV_MAX], ent_splits[NV_MAX];
     void *ws[NV_MAX];
     cudaGraphExec_t gx[NV_MAX];
-    double bytes[4];
-    for (int ci = 0; ci < 4; ci++) {
+    double bytes[5];
+    for (int ci = 0; ci < nc; ci++) {
         qmla_kv_config cfg;
         qmla_error err;
-        OK(qmla_kv_parse_config(CFG[ci], &cfg, &err), err);
+        char base[8];
+        snprintf(base, sizeof base, "%.4s", cfgs[ci]);
+        OK(qmla_kv_parse_config(base, &cfg, &err), err);
+        if (strstr(cfgs[ci], "q8"))
+            cfg.meta = QMLA_CORE_META_Q8;
         cfg.sink = 4;
         cfg.window = 128;
         const qmla_kv_layout L = qmla_kv_layout_of(&cfg);
@@ -473,7 +484,7 @@ static void bench_variants_point(bench *B, int batch, long ctx, int H, int s_q)
         if (ci == 0 && ent_var[e] == 0)
             snprintf(cs, sizeof cs, "BF16");
         else
-            snprintf(cs, sizeof cs, "%s v%d", CFG[ci], ent_var[e]);
+            snprintf(cs, sizeof cs, "%s v%d", cfgs[ci], ent_var[e]);
         emit(B, kind, batch, ctx, cs, us[e], us[e] / us[0], bytes[ci]);
         const double gbs = bytes[ci] / (us[e] * 1e3);
         printf("| %3d | %3d | %2d | %7ld | %-8s | %9.1f | %5.3f | %5.0f | %5.1f %% | %4d |\n", H,
@@ -483,7 +494,7 @@ static void bench_variants_point(bench *B, int batch, long ctx, int H, int s_q)
         cudaFree(ws[e]);
     }
     fflush(stdout);
-    for (int ci = 0; ci < 4; ci++) {
+    for (int ci = 0; ci < nc; ci++) {
         cudaFree(kc[ci].pool);
         cudaFree(kc[ci].sink);
         cudaFree(kc[ci].window);
@@ -684,6 +695,10 @@ int main(int argc, char **argv)
             variants = 3;
         else if (!strcmp(argv[i], "--sweep"))
             variants = 4;
+        else if (!strcmp(argv[i], "--variants-q8")) {
+            variants = 5;
+            B.q8 = 1;
+        }
         else if (!strcmp(argv[i], "--profile-variants"))
             quick = 4;
         else if (!strcmp(argv[i], "--profile-h128"))
@@ -691,7 +706,8 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: bench_decode [--samples N] [--out F.tsv] [--h5 F.h5] "
                             "[--quick | --profile | --profile-short | --variants | "
-                            "--variants-quick | --variants-fmla | --sweep | --profile-variants | "
+                            "--variants-quick | --variants-fmla | --variants-q8 | --sweep | "
+                            "--profile-variants | "
                             "--profile-h128]\n");
             return 2;
         }
@@ -763,6 +779,14 @@ int main(int argc, char **argv)
                 for (int bi = 0; bi < 2; bi++)
                     for (int xi = 0; xi < 2; xi++)
                         bench_sweep_point(&B, bs[bi], cx[xi], hs[hi], sqs[si]);
+    } else if (variants == 5) { /* --variants-q8: H 16, s_q 1, b 8 and 32, 4K-1M */
+        printf("\n| H | s_q | b | context | kernel | us | x BF16 | GB/s | %% of copy | splits |\n"
+               "|---|---|---|---|---|---|---|---|---|---|\n");
+        const int bs[] = {8, 32};
+        const long cx[] = {4096, 32768, 131072, 262144, 1048576};
+        for (int bi = 0; bi < 2; bi++)
+            for (int xi = 0; xi < 5; xi++)
+                bench_variants_point(&B, bs[bi], cx[xi], 16, 1);
     } else if (variants) {
         printf("\n| H | s_q | b | context | kernel | us | x BF16 | GB/s | %% of copy | splits |\n"
                "|---|---|---|---|---|---|---|---|---|---|\n");

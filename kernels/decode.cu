@@ -691,18 +691,22 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_bf16_kernel(dec_args a)
  * Precision: QK multiplies the codes themselves, so the float32 sums are
  * those of Q.q, not of Q.(128 + q) (whose rounding, relative to
  * 128 sum|Q|, cost 10-40x BF16's LSE error in H200 runs 16-17). */
-template <int CB> struct fcfg {
+template <int CB, bool Q8 = false> struct fcfg {
     static constexpr int CBC = QMLA_KV_DC * CB / 8;  /* content code bytes per token */
     static constexpr int CPR = CBC / 16;              /* 16-byte chunks per content row */
     static constexpr int OFF_RC = QMLA_KV_PAGE * CBC;  /* RoPE codes, 32 bytes per token */
+    /* metadata bytes per token: f16 8 content groups x (s, l), RoPE (s, l);
+     * q8 (kvcache.h) the records S, M, sc[8], m[8] (20) and S, M, sc, m (6) */
+    static constexpr int MBC = Q8 ? 4 + 2 * 8 : 32, MBR = Q8 ? 6 : 4;
     static constexpr int OFF_MC = OFF_RC + QMLA_KV_PAGE * 32;
-    static constexpr int OFF_MR = OFF_MC + QMLA_KV_PAGE * 32;
-    static constexpr int PB = OFF_MR + QMLA_KV_PAGE * 4; /* page bytes */
+    static constexpr int OFF_MR = OFF_MC + QMLA_KV_PAGE * MBC;
+    static constexpr int PB = OFF_MR + QMLA_KV_PAGE * MBR; /* page bytes */
     static constexpr int NST = CB == 4 ? 3 : 4;          /* pipeline stages */
+    static_assert(PB % 16 == 0, "fast_issue copies whole 16-byte chunks");
 };
 
-template <int CB> struct dec_smem_fast {
-    uint8_t stage[fcfg<CB>::NST][fcfg<CB>::PB]; /* pages, content rows swizzled */
+template <int CB, bool Q8 = false> struct dec_smem_fast {
+    uint8_t stage[fcfg<CB, Q8>::NST][fcfg<CB, Q8>::PB]; /* pages, content rows swizzled */
     float sp[8][DEC_ROWS][SSTR];                /* [group][16][64 (+8)] score partials */
     float pf[DEC_ROWS][SSTR];                   /* [16][64 (+8)] probabilities */
     float2 qkm[8][QMLA_KV_PAGE];                /* [group][token] (s, l) */
@@ -713,10 +717,10 @@ template <int CB> struct dec_smem_fast {
     float zs[DEC_ROWS]; /* [16] softmax: the row's scores times zs in log2 units */
 };
 
-template <int CB> static constexpr size_t fast_smem_bytes()
+template <int CB, bool Q8 = false> static constexpr size_t fast_smem_bytes()
 {
-    return sizeof(dec_smem_fast<CB>) > sizeof(dec_smem_quant) ? sizeof(dec_smem_fast<CB>)
-                                                               : sizeof(dec_smem_quant);
+    return sizeof(dec_smem_fast<CB, Q8>) > sizeof(dec_smem_quant) ? sizeof(dec_smem_fast<CB, Q8>)
+                                                                   : sizeof(dec_smem_quant);
 }
 
 /* Unrolling of the QK (8 n-tiles) and PV (4 k-steps) loops: full by
@@ -969,10 +973,10 @@ template <int CB> struct fast_lane {
 
 /* Copy a page into a stage: chunk c = tid + 256 i; the content chunks
  * (the first 64 * CPR, a multiple of 256) land swizzled. */
-template <int CB>
+template <int CB, bool Q8 = false>
 __device__ static inline void fast_issue(uint8_t *dst, const uint8_t *src, int dswz, int tid)
 {
-    typedef fcfg<CB> F;
+    typedef fcfg<CB, Q8> F;
     constexpr int NC = QMLA_KV_PAGE * F::CPR / DEC_THREADS, NALL = F::PB / 16;
     /* one base per thread, chunk i at a constant offset (immediates) */
     const uint8_t *s0 = src + 16 * tid;
@@ -994,20 +998,38 @@ __device__ static inline float rcp_approx(float x)
     return y;
 }
 
+/* The stored (s, l) of content group g of token tok in page `pg`: the f16
+ * pair, or (Q8) s = sc S and l = m M of the token's q8 record (exact float32
+ * products, as qmla_kv_group_meta). */
+template <class F, bool Q8>
+__device__ static inline float2 fast_group_meta(const uint8_t *pg, int tok, int g)
+{
+    if constexpr (Q8) { /* S, M at 0 (one word: 20 tok is a multiple of 4), sc at 4, m at 12 */
+        const uint8_t *rec = pg + F::OFF_MC + tok * F::MBC;
+        const uint32_t u = *(const uint32_t *)rec;
+        return make_float2(
+            __fmul_rn((float)rec[4 + g], __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)))),
+            __fmul_rn((float)(int8_t)rec[12 + g], __half2float(__ushort_as_half((unsigned short)(u >> 16)))));
+    }
+    const uint32_t u = *(const uint32_t *)(pg + F::OFF_MC + tok * 32 + 4 * g);
+    return make_float2(__half2float(__ushort_as_half((unsigned short)(u & 0xffffu))),
+                       __half2float(__ushort_as_half((unsigned short)(u >> 16))));
+}
+
 /* Metadata of page `pg` for group `warp` (warp-private tables) and the RoPE
  * metadata of tokens 8 warp .. 8 warp + 7. Tokens outside [S, lenW) get
- * zero PV weights (their scores are masked by the softmax). */
-template <int CB, class SM>
+ * zero PV weights (their scores are masked by the softmax). Q8: q8 records
+ * (fast_group_meta; RoPE: the 6-byte record by 16-bit loads). */
+template <int CB, bool Q8 = false, class SM>
 __device__ static inline void fast_meta(SM &sm, const uint8_t *pg, int t0, int S,
                                         int lenW, int warp, int lane)
 {
-    typedef fcfg<CB> F;
+    typedef fcfg<CB, Q8> F;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int tok = lane + 32 * h, t = t0 + tok;
-        const uint32_t u = *(const uint32_t *)(pg + F::OFF_MC + tok * 32 + 4 * warp);
-        const float s = __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
-        const float m = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
+        const float2 sl = fast_group_meta<F, Q8>(pg, tok, warp);
+        const float s = sl.x, m = sl.y;
         sm.qkm[warp][tok] = make_float2(s, m);
         const bool ok = t >= S && t < lenW;
         const float spv = ok ? (s == 0.0f ? 1.0f : s) : 0.0f;
@@ -1022,10 +1044,18 @@ __device__ static inline void fast_meta(SM &sm, const uint8_t *pg, int t0, int S
     }
     if (lane < 8) {
         const int tok = 8 * warp + lane;
-        const uint32_t u = *(const uint32_t *)(pg + F::OFF_MR + tok * 4);
-        const float s = __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
-        const float m = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
-        sm.rqm[tok] = make_float2(s, m);
+        if constexpr (Q8) { /* the 6-byte record S, M, (sc, m): 16-bit loads */
+            const uint16_t *rec = (const uint16_t *)(pg + F::OFF_MR + tok * F::MBR);
+            const uint32_t w = rec[2];
+            const float s = __fmul_rn((float)(w & 0xffu), __half2float(__ushort_as_half(rec[0])));
+            const float m = __fmul_rn((float)(int8_t)(w >> 8), __half2float(__ushort_as_half(rec[1])));
+            sm.rqm[tok] = make_float2(s, m);
+        } else {
+            const uint32_t u = *(const uint32_t *)(pg + F::OFF_MR + tok * 4);
+            const float s = __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
+            const float m = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
+            sm.rqm[tok] = make_float2(s, m);
+        }
     }
     __syncwarp();
 }
@@ -1033,13 +1063,13 @@ __device__ static inline void fast_meta(SM &sm, const uint8_t *pg, int t0, int S
 /* QK of page `pg`: the partial scores s (Q.q) of group `warp` (plus, for
  * tokens 8 warp .., the RoPE group and the content groups' l sum(Q)) into
  * sm.sp[warp]. */
-template <int CB>
-__device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
+template <int CB, bool Q8 = false>
+__device__ static inline void fast_qk(dec_smem_fast<CB, Q8> &sm, const uint8_t *pg,
                                       const fast_lane<CB> &fl, const uint32_t qc[4][4],
                                       const uint32_t qr[4][4], const float sqr[2],
                                       const uint32_t la[4], int warp, int gr, int gc)
 {
-    typedef fcfg<CB> F;
+    typedef fcfg<CB, Q8> F;
 #pragma unroll QK_UNROLL
     for (int j = 0; j < 8; j++) {
         uint32_t bc[8];
@@ -1085,10 +1115,27 @@ __device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
        * high half of the group's metadata word), A = sum(Q) of group g,
        * float16 high and low part (fast_part); the products are exact, the
        * sum float32 (the terms of garbage tokens stay in their column) */
-        const uint8_t *mt = pg + F::OFF_MC + (8 * warp + gr) * 32 + 4 * gc;
-        const uint32_t u0 = *(const uint32_t *)mt, u1 = *(const uint32_t *)(mt + 16);
         float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mma16816_f16(e, la, __byte_perm(u0, 0, 0x3232), __byte_perm(u1, 0, 0x3232));
+        if constexpr (Q8) {
+            /* l = m M is not a float16 in general, the code m (|m| <= 128)
+             * is: B = m of groups gc, gc + 4 of token 8 warp + gr, twice;
+             * the sum is then per token times its M (column 2 gc (+1)) */
+            const uint8_t *rec = pg + F::OFF_MC + (8 * warp + gr) * F::MBC + 12 + gc;
+            const uint32_t m0 = __half_as_ushort(__short2half_rn((short)(int8_t)rec[0]));
+            const uint32_t m1 = __half_as_ushort(__short2half_rn((short)(int8_t)rec[4]));
+            mma16816_f16(e, la, m0 | (m0 << 16), m1 | (m1 << 16));
+            const uint8_t *rm = pg + F::OFF_MC + (8 * warp + 2 * gc) * F::MBC + 2;
+            const float M0 = __half2float(__ushort_as_half(*(const uint16_t *)rm));
+            const float M1 = __half2float(__ushort_as_half(*(const uint16_t *)(rm + F::MBC)));
+            e[0] = __fmul_rn(e[0], M0);
+            e[1] = __fmul_rn(e[1], M1);
+            e[2] = __fmul_rn(e[2], M0);
+            e[3] = __fmul_rn(e[3], M1);
+        } else {
+            const uint8_t *mt = pg + F::OFF_MC + (8 * warp + gr) * 32 + 4 * gc;
+            const uint32_t u0 = *(const uint32_t *)mt, u1 = *(const uint32_t *)(mt + 16);
+            mma16816_f16(e, la, __byte_perm(u0, 0, 0x3232), __byte_perm(u1, 0, 0x3232));
+        }
         x0.x += fmaf(mm.x, rc[0], fmaf(mm.y, sqr[0], e[0]));
         x0.y += fmaf(mm.z, rc[1], fmaf(mm.w, sqr[0], e[1]));
         x1.x += fmaf(mm.x, rc[2], fmaf(mm.y, sqr[1], e[2]));
@@ -1100,8 +1147,8 @@ __device__ static inline void fast_qk(dec_smem_fast<CB> &sm, const uint8_t *pg,
 
 /* Online softmax of the page's scores (16 threads per row, 4 tokens each,
  * the 8 partials summed in a fixed order): P into sm.pf, rescale factor. */
-template <int CB>
-__device__ static inline void fast_softmax(dec_smem_fast<CB> &sm, const dec_args &a, int t0,
+template <int CB, bool Q8 = false>
+__device__ static inline void fast_softmax(dec_smem_fast<CB, Q8> &sm, const dec_args &a, int t0,
                                            int shi, int srow, int spart)
 {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -1131,12 +1178,12 @@ __device__ static inline void fast_softmax(dec_smem_fast<CB> &sm, const dec_args
 
 /* PV of page `pg` for output channels 64 warp + 8n + nt (n: column of
  * n-tile nt), and the bias columns. */
-template <int CB>
-__device__ static inline void fast_pv(dec_smem_fast<CB> &sm, const uint8_t *pg,
+template <int CB, bool Q8 = false>
+__device__ static inline void fast_pv(dec_smem_fast<CB, Q8> &sm, const uint8_t *pg,
                                       const fast_lane<CB> &fl, float o[8][4], float bacc[4],
                                       int warp, int gr, int gc)
 {
-    typedef fcfg<CB> F;
+    typedef fcfg<CB> F; /* the codes' offsets: the same for either metadata */
     const float al0 = sm.alpha[gr], al1 = sm.alpha[gr + 8];
     if (__any_sync(0xffffffffu, al0 != 1.0f || al1 != 1.0f)) {
 #pragma unroll
@@ -1213,11 +1260,11 @@ template <int CB> __host__ __device__ static constexpr float pv_unscale(int nt)
 /* Pages of split `split`: per page two barriers; PV of page i and QK of
  * page i+1 run in the same phase. NST = 3: page i+2 is copied while the
  * phase of pages i / i+1 runs. */
-template <int CB>
-__device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b, int r0,
+template <int CB, bool Q8 = false>
+__device__ static void fast_part(dec_smem_fast<CB, Q8> &sm, const dec_args &a, int b, int r0,
                                  int split, int slot, int tid)
 {
-    typedef fcfg<CB> F;
+    typedef fcfg<CB, Q8> F;
     static_assert(F::NST >= 3, "fast_part needs three stages");
     const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
     const int len = a.seq_len[b], lenW = len - a.W; /* tokens >= lenW: window or absent */
@@ -1267,10 +1314,10 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
      * is what costs at short contexts: every launch starts with a cold
      * instruction cache). */
     if (np > 0) {
-        fast_issue<CB>(sm.stage[0], a.pool + (size_t)bt[p0] * F::PB, fl.dswz, tid);
+        fast_issue<CB, Q8>(sm.stage[0], a.pool + (size_t)bt[p0] * F::PB, fl.dswz, tid);
         cp_async_commit();
         if (np > 1)
-            fast_issue<CB>(sm.stage[1], a.pool + (size_t)bt[p0 + 1] * F::PB, fl.dswz, tid);
+            fast_issue<CB, Q8>(sm.stage[1], a.pool + (size_t)bt[p0 + 1] * F::PB, fl.dswz, tid);
         cp_async_commit();
     }
     cp_async_wait<1>(); /* page 0 (page 1 may be in flight) */
@@ -1304,20 +1351,20 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
     for (int i = -1; i < np; i++) {
         if (i >= 0) {
             __syncthreads(); /* scores of page i complete */
-            fast_softmax<CB>(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
+            fast_softmax<CB, Q8>(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
             cp_async_wait<0>();
             __syncthreads(); /* P of page i; page i+1 landed; page i-1 consumed */
             if (i + 2 < np)
-                fast_issue<CB>(sm.stage[(i + 2) % F::NST],
+                fast_issue<CB, Q8>(sm.stage[(i + 2) % F::NST],
                                a.pool + (size_t)bt[p0 + i + 2] * F::PB, fl.dswz, tid);
             cp_async_commit();
-            fast_pv<CB>(sm, sm.stage[i % F::NST], fl, o, bacc, warp, gr, gc);
+            fast_pv<CB, Q8>(sm, sm.stage[i % F::NST], fl, o, bacc, warp, gr, gc);
         }
         if (i + 1 < np) {
             __syncwarp();
             const uint8_t *pg = sm.stage[(i + 1) % F::NST];
-            fast_meta<CB>(sm, pg, (p0 + i + 1) * QMLA_KV_PAGE, a.S, lenW, warp, lane);
-            fast_qk<CB>(sm, pg, fl, qc, qr, sqr, lqa, warp, gr, gc);
+            fast_meta<CB, Q8>(sm, pg, (p0 + i + 1) * QMLA_KV_PAGE, a.S, lenW, warp, lane);
+            fast_qk<CB, Q8>(sm, pg, fl, qc, qr, sqr, lqa, warp, gr, gc);
         }
     }
     __syncthreads();
@@ -1368,26 +1415,39 @@ __device__ static void fast_part(dec_smem_fast<CB> &sm, const dec_args &a, int b
  * short-context plan): grid.x = n_splits, blocks n_splits - n_prot .. take
  * the protected tokens only, beside the packed blocks instead of after them
  * (the plan keeps the grid within one wave). */
-template <int CB, int SEP>
-__global__ void __launch_bounds__(DEC_THREADS, 2) decode_fast_kernel(dec_args a)
+template <int CB, int SEP, bool Q8>
+__device__ static __forceinline__ void fast_kernel_body(const dec_args &a, unsigned char *smem_raw)
 {
-    extern __shared__ __align__(16) unsigned char smem_raw[];
     const int b = blockIdx.z, r0 = blockIdx.y * DEC_ROWS, tid = threadIdx.x, x = blockIdx.x;
     if constexpr (SEP) {
         const int nblk = a.n_splits - a.n_prot;
         if (x < nblk)
-            fast_part<CB>(*(dec_smem_fast<CB> *)smem_raw, a, b, r0, x, x, tid);
+            fast_part<CB, Q8>(*(dec_smem_fast<CB, Q8> *)smem_raw, a, b, r0, x, x, tid);
         else
             prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, x - nblk, x, tid);
         return;
     }
     const int nblk = a.n_splits - a.n_prot; /* gridDim.x */
-    fast_part<CB>(*(dec_smem_fast<CB> *)smem_raw, a, b, r0, x, x, tid);
+    fast_part<CB, Q8>(*(dec_smem_fast<CB, Q8> *)smem_raw, a, b, r0, x, x, tid);
     const int k = x - (nblk - a.n_prot);
     if (k >= 0) { /* the last n_prot blocks (the fewest packed pages) */
         __syncthreads();
         prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, k, nblk + k, tid);
     }
+}
+template <int CB, int SEP>
+__global__ void __launch_bounds__(DEC_THREADS, 2) decode_fast_kernel(dec_args a)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    fast_kernel_body<CB, SEP, false>(a, smem_raw);
+}
+/* The same kernel on q8-metadata pages (fcfg<CB, true>: the page layout,
+ * fast_meta and the l sum(Q) term of fast_qk read the q8 records). */
+template <int CB, int SEP>
+__global__ void __launch_bounds__(DEC_THREADS, 2) decode_fast_q8_kernel(dec_args a)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    fast_kernel_body<CB, SEP, true>(a, smem_raw);
 }
 
 /* ---- variant 6: the codes on tensor cores for MT row tiles per page ------
@@ -3031,6 +3091,29 @@ static int eff_variant(const qmla_kv_config *c, int v)
     return 0;
 }
 
+/* q8-metadata pages (kvcache.h): read by decode_fast_q8_kernel, i.e. by the
+ * variants that run the fast kernel (0, 1, 3, 4 and the default 7) of C4R4 /
+ * C2R4 G 64; every other variant and configuration reads f16 metadata
+ * only. The requested variant decides (variant 8 refuses q8 in every build,
+ * also where it would fall back to variant 0). */
+static int q8_pages(const qmla_kv_config *c)
+{
+    return c->c_bits != QMLA_KV_BF16 && c->meta == QMLA_CORE_META_Q8;
+}
+static int q8_variant(const qmla_kv_config *c, int v)
+{
+    return fast_config(c) && (v == 0 || v == 1 || v == 3 || v == 4 || v == 7);
+}
+static int q8_refuse(const qmla_kv_config *c, const char *who, int v, qmla_error *err)
+{
+    return qmla_error_set(err, QMLA_EINVAL,
+                          "%s: variant %d (%s) with page layout C%dR%d G %d and q8 metadata "
+                          "is not supported: it reads f16-metadata pages only; q8 pages are "
+                          "read by variants 0, 1, 3, 4 and 7 (the default) of C4R4 / C2R4 G 64",
+                          who, v, qmla_decode_cuda_variant_name(v), c->c_bits, c->r_bits,
+                          c->group);
+}
+
 /* Variant 1's plan (qmla_decode_cuda_plan_variant). */
 #define V1_MIN_PPS 2
 #define V1_SLACK 2
@@ -3144,13 +3227,14 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
     int st = qmla_kv_check(cfg, err);
     if (st)
         return st;
-    if ((st = qmla_kv_require_f16_meta(cfg, "decode plan", err)))
-        return st;
     if (!a || !plan || a->batch < 1 || a->s_q < 1 || a->heads < 1 || max_len < 0)
         return qmla_error_set(err, QMLA_EINVAL, "decode plan: batch, s_q, heads >= 1 needed");
     if (variant < 0 || variant >= QMLA_DECODE_VARIANTS)
         return qmla_error_set(err, QMLA_EINVAL, "decode plan: variant %d, expected 0..%d",
                               variant, QMLA_DECODE_VARIANTS - 1);
+    const int q8 = q8_pages(cfg);
+    if (q8 && !q8_variant(cfg, variant))
+        return q8_refuse(cfg, "decode plan", variant, err);
     const long R = (long)a->s_q * a->heads;
     if (R > QMLA_DECODE_MAX_ROWS)
         return qmla_error_set(err, QMLA_EINVAL, "decode plan: s_q * H = %ld above %d", R,
@@ -3165,10 +3249,10 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
     }
     int v = eff_variant(cfg, variant);
     const int tiles = (int)((R + DEC_ROWS - 1) / DEC_ROWS);
-    /* variant 7 at a few short sequences with several row tiles (C4R4):
-     * variant 2 (the plan's variant says so; it attends to BF16-rounded
-     * values) */
-    if (v == 7 && cfg->c_bits == 4 && tiles >= 2 && (long)a->batch * tiles >= V7_WS_MIN_TILES &&
+    /* variant 7 at a few short sequences with several row tiles (C4R4,
+     * f16 metadata: variant 2 reads no q8 pages): variant 2 (the plan's
+     * variant says so; it attends to BF16-rounded values) */
+    if (v == 7 && !q8 && cfg->c_bits == 4 && tiles >= 2 && (long)a->batch * tiles >= V7_WS_MIN_TILES &&
         (long)a->batch * tiles <= V7_WS_MAX_TILES && max_len <= V7_WS_MAX_LEN)
         v = 2;
     const long pages = (max_len + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE;
@@ -3262,8 +3346,9 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     int st = qmla_kv_check(kc ? &kc->cfg : nullptr, err);
     if (st)
         return st;
-    if ((st = qmla_kv_require_f16_meta(&kc->cfg, "decode", err)))
-        return st;
+    /* q8 pages: the plan's variant must read them (before any pointer) */
+    if (plan && q8_pages(&kc->cfg) && !q8_variant(&kc->cfg, plan->variant))
+        return q8_refuse(&kc->cfg, "decode", plan->variant, err);
     if (!a || !plan || !ws || !out || !lse || !a->q || !a->block_table || !a->seq_len ||
         !kc->pool)
         return qmla_error_set(err, QMLA_EINVAL, "decode: NULL argument");
@@ -3314,10 +3399,12 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     if (var < 0 || var >= QMLA_DECODE_VARIANTS || var != eff_variant(&kc->cfg, var))
         return qmla_error_set(err, QMLA_EINVAL, "decode: the plan's variant %d does not fit C%dR%d",
                               var, L.c_bits, L.r_bits);
+    const int q8 = q8_pages(&kc->cfg);
     const int fast = fast_config(&kc->cfg) && !tile_variant(var);
     d.n_prot = fast ? plan->n_prot : 0;
     if (fast_config(&kc->cfg) &&
-        L.page_bytes != (size_t)(L.c_bits == 4 ? fcfg<4>::PB : fcfg<2>::PB))
+        L.page_bytes != (size_t)(q8 ? (L.c_bits == 4 ? fcfg<4, true>::PB : fcfg<2, true>::PB)
+                                    : (L.c_bits == 4 ? fcfg<4>::PB : fcfg<2>::PB)))
         return qmla_error_set(err, QMLA_EINVAL, "decode: unexpected page size %zu", L.page_bytes);
     if (fast &&
         plan->n_prot != (kc->cfg.sink + kc->cfg.window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE)
@@ -3400,6 +3487,14 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
         QMLA_LAUNCH((decode_fast_mr_kernel<4, 2>), (fmr_smem_bytes<4, 2>()));
     else if (var == 6 && L.c_bits == 2 && fmt == 2)
         QMLA_LAUNCH((decode_fast_mr_kernel<2, 2>), (fmr_smem_bytes<2, 2>()));
+    else if (q8 && L.c_bits == 4 && sep)
+        QMLA_LAUNCH((decode_fast_q8_kernel<4, 1>), (fast_smem_bytes<4, true>()));
+    else if (q8 && L.c_bits == 4)
+        QMLA_LAUNCH((decode_fast_q8_kernel<4, 0>), (fast_smem_bytes<4, true>()));
+    else if (q8 && sep)
+        QMLA_LAUNCH((decode_fast_q8_kernel<2, 1>), (fast_smem_bytes<2, true>()));
+    else if (q8)
+        QMLA_LAUNCH((decode_fast_q8_kernel<2, 0>), (fast_smem_bytes<2, true>()));
     else if (L.c_bits == 4 && sep)
         QMLA_LAUNCH((decode_fast_kernel<4, 1>), fast_smem_bytes<4>());
     else if (L.c_bits == 4)

@@ -2,9 +2,12 @@
  * cache (C4R4, C2R4, C8R8 with sink/window BF16 protection) and over a BF16
  * cache with the same structure (layout: include/qmla/kvcache.h;
  * description: docs/decode.md). Twin: qmla_decode_ref (lib/cache/decode_ref.c).
- * Pages with f16 metadata only: the plan, decode and gather refuse a q8
- * layout (cfg.meta = QMLA_CORE_META_Q8) with QMLA_EINVAL naming it
- * (qmla_kv_require_f16_meta); the C twin reads both formats.
+ * Metadata: f16 pages everywhere; q8 pages (cfg.meta = QMLA_CORE_META_Q8)
+ * in the fast kernel's variants 0, 1, 3, 4 and 7 (the default) of C4R4 /
+ * C2R4 G 64 (decode_fast_q8_kernel, H200 run 13); the plan and decode
+ * refuse q8 pages under every other variant and configuration with
+ * QMLA_EINVAL naming the variant, the layout and the metadata, and the
+ * gather refuses them (qmla_kv_require_f16_meta); the C twin reads both.
  *
  * Per sequence b and query row r = i * H + h (query token i < s_q, head h):
  *   logits  z_t = scale * q[b, i, h, :] . k_t      (576 channels, t visible:
@@ -116,7 +119,8 @@ typedef struct qmla_decode_plan {
 /* Plan for a batch (a->batch, s_q, heads) whose longest sequence has at most
  * max_len tokens, on a device of n_sm multiprocessors (0: ask the current
  * device). Host arithmetic only. The default variant: 7 for C4R4 / C2R4,
- * 0 for BF16 and C8R8 (the plan's `variant`). */
+ * 0 for BF16 and C8R8 (the plan's `variant`); with q8 metadata variant 7
+ * keeps the shapes it hands to variant 2 on f16 pages. */
 int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decode_args *a,
                           long max_len, int n_sm, qmla_decode_plan *plan, qmla_error *err);
 

@@ -18,6 +18,9 @@
 #   bench     bench_decode --variants (b 1/8/32/64, 4K-1M, H 16/128, s_q 1/2;
 #             BENCH_VLIST: bench_decode --vlist, the variants timed, also for
 #             quick and fmla)
+#   q8        bench_decode --variants-q8 (BF16 and C4R4 / C2R4 with f16 and
+#             q8 metadata, H 16, s_q 1, b 8 and 32, 4K-1M; BENCH_VLIST as
+#             above, BENCH_SAMPLES: --samples; bench_q8.tsv)
 #   sweep     bench_decode --sweep (the default C4R4 plan's pages per block
 #             forced to 1-8 beside BF16 at the short points; bench_sweep.tsv)
 #   fmla      bench_decode --variants-fmla, then FlashMLA's BF16 dense decode
@@ -75,6 +78,10 @@ run_step() {
     timeout $(lim ${BENCH_LIMIT:-150}) ./build-dev/bench/bench_decode $a ${BENCH_VLIST:+--vlist $BENCH_VLIST} --out "$OUT/bench_variants.tsv" \
       >"$OUT/bench_variants.log" 2>&1
     echo "rc=$?"; cat "$OUT/bench_variants.log" ;;
+  q8)
+    timeout $(lim ${BENCH_LIMIT:-120}) ./build-dev/bench/bench_decode --variants-q8 ${BENCH_VLIST:+--vlist $BENCH_VLIST} \
+      ${BENCH_SAMPLES:+--samples $BENCH_SAMPLES} --out "$OUT/bench_q8.tsv" >"$OUT/bench_q8.log" 2>&1
+    echo "rc=$?"; cat "$OUT/bench_q8.log" ;;
   sweep)
     timeout $(lim ${SWEEP_LIMIT:-60}) ./build-dev/bench/bench_decode --sweep --out "$OUT/bench_sweep.tsv" \
       >"$OUT/bench_sweep.log" 2>&1

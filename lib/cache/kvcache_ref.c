@@ -52,8 +52,8 @@ int qmla_kv_require_f16_meta(const qmla_kv_config *c, const char *who, qmla_erro
     return qmla_error_set(err, QMLA_EINVAL,
                           "%s: page layout C%dR%d G %d with %s metadata is not supported "
                           "here: this GPU path reads f16-metadata pages (and BF16 pages) "
-                          "only; q8 pages are written by qmla_kv_write_ref and read by "
-                          "qmla_decode_ref_model (the C twins)",
+                          "only; q8 pages are read by qmla_decode_ref_model (the C twin) and "
+                          "by the GPU decode's fast variants (kernels/decode_cuda.h)",
                           who ? who : "kv cache", c->c_bits, c->r_bits, c->group,
                           qmla_kv_meta_name(c));
 }

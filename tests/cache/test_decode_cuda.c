@@ -17,7 +17,9 @@
  *    writes) across the window boundary, checked after each step;
  *  - q8 metadata pages: the writer's bytes against the twin (edge rows,
  *    every configuration and group size, BF16 and float32 rows) and its
- *    errors; not yet run on a device (written without one).
+ *    errors (on the H200 since run 12); decode of q8 pages (C4R4 q8, C2R4
+ *    q8: the fast kernel's variants 0, 1, 3, 4, 7) over the same shapes
+ *    and the same bar, and the token aging on C4R4 q8 (H200 run 13).
  * SKIP (77) without a usable GPU. Run: meson test -C build --suite cuda */
 #include "rng.h"
 #include "cuda_check.h"
@@ -425,7 +427,11 @@ int main(void)
         /* 8 row tiles x sequences, <= 4K: variant 7 runs variant 2 (C4R4) */
         {"b1 H128", 1, 128, 1, 4, 128, {2000}},
     };
-    const char *cfgs[] = {"BF16", "C4R4", "C2R4", "C8R8"};
+    /* configurations 4 and 5: q8-metadata pages (the variants that read
+     * them: decode_cuda.h); QMLA_TEST_CFGS also selects the token aging of
+     * C4R4 (1) and C4R4 q8 (4) */
+    const char *cfgs[] = {"BF16", "C4R4", "C2R4", "C8R8", "C4R4q8", "C2R4q8"};
+    enum { N_CFGS = sizeof cfgs / sizeof *cfgs, FIRST_Q8 = 4 };
     double worst_nmse = 0, worst_lse = 0;
     /* QMLA_TEST_SMALL=1 (under compute-sanitizer): four shapes (one of them
      * with three row tiles), 12 aging steps */
@@ -435,16 +441,20 @@ int main(void)
     const size_t n_shapes = small ? 4 : sizeof shapes / sizeof *shapes;
     if (env_mask_fits("QMLA_TEST_VARIANTS", vmask, QMLA_DECODE_VARIANTS) ||
         env_mask_fits("QMLA_TEST_SHAPES", smask, (unsigned)n_shapes) ||
-        env_mask_fits("QMLA_TEST_CFGS", cmask, 4))
+        env_mask_fits("QMLA_TEST_CFGS", cmask, N_CFGS))
         return 1;
     const int aging_steps = aging_set >= 0 ? (int)aging_set : (small ? 12 : 90);
-    for (int ci = 0; ci < 4; ci++)
+    for (int ci = 0; ci < N_CFGS; ci++)
         for (size_t si = 0; si < n_shapes; si++) {
             const shape *s = &shapes[si];
             if (!(cmask >> ci & 1) || !(smask >> si & 1))
                 continue;
             qmla_kv_config cfg = {0};
-            CHECK_OK(qmla_kv_parse_config(cfgs[ci], &cfg, &err), err);
+            char base[8];
+            snprintf(base, sizeof base, "%.4s", cfgs[ci]);
+            CHECK_OK(qmla_kv_parse_config(base, &cfg, &err), err);
+            if (ci >= FIRST_Q8)
+                cfg.meta = QMLA_CORE_META_Q8;
             cfg.sink = s->S;
             cfg.window = s->W;
             int max_len = 0, from[8] = {0};
@@ -454,7 +464,7 @@ int main(void)
             cache_alloc(&c, cfg, s, max_len);
             CHECK(append(&c, s, from, s->len, ws), "%s %s: writer bytes differ from the twin",
                   cfgs[ci], s->name);
-            if (ci > 0) {
+            if (ci > 0 && ci < FIRST_Q8) { /* (the gather reads f16 metadata only) */
                 const long bad = check_gather(&c, s);
                 CHECK(bad == 0, "%s %s: %ld tokens reconstructed differently from the twin",
                       cfgs[ci], s->name, bad);
@@ -466,7 +476,7 @@ int main(void)
                 double le;
                 int same;
                 const double nmse = check_decode(&c, s, s->name, v, &le, &same);
-                printf("%-5s %-22s v%d nmse %.3e  lse err %.3e  %s\n", cfgs[ci], s->name, v,
+                printf("%-6s %-22s v%d nmse %.3e  lse err %.3e  %s\n", cfgs[ci], s->name, v,
                        nmse, le, same ? "repeat identical" : "REPEAT DIFFERS");
                 CHECK(nmse <= 1e-5 && le <= 1e-4, "%s %s v%d: nmse %g lse %g", cfgs[ci],
                       s->name, v, nmse, le);
@@ -536,14 +546,17 @@ int main(void)
                n_run, ok ? "identical" : "DIFFER");
     }
     /* token aging: two sequences grow one token per call across W = 128,
-     * every variant of C4R4 after each step */
-    {
+     * every variant of C4R4 after each step (and of C4R4 q8: the variants
+     * that read q8 pages; no gather there) */
+    for (int q8 = 0; q8 < 2; q8++) {
+        if (!(cmask >> (q8 ? FIRST_Q8 : 1) & 1))
+            continue;
         const shape s = {"aging", 2, 16, 1, 4, 128, {0, 0}};
-        qmla_kv_config cfg = {4, 4, 64, 4, 128, QMLA_CORE_META_F16};
+        qmla_kv_config cfg = {4, 4, 64, 4, 128, q8 ? QMLA_CORE_META_Q8 : QMLA_CORE_META_F16};
         cache c;
         cache_alloc(&c, cfg, &s, 300);
         int from[2] = {0, 0}, to[2] = {120, 60};
-        int ok_bytes = append(&c, &s, from, to, ws), ok = 1, steps = 0;
+        int ok_bytes = append(&c, &s, from, to, ws), ok = 1, steps = 0, n_var = 0;
         double wn = 0, wl = 0;
         for (int step = 0; step < aging_steps; step++, steps++) {
             from[0] = to[0];
@@ -551,22 +564,26 @@ int main(void)
             to[0]++;
             to[1]++;
             ok_bytes &= append(&c, &s, from, to, ws);
-            ok &= check_gather(&c, &s) == 0;
+            if (!q8)
+                ok &= check_gather(&c, &s) == 0;
             for (int v = 0; v < QMLA_DECODE_VARIANTS; v++) {
                 double le;
                 int same;
-                if (!(vmask >> v & 1))
+                if (!(vmask >> v & 1) || (q8 && !variant_applies(&cfg, v)))
                     continue;
                 const double nmse = check_decode(&c, &s, "aging", v, &le, &same);
                 ok &= nmse <= 1e-5 && le <= 1e-4 && same;
                 wn = nmse > wn ? nmse : wn;
                 wl = le > wl ? le : wl;
+                n_var += step == 0;
             }
         }
-        printf("C4R4  aging (%d steps, all variants%s) nmse %.3e  lse err %.3e\n", steps,
+        printf("%s aging (%d steps, %d variants%s) nmse %.3e  lse err %.3e\n",
+               q8 ? "C4R4q8" : "C4R4 ", steps, n_var,
                vmask == ~0u ? "" : " of QMLA_TEST_VARIANTS", wn, wl);
-        CHECK(ok_bytes, "aging: writer bytes differ from the twin");
-        CHECK(ok, "aging: worst nmse %g lse %g", wn, wl);
+        CHECK(ok_bytes, "%s aging: writer bytes differ from the twin", q8 ? "q8" : "f16");
+        CHECK(ok, "%s aging: worst nmse %g lse %g", q8 ? "q8" : "f16", wn, wl);
+        CHECK(!q8 || steps == 0 || n_var > 0, "q8 aging: no variant selected reads q8 pages");
         cache_free(&c);
     }
     /* writer error: the same token, group and value as the twin (the

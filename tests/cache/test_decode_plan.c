@@ -21,11 +21,15 @@
  *    (two at one row tile, variant 0's plan there), pages covered;
  *  - fall-backs: BF16 runs variant 0 under 1, 2, 4; C8R8 under 1 and 4;
  *  - an unknown variant is an error naming it;
- *  - q8-metadata pages: every GPU entry that reads pages (the plan under
- *    every variant, decode, gather) refuses them with QMLA_EINVAL naming
- *    the entry, the layout and the f16 it reads, before touching a pointer
- *    or the device; the GPU writer accepts the layout; a BF16 cache
- *    ignores the field.
+ *  - q8-metadata pages: the fast kernel's variants 0, 1, 3, 4, 7 of C4R4 /
+ *    C2R4 plan them exactly as f16 pages (every shape above), except that
+ *    variant 7 never hands a shape to variant 2 (q8 keeps variant 7 there,
+ *    with variant 1's plan or its one-page plan); the default plan is
+ *    variant 7's; variants 2, 5, 6, 8 and every variant of C8R8 refuse
+ *    them with QMLA_EINVAL naming the variant, the layout and q8 metadata,
+ *    in the plan and in decode (before touching a pointer); the gather
+ *    refuses them (it reads f16 metadata); the GPU writer accepts them; a
+ *    BF16 cache ignores the field.
  * Suite unit (linked with the CUDA kernels' library, but launches nothing). */
 #include "check.h"
 #include "decode_cuda.h"
@@ -167,6 +171,53 @@ int main(void)
                                           names[ni], a.batch, a.heads, a.s_q, len);
                             } else {
                                 CHECK(p7.sep == 0, "%s: sep without variant 7", names[ni]);
+                            }
+                        }
+                        /* q8 metadata (fast configurations): variant 1 (p), 7 (p7) and the
+                         * others as f16; variant 7 keeps the shapes it hands to variant 2 */
+                        if (fast) {
+                            qmla_kv_config cq = cfg;
+                            cq.meta = QMLA_CORE_META_Q8;
+                            const int qv[5] = {0, 1, 3, 4, 7};
+                            for (int k = 0; k < 5; k++) {
+                                qmla_decode_plan pf, pq;
+                                CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, qv[k],
+                                                                       &pf, &err),
+                                         err);
+                                CHECK_OK(qmla_decode_cuda_plan_variant(&cq, &a, len, n_sm, qv[k],
+                                                                       &pq, &err),
+                                         err);
+                                if (qv[k] == 7 && ws7) {
+                                    const long below = len > 128 ? (len - 128 + 63) / 64 : 0;
+                                    const int tiny = (long)a.batch * tiles *
+                                                         ((below > 0 ? below : 1) + p.n_prot) <= n_sm;
+                                    CHECK(pq.variant == 7 && pq.n_prot == p.n_prot &&
+                                              (tiny ? pq.pages_per_split == 1 && pq.sep == 1
+                                                    : pq.n_splits == p.n_splits &&
+                                                          pq.pages_per_split == p.pages_per_split &&
+                                                          pq.sep == p.sep),
+                                          "%s q8 b %d H %d s_q %d len %ld: v7 runs %d (%d splits, "
+                                          "%d pages each, sep %d)",
+                                          names[ni], a.batch, a.heads, a.s_q, len, pq.variant,
+                                          pq.n_splits, pq.pages_per_split, pq.sep);
+                                } else {
+                                    CHECK(pq.variant == pf.variant && pq.n_splits == pf.n_splits &&
+                                              pq.pages_per_split == pf.pages_per_split &&
+                                              pq.n_prot == pf.n_prot && pq.sep == pf.sep &&
+                                              pq.row_tiles == pf.row_tiles &&
+                                              pq.ws_bytes == pf.ws_bytes,
+                                          "%s q8 b %d H %d s_q %d len %ld: variant %d plan is not "
+                                          "f16's", names[ni], a.batch, a.heads, a.s_q, len, qv[k]);
+                                }
+                                if (qv[k] == 7) {
+                                    qmla_decode_plan pqd;
+                                    CHECK_OK(qmla_decode_cuda_plan(&cq, &a, len, n_sm, &pqd, &err),
+                                             err);
+                                    CHECK(pqd.variant == 7 && pqd.n_splits == pq.n_splits &&
+                                              pqd.pages_per_split == pq.pages_per_split &&
+                                              pqd.sep == pq.sep && pqd.ws_bytes == pq.ws_bytes,
+                                          "%s q8: the default plan is not variant 7's", names[ni]);
+                                }
                             }
                         }
                         /* variant 2 */
@@ -341,7 +392,9 @@ int main(void)
                   qmla_decode_cuda_variant_packed_f32(&c8, 2) == 0,
               "packed_f32 per variant");
     }
-    /* q8 metadata: refused by name everywhere on the GPU side */
+    /* q8 metadata: the fast kernel's variants of C4R4 / C2R4 take it; every
+     * other variant and configuration refuses it by name (plan, decode),
+     * the gather refuses it, the writer takes it */
     {
         const char *qn[3] = {"C4R4", "C2R4", "C8R8"};
         int32_t z = 0;
@@ -350,24 +403,47 @@ int main(void)
             qmla_kv_config c = cfg_of(qn[k]);
             c.meta = QMLA_CORE_META_Q8;
             char want[64];
-            snprintf(want, sizeof want, "page layout %s G 64 with q8 metadata", qn[k]);
+            snprintf(want, sizeof want, "page layout %s G 64 and q8 metadata", qn[k]);
+            int n_ok = 0;
             for (int v = 0; v < QMLA_DECODE_VARIANTS; v++) {
+                const int reads = k < 2 && (v == 0 || v == 1 || v == 3 || v == 4 || v == 7);
                 qmla_decode_plan p;
+                memset(&p, 0, sizeof p);
                 const int st = qmla_decode_cuda_plan_variant(&c, &a, 4096, 132, v, &p, &err);
-                CHECK(st == QMLA_EINVAL && strstr(err.msg, "decode plan: ") &&
-                          strstr(err.msg, want) && strstr(err.msg, "f16-metadata pages"),
-                      "%s q8, variant %d plan: %d %s", qn[k], v, st, err.msg);
+                char wv[32];
+                snprintf(wv, sizeof wv, "decode plan: variant %d (", v);
+                if (reads) {
+                    CHECK(st == QMLA_OK && p.variant == v &&
+                              qmla_decode_cuda_variant_packed_f32(&c, v) == 1,
+                          "%s q8, variant %d plan: %d %s (runs %d)", qn[k], v, st,
+                          st ? err.msg : "", p.variant);
+                    n_ok += st == QMLA_OK;
+                } else {
+                    CHECK(st == QMLA_EINVAL && strstr(err.msg, wv) && strstr(err.msg, want) &&
+                              strstr(err.msg, "f16-metadata pages only"),
+                          "%s q8, variant %d plan: %d %s", qn[k], v, st, err.msg);
+                }
+                /* decode with a plan of that variant: refused before any
+                 * pointer, or (read) past the layout to the NULL arguments */
+                qmla_kv_cache kc;
+                memset(&kc, 0, sizeof kc);
+                kc.cfg = c;
+                p.variant = v;
+                const int sd = qmla_decode_cuda(&kc, &a, &p, NULL, NULL, NULL, 0, &err);
+                snprintf(wv, sizeof wv, "decode: variant %d (", v);
+                CHECK(sd == QMLA_EINVAL &&
+                          (reads ? strstr(err.msg, "decode: NULL argument") != NULL
+                                 : strstr(err.msg, wv) && strstr(err.msg, want)),
+                      "%s q8 decode, variant %d: %d %s", qn[k], v, sd, err.msg);
             }
+            CHECK(n_ok == (k < 2 ? 5 : 0), "%s q8: %d variants plan it", qn[k], n_ok);
             qmla_kv_cache kc;
             memset(&kc, 0, sizeof kc);
             kc.cfg = c;
-            qmla_decode_plan p;
-            memset(&p, 0, sizeof p);
-            int st = qmla_decode_cuda(&kc, &a, &p, NULL, NULL, NULL, 0, &err);
-            CHECK(st == QMLA_EINVAL && strstr(err.msg, "decode: ") && strstr(err.msg, want),
-                  "%s q8 decode: %d %s", qn[k], st, err.msg);
-            st = qmla_kv_gather_cuda(&kc, &a, NULL, 0, &err);
-            CHECK(st == QMLA_EINVAL && strstr(err.msg, "gather: ") && strstr(err.msg, want),
+            char wg[64];
+            snprintf(wg, sizeof wg, "page layout %s G 64 with q8 metadata", qn[k]);
+            int st = qmla_kv_gather_cuda(&kc, &a, NULL, 0, &err);
+            CHECK(st == QMLA_EINVAL && strstr(err.msg, "gather: ") && strstr(err.msg, wg),
                   "%s q8 gather: %d %s", qn[k], st, err.msg);
             /* the GPU writer takes q8 pages (kernels/kvcache.cu): past the
              * layout, to its argument checks */
@@ -381,6 +457,7 @@ int main(void)
         qmla_decode_plan pb, p4;
         CHECK_OK(qmla_decode_cuda_plan_variant(&cb, &a, 4096, 132, 0, &pb, &err), err);
         CHECK_OK(qmla_decode_cuda_plan_variant(&c4, &a, 4096, 132, 7, &p4, &err), err);
+        CHECK(pb.variant == 0 && p4.variant == 7, "BF16 q8-field / f16 C4R4 plans");
     }
     return check_summary("test_decode_plan");
 }
