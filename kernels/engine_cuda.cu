@@ -64,6 +64,43 @@ static int dev_index = -1;   /* the device chosen (probed and usable) */
 static int dev_explicit;     /* dev_why is about a device asked for explicitly */
 static char dev_name[320];
 static char dev_why[640];
+/* probe, probe_full and select run under probe_mu (two threads' first
+ * calls would both write dev_name) */
+static pthread_mutex_t probe_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- the provenance strings (review12: a static buffer rebuilt on every
+ * call raced between threads) ------------------------------------------
+ * Every string the engine hands out for provenance or as a message
+ * (device, switches, mode, the switches' errors) is interned: built in the
+ * caller's stack, then looked up in (or added to) a list under intern_mu,
+ * and the list's copy returned. A returned string never changes and stays
+ * valid for the process; the list holds one copy per distinct value (a
+ * process sees a handful: the settings it runs with). NULL when out of
+ * memory. */
+typedef struct interned_str {
+    struct interned_str *next;
+    char s[1];
+} interned_str;
+static interned_str *intern_list;
+static pthread_mutex_t intern_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *intern(const char *s)
+{
+    pthread_mutex_lock(&intern_mu);
+    interned_str *e = intern_list;
+    while (e && strcmp(e->s, s) != 0)
+        e = e->next;
+    if (!e) {
+        const size_t n = strlen(s);
+        if ((e = (interned_str *)malloc(sizeof *e + n))) {
+            memcpy(e->s, s, n + 1);
+            e->next = intern_list;
+            intern_list = e;
+        }
+    }
+    pthread_mutex_unlock(&intern_mu);
+    return e ? e->s : NULL;
+}
 
 static __global__ void probe_kernel(int *x)
 {
@@ -94,7 +131,7 @@ static long parse_index(const char *v)
  * so `--engine cuda --device N` no longer holds a context on the default
  * device (review10). The full probe (probe_full) makes the chosen device
  * current and checks that it runs this build's kernels. */
-static void probe(void)
+static void probe_locked(void)
 {
     if (probed)
         return;
@@ -162,9 +199,9 @@ static void probe(void)
 
 /* The full probe: the light one, then the chosen device made current (its
  * primary context) and this build's kernels checked on it. */
-static void probe_full(void)
+static void probe_full_locked(void)
 {
-    probe();
+    probe_locked();
     if (verified || dev_index < 0)
         return;
     verified = 1;
@@ -189,26 +226,59 @@ static void probe_full(void)
     }
 }
 
+static void probe(void)
+{
+    pthread_mutex_lock(&probe_mu);
+    probe_locked();
+    pthread_mutex_unlock(&probe_mu);
+}
+
+static void probe_full(void)
+{
+    pthread_mutex_lock(&probe_mu);
+    probe_full_locked();
+    pthread_mutex_unlock(&probe_mu);
+}
+
+/* the device's name and the switches: at most sizeof dev_name - 1 +
+ * SWITCHES_MAX - 1 bytes (qmla/engine.h's QMLA_ENGINE_DEVICE_MAX holds it) */
+#define SWITCHES_MAX 160
+static_assert(sizeof dev_name + SWITCHES_MAX - 1 <= QMLA_ENGINE_DEVICE_MAX,
+              "the device string fits QMLA_ENGINE_DEVICE_MAX");
+
 extern "C" const char *qmla_cuda_engine_device(void)
 {
     probe_full();
-    if (!dev_name[0])
+    char name[sizeof dev_name];
+    pthread_mutex_lock(&probe_mu);
+    snprintf(name, sizeof name, "%s", dev_name);
+    pthread_mutex_unlock(&probe_mu);
+    if (!name[0])
         return NULL;
-    static char full[sizeof dev_name + 160];
-    snprintf(full, sizeof full, "%s%s", dev_name, qmla_cuda_engine_switches());
-    return full;
+    char full[sizeof dev_name + SWITCHES_MAX];
+    snprintf(full, sizeof full, "%s%s", name, qmla_cuda_engine_switches());
+    return intern(full);
 }
 
 extern "C" const char *qmla_cuda_engine_device_light(void)
 {
     probe();
-    return dev_name[0] ? dev_name : NULL;
+    char name[sizeof dev_name];
+    pthread_mutex_lock(&probe_mu);
+    snprintf(name, sizeof name, "%s", dev_name);
+    pthread_mutex_unlock(&probe_mu);
+    return name[0] ? intern(name) : NULL;
 }
 
 extern "C" const char *qmla_cuda_engine_unusable(void)
 {
     probe();
-    return dev_name[0] ? "" : dev_why;
+    char why[sizeof dev_why];
+    pthread_mutex_lock(&probe_mu);
+    snprintf(why, sizeof why, "%s", dev_name[0] ? "" : dev_why);
+    pthread_mutex_unlock(&probe_mu);
+    const char *r = intern(why);
+    return r ? r : "the CUDA device's state (out of memory for the message)";
 }
 
 extern "C" int qmla_cuda_engine_unusable_explicit(void)
@@ -225,8 +295,10 @@ extern "C" int qmla_cuda_engine_device_index(void)
 
 extern "C" void qmla_cuda_engine_select(int device)
 {
+    pthread_mutex_lock(&probe_mu);
     want_device = device < 0 ? -1 : device;
     probed = 0; /* probed again, with this choice, at the next use */
+    pthread_mutex_unlock(&probe_mu);
 }
 
 /* cuDevicePrimaryCtxGetState through the runtime's driver entry point (no
@@ -296,14 +368,14 @@ static size_t env_tile(void)
  * malformed value was silently ignored) */
 extern "C" const char *qmla_cuda_engine_switch_error(void)
 {
-    static char msg[200];
+    char msg[200];
     const char *t = getenv("QMLA_CUDA_ENGINE_TILE");
     if (t && *t && parse_index(t) < 0) {
         char v[48];
         snprintf(v, sizeof v, "%s", t);
         snprintf(msg, sizeof msg, "QMLA_CUDA_ENGINE_TILE=\"%s\": expected a number "
                  "of query tokens (at most 7 digits; 0: automatic), or unset", v);
-        return msg;
+        return intern(msg);
     }
     const char *a = getenv("QMLA_CUDA_EVAL_SOLVER_AFTER");
     if (a && *a && strcmp(a, "0") != 0 && strcmp(a, "1") != 0) {
@@ -311,7 +383,7 @@ extern "C" const char *qmla_cuda_engine_switch_error(void)
         snprintf(v, sizeof v, "%s", a);
         snprintf(msg, sizeof msg, "QMLA_CUDA_EVAL_SOLVER_AFTER=\"%s\": expected 0 or 1, "
                  "or unset", v);
-        return msg;
+        return intern(msg);
     }
     return NULL;
 }
@@ -321,7 +393,7 @@ extern "C" const char *qmla_cuda_engine_switch_error(void)
  * "; query tile <= N", "; eval solver after the passes" as set. */
 extern "C" const char *qmla_cuda_engine_switches(void)
 {
-    static char buf[160];
+    char buf[SWITCHES_MAX];
     buf[0] = '\0';
     const char *g = qmla_cuda_engine_gemm_name();
     if (g && strcmp(g, "fp32") != 0)
@@ -331,7 +403,17 @@ extern "C" const char *qmla_cuda_engine_switches(void)
         snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "; query tile <= %zu", t);
     if (qmla_cuda_engine_solver_after())
         snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "; eval solver after the passes");
-    return buf;
+    const char *r = intern(buf);
+    return r ? r : "";
+}
+
+/* The mode (qmla/engine.h's qmla_engine_mode): the switches without their
+ * leading "; ", "" with every default. */
+extern "C" const char *qmla_cuda_engine_mode(void)
+{
+    const char *sw = qmla_cuda_engine_switches();
+    const char *r = intern(sw[0] == ';' && sw[1] == ' ' ? sw + 2 : sw);
+    return r ? r : "";
 }
 
 /* QMLA_CUDA_ENGINE_BEFORE (benchmarks' before rows, in the same run as the
@@ -435,12 +517,32 @@ static const char *cublas_name(cublasStatus_t s)
             goto out;                                                                    \
         }                                                                                \
     } while (0)
+/* Why the last 3xTF32 product of this thread could not run (its split
+ * scratch: the size needed and the memory free), "" when it could. */
+static thread_local char tf32_why[320];
+
+/* A failed cuBLAS call's message: its status, the 3xTF32 scratch's reason
+ * when that failed (QMLA_ENOMEM), and the CUDA error pending from a launch
+ * before or inside the call (gemm_3xtf32 leaves it pending, review12:
+ * cudaGetLastError there cleared an earlier launch's error and reported it
+ * as the GEMM's). */
+static int blas_fail(qmla_error *err, cublasStatus_t s, const char *what)
+{
+    const cudaError_t ce = cudaGetLastError();
+    char why[sizeof tf32_why];
+    snprintf(why, sizeof why, "%s", tf32_why);
+    tf32_why[0] = '\0';
+    return qmla_error_set(err, why[0] ? QMLA_ENOMEM : QMLA_EIO, "cuda engine: %s: %s%s%s%s%s",
+                          what, cublas_name(s), why[0] ? ": " : "", why,
+                          ce != cudaSuccess ? "; pending CUDA error: " : "",
+                          ce != cudaSuccess ? cudaGetErrorString(ce) : "");
+}
+
 #define CB(call, what)                                                                   \
     do {                                                                                 \
         const cublasStatus_t s_ = (call);                                                \
         if (s_ != CUBLAS_STATUS_SUCCESS) {                                               \
-            st = qmla_error_set(err, QMLA_EIO, "cuda engine: %s: %s", what,             \
-                                cublas_name(s_));                                        \
+            st = blas_fail(err, s_, what);                                               \
             goto out;                                                                    \
         }                                                                                \
     } while (0)
@@ -631,12 +733,13 @@ extern "C" int qmla_cuda_engine_set_gemm(const char *name)
 /* NULL when the mode is valid, else the message */
 extern "C" const char *qmla_cuda_engine_gemm_error(void)
 {
-    static char msg[160];
+    char msg[160];
     if (gemm_mode() != 2)
         return NULL;
     snprintf(msg, sizeof msg, "QMLA_CUDA_ENGINE_GEMM=\"%s\": expected fp32 or 3xtf32",
              gemm_bad);
-    return msg;
+    const char *r = intern(msg);
+    return r ? r : "QMLA_CUDA_ENGINE_GEMM: malformed (out of memory for the message)";
 }
 
 static __global__ void tf32_split_kernel(const float *x, float *hi, float *lo, size_t n)
@@ -665,18 +768,23 @@ typedef struct {
     float *buf;
     size_t cap;
 } tf32_scratch;
-static tf32_scratch tf32_tab[32];
+#define TF32_SLOTS 32
+static tf32_scratch tf32_tab[TF32_SLOTS];
 static pthread_mutex_t tf32_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static float *tf32_buf(cublasHandle_t h, cudaStream_t s, size_t n)
+/* The handle's scratch of at least n floats, or NULL with tf32_why set
+ * (the product's shape for the message: M, N, K, batch). */
+static float *tf32_buf(cublasHandle_t h, cudaStream_t s, size_t n, size_t M, size_t N,
+                       size_t K, size_t batch)
 {
     float *r = NULL;
+    int full = 0;
     pthread_mutex_lock(&tf32_mu);
     tf32_scratch *e = NULL;
-    for (int k = 0; k < 32 && !e; k++)
+    for (int k = 0; k < TF32_SLOTS && !e; k++)
         if (tf32_tab[k].h == h)
             e = &tf32_tab[k];
-    for (int k = 0; k < 32 && !e; k++)
+    for (int k = 0; k < TF32_SLOTS && !e; k++)
         if (!tf32_tab[k].h) {
             e = &tf32_tab[k];
             e->h = h;
@@ -689,12 +797,33 @@ static float *tf32_buf(cublasHandle_t h, cudaStream_t s, size_t n)
             e->cap = 0;
             if (cudaMallocAsync((void **)&e->buf, n * sizeof(float), s) == cudaSuccess)
                 e->cap = n;
-            else
+            else {
                 e->buf = NULL;
+                cudaGetLastError(); /* the allocation's own error, reported below */
+            }
         }
         r = e->buf;
-    }
+    } else
+        full = 1;
     pthread_mutex_unlock(&tf32_mu);
+    if (!r) {
+        size_t fr = 0, tot = 0;
+        if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
+            cudaGetLastError();
+            fr = 0;
+        }
+        if (full)
+            snprintf(tf32_why, sizeof tf32_why, "3xTF32 split scratch: all %d handle slots "
+                     "hold a scratch (more cuBLAS handles at once than the table has)",
+                     TF32_SLOTS);
+        else
+            snprintf(tf32_why, sizeof tf32_why, "3xTF32 split scratch of %.1f MiB needed (the "
+                     "hi and lo parts of both operands of a [%zu x %zu] x [%zu x %zu] product, "
+                     "batch %zu), %.1f MiB free on the device: use a smaller "
+                     "QMLA_CUDA_ENGINE_TILE or QMLA_CUDA_ENGINE_GEMM=fp32",
+                     (double)n * sizeof(float) / 1048576.0, M, K, K, N, batch,
+                     (double)fr / 1048576.0);
+    }
     return r;
 }
 
@@ -705,7 +834,7 @@ static float *tf32_buf(cublasHandle_t h, cudaStream_t s, size_t n)
 static void tf32_release(cublasHandle_t h)
 {
     pthread_mutex_lock(&tf32_mu);
-    for (int k = 0; k < 32; k++)
+    for (int k = 0; k < TF32_SLOTS; k++)
         if (tf32_tab[k].h == h) {
             if (tf32_tab[k].buf) {
                 cudaDeviceSynchronize();
@@ -750,13 +879,17 @@ static cublasStatus_t gemm_3xtf32(cublasHandle_t h, int ta, int tb, size_t M, si
     const size_t fb = footprint(tb ? N : K, tb ? K : N, ldb, sB, batch);
     cudaStream_t s = 0;
     cublasGetStream(h, &s);
-    float *buf = tf32_buf(h, s, 2 * (fa + fb));
+    /* a launch error pending from before this call: not cleared here, so
+     * the caller's message (blas_fail) names it */
+    if (cudaPeekAtLastError() != cudaSuccess)
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    float *buf = tf32_buf(h, s, 2 * (fa + fb), M, N, K, batch);
     if (!buf)
         return CUBLAS_STATUS_ALLOC_FAILED;
     float *ah = buf, *al = buf + fa, *bh = buf + 2 * fa, *bl = buf + 2 * fa + fb;
     tf32_split_kernel<<<grid_for_split(fa), 256, 0, s>>>(A, ah, al, fa);
     tf32_split_kernel<<<grid_for_split(fb), 256, 0, s>>>(Bm, bh, bl, fb);
-    if (cudaGetLastError() != cudaSuccess)
+    if (cudaPeekAtLastError() != cudaSuccess) /* the split's launch: left pending, as above */
         return CUBLAS_STATUS_EXECUTION_FAILED;
     cublasStatus_t st;
     if ((st = gemm_tf32_ex(h, ta, tb, M, N, K, alpha, al, lda, sA, bh, ldb, sB, beta, C, ldc,
@@ -1009,9 +1142,19 @@ static int sweep_ws_alloc(const qmla_mla_dims *d, size_t T_max, int verify, void
         double budget = (double)free_b / 4.0;
         if (budget > 8.0 * 1073741824.0)
             budget = 8.0 * 1073741824.0;
-        const double row = 3.0 * (double)H * (double)T * 4.0 +
-                           4.0 * ((double)H * dc + (double)HV + 5.0 * D);
-        size_t B = (size_t)(budget / row);
+        double row = 3.0 * (double)H * (double)T * 4.0 +
+                     4.0 * ((double)H * dc + (double)HV + 5.0 * D);
+        if (gemm_mode() == 1) {
+            /* 3xTF32 (review12): the split scratch of the largest product, hi and lo of
+             * both operands, counted: at most (D + B) HV for the projection, H B T + T d_c
+             * for the aggregations, H T d + H d d_c for the logits and absorbed queries */
+            const double dm = (double)(dc > dn ? dc : dn);
+            const double fixed = 8.0 * ((double)D * HV + (double)H * T * dm +
+                                        (double)H * dn * dc + (double)T * dc);
+            budget -= fixed;
+            row += 8.0 * ((double)HV + (double)H * T);
+        }
+        size_t B = budget > 0.0 ? (size_t)(budget / row) : 0;
         if (B > T)
             B = T;
         /* QMLA_CUDA_ENGINE_TILE=N (run 11's benchmark of causal tiles: the

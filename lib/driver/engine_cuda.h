@@ -123,6 +123,11 @@ const char *qmla_cuda_engine_gemm_error(void);
 int qmla_cuda_engine_set_gemm(const char *name);
 const char *qmla_cuda_engine_switch_error(void);
 const char *qmla_cuda_engine_switches(void);
+/* The engine's mode (qmla_engine_mode): switches without the leading "; ".
+ * Every string these functions and qmla_cuda_engine_device return is
+ * interned (review12): immutable, valid for the process, safe to call from
+ * any thread. */
+const char *qmla_cuda_engine_mode(void);
 
 /* Test hook: the largest query tile (tokens) of the sweep workspaces
  * allocated afterwards; 0 (the default) sizes tiles from device memory. */
