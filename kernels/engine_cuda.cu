@@ -440,6 +440,27 @@ static int before_mode(void) { return qmla_cuda_engine_before() >= 2; }
 /* the run-8 sequences (or older) */
 static int before_r8(void) { return qmla_cuda_engine_before() >= 1; }
 
+/* QMLA_CUDA_ENGINE_R12=1 (the benchmark's before rows of run 13, and the
+ * test): the products and kernels of run 12 where run 13 changed them —
+ * every query tile's products over its whole key range (no causal row
+ * blocks), the sensitivities' row constants and key Grams one thread per
+ * value. Results agree within rounding, not bit for bit. */
+static int r12_v = -1;
+extern "C" int qmla_cuda_engine_r12(void)
+{
+    if (r12_v < 0) {
+        const char *e = getenv("QMLA_CUDA_ENGINE_R12");
+        r12_v = e && *e && strcmp(e, "0") != 0;
+    }
+    return r12_v;
+}
+extern "C" int qmla_cuda_engine_set_r12(int on)
+{
+    const int old = qmla_cuda_engine_r12();
+    r12_v = on != 0;
+    return old;
+}
+
 /* ---- the phase profile (engine_cuda.h) -------------------------------------- */
 
 static qmla_cuda_profile prof;
@@ -486,6 +507,16 @@ extern "C" const char *qmla_cuda_engine_profile_name(int phase)
         "host: waiting on the stream", "GPU: stream time (events)",
         "sensitivities (wall, inside the above)"};
     return phase >= 0 && phase < QMLA_CUDA_PH_N ? names[phase] : "?";
+}
+extern "C" const char *qmla_cuda_engine_stage_name(int stage)
+{
+    static const char *const names[QMLA_CUDA_ST_N] = {
+        "finite passes (response-only sweeps)", "JVPs (both paths)",
+        "sens: values Yc, key Grams yy_t", "sens: chunk attention, head outputs",
+        "sens: O K and xq products", "sens: X2 (pointer-batched)", "sens: row constants",
+        "sens: pair terms (no GEMM), head sum", "sens: pair products R0, R1",
+        "sens: pair GEMM terms, head and row sums"};
+    return stage >= 0 && stage < QMLA_CUDA_ST_N ? names[stage] : "?";
 }
 
 /* ---- errors ------------------------------------------------------------------ */
@@ -1240,20 +1271,70 @@ static cublasStatus_t project_tile(cuda_sweep_ws *w, size_t Bt, float *Y)
                    d->D, 0, 1);
 }
 
-/* U (+)= X_tile-weights (Bt x L per head) times V [L, dc] (shared by
- * heads); beta 0 overwrites U, 1 adds to it. */
-static cublasStatus_t aggregate_tile_beta(cuda_sweep_ws *w, size_t Bt, size_t L,
-                                          const float *A, const float *V, float beta)
+/* ---- causal row blocks (run 13) -------------------------------------------
+ * The rows of a query tile (tokens t0 .. t0 + Bt - 1, keys 0 .. L - 1,
+ * L = t0 + Bt) in blocks of causal_block(Bt) rows: the rows [r0, r1) see
+ * only the keys < t0 + r1, so their logit products are formed for those
+ * keys alone and their aggregations sum over those keys alone. What is
+ * left out is masked: the softmax kernels read the keys <= the row's token
+ * and write zeros after it, so no value read changes; the sums are the
+ * same terms (cuBLAS may order them otherwise: agreement within rounding).
+ * A one-tile V3 sequence of 512 tokens: 4 blocks of 128 rows, 62.5 % of
+ * the square's products. Tiles of at most 128 rows are one block, the
+ * products as before. QMLA_CUDA_ENGINE_R12=1: one block. */
+static size_t causal_block(size_t Bt)
 {
-    const size_t H = w->d.H, dc = w->d.d_c;
-    return gemm_rm(w->blas, 0, 0, Bt, dc, L, 1.0f, A, L, (long long)(Bt * L), V, dc, 0, beta,
-                   w->U, dc, (long long)(Bt * dc), H);
+    if (qmla_cuda_engine_r12())
+        return Bt > 0 ? Bt : 1;
+    size_t R = (Bt + 7) / 8;
+    return R < 128 ? 128 : R;
 }
 
-static cublasStatus_t aggregate_tile(cuda_sweep_ws *w, size_t Bt, size_t L, const float *A,
-                                     const float *V)
+static size_t causal_keys(size_t t0, size_t r1, size_t L) { return t0 + r1 < L ? t0 + r1 : L; }
+
+/* C[h][r, s] = alpha Q[h][r, :] . Kt[s, :] + beta C[h][r, s] for the tile's
+ * rows r < Bt and the keys s their block sees: Q [H][Bt, K] (row stride K,
+ * head stride T K: rows of the sequence's [H, T, K] queries from t0), Kt
+ * [L, K] shared by the heads, C [H][Bt, L]. */
+static cublasStatus_t logits_tile(cuda_sweep_ws *w, size_t T, size_t Bt, size_t L, size_t t0,
+                                  size_t K, float alpha, const float *Q, const float *Kt,
+                                  float beta, float *C)
 {
-    return aggregate_tile_beta(w, Bt, L, A, V, 0.0f);
+    const size_t R = causal_block(Bt);
+    const long long sC = (long long)(Bt * L);
+    for (size_t r0 = 0; r0 < Bt; r0 += R) {
+        const size_t r1 = r0 + R < Bt ? r0 + R : Bt;
+        const cublasStatus_t s = gemm_rm(w->blas, 0, 1, r1 - r0, causal_keys(t0, r1, L), K,
+                                         alpha, Q + r0 * K, K, (long long)(T * K), Kt, K, 0,
+                                         beta, C + r0 * L, L, sC, w->d.H);
+        if (s != CUBLAS_STATUS_SUCCESS)
+            return s;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* U (+)= X_tile-weights (Bt x L per head, masked after each row's token)
+ * times V [L, dc] (shared by heads), over the keys each row block sees;
+ * beta 0 overwrites U, 1 adds to it. */
+static cublasStatus_t aggregate_tile_beta(cuda_sweep_ws *w, size_t Bt, size_t L, size_t t0,
+                                          const float *A, const float *V, float beta)
+{
+    const size_t H = w->d.H, dc = w->d.d_c, R = causal_block(Bt);
+    for (size_t r0 = 0; r0 < Bt; r0 += R) {
+        const size_t r1 = r0 + R < Bt ? r0 + R : Bt;
+        const cublasStatus_t s = gemm_rm(w->blas, 0, 0, r1 - r0, dc, causal_keys(t0, r1, L),
+                                         1.0f, A + r0 * L, L, (long long)(Bt * L), V, dc, 0,
+                                         beta, w->U + r0 * dc, dc, (long long)(Bt * dc), H);
+        if (s != CUBLAS_STATUS_SUCCESS)
+            return s;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static cublasStatus_t aggregate_tile(cuda_sweep_ws *w, size_t Bt, size_t L, size_t t0,
+                                     const float *A, const float *V)
+{
+    return aggregate_tile_beta(w, Bt, L, t0, A, V, 0.0f);
 }
 
 /* One sequence's inputs to the device (q_nope, q_rope, c_kv, k_rope; the
@@ -1385,28 +1466,21 @@ static int sweep_enqueue(const qmla_mla_dims *d, size_t T, const qmla_mla_weight
     for (size_t k = 0; k < nt; k++) {
         const size_t t0 = k * B, t1 = t0 + B < T ? t0 + B : T, Bt = t1 - t0, L = t1;
         const size_t nZ = H * Bt * L;
-        const long long sZ = (long long)(Bt * L);
         const float *qlt = w->ql + t0 * dc, *qrt = w->qr + t0 * dr;
-        /* Z = tau ql C^T, += tau q_rope K^T (keys 0..L-1) */
-        CB(gemm_rm(w->blas, 0, 1, Bt, L, dc, tau, qlt, dc, (long long)(T * dc), w->C, dc, 0,
-                   0.0f, w->Z, L, sZ, H),
-           "content logits");
-        CB(gemm_rm(w->blas, 0, 1, Bt, L, dr, tau, qrt, dr, (long long)(T * dr), w->K, dr, 0,
-                   1.0f, w->Z, L, sZ, H),
-           "RoPE logits");
+        /* Z = tau ql C^T, += tau q_rope K^T (keys 0..L-1, causal row blocks) */
+        CB(logits_tile(w, T, Bt, L, t0, dc, tau, qlt, w->C, 0.0f, w->Z), "content logits");
+        CB(logits_tile(w, T, Bt, L, t0, dr, tau, qrt, w->K, 1.0f, w->Z), "RoPE logits");
         /* perturbed logits */
         if (run[0]) {
             CU(cudaMemcpyAsync(w->P1, w->Z, nZ * sizeof(float), cudaMemcpyDeviceToDevice, s),
                "copy logits");
-            CB(gemm_rm(w->blas, 0, 1, Bt, L, dc, tau, qlt, dc, (long long)(T * dc), w->Ec, dc,
-                       0, 1.0f, w->P1, L, sZ, H),
+            CB(logits_tile(w, T, Bt, L, t0, dc, tau, qlt, w->Ec, 1.0f, w->P1),
                "content perturbed logits");
         }
         if (run[1]) {
             CU(cudaMemcpyAsync(w->P2, w->Z, nZ * sizeof(float), cudaMemcpyDeviceToDevice, s),
                "copy logits");
-            CB(gemm_rm(w->blas, 0, 1, Bt, L, dr, tau, qrt, dr, (long long)(T * dr), w->Er, dr,
-                       0, 1.0f, w->P2, L, sZ, H),
+            CB(logits_tile(w, T, Bt, L, t0, dr, tau, qrt, w->Er, 1.0f, w->P2),
                "RoPE perturbed logits");
         }
         const unsigned rows = (unsigned)(H * Bt);
@@ -1425,18 +1499,18 @@ static int sweep_enqueue(const qmla_mla_dims *d, size_t T, const qmla_mla_weight
              * total from U = P1 C + A E_C + P1 E_C (one projection), the
              * RoPE route; Y[0] is not touched without clean */
             if (clean) {
-                CB(aggregate_tile(w, Bt, L, w->Z, w->C), "aggregation");
+                CB(aggregate_tile(w, Bt, L, t0, w->Z, w->C), "aggregation");
                 CB(project_tile(w, Bt, w->Y[0]), "projection");
             }
             if (run[0]) {
-                CB(aggregate_tile_beta(w, Bt, L, w->P1, w->C, 0.0f), "content total");
-                CB(aggregate_tile_beta(w, Bt, L, w->Z, w->Ec, 1.0f), "content total");
-                CB(aggregate_tile_beta(w, Bt, L, w->P1, w->Ec, 1.0f), "content total");
+                CB(aggregate_tile_beta(w, Bt, L, t0, w->P1, w->C, 0.0f), "content total");
+                CB(aggregate_tile_beta(w, Bt, L, t0, w->Z, w->Ec, 1.0f), "content total");
+                CB(aggregate_tile_beta(w, Bt, L, t0, w->P1, w->Ec, 1.0f), "content total");
                 CB(project_tile(w, Bt, w->Y[1]), "projection");
             } else
                 CU(cudaMemsetAsync(w->Y[1], 0, Bt * D * sizeof(float), s), "memset");
             if (run[1]) {
-                CB(aggregate_tile(w, Bt, L, w->P2, w->C), "RoPE matching route");
+                CB(aggregate_tile(w, Bt, L, t0, w->P2, w->C), "RoPE matching route");
                 CB(project_tile(w, Bt, w->Y[4]), "projection");
             } else
                 CU(cudaMemsetAsync(w->Y[4], 0, Bt * D * sizeof(float), s), "memset");
@@ -1448,20 +1522,20 @@ static int sweep_enqueue(const qmla_mla_dims *d, size_t T, const qmla_mla_weight
         }
         /* the five outputs: clean; content matching, aggregation,
          * interaction; RoPE matching */
-        CB(aggregate_tile(w, Bt, L, w->Z, w->C), "aggregation");
+        CB(aggregate_tile(w, Bt, L, t0, w->Z, w->C), "aggregation");
         CB(project_tile(w, Bt, w->Y[0]), "projection");
         if (run[0]) {
-            CB(aggregate_tile(w, Bt, L, w->P1, w->C), "matching route");
+            CB(aggregate_tile(w, Bt, L, t0, w->P1, w->C), "matching route");
             CB(project_tile(w, Bt, w->Y[1]), "projection");
-            CB(aggregate_tile(w, Bt, L, w->Z, w->Ec), "aggregation route");
+            CB(aggregate_tile(w, Bt, L, t0, w->Z, w->Ec), "aggregation route");
             CB(project_tile(w, Bt, w->Y[2]), "projection");
-            CB(aggregate_tile(w, Bt, L, w->P1, w->Ec), "interaction route");
+            CB(aggregate_tile(w, Bt, L, t0, w->P1, w->Ec), "interaction route");
             CB(project_tile(w, Bt, w->Y[3]), "projection");
         } else
             for (int r = 1; r < 4; r++)
                 CU(cudaMemsetAsync(w->Y[r], 0, Bt * D * sizeof(float), s), "memset");
         if (run[1]) {
-            CB(aggregate_tile(w, Bt, L, w->P2, w->C), "RoPE matching route");
+            CB(aggregate_tile(w, Bt, L, t0, w->P2, w->C), "RoPE matching route");
             CB(project_tile(w, Bt, w->Y[4]), "projection");
         } else
             CU(cudaMemsetAsync(w->Y[4], 0, Bt * D * sizeof(float), s), "memset");
@@ -1795,6 +1869,79 @@ static __global__ void row_consts_kernel(const float *ql, const float *qr, const
     }
 }
 
+/* A warp's sum of v over its lanes in double, a fixed butterfly (the same
+ * order every run); the result in every lane. */
+static __device__ double warp_sum(double v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* gram_rows_kernel's values (run 13), one warp per value: the lanes read
+ * the d_v-long rows S[gl][t, k dv ..] and X[t, k dv ..] coalesced (the
+ * thread-per-value form read 32 rows H d_v apart per load), each lane sums
+ * its strided part in double, warp_sum the lanes. */
+static __global__ void gram_rows_warp_kernel(const float *S, const float *X, size_t T, size_t H,
+                                             size_t dv, size_t g0, size_t gn, double *out)
+{
+    const size_t HV = H * dv, n = gn * H * T, lane = threadIdx.x & 31u;
+    for (size_t q = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5; q < n;
+         q += ((size_t)gridDim.x * blockDim.x) >> 5) {
+        const size_t t = q % T, k = (q / T) % H, gl = q / (T * H);
+        const float *sr = S + (gl * T + t) * HV + k * dv, *x = X + t * HV + k * dv;
+        double v = 0.0;
+        for (size_t j = lane; j < dv; j += 32)
+            v += (double)sr[j] * (double)x[j];
+        v = warp_sum(v);
+        if (lane == 0)
+            out[((g0 + gl) * H + k) * T + t] = v;
+    }
+}
+
+/* row_consts_kernel's values (run 13), one warp per (il, g, k): the lanes
+ * read the rows of q, q_rope, O K, O and X2 coalesced (the thread-per-value
+ * form read 32 rows a T d_c apart per load, each from its own cache line),
+ * each lane sums its strided part in double, warp_sum the lanes. The same
+ * values as row_consts_kernel up to the order of the double sums. */
+static __global__ void row_consts_warp_kernel(const float *ql, const float *qr, const float *OKb,
+                                              const float *Oc, const float *X2, const double *G,
+                                              size_t T, size_t H, size_t dc, size_t dr,
+                                              size_t dv, size_t i0, size_t nc, size_t ni,
+                                              double tau, double *qcc, double *qrc, double *Cc,
+                                              double *Cr)
+{
+    const size_t HV = H * dv, n = nc * H * H, lane = threadIdx.x & 31u;
+    for (size_t q = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5; q < n;
+         q += ((size_t)gridDim.x * blockDim.x) >> 5) {
+        const size_t k = q % H, g = (q / H) % H, il = q / (H * H), i = i0 + il;
+        const float *a = ql + (g * T + i) * dc, *b = ql + (k * T + i) * dc;
+        double c = 0.0, r = 0.0, oo = 0.0, xo = 0.0;
+        for (size_t j = lane; j < dc; j += 32)
+            c += (double)a[j] * (double)b[j];
+        a = qr + (g * T + i) * dr;
+        b = qr + (k * T + i) * dr;
+        for (size_t j = lane; j < dr; j += 32)
+            r += (double)a[j] * (double)b[j];
+        const float *ok = OKb + (g * nc + il) * HV + k * dv, *ok2 = Oc + il * HV + k * dv;
+        for (size_t j = lane; j < dv; j += 32)
+            oo += (double)ok[j] * (double)ok2[j];
+        const float *x2 = X2 + (g * ni + il) * HV + k * dv, *og = Oc + il * HV + g * dv;
+        for (size_t j = lane; j < dv; j += 32)
+            xo += (double)x2[j] * (double)og[j];
+        c = warp_sum(c);
+        r = warp_sum(r);
+        oo = warp_sum(oo);
+        xo = warp_sum(xo);
+        if (lane == 0) {
+            qcc[q] = c;
+            qrc[q] = r;
+            Cc[q] = tau * tau * c * oo - 2.0 * tau * xo + G[g * H + k];
+            Cr[q] = tau * tau * r * oo;
+        }
+    }
+}
+
 /* The pair terms without a GEMM, per (g, row il, key token t <= i):
  *   pg[g][il][t] = a_g sum_k a_k (Cc[g,k] + tau^2 qc[g,k] yy_t[g,k]) (content)
  * and likewise with Cr, qr (RoPE, into pgr); a_h = A[h, il, t] of the
@@ -1906,6 +2053,9 @@ static unsigned grid_for(size_t n)
     return (unsigned)(b ? b : 1);
 }
 
+/* The grid of a warp-per-value kernel over n values. */
+static unsigned grid_for_warps(size_t n) { return grid_for(n * 32); }
+
 /* ---- the layer constants of the exact sensitivities ------------------------- */
 
 typedef struct cuda_sens_layer {
@@ -1986,6 +2136,7 @@ out:
 /* ---- the operator workspace ---------------------------------------------------- */
 
 #define IV_SLOTS 4
+#define SEV_N 24
 
 typedef struct cuda_op_ws {
     cuda_sweep_ws *sw;
@@ -2011,7 +2162,63 @@ typedef struct cuda_op_ws {
     float **pC;
     const float **hpA, **hpB; /* host pointer arrays */
     float **hpC;
+    /* the profile's stage events (run 13; made at the first use) */
+    cudaEvent_t sev[SEV_N];
+    int sev_tag[SEV_N], sev_n, sev_made;
 } cuda_op_ws;
+
+/* Stage marks of the profile (QMLA_CUDA_ST_*; nothing when it is off): an
+ * event after each stage's work on the stream, the time since the mark
+ * before added to the stage at the next flush, which waits for the last
+ * event. Event errors are cleared (the profile never fails a call). */
+static void stage_flush(cuda_op_ws *W)
+{
+    if (!W->sev_n)
+        return;
+    if (cudaEventSynchronize(W->sev[W->sev_n - 1]) == cudaSuccess)
+        for (int k = 1; k < W->sev_n; k++) {
+            float ms = 0.0f;
+            if (W->sev_tag[k] >= 0 &&
+                cudaEventElapsedTime(&ms, W->sev[k - 1], W->sev[k]) == cudaSuccess)
+                prof.st[W->sev_tag[k]] += 1e-3 * (double)ms;
+        }
+    cudaGetLastError();
+    const cudaEvent_t last = W->sev[W->sev_n - 1];
+    W->sev[W->sev_n - 1] = W->sev[0];
+    W->sev[0] = last;
+    W->sev_tag[0] = -1;
+    W->sev_n = 1;
+}
+
+static void stage_mark(cuda_op_ws *W, int tag)
+{
+    if (!prof_on())
+        return;
+    if (!W->sev_made) {
+        for (int k = 0; k < SEV_N; k++)
+            if (cudaEventCreate(&W->sev[k]) != cudaSuccess) {
+                cudaGetLastError();
+                return;
+            }
+        W->sev_made = 1;
+    }
+    if (W->sev_n == SEV_N)
+        stage_flush(W);
+    if (cudaEventRecord(W->sev[W->sev_n], W->sw->stream) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    W->sev_tag[W->sev_n++] = tag;
+}
+
+/* the stage marks' end: flushed, the next call starts afresh */
+static void stage_end(cuda_op_ws *W)
+{
+    if (!prof_on() || !W->sev_made)
+        return;
+    stage_flush(W);
+    W->sev_n = 0;
+}
 
 static void op_ws_free(void *p)
 {
@@ -2044,6 +2251,9 @@ static void op_ws_free(void *p)
     free(w->hpA);
     free(w->hpB);
     free(w->hpC);
+    if (w->sev_made)
+        for (int k = 0; k < SEV_N; k++)
+            cudaEventDestroy(w->sev[k]);
     free(w);
 }
 
@@ -2166,14 +2376,10 @@ static int attention_tile(cuda_sweep_ws *w, size_t T, size_t k, qmla_error *err)
     const qmla_mla_dims *d = &w->d;
     const size_t H = d->H, dc = d->d_c, dr = d->d_r, B = w->B;
     const size_t t0 = k * B, t1 = t0 + B < T ? t0 + B : T, Bt = t1 - t0, L = t1;
-    const long long sZ = (long long)(Bt * L);
     const float tau = (float)d->tau;
-    CB(gemm_rm(w->blas, 0, 1, Bt, L, dc, tau, w->ql + t0 * dc, dc, (long long)(T * dc), w->C,
-               dc, 0, 0.0f, w->Z, L, sZ, H),
+    CB(logits_tile(w, T, Bt, L, t0, dc, tau, w->ql + t0 * dc, w->C, 0.0f, w->Z),
        "content logits");
-    CB(gemm_rm(w->blas, 0, 1, Bt, L, dr, tau, w->qr + t0 * dr, dr, (long long)(T * dr), w->K,
-               dr, 0, 1.0f, w->Z, L, sZ, H),
-       "RoPE logits");
+    CB(logits_tile(w, T, Bt, L, t0, dr, tau, w->qr + t0 * dr, w->K, 1.0f, w->Z), "RoPE logits");
     softmax_rows_kernel<<<(unsigned)(H * Bt), SM_THREADS, 0, w->stream>>>(w->Z, NULL, w->Z, Bt,
                                                                         L, t0);
     CU(cudaGetLastError(), "softmax");
@@ -2218,23 +2424,16 @@ static int jvp_enqueue(cuda_op_ws *W, size_t T, int path, const float *dir, doub
     prof_mark(w);
     for (size_t k = 0; k < nt; k++) {
         const size_t t0 = k * B, t1 = t0 + B < T ? t0 + B : T, Bt = t1 - t0, L = t1;
-        const long long sZ = (long long)(Bt * L);
         if ((st = attention_tile(w, T, k, err)))
             goto out;
         const float *Q = content ? w->ql + t0 * dc : w->qr + t0 * dr;
-        CB(gemm_rm(w->blas, 0, 1, Bt, L, wd, tau, Q, wd, (long long)(T * wd), dir, wd, 0, 0.0f,
-                   w->P1, L, sZ, H),
-           "JVP logits");
+        CB(logits_tile(w, T, Bt, L, t0, wd, tau, Q, dir, 0.0f, w->P1), "JVP logits");
         softmax_jvp_kernel<<<(unsigned)(H * Bt), SM_THREADS, 0, s>>>(w->Z, w->P1, w->P1, Bt, L,
                                                                    t0);
         CU(cudaGetLastError(), "softmax JVP");
-        CB(gemm_rm(w->blas, 0, 0, Bt, dc, L, 1.0f, w->P1, L, sZ, w->C, dc, 0, 0.0f, w->U, dc,
-                   (long long)(Bt * dc), H),
-           "JVP latents");
+        CB(aggregate_tile_beta(w, Bt, L, t0, w->P1, w->C, 0.0f), "JVP latents");
         if (content)
-            CB(gemm_rm(w->blas, 0, 0, Bt, dc, L, 1.0f, w->Z, L, sZ, dir, dc, 0, 1.0f, w->U, dc,
-                       (long long)(Bt * dc), H),
-               "JVP latents");
+            CB(aggregate_tile_beta(w, Bt, L, t0, w->Z, dir, 1.0f), "JVP latents");
         CB(project_tile(w, Bt, w->Y[1]), "JVP projection");
         sumsq_kernel<<<NORM_BLOCKS, SM_THREADS, 0, s>>>(w->Y[1], NULL, Bt * D,
                                                         dpart + k * NORM_BLOCKS);
@@ -2323,6 +2522,8 @@ static int sens_exact_run(cuda_op_ws *W, const cuda_sens_layer *Ly, size_t T, do
                               "sensitivities: layer constants for H = %zu, d_v = %zu, "
                               "found H = %zu, d_v = %zu", H, dv, Ly->H, Ly->d_v);
     prof_mark(w);
+    W->sev_n = 0; /* a call that failed left its marks */
+    stage_mark(W, -1);
     /* Yc = C W_UV^T [T, HV] */
     CB(gemm_rm(hb, 0, 1, T, HV, dc, 1.0f, w->C, dc, 0, w->wuv, dc, 0, 0.0f, W->Yc, HV, 0, 1),
        "values Yc");
@@ -2333,12 +2534,17 @@ static int sens_exact_run(cuda_op_ws *W, const cuda_sens_layer *Ly, size_t T, do
                    Ly->K + g0 * dv * HV, HV, (long long)(dv * HV), 0.0f, W->S, HV,
                    (long long)(T * HV), gn),
            "Gram yy");
-        gram_rows_kernel<<<grid_for(gn * H * T), SM_THREADS, 0, s>>>(W->S, W->Yc, T, H, dv, g0,
-                                                                     gn, W->yyT);
+        if (qmla_cuda_engine_r12())
+            gram_rows_kernel<<<grid_for(gn * H * T), SM_THREADS, 0, s>>>(W->S, W->Yc, T, H, dv,
+                                                                         g0, gn, W->yyT);
+        else
+            gram_rows_warp_kernel<<<grid_for_warps(gn * H * T), SM_THREADS, 0, s>>>(
+                W->S, W->Yc, T, H, dv, g0, gn, W->yyT);
         CU(cudaGetLastError(), "Gram yy");
     }
     CU(cudaMemsetAsync(W->trc, 0, T * sizeof(double), s), "memset");
     CU(cudaMemsetAsync(W->trr, 0, T * sizeof(double), s), "memset");
+    stage_mark(W, QMLA_CUDA_ST_SENS_GRAM);
     /* X2_{g,k} = xq_{g,k} K_kg: H^2 blocks [rows, dv] x [dv, dv] */
     for (size_t g = 0; g < H; g++)
         for (size_t k = 0; k < H; k++) {
@@ -2372,6 +2578,7 @@ static int sens_exact_run(cuda_op_ws *W, const cuda_sens_layer *Ly, size_t T, do
         CB(gemm_rm(hb, 0, 1, nc, dv, dc, 1.0f, W->Uc, dc, (long long)(nc * dc), w->wuv, dc,
                    (long long)(dv * dc), 0.0f, W->Oc, HV, (long long)dv, H),
            "chunk head outputs");
+        stage_mark(W, QMLA_CUDA_ST_SENS_ATTN);
         /* OKb[k][il][g dv + j] = (O_ki K_kg)_j */
         CB(gemm_rm(hb, 0, 0, nc, HV, dv, 1.0f, W->Oc, HV, (long long)dv, Ly->K, HV,
                    (long long)(dv * HV), 0.0f, W->OKb, HV, (long long)(nc * HV), H),
@@ -2380,6 +2587,7 @@ static int sens_exact_run(cuda_op_ws *W, const cuda_sens_layer *Ly, size_t T, do
         CB(gemm_rm(hb, 0, 1, nc, HV, dc, 1.0f, w->ql + i0 * dc, dc, (long long)(T * dc), w->wuv,
                    dc, 0, 0.0f, W->xq, HV, (long long)(ni * HV), H),
            "xq");
+        stage_mark(W, QMLA_CUDA_ST_SENS_OKXQ);
         {
             const float one = 1.0f, zero = 0.0f;
             CB(cublasSgemmBatched(hb, CUBLAS_OP_N, CUBLAS_OP_N, (int)dv, (int)nc, (int)dv, &one,
@@ -2387,16 +2595,24 @@ static int sens_exact_run(cuda_op_ws *W, const cuda_sens_layer *Ly, size_t T, do
                                   (int)(H * H)),
                "X2");
         }
-        row_consts_kernel<<<grid_for(nc * H * H), SM_THREADS, 0, s>>>(
-            w->ql, w->qr, W->OKb, W->Oc, W->X2, Ly->G, T, H, dc, dr, dv, i0, nc, ni, tau,
-            W->qcc, W->qrc, W->Cc, W->Cr);
+        stage_mark(W, QMLA_CUDA_ST_SENS_X2);
+        if (qmla_cuda_engine_r12())
+            row_consts_kernel<<<grid_for(nc * H * H), SM_THREADS, 0, s>>>(
+                w->ql, w->qr, W->OKb, W->Oc, W->X2, Ly->G, T, H, dc, dr, dv, i0, nc, ni, tau,
+                W->qcc, W->qrc, W->Cc, W->Cr);
+        else
+            row_consts_warp_kernel<<<grid_for_warps(nc * H * H), SM_THREADS, 0, s>>>(
+                w->ql, w->qr, W->OKb, W->Oc, W->X2, Ly->G, T, H, dc, dr, dv, i0, nc, ni, tau,
+                W->qcc, W->qrc, W->Cc, W->Cr);
         CU(cudaGetLastError(), "row constants");
+        stage_mark(W, QMLA_CUDA_ST_SENS_CONST);
         pair_terms_kernel<<<grid_for(H * nc * L), SM_THREADS, 0, s>>>(
             W->Ac, W->yyT, W->qcc, W->qrc, W->Cc, W->Cr, T, H, i0, nc, L, tau, W->pg, W->pgr);
         CU(cudaGetLastError(), "pair terms");
         reduce_heads_kernel<<<grid_for(nc * L), SM_THREADS, 0, s>>>(W->pg, W->pgr, H, nc, L, 0,
                                                                    W->pc, W->pr);
         CU(cudaGetLastError(), "pair terms sum");
+        stage_mark(W, QMLA_CUDA_ST_SENS_PAIR);
         for (size_t g0 = 0; g0 < H; g0 += gc) {
             const size_t gn = g0 + gc <= H ? gc : H - g0;
             const long long sR = (long long)(H * nc * L);
@@ -2409,21 +2625,25 @@ static int sens_exact_run(cuda_op_ws *W, const cuda_sens_layer *Ly, size_t T, do
             CB(gemm_rm(hb, 0, 1, H * nc, L, dv, 1.0f, W->OKb + g0 * dv, HV, (long long)dv,
                        W->Yc + g0 * dv, HV, (long long)dv, 0.0f, W->R0, L, sR, gn),
                "pair products R0");
+            stage_mark(W, QMLA_CUDA_ST_SENS_R);
             pair_gemm_terms_kernel<<<grid_for(gn * nc * L), SM_THREADS, 0, s>>>(
                 W->Ac, W->R0, W->R1, W->qcc, W->qrc, H, i0, nc, L, g0, gn, tau, W->pg, W->pgr);
             CU(cudaGetLastError(), "pair GEMM terms");
             reduce_heads_kernel<<<grid_for(nc * L), SM_THREADS, 0, s>>>(W->pg, W->pgr, gn, nc,
                                                                        L, 1, W->pc, W->pr);
             CU(cudaGetLastError(), "pair GEMM terms sum");
+            stage_mark(W, QMLA_CUDA_ST_SENS_RTERM);
         }
         reduce_rows_kernel<<<grid_for(L), SM_THREADS, 0, s>>>(W->pc, W->pr, nc, L, W->trc,
                                                               W->trr);
         CU(cudaGetLastError(), "row sums");
+        stage_mark(W, QMLA_CUDA_ST_SENS_RTERM);
     }
     CU(cudaMemcpyAsync(W->htr, W->trc, T * sizeof(double), cudaMemcpyDeviceToHost, s), "copy");
     CU(cudaMemcpyAsync(W->htr + T, W->trr, T * sizeof(double), cudaMemcpyDeviceToHost, s),
        "copy");
     CU(ws_sync(w), "sensitivities");
+    stage_end(W);
     for (size_t t = 0; t < T; t++) {
         trc[t] = W->htr[t] / (double)dc;
         trr[t] = W->htr[T + t] / (double)dr;
@@ -2546,23 +2766,20 @@ static int joint_enqueue(cuda_op_ws *W, size_t T, double *dpart, qmla_error *err
     CU(cudaGetLastError(), "joint k_rope");
     for (size_t k = 0; k < nt; k++) {
         const size_t t0 = k * B, t1 = t0 + B < T ? t0 + B : T, Bt = t1 - t0, L = t1;
-        const long long sZ = (long long)(Bt * L);
         if (!w->a_valid) { /* the clean output of the tile into Y[0] */
             if ((st = attention_tile(w, T, k, err)))
                 goto out;
-            CB(aggregate_tile(w, Bt, L, w->Z, w->C), "aggregation");
+            CB(aggregate_tile(w, Bt, L, t0, w->Z, w->C), "aggregation");
             CB(project_tile(w, Bt, w->Y[0]), "projection");
         }
-        CB(gemm_rm(w->blas, 0, 1, Bt, L, dc, tau, w->ql + t0 * dc, dc, (long long)(T * dc), W->Cp,
-                   dc, 0, 0.0f, w->P2, L, sZ, H),
+        CB(logits_tile(w, T, Bt, L, t0, dc, tau, w->ql + t0 * dc, W->Cp, 0.0f, w->P2),
            "joint logits");
-        CB(gemm_rm(w->blas, 0, 1, Bt, L, dr, tau, w->qr + t0 * dr, dr, (long long)(T * dr), W->Kp,
-                   dr, 0, 1.0f, w->P2, L, sZ, H),
+        CB(logits_tile(w, T, Bt, L, t0, dr, tau, w->qr + t0 * dr, W->Kp, 1.0f, w->P2),
            "joint logits");
         softmax_rows_kernel<<<(unsigned)(H * Bt), SM_THREADS, 0, s>>>(w->P2, NULL, w->P2, Bt, L,
                                                                     t0);
         CU(cudaGetLastError(), "joint softmax");
-        CB(aggregate_tile(w, Bt, L, w->P2, W->Cp), "joint aggregation");
+        CB(aggregate_tile(w, Bt, L, t0, w->P2, W->Cp), "joint aggregation");
         CB(project_tile(w, Bt, w->Y[2]), "joint projection");
         sumsq_kernel<<<NORM_BLOCKS, SM_THREADS, 0, s>>>(w->Y[2], w->Y[0], Bt * D,
                                                         dpart + k * NORM_BLOCKS);
@@ -2711,13 +2928,17 @@ static int op_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
         const int b = (int)(k & 1);
         const sweep_dirs *r = &dir[b];
         qmla_response fin[2];
+        W->sev_n = 0;
+        stage_mark(W, -1);
         if ((st = sweep_enqueue(d, T, wt, q_nope, q_rope, C, K, w, r, 1, k == 0, k == 0, err)))
             goto fail;
+        stage_mark(W, QMLA_CUDA_ST_FINITE);
         for (int path = 0; path < 2; path++)
             if (!r->degenerate[path] &&
                 (st = jvp_enqueue(W, T, path, path == QMLA_PATH_CONTENT ? w->Ec : w->Er,
                                   W->jpart + (size_t)path * np, err)))
                 goto fail;
+        stage_mark(W, QMLA_CUDA_ST_JVP);
         CU(cudaMemcpyAsync(W->hjpart, W->jpart, 2 * np * sizeof(double), cudaMemcpyDeviceToHost,
                            w->stream),
            "copy sums");
@@ -2729,6 +2950,7 @@ static int op_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
         if ((st = sweep_finish(d, T, w, r, 1, k == 0, fin, err)))
             return qmla_error_prefix(err, "INT%d G%d nu %g: ", conf[k].bits, conf[k].group,
                                      conf[k].nmse);
+        stage_end(W); /* the stream has run: no wait */
         if (k == 0) {
             yy = w->yy;
             if (Ly) {
@@ -3286,7 +3508,11 @@ static int eval_pass_tile(cuda_sweep_ws *w, size_t T, size_t t0, size_t Bt, cons
        "RoPE logits");
     softmax_rows_kernel<<<(unsigned)(H * Bt), SM_THREADS, 0, w->stream>>>(P, NULL, P, Bt, L, t0);
     CU(cudaGetLastError(), "softmax");
-    CB(aggregate_tile(w, Bt, L, P, Cs), "aggregation");
+    /* eval keeps its products over the whole key range (not causal row
+     * blocks: its results stay those of run 12) */
+    CB(gemm_rm(w->blas, 0, 0, Bt, dc, L, 1.0f, P, L, sZ, Cs, dc, 0, 0.0f, w->U, dc,
+               (long long)(Bt * dc), H),
+       "aggregation");
     CB(project_tile(w, Bt, Y), "projection");
 out:
     return st;
