@@ -2175,14 +2175,18 @@ static void stage_flush(cuda_op_ws *W)
 {
     if (!W->sev_n)
         return;
-    if (cudaEventSynchronize(W->sev[W->sev_n - 1]) == cudaSuccess)
-        for (int k = 1; k < W->sev_n; k++) {
-            float ms = 0.0f;
-            if (W->sev_tag[k] >= 0 &&
-                cudaEventElapsedTime(&ms, W->sev[k - 1], W->sev[k]) == cudaSuccess)
-                prof.st[W->sev_tag[k]] += 1e-3 * (double)ms;
-        }
-    cudaGetLastError();
+    int bad = cudaEventSynchronize(W->sev[W->sev_n - 1]) != cudaSuccess;
+    for (int k = 1; k < W->sev_n && !bad; k++) {
+        float ms = 0.0f;
+        if (W->sev_tag[k] < 0)
+            continue;
+        if (cudaEventElapsedTime(&ms, W->sev[k - 1], W->sev[k]) == cudaSuccess)
+            prof.st[W->sev_tag[k]] += 1e-3 * (double)ms;
+        else
+            bad = 1;
+    }
+    if (bad) /* the profile's own error only: the calls before were checked */
+        cudaGetLastError();
     const cudaEvent_t last = W->sev[W->sev_n - 1];
     W->sev[W->sev_n - 1] = W->sev[0];
     W->sev[0] = last;
