@@ -224,7 +224,8 @@ fi
 # thread-per-value row constants and key Grams), alternated twice; then the
 # phase and stage profile of predict in both forms (QMLA_CUDA_ENGINE_PROFILE=1,
 # 2 sequences) next to the agreement test's sections RUN13_SECTIONS (default
-# sweep,op,iv) on the same GPU (the test's log: $OUT/test-run13.log)
+# sweep,op,iv) on the same GPU (the test's log: $OUT/test-run13.log;
+# RUN13_TEST=0: no test, the profile alone on the GPU)
 if [[ " $steps " == *" run13 "* ]]; then
   say "run13: synth V3 ($(date -u +%H:%M:%S))"
   $B/cli/qmla synth -o /tmp/v3.h5 --shape deepseek-v3 --layers 1 --cells 1 --seqs 8 \
@@ -237,20 +238,25 @@ if [[ " $steps " == *" run13 "* ]]; then
       say "run13 v3 R12=$r exit $?"
     done
   done
-  say "run13: test_engine_cuda sections ${RUN13_SECTIONS:-sweep,op,iv} ($(date -u +%H:%M:%S))"
-  ( QMLA_TEST_SECTIONS=${RUN13_SECTIONS:-sweep,op,iv} timeout ${RUN13_TIMEOUT:-150} \
-      $B/tests/test_engine_cuda >$OUT/test-run13.log 2>&1; echo "== exit $?" >>$OUT/test-run13.log ) &
-  tpid=$!
+  tpid=
+  if [ "${RUN13_TEST:-1}" != 0 ]; then
+    say "run13: test_engine_cuda sections ${RUN13_SECTIONS:-sweep,op,iv} ($(date -u +%H:%M:%S))"
+    ( QMLA_TEST_SECTIONS=${RUN13_SECTIONS:-sweep,op,iv} timeout ${RUN13_TIMEOUT:-150} \
+        $B/tests/test_engine_cuda >$OUT/test-run13.log 2>&1; echo "== exit $?" >>$OUT/test-run13.log ) &
+    tpid=$!
+  fi
   for r in 1 0; do
-    say "run13: V3 predict profile, QMLA_CUDA_ENGINE_R12=$r (next to the test)"
+    say "run13: V3 predict profile, QMLA_CUDA_ENGINE_R12=$r${tpid:+ (next to the test)}"
     QMLA_CUDA_ENGINE_PROFILE=1 QMLA_CUDA_ENGINE_R12=$r timeout 60 $B/bench/bench_engine /tmp/v3.h5 \
       --threads 16 --no-cpu --no-sweep --ops --op-seqs 2 --iv-seqs 0 \
       --out /tmp/r13-prof.h5 >>"$LOG" 2>&1
     say "run13 profile R12=$r exit $?"
   done
   rm -f /tmp/v3.h5 /tmp/r13-prof.h5
-  wait $tpid
-  tail -3 $OUT/test-run13.log | tee -a "$LOG"
+  if [ -n "$tpid" ]; then
+    wait $tpid
+    tail -3 $OUT/test-run13.log | tee -a "$LOG"
+  fi
 fi
 if [[ " $steps " == *" run11 "* ]]; then
   # docs/cuda-engine.md, "H200 run 11": (1) eval's ||C||_2 eigensolver on its
