@@ -95,6 +95,10 @@ static void prof_print(const char *op, const char *shape, double wall, double n)
         printf("profile %-13s %-8s   %-40s %.5f s %5.1f %%\n", op, shape,
                qmla_cuda_engine_profile_name(QMLA_CUDA_PH_SENS), p.s[QMLA_CUDA_PH_SENS] / n,
                100.0 * p.s[QMLA_CUDA_PH_SENS] / wall);
+    for (int k = 0; k < QMLA_CUDA_ST_N; k++)
+        if (p.st[k] > 0)
+            printf("profile %-13s %-8s   GPU %-36s %.5f s %5.1f %%\n", op, shape,
+                   qmla_cuda_engine_stage_name(k), p.st[k] / n, 100.0 * p.st[k] / wall);
     printf("profile %-13s %-8s   synchronisations %.1f, H2D copies %.1f (%.2f MB) per sequence\n",
            op, shape, (double)p.syncs / n, (double)p.h2d_calls / n, p.h2d_bytes / n / 1e6);
 }

@@ -64,6 +64,43 @@ static int dev_index = -1;   /* the device chosen (probed and usable) */
 static int dev_explicit;     /* dev_why is about a device asked for explicitly */
 static char dev_name[320];
 static char dev_why[640];
+/* probe, probe_full and select run under probe_mu (two threads' first
+ * calls would both write dev_name) */
+static pthread_mutex_t probe_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- the provenance strings (review12: a static buffer rebuilt on every
+ * call raced between threads) ------------------------------------------
+ * Every string the engine hands out for provenance or as a message
+ * (device, switches, mode, the switches' errors) is interned: built in the
+ * caller's stack, then looked up in (or added to) a list under intern_mu,
+ * and the list's copy returned. A returned string never changes and stays
+ * valid for the process; the list holds one copy per distinct value (a
+ * process sees a handful: the settings it runs with). NULL when out of
+ * memory. */
+typedef struct interned_str {
+    struct interned_str *next;
+    char s[1];
+} interned_str;
+static interned_str *intern_list;
+static pthread_mutex_t intern_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *intern(const char *s)
+{
+    pthread_mutex_lock(&intern_mu);
+    interned_str *e = intern_list;
+    while (e && strcmp(e->s, s) != 0)
+        e = e->next;
+    if (!e) {
+        const size_t n = strlen(s);
+        if ((e = (interned_str *)malloc(sizeof *e + n))) {
+            memcpy(e->s, s, n + 1);
+            e->next = intern_list;
+            intern_list = e;
+        }
+    }
+    pthread_mutex_unlock(&intern_mu);
+    return e ? e->s : NULL;
+}
 
 static __global__ void probe_kernel(int *x)
 {
@@ -94,7 +131,7 @@ static long parse_index(const char *v)
  * so `--engine cuda --device N` no longer holds a context on the default
  * device (review10). The full probe (probe_full) makes the chosen device
  * current and checks that it runs this build's kernels. */
-static void probe(void)
+static void probe_locked(void)
 {
     if (probed)
         return;
@@ -162,9 +199,9 @@ static void probe(void)
 
 /* The full probe: the light one, then the chosen device made current (its
  * primary context) and this build's kernels checked on it. */
-static void probe_full(void)
+static void probe_full_locked(void)
 {
-    probe();
+    probe_locked();
     if (verified || dev_index < 0)
         return;
     verified = 1;
@@ -189,26 +226,59 @@ static void probe_full(void)
     }
 }
 
+static void probe(void)
+{
+    pthread_mutex_lock(&probe_mu);
+    probe_locked();
+    pthread_mutex_unlock(&probe_mu);
+}
+
+static void probe_full(void)
+{
+    pthread_mutex_lock(&probe_mu);
+    probe_full_locked();
+    pthread_mutex_unlock(&probe_mu);
+}
+
+/* the device's name and the switches: at most sizeof dev_name - 1 +
+ * SWITCHES_MAX - 1 bytes (qmla/engine.h's QMLA_ENGINE_DEVICE_MAX holds it) */
+#define SWITCHES_MAX 160
+static_assert(sizeof dev_name + SWITCHES_MAX - 1 <= QMLA_ENGINE_DEVICE_MAX,
+              "the device string fits QMLA_ENGINE_DEVICE_MAX");
+
 extern "C" const char *qmla_cuda_engine_device(void)
 {
     probe_full();
-    if (!dev_name[0])
+    char name[sizeof dev_name];
+    pthread_mutex_lock(&probe_mu);
+    snprintf(name, sizeof name, "%s", dev_name);
+    pthread_mutex_unlock(&probe_mu);
+    if (!name[0])
         return NULL;
-    static char full[sizeof dev_name + 160];
-    snprintf(full, sizeof full, "%s%s", dev_name, qmla_cuda_engine_switches());
-    return full;
+    char full[sizeof dev_name + SWITCHES_MAX];
+    snprintf(full, sizeof full, "%s%s", name, qmla_cuda_engine_switches());
+    return intern(full);
 }
 
 extern "C" const char *qmla_cuda_engine_device_light(void)
 {
     probe();
-    return dev_name[0] ? dev_name : NULL;
+    char name[sizeof dev_name];
+    pthread_mutex_lock(&probe_mu);
+    snprintf(name, sizeof name, "%s", dev_name);
+    pthread_mutex_unlock(&probe_mu);
+    return name[0] ? intern(name) : NULL;
 }
 
 extern "C" const char *qmla_cuda_engine_unusable(void)
 {
     probe();
-    return dev_name[0] ? "" : dev_why;
+    char why[sizeof dev_why];
+    pthread_mutex_lock(&probe_mu);
+    snprintf(why, sizeof why, "%s", dev_name[0] ? "" : dev_why);
+    pthread_mutex_unlock(&probe_mu);
+    const char *r = intern(why);
+    return r ? r : "the CUDA device's state (out of memory for the message)";
 }
 
 extern "C" int qmla_cuda_engine_unusable_explicit(void)
@@ -225,8 +295,10 @@ extern "C" int qmla_cuda_engine_device_index(void)
 
 extern "C" void qmla_cuda_engine_select(int device)
 {
+    pthread_mutex_lock(&probe_mu);
     want_device = device < 0 ? -1 : device;
     probed = 0; /* probed again, with this choice, at the next use */
+    pthread_mutex_unlock(&probe_mu);
 }
 
 /* cuDevicePrimaryCtxGetState through the runtime's driver entry point (no
@@ -296,14 +368,14 @@ static size_t env_tile(void)
  * malformed value was silently ignored) */
 extern "C" const char *qmla_cuda_engine_switch_error(void)
 {
-    static char msg[200];
+    char msg[200];
     const char *t = getenv("QMLA_CUDA_ENGINE_TILE");
     if (t && *t && parse_index(t) < 0) {
         char v[48];
         snprintf(v, sizeof v, "%s", t);
         snprintf(msg, sizeof msg, "QMLA_CUDA_ENGINE_TILE=\"%s\": expected a number "
                  "of query tokens (at most 7 digits; 0: automatic), or unset", v);
-        return msg;
+        return intern(msg);
     }
     const char *a = getenv("QMLA_CUDA_EVAL_SOLVER_AFTER");
     if (a && *a && strcmp(a, "0") != 0 && strcmp(a, "1") != 0) {
@@ -311,7 +383,7 @@ extern "C" const char *qmla_cuda_engine_switch_error(void)
         snprintf(v, sizeof v, "%s", a);
         snprintf(msg, sizeof msg, "QMLA_CUDA_EVAL_SOLVER_AFTER=\"%s\": expected 0 or 1, "
                  "or unset", v);
-        return msg;
+        return intern(msg);
     }
     return NULL;
 }
@@ -321,7 +393,7 @@ extern "C" const char *qmla_cuda_engine_switch_error(void)
  * "; query tile <= N", "; eval solver after the passes" as set. */
 extern "C" const char *qmla_cuda_engine_switches(void)
 {
-    static char buf[160];
+    char buf[SWITCHES_MAX];
     buf[0] = '\0';
     const char *g = qmla_cuda_engine_gemm_name();
     if (g && strcmp(g, "fp32") != 0)
@@ -331,7 +403,17 @@ extern "C" const char *qmla_cuda_engine_switches(void)
         snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "; query tile <= %zu", t);
     if (qmla_cuda_engine_solver_after())
         snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "; eval solver after the passes");
-    return buf;
+    const char *r = intern(buf);
+    return r ? r : "";
+}
+
+/* The mode (qmla/engine.h's qmla_engine_mode): the switches without their
+ * leading "; ", "" with every default. */
+extern "C" const char *qmla_cuda_engine_mode(void)
+{
+    const char *sw = qmla_cuda_engine_switches();
+    const char *r = intern(sw[0] == ';' && sw[1] == ' ' ? sw + 2 : sw);
+    return r ? r : "";
 }
 
 /* QMLA_CUDA_ENGINE_BEFORE (benchmarks' before rows, in the same run as the
@@ -357,6 +439,27 @@ extern "C" int qmla_cuda_engine_set_before(int level)
 static int before_mode(void) { return qmla_cuda_engine_before() >= 2; }
 /* the run-8 sequences (or older) */
 static int before_r8(void) { return qmla_cuda_engine_before() >= 1; }
+
+/* QMLA_CUDA_ENGINE_R12=1 (the benchmark's before rows of run 13, and the
+ * test): the products and kernels of run 12 where run 13 changed them —
+ * every query tile's products over its whole key range (no causal row
+ * blocks), the sensitivities' row constants and key Grams one thread per
+ * value. Results agree within rounding, not bit for bit. */
+static int r12_v = -1;
+extern "C" int qmla_cuda_engine_r12(void)
+{
+    if (r12_v < 0) {
+        const char *e = getenv("QMLA_CUDA_ENGINE_R12");
+        r12_v = e && *e && strcmp(e, "0") != 0;
+    }
+    return r12_v;
+}
+extern "C" int qmla_cuda_engine_set_r12(int on)
+{
+    const int old = qmla_cuda_engine_r12();
+    r12_v = on != 0;
+    return old;
+}
 
 /* ---- the phase profile (engine_cuda.h) -------------------------------------- */
 
@@ -405,6 +508,16 @@ extern "C" const char *qmla_cuda_engine_profile_name(int phase)
         "sensitivities (wall, inside the above)"};
     return phase >= 0 && phase < QMLA_CUDA_PH_N ? names[phase] : "?";
 }
+extern "C" const char *qmla_cuda_engine_stage_name(int stage)
+{
+    static const char *const names[QMLA_CUDA_ST_N] = {
+        "finite passes (response-only sweeps)", "JVPs (both paths)",
+        "sens: values Yc, key Grams yy_t", "sens: chunk attention, head outputs",
+        "sens: O K and xq products", "sens: X2 (pointer-batched)", "sens: row constants",
+        "sens: pair terms (no GEMM), head sum", "sens: pair products R0, R1",
+        "sens: pair GEMM terms, head and row sums"};
+    return stage >= 0 && stage < QMLA_CUDA_ST_N ? names[stage] : "?";
+}
 
 /* ---- errors ------------------------------------------------------------------ */
 
@@ -435,12 +548,32 @@ static const char *cublas_name(cublasStatus_t s)
             goto out;                                                                    \
         }                                                                                \
     } while (0)
+/* Why the last 3xTF32 product of this thread could not run (its split
+ * scratch: the size needed and the memory free), "" when it could. */
+static thread_local char tf32_why[320];
+
+/* A failed cuBLAS call's message: its status, the 3xTF32 scratch's reason
+ * when that failed (QMLA_ENOMEM), and the CUDA error pending from a launch
+ * before or inside the call (gemm_3xtf32 leaves it pending, review12:
+ * cudaGetLastError there cleared an earlier launch's error and reported it
+ * as the GEMM's). */
+static int blas_fail(qmla_error *err, cublasStatus_t s, const char *what)
+{
+    const cudaError_t ce = cudaGetLastError();
+    char why[sizeof tf32_why];
+    snprintf(why, sizeof why, "%s", tf32_why);
+    tf32_why[0] = '\0';
+    return qmla_error_set(err, why[0] ? QMLA_ENOMEM : QMLA_EIO, "cuda engine: %s: %s%s%s%s%s",
+                          what, cublas_name(s), why[0] ? ": " : "", why,
+                          ce != cudaSuccess ? "; pending CUDA error: " : "",
+                          ce != cudaSuccess ? cudaGetErrorString(ce) : "");
+}
+
 #define CB(call, what)                                                                   \
     do {                                                                                 \
         const cublasStatus_t s_ = (call);                                                \
         if (s_ != CUBLAS_STATUS_SUCCESS) {                                               \
-            st = qmla_error_set(err, QMLA_EIO, "cuda engine: %s: %s", what,             \
-                                cublas_name(s_));                                        \
+            st = blas_fail(err, s_, what);                                               \
             goto out;                                                                    \
         }                                                                                \
     } while (0)
@@ -631,12 +764,13 @@ extern "C" int qmla_cuda_engine_set_gemm(const char *name)
 /* NULL when the mode is valid, else the message */
 extern "C" const char *qmla_cuda_engine_gemm_error(void)
 {
-    static char msg[160];
+    char msg[160];
     if (gemm_mode() != 2)
         return NULL;
     snprintf(msg, sizeof msg, "QMLA_CUDA_ENGINE_GEMM=\"%s\": expected fp32 or 3xtf32",
              gemm_bad);
-    return msg;
+    const char *r = intern(msg);
+    return r ? r : "QMLA_CUDA_ENGINE_GEMM: malformed (out of memory for the message)";
 }
 
 static __global__ void tf32_split_kernel(const float *x, float *hi, float *lo, size_t n)
@@ -665,18 +799,23 @@ typedef struct {
     float *buf;
     size_t cap;
 } tf32_scratch;
-static tf32_scratch tf32_tab[32];
+#define TF32_SLOTS 32
+static tf32_scratch tf32_tab[TF32_SLOTS];
 static pthread_mutex_t tf32_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static float *tf32_buf(cublasHandle_t h, cudaStream_t s, size_t n)
+/* The handle's scratch of at least n floats, or NULL with tf32_why set
+ * (the product's shape for the message: M, N, K, batch). */
+static float *tf32_buf(cublasHandle_t h, cudaStream_t s, size_t n, size_t M, size_t N,
+                       size_t K, size_t batch)
 {
     float *r = NULL;
+    int full = 0;
     pthread_mutex_lock(&tf32_mu);
     tf32_scratch *e = NULL;
-    for (int k = 0; k < 32 && !e; k++)
+    for (int k = 0; k < TF32_SLOTS && !e; k++)
         if (tf32_tab[k].h == h)
             e = &tf32_tab[k];
-    for (int k = 0; k < 32 && !e; k++)
+    for (int k = 0; k < TF32_SLOTS && !e; k++)
         if (!tf32_tab[k].h) {
             e = &tf32_tab[k];
             e->h = h;
@@ -689,12 +828,33 @@ static float *tf32_buf(cublasHandle_t h, cudaStream_t s, size_t n)
             e->cap = 0;
             if (cudaMallocAsync((void **)&e->buf, n * sizeof(float), s) == cudaSuccess)
                 e->cap = n;
-            else
+            else {
                 e->buf = NULL;
+                cudaGetLastError(); /* the allocation's own error, reported below */
+            }
         }
         r = e->buf;
-    }
+    } else
+        full = 1;
     pthread_mutex_unlock(&tf32_mu);
+    if (!r) {
+        size_t fr = 0, tot = 0;
+        if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
+            cudaGetLastError();
+            fr = 0;
+        }
+        if (full)
+            snprintf(tf32_why, sizeof tf32_why, "3xTF32 split scratch: all %d handle slots "
+                     "hold a scratch (more cuBLAS handles at once than the table has)",
+                     TF32_SLOTS);
+        else
+            snprintf(tf32_why, sizeof tf32_why, "3xTF32 split scratch of %.1f MiB needed (the "
+                     "hi and lo parts of both operands of a [%zu x %zu] x [%zu x %zu] product, "
+                     "batch %zu), %.1f MiB free on the device: use a smaller "
+                     "QMLA_CUDA_ENGINE_TILE or QMLA_CUDA_ENGINE_GEMM=fp32",
+                     (double)n * sizeof(float) / 1048576.0, M, K, K, N, batch,
+                     (double)fr / 1048576.0);
+    }
     return r;
 }
 
@@ -705,7 +865,7 @@ static float *tf32_buf(cublasHandle_t h, cudaStream_t s, size_t n)
 static void tf32_release(cublasHandle_t h)
 {
     pthread_mutex_lock(&tf32_mu);
-    for (int k = 0; k < 32; k++)
+    for (int k = 0; k < TF32_SLOTS; k++)
         if (tf32_tab[k].h == h) {
             if (tf32_tab[k].buf) {
                 cudaDeviceSynchronize();
@@ -750,13 +910,17 @@ static cublasStatus_t gemm_3xtf32(cublasHandle_t h, int ta, int tb, size_t M, si
     const size_t fb = footprint(tb ? N : K, tb ? K : N, ldb, sB, batch);
     cudaStream_t s = 0;
     cublasGetStream(h, &s);
-    float *buf = tf32_buf(h, s, 2 * (fa + fb));
+    /* a launch error pending from before this call: not cleared here, so
+     * the caller's message (blas_fail) names it */
+    if (cudaPeekAtLastError() != cudaSuccess)
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    float *buf = tf32_buf(h, s, 2 * (fa + fb), M, N, K, batch);
     if (!buf)
         return CUBLAS_STATUS_ALLOC_FAILED;
     float *ah = buf, *al = buf + fa, *bh = buf + 2 * fa, *bl = buf + 2 * fa + fb;
     tf32_split_kernel<<<grid_for_split(fa), 256, 0, s>>>(A, ah, al, fa);
     tf32_split_kernel<<<grid_for_split(fb), 256, 0, s>>>(Bm, bh, bl, fb);
-    if (cudaGetLastError() != cudaSuccess)
+    if (cudaPeekAtLastError() != cudaSuccess) /* the split's launch: left pending, as above */
         return CUBLAS_STATUS_EXECUTION_FAILED;
     cublasStatus_t st;
     if ((st = gemm_tf32_ex(h, ta, tb, M, N, K, alpha, al, lda, sA, bh, ldb, sB, beta, C, ldc,
@@ -1009,9 +1173,19 @@ static int sweep_ws_alloc(const qmla_mla_dims *d, size_t T_max, int verify, void
         double budget = (double)free_b / 4.0;
         if (budget > 8.0 * 1073741824.0)
             budget = 8.0 * 1073741824.0;
-        const double row = 3.0 * (double)H * (double)T * 4.0 +
-                           4.0 * ((double)H * dc + (double)HV + 5.0 * D);
-        size_t B = (size_t)(budget / row);
+        double row = 3.0 * (double)H * (double)T * 4.0 +
+                     4.0 * ((double)H * dc + (double)HV + 5.0 * D);
+        if (gemm_mode() == 1) {
+            /* 3xTF32 (review12): the split scratch of the largest product, hi and lo of
+             * both operands, counted: at most (D + B) HV for the projection, H B T + T d_c
+             * for the aggregations, H T d + H d d_c for the logits and absorbed queries */
+            const double dm = (double)(dc > dn ? dc : dn);
+            const double fixed = 8.0 * ((double)D * HV + (double)H * T * dm +
+                                        (double)H * dn * dc + (double)T * dc);
+            budget -= fixed;
+            row += 8.0 * ((double)HV + (double)H * T);
+        }
+        size_t B = budget > 0.0 ? (size_t)(budget / row) : 0;
         if (B > T)
             B = T;
         /* QMLA_CUDA_ENGINE_TILE=N (run 11's benchmark of causal tiles: the
@@ -1097,20 +1271,70 @@ static cublasStatus_t project_tile(cuda_sweep_ws *w, size_t Bt, float *Y)
                    d->D, 0, 1);
 }
 
-/* U (+)= X_tile-weights (Bt x L per head) times V [L, dc] (shared by
- * heads); beta 0 overwrites U, 1 adds to it. */
-static cublasStatus_t aggregate_tile_beta(cuda_sweep_ws *w, size_t Bt, size_t L,
-                                          const float *A, const float *V, float beta)
+/* ---- causal row blocks (run 13) -------------------------------------------
+ * The rows of a query tile (tokens t0 .. t0 + Bt - 1, keys 0 .. L - 1,
+ * L = t0 + Bt) in blocks of causal_block(Bt) rows: the rows [r0, r1) see
+ * only the keys < t0 + r1, so their logit products are formed for those
+ * keys alone and their aggregations sum over those keys alone. What is
+ * left out is masked: the softmax kernels read the keys <= the row's token
+ * and write zeros after it, so no value read changes; the sums are the
+ * same terms (cuBLAS may order them otherwise: agreement within rounding).
+ * A one-tile V3 sequence of 512 tokens: 4 blocks of 128 rows, 62.5 % of
+ * the square's products. Tiles of at most 128 rows are one block, the
+ * products as before. QMLA_CUDA_ENGINE_R12=1: one block. */
+static size_t causal_block(size_t Bt)
 {
-    const size_t H = w->d.H, dc = w->d.d_c;
-    return gemm_rm(w->blas, 0, 0, Bt, dc, L, 1.0f, A, L, (long long)(Bt * L), V, dc, 0, beta,
-                   w->U, dc, (long long)(Bt * dc), H);
+    if (qmla_cuda_engine_r12())
+        return Bt > 0 ? Bt : 1;
+    size_t R = (Bt + 7) / 8;
+    return R < 128 ? 128 : R;
 }
 
-static cublasStatus_t aggregate_tile(cuda_sweep_ws *w, size_t Bt, size_t L, const float *A,
-                                     const float *V)
+static size_t causal_keys(size_t t0, size_t r1, size_t L) { return t0 + r1 < L ? t0 + r1 : L; }
+
+/* C[h][r, s] = alpha Q[h][r, :] . Kt[s, :] + beta C[h][r, s] for the tile's
+ * rows r < Bt and the keys s their block sees: Q [H][Bt, K] (row stride K,
+ * head stride T K: rows of the sequence's [H, T, K] queries from t0), Kt
+ * [L, K] shared by the heads, C [H][Bt, L]. */
+static cublasStatus_t logits_tile(cuda_sweep_ws *w, size_t T, size_t Bt, size_t L, size_t t0,
+                                  size_t K, float alpha, const float *Q, const float *Kt,
+                                  float beta, float *C)
 {
-    return aggregate_tile_beta(w, Bt, L, A, V, 0.0f);
+    const size_t R = causal_block(Bt);
+    const long long sC = (long long)(Bt * L);
+    for (size_t r0 = 0; r0 < Bt; r0 += R) {
+        const size_t r1 = r0 + R < Bt ? r0 + R : Bt;
+        const cublasStatus_t s = gemm_rm(w->blas, 0, 1, r1 - r0, causal_keys(t0, r1, L), K,
+                                         alpha, Q + r0 * K, K, (long long)(T * K), Kt, K, 0,
+                                         beta, C + r0 * L, L, sC, w->d.H);
+        if (s != CUBLAS_STATUS_SUCCESS)
+            return s;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* U (+)= X_tile-weights (Bt x L per head, masked after each row's token)
+ * times V [L, dc] (shared by heads), over the keys each row block sees;
+ * beta 0 overwrites U, 1 adds to it. */
+static cublasStatus_t aggregate_tile_beta(cuda_sweep_ws *w, size_t Bt, size_t L, size_t t0,
+                                          const float *A, const float *V, float beta)
+{
+    const size_t H = w->d.H, dc = w->d.d_c, R = causal_block(Bt);
+    for (size_t r0 = 0; r0 < Bt; r0 += R) {
+        const size_t r1 = r0 + R < Bt ? r0 + R : Bt;
+        const cublasStatus_t s = gemm_rm(w->blas, 0, 0, r1 - r0, dc, causal_keys(t0, r1, L),
+                                         1.0f, A + r0 * L, L, (long long)(Bt * L), V, dc, 0,
+                                         beta, w->U + r0 * dc, dc, (long long)(Bt * dc), H);
+        if (s != CUBLAS_STATUS_SUCCESS)
+            return s;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static cublasStatus_t aggregate_tile(cuda_sweep_ws *w, size_t Bt, size_t L, size_t t0,
+                                     const float *A, const float *V)
+{
+    return aggregate_tile_beta(w, Bt, L, t0, A, V, 0.0f);
 }
 
 /* One sequence's inputs to the device (q_nope, q_rope, c_kv, k_rope; the
@@ -1242,28 +1466,21 @@ static int sweep_enqueue(const qmla_mla_dims *d, size_t T, const qmla_mla_weight
     for (size_t k = 0; k < nt; k++) {
         const size_t t0 = k * B, t1 = t0 + B < T ? t0 + B : T, Bt = t1 - t0, L = t1;
         const size_t nZ = H * Bt * L;
-        const long long sZ = (long long)(Bt * L);
         const float *qlt = w->ql + t0 * dc, *qrt = w->qr + t0 * dr;
-        /* Z = tau ql C^T, += tau q_rope K^T (keys 0..L-1) */
-        CB(gemm_rm(w->blas, 0, 1, Bt, L, dc, tau, qlt, dc, (long long)(T * dc), w->C, dc, 0,
-                   0.0f, w->Z, L, sZ, H),
-           "content logits");
-        CB(gemm_rm(w->blas, 0, 1, Bt, L, dr, tau, qrt, dr, (long long)(T * dr), w->K, dr, 0,
-                   1.0f, w->Z, L, sZ, H),
-           "RoPE logits");
+        /* Z = tau ql C^T, += tau q_rope K^T (keys 0..L-1, causal row blocks) */
+        CB(logits_tile(w, T, Bt, L, t0, dc, tau, qlt, w->C, 0.0f, w->Z), "content logits");
+        CB(logits_tile(w, T, Bt, L, t0, dr, tau, qrt, w->K, 1.0f, w->Z), "RoPE logits");
         /* perturbed logits */
         if (run[0]) {
             CU(cudaMemcpyAsync(w->P1, w->Z, nZ * sizeof(float), cudaMemcpyDeviceToDevice, s),
                "copy logits");
-            CB(gemm_rm(w->blas, 0, 1, Bt, L, dc, tau, qlt, dc, (long long)(T * dc), w->Ec, dc,
-                       0, 1.0f, w->P1, L, sZ, H),
+            CB(logits_tile(w, T, Bt, L, t0, dc, tau, qlt, w->Ec, 1.0f, w->P1),
                "content perturbed logits");
         }
         if (run[1]) {
             CU(cudaMemcpyAsync(w->P2, w->Z, nZ * sizeof(float), cudaMemcpyDeviceToDevice, s),
                "copy logits");
-            CB(gemm_rm(w->blas, 0, 1, Bt, L, dr, tau, qrt, dr, (long long)(T * dr), w->Er, dr,
-                       0, 1.0f, w->P2, L, sZ, H),
+            CB(logits_tile(w, T, Bt, L, t0, dr, tau, qrt, w->Er, 1.0f, w->P2),
                "RoPE perturbed logits");
         }
         const unsigned rows = (unsigned)(H * Bt);
@@ -1282,18 +1499,18 @@ static int sweep_enqueue(const qmla_mla_dims *d, size_t T, const qmla_mla_weight
              * total from U = P1 C + A E_C + P1 E_C (one projection), the
              * RoPE route; Y[0] is not touched without clean */
             if (clean) {
-                CB(aggregate_tile(w, Bt, L, w->Z, w->C), "aggregation");
+                CB(aggregate_tile(w, Bt, L, t0, w->Z, w->C), "aggregation");
                 CB(project_tile(w, Bt, w->Y[0]), "projection");
             }
             if (run[0]) {
-                CB(aggregate_tile_beta(w, Bt, L, w->P1, w->C, 0.0f), "content total");
-                CB(aggregate_tile_beta(w, Bt, L, w->Z, w->Ec, 1.0f), "content total");
-                CB(aggregate_tile_beta(w, Bt, L, w->P1, w->Ec, 1.0f), "content total");
+                CB(aggregate_tile_beta(w, Bt, L, t0, w->P1, w->C, 0.0f), "content total");
+                CB(aggregate_tile_beta(w, Bt, L, t0, w->Z, w->Ec, 1.0f), "content total");
+                CB(aggregate_tile_beta(w, Bt, L, t0, w->P1, w->Ec, 1.0f), "content total");
                 CB(project_tile(w, Bt, w->Y[1]), "projection");
             } else
                 CU(cudaMemsetAsync(w->Y[1], 0, Bt * D * sizeof(float), s), "memset");
             if (run[1]) {
-                CB(aggregate_tile(w, Bt, L, w->P2, w->C), "RoPE matching route");
+                CB(aggregate_tile(w, Bt, L, t0, w->P2, w->C), "RoPE matching route");
                 CB(project_tile(w, Bt, w->Y[4]), "projection");
             } else
                 CU(cudaMemsetAsync(w->Y[4], 0, Bt * D * sizeof(float), s), "memset");
@@ -1305,20 +1522,20 @@ static int sweep_enqueue(const qmla_mla_dims *d, size_t T, const qmla_mla_weight
         }
         /* the five outputs: clean; content matching, aggregation,
          * interaction; RoPE matching */
-        CB(aggregate_tile(w, Bt, L, w->Z, w->C), "aggregation");
+        CB(aggregate_tile(w, Bt, L, t0, w->Z, w->C), "aggregation");
         CB(project_tile(w, Bt, w->Y[0]), "projection");
         if (run[0]) {
-            CB(aggregate_tile(w, Bt, L, w->P1, w->C), "matching route");
+            CB(aggregate_tile(w, Bt, L, t0, w->P1, w->C), "matching route");
             CB(project_tile(w, Bt, w->Y[1]), "projection");
-            CB(aggregate_tile(w, Bt, L, w->Z, w->Ec), "aggregation route");
+            CB(aggregate_tile(w, Bt, L, t0, w->Z, w->Ec), "aggregation route");
             CB(project_tile(w, Bt, w->Y[2]), "projection");
-            CB(aggregate_tile(w, Bt, L, w->P1, w->Ec), "interaction route");
+            CB(aggregate_tile(w, Bt, L, t0, w->P1, w->Ec), "interaction route");
             CB(project_tile(w, Bt, w->Y[3]), "projection");
         } else
             for (int r = 1; r < 4; r++)
                 CU(cudaMemsetAsync(w->Y[r], 0, Bt * D * sizeof(float), s), "memset");
         if (run[1]) {
-            CB(aggregate_tile(w, Bt, L, w->P2, w->C), "RoPE matching route");
+            CB(aggregate_tile(w, Bt, L, t0, w->P2, w->C), "RoPE matching route");
             CB(project_tile(w, Bt, w->Y[4]), "projection");
         } else
             CU(cudaMemsetAsync(w->Y[4], 0, Bt * D * sizeof(float), s), "memset");
@@ -1652,6 +1869,79 @@ static __global__ void row_consts_kernel(const float *ql, const float *qr, const
     }
 }
 
+/* A warp's sum of v over its lanes in double, a fixed butterfly (the same
+ * order every run); the result in every lane. */
+static __device__ double warp_sum(double v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* gram_rows_kernel's values (run 13), one warp per value: the lanes read
+ * the d_v-long rows S[gl][t, k dv ..] and X[t, k dv ..] coalesced (the
+ * thread-per-value form read 32 rows H d_v apart per load), each lane sums
+ * its strided part in double, warp_sum the lanes. */
+static __global__ void gram_rows_warp_kernel(const float *S, const float *X, size_t T, size_t H,
+                                             size_t dv, size_t g0, size_t gn, double *out)
+{
+    const size_t HV = H * dv, n = gn * H * T, lane = threadIdx.x & 31u;
+    for (size_t q = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5; q < n;
+         q += ((size_t)gridDim.x * blockDim.x) >> 5) {
+        const size_t t = q % T, k = (q / T) % H, gl = q / (T * H);
+        const float *sr = S + (gl * T + t) * HV + k * dv, *x = X + t * HV + k * dv;
+        double v = 0.0;
+        for (size_t j = lane; j < dv; j += 32)
+            v += (double)sr[j] * (double)x[j];
+        v = warp_sum(v);
+        if (lane == 0)
+            out[((g0 + gl) * H + k) * T + t] = v;
+    }
+}
+
+/* row_consts_kernel's values (run 13), one warp per (il, g, k): the lanes
+ * read the rows of q, q_rope, O K, O and X2 coalesced (the thread-per-value
+ * form read 32 rows a T d_c apart per load, each from its own cache line),
+ * each lane sums its strided part in double, warp_sum the lanes. The same
+ * values as row_consts_kernel up to the order of the double sums. */
+static __global__ void row_consts_warp_kernel(const float *ql, const float *qr, const float *OKb,
+                                              const float *Oc, const float *X2, const double *G,
+                                              size_t T, size_t H, size_t dc, size_t dr,
+                                              size_t dv, size_t i0, size_t nc, size_t ni,
+                                              double tau, double *qcc, double *qrc, double *Cc,
+                                              double *Cr)
+{
+    const size_t HV = H * dv, n = nc * H * H, lane = threadIdx.x & 31u;
+    for (size_t q = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5; q < n;
+         q += ((size_t)gridDim.x * blockDim.x) >> 5) {
+        const size_t k = q % H, g = (q / H) % H, il = q / (H * H), i = i0 + il;
+        const float *a = ql + (g * T + i) * dc, *b = ql + (k * T + i) * dc;
+        double c = 0.0, r = 0.0, oo = 0.0, xo = 0.0;
+        for (size_t j = lane; j < dc; j += 32)
+            c += (double)a[j] * (double)b[j];
+        a = qr + (g * T + i) * dr;
+        b = qr + (k * T + i) * dr;
+        for (size_t j = lane; j < dr; j += 32)
+            r += (double)a[j] * (double)b[j];
+        const float *ok = OKb + (g * nc + il) * HV + k * dv, *ok2 = Oc + il * HV + k * dv;
+        for (size_t j = lane; j < dv; j += 32)
+            oo += (double)ok[j] * (double)ok2[j];
+        const float *x2 = X2 + (g * ni + il) * HV + k * dv, *og = Oc + il * HV + g * dv;
+        for (size_t j = lane; j < dv; j += 32)
+            xo += (double)x2[j] * (double)og[j];
+        c = warp_sum(c);
+        r = warp_sum(r);
+        oo = warp_sum(oo);
+        xo = warp_sum(xo);
+        if (lane == 0) {
+            qcc[q] = c;
+            qrc[q] = r;
+            Cc[q] = tau * tau * c * oo - 2.0 * tau * xo + G[g * H + k];
+            Cr[q] = tau * tau * r * oo;
+        }
+    }
+}
+
 /* The pair terms without a GEMM, per (g, row il, key token t <= i):
  *   pg[g][il][t] = a_g sum_k a_k (Cc[g,k] + tau^2 qc[g,k] yy_t[g,k]) (content)
  * and likewise with Cr, qr (RoPE, into pgr); a_h = A[h, il, t] of the
@@ -1763,6 +2053,9 @@ static unsigned grid_for(size_t n)
     return (unsigned)(b ? b : 1);
 }
 
+/* The grid of a warp-per-value kernel over n values. */
+static unsigned grid_for_warps(size_t n) { return grid_for(n * 32); }
+
 /* ---- the layer constants of the exact sensitivities ------------------------- */
 
 typedef struct cuda_sens_layer {
@@ -1843,6 +2136,7 @@ out:
 /* ---- the operator workspace ---------------------------------------------------- */
 
 #define IV_SLOTS 4
+#define SEV_N 24
 
 typedef struct cuda_op_ws {
     cuda_sweep_ws *sw;
@@ -1868,7 +2162,67 @@ typedef struct cuda_op_ws {
     float **pC;
     const float **hpA, **hpB; /* host pointer arrays */
     float **hpC;
+    /* the profile's stage events (run 13; made at the first use) */
+    cudaEvent_t sev[SEV_N];
+    int sev_tag[SEV_N], sev_n, sev_made;
 } cuda_op_ws;
+
+/* Stage marks of the profile (QMLA_CUDA_ST_*; nothing when it is off): an
+ * event after each stage's work on the stream, the time since the mark
+ * before added to the stage at the next flush, which waits for the last
+ * event. Event errors are cleared (the profile never fails a call). */
+static void stage_flush(cuda_op_ws *W)
+{
+    if (!W->sev_n)
+        return;
+    int bad = cudaEventSynchronize(W->sev[W->sev_n - 1]) != cudaSuccess;
+    for (int k = 1; k < W->sev_n && !bad; k++) {
+        float ms = 0.0f;
+        if (W->sev_tag[k] < 0)
+            continue;
+        if (cudaEventElapsedTime(&ms, W->sev[k - 1], W->sev[k]) == cudaSuccess)
+            prof.st[W->sev_tag[k]] += 1e-3 * (double)ms;
+        else
+            bad = 1;
+    }
+    if (bad) /* the profile's own error only: the calls before were checked */
+        cudaGetLastError();
+    const cudaEvent_t last = W->sev[W->sev_n - 1];
+    W->sev[W->sev_n - 1] = W->sev[0];
+    W->sev[0] = last;
+    W->sev_tag[0] = -1;
+    W->sev_n = 1;
+}
+
+static void stage_mark(cuda_op_ws *W, int tag)
+{
+    if (!prof_on())
+        return;
+    if (!W->sev_made) {
+        for (int k = 0; k < SEV_N; k++)
+            if (cudaEventCreate(&W->sev[k]) != cudaSuccess) {
+                cudaGetLastError();
+                return;
+            }
+        W->sev_made = 1;
+    }
+    if (W->sev_n == SEV_N)
+        stage_flush(W);
+    if (cudaEventRecord(W->sev[W->sev_n], W->sw->stream) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    W->sev_tag[W->sev_n++] = tag;
+}
+
+/* the stage marks' end: flushed, the next call starts afresh */
+static void stage_end(cuda_op_ws *W)
+{
+    if (!prof_on() || !W->sev_made)
+        return;
+    stage_flush(W);
+    W->sev_n = 0;
+}
 
 static void op_ws_free(void *p)
 {
@@ -1901,6 +2255,9 @@ static void op_ws_free(void *p)
     free(w->hpA);
     free(w->hpB);
     free(w->hpC);
+    if (w->sev_made)
+        for (int k = 0; k < SEV_N; k++)
+            cudaEventDestroy(w->sev[k]);
     free(w);
 }
 
@@ -2023,14 +2380,10 @@ static int attention_tile(cuda_sweep_ws *w, size_t T, size_t k, qmla_error *err)
     const qmla_mla_dims *d = &w->d;
     const size_t H = d->H, dc = d->d_c, dr = d->d_r, B = w->B;
     const size_t t0 = k * B, t1 = t0 + B < T ? t0 + B : T, Bt = t1 - t0, L = t1;
-    const long long sZ = (long long)(Bt * L);
     const float tau = (float)d->tau;
-    CB(gemm_rm(w->blas, 0, 1, Bt, L, dc, tau, w->ql + t0 * dc, dc, (long long)(T * dc), w->C,
-               dc, 0, 0.0f, w->Z, L, sZ, H),
+    CB(logits_tile(w, T, Bt, L, t0, dc, tau, w->ql + t0 * dc, w->C, 0.0f, w->Z),
        "content logits");
-    CB(gemm_rm(w->blas, 0, 1, Bt, L, dr, tau, w->qr + t0 * dr, dr, (long long)(T * dr), w->K,
-               dr, 0, 1.0f, w->Z, L, sZ, H),
-       "RoPE logits");
+    CB(logits_tile(w, T, Bt, L, t0, dr, tau, w->qr + t0 * dr, w->K, 1.0f, w->Z), "RoPE logits");
     softmax_rows_kernel<<<(unsigned)(H * Bt), SM_THREADS, 0, w->stream>>>(w->Z, NULL, w->Z, Bt,
                                                                         L, t0);
     CU(cudaGetLastError(), "softmax");
@@ -2075,23 +2428,16 @@ static int jvp_enqueue(cuda_op_ws *W, size_t T, int path, const float *dir, doub
     prof_mark(w);
     for (size_t k = 0; k < nt; k++) {
         const size_t t0 = k * B, t1 = t0 + B < T ? t0 + B : T, Bt = t1 - t0, L = t1;
-        const long long sZ = (long long)(Bt * L);
         if ((st = attention_tile(w, T, k, err)))
             goto out;
         const float *Q = content ? w->ql + t0 * dc : w->qr + t0 * dr;
-        CB(gemm_rm(w->blas, 0, 1, Bt, L, wd, tau, Q, wd, (long long)(T * wd), dir, wd, 0, 0.0f,
-                   w->P1, L, sZ, H),
-           "JVP logits");
+        CB(logits_tile(w, T, Bt, L, t0, wd, tau, Q, dir, 0.0f, w->P1), "JVP logits");
         softmax_jvp_kernel<<<(unsigned)(H * Bt), SM_THREADS, 0, s>>>(w->Z, w->P1, w->P1, Bt, L,
                                                                    t0);
         CU(cudaGetLastError(), "softmax JVP");
-        CB(gemm_rm(w->blas, 0, 0, Bt, dc, L, 1.0f, w->P1, L, sZ, w->C, dc, 0, 0.0f, w->U, dc,
-                   (long long)(Bt * dc), H),
-           "JVP latents");
+        CB(aggregate_tile_beta(w, Bt, L, t0, w->P1, w->C, 0.0f), "JVP latents");
         if (content)
-            CB(gemm_rm(w->blas, 0, 0, Bt, dc, L, 1.0f, w->Z, L, sZ, dir, dc, 0, 1.0f, w->U, dc,
-                       (long long)(Bt * dc), H),
-               "JVP latents");
+            CB(aggregate_tile_beta(w, Bt, L, t0, w->Z, dir, 1.0f), "JVP latents");
         CB(project_tile(w, Bt, w->Y[1]), "JVP projection");
         sumsq_kernel<<<NORM_BLOCKS, SM_THREADS, 0, s>>>(w->Y[1], NULL, Bt * D,
                                                         dpart + k * NORM_BLOCKS);
@@ -2180,6 +2526,8 @@ static int sens_exact_run(cuda_op_ws *W, const cuda_sens_layer *Ly, size_t T, do
                               "sensitivities: layer constants for H = %zu, d_v = %zu, "
                               "found H = %zu, d_v = %zu", H, dv, Ly->H, Ly->d_v);
     prof_mark(w);
+    W->sev_n = 0; /* a call that failed left its marks */
+    stage_mark(W, -1);
     /* Yc = C W_UV^T [T, HV] */
     CB(gemm_rm(hb, 0, 1, T, HV, dc, 1.0f, w->C, dc, 0, w->wuv, dc, 0, 0.0f, W->Yc, HV, 0, 1),
        "values Yc");
@@ -2190,12 +2538,17 @@ static int sens_exact_run(cuda_op_ws *W, const cuda_sens_layer *Ly, size_t T, do
                    Ly->K + g0 * dv * HV, HV, (long long)(dv * HV), 0.0f, W->S, HV,
                    (long long)(T * HV), gn),
            "Gram yy");
-        gram_rows_kernel<<<grid_for(gn * H * T), SM_THREADS, 0, s>>>(W->S, W->Yc, T, H, dv, g0,
-                                                                     gn, W->yyT);
+        if (qmla_cuda_engine_r12())
+            gram_rows_kernel<<<grid_for(gn * H * T), SM_THREADS, 0, s>>>(W->S, W->Yc, T, H, dv,
+                                                                         g0, gn, W->yyT);
+        else
+            gram_rows_warp_kernel<<<grid_for_warps(gn * H * T), SM_THREADS, 0, s>>>(
+                W->S, W->Yc, T, H, dv, g0, gn, W->yyT);
         CU(cudaGetLastError(), "Gram yy");
     }
     CU(cudaMemsetAsync(W->trc, 0, T * sizeof(double), s), "memset");
     CU(cudaMemsetAsync(W->trr, 0, T * sizeof(double), s), "memset");
+    stage_mark(W, QMLA_CUDA_ST_SENS_GRAM);
     /* X2_{g,k} = xq_{g,k} K_kg: H^2 blocks [rows, dv] x [dv, dv] */
     for (size_t g = 0; g < H; g++)
         for (size_t k = 0; k < H; k++) {
@@ -2229,6 +2582,7 @@ static int sens_exact_run(cuda_op_ws *W, const cuda_sens_layer *Ly, size_t T, do
         CB(gemm_rm(hb, 0, 1, nc, dv, dc, 1.0f, W->Uc, dc, (long long)(nc * dc), w->wuv, dc,
                    (long long)(dv * dc), 0.0f, W->Oc, HV, (long long)dv, H),
            "chunk head outputs");
+        stage_mark(W, QMLA_CUDA_ST_SENS_ATTN);
         /* OKb[k][il][g dv + j] = (O_ki K_kg)_j */
         CB(gemm_rm(hb, 0, 0, nc, HV, dv, 1.0f, W->Oc, HV, (long long)dv, Ly->K, HV,
                    (long long)(dv * HV), 0.0f, W->OKb, HV, (long long)(nc * HV), H),
@@ -2237,6 +2591,7 @@ static int sens_exact_run(cuda_op_ws *W, const cuda_sens_layer *Ly, size_t T, do
         CB(gemm_rm(hb, 0, 1, nc, HV, dc, 1.0f, w->ql + i0 * dc, dc, (long long)(T * dc), w->wuv,
                    dc, 0, 0.0f, W->xq, HV, (long long)(ni * HV), H),
            "xq");
+        stage_mark(W, QMLA_CUDA_ST_SENS_OKXQ);
         {
             const float one = 1.0f, zero = 0.0f;
             CB(cublasSgemmBatched(hb, CUBLAS_OP_N, CUBLAS_OP_N, (int)dv, (int)nc, (int)dv, &one,
@@ -2244,16 +2599,24 @@ static int sens_exact_run(cuda_op_ws *W, const cuda_sens_layer *Ly, size_t T, do
                                   (int)(H * H)),
                "X2");
         }
-        row_consts_kernel<<<grid_for(nc * H * H), SM_THREADS, 0, s>>>(
-            w->ql, w->qr, W->OKb, W->Oc, W->X2, Ly->G, T, H, dc, dr, dv, i0, nc, ni, tau,
-            W->qcc, W->qrc, W->Cc, W->Cr);
+        stage_mark(W, QMLA_CUDA_ST_SENS_X2);
+        if (qmla_cuda_engine_r12())
+            row_consts_kernel<<<grid_for(nc * H * H), SM_THREADS, 0, s>>>(
+                w->ql, w->qr, W->OKb, W->Oc, W->X2, Ly->G, T, H, dc, dr, dv, i0, nc, ni, tau,
+                W->qcc, W->qrc, W->Cc, W->Cr);
+        else
+            row_consts_warp_kernel<<<grid_for_warps(nc * H * H), SM_THREADS, 0, s>>>(
+                w->ql, w->qr, W->OKb, W->Oc, W->X2, Ly->G, T, H, dc, dr, dv, i0, nc, ni, tau,
+                W->qcc, W->qrc, W->Cc, W->Cr);
         CU(cudaGetLastError(), "row constants");
+        stage_mark(W, QMLA_CUDA_ST_SENS_CONST);
         pair_terms_kernel<<<grid_for(H * nc * L), SM_THREADS, 0, s>>>(
             W->Ac, W->yyT, W->qcc, W->qrc, W->Cc, W->Cr, T, H, i0, nc, L, tau, W->pg, W->pgr);
         CU(cudaGetLastError(), "pair terms");
         reduce_heads_kernel<<<grid_for(nc * L), SM_THREADS, 0, s>>>(W->pg, W->pgr, H, nc, L, 0,
                                                                    W->pc, W->pr);
         CU(cudaGetLastError(), "pair terms sum");
+        stage_mark(W, QMLA_CUDA_ST_SENS_PAIR);
         for (size_t g0 = 0; g0 < H; g0 += gc) {
             const size_t gn = g0 + gc <= H ? gc : H - g0;
             const long long sR = (long long)(H * nc * L);
@@ -2266,21 +2629,25 @@ static int sens_exact_run(cuda_op_ws *W, const cuda_sens_layer *Ly, size_t T, do
             CB(gemm_rm(hb, 0, 1, H * nc, L, dv, 1.0f, W->OKb + g0 * dv, HV, (long long)dv,
                        W->Yc + g0 * dv, HV, (long long)dv, 0.0f, W->R0, L, sR, gn),
                "pair products R0");
+            stage_mark(W, QMLA_CUDA_ST_SENS_R);
             pair_gemm_terms_kernel<<<grid_for(gn * nc * L), SM_THREADS, 0, s>>>(
                 W->Ac, W->R0, W->R1, W->qcc, W->qrc, H, i0, nc, L, g0, gn, tau, W->pg, W->pgr);
             CU(cudaGetLastError(), "pair GEMM terms");
             reduce_heads_kernel<<<grid_for(nc * L), SM_THREADS, 0, s>>>(W->pg, W->pgr, gn, nc,
                                                                        L, 1, W->pc, W->pr);
             CU(cudaGetLastError(), "pair GEMM terms sum");
+            stage_mark(W, QMLA_CUDA_ST_SENS_RTERM);
         }
         reduce_rows_kernel<<<grid_for(L), SM_THREADS, 0, s>>>(W->pc, W->pr, nc, L, W->trc,
                                                               W->trr);
         CU(cudaGetLastError(), "row sums");
+        stage_mark(W, QMLA_CUDA_ST_SENS_RTERM);
     }
     CU(cudaMemcpyAsync(W->htr, W->trc, T * sizeof(double), cudaMemcpyDeviceToHost, s), "copy");
     CU(cudaMemcpyAsync(W->htr + T, W->trr, T * sizeof(double), cudaMemcpyDeviceToHost, s),
        "copy");
     CU(ws_sync(w), "sensitivities");
+    stage_end(W);
     for (size_t t = 0; t < T; t++) {
         trc[t] = W->htr[t] / (double)dc;
         trr[t] = W->htr[T + t] / (double)dr;
@@ -2403,23 +2770,20 @@ static int joint_enqueue(cuda_op_ws *W, size_t T, double *dpart, qmla_error *err
     CU(cudaGetLastError(), "joint k_rope");
     for (size_t k = 0; k < nt; k++) {
         const size_t t0 = k * B, t1 = t0 + B < T ? t0 + B : T, Bt = t1 - t0, L = t1;
-        const long long sZ = (long long)(Bt * L);
         if (!w->a_valid) { /* the clean output of the tile into Y[0] */
             if ((st = attention_tile(w, T, k, err)))
                 goto out;
-            CB(aggregate_tile(w, Bt, L, w->Z, w->C), "aggregation");
+            CB(aggregate_tile(w, Bt, L, t0, w->Z, w->C), "aggregation");
             CB(project_tile(w, Bt, w->Y[0]), "projection");
         }
-        CB(gemm_rm(w->blas, 0, 1, Bt, L, dc, tau, w->ql + t0 * dc, dc, (long long)(T * dc), W->Cp,
-                   dc, 0, 0.0f, w->P2, L, sZ, H),
+        CB(logits_tile(w, T, Bt, L, t0, dc, tau, w->ql + t0 * dc, W->Cp, 0.0f, w->P2),
            "joint logits");
-        CB(gemm_rm(w->blas, 0, 1, Bt, L, dr, tau, w->qr + t0 * dr, dr, (long long)(T * dr), W->Kp,
-                   dr, 0, 1.0f, w->P2, L, sZ, H),
+        CB(logits_tile(w, T, Bt, L, t0, dr, tau, w->qr + t0 * dr, W->Kp, 1.0f, w->P2),
            "joint logits");
         softmax_rows_kernel<<<(unsigned)(H * Bt), SM_THREADS, 0, s>>>(w->P2, NULL, w->P2, Bt, L,
                                                                     t0);
         CU(cudaGetLastError(), "joint softmax");
-        CB(aggregate_tile(w, Bt, L, w->P2, W->Cp), "joint aggregation");
+        CB(aggregate_tile(w, Bt, L, t0, w->P2, W->Cp), "joint aggregation");
         CB(project_tile(w, Bt, w->Y[2]), "joint projection");
         sumsq_kernel<<<NORM_BLOCKS, SM_THREADS, 0, s>>>(w->Y[2], w->Y[0], Bt * D,
                                                         dpart + k * NORM_BLOCKS);
@@ -2568,13 +2932,17 @@ static int op_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
         const int b = (int)(k & 1);
         const sweep_dirs *r = &dir[b];
         qmla_response fin[2];
+        W->sev_n = 0;
+        stage_mark(W, -1);
         if ((st = sweep_enqueue(d, T, wt, q_nope, q_rope, C, K, w, r, 1, k == 0, k == 0, err)))
             goto fail;
+        stage_mark(W, QMLA_CUDA_ST_FINITE);
         for (int path = 0; path < 2; path++)
             if (!r->degenerate[path] &&
                 (st = jvp_enqueue(W, T, path, path == QMLA_PATH_CONTENT ? w->Ec : w->Er,
                                   W->jpart + (size_t)path * np, err)))
                 goto fail;
+        stage_mark(W, QMLA_CUDA_ST_JVP);
         CU(cudaMemcpyAsync(W->hjpart, W->jpart, 2 * np * sizeof(double), cudaMemcpyDeviceToHost,
                            w->stream),
            "copy sums");
@@ -2586,6 +2954,7 @@ static int op_sequence(const qmla_exec *ex, const qmla_mla_dims *d, size_t T,
         if ((st = sweep_finish(d, T, w, r, 1, k == 0, fin, err)))
             return qmla_error_prefix(err, "INT%d G%d nu %g: ", conf[k].bits, conf[k].group,
                                      conf[k].nmse);
+        stage_end(W); /* the stream has run: no wait */
         if (k == 0) {
             yy = w->yy;
             if (Ly) {
@@ -3143,7 +3512,11 @@ static int eval_pass_tile(cuda_sweep_ws *w, size_t T, size_t t0, size_t Bt, cons
        "RoPE logits");
     softmax_rows_kernel<<<(unsigned)(H * Bt), SM_THREADS, 0, w->stream>>>(P, NULL, P, Bt, L, t0);
     CU(cudaGetLastError(), "softmax");
-    CB(aggregate_tile(w, Bt, L, P, Cs), "aggregation");
+    /* eval keeps its products over the whole key range (not causal row
+     * blocks: its results stay those of run 12) */
+    CB(gemm_rm(w->blas, 0, 0, Bt, dc, L, 1.0f, P, L, sZ, Cs, dc, 0, 0.0f, w->U, dc,
+               (long long)(Bt * dc), H),
+       "aggregation");
     CB(project_tile(w, Bt, Y), "projection");
 out:
     return st;

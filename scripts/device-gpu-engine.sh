@@ -32,7 +32,8 @@
 # cross term's conditioning (docs/cuda-engine.md "H200 run 11");
 # sanitizers: the test, memcheck and racecheck at once, the sanitizers split
 # over sections of the test (QMLA_TEST_SECTIONS), every log into engine.log;
-# run in this order: build test bench ops ops4k tf before run10 run12 run11 tfcli cli sanitizers memcheck. TEST_TIMEOUT (default 240) bounds the
+# run13: run 13's before/after rows and profile (below);
+# run in this order: build test bench ops ops4k tf before run10 run12 run13 run11 tfcli cli sanitizers memcheck. TEST_TIMEOUT (default 240) bounds the
 # agreement test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -216,6 +217,46 @@ if [[ " $steps " == *" run12 "* ]]; then
   done
   wait
   for gm in fp32 3xtf32; do tail -3 $OUT/test-$gm.log | tee -a "$LOG"; done
+fi
+# run13 (docs/cuda-engine.md "H200 run 13"): V3 T 512, the sweep (8 sequences)
+# and the ops (predict 4 sequences, interventions 1) on the GPU, run 13's
+# forms against run 12's (QMLA_CUDA_ENGINE_R12=1: whole-range tile products,
+# thread-per-value row constants and key Grams), alternated twice; then the
+# phase and stage profile of predict in both forms (QMLA_CUDA_ENGINE_PROFILE=1,
+# 2 sequences) next to the agreement test's sections RUN13_SECTIONS (default
+# sweep,op,iv) on the same GPU (the test's log: $OUT/test-run13.log;
+# RUN13_TEST=0: no test, the profile alone on the GPU)
+if [[ " $steps " == *" run13 "* ]]; then
+  say "run13: synth V3 ($(date -u +%H:%M:%S))"
+  $B/cli/qmla synth -o /tmp/v3.h5 --shape deepseek-v3 --layers 1 --cells 1 --seqs 8 \
+    --tokens 512 --no-pre --force --threads 16 >>"$LOG" 2>&1
+  for rep in 1 2; do
+    for r in 1 0; do
+      say "run13: V3 sweep and ops, QMLA_CUDA_ENGINE_R12=$r (rep $rep, $(date -u +%H:%M:%S))"
+      QMLA_CUDA_ENGINE_R12=$r timeout 60 $B/bench/bench_engine /tmp/v3.h5 --threads 16 --no-cpu \
+        --ops --op-seqs 4 --iv-seqs 1 --out $OUT/r13-v3-r12_$r-$rep.h5 >>"$LOG" 2>&1
+      say "run13 v3 R12=$r exit $?"
+    done
+  done
+  tpid=
+  if [ "${RUN13_TEST:-1}" != 0 ]; then
+    say "run13: test_engine_cuda sections ${RUN13_SECTIONS:-sweep,op,iv} ($(date -u +%H:%M:%S))"
+    ( QMLA_TEST_SECTIONS=${RUN13_SECTIONS:-sweep,op,iv} timeout ${RUN13_TIMEOUT:-150} \
+        $B/tests/test_engine_cuda >$OUT/test-run13.log 2>&1; echo "== exit $?" >>$OUT/test-run13.log ) &
+    tpid=$!
+  fi
+  for r in 1 0; do
+    say "run13: V3 predict profile, QMLA_CUDA_ENGINE_R12=$r${tpid:+ (next to the test)}"
+    QMLA_CUDA_ENGINE_PROFILE=1 QMLA_CUDA_ENGINE_R12=$r timeout 60 $B/bench/bench_engine /tmp/v3.h5 \
+      --threads 16 --no-cpu --no-sweep --ops --op-seqs 2 --iv-seqs 0 \
+      --out /tmp/r13-prof.h5 >>"$LOG" 2>&1
+    say "run13 profile R12=$r exit $?"
+  done
+  rm -f /tmp/v3.h5 /tmp/r13-prof.h5
+  if [ -n "$tpid" ]; then
+    wait $tpid
+    tail -3 $OUT/test-run13.log | tee -a "$LOG"
+  fi
 fi
 if [[ " $steps " == *" run11 "* ]]; then
   # docs/cuda-engine.md, "H200 run 11": (1) eval's ||C||_2 eigensolver on its

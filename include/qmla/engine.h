@@ -63,10 +63,23 @@ int qmla_engine_find(const char *name, const qmla_engine **e, qmla_error *err);
 const char *qmla_engine_name(const qmla_engine *e);
 
 /* The device the engine runs on ("NVIDIA H200 (sm_90, 139.8 GiB), device 0
- * of 1 (default)": name, ordinal, count and the rule that chose it), or
+ * of 1 (default)": name, ordinal, count and the rule that chose it, then
+ * the engine's result-changing switches, "; GEMMs 3xtf32" ...), or
  * NULL for the CPU engine and for a device engine with no usable device.
- * Results files record it as the attribute engine_device. */
+ * Results files record it as the attribute engine_device. Its length is
+ * below QMLA_ENGINE_DEVICE_MAX (NUL included; every buffer that holds one
+ * device string, the results' engine_device and the part headers', has
+ * that size). The string is immutable: it stays valid for the process. */
 const char *qmla_engine_device(const qmla_engine *e);
+#define QMLA_ENGINE_DEVICE_MAX 512
+
+/* The engine's arithmetic mode: "" for the defaults (float32 as the CPU
+ * engine computes; the CPU engine's is always ""), else the switches that
+ * change results in their last digits ("GEMMs 3xtf32; query tile <= 128").
+ * Resume journals record it with each engine mark and refuse to resume
+ * records of another mode (a results file is one mode's). Immutable, valid
+ * for the process; below QMLA_ENGINE_DEVICE_MAX bytes. */
+const char *qmla_engine_mode(const qmla_engine *e);
 
 /* Choose the device of a device engine for the rest of the process, before
  * any work: device >= 0 is the CUDA ordinal (the CLI's --device N and

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 
+#include "qmla/engine.h"
 #include "qmla/response.h"
 #include "qmla/status.h"
 #include "qmla/sweep.h"
@@ -59,7 +60,7 @@ typedef struct qmla_results_meta {
     char keep_groups_from[4096];
     /* the device of the engine (qmla_engine_device), "" for none: written
      * as the attribute engine_device only when not "" (additive) */
-    char engine_device[256];
+    char engine_device[QMLA_ENGINE_DEVICE_MAX];
 } qmla_results_meta;
 
 void qmla_results_meta_free(qmla_results_meta *m);

@@ -38,7 +38,7 @@ int qmla_devices_add(qmla_devices *d, const char *dev, qmla_error *err)
             return QMLA_OK;
     if (d->n == d->cap) {
         const size_t cap = d->cap ? 2 * d->cap : 8;
-        char (*k)[320] = realloc(d->key, cap * sizeof *k);
+        char (*k)[QMLA_DEVICES_KEY] = realloc(d->key, cap * sizeof *k);
         if (!k)
             return qmla_error_set(err, QMLA_ENOMEM, "merge: out of memory (device list)");
         d->key = k;

@@ -9,12 +9,17 @@
 
 #include <stddef.h>
 
+#include "qmla/engine.h"
 #include "qmla/status.h"
 
+/* a key is a device string (below QMLA_ENGINE_DEVICE_MAX) with " [switches]"
+ * in place of "; switches" (one byte more) */
+#define QMLA_DEVICES_KEY (QMLA_ENGINE_DEVICE_MAX + 8)
+
 typedef struct qmla_devices {
-    char (*key)[320]; /* the distinct devices, in the order first seen */
+    char (*key)[QMLA_DEVICES_KEY]; /* the distinct devices, in the order first seen */
     size_t n, cap;
-    char first[320]; /* the first device's full string (rule included) */
+    char first[QMLA_ENGINE_DEVICE_MAX]; /* the first device's full string (rule included) */
 } qmla_devices;
 
 /* Add a part's device string ("" or NULL: none, ignored); a device seen

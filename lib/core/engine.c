@@ -18,6 +18,12 @@ const char *qmla_engine_device(const qmla_engine *e)
     const struct qmla_engine *r = resolve(e);
     return r->device ? r->device() : NULL;
 }
+const char *qmla_engine_mode(const qmla_engine *e)
+{
+    const struct qmla_engine *r = resolve(e);
+    const char *m = r->mode ? r->mode() : NULL;
+    return m ? m : "";
+}
 const struct qmla_attn_ops *qmla_engine_attn(const qmla_engine *e) { return resolve(e)->attn; }
 const struct qmla_quant_ops *qmla_engine_quant(const qmla_engine *e) { return resolve(e)->quant; }
 const struct qmla_sweep_ops *qmla_engine_sweep(const qmla_engine *e) { return resolve(e)->sweep; }

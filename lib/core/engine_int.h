@@ -30,6 +30,10 @@ struct qmla_engine {
     const struct qmla_iv_ops *iv;
     const struct qmla_learn_ops *learn;
     const struct qmla_tfeval_ops *tfeval;
+    /* The arithmetic mode (qmla_engine_mode); NULL function: "" (the
+     * defaults, the CPU engine). Last, so tables that leave it out get
+     * NULL. */
+    const char *(*mode)(void);
 };
 
 #endif

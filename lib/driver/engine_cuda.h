@@ -123,6 +123,11 @@ const char *qmla_cuda_engine_gemm_error(void);
 int qmla_cuda_engine_set_gemm(const char *name);
 const char *qmla_cuda_engine_switch_error(void);
 const char *qmla_cuda_engine_switches(void);
+/* The engine's mode (qmla_engine_mode): switches without the leading "; ".
+ * Every string these functions and qmla_cuda_engine_device return is
+ * interned (review12): immutable, valid for the process, safe to call from
+ * any thread. */
+const char *qmla_cuda_engine_mode(void);
 
 /* Test hook: the largest query tile (tokens) of the sweep workspaces
  * allocated afterwards; 0 (the default) sizes tiles from device memory. */
@@ -158,9 +163,28 @@ enum {
     QMLA_CUDA_PH_SENS,      /* wall of the exact sensitivities (inside the others) */
     QMLA_CUDA_PH_N
 };
+/* The GPU time of predict's stages (run 13; events after each stage on the
+ * stream, read at the waits predict has anyway, and in the exact
+ * sensitivities every few chunks, an extra wait with the profile on):
+ * seconds per stage in st[]. */
+enum {
+    QMLA_CUDA_ST_FINITE,     /* predict: a configuration's response-only sweep (with the
+                                sequence's upload and clean pass in the first) */
+    QMLA_CUDA_ST_JVP,        /* predict: its JVPs of both paths */
+    QMLA_CUDA_ST_SENS_GRAM,  /* values Yc = C W_UV^T, key-token Grams yy_t */
+    QMLA_CUDA_ST_SENS_ATTN,  /* a chunk's attention and head outputs */
+    QMLA_CUDA_ST_SENS_OKXQ,  /* O K and xq (strided-batched GEMMs) */
+    QMLA_CUDA_ST_SENS_X2,    /* X2 (pointer-batched GEMM of H^2 blocks) */
+    QMLA_CUDA_ST_SENS_CONST, /* the per-row constants */
+    QMLA_CUDA_ST_SENS_PAIR,  /* the pair terms without a GEMM, their head sum */
+    QMLA_CUDA_ST_SENS_R,     /* the pair products R0, R1 (strided-batched GEMMs) */
+    QMLA_CUDA_ST_SENS_RTERM, /* the pair GEMM terms, head and row sums */
+    QMLA_CUDA_ST_N
+};
 typedef struct qmla_cuda_profile {
     int on;
     double s[QMLA_CUDA_PH_N];
+    double st[QMLA_CUDA_ST_N]; /* GPU seconds of the stages above */
     unsigned long syncs, h2d_calls; /* synchronisations, host-to-device copies */
     double h2d_bytes;
 } qmla_cuda_profile;
@@ -169,6 +193,16 @@ void qmla_cuda_engine_profile_get(qmla_cuda_profile *p);
 void qmla_cuda_engine_profile_reset(void);
 /* The phase's name ("host: error directions"). */
 const char *qmla_cuda_engine_profile_name(int phase);
+/* The stage's name ("sens: row constants"). */
+const char *qmla_cuda_engine_stage_name(int stage);
+
+/* QMLA_CUDA_ENGINE_R12=1 (or set_r12(1)): the run-12 forms of what run 13
+ * changed (the query tiles' products over their whole key range, the
+ * sensitivities' row constants and key Grams one thread per value), for
+ * the benchmark's before rows and the test; results agree within rounding
+ * (docs/cuda-engine.md, "H200 run 13"). set_r12 returns the setting before. */
+int qmla_cuda_engine_r12(void);
+int qmla_cuda_engine_set_r12(int on);
 
 /* Which sequences the engine runs (benchmarks' before rows, tests):
  * 0 today's; 1 those of commit e498e58 (run 8: serial error directions

@@ -175,7 +175,8 @@ static const qmla_learn_ops cpu_learn = {cpu_learn_alloc,   cpu_learn_free, cpu_
 static const qmla_tfeval_ops cpu_tfeval = {qmla_tf_eval_cell};
 
 static const qmla_engine engine_cpu = {"cpu",   NULL,     &cpu_attn, &cpu_quant, &cpu_sweep,
-                                       &cpu_jvp, &cpu_op,  &cpu_iv,   &cpu_learn, &cpu_tfeval};
+                                       &cpu_jvp, &cpu_op,  &cpu_iv,   &cpu_learn, &cpu_tfeval,
+                                       NULL};
 
 #if QMLA_HAVE_CUDA_ENGINE
 /* ---- the CUDA engine (kernels/engine_cuda.cu) --------------------------
@@ -195,7 +196,8 @@ static const qmla_tfeval_ops cuda_tfeval = {qmla_cuda_tf_eval_cell};
 static const qmla_engine engine_cuda = {"cuda",   qmla_cuda_engine_device, &cpu_attn,
                                         &qmla_cuda_quant_ops, &qmla_cuda_sweep_ops,
                                         &cpu_jvp, &qmla_cuda_op_ops, &qmla_cuda_iv_ops,
-                                        &cuda_learn, &cuda_tfeval};
+                                        &cuda_learn, &cuda_tfeval,
+                                        qmla_cuda_engine_mode};
 #endif
 
 /* NULL-terminated. */

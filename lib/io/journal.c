@@ -157,16 +157,43 @@ void qmla_jnl_engines_add(char *set, size_t len, const char *names)
 typedef struct scan_engines {
     char last[32];
     char set[64];
+    char last_mode[QMLA_JNL_MODE_MAX]; /* the last mark's mode */
+    char kept_mode[QMLA_JNL_MODE_MAX]; /* the first kept record's */
+    char other_mode[QMLA_JNL_MODE_MAX]; /* a later kept record's other mode */
+    size_t kept;
+    int mixed;
 } scan_engines;
 
-/* A whole record that is an engine mark: 1 (eng->last updated). */
+/* A whole record that is an engine mark: 1 (eng->last and last_mode
+ * updated; a mode that does not unescape is kept as written). */
 static int engine_mark(const char *rec, size_t len, scan_engines *eng)
 {
     const size_t ml = strlen(ENGINE_MARK);
     if (len <= ml + 1 || strncmp(rec, ENGINE_MARK, ml) != 0 || memchr(rec, '\n', len - 1))
         return 0;
-    snprintf(eng->last, sizeof eng->last, "%.*s", (int)(len - ml - 1), rec + ml);
+    const char *b = rec + ml, *e = rec + len - 1, *sp = memchr(b, ' ', (size_t)(e - b));
+    snprintf(eng->last, sizeof eng->last, "%.*s", (int)((sp ? sp : e) - b), b);
+    eng->last_mode[0] = '\0';
+    if (sp) {
+        char esc[3 * QMLA_JNL_MODE_MAX + 4];
+        snprintf(esc, sizeof esc, "%.*s", (int)(e - sp - 1), sp + 1);
+        if (qmla_jnl_unescape(esc, eng->last_mode, sizeof eng->last_mode) != 0)
+            snprintf(eng->last_mode, sizeof eng->last_mode, "%.*s",
+                     (int)(sizeof eng->last_mode - 1), esc);
+    }
     return 1;
+}
+
+/* A record kept: its engine into the set, its mode against the others. */
+static void engine_kept(scan_engines *eng)
+{
+    qmla_jnl_engines_add(eng->set, sizeof eng->set, eng->last);
+    if (!eng->kept++)
+        memcpy(eng->kept_mode, eng->last_mode, sizeof eng->kept_mode);
+    else if (!eng->mixed && strcmp(eng->kept_mode, eng->last_mode) != 0) {
+        eng->mixed = 1;
+        memcpy(eng->other_mode, eng->last_mode, sizeof eng->other_mode);
+    }
 }
 
 /* Replay the records after the header; *keep: the offset after the last
@@ -227,7 +254,7 @@ static int scan(FILE *f, const char *path, qmla_jnl_replay_fn fn, void *ctx, siz
             break;
         }
         ++*n;
-        qmla_jnl_engines_add(eng->set, sizeof eng->set, eng->last);
+        engine_kept(eng);
         *keep = ftell(f);
         rlen = 0;
     }
@@ -305,6 +332,11 @@ int qmla_jnl_open(qmla_jnl *j, const char *path, const char *kind, const char *k
                               strerror(errno));
     memcpy(j->engine, eng.last, sizeof j->engine);
     memcpy(j->engines, eng.set, sizeof j->engines);
+    memcpy(j->mode, eng.last_mode, sizeof j->mode);
+    memcpy(j->kept_mode, eng.kept_mode, sizeof j->kept_mode);
+    memcpy(j->other_mode, eng.other_mode, sizeof j->other_mode);
+    j->kept = eng.kept;
+    j->mixed = eng.mixed;
     if (n)
         *n = cnt;
     return QMLA_OK;
@@ -355,18 +387,44 @@ int qmla_jnl_read_engines(const char *path, const char *kind, const char *key,
     return st;
 }
 
-int qmla_jnl_engine(qmla_jnl *j, const char *name, qmla_error *err)
+/* "" reads as "the defaults" in the messages */
+static const char *mode_name(const char *m) { return m[0] ? m : "defaults (float32)"; }
+
+int qmla_jnl_engine(qmla_jnl *j, const char *name, const char *mode, qmla_error *err)
 {
-    if (!name || !name[0] || !strcmp(j->engine, name))
+    if (!mode)
+        mode = "";
+    if (strlen(mode) >= sizeof j->mode)
+        return qmla_error_set(err, QMLA_EINTERNAL, "%s: engine mode \"%.40s...\": expected "
+                              "at most %zu bytes", j->path, mode, sizeof j->mode - 1);
+    if (j->kept && (j->mixed || strcmp(j->kept_mode, mode) != 0))
+        return qmla_error_set(err, QMLA_EMISMATCH,
+                              "%s: cannot resume: expected engine mode \"%s\" (the mode of its "
+                              "%zu records%s%s%s), found \"%s\" (this run's); a results file "
+                              "is one mode's: run with the switches of its mode "
+                              "(QMLA_CUDA_ENGINE_GEMM, QMLA_CUDA_ENGINE_TILE, "
+                              "QMLA_CUDA_EVAL_SOLVER_AFTER), or remove the journal",
+                              j->path, mode_name(j->kept_mode), j->kept,
+                              j->mixed ? "; some are in \"" : "",
+                              j->mixed ? mode_name(j->other_mode) : "", j->mixed ? "\"" : "",
+                              mode_name(mode));
+    if (!name || !name[0] || (!strcmp(j->engine, name) && !strcmp(j->mode, mode)))
         return QMLA_OK;
-    if (strlen(name) >= sizeof j->engine || strpbrk(name, "+\n#"))
+    if (strlen(name) >= sizeof j->engine || strpbrk(name, "+\n# "))
         return qmla_error_set(err, QMLA_EINTERNAL, "%s: engine name \"%s\": expected a word "
                               "of at most %zu bytes", j->path, name, sizeof j->engine - 1);
     j->len = 0;
-    qmla_jnl_printf(j, ENGINE_MARK "%s\n", name);
+    if (mode[0]) {
+        char esc[3 * QMLA_JNL_MODE_MAX + 4];
+        qmla_jnl_escape(mode, esc, sizeof esc);
+        qmla_jnl_printf(j, ENGINE_MARK "%s %s\n", name, esc);
+    } else
+        qmla_jnl_printf(j, ENGINE_MARK "%s\n", name);
     int st = qmla_jnl_commit(j, err);
-    if (!st)
+    if (!st) {
         snprintf(j->engine, sizeof j->engine, "%s", name);
+        snprintf(j->mode, sizeof j->mode, "%s", mode);
+    }
     return st;
 }
 

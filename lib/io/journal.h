@@ -20,7 +20,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "qmla/engine.h"
 #include "qmla/status.h"
+
+/* an engine mode (qmla_engine_mode) as the marks hold it, NUL included */
+#define QMLA_JNL_MODE_MAX QMLA_ENGINE_DEVICE_MAX
 
 typedef struct qmla_jnl {
     FILE *f;
@@ -31,6 +35,11 @@ typedef struct qmla_jnl {
     char engine[32];  /* the engine of the last engine mark (qmla_jnl_engine) */
     char engines[64]; /* the engines of the records kept or written, '+'-joined
                        * in first-seen order ("" when no record follows a mark) */
+    char mode[QMLA_JNL_MODE_MAX];      /* the last mark's engine mode ("": defaults) */
+    char kept_mode[QMLA_JNL_MODE_MAX]; /* the mode of the first record kept */
+    char other_mode[QMLA_JNL_MODE_MAX]; /* a kept record's other mode (mixed) */
+    size_t kept;      /* records kept by the open (not marks) */
+    int mixed;        /* kept records of two modes (a journal of an older qmla) */
 } qmla_jnl;
 
 /* Called per whole record, in file order; rec is NUL-terminated (len bytes,
@@ -62,10 +71,18 @@ int qmla_jnl_read_engines(const char *path, const char *kind, const char *key,
 /* Engine marks. A journal that engines resume from one another (the resume
  * key has no engine: their rows agree to 1e-4, not bit for bit) records
  * which engine wrote its records: qmla_jnl_engine appends the record
- * "@engine NAME" when NAME is not the last mark's engine, and every later
- * record is NAME's. Replays skip the marks (the callback never sees them)
- * and collect the engines of the kept records in j->engines. */
-int qmla_jnl_engine(qmla_jnl *j, const char *name, qmla_error *err);
+ * "@engine NAME" (mode "", the defaults) or "@engine NAME MODE" (MODE
+ * escaped, qmla_jnl_escape; since run 13) when NAME or MODE is not the
+ * last mark's, and every later record is NAME's in MODE. Replays skip the
+ * marks (the callback never sees them) and collect the engines of the kept
+ * records in j->engines. The mode (qmla_engine_mode: "" or the switches
+ * that change results in their last digits, "GEMMs 3xtf32") must be the
+ * kept records' own: a resume in another mode would mix, say, float32 and
+ * 3xTF32 rows under one provenance, so qmla_jnl_engine refuses it
+ * (QMLA_EMISMATCH naming the journal, the mode expected — its records' —
+ * and the mode found — this run's) and writes nothing. A journal written
+ * before run 13 has no modes: its records are mode "". */
+int qmla_jnl_engine(qmla_jnl *j, const char *name, const char *mode, qmla_error *err);
 
 /* Add the '+'-joined names of `names` to the set `set` (a '+'-joined list
  * in first-seen order, size len), skipping those it has. */

@@ -11,6 +11,12 @@
 #include <unistd.h>
 
 #define PART_MAGIC "qmla-journal 1 "
+/* the P record's escaped device: every device string (below
+ * QMLA_ENGINE_DEVICE_MAX bytes) escapes to at most 3 bytes a byte, and
+ * qmla_jnl_escape keeps 4 bytes spare; its sscanf width one less */
+#define PART_ESC (3 * QMLA_ENGINE_DEVICE_MAX + 4)
+#define PART_ESC_W "1539"
+_Static_assert(PART_ESC == 1540, "PART_ESC_W is PART_ESC - 1");
 
 static uint64_t fnv_u64(uint64_t h, uint64_t v)
 {
@@ -92,7 +98,7 @@ int qmla_oppart_write(const char *path, const char *kind, const char *key, size_
     if (st)
         return st;
     const char *dev = qmla_engine_device(engine);
-    char esc[1024];
+    char esc[PART_ESC];
     qmla_jnl_escape(dev && *dev ? dev : "-", esc, sizeof esc);
     qmla_jnl_printf(&j, "P %zu %zu %016llx %s %d %s\n", shard, n_shards,
                     (unsigned long long)plan_hash,
@@ -111,14 +117,7 @@ int qmla_oppart_write(const char *path, const char *kind, const char *key, size_
 
 /* ---- the merge ---------------------------------------------------------- */
 
-typedef struct part_hdr {
-    int have;
-    size_t shard, n_shards;
-    unsigned long long hash;
-    char engine[64];
-    int ordinal;
-    char device[320];
-} part_hdr;
+typedef qmla_oppart_hdr part_hdr;
 
 typedef struct merge_rd {
     const char *const *parts;
@@ -165,22 +164,34 @@ static int owners(merge_rd *m, size_t n_shards, qmla_error *err)
     return st;
 }
 
-static int header(merge_rd *m, char *rec, qmla_error *err)
+int qmla_oppart_parse_header(const char *path, const char *rec, qmla_oppart_hdr *h,
+                             qmla_error *err)
 {
-    const char *path = m->parts[m->p];
-    part_hdr *h = &m->hdr[m->p];
-    char esc[1024];
-    if (sscanf(rec, "P %zu %zu %llx %63s %d %1023s", &h->shard, &h->n_shards, &h->hash,
+    char esc[PART_ESC];
+    if (sscanf(rec, "P %zu %zu %llx %63s %d %" PART_ESC_W "s", &h->shard, &h->n_shards, &h->hash,
                h->engine, &h->ordinal, esc) != 6 || h->n_shards < 2 ||
         h->shard >= h->n_shards || h->n_shards > 1000000)
         return qmla_error_set(err, QMLA_EMISMATCH, "%s: not a part file: its first record "
                               "is no part header (P shard n_shards plan engine device)", path);
     if (qmla_jnl_unescape(esc, h->device, sizeof h->device) != 0)
-        return qmla_error_set(err, QMLA_EMISMATCH, "%s: malformed device in its part header",
-                              path);
+        return qmla_error_set(err, QMLA_EMISMATCH, "%s: malformed device in its part header "
+                              "(expected an escaped string of at most %d bytes)", path,
+                              QMLA_ENGINE_DEVICE_MAX - 1);
     if (!strcmp(h->device, "-"))
         h->device[0] = '\0';
     h->have = 1;
+    return QMLA_OK;
+}
+
+static int header(merge_rd *m, char *rec, qmla_error *err)
+{
+    const char *path = m->parts[m->p];
+    part_hdr *h = &m->hdr[m->p];
+    {
+        const int st = qmla_oppart_parse_header(path, rec, h, err);
+        if (st)
+            return st;
+    }
     if (h->hash != m->hash)
         return qmla_error_set(err, QMLA_EMISMATCH, "%s is a part of another plan (plan hash "
                               "%016llx, this selection's %016llx): the layers, cells and "

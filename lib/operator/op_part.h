@@ -74,10 +74,27 @@ int qmla_oppart_replay_files(const char *const *files, size_t n, const char *kin
 /* (engines, when not NULL: the engines of the files replayed with items,
  * added to the '+'-joined set engines[elen]; journal.h "Engine marks".) */
 
+/* A part file's P record, parsed. */
+typedef struct qmla_oppart_hdr {
+    int have;
+    size_t shard, n_shards;
+    unsigned long long hash;
+    char engine[64];
+    int ordinal;
+    char device[QMLA_ENGINE_DEVICE_MAX]; /* every device string fits (qmla/engine.h) */
+} qmla_oppart_hdr;
+
+/* Parse the P record rec of the part file path into *h (have set):
+ * QMLA_EMISMATCH naming path when it is no part header or its device is
+ * malformed or longer than QMLA_ENGINE_DEVICE_MAX - 1 bytes. */
+int qmla_oppart_parse_header(const char *path, const char *rec, qmla_oppart_hdr *h,
+                             qmla_error *err);
+
 /* The engine and devices of the merged parts, for the provenance. */
 typedef struct qmla_oppart_prov {
     char engine[64]; /* an engine set, "+"-joined (journal.h engines[64]) */
-    char device[256]; /* "" (none), the one device, or "K devices: ..." */
+    char device[QMLA_ENGINE_DEVICE_MAX]; /* "" (none), the one device, or "K devices:
+                                          * ..." (qmla_devices_format) */
 } qmla_oppart_prov;
 
 /* Read and check the parts against the plan `full` (unsharded) of the

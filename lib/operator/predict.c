@@ -868,7 +868,8 @@ int qmla_op_run_points(qmla_capture *cap, const qmla_sweep_selection *sel,
     char engines[64] = ""; /* of the items resumed and computed (journal.h) */
     if (jopen) {
         qmla_jnl_engines_add(engines, sizeof engines, jf.engines);
-        if ((st = qmla_jnl_engine(&jf, qmla_engine_name(o->engine), err)))
+        if ((st = qmla_jnl_engine(&jf, qmla_engine_name(o->engine),
+                                  qmla_engine_mode(o->engine), err)))
             goto out;
     }
     if (sharded && o->n_replay) { /* earlier runs' parts and journals, any N */

@@ -393,7 +393,7 @@ int qmla_sweep_run(qmla_capture *cap, const qmla_sweep_selection *sel,
         st = qmla_plan_add(&plan, jrecs, nj, jpath, err);
         free(jrecs);
         if (st || (st = replay_files(opts, key, &plan, engines, sizeof engines, err)) ||
-            (st = qmla_jnl_engine(&jr.j, meta.engine, err)))
+            (st = qmla_jnl_engine(&jr.j, meta.engine, qmla_engine_mode(opts->engine), err)))
             goto done;
     }
     const qmla_mla_dims dims = {(size_t)cfg->H, (size_t)cfg->D, (size_t)cfg->d_c,

@@ -16,6 +16,7 @@
 #include "fixture.h"
 #include "../lib/io/journal.h"
 #include "../lib/operator/op_part.h"
+#include "../lib/core/engine_int.h"
 #include "qmla/engine.h"
 
 #include <stdio.h>
@@ -137,6 +138,142 @@ static void test_long_engine_set(void)
     CHECK(n == 1, "the part's items replayed: %zu (expected 1)", n);
     CHECK(!strcmp(engines, set), "the part's engine set read back: \"%s\" (expected \"%s\")",
           engines, set);
+}
+
+/* Engine modes (run 13, review12): a journal's records of one mode resume
+ * only in that mode (the CPU engine's and the CUDA engine's defaults are
+ * both ""); another mode is refused naming the file, the mode expected and
+ * the one found, and writes nothing; a journal with no modes (before run
+ * 13) reads as "". */
+static void test_engine_modes(void)
+{
+    qmla_error err;
+    qmla_error_clear(&err);
+    const char *q = tmp("mode.journal");
+    qmla_jnl j;
+    unlink(q);
+    /* 3xtf32 records */
+    CHECK_OK(qmla_jnl_open(&j, q, "test", "k", 0, NULL, NULL, NULL, &err), err);
+    CHECK_OK(qmla_jnl_engine(&j, "cuda", "GEMMs 3xtf32", &err), err);
+    qmla_jnl_printf(&j, "1 a\n");
+    CHECK_OK(qmla_jnl_commit(&j, &err), err);
+    qmla_jnl_close(&j, 0);
+    char *before = slurp(q);
+    CHECK(before && strstr(before, "@engine cuda GEMMs%203xtf32\n"),
+          "the mark records the mode escaped: %s", before ? before : "(unreadable)");
+    /* resumed in fp32 (the defaults), by either engine: refused */
+    const char *const other[2] = {"cuda", "cpu"};
+    for (int k = 0; k < 2; k++) {
+        size_t nn = 0;
+        CHECK_OK(qmla_jnl_open(&j, q, "test", "k", 0, NULL, NULL, &nn, &err), err);
+        CHECK(nn == 1 && !strcmp(j.kept_mode, "GEMMs 3xtf32"), "reopened: %zu records, mode "
+              "\"%s\"", nn, j.kept_mode);
+        qmla_error_clear(&err);
+        const int st = qmla_jnl_engine(&j, other[k], "", &err);
+        CHECK(st == QMLA_EMISMATCH, "%s in fp32 resuming 3xtf32 records: status %d (expected "
+              "QMLA_EMISMATCH)", other[k], st);
+        CHECK(strstr(err.msg, q) && strstr(err.msg, "expected engine mode \"GEMMs 3xtf32\"") &&
+              strstr(err.msg, "found \"defaults (float32)\""),
+              "the refusal names the file, expected and found: %s", err.msg);
+        qmla_jnl_close(&j, 0);
+    }
+    /* another non-default mode: refused too; the same mode: resumed */
+    CHECK_OK(qmla_jnl_open(&j, q, "test", "k", 0, NULL, NULL, NULL, &err), err);
+    CHECK(qmla_jnl_engine(&j, "cuda", "GEMMs 3xtf32; query tile <= 128", &err) ==
+              QMLA_EMISMATCH, "3xtf32 with another tile resuming 3xtf32 records");
+    CHECK_OK(qmla_jnl_engine(&j, "cuda", "GEMMs 3xtf32", &err), err);
+    qmla_jnl_printf(&j, "2 b\n");
+    CHECK_OK(qmla_jnl_commit(&j, &err), err);
+    qmla_jnl_close(&j, 0);
+    char *after = slurp(q);
+    int marks = 0;
+    for (const char *t = after; t && (t = strstr(t, "@engine ")); t++)
+        marks++;
+    CHECK(marks == 1, "the refused resumes wrote nothing, the same mode no second mark: %d "
+          "marks", marks);
+    free(before);
+    free(after);
+    /* a journal of defaults (no mode in its marks, as before run 13) resumes
+     * in the defaults with the other engine, not in 3xtf32 */
+    unlink(q);
+    CHECK_OK(qmla_jnl_open(&j, q, "test", "k", 0, NULL, NULL, NULL, &err), err);
+    CHECK_OK(qmla_jnl_engine(&j, "cpu", NULL, &err), err);
+    qmla_jnl_printf(&j, "1 a\n");
+    CHECK_OK(qmla_jnl_commit(&j, &err), err);
+    qmla_jnl_close(&j, 0);
+    CHECK_OK(qmla_jnl_open(&j, q, "test", "k", 0, NULL, NULL, NULL, &err), err);
+    CHECK(qmla_jnl_engine(&j, "cuda", "GEMMs 3xtf32", &err) == QMLA_EMISMATCH,
+          "3xtf32 resuming records of the defaults");
+    CHECK_OK(qmla_jnl_engine(&j, "cuda", "", &err), err);
+    CHECK(!strcmp(j.engines, "cpu"), "engines \"%s\"", j.engines);
+    qmla_jnl_close(&j, 0);
+    /* mixed modes in one journal (only a qmla before run 13 could write
+     * it): refused whatever the mode, naming both */
+    unlink(q);
+    CHECK_OK(qmla_jnl_open(&j, q, "test", "k", 0, NULL, NULL, NULL, &err), err);
+    CHECK_OK(qmla_jnl_engine(&j, "cuda", "", &err), err);
+    qmla_jnl_printf(&j, "1 a\n");
+    CHECK_OK(qmla_jnl_commit(&j, &err), err);
+    CHECK_OK(qmla_jnl_engine(&j, "cuda", "GEMMs 3xtf32", &err), err); /* same process */
+    qmla_jnl_printf(&j, "2 b\n");
+    CHECK_OK(qmla_jnl_commit(&j, &err), err);
+    qmla_jnl_close(&j, 0);
+    CHECK_OK(qmla_jnl_open(&j, q, "test", "k", 0, NULL, NULL, NULL, &err), err);
+    qmla_error_clear(&err);
+    CHECK(qmla_jnl_engine(&j, "cuda", "", &err) == QMLA_EMISMATCH && j.mixed &&
+              strstr(err.msg, "some are in \"GEMMs 3xtf32\""),
+          "a journal of two modes: refused naming both: %s", err.msg);
+    qmla_jnl_close(&j, 0);
+}
+
+/* The longest device string (QMLA_ENGINE_DEVICE_MAX - 1 bytes, every byte
+ * escaped in the part header) round-trips through a part file's P record
+ * (review12: the header's device was 320 bytes, shorter than the engine's
+ * device string with its switches); one byte more is refused naming the
+ * file. */
+#define PART_REC_MAX 4096
+static char long_dev_buf[QMLA_ENGINE_DEVICE_MAX + 1];
+static const char *long_dev(void) { return long_dev_buf; }
+
+static int first_record(void *ctx, char *rec, size_t len, qmla_error *err)
+{
+    (void)err;
+    char *out = ctx;
+    if (!out[0])
+        snprintf(out, 2 * PART_REC_MAX, "%.*s", (int)len, rec);
+    return QMLA_OK;
+}
+
+static void test_long_device(void)
+{
+    qmla_error err;
+    qmla_error_clear(&err);
+    const struct qmla_engine fake = {.name = "cpu", .device = long_dev};
+    for (int extra = 0; extra < 2; extra++) {
+        const size_t n = QMLA_ENGINE_DEVICE_MAX - 1 + (size_t)extra;
+        for (size_t k = 0; k < n; k++)
+            long_dev_buf[k] = k % 7 == 0 ? ' ' : (char)('a' + k % 26); /* spaces: %20 */
+        long_dev_buf[n] = '\0';
+        const char *p = tmp("dev.part");
+        int st = qmla_oppart_write(p, "tpart", "k=1", 0, 2, 0x1234, &fake, NULL, emit_one, NULL,
+                                   &err);
+        CHECK_OK(st, err);
+        static char rec[2 * PART_REC_MAX];
+        rec[0] = '\0';
+        CHECK_OK(qmla_jnl_read(p, "tpart", "k=1", first_record, rec, NULL, &err), err);
+        qmla_oppart_hdr h;
+        memset(&h, 0, sizeof h);
+        qmla_error_clear(&err);
+        st = qmla_oppart_parse_header(p, rec, &h, &err);
+        if (!extra) {
+            CHECK_OK(st, err);
+            CHECK(!st && !strcmp(h.device, long_dev_buf) && h.shard == 0 && h.n_shards == 2,
+                  "a device of %zu bytes read back whole (%zu bytes)", n, strlen(h.device));
+        } else
+            CHECK(st == QMLA_EMISMATCH && strstr(err.msg, p) && strstr(err.msg, "at most 511"),
+                  "a device of %zu bytes: refused naming the file and the limit (status %d: "
+                  "%s)", n, st, err.msg);
+    }
 }
 
 int main(void)
@@ -335,8 +472,8 @@ int main(void)
         qmla_jnl j;
         unlink(q);
         CHECK_OK(qmla_jnl_open(&j, q, "test", "k", 0, NULL, NULL, NULL, &err), err);
-        CHECK_OK(qmla_jnl_engine(&j, "cpu", &err), err);
-        CHECK_OK(qmla_jnl_engine(&j, "cpu", &err), err); /* no second mark */
+        CHECK_OK(qmla_jnl_engine(&j, "cpu", "", &err), err);
+        CHECK_OK(qmla_jnl_engine(&j, "cpu", "", &err), err); /* no second mark */
         qmla_jnl_printf(&j, "1 a\n");
         CHECK_OK(qmla_jnl_commit(&j, &err), err);
         CHECK(!strcmp(j.engines, "cpu"), "engines after one cpu record: \"%s\"", j.engines);
@@ -349,10 +486,10 @@ int main(void)
               "a mark is no record: replayed %zu (%zu)", nn, g.n);
         CHECK(!strcmp(j.engine, "cpu") && !strcmp(j.engines, "cpu"),
               "reopened: last mark \"%s\", engines \"%s\"", j.engine, j.engines);
-        CHECK_OK(qmla_jnl_engine(&j, "cuda", &err), err);
+        CHECK_OK(qmla_jnl_engine(&j, "cuda", "", &err), err);
         qmla_jnl_printf(&j, "2 b\n");
         CHECK_OK(qmla_jnl_commit(&j, &err), err);
-        CHECK_OK(qmla_jnl_engine(&j, "cpu", &err), err); /* a mark with no record after it */
+        CHECK_OK(qmla_jnl_engine(&j, "cpu", "", &err), err); /* a mark with no record after it */
         qmla_jnl_close(&j, 0);
         char *txt = slurp(q);
         int marks = 0;
@@ -370,7 +507,7 @@ int main(void)
         CHECK_OK(qmla_jnl_open(&j, q, "test", "k", 0, NULL, NULL, NULL, &err), err);
         CHECK(!strcmp(j.engine, "cpu") && !strcmp(j.engines, "cpu+cuda"),
               "reopened: last mark \"%s\", engines \"%s\"", j.engine, j.engines);
-        CHECK(qmla_jnl_engine(&j, "a+b", &err) == QMLA_EINTERNAL, "a '+' in an engine name");
+        CHECK(qmla_jnl_engine(&j, "a+b", "", &err) == QMLA_EINTERNAL, "a '+' in an engine name");
         qmla_jnl_close(&j, 0);
         char set[16] = "";
         qmla_jnl_engines_add(set, sizeof set, "cuda+cpu");
@@ -382,5 +519,7 @@ int main(void)
         CHECK(!strcmp(set, "cuda+cpu+cud"), "a name that does not fit is left out: \"%s\"", set);
     }
     test_long_engine_set();
+    test_engine_modes();
+    test_long_device();
     return check_summary("test_journal");
 }

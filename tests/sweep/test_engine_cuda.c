@@ -63,6 +63,7 @@
 
 #include <hdf5.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1607,6 +1608,56 @@ static void test_switch_parsing(void)
           g2 ? g2 : "malformed", keep_g);
 }
 
+/* The provenance strings from several threads at once (review12: one
+ * static buffer, emptied and rebuilt on every call, so a thread could read
+ * it empty or half written): every call in every thread returns the whole
+ * string, the same pointer (interned), and the mode is the switches
+ * without their "; ". Host-only (the switches touch no device). */
+typedef struct prov_race {
+    const char *want_sw, *want_mode;
+    long bad;
+} prov_race;
+
+static void *prov_reader(void *p)
+{
+    prov_race *c = p;
+    for (int k = 0; k < 20000; k++) {
+        const char *sw = qmla_cuda_engine_switches(), *m = qmla_cuda_engine_mode();
+        c->bad += sw != c->want_sw || strcmp(sw, c->want_sw) != 0 || m != c->want_mode;
+    }
+    return NULL;
+}
+
+static void test_provenance_threads(void)
+{
+    qmla_cuda_engine_set_tile(64);
+    const char *sw = qmla_cuda_engine_switches(), *m = qmla_cuda_engine_mode();
+    CHECK(strstr(sw, "; query tile <= 64") != NULL && !strcmp(m, sw + 2),
+          "switches \"%s\", mode \"%s\" (expected the tile, and the switches without \"; \")",
+          sw, m);
+    enum { NTH = 6 };
+    pthread_t th[NTH];
+    prov_race c[NTH];
+    int started = 0;
+    for (int k = 0; k < NTH; k++) {
+        c[k].want_sw = sw;
+        c[k].want_mode = m;
+        c[k].bad = 0;
+        started += pthread_create(&th[k], NULL, prov_reader, &c[k]) == 0;
+    }
+    long bad = 0;
+    for (int k = 0; k < started; k++) {
+        pthread_join(th[k], NULL);
+        bad += c[k].bad;
+    }
+    CHECK(started == NTH && bad == 0, "provenance strings from %d threads x 20000 calls: %ld "
+          "not the whole, interned string", started, bad);
+    qmla_cuda_engine_set_tile(0);
+    const char *sw0 = qmla_cuda_engine_switches();
+    CHECK(strstr(sw0, "query tile") == NULL && strstr(sw, "; query tile <= 64") != NULL,
+          "the tile unset again: \"%s\"; the earlier string unchanged: \"%s\"", sw0, sw);
+}
+
 int main(void)
 {
     /* line by line: a run cut by a sanitizer's time limit still shows how
@@ -1621,6 +1672,7 @@ int main(void)
      * the cuda engine's place, so the learn rows print the CPU's own
      * rounding yardstick (its reference form) without a device */
     test_switch_parsing();
+    test_provenance_threads();
     const char *te = getenv("QMLA_TEST_ENGINE"), *to = getenv("QMLA_TEST_ONLY");
     if (te && !strcmp(te, "cpu") && to && !strcmp(to, "learn"))
         cuda = qmla_engine_cpu();
