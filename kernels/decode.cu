@@ -700,6 +700,18 @@ template <int CB> struct fcfg {
     static constexpr int PB = OFF_MR + QMLA_KV_PAGE * 4; /* page bytes */
     static constexpr int NST = CB == 4 ? 3 : 4;          /* pipeline stages */
 };
+/* C8R8 G 64 (variant 9, decode_fast8_kernel): 8-bit RoPE codes, 64 bytes a
+ * token, so the metadata start later; 39168 bytes a page; 4 stages (one
+ * block per SM: 207 KB of shared memory). */
+template <> struct fcfg<8> {
+    static constexpr int CBC = QMLA_KV_DC, CPR = CBC / 16, RBC = QMLA_KV_DR;
+    static constexpr int OFF_RC = QMLA_KV_PAGE * CBC;
+    static constexpr int MBC = 32, MBR = 4; /* f16 metadata bytes per token */
+    static constexpr int OFF_MC = OFF_RC + QMLA_KV_PAGE * RBC;
+    static constexpr int OFF_MR = OFF_MC + QMLA_KV_PAGE * MBC;
+    static constexpr int PB = OFF_MR + QMLA_KV_PAGE * MBR;
+    static constexpr int NST = 4;
+};
 
 template <int CB> struct dec_smem_fast {
     uint8_t stage[fcfg<CB>::NST][fcfg<CB>::PB]; /* pages, content rows swizzled */
@@ -740,7 +752,7 @@ static constexpr int QK_UNROLL = QMLA_DECODE_QK_UNROLL, PV_UNROLL = QMLA_DECODE_
 /* Chunk swizzle of token t's content row (16-byte chunks). */
 template <int CB> __device__ static inline int fast_swz(int t)
 {
-    return CB == 4 ? 2 * ((t + (t >> 2)) & 3) : (t & 7);
+    return CB == 4 ? 2 * ((t + (t >> 2)) & 3) : CB == 8 ? (t & 6) ^ ((t & 1) << 2) : (t & 7);
 }
 /* Stage offset of byte c of token t's content codes. */
 template <int CB> __device__ static inline int fast_coff(int t, int c)
@@ -754,11 +766,11 @@ template <int CB> __device__ static inline int fast_coff(int t, int c)
  * 2 bits: one word, register j = fields j, j+8. */
 template <int B> __host__ __device__ static constexpr int fast_lo(int r)
 {
-    return B == 4 ? 8 * (r >> 2) + (r & 3) : r;
+    return B == 4 ? 8 * (r >> 2) + (r & 3) : B == 8 ? 4 * (r >> 1) + (r & 1) : r;
 }
 template <int B> __host__ __device__ static constexpr int fast_hi(int r)
 {
-    return B == 4 ? 8 * (r >> 2) + 4 + (r & 3) : 8 + r;
+    return B == 4 ? 8 * (r >> 2) + 4 + (r & 3) : B == 8 ? 4 * (r >> 1) + (r & 1) + 2 : 8 + r;
 }
 /* Codes as MMA operands: BF16 values of the smallest binade. A BF16 bit
  * pattern n < 256 (exponent field 0 or 1) is the value n 2^-133 exactly
@@ -781,10 +793,13 @@ template <int B> __host__ __device__ static constexpr int fast_hi(int r)
  * terms 2^-100 below the row's largest. The tensor cores take BF16
  * subnormal inputs unflushed (test_decode_cuda, H200 run 23).
  * Register j of a 4-bit word: nibbles (j, j + 4) at p = 4 (j & 1); of a
- * 2-bit word: fields (j, j + 8) at p = 2 (j & 3). */
+ * 2-bit word: fields (j, j + 8) at p = 2 (j & 3); 8 bits (variant 9):
+ * register 2i + e of a lane's 4 words = bytes (e, e + 2) of word i at p = 0
+ * (a byte n < 256 is the BF16 value n 2^-133 exactly: one PRMT with a zero
+ * word, no shift). */
 template <int B> __host__ __device__ static constexpr int subn_pos(int reg)
 {
-    return B == 4 ? 4 * (reg & 1) : 2 * (reg & 3);
+    return B == 4 ? 4 * (reg & 1) : B == 8 ? 0 : 2 * (reg & 3);
 }
 #define PV_PSCALE 1.298074214633707e33f /* 2^110: P s is scaled by it before BF16 */
 #define PV_BSCALE 7.703719777548943e-34f /* 2^-110: the l / s column */
@@ -806,7 +821,7 @@ __device__ static inline void crumb_codes(uint32_t w, uint32_t *r)
 
 /* Query fragments of this lane (rows gr, gr+8 of the tile; content group
  * `g` with CB's channel order, RoPE with 4 bits') and the groups' query sums. */
-template <int CB>
+template <int CB, int RB = 4>
 __device__ static inline void fast_q(const dec_args &a, int b, int r0, int g, int gr, int gc,
                                      uint32_t qc[4][4], uint32_t qr[4][4], float sqc[2],
                                      float sqr[2], int qe[2])
@@ -837,7 +852,7 @@ __device__ static inline void fast_q(const dec_args &a, int b, int r0, int g, in
         for (int reg = 0; reg < 8; reg++) {
 #define QMLA_Q_ELEM(W, E) (((W)[(E) >> 1] >> (16 * ((E) & 1))) & 0xffffu)
             const uint32_t x0 = QMLA_Q_ELEM(cw, fast_lo<CB>(reg)), x1 = QMLA_Q_ELEM(cw, fast_hi<CB>(reg));
-            const uint32_t y0 = QMLA_Q_ELEM(rw, fast_lo<4>(reg)), y1 = QMLA_Q_ELEM(rw, fast_hi<4>(reg));
+            const uint32_t y0 = QMLA_Q_ELEM(rw, fast_lo<RB>(reg)), y1 = QMLA_Q_ELEM(rw, fast_hi<RB>(reg));
 #undef QMLA_Q_ELEM
             /* a0 (row gr, pair 2ks), a1 (row gr+8), a2 (row gr, pair 2ks+1), a3 */
             qc[reg >> 1][hr + 2 * (reg & 1)] = x0 | (x1 << 16);
@@ -887,7 +902,7 @@ __device__ static inline uint32_t bf16x2_ldexp(uint32_t x, int k)
 /* The query fragments of rows gr (hr 0), gr + 8 (hr 1) times 2^(E - p),
  * p the code position of the register (subn_pos), and the query sums
  * times 2^(E - 133): the scores come out times 2^(E - 133). */
-template <int CB>
+template <int CB, int RB = 4>
 __device__ static inline void fast_qscale(uint32_t qc[4][4], uint32_t qr[4][4], float sqc[2],
                                           float sqr[2], const int E[2])
 {
@@ -897,7 +912,7 @@ __device__ static inline void fast_qscale(uint32_t qc[4][4], uint32_t qr[4][4], 
         for (int k = 0; k < 4; k++) {
             const int hr = k & 1, reg = 2 * ks + (k >> 1);
             qc[ks][k] = bf16x2_ldexp(qc[ks][k], E[hr] - subn_pos<CB>(reg));
-            qr[ks][k] = bf16x2_ldexp(qr[ks][k], E[hr] - subn_pos<4>(reg));
+            qr[ks][k] = bf16x2_ldexp(qr[ks][k], E[hr] - subn_pos<RB>(reg));
         }
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
@@ -2988,6 +3003,316 @@ __global__ void __launch_bounds__(V8_THREADS, 2) decode_wg_kernel(dec_args a)
     }
 }
 
+/* ---- variant 9: C8R8 codes on the tensor cores ---------------------------
+ * decode_fast_kernel's arithmetic (grid, warp roles, QK and PV on the raw
+ * codes, step and minimum per group after the products, the protected
+ * tokens as partials of their own) for C8R8 G 64 (fcfg<8>), in place of
+ * the BF16-tile kernel decode_quant_kernel<8, 8>. The codes become MMA
+ * operands as BF16 values of the smallest binade: a byte n < 256 at bits
+ * 0-7 of a 16-bit half is the BF16 value n 2^-133 exactly (subnormal below
+ * 128, exponent field 1 above), so all 8 bits of a code fit without an
+ * offset and without float16: QK one PRMT with a zero word per two codes
+ * (bytes e, e + 2 of a word: fast_lo<8>, subn_pos<8> = 0), PV one PRMT (the
+ * same channel byte of two tokens) and one AND per register. The rest is
+ * decode_fast_kernel's: queries times 2^E, softmax scale 2^(133 - E), the
+ * l sum(Q) float16 MMA, BF16(P s 2^110) as A of PV, the l / s columns,
+ * outputs times 2^23; so it attends to fmaf(q, s, l) unrounded (reference
+ * qmla_decode_ref_model with packed_f32 = 1). A page is 39168 bytes, so
+ * two blocks per SM would leave at most one page in flight: one block per
+ * SM with 4 stages (207 KB), pages three ahead (two in flight while a page
+ * is consumed). Content rows swizzled by fast_swz<8>: QK reads 16 bytes
+ * of token gr (chunk 4 warp + gc), PV 8 bytes of tokens 2 gc + {0, 1, 8, 9}
+ * (chunk 4 warp + gr / 2), both free of bank conflicts. */
+struct fast8_lane {
+    int qoff;    /* QK: token gr, the lane's 16 bytes of group `warp` (token 8j + gr: + 8j rows) */
+    int poff[2]; /* PV: tokens 2 gc, 2 gc + 1, the lane's 8 bytes (tokens + 8: 8 rows on) */
+    int roff;    /* RoPE codes of token 8 warp + gr, the lane's 16 bytes */
+    int dswz;    /* copy: byte shift of this thread's content chunks */
+    __device__ fast8_lane(int tid)
+    {
+        typedef fcfg<8> F;
+        const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
+        qoff = fast_coff<8>(gr, 64 * warp + 16 * gc);
+        poff[0] = fast_coff<8>(2 * gc, 64 * warp + 8 * gr);
+        poff[1] = fast_coff<8>(2 * gc + 1, 64 * warp + 8 * gr);
+        roff = F::OFF_RC + (8 * warp + gr) * F::RBC + 16 * gc;
+        const int t = tid / F::CPR, k = tid % F::CPR;
+        dswz = ((k ^ fast_swz<8>(t)) - k) * 16;
+    }
+};
+
+/* 16 consecutive 8-bit codes (channels 16 gc ..) as 8 BF16 pairs:
+ * register 2i + e = bytes e, e + 2 of word i (fast_lo<8>, fast_hi<8>). */
+__device__ static inline void byte_codes(const uint4 v, uint32_t r[8])
+{
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        r[2 * i] = __byte_perm(w[i], 0u, 0x4240);
+        r[2 * i + 1] = __byte_perm(w[i], 0u, 0x4341);
+    }
+}
+
+/* fast_qk for 8-bit content and RoPE codes. */
+__device__ static inline void fast8_qk(dec_smem_fast<8> &sm, const uint8_t *pg,
+                                       const fast8_lane &fl, const uint32_t qc[4][4],
+                                       const uint32_t qr[4][4], const float sqr[2],
+                                       const uint32_t la[4], int warp, int gr, int gc)
+{
+    typedef fcfg<8> F;
+#pragma unroll QK_UNROLL
+    for (int j = 0; j < 8; j++) {
+        uint32_t bc[8];
+        byte_codes(*(const uint4 *)(pg + fl.qoff + 8 * j * F::CBC), bc);
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        {
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma16816(c, qc[0], bc[0], bc[1]);
+            mma16816(d, qc[1], bc[2], bc[3]);
+            mma16816(c, qc[2], bc[4], bc[5]);
+            mma16816(d, qc[3], bc[6], bc[7]);
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                c[k] += d[k];
+        }
+        const float4 mm = *(const float4 *)&sm.qkm[warp][8 * j + 2 * gc];
+        *(float2 *)&sm.sp[warp][gr][8 * j + 2 * gc] = make_float2(mm.x * c[0], mm.z * c[1]);
+        *(float2 *)&sm.sp[warp][gr + 8][8 * j + 2 * gc] = make_float2(mm.x * c[2], mm.z * c[3]);
+    }
+    /* RoPE for n-tile `warp`, added to what this lane just stored; the
+     * content groups' l sum(Q) as in fast_qk */
+    uint32_t br[8];
+    byte_codes(*(const uint4 *)(pg + fl.roff), br);
+    float rc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++)
+        mma16816(rc, qr[ks], br[2 * ks], br[2 * ks + 1]);
+    const float4 mm = *(const float4 *)&sm.rqm[8 * warp + 2 * gc];
+    float2 *d0 = (float2 *)&sm.sp[warp][gr][8 * warp + 2 * gc];
+    float2 *d1 = (float2 *)&sm.sp[warp][gr + 8][8 * warp + 2 * gc];
+    float2 x0 = *d0, x1 = *d1;
+    {
+        const uint8_t *mt = pg + F::OFF_MC + (8 * warp + gr) * F::MBC + 4 * gc;
+        const uint32_t u0 = *(const uint32_t *)mt, u1 = *(const uint32_t *)(mt + 16);
+        float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma16816_f16(e, la, __byte_perm(u0, 0, 0x3232), __byte_perm(u1, 0, 0x3232));
+        x0.x += fmaf(mm.x, rc[0], fmaf(mm.y, sqr[0], e[0]));
+        x0.y += fmaf(mm.z, rc[1], fmaf(mm.w, sqr[0], e[1]));
+        x1.x += fmaf(mm.x, rc[2], fmaf(mm.y, sqr[1], e[2]));
+        x1.y += fmaf(mm.z, rc[3], fmaf(mm.w, sqr[1], e[3]));
+    }
+    *d0 = x0;
+    *d1 = x1;
+}
+
+/* fast_pv for 8-bit codes: output channel 64 warp + 8 n + nt (n: column of
+ * n-tile nt) is byte nt of lane n's 8 bytes of a token. */
+__device__ static inline void fast8_pv(dec_smem_fast<8> &sm, const uint8_t *pg,
+                                       const fast8_lane &fl, float o[8][4], float bacc[4],
+                                       int warp, int gr, int gc)
+{
+    typedef fcfg<8> F;
+    const float al0 = sm.alpha[gr], al1 = sm.alpha[gr + 8];
+    if (__any_sync(0xffffffffu, al0 != 1.0f || al1 != 1.0f)) {
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            o[n][0] *= al0;
+            o[n][1] *= al0;
+            o[n][2] *= al1;
+            o[n][3] *= al1;
+        }
+        bacc[0] *= al0;
+        bacc[1] *= al0;
+        bacc[2] *= al1;
+        bacc[3] *= al1;
+    }
+    const uint16_t *bsrc = gr == 0 ? sm.bh[warp] : sm.bl[warp];
+#pragma unroll PV_UNROLL
+    for (int ks = 0; ks < 4; ks++) {
+        const int tA = 16 * ks + 2 * gc, tC = tA + 8;
+        const float2 sA = *(const float2 *)&sm.pvs[warp][tA];
+        const float2 sC = *(const float2 *)&sm.pvs[warp][tC];
+        const float2 pA0 = *(const float2 *)&sm.pf[gr][tA];
+        const float2 pA1 = *(const float2 *)&sm.pf[gr + 8][tA];
+        const float2 pC0 = *(const float2 *)&sm.pf[gr][tC];
+        const float2 pC1 = *(const float2 *)&sm.pf[gr + 8][tC];
+        uint32_t pa[4];
+        pa[0] = bf16x2(pA0.x * sA.x, pA0.y * sA.y);
+        pa[1] = bf16x2(pA1.x * sA.x, pA1.y * sA.y);
+        pa[2] = bf16x2(pC0.x * sC.x, pC0.y * sC.y);
+        pa[3] = bf16x2(pC1.x * sC.x, pC1.y * sC.y);
+        {
+            uint32_t b0 = 0, b1 = 0;
+            if (gr < 2) {
+                b0 = *(const uint32_t *)&bsrc[tA];
+                b1 = *(const uint32_t *)&bsrc[tC];
+            }
+            mma16816(bacc, pa, b0, b1);
+        }
+        const uint8_t *p = pg + 16 * ks * F::CBC;
+        const uint2 wa = *(const uint2 *)(p + fl.poff[0]);
+        const uint2 wb = *(const uint2 *)(p + fl.poff[1]);
+        const uint2 wc = *(const uint2 *)(p + fl.poff[0] + 8 * F::CBC);
+        const uint2 wd = *(const uint2 *)(p + fl.poff[1] + 8 * F::CBC);
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) {
+            /* bytes (a_jb, a_jb, b_jb, b_jb), masked: channel byte jb of both tokens */
+            const int jb = nt & 3;
+            const uint32_t sel = jb | (jb << 4) | ((4 + jb) << 8) | ((4 + jb) << 12);
+            const uint32_t x = __byte_perm(nt < 4 ? wa.x : wa.y, nt < 4 ? wb.x : wb.y, sel);
+            const uint32_t y = __byte_perm(nt < 4 ? wc.x : wc.y, nt < 4 ? wd.x : wd.y, sel);
+            mma16816(o[nt], pa, x & 0x00ff00ffu, y & 0x00ff00ffu);
+        }
+    }
+}
+
+/* fast_part for C8R8: the same phases, pages F8_LA = 3 ahead (4 stages). */
+#define F8_LA (fcfg<8>::NST - 1)
+__device__ static void fast8_part(dec_smem_fast<8> &sm, const dec_args &a, int b, int r0,
+                                  int split, int slot, int tid)
+{
+    typedef fcfg<8> F;
+    static_assert(F8_LA == 3, "fast8_part waits for page i + 1 with pages i + 2 .. in flight");
+    const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
+    const int len = a.seq_len[b], lenW = len - a.W;
+    int p0, p1;
+    packed_pages(a, lenW, split, &p0, &p1);
+    const int np = p1 - p0;
+    const fast8_lane fl(tid);
+    uint32_t qc[4][4], qr[4][4];
+    float sqc[2], sqr[2];
+    int qe[2];
+    uint32_t lqa[4] = {0u, 0u, 0u, 0u};
+    fast_q<8, 8>(a, b, r0, warp, gr, gc, qc, qr, sqc, sqr, qe);
+    int *qex = (int *)&sm.pf[0][0];
+    if (gc == 0) {
+        qex[warp * DEC_ROWS + gr] = qe[0];
+        qex[warp * DEC_ROWS + gr + 8] = qe[1];
+        qex[8 * DEC_ROWS + warp * DEC_ROWS + gr] = __float_as_int(sqc[0]);
+        qex[8 * DEC_ROWS + warp * DEC_ROWS + gr + 8] = __float_as_int(sqc[1]);
+    }
+    float o[8][4], bacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    if (tid < DEC_ROWS) {
+        sm.m[tid] = -INFINITY;
+        sm.l[tid] = 0.0f;
+    }
+    const int srow = tid >> 4, spart = tid & 15;
+    int shi = 0;
+    {
+        const int r = r0 + srow;
+        if (r < a.R) {
+            const int v = len - a.s_q + r / a.H + 1;
+            shi = v < lenW ? v : lenW;
+        }
+    }
+    const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
+    if (np > 0) {
+#pragma unroll
+        for (int k = 0; k < F8_LA; k++) {
+            if (k < np)
+                fast_issue<8>(sm.stage[k], a.pool + (size_t)bt[p0 + k] * F::PB, fl.dswz, tid);
+            cp_async_commit();
+        }
+    }
+    cp_async_wait<F8_LA - 1>(); /* page 0 */
+    __syncthreads();
+    {
+        int e0 = 0, e1 = 0;
+#pragma unroll
+        for (int w = 0; w < 8; w++) {
+            e0 = max(e0, qex[w * DEC_ROWS + gr]);
+            e1 = max(e1, qex[w * DEC_ROWS + gr + 8]);
+        }
+        const int E[2] = {subn_rowexp(e0), subn_rowexp(e1)};
+        fast_qscale<8, 8>(qc, qr, sqc, sqr, E);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int hr = k & 1, g = gc + 4 * (k >> 1);
+            const float x = __fmul_rn(__int_as_float(qex[8 * DEC_ROWS + g * DEC_ROWS + gr + 8 * hr]),
+                                      pow2f(E[hr] - 133));
+            const __half h = __float2half_rn(x);
+            const __half l = __float2half_rn(x - __half2float(h));
+            lqa[k] = (uint32_t)__half_as_ushort(h) | ((uint32_t)__half_as_ushort(l) << 16);
+        }
+        if (tid < 32 && gc == 0) {
+            sm.zs[gr] = a.scale_log2 * pow2f(133 - E[0]);
+            sm.zs[gr + 8] = a.scale_log2 * pow2f(133 - E[1]);
+        }
+    }
+    /* iteration i: softmax and PV of page i, QK of page i + 1; pages i + 2
+     * and i + 3 in flight (page i + 3 issued at i into page i - 1's stage) */
+    for (int i = -1; i < np; i++) {
+        if (i >= 0) {
+            __syncthreads(); /* scores of page i complete */
+            fast_softmax<8>(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
+            cp_async_wait<F8_LA - 2>(); /* page i + 1 */
+            __syncthreads(); /* P of page i; page i+1 landed; page i-1 consumed */
+            if (i + F8_LA < np)
+                fast_issue<8>(sm.stage[(i + F8_LA) % F::NST],
+                              a.pool + (size_t)bt[p0 + i + F8_LA] * F::PB, fl.dswz, tid);
+            cp_async_commit();
+            fast8_pv(sm, sm.stage[i % F::NST], fl, o, bacc, warp, gr, gc);
+        }
+        if (i + 1 < np) {
+            __syncwarp();
+            const uint8_t *pg = sm.stage[(i + 1) % F::NST];
+            fast_meta<8>(sm, pg, (p0 + i + 1) * QMLA_KV_PAGE, a.S, lenW, warp, lane);
+            fast8_qk(sm, pg, fl, qc, qr, sqr, lqa, warp, gr, gc);
+        }
+    }
+    __syncthreads();
+    float b0 = bacc[0] + bacc[1], b1 = bacc[2] + bacc[3];
+    b0 = __shfl_sync(0xffffffffu, b0, lane & ~3);
+    b1 = __shfl_sync(0xffffffffu, b1, lane & ~3);
+    const size_t base = ((size_t)b * a.n_splits + slot) * a.R_pad + r0;
+    const float la = sm.l[gr], lb = sm.l[gr + 8];
+    const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
+    /* channel 64 warp + 16 gc + 8 e + nt, as decode_fast_kernel's epilogue */
+    float4 *d0 = (float4 *)(a.o_part + (base + gr) * QMLA_KV_DC + 64 * warp + 16 * gc);
+    float4 *d1 = (float4 *)(a.o_part + (base + gr + 8) * QMLA_KV_DC + 64 * warp + 16 * gc);
+    constexpr float U = pv_unscale<8>(0);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int e = k >> 1, n0 = 4 * (k & 1);
+#define QMLA_OUT(N, C, BB, I) (fmaf(o[N][C], U, BB) * (I))
+        d0[k] = make_float4(QMLA_OUT(n0, e, b0, ia), QMLA_OUT(n0 + 1, e, b0, ia),
+                            QMLA_OUT(n0 + 2, e, b0, ia), QMLA_OUT(n0 + 3, e, b0, ia));
+        d1[k] = make_float4(QMLA_OUT(n0, 2 + e, b1, ib), QMLA_OUT(n0 + 1, 2 + e, b1, ib),
+                            QMLA_OUT(n0 + 2, 2 + e, b1, ib), QMLA_OUT(n0 + 3, 2 + e, b1, ib));
+#undef QMLA_OUT
+    }
+    if (tid < DEC_ROWS) {
+        const float l = sm.l[tid];
+        a.lse_part[base + tid] = l > 0.0f ? (sm.m[tid] + log2f(l)) * LN2 : -INFINITY;
+    }
+}
+
+/* SEP as decode_fast_kernel's (variant 9's plan is variant 7's, one block
+ * per SM). */
+template <int SEP>
+__global__ void __launch_bounds__(DEC_THREADS, 1) decode_fast8_kernel(dec_args a)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int b = blockIdx.z, r0 = blockIdx.y * DEC_ROWS, tid = threadIdx.x, x = blockIdx.x;
+    const int nblk = a.n_splits - a.n_prot;
+    if constexpr (SEP) {
+        if (x < nblk)
+            fast8_part(*(dec_smem_fast<8> *)smem_raw, a, b, r0, x, x, tid);
+        else
+            prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, x - nblk, x, tid);
+        return;
+    }
+    fast8_part(*(dec_smem_fast<8> *)smem_raw, a, b, r0, x, x, tid);
+    const int k = x - (nblk - a.n_prot);
+    if (k >= 0) {
+        __syncthreads();
+        prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, k, nblk + k, tid);
+    }
+}
+
 /* The protected partials of variant 8 (blocks n_splits - n_prot ..). */
 __global__ void __launch_bounds__(DEC_THREADS, 2) decode_prot_kernel(dec_args a)
 {
@@ -3001,6 +3326,12 @@ static int fast_config(const qmla_kv_config *c)
 {
     return c->c_bits != QMLA_KV_BF16 && c->group == 64 && c->r_bits == 4 &&
            (c->c_bits == 4 || c->c_bits == 2);
+}
+
+/* C8R8 G 64: variant 9 (decode_fast8_kernel) applies. */
+static int fast8_config(const qmla_kv_config *c)
+{
+    return c->c_bits == 8 && c->r_bits == 8 && c->group == 64;
 }
 
 extern "C" int qmla_decode_cuda_packed_f32(const qmla_kv_config *cfg)
@@ -3017,6 +3348,8 @@ static int eff_variant(const qmla_kv_config *c, int v)
         return v;
     if (v == 8 && QMLA_DECODE_WGMMA && fast_config(c) && c->c_bits == 4)
         return 8; /* decode_wg_kernel: C4R4 only, builds for sm_90a only */
+    if (v == 9 && fast8_config(c))
+        return 9; /* decode_fast8_kernel: C8R8 only */
     if (v == 3)
         return 3; /* every configuration, BF16 too */
     if (v == 5 && (c->c_bits == QMLA_KV_BF16 ||
@@ -3107,7 +3440,8 @@ extern "C" int qmla_decode_cuda_variant_built(int variant)
 
 extern "C" int qmla_decode_cuda_variant_packed_f32(const qmla_kv_config *cfg, int variant)
 {
-    return cfg && !tile_variant(eff_variant(cfg, variant)) && fast_config(cfg);
+    const int v = cfg ? eff_variant(cfg, variant) : 0;
+    return cfg && !tile_variant(v) && (fast_config(cfg) || v == 9);
 }
 
 extern "C" const char *qmla_decode_cuda_variant_name(int variant)
@@ -3122,6 +3456,7 @@ extern "C" const char *qmla_decode_cuda_variant_name(int variant)
     case 6: return "v6 fast-rows-on-one-page";
     case 7: return "v7 auto (default)";
     case 8: return "v8 wgmma-codes";
+    case 9: return "v9 fast8";
     default: return "?";
     }
 }
@@ -3173,7 +3508,7 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
         v = 2;
     const long pages = (max_len + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE;
     const long prot =
-        !tile_variant(v) && fast_config(cfg) ? (cfg->sink + cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
+        !tile_variant(v) && (fast_config(cfg) || v == 9) ? (cfg->sink + cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
     long splits, pps;
     if (v == 8) {
         /* decode_wg_kernel: one wave of 2 blocks per SM over the packed
@@ -3185,7 +3520,7 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
         pps = hi > 0 ? (hi + packed - 1) / packed : 1;
         splits = (hi > 0 ? (hi + pps - 1) / pps : 1) + prot;
         plan->sep = 1;
-    } else if (v == 1 || v == 4 || v == 7) {
+    } else if (v == 1 || v == 4 || v == 7 || v == 9) {
         /* the short-context plan: the packed pages below the window over
          * `packed` blocks of one wave (2 per SM), at least V1_MIN_PPS pages
          * each (variant 7: one page each where all the blocks of one page
@@ -3194,10 +3529,11 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
          * most V1_SLACK more pages per packed block (the protected blocks'
          * own work, about 2 pages); otherwise after the pages of the last
          * packed blocks, as variant 0 */
-        const long slots = (long)n_sm * 2 / ((long)a->batch * tiles);
+        /* (variant 9: variant 7's plan for one block per SM) */
+        const long slots = (long)n_sm * (v == 9 ? 1 : 2) / ((long)a->batch * tiles);
         const long hi = packed_pages_below_window(max_len, cfg->window);
         const long min_pps =
-            v == 7 && (long)a->batch * tiles * (hi + prot) <= n_sm ? 1 : V1_MIN_PPS;
+            (v == 7 || v == 9) && (long)a->batch * tiles * (hi + prot) <= n_sm ? 1 : V1_MIN_PPS;
         long packed = wave_packed(slots, hi, min_pps);
         const long pps0 = hi > 0 ? (hi + packed - 1) / packed : 1;
         long sep = packed + prot <= slots;
@@ -3248,7 +3584,7 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
     plan->pages_per_split = (int)pps;
     plan->row_tiles = tiles;
     plan->variant = v;
-    if (v != 1 && v != 4 && v != 7 && v != 8)
+    if (v != 1 && v != 4 && v != 7 && v != 8 && v != 9)
         plan->sep = 0;
     const size_t rows = (size_t)a->batch * splits * tiles * DEC_ROWS;
     plan->ws_bytes = rows * QMLA_KV_DC * 4 + ((rows * 4 + 15) & ~(size_t)15);
@@ -3322,10 +3658,18 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     if (fast &&
         plan->n_prot != (kc->cfg.sink + kc->cfg.window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE)
         return qmla_error_set(err, QMLA_EINVAL, "decode: the plan was made for another sink/window");
+    if (var == 9) { /* decode_fast8_kernel: its protected partials as the fast kernel's */
+        if (L.page_bytes != (size_t)fcfg<8>::PB)
+            return qmla_error_set(err, QMLA_EINVAL, "decode: unexpected page size %zu", L.page_bytes);
+        if (plan->n_prot != (kc->cfg.sink + kc->cfg.window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE)
+            return qmla_error_set(err, QMLA_EINVAL,
+                                  "decode: the plan was made for another sink/window");
+        d.n_prot = plan->n_prot;
+    }
     const size_t rows = (size_t)a->batch * d.n_splits * d.R_pad;
     d.o_part = (float *)ws;
     d.lse_part = (float *)ws + rows * QMLA_KV_DC;
-    const int sep = (var == 1 || var == 4 || var == 7 || var == 8) && plan->sep;
+    const int sep = (var == 1 || var == 4 || var == 7 || var == 8 || var == 9) && plan->sep;
     dim3 grid((unsigned)(d.n_splits - (sep ? 0 : d.n_prot)), (unsigned)plan->row_tiles,
               (unsigned)a->batch);
     const int nrt = ws_nrt(plan->row_tiles);
@@ -3380,6 +3724,10 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
         QMLA_LAUNCH_MR(2, 4);
     else if (var == 5)
         QMLA_LAUNCH_MR(8, 8);
+    else if (var == 9 && sep)
+        QMLA_LAUNCH((decode_fast8_kernel<1>), fast_smem_bytes<8>());
+    else if (var == 9)
+        QMLA_LAUNCH((decode_fast8_kernel<0>), fast_smem_bytes<8>());
     else if (L.bf16)
         QMLA_LAUNCH(decode_bf16_kernel, sizeof(dec_smem_bf16));
     else if (var == 2) {
@@ -3417,7 +3765,7 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     /* variant 4: the split-parallel combine only where the splits are many
      * (hopper run 2: it loses 1-10 % at <= 11 partials, wins from 24) */
     const int comb = var == 0 || (var == 4 && d.n_splits <= V4_COMB2_MIN_SPLITS) ? 0
-                     : var == 7 || var == 8 ? v7_combine(d.n_splits, R * a->batch)
+                     : var == 7 || var == 8 || var == 9 ? v7_combine(d.n_splits, R * a->batch)
                                 : 2;
     if (comb == 0)
         decode_combine_kernel<<<dim3((unsigned)R, (unsigned)a->batch), 128, 0, stream>>>(

@@ -105,13 +105,18 @@ typedef struct qmla_decode_plan {
  *      qmla_decode_cuda_variant_built). H200 run 11: correct, 1.005-2.04x variant 7's
  *      time (run 11c; latency-bound at 8 warps per SM): not in the
  *      default plan.
+ *   9  C8R8 G 64: decode_fast8_kernel, variant 0's tensor cores on the
+ *      codes for 8-bit codes (a byte is the BF16 value n 2^-133 exactly),
+ *      one block per SM with four page stages, variant 7's plan for one
+ *      block per SM (protected partials as variant 7) and combine; attends
+ *      to unrounded packed values (packed_f32 1).
  * (An earlier variant 6, two warp groups of 8 on one BF16 tile, was
  * measured in H200 run 6 at commit 9829c8b and removed: slower than 5, and
  * racecheck reported its BF16 hand-off; docs/decode.md. The number was
  * reused in H200 run 8.)
  * A variant that does not apply to a configuration falls back to 0 (the
  * plan's `variant` says which one runs). */
-#define QMLA_DECODE_VARIANTS 9
+#define QMLA_DECODE_VARIANTS 10
 
 /* Plan for a batch (a->batch, s_q, heads) whose longest sequence has at most
  * max_len tokens, on a device of n_sm multiprocessors (0: ask the current
