@@ -110,13 +110,17 @@ typedef struct qmla_decode_plan {
  *      one block per SM with four page stages, variant 7's plan for one
  *      block per SM (protected partials as variant 7) and combine; attends
  *      to unrounded packed values (packed_f32 1).
+ *  10  C8R8 G 64: decode_fast8b_kernel, variant 9's arithmetic at two
+ *      blocks per SM (two page stages; each warp's QK on two groups for
+ *      half the page's tokens, so 4 score partials), variant 7's plan
+ *      and combine; packed_f32 1.
  * (An earlier variant 6, two warp groups of 8 on one BF16 tile, was
  * measured in H200 run 6 at commit 9829c8b and removed: slower than 5, and
  * racecheck reported its BF16 hand-off; docs/decode.md. The number was
  * reused in H200 run 8.)
  * A variant that does not apply to a configuration falls back to 0 (the
  * plan's `variant` says which one runs). */
-#define QMLA_DECODE_VARIANTS 10
+#define QMLA_DECODE_VARIANTS 11
 
 /* Plan for a batch (a->batch, s_q, heads) whose longest sequence has at most
  * max_len tokens, on a device of n_sm multiprocessors (0: ask the current

@@ -19,8 +19,9 @@
  *  - variant 6 (the fast kernel with two row tiles per page): C4R4 / C2R4
  *    only, variant 0's protected partials, one wave of one block per SM
  *    (two at one row tile, variant 0's plan there), pages covered;
- *  - variant 9 (C8R8 codes on the tensor cores): C8R8 only, variant 7's
- *    plan for one block per SM, protected partials, packed_f32 1;
+ *  - variants 9 and 10 (C8R8 codes on the tensor cores): C8R8 only,
+ *    variant 7's plan for one (9) or two (10) blocks per SM, protected
+ *    partials, packed_f32 1;
  *  - fall-backs: BF16 runs variant 0 under 1, 2, 4; C8R8 under 1 and 4;
  *  - an unknown variant is an error naming it;
  *  - q8-metadata pages: every GPU entry that reads pages (the plan under
@@ -297,11 +298,13 @@ int main(void)
                         CHECK(qmla_decode_cuda_variant_packed_f32(&cfg, 8) == 1,
                               "%s: v8 attends to unrounded packed values", names[ni]);
                     }
-        /* variant 9 (decode_fast8_kernel): C8R8 only; variant 7's plan for
-         * one block per SM: the packed pages below the window covered, the
-         * protected partials of the fast kernel (sink + window over 64), one
-         * wave of one block per SM where the protected partials fit it, one
-         * page per block where that whole grid fits; unrounded packed values */
+        /* variants 9 and 10 (decode_fast8_kernel, decode_fast8b_kernel): C8R8
+         * only; variant 7's plan for one (9) or two (10) blocks per SM: the
+         * packed pages below the window covered, the protected partials of
+         * the fast kernel (sink + window over 64), one wave where the
+         * protected partials fit it, one page per block where that whole
+         * grid fits one block per SM; unrounded packed values */
+        for (int v = 9; v <= 10; v++)
         for (int bi = 0; bi < 4; bi++)
             for (int hi = 0; hi < 2; hi++)
                 for (int si = 0; si < 2; si++)
@@ -311,15 +314,15 @@ int main(void)
                         const long len = ctxs[ci];
                         const long below = len - 128 > 0 ? (len - 128 + 63) / 64 : 0;
                         const int tiles = (sqs[si] * heads[hi] + 15) / 16;
-                        const long bt = (long)a.batch * tiles;
+                        const long bt = (long)a.batch * tiles, slots = (v == 9 ? 1 : 2) * (long)n_sm;
                         qmla_decode_plan p;
-                        CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 9, &p, &err),
+                        CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, v, &p, &err),
                                  err);
-                        CHECK(p.variant == (ni == 2 ? 9 : 0), "%s: variant 9 runs %d", names[ni],
-                              p.variant);
-                        CHECK(qmla_decode_cuda_variant_packed_f32(&cfg, 9) == (ni < 3),
-                              "%s: v9 packed_f32 %d", names[ni],
-                              qmla_decode_cuda_variant_packed_f32(&cfg, 9));
+                        CHECK(p.variant == (ni == 2 ? v : 0), "%s: variant %d runs %d", names[ni],
+                              v, p.variant);
+                        CHECK(qmla_decode_cuda_variant_packed_f32(&cfg, v) == (ni < 3),
+                              "%s: v%d packed_f32 %d", names[ni], v,
+                              qmla_decode_cuda_variant_packed_f32(&cfg, v));
                         if (ni != 2)
                             continue;
                         const long packed = p.n_splits - p.n_prot;
@@ -329,20 +332,20 @@ int main(void)
                                   packed * p.pages_per_split >= below &&
                                   (below == 0 || packed <= p.n_prot ||
                                    (packed - 1) * p.pages_per_split < below),
-                              "%s b %d H %d s_q %d len %ld: v9 %d splits (%d protected) of %d pages",
-                              names[ni], a.batch, a.heads, a.s_q, len, p.n_splits, p.n_prot,
+                              "%s b %d H %d s_q %d len %ld: v%d %d splits (%d protected) of %d pages",
+                              names[ni], a.batch, a.heads, a.s_q, len, v, p.n_splits, p.n_prot,
                               p.pages_per_split);
                         if (tiny)
                             CHECK(p.pages_per_split == 1 && p.sep == 1 && bt * p.n_splits <= n_sm,
-                                  "%s b %d H %d s_q %d len %ld: v9 tiny grid: %d pages per block, "
-                                  "sep %d, %d splits",
-                                  names[ni], a.batch, a.heads, a.s_q, len, p.pages_per_split,
+                                  "%s b %d H %d s_q %d len %ld: v%d tiny grid: %d pages per "
+                                  "block, sep %d, %d splits",
+                                  names[ni], a.batch, a.heads, a.s_q, len, v, p.pages_per_split,
                                   p.sep, p.n_splits);
-                        if (bt * p.n_prot <= n_sm)
-                            CHECK(bt * (p.sep ? p.n_splits : packed) <= n_sm,
-                                  "%s b %d H %d s_q %d len %ld: v9 grid over one wave of one "
-                                  "block per SM (%d splits, sep %d)",
-                                  names[ni], a.batch, a.heads, a.s_q, len, p.n_splits, p.sep);
+                        if (bt * p.n_prot <= slots)
+                            CHECK(bt * (p.sep ? p.n_splits : packed) <= slots,
+                                  "%s b %d H %d s_q %d len %ld: v%d grid over one wave (%d "
+                                  "splits, sep %d)",
+                                  names[ni], a.batch, a.heads, a.s_q, len, v, p.n_splits, p.sep);
                     }
         /* variant 4: variant 1's plan (the combine choice differs) */
         {
@@ -380,7 +383,9 @@ int main(void)
     CHECK(strcmp(qmla_decode_cuda_variant_name(6), "v6 fast-rows-on-one-page") == 0,
           "variant 6 name");
     CHECK(strcmp(qmla_decode_cuda_variant_name(7), "v7 auto (default)") == 0, "variant 7 name");
-    CHECK(strcmp(qmla_decode_cuda_variant_name(9), "v9 fast8") == 0, "variant 9 name");
+    CHECK(strcmp(qmla_decode_cuda_variant_name(9), "v9 fast8") == 0 &&
+              strcmp(qmla_decode_cuda_variant_name(10), "v10 fast8-2blk") == 0,
+          "variant 9, 10 names");
     {
         const qmla_kv_config c4 = cfg_of("C4R4"), c8 = cfg_of("C8R8");
         CHECK(qmla_decode_cuda_variant_packed_f32(&c4, 0) == 1 &&
