@@ -1,7 +1,8 @@
 /* test_decode_plan.c — the decode plan's kernel variants (kernels/decode.cu,
  * qmla_decode_cuda_plan_variant; host arithmetic only, no GPU needed):
- *  - the default plan (qmla_decode_cuda_plan) is variant 7 for C4R4 / C2R4
- *    and variant 0 for C8R8 / BF16, field for field;
+ *  - the default plan (qmla_decode_cuda_plan) is variant 7 for C4R4 / C2R4,
+ *    variant 10 for C8R8 (variant 7 of C8R8 is 10) and variant 0 for BF16,
+ *    field for field;
  *  - variant 7 (C4R4 / C2R4): variant 1's plan, except one page per packed
  *    block (protected blocks of their own) exactly where that grid fits one
  *    block per SM, and (C4R4 only) variant 2's plan (variant 2) exactly at
@@ -78,15 +79,18 @@ int main(void)
                         CHECK_OK(qmla_decode_cuda_plan(&cfg, &a, len, n_sm, &pd, &err), err);
                         CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 0, &p0, &err),
                                  err);
-                        CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, fast ? 7 : 0,
-                                                               &pv, &err),
+                        CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm,
+                                                               fast ? 7 : ni == 2 ? 10 : 0, &pv,
+                                                               &err),
                                  err);
-                        CHECK(p0.variant == 0 && pd.variant == (ws7 ? 2 : fast ? 7 : 0) &&
+                        CHECK(p0.variant == 0 &&
+                                  pd.variant == (ws7 ? 2 : fast ? 7 : ni == 2 ? 10 : 0) &&
                                   pv.variant == pd.variant && pd.n_splits == pv.n_splits &&
                                   pd.pages_per_split == pv.pages_per_split &&
                                   pd.n_prot == pv.n_prot && pd.ws_bytes == pv.ws_bytes &&
                                   pd.row_tiles == pv.row_tiles && pd.sep == pv.sep,
-                              "%s: the default plan is not variant %d's", names[ni], fast ? 7 : 0);
+                              "%s: the default plan is not variant %d's", names[ni],
+                              fast ? 7 : ni == 2 ? 10 : 0);
                         /* variant 1 */
                         CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 1, &p, &err),
                                  err);
@@ -129,7 +133,8 @@ int main(void)
                             CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 7, &p7,
                                                                    &err),
                                      err);
-                            CHECK(p7.variant == (ws7 ? 2 : fast ? 7 : 0), "%s: variant 7 runs %d",
+                            CHECK(p7.variant == (ws7 ? 2 : fast ? 7 : ni == 2 ? 10 : 0),
+                                  "%s: variant 7 runs %d",
                                   names[ni], p7.variant);
                             if (ws7)
                                 CHECK(p7.n_splits == p2.n_splits &&
@@ -168,7 +173,7 @@ int main(void)
                                               2L * n_sm,
                                           "%s b %d H %d s_q %d len %ld: v7 grid over one wave",
                                           names[ni], a.batch, a.heads, a.s_q, len);
-                            } else {
+                            } else if (ni != 2) { /* (C8R8: variant 10's plan, below) */
                                 CHECK(p7.sep == 0, "%s: sep without variant 7", names[ni]);
                             }
                         }
@@ -392,7 +397,8 @@ int main(void)
                   qmla_decode_cuda_variant_packed_f32(&c4, 1) == 1 &&
                   qmla_decode_cuda_variant_packed_f32(&c4, 2) == 0 &&
                   qmla_decode_cuda_variant_packed_f32(&c4, 7) == 1 &&
-                  qmla_decode_cuda_variant_packed_f32(&c8, 7) == 0 &&
+                  qmla_decode_cuda_variant_packed_f32(&c8, 7) == 1 &&
+                  qmla_decode_cuda_packed_f32(&c8) == 1 && qmla_decode_cuda_packed_f32(&c4) == 1 &&
                   qmla_decode_cuda_variant_packed_f32(&c8, 2) == 0,
               "packed_f32 per variant");
     }
