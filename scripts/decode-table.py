@@ -147,8 +147,9 @@ def main():
                     [vals[p].get(c, [math.nan] * 4)[j] for p in points], np.float64))
                 if units[j]:
                     d.attrs["units"] = units[j]
-    print(f"decode-table: {len(points)} points of {shape!r}, variants "
-          f"{' '.join(f'{c}={used[c]}' for c in CONFIGS)}, from {src} -> {out}")
+    own_note = (" (" + " ".join(f"{c}={used[c]}" for c in CONFIGS) + ")") if own or bf16v else ""
+    print(f"decode-table: {len(points)} points of {shape!r}, variant {variant}{own_note}, "
+          f"from {src} -> {out}")
 
 
 if __name__ == "__main__":
