@@ -383,7 +383,7 @@ static void bench_decode_point(bench *B, int batch, long ctx, float res_us[4])
  * ratio to BF16 of the same point, GB/s on the bytes read (packed pages,
  * protected BF16 rows, queries, block table). Prints one Markdown line per
  * configuration and variant. */
-#define NV_MAX 24
+#define NV_MAX 32
 /* --variants-q8: the configurations (q8: q8-metadata pages, kvcache.h) */
 static const char *CFGQ[5] = {"BF16", "C4R4", "C2R4", "C4R4q8", "C2R4q8"};
 static void bench_variants_point(bench *B, int batch, long ctx, int H, int s_q)

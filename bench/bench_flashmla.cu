@@ -11,7 +11,8 @@
  * kcache [blocks][64][1][576], out [b][1][s_q * h_q][512]).
  *
  * Method, the same as bench_decode's bench_variants_point: per point (batch,
- * context, H, s_q 1) the same shuffled block table (bench_decode's xorshift,
+ * context, H, s_q; s_q 2 causal as ours: query i sees tokens up to
+ * len - s_q + i) the same shuffled block table (bench_decode's xorshift,
  * same seed), BF16 cache and queries from the same hash fill (pool seed 5,
  * queries seed 11), softmax scale 1/sqrt(192); the scheduler metadata is
  * computed once outside the timing (as our host-side plan); the main kernel
@@ -22,7 +23,10 @@
  * Correctness: before the timing of two points (b 1, 4K, H 16: every row;
  * b 8, 32K, H 128: sequence 7, rows 0-7) FlashMLA's output is compared with
  * a double-precision CPU reference (NMSE), and the run fails above 1e-4.
- * Usage: bench_flashmla [--samples N] [--out flashmla.tsv]
+ * Points: bench_decode --variants-fmla's (s_q 1, b 1 / 8 / 32, 4K / 32K /
+ * 128K, H 16 / 128); --full: bench_decode --variants' (b 1 / 8 / 32 / 64,
+ * 4K / 32K / 128K / 1M without b 64 at 1M, H 16 / 128, s_q 1 / 2).
+ * Usage: bench_flashmla [--samples N] [--full] [--out flashmla.tsv]
  * TSV columns: kind batch context config median_us bytes GBps pct_copy nmse
  * (bytes: the BF16 pages read, queries and block table, as bench_decode
  * counts BF16's bytes). */
@@ -67,7 +71,7 @@ static double bf2d(uint16_t h)
 }
 
 struct point {
-    int b, H, maxp, parts;
+    int b, H, sq, maxp, parts; /* sq: query tokens per sequence (s_q) */
     long ctx;
     size_t pages;
     int32_t *hbt, *bt, *len, *nsplit;
@@ -76,11 +80,13 @@ struct point {
     DecodingSchedMeta *meta;
 };
 
-static void point_setup(point &P, int batch, long ctx, int H, int n_sm, cudaStream_t s)
+static void point_setup(point &P, int batch, long ctx, int H, int sq, int n_sm, cudaStream_t s)
 {
     P.b = batch;
     P.ctx = ctx;
     P.H = H;
+    P.sq = sq;
+    const size_t qs = (size_t)sq * H; /* q_seq_per_hk (h_k 1) */
     P.maxp = (int)((ctx + 63) / 64);
     P.pages = (size_t)batch * P.maxp;
     P.hbt = (int32_t *)malloc(P.pages * 4);
@@ -102,22 +108,22 @@ static void point_setup(point &P, int batch, long ctx, int H, int n_sm, cudaStre
     fill_i32<<<64, 256>>>(P.len, (size_t)batch, (int32_t)ctx);
     P.kc = (uint16_t *)dalloc(P.pages * PAGE * D * 2);
     fill_bf16<<<4096, 256>>>(P.kc, P.pages * PAGE * D, 5);
-    P.q = (uint16_t *)dalloc((size_t)batch * H * D * 2);
-    fill_bf16<<<256, 256>>>(P.q, (size_t)batch * H * D, 11);
-    P.out = (uint16_t *)dalloc((size_t)batch * H * DV * 2);
-    P.lse = (float *)dalloc((size_t)batch * H * 4);
+    P.q = (uint16_t *)dalloc((size_t)batch * qs * D * 2);
+    fill_bf16<<<256, 256>>>(P.q, (size_t)batch * qs * D, 11);
+    P.out = (uint16_t *)dalloc((size_t)batch * qs * DV * 2);
+    P.lse = (float *)dalloc((size_t)batch * qs * 4);
     /* FlashMLA's dense interface: num_sm_parts = SMs / h_k / ceil(s_q h_q / h_k / 64) */
-    P.parts = n_sm / ((H + 63) / 64);
+    P.parts = n_sm / (int)((qs + 63) / 64);
     if (P.parts < 1)
         P.parts = 1;
     P.meta = (DecodingSchedMeta *)dalloc((size_t)P.parts * sizeof(DecodingSchedMeta));
     P.nsplit = (int32_t *)dalloc((size_t)(batch + 1) * 4);
     const size_t total_splits = (size_t)batch + P.parts;
-    P.lse_acc = (float *)dalloc(total_splits * H * 4);
-    P.o_acc = (float *)dalloc(total_splits * H * DV * 4);
+    P.lse_acc = (float *)dalloc(total_splits * qs * 4);
+    P.o_acc = (float *)dalloc(total_splits * qs * DV * 4);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
-    GetDecodeSchedMetaParams sp = {batch, 1, 64, 5, -1, -1, nullptr, nullptr, P.len, P.meta,
+    GetDecodeSchedMetaParams sp = {batch, sq, 64, 5, -1, -1, nullptr, nullptr, P.len, P.meta,
                                    P.nsplit, P.parts, s};
     smxx::decode::run_get_decoding_sched_meta_kernel(sp);
     CK(cudaStreamSynchronize(s));
@@ -126,18 +132,18 @@ static void point_setup(point &P, int batch, long ctx, int H, int n_sm, cudaStre
 /* main kernel + combine, as FlashMLA's dense decode interface launches them */
 static void point_launch(point &P, cudaStream_t s)
 {
-    const int qs = P.H; /* q_seq_per_hk = s_q h_q / h_k, s_q 1, h_k 1 */
+    const int qs = P.sq * P.H; /* q_seq_per_hk = s_q h_q / h_k, h_k 1 */
     DenseAttnDecodeParams p;
     memset(&p, 0, sizeof p);
     p.b = P.b;
-    p.s_q = 1;
+    p.s_q = P.sq;
     p.q_seq_per_hk = qs;
     p.seqlens_k_ptr = P.len;
     p.h_q = P.H;
     p.h_k = 1;
     p.num_blocks = (int)P.pages;
     p.q_head_per_hk = P.H;
-    p.is_causal = false;
+    p.is_causal = P.sq > 1; /* as ours: query i sees tokens t <= len - s_q + i */
     p.d = D;
     p.d_v = DV;
     p.scale_softmax = 1.0f / sqrtf(192.0f);
@@ -166,9 +172,9 @@ static void point_launch(point &P, cudaStream_t s)
     p.oaccum_ptr = P.o_acc;
     p.stream = s;
     sm90::run_flash_splitkv_mla_kernel<cutlass::bfloat16_t>(p);
-    CombineParams c = {P.b, 1, P.H, DV,
-                       P.lse, P.out, qs, P.H, P.H * DV, P.H * DV, DV,
-                       P.lse_acc, P.o_acc, qs, P.H, P.H * DV, P.H * DV, DV,
+    CombineParams c = {P.b, P.sq, P.H, DV,
+                       P.lse, P.out, qs, P.H, qs * DV, P.H * DV, DV,
+                       P.lse_acc, P.o_acc, qs, P.H, qs * DV, P.H * DV, DV,
                        P.meta, P.nsplit, P.parts, nullptr, s};
     smxx::decode::run_flash_mla_combine_kernel<cutlass::bfloat16_t>(c);
 }
@@ -240,15 +246,17 @@ static double point_check(point &P, int sb, int r0, int r1)
 
 int main(int argc, char **argv)
 {
-    int samples = 10;
+    int samples = 10, full = 0;
     const char *outp = "flashmla.tsv";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--samples") && i + 1 < argc)
             samples = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--full"))
+            full = 1;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc)
             outp = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_flashmla [--samples N] [--out F.tsv]\n");
+            fprintf(stderr, "usage: bench_flashmla [--samples N] [--full] [--out F.tsv]\n");
             return 2;
         }
     }
@@ -299,24 +307,30 @@ int main(int argc, char **argv)
         cudaFree(a);
         cudaFree(b);
     }
-    printf("\n| H | b | context | FlashMLA us | GB/s | %% of copy | sm parts | NMSE |\n"
-           "|---|---|---|---|---|---|---|---|\n");
-    const int bs[] = {1, 8, 32}, hs[] = {16, 128};
-    const long cx[] = {4096, 32768, 131072};
+    printf("\n| H | s_q | b | context | FlashMLA us | GB/s | %% of copy | sm parts | NMSE |\n"
+           "|---|---|---|---|---|---|---|---|---|\n");
+    /* the points of bench_decode --variants-fmla; --full: those of
+     * --variants (b 1-64, 4K-1M without b 64 at 1M, H 16 and 128, s_q 1, 2) */
+    const int bs[] = {1, 8, 32, 64}, hs[] = {16, 128}, sqs[] = {1, 2};
+    const long cx[] = {4096, 32768, 131072, 1048576};
+    const int nb = full ? 4 : 3, nx = full ? 4 : 3, nsq = full ? 2 : 1;
     int bad = 0;
     float *t = (float *)malloc(sizeof(float) * (size_t)samples);
     for (int hi = 0; hi < 2; hi++)
-        for (int bi = 0; bi < 3; bi++)
-            for (int xi = 0; xi < 3; xi++) {
+        for (int si = 0; si < nsq; si++)
+        for (int bi = 0; bi < nb; bi++)
+            for (int xi = 0; xi < nx; xi++) {
+                if ((long)bs[bi] * cx[xi] > 32L * 1048576)
+                    continue; /* as bench_decode: b 64 at 1M is not run */
                 point P;
-                point_setup(P, bs[bi], cx[xi], hs[hi], prop.multiProcessorCount, s);
+                point_setup(P, bs[bi], cx[xi], hs[hi], sqs[si], prop.multiProcessorCount, s);
                 point_launch(P, s);
                 CK(cudaStreamSynchronize(s));
                 CK(cudaGetLastError());
                 double nmse = NAN;
-                if (hs[hi] == 16 && bs[bi] == 1 && cx[xi] == 4096)
+                if (sqs[si] == 1 && hs[hi] == 16 && bs[bi] == 1 && cx[xi] == 4096)
                     nmse = point_check(P, 0, 0, 16);
-                if (hs[hi] == 128 && bs[bi] == 8 && cx[xi] == 32768)
+                if (sqs[si] == 1 && hs[hi] == 128 && bs[bi] == 8 && cx[xi] == 32768)
                     nmse = point_check(P, 7, 0, 8);
                 if (!isnan(nmse) && !(nmse <= 1e-4))
                     bad = 1;
@@ -339,16 +353,16 @@ int main(int argc, char **argv)
                 }
                 const float us = median(t, samples);
                 /* bench_decode's BF16 bytes: pages, queries, block table */
-                const double bytes = (double)P.pages * PAGE * D * 2 + (double)P.b * P.H * D * 2 +
-                                     P.pages * 4.0;
+                const double bytes = (double)P.pages * PAGE * D * 2 +
+                                     (double)P.b * P.sq * P.H * D * 2 + P.pages * 4.0;
                 const double gbs = bytes / (us * 1e3);
                 char ns[32] = "-";
                 if (!isnan(nmse))
                     snprintf(ns, sizeof ns, "%.3e", nmse);
-                fprintf(tsv, "decode h%d sq1\t%d\t%ld\tFlashMLA\t%.2f\t%.0f\t%.1f\t%.1f\t%s\n", P.H,
+                fprintf(tsv, "decode h%d sq%d\t%d\t%ld\tFlashMLA\t%.2f\t%.0f\t%.1f\t%.1f\t%s\n", P.H, P.sq,
                         P.b, P.ctx, us, bytes, gbs, 100.0 * gbs / copy_gbs, ns);
-                printf("| %3d | %2d | %7ld | %9.1f | %5.0f | %5.1f %% | %3d | %s |\n", P.H, P.b,
-                       P.ctx, us, gbs, 100.0 * gbs / copy_gbs, P.parts, ns);
+                printf("| %3d | %d | %2d | %7ld | %9.1f | %5.0f | %5.1f %% | %3d | %s |\n", P.H,
+                       P.sq, P.b, P.ctx, us, gbs, 100.0 * gbs / copy_gbs, P.parts, ns);
                 fflush(stdout);
                 cudaGraphExecDestroy(gx);
                 point_free(P);

@@ -704,6 +704,18 @@ template <int CB, bool Q8 = false> struct fcfg {
     static constexpr int NST = CB == 4 ? 3 : 4;          /* pipeline stages */
     static_assert(PB % 16 == 0, "fast_issue copies whole 16-byte chunks");
 };
+/* C8R8 G 64 (variant 9, decode_fast8_kernel): 8-bit RoPE codes, 64 bytes a
+ * token, so the metadata start later; 39168 bytes a page; 4 stages (one
+ * block per SM: 207 KB of shared memory). */
+template <> struct fcfg<8> {
+    static constexpr int CBC = QMLA_KV_DC, CPR = CBC / 16, RBC = QMLA_KV_DR;
+    static constexpr int OFF_RC = QMLA_KV_PAGE * CBC;
+    static constexpr int MBC = 32, MBR = 4; /* f16 metadata bytes per token */
+    static constexpr int OFF_MC = OFF_RC + QMLA_KV_PAGE * RBC;
+    static constexpr int OFF_MR = OFF_MC + QMLA_KV_PAGE * MBC;
+    static constexpr int PB = OFF_MR + QMLA_KV_PAGE * MBR;
+    static constexpr int NST = 4;
+};
 
 template <int CB, bool Q8 = false> struct dec_smem_fast {
     uint8_t stage[fcfg<CB, Q8>::NST][fcfg<CB, Q8>::PB]; /* pages, content rows swizzled */
@@ -744,7 +756,7 @@ static constexpr int QK_UNROLL = QMLA_DECODE_QK_UNROLL, PV_UNROLL = QMLA_DECODE_
 /* Chunk swizzle of token t's content row (16-byte chunks). */
 template <int CB> __device__ static inline int fast_swz(int t)
 {
-    return CB == 4 ? 2 * ((t + (t >> 2)) & 3) : (t & 7);
+    return CB == 4 ? 2 * ((t + (t >> 2)) & 3) : CB == 8 ? (t & 6) ^ ((t & 1) << 2) : (t & 7);
 }
 /* Stage offset of byte c of token t's content codes. */
 template <int CB> __device__ static inline int fast_coff(int t, int c)
@@ -758,11 +770,11 @@ template <int CB> __device__ static inline int fast_coff(int t, int c)
  * 2 bits: one word, register j = fields j, j+8. */
 template <int B> __host__ __device__ static constexpr int fast_lo(int r)
 {
-    return B == 4 ? 8 * (r >> 2) + (r & 3) : r;
+    return B == 4 ? 8 * (r >> 2) + (r & 3) : B == 8 ? 4 * (r >> 1) + (r & 1) : r;
 }
 template <int B> __host__ __device__ static constexpr int fast_hi(int r)
 {
-    return B == 4 ? 8 * (r >> 2) + 4 + (r & 3) : 8 + r;
+    return B == 4 ? 8 * (r >> 2) + 4 + (r & 3) : B == 8 ? 4 * (r >> 1) + (r & 1) + 2 : 8 + r;
 }
 /* Codes as MMA operands: BF16 values of the smallest binade. A BF16 bit
  * pattern n < 256 (exponent field 0 or 1) is the value n 2^-133 exactly
@@ -785,10 +797,13 @@ template <int B> __host__ __device__ static constexpr int fast_hi(int r)
  * terms 2^-100 below the row's largest. The tensor cores take BF16
  * subnormal inputs unflushed (test_decode_cuda, H200 run 23).
  * Register j of a 4-bit word: nibbles (j, j + 4) at p = 4 (j & 1); of a
- * 2-bit word: fields (j, j + 8) at p = 2 (j & 3). */
+ * 2-bit word: fields (j, j + 8) at p = 2 (j & 3); 8 bits (variant 9):
+ * register 2i + e of a lane's 4 words = bytes (e, e + 2) of word i at p = 0
+ * (a byte n < 256 is the BF16 value n 2^-133 exactly: one PRMT with a zero
+ * word, no shift). */
 template <int B> __host__ __device__ static constexpr int subn_pos(int reg)
 {
-    return B == 4 ? 4 * (reg & 1) : 2 * (reg & 3);
+    return B == 4 ? 4 * (reg & 1) : B == 8 ? 0 : 2 * (reg & 3);
 }
 #define PV_PSCALE 1.298074214633707e33f /* 2^110: P s is scaled by it before BF16 */
 #define PV_BSCALE 7.703719777548943e-34f /* 2^-110: the l / s column */
@@ -810,7 +825,7 @@ __device__ static inline void crumb_codes(uint32_t w, uint32_t *r)
 
 /* Query fragments of this lane (rows gr, gr+8 of the tile; content group
  * `g` with CB's channel order, RoPE with 4 bits') and the groups' query sums. */
-template <int CB>
+template <int CB, int RB = 4>
 __device__ static inline void fast_q(const dec_args &a, int b, int r0, int g, int gr, int gc,
                                      uint32_t qc[4][4], uint32_t qr[4][4], float sqc[2],
                                      float sqr[2], int qe[2])
@@ -841,7 +856,7 @@ __device__ static inline void fast_q(const dec_args &a, int b, int r0, int g, in
         for (int reg = 0; reg < 8; reg++) {
 #define QMLA_Q_ELEM(W, E) (((W)[(E) >> 1] >> (16 * ((E) & 1))) & 0xffffu)
             const uint32_t x0 = QMLA_Q_ELEM(cw, fast_lo<CB>(reg)), x1 = QMLA_Q_ELEM(cw, fast_hi<CB>(reg));
-            const uint32_t y0 = QMLA_Q_ELEM(rw, fast_lo<4>(reg)), y1 = QMLA_Q_ELEM(rw, fast_hi<4>(reg));
+            const uint32_t y0 = QMLA_Q_ELEM(rw, fast_lo<RB>(reg)), y1 = QMLA_Q_ELEM(rw, fast_hi<RB>(reg));
 #undef QMLA_Q_ELEM
             /* a0 (row gr, pair 2ks), a1 (row gr+8), a2 (row gr, pair 2ks+1), a3 */
             qc[reg >> 1][hr + 2 * (reg & 1)] = x0 | (x1 << 16);
@@ -891,7 +906,7 @@ __device__ static inline uint32_t bf16x2_ldexp(uint32_t x, int k)
 /* The query fragments of rows gr (hr 0), gr + 8 (hr 1) times 2^(E - p),
  * p the code position of the register (subn_pos), and the query sums
  * times 2^(E - 133): the scores come out times 2^(E - 133). */
-template <int CB>
+template <int CB, int RB = 4>
 __device__ static inline void fast_qscale(uint32_t qc[4][4], uint32_t qr[4][4], float sqc[2],
                                           float sqr[2], const int E[2])
 {
@@ -901,7 +916,7 @@ __device__ static inline void fast_qscale(uint32_t qc[4][4], uint32_t qr[4][4], 
         for (int k = 0; k < 4; k++) {
             const int hr = k & 1, reg = 2 * ks + (k >> 1);
             qc[ks][k] = bf16x2_ldexp(qc[ks][k], E[hr] - subn_pos<CB>(reg));
-            qr[ks][k] = bf16x2_ldexp(qr[ks][k], E[hr] - subn_pos<4>(reg));
+            qr[ks][k] = bf16x2_ldexp(qr[ks][k], E[hr] - subn_pos<RB>(reg));
         }
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
@@ -3048,6 +3063,609 @@ __global__ void __launch_bounds__(V8_THREADS, 2) decode_wg_kernel(dec_args a)
     }
 }
 
+/* ---- variants 9 and 10: C8R8 codes on the tensor cores -------------------
+ * decode_fast_kernel's arithmetic (grid, QK and PV on the raw codes, step
+ * and minimum per group after the products, the protected tokens as
+ * partials of their own) for C8R8 G 64 (fcfg<8>), in place of the BF16-tile
+ * kernel decode_quant_kernel<8, 8>. The codes become MMA operands as BF16
+ * values of the smallest binade: a byte n < 256 at bits 0-7 of a 16-bit
+ * half is the BF16 value n 2^-133 exactly (subnormal below 128, exponent
+ * field 1 above), so all 8 bits of a code fit without an offset and
+ * without float16: QK one PRMT with a zero word per two codes (bytes e,
+ * e + 2 of a word: fast_lo<8>, subn_pos<8> = 0), PV one PRMT (the same
+ * channel byte of two tokens) and one AND per register. The rest is
+ * decode_fast_kernel's: queries times 2^E, softmax scale 2^(133 - E), the
+ * l sum(Q) float16 MMA, BF16(P s 2^110) as A of PV, the l / s columns,
+ * outputs times 2^23; so both attend to fmaf(q, s, l) unrounded (reference
+ * qmla_decode_ref_model with packed_f32 = 1). Content rows swizzled by
+ * fast_swz<8>: QK reads 16 bytes of token gr (chunk 4 g + gc), PV 8 bytes of
+ * tokens 2 gc + {0, 1, 8, 9} (chunk 4 warp + gr / 2), both free of bank
+ * conflicts. A page is 39168 bytes, so decode_fast_kernel's layout (3
+ * stages, 8 score partials) fits one block per SM only:
+ * - variant 9 (decode_fast8_kernel): that layout with 4 stages (207 KB),
+ *   one block of 8 warps per SM, pages three ahead;
+ * - variant 10 (decode_fast8b_kernel): two blocks per SM (at most 113 KB
+ *   each): 2 stages, and warp w's QK takes groups 2 (w & 3), 2 (w & 3) + 1
+ *   for tokens 32 (w >> 2) .. + 31, so the page's scores come in 4
+ *   partials (18 KB) instead of 8; a page per phase: QK, softmax and PV of
+ *   page i (three barriers), page i + 1 in flight meanwhile, page i + 2
+ *   issued into page i's stage after its PV. PV unchanged (group w). */
+struct fast8_lane {
+    int qoff[2]; /* QK: token gr, the lane's 16 bytes of groups g0, g1 (token 8j + gr: + 8j rows) */
+    int poff[2]; /* PV: tokens 2 gc, 2 gc + 1, the lane's 8 bytes (tokens + 8: 8 rows on) */
+    int roff;    /* RoPE codes of token 8 warp + gr, the lane's 16 bytes */
+    int dswz;    /* copy: byte shift of this thread's content chunks */
+    __device__ fast8_lane(int tid, int g0, int g1)
+    {
+        typedef fcfg<8> F;
+        const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
+        qoff[0] = fast_coff<8>(gr, 64 * g0 + 16 * gc);
+        qoff[1] = fast_coff<8>(gr, 64 * g1 + 16 * gc);
+        poff[0] = fast_coff<8>(2 * gc, 64 * warp + 8 * gr);
+        poff[1] = fast_coff<8>(2 * gc + 1, 64 * warp + 8 * gr);
+        roff = F::OFF_RC + (8 * warp + gr) * F::RBC + 16 * gc;
+        const int t = tid / F::CPR, k = tid % F::CPR;
+        dswz = ((k ^ fast_swz<8>(t)) - k) * 16;
+    }
+};
+
+/* 16 consecutive 8-bit codes (channels 16 gc ..) as 8 BF16 pairs:
+ * register 2i + e = bytes e, e + 2 of word i (fast_lo<8>, fast_hi<8>). */
+__device__ static inline void byte_codes(const uint4 v, uint32_t r[8])
+{
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        r[2 * i] = __byte_perm(w[i], 0u, 0x4240);
+        r[2 * i + 1] = __byte_perm(w[i], 0u, 0x4341);
+    }
+}
+
+/* The 4 MMAs of one group's 16 x 8 scores (Q.q of n-tile codes bc), as
+ * fast_qk's two chains. */
+__device__ static inline void qk8_group(float c[4], const uint32_t qc[4][4], const uint32_t bc[8])
+{
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    c[0] = c[1] = c[2] = c[3] = 0.0f;
+    mma16816(c, qc[0], bc[0], bc[1]);
+    mma16816(d, qc[1], bc[2], bc[3]);
+    mma16816(c, qc[2], bc[4], bc[5]);
+    mma16816(d, qc[3], bc[6], bc[7]);
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        c[k] += d[k];
+}
+
+/* The RoPE group and the content groups' l sum(Q) of tokens 8 warp + 2 gc
+ * (+1), rows gr, gr + 8, added to the scores *d0, *d1 (fast_qk's tail;
+ * qr the RoPE query fragments, mm = rqm of the two tokens). */
+__device__ static inline void qk8_rope(const uint8_t *pg, const fast8_lane &fl,
+                                       const uint32_t qr[4][4], const float sqr[2],
+                                       const uint32_t la[4], float4 mm, float2 *d0, float2 *d1,
+                                       int warp, int gr, int gc)
+{
+    typedef fcfg<8> F;
+    uint32_t br[8];
+    byte_codes(*(const uint4 *)(pg + fl.roff), br);
+    float rc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++)
+        mma16816(rc, qr[ks], br[2 * ks], br[2 * ks + 1]);
+    float2 x0 = *d0, x1 = *d1;
+    const uint8_t *mt = pg + F::OFF_MC + (8 * warp + gr) * F::MBC + 4 * gc;
+    const uint32_t u0 = *(const uint32_t *)mt, u1 = *(const uint32_t *)(mt + 16);
+    float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    mma16816_f16(e, la, __byte_perm(u0, 0, 0x3232), __byte_perm(u1, 0, 0x3232));
+    x0.x += fmaf(mm.x, rc[0], fmaf(mm.y, sqr[0], e[0]));
+    x0.y += fmaf(mm.z, rc[1], fmaf(mm.w, sqr[0], e[1]));
+    x1.x += fmaf(mm.x, rc[2], fmaf(mm.y, sqr[1], e[2]));
+    x1.y += fmaf(mm.z, rc[3], fmaf(mm.w, sqr[1], e[3]));
+    *d0 = x0;
+    *d1 = x1;
+}
+
+/* Variant 9's QK of page `pg` (fast_qk for 8-bit content and RoPE codes). */
+__device__ static inline void fast8_qk(dec_smem_fast<8> &sm, const uint8_t *pg,
+                                       const fast8_lane &fl, const uint32_t qc[4][4],
+                                       const uint32_t qr[4][4], const float sqr[2],
+                                       const uint32_t la[4], int warp, int gr, int gc)
+{
+    typedef fcfg<8> F;
+#pragma unroll QK_UNROLL
+    for (int j = 0; j < 8; j++) {
+        uint32_t bc[8];
+        byte_codes(*(const uint4 *)(pg + fl.qoff[0] + 8 * j * F::CBC), bc);
+        float c[4];
+        qk8_group(c, qc, bc);
+        const float4 mm = *(const float4 *)&sm.qkm[warp][8 * j + 2 * gc];
+        *(float2 *)&sm.sp[warp][gr][8 * j + 2 * gc] = make_float2(mm.x * c[0], mm.z * c[1]);
+        *(float2 *)&sm.sp[warp][gr + 8][8 * j + 2 * gc] = make_float2(mm.x * c[2], mm.z * c[3]);
+    }
+    qk8_rope(pg, fl, qr, sqr, la, *(const float4 *)&sm.rqm[8 * warp + 2 * gc],
+             (float2 *)&sm.sp[warp][gr][8 * warp + 2 * gc],
+             (float2 *)&sm.sp[warp][gr + 8][8 * warp + 2 * gc], warp, gr, gc);
+}
+
+/* fast_pv for 8-bit codes (either variant's tables: pvs, bh, bl of group
+ * `warp`, pf, alpha): output channel 64 warp + 8 n + nt (n: column of
+ * n-tile nt) is byte nt of lane n's 8 bytes of a token. */
+template <class SM>
+__device__ static inline void fast8_pv(SM &sm, const uint8_t *pg, const fast8_lane &fl,
+                                       float o[8][4], float bacc[4], int warp, int gr, int gc)
+{
+    typedef fcfg<8> F;
+    const float al0 = sm.alpha[gr], al1 = sm.alpha[gr + 8];
+    if (__any_sync(0xffffffffu, al0 != 1.0f || al1 != 1.0f)) {
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            o[n][0] *= al0;
+            o[n][1] *= al0;
+            o[n][2] *= al1;
+            o[n][3] *= al1;
+        }
+        bacc[0] *= al0;
+        bacc[1] *= al0;
+        bacc[2] *= al1;
+        bacc[3] *= al1;
+    }
+    const uint16_t *bsrc = gr == 0 ? sm.bh[warp] : sm.bl[warp];
+#pragma unroll PV_UNROLL
+    for (int ks = 0; ks < 4; ks++) {
+        const int tA = 16 * ks + 2 * gc, tC = tA + 8;
+        const float2 sA = *(const float2 *)&sm.pvs[warp][tA];
+        const float2 sC = *(const float2 *)&sm.pvs[warp][tC];
+        const float2 pA0 = *(const float2 *)&sm.pf[gr][tA];
+        const float2 pA1 = *(const float2 *)&sm.pf[gr + 8][tA];
+        const float2 pC0 = *(const float2 *)&sm.pf[gr][tC];
+        const float2 pC1 = *(const float2 *)&sm.pf[gr + 8][tC];
+        uint32_t pa[4];
+        pa[0] = bf16x2(pA0.x * sA.x, pA0.y * sA.y);
+        pa[1] = bf16x2(pA1.x * sA.x, pA1.y * sA.y);
+        pa[2] = bf16x2(pC0.x * sC.x, pC0.y * sC.y);
+        pa[3] = bf16x2(pC1.x * sC.x, pC1.y * sC.y);
+        {
+            uint32_t b0 = 0, b1 = 0;
+            if (gr < 2) {
+                b0 = *(const uint32_t *)&bsrc[tA];
+                b1 = *(const uint32_t *)&bsrc[tC];
+            }
+            mma16816(bacc, pa, b0, b1);
+        }
+        const uint8_t *p = pg + 16 * ks * F::CBC;
+        const uint2 wa = *(const uint2 *)(p + fl.poff[0]);
+        const uint2 wb = *(const uint2 *)(p + fl.poff[1]);
+        const uint2 wc = *(const uint2 *)(p + fl.poff[0] + 8 * F::CBC);
+        const uint2 wd = *(const uint2 *)(p + fl.poff[1] + 8 * F::CBC);
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) {
+            /* bytes (a_jb, a_jb, b_jb, b_jb), masked: channel byte jb of both tokens */
+            const int jb = nt & 3;
+            const uint32_t sel = jb | (jb << 4) | ((4 + jb) << 8) | ((4 + jb) << 12);
+            const uint32_t x = __byte_perm(nt < 4 ? wa.x : wa.y, nt < 4 ? wb.x : wb.y, sel);
+            const uint32_t y = __byte_perm(nt < 4 ? wc.x : wc.y, nt < 4 ? wd.x : wd.y, sel);
+            mma16816(o[nt], pa, x & 0x00ff00ffu, y & 0x00ff00ffu);
+        }
+    }
+}
+
+/* A of the l sum(Q) MMA and the rows' softmax scales from the rows'
+ * exponents E (fast_part after page 0; qex: the unscaled group sums at
+ * [8 DEC_ROWS + g DEC_ROWS + row]). */
+template <class SM>
+__device__ static inline void fast8_lsum(SM &sm, const dec_args &a, const int *qex,
+                                         const int E[2], uint32_t lqa[4], int tid, int gr,
+                                         int gc)
+{
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int hr = k & 1, g = gc + 4 * (k >> 1);
+        const float x = __fmul_rn(__int_as_float(qex[8 * DEC_ROWS + g * DEC_ROWS + gr + 8 * hr]),
+                                  pow2f(E[hr] - 133));
+        const __half h = __float2half_rn(x);
+        const __half l = __float2half_rn(x - __half2float(h));
+        lqa[k] = (uint32_t)__half_as_ushort(h) | ((uint32_t)__half_as_ushort(l) << 16);
+    }
+    if (tid < 32 && gc == 0) {
+        sm.zs[gr] = a.scale_log2 * pow2f(133 - E[0]);
+        sm.zs[gr + 8] = a.scale_log2 * pow2f(133 - E[1]);
+    }
+}
+
+/* The split's normalised partial output and LSE (decode_fast_kernel's
+ * epilogue: channel 64 warp + 16 gc + 8 e + nt). */
+template <class SM>
+__device__ static inline void fast8_store(SM &sm, const dec_args &a, int b, int r0, int slot,
+                                          const float o[8][4], const float bacc[4], int tid)
+{
+    const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
+    float b0 = bacc[0] + bacc[1], b1 = bacc[2] + bacc[3];
+    b0 = __shfl_sync(0xffffffffu, b0, lane & ~3);
+    b1 = __shfl_sync(0xffffffffu, b1, lane & ~3);
+    const size_t base = ((size_t)b * a.n_splits + slot) * a.R_pad + r0;
+    const float la = sm.l[gr], lb = sm.l[gr + 8];
+    const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
+    float4 *d0 = (float4 *)(a.o_part + (base + gr) * QMLA_KV_DC + 64 * warp + 16 * gc);
+    float4 *d1 = (float4 *)(a.o_part + (base + gr + 8) * QMLA_KV_DC + 64 * warp + 16 * gc);
+    constexpr float U = pv_unscale<8>(0);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int e = k >> 1, n0 = 4 * (k & 1);
+#define QMLA_OUT(N, C, BB, I) (fmaf(o[N][C], U, BB) * (I))
+        d0[k] = make_float4(QMLA_OUT(n0, e, b0, ia), QMLA_OUT(n0 + 1, e, b0, ia),
+                            QMLA_OUT(n0 + 2, e, b0, ia), QMLA_OUT(n0 + 3, e, b0, ia));
+        d1[k] = make_float4(QMLA_OUT(n0, 2 + e, b1, ib), QMLA_OUT(n0 + 1, 2 + e, b1, ib),
+                            QMLA_OUT(n0 + 2, 2 + e, b1, ib), QMLA_OUT(n0 + 3, 2 + e, b1, ib));
+#undef QMLA_OUT
+    }
+    if (tid < DEC_ROWS) {
+        const float l = sm.l[tid];
+        a.lse_part[base + tid] = l > 0.0f ? (sm.m[tid] + log2f(l)) * LN2 : -INFINITY;
+    }
+}
+
+/* The softmax row of this thread: tokens [S, shi) visible. */
+__device__ static inline int fast8_shi(const dec_args &a, int r0, int srow, int len, int lenW)
+{
+    const int r = r0 + srow;
+    if (r >= a.R)
+        return 0;
+    const int v = len - a.s_q + r / a.H + 1;
+    return v < lenW ? v : lenW;
+}
+
+/* Variant 9: fast_part for C8R8, the same phases, pages F8_LA = 3 ahead
+ * (4 stages). */
+#define F8_LA (fcfg<8>::NST - 1)
+__device__ static void fast8_part(dec_smem_fast<8> &sm, const dec_args &a, int b, int r0,
+                                  int split, int slot, int tid)
+{
+    typedef fcfg<8> F;
+    static_assert(F8_LA == 3, "fast8_part waits for page i + 1 with pages i + 2 .. in flight");
+    const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
+    const int len = a.seq_len[b], lenW = len - a.W;
+    int p0, p1;
+    packed_pages(a, lenW, split, &p0, &p1);
+    const int np = p1 - p0;
+    const fast8_lane fl(tid, warp, warp);
+    uint32_t qc[4][4], qr[4][4];
+    float sqc[2], sqr[2];
+    int qe[2];
+    uint32_t lqa[4];
+    fast_q<8, 8>(a, b, r0, warp, gr, gc, qc, qr, sqc, sqr, qe);
+    int *qex = (int *)&sm.pf[0][0];
+    if (gc == 0) {
+        qex[warp * DEC_ROWS + gr] = qe[0];
+        qex[warp * DEC_ROWS + gr + 8] = qe[1];
+        qex[8 * DEC_ROWS + warp * DEC_ROWS + gr] = __float_as_int(sqc[0]);
+        qex[8 * DEC_ROWS + warp * DEC_ROWS + gr + 8] = __float_as_int(sqc[1]);
+    }
+    float o[8][4], bacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    if (tid < DEC_ROWS) {
+        sm.m[tid] = -INFINITY;
+        sm.l[tid] = 0.0f;
+    }
+    const int srow = tid >> 4, spart = tid & 15;
+    const int shi = fast8_shi(a, r0, srow, len, lenW);
+    const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
+    if (np > 0) {
+#pragma unroll
+        for (int k = 0; k < F8_LA; k++) {
+            if (k < np)
+                fast_issue<8>(sm.stage[k], a.pool + (size_t)bt[p0 + k] * F::PB, fl.dswz, tid);
+            cp_async_commit();
+        }
+    }
+    cp_async_wait<F8_LA - 1>(); /* page 0 */
+    __syncthreads();
+    {
+        int e0 = 0, e1 = 0;
+#pragma unroll
+        for (int w = 0; w < 8; w++) {
+            e0 = max(e0, qex[w * DEC_ROWS + gr]);
+            e1 = max(e1, qex[w * DEC_ROWS + gr + 8]);
+        }
+        const int E[2] = {subn_rowexp(e0), subn_rowexp(e1)};
+        fast_qscale<8, 8>(qc, qr, sqc, sqr, E);
+        fast8_lsum(sm, a, qex, E, lqa, tid, gr, gc);
+    }
+    /* iteration i: softmax and PV of page i, QK of page i + 1; pages i + 2
+     * and i + 3 in flight (page i + 3 issued at i into page i - 1's stage) */
+    for (int i = -1; i < np; i++) {
+        if (i >= 0) {
+            __syncthreads(); /* scores of page i complete */
+            fast_softmax<8>(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
+            cp_async_wait<F8_LA - 2>(); /* page i + 1 */
+            __syncthreads(); /* P of page i; page i+1 landed; page i-1 consumed */
+            if (i + F8_LA < np)
+                fast_issue<8>(sm.stage[(i + F8_LA) % F::NST],
+                              a.pool + (size_t)bt[p0 + i + F8_LA] * F::PB, fl.dswz, tid);
+            cp_async_commit();
+            fast8_pv(sm, sm.stage[i % F::NST], fl, o, bacc, warp, gr, gc);
+        }
+        if (i + 1 < np) {
+            __syncwarp();
+            const uint8_t *pg = sm.stage[(i + 1) % F::NST];
+            fast_meta<8>(sm, pg, (p0 + i + 1) * QMLA_KV_PAGE, a.S, lenW, warp, lane);
+            fast8_qk(sm, pg, fl, qc, qr, sqr, lqa, warp, gr, gc);
+        }
+    }
+    __syncthreads();
+    fast8_store(sm, a, b, r0, slot, o, bacc, tid);
+}
+
+/* SEP as decode_fast_kernel's (variant 9's plan is variant 7's for one
+ * block per SM). */
+template <int SEP>
+__global__ void __launch_bounds__(DEC_THREADS, 1) decode_fast8_kernel(dec_args a)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int b = blockIdx.z, r0 = blockIdx.y * DEC_ROWS, tid = threadIdx.x, x = blockIdx.x;
+    const int nblk = a.n_splits - a.n_prot;
+    if constexpr (SEP) {
+        if (x < nblk)
+            fast8_part(*(dec_smem_fast<8> *)smem_raw, a, b, r0, x, x, tid);
+        else
+            prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, x - nblk, x, tid);
+        return;
+    }
+    fast8_part(*(dec_smem_fast<8> *)smem_raw, a, b, r0, x, x, tid);
+    const int k = x - (nblk - a.n_prot);
+    if (k >= 0) {
+        __syncthreads();
+        prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, k, nblk + k, tid);
+    }
+}
+
+/* Variant 10's shared memory: two page stages, 4 score partials (one per
+ * group pair), warp-private QK scales. */
+#define F8B_NST 2
+struct dec_smem_f8b {
+    uint8_t stage[F8B_NST][fcfg<8>::PB]; /* pages, content rows swizzled (fast_swz<8>) */
+    float sp[4][DEC_ROWS][SSTR];         /* [group pair][16][64 (+8)] score partials */
+    float pf[DEC_ROWS][SSTR];            /* [16][64 (+8)] probabilities */
+    float qks[8][2][32];                 /* [warp][its group][its token] s for QK */
+    float pvs[8][QMLA_KV_PAGE];          /* [group][token] s for PV, 0: masked */
+    uint16_t bh[8][QMLA_KV_PAGE], bl[8][QMLA_KV_PAGE]; /* l / s 2^-110, BF16 high + low */
+    float2 rqm[QMLA_KV_PAGE];            /* RoPE (s, l) */
+    uint32_t qrf[32][16];                /* the RoPE query fragments by lane (all warps alike) */
+    float sqrs[DEC_ROWS];                /* RoPE sum(Q) 2^(E - 133) per row */
+    float m[DEC_ROWS], l[DEC_ROWS], alpha[DEC_ROWS];
+    float zs[DEC_ROWS];
+};
+static constexpr size_t f8b_smem_bytes()
+{
+    return sizeof(dec_smem_f8b) > sizeof(dec_smem_quant) ? sizeof(dec_smem_f8b)
+                                                          : sizeof(dec_smem_quant);
+}
+
+/* Variant 10's metadata of page `pg`: warp w's QK scales (groups g0, g0 + 1,
+ * tokens 32 h ..), the PV tables of group w, the RoPE (s, l) of tokens
+ * 8 w .. 8 w + 7 (all warp-private until the barrier after QK). */
+__device__ static inline void f8b_meta(dec_smem_f8b &sm, const uint8_t *pg, int t0, int S,
+                                       int lenW, int warp, int lane, int g0, int h)
+{
+    typedef fcfg<8> F;
+    {
+        const int tok = 32 * h + lane;
+        const uint8_t *mt = pg + F::OFF_MC + tok * F::MBC + 4 * g0;
+        sm.qks[warp][0][lane] = __half2float(__ushort_as_half(*(const uint16_t *)mt));
+        sm.qks[warp][1][lane] = __half2float(__ushort_as_half(*(const uint16_t *)(mt + 4)));
+    }
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        const int tok = lane + 32 * hh, t = t0 + tok;
+        const uint32_t u = *(const uint32_t *)(pg + F::OFF_MC + tok * F::MBC + 4 * warp);
+        const float s = __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
+        const float m = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
+        const bool ok = t >= S && t < lenW;
+        const float spv = ok ? (s == 0.0f ? 1.0f : s) : 0.0f;
+        const float bias = ok ? m * rcp_approx(spv) * PV_BSCALE : 0.0f;
+        const __nv_bfloat16 bh = __float2bfloat16_rn(bias);
+        const __nv_bfloat16 bl = __float2bfloat16_rn(bias - __bfloat162float(bh));
+        sm.pvs[warp][tok] = spv * PV_PSCALE;
+        sm.bh[warp][tok] = __bfloat16_as_ushort(bh);
+        sm.bl[warp][tok] = __bfloat16_as_ushort(bl);
+    }
+    if (lane < 8) {
+        const int tok = 8 * warp + lane;
+        const uint32_t u = *(const uint32_t *)(pg + F::OFF_MR + tok * F::MBR);
+        const float s = __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
+        const float m = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
+        sm.rqm[tok] = make_float2(s, m);
+    }
+    __syncwarp();
+}
+
+/* Variant 10's QK of page `pg`: groups g0, g0 + 1 of tokens 32 h .. 32 h + 31
+ * (n-tiles 4h .. 4h + 3) into partial gp, then the RoPE and l sum(Q) of
+ * n-tile `warp` (one of them). */
+__device__ static inline void f8b_qk(dec_smem_f8b &sm, const uint8_t *pg, const fast8_lane &fl,
+                                     const uint32_t qc[2][4][4], const uint32_t la[4], int warp,
+                                     int gp, int h, int gr, int gc)
+{
+    typedef fcfg<8> F;
+#pragma unroll
+    for (int jj = 0; jj < 4; jj++) {
+        const int j = 4 * h + jj;
+        float c[4], d[4];
+        {
+            uint32_t bc[8];
+            byte_codes(*(const uint4 *)(pg + fl.qoff[0] + 8 * j * F::CBC), bc);
+            qk8_group(c, qc[0], bc);
+        }
+        {
+            uint32_t bc[8];
+            byte_codes(*(const uint4 *)(pg + fl.qoff[1] + 8 * j * F::CBC), bc);
+            qk8_group(d, qc[1], bc);
+        }
+        const float2 s0 = *(const float2 *)&sm.qks[warp][0][8 * jj + 2 * gc];
+        const float2 s1 = *(const float2 *)&sm.qks[warp][1][8 * jj + 2 * gc];
+        *(float2 *)&sm.sp[gp][gr][8 * j + 2 * gc] =
+            make_float2(fmaf(s1.x, d[0], s0.x * c[0]), fmaf(s1.y, d[1], s0.y * c[1]));
+        *(float2 *)&sm.sp[gp][gr + 8][8 * j + 2 * gc] =
+            make_float2(fmaf(s1.x, d[2], s0.x * c[2]), fmaf(s1.y, d[3], s0.y * c[3]));
+    }
+    uint32_t qr[4][4];
+    {
+        const uint4 *f = (const uint4 *)sm.qrf[(gr << 2) | gc];
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++) {
+            const uint4 v = f[ks];
+            qr[ks][0] = v.x;
+            qr[ks][1] = v.y;
+            qr[ks][2] = v.z;
+            qr[ks][3] = v.w;
+        }
+    }
+    const float sqr[2] = {sm.sqrs[gr], sm.sqrs[gr + 8]};
+    qk8_rope(pg, fl, qr, sqr, la, *(const float4 *)&sm.rqm[8 * warp + 2 * gc],
+             (float2 *)&sm.sp[gp][gr][8 * warp + 2 * gc],
+             (float2 *)&sm.sp[gp][gr + 8][8 * warp + 2 * gc], warp, gr, gc);
+}
+
+/* Online softmax of the page's scores from the 4 partials (fast_softmax). */
+__device__ static inline void f8b_softmax(dec_smem_f8b &sm, const dec_args &a, int t0, int shi,
+                                          int srow, int spart)
+{
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        const float4 c = *(const float4 *)&sm.sp[w][srow][spart * 4];
+        acc[0] += c.x;
+        acc[1] += c.y;
+        acc[2] += c.z;
+        acc[3] += c.w;
+    }
+    float z[4], p[4];
+    const float zs = sm.zs[srow];
+    const int tb = t0 + spart * 4;
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+        z[u] = tb + u >= a.S && tb + u < shi ? acc[u] * zs : -INFINITY;
+    softmax_step<true>(z, spart, &sm.m[srow], &sm.l[srow], &sm.alpha[srow], p);
+    *(float4 *)&sm.pf[srow][spart * 4] = make_float4(p[0], p[1], p[2], p[3]);
+}
+
+__device__ static void fast8b_part(dec_smem_f8b &sm, const dec_args &a, int b, int r0,
+                                   int split, int slot, int tid)
+{
+    typedef fcfg<8> F;
+    const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
+    const int gp = warp & 3, h = warp >> 2, g0 = 2 * gp;
+    const int len = a.seq_len[b], lenW = len - a.W;
+    int p0, p1;
+    packed_pages(a, lenW, split, &p0, &p1);
+    const int np = p1 - p0;
+    const fast8_lane fl(tid, g0, g0 + 1);
+    uint32_t qc[2][4][4], lqa[4];
+    int *qex = (int *)&sm.pf[0][0];
+    {
+        uint32_t qr[4][4];
+        float sqc[2][2], sqr[2];
+        int qe[2][2];
+        fast_q<8, 8>(a, b, r0, g0, gr, gc, qc[0], qr, sqc[0], sqr, qe[0]);
+        fast_q<8, 8>(a, b, r0, g0 + 1, gr, gc, qc[1], qr, sqc[1], sqr, qe[1]);
+        if (gc == 0) {
+            qex[warp * DEC_ROWS + gr] = max(qe[0][0], qe[1][0]);
+            qex[warp * DEC_ROWS + gr + 8] = max(qe[0][1], qe[1][1]);
+            if (h == 0) { /* the group sums (warps 4-7 hold the same groups) */
+#pragma unroll
+                for (int k = 0; k < 2; k++) {
+                    qex[8 * DEC_ROWS + (g0 + k) * DEC_ROWS + gr] = __float_as_int(sqc[k][0]);
+                    qex[8 * DEC_ROWS + (g0 + k) * DEC_ROWS + gr + 8] = __float_as_int(sqc[k][1]);
+                }
+            }
+        }
+        if (tid < DEC_ROWS) {
+            sm.m[tid] = -INFINITY;
+            sm.l[tid] = 0.0f;
+        }
+        const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
+        if (np > 0) {
+            fast_issue<8>(sm.stage[0], a.pool + (size_t)bt[p0] * F::PB, fl.dswz, tid);
+            cp_async_commit();
+            if (np > 1)
+                fast_issue<8>(sm.stage[1], a.pool + (size_t)bt[p0 + 1] * F::PB, fl.dswz, tid);
+            cp_async_commit();
+        }
+        __syncthreads(); /* the rows' exponent fields and group sums */
+        int e0 = 0, e1 = 0;
+#pragma unroll
+        for (int w = 0; w < 8; w++) {
+            e0 = max(e0, qex[w * DEC_ROWS + gr]);
+            e1 = max(e1, qex[w * DEC_ROWS + gr + 8]);
+        }
+        const int E[2] = {subn_rowexp(e0), subn_rowexp(e1)};
+        fast_qscale<8, 8>(qc[0], qr, sqc[0], sqr, E);
+#pragma unroll
+        for (int ks = 0; ks < 4; ks++) /* the second group's (subn_pos<8> = 0) */
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                qc[1][ks][k] = bf16x2_ldexp(qc[1][ks][k], E[k & 1]);
+        fast8_lsum(sm, a, qex, E, lqa, tid, gr, gc);
+        if (warp == 0) { /* every warp's RoPE fragments are the same */
+            uint4 *f = (uint4 *)sm.qrf[lane];
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++)
+                f[ks] = make_uint4(qr[ks][0], qr[ks][1], qr[ks][2], qr[ks][3]);
+            if (gc == 0) {
+                sm.sqrs[gr] = sqr[0];
+                sm.sqrs[gr + 8] = sqr[1];
+            }
+        }
+    }
+    float o[8][4], bacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    const int srow = tid >> 4, spart = tid & 15;
+    const int shi = fast8_shi(a, r0, srow, len, lenW);
+    const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
+    cp_async_wait<1>(); /* page 0 */
+    __syncthreads();    /* page 0 landed; qrf, sqrs, zs; qex read by all */
+    for (int i = 0; i < np; i++) {
+        const uint8_t *pg = sm.stage[i % F8B_NST];
+        f8b_meta(sm, pg, (p0 + i) * QMLA_KV_PAGE, a.S, lenW, warp, lane, g0, h);
+        f8b_qk(sm, pg, fl, qc, lqa, warp, gp, h, gr, gc);
+        __syncthreads(); /* scores of page i */
+        f8b_softmax(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
+        __syncthreads(); /* P of page i */
+        fast8_pv(sm, pg, fl, o, bacc, warp, gr, gc);
+        cp_async_wait<0>(); /* page i + 1 */
+        __syncthreads();    /* page i + 1 landed; page i consumed */
+        if (i + 2 < np)
+            fast_issue<8>(sm.stage[i % F8B_NST], a.pool + (size_t)bt[p0 + i + 2] * F::PB,
+                          fl.dswz, tid);
+        cp_async_commit();
+    }
+    fast8_store(sm, a, b, r0, slot, o, bacc, tid);
+}
+
+/* Variant 10: two blocks per SM (variant 7's plan). */
+template <int SEP>
+__global__ void __launch_bounds__(DEC_THREADS, 2) decode_fast8b_kernel(dec_args a)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int b = blockIdx.z, r0 = blockIdx.y * DEC_ROWS, tid = threadIdx.x, x = blockIdx.x;
+    const int nblk = a.n_splits - a.n_prot;
+    if constexpr (SEP) {
+        if (x < nblk)
+            fast8b_part(*(dec_smem_f8b *)smem_raw, a, b, r0, x, x, tid);
+        else
+            prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, x - nblk, x, tid);
+        return;
+    }
+    fast8b_part(*(dec_smem_f8b *)smem_raw, a, b, r0, x, x, tid);
+    const int k = x - (nblk - a.n_prot);
+    if (k >= 0) {
+        __syncthreads();
+        prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, k, nblk + k, tid);
+    }
+}
+
 /* The protected partials of variant 8 (blocks n_splits - n_prot ..). */
 __global__ void __launch_bounds__(DEC_THREADS, 2) decode_prot_kernel(dec_args a)
 {
@@ -3063,9 +3681,15 @@ static int fast_config(const qmla_kv_config *c)
            (c->c_bits == 4 || c->c_bits == 2);
 }
 
+/* C8R8 G 64: variant 9 (decode_fast8_kernel) applies. */
+static int fast8_config(const qmla_kv_config *c)
+{
+    return c->c_bits == 8 && c->r_bits == 8 && c->group == 64;
+}
+
 extern "C" int qmla_decode_cuda_packed_f32(const qmla_kv_config *cfg)
 {
-    return cfg && fast_config(cfg);
+    return cfg && (fast_config(cfg) || fast8_config(cfg));
 }
 
 /* The variant a configuration runs under a requested one: 1 needs the fast
@@ -3077,6 +3701,10 @@ static int eff_variant(const qmla_kv_config *c, int v)
         return v;
     if (v == 8 && QMLA_DECODE_WGMMA && fast_config(c) && c->c_bits == 4)
         return 8; /* decode_wg_kernel: C4R4 only, builds for sm_90a only */
+    if ((v == 9 || v == 10) && fast8_config(c))
+        return v; /* decode_fast8_kernel, decode_fast8b_kernel: C8R8 only */
+    if (v == 7 && fast8_config(c))
+        return 10; /* the default of C8R8 (H200 run 13: 0.29-0.76x variant 0's time) */
     if (v == 3)
         return 3; /* every configuration, BF16 too */
     if (v == 5 && (c->c_bits == QMLA_KV_BF16 ||
@@ -3190,7 +3818,8 @@ extern "C" int qmla_decode_cuda_variant_built(int variant)
 
 extern "C" int qmla_decode_cuda_variant_packed_f32(const qmla_kv_config *cfg, int variant)
 {
-    return cfg && !tile_variant(eff_variant(cfg, variant)) && fast_config(cfg);
+    const int v = cfg ? eff_variant(cfg, variant) : 0;
+    return cfg && !tile_variant(v) && (fast_config(cfg) || v == 9 || v == 10);
 }
 
 extern "C" const char *qmla_decode_cuda_variant_name(int variant)
@@ -3205,6 +3834,8 @@ extern "C" const char *qmla_decode_cuda_variant_name(int variant)
     case 6: return "v6 fast-rows-on-one-page";
     case 7: return "v7 auto (default)";
     case 8: return "v8 wgmma-codes";
+    case 9: return "v9 fast8";
+    case 10: return "v10 fast8-2blk";
     default: return "?";
     }
 }
@@ -3214,8 +3845,8 @@ extern "C" int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decod
                                      qmla_error *err)
 {
     /* the default: variant 7 for C4R4 / C2R4 (the short-context plan and
-     * the combine by batch shape), variant 0 for every other configuration
-     * (variant 7 falls back to 0 there) */
+     * the combine by batch shape), variant 10 for C8R8 (variant 7 is 10
+     * there), variant 0 for BF16 (variant 7 falls back to 0) */
     return qmla_decode_cuda_plan_variant(cfg, a, max_len, n_sm, 7, plan, err);
 }
 
@@ -3257,7 +3888,7 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
         v = 2;
     const long pages = (max_len + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE;
     const long prot =
-        !tile_variant(v) && fast_config(cfg) ? (cfg->sink + cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
+        !tile_variant(v) && (fast_config(cfg) || v == 9 || v == 10) ? (cfg->sink + cfg->window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE : 0;
     long splits, pps;
     if (v == 8) {
         /* decode_wg_kernel: one wave of 2 blocks per SM over the packed
@@ -3269,7 +3900,7 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
         pps = hi > 0 ? (hi + packed - 1) / packed : 1;
         splits = (hi > 0 ? (hi + pps - 1) / pps : 1) + prot;
         plan->sep = 1;
-    } else if (v == 1 || v == 4 || v == 7) {
+    } else if (v == 1 || v == 4 || v == 7 || v == 9 || v == 10) {
         /* the short-context plan: the packed pages below the window over
          * `packed` blocks of one wave (2 per SM), at least V1_MIN_PPS pages
          * each (variant 7: one page each where all the blocks of one page
@@ -3278,10 +3909,11 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
          * most V1_SLACK more pages per packed block (the protected blocks'
          * own work, about 2 pages); otherwise after the pages of the last
          * packed blocks, as variant 0 */
-        const long slots = (long)n_sm * 2 / ((long)a->batch * tiles);
+        /* (variant 9: variant 7's plan for one block per SM) */
+        const long slots = (long)n_sm * (v == 9 ? 1 : 2) / ((long)a->batch * tiles);
         const long hi = packed_pages_below_window(max_len, cfg->window);
         const long min_pps =
-            v == 7 && (long)a->batch * tiles * (hi + prot) <= n_sm ? 1 : V1_MIN_PPS;
+            (v == 7 || v == 9 || v == 10) && (long)a->batch * tiles * (hi + prot) <= n_sm ? 1 : V1_MIN_PPS;
         long packed = wave_packed(slots, hi, min_pps);
         const long pps0 = hi > 0 ? (hi + packed - 1) / packed : 1;
         long sep = packed + prot <= slots;
@@ -3332,7 +3964,7 @@ extern "C" int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg,
     plan->pages_per_split = (int)pps;
     plan->row_tiles = tiles;
     plan->variant = v;
-    if (v != 1 && v != 4 && v != 7 && v != 8)
+    if (v != 1 && v != 4 && v != 7 && v != 8 && v != 9 && v != 10)
         plan->sep = 0;
     const size_t rows = (size_t)a->batch * splits * tiles * DEC_ROWS;
     plan->ws_bytes = rows * QMLA_KV_DC * 4 + ((rows * 4 + 15) & ~(size_t)15);
@@ -3409,10 +4041,18 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     if (fast &&
         plan->n_prot != (kc->cfg.sink + kc->cfg.window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE)
         return qmla_error_set(err, QMLA_EINVAL, "decode: the plan was made for another sink/window");
+    if (var == 9 || var == 10) { /* decode_fast8(b)_kernel: protected partials as the fast kernel's */
+        if (L.page_bytes != (size_t)fcfg<8>::PB)
+            return qmla_error_set(err, QMLA_EINVAL, "decode: unexpected page size %zu", L.page_bytes);
+        if (plan->n_prot != (kc->cfg.sink + kc->cfg.window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE)
+            return qmla_error_set(err, QMLA_EINVAL,
+                                  "decode: the plan was made for another sink/window");
+        d.n_prot = plan->n_prot;
+    }
     const size_t rows = (size_t)a->batch * d.n_splits * d.R_pad;
     d.o_part = (float *)ws;
     d.lse_part = (float *)ws + rows * QMLA_KV_DC;
-    const int sep = (var == 1 || var == 4 || var == 7 || var == 8) && plan->sep;
+    const int sep = (var == 1 || var == 4 || var == 7 || var == 8 || var == 9 || var == 10) && plan->sep;
     dim3 grid((unsigned)(d.n_splits - (sep ? 0 : d.n_prot)), (unsigned)plan->row_tiles,
               (unsigned)a->batch);
     const int nrt = ws_nrt(plan->row_tiles);
@@ -3467,6 +4107,14 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
         QMLA_LAUNCH_MR(2, 4);
     else if (var == 5)
         QMLA_LAUNCH_MR(8, 8);
+    else if (var == 9 && sep)
+        QMLA_LAUNCH((decode_fast8_kernel<1>), fast_smem_bytes<8>());
+    else if (var == 9)
+        QMLA_LAUNCH((decode_fast8_kernel<0>), fast_smem_bytes<8>());
+    else if (var == 10 && sep)
+        QMLA_LAUNCH((decode_fast8b_kernel<1>), f8b_smem_bytes());
+    else if (var == 10)
+        QMLA_LAUNCH((decode_fast8b_kernel<0>), f8b_smem_bytes());
     else if (L.bf16)
         QMLA_LAUNCH(decode_bf16_kernel, sizeof(dec_smem_bf16));
     else if (var == 2) {
@@ -3512,7 +4160,7 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     /* variant 4: the split-parallel combine only where the splits are many
      * (hopper run 2: it loses 1-10 % at <= 11 partials, wins from 24) */
     const int comb = var == 0 || (var == 4 && d.n_splits <= V4_COMB2_MIN_SPLITS) ? 0
-                     : var == 7 || var == 8 ? v7_combine(d.n_splits, R * a->batch)
+                     : var == 7 || var == 8 || var == 9 || var == 10 ? v7_combine(d.n_splits, R * a->batch)
                                 : 2;
     if (comb == 0)
         decode_combine_kernel<<<dim3((unsigned)R, (unsigned)a->batch), 128, 0, stream>>>(

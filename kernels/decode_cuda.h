@@ -15,9 +15,10 @@
  *   out[b, i, h, :] = sum_t softmax(z)_t v_t       (v_t = k_t[0:512])
  *   lse[b, i, h]    = log sum_t exp(z_t)           (natural log)
  * with k_t the token as reconstructed (kvcache.h): BF16 for protected
- * tokens, for the others BF16(fmaf(q, s, l)) (C8R8) or fmaf(q, s, l)
- * unrounded (C4R4, C2R4: tensor-core products of the raw codes, scale and
- * minimum applied per group after; qmla_decode_cuda_packed_f32). Products
+ * tokens, for the others BF16(fmaf(q, s, l)) (C8R8 variants 0, 2, 3, 5) or
+ * fmaf(q, s, l) unrounded (C4R4, C2R4, and C8R8's default variant 10:
+ * tensor-core products of the raw codes, scale and minimum applied per
+ * group after; qmla_decode_cuda_packed_f32). Products
  * in BF16 tensor-core MMA with float32 accumulation; one global softmax
  * over the splits.
  *
@@ -58,7 +59,7 @@ typedef struct qmla_decode_plan {
 } qmla_decode_plan;
 
 /* Kernel variants (numbered as llm.c's dev/cuda kernels; docs/decode.md):
- *   0  the baseline (the default of BF16 and C8R8): C4R4 / C2R4 decode_fast_kernel (tensor cores on the
+ *   0  the baseline (the default of BF16): C4R4 / C2R4 decode_fast_kernel (tensor cores on the
  *      codes, protected tokens after the pages of the last blocks), C8R8
  *      and BF16 through the BF16-tile kernels;
  *   1  C4R4 / C2R4: decode_fast_kernel with the short-context plan (at
@@ -108,24 +109,36 @@ typedef struct qmla_decode_plan {
  *      qmla_decode_cuda_variant_built). H200 run 11: correct, 1.005-2.04x variant 7's
  *      time (run 11c; latency-bound at 8 warps per SM): not in the
  *      default plan.
+ *   9  C8R8 G 64: decode_fast8_kernel, variant 0's tensor cores on the
+ *      codes for 8-bit codes (a byte is the BF16 value n 2^-133 exactly),
+ *      one block per SM with four page stages, variant 7's plan for one
+ *      block per SM (protected partials as variant 7) and combine; attends
+ *      to unrounded packed values (packed_f32 1).
+ *  10  C8R8 G 64: decode_fast8b_kernel, variant 9's arithmetic at two
+ *      blocks per SM (two page stages; each warp's QK on two groups for
+ *      half the page's tokens, so 4 score partials), variant 7's plan
+ *      and combine; packed_f32 1. The default of C8R8: a plan for
+ *      variant 7 of C8R8 is variant 10's (its `variant` 10; H200 run 13,
+ *      docs/decode.md: 0.29-0.76x variant 0's time at all 60 points).
  * (An earlier variant 6, two warp groups of 8 on one BF16 tile, was
  * measured in H200 run 6 at commit 9829c8b and removed: slower than 5, and
  * racecheck reported its BF16 hand-off; docs/decode.md. The number was
  * reused in H200 run 8.)
  * A variant that does not apply to a configuration falls back to 0 (the
  * plan's `variant` says which one runs). */
-#define QMLA_DECODE_VARIANTS 9
+#define QMLA_DECODE_VARIANTS 11
 
 /* Plan for a batch (a->batch, s_q, heads) whose longest sequence has at most
  * max_len tokens, on a device of n_sm multiprocessors (0: ask the current
  * device). Host arithmetic only. The default variant: 7 for C4R4 / C2R4,
- * 0 for BF16 and C8R8 (the plan's `variant`); with q8 metadata variant 7
- * keeps the shapes it hands to variant 2 on f16 pages. */
+ * 10 for C8R8, 0 for BF16 (the plan's `variant`); with q8 metadata
+ * (C4R4 / C2R4) variant 7 keeps the shapes it hands to variant 2 on f16
+ * pages. */
 int qmla_decode_cuda_plan(const qmla_kv_config *cfg, const qmla_decode_args *a,
                           long max_len, int n_sm, qmla_decode_plan *plan, qmla_error *err);
 
 /* The same for kernel variant `variant` (0 .. QMLA_DECODE_VARIANTS - 1);
- * qmla_decode_cuda_plan is variant 7 (which is variant 0 for BF16, C8R8). */
+ * qmla_decode_cuda_plan is variant 7 (which is variant 0 for BF16, 10 for C8R8). */
 int qmla_decode_cuda_plan_variant(const qmla_kv_config *cfg, const qmla_decode_args *a,
                                   long max_len, int n_sm, int variant, qmla_decode_plan *plan,
                                   qmla_error *err);
@@ -148,7 +161,7 @@ int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args *a,
                      cudaStream_t stream, qmla_error *err);
 
 /* 1 when the decode kernel of this configuration attends to packed values
- * unrounded, fmaf(q, s, l) (C4R4, C2R4: scale and minimum applied after
+ * unrounded, fmaf(q, s, l) (C4R4, C2R4, C8R8: scale and minimum applied after
  * tensor-core products of the codes), 0 when to BF16(fmaf(q, s, l)): the
  * packed_f32 argument of qmla_decode_ref_model that is its reference.
  * This is variant 0's (and variant 7's) answer; the default plan of a C4R4

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""scripts/decode-table.py BENCH.tsv OUT.h5 [--shape KIND] [--variant vN] — the
+"""scripts/decode-table.py BENCH.tsv OUT.h5 [--shape KIND] [--variant vN]
+[--config-variant CFG=vN ...] [--bf16-variant vN] — the
 paper's Table 9 shape from a `bench_decode --variants` TSV (docs/decode.md,
 "Results file"), for the runs whose HDF5 file was not kept (the H200 hopper
 run 5, docs/evidence/decode-h200-2026-12-02-run5/bench_variants.tsv).
@@ -10,14 +11,17 @@ sq1") and variant (config "C4R4 v0") and leaves /table9 empty. This script
 takes the rows of one shape (default "decode h16 sq1", the paper's 16 query
 heads and one query token) and one kernel variant (default v0, the plan
 qmla_decode_cuda_plan makes: kernels/decode_cuda.h) with the BF16 rows of
-the same variant ("BF16" is v0; BF16 v3 is "BF16 v3"), and writes the table
+the same variant ("BF16" is v0; BF16 v3 is "BF16 v3"; --config-variant
+C8R8=v9 takes that configuration's rows of another variant, e.g. each
+configuration's default plan, --bf16-variant the BF16 rows'), and writes the table
 /table9 exactly as lib/cache/bench_results.c lays it out: one row per
 (batch, context) in the order first met, batch (int32), context (int64),
 then per configuration C in BF16, C4R4, C2R4, C8R8 the columns C_us,
 C_ratio (the TSV's ratio_to_bf16: the time over the BF16 time of the same
 point and call), C_GBps, C_pct_copy (NaN where not measured). The root holds
 format "qmla-results" and format_version 1; /table9's attributes name the
-input, its SHA-256, the shape, the variant, the copy GB/s of the run and this
+input, its SHA-256, the shape, the variant (and the configurations' own
+variants, "variants": e.g. "BF16=v0 C4R4=v7 C2R4=v7 C8R8=v9"), the copy GB/s of the run and this
 command line (no time stamp: the output depends on the input only).
 `qmla figures OUT.h5 --only fig5b-latency,table9` draws it (docs/figures.md).
 Exit 2 with a message naming the file, line and what was expected on a
@@ -51,28 +55,41 @@ def num(path, ln, name, s):
 
 def main():
     args = sys.argv[1:]
-    shape, variant = "decode h16 sq1", "v0"
+    shape, variant, bf16v = "decode h16 sq1", "v0", None
+    own = {}
     pos = []
     while args:
         a = args.pop(0)
-        if a in ("--shape", "--variant"):
+        if a in ("--shape", "--variant", "--config-variant", "--bf16-variant"):
             if not args:
                 fail(f"{a}: expected a value")
             v = args.pop(0)
             if a == "--shape":
                 shape = v
-            else:
+            elif a == "--variant":
                 variant = v
+            elif a == "--bf16-variant":
+                bf16v = v
+            else:
+                c, _, cv = v.partition("=")
+                if c not in CONFIGS[1:] or not cv.startswith("v"):
+                    fail(f"--config-variant {v!r}: expected CFG=vN with CFG one of "
+                         f"{', '.join(CONFIGS[1:])}")
+                own[c] = cv
         else:
             pos.append(a)
     if len(pos) != 2:
-        fail("usage: scripts/decode-table.py BENCH.tsv OUT.h5 [--shape KIND] [--variant vN]")
+        fail("usage: scripts/decode-table.py BENCH.tsv OUT.h5 [--shape KIND] [--variant vN] "
+             "[--config-variant CFG=vN ...] [--bf16-variant vN]")
     src, out = pos
     if not os.path.exists(src):
         fail(f"{src}: no such file")
-    want = {("BF16" if variant == "v0" else f"BF16 {variant}"): "BF16"}
+    bv = bf16v or variant
+    want = {("BF16" if bv == "v0" else f"BF16 {bv}"): "BF16"}
+    used = {"BF16": bv}
     for c in CONFIGS[1:]:
-        want[f"{c} {variant}"] = c
+        used[c] = own.get(c, variant)
+        want[f"{c} {used[c]}"] = c
     header, copy_gbps = None, math.nan
     points, vals = [], {}
     for ln, line in enumerate(open(src).read().split("\n"), 1):
@@ -116,6 +133,7 @@ def main():
         g.attrs["input_sha256"] = hashlib.sha256(open(src, "rb").read()).hexdigest()
         g.attrs["shape"] = shape
         g.attrs["variant"] = variant
+        g.attrs["variants"] = " ".join(f"{c}={used[c]}" for c in CONFIGS)
         g.attrs["copy_GBps"] = copy_gbps
         g["batch"] = np.array([p[0] for p in points], np.int32)
         g["batch"].attrs["description"] = "sequences"
@@ -129,7 +147,9 @@ def main():
                     [vals[p].get(c, [math.nan] * 4)[j] for p in points], np.float64))
                 if units[j]:
                     d.attrs["units"] = units[j]
-    print(f"decode-table: {len(points)} points of {shape!r}, variant {variant}, from {src} -> {out}")
+    own_note = (" (" + " ".join(f"{c}={used[c]}" for c in CONFIGS) + ")") if own or bf16v else ""
+    print(f"decode-table: {len(points)} points of {shape!r}, variant {variant}{own_note}, "
+          f"from {src} -> {out}")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,9 @@
 #   fmla      bench_decode --variants-fmla, then FlashMLA's BF16 dense decode
 #             on the same points (bench/bench_flashmla.cu; FMLA_DIR holds the
 #             program bench_flashmla built by scripts/build-flashmla.sh, or
-#             FlashMLA's source src.tgz to build it here)
+#             FlashMLA's source src.tgz to build it here); FMLA_ARGS: its
+#             arguments (--full: bench_decode --variants' points, s_q 2 too);
+#             FMLA_OURS=0: FlashMLA only (beside a bench step of the same call)
 #   ncu       Nsight Compute (--set full) of the first launch of NCU_KERNEL
 #             (default decode_fast_kernel: C4R4 variant 0's main kernel, the
 #             kernel of variants 0, 1, 3 and 4; several regexes: one profile
@@ -97,9 +99,11 @@ run_step() {
       done
     done ;;
   fmla)
+    if [ "${FMLA_OURS:-1}" = 1 ]; then
     timeout $(lim ${BENCH_LIMIT:-90}) ./build-dev/bench/bench_decode --variants-fmla ${BENCH_VLIST:+--vlist $BENCH_VLIST} \
       --out "$OUT/bench_variants_fmla.tsv" >"$OUT/bench_variants_fmla.log" 2>&1
     echo "rc=$?"; cat "$OUT/bench_variants_fmla.log"
+    fi
     fb=${FMLA_DIR:-fmla}/bench_flashmla
     if [ ! -x "$fb" ] && [ -f "${FMLA_DIR:-fmla}/src.tgz" ]; then
       mkdir -p /tmp/fmla-src && tar xzf "${FMLA_DIR:-fmla}/src.tgz" -C /tmp/fmla-src &&
@@ -107,7 +111,7 @@ run_step() {
         >"$OUT/flashmla_build.log" 2>&1; echo "== flashmla build rc=$? at ${SECONDS}s"
       fb=/tmp/fmla-build/bench_flashmla
     fi
-    timeout $(lim ${FMLA_LIMIT:-60}) "$fb" --out "$OUT/bench_flashmla.tsv" >"$OUT/bench_flashmla.log" 2>&1
+    timeout $(lim ${FMLA_LIMIT:-60}) "$fb" ${FMLA_ARGS:-} --out "$OUT/bench_flashmla.tsv" >"$OUT/bench_flashmla.log" 2>&1
     echo "== flashmla rc=$?"; cat "$OUT/bench_flashmla.log" ;;
   ncu)
     for k in ${NCU_KERNEL:-decode_fast_kernel}; do

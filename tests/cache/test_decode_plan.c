@@ -1,7 +1,8 @@
 /* test_decode_plan.c — the decode plan's kernel variants (kernels/decode.cu,
  * qmla_decode_cuda_plan_variant; host arithmetic only, no GPU needed):
- *  - the default plan (qmla_decode_cuda_plan) is variant 7 for C4R4 / C2R4
- *    and variant 0 for C8R8 / BF16, field for field;
+ *  - the default plan (qmla_decode_cuda_plan) is variant 7 for C4R4 / C2R4,
+ *    variant 10 for C8R8 (variant 7 of C8R8 is 10) and variant 0 for BF16,
+ *    field for field;
  *  - variant 7 (C4R4 / C2R4): variant 1's plan, except one page per packed
  *    block (protected blocks of their own) exactly where that grid fits one
  *    block per SM, and (C4R4 only) variant 2's plan (variant 2) exactly at
@@ -19,6 +20,9 @@
  *  - variant 6 (the fast kernel with two row tiles per page): C4R4 / C2R4
  *    only, variant 0's protected partials, one wave of one block per SM
  *    (two at one row tile, variant 0's plan there), pages covered;
+ *  - variants 9 and 10 (C8R8 codes on the tensor cores): C8R8 only,
+ *    variant 7's plan for one (9) or two (10) blocks per SM, protected
+ *    partials, packed_f32 1;
  *  - fall-backs: BF16 runs variant 0 under 1, 2, 4; C8R8 under 1 and 4;
  *  - an unknown variant is an error naming it;
  *  - q8-metadata pages: the fast kernel's variants 0, 1, 3, 4, 7 of C4R4 /
@@ -79,15 +83,18 @@ int main(void)
                         CHECK_OK(qmla_decode_cuda_plan(&cfg, &a, len, n_sm, &pd, &err), err);
                         CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 0, &p0, &err),
                                  err);
-                        CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, fast ? 7 : 0,
-                                                               &pv, &err),
+                        CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm,
+                                                               fast ? 7 : ni == 2 ? 10 : 0, &pv,
+                                                               &err),
                                  err);
-                        CHECK(p0.variant == 0 && pd.variant == (ws7 ? 2 : fast ? 7 : 0) &&
+                        CHECK(p0.variant == 0 &&
+                                  pd.variant == (ws7 ? 2 : fast ? 7 : ni == 2 ? 10 : 0) &&
                                   pv.variant == pd.variant && pd.n_splits == pv.n_splits &&
                                   pd.pages_per_split == pv.pages_per_split &&
                                   pd.n_prot == pv.n_prot && pd.ws_bytes == pv.ws_bytes &&
                                   pd.row_tiles == pv.row_tiles && pd.sep == pv.sep,
-                              "%s: the default plan is not variant %d's", names[ni], fast ? 7 : 0);
+                              "%s: the default plan is not variant %d's", names[ni],
+                              fast ? 7 : ni == 2 ? 10 : 0);
                         /* variant 1 */
                         CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 1, &p, &err),
                                  err);
@@ -130,7 +137,8 @@ int main(void)
                             CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 7, &p7,
                                                                    &err),
                                      err);
-                            CHECK(p7.variant == (ws7 ? 2 : fast ? 7 : 0), "%s: variant 7 runs %d",
+                            CHECK(p7.variant == (ws7 ? 2 : fast ? 7 : ni == 2 ? 10 : 0),
+                                  "%s: variant 7 runs %d",
                                   names[ni], p7.variant);
                             if (ws7)
                                 CHECK(p7.n_splits == p2.n_splits &&
@@ -169,7 +177,7 @@ int main(void)
                                               2L * n_sm,
                                           "%s b %d H %d s_q %d len %ld: v7 grid over one wave",
                                           names[ni], a.batch, a.heads, a.s_q, len);
-                            } else {
+                            } else if (ni != 2) { /* (C8R8: variant 10's plan, below) */
                                 CHECK(p7.sep == 0, "%s: sep without variant 7", names[ni]);
                             }
                         }
@@ -346,6 +354,55 @@ int main(void)
                         CHECK(qmla_decode_cuda_variant_packed_f32(&cfg, 8) == 1,
                               "%s: v8 attends to unrounded packed values", names[ni]);
                     }
+        /* variants 9 and 10 (decode_fast8_kernel, decode_fast8b_kernel): C8R8
+         * only; variant 7's plan for one (9) or two (10) blocks per SM: the
+         * packed pages below the window covered, the protected partials of
+         * the fast kernel (sink + window over 64), one wave where the
+         * protected partials fit it, one page per block where that whole
+         * grid fits one block per SM; unrounded packed values */
+        for (int v = 9; v <= 10; v++)
+        for (int bi = 0; bi < 4; bi++)
+            for (int hi = 0; hi < 2; hi++)
+                for (int si = 0; si < 2; si++)
+                    for (int ci = 0; ci < 7; ci++) {
+                        const qmla_decode_args a = {batches[bi], sqs[si], heads[hi], 1.0f, &q0,
+                                                    &z, 1, &z};
+                        const long len = ctxs[ci];
+                        const long below = len - 128 > 0 ? (len - 128 + 63) / 64 : 0;
+                        const int tiles = (sqs[si] * heads[hi] + 15) / 16;
+                        const long bt = (long)a.batch * tiles, slots = (v == 9 ? 1 : 2) * (long)n_sm;
+                        qmla_decode_plan p;
+                        CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, v, &p, &err),
+                                 err);
+                        CHECK(p.variant == (ni == 2 ? v : 0), "%s: variant %d runs %d", names[ni],
+                              v, p.variant);
+                        CHECK(qmla_decode_cuda_variant_packed_f32(&cfg, v) == (ni < 3),
+                              "%s: v%d packed_f32 %d", names[ni], v,
+                              qmla_decode_cuda_variant_packed_f32(&cfg, v));
+                        if (ni != 2)
+                            continue;
+                        const long packed = p.n_splits - p.n_prot;
+                        const int tiny = bt * ((below > 0 ? below : 1) + p.n_prot) <= n_sm;
+                        CHECK(p.n_prot == (cfg.sink + cfg.window + 63) / 64 &&
+                                  p.row_tiles == tiles && packed >= 1 &&
+                                  packed * p.pages_per_split >= below &&
+                                  (below == 0 || packed <= p.n_prot ||
+                                   (packed - 1) * p.pages_per_split < below),
+                              "%s b %d H %d s_q %d len %ld: v%d %d splits (%d protected) of %d pages",
+                              names[ni], a.batch, a.heads, a.s_q, len, v, p.n_splits, p.n_prot,
+                              p.pages_per_split);
+                        if (tiny)
+                            CHECK(p.pages_per_split == 1 && p.sep == 1 && bt * p.n_splits <= n_sm,
+                                  "%s b %d H %d s_q %d len %ld: v%d tiny grid: %d pages per "
+                                  "block, sep %d, %d splits",
+                                  names[ni], a.batch, a.heads, a.s_q, len, v, p.pages_per_split,
+                                  p.sep, p.n_splits);
+                        if (bt * p.n_prot <= slots)
+                            CHECK(bt * (p.sep ? p.n_splits : packed) <= slots,
+                                  "%s b %d H %d s_q %d len %ld: v%d grid over one wave (%d "
+                                  "splits, sep %d)",
+                                  names[ni], a.batch, a.heads, a.s_q, len, v, p.n_splits, p.sep);
+                    }
         /* variant 4: variant 1's plan (the combine choice differs) */
         {
             const qmla_decode_args a = {8, 1, 16, 1.0f, &q0, &z, 1, &z};
@@ -382,13 +439,17 @@ int main(void)
     CHECK(strcmp(qmla_decode_cuda_variant_name(6), "v6 fast-rows-on-one-page") == 0,
           "variant 6 name");
     CHECK(strcmp(qmla_decode_cuda_variant_name(7), "v7 auto (default)") == 0, "variant 7 name");
+    CHECK(strcmp(qmla_decode_cuda_variant_name(9), "v9 fast8") == 0 &&
+              strcmp(qmla_decode_cuda_variant_name(10), "v10 fast8-2blk") == 0,
+          "variant 9, 10 names");
     {
         const qmla_kv_config c4 = cfg_of("C4R4"), c8 = cfg_of("C8R8");
         CHECK(qmla_decode_cuda_variant_packed_f32(&c4, 0) == 1 &&
                   qmla_decode_cuda_variant_packed_f32(&c4, 1) == 1 &&
                   qmla_decode_cuda_variant_packed_f32(&c4, 2) == 0 &&
                   qmla_decode_cuda_variant_packed_f32(&c4, 7) == 1 &&
-                  qmla_decode_cuda_variant_packed_f32(&c8, 7) == 0 &&
+                  qmla_decode_cuda_variant_packed_f32(&c8, 7) == 1 &&
+                  qmla_decode_cuda_packed_f32(&c8) == 1 && qmla_decode_cuda_packed_f32(&c4) == 1 &&
                   qmla_decode_cuda_variant_packed_f32(&c8, 2) == 0,
               "packed_f32 per variant");
     }
