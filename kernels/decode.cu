@@ -3420,17 +3420,21 @@ __global__ void __launch_bounds__(DEC_THREADS, 1) decode_fast8_kernel(dec_args a
 }
 
 /* Variant 10's shared memory: two page stages, 4 score partials (one per
- * group pair), warp-private QK scales. */
+ * group pair), warp-private QK scales; the PV tables are filled by all
+ * warps (warp w: tokens 8 w .. 8 w + 7 of every group; rows of F8B_TSTR
+ * entries, so that those stores and the PV reads are free of bank
+ * conflicts: a row stride of 4 banks). */
 #define F8B_NST 2
+#define F8B_TSTR (QMLA_KV_PAGE + 4)
 struct dec_smem_f8b {
     uint8_t stage[F8B_NST][fcfg<8>::PB]; /* pages, content rows swizzled (fast_swz<8>) */
     float sp[4][DEC_ROWS][SSTR];         /* [group pair][16][64 (+8)] score partials */
     float pf[DEC_ROWS][SSTR];            /* [16][64 (+8)] probabilities */
     float qks[8][2][32];                 /* [warp][its group][its token] s for QK */
-    float pvs[8][QMLA_KV_PAGE];          /* [group][token] s for PV, 0: masked */
-    uint16_t bh[8][QMLA_KV_PAGE], bl[8][QMLA_KV_PAGE]; /* l / s 2^-110, BF16 high + low */
+    float pvs[8][F8B_TSTR];              /* [group][token] s for PV, 0: masked */
+    uint16_t bh[8][F8B_TSTR], bl[8][F8B_TSTR]; /* l / s 2^-110, BF16 high + low */
     float2 rqm[QMLA_KV_PAGE];            /* RoPE (s, l) */
-    uint32_t qrf[32][16];                /* the RoPE query fragments by lane (all warps alike) */
+    uint4 qrf[4][32];                    /* the RoPE query fragments [k-step][lane] (all warps alike) */
     float sqrs[DEC_ROWS];                /* RoPE sum(Q) 2^(E - 133) per row */
     float m[DEC_ROWS], l[DEC_ROWS], alpha[DEC_ROWS];
     float zs[DEC_ROWS];
@@ -3442,22 +3446,25 @@ static constexpr size_t f8b_smem_bytes()
 }
 
 /* Variant 10's metadata of page `pg`: warp w's QK scales (groups g0, g0 + 1,
- * tokens 32 h ..), the PV tables of group w, the RoPE (s, l) of tokens
- * 8 w .. 8 w + 7 (all warp-private until the barrier after QK). */
+ * tokens 32 h .., one 8-byte load per lane; warp-private), the PV tables of
+ * tokens 8 w .. 8 w + 7 of every group (consecutive metadata words: read
+ * after the barriers between QK and PV) and the RoPE (s, l) of the same
+ * tokens (warp-private). */
 __device__ static inline void f8b_meta(dec_smem_f8b &sm, const uint8_t *pg, int t0, int S,
                                        int lenW, int warp, int lane, int g0, int h)
 {
     typedef fcfg<8> F;
     {
         const int tok = 32 * h + lane;
-        const uint8_t *mt = pg + F::OFF_MC + tok * F::MBC + 4 * g0;
-        sm.qks[warp][0][lane] = __half2float(__ushort_as_half(*(const uint16_t *)mt));
-        sm.qks[warp][1][lane] = __half2float(__ushort_as_half(*(const uint16_t *)(mt + 4)));
+        const uint2 u = *(const uint2 *)(pg + F::OFF_MC + tok * F::MBC + 4 * g0);
+        sm.qks[warp][0][lane] = __half2float(__ushort_as_half((unsigned short)(u.x & 0xffffu)));
+        sm.qks[warp][1][lane] = __half2float(__ushort_as_half((unsigned short)(u.y & 0xffffu)));
     }
-#pragma unroll
+#pragma unroll 1 /* (unrolled, decode_fast8b_kernel<1> spilled 8 bytes) */
     for (int hh = 0; hh < 2; hh++) {
-        const int tok = lane + 32 * hh, t = t0 + tok;
-        const uint32_t u = *(const uint32_t *)(pg + F::OFF_MC + tok * F::MBC + 4 * warp);
+        /* entry e = lane + 32 hh: token 8 warp + e / 8, group e % 8 */
+        const int e = lane + 32 * hh, g = e & 7, tok = 8 * warp + (e >> 3), t = t0 + tok;
+        const uint32_t u = *(const uint32_t *)(pg + F::OFF_MC + tok * F::MBC + 4 * g);
         const float s = __half2float(__ushort_as_half((unsigned short)(u & 0xffffu)));
         const float m = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
         const bool ok = t >= S && t < lenW;
@@ -3465,9 +3472,9 @@ __device__ static inline void f8b_meta(dec_smem_f8b &sm, const uint8_t *pg, int 
         const float bias = ok ? m * rcp_approx(spv) * PV_BSCALE : 0.0f;
         const __nv_bfloat16 bh = __float2bfloat16_rn(bias);
         const __nv_bfloat16 bl = __float2bfloat16_rn(bias - __bfloat162float(bh));
-        sm.pvs[warp][tok] = spv * PV_PSCALE;
-        sm.bh[warp][tok] = __bfloat16_as_ushort(bh);
-        sm.bl[warp][tok] = __bfloat16_as_ushort(bl);
+        sm.pvs[g][tok] = spv * PV_PSCALE;
+        sm.bh[g][tok] = __bfloat16_as_ushort(bh);
+        sm.bl[g][tok] = __bfloat16_as_ushort(bl);
     }
     if (lane < 8) {
         const int tok = 8 * warp + lane;
@@ -3510,10 +3517,9 @@ __device__ static inline void f8b_qk(dec_smem_f8b &sm, const uint8_t *pg, const 
     }
     uint32_t qr[4][4];
     {
-        const uint4 *f = (const uint4 *)sm.qrf[(gr << 2) | gc];
 #pragma unroll
         for (int ks = 0; ks < 4; ks++) {
-            const uint4 v = f[ks];
+            const uint4 v = sm.qrf[ks][(gr << 2) | gc];
             qr[ks][0] = v.x;
             qr[ks][1] = v.y;
             qr[ks][2] = v.z;
@@ -3607,10 +3613,9 @@ __device__ static void fast8b_part(dec_smem_f8b &sm, const dec_args &a, int b, i
                 qc[1][ks][k] = bf16x2_ldexp(qc[1][ks][k], E[k & 1]);
         fast8_lsum(sm, a, qex, E, lqa, tid, gr, gc);
         if (warp == 0) { /* every warp's RoPE fragments are the same */
-            uint4 *f = (uint4 *)sm.qrf[lane];
 #pragma unroll
             for (int ks = 0; ks < 4; ks++)
-                f[ks] = make_uint4(qr[ks][0], qr[ks][1], qr[ks][2], qr[ks][3]);
+                sm.qrf[ks][lane] = make_uint4(qr[ks][0], qr[ks][1], qr[ks][2], qr[ks][3]);
             if (gc == 0) {
                 sm.sqrs[gr] = sqr[0];
                 sm.sqrs[gr + 8] = sqr[1];
