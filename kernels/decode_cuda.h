@@ -164,10 +164,12 @@ int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args *a,
  * unrounded, fmaf(q, s, l) (C4R4, C2R4, C8R8: scale and minimum applied after
  * tensor-core products of the codes), 0 when to BF16(fmaf(q, s, l)): the
  * packed_f32 argument of qmla_decode_ref_model that is its reference.
- * This is variant 0's (and variant 7's) answer; the default plan of a C4R4
- * batch shape that runs variant 2 (variant 7's heuristic) attends
- * to BF16-rounded values: qmla_decode_cuda_variant_packed_f32(cfg,
- * plan.variant) answers for a plan. */
+ * For C4R4 / C2R4 this is variant 0's (and variant 7's) answer; the default
+ * plan of a C4R4 batch shape that runs variant 2 (variant 7's heuristic)
+ * attends to BF16-rounded values. For C8R8 it is the default plan's
+ * (variant 10, unrounded); C8R8's variant 0, the BF16-tile kernel, rounds.
+ * qmla_decode_cuda_variant_packed_f32(cfg, plan.variant) answers for a
+ * plan. */
 int qmla_decode_cuda_packed_f32(const qmla_kv_config *cfg);
 
 /* Test hook: every page of every sequence reconstructed by the decode

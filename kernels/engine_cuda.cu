@@ -284,13 +284,26 @@ extern "C" const char *qmla_cuda_engine_unusable(void)
 extern "C" int qmla_cuda_engine_unusable_explicit(void)
 {
     probe();
-    return !dev_name[0] && dev_explicit;
+    pthread_mutex_lock(&probe_mu);
+    const int r = !dev_name[0] && dev_explicit;
+    pthread_mutex_unlock(&probe_mu);
+    return r;
+}
+
+/* dev_index read under probe_mu (a re-probe after qmla_cuda_engine_select
+ * sets it to -1 for a while) */
+static int dev_index_now(void)
+{
+    pthread_mutex_lock(&probe_mu);
+    const int r = dev_index;
+    pthread_mutex_unlock(&probe_mu);
+    return r;
 }
 
 extern "C" int qmla_cuda_engine_device_index(void)
 {
     probe_full();
-    return dev_index;
+    return dev_index_now();
 }
 
 extern "C" void qmla_cuda_engine_select(int device)
@@ -338,9 +351,12 @@ static int device_enter(qmla_error *err)
     }
     if (!qmla_cuda_engine_device())
         return qmla_error_set(err, QMLA_EINVAL, "cuda engine: %s", qmla_cuda_engine_unusable());
-    const cudaError_t e = cudaSetDevice(dev_index);
+    const int idx = dev_index_now();
+    if (idx < 0) /* another thread's qmla_cuda_engine_select made it unusable since */
+        return qmla_error_set(err, QMLA_EINVAL, "cuda engine: %s", qmla_cuda_engine_unusable());
+    const cudaError_t e = cudaSetDevice(idx);
     if (e != cudaSuccess)
-        return qmla_error_set(err, QMLA_EIO, "cuda engine: cudaSetDevice(%d): %s", dev_index,
+        return qmla_error_set(err, QMLA_EIO, "cuda engine: cudaSetDevice(%d): %s", idx,
                               cudaGetErrorString(e));
     return QMLA_OK;
 }
@@ -348,12 +364,19 @@ static int device_enter(qmla_error *err)
 /* As device_enter for the release functions (no status to return). */
 static void device_enter_quiet(void)
 {
-    if (dev_index >= 0)
-        cudaSetDevice(dev_index);
+    const int idx = dev_index_now();
+    if (idx >= 0)
+        cudaSetDevice(idx);
 }
 
+/* the tile set by qmla_cuda_engine_set_tile (0: none), read and written
+ * atomically (a test may set it while another thread's engine runs) */
 static size_t tile_override;
-extern "C" void qmla_cuda_engine_set_tile(size_t tokens) { tile_override = tokens; }
+extern "C" void qmla_cuda_engine_set_tile(size_t tokens)
+{
+    __atomic_store_n(&tile_override, tokens, __ATOMIC_RELAXED);
+}
+static size_t tile_set(void) { return __atomic_load_n(&tile_override, __ATOMIC_RELAXED); }
 
 /* QMLA_CUDA_ENGINE_TILE: unset or "" none, else a positive token count
  * (0 when malformed: qmla_cuda_engine_switch_error refuses it) */
@@ -398,7 +421,8 @@ extern "C" const char *qmla_cuda_engine_switches(void)
     const char *g = qmla_cuda_engine_gemm_name();
     if (g && strcmp(g, "fp32") != 0)
         snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "; GEMMs %s", g);
-    const size_t t = tile_override ? tile_override : env_tile();
+    const size_t to = tile_set();
+    const size_t t = to ? to : env_tile();
     if (t)
         snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "; query tile <= %zu", t);
     if (qmla_cuda_engine_solver_after())
@@ -1191,7 +1215,7 @@ static int sweep_ws_alloc(const qmla_mla_dims *d, size_t T_max, int verify, void
         /* QMLA_CUDA_ENGINE_TILE=N (run 11's benchmark of causal tiles: the
          * products of query tile k span only keys < (k+1) B) caps it like
          * the test hook; results agree within rounding, not bit for bit */
-        size_t cap = tile_override;
+        size_t cap = tile_set();
         if (!cap)
             cap = env_tile();
         if (cap && B > cap)

@@ -17,8 +17,9 @@ configuration's default plan, --bf16-variant the BF16 rows'), and writes the tab
 /table9 exactly as lib/cache/bench_results.c lays it out: one row per
 (batch, context) in the order first met, batch (int32), context (int64),
 then per configuration C in BF16, C4R4, C2R4, C8R8 the columns C_us,
-C_ratio (the TSV's ratio_to_bf16: the time over the BF16 time of the same
-point and call), C_GBps, C_pct_copy (NaN where not measured). The root holds
+C_ratio (the TSV's ratio_to_bf16: the time over the time of BF16's variant
+0 at the same point and call, also with --bf16-variant, which picks only
+the BF16 rows' own columns), C_GBps, C_pct_copy (NaN where not measured). The root holds
 format "qmla-results" and format_version 1; /table9's attributes name the
 input, its SHA-256, the shape, the variant (and the configurations' own
 variants, "variants": e.g. "BF16=v0 C4R4=v7 C2R4=v7 C8R8=v9"), the copy GB/s of the run and this

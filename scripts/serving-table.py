@@ -14,7 +14,9 @@ docs/figures.md). One row per (cache, context, batch) of the TSV:
                                   (decode-kernel variant vN; bench_serving.py
                                   since run 6); 8 C2R4 (eager), 9
                                   C2R4-graph-v7 (run 9's side measurement;
-                                  serving-bench does not draw them)
+                                  serving-bench does not draw them); -1
+                                  any other cache bench_serving.py writes
+                                  (C8R8, other variants; not drawn)
   context, batch                  tokens per sequence, sequences
   fits                            1 measured, 0 "does not fit" (the cache the
                                   point needs exceeds the budget; no step ran),
@@ -45,6 +47,11 @@ import numpy as np
 
 CACHES = ("C4R4", "BF16", "dynamic", "C4R4-graph-v0", "C4R4-graph-v1", "BF16-graph-v0",
           "BF16-graph-v3", "C4R4-graph-v7", "C2R4", "C2R4-graph-v7")
+# every cache bench_serving.py writes: its paged configurations, eager or as
+# CUDA graphs of a decode variant (kernels/decode_cuda.h: 0-10), and
+# transformers' DynamicCache; the ones not in CACHES get cache_index -1
+CACHE_RE = re.compile(r"(C4R4|C2R4|C8R8|BF16)(-graph-v([0-9]|10))?|dynamic")
+CACHES_TEXT = "C4R4, C2R4, C8R8 or BF16 (optionally -graph-vN, N 0-10), or dynamic"
 STATUS = {"ok": 1, "does not fit": 0, "error": -1, "out of memory": -1, "not run (time)": -1}
 COLS = ("cache", "context", "batch", "status", "cache_bytes", "bytes_per_token",
         "peak_alloc_bytes", "step_s", "tok_s_per_seq", "tok_s_aggregate", "attn_kernels_s")
@@ -81,8 +88,8 @@ def read(path):
         if len(f) != len(COLS):
             fail(f"{path}:{ln}: expected {len(COLS)} tab-separated columns, found {len(f)}")
         r = dict(zip(COLS, f))
-        if r["cache"] not in CACHES:
-            fail(f"{path}:{ln}: cache: expected one of {', '.join(CACHES)}, found {r['cache']!r}")
+        if not CACHE_RE.fullmatch(r["cache"]):
+            fail(f"{path}:{ln}: cache: expected {CACHES_TEXT}, found {r['cache']!r}")
         if r["status"] not in STATUS:
             fail(f"{path}:{ln}: status: expected one of " + ", ".join(repr(k) for k in STATUS)
                  + f", found {r['status']!r}")
@@ -108,7 +115,7 @@ def main():
     data["cache_index"], data["fits"] = [], []
     for ln, r in rows:
         data["cache"].append(r["cache"])
-        data["cache_index"].append(CACHES.index(r["cache"]))
+        data["cache_index"].append(CACHES.index(r["cache"]) if r["cache"] in CACHES else -1)
         data["fits"].append(STATUS[r["status"]])
         for k in COLS[1:]:
             if k != "status":
@@ -135,7 +142,10 @@ def main():
         g["cache_index"] = np.array(data["cache_index"], np.int32)
         g["cache_index"].attrs["description"] = ("0 C4R4, 1 BF16 (qmla pages), 2 DynamicCache (BF16): "
                                                  "eager step; 3 C4R4-graph-v0, 4 C4R4-graph-v1, "
-                                                 "5 BF16-graph-v0, 6 BF16-graph-v3: CUDA-graph step")
+                                                 "5 BF16-graph-v0, 6 BF16-graph-v3, "
+                                                 "7 C4R4-graph-v7: CUDA-graph step; 8 C2R4, "
+                                                 "9 C2R4-graph-v7; -1 any other (C8R8, other "
+                                                 "variants: not drawn)")
         g["context"] = np.array(data["context"], np.int64)
         g["batch"] = np.array(data["batch"], np.int64)
         g["fits"] = np.array(data["fits"], np.int32)

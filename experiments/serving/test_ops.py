@@ -449,9 +449,12 @@ def rounding_checks(model):
     check(pre and not dec, "C4R4 v7: prefill 1 x 8 x H 16 rounds (variant 2), decode does not",
           (pre, dec))
     c8 = qt.MLAPagedCache(model, batch_size=1, max_cache_len=256, config="C8R8")
+    c8v0 = qt.MLAPagedCache(model, batch_size=1, max_cache_len=256, config="C8R8", variant=0)
     bf = qt.MLAPagedCache(model, batch_size=1, max_cache_len=256, config="BF16")
-    check(c8.attends_rounded(1, 1, 16, 64) and not bf.attends_rounded(1, 8, 16, 64),
-          "C8R8 always rounds, BF16 pages never")
+    r8, r8v0 = c8.attends_rounded(1, 1, 16, 64), c8v0.attends_rounded(1, 1, 16, 64)
+    check(not r8 and r8v0 and not bf.attends_rounded(1, 8, 16, 64),
+          "C8R8's default (variant 10) does not round, its variant 0 does, BF16 pages never",
+          (r8, r8v0))
 
 
 def fine_bucket_checks(model, ops, dev, gen, out):

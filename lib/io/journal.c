@@ -387,8 +387,14 @@ int qmla_jnl_read_engines(const char *path, const char *kind, const char *key,
     return st;
 }
 
-/* "" reads as "the defaults" in the messages */
+/* "" reads as "the defaults" in the messages; for a journal's records also
+ * "no mode recorded": a journal written before run 13 has no modes in its
+ * marks, and its records read as the defaults */
 static const char *mode_name(const char *m) { return m[0] ? m : "defaults (float32)"; }
+static const char *kept_mode_name(const char *m)
+{
+    return m[0] ? m : "defaults (float32)\" or \"none recorded (a journal before run 13)";
+}
 
 int qmla_jnl_engine(qmla_jnl *j, const char *name, const char *mode, qmla_error *err)
 {
@@ -404,7 +410,7 @@ int qmla_jnl_engine(qmla_jnl *j, const char *name, const char *mode, qmla_error 
                               "is one mode's: run with the switches of its mode "
                               "(QMLA_CUDA_ENGINE_GEMM, QMLA_CUDA_ENGINE_TILE, "
                               "QMLA_CUDA_EVAL_SOLVER_AFTER), or remove the journal",
-                              j->path, mode_name(j->kept_mode), j->kept,
+                              j->path, kept_mode_name(j->kept_mode), j->kept,
                               j->mixed ? "; some are in \"" : "",
                               j->mixed ? mode_name(j->other_mode) : "", j->mixed ? "\"" : "",
                               mode_name(mode));

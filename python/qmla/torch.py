@@ -52,12 +52,14 @@ MLA_PARTS = ("kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj", "o_proj")
 _OPS = None
 # The decode variant MLAPagedCache plans with unless told: 7, what
 # qmla_decode_cuda_plan (the library's default) uses (kernels/decode_cuda.h;
-# for BF16 and C8R8 it falls back to variant 0)
+# for C8R8 its plan is variant 10's, for BF16 variant 0)
 DEFAULT_VARIANT = 7
 # Variants whose low-bit kernels attend to BF16(fmaf(q, s, l)) (the values
 # rounded to BF16, as the QDQ hook's cache) instead of fmaf(q, s, l): 2 and
-# 5 (qmla_decode_cuda_variant_packed_f32 == 0); C8R8 always rounds
+# 5 (qmla_decode_cuda_variant_packed_f32 == 0); C8R8 rounds under every
+# variant but its tensor-core ones, 9 and 10 (H200 run 13)
 ROUNDED_VARIANTS = (2, 5)
+C8R8_UNROUNDED_VARIANTS = (9, 10)
 # Set True to wrap each phase of a paged attention forward in a
 # torch.profiler.record_function range ("qmla.rows", "qmla.index",
 # "qmla.kv_write", "qmla.absorb", "qmla.decode", "qmla.expand"): the
@@ -458,7 +460,8 @@ class MLAPagedCache(Cache):
         values BF16(fmaf(q, s, l)) for a call of that shape (B sequences,
         s_q query tokens each, H heads, sequences of `length` tokens;
         default: the cache's length), False when to fmaf(q, s, l) unrounded
-        or to the BF16 rows themselves (BF16 pages). C8R8 always rounds;
+        or to the BF16 rows themselves (BF16 pages). C8R8 rounds except
+        under variants 9 and 10 (its default plan is variant 10's);
         C4R4 / C2R4 round under variants 2 and 5, and under variant 7 where
         its plan hands over to variant 2 (C4R4 at several row tiles: s_q * H
         > 16; so a prefill piece may round where the decode steps of the
@@ -467,8 +470,6 @@ class MLAPagedCache(Cache):
         (qmla.paging.chunks); plan_rounded says it for the plans a run used."""
         if self.cfg["c_bits"] == 16:
             return False
-        if self.cfg["c_bits"] == 8:
-            return True
         n = length if length is not None else max(self.lengths.values(), default=0)
         cap = self.tables.max_pages * P.PAGE
         p = self.ops.decode_plan(self.cfg_list, B, s_q, H, P.plan_bucket_fine(max(n, 1), cap),
@@ -480,7 +481,9 @@ class MLAPagedCache(Cache):
         values: the variant that runs is plan[5])."""
         if self.cfg["c_bits"] == 16:
             return False
-        return self.cfg["c_bits"] == 8 or int(plan[5]) in ROUNDED_VARIANTS
+        if self.cfg["c_bits"] == 8:
+            return int(plan[5]) not in C8R8_UNROUNDED_VARIANTS
+        return int(plan[5]) in ROUNDED_VARIANTS
 
     def decode_latent(self, layer, q, scale, seq_len=None):
         """qmla::decode of absorbed queries q [B, s_q, H, 576] (BF16) on

@@ -664,6 +664,21 @@ expect 0 "serving-table" -- "$PY" "$ROOT/scripts/serving-table.py" "$sv" "$work/
 expect 2 "serving-table bad status" -- "$PY" "$ROOT/scripts/serving-table.py" \
   <(sed 's/\tdoes not fit\t/\tmaybe\t/' "$sv") "$work/serving-bad.h5"
 contains "status: expected one of 'ok', 'does not fit', 'error', 'out of memory', 'not run (time)', found 'maybe'" "serving-table bad status"
+# every cache bench_serving.py can write is read (C8R8, other graph variants:
+# cache_index -1, not drawn); a name it cannot write is refused
+expect 0 "serving-table C8R8 rows" -- "$PY" "$ROOT/scripts/serving-table.py" \
+  <(sed '0,/^C4R4\t/s//C8R8-graph-v10\t/; s/^C4R4\t/C8R8\t/' "$sv") "$work/serving-c8.h5"
+pycheck "serving-table C8R8 index" - "$work/serving-c8.h5" <<'EOF2'
+import sys, h5py
+g = h5py.File(sys.argv[1])["serving_bench"]
+c = [x.decode() if isinstance(x, bytes) else x for x in g["cache"][:]]
+i = list(g["cache_index"][:])
+bad = [(a, b) for a, b in zip(c, i) if a.startswith("C8R8") and b != -1]
+print("ok" if "C8R8" in c and "C8R8-graph-v10" in c and not bad else "FAIL", "C8R8 rows index -1", bad[:3])
+EOF2
+expect 2 "serving-table bad cache" -- "$PY" "$ROOT/scripts/serving-table.py" \
+  <(sed 's/^C4R4\t/C9R9\t/' "$sv") "$work/serving-bad2.h5"
+contains "cache: expected C4R4, C2R4, C8R8 or BF16 (optionally -graph-vN, N 0-10), or dynamic, found 'C9R9'" "serving-table bad cache"
 expect 0 "figures serving-bench" -- "$QMLA" figures "$work/serving.h5" -o "$work/figsS" --only serving-bench
 pycheck "serving-bench png" - "$work/figsS/serving-bench.png" "$work/figsS/data/m1.serving_bench.tsv" "$sv" <<'EOF2'
 import struct, sys
