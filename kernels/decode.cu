@@ -1075,6 +1075,142 @@ __device__ static inline void fast_meta(SM &sm, const uint8_t *pg, int t0, int S
     __syncwarp();
 }
 
+/* ---- pieces of the fast kernels' pages (fast_part, fast_part_mr, and
+ * variants 9 and 10: fast8_part, fast8b_part), inlined where they are used:
+ * the same source for the same arithmetic, each caller's machine code
+ * unchanged (scripts/cubin-text-cmp.py, docs/decode.md) ---- */
+
+/* The 4 MMAs of one group's 16 x 8 scores (Q.q of n-tile codes bc): two
+ * chains of two dependent MMAs instead of one of four (H200 run 23: up to
+ * 1.4 % faster than the single chain). */
+__device__ static inline void qk_group(float c[4], const uint32_t qc[4][4], const uint32_t bc[8])
+{
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    c[0] = c[1] = c[2] = c[3] = 0.0f;
+    mma16816(c, qc[0], bc[0], bc[1]);
+    mma16816(d, qc[1], bc[2], bc[3]);
+    mma16816(c, qc[2], bc[4], bc[5]);
+    mma16816(d, qc[3], bc[6], bc[7]);
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        c[k] += d[k];
+}
+
+/* The warp's query exponent fields qe and unscaled sums sqc of rows gr,
+ * gr + 8 into qex (lanes gc = 0): [warp][row], then [8 + warp][row]. */
+__device__ static inline void fast_qex(int *qex, const int qe[2], const float sqc[2], int warp,
+                                       int gr, int gc)
+{
+    if (gc == 0) {
+        qex[warp * DEC_ROWS + gr] = qe[0];
+        qex[warp * DEC_ROWS + gr + 8] = qe[1];
+        qex[8 * DEC_ROWS + warp * DEC_ROWS + gr] = __float_as_int(sqc[0]);
+        qex[8 * DEC_ROWS + warp * DEC_ROWS + gr + 8] = __float_as_int(sqc[1]);
+    }
+}
+
+/* The row exponents E of rows gr, gr + 8 (the codes' 2^-133): from the
+ * largest of the 8 warps' exponent fields in qex. */
+__device__ static inline void fast_rowexp(const int *qex, int gr, int E[2])
+{
+    int e0 = 0, e1 = 0;
+#pragma unroll
+    for (int w = 0; w < 8; w++) {
+        e0 = max(e0, qex[w * DEC_ROWS + gr]);
+        e1 = max(e1, qex[w * DEC_ROWS + gr + 8]);
+    }
+    E[0] = subn_rowexp(e0);
+    E[1] = subn_rowexp(e1);
+}
+
+/* A of the l sum(Q) MMA: row gr / gr + 8 (E[0] / E[1]), k 2g, 2g + 1
+ * = sum(Q) of group g times 2^(E - 133) (as sqc: |x| < 1) as float16
+ * high and low parts (22 bits), g = gc (a0, a1), gc + 4 (a2, a3); qex: the
+ * unscaled group sums at [8 DEC_ROWS + g DEC_ROWS + row]. And the rows'
+ * softmax scales zs[gr], zs[gr + 8] (lanes 0, 4, .., 28 of warp 0). */
+__device__ static inline void fast_lsum(const dec_args &a, const int *qex, const int E[2],
+                                        uint32_t lqa[4], float *zs, int tid, int gr, int gc)
+{
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int hr = k & 1, g = gc + 4 * (k >> 1);
+        const float x = __fmul_rn(__int_as_float(qex[8 * DEC_ROWS + g * DEC_ROWS + gr + 8 * hr]),
+                                  pow2f(E[hr] - 133));
+        const __half h = __float2half_rn(x);
+        const __half l = __float2half_rn(x - __half2float(h));
+        lqa[k] = (uint32_t)__half_as_ushort(h) | ((uint32_t)__half_as_ushort(l) << 16);
+    }
+    if (tid < 32 && gc == 0) {
+        zs[gr] = a.scale_log2 * pow2f(133 - E[0]);
+        zs[gr + 8] = a.scale_log2 * pow2f(133 - E[1]);
+    }
+}
+
+/* The softmax row of this thread (row r0 + srow): tokens [S, shi) visible. */
+__device__ static inline int fast_shi(const dec_args &a, int r0, int srow, int len, int lenW)
+{
+    const int r = r0 + srow;
+    if (r >= a.R)
+        return 0;
+    const int v = len - a.s_q + r / a.H + 1;
+    return v < lenW ? v : lenW;
+}
+
+/* PV's rescale of a tile's accumulators (o, the bias columns bacc) by the
+ * rows' softmax factors alpha[gr], alpha[gr + 8]; skipped when no row of
+ * the warp changed its maximum. */
+__device__ static inline void pv_rescale(float o[8][4], float bacc[4], const float *alpha, int gr)
+{
+    const float al0 = alpha[gr], al1 = alpha[gr + 8];
+    if (__any_sync(0xffffffffu, al0 != 1.0f || al1 != 1.0f)) {
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            o[n][0] *= al0;
+            o[n][1] *= al0;
+            o[n][2] *= al1;
+            o[n][3] *= al1;
+        }
+        bacc[0] *= al0;
+        bacc[1] *= al0;
+        bacc[2] *= al1;
+        bacc[3] *= al1;
+    }
+}
+
+/* A of a PV k-step: BF16(P s) of rows gr, gr + 8 at tokens tA, tA + 1
+ * (s: sA) and tC, tC + 1 (sC). */
+__device__ static inline void pv_pa(const float *p0, const float *p1, int tA, int tC,
+                                    float2 sA, float2 sC, uint32_t pa[4])
+{
+    const float2 pA0 = *(const float2 *)&p0[tA];
+    const float2 pA1 = *(const float2 *)&p1[tA];
+    const float2 pC0 = *(const float2 *)&p0[tC];
+    const float2 pC1 = *(const float2 *)&p1[tC];
+    pa[0] = bf16x2(pA0.x * sA.x, pA0.y * sA.y);
+    pa[1] = bf16x2(pA1.x * sA.x, pA1.y * sA.y);
+    pa[2] = bf16x2(pC0.x * sC.x, pC0.y * sC.y);
+    pa[3] = bf16x2(pC1.x * sC.x, pC1.y * sC.y);
+}
+
+/* PV k-step ks of group `warp`, what every code width shares: its A (s
+ * from sm.pvs, pv_pa) and the MMA of the bias columns (B: the l / s
+ * tables bsrc, high part in n-row 0, low in 1, zero in the others). */
+template <class SM>
+__device__ static inline void pv_kstep(const SM &sm, const uint16_t *bsrc, int ks, int warp,
+                                       int gr, int gc, uint32_t pa[4], float bacc[4])
+{
+    const int tA = 16 * ks + 2 * gc, tC = tA + 8;
+    const float2 sA = *(const float2 *)&sm.pvs[warp][tA];
+    const float2 sC = *(const float2 *)&sm.pvs[warp][tC];
+    pv_pa(sm.pf[gr], sm.pf[gr + 8], tA, tC, sA, sC, pa);
+    uint32_t b0 = 0, b1 = 0;
+    if (gr < 2) {
+        b0 = *(const uint32_t *)&bsrc[tA];
+        b1 = *(const uint32_t *)&bsrc[tC];
+    }
+    mma16816(bacc, pa, b0, b1);
+}
+
 /* QK of page `pg`: the partial scores s (Q.q) of group `warp` (plus, for
  * tokens 8 warp .., the RoPE group and the content groups' l sum(Q)) into
  * sm.sp[warp]. */
@@ -1096,18 +1232,8 @@ __device__ static inline void fast_qk(dec_smem_fast<CB, Q8> &sm, const uint8_t *
         } else {
             crumb_codes(*(const uint32_t *)p, bc);
         }
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        { /* two chains of two dependent MMAs instead of one of four (H200
-           * run 23: up to 1.4 % faster than the single chain) */
-            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            mma16816(c, qc[0], bc[0], bc[1]);
-            mma16816(d, qc[1], bc[2], bc[3]);
-            mma16816(c, qc[2], bc[4], bc[5]);
-            mma16816(d, qc[3], bc[6], bc[7]);
-#pragma unroll
-            for (int k = 0; k < 4; k++)
-                c[k] += d[k];
-        }
+        float c[4];
+        qk_group(c, qc, bc);
         const float4 mm = *(const float4 *)&sm.qkm[warp][8 * j + 2 * gc];
         *(float2 *)&sm.sp[warp][gr][8 * j + 2 * gc] = make_float2(mm.x * c[0], mm.z * c[1]);
         *(float2 *)&sm.sp[warp][gr + 8][8 * j + 2 * gc] = make_float2(mm.x * c[2], mm.z * c[3]);
@@ -1199,43 +1325,12 @@ __device__ static inline void fast_pv(dec_smem_fast<CB, Q8> &sm, const uint8_t *
                                       int warp, int gr, int gc)
 {
     typedef fcfg<CB> F; /* the codes' offsets: the same for either metadata */
-    const float al0 = sm.alpha[gr], al1 = sm.alpha[gr + 8];
-    if (__any_sync(0xffffffffu, al0 != 1.0f || al1 != 1.0f)) {
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-            o[n][0] *= al0;
-            o[n][1] *= al0;
-            o[n][2] *= al1;
-            o[n][3] *= al1;
-        }
-        bacc[0] *= al0;
-        bacc[1] *= al0;
-        bacc[2] *= al1;
-        bacc[3] *= al1;
-    }
+    pv_rescale(o, bacc, sm.alpha, gr);
     const uint16_t *bsrc = gr == 0 ? sm.bh[warp] : sm.bl[warp];
 #pragma unroll PV_UNROLL
     for (int ks = 0; ks < 4; ks++) {
-        const int tA = 16 * ks + 2 * gc, tC = tA + 8;
-        const float2 sA = *(const float2 *)&sm.pvs[warp][tA];
-        const float2 sC = *(const float2 *)&sm.pvs[warp][tC];
-        const float2 pA0 = *(const float2 *)&sm.pf[gr][tA];
-        const float2 pA1 = *(const float2 *)&sm.pf[gr + 8][tA];
-        const float2 pC0 = *(const float2 *)&sm.pf[gr][tC];
-        const float2 pC1 = *(const float2 *)&sm.pf[gr + 8][tC];
         uint32_t pa[4];
-        pa[0] = bf16x2(pA0.x * sA.x, pA0.y * sA.y);
-        pa[1] = bf16x2(pA1.x * sA.x, pA1.y * sA.y);
-        pa[2] = bf16x2(pC0.x * sC.x, pC0.y * sC.y);
-        pa[3] = bf16x2(pC1.x * sC.x, pC1.y * sC.y);
-        {
-            uint32_t b0 = 0, b1 = 0;
-            if (gr < 2) {
-                b0 = *(const uint32_t *)&bsrc[tA];
-                b1 = *(const uint32_t *)&bsrc[tC];
-            }
-            mma16816(bacc, pa, b0, b1);
-        }
+        pv_kstep(sm, bsrc, ks, warp, gr, gc, pa, bacc);
         const uint8_t *p = pg + 16 * ks * F::CBC;
         const uint32_t wa = *(const uint32_t *)(p + fl.poff[0]);
         const uint32_t wb = *(const uint32_t *)(p + fl.poff[1]);
@@ -1523,14 +1618,8 @@ __device__ static inline void fast_qk_mr(dec_smem_fmr<CB, MT> &sm, const uint8_t
         const float4 mm = *(const float4 *)&sm.qkm[warp][8 * j + 2 * gc];
 #pragma unroll
         for (int m = 0; m < MT; m++) {
-            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            mma16816(c, qc[m][0], bc[0], bc[1]);
-            mma16816(d, qc[m][1], bc[2], bc[3]);
-            mma16816(c, qc[m][2], bc[4], bc[5]);
-            mma16816(d, qc[m][3], bc[6], bc[7]);
-#pragma unroll
-            for (int k = 0; k < 4; k++)
-                c[k] += d[k];
+            float c[4];
+            qk_group(c, qc[m], bc);
             *(float2 *)&sm.sp[m][warp][gr][8 * j + 2 * gc] = make_float2(mm.x * c[0], mm.z * c[1]);
             *(float2 *)&sm.sp[m][warp][gr + 8][8 * j + 2 * gc] =
                 make_float2(mm.x * c[2], mm.z * c[3]);
@@ -1608,22 +1697,8 @@ __device__ static inline void fast_pv_mr(dec_smem_fmr<CB, MT> &sm, const uint8_t
 {
     typedef fcfg<CB> F;
 #pragma unroll
-    for (int m = 0; m < MT; m++) {
-        const float al0 = sm.alpha[m * DEC_ROWS + gr], al1 = sm.alpha[m * DEC_ROWS + gr + 8];
-        if (__any_sync(0xffffffffu, al0 != 1.0f || al1 != 1.0f)) {
-#pragma unroll
-            for (int n = 0; n < 8; n++) {
-                o[m][n][0] *= al0;
-                o[m][n][1] *= al0;
-                o[m][n][2] *= al1;
-                o[m][n][3] *= al1;
-            }
-            bacc[m][0] *= al0;
-            bacc[m][1] *= al0;
-            bacc[m][2] *= al1;
-            bacc[m][3] *= al1;
-        }
-    }
+    for (int m = 0; m < MT; m++)
+        pv_rescale(o[m], bacc[m], sm.alpha + m * DEC_ROWS, gr);
     const uint16_t *bsrc = gr == 0 ? sm.bh[warp] : sm.bl[warp];
 #pragma unroll PV_UNROLL
     for (int ks = 0; ks < 4; ks++) {
@@ -1632,16 +1707,8 @@ __device__ static inline void fast_pv_mr(dec_smem_fmr<CB, MT> &sm, const uint8_t
         const float2 sC = *(const float2 *)&sm.pvs[warp][tC];
         uint32_t pa[MT][4];
 #pragma unroll
-        for (int m = 0; m < MT; m++) {
-            const float2 pA0 = *(const float2 *)&sm.pf[m][gr][tA];
-            const float2 pA1 = *(const float2 *)&sm.pf[m][gr + 8][tA];
-            const float2 pC0 = *(const float2 *)&sm.pf[m][gr][tC];
-            const float2 pC1 = *(const float2 *)&sm.pf[m][gr + 8][tC];
-            pa[m][0] = bf16x2(pA0.x * sA.x, pA0.y * sA.y);
-            pa[m][1] = bf16x2(pA1.x * sA.x, pA1.y * sA.y);
-            pa[m][2] = bf16x2(pC0.x * sC.x, pC0.y * sC.y);
-            pa[m][3] = bf16x2(pC1.x * sC.x, pC1.y * sC.y);
-        }
+        for (int m = 0; m < MT; m++)
+            pv_pa(sm.pf[m][gr], sm.pf[m][gr + 8], tA, tC, sA, sC, pa[m]);
         {
             uint32_t b0 = 0, b1 = 0;
             if (gr < 2) {
@@ -3121,21 +3188,6 @@ __device__ static inline void byte_codes(const uint4 v, uint32_t r[8])
     }
 }
 
-/* The 4 MMAs of one group's 16 x 8 scores (Q.q of n-tile codes bc), as
- * fast_qk's two chains. */
-__device__ static inline void qk8_group(float c[4], const uint32_t qc[4][4], const uint32_t bc[8])
-{
-    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    c[0] = c[1] = c[2] = c[3] = 0.0f;
-    mma16816(c, qc[0], bc[0], bc[1]);
-    mma16816(d, qc[1], bc[2], bc[3]);
-    mma16816(c, qc[2], bc[4], bc[5]);
-    mma16816(d, qc[3], bc[6], bc[7]);
-#pragma unroll
-    for (int k = 0; k < 4; k++)
-        c[k] += d[k];
-}
-
 /* The RoPE group and the content groups' l sum(Q) of tokens 8 warp + 2 gc
  * (+1), rows gr, gr + 8, added to the scores *d0, *d1 (fast_qk's tail;
  * qr the RoPE query fragments, mm = rqm of the two tokens). */
@@ -3176,7 +3228,7 @@ __device__ static inline void fast8_qk(dec_smem_fast<8> &sm, const uint8_t *pg,
         uint32_t bc[8];
         byte_codes(*(const uint4 *)(pg + fl.qoff[0] + 8 * j * F::CBC), bc);
         float c[4];
-        qk8_group(c, qc, bc);
+        qk_group(c, qc, bc);
         const float4 mm = *(const float4 *)&sm.qkm[warp][8 * j + 2 * gc];
         *(float2 *)&sm.sp[warp][gr][8 * j + 2 * gc] = make_float2(mm.x * c[0], mm.z * c[1]);
         *(float2 *)&sm.sp[warp][gr + 8][8 * j + 2 * gc] = make_float2(mm.x * c[2], mm.z * c[3]);
@@ -3194,43 +3246,12 @@ __device__ static inline void fast8_pv(SM &sm, const uint8_t *pg, const fast8_la
                                        float o[8][4], float bacc[4], int warp, int gr, int gc)
 {
     typedef fcfg<8> F;
-    const float al0 = sm.alpha[gr], al1 = sm.alpha[gr + 8];
-    if (__any_sync(0xffffffffu, al0 != 1.0f || al1 != 1.0f)) {
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-            o[n][0] *= al0;
-            o[n][1] *= al0;
-            o[n][2] *= al1;
-            o[n][3] *= al1;
-        }
-        bacc[0] *= al0;
-        bacc[1] *= al0;
-        bacc[2] *= al1;
-        bacc[3] *= al1;
-    }
+    pv_rescale(o, bacc, sm.alpha, gr);
     const uint16_t *bsrc = gr == 0 ? sm.bh[warp] : sm.bl[warp];
 #pragma unroll PV_UNROLL
     for (int ks = 0; ks < 4; ks++) {
-        const int tA = 16 * ks + 2 * gc, tC = tA + 8;
-        const float2 sA = *(const float2 *)&sm.pvs[warp][tA];
-        const float2 sC = *(const float2 *)&sm.pvs[warp][tC];
-        const float2 pA0 = *(const float2 *)&sm.pf[gr][tA];
-        const float2 pA1 = *(const float2 *)&sm.pf[gr + 8][tA];
-        const float2 pC0 = *(const float2 *)&sm.pf[gr][tC];
-        const float2 pC1 = *(const float2 *)&sm.pf[gr + 8][tC];
         uint32_t pa[4];
-        pa[0] = bf16x2(pA0.x * sA.x, pA0.y * sA.y);
-        pa[1] = bf16x2(pA1.x * sA.x, pA1.y * sA.y);
-        pa[2] = bf16x2(pC0.x * sC.x, pC0.y * sC.y);
-        pa[3] = bf16x2(pC1.x * sC.x, pC1.y * sC.y);
-        {
-            uint32_t b0 = 0, b1 = 0;
-            if (gr < 2) {
-                b0 = *(const uint32_t *)&bsrc[tA];
-                b1 = *(const uint32_t *)&bsrc[tC];
-            }
-            mma16816(bacc, pa, b0, b1);
-        }
+        pv_kstep(sm, bsrc, ks, warp, gr, gc, pa, bacc);
         const uint8_t *p = pg + 16 * ks * F::CBC;
         const uint2 wa = *(const uint2 *)(p + fl.poff[0]);
         const uint2 wb = *(const uint2 *)(p + fl.poff[1]);
@@ -3501,12 +3522,12 @@ __device__ static inline void f8b_qk(dec_smem_f8b &sm, const uint8_t *pg, const 
         {
             uint32_t bc[8];
             byte_codes(*(const uint4 *)(pg + fl.qoff[0] + 8 * j * F::CBC), bc);
-            qk8_group(c, qc[0], bc);
+            qk_group(c, qc[0], bc);
         }
         {
             uint32_t bc[8];
             byte_codes(*(const uint4 *)(pg + fl.qoff[1] + 8 * j * F::CBC), bc);
-            qk8_group(d, qc[1], bc);
+            qk_group(d, qc[1], bc);
         }
         const float2 s0 = *(const float2 *)&sm.qks[warp][0][8 * jj + 2 * gc];
         const float2 s1 = *(const float2 *)&sm.qks[warp][1][8 * jj + 2 * gc];
