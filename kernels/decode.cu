@@ -1367,6 +1367,56 @@ template <int CB> __host__ __device__ static constexpr float pv_unscale(int nt)
     return (float)(1 << 23) / (float)(1 << subn_pos<CB>(nt));
 }
 
+/* The split's normalised partial output and LSE of the row tile at r0
+ * (l, mx: its softmax sums and maxima, rows 0 .. 15): the bias columns 0
+ * (high) and 1 (low) live in lanes gc = 0. VEC: channel 64 warp + 16 gc +
+ * 8 e + nt, the lane's 16 consecutive channels of rows gr and gr + 8, as
+ * 4 float4 each (float4 k: e = k / 2, nt = 4 (k % 2) .. + 3); otherwise
+ * one float per store: 8x the partials' bytes in L2 write sectors (the
+ * short-context cost measured in H200 run 19, docs/decode.md). */
+template <int CB, bool VEC>
+__device__ static inline void fast_store(const dec_args &a, const float *l, const float *mx, int b,
+                                         int r0, int slot, const float o[8][4],
+                                         const float bacc[4], int tid)
+{
+    const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
+    float b0 = bacc[0] + bacc[1], b1 = bacc[2] + bacc[3];
+    b0 = __shfl_sync(0xffffffffu, b0, lane & ~3);
+    b1 = __shfl_sync(0xffffffffu, b1, lane & ~3);
+    const size_t base = ((size_t)b * a.n_splits + slot) * a.R_pad + r0;
+    const float la = l[gr], lb = l[gr + 8];
+    const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
+    if constexpr (VEC) {
+        float4 *d0 = (float4 *)(a.o_part + (base + gr) * QMLA_KV_DC + 64 * warp + 16 * gc);
+        float4 *d1 = (float4 *)(a.o_part + (base + gr + 8) * QMLA_KV_DC + 64 * warp + 16 * gc);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int e = k >> 1, n0 = 4 * (k & 1);
+#define QMLA_OUT(N, C, BB, I) (fmaf(o[N][C], pv_unscale<CB>(N), BB) * (I))
+            d0[k] = make_float4(QMLA_OUT(n0, e, b0, ia), QMLA_OUT(n0 + 1, e, b0, ia),
+                                QMLA_OUT(n0 + 2, e, b0, ia), QMLA_OUT(n0 + 3, e, b0, ia));
+            d1[k] = make_float4(QMLA_OUT(n0, 2 + e, b1, ib), QMLA_OUT(n0 + 1, 2 + e, b1, ib),
+                                QMLA_OUT(n0 + 2, 2 + e, b1, ib), QMLA_OUT(n0 + 3, 2 + e, b1, ib));
+#undef QMLA_OUT
+        }
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int ch = 64 * warp + 8 * (2 * gc + e) + nt;
+                a.o_part[(base + gr) * QMLA_KV_DC + ch] =
+                    fmaf(o[nt][e], pv_unscale<CB>(nt), b0) * ia;
+                a.o_part[(base + gr + 8) * QMLA_KV_DC + ch] =
+                    fmaf(o[nt][2 + e], pv_unscale<CB>(nt), b1) * ib;
+            }
+    }
+    if (tid < DEC_ROWS) {
+        const float lt = l[tid];
+        a.lse_part[base + tid] = lt > 0.0f ? (mx[tid] + log2f(lt)) * LN2 : -INFINITY;
+    }
+}
+
 /* Pages of split `split`: per page two barriers; PV of page i and QK of
  * page i+1 run in the same phase. NST = 3: page i+2 is copied while the
  * phase of pages i / i+1 runs. */
@@ -1391,12 +1441,7 @@ __device__ static void fast_part(dec_smem_fast<CB, Q8> &sm, const dec_args &a, i
     /* the rows' exponent fields per warp, [8][16], in sm.pf (unused until
      * the first softmax, two barriers later) */
     int *qex = (int *)&sm.pf[0][0];
-    if (gc == 0) {
-        qex[warp * DEC_ROWS + gr] = qe[0];
-        qex[warp * DEC_ROWS + gr + 8] = qe[1];
-        qex[8 * DEC_ROWS + warp * DEC_ROWS + gr] = __float_as_int(sqc[0]); /* unscaled sum(Q) */
-        qex[8 * DEC_ROWS + warp * DEC_ROWS + gr + 8] = __float_as_int(sqc[1]);
-    }
+    fast_qex(qex, qe, sqc, warp, gr, gc);
     if (tid < DEC_ROWS)
         sm.zs[tid] = a.scale_log2; /* set below for every row; kept: the measured SASS (run 23) */
     float o[8][4], bacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -1408,14 +1453,7 @@ __device__ static void fast_part(dec_smem_fast<CB, Q8> &sm, const dec_args &a, i
         sm.l[tid] = 0.0f;
     }
     const int srow = tid >> 4, spart = tid & 15;
-    int shi = 0; /* softmax row: tokens [S, shi) */
-    {
-        const int r = r0 + srow;
-        if (r < a.R) {
-            const int v = len - a.s_q + r / a.H + 1;
-            shi = v < lenW ? v : lenW;
-        }
-    }
+    const int shi = fast_shi(a, r0, srow, len, lenW); /* softmax row: tokens [S, shi) */
     const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
     /* Iteration i: softmax and PV of page i (i >= 0), QK of page i + 1;
      * page i + 2 is copied meanwhile (issued at i, awaited at i + 1). The
@@ -1478,46 +1516,7 @@ __device__ static void fast_part(dec_smem_fast<CB, Q8> &sm, const dec_args &a, i
         }
     }
     __syncthreads();
-    /* the bias columns 0 (high) and 1 (low) live in lanes gc = 0 */
-    float b0 = bacc[0] + bacc[1], b1 = bacc[2] + bacc[3];
-    b0 = __shfl_sync(0xffffffffu, b0, lane & ~3);
-    b1 = __shfl_sync(0xffffffffu, b1, lane & ~3);
-    const size_t base = ((size_t)b * a.n_splits + slot) * a.R_pad + r0;
-    const float la = sm.l[gr], lb = sm.l[gr + 8];
-    const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
-#if QMLA_DECODE_VEC_EPILOGUE
-    /* channel 64 warp + 16 gc + 8 e + nt: the lane's 16 consecutive
-     * channels of rows gr and gr + 8, as 4 float4 each (float4 k: e = k / 2,
-     * nt = 4 (k % 2) .. + 3) */
-    float4 *d0 = (float4 *)(a.o_part + (base + gr) * QMLA_KV_DC + 64 * warp + 16 * gc);
-    float4 *d1 = (float4 *)(a.o_part + (base + gr + 8) * QMLA_KV_DC + 64 * warp + 16 * gc);
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int e = k >> 1, n0 = 4 * (k & 1);
-#define QMLA_OUT(N, C, BB, I) (fmaf(o[N][C], pv_unscale<CB>(N), BB) * (I))
-        d0[k] = make_float4(QMLA_OUT(n0, e, b0, ia), QMLA_OUT(n0 + 1, e, b0, ia),
-                            QMLA_OUT(n0 + 2, e, b0, ia), QMLA_OUT(n0 + 3, e, b0, ia));
-        d1[k] = make_float4(QMLA_OUT(n0, 2 + e, b1, ib), QMLA_OUT(n0 + 1, 2 + e, b1, ib),
-                            QMLA_OUT(n0 + 2, 2 + e, b1, ib), QMLA_OUT(n0 + 3, 2 + e, b1, ib));
-#undef QMLA_OUT
-    }
-#else
-    /* one float per store: 8x the partials' bytes in L2 write sectors (the
-     * short-context cost measured in H200 run 19, docs/decode.md) */
-#pragma unroll
-    for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int ch = 64 * warp + 8 * (2 * gc + e) + nt;
-            a.o_part[(base + gr) * QMLA_KV_DC + ch] = fmaf(o[nt][e], pv_unscale<CB>(nt), b0) * ia;
-            a.o_part[(base + gr + 8) * QMLA_KV_DC + ch] =
-                fmaf(o[nt][2 + e], pv_unscale<CB>(nt), b1) * ib;
-        }
-#endif
-    if (tid < DEC_ROWS) {
-        const float l = sm.l[tid];
-        a.lse_part[base + tid] = l > 0.0f ? (sm.m[tid] + log2f(l)) * LN2 : -INFINITY;
-    }
+    fast_store<CB, QMLA_DECODE_VEC_EPILOGUE>(a, sm.l, sm.m, b, r0, slot, o, bacc, tid);
 }
 
 /* SEP 0 (variant 0): grid.x = n_splits - n_prot, the last n_prot blocks
@@ -1774,13 +1773,7 @@ __device__ static void fast_part_mr(dec_smem_fmr<CB, MT> &sm, const dec_args &a,
     for (int m = 0; m < MT; m++) {
         int qe[2];
         fast_q<CB>(a, b, r0 + m * DEC_ROWS, warp, gr, gc, qc[m], qr[m], sqc[m], sqr[m], qe);
-        int *qex = (int *)&sm.pf[m][0][0];
-        if (gc == 0) {
-            qex[warp * DEC_ROWS + gr] = qe[0];
-            qex[warp * DEC_ROWS + gr + 8] = qe[1];
-            qex[8 * DEC_ROWS + warp * DEC_ROWS + gr] = __float_as_int(sqc[m][0]);
-            qex[8 * DEC_ROWS + warp * DEC_ROWS + gr + 8] = __float_as_int(sqc[m][1]);
-        }
+        fast_qex((int *)&sm.pf[m][0][0], qe, sqc[m], warp, gr, gc);
     }
     float o[MT][8][4], bacc[MT][4];
 #pragma unroll
@@ -1797,14 +1790,8 @@ __device__ static void fast_part_mr(dec_smem_fmr<CB, MT> &sm, const dec_args &a,
     const int srow = tid >> 4, spart = tid & 15;
     int shi[MT];
 #pragma unroll
-    for (int m = 0; m < MT; m++) {
-        shi[m] = 0;
-        const int r = r0 + m * DEC_ROWS + srow;
-        if (r < a.R) {
-            const int v = len - a.s_q + r / a.H + 1;
-            shi[m] = v < lenW ? v : lenW;
-        }
-    }
+    for (int m = 0; m < MT; m++)
+        shi[m] = fast_shi(a, r0 + m * DEC_ROWS, srow, len, lenW);
     const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
     if (np > 0) {
         fast_issue<CB>(sm.stage[0], a.pool + (size_t)bt[p0] * F::PB, fl.dswz, tid);
@@ -1818,27 +1805,10 @@ __device__ static void fast_part_mr(dec_smem_fmr<CB, MT> &sm, const dec_args &a,
 #pragma unroll
     for (int m = 0; m < MT; m++) {
         const int *qex = (const int *)&sm.pf[m][0][0];
-        int e0 = 0, e1 = 0;
-#pragma unroll
-        for (int w = 0; w < 8; w++) {
-            e0 = max(e0, qex[w * DEC_ROWS + gr]);
-            e1 = max(e1, qex[w * DEC_ROWS + gr + 8]);
-        }
-        const int E[2] = {subn_rowexp(e0), subn_rowexp(e1)};
+        int E[2];
+        fast_rowexp(qex, gr, E);
         fast_qscale<CB>(qc[m], qr[m], sqc[m], sqr[m], E);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int hr = k & 1, g = gc + 4 * (k >> 1);
-            const float x = __fmul_rn(__int_as_float(qex[8 * DEC_ROWS + g * DEC_ROWS + gr + 8 * hr]),
-                                      pow2f(E[hr] - 133));
-            const __half h = __float2half_rn(x);
-            const __half l = __float2half_rn(x - __half2float(h));
-            lqa[m][k] = (uint32_t)__half_as_ushort(h) | ((uint32_t)__half_as_ushort(l) << 16);
-        }
-        if (tid < 32 && gc == 0) {
-            sm.zs[m * DEC_ROWS + gr] = a.scale_log2 * pow2f(133 - E[0]);
-            sm.zs[m * DEC_ROWS + gr + 8] = a.scale_log2 * pow2f(133 - E[1]);
-        }
+        fast_lsum(a, qex, E, lqa[m], sm.zs + m * DEC_ROWS, tid, gr, gc);
     }
     for (int i = -1; i < np; i++) {
         if (i >= 0) {
@@ -1865,29 +1835,8 @@ __device__ static void fast_part_mr(dec_smem_fmr<CB, MT> &sm, const dec_args &a,
         const int rm = r0 + m * DEC_ROWS;
         if (rm >= a.R_pad)
             break; /* the same for the whole block */
-        float b0 = bacc[m][0] + bacc[m][1], b1 = bacc[m][2] + bacc[m][3];
-        b0 = __shfl_sync(0xffffffffu, b0, lane & ~3);
-        b1 = __shfl_sync(0xffffffffu, b1, lane & ~3);
-        const size_t base = ((size_t)b * a.n_splits + slot) * a.R_pad + rm;
-        const float la = sm.l[m * DEC_ROWS + gr], lb = sm.l[m * DEC_ROWS + gr + 8];
-        const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
-        float4 *d0 = (float4 *)(a.o_part + (base + gr) * QMLA_KV_DC + 64 * warp + 16 * gc);
-        float4 *d1 = (float4 *)(a.o_part + (base + gr + 8) * QMLA_KV_DC + 64 * warp + 16 * gc);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int e = k >> 1, n0 = 4 * (k & 1);
-#define QMLA_OUT(N, C, BB, I) (fmaf(o[m][N][C], pv_unscale<CB>(N), BB) * (I))
-            d0[k] = make_float4(QMLA_OUT(n0, e, b0, ia), QMLA_OUT(n0 + 1, e, b0, ia),
-                                QMLA_OUT(n0 + 2, e, b0, ia), QMLA_OUT(n0 + 3, e, b0, ia));
-            d1[k] = make_float4(QMLA_OUT(n0, 2 + e, b1, ib), QMLA_OUT(n0 + 1, 2 + e, b1, ib),
-                                QMLA_OUT(n0 + 2, 2 + e, b1, ib), QMLA_OUT(n0 + 3, 2 + e, b1, ib));
-#undef QMLA_OUT
-        }
-        if (tid < DEC_ROWS) {
-            const float l = sm.l[m * DEC_ROWS + tid];
-            a.lse_part[base + tid] =
-                l > 0.0f ? (sm.m[m * DEC_ROWS + tid] + log2f(l)) * LN2 : -INFINITY;
-        }
+        fast_store<CB, true>(a, sm.l + m * DEC_ROWS, sm.m + m * DEC_ROWS, b, rm, slot, o[m],
+                             bacc[m], tid);
     }
 }
 
@@ -3269,71 +3218,6 @@ __device__ static inline void fast8_pv(SM &sm, const uint8_t *pg, const fast8_la
     }
 }
 
-/* A of the l sum(Q) MMA and the rows' softmax scales from the rows'
- * exponents E (fast_part after page 0; qex: the unscaled group sums at
- * [8 DEC_ROWS + g DEC_ROWS + row]). */
-template <class SM>
-__device__ static inline void fast8_lsum(SM &sm, const dec_args &a, const int *qex,
-                                         const int E[2], uint32_t lqa[4], int tid, int gr,
-                                         int gc)
-{
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int hr = k & 1, g = gc + 4 * (k >> 1);
-        const float x = __fmul_rn(__int_as_float(qex[8 * DEC_ROWS + g * DEC_ROWS + gr + 8 * hr]),
-                                  pow2f(E[hr] - 133));
-        const __half h = __float2half_rn(x);
-        const __half l = __float2half_rn(x - __half2float(h));
-        lqa[k] = (uint32_t)__half_as_ushort(h) | ((uint32_t)__half_as_ushort(l) << 16);
-    }
-    if (tid < 32 && gc == 0) {
-        sm.zs[gr] = a.scale_log2 * pow2f(133 - E[0]);
-        sm.zs[gr + 8] = a.scale_log2 * pow2f(133 - E[1]);
-    }
-}
-
-/* The split's normalised partial output and LSE (decode_fast_kernel's
- * epilogue: channel 64 warp + 16 gc + 8 e + nt). */
-template <class SM>
-__device__ static inline void fast8_store(SM &sm, const dec_args &a, int b, int r0, int slot,
-                                          const float o[8][4], const float bacc[4], int tid)
-{
-    const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
-    float b0 = bacc[0] + bacc[1], b1 = bacc[2] + bacc[3];
-    b0 = __shfl_sync(0xffffffffu, b0, lane & ~3);
-    b1 = __shfl_sync(0xffffffffu, b1, lane & ~3);
-    const size_t base = ((size_t)b * a.n_splits + slot) * a.R_pad + r0;
-    const float la = sm.l[gr], lb = sm.l[gr + 8];
-    const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
-    float4 *d0 = (float4 *)(a.o_part + (base + gr) * QMLA_KV_DC + 64 * warp + 16 * gc);
-    float4 *d1 = (float4 *)(a.o_part + (base + gr + 8) * QMLA_KV_DC + 64 * warp + 16 * gc);
-    constexpr float U = pv_unscale<8>(0);
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int e = k >> 1, n0 = 4 * (k & 1);
-#define QMLA_OUT(N, C, BB, I) (fmaf(o[N][C], U, BB) * (I))
-        d0[k] = make_float4(QMLA_OUT(n0, e, b0, ia), QMLA_OUT(n0 + 1, e, b0, ia),
-                            QMLA_OUT(n0 + 2, e, b0, ia), QMLA_OUT(n0 + 3, e, b0, ia));
-        d1[k] = make_float4(QMLA_OUT(n0, 2 + e, b1, ib), QMLA_OUT(n0 + 1, 2 + e, b1, ib),
-                            QMLA_OUT(n0 + 2, 2 + e, b1, ib), QMLA_OUT(n0 + 3, 2 + e, b1, ib));
-#undef QMLA_OUT
-    }
-    if (tid < DEC_ROWS) {
-        const float l = sm.l[tid];
-        a.lse_part[base + tid] = l > 0.0f ? (sm.m[tid] + log2f(l)) * LN2 : -INFINITY;
-    }
-}
-
-/* The softmax row of this thread: tokens [S, shi) visible. */
-__device__ static inline int fast8_shi(const dec_args &a, int r0, int srow, int len, int lenW)
-{
-    const int r = r0 + srow;
-    if (r >= a.R)
-        return 0;
-    const int v = len - a.s_q + r / a.H + 1;
-    return v < lenW ? v : lenW;
-}
-
 /* Variant 9: fast_part for C8R8, the same phases, pages F8_LA = 3 ahead
  * (4 stages). */
 #define F8_LA (fcfg<8>::NST - 1)
@@ -3354,12 +3238,7 @@ __device__ static void fast8_part(dec_smem_fast<8> &sm, const dec_args &a, int b
     uint32_t lqa[4];
     fast_q<8, 8>(a, b, r0, warp, gr, gc, qc, qr, sqc, sqr, qe);
     int *qex = (int *)&sm.pf[0][0];
-    if (gc == 0) {
-        qex[warp * DEC_ROWS + gr] = qe[0];
-        qex[warp * DEC_ROWS + gr + 8] = qe[1];
-        qex[8 * DEC_ROWS + warp * DEC_ROWS + gr] = __float_as_int(sqc[0]);
-        qex[8 * DEC_ROWS + warp * DEC_ROWS + gr + 8] = __float_as_int(sqc[1]);
-    }
+    fast_qex(qex, qe, sqc, warp, gr, gc);
     float o[8][4], bacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int n = 0; n < 8; n++)
@@ -3369,7 +3248,7 @@ __device__ static void fast8_part(dec_smem_fast<8> &sm, const dec_args &a, int b
         sm.l[tid] = 0.0f;
     }
     const int srow = tid >> 4, spart = tid & 15;
-    const int shi = fast8_shi(a, r0, srow, len, lenW);
+    const int shi = fast_shi(a, r0, srow, len, lenW);
     const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
     if (np > 0) {
 #pragma unroll
@@ -3382,15 +3261,10 @@ __device__ static void fast8_part(dec_smem_fast<8> &sm, const dec_args &a, int b
     cp_async_wait<F8_LA - 1>(); /* page 0 */
     __syncthreads();
     {
-        int e0 = 0, e1 = 0;
-#pragma unroll
-        for (int w = 0; w < 8; w++) {
-            e0 = max(e0, qex[w * DEC_ROWS + gr]);
-            e1 = max(e1, qex[w * DEC_ROWS + gr + 8]);
-        }
-        const int E[2] = {subn_rowexp(e0), subn_rowexp(e1)};
+        int E[2];
+        fast_rowexp(qex, gr, E);
         fast_qscale<8, 8>(qc, qr, sqc, sqr, E);
-        fast8_lsum(sm, a, qex, E, lqa, tid, gr, gc);
+        fast_lsum(a, qex, E, lqa, sm.zs, tid, gr, gc);
     }
     /* iteration i: softmax and PV of page i, QK of page i + 1; pages i + 2
      * and i + 3 in flight (page i + 3 issued at i into page i - 1's stage) */
@@ -3414,7 +3288,7 @@ __device__ static void fast8_part(dec_smem_fast<8> &sm, const dec_args &a, int b
         }
     }
     __syncthreads();
-    fast8_store(sm, a, b, r0, slot, o, bacc, tid);
+    fast_store<8, true>(a, sm.l, sm.m, b, r0, slot, o, bacc, tid);
 }
 
 /* SEP as decode_fast_kernel's (variant 9's plan is variant 7's for one
@@ -3619,20 +3493,15 @@ __device__ static void fast8b_part(dec_smem_f8b &sm, const dec_args &a, int b, i
             cp_async_commit();
         }
         __syncthreads(); /* the rows' exponent fields and group sums */
-        int e0 = 0, e1 = 0;
-#pragma unroll
-        for (int w = 0; w < 8; w++) {
-            e0 = max(e0, qex[w * DEC_ROWS + gr]);
-            e1 = max(e1, qex[w * DEC_ROWS + gr + 8]);
-        }
-        const int E[2] = {subn_rowexp(e0), subn_rowexp(e1)};
+        int E[2];
+        fast_rowexp(qex, gr, E);
         fast_qscale<8, 8>(qc[0], qr, sqc[0], sqr, E);
 #pragma unroll
         for (int ks = 0; ks < 4; ks++) /* the second group's (subn_pos<8> = 0) */
 #pragma unroll
             for (int k = 0; k < 4; k++)
                 qc[1][ks][k] = bf16x2_ldexp(qc[1][ks][k], E[k & 1]);
-        fast8_lsum(sm, a, qex, E, lqa, tid, gr, gc);
+        fast_lsum(a, qex, E, lqa, sm.zs, tid, gr, gc);
         if (warp == 0) { /* every warp's RoPE fragments are the same */
 #pragma unroll
             for (int ks = 0; ks < 4; ks++)
@@ -3648,7 +3517,7 @@ __device__ static void fast8b_part(dec_smem_f8b &sm, const dec_args &a, int b, i
     for (int n = 0; n < 8; n++)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     const int srow = tid >> 4, spart = tid & 15;
-    const int shi = fast8_shi(a, r0, srow, len, lenW);
+    const int shi = fast_shi(a, r0, srow, len, lenW);
     const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
     cp_async_wait<1>(); /* page 0 */
     __syncthreads();    /* page 0 landed; qrf, sqrs, zs; qex read by all */
@@ -3667,7 +3536,7 @@ __device__ static void fast8b_part(dec_smem_f8b &sm, const dec_args &a, int b, i
                           fl.dswz, tid);
         cp_async_commit();
     }
-    fast8_store(sm, a, b, r0, slot, o, bacc, tid);
+    fast_store<8, true>(a, sm.l, sm.m, b, r0, slot, o, bacc, tid);
 }
 
 /* Variant 10: two blocks per SM (variant 7's plan). */
