@@ -1287,14 +1287,16 @@ __device__ static inline void fast_qk(dec_smem_fast<CB, Q8> &sm, const uint8_t *
 }
 
 /* Online softmax of the page's scores (16 threads per row, 4 tokens each,
- * the 8 partials summed in a fixed order): P into sm.pf, rescale factor. */
-template <int CB, bool Q8 = false>
-__device__ static inline void fast_softmax(dec_smem_fast<CB, Q8> &sm, const dec_args &a, int t0,
-                                           int shi, int srow, int spart)
+ * the NP partials sm.sp summed in a fixed order): P into sm.pf, rescale
+ * factor. VIS: pages whose 4 tokens are all visible skip the per-token
+ * test (variant 10 has no such path). */
+template <int NP, bool VIS, class SM>
+__device__ static inline void fast_softmax(SM &sm, const dec_args &a, int t0, int shi, int srow,
+                                           int spart)
 {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-    for (int w = 0; w < 8; w++) {
+    for (int w = 0; w < NP; w++) {
         const float4 c = *(const float4 *)&sm.sp[w][srow][spart * 4];
         acc[0] += c.x;
         acc[1] += c.y;
@@ -1304,7 +1306,7 @@ __device__ static inline void fast_softmax(dec_smem_fast<CB, Q8> &sm, const dec_
     float z[4], p[4];
     const float zs = sm.zs[srow];
     const int tb = t0 + spart * 4;
-    if (tb >= a.S && tb + 4 <= shi) { /* all 4 visible (most pages) */
+    if (VIS && tb >= a.S && tb + 4 <= shi) { /* all 4 visible (most pages) */
 #pragma unroll
         for (int u = 0; u < 4; u++)
             z[u] = acc[u] * zs;
@@ -1499,7 +1501,7 @@ __device__ static void fast_part(dec_smem_fast<CB, Q8> &sm, const dec_args &a, i
     for (int i = -1; i < np; i++) {
         if (i >= 0) {
             __syncthreads(); /* scores of page i complete */
-            fast_softmax<CB, Q8>(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
+            fast_softmax<8, true>(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
             cp_async_wait<0>();
             __syncthreads(); /* P of page i; page i+1 landed; page i-1 consumed */
             if (i + 2 < np)
@@ -1524,20 +1526,21 @@ __device__ static void fast_part(dec_smem_fast<CB, Q8> &sm, const dec_args &a, i
  * short-context plan): grid.x = n_splits, blocks n_splits - n_prot .. take
  * the protected tokens only, beside the packed blocks instead of after them
  * (the plan keeps the grid within one wave). */
-template <int CB, int SEP, bool Q8>
+template <int SEP, class SM,
+          void (*PART)(SM &, const dec_args &, int b, int r0, int split, int slot, int tid)>
 __device__ static __forceinline__ void fast_kernel_body(const dec_args &a, unsigned char *smem_raw)
 {
     const int b = blockIdx.z, r0 = blockIdx.y * DEC_ROWS, tid = threadIdx.x, x = blockIdx.x;
     if constexpr (SEP) {
         const int nblk = a.n_splits - a.n_prot;
         if (x < nblk)
-            fast_part<CB, Q8>(*(dec_smem_fast<CB, Q8> *)smem_raw, a, b, r0, x, x, tid);
+            PART(*(SM *)smem_raw, a, b, r0, x, x, tid);
         else
             prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, x - nblk, x, tid);
         return;
     }
     const int nblk = a.n_splits - a.n_prot; /* gridDim.x */
-    fast_part<CB, Q8>(*(dec_smem_fast<CB, Q8> *)smem_raw, a, b, r0, x, x, tid);
+    PART(*(SM *)smem_raw, a, b, r0, x, x, tid);
     const int k = x - (nblk - a.n_prot);
     if (k >= 0) { /* the last n_prot blocks (the fewest packed pages) */
         __syncthreads();
@@ -1548,7 +1551,7 @@ template <int CB, int SEP>
 __global__ void __launch_bounds__(DEC_THREADS, 2) decode_fast_kernel(dec_args a)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    fast_kernel_body<CB, SEP, false>(a, smem_raw);
+    fast_kernel_body<SEP, dec_smem_fast<CB>, fast_part<CB>>(a, smem_raw);
 }
 /* The same kernel on q8-metadata pages (fcfg<CB, true>: the page layout,
  * fast_meta and the l sum(Q) term of fast_qk read the q8 records). */
@@ -1556,7 +1559,7 @@ template <int CB, int SEP>
 __global__ void __launch_bounds__(DEC_THREADS, 2) decode_fast_q8_kernel(dec_args a)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    fast_kernel_body<CB, SEP, true>(a, smem_raw);
+    fast_kernel_body<SEP, dec_smem_fast<CB, true>, fast_part<CB, true>>(a, smem_raw);
 }
 
 /* ---- variant 6: the codes on tensor cores for MT row tiles per page ------
@@ -3271,7 +3274,7 @@ __device__ static void fast8_part(dec_smem_fast<8> &sm, const dec_args &a, int b
     for (int i = -1; i < np; i++) {
         if (i >= 0) {
             __syncthreads(); /* scores of page i complete */
-            fast_softmax<8>(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
+            fast_softmax<8, true>(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
             cp_async_wait<F8_LA - 2>(); /* page i + 1 */
             __syncthreads(); /* P of page i; page i+1 landed; page i-1 consumed */
             if (i + F8_LA < np)
@@ -3297,21 +3300,7 @@ template <int SEP>
 __global__ void __launch_bounds__(DEC_THREADS, 1) decode_fast8_kernel(dec_args a)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    const int b = blockIdx.z, r0 = blockIdx.y * DEC_ROWS, tid = threadIdx.x, x = blockIdx.x;
-    const int nblk = a.n_splits - a.n_prot;
-    if constexpr (SEP) {
-        if (x < nblk)
-            fast8_part(*(dec_smem_fast<8> *)smem_raw, a, b, r0, x, x, tid);
-        else
-            prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, x - nblk, x, tid);
-        return;
-    }
-    fast8_part(*(dec_smem_fast<8> *)smem_raw, a, b, r0, x, x, tid);
-    const int k = x - (nblk - a.n_prot);
-    if (k >= 0) {
-        __syncthreads();
-        prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, k, nblk + k, tid);
-    }
+    fast_kernel_body<SEP, dec_smem_fast<8>, fast8_part>(a, smem_raw);
 }
 
 /* Variant 10's shared memory: two page stages, 4 score partials (one per
@@ -3427,29 +3416,6 @@ __device__ static inline void f8b_qk(dec_smem_f8b &sm, const uint8_t *pg, const 
              (float2 *)&sm.sp[gp][gr + 8][8 * warp + 2 * gc], warp, gr, gc);
 }
 
-/* Online softmax of the page's scores from the 4 partials (fast_softmax). */
-__device__ static inline void f8b_softmax(dec_smem_f8b &sm, const dec_args &a, int t0, int shi,
-                                          int srow, int spart)
-{
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int w = 0; w < 4; w++) {
-        const float4 c = *(const float4 *)&sm.sp[w][srow][spart * 4];
-        acc[0] += c.x;
-        acc[1] += c.y;
-        acc[2] += c.z;
-        acc[3] += c.w;
-    }
-    float z[4], p[4];
-    const float zs = sm.zs[srow];
-    const int tb = t0 + spart * 4;
-#pragma unroll
-    for (int u = 0; u < 4; u++)
-        z[u] = tb + u >= a.S && tb + u < shi ? acc[u] * zs : -INFINITY;
-    softmax_step<true>(z, spart, &sm.m[srow], &sm.l[srow], &sm.alpha[srow], p);
-    *(float4 *)&sm.pf[srow][spart * 4] = make_float4(p[0], p[1], p[2], p[3]);
-}
-
 __device__ static void fast8b_part(dec_smem_f8b &sm, const dec_args &a, int b, int r0,
                                    int split, int slot, int tid)
 {
@@ -3526,7 +3492,7 @@ __device__ static void fast8b_part(dec_smem_f8b &sm, const dec_args &a, int b, i
         f8b_meta(sm, pg, (p0 + i) * QMLA_KV_PAGE, a.S, lenW, warp, lane, g0, h);
         f8b_qk(sm, pg, fl, qc, lqa, warp, gp, h, gr, gc);
         __syncthreads(); /* scores of page i */
-        f8b_softmax(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
+        fast_softmax<4, false>(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
         __syncthreads(); /* P of page i */
         fast8_pv(sm, pg, fl, o, bacc, warp, gr, gc);
         cp_async_wait<0>(); /* page i + 1 */
@@ -3544,21 +3510,7 @@ template <int SEP>
 __global__ void __launch_bounds__(DEC_THREADS, 2) decode_fast8b_kernel(dec_args a)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    const int b = blockIdx.z, r0 = blockIdx.y * DEC_ROWS, tid = threadIdx.x, x = blockIdx.x;
-    const int nblk = a.n_splits - a.n_prot;
-    if constexpr (SEP) {
-        if (x < nblk)
-            fast8b_part(*(dec_smem_f8b *)smem_raw, a, b, r0, x, x, tid);
-        else
-            prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, x - nblk, x, tid);
-        return;
-    }
-    fast8b_part(*(dec_smem_f8b *)smem_raw, a, b, r0, x, x, tid);
-    const int k = x - (nblk - a.n_prot);
-    if (k >= 0) {
-        __syncthreads();
-        prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, k, nblk + k, tid);
-    }
+    fast_kernel_body<SEP, dec_smem_f8b, fast8b_part>(a, smem_raw);
 }
 
 /* The protected partials of variant 8 (blocks n_splits - n_prot ..). */
