@@ -1320,11 +1320,13 @@ __device__ static inline void fast_softmax(SM &sm, const dec_args &a, int t0, in
 }
 
 /* PV of page `pg` for output channels 64 warp + 8n + nt (n: column of
- * n-tile nt), and the bias columns. */
-template <int CB, bool Q8 = false>
-__device__ static inline void fast_pv(dec_smem_fast<CB, Q8> &sm, const uint8_t *pg,
-                                      const fast_lane<CB> &fl, float o[8][4], float bacc[4],
-                                      int warp, int gr, int gc)
+ * n-tile nt), and the bias columns; SM, FL: the kernel's shared memory and
+ * lane offsets (CB 8, variants 9 and 10: dec_smem_fast<8> or dec_smem_f8b,
+ * fast8_lane; output channel 64 warp + 8 n + nt is byte nt of lane n's 8
+ * bytes of a token). */
+template <int CB, class SM, class FL>
+__device__ static inline void fast_pv(SM &sm, const uint8_t *pg, const FL &fl, float o[8][4],
+                                      float bacc[4], int warp, int gr, int gc)
 {
     typedef fcfg<CB> F; /* the codes' offsets: the same for either metadata */
     pv_rescale(o, bacc, sm.alpha, gr);
@@ -1334,29 +1336,46 @@ __device__ static inline void fast_pv(dec_smem_fast<CB, Q8> &sm, const uint8_t *
         uint32_t pa[4];
         pv_kstep(sm, bsrc, ks, warp, gr, gc, pa, bacc);
         const uint8_t *p = pg + 16 * ks * F::CBC;
-        const uint32_t wa = *(const uint32_t *)(p + fl.poff[0]);
-        const uint32_t wb = *(const uint32_t *)(p + fl.poff[1]);
-        const uint32_t wc = *(const uint32_t *)(p + fl.poff[2]);
-        const uint32_t wd = *(const uint32_t *)(p + fl.poff[3]);
-        if constexpr (CB == 4) {
-#pragma unroll
-            for (int jb = 0; jb < 4; jb++) {
-                /* bytes (a_jb, a_jb, b_jb, b_jb): channels 2jb, 2jb+1 of both tokens */
-                const uint32_t sel = jb | (jb << 4) | ((4 + jb) << 8) | ((4 + jb) << 12);
-                const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
-                /* low nibbles at p = 0, high nibbles at p = 4 (unshifted) */
-                mma16816(o[2 * jb], pa, x & 0x000f000fu, y & 0x000f000fu);
-                mma16816(o[2 * jb + 1], pa, x & 0x00f000f0u, y & 0x00f000f0u);
-            }
-        } else {
-            const int h = gr & 1;
-            const uint32_t sel = (2 * h) | ((2 * h + 1) << 4) | ((4 + 2 * h) << 8) | ((5 + 2 * h) << 12);
-            const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
-            const uint32_t x8 = x >> 8, y8 = y >> 8;
+        if constexpr (CB == 8) {
+            const uint2 wa = *(const uint2 *)(p + fl.poff[0]);
+            const uint2 wb = *(const uint2 *)(p + fl.poff[1]);
+            const uint2 wc = *(const uint2 *)(p + fl.poff[0] + 8 * F::CBC);
+            const uint2 wd = *(const uint2 *)(p + fl.poff[1] + 8 * F::CBC);
 #pragma unroll
             for (int nt = 0; nt < 8; nt++) {
-                const uint32_t mk = 0x00030003u << subn_pos<2>(nt);
-                mma16816(o[nt], pa, (nt < 4 ? x : x8) & mk, (nt < 4 ? y : y8) & mk);
+                /* bytes (a_jb, a_jb, b_jb, b_jb), masked: channel byte jb of both tokens */
+                const int jb = nt & 3;
+                const uint32_t sel = jb | (jb << 4) | ((4 + jb) << 8) | ((4 + jb) << 12);
+                const uint32_t x = __byte_perm(nt < 4 ? wa.x : wa.y, nt < 4 ? wb.x : wb.y, sel);
+                const uint32_t y = __byte_perm(nt < 4 ? wc.x : wc.y, nt < 4 ? wd.x : wd.y, sel);
+                mma16816(o[nt], pa, x & 0x00ff00ffu, y & 0x00ff00ffu);
+            }
+        } else {
+            const uint32_t wa = *(const uint32_t *)(p + fl.poff[0]);
+            const uint32_t wb = *(const uint32_t *)(p + fl.poff[1]);
+            const uint32_t wc = *(const uint32_t *)(p + fl.poff[2]);
+            const uint32_t wd = *(const uint32_t *)(p + fl.poff[3]);
+            if constexpr (CB == 4) {
+#pragma unroll
+                for (int jb = 0; jb < 4; jb++) {
+                    /* bytes (a_jb, a_jb, b_jb, b_jb): channels 2jb, 2jb+1 of both tokens */
+                    const uint32_t sel = jb | (jb << 4) | ((4 + jb) << 8) | ((4 + jb) << 12);
+                    const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
+                    /* low nibbles at p = 0, high nibbles at p = 4 (unshifted) */
+                    mma16816(o[2 * jb], pa, x & 0x000f000fu, y & 0x000f000fu);
+                    mma16816(o[2 * jb + 1], pa, x & 0x00f000f0u, y & 0x00f000f0u);
+                }
+            } else {
+                const int h = gr & 1;
+                const uint32_t sel =
+                    (2 * h) | ((2 * h + 1) << 4) | ((4 + 2 * h) << 8) | ((5 + 2 * h) << 12);
+                const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
+                const uint32_t x8 = x >> 8, y8 = y >> 8;
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++) {
+                    const uint32_t mk = 0x00030003u << subn_pos<2>(nt);
+                    mma16816(o[nt], pa, (nt < 4 ? x : x8) & mk, (nt < 4 ? y : y8) & mk);
+                }
             }
         }
     }
@@ -1508,7 +1527,7 @@ __device__ static void fast_part(dec_smem_fast<CB, Q8> &sm, const dec_args &a, i
                 fast_issue<CB, Q8>(sm.stage[(i + 2) % F::NST],
                                a.pool + (size_t)bt[p0 + i + 2] * F::PB, fl.dswz, tid);
             cp_async_commit();
-            fast_pv<CB, Q8>(sm, sm.stage[i % F::NST], fl, o, bacc, warp, gr, gc);
+            fast_pv<CB>(sm, sm.stage[i % F::NST], fl, o, bacc, warp, gr, gc);
         }
         if (i + 1 < np) {
             __syncwarp();
@@ -3190,37 +3209,6 @@ __device__ static inline void fast8_qk(dec_smem_fast<8> &sm, const uint8_t *pg,
              (float2 *)&sm.sp[warp][gr + 8][8 * warp + 2 * gc], warp, gr, gc);
 }
 
-/* fast_pv for 8-bit codes (either variant's tables: pvs, bh, bl of group
- * `warp`, pf, alpha): output channel 64 warp + 8 n + nt (n: column of
- * n-tile nt) is byte nt of lane n's 8 bytes of a token. */
-template <class SM>
-__device__ static inline void fast8_pv(SM &sm, const uint8_t *pg, const fast8_lane &fl,
-                                       float o[8][4], float bacc[4], int warp, int gr, int gc)
-{
-    typedef fcfg<8> F;
-    pv_rescale(o, bacc, sm.alpha, gr);
-    const uint16_t *bsrc = gr == 0 ? sm.bh[warp] : sm.bl[warp];
-#pragma unroll PV_UNROLL
-    for (int ks = 0; ks < 4; ks++) {
-        uint32_t pa[4];
-        pv_kstep(sm, bsrc, ks, warp, gr, gc, pa, bacc);
-        const uint8_t *p = pg + 16 * ks * F::CBC;
-        const uint2 wa = *(const uint2 *)(p + fl.poff[0]);
-        const uint2 wb = *(const uint2 *)(p + fl.poff[1]);
-        const uint2 wc = *(const uint2 *)(p + fl.poff[0] + 8 * F::CBC);
-        const uint2 wd = *(const uint2 *)(p + fl.poff[1] + 8 * F::CBC);
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++) {
-            /* bytes (a_jb, a_jb, b_jb, b_jb), masked: channel byte jb of both tokens */
-            const int jb = nt & 3;
-            const uint32_t sel = jb | (jb << 4) | ((4 + jb) << 8) | ((4 + jb) << 12);
-            const uint32_t x = __byte_perm(nt < 4 ? wa.x : wa.y, nt < 4 ? wb.x : wb.y, sel);
-            const uint32_t y = __byte_perm(nt < 4 ? wc.x : wc.y, nt < 4 ? wd.x : wd.y, sel);
-            mma16816(o[nt], pa, x & 0x00ff00ffu, y & 0x00ff00ffu);
-        }
-    }
-}
-
 /* Variant 9: fast_part for C8R8, the same phases, pages F8_LA = 3 ahead
  * (4 stages). */
 #define F8_LA (fcfg<8>::NST - 1)
@@ -3281,7 +3269,7 @@ __device__ static void fast8_part(dec_smem_fast<8> &sm, const dec_args &a, int b
                 fast_issue<8>(sm.stage[(i + F8_LA) % F::NST],
                               a.pool + (size_t)bt[p0 + i + F8_LA] * F::PB, fl.dswz, tid);
             cp_async_commit();
-            fast8_pv(sm, sm.stage[i % F::NST], fl, o, bacc, warp, gr, gc);
+            fast_pv<8>(sm, sm.stage[i % F::NST], fl, o, bacc, warp, gr, gc);
         }
         if (i + 1 < np) {
             __syncwarp();
@@ -3494,7 +3482,7 @@ __device__ static void fast8b_part(dec_smem_f8b &sm, const dec_args &a, int b, i
         __syncthreads(); /* scores of page i */
         fast_softmax<4, false>(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
         __syncthreads(); /* P of page i */
-        fast8_pv(sm, pg, fl, o, bacc, warp, gr, gc);
+        fast_pv<8>(sm, pg, fl, o, bacc, warp, gr, gc);
         cp_async_wait<0>(); /* page i + 1 */
         __syncthreads();    /* page i + 1 landed; page i consumed */
         if (i + 2 < np)
