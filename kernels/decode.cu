@@ -1146,6 +1146,20 @@ __device__ static inline void fast_lsum(const dec_args &a, const int *qex, const
     }
 }
 
+/* A row tile's start: the accumulators zeroed, its rows' softmax state
+ * (maximum -inf, sum 0). */
+__device__ static inline void fast_begin(float o[8][4], float bacc[4], float *m, float *l, int tid)
+{
+    bacc[0] = bacc[1] = bacc[2] = bacc[3] = 0.0f;
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    if (tid < DEC_ROWS) {
+        m[tid] = -INFINITY;
+        l[tid] = 0.0f;
+    }
+}
+
 /* The softmax row of this thread (row r0 + srow): tokens [S, shi) visible. */
 __device__ static inline int fast_shi(const dec_args &a, int r0, int srow, int len, int lenW)
 {
@@ -1465,14 +1479,8 @@ __device__ static void fast_part(dec_smem_fast<CB, Q8> &sm, const dec_args &a, i
     fast_qex(qex, qe, sqc, warp, gr, gc);
     if (tid < DEC_ROWS)
         sm.zs[tid] = a.scale_log2; /* set below for every row; kept: the measured SASS (run 23) */
-    float o[8][4], bacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int n = 0; n < 8; n++)
-        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    if (tid < DEC_ROWS) {
-        sm.m[tid] = -INFINITY;
-        sm.l[tid] = 0.0f;
-    }
+    float o[8][4], bacc[4];
+    fast_begin(o, bacc, sm.m, sm.l, tid);
     const int srow = tid >> 4, spart = tid & 15;
     const int shi = fast_shi(a, r0, srow, len, lenW); /* softmax row: tokens [S, shi) */
     const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
@@ -3230,14 +3238,8 @@ __device__ static void fast8_part(dec_smem_fast<8> &sm, const dec_args &a, int b
     fast_q<8, 8>(a, b, r0, warp, gr, gc, qc, qr, sqc, sqr, qe);
     int *qex = (int *)&sm.pf[0][0];
     fast_qex(qex, qe, sqc, warp, gr, gc);
-    float o[8][4], bacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int n = 0; n < 8; n++)
-        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    if (tid < DEC_ROWS) {
-        sm.m[tid] = -INFINITY;
-        sm.l[tid] = 0.0f;
-    }
+    float o[8][4], bacc[4];
+    fast_begin(o, bacc, sm.m, sm.l, tid);
     const int srow = tid >> 4, spart = tid & 15;
     const int shi = fast_shi(a, r0, srow, len, lenW);
     const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
