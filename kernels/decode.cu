@@ -1499,7 +1499,8 @@ __device__ static void fast_part(dec_smem_fast<CB, Q8> &sm, const dec_args &a, i
     }
     cp_async_wait<1>(); /* page 0 (page 1 may be in flight) */
     __syncthreads();    /* page 0 landed; the rows' exponent fields */
-    { /* the row exponents (the codes' 2^-133, above) */
+    { /* the row exponents (the codes' 2^-133, above); inline, not fast_rowexp and
+       * fast_lsum: as calls they change decode_fast_kernel<CB, 0>'s SASS */
         int e0 = 0, e1 = 0;
 #pragma unroll
         for (int w = 0; w < 8; w++) {
