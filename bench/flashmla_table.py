@@ -15,29 +15,17 @@ C8R8 — their fastest variant, named; ratios to our best BF16 and to FlashMLA;
 GB/s and % of the copy bandwidth of the file each figure came from. Standard
 library only.
 """
-import csv
 import sys
 
-
-def read(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f, delimiter="\t"))
-
-
-def best(rows, prefix):
-    """fastest row whose config is prefix (variant 0) or 'prefix vN'"""
-    c = [r for r in rows if r["config"] == prefix or r["config"].startswith(prefix + " v")]
-    return min(c, key=lambda r: float(r["median_us"])) if c else None
+import tablelib
+from tablelib import best
 
 
 def main(argv):
-    if len(argv) > 1 and argv[1] in ("-h", "--help"):
-        sys.stdout.write(__doc__)
-        return 0
-    if len(argv) not in (4, 5):
-        sys.stderr.write(__doc__)
-        return 2
-    q, fm = read(argv[1]), read(argv[2])
+    st = tablelib.usage(argv, __doc__, lambda n: n in (4, 5))
+    if st is not None:
+        return st
+    q, fm = tablelib.read(argv[1]), tablelib.read(argv[2])
     qcopy = [r for r in q if r["kind"] == "copy"]
     fcopy = [r for r in fm if r["kind"] == "copy"]
     if not qcopy or not fcopy:
@@ -73,13 +61,13 @@ def main(argv):
             "H": f["kind"].split()[1][1:], "batch": f["batch"], "context": f["context"],
             "flashmla_us": "%.2f" % fu, "flashmla_pct_copy": f["pct_copy"],
             "flashmla_nmse": f["nmse"],
-            "bf16_best": bf["config"].split()[-1] if " v" in bf["config"] else "v0",
+            "bf16_best": tablelib.variant(bf),
             "bf16_best_us": "%.2f" % bu, "bf16_v0_us": v0[0]["median_us"] if v0 else "-",
             "bf16_pct_copy": bf["pct_copy"], "flashmla_over_bf16": "%.3f" % (fu / bu),
-            "c4r4_best": c4["config"].split()[-1] if " v" in c4["config"] else "v0",
+            "c4r4_best": tablelib.variant(c4),
             "c4r4_us": "%.2f" % c4u, "c4r4_pct_copy": c4["pct_copy"],
             "c4r4_over_bf16": "%.3f" % (c4u / bu), "c4r4_over_flashmla": "%.3f" % (c4u / fu),
-            "c2r4_best": c2["config"].split()[-1] if " v" in c2["config"] else "v0",
+            "c2r4_best": tablelib.variant(c2),
             "c2r4_us": "%.2f" % c2u, "c2r4_over_bf16": "%.3f" % (c2u / bu),
             "c2r4_over_flashmla": "%.3f" % (c2u / fu),
             "bf16_v3_us": b3["median_us"] if b3 else "-",
@@ -94,10 +82,7 @@ def main(argv):
             "c8r8_over_bf16": "%.3f" % (float(c8["median_us"]) / bu) if c8 else "-",
             "c8r8_over_flashmla": "%.3f" % (float(c8["median_us"]) / fu) if c8 else "-",
         })
-    with open(argv[3], "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols, delimiter="\t", lineterminator="\n")
-        w.writeheader()
-        w.writerows(out)
+    tablelib.write_tsv(argv[3], cols, out)
     md = ["copy bandwidth: %s GB/s (bench_decode), %s GB/s (bench_flashmla)"
           % (qcopy[0]["GBps"], fcopy[0]["GBps"]), "",
           "| H | b | context | FlashMLA µs (% copy) | our BF16 µs (variant, % copy) "
@@ -114,17 +99,9 @@ def main(argv):
                       r["c4r4_over_flashmla"], r["c2r4_over_bf16"], r["c2r4_over_flashmla"],
                       r["bf16_v5_over_v3"], r["bf16_v6_over_v3"], r["c8r8_over_bf16"],
                       r["c8r8_best"]))
-    text = "\n".join(md) + "\n"
-    if len(argv) == 5:
-        with open(argv[4], "w") as f:
-            f.write(text)
-    sys.stdout.write(text)
+    tablelib.write_text(md, argv[4] if len(argv) == 5 else None)
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv))
-    except (OSError, KeyError, ValueError) as e:
-        sys.stderr.write("%s: %s: %s\n" % (sys.argv[0], type(e).__name__, e))
-        sys.exit(1)
+    tablelib.run(main)

@@ -15,15 +15,11 @@ point where C4R4 is slower than BF16, our BF16 within 5 % of FlashMLA
 (FlashMLA / BF16 >= 0.95). Both files must come from the same call (their
 copy rows are printed). Standard library only; exit 1 naming the file and
 point when a point or a column is missing."""
-import csv
 import sys
 
+import tablelib
+
 DEFAULT_CFGS = ["C4R4 v7", "C2R4 v7", "C8R8 v0", "C8R8 v9", "C8R8 v10"]
-
-
-def read(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f, delimiter="\t"))
 
 
 def fail(msg):
@@ -36,15 +32,12 @@ def rng(xs):
 
 
 def main(argv):
-    if len(argv) > 1 and argv[1] in ("-h", "--help"):
-        sys.stdout.write(__doc__)
-        return 0
-    if len(argv) < 5:
-        sys.stderr.write(__doc__)
-        return 2
+    st = tablelib.usage(argv, __doc__, lambda n: n >= 5)
+    if st is not None:
+        return st
     qpath, fpath, out_tsv, out_md = argv[1:5]
     cfgs = argv[5:] or DEFAULT_CFGS
-    q, fm = read(qpath), read(fpath)
+    q, fm = tablelib.read(qpath), tablelib.read(fpath)
     qcopy = [r for r in q if r["kind"] == "copy"]
     fcopy = [r for r in fm if r["kind"] == "copy"]
     if not qcopy or not fcopy:
@@ -71,8 +64,7 @@ def main(argv):
             fail("%s: no BF16 row at %s b %d context %d" % ((qpath,) + k))
         f = fml.get(k)
         bu = float(d["BF16"]["median_us"])
-        bb = min((r for c, r in d.items() if c == "BF16" or c.startswith("BF16 v")),
-                 key=lambda r: float(r["median_us"]))
+        bb = tablelib.best(d.values(), "BF16")
         bbu = float(bb["median_us"])
         fu = float(f["median_us"]) if f else float("nan")
         h, sq = k[0].split()[1][1:], k[0].split()[2][2:]
@@ -82,7 +74,7 @@ def main(argv):
                "flashmla_GBps": f["GBps"] if f else "-",
                "flashmla_pct_copy": f["pct_copy"] if f else "-",
                "flashmla_over_bf16": "%.3f" % (fu / bu) if f else "-",
-               "bf16_best": bb["config"].split()[-1] if " v" in bb["config"] else "v0",
+               "bf16_best": tablelib.variant(bb),
                "bf16_best_us": "%.2f" % bbu,
                "flashmla_over_bf16_best": "%.3f" % (fu / bbu) if f else "-"}
         for c in cfgs:
@@ -95,10 +87,7 @@ def main(argv):
             row[n + "_over_bf16"] = "%.3f" % (u / bu) if r else "-"
             row[n + "_over_flashmla"] = "%.3f" % (u / fu) if r and f else "-"
         out.append(row)
-    with open(out_tsv, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=cols, delimiter="\t", lineterminator="\n")
-        w.writeheader()
-        w.writerows(out)
+    tablelib.write_tsv(out_tsv, cols, out)
     md = ["copy bandwidth: %s GB/s (bench_decode), %s GB/s (bench_flashmla); ratios to our "
           "BF16 (variant 0) of the same run" % (qcopy[0]["GBps"], fcopy[0]["GBps"]), "",
           "| H | s_q | b | context | BF16 µs (% copy) | FlashMLA µs (% copy) | FlashMLA / BF16 "
@@ -161,16 +150,9 @@ def main(argv):
     md.append("- the same against our fastest BF16 variant of each point: %d of %d points; "
               "FlashMLA / best BF16 %s (H 16: %s)" % (sum(x >= 0.95 for x in fb), len(fb),
                                                      rng(fb), rng(fb16)))
-    text = "\n".join(md) + "\n"
-    with open(out_md, "w") as fh:
-        fh.write(text)
-    sys.stdout.write(text)
+    tablelib.write_text(md, out_md)
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv))
-    except (OSError, KeyError, ValueError) as e:
-        sys.stderr.write("%s: %s: %s\n" % (sys.argv[0], type(e).__name__, e))
-        sys.exit(1)
+    tablelib.run(main)

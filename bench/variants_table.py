@@ -12,19 +12,14 @@ fastest variant, its ratio to the best BF16 and its % of the file's copy
 bandwidth; and variant 2's ratio (the warp-specialised kernel). Standard
 library only.
 """
-import csv
-import sys
+import tablelib
 
 
 def main(argv):
-    if len(argv) > 1 and argv[1] in ("-h", "--help"):
-        sys.stdout.write(__doc__)
-        return 0
-    if len(argv) < 2:
-        sys.stderr.write(__doc__)
-        return 2
-    with open(argv[1], newline="") as f:
-        rows = [r for r in csv.DictReader(f, delimiter="\t") if r["kind"].startswith("decode")]
+    st = tablelib.usage(argv, __doc__, lambda n: n >= 2)
+    if st is not None:
+        return st
+    rows = [r for r in tablelib.read(argv[1]) if r["kind"].startswith("decode")]
     kinds = argv[2:] or sorted({r["kind"] for r in rows}, key=lambda k: (len(k), k))
     print("| shape | b | context | best BF16 µs (variant) | C4R4 best (variant, % copy) "
           "| C4R4 v2 | C2R4 best (variant) | C2R4 v2 | C8R8 best (variant) | C8R8 v2 |")
@@ -35,8 +30,9 @@ def main(argv):
             if r["kind"] == kind:
                 pts.setdefault((int(r["batch"]), int(r["context"])), {})[r["config"]] = r
         for (b, ctx), c in sorted(pts.items()):
-            bf = min((r for k, r in c.items() if k == "BF16" or k.startswith("BF16 v")),
-                     key=lambda r: float(r["median_us"]))
+            bf = tablelib.best(c.values(), "BF16")
+            if bf is None:
+                raise ValueError("%s: no BF16 row at %s b %d context %d" % (argv[1], kind, b, ctx))
             bu = float(bf["median_us"])
 
             def best(cfg):
@@ -54,15 +50,11 @@ def main(argv):
             ctxs = "%dK" % (ctx // 1024) if ctx < 1 << 20 else "%dM" % (ctx >> 20)
             shape = kind.replace("decode ", "").replace("h", "H ").replace(" sq", ", s_q ")
             print("| %s | %d | %s | %.1f (%s) | %s | %s | %s | %s | %s | %s |" % (
-                shape, b, ctxs, bu, bf["config"].split()[-1] if " v" in bf["config"] else "v0",
+                shape, b, ctxs, bu, tablelib.variant(bf),
                 best("C4R4")[0], v2("C4R4"), best("C2R4")[0].split(",")[0] + ")",
                 v2("C2R4"), best("C8R8")[0].split(",")[0] + ")", v2("C8R8")))
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv))
-    except (OSError, KeyError, ValueError) as e:
-        sys.stderr.write("%s: %s: %s\n" % (sys.argv[0], type(e).__name__, e))
-        sys.exit(1)
+    tablelib.run(main)

@@ -1075,6 +1075,156 @@ __device__ static inline void fast_meta(SM &sm, const uint8_t *pg, int t0, int S
     __syncwarp();
 }
 
+/* ---- pieces of the fast kernels' pages (fast_part, fast_part_mr, and
+ * variants 9 and 10: fast8_part, fast8b_part), inlined where they are used:
+ * the same source for the same arithmetic, each caller's machine code
+ * unchanged (scripts/cubin-text-cmp.py, docs/decode.md) ---- */
+
+/* The 4 MMAs of one group's 16 x 8 scores (Q.q of n-tile codes bc): two
+ * chains of two dependent MMAs instead of one of four (H200 run 23: up to
+ * 1.4 % faster than the single chain). */
+__device__ static inline void qk_group(float c[4], const uint32_t qc[4][4], const uint32_t bc[8])
+{
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    c[0] = c[1] = c[2] = c[3] = 0.0f;
+    mma16816(c, qc[0], bc[0], bc[1]);
+    mma16816(d, qc[1], bc[2], bc[3]);
+    mma16816(c, qc[2], bc[4], bc[5]);
+    mma16816(d, qc[3], bc[6], bc[7]);
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        c[k] += d[k];
+}
+
+/* The warp's query exponent fields qe and unscaled sums sqc of rows gr,
+ * gr + 8 into qex (lanes gc = 0): [warp][row], then [8 + warp][row]. */
+__device__ static inline void fast_qex(int *qex, const int qe[2], const float sqc[2], int warp,
+                                       int gr, int gc)
+{
+    if (gc == 0) {
+        qex[warp * DEC_ROWS + gr] = qe[0];
+        qex[warp * DEC_ROWS + gr + 8] = qe[1];
+        qex[8 * DEC_ROWS + warp * DEC_ROWS + gr] = __float_as_int(sqc[0]);
+        qex[8 * DEC_ROWS + warp * DEC_ROWS + gr + 8] = __float_as_int(sqc[1]);
+    }
+}
+
+/* The row exponents E of rows gr, gr + 8 (the codes' 2^-133): from the
+ * largest of the 8 warps' exponent fields in qex. */
+__device__ static inline void fast_rowexp(const int *qex, int gr, int E[2])
+{
+    int e0 = 0, e1 = 0;
+#pragma unroll
+    for (int w = 0; w < 8; w++) {
+        e0 = max(e0, qex[w * DEC_ROWS + gr]);
+        e1 = max(e1, qex[w * DEC_ROWS + gr + 8]);
+    }
+    E[0] = subn_rowexp(e0);
+    E[1] = subn_rowexp(e1);
+}
+
+/* A of the l sum(Q) MMA: row gr / gr + 8 (E[0] / E[1]), k 2g, 2g + 1
+ * = sum(Q) of group g times 2^(E - 133) (as sqc: |x| < 1) as float16
+ * high and low parts (22 bits), g = gc (a0, a1), gc + 4 (a2, a3); qex: the
+ * unscaled group sums at [8 DEC_ROWS + g DEC_ROWS + row]. And the rows'
+ * softmax scales zs[gr], zs[gr + 8] (lanes 0, 4, .., 28 of warp 0). */
+__device__ static inline void fast_lsum(const dec_args &a, const int *qex, const int E[2],
+                                        uint32_t lqa[4], float *zs, int tid, int gr, int gc)
+{
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int hr = k & 1, g = gc + 4 * (k >> 1);
+        const float x = __fmul_rn(__int_as_float(qex[8 * DEC_ROWS + g * DEC_ROWS + gr + 8 * hr]),
+                                  pow2f(E[hr] - 133));
+        const __half h = __float2half_rn(x);
+        const __half l = __float2half_rn(x - __half2float(h));
+        lqa[k] = (uint32_t)__half_as_ushort(h) | ((uint32_t)__half_as_ushort(l) << 16);
+    }
+    if (tid < 32 && gc == 0) {
+        zs[gr] = a.scale_log2 * pow2f(133 - E[0]);
+        zs[gr + 8] = a.scale_log2 * pow2f(133 - E[1]);
+    }
+}
+
+/* A row tile's start: the accumulators zeroed, its rows' softmax state
+ * (maximum -inf, sum 0). */
+__device__ static inline void fast_begin(float o[8][4], float bacc[4], float *m, float *l, int tid)
+{
+    bacc[0] = bacc[1] = bacc[2] = bacc[3] = 0.0f;
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    if (tid < DEC_ROWS) {
+        m[tid] = -INFINITY;
+        l[tid] = 0.0f;
+    }
+}
+
+/* The softmax row of this thread (row r0 + srow): tokens [S, shi) visible. */
+__device__ static inline int fast_shi(const dec_args &a, int r0, int srow, int len, int lenW)
+{
+    const int r = r0 + srow;
+    if (r >= a.R)
+        return 0;
+    const int v = len - a.s_q + r / a.H + 1;
+    return v < lenW ? v : lenW;
+}
+
+/* PV's rescale of a tile's accumulators (o, the bias columns bacc) by the
+ * rows' softmax factors alpha[gr], alpha[gr + 8]; skipped when no row of
+ * the warp changed its maximum. */
+__device__ static inline void pv_rescale(float o[8][4], float bacc[4], const float *alpha, int gr)
+{
+    const float al0 = alpha[gr], al1 = alpha[gr + 8];
+    if (__any_sync(0xffffffffu, al0 != 1.0f || al1 != 1.0f)) {
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            o[n][0] *= al0;
+            o[n][1] *= al0;
+            o[n][2] *= al1;
+            o[n][3] *= al1;
+        }
+        bacc[0] *= al0;
+        bacc[1] *= al0;
+        bacc[2] *= al1;
+        bacc[3] *= al1;
+    }
+}
+
+/* A of a PV k-step: BF16(P s) of rows gr, gr + 8 at tokens tA, tA + 1
+ * (s: sA) and tC, tC + 1 (sC). */
+__device__ static inline void pv_pa(const float *p0, const float *p1, int tA, int tC,
+                                    float2 sA, float2 sC, uint32_t pa[4])
+{
+    const float2 pA0 = *(const float2 *)&p0[tA];
+    const float2 pA1 = *(const float2 *)&p1[tA];
+    const float2 pC0 = *(const float2 *)&p0[tC];
+    const float2 pC1 = *(const float2 *)&p1[tC];
+    pa[0] = bf16x2(pA0.x * sA.x, pA0.y * sA.y);
+    pa[1] = bf16x2(pA1.x * sA.x, pA1.y * sA.y);
+    pa[2] = bf16x2(pC0.x * sC.x, pC0.y * sC.y);
+    pa[3] = bf16x2(pC1.x * sC.x, pC1.y * sC.y);
+}
+
+/* PV k-step ks of group `warp`, what every code width shares: its A (s
+ * from sm.pvs, pv_pa) and the MMA of the bias columns (B: the l / s
+ * tables bsrc, high part in n-row 0, low in 1, zero in the others). */
+template <class SM>
+__device__ static inline void pv_kstep(const SM &sm, const uint16_t *bsrc, int ks, int warp,
+                                       int gr, int gc, uint32_t pa[4], float bacc[4])
+{
+    const int tA = 16 * ks + 2 * gc, tC = tA + 8;
+    const float2 sA = *(const float2 *)&sm.pvs[warp][tA];
+    const float2 sC = *(const float2 *)&sm.pvs[warp][tC];
+    pv_pa(sm.pf[gr], sm.pf[gr + 8], tA, tC, sA, sC, pa);
+    uint32_t b0 = 0, b1 = 0;
+    if (gr < 2) {
+        b0 = *(const uint32_t *)&bsrc[tA];
+        b1 = *(const uint32_t *)&bsrc[tC];
+    }
+    mma16816(bacc, pa, b0, b1);
+}
+
 /* QK of page `pg`: the partial scores s (Q.q) of group `warp` (plus, for
  * tokens 8 warp .., the RoPE group and the content groups' l sum(Q)) into
  * sm.sp[warp]. */
@@ -1096,18 +1246,8 @@ __device__ static inline void fast_qk(dec_smem_fast<CB, Q8> &sm, const uint8_t *
         } else {
             crumb_codes(*(const uint32_t *)p, bc);
         }
-        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        { /* two chains of two dependent MMAs instead of one of four (H200
-           * run 23: up to 1.4 % faster than the single chain) */
-            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            mma16816(c, qc[0], bc[0], bc[1]);
-            mma16816(d, qc[1], bc[2], bc[3]);
-            mma16816(c, qc[2], bc[4], bc[5]);
-            mma16816(d, qc[3], bc[6], bc[7]);
-#pragma unroll
-            for (int k = 0; k < 4; k++)
-                c[k] += d[k];
-        }
+        float c[4];
+        qk_group(c, qc, bc);
         const float4 mm = *(const float4 *)&sm.qkm[warp][8 * j + 2 * gc];
         *(float2 *)&sm.sp[warp][gr][8 * j + 2 * gc] = make_float2(mm.x * c[0], mm.z * c[1]);
         *(float2 *)&sm.sp[warp][gr + 8][8 * j + 2 * gc] = make_float2(mm.x * c[2], mm.z * c[3]);
@@ -1161,14 +1301,16 @@ __device__ static inline void fast_qk(dec_smem_fast<CB, Q8> &sm, const uint8_t *
 }
 
 /* Online softmax of the page's scores (16 threads per row, 4 tokens each,
- * the 8 partials summed in a fixed order): P into sm.pf, rescale factor. */
-template <int CB, bool Q8 = false>
-__device__ static inline void fast_softmax(dec_smem_fast<CB, Q8> &sm, const dec_args &a, int t0,
-                                           int shi, int srow, int spart)
+ * the NP partials sm.sp summed in a fixed order): P into sm.pf, rescale
+ * factor. VIS: pages whose 4 tokens are all visible skip the per-token
+ * test (variant 10 has no such path). */
+template <int NP, bool VIS, class SM>
+__device__ static inline void fast_softmax(SM &sm, const dec_args &a, int t0, int shi, int srow,
+                                           int spart)
 {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-    for (int w = 0; w < 8; w++) {
+    for (int w = 0; w < NP; w++) {
         const float4 c = *(const float4 *)&sm.sp[w][srow][spart * 4];
         acc[0] += c.x;
         acc[1] += c.y;
@@ -1178,7 +1320,7 @@ __device__ static inline void fast_softmax(dec_smem_fast<CB, Q8> &sm, const dec_
     float z[4], p[4];
     const float zs = sm.zs[srow];
     const int tb = t0 + spart * 4;
-    if (tb >= a.S && tb + 4 <= shi) { /* all 4 visible (most pages) */
+    if (VIS && tb >= a.S && tb + 4 <= shi) { /* all 4 visible (most pages) */
 #pragma unroll
         for (int u = 0; u < 4; u++)
             z[u] = acc[u] * zs;
@@ -1192,74 +1334,62 @@ __device__ static inline void fast_softmax(dec_smem_fast<CB, Q8> &sm, const dec_
 }
 
 /* PV of page `pg` for output channels 64 warp + 8n + nt (n: column of
- * n-tile nt), and the bias columns. */
-template <int CB, bool Q8 = false>
-__device__ static inline void fast_pv(dec_smem_fast<CB, Q8> &sm, const uint8_t *pg,
-                                      const fast_lane<CB> &fl, float o[8][4], float bacc[4],
-                                      int warp, int gr, int gc)
+ * n-tile nt), and the bias columns; SM, FL: the kernel's shared memory and
+ * lane offsets (CB 8, variants 9 and 10: dec_smem_fast<8> or dec_smem_f8b,
+ * fast8_lane; output channel 64 warp + 8 n + nt is byte nt of lane n's 8
+ * bytes of a token). */
+template <int CB, class SM, class FL>
+__device__ static inline void fast_pv(SM &sm, const uint8_t *pg, const FL &fl, float o[8][4],
+                                      float bacc[4], int warp, int gr, int gc)
 {
     typedef fcfg<CB> F; /* the codes' offsets: the same for either metadata */
-    const float al0 = sm.alpha[gr], al1 = sm.alpha[gr + 8];
-    if (__any_sync(0xffffffffu, al0 != 1.0f || al1 != 1.0f)) {
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-            o[n][0] *= al0;
-            o[n][1] *= al0;
-            o[n][2] *= al1;
-            o[n][3] *= al1;
-        }
-        bacc[0] *= al0;
-        bacc[1] *= al0;
-        bacc[2] *= al1;
-        bacc[3] *= al1;
-    }
+    pv_rescale(o, bacc, sm.alpha, gr);
     const uint16_t *bsrc = gr == 0 ? sm.bh[warp] : sm.bl[warp];
 #pragma unroll PV_UNROLL
     for (int ks = 0; ks < 4; ks++) {
-        const int tA = 16 * ks + 2 * gc, tC = tA + 8;
-        const float2 sA = *(const float2 *)&sm.pvs[warp][tA];
-        const float2 sC = *(const float2 *)&sm.pvs[warp][tC];
-        const float2 pA0 = *(const float2 *)&sm.pf[gr][tA];
-        const float2 pA1 = *(const float2 *)&sm.pf[gr + 8][tA];
-        const float2 pC0 = *(const float2 *)&sm.pf[gr][tC];
-        const float2 pC1 = *(const float2 *)&sm.pf[gr + 8][tC];
         uint32_t pa[4];
-        pa[0] = bf16x2(pA0.x * sA.x, pA0.y * sA.y);
-        pa[1] = bf16x2(pA1.x * sA.x, pA1.y * sA.y);
-        pa[2] = bf16x2(pC0.x * sC.x, pC0.y * sC.y);
-        pa[3] = bf16x2(pC1.x * sC.x, pC1.y * sC.y);
-        {
-            uint32_t b0 = 0, b1 = 0;
-            if (gr < 2) {
-                b0 = *(const uint32_t *)&bsrc[tA];
-                b1 = *(const uint32_t *)&bsrc[tC];
-            }
-            mma16816(bacc, pa, b0, b1);
-        }
+        pv_kstep(sm, bsrc, ks, warp, gr, gc, pa, bacc);
         const uint8_t *p = pg + 16 * ks * F::CBC;
-        const uint32_t wa = *(const uint32_t *)(p + fl.poff[0]);
-        const uint32_t wb = *(const uint32_t *)(p + fl.poff[1]);
-        const uint32_t wc = *(const uint32_t *)(p + fl.poff[2]);
-        const uint32_t wd = *(const uint32_t *)(p + fl.poff[3]);
-        if constexpr (CB == 4) {
-#pragma unroll
-            for (int jb = 0; jb < 4; jb++) {
-                /* bytes (a_jb, a_jb, b_jb, b_jb): channels 2jb, 2jb+1 of both tokens */
-                const uint32_t sel = jb | (jb << 4) | ((4 + jb) << 8) | ((4 + jb) << 12);
-                const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
-                /* low nibbles at p = 0, high nibbles at p = 4 (unshifted) */
-                mma16816(o[2 * jb], pa, x & 0x000f000fu, y & 0x000f000fu);
-                mma16816(o[2 * jb + 1], pa, x & 0x00f000f0u, y & 0x00f000f0u);
-            }
-        } else {
-            const int h = gr & 1;
-            const uint32_t sel = (2 * h) | ((2 * h + 1) << 4) | ((4 + 2 * h) << 8) | ((5 + 2 * h) << 12);
-            const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
-            const uint32_t x8 = x >> 8, y8 = y >> 8;
+        if constexpr (CB == 8) {
+            const uint2 wa = *(const uint2 *)(p + fl.poff[0]);
+            const uint2 wb = *(const uint2 *)(p + fl.poff[1]);
+            const uint2 wc = *(const uint2 *)(p + fl.poff[0] + 8 * F::CBC);
+            const uint2 wd = *(const uint2 *)(p + fl.poff[1] + 8 * F::CBC);
 #pragma unroll
             for (int nt = 0; nt < 8; nt++) {
-                const uint32_t mk = 0x00030003u << subn_pos<2>(nt);
-                mma16816(o[nt], pa, (nt < 4 ? x : x8) & mk, (nt < 4 ? y : y8) & mk);
+                /* bytes (a_jb, a_jb, b_jb, b_jb), masked: channel byte jb of both tokens */
+                const int jb = nt & 3;
+                const uint32_t sel = jb | (jb << 4) | ((4 + jb) << 8) | ((4 + jb) << 12);
+                const uint32_t x = __byte_perm(nt < 4 ? wa.x : wa.y, nt < 4 ? wb.x : wb.y, sel);
+                const uint32_t y = __byte_perm(nt < 4 ? wc.x : wc.y, nt < 4 ? wd.x : wd.y, sel);
+                mma16816(o[nt], pa, x & 0x00ff00ffu, y & 0x00ff00ffu);
+            }
+        } else {
+            const uint32_t wa = *(const uint32_t *)(p + fl.poff[0]);
+            const uint32_t wb = *(const uint32_t *)(p + fl.poff[1]);
+            const uint32_t wc = *(const uint32_t *)(p + fl.poff[2]);
+            const uint32_t wd = *(const uint32_t *)(p + fl.poff[3]);
+            if constexpr (CB == 4) {
+#pragma unroll
+                for (int jb = 0; jb < 4; jb++) {
+                    /* bytes (a_jb, a_jb, b_jb, b_jb): channels 2jb, 2jb+1 of both tokens */
+                    const uint32_t sel = jb | (jb << 4) | ((4 + jb) << 8) | ((4 + jb) << 12);
+                    const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
+                    /* low nibbles at p = 0, high nibbles at p = 4 (unshifted) */
+                    mma16816(o[2 * jb], pa, x & 0x000f000fu, y & 0x000f000fu);
+                    mma16816(o[2 * jb + 1], pa, x & 0x00f000f0u, y & 0x00f000f0u);
+                }
+            } else {
+                const int h = gr & 1;
+                const uint32_t sel =
+                    (2 * h) | ((2 * h + 1) << 4) | ((4 + 2 * h) << 8) | ((5 + 2 * h) << 12);
+                const uint32_t x = __byte_perm(wa, wb, sel), y = __byte_perm(wc, wd, sel);
+                const uint32_t x8 = x >> 8, y8 = y >> 8;
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++) {
+                    const uint32_t mk = 0x00030003u << subn_pos<2>(nt);
+                    mma16816(o[nt], pa, (nt < 4 ? x : x8) & mk, (nt < 4 ? y : y8) & mk);
+                }
             }
         }
     }
@@ -1270,6 +1400,56 @@ __device__ static inline void fast_pv(dec_smem_fast<CB, Q8> &sm, const uint8_t *
 template <int CB> __host__ __device__ static constexpr float pv_unscale(int nt)
 {
     return (float)(1 << 23) / (float)(1 << subn_pos<CB>(nt));
+}
+
+/* The split's normalised partial output and LSE of the row tile at r0
+ * (l, mx: its softmax sums and maxima, rows 0 .. 15): the bias columns 0
+ * (high) and 1 (low) live in lanes gc = 0. VEC: channel 64 warp + 16 gc +
+ * 8 e + nt, the lane's 16 consecutive channels of rows gr and gr + 8, as
+ * 4 float4 each (float4 k: e = k / 2, nt = 4 (k % 2) .. + 3); otherwise
+ * one float per store: 8x the partials' bytes in L2 write sectors (the
+ * short-context cost measured in H200 run 19, docs/decode.md). */
+template <int CB, bool VEC>
+__device__ static inline void fast_store(const dec_args &a, const float *l, const float *mx, int b,
+                                         int r0, int slot, const float o[8][4],
+                                         const float bacc[4], int tid)
+{
+    const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
+    float b0 = bacc[0] + bacc[1], b1 = bacc[2] + bacc[3];
+    b0 = __shfl_sync(0xffffffffu, b0, lane & ~3);
+    b1 = __shfl_sync(0xffffffffu, b1, lane & ~3);
+    const size_t base = ((size_t)b * a.n_splits + slot) * a.R_pad + r0;
+    const float la = l[gr], lb = l[gr + 8];
+    const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
+    if constexpr (VEC) {
+        float4 *d0 = (float4 *)(a.o_part + (base + gr) * QMLA_KV_DC + 64 * warp + 16 * gc);
+        float4 *d1 = (float4 *)(a.o_part + (base + gr + 8) * QMLA_KV_DC + 64 * warp + 16 * gc);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int e = k >> 1, n0 = 4 * (k & 1);
+#define QMLA_OUT(N, C, BB, I) (fmaf(o[N][C], pv_unscale<CB>(N), BB) * (I))
+            d0[k] = make_float4(QMLA_OUT(n0, e, b0, ia), QMLA_OUT(n0 + 1, e, b0, ia),
+                                QMLA_OUT(n0 + 2, e, b0, ia), QMLA_OUT(n0 + 3, e, b0, ia));
+            d1[k] = make_float4(QMLA_OUT(n0, 2 + e, b1, ib), QMLA_OUT(n0 + 1, 2 + e, b1, ib),
+                                QMLA_OUT(n0 + 2, 2 + e, b1, ib), QMLA_OUT(n0 + 3, 2 + e, b1, ib));
+#undef QMLA_OUT
+        }
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int ch = 64 * warp + 8 * (2 * gc + e) + nt;
+                a.o_part[(base + gr) * QMLA_KV_DC + ch] =
+                    fmaf(o[nt][e], pv_unscale<CB>(nt), b0) * ia;
+                a.o_part[(base + gr + 8) * QMLA_KV_DC + ch] =
+                    fmaf(o[nt][2 + e], pv_unscale<CB>(nt), b1) * ib;
+            }
+    }
+    if (tid < DEC_ROWS) {
+        const float lt = l[tid];
+        a.lse_part[base + tid] = lt > 0.0f ? (mx[tid] + log2f(lt)) * LN2 : -INFINITY;
+    }
 }
 
 /* Pages of split `split`: per page two barriers; PV of page i and QK of
@@ -1296,31 +1476,13 @@ __device__ static void fast_part(dec_smem_fast<CB, Q8> &sm, const dec_args &a, i
     /* the rows' exponent fields per warp, [8][16], in sm.pf (unused until
      * the first softmax, two barriers later) */
     int *qex = (int *)&sm.pf[0][0];
-    if (gc == 0) {
-        qex[warp * DEC_ROWS + gr] = qe[0];
-        qex[warp * DEC_ROWS + gr + 8] = qe[1];
-        qex[8 * DEC_ROWS + warp * DEC_ROWS + gr] = __float_as_int(sqc[0]); /* unscaled sum(Q) */
-        qex[8 * DEC_ROWS + warp * DEC_ROWS + gr + 8] = __float_as_int(sqc[1]);
-    }
+    fast_qex(qex, qe, sqc, warp, gr, gc);
     if (tid < DEC_ROWS)
         sm.zs[tid] = a.scale_log2; /* set below for every row; kept: the measured SASS (run 23) */
-    float o[8][4], bacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int n = 0; n < 8; n++)
-        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    if (tid < DEC_ROWS) {
-        sm.m[tid] = -INFINITY;
-        sm.l[tid] = 0.0f;
-    }
+    float o[8][4], bacc[4];
+    fast_begin(o, bacc, sm.m, sm.l, tid);
     const int srow = tid >> 4, spart = tid & 15;
-    int shi = 0; /* softmax row: tokens [S, shi) */
-    {
-        const int r = r0 + srow;
-        if (r < a.R) {
-            const int v = len - a.s_q + r / a.H + 1;
-            shi = v < lenW ? v : lenW;
-        }
-    }
+    const int shi = fast_shi(a, r0, srow, len, lenW); /* softmax row: tokens [S, shi) */
     const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
     /* Iteration i: softmax and PV of page i (i >= 0), QK of page i + 1;
      * page i + 2 is copied meanwhile (issued at i, awaited at i + 1). The
@@ -1337,7 +1499,8 @@ __device__ static void fast_part(dec_smem_fast<CB, Q8> &sm, const dec_args &a, i
     }
     cp_async_wait<1>(); /* page 0 (page 1 may be in flight) */
     __syncthreads();    /* page 0 landed; the rows' exponent fields */
-    { /* the row exponents (the codes' 2^-133, above) */
+    { /* the row exponents (the codes' 2^-133, above); inline, not fast_rowexp and
+       * fast_lsum: as calls they change decode_fast_kernel<CB, 0>'s SASS */
         int e0 = 0, e1 = 0;
 #pragma unroll
         for (int w = 0; w < 8; w++) {
@@ -1366,14 +1529,14 @@ __device__ static void fast_part(dec_smem_fast<CB, Q8> &sm, const dec_args &a, i
     for (int i = -1; i < np; i++) {
         if (i >= 0) {
             __syncthreads(); /* scores of page i complete */
-            fast_softmax<CB, Q8>(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
+            fast_softmax<8, true>(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
             cp_async_wait<0>();
             __syncthreads(); /* P of page i; page i+1 landed; page i-1 consumed */
             if (i + 2 < np)
                 fast_issue<CB, Q8>(sm.stage[(i + 2) % F::NST],
                                a.pool + (size_t)bt[p0 + i + 2] * F::PB, fl.dswz, tid);
             cp_async_commit();
-            fast_pv<CB, Q8>(sm, sm.stage[i % F::NST], fl, o, bacc, warp, gr, gc);
+            fast_pv<CB>(sm, sm.stage[i % F::NST], fl, o, bacc, warp, gr, gc);
         }
         if (i + 1 < np) {
             __syncwarp();
@@ -1383,46 +1546,7 @@ __device__ static void fast_part(dec_smem_fast<CB, Q8> &sm, const dec_args &a, i
         }
     }
     __syncthreads();
-    /* the bias columns 0 (high) and 1 (low) live in lanes gc = 0 */
-    float b0 = bacc[0] + bacc[1], b1 = bacc[2] + bacc[3];
-    b0 = __shfl_sync(0xffffffffu, b0, lane & ~3);
-    b1 = __shfl_sync(0xffffffffu, b1, lane & ~3);
-    const size_t base = ((size_t)b * a.n_splits + slot) * a.R_pad + r0;
-    const float la = sm.l[gr], lb = sm.l[gr + 8];
-    const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
-#if QMLA_DECODE_VEC_EPILOGUE
-    /* channel 64 warp + 16 gc + 8 e + nt: the lane's 16 consecutive
-     * channels of rows gr and gr + 8, as 4 float4 each (float4 k: e = k / 2,
-     * nt = 4 (k % 2) .. + 3) */
-    float4 *d0 = (float4 *)(a.o_part + (base + gr) * QMLA_KV_DC + 64 * warp + 16 * gc);
-    float4 *d1 = (float4 *)(a.o_part + (base + gr + 8) * QMLA_KV_DC + 64 * warp + 16 * gc);
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int e = k >> 1, n0 = 4 * (k & 1);
-#define QMLA_OUT(N, C, BB, I) (fmaf(o[N][C], pv_unscale<CB>(N), BB) * (I))
-        d0[k] = make_float4(QMLA_OUT(n0, e, b0, ia), QMLA_OUT(n0 + 1, e, b0, ia),
-                            QMLA_OUT(n0 + 2, e, b0, ia), QMLA_OUT(n0 + 3, e, b0, ia));
-        d1[k] = make_float4(QMLA_OUT(n0, 2 + e, b1, ib), QMLA_OUT(n0 + 1, 2 + e, b1, ib),
-                            QMLA_OUT(n0 + 2, 2 + e, b1, ib), QMLA_OUT(n0 + 3, 2 + e, b1, ib));
-#undef QMLA_OUT
-    }
-#else
-    /* one float per store: 8x the partials' bytes in L2 write sectors (the
-     * short-context cost measured in H200 run 19, docs/decode.md) */
-#pragma unroll
-    for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int ch = 64 * warp + 8 * (2 * gc + e) + nt;
-            a.o_part[(base + gr) * QMLA_KV_DC + ch] = fmaf(o[nt][e], pv_unscale<CB>(nt), b0) * ia;
-            a.o_part[(base + gr + 8) * QMLA_KV_DC + ch] =
-                fmaf(o[nt][2 + e], pv_unscale<CB>(nt), b1) * ib;
-        }
-#endif
-    if (tid < DEC_ROWS) {
-        const float l = sm.l[tid];
-        a.lse_part[base + tid] = l > 0.0f ? (sm.m[tid] + log2f(l)) * LN2 : -INFINITY;
-    }
+    fast_store<CB, QMLA_DECODE_VEC_EPILOGUE>(a, sm.l, sm.m, b, r0, slot, o, bacc, tid);
 }
 
 /* SEP 0 (variant 0): grid.x = n_splits - n_prot, the last n_prot blocks
@@ -1430,20 +1554,21 @@ __device__ static void fast_part(dec_smem_fast<CB, Q8> &sm, const dec_args &a, i
  * short-context plan): grid.x = n_splits, blocks n_splits - n_prot .. take
  * the protected tokens only, beside the packed blocks instead of after them
  * (the plan keeps the grid within one wave). */
-template <int CB, int SEP, bool Q8>
+template <int SEP, class SM,
+          void (*PART)(SM &, const dec_args &, int b, int r0, int split, int slot, int tid)>
 __device__ static __forceinline__ void fast_kernel_body(const dec_args &a, unsigned char *smem_raw)
 {
     const int b = blockIdx.z, r0 = blockIdx.y * DEC_ROWS, tid = threadIdx.x, x = blockIdx.x;
     if constexpr (SEP) {
         const int nblk = a.n_splits - a.n_prot;
         if (x < nblk)
-            fast_part<CB, Q8>(*(dec_smem_fast<CB, Q8> *)smem_raw, a, b, r0, x, x, tid);
+            PART(*(SM *)smem_raw, a, b, r0, x, x, tid);
         else
             prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, x - nblk, x, tid);
         return;
     }
     const int nblk = a.n_splits - a.n_prot; /* gridDim.x */
-    fast_part<CB, Q8>(*(dec_smem_fast<CB, Q8> *)smem_raw, a, b, r0, x, x, tid);
+    PART(*(SM *)smem_raw, a, b, r0, x, x, tid);
     const int k = x - (nblk - a.n_prot);
     if (k >= 0) { /* the last n_prot blocks (the fewest packed pages) */
         __syncthreads();
@@ -1454,7 +1579,7 @@ template <int CB, int SEP>
 __global__ void __launch_bounds__(DEC_THREADS, 2) decode_fast_kernel(dec_args a)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    fast_kernel_body<CB, SEP, false>(a, smem_raw);
+    fast_kernel_body<SEP, dec_smem_fast<CB>, fast_part<CB>>(a, smem_raw);
 }
 /* The same kernel on q8-metadata pages (fcfg<CB, true>: the page layout,
  * fast_meta and the l sum(Q) term of fast_qk read the q8 records). */
@@ -1462,7 +1587,7 @@ template <int CB, int SEP>
 __global__ void __launch_bounds__(DEC_THREADS, 2) decode_fast_q8_kernel(dec_args a)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    fast_kernel_body<CB, SEP, true>(a, smem_raw);
+    fast_kernel_body<SEP, dec_smem_fast<CB, true>, fast_part<CB, true>>(a, smem_raw);
 }
 
 /* ---- variant 6: the codes on tensor cores for MT row tiles per page ------
@@ -1523,14 +1648,8 @@ __device__ static inline void fast_qk_mr(dec_smem_fmr<CB, MT> &sm, const uint8_t
         const float4 mm = *(const float4 *)&sm.qkm[warp][8 * j + 2 * gc];
 #pragma unroll
         for (int m = 0; m < MT; m++) {
-            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            mma16816(c, qc[m][0], bc[0], bc[1]);
-            mma16816(d, qc[m][1], bc[2], bc[3]);
-            mma16816(c, qc[m][2], bc[4], bc[5]);
-            mma16816(d, qc[m][3], bc[6], bc[7]);
-#pragma unroll
-            for (int k = 0; k < 4; k++)
-                c[k] += d[k];
+            float c[4];
+            qk_group(c, qc[m], bc);
             *(float2 *)&sm.sp[m][warp][gr][8 * j + 2 * gc] = make_float2(mm.x * c[0], mm.z * c[1]);
             *(float2 *)&sm.sp[m][warp][gr + 8][8 * j + 2 * gc] =
                 make_float2(mm.x * c[2], mm.z * c[3]);
@@ -1608,22 +1727,8 @@ __device__ static inline void fast_pv_mr(dec_smem_fmr<CB, MT> &sm, const uint8_t
 {
     typedef fcfg<CB> F;
 #pragma unroll
-    for (int m = 0; m < MT; m++) {
-        const float al0 = sm.alpha[m * DEC_ROWS + gr], al1 = sm.alpha[m * DEC_ROWS + gr + 8];
-        if (__any_sync(0xffffffffu, al0 != 1.0f || al1 != 1.0f)) {
-#pragma unroll
-            for (int n = 0; n < 8; n++) {
-                o[m][n][0] *= al0;
-                o[m][n][1] *= al0;
-                o[m][n][2] *= al1;
-                o[m][n][3] *= al1;
-            }
-            bacc[m][0] *= al0;
-            bacc[m][1] *= al0;
-            bacc[m][2] *= al1;
-            bacc[m][3] *= al1;
-        }
-    }
+    for (int m = 0; m < MT; m++)
+        pv_rescale(o[m], bacc[m], sm.alpha + m * DEC_ROWS, gr);
     const uint16_t *bsrc = gr == 0 ? sm.bh[warp] : sm.bl[warp];
 #pragma unroll PV_UNROLL
     for (int ks = 0; ks < 4; ks++) {
@@ -1632,16 +1737,8 @@ __device__ static inline void fast_pv_mr(dec_smem_fmr<CB, MT> &sm, const uint8_t
         const float2 sC = *(const float2 *)&sm.pvs[warp][tC];
         uint32_t pa[MT][4];
 #pragma unroll
-        for (int m = 0; m < MT; m++) {
-            const float2 pA0 = *(const float2 *)&sm.pf[m][gr][tA];
-            const float2 pA1 = *(const float2 *)&sm.pf[m][gr + 8][tA];
-            const float2 pC0 = *(const float2 *)&sm.pf[m][gr][tC];
-            const float2 pC1 = *(const float2 *)&sm.pf[m][gr + 8][tC];
-            pa[m][0] = bf16x2(pA0.x * sA.x, pA0.y * sA.y);
-            pa[m][1] = bf16x2(pA1.x * sA.x, pA1.y * sA.y);
-            pa[m][2] = bf16x2(pC0.x * sC.x, pC0.y * sC.y);
-            pa[m][3] = bf16x2(pC1.x * sC.x, pC1.y * sC.y);
-        }
+        for (int m = 0; m < MT; m++)
+            pv_pa(sm.pf[m][gr], sm.pf[m][gr + 8], tA, tC, sA, sC, pa[m]);
         {
             uint32_t b0 = 0, b1 = 0;
             if (gr < 2) {
@@ -1707,13 +1804,7 @@ __device__ static void fast_part_mr(dec_smem_fmr<CB, MT> &sm, const dec_args &a,
     for (int m = 0; m < MT; m++) {
         int qe[2];
         fast_q<CB>(a, b, r0 + m * DEC_ROWS, warp, gr, gc, qc[m], qr[m], sqc[m], sqr[m], qe);
-        int *qex = (int *)&sm.pf[m][0][0];
-        if (gc == 0) {
-            qex[warp * DEC_ROWS + gr] = qe[0];
-            qex[warp * DEC_ROWS + gr + 8] = qe[1];
-            qex[8 * DEC_ROWS + warp * DEC_ROWS + gr] = __float_as_int(sqc[m][0]);
-            qex[8 * DEC_ROWS + warp * DEC_ROWS + gr + 8] = __float_as_int(sqc[m][1]);
-        }
+        fast_qex((int *)&sm.pf[m][0][0], qe, sqc[m], warp, gr, gc);
     }
     float o[MT][8][4], bacc[MT][4];
 #pragma unroll
@@ -1730,14 +1821,8 @@ __device__ static void fast_part_mr(dec_smem_fmr<CB, MT> &sm, const dec_args &a,
     const int srow = tid >> 4, spart = tid & 15;
     int shi[MT];
 #pragma unroll
-    for (int m = 0; m < MT; m++) {
-        shi[m] = 0;
-        const int r = r0 + m * DEC_ROWS + srow;
-        if (r < a.R) {
-            const int v = len - a.s_q + r / a.H + 1;
-            shi[m] = v < lenW ? v : lenW;
-        }
-    }
+    for (int m = 0; m < MT; m++)
+        shi[m] = fast_shi(a, r0 + m * DEC_ROWS, srow, len, lenW);
     const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
     if (np > 0) {
         fast_issue<CB>(sm.stage[0], a.pool + (size_t)bt[p0] * F::PB, fl.dswz, tid);
@@ -1751,27 +1836,10 @@ __device__ static void fast_part_mr(dec_smem_fmr<CB, MT> &sm, const dec_args &a,
 #pragma unroll
     for (int m = 0; m < MT; m++) {
         const int *qex = (const int *)&sm.pf[m][0][0];
-        int e0 = 0, e1 = 0;
-#pragma unroll
-        for (int w = 0; w < 8; w++) {
-            e0 = max(e0, qex[w * DEC_ROWS + gr]);
-            e1 = max(e1, qex[w * DEC_ROWS + gr + 8]);
-        }
-        const int E[2] = {subn_rowexp(e0), subn_rowexp(e1)};
+        int E[2];
+        fast_rowexp(qex, gr, E);
         fast_qscale<CB>(qc[m], qr[m], sqc[m], sqr[m], E);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int hr = k & 1, g = gc + 4 * (k >> 1);
-            const float x = __fmul_rn(__int_as_float(qex[8 * DEC_ROWS + g * DEC_ROWS + gr + 8 * hr]),
-                                      pow2f(E[hr] - 133));
-            const __half h = __float2half_rn(x);
-            const __half l = __float2half_rn(x - __half2float(h));
-            lqa[m][k] = (uint32_t)__half_as_ushort(h) | ((uint32_t)__half_as_ushort(l) << 16);
-        }
-        if (tid < 32 && gc == 0) {
-            sm.zs[m * DEC_ROWS + gr] = a.scale_log2 * pow2f(133 - E[0]);
-            sm.zs[m * DEC_ROWS + gr + 8] = a.scale_log2 * pow2f(133 - E[1]);
-        }
+        fast_lsum(a, qex, E, lqa[m], sm.zs + m * DEC_ROWS, tid, gr, gc);
     }
     for (int i = -1; i < np; i++) {
         if (i >= 0) {
@@ -1798,29 +1866,8 @@ __device__ static void fast_part_mr(dec_smem_fmr<CB, MT> &sm, const dec_args &a,
         const int rm = r0 + m * DEC_ROWS;
         if (rm >= a.R_pad)
             break; /* the same for the whole block */
-        float b0 = bacc[m][0] + bacc[m][1], b1 = bacc[m][2] + bacc[m][3];
-        b0 = __shfl_sync(0xffffffffu, b0, lane & ~3);
-        b1 = __shfl_sync(0xffffffffu, b1, lane & ~3);
-        const size_t base = ((size_t)b * a.n_splits + slot) * a.R_pad + rm;
-        const float la = sm.l[m * DEC_ROWS + gr], lb = sm.l[m * DEC_ROWS + gr + 8];
-        const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
-        float4 *d0 = (float4 *)(a.o_part + (base + gr) * QMLA_KV_DC + 64 * warp + 16 * gc);
-        float4 *d1 = (float4 *)(a.o_part + (base + gr + 8) * QMLA_KV_DC + 64 * warp + 16 * gc);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int e = k >> 1, n0 = 4 * (k & 1);
-#define QMLA_OUT(N, C, BB, I) (fmaf(o[m][N][C], pv_unscale<CB>(N), BB) * (I))
-            d0[k] = make_float4(QMLA_OUT(n0, e, b0, ia), QMLA_OUT(n0 + 1, e, b0, ia),
-                                QMLA_OUT(n0 + 2, e, b0, ia), QMLA_OUT(n0 + 3, e, b0, ia));
-            d1[k] = make_float4(QMLA_OUT(n0, 2 + e, b1, ib), QMLA_OUT(n0 + 1, 2 + e, b1, ib),
-                                QMLA_OUT(n0 + 2, 2 + e, b1, ib), QMLA_OUT(n0 + 3, 2 + e, b1, ib));
-#undef QMLA_OUT
-        }
-        if (tid < DEC_ROWS) {
-            const float l = sm.l[m * DEC_ROWS + tid];
-            a.lse_part[base + tid] =
-                l > 0.0f ? (sm.m[m * DEC_ROWS + tid] + log2f(l)) * LN2 : -INFINITY;
-        }
+        fast_store<CB, true>(a, sm.l + m * DEC_ROWS, sm.m + m * DEC_ROWS, b, rm, slot, o[m],
+                             bacc[m], tid);
     }
 }
 
@@ -3121,21 +3168,6 @@ __device__ static inline void byte_codes(const uint4 v, uint32_t r[8])
     }
 }
 
-/* The 4 MMAs of one group's 16 x 8 scores (Q.q of n-tile codes bc), as
- * fast_qk's two chains. */
-__device__ static inline void qk8_group(float c[4], const uint32_t qc[4][4], const uint32_t bc[8])
-{
-    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    c[0] = c[1] = c[2] = c[3] = 0.0f;
-    mma16816(c, qc[0], bc[0], bc[1]);
-    mma16816(d, qc[1], bc[2], bc[3]);
-    mma16816(c, qc[2], bc[4], bc[5]);
-    mma16816(d, qc[3], bc[6], bc[7]);
-#pragma unroll
-    for (int k = 0; k < 4; k++)
-        c[k] += d[k];
-}
-
 /* The RoPE group and the content groups' l sum(Q) of tokens 8 warp + 2 gc
  * (+1), rows gr, gr + 8, added to the scores *d0, *d1 (fast_qk's tail;
  * qr the RoPE query fragments, mm = rqm of the two tokens). */
@@ -3176,7 +3208,7 @@ __device__ static inline void fast8_qk(dec_smem_fast<8> &sm, const uint8_t *pg,
         uint32_t bc[8];
         byte_codes(*(const uint4 *)(pg + fl.qoff[0] + 8 * j * F::CBC), bc);
         float c[4];
-        qk8_group(c, qc, bc);
+        qk_group(c, qc, bc);
         const float4 mm = *(const float4 *)&sm.qkm[warp][8 * j + 2 * gc];
         *(float2 *)&sm.sp[warp][gr][8 * j + 2 * gc] = make_float2(mm.x * c[0], mm.z * c[1]);
         *(float2 *)&sm.sp[warp][gr + 8][8 * j + 2 * gc] = make_float2(mm.x * c[2], mm.z * c[3]);
@@ -3184,133 +3216,6 @@ __device__ static inline void fast8_qk(dec_smem_fast<8> &sm, const uint8_t *pg,
     qk8_rope(pg, fl, qr, sqr, la, *(const float4 *)&sm.rqm[8 * warp + 2 * gc],
              (float2 *)&sm.sp[warp][gr][8 * warp + 2 * gc],
              (float2 *)&sm.sp[warp][gr + 8][8 * warp + 2 * gc], warp, gr, gc);
-}
-
-/* fast_pv for 8-bit codes (either variant's tables: pvs, bh, bl of group
- * `warp`, pf, alpha): output channel 64 warp + 8 n + nt (n: column of
- * n-tile nt) is byte nt of lane n's 8 bytes of a token. */
-template <class SM>
-__device__ static inline void fast8_pv(SM &sm, const uint8_t *pg, const fast8_lane &fl,
-                                       float o[8][4], float bacc[4], int warp, int gr, int gc)
-{
-    typedef fcfg<8> F;
-    const float al0 = sm.alpha[gr], al1 = sm.alpha[gr + 8];
-    if (__any_sync(0xffffffffu, al0 != 1.0f || al1 != 1.0f)) {
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-            o[n][0] *= al0;
-            o[n][1] *= al0;
-            o[n][2] *= al1;
-            o[n][3] *= al1;
-        }
-        bacc[0] *= al0;
-        bacc[1] *= al0;
-        bacc[2] *= al1;
-        bacc[3] *= al1;
-    }
-    const uint16_t *bsrc = gr == 0 ? sm.bh[warp] : sm.bl[warp];
-#pragma unroll PV_UNROLL
-    for (int ks = 0; ks < 4; ks++) {
-        const int tA = 16 * ks + 2 * gc, tC = tA + 8;
-        const float2 sA = *(const float2 *)&sm.pvs[warp][tA];
-        const float2 sC = *(const float2 *)&sm.pvs[warp][tC];
-        const float2 pA0 = *(const float2 *)&sm.pf[gr][tA];
-        const float2 pA1 = *(const float2 *)&sm.pf[gr + 8][tA];
-        const float2 pC0 = *(const float2 *)&sm.pf[gr][tC];
-        const float2 pC1 = *(const float2 *)&sm.pf[gr + 8][tC];
-        uint32_t pa[4];
-        pa[0] = bf16x2(pA0.x * sA.x, pA0.y * sA.y);
-        pa[1] = bf16x2(pA1.x * sA.x, pA1.y * sA.y);
-        pa[2] = bf16x2(pC0.x * sC.x, pC0.y * sC.y);
-        pa[3] = bf16x2(pC1.x * sC.x, pC1.y * sC.y);
-        {
-            uint32_t b0 = 0, b1 = 0;
-            if (gr < 2) {
-                b0 = *(const uint32_t *)&bsrc[tA];
-                b1 = *(const uint32_t *)&bsrc[tC];
-            }
-            mma16816(bacc, pa, b0, b1);
-        }
-        const uint8_t *p = pg + 16 * ks * F::CBC;
-        const uint2 wa = *(const uint2 *)(p + fl.poff[0]);
-        const uint2 wb = *(const uint2 *)(p + fl.poff[1]);
-        const uint2 wc = *(const uint2 *)(p + fl.poff[0] + 8 * F::CBC);
-        const uint2 wd = *(const uint2 *)(p + fl.poff[1] + 8 * F::CBC);
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++) {
-            /* bytes (a_jb, a_jb, b_jb, b_jb), masked: channel byte jb of both tokens */
-            const int jb = nt & 3;
-            const uint32_t sel = jb | (jb << 4) | ((4 + jb) << 8) | ((4 + jb) << 12);
-            const uint32_t x = __byte_perm(nt < 4 ? wa.x : wa.y, nt < 4 ? wb.x : wb.y, sel);
-            const uint32_t y = __byte_perm(nt < 4 ? wc.x : wc.y, nt < 4 ? wd.x : wd.y, sel);
-            mma16816(o[nt], pa, x & 0x00ff00ffu, y & 0x00ff00ffu);
-        }
-    }
-}
-
-/* A of the l sum(Q) MMA and the rows' softmax scales from the rows'
- * exponents E (fast_part after page 0; qex: the unscaled group sums at
- * [8 DEC_ROWS + g DEC_ROWS + row]). */
-template <class SM>
-__device__ static inline void fast8_lsum(SM &sm, const dec_args &a, const int *qex,
-                                         const int E[2], uint32_t lqa[4], int tid, int gr,
-                                         int gc)
-{
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int hr = k & 1, g = gc + 4 * (k >> 1);
-        const float x = __fmul_rn(__int_as_float(qex[8 * DEC_ROWS + g * DEC_ROWS + gr + 8 * hr]),
-                                  pow2f(E[hr] - 133));
-        const __half h = __float2half_rn(x);
-        const __half l = __float2half_rn(x - __half2float(h));
-        lqa[k] = (uint32_t)__half_as_ushort(h) | ((uint32_t)__half_as_ushort(l) << 16);
-    }
-    if (tid < 32 && gc == 0) {
-        sm.zs[gr] = a.scale_log2 * pow2f(133 - E[0]);
-        sm.zs[gr + 8] = a.scale_log2 * pow2f(133 - E[1]);
-    }
-}
-
-/* The split's normalised partial output and LSE (decode_fast_kernel's
- * epilogue: channel 64 warp + 16 gc + 8 e + nt). */
-template <class SM>
-__device__ static inline void fast8_store(SM &sm, const dec_args &a, int b, int r0, int slot,
-                                          const float o[8][4], const float bacc[4], int tid)
-{
-    const int warp = tid >> 5, lane = tid & 31, gr = lane >> 2, gc = lane & 3;
-    float b0 = bacc[0] + bacc[1], b1 = bacc[2] + bacc[3];
-    b0 = __shfl_sync(0xffffffffu, b0, lane & ~3);
-    b1 = __shfl_sync(0xffffffffu, b1, lane & ~3);
-    const size_t base = ((size_t)b * a.n_splits + slot) * a.R_pad + r0;
-    const float la = sm.l[gr], lb = sm.l[gr + 8];
-    const float ia = la > 0.0f ? 1.0f / la : 0.0f, ib = lb > 0.0f ? 1.0f / lb : 0.0f;
-    float4 *d0 = (float4 *)(a.o_part + (base + gr) * QMLA_KV_DC + 64 * warp + 16 * gc);
-    float4 *d1 = (float4 *)(a.o_part + (base + gr + 8) * QMLA_KV_DC + 64 * warp + 16 * gc);
-    constexpr float U = pv_unscale<8>(0);
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int e = k >> 1, n0 = 4 * (k & 1);
-#define QMLA_OUT(N, C, BB, I) (fmaf(o[N][C], U, BB) * (I))
-        d0[k] = make_float4(QMLA_OUT(n0, e, b0, ia), QMLA_OUT(n0 + 1, e, b0, ia),
-                            QMLA_OUT(n0 + 2, e, b0, ia), QMLA_OUT(n0 + 3, e, b0, ia));
-        d1[k] = make_float4(QMLA_OUT(n0, 2 + e, b1, ib), QMLA_OUT(n0 + 1, 2 + e, b1, ib),
-                            QMLA_OUT(n0 + 2, 2 + e, b1, ib), QMLA_OUT(n0 + 3, 2 + e, b1, ib));
-#undef QMLA_OUT
-    }
-    if (tid < DEC_ROWS) {
-        const float l = sm.l[tid];
-        a.lse_part[base + tid] = l > 0.0f ? (sm.m[tid] + log2f(l)) * LN2 : -INFINITY;
-    }
-}
-
-/* The softmax row of this thread: tokens [S, shi) visible. */
-__device__ static inline int fast8_shi(const dec_args &a, int r0, int srow, int len, int lenW)
-{
-    const int r = r0 + srow;
-    if (r >= a.R)
-        return 0;
-    const int v = len - a.s_q + r / a.H + 1;
-    return v < lenW ? v : lenW;
 }
 
 /* Variant 9: fast_part for C8R8, the same phases, pages F8_LA = 3 ahead
@@ -3333,22 +3238,11 @@ __device__ static void fast8_part(dec_smem_fast<8> &sm, const dec_args &a, int b
     uint32_t lqa[4];
     fast_q<8, 8>(a, b, r0, warp, gr, gc, qc, qr, sqc, sqr, qe);
     int *qex = (int *)&sm.pf[0][0];
-    if (gc == 0) {
-        qex[warp * DEC_ROWS + gr] = qe[0];
-        qex[warp * DEC_ROWS + gr + 8] = qe[1];
-        qex[8 * DEC_ROWS + warp * DEC_ROWS + gr] = __float_as_int(sqc[0]);
-        qex[8 * DEC_ROWS + warp * DEC_ROWS + gr + 8] = __float_as_int(sqc[1]);
-    }
-    float o[8][4], bacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int n = 0; n < 8; n++)
-        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    if (tid < DEC_ROWS) {
-        sm.m[tid] = -INFINITY;
-        sm.l[tid] = 0.0f;
-    }
+    fast_qex(qex, qe, sqc, warp, gr, gc);
+    float o[8][4], bacc[4];
+    fast_begin(o, bacc, sm.m, sm.l, tid);
     const int srow = tid >> 4, spart = tid & 15;
-    const int shi = fast8_shi(a, r0, srow, len, lenW);
+    const int shi = fast_shi(a, r0, srow, len, lenW);
     const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
     if (np > 0) {
 #pragma unroll
@@ -3361,29 +3255,24 @@ __device__ static void fast8_part(dec_smem_fast<8> &sm, const dec_args &a, int b
     cp_async_wait<F8_LA - 1>(); /* page 0 */
     __syncthreads();
     {
-        int e0 = 0, e1 = 0;
-#pragma unroll
-        for (int w = 0; w < 8; w++) {
-            e0 = max(e0, qex[w * DEC_ROWS + gr]);
-            e1 = max(e1, qex[w * DEC_ROWS + gr + 8]);
-        }
-        const int E[2] = {subn_rowexp(e0), subn_rowexp(e1)};
+        int E[2];
+        fast_rowexp(qex, gr, E);
         fast_qscale<8, 8>(qc, qr, sqc, sqr, E);
-        fast8_lsum(sm, a, qex, E, lqa, tid, gr, gc);
+        fast_lsum(a, qex, E, lqa, sm.zs, tid, gr, gc);
     }
     /* iteration i: softmax and PV of page i, QK of page i + 1; pages i + 2
      * and i + 3 in flight (page i + 3 issued at i into page i - 1's stage) */
     for (int i = -1; i < np; i++) {
         if (i >= 0) {
             __syncthreads(); /* scores of page i complete */
-            fast_softmax<8>(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
+            fast_softmax<8, true>(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
             cp_async_wait<F8_LA - 2>(); /* page i + 1 */
             __syncthreads(); /* P of page i; page i+1 landed; page i-1 consumed */
             if (i + F8_LA < np)
                 fast_issue<8>(sm.stage[(i + F8_LA) % F::NST],
                               a.pool + (size_t)bt[p0 + i + F8_LA] * F::PB, fl.dswz, tid);
             cp_async_commit();
-            fast8_pv(sm, sm.stage[i % F::NST], fl, o, bacc, warp, gr, gc);
+            fast_pv<8>(sm, sm.stage[i % F::NST], fl, o, bacc, warp, gr, gc);
         }
         if (i + 1 < np) {
             __syncwarp();
@@ -3393,7 +3282,7 @@ __device__ static void fast8_part(dec_smem_fast<8> &sm, const dec_args &a, int b
         }
     }
     __syncthreads();
-    fast8_store(sm, a, b, r0, slot, o, bacc, tid);
+    fast_store<8, true>(a, sm.l, sm.m, b, r0, slot, o, bacc, tid);
 }
 
 /* SEP as decode_fast_kernel's (variant 9's plan is variant 7's for one
@@ -3402,21 +3291,7 @@ template <int SEP>
 __global__ void __launch_bounds__(DEC_THREADS, 1) decode_fast8_kernel(dec_args a)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    const int b = blockIdx.z, r0 = blockIdx.y * DEC_ROWS, tid = threadIdx.x, x = blockIdx.x;
-    const int nblk = a.n_splits - a.n_prot;
-    if constexpr (SEP) {
-        if (x < nblk)
-            fast8_part(*(dec_smem_fast<8> *)smem_raw, a, b, r0, x, x, tid);
-        else
-            prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, x - nblk, x, tid);
-        return;
-    }
-    fast8_part(*(dec_smem_fast<8> *)smem_raw, a, b, r0, x, x, tid);
-    const int k = x - (nblk - a.n_prot);
-    if (k >= 0) {
-        __syncthreads();
-        prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, k, nblk + k, tid);
-    }
+    fast_kernel_body<SEP, dec_smem_fast<8>, fast8_part>(a, smem_raw);
 }
 
 /* Variant 10's shared memory: two page stages, 4 score partials (one per
@@ -3501,12 +3376,12 @@ __device__ static inline void f8b_qk(dec_smem_f8b &sm, const uint8_t *pg, const 
         {
             uint32_t bc[8];
             byte_codes(*(const uint4 *)(pg + fl.qoff[0] + 8 * j * F::CBC), bc);
-            qk8_group(c, qc[0], bc);
+            qk_group(c, qc[0], bc);
         }
         {
             uint32_t bc[8];
             byte_codes(*(const uint4 *)(pg + fl.qoff[1] + 8 * j * F::CBC), bc);
-            qk8_group(d, qc[1], bc);
+            qk_group(d, qc[1], bc);
         }
         const float2 s0 = *(const float2 *)&sm.qks[warp][0][8 * jj + 2 * gc];
         const float2 s1 = *(const float2 *)&sm.qks[warp][1][8 * jj + 2 * gc];
@@ -3530,29 +3405,6 @@ __device__ static inline void f8b_qk(dec_smem_f8b &sm, const uint8_t *pg, const 
     qk8_rope(pg, fl, qr, sqr, la, *(const float4 *)&sm.rqm[8 * warp + 2 * gc],
              (float2 *)&sm.sp[gp][gr][8 * warp + 2 * gc],
              (float2 *)&sm.sp[gp][gr + 8][8 * warp + 2 * gc], warp, gr, gc);
-}
-
-/* Online softmax of the page's scores from the 4 partials (fast_softmax). */
-__device__ static inline void f8b_softmax(dec_smem_f8b &sm, const dec_args &a, int t0, int shi,
-                                          int srow, int spart)
-{
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int w = 0; w < 4; w++) {
-        const float4 c = *(const float4 *)&sm.sp[w][srow][spart * 4];
-        acc[0] += c.x;
-        acc[1] += c.y;
-        acc[2] += c.z;
-        acc[3] += c.w;
-    }
-    float z[4], p[4];
-    const float zs = sm.zs[srow];
-    const int tb = t0 + spart * 4;
-#pragma unroll
-    for (int u = 0; u < 4; u++)
-        z[u] = tb + u >= a.S && tb + u < shi ? acc[u] * zs : -INFINITY;
-    softmax_step<true>(z, spart, &sm.m[srow], &sm.l[srow], &sm.alpha[srow], p);
-    *(float4 *)&sm.pf[srow][spart * 4] = make_float4(p[0], p[1], p[2], p[3]);
 }
 
 __device__ static void fast8b_part(dec_smem_f8b &sm, const dec_args &a, int b, int r0,
@@ -3598,20 +3450,15 @@ __device__ static void fast8b_part(dec_smem_f8b &sm, const dec_args &a, int b, i
             cp_async_commit();
         }
         __syncthreads(); /* the rows' exponent fields and group sums */
-        int e0 = 0, e1 = 0;
-#pragma unroll
-        for (int w = 0; w < 8; w++) {
-            e0 = max(e0, qex[w * DEC_ROWS + gr]);
-            e1 = max(e1, qex[w * DEC_ROWS + gr + 8]);
-        }
-        const int E[2] = {subn_rowexp(e0), subn_rowexp(e1)};
+        int E[2];
+        fast_rowexp(qex, gr, E);
         fast_qscale<8, 8>(qc[0], qr, sqc[0], sqr, E);
 #pragma unroll
         for (int ks = 0; ks < 4; ks++) /* the second group's (subn_pos<8> = 0) */
 #pragma unroll
             for (int k = 0; k < 4; k++)
                 qc[1][ks][k] = bf16x2_ldexp(qc[1][ks][k], E[k & 1]);
-        fast8_lsum(sm, a, qex, E, lqa, tid, gr, gc);
+        fast_lsum(a, qex, E, lqa, sm.zs, tid, gr, gc);
         if (warp == 0) { /* every warp's RoPE fragments are the same */
 #pragma unroll
             for (int ks = 0; ks < 4; ks++)
@@ -3627,7 +3474,7 @@ __device__ static void fast8b_part(dec_smem_f8b &sm, const dec_args &a, int b, i
     for (int n = 0; n < 8; n++)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     const int srow = tid >> 4, spart = tid & 15;
-    const int shi = fast8_shi(a, r0, srow, len, lenW);
+    const int shi = fast_shi(a, r0, srow, len, lenW);
     const int32_t *bt = a.block_table + (size_t)b * a.max_pages;
     cp_async_wait<1>(); /* page 0 */
     __syncthreads();    /* page 0 landed; qrf, sqrs, zs; qex read by all */
@@ -3636,9 +3483,9 @@ __device__ static void fast8b_part(dec_smem_f8b &sm, const dec_args &a, int b, i
         f8b_meta(sm, pg, (p0 + i) * QMLA_KV_PAGE, a.S, lenW, warp, lane, g0, h);
         f8b_qk(sm, pg, fl, qc, lqa, warp, gp, h, gr, gc);
         __syncthreads(); /* scores of page i */
-        f8b_softmax(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
+        fast_softmax<4, false>(sm, a, (p0 + i) * QMLA_KV_PAGE, shi, srow, spart);
         __syncthreads(); /* P of page i */
-        fast8_pv(sm, pg, fl, o, bacc, warp, gr, gc);
+        fast_pv<8>(sm, pg, fl, o, bacc, warp, gr, gc);
         cp_async_wait<0>(); /* page i + 1 */
         __syncthreads();    /* page i + 1 landed; page i consumed */
         if (i + 2 < np)
@@ -3646,7 +3493,7 @@ __device__ static void fast8b_part(dec_smem_f8b &sm, const dec_args &a, int b, i
                           fl.dswz, tid);
         cp_async_commit();
     }
-    fast8_store(sm, a, b, r0, slot, o, bacc, tid);
+    fast_store<8, true>(a, sm.l, sm.m, b, r0, slot, o, bacc, tid);
 }
 
 /* Variant 10: two blocks per SM (variant 7's plan). */
@@ -3654,21 +3501,7 @@ template <int SEP>
 __global__ void __launch_bounds__(DEC_THREADS, 2) decode_fast8b_kernel(dec_args a)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    const int b = blockIdx.z, r0 = blockIdx.y * DEC_ROWS, tid = threadIdx.x, x = blockIdx.x;
-    const int nblk = a.n_splits - a.n_prot;
-    if constexpr (SEP) {
-        if (x < nblk)
-            fast8b_part(*(dec_smem_f8b *)smem_raw, a, b, r0, x, x, tid);
-        else
-            prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, x - nblk, x, tid);
-        return;
-    }
-    fast8b_part(*(dec_smem_f8b *)smem_raw, a, b, r0, x, x, tid);
-    const int k = x - (nblk - a.n_prot);
-    if (k >= 0) {
-        __syncthreads();
-        prot_part(*(dec_smem_quant *)smem_raw, a, b, r0, k, nblk + k, tid);
-    }
+    fast_kernel_body<SEP, dec_smem_f8b, fast8b_part>(a, smem_raw);
 }
 
 /* The protected partials of variant 8 (blocks n_splits - n_prot ..). */

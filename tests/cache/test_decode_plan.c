@@ -320,47 +320,14 @@ int main(void)
         /* variant 8 (decode_wg_kernel): C4R4 only; the packed pages below the
          * window covered by n_splits - n_prot blocks of at least 2 pages
          * (fewer only when there are fewer), one wave of 2 blocks per SM,
-         * the protected partials of variant 0 in their own launch (sep) */
-        for (int bi = 0; bi < 4; bi++)
-            for (int hi = 0; hi < 2; hi++)
-                for (int si = 0; si < 2; si++)
-                    for (int ci = 0; ci < 7; ci++) {
-                        const qmla_decode_args a = {batches[bi], sqs[si], heads[hi], 1.0f, &q0,
-                                                    &z, 1, &z};
-                        const long len = ctxs[ci];
-                        const long below = len - 128 > 0 ? (len - 128 + 63) / 64 : 0;
-                        const int tiles = (sqs[si] * heads[hi] + 15) / 16;
-                        qmla_decode_plan p0, p;
-                        CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 0, &p0, &err),
-                                 err);
-                        CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 8, &p, &err),
-                                 err);
-                        /* (a build without sm_90a code: variant 0 everywhere) */
-                        const int built = qmla_decode_cuda_variant_built(8);
-                        CHECK(p.variant == (ni == 0 && built ? 8 : 0), "%s: variant 8 runs %d "
-                              "(built %d)", names[ni], p.variant, built);
-                        if (ni != 0 || !built)
-                            continue;
-                        const long packed = p.n_splits - p.n_prot;
-                        CHECK(p.n_prot == p0.n_prot && p.sep == 1 && p.row_tiles == tiles &&
-                                  packed >= 1 && packed * p.pages_per_split >= below &&
-                                  (below == 0 || (packed - 1) * p.pages_per_split < below) &&
-                                  (below < 2 || p.pages_per_split >= 2 ||
-                                   (long)a.batch * tiles * packed >= 2 * n_sm - a.batch * tiles) &&
-                                  (packed == 1 || (long)a.batch * tiles * packed <= 2 * n_sm),
-                              "%s b %d H %d s_q %d len %ld: v8 %d splits (%d protected) of %d pages",
-                              names[ni], a.batch, a.heads, a.s_q, len, p.n_splits, p.n_prot,
-                              p.pages_per_split);
-                        CHECK(qmla_decode_cuda_variant_packed_f32(&cfg, 8) == 1,
-                              "%s: v8 attends to unrounded packed values", names[ni]);
-                    }
-        /* variants 9 and 10 (decode_fast8_kernel, decode_fast8b_kernel): C8R8
+         * the protected partials of variant 0 in their own launch (sep).
+         * Variants 9 and 10 (decode_fast8_kernel, decode_fast8b_kernel): C8R8
          * only; variant 7's plan for one (9) or two (10) blocks per SM: the
          * packed pages below the window covered, the protected partials of
          * the fast kernel (sink + window over 64), one wave where the
          * protected partials fit it, one page per block where that whole
          * grid fits one block per SM; unrounded packed values */
-        for (int v = 9; v <= 10; v++)
+        for (int v = 8; v <= 10; v++)
         for (int bi = 0; bi < 4; bi++)
             for (int hi = 0; hi < 2; hi++)
                 for (int si = 0; si < 2; si++)
@@ -370,7 +337,38 @@ int main(void)
                         const long len = ctxs[ci];
                         const long below = len - 128 > 0 ? (len - 128 + 63) / 64 : 0;
                         const int tiles = (sqs[si] * heads[hi] + 15) / 16;
-                        const long bt = (long)a.batch * tiles, slots = (v == 9 ? 1 : 2) * (long)n_sm;
+                        if (v == 8) {
+                            qmla_decode_plan p0, p;
+                            CHECK_OK(
+                                qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 0, &p0, &err),
+                                err);
+                            CHECK_OK(
+                                qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, 8, &p, &err),
+                                err);
+                            /* (a build without sm_90a code: variant 0 everywhere) */
+                            const int built = qmla_decode_cuda_variant_built(8);
+                            CHECK(p.variant == (ni == 0 && built ? 8 : 0),
+                                  "%s: variant 8 runs %d (built %d)", names[ni], p.variant, built);
+                            if (ni != 0 || !built)
+                                continue;
+                            const long packed = p.n_splits - p.n_prot;
+                            CHECK(p.n_prot == p0.n_prot && p.sep == 1 && p.row_tiles == tiles &&
+                                      packed >= 1 && packed * p.pages_per_split >= below &&
+                                      (below == 0 || (packed - 1) * p.pages_per_split < below) &&
+                                      (below < 2 || p.pages_per_split >= 2 ||
+                                       (long)a.batch * tiles * packed >=
+                                           2 * n_sm - a.batch * tiles) &&
+                                      (packed == 1 || (long)a.batch * tiles * packed <= 2 * n_sm),
+                                  "%s b %d H %d s_q %d len %ld: v8 %d splits (%d protected) of %d "
+                                  "pages",
+                                  names[ni], a.batch, a.heads, a.s_q, len, p.n_splits, p.n_prot,
+                                  p.pages_per_split);
+                            CHECK(qmla_decode_cuda_variant_packed_f32(&cfg, 8) == 1,
+                                  "%s: v8 attends to unrounded packed values", names[ni]);
+                            continue;
+                        }
+                        const long bt = (long)a.batch * tiles,
+                                   slots = (v == 9 ? 1 : 2) * (long)n_sm;
                         qmla_decode_plan p;
                         CHECK_OK(qmla_decode_cuda_plan_variant(&cfg, &a, len, n_sm, v, &p, &err),
                                  err);

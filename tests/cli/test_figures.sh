@@ -882,6 +882,25 @@ expect 2 "decode-table: bad header" -- "$PY" "$ROOT/scripts/decode-table.py" <(s
 contains ":1: expected the header" "decode-table: bad header"
 expect 0 "figures fig5b table9" -- "$QMLA" figures "$work/dec.h5" -o "$work/f5b" --only fig5b-latency,table9 --labels run5
 contains "2 written, 0 skipped" "figures fig5b table9"
+# the /table9 check of both decode-table files: /table9 of H5 holds the
+# TSV's rows of kind 'decode h16 sq1' whose config is one of LABELS (one
+# per configuration), 60 of them at 15 points (imported from $work)
+cat > "$work/table9rows.py" <<'EOF'
+import h5py
+def table9_rows(h5, tsv, labels):
+    g = h5py.File(h5, "r")["table9"]
+    want = {}
+    for l in open(tsv):
+        r = l.rstrip("\n").split("\t")
+        if r[0] == "decode h16 sq1" and r[3] in labels:
+            want[(int(r[1]), int(r[2]), r[3].split()[0])] = float(r[4])
+    good = len(want) == 60 and g["batch"].shape[0] == 15
+    for i in range(15):
+        b, t = int(g["batch"][i]), int(g["context"][i])
+        for c in ("BF16", "C4R4", "C2R4", "C8R8"):
+            good &= g[c + "_us"][i] == want[(b, t, c)]
+    return g, want, good
+EOF
 # each configuration's own variant (H200 run 13: the default kernels,
 # BF16 v0, C4R4 / C2R4 v7, C8R8 v10): the rows of those configs exactly
 dv13=$ROOT/docs/evidence/decode-h200-2026-12-04-run13/bench_variants.tsv
@@ -891,39 +910,22 @@ contains "15 points of 'decode h16 sq1', variant v7 (BF16=v0 C4R4=v7 C2R4=v7 C8R
 expect 2 "decode-table: bad --config-variant" -- "$PY" "$ROOT/scripts/decode-table.py" "$dv13" "$work/dec-bad.h5" \
   --config-variant C9R9=v1
 contains "expected CFG=vN with CFG one of C4R4, C2R4, C8R8" "decode-table: bad --config-variant"
-pycheck "decode-table --config-variant rows" - "$work/dec13.h5" "$dv13" <<'EOF2'
-import sys, h5py
-g = h5py.File(sys.argv[1], "r")["table9"]
-want = {}
-for l in open(sys.argv[2]):
-    r = l.rstrip("\n").split("\t")
-    if r[0] == "decode h16 sq1" and r[3] in ("BF16", "C4R4 v7", "C2R4 v7", "C8R8 v10"):
-        want[(int(r[1]), int(r[2]), r[3].split()[0])] = float(r[4])
-good = len(want) == 60 and g["batch"].shape[0] == 15
-for i in range(15):
-    b, t = int(g["batch"][i]), int(g["context"][i])
-    for c in ("BF16", "C4R4", "C2R4", "C8R8"):
-        good &= g[c + "_us"][i] == want[(b, t, c)]
+pycheck "decode-table --config-variant rows" - "$work/dec13.h5" "$dv13" "$work" <<'EOF2'
+import sys
+sys.path.insert(0, sys.argv[3])
+from table9rows import table9_rows
+g, want, good = table9_rows(sys.argv[1], sys.argv[2], ("BF16", "C4R4 v7", "C2R4 v7", "C8R8 v10"))
 good &= g.attrs["variants"] == "BF16=v0 C4R4=v7 C2R4=v7 C8R8=v10"
 print("ok" if good else "FAIL", "/table9 = the TSV's rows of each configuration's variant")
 EOF2
 expect 0 "figures fig5b of bench_decode's own file" -- "$QMLA" figures "$ROOT/docs/evidence/run24_bench_decode.h5" \
   -o "$work/f5b24" --only fig5b-latency,table9
 contains "2 written, 0 skipped" "figures fig5b of bench_decode's own file"
-pycheck "table9 and fig5b" - "$work/dec.h5" "$dv" "$work/f5b" "$ROOT/plots" "$work/f5b24" <<'EOF2'
-import csv, math, struct, sys, h5py
-f = h5py.File(sys.argv[1], "r")
-g = f["table9"]
-want = {}
-for l in open(sys.argv[2]):
-    r = l.rstrip("\n").split("\t")
-    if r[0] == "decode h16 sq1" and r[3] in ("BF16", "C4R4 v0", "C2R4 v0", "C8R8 v0"):
-        want[(int(r[1]), int(r[2]), r[3].split()[0])] = float(r[4])
-good = len(want) == 60 and g["batch"].shape[0] == 15
-for i in range(15):
-    b, t = int(g["batch"][i]), int(g["context"][i])
-    for c in ("BF16", "C4R4", "C2R4", "C8R8"):
-        good &= g[c + "_us"][i] == want[(b, t, c)]
+pycheck "table9 and fig5b" - "$work/dec.h5" "$dv" "$work/f5b" "$ROOT/plots" "$work/f5b24" "$work" <<'EOF2'
+import csv, math, struct, sys
+sys.path.insert(0, sys.argv[6])
+from table9rows import table9_rows
+g, want, good = table9_rows(sys.argv[1], sys.argv[2], ("BF16", "C4R4 v0", "C2R4 v0", "C8R8 v0"))
 print("ok" if good else "FAIL", "/table9 = the TSV's variant-0 rows of H 16, s_q 1")
 d = sys.argv[3]
 rows = list(csv.DictReader(open(d + "/table9.csv")))
