@@ -3872,19 +3872,29 @@ extern "C" int qmla_decode_cuda(const qmla_kv_cache *kc, const qmla_decode_args 
     const int q8 = q8_pages(&kc->cfg);
     const int fast = fast_config(&kc->cfg) && !tile_variant(var);
     d.n_prot = fast ? plan->n_prot : 0;
-    if (fast_config(&kc->cfg) &&
-        L.page_bytes != (size_t)(q8 ? (L.c_bits == 4 ? fcfg<4, true>::PB : fcfg<2, true>::PB)
-                                    : (L.c_bits == 4 ? fcfg<4>::PB : fcfg<2>::PB)))
-        return qmla_error_set(err, QMLA_EINVAL, "decode: unexpected page size %zu", L.page_bytes);
-    if (fast &&
-        plan->n_prot != (kc->cfg.sink + kc->cfg.window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE)
-        return qmla_error_set(err, QMLA_EINVAL, "decode: the plan was made for another sink/window");
+    const int n_prot = (kc->cfg.sink + kc->cfg.window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE;
+    if (fast_config(&kc->cfg)) {
+        const size_t pb = q8 ? (L.c_bits == 4 ? fcfg<4, true>::PB : fcfg<2, true>::PB)
+                             : (L.c_bits == 4 ? fcfg<4>::PB : fcfg<2>::PB);
+        if (L.page_bytes != pb)
+            return qmla_error_set(err, QMLA_EINVAL, "decode: C%dR%d %s pages: expected %zu bytes "
+                                  "a page, found %zu", L.c_bits, L.r_bits, q8 ? "q8" : "f16",
+                                  pb, L.page_bytes);
+    }
+    if (fast && plan->n_prot != n_prot)
+        return qmla_error_set(err, QMLA_EINVAL, "decode: the plan was made for another "
+                              "sink/window: expected %d protected pages (sink %d, window %d), "
+                              "the plan has %d", n_prot, kc->cfg.sink, kc->cfg.window,
+                              plan->n_prot);
     if (var == 9 || var == 10) { /* decode_fast8(b)_kernel: protected partials as the fast kernel's */
         if (L.page_bytes != (size_t)fcfg<8>::PB)
-            return qmla_error_set(err, QMLA_EINVAL, "decode: unexpected page size %zu", L.page_bytes);
-        if (plan->n_prot != (kc->cfg.sink + kc->cfg.window + QMLA_KV_PAGE - 1) / QMLA_KV_PAGE)
-            return qmla_error_set(err, QMLA_EINVAL,
-                                  "decode: the plan was made for another sink/window");
+            return qmla_error_set(err, QMLA_EINVAL, "decode: C8R8 pages: expected %zu bytes a "
+                                  "page, found %zu", (size_t)fcfg<8>::PB, L.page_bytes);
+        if (plan->n_prot != n_prot)
+            return qmla_error_set(err, QMLA_EINVAL, "decode: the plan was made for another "
+                                  "sink/window: expected %d protected pages (sink %d, window "
+                                  "%d), the plan has %d", n_prot, kc->cfg.sink, kc->cfg.window,
+                                  plan->n_prot);
         d.n_prot = plan->n_prot;
     }
     const size_t rows = (size_t)a->batch * d.n_splits * d.R_pad;
