@@ -13,8 +13,10 @@ at >= 32K (b 8, 32; H 16, s_q 1) and <= 0.33x from 128K, C2R4 below C4R4 at
 every point, C8R8 <= 0.60x at >= 32K (every shape, per C8R8 kernel), no
 point where C4R4 is slower than BF16, our BF16 within 5 % of FlashMLA
 (FlashMLA / BF16 >= 0.95). Both files must come from the same call (their
-copy rows are printed). Standard library only; exit 1 naming the file and
-point when a point or a column is missing."""
+copy rows are printed). Standard library only; exit 1 naming the file
+(and the point) when a file has no copy row or a point no BF16 row; a point
+FlashMLA or a kernel has no row for shows "-" in its columns and counts in
+no target."""
 import sys
 
 import tablelib
