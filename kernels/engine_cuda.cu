@@ -469,19 +469,24 @@ static int before_r8(void) { return qmla_cuda_engine_before() >= 1; }
  * every query tile's products over its whole key range (no causal row
  * blocks), the sensitivities' row constants and key Grams one thread per
  * value. Results agree within rounding, not bit for bit. */
-static int r12_v = -1;
+static int r12_v = -1; /* read and written atomically, as tile_override */
 extern "C" int qmla_cuda_engine_r12(void)
 {
-    if (r12_v < 0) {
+    int v = __atomic_load_n(&r12_v, __ATOMIC_RELAXED);
+    if (v < 0) {
         const char *e = getenv("QMLA_CUDA_ENGINE_R12");
-        r12_v = e && *e && strcmp(e, "0") != 0;
+        const int want = e && *e && strcmp(e, "0") != 0;
+        int expect = -1;
+        __atomic_compare_exchange_n(&r12_v, &expect, want, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
+        v = __atomic_load_n(&r12_v, __ATOMIC_RELAXED);
     }
-    return r12_v;
+    return v;
 }
 extern "C" int qmla_cuda_engine_set_r12(int on)
 {
     const int old = qmla_cuda_engine_r12();
-    r12_v = on != 0;
+    __atomic_store_n(&r12_v, on != 0, __ATOMIC_RELAXED);
     return old;
 }
 
