@@ -397,7 +397,10 @@ def refusals(ops, c, dev):
     expect_error("block table short", lambda: Dd(bt=bt[:, :2].contiguous()), "do not cover")
     expect_error("block table int64", lambda: Dd(bt=bt.long()), "block_table: expected dtype")
     expect_error("plan s_q * H above 1024", lambda: ops.decode_plan(cl, 1, 65, 16, 64, 0), "above 1024")
-    expect_error("plan variant 9", lambda: ops.decode_plan(cl, 1, 1, 16, 64, 9), "variant")
+    # one past the last variant (kernels/decode_cuda.h QMLA_DECODE_VARIANTS, 11 since
+    # decode run 13 added 9 and 10: "variant 9" was this check's value until
+    # serving run 10, where it no longer refused and the check failed)
+    expect_error("plan variant 11", lambda: ops.decode_plan(cl, 1, 1, 16, 64, 11), "variant 11")
     # q8 metadata (cfg[5] = 2): the refusals name configuration, variant and metadata
     q8 = P.cfg_list(P.parse_config("C4R4", sink=4, window=16, meta="q8"))
     expect_error("q8 plan variant 2", lambda: ops.decode_plan(q8, 1, 1, 16, 64, 2), "q8 metadata")
