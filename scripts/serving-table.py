@@ -16,7 +16,8 @@ docs/figures.md). One row per (cache, context, batch) of the TSV:
                                   C2R4-graph-v7 (run 9's side measurement;
                                   serving-bench does not draw them); -1
                                   any other cache bench_serving.py writes
-                                  (C8R8, other variants; not drawn)
+                                  (C8R8, q8 metadata C4R4q8 / C2R4q8 since
+                                  run 10, other variants; not drawn)
   context, batch                  tokens per sequence, sequences
   fits                            1 measured, 0 "does not fit" (the cache the
                                   point needs exceeds the budget; no step ran),
@@ -50,8 +51,9 @@ CACHES = ("C4R4", "BF16", "dynamic", "C4R4-graph-v0", "C4R4-graph-v1", "BF16-gra
 # every cache bench_serving.py writes: its paged configurations, eager or as
 # CUDA graphs of a decode variant (kernels/decode_cuda.h: 0-10), and
 # transformers' DynamicCache; the ones not in CACHES get cache_index -1
-CACHE_RE = re.compile(r"(C4R4|C2R4|C8R8|BF16)(-graph-v([0-9]|10))?|dynamic")
-CACHES_TEXT = "C4R4, C2R4, C8R8 or BF16 (optionally -graph-vN, N 0-10), or dynamic"
+CACHE_RE = re.compile(r"(C4R4|C2R4|C4R4q8|C2R4q8|C8R8|BF16)(-graph-v([0-9]|10))?|dynamic")
+CACHES_TEXT = ("C4R4, C2R4, C4R4q8, C2R4q8 (q8 metadata), C8R8 or BF16 (optionally -graph-vN, "
+               "N 0-10), or dynamic")
 STATUS = {"ok": 1, "does not fit": 0, "error": -1, "out of memory": -1, "not run (time)": -1}
 COLS = ("cache", "context", "batch", "status", "cache_bytes", "bytes_per_token",
         "peak_alloc_bytes", "step_s", "tok_s_per_seq", "tok_s_aggregate", "attn_kernels_s")

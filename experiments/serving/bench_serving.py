@@ -19,6 +19,9 @@ embedding / LM head (vocabulary 1024). Caches, side by side in one run:
   C4R4     MLAPagedCache C4R4 (sink 4, window 128);
   C2R4, C8R8  likewise, where --caches names them (with @CONTEXTxBATCH+...
            only at those points: a side measurement, since serving run 9);
+  C4R4q8, C2R4q8  C4R4 / C2R4 with q8 metadata (314 / 186 bytes a token in
+           the pages where f16 takes 324 / 196; since serving run 10; graph
+           variants 0, 1, 3, 4, 7 only: the others refuse q8 pages);
 both paged caches filled through qmla::kv_write with random rows. Per
 (cache, context, batch): cache bytes per token (the cache's device bytes /
 (batch x context)), torch.cuda.max_memory_allocated over the steps, decode
@@ -194,7 +197,14 @@ def time_kernels(cache, B, ctx, dev, gen, reps=5):
     return statistics.median(ts)
 
 
-PAGED = ("C4R4", "C2R4", "C8R8", "BF16")
+PAGED = ("C4R4", "C2R4", "C8R8", "BF16", "C4R4q8", "C2R4q8")
+
+
+def cache_cfg(cname):
+    """The qmla.paging configuration of a paged cache name (C4R4q8: C4R4
+    with q8 metadata; sink 4, window 128)."""
+    base, meta = P.split_cache_name(cname)
+    return P.parse_config(base, meta=meta)
 
 
 def parse_graph_variants(text):
@@ -503,7 +513,8 @@ def main():
     ap.add_argument("--contexts", default="4096,32768,131072")
     ap.add_argument("--batches", default="1,8,32,64")
     ap.add_argument("--caches", default="C4R4,BF16,dynamic",
-                    help="caches (C4R4, C2R4, C8R8, BF16, dynamic), each at every point or, "
+                    help="caches (C4R4, C2R4, C8R8, BF16, C4R4q8, C2R4q8: q8 metadata, dynamic), "
+                         "each at every point or, "
                          "with @CONTEXTxBATCH+..., only at those")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--budget-gib", type=float, default=125.0)
@@ -550,7 +561,7 @@ def main():
                 else:
                     need = (dyn_bytes(B, ctx + a.steps + 2) + dyn_step_bytes(B, ctx + a.steps + 2)
                             if cname == "dynamic" else
-                            paged_bytes(P.parse_config(cname), B, ctx + a.steps + 3))
+                            paged_bytes(cache_cfg(cname), B, ctx + a.steps + 3))
                     if need > budget:
                         row.update(status="does not fit", cache_bytes=int(need))
                     else:
@@ -563,9 +574,10 @@ def main():
                                 nb = dyn_bytes(B, ctx)
                                 kt = ""
                             else:
+                                base, meta = P.split_cache_name(cname)
                                 cache = qt.MLAPagedCache(model, batch_size=B,
                                                          max_cache_len=ctx + a.steps + 3,
-                                                         config=cname)
+                                                         config=base, meta=meta)
                                 fill_paged(cache, B, ctx, dev, gen)
                                 nb = cache.nbytes()
                                 kt = "%.6f" % time_kernels(cache, B, ctx, dev, gen)

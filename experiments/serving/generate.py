@@ -35,6 +35,12 @@ families: random-weight checkpoints of the transformers MLA families
   BF16, C4R4 unless told), and of --new / 4 tokens from the first prompt
   alone (BF16, C4R4: there C4R4's prefill plan rounds, its decode plans do
   not; greedy_b1). --greedy-only: tiny and families without the NLL rows.
+A cache name ending in q8 (C4R4q8, C2R4q8; --greedy-configs, tiny's
+  --nll-configs; since serving run 10) is that configuration with q8
+  metadata, compared with the hook quantizing with q8 metadata (CacheHook
+  meta="q8"; code flips against qmla.qdq_cuda's q8 fields) under the same
+  tolerance as f16; its prefill pieces stay on variant 7 (unrounded: the
+  variant-2 hand-over reads f16 pages only).
 greedy_suite, per model: model.generate with the cache (S = W = 0) against
   model.generate under the hook (use_cache=False), on the raw logits, first
   BF16, then C4R4.
@@ -102,9 +108,16 @@ def split_config(c):
     configuration and decode variant (None: MLAPagedCache's default, 7).
     C4R4@v2 attends to BF16(fmaf(q, s, l)), the values the hook's cache
     holds (CacheHook rounds its QDQ output to BF16); variant 7 to fmaf(q, s,
-    l) unrounded."""
+    l) unrounded. A name may end in q8 (C4R4q8: q8 metadata, meta_of)."""
     name, _, v = c.partition("@v")
     return name, (int(v) if v else None)
+
+
+def meta_of(name):
+    """'C4R4q8' -> ('C4R4', 'q8'), 'C4R4' -> ('C4R4', 'f16'): the cache's
+    configuration and metadata; the hook quantizes with the same metadata
+    (CacheHook meta=), so a q8 cache is compared with the q8 hook."""
+    return qt.P.split_cache_name(name)
 
 
 class Bf16InputHook(CacheHook):
@@ -122,8 +135,8 @@ class RecordHook(CacheHook):
     the float32 input rows [B, T, width] of its last forward (for LongCat the
     content input is the scaled latent, as CacheHook quantizes it)."""
 
-    def __init__(self, model, config):
-        super().__init__(model, config)
+    def __init__(self, model, config, **kw):
+        super().__init__(model, config, **kw)
         self.rec = {}
 
     def process(self, layer, path, x):
@@ -214,26 +227,26 @@ def rounded_spans(flags):
     return out
 
 
-def quant_fields(x, bits):
+def quant_fields(x, bits, meta="f16"):
     """qmla's quantizer (the CUDA launcher, qmla.qdq_cuda) on float32 rows x
-    [n, w] (CUDA, w a multiple of 64): codes [n, w] int32 and the stored
-    (step, minimum) [n, w / 64, 2] float64."""
+    [n, w] (CUDA, w a multiple of 64) under `meta` (f16 or q8): codes [n, w]
+    int32 and the stored (step, minimum) [n, w / 64, 2] float64."""
     x = x.float().contiguous()
     n, w = x.shape
     codes = torch.empty((n, w * bits // 8), dtype=torch.uint8, device=x.device)
     sc = torch.empty((n, w // 64), dtype=torch.float32, device=x.device)
     lo = torch.empty_like(sc)
     out = torch.empty_like(x)
-    qmla.qdq_cuda(x.data_ptr(), n, w, bits, 64, "f16", out_ptr=out.data_ptr(),
+    qmla.qdq_cuda(x.data_ptr(), n, w, bits, 64, meta, out_ptr=out.data_ptr(),
                   stream=torch.cuda.current_stream().cuda_stream, codes_ptr=codes.data_ptr(),
                   scale_ptr=sc.data_ptr(), lo_ptr=lo.data_ptr())
     return qt.unpack_codes(codes, bits), torch.stack([sc, lo], -1).double()
 
 
-def tok_nll_hook(model, inp, tgt, cfg, batch=64, hook=CacheHook):
+def tok_nll_hook(model, inp, tgt, cfg, batch=64, hook=CacheHook, meta="f16"):
     """Per-token NLL (nats) [N, T] under the QDQ hook (use_cache=False)."""
     out = []
-    with hook(model, cfg), torch.no_grad():
+    with hook(model, cfg, meta=meta), torch.no_grad():
         for i in range(0, inp.shape[0], batch):
             lg = model(input_ids=inp[i:i + batch], use_cache=False).logits.float()
             out.append(F.cross_entropy(lg.transpose(1, 2), tgt[i:i + batch],
@@ -241,8 +254,8 @@ def tok_nll_hook(model, inp, tgt, cfg, batch=64, hook=CacheHook):
     return torch.cat(out, 0)
 
 
-def nll_hook(model, inp, tgt, cfg, batch=64):
-    return float(tok_nll_hook(model, inp, tgt, cfg, batch).sum())
+def nll_hook(model, inp, tgt, cfg, batch=64, meta="f16"):
+    return float(tok_nll_hook(model, inp, tgt, cfg, batch, meta=meta).sum())
 
 
 def paired(p, h):
@@ -259,10 +272,12 @@ def paired(p, h):
 
 def nll_paged(model, inp, tgt, cfg, sink=0, window=0, step=True, per_token=False):
     """Summed NLL with the packed cache: token by token (step) or one forward
-    (per_token: the per-token NLL [N, T] in nats instead of the sum)."""
+    (per_token: the per-token NLL [N, T] in nats instead of the sum). cfg:
+    C4R4, ..., or C4R4q8 / C2R4q8 (q8 metadata)."""
     B, T = inp.shape
-    cache = qt.MLAPagedCache(model, batch_size=B, max_cache_len=T, config=cfg, sink=sink,
-                             window=window)
+    base, meta = meta_of(cfg)
+    cache = qt.MLAPagedCache(model, batch_size=B, max_cache_len=T, config=base, meta=meta,
+                             sink=sink, window=window)
     parts = []
     spans = [(t, t + 1) for t in range(T)] if step else [(0, T)]
     with torch.no_grad():
@@ -278,13 +293,14 @@ def nll_paged(model, inp, tgt, cfg, sink=0, window=0, step=True, per_token=False
     return (tok if per_token else float(tok.sum())), cache.nbytes()
 
 
-def greedy(model, prompt, new, cache=None, hook=None):
-    """Greedy tokens [B, new] and the raw logits [B, new, V] of each step."""
+def greedy(model, prompt, new, cache=None, hook=None, meta="f16"):
+    """Greedy tokens [B, new] and the raw logits [B, new, V] of each step
+    (hook: the CacheHook configuration, with `meta` metadata)."""
     kw = dict(max_new_tokens=new, do_sample=False, output_logits=True, output_scores=True,
               return_dict_in_generate=True, pad_token_id=0)
     with torch.no_grad():
         if hook is not None:
-            with CacheHook(model, hook):
+            with CacheHook(model, hook, meta=meta):
                 r = model.generate(prompt, use_cache=False, **kw)
         else:
             r = model.generate(prompt, past_key_values=cache, use_cache=True, **kw)
@@ -374,7 +390,8 @@ def code_flips(model, cache, prompt, tp, th, g, bits):
     Pn, N = prompt.shape[1], tp.shape[1]
     T = Pn + N - 1
     seq_h = torch.cat([prompt, th[:, :N - 1]], 1)
-    with RecordHook(model, HOOK_NAME[split_config(cache.config_name)[0]]) as rh, torch.no_grad():
+    base, meta = meta_of(split_config(cache.config_name)[0])
+    with RecordHook(model, HOOK_NAME[base], meta=meta) as rh, torch.no_grad():
         model(input_ids=seq_h, use_cache=False)
     mods = {i: m for i, _, m, _ in rh.mods}
     B = prompt.shape[0]
@@ -395,9 +412,9 @@ def code_flips(model, cache, prompt, tp, th, g, bits):
             cw = hi - lo
             pc = st[cf][..., :cw]
             pm = st[mf][..., :cw // 64, :]
-            qc, qm = quant_fields(xpp.reshape(-1, cw), bits_p)
+            qc, qm = quant_fields(xpp.reshape(-1, cw), bits_p, meta)
             pages_ok &= bool(torch.equal(qc.view(pc.shape), pc) and torch.equal(qm.view(pm.shape), pm))
-            hc, hm = quant_fields(xh.reshape(-1, cw), bits_p)
+            hc, hm = quant_fields(xh.reshape(-1, cw), bits_p, meta)
             hc, hm = hc.view(pc.shape), hm.view(pm.shape)
             for b in range(B):
                 f = g["per_prompt"][b]["first_divergence"]
@@ -535,14 +552,16 @@ def greedy_suite(model, prompt, new, label, configs):
     for c in configs:
         t0 = time.time()
         cname, var = split_config(c)
+        cname, meta = meta_of(cname)
         cache = RecordingCache(model, batch_size=B, max_cache_len=prompt.shape[1] + new,
-                               config=cname, sink=0, window=0, variant=var)
+                               config=cname, meta=meta, sink=0, window=0, variant=var)
         cache.config_name = c
         tp, sp = greedy(model, prompt, new, cache=cache)
         cache.check()
-        th, sh = greedy(model, prompt, new, hook=HOOK_NAME[cname])
+        th, sh = greedy(model, prompt, new, hook=HOOK_NAME[cname], meta=meta)
         g = greedy_report(tp, sp, th, sh, f"{label} {c}", bf16_bound=bound)
         g["variant"] = cache.variant
+        g["meta"] = meta
         if cname == "BF16":
             bound = g["bound"]
             ok &= g["ok"]
@@ -622,14 +641,16 @@ def run_tiny(a, res):
         bpb = lambda s: s / n / math.log(2)  # noqa: E731
         t0 = time.time()
         ref = {"fp32": bpb(nll_hook(m, inp, tgt, "fp32"))}
-        for c in ("BF16", "C4R4", "C2R4", "C8R8"):
-            ref[c] = bpb(nll_hook(m, inp, tgt, HOOK_NAME[c]))
+        nll_cfgs = a.nll_configs.split(",")
+        for c in dict.fromkeys(["BF16"] + nll_cfgs):
+            base, meta = meta_of(c)
+            ref[c] = bpb(nll_hook(m, inp, tgt, HOOK_NAME[base], meta=meta))
         print(f"{name}: hook path {ref} ({time.time() - t0:.1f} s)", flush=True)
-        for c in ("BF16", "C4R4", "C2R4", "C8R8"):
+        for c in nll_cfgs:
             t0 = time.time()
             s, nb = nll_paged(m, inp, tgt, c)
             v = bpb(s)
-            tol = TOL[HOOK_NAME[c]]
+            tol = TOL[HOOK_NAME[meta_of(c)[0]]]
             row = {"text": name, "config": c, "sink": 0, "window": 0, "mode": "token by token",
                    "bits_per_byte": v, "hook_bits_per_byte": ref[c], "diff": v - ref[c],
                    "tolerance": tol, "ok": abs(v - ref[c]) <= tol, "cache_bytes": nb,
@@ -640,16 +661,17 @@ def run_tiny(a, res):
             print(json.dumps(row), flush=True)
         if name != "prose":
             continue
-        s, nb = nll_paged(m, inp, tgt, "C4R4", step=False)
-        row = {"text": name, "config": "C4R4", "sink": 0, "window": 0,
-               "mode": "one forward (prefill pieces of 128)", "bits_per_byte": bpb(s),
-               "hook_bits_per_byte": ref["C4R4"], "diff": bpb(s) - ref["C4R4"], "tolerance": 1e-3}
-        row["ok"] = abs(row["diff"]) <= 1e-3
-        ok &= row["ok"]
-        out["rows"].append(row)
-        SAVE()
-        print(json.dumps(row), flush=True)
-        for c in ("C4R4", "C2R4") if name == "prose" else ():
+        for c in [c for c in nll_cfgs if meta_of(c)[0] == "C4R4"]:
+            s, nb = nll_paged(m, inp, tgt, c, step=False)
+            row = {"text": name, "config": c, "sink": 0, "window": 0,
+                   "mode": "one forward (prefill pieces of 128)", "bits_per_byte": bpb(s),
+                   "hook_bits_per_byte": ref[c], "diff": bpb(s) - ref[c], "tolerance": 1e-3}
+            row["ok"] = abs(row["diff"]) <= 1e-3
+            ok &= row["ok"]
+            out["rows"].append(row)
+            SAVE()
+            print(json.dumps(row), flush=True)
+        for c in [c for c in nll_cfgs if meta_of(c)[0] in ("C4R4", "C2R4")]:
             s, nb = nll_paged(m, inp, tgt, c, sink=4, window=128)
             row = {"text": name, "config": c, "sink": 4, "window": 128, "mode": "token by token",
                    "bits_per_byte": bpb(s), "fp32_bits_per_byte": ref["fp32"],
@@ -752,7 +774,12 @@ def main():
     ap.add_argument("--new", type=int, default=256)
     ap.add_argument("--what", default="tiny,families")
     ap.add_argument("--greedy-configs", default="BF16,C4R4",
-                    help="the greedy suite's caches, BF16 first (C4R4@v2: decode variant 2)")
+                    help="the greedy suite's caches, BF16 first (C4R4@v2: decode variant 2; "
+                         "C4R4q8: q8 metadata)")
+    ap.add_argument("--nll-configs", default="BF16,C4R4,C2R4,C8R8",
+                    help="tiny: the token-by-token NLL rows' caches (C4R4q8, C2R4q8: q8 "
+                         "metadata, against the q8 hook); the one-forward rows for the C4R4 "
+                         "ones, the protected rows (prose) for the C4R4 / C2R4 ones")
     ap.add_argument("--greedy-only", action="store_true",
                     help="the greedy suites only (no NLL rows)")
     ap.add_argument("--fam-seqs", type=int, default=32, help="families: sequences")

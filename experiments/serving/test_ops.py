@@ -5,29 +5,36 @@ with CUDA):
 
   python3 experiments/serving/test_ops.py [--out DIR]
 
-For C4R4, C2R4, C8R8 (sink 4, window 16) and BF16, a batch of 3 sequences
-(lengths 200, 77, 1) over a shuffled page mapping:
+For C4R4, C2R4, C8R8 (sink 4, window 16) and BF16, and C4R4 / C2R4 with q8
+metadata (C4R4q8, C2R4q8: the f16 run's rows and page mapping; since
+serving run 10), a batch of 3 sequences (lengths 200, 77, 1) over a
+shuffled page mapping:
   * qmla::kv_write's pool bytes decoded here in torch (codes little-endian,
     float16 step and minimum: include/qmla/kvcache.h) give, for every token,
     exactly the library's CPU quantizer's values (qmla.qdq through ctypes,
-    fmaf(q, s, l) rounded once to float32), and the sink / window rows hold
+    fmaf(q, s, l) rounded once to float32; q8: qmla.qdq with meta q8, the
+    pages' records S, M, sc, m read as s = sc S, l = m M, and the values
+    differ from the f16 pages'), and the sink / window rows hold
     the BF16 rows bit for bit; BF16 pages hold the rows;
   * the same rows as float32 (unrounded) through qmla::kv_write into a
     second cache: the values are qmla.qdq's of the float32 rows (and differ
     from the BF16 write's: the test tells the paths apart), sink / window
     rows and BF16 pages hold the rows rounded to nearest even;
   * qmla::decode for s_q = 1, 3 and 64 (1,024 query rows: a prefill piece
-    of MLAPagedCache), H = 16, against a float64 softmax attention on those
-    values (C4R4 / C2R4 unrounded, C8R8 rounded to BF16:
-    the kernels' models, docs/decode.md), NMSE <= 1e-5 and |lse| <= 1e-4
-    (tests/cache/test_decode_cuda.c's bounds);
+    of MLAPagedCache), H = 16, under variant 0 and under the default 7 (the
+    plan's variant: C8R8 10, C4R4 f16 at s_q 3 variant 2), against a float64
+    softmax attention on those values, rounded to BF16 or not as the plan's
+    variant attends (qmla.torch.variant_rounds: C8R8 rounds except under 9
+    and 10, C4R4 / C2R4 under 2 and 5; docs/decode.md), NMSE <= 1e-5 and
+    |lse| <= 1e-4 (tests/cache/test_decode_cuda.c's bounds);
   * a CUDA graph capturing kv_write + decode, replayed on new inputs, gives
     exactly the eager result; no allocation by the caching allocator
     during eager calls;
   * every refusal (dtype, shape, stride, device, plan, workspace, missing
-    protection rows, configuration) raises RuntimeError with a message
-    naming the argument; a NaN row is reported by qmla::kv_write_status
-    naming its token and group.
+    protection rows, configuration; q8 metadata under variants 2 and 5, for
+    C8R8 and BF16, on pages of the f16 size, a variant-2 plan on q8 pages)
+    raises RuntimeError with a message naming the argument; a NaN row is
+    reported by qmla::kv_write_status naming its token and group.
 On qmla.torch.MLAPagedCache over a random 2-layer BF16 DeepseekV2 stack
 (H 16, d_c 512; since serving run 8):
   * _reserve is all or nothing (qmla.paging.reserve): a write the pool
@@ -38,9 +45,13 @@ On qmla.torch.MLAPagedCache over a random 2-layer BF16 DeepseekV2 stack
     written, and a prefill that fits then runs;
   * the premise of generate.py's per-position rounding: C4R4 variant 7's
     plan for a prefill piece of 8 x 16 query rows rounds (variant 2), its
-    decode plan does not;
+    decode plan does not; C8R8's cache plans variant 10 (unrounded); C4R4
+    q8's prefill piece stays on variant 7 (unrounded); MLAPagedCache
+    refuses q8 for C8R8, BF16 and variants 2 and 8, naming configuration,
+    variant and metadata;
   * qmla.paging.plan_bucket_fine: C4R4 (sink 4, window 128) at 5,000 and
-    40,000 tokens (batch 2) and 20,000 (batch 8) of a 65,536-token cache:
+    40,000 tokens (batch 2) and 20,000 (batch 8) of a 65,536-token cache,
+    and C4R4 q8 at 40,000 (batch 2) and 20,000 (batch 8):
     decode with the cache's fine-bucket plan and with the power-of-two
     bucket's plan, each against a float64 attention over the values its own
     plan's variant attends to (rounded or not: MLAPagedCache.plan_rounded;
@@ -85,11 +96,12 @@ def make_cache(cfg, B, n_pages, dev):
 
 
 def qdq_ref(x, cfg):
-    """qmla.qdq (the CPU quantizer) of float32 rows x [n, 576], both paths, as float64."""
-    x = x.numpy()
+    """qmla.qdq (the CPU quantizer: the C twin's quantizer) of float32 rows x
+    [n, 576], both paths, under the cache's metadata (f16 or q8), as float64."""
+    x, meta = x.numpy(), cfg.get("meta", "f16")
     return torch.from_numpy(np.concatenate([
-        qmla.qdq(np.ascontiguousarray(x[:, :P.D_C]), bits=cfg["c_bits"], group=64, meta="f16"),
-        qmla.qdq(np.ascontiguousarray(x[:, P.D_C:]), bits=cfg["r_bits"], group=64, meta="f16")],
+        qmla.qdq(np.ascontiguousarray(x[:, :P.D_C]), bits=cfg["c_bits"], group=64, meta=meta),
+        qmla.qdq(np.ascontiguousarray(x[:, P.D_C:]), bits=cfg["r_bits"], group=64, meta=meta)],
         1)).double()
 
 
@@ -114,14 +126,21 @@ def protection_rows_equal(sink, win, cfg, lens, rows):
     return ok_s, ok_w
 
 
-def run_config(name, ops, dev, gen):
-    cfg = P.parse_config(name, sink=4, window=16)
+def run_config(name, ops, dev, gen, f16=None):
+    """One configuration's checks (name: C4R4, C2R4, C8R8, BF16, or C4R4q8 /
+    C2R4q8 for q8 metadata). f16: what the f16 run of the same configuration
+    returned: a q8 run writes the same rows over the same page mapping and
+    checks that its values differ from the f16 pages' (the reference tells
+    the two metadata formats apart)."""
+    base, meta = P.split_cache_name(name)
+    cfg = P.parse_config(base, sink=4, window=16, meta=meta)
     cl = P.cfg_list(cfg)
+    check(pool_width_ok(cfg), f"{name}: page bytes {P.page_bytes(cfg)} (include/qmla/kvcache.h)")
     lens = [200, 77, 1]
     B, H = len(lens), 16
     max_pages = 4
     n_pages = 16
-    perm = torch.randperm(n_pages, generator=gen).tolist()
+    perm = f16["perm"] if f16 else torch.randperm(n_pages, generator=gen).tolist()
     bt = torch.tensor([perm[i * max_pages:(i + 1) * max_pages] for i in range(B)], dtype=torch.int32)
     pool, sink, win = make_cache(cfg, B, n_pages, dev)
     ws = torch.empty(16, dtype=torch.uint8, device=dev)
@@ -129,8 +148,11 @@ def run_config(name, ops, dev, gen):
     # rows: a latent-like spread per channel, a few large channels
     rows, slot, seq, pos = [], [], [], []
     for b, L in enumerate(lens):
-        x = torch.randn((L, P.D), generator=gen) * (0.5 + torch.rand(P.D, generator=gen) * 2)
-        x[:, 7] *= 8
+        if f16:
+            x = f16["rows"][b]
+        else:
+            x = torch.randn((L, P.D), generator=gen) * (0.5 + torch.rand(P.D, generator=gen) * 2)
+            x[:, 7] *= 8
         rows.append(x)
         for t in range(L):
             slot.append(int(bt[b, t // 64]) * 64 + t % 64)
@@ -155,39 +177,50 @@ def run_config(name, ops, dev, gen):
     else:
         ref = qdq_ref(kvf, cfg)
         vals = page_values(pool, cfg, slot_d).cpu()
-        check(torch.equal(vals, ref), f"{name}: pool values == qmla.qdq (CPU quantizer) bit for bit",
-              "max |d| %.3g" % float((vals - ref).abs().max()))
+        check(torch.equal(vals, ref), f"{name}: pool values == qmla.qdq (CPU quantizer, {meta} "
+              "metadata) bit for bit", "max |d| %.3g" % float((vals - ref).abs().max()))
+        if f16 is not None:
+            moved = int((vals != f16["vals"]).any(1).sum())
+            check(moved > 0, f"{name}: the values differ from the f16 write's (the check tells "
+                  "the metadata formats apart)", f"{moved} of {vals.shape[0]} tokens differ")
         ok_s, ok_w = protection_rows_equal(sink, win, cfg, lens, kv)
         check(ok_s, f"{name}: sink rows bit for bit")
         check(ok_w, f"{name}: window ring rows bit for bit")
     f32_rows(name, ops, dev, cfg, cl, B, n_pages, kv32, slot_t, slot_d, seq_d, pos_d, len_d, lens,
              vals)
-    # the values attention uses per token
-    packed_f32 = name in ("C4R4", "C2R4")
-    kref = []
-    off = 0
-    for b, L in enumerate(lens):
-        v = vals[off:off + L].clone()
-        if cfg["c_bits"] != 16:
-            if not packed_f32:
-                v = v.float().to(torch.bfloat16).double()
-            for t in range(L):
-                if P.protected(cfg, t, L):
-                    v[t] = kvf[off + t].double()
-        kref.append(v)
-        off += L
+    # the values attention uses per token: fmaf(q, s, l) unrounded or rounded to
+    # BF16, as the plan's variant attends (qmla.torch.variant_rounds)
+    def kref_of(rounded):
+        kref, off = [], 0
+        for b, L in enumerate(lens):
+            v = vals[off:off + L].clone()
+            if cfg["c_bits"] != 16:
+                if rounded:
+                    v = v.float().to(torch.bfloat16).double()
+                for t in range(L):
+                    if P.protected(cfg, t, L):
+                        v[t] = kvf[off + t].double()
+            kref.append(v)
+            off += L
+        return kref
     bt_d = bt.to(dev)
     scale = 1.0 / math.sqrt(192.0)
-    for s_q in (1, 3, 64):                  # 64 x 16 heads: 1024 query rows, a prefill piece
+    # variant 0, and the cache's default 7 (C8R8: variant 10's plan, unrounded
+    # since decode run 13; C4R4 f16 at s_q 3: 3 sequences x 3 row tiles hand
+    # over to variant 2, rounded; q8 pages stay on variant 7)
+    for var, s_q in ((0, 1), (0, 3), (0, 64), (7, 1), (7, 3), (7, 64)):
         q = (torch.randn((B, s_q, H, P.D), generator=gen)).to(torch.bfloat16)
-        plan = list(ops.decode_plan(cl, B, s_q, H, max(lens), 0))
+        plan = list(ops.decode_plan(cl, B, s_q, H, max(lens), var))
+        rounded = qt.variant_rounds(cfg, int(plan[5]))
+        kref = kref_of(rounded)
         dws = torch.empty(plan[4], dtype=torch.uint8, device=dev)
         out = torch.empty((B, s_q, H, P.D_C), dtype=torch.bfloat16, device=dev)
         lse = torch.empty((B, s_q, H), dtype=torch.float32, device=dev)
         qd = q.to(dev)
         m0 = torch.cuda.memory_allocated(dev)
         ops.decode(qd, pool, sink, win, bt_d, len_d, dws, out, lse, scale, cl, plan)
-        check(torch.cuda.memory_allocated(dev) == m0, f"{name} s_q {s_q}: decode allocates nothing")
+        tag = f"{name} v{var} (plan v{plan[5]}, {'rounded' if rounded else 'unrounded'}) s_q {s_q}"
+        check(torch.cuda.memory_allocated(dev) == m0, f"{tag}: decode allocates nothing")
         num = den = 0.0
         lerr = 0.0
         for b, L in enumerate(lens):
@@ -204,8 +237,10 @@ def run_config(name, ops, dev, gen):
                 den += float((o_ref ** 2).sum())
                 lerr = max(lerr, float((lse[b, i].double().cpu() - l_ref).abs().max()))
         nmse = num / den
-        check(nmse <= 1e-5 and lerr <= 1e-4, f"{name} s_q {s_q}: decode vs float64 attention",
+        check(nmse <= 1e-5 and lerr <= 1e-4, f"{tag}: decode vs float64 attention",
               "nmse %.3e lse err %.3e" % (nmse, lerr))
+        DECODE_NMSE.append(dict(config=name, variant=var, plan_variant=int(plan[5]), s_q=s_q,
+                                rounded=rounded, nmse=nmse, lse_err=lerr))
     # graph capture of write + decode, replayed on new inputs
     s_q = 1
     plan = list(ops.decode_plan(cl, B, s_q, H, 256, 0))
@@ -257,7 +292,20 @@ def run_config(name, ops, dev, gen):
             same &= torch.equal(o_g, g_out) and torch.equal(l_g, g_lse) and torch.equal(p_g, pool)
         check(same, f"{name}: CUDA graph replay == eager (3 new inputs, out, lse, pool bit for bit)")
     return dict(pool=pool, sink=sink, win=win, ws=ws, kv=kv_d, slot=slot_d, seq=seq_d, pos=pos_d,
-                len=len_d, bt=bt_d, cl=cl, cfg=cfg, H=H, B=B)
+                len=len_d, bt=bt_d, cl=cl, cfg=cfg, H=H, B=B, vals=vals, rows=rows, perm=perm)
+
+
+DECODE_NMSE = []
+
+
+def pool_width_ok(cfg):
+    """The page bytes the operators expect (qmla_kv_layout_of) are
+    qmla.paging's: C4R4 20736 / 20096 (f16 / q8), C2R4 12544 / 11904, C8R8
+    39168, BF16 73728 (docs/decode.md)."""
+    want = {("C4R4", "f16"): 20736, ("C4R4", "q8"): 20096, ("C2R4", "f16"): 12544,
+            ("C2R4", "q8"): 11904, ("C8R8", "f16"): 39168, ("BF16", "f16"): 73728}
+    name = "BF16" if cfg["c_bits"] == 16 else f"C{cfg['c_bits']}R{cfg['r_bits']}"
+    return P.page_bytes(cfg) == want[(name, cfg["meta"])]
 
 
 def f32_rows(name, ops, dev, cfg, cl, B, n_pages, kv32, slot_t, slot_d, seq_d, pos_d, len_d, lens,
@@ -349,7 +397,28 @@ def refusals(ops, c, dev):
     expect_error("block table short", lambda: Dd(bt=bt[:, :2].contiguous()), "do not cover")
     expect_error("block table int64", lambda: Dd(bt=bt.long()), "block_table: expected dtype")
     expect_error("plan s_q * H above 1024", lambda: ops.decode_plan(cl, 1, 65, 16, 64, 0), "above 1024")
-    expect_error("plan variant 9", lambda: ops.decode_plan(cl, 1, 1, 16, 64, 9), "variant")
+    # one past the last variant (kernels/decode_cuda.h QMLA_DECODE_VARIANTS, 11 since
+    # decode run 13 added 9 and 10: "variant 9" was this check's value until
+    # serving run 10, where it no longer refused and the check failed)
+    expect_error("plan variant 11", lambda: ops.decode_plan(cl, 1, 1, 16, 64, 11), "variant 11")
+    # q8 metadata (cfg[5] = 2): the refusals name configuration, variant and metadata
+    q8 = P.cfg_list(P.parse_config("C4R4", sink=4, window=16, meta="q8"))
+    expect_error("q8 plan variant 2", lambda: ops.decode_plan(q8, 1, 1, 16, 64, 2), "q8 metadata")
+    expect_error("q8 plan variant 5", lambda: ops.decode_plan(q8, 1, 1, 16, 64, 5), "variant 5")
+    expect_error("q8 plan C8R8", lambda: ops.decode_plan([8, 8, 64, 4, 16, 2], 1, 1, 16, 64, 0),
+                 "q8 metadata")
+    expect_error("q8 pages of f16 size", lambda: W(cl=q8), "pool: expected shape")
+    plan2 = list(ops.decode_plan(cl, B, 1, H, 256, 2))      # an f16 plan of variant 2
+    qpool = torch.zeros((pool.shape[0], P.page_bytes(P.parse_config("C4R4", meta="q8"))),
+                        dtype=torch.uint8, device=dev)
+    dws2 = torch.empty(max(plan2[4], 16), dtype=torch.uint8, device=dev)
+    expect_error("decode of q8 pages with a variant-2 plan",
+                 lambda: ops.decode(q, qpool, sink, win, bt, ln, dws2, out, lse, 0.1, q8, plan2),
+                 "q8 metadata")
+    expect_error("cfg meta 1 (f32)", lambda: W(cl=cl[:5] + [1]), "metadata: expected f16")
+    expect_error("BF16 cfg with q8", lambda: ops.decode_plan([16, 16, 64, 0, 0, 2], 1, 1, 16, 64, 0),
+                 "stores no metadata")
+    expect_error("cfg of 7 values", lambda: W(cl=cl[:5] + [0, 0]), "cfg: expected")
     # a NaN row: reported by the status call, naming token and group
     bad = kv.clone()
     bad[5, 130] = float("nan")
@@ -455,6 +524,26 @@ def rounding_checks(model):
     check(not r8 and r8v0 and not bf.attends_rounded(1, 8, 16, 64),
           "C8R8's default (variant 10) does not round, its variant 0 does, BF16 pages never",
           (r8, r8v0))
+    p8 = c8._plan(1, 1, 16, 64)
+    check(int(p8[5]) == 10 and not c8.plan_rounded(p8), "C8R8's cache plans variant 10", p8[:7])
+    # q8 metadata: variant 7 keeps a q8 prefill piece on its own kernel (no
+    # hand-over to variant 2, which reads f16 pages only), so it never rounds
+    q8 = qt.MLAPagedCache(model, batch_size=1, max_cache_len=256, config="C4R4", meta="q8",
+                          sink=0, window=0)
+    pq = q8._plan(1, 8, 16, 64)
+    check(int(pq[5]) == 7 and not q8.plan_rounded(pq) and not q8.attends_rounded(1, 1, 16, 64),
+          "C4R4 q8 v7: prefill 1 x 8 x H 16 plans variant 7 (unrounded), decode too", pq[:7])
+    check(q8._pages[min(q8._pages)].pool.shape[1] == 20096 and q8.cfg_list[5] == 2,
+          "C4R4 q8 cache: pages of 20096 bytes, cfg meta 2")
+    for kw, needles in ((dict(config="C8R8", meta="q8"), ("C8R8", "q8")),
+                        (dict(config="BF16", meta="q8"), ("BF16", "q8")),
+                        (dict(config="C4R4", meta="q8", variant=2), ("C4R4", "q8", "variant 2")),
+                        (dict(config="C2R4", meta="q8", variant=8), ("C2R4", "q8", "variant 8"))):
+        try:
+            qt.MLAPagedCache(model, batch_size=1, max_cache_len=256, **kw)
+            check(False, f"MLAPagedCache {kw} accepted")
+        except P.PagingError as e:
+            check(all(n in str(e) for n in needles), f"MLAPagedCache {kw} refused", str(e)[:160])
 
 
 def fine_bucket_checks(model, ops, dev, gen, out):
@@ -470,8 +559,10 @@ def fine_bucket_checks(model, ops, dev, gen, out):
     whether the bound tells the two apart)."""
     H, scale = 16, 1.0 / math.sqrt(96.0)
     rows_out = []
-    for B, L in ((2, 5000), (2, 40000), (8, 20000)):
-        cache = qt.MLAPagedCache(model, batch_size=B, max_cache_len=65536, config="C4R4")
+    for B, L, meta in ((2, 5000, "f16"), (2, 40000, "f16"), (8, 20000, "f16"), (2, 40000, "q8"),
+                       (8, 20000, "q8")):
+        cache = qt.MLAPagedCache(model, batch_size=B, max_cache_len=65536, config="C4R4",
+                                 meta=meta)
         layer = min(cache._pages)
         rows = latent_rows(B, L, gen, dev)
         cache.write_rows(layer, rows)
@@ -506,10 +597,11 @@ def fine_bucket_checks(model, ops, dev, gen, out):
             z = scale * torch.einsum("bhd,btd->bht", q[:, 0].double(), vals)
             return (torch.einsum("bht,btc->bhc", torch.softmax(z, -1), vals[..., :P.D_C]),
                     torch.logsumexp(z, -1))
-        res = dict(batch=B, length=L, fine_bucket=fine, pow2_bucket=pow2,
+        res = dict(batch=B, length=L, meta=meta, fine_bucket=fine, pow2_bucket=pow2,
                    plan_fine=[int(v) for v in plan_f[:7]], plan_pow2=[int(v) for v in plan_p[:7]],
                    rounded_fine=cache.plan_rounded(plan_f), rounded_pow2=cache.plan_rounded(plan_p))
-        check(fine < pow2, f"fine bucket B {B} L {L}: plans for fewer tokens than the power of two",
+        pre = f"fine bucket {meta} B {B} L {L}"
+        check(fine < pow2, f"{pre}: plans for fewer tokens than the power of two",
               (fine, pow2))
         for tag, plan, o, lse in (("fine", plan_f, o_fine, lse_fine), ("pow2", plan_p, o_pow, lse_pow)):
             o_ref, l_ref = reference(cache.plan_rounded(plan))
@@ -519,7 +611,7 @@ def fine_bucket_checks(model, ops, dev, gen, out):
                                                       / (o_alt ** 2).sum())
             lerr = float((lse[:, 0].double() - l_ref).abs().max())
             res[f"nmse_{tag}"], res[f"lse_err_{tag}"] = nmse, lerr
-            check(nmse <= 1e-5 and lerr <= 1e-4, f"fine bucket B {B} L {L}: decode with the "
+            check(nmse <= 1e-5 and lerr <= 1e-4, f"{pre}: decode with the "
                   f"{tag} plan ({fine if tag == 'fine' else pow2}) vs float64 attention",
                   "nmse %.3e lse err %.3e" % (nmse, lerr))
         for tag, plan, ws, o, lse in (("fine", plan_f, cache._dws, o_fine, lse_fine),
@@ -548,8 +640,11 @@ def main():
     ops = qt.load_ops()
     gen = torch.Generator().manual_seed(21)
     last = None
-    for name in ("C4R4", "C2R4", "C8R8", "BF16"):
-        c = run_config(name, ops, dev, gen)
+    runs = {}
+    for name in ("C4R4", "C2R4", "C8R8", "BF16", "C4R4q8", "C2R4q8"):
+        c = run_config(name, ops, dev, gen, runs.get(P.split_cache_name(name)[0])
+                       if name.endswith("q8") else None)
+        runs[name] = {k: c[k] for k in ("vals", "rows", "perm")}
         if name == "C4R4":
             last = c
     refusals(ops, last, dev)
@@ -564,6 +659,7 @@ def main():
         os.makedirs(a.out, exist_ok=True)
         json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(),
                    "checks": [dict(what=w, ok=o, detail=str(d)) for w, o, d in RES],
+                   "decode": DECODE_NMSE,
                    **extra},
                   open(os.path.join(a.out, "test_ops.json"), "w"), indent=1)
     return 0 if n_ok == len(RES) else 1

@@ -16,46 +16,98 @@ D_C, D_R = 512, 64
 D = D_C + D_R
 
 CONFIGS = ("C4R4", "C2R4", "C8R8", "BF16")
+# metadata formats of the packed pages (include/qmla/kvcache.h, qmla_kv_config.meta):
+# the code the qmla:: operators take as cfg[5]
+METAS = {"f16": 0, "q8": 2}
+# q8 pages: the configurations and decode variants that read them
+# (kernels/decode.cu q8_variant: decode_fast_q8_kernel, H200 decode run 13);
+# every other variant, C8R8 and the gather read f16 metadata only
+Q8_CONFIGS = ("C4R4", "C2R4")
+Q8_VARIANTS = (0, 1, 3, 4, 7)
 
 
 class PagingError(ValueError):
     """A refused request: the message names what was asked and what is left."""
 
 
-def parse_config(name, sink=4, window=128, group=64):
+def parse_config(name, sink=4, window=128, group=64, meta="f16"):
     """'C4R4' / 'C2R4' / 'C8R8' / 'BF16' -> dict(c_bits, r_bits, group, sink,
-    window) as the decode kernels take it (the BF16 cache keeps no separate
-    protection buffers: sink = window = 0)."""
+    window, meta) as the decode kernels take it (the BF16 cache keeps no
+    separate protection buffers: sink = window = 0, and no metadata: meta
+    f16). meta: 'f16' or 'q8' (C4R4 / C2R4 only: Q8_CONFIGS)."""
+    if meta not in METAS:
+        raise PagingError(f"cache config {name!r}: metadata {meta!r}: expected one of "
+                          f"{', '.join(METAS)}")
     if name.upper() == "BF16":
-        return dict(c_bits=16, r_bits=16, group=group, sink=0, window=0)
+        if meta != "f16":
+            raise PagingError(f"cache config {name!r} with {meta} metadata: a BF16 cache "
+                              "stores no metadata (expected meta 'f16', the default)")
+        return dict(c_bits=16, r_bits=16, group=group, sink=0, window=0, meta="f16")
     if name not in CONFIGS:
         raise PagingError(f"cache config {name!r}: expected one of {', '.join(CONFIGS)} "
                           "(the configurations the decode kernel is built for)")
+    if meta == "q8" and name not in Q8_CONFIGS:
+        raise PagingError(f"cache config {name!r} with q8 metadata: the decode kernel reads "
+                          f"q8 pages for {' / '.join(Q8_CONFIGS)} only (variants "
+                          f"{', '.join(map(str, Q8_VARIANTS))}); {name} reads f16 metadata")
     c, r = (int(v) for v in name[1:].split("R"))
     if group != 64:
         raise PagingError(f"group {group}: the decode kernel takes groups of 64")
     if sink < 0 or window < 0:
         raise PagingError(f"sink {sink} / window {window}: expected >= 0")
-    return dict(c_bits=c, r_bits=r, group=group, sink=int(sink), window=int(window))
+    return dict(c_bits=c, r_bits=r, group=group, sink=int(sink), window=int(window), meta=meta)
+
+
+def split_cache_name(name):
+    """'C4R4q8' -> ('C4R4', 'q8'); 'C4R4' -> ('C4R4', 'f16'): the names the
+    experiments use for a configuration with its metadata (as
+    tests/cache/test_decode_cuda.c names C4R4q8)."""
+    if name.endswith("q8"):
+        return name[:-2], "q8"
+    return name, "f16"
+
+
+def check_variant(cfg, variant, name=None):
+    """Refuse (PagingError) a decode variant that does not read this cache's
+    pages: q8 pages are read by Q8_VARIANTS only (kernels/decode.cu
+    q8_variant; the plan refuses the others too, this says it before any
+    device work). The message names configuration, variant and metadata."""
+    if cfg.get("meta", "f16") == "q8" and int(variant) not in Q8_VARIANTS:
+        nm = name or f"C{cfg['c_bits']}R{cfg['r_bits']}"
+        raise PagingError(f"cache config {nm} with q8 metadata: decode variant {variant} reads "
+                          "f16-metadata pages only; q8 pages are read by variants "
+                          f"{', '.join(map(str, Q8_VARIANTS))} (7 the default)")
 
 
 def cfg_list(cfg):
-    """The int[] cfg of the qmla:: operators."""
-    return [cfg["c_bits"], cfg["r_bits"], cfg["group"], cfg["sink"], cfg["window"]]
+    """The int[] cfg of the qmla:: operators: [c_bits, r_bits, group, sink,
+    window, meta] (meta: METAS' code, 0 f16, 2 q8; the operators also take
+    the first five alone, f16)."""
+    return [cfg["c_bits"], cfg["r_bits"], cfg["group"], cfg["sink"], cfg["window"],
+            METAS[cfg.get("meta", "f16")]]
 
 
 def _packed_bytes(n, bits):
     return (n * bits + 7) // 8
 
 
+def meta_bytes(cfg, groups):
+    """Metadata bytes per token of one path of `groups` groups
+    (include/qmla/kvcache.h): f16 4 per group (float16 step and minimum);
+    q8 4 + 2 per group (float16 super-scales S, M and a step code and a
+    minimum code per group)."""
+    return 4 + 2 * groups if cfg.get("meta", "f16") == "q8" else 4 * groups
+
+
 def page_bytes(cfg):
     """Bytes of one page (include/qmla/kvcache.h): 64 tokens of codes and
-    float16 (step, minimum) per group of each path; BF16: 64 x 576 x 2."""
+    metadata (meta_bytes) of each path; BF16: 64 x 576 x 2. C4R4 G 64:
+    20736 (f16), 20096 (q8)."""
     if cfg["c_bits"] == 16:
         return PAGE * D * 2
     G = cfg["group"]
     cb = (D_C // G) * _packed_bytes(G, cfg["c_bits"]) + (D_R // G) * _packed_bytes(G, cfg["r_bits"])
-    meta = 4 * (D_C // G + D_R // G)
+    meta = meta_bytes(cfg, D_C // G) + meta_bytes(cfg, D_R // G)
     return PAGE * (cb + meta)
 
 

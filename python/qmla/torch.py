@@ -16,8 +16,8 @@ MLAPagedCache is a transformers Cache for the MLA attention modules of the
 DeepseekV2 / DeepseekV3 / Glm4MoeLite families (modules with
 kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj, loaded with
 attn_implementation="eager"). Per layer it keeps a page pool of the chosen
-configuration (C4R4, C2R4, C8R8 with f16 metadata and BF16 sink/window
-rows, or BF16), one set of block tables for every layer (qmla.paging), and
+configuration (C4R4, C2R4 with f16 or q8 metadata, C8R8 with f16, and
+BF16 sink/window rows; or BF16), one set of block tables for every layer (qmla.paging), and
 the decode plans. In each attention forward:
   * the latent (the input of kv_b_proj, i.e. kv_a_layernorm's output) and
     the rotated RoPE key of the new tokens are written through the fused
@@ -65,6 +65,19 @@ C8R8_UNROUNDED_VARIANTS = (9, 10)
 # "qmla.kv_write", "qmla.absorb", "qmla.decode", "qmla.expand"): the
 # benchmark's per-phase breakdown (experiments/serving/bench_serving.py)
 PROFILE_RANGES = False
+
+
+def variant_rounds(cfg, variant):
+    """True when the decode kernel that `variant` names (a plan's variant,
+    plan[5] of qmla::decode_plan) attends to BF16(fmaf(q, s, l)) on pages of
+    cfg (qmla.paging.parse_config), False when to fmaf(q, s, l) unrounded or
+    to BF16 rows (BF16 pages): C8R8 rounds except under variants 9 and 10;
+    C4R4 / C2R4 round under 2 and 5 (which refuse q8 pages)."""
+    if cfg["c_bits"] == 16:
+        return False
+    if cfg["c_bits"] == 8:
+        return variant not in C8R8_UNROUNDED_VARIANTS
+    return variant in ROUNDED_VARIANTS
 
 
 def _range(name):
@@ -253,25 +266,42 @@ def unpack_codes(b, bits):
     return c.reshape(*b.shape[:-1], -1)
 
 
+def _meta_sl(rec, ng, q8):
+    """The stored (step, minimum) [n, ng, 2] float64 of metadata records
+    rec [n, mb] (uint8) of one path: f16 [ng][2] float16 bits; q8 the
+    token's record S, M (float16 bits at 0, 2), step codes sc[ng] (uint8) at
+    4, minimum codes m[ng] (int8) at 4 + ng, s = sc S and l = m M (exact
+    float32 products, qmla_kv_group_meta)."""
+    if not q8:
+        return rec.contiguous().view(torch.float16).double().view(-1, ng, 2)
+    sm = rec[:, :4].contiguous().view(torch.float16).float()    # [n, 2]: S, M
+    sc = rec[:, 4:4 + ng].float()
+    m = rec[:, 4 + ng:4 + 2 * ng].contiguous().view(torch.int8).float()
+    return torch.stack([sc * sm[:, :1], m * sm[:, 1:]], -1).double()
+
+
 def page_fields(pool, cfg, slots):
     """The stored fields of the tokens at `slots` [n] (int64) of a quantized
     pool, read from its bytes (include/qmla/kvcache.h's page layout,
     independently of the kernels): content and RoPE codes [n, 512] / [n, 64]
-    (int32) and float16 metadata as float64 [n, groups, 2] (step, minimum)."""
+    (int32) and the stored metadata as float64 [n, groups, 2] (step,
+    minimum; f16 pages: the float16 fields, q8 pages: sc S and m M)."""
     G, cb, rb = cfg["group"], cfg["c_bits"], cfg["r_bits"]
+    q8 = cfg.get("meta", "f16") == "q8"
     pages, off = slots // P.PAGE, slots % P.PAGE
     pg = pool[pages]                                            # [n, page_bytes]
     ng_c, ng_r = P.D_C // G, P.D_R // G
+    mb_c, mb_r = P.meta_bytes(cfg, ng_c), P.meta_bytes(cfg, ng_r)
     cbt, rbt = ng_c * G * cb // 8, ng_r * G * rb // 8
     o_rc, o_mc = P.PAGE * cbt, P.PAGE * (cbt + rbt)
-    o_mr = o_mc + P.PAGE * 4 * ng_c
+    o_mr = o_mc + P.PAGE * mb_c
     idx = off[:, None]
     ar = lambda n: torch.arange(n, device=pool.device)[None, :]  # noqa: E731
     c_codes = unpack_codes(pg.gather(1, idx * cbt + ar(cbt)), cb)
     r_codes = unpack_codes(pg.gather(1, o_rc + idx * rbt + ar(rbt)), rb)
-    mc = pg.gather(1, o_mc + idx * 4 * ng_c + ar(4 * ng_c)).contiguous().view(torch.float16)
-    mr = pg.gather(1, o_mr + idx * 4 * ng_r + ar(4 * ng_r)).contiguous().view(torch.float16)
-    return c_codes, r_codes, mc.double().view(-1, ng_c, 2), mr.double().view(-1, ng_r, 2)
+    mc = pg.gather(1, o_mc + idx * mb_c + ar(mb_c))
+    mr = pg.gather(1, o_mr + idx * mb_r + ar(mb_r))
+    return c_codes, r_codes, _meta_sl(mc, ng_c, q8), _meta_sl(mr, ng_r, q8)
 
 
 def page_values(pool, cfg, slots):
@@ -303,8 +333,11 @@ class _LayerPages:
 
 class MLAPagedCache(Cache):
     """A packed, paged MLA cache for model.generate / model(...,
-    past_key_values=cache). config: C4R4, C2R4, C8R8 or BF16; meta: f16
-    (the fused writer stores f16 metadata only); sink / window: the BF16
+    past_key_values=cache). config: C4R4, C2R4, C8R8 or BF16; meta: f16 or
+    q8 (q8: C4R4 / C2R4 under decode variants 0, 1, 3, 4, 7 only,
+    qmla.paging.Q8_CONFIGS / Q8_VARIANTS; 314 bytes a token for C4R4 where
+    f16 takes 324; anything else refused with a PagingError naming
+    configuration, variant and metadata); sink / window: the BF16
     protection (kernels: any S, W >= 0; S = W = 0 quantizes every token, as
     the QDQ hook of experiments/eval/eval_hook.py does); n_pages: physical
     pages per layer (default batch_size * ceil(max_cache_len / 64));
@@ -314,13 +347,12 @@ class MLAPagedCache(Cache):
 
     def __init__(self, model, batch_size, max_cache_len, config="C4R4", meta="f16", sink=4,
                  window=128, n_pages=None, variant=None, device=None):
-        if meta != "f16":
-            raise ValueError(f"MLAPagedCache: meta {meta!r}: the fused cache writer "
-                             "(kernels/kvcache.cu) stores f16 metadata only")
-        self.cfg = P.parse_config(config, sink=sink, window=window)
+        self.cfg = P.parse_config(config, sink=sink, window=window, meta=meta)
         self.cfg_list = P.cfg_list(self.cfg)
         self.config_name = config
+        self.meta = self.cfg["meta"]
         self.variant = DEFAULT_VARIANT if variant is None else int(variant)
+        P.check_variant(self.cfg, self.variant, config)
         self.batch, self.max_len = int(batch_size), int(max_cache_len)
         self.ops = load_ops()
         self.mods = attach(model)
@@ -463,9 +495,11 @@ class MLAPagedCache(Cache):
         or to the BF16 rows themselves (BF16 pages). C8R8 rounds except
         under variants 9 and 10 (its default plan is variant 10's);
         C4R4 / C2R4 round under variants 2 and 5, and under variant 7 where
-        its plan hands over to variant 2 (C4R4 at several row tiles: s_q * H
-        > 16; so a prefill piece may round where the decode steps of the
-        same cache do not). One call of qmla::decode, not a forward: a
+        its plan hands over to variant 2 (C4R4 f16 at several row tiles: s_q
+        * H > 16; so a prefill piece may round where the decode steps of the
+        same cache do not). q8 pages never round: variants 2 and 5 refuse
+        them and variant 7 keeps a q8 plan on its own kernel (a prefill
+        piece too). One call of qmla::decode, not a forward: a
         forward of T tokens runs pieces of at most 1024 / H tokens
         (qmla.paging.chunks); plan_rounded says it for the plans a run used."""
         if self.cfg["c_bits"] == 16:
@@ -479,11 +513,7 @@ class MLAPagedCache(Cache):
     def plan_rounded(self, plan):
         """attends_rounded for a plan of this cache (qmla::decode_plan's
         values: the variant that runs is plan[5])."""
-        if self.cfg["c_bits"] == 16:
-            return False
-        if self.cfg["c_bits"] == 8:
-            return int(plan[5]) not in C8R8_UNROUNDED_VARIANTS
-        return int(plan[5]) in ROUNDED_VARIANTS
+        return variant_rounds(self.cfg, int(plan[5]))
 
     def decode_latent(self, layer, q, scale, seq_len=None):
         """qmla::decode of absorbed queries q [B, s_q, H, 576] (BF16) on

@@ -14,8 +14,10 @@
 //                scale, cfg, plan)
 //       paged MLA decode attention (absorbed form) into out / lse
 //
-// cfg = [c_bits, r_bits, group, sink, window] (include/qmla/kvcache.h); an
-// absent sink / window buffer (S or W = 0, BF16) is an empty tensor.
+// cfg = [c_bits, r_bits, group, sink, window] or [..., meta] (include/qmla/
+// kvcache.h; meta 0 f16, the default, or 2 q8: C4R4 / C2R4 pages that the
+// writer writes and decode variants 0, 1, 3, 4, 7 read); an absent sink /
+// window buffer (S or W = 0, BF16) is an empty tensor.
 // Every shape, dtype, stride, device and alignment the launchers assume is
 // checked here (TORCH_CHECK: a RuntimeError naming the argument, expected
 // and found); then the C launcher validates the rest. kv_write and decode
@@ -57,14 +59,15 @@ template <typename T> std::string N(T v) { return std::to_string(v); }
 
 qmla_kv_config cfg_of(const char *op, c10::IntArrayRef cfg)
 {
-    TORCH_CHECK(cfg.size() == 5, op, ": cfg: expected [c_bits, r_bits, group, sink, window], found ",
-                N(cfg.size()), " values");
-    // value-initialised: every field the operators do not take (meta, since
-    // the q8 metadata work added it) is 0, QMLA_CORE_META_F16 (H200 serving
-    // run 8: left uninitialised, qmla_kv_check read stack garbage as meta
-    // and refused every kv_write / kv_write_status)
+    TORCH_CHECK(cfg.size() == 5 || cfg.size() == 6, op,
+                ": cfg: expected [c_bits, r_bits, group, sink, window] or [c_bits, r_bits, group, "
+                "sink, window, meta], found ", N(cfg.size()), " values");
+    // value-initialised; meta: cfg[5] when given (QMLA_CORE_META_F16 0 or
+    // QMLA_CORE_META_Q8 2: qmla.paging.METAS), else f16 (H200 serving run 8:
+    // left uninitialised, qmla_kv_check read stack garbage as meta and
+    // refused every kv_write / kv_write_status)
     qmla_kv_config c{};
-    c.meta = QMLA_CORE_META_F16;
+    c.meta = cfg.size() == 6 ? (int)cfg[5] : QMLA_CORE_META_F16;
     c.c_bits = (int)cfg[0];
     c.r_bits = (int)cfg[1];
     c.group = (int)cfg[2];
@@ -72,6 +75,10 @@ qmla_kv_config cfg_of(const char *op, c10::IntArrayRef cfg)
     c.window = (int)cfg[4];
     qmla_error e{};
     TORCH_CHECK(qmla_kv_check(&c, &e) == QMLA_OK, op, ": ", e.msg);
+    // a BF16 cache has no metadata: q8 there is a caller's mistake, not ignored
+    TORCH_CHECK(c.c_bits != QMLA_KV_BF16 || c.meta == QMLA_CORE_META_F16, op,
+                ": cfg: a BF16 cache (c_bits 16) stores no metadata: expected meta ",
+                N(QMLA_CORE_META_F16), " (f16), found ", N(c.meta));
     return c;
 }
 

@@ -678,7 +678,7 @@ print("ok" if "C8R8" in c and "C8R8-graph-v10" in c and not bad else "FAIL", "C8
 EOF2
 expect 2 "serving-table bad cache" -- "$PY" "$ROOT/scripts/serving-table.py" \
   <(sed 's/^C4R4\t/C9R9\t/' "$sv") "$work/serving-bad2.h5"
-contains "cache: expected C4R4, C2R4, C8R8 or BF16 (optionally -graph-vN, N 0-10), or dynamic, found 'C9R9'" "serving-table bad cache"
+contains "cache: expected C4R4, C2R4, C4R4q8, C2R4q8 (q8 metadata), C8R8 or BF16 (optionally -graph-vN, N 0-10), or dynamic, found 'C9R9'" "serving-table bad cache"
 expect 0 "figures serving-bench" -- "$QMLA" figures "$work/serving.h5" -o "$work/figsS" --only serving-bench
 pycheck "serving-bench png" - "$work/figsS/serving-bench.png" "$work/figsS/data/m1.serving_bench.tsv" "$sv" <<'EOF2'
 import struct, sys

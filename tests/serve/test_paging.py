@@ -30,6 +30,41 @@ def check(cond, what):
 for name, want in (("C4R4", 20736), ("C2R4", 12544), ("C8R8", 39168), ("BF16", 73728)):
     check(P.page_bytes(P.parse_config(name)) == want, f"page bytes {name}")
 
+# q8 metadata (include/qmla/kvcache.h): 4 + 2 * groups bytes per token and path
+for name, want in (("C4R4", 20096), ("C2R4", 11904)):
+    cfg = P.parse_config(name, meta="q8")
+    check(P.page_bytes(cfg) == want and cfg["meta"] == "q8", f"page bytes {name} q8")
+    check(P.cfg_list(cfg) == [cfg["c_bits"], cfg["r_bits"], 64, 4, 128, 2], f"cfg list {name} q8")
+    check(P.page_bytes(P.parse_config(name)) - want == 64 * 10, f"{name}: q8 saves 10 bytes a token")
+check(P.cfg_list(P.parse_config("C4R4"))[5] == 0 and P.cfg_list(P.parse_config("BF16"))[5] == 0,
+      "cfg list: f16 and BF16 meta code 0")
+check(P.split_cache_name("C4R4q8") == ("C4R4", "q8") and P.split_cache_name("BF16") == ("BF16", "f16"),
+      "split_cache_name")
+
+
+def refused(fn, needles, what):
+    try:
+        fn()
+    except P.PagingError as e:
+        check(all(n in str(e) for n in needles), f"{what}: message names {needles}: {e}")
+        return
+    check(False, f"{what} accepted")
+
+
+refused(lambda: P.parse_config("C8R8", meta="q8"), ("C8R8", "q8", "C4R4 / C2R4"), "C8R8 q8")
+refused(lambda: P.parse_config("BF16", meta="q8"), ("BF16", "q8"), "BF16 q8")
+refused(lambda: P.parse_config("C4R4", meta="f32"), ("f32", "f16", "q8"), "meta f32")
+q8c = P.parse_config("C2R4", meta="q8")
+for v in (2, 5, 6, 8, 9, 10):
+    refused(lambda v=v: P.check_variant(q8c, v, "C2R4"), ("C2R4", "q8", f"variant {v}", "0, 1, 3, 4, 7"),
+            f"C2R4 q8 variant {v}")
+for v in P.Q8_VARIANTS:
+    P.check_variant(q8c, v)
+    check(True, "")
+for v in range(11):                       # f16 pages: no refusal here (the plan decides)
+    P.check_variant(P.parse_config("C4R4"), v)
+check(True, "f16: every variant passes check_variant")
+
 # ---- refusals
 for bad in ("C3R4", "C4R2", "FP8"):
     try:
@@ -61,6 +96,21 @@ if qbin and os.path.exists(qbin):
             got = P.bytes_per_token(cfg, T)
             check(abs(got - float(row[col])) <= 1e-6 * got,
                   f"bytes/token {name} {T}: {got} vs qmla storage {row[col]}")
+    # q8 metadata: `qmla storage --meta q8` (C4R4 315.22 bytes a token at 128K)
+    for name in ("C4R4", "C2R4"):
+        r = subprocess.run([qbin, "storage", "--contexts", "4096,32768,131072", "--config", name,
+                            "--meta", "q8", "--policy", "sink4/local128", "--format", "tsv"],
+                           capture_output=True, text=True)
+        check(r.returncode == 0, f"qmla storage {name} q8: rc {r.returncode} {r.stderr}")
+        lines = [ln.split("\t") for ln in r.stdout.strip().splitlines()]
+        head = lines[0]
+        col, ctx = head.index("bytes_per_token"), head.index("context")
+        check(len(lines) == 4, f"qmla storage {name} q8: 3 rows")
+        for row in lines[1:]:
+            T = int(row[ctx])
+            got = P.bytes_per_token(P.parse_config(name, meta="q8"), T)
+            check(abs(got - float(row[col])) <= 1e-6 * got,
+                  f"bytes/token {name} q8 {T}: {got} vs qmla storage {row[col]}")
     # a context off the page grid: ours counts the whole last page (>= storage's)
     cfg = P.parse_config("C4R4")
     check(P.bytes_per_token(cfg, 4097) > P.bytes_per_token(cfg, 4096), "page rounding")
