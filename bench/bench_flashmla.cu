@@ -94,18 +94,29 @@ static double bf2d(uint16_t h)
     return f;
 }
 
+/* One point (batch, context, H, s_q) of either mode: what both share (the
+ * shuffled block table, queries, outputs, scheduler metadata, split
+ * accumulators) and each mode's cache. */
 struct point {
     int b, H, sq, maxp, parts; /* sq: query tokens per sequence (s_q) */
     long ctx;
     size_t pages;
-    int32_t *hbt, *bt, *len, *nsplit;
-    uint16_t *kc, *q, *out;
+    int32_t *hbt, *bt, *nsplit;
+    uint16_t *q, *out;
     float *lse, *lse_acc, *o_acc;
     DecodingSchedMeta *meta;
+    int32_t *len; /* BF16: the context lengths */
+    uint16_t *kc; /* BF16: the cache [blocks][64][1][576] */
+    int32_t *idx; /* FP8: the indices [b][s_q][context] */
+    uint8_t *kv;  /* FP8: the 656-byte tokens [blocks][64] */
 };
 
-static void point_setup(point &P, int batch, long ctx, int H, int sq, int n_sm, cudaStream_t s)
+/* The shared part: bench_decode's shuffled block table (xorshift, same
+ * seed), the queries (seed 11), outputs and the split buffers of `parts`
+ * scheduler parts. */
+static void point_common(point &P, int batch, long ctx, int H, int sq, int parts)
 {
+    memset(&P, 0, sizeof P);
     P.b = batch;
     P.ctx = ctx;
     P.H = H;
@@ -128,29 +139,50 @@ static void point_setup(point &P, int batch, long ctx, int H, int sq, int n_sm, 
     }
     P.bt = (int32_t *)dalloc(P.pages * 4);
     CK(cudaMemcpy(P.bt, P.hbt, P.pages * 4, cudaMemcpyHostToDevice));
-    P.len = (int32_t *)dalloc((size_t)batch * 4);
-    fill_i32<<<64, 256>>>(P.len, (size_t)batch, (int32_t)ctx);
-    P.kc = (uint16_t *)dalloc(P.pages * PAGE * D * 2);
-    fill_bf16<<<4096, 256>>>(P.kc, P.pages * PAGE * D, 5);
     P.q = (uint16_t *)dalloc((size_t)batch * qs * D * 2);
     fill_bf16<<<256, 256>>>(P.q, (size_t)batch * qs * D, 11);
     P.out = (uint16_t *)dalloc((size_t)batch * qs * DV * 2);
     P.lse = (float *)dalloc((size_t)batch * qs * 4);
-    /* FlashMLA's dense interface: num_sm_parts = SMs / h_k / ceil(s_q h_q / h_k / 64) */
-    P.parts = n_sm / (int)((qs + 63) / 64);
-    if (P.parts < 1)
-        P.parts = 1;
+    P.parts = parts < 1 ? 1 : parts;
     P.meta = (DecodingSchedMeta *)dalloc((size_t)P.parts * sizeof(DecodingSchedMeta));
     P.nsplit = (int32_t *)dalloc((size_t)(batch + 1) * 4);
     const size_t total_splits = (size_t)batch + P.parts;
     P.lse_acc = (float *)dalloc(total_splits * qs * 4);
     P.o_acc = (float *)dalloc(total_splits * qs * DV * 4);
+}
+
+/* FlashMLA's scheduler metadata, once outside the timing (topk -1: dense,
+ * by the lengths; else sparse with that top-k) */
+static void point_sched(point &P, int topk, cudaStream_t s)
+{
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
-    GetDecodeSchedMetaParams sp = {batch, sq, 64, 5, -1, -1, nullptr, nullptr, P.len, P.meta,
-                                   P.nsplit, P.parts, s};
+    GetDecodeSchedMetaParams sp = {P.b, P.sq, 64, 5, topk, topk == -1 ? -1 : 0, nullptr, nullptr,
+                                   topk == -1 ? P.len : nullptr, P.meta, P.nsplit, P.parts, s};
     smxx::decode::run_get_decoding_sched_meta_kernel(sp);
     CK(cudaStreamSynchronize(s));
+}
+
+static void point_setup(point &P, int batch, long ctx, int H, int sq, int n_sm, cudaStream_t s)
+{
+    /* FlashMLA's dense interface: num_sm_parts = SMs / h_k / ceil(s_q h_q / h_k / 64) */
+    point_common(P, batch, ctx, H, sq, n_sm / (int)((sq * H + 63) / 64));
+    P.len = (int32_t *)dalloc((size_t)batch * 4);
+    fill_i32<<<64, 256>>>(P.len, (size_t)batch, (int32_t)ctx);
+    P.kc = (uint16_t *)dalloc(P.pages * PAGE * D * 2);
+    fill_bf16<<<4096, 256>>>(P.kc, P.pages * PAGE * D, 5);
+    point_sched(P, -1, s);
+}
+
+/* the combine, as FlashMLA's decode interfaces launch it after the main kernel */
+static void point_combine(point &P, cudaStream_t s)
+{
+    const int qs = P.sq * P.H;
+    CombineParams c = {P.b, P.sq, P.H, DV,
+                       P.lse, P.out, qs, P.H, qs * DV, P.H * DV, DV,
+                       P.lse_acc, P.o_acc, qs, P.H, qs * DV, P.H * DV, DV,
+                       P.meta, P.nsplit, P.parts, nullptr, s};
+    smxx::decode::run_flash_mla_combine_kernel<cutlass::bfloat16_t>(c);
 }
 
 /* main kernel + combine, as FlashMLA's dense decode interface launches them */
@@ -196,18 +228,12 @@ static void point_launch(point &P, cudaStream_t s)
     p.oaccum_ptr = P.o_acc;
     p.stream = s;
     sm90::run_flash_splitkv_mla_kernel<cutlass::bfloat16_t>(p);
-    CombineParams c = {P.b, P.sq, P.H, DV,
-                       P.lse, P.out, qs, P.H, qs * DV, P.H * DV, DV,
-                       P.lse_acc, P.o_acc, qs, P.H, qs * DV, P.H * DV, DV,
-                       P.meta, P.nsplit, P.parts, nullptr, s};
-    smxx::decode::run_flash_mla_combine_kernel<cutlass::bfloat16_t>(c);
+    point_combine(P, s);
 }
 
 static void point_free(point &P)
 {
     cudaFree(P.bt);
-    cudaFree(P.len);
-    cudaFree(P.kc);
     cudaFree(P.q);
     cudaFree(P.out);
     cudaFree(P.lse);
@@ -215,24 +241,18 @@ static void point_free(point &P)
     cudaFree(P.nsplit);
     cudaFree(P.lse_acc);
     cudaFree(P.o_acc);
+    cudaFree(P.len);
+    cudaFree(P.kc);
+    cudaFree(P.idx);
+    cudaFree(P.kv);
     free(P.hbt);
 }
 
-/* NMSE of FlashMLA's output rows r0..r1-1 of sequence sb against a double
- * reference computed here from the device's own cache and queries. */
-static double point_check(point &P, int sb, int r0, int r1)
+/* NMSE of output rows r0..r1-1 (o, [rows][512] BF16) of queries q
+ * ([rows][576] BF16) against a double-precision attention over the tok
+ * cache rows k ([tok][576]; V its first 512 channels). */
+static double ref_nmse(const double *k, size_t tok, const uint16_t *q, const uint16_t *o, int r0, int r1)
 {
-    const size_t tok = (size_t)P.ctx;
-    uint16_t *k = (uint16_t *)malloc(tok * D * 2), *q = (uint16_t *)malloc((size_t)P.H * D * 2);
-    uint16_t *o = (uint16_t *)malloc((size_t)P.H * DV * 2);
-    for (int pg = 0; pg < P.maxp; pg++) {
-        const size_t n = (size_t)((pg + 1) * PAGE <= P.ctx ? PAGE : P.ctx - pg * PAGE);
-        CK(cudaMemcpy(k + (size_t)pg * PAGE * D,
-                      P.kc + (size_t)P.hbt[(size_t)sb * P.maxp + pg] * PAGE * D, n * D * 2,
-                      cudaMemcpyDeviceToHost));
-    }
-    CK(cudaMemcpy(q, P.q + (size_t)sb * P.H * D, (size_t)P.H * D * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(o, P.out + (size_t)sb * P.H * DV, (size_t)P.H * DV * 2, cudaMemcpyDeviceToHost));
     double *sc = (double *)malloc(tok * sizeof(double)), *acc = (double *)malloc(DV * sizeof(double));
     double num = 0, den = 0;
     const double scale = 1.0 / sqrt(192.0);
@@ -241,7 +261,7 @@ static double point_check(point &P, int sb, int r0, int r1)
         for (size_t t = 0; t < tok; t++) {
             double s = 0;
             for (int c = 0; c < D; c++)
-                s += bf2d(q[(size_t)r * D + c]) * bf2d(k[t * D + c]);
+                s += bf2d(q[(size_t)r * D + c]) * k[t * D + c];
             sc[t] = s * scale;
             mx = fmax(mx, sc[t]);
         }
@@ -252,7 +272,7 @@ static double point_check(point &P, int sb, int r0, int r1)
             const double w = exp(sc[t] - mx);
             sum += w;
             for (int c = 0; c < DV; c++)
-                acc[c] += w * bf2d(k[t * D + c]);
+                acc[c] += w * k[t * D + c];
         }
         for (int c = 0; c < DV; c++) {
             const double ref = acc[c] / sum, got = bf2d(o[(size_t)r * DV + c]);
@@ -260,12 +280,44 @@ static double point_check(point &P, int sb, int r0, int r1)
             den += ref * ref;
         }
     }
-    free(k);
-    free(q);
-    free(o);
     free(sc);
     free(acc);
     return den > 0 ? num / den : INFINITY;
+}
+
+/* ref_nmse of rows r0..r1-1 of sequence sb, query qi (queries and outputs
+ * from the device) over the cache rows k, which it frees */
+static double point_nmse(const point &P, int sb, int qi, double *k, size_t tok, int r0, int r1)
+{
+    uint16_t *q = (uint16_t *)malloc((size_t)P.H * D * 2), *o = (uint16_t *)malloc((size_t)P.H * DV * 2);
+    const size_t off = ((size_t)sb * P.sq + qi) * P.H;
+    CK(cudaMemcpy(q, P.q + off * D, (size_t)P.H * D * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(o, P.out + off * DV, (size_t)P.H * DV * 2, cudaMemcpyDeviceToHost));
+    const double nmse = ref_nmse(k, tok, q, o, r0, r1);
+    free(q);
+    free(o);
+    free(k);
+    return nmse;
+}
+
+/* NMSE of FlashMLA's BF16 output rows r0..r1-1 of sequence sb (s_q 1)
+ * against a double reference computed here from the device's own cache
+ * and queries. */
+static double point_check(point &P, int sb, int r0, int r1)
+{
+    const size_t tok = (size_t)P.ctx;
+    uint16_t *kb = (uint16_t *)malloc(tok * D * 2);
+    double *k = (double *)malloc(tok * D * sizeof(double));
+    for (int pg = 0; pg < P.maxp; pg++) {
+        const size_t n = (size_t)((pg + 1) * PAGE <= P.ctx ? PAGE : P.ctx - pg * PAGE);
+        CK(cudaMemcpy(kb + (size_t)pg * PAGE * D,
+                      P.kc + (size_t)P.hbt[(size_t)sb * P.maxp + pg] * PAGE * D, n * D * 2,
+                      cudaMemcpyDeviceToHost));
+    }
+    for (size_t i = 0; i < tok * D; i++)
+        k[i] = bf2d(kb[i]);
+    free(kb);
+    return point_nmse(P, sb, 0, k, tok, r0, r1);
 }
 
 #if QMLA_FMLA_FP8
@@ -324,68 +376,19 @@ static double e4m3_to_d(uint8_t c)
     return c & 0x80 ? -v : v;
 }
 
-struct point8 {
-    int b, H, sq, maxp, parts;
-    long ctx;
-    size_t pages;
-    int32_t *hbt, *bt, *idx, *nsplit;
-    uint8_t *kv;
-    uint16_t *q, *out;
-    float *lse, *lse_acc, *o_acc;
-    DecodingSchedMeta *meta;
-};
-
-static void point8_setup(point8 &P, int batch, long ctx, int H, int sq, int n_sm, cudaStream_t s)
+static void point8_setup(point &P, int batch, long ctx, int H, int sq, int n_sm, cudaStream_t s)
 {
-    P.b = batch;
-    P.ctx = ctx;
-    P.H = H;
-    P.sq = sq;
-    P.maxp = (int)((ctx + 63) / 64);
-    P.pages = (size_t)batch * P.maxp;
-    P.hbt = (int32_t *)malloc(P.pages * 4);
-    for (size_t i = 0; i < P.pages; i++)
-        P.hbt[i] = (int32_t)i;
-    uint64_t r = 0x1234567ull + (uint64_t)ctx * 31 + (uint64_t)batch; /* bench_decode's */
-    for (size_t i = P.pages; i > 1; i--) {
-        r ^= r << 13;
-        r ^= r >> 7;
-        r ^= r << 17;
-        const size_t j = (size_t)(r % i);
-        const int32_t t = P.hbt[i - 1];
-        P.hbt[i - 1] = P.hbt[j];
-        P.hbt[j] = t;
-    }
-    P.bt = (int32_t *)dalloc(P.pages * 4);
-    CK(cudaMemcpy(P.bt, P.hbt, P.pages * 4, cudaMemcpyHostToDevice));
+    /* FlashMLA's sparse decode interface on sm90: SMs / s_q / (h_q / 64) parts */
+    point_common(P, batch, ctx, H, sq, n_sm / sq / (H / 64));
     P.idx = (int32_t *)dalloc((size_t)batch * sq * ctx * 4);
     fill_dense_indices<<<4096, 256>>>(P.idx, P.bt, batch, sq, ctx, P.maxp);
     P.kv = (uint8_t *)dalloc(P.pages * PAGE * TOK8);
     fill_fp8_tokens<<<4096, 256>>>(P.kv, P.pages * PAGE, 5);
-    const size_t qs = (size_t)sq * H;
-    P.q = (uint16_t *)dalloc((size_t)batch * qs * D * 2);
-    fill_bf16<<<256, 256>>>(P.q, (size_t)batch * qs * D, 11);
-    P.out = (uint16_t *)dalloc((size_t)batch * qs * DV * 2);
-    P.lse = (float *)dalloc((size_t)batch * qs * 4);
-    /* FlashMLA's sparse decode interface on sm90: SMs / s_q / (h_q / 64) parts */
-    P.parts = n_sm / sq / (H / 64);
-    if (P.parts < 1)
-        P.parts = 1;
-    P.meta = (DecodingSchedMeta *)dalloc((size_t)P.parts * sizeof(DecodingSchedMeta));
-    P.nsplit = (int32_t *)dalloc((size_t)(batch + 1) * 4);
-    const size_t total_splits = (size_t)batch + P.parts;
-    P.lse_acc = (float *)dalloc(total_splits * qs * 4);
-    P.o_acc = (float *)dalloc(total_splits * qs * DV * 4);
-    CK(cudaGetLastError());
-    CK(cudaDeviceSynchronize());
-    GetDecodeSchedMetaParams sp = {batch, sq, 64, 5, (int)ctx, 0, nullptr, nullptr, nullptr,
-                                   P.meta, P.nsplit, P.parts, s};
-    smxx::decode::run_get_decoding_sched_meta_kernel(sp);
-    CK(cudaStreamSynchronize(s));
+    point_sched(P, (int)ctx, s);
 }
 
 /* main kernel + combine, as FlashMLA's sparse decode interface launches them */
-static void point8_launch(point8 &P, cudaStream_t s)
+static void point8_launch(point &P, cudaStream_t s)
 {
     const int qs = P.sq * P.H;
     SparseAttnDecodeParams p;
@@ -434,37 +437,17 @@ static void point8_launch(point8 &P, cudaStream_t s)
         sm90::decode::sparse_fp8::run_flash_splitkv_mla_fp8_sparse_kernel<ModelType::V32, 128>(p);
     else
         sm90::decode::sparse_fp8::run_flash_splitkv_mla_fp8_sparse_kernel<ModelType::V32, 64>(p);
-    CombineParams c = {P.b, P.sq, P.H, DV,
-                       P.lse, P.out, qs, P.H, qs * DV, P.H * DV, DV,
-                       P.lse_acc, P.o_acc, qs, P.H, qs * DV, P.H * DV, DV,
-                       P.meta, P.nsplit, P.parts, nullptr, s};
-    smxx::decode::run_flash_mla_combine_kernel<cutlass::bfloat16_t>(c);
-}
-
-static void point8_free(point8 &P)
-{
-    cudaFree(P.bt);
-    cudaFree(P.idx);
-    cudaFree(P.kv);
-    cudaFree(P.q);
-    cudaFree(P.out);
-    cudaFree(P.lse);
-    cudaFree(P.meta);
-    cudaFree(P.nsplit);
-    cudaFree(P.lse_acc);
-    cudaFree(P.o_acc);
-    free(P.hbt);
+    point_combine(P, s);
 }
 
 /* NMSE of FlashMLA's FP8 output, sequence sb, query qi, rows r0..r1-1,
  * against a double reference on the format's values (code x scale, BF16
  * RoPE) of the device's own cache, over tokens 0..len - s_q + qi. */
-static double point8_check(point8 &P, int sb, int qi, int r0, int r1)
+static double point8_check(point &P, int sb, int qi, int r0, int r1)
 {
     const size_t tok = (size_t)(P.ctx - P.sq + 1 + qi);
     uint8_t *kb = (uint8_t *)malloc((size_t)P.maxp * PAGE * TOK8);
     double *k = (double *)malloc(tok * D * sizeof(double));
-    uint16_t *q = (uint16_t *)malloc((size_t)P.H * D * 2), *o = (uint16_t *)malloc((size_t)P.H * DV * 2);
     for (int pg = 0; pg < P.maxp; pg++)
         CK(cudaMemcpy(kb + (size_t)pg * PAGE * TOK8,
                       P.kv + (size_t)P.hbt[(size_t)sb * P.maxp + pg] * PAGE * TOK8,
@@ -481,45 +464,56 @@ static double point8_check(point8 &P, int sb, int qi, int r0, int r1)
             k[t * D + 512 + c] = bf2d(h);
         }
     }
-    const size_t qoff = ((size_t)sb * P.sq + qi) * P.H;
-    CK(cudaMemcpy(q, P.q + qoff * D, (size_t)P.H * D * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(o, P.out + qoff * DV, (size_t)P.H * DV * 2, cudaMemcpyDeviceToHost));
-    double *sc = (double *)malloc(tok * sizeof(double)), *acc = (double *)malloc(DV * sizeof(double));
-    double num = 0, den = 0;
-    const double scale = 1.0 / sqrt(192.0);
-    for (int r = r0; r < r1; r++) {
-        double mx = -INFINITY;
-        for (size_t t = 0; t < tok; t++) {
-            double s = 0;
-            for (int c = 0; c < D; c++)
-                s += bf2d(q[(size_t)r * D + c]) * k[t * D + c];
-            sc[t] = s * scale;
-            mx = fmax(mx, sc[t]);
-        }
-        double sum = 0;
-        for (int c = 0; c < DV; c++)
-            acc[c] = 0;
-        for (size_t t = 0; t < tok; t++) {
-            const double w = exp(sc[t] - mx);
-            sum += w;
-            for (int c = 0; c < DV; c++)
-                acc[c] += w * k[t * D + c];
-        }
-        for (int c = 0; c < DV; c++) {
-            const double ref = acc[c] / sum, got = bf2d(o[(size_t)r * DV + c]);
-            num += (got - ref) * (got - ref);
-            den += ref * ref;
-        }
-    }
     free(kb);
-    free(k);
-    free(q);
-    free(o);
-    free(sc);
-    free(acc);
-    return den > 0 ? num / den : INFINITY;
+    return point_nmse(P, sb, qi, k, tok, r0, r1);
 }
 #endif
+
+/* the mode's setup, launch and check (--fp8 only in an FP8 build: main refuses it otherwise) */
+static void mode_setup(int fp8, point &P, int b, long ctx, int H, int sq, int n_sm, cudaStream_t s)
+{
+#if QMLA_FMLA_FP8
+    if (fp8) {
+        point8_setup(P, b, ctx, H, sq, n_sm, s);
+        return;
+    }
+#endif
+    (void)fp8;
+    point_setup(P, b, ctx, H, sq, n_sm, s);
+}
+static void mode_launch(int fp8, point &P, cudaStream_t s)
+{
+#if QMLA_FMLA_FP8
+    if (fp8) {
+        point8_launch(P, s);
+        return;
+    }
+#endif
+    (void)fp8;
+    point_launch(P, s);
+}
+/* the checked points: BF16 b 1, 4K, H 16 (every row) and b 8, 32K, H 128
+ * (sequence 7, rows 0-7); FP8 b 1, 4K (s_q 1 every row; s_q 2 rows 0-7 and
+ * 120-127 of both queries); NAN elsewhere */
+static double mode_check(int fp8, point &P)
+{
+#if QMLA_FMLA_FP8
+    if (fp8) {
+        if (P.b != 1 || P.ctx != 4096)
+            return NAN;
+        if (P.sq == 1)
+            return point8_check(P, 0, 0, 0, P.H);
+        return fmax(fmax(point8_check(P, 0, 0, 0, 8), point8_check(P, 0, 0, 120, 128)),
+                    fmax(point8_check(P, 0, 1, 0, 8), point8_check(P, 0, 1, 120, 128)));
+    }
+#endif
+    (void)fp8;
+    if (P.sq == 1 && P.H == 16 && P.b == 1 && P.ctx == 4096)
+        return point_check(P, 0, 0, 16);
+    if (P.sq == 1 && P.H == 128 && P.b == 8 && P.ctx == 32768)
+        return point_check(P, 7, 0, 8);
+    return NAN;
+}
 
 int main(int argc, char **argv)
 {
@@ -593,129 +587,71 @@ int main(int argc, char **argv)
         cudaFree(a);
         cudaFree(b);
     }
-    if (!fp8)
-        printf("\n| H | s_q | b | context | FlashMLA us | GB/s | %% of copy | sm parts | NMSE |\n"
-               "|---|---|---|---|---|---|---|---|---|\n");
-    /* the points of bench_decode --variants-fmla; --full: those of
-     * --variants (b 1-64, 4K-1M without b 64 at 1M, H 16 and 128, s_q 1, 2) */
-    const int bs[] = {1, 8, 32, 64}, hs[] = {16, 128}, sqs[] = {1, 2};
+    printf("\n| H | s_q | b | context | FlashMLA%s us | GB/s | %% of copy | sm parts | NMSE |\n"
+           "|---|---|---|---|---|---|---|---|---|\n", fp8 ? " FP8" : "");
+    /* BF16: the points of bench_decode --variants-fmla; --full: those of
+     * --variants (b 1-64, 4K-1M without b 64 at 1M, H 16 and 128, s_q 1, 2).
+     * FP8: the same at H 128, then H 64 (its other instantiation) at s_q 1. */
+    const int bs[] = {1, 8, 32, 64}, sqs[] = {1, 2};
+    const int hs[2] = {fp8 ? 128 : 16, fp8 ? 64 : 128};
     const long cx[] = {4096, 32768, 131072, 1048576};
     const int nb = full ? 4 : 3, nx = full ? 4 : 3, nsq = full ? 2 : 1;
     int bad = 0;
     float *t = (float *)malloc(sizeof(float) * (size_t)samples);
-    for (int hi = 0; hi < (fp8 ? 0 : 2); hi++) /* --fp8: the FP8 points only */
-        for (int si = 0; si < nsq; si++)
-        for (int bi = 0; bi < nb; bi++)
-            for (int xi = 0; xi < nx; xi++) {
-                if ((long)bs[bi] * cx[xi] > 32L * 1048576)
-                    continue; /* as bench_decode: b 64 at 1M is not run */
-                point P;
-                point_setup(P, bs[bi], cx[xi], hs[hi], sqs[si], prop.multiProcessorCount, s);
-                point_launch(P, s);
-                CK(cudaStreamSynchronize(s));
-                CK(cudaGetLastError());
-                double nmse = NAN;
-                if (sqs[si] == 1 && hs[hi] == 16 && bs[bi] == 1 && cx[xi] == 4096)
-                    nmse = point_check(P, 0, 0, 16);
-                if (sqs[si] == 1 && hs[hi] == 128 && bs[bi] == 8 && cx[xi] == 32768)
-                    nmse = point_check(P, 7, 0, 8);
-                if (!isnan(nmse) && !(nmse <= 1e-4))
-                    bad = 1;
-                cudaGraph_t g;
-                cudaGraphExec_t gx;
-                CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-                point_launch(P, s);
-                CK(cudaStreamEndCapture(s, &g));
-                CK(cudaGraphInstantiate(&gx, g, 0));
-                CK(cudaGraphDestroy(g));
-                for (int i = 0; i < samples; i++) {
-                    CK(cudaMemsetAsync(flush, 0, flush_bytes, s));
-                    CK(cudaEventRecord(e0, s));
-                    CK(cudaGraphLaunch(gx, s));
-                    CK(cudaEventRecord(e1, s));
-                    CK(cudaEventSynchronize(e1));
-                    float ms = 0;
-                    CK(cudaEventElapsedTime(&ms, e0, e1));
-                    t[i] = ms * 1000.0f;
-                }
-                const float us = median(t, samples);
-                /* bench_decode's BF16 bytes: pages, queries, block table */
-                const double bytes = (double)P.pages * PAGE * D * 2 +
-                                     (double)P.b * P.sq * P.H * D * 2 + P.pages * 4.0;
-                const double gbs = bytes / (us * 1e3);
-                char ns[32] = "-";
-                if (!isnan(nmse))
-                    snprintf(ns, sizeof ns, "%.3e", nmse);
-                fprintf(tsv, "decode h%d sq%d\t%d\t%ld\tFlashMLA\t%.2f\t%.0f\t%.1f\t%.1f\t%s\n", P.H, P.sq,
-                        P.b, P.ctx, us, bytes, gbs, 100.0 * gbs / copy_gbs, ns);
-                printf("| %3d | %d | %2d | %7ld | %9.1f | %5.0f | %5.1f %% | %3d | %s |\n", P.H,
-                       P.sq, P.b, P.ctx, us, gbs, 100.0 * gbs / copy_gbs, P.parts, ns);
-                fflush(stdout);
-                cudaGraphExecDestroy(gx);
-                point_free(P);
-            }
-#if QMLA_FMLA_FP8
-    if (fp8) {
-        printf("\n| H | s_q | b | context | FlashMLA FP8 us | GB/s | %% of copy | sm parts | NMSE |\n"
-               "|---|---|---|---|---|---|---|---|---|\n");
-        /* H 128 at the points above; H 64 (its other instantiation) at s_q 1 */
-        const int hs8[] = {128, 64};
-        for (int hi = 0; hi < 2; hi++)
-            for (int si = 0; si < (hi ? 1 : nsq); si++)
-                for (int bi = 0; bi < nb; bi++)
-                    for (int xi = 0; xi < nx; xi++) {
-                        if ((long)bs[bi] * cx[xi] > 32L * 1048576)
-                            continue;
-                        point8 P;
-                        point8_setup(P, bs[bi], cx[xi], hs8[hi], sqs[si], prop.multiProcessorCount, s);
-                        point8_launch(P, s);
-                        CK(cudaStreamSynchronize(s));
-                        CK(cudaGetLastError());
-                        double nmse = NAN;
-                        if (bs[bi] == 1 && cx[xi] == 4096) {
-                            if (sqs[si] == 1)
-                                nmse = point8_check(P, 0, 0, 0, P.H);
-                            else
-                                nmse = fmax(fmax(point8_check(P, 0, 0, 0, 8), point8_check(P, 0, 0, 120, 128)),
-                                            fmax(point8_check(P, 0, 1, 0, 8), point8_check(P, 0, 1, 120, 128)));
-                        }
-                        if (!isnan(nmse) && !(nmse <= 1e-4))
-                            bad = 1;
-                        cudaGraph_t g;
-                        cudaGraphExec_t gx;
-                        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-                        point8_launch(P, s);
-                        CK(cudaStreamEndCapture(s, &g));
-                        CK(cudaGraphInstantiate(&gx, g, 0));
-                        CK(cudaGraphDestroy(g));
-                        for (int i = 0; i < samples; i++) {
-                            CK(cudaMemsetAsync(flush, 0, flush_bytes, s));
-                            CK(cudaEventRecord(e0, s));
-                            CK(cudaGraphLaunch(gx, s));
-                            CK(cudaEventRecord(e1, s));
-                            CK(cudaEventSynchronize(e1));
-                            float ms = 0;
-                            CK(cudaEventElapsedTime(&ms, e0, e1));
-                            t[i] = ms * 1000.0f;
-                        }
-                        const float us = median(t, samples);
-                        /* the 656-byte tokens, the indices, the queries */
-                        const double bytes = (double)P.pages * PAGE * TOK8 + (double)P.b * P.sq * P.ctx * 4.0 +
-                                             (double)P.b * P.sq * P.H * D * 2;
-                        const double gbs = bytes / (us * 1e3);
-                        char ns[32] = "-";
-                        if (!isnan(nmse))
-                            snprintf(ns, sizeof ns, "%.3e", nmse);
-                        fprintf(tsv, "decode h%d sq%d\t%d\t%ld\tFlashMLA-FP8\t%.2f\t%.0f\t%.1f\t%.1f\t%s\n", P.H,
-                                P.sq, P.b, P.ctx, us, bytes, gbs, 100.0 * gbs / copy_gbs, ns);
-                        printf("| %3d | %d | %2d | %7ld | %9.1f | %5.0f | %5.1f %% | %3d | %s |\n", P.H,
-                               P.sq, P.b, P.ctx, us, gbs, 100.0 * gbs / copy_gbs, P.parts, ns);
-                        fflush(stdout);
-                        cudaGraphExecDestroy(gx);
-                        point8_free(P);
+    for (int hi = 0; hi < 2; hi++)
+        for (int si = 0; si < (fp8 && hi ? 1 : nsq); si++)
+            for (int bi = 0; bi < nb; bi++)
+                for (int xi = 0; xi < nx; xi++) {
+                    if ((long)bs[bi] * cx[xi] > 32L * 1048576)
+                        continue; /* as bench_decode: b 64 at 1M is not run */
+                    point P;
+                    mode_setup(fp8, P, bs[bi], cx[xi], hs[hi], sqs[si], prop.multiProcessorCount, s);
+                    mode_launch(fp8, P, s);
+                    CK(cudaStreamSynchronize(s));
+                    CK(cudaGetLastError());
+                    const double nmse = mode_check(fp8, P);
+                    if (!isnan(nmse) && !(nmse <= 1e-4))
+                        bad = 1;
+                    cudaGraph_t g;
+                    cudaGraphExec_t gx;
+                    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+                    mode_launch(fp8, P, s);
+                    CK(cudaStreamEndCapture(s, &g));
+                    CK(cudaGraphInstantiate(&gx, g, 0));
+                    CK(cudaGraphDestroy(g));
+                    for (int i = 0; i < samples; i++) {
+                        CK(cudaMemsetAsync(flush, 0, flush_bytes, s));
+                        CK(cudaEventRecord(e0, s));
+                        CK(cudaGraphLaunch(gx, s));
+                        CK(cudaEventRecord(e1, s));
+                        CK(cudaEventSynchronize(e1));
+                        float ms = 0;
+                        CK(cudaEventElapsedTime(&ms, e0, e1));
+                        t[i] = ms * 1000.0f;
                     }
-    }
+                    const float us = median(t, samples);
+                    /* BF16: bench_decode's BF16 bytes (pages, queries, block
+                     * table); FP8: the 656-byte tokens, the indices, the queries */
+                    const double qbytes = (double)P.b * P.sq * P.H * D * 2;
+#if QMLA_FMLA_FP8
+                    const double bytes = fp8 ? (double)P.pages * PAGE * TOK8 + (double)P.b * P.sq * P.ctx * 4.0 + qbytes
+                                             : (double)P.pages * PAGE * D * 2 + qbytes + P.pages * 4.0;
+#else
+                    const double bytes = (double)P.pages * PAGE * D * 2 + qbytes + P.pages * 4.0;
 #endif
+                    const double gbs = bytes / (us * 1e3);
+                    char ns[32] = "-";
+                    if (!isnan(nmse))
+                        snprintf(ns, sizeof ns, "%.3e", nmse);
+                    fprintf(tsv, "decode h%d sq%d\t%d\t%ld\t%s\t%.2f\t%.0f\t%.1f\t%.1f\t%s\n", P.H, P.sq,
+                            P.b, P.ctx, fp8 ? "FlashMLA-FP8" : "FlashMLA", us, bytes, gbs,
+                            100.0 * gbs / copy_gbs, ns);
+                    printf("| %3d | %d | %2d | %7ld | %9.1f | %5.0f | %5.1f %% | %3d | %s |\n", P.H,
+                           P.sq, P.b, P.ctx, us, gbs, 100.0 * gbs / copy_gbs, P.parts, ns);
+                    fflush(stdout);
+                    cudaGraphExecDestroy(gx);
+                    point_free(P);
+                }
     free(t);
     if (fclose(tsv) != 0) {
         perror(outp);
