@@ -4,8 +4,9 @@
  *             (the ceiling the other rows are compared with);
  *   qdq       quantize-pack of 131072 x 576 float32 tokens (4-bit, G 64):
  *             f16 codes+metadata, f16 with x^, q8 codes+metadata;
- *   writer    the fused cache writer, 65536-token prefill, C4R4 / C2R4 /
- *             C8R8 / BF16, GB/s on BF16 rows read + pages written;
+ *   writer    the fused cache writer, 65536-token prefill, BF16 / C4R4 /
+ *             C2R4 / C8R8 with f16 metadata and C4R4 / C2R4 / C8R8 with q8
+ *             metadata ("C4R4q8"), GB/s on BF16 rows read + pages written;
  *   decode    h_q 16, s_q 1, 64-token pages on a shuffled pool, batch 8 and
  *             32, contexts 4K..1M: BF16 baseline and C4R4 / C2R4 / C8R8
  *             (sink 4 / window 128); CUDA Graph of main + combine (the plan
@@ -15,6 +16,7 @@
  * Synthetic BF16 queries and cache values (random, never zeros).
  * --vlist 0,3,7: only those variants in --variants* / --profile-variants
  * (BF16 variant 0, the reference, always).
+ * --writer: copy, qdq and writer only (no decode rows; provenance quick 16).
  * --variants: instead of qdq / writer / the table above, every kernel
  * variant (decode_cuda.h) beside BF16 over b 1, 8, 32, 64, contexts 4K,
  * 32K, 128K, 1M (b 64: to 128K), H 16 and 128, s_q 1 and 2 (10 samples
@@ -26,7 +28,7 @@
  * and 128K, H 16 and 128, s_q 1, quick 13; --sweep: the default C4R4
  * plan's pages per block forced to 1-8 beside our BF16 at b 1 and 8, 4K and
  * 32K, H 16 and 128, s_q 1 and 2, quick 14).
- * Usage: bench_decode [--samples N] [--out results.tsv] [--h5 results.h5] [--quick]
+ * Usage: bench_decode [--samples N] [--out results.tsv] [--h5 results.h5] [--quick | --writer]
  * (--quick: a subset of the points; --profile: a few launches of each
  * kernel, decode at b 32, 64K, for Nsight Compute; --profile-short: decode
  * at b 8, 4K only; --profile-variants: every variant at b 32, 64K, H 16 and
@@ -210,6 +212,8 @@ static void bench_qdq(bench *B)
 }
 
 static const char *CFG[4] = {"BF16", "C4R4", "C2R4", "C8R8"};
+/* the writer's configurations: f16 metadata, then q8 (kvcache.h) */
+static const char *CFGW[7] = {"BF16", "C4R4", "C2R4", "C8R8", "C4R4q8", "C2R4q8", "C8R8q8"};
 
 static void bench_writer(bench *B)
 {
@@ -234,10 +238,14 @@ static void bench_writer(bench *B)
     void *ws = dalloc(QMLA_KV_WRITE_WS_BYTES);
     qmla_error err0;
     OK(qmla_kv_write_cuda_ws_init(ws, B->s, &err0), err0);
-    for (int ci = 0; ci < 4; ci++) {
+    for (int ci = 0; ci < 7; ci++) {
         qmla_kv_config cfg;
         qmla_error err;
-        OK(qmla_kv_parse_config(CFG[ci], &cfg, &err), err);
+        char base[8];
+        snprintf(base, sizeof base, "%.4s", CFGW[ci]);
+        OK(qmla_kv_parse_config(base, &cfg, &err), err);
+        if (strstr(CFGW[ci], "q8"))
+            cfg.meta = QMLA_CORE_META_Q8;
         cfg.sink = 4;
         cfg.window = 128;
         const qmla_kv_layout L = qmla_kv_layout_of(&cfg);
@@ -263,9 +271,9 @@ static void bench_writer(bench *B)
         const double bytes = (double)n * (1152 + 16) + (double)(n / 64) * L.page_bytes +
                              (L.bf16 ? 0 : 132.0 * 1152);
         const double gbs = bytes / (us * 1e3);
-        printf("writer %-5s %zu tokens: %8.1f us  %6.0f GB/s  %5.1f %% of copy\n", CFG[ci], n,
+        printf("writer %-7s %zu tokens: %8.1f us  %6.0f GB/s  %5.1f %% of copy\n", CFGW[ci], n,
                us, gbs, 100.0 * gbs / B->copy_gbs);
-        emit(B, "writer", 0, (long)n, CFG[ci], us, NAN, bytes);
+        emit(B, "writer", 0, (long)n, CFGW[ci], us, NAN, bytes);
         cudaFree(kc.pool);
         cudaFree(kc.sink);
         cudaFree(kc.window);
@@ -311,10 +319,14 @@ static void bench_decode_point(bench *B, int batch, long ctx, float res_us[4])
     void *ws[4];
     cudaGraphExec_t gx[4];
     double bytes[4];
-    for (int ci = 0; ci < 4; ci++) {
+    for (int ci = 0; ci < 7; ci++) {
         qmla_kv_config cfg;
         qmla_error err;
-        OK(qmla_kv_parse_config(CFG[ci], &cfg, &err), err);
+        char base[8];
+        snprintf(base, sizeof base, "%.4s", CFGW[ci]);
+        OK(qmla_kv_parse_config(base, &cfg, &err), err);
+        if (strstr(CFGW[ci], "q8"))
+            cfg.meta = QMLA_CORE_META_Q8;
         cfg.sink = 4;
         cfg.window = 128;
         const qmla_kv_layout L = qmla_kv_layout_of(&cfg);
@@ -650,7 +662,7 @@ int main(int argc, char **argv)
     B.samples = 40;
     B.vmask = ~0u;
     const char *outp = "bench_decode.tsv", *h5p = NULL;
-    int quick = 0, variants = 0, samples_set = 0;
+    int quick = 0, variants = 0, samples_set = 0, writer_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--samples") && i + 1 < argc) {
             B.samples = atoi(argv[++i]);
@@ -690,6 +702,8 @@ int main(int argc, char **argv)
             quick = 2;
         else if (!strcmp(argv[i], "--profile-short"))
             quick = 3;
+        else if (!strcmp(argv[i], "--writer"))
+            writer_only = 1;
         else if (!strcmp(argv[i], "--variants"))
             variants = 1;
         else if (!strcmp(argv[i], "--variants-quick"))
@@ -708,7 +722,7 @@ int main(int argc, char **argv)
             quick = 5;
         else {
             fprintf(stderr, "usage: bench_decode [--samples N] [--out F.tsv] [--h5 F.h5] "
-                            "[--quick | --profile | --profile-short | --variants | "
+                            "[--quick | --writer | --profile | --profile-short | --variants | "
                             "--variants-quick | --variants-fmla | --variants-q8 | --sweep | "
                             "--profile-variants | "
                             "--profile-h128]\n");
@@ -809,6 +823,9 @@ int main(int argc, char **argv)
                             continue; /* b 64, 1M: the four pools exceed the memory */
                         bench_variants_point(&B, bs[bi], cx[xi], hs[hi], sqs[si]);
                     }
+    } else if (writer_only) {
+        bench_qdq(&B);
+        bench_writer(&B);
     } else {
     bench_qdq(&B);
     bench_writer(&B);
@@ -836,7 +853,7 @@ int main(int argc, char **argv)
                         "l2_flush_bytes", "copy_GBps", "quick"};
     const double pv[] = {(double)B.samples, variants ? -1.0 : 16.0, variants ? -1.0 : 1.0, 64, 64, 4,
                          128, (double)B.flush_bytes, B.copy_gbs,
-                         (double)(variants ? 10 + variants : quick)};
+                         (double)(variants ? 10 + variants : writer_only ? 16 : quick)};
     const qmla_bench_meta meta = {"bench_decode", cmd, dev, sizeof pn / sizeof pn[0], pn, pv};
     if (qmla_bench_write_h5(h5p, &meta, B.rows, B.n_rows, &err)) {
         fprintf(stderr, "bench_decode: %s\n", err.msg);

@@ -26,7 +26,26 @@
  * Points: bench_decode --variants-fmla's (s_q 1, b 1 / 8 / 32, 4K / 32K /
  * 128K, H 16 / 128); --full: bench_decode --variants' (b 1 / 8 / 32 / 64,
  * 4K / 32K / 128K / 1M without b 64 at 1M, H 16 / 128, s_q 1 / 2).
- * Usage: bench_flashmla [--samples N] [--full] [--out flashmla.tsv]
+ * --fp8 (a build with -DQMLA_FMLA_FP8=1, scripts/build-flashmla.sh FP8=1):
+ * instead of the BF16 points, FlashMLA's SM90 sparse FP8 decode (sm90/decode/sparse_fp8, the
+ * V3.2 token of 656 bytes: 512 float8 e4m3 codes, 4 float32 scales, one per
+ * 128 channels, 64 BF16 RoPE channels), run as a dense decode: the top-k set
+ * of query i of sequence b is every token of the context in order (index
+ * block_table[b][t / 64] * 64 + t % 64, topk = the context), and for s_q 2
+ * query 0's last index is -1 (FlashMLA's invalid index: masked), so that it
+ * sees tokens up to len - s_q + i as ours. Its instantiations take 64 or 128
+ * heads (h_q a multiple of 64, one KV head), so the points are the H 128
+ * points above and, for reference, the same (b, context) at H 64, s_q 1.
+ * Its scheduler metadata (topk = the context) once outside the timing, main
+ * kernel + combine in one graph, the same L2 flush and events. Values: the
+ * codes of uniform [-2, 2) values over a per-group scale 2^-7 (1 + k/128),
+ * k < 128 (exact in BF16, as FlashMLA rounds the scale to BF16), RoPE and
+ * queries as the BF16 mode; checked at b 1, 4K, H 128 (s_q 1: every row;
+ * s_q 2 with --full: rows 0-7 and 120-127 of both queries) and b 1, 4K,
+ * H 64 (every row) against a double reference on the format's values
+ * (code x scale); rows "decode hH sqS" with config FlashMLA-FP8, bytes = the
+ * 656-byte tokens, the indices and the queries.
+ * Usage: bench_flashmla [--samples N] [--full] [--fp8] [--out flashmla.tsv]
  * TSV columns: kind batch context config median_us bytes GBps pct_copy nmse
  * (bytes: the BF16 pages read, queries and block table, as bench_decode
  * counts BF16's bytes). */
@@ -35,6 +54,11 @@
 #include "sm90/decode/dense/splitkv_mla.h"
 #include "smxx/decode/combine/combine.h"
 #include "smxx/decode/get_decoding_sched_meta/get_decoding_sched_meta.h"
+
+#if QMLA_FMLA_FP8
+#include "sm90/decode/sparse_fp8/splitkv_mla.h"
+#include <cuda_fp8.h>
+#endif
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -70,18 +94,29 @@ static double bf2d(uint16_t h)
     return f;
 }
 
+/* One point (batch, context, H, s_q) of either mode: what both share (the
+ * shuffled block table, queries, outputs, scheduler metadata, split
+ * accumulators) and each mode's cache. */
 struct point {
     int b, H, sq, maxp, parts; /* sq: query tokens per sequence (s_q) */
     long ctx;
     size_t pages;
-    int32_t *hbt, *bt, *len, *nsplit;
-    uint16_t *kc, *q, *out;
+    int32_t *hbt, *bt, *nsplit;
+    uint16_t *q, *out;
     float *lse, *lse_acc, *o_acc;
     DecodingSchedMeta *meta;
+    int32_t *len; /* BF16: the context lengths */
+    uint16_t *kc; /* BF16: the cache [blocks][64][1][576] */
+    int32_t *idx; /* FP8: the indices [b][s_q][context] */
+    uint8_t *kv;  /* FP8: the 656-byte tokens [blocks][64] */
 };
 
-static void point_setup(point &P, int batch, long ctx, int H, int sq, int n_sm, cudaStream_t s)
+/* The shared part: bench_decode's shuffled block table (xorshift, same
+ * seed), the queries (seed 11), outputs and the split buffers of `parts`
+ * scheduler parts. */
+static void point_common(point &P, int batch, long ctx, int H, int sq, int parts)
 {
+    memset(&P, 0, sizeof P);
     P.b = batch;
     P.ctx = ctx;
     P.H = H;
@@ -104,29 +139,50 @@ static void point_setup(point &P, int batch, long ctx, int H, int sq, int n_sm, 
     }
     P.bt = (int32_t *)dalloc(P.pages * 4);
     CK(cudaMemcpy(P.bt, P.hbt, P.pages * 4, cudaMemcpyHostToDevice));
-    P.len = (int32_t *)dalloc((size_t)batch * 4);
-    fill_i32<<<64, 256>>>(P.len, (size_t)batch, (int32_t)ctx);
-    P.kc = (uint16_t *)dalloc(P.pages * PAGE * D * 2);
-    fill_bf16<<<4096, 256>>>(P.kc, P.pages * PAGE * D, 5);
     P.q = (uint16_t *)dalloc((size_t)batch * qs * D * 2);
     fill_bf16<<<256, 256>>>(P.q, (size_t)batch * qs * D, 11);
     P.out = (uint16_t *)dalloc((size_t)batch * qs * DV * 2);
     P.lse = (float *)dalloc((size_t)batch * qs * 4);
-    /* FlashMLA's dense interface: num_sm_parts = SMs / h_k / ceil(s_q h_q / h_k / 64) */
-    P.parts = n_sm / (int)((qs + 63) / 64);
-    if (P.parts < 1)
-        P.parts = 1;
+    P.parts = parts < 1 ? 1 : parts;
     P.meta = (DecodingSchedMeta *)dalloc((size_t)P.parts * sizeof(DecodingSchedMeta));
     P.nsplit = (int32_t *)dalloc((size_t)(batch + 1) * 4);
     const size_t total_splits = (size_t)batch + P.parts;
     P.lse_acc = (float *)dalloc(total_splits * qs * 4);
     P.o_acc = (float *)dalloc(total_splits * qs * DV * 4);
+}
+
+/* FlashMLA's scheduler metadata, once outside the timing (topk -1: dense,
+ * by the lengths; else sparse with that top-k) */
+static void point_sched(point &P, int topk, cudaStream_t s)
+{
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
-    GetDecodeSchedMetaParams sp = {batch, sq, 64, 5, -1, -1, nullptr, nullptr, P.len, P.meta,
-                                   P.nsplit, P.parts, s};
+    GetDecodeSchedMetaParams sp = {P.b, P.sq, 64, 5, topk, topk == -1 ? -1 : 0, nullptr, nullptr,
+                                   topk == -1 ? P.len : nullptr, P.meta, P.nsplit, P.parts, s};
     smxx::decode::run_get_decoding_sched_meta_kernel(sp);
     CK(cudaStreamSynchronize(s));
+}
+
+static void point_setup(point &P, int batch, long ctx, int H, int sq, int n_sm, cudaStream_t s)
+{
+    /* FlashMLA's dense interface: num_sm_parts = SMs / h_k / ceil(s_q h_q / h_k / 64) */
+    point_common(P, batch, ctx, H, sq, n_sm / (int)((sq * H + 63) / 64));
+    P.len = (int32_t *)dalloc((size_t)batch * 4);
+    fill_i32<<<64, 256>>>(P.len, (size_t)batch, (int32_t)ctx);
+    P.kc = (uint16_t *)dalloc(P.pages * PAGE * D * 2);
+    fill_bf16<<<4096, 256>>>(P.kc, P.pages * PAGE * D, 5);
+    point_sched(P, -1, s);
+}
+
+/* the combine, as FlashMLA's decode interfaces launch it after the main kernel */
+static void point_combine(point &P, cudaStream_t s)
+{
+    const int qs = P.sq * P.H;
+    CombineParams c = {P.b, P.sq, P.H, DV,
+                       P.lse, P.out, qs, P.H, qs * DV, P.H * DV, DV,
+                       P.lse_acc, P.o_acc, qs, P.H, qs * DV, P.H * DV, DV,
+                       P.meta, P.nsplit, P.parts, nullptr, s};
+    smxx::decode::run_flash_mla_combine_kernel<cutlass::bfloat16_t>(c);
 }
 
 /* main kernel + combine, as FlashMLA's dense decode interface launches them */
@@ -172,18 +228,12 @@ static void point_launch(point &P, cudaStream_t s)
     p.oaccum_ptr = P.o_acc;
     p.stream = s;
     sm90::run_flash_splitkv_mla_kernel<cutlass::bfloat16_t>(p);
-    CombineParams c = {P.b, P.sq, P.H, DV,
-                       P.lse, P.out, qs, P.H, qs * DV, P.H * DV, DV,
-                       P.lse_acc, P.o_acc, qs, P.H, qs * DV, P.H * DV, DV,
-                       P.meta, P.nsplit, P.parts, nullptr, s};
-    smxx::decode::run_flash_mla_combine_kernel<cutlass::bfloat16_t>(c);
+    point_combine(P, s);
 }
 
 static void point_free(point &P)
 {
     cudaFree(P.bt);
-    cudaFree(P.len);
-    cudaFree(P.kc);
     cudaFree(P.q);
     cudaFree(P.out);
     cudaFree(P.lse);
@@ -191,24 +241,18 @@ static void point_free(point &P)
     cudaFree(P.nsplit);
     cudaFree(P.lse_acc);
     cudaFree(P.o_acc);
+    cudaFree(P.len);
+    cudaFree(P.kc);
+    cudaFree(P.idx);
+    cudaFree(P.kv);
     free(P.hbt);
 }
 
-/* NMSE of FlashMLA's output rows r0..r1-1 of sequence sb against a double
- * reference computed here from the device's own cache and queries. */
-static double point_check(point &P, int sb, int r0, int r1)
+/* NMSE of output rows r0..r1-1 (o, [rows][512] BF16) of queries q
+ * ([rows][576] BF16) against a double-precision attention over the tok
+ * cache rows k ([tok][576]; V its first 512 channels). */
+static double ref_nmse(const double *k, size_t tok, const uint16_t *q, const uint16_t *o, int r0, int r1)
 {
-    const size_t tok = (size_t)P.ctx;
-    uint16_t *k = (uint16_t *)malloc(tok * D * 2), *q = (uint16_t *)malloc((size_t)P.H * D * 2);
-    uint16_t *o = (uint16_t *)malloc((size_t)P.H * DV * 2);
-    for (int pg = 0; pg < P.maxp; pg++) {
-        const size_t n = (size_t)((pg + 1) * PAGE <= P.ctx ? PAGE : P.ctx - pg * PAGE);
-        CK(cudaMemcpy(k + (size_t)pg * PAGE * D,
-                      P.kc + (size_t)P.hbt[(size_t)sb * P.maxp + pg] * PAGE * D, n * D * 2,
-                      cudaMemcpyDeviceToHost));
-    }
-    CK(cudaMemcpy(q, P.q + (size_t)sb * P.H * D, (size_t)P.H * D * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(o, P.out + (size_t)sb * P.H * DV, (size_t)P.H * DV * 2, cudaMemcpyDeviceToHost));
     double *sc = (double *)malloc(tok * sizeof(double)), *acc = (double *)malloc(DV * sizeof(double));
     double num = 0, den = 0;
     const double scale = 1.0 / sqrt(192.0);
@@ -217,7 +261,7 @@ static double point_check(point &P, int sb, int r0, int r1)
         for (size_t t = 0; t < tok; t++) {
             double s = 0;
             for (int c = 0; c < D; c++)
-                s += bf2d(q[(size_t)r * D + c]) * bf2d(k[t * D + c]);
+                s += bf2d(q[(size_t)r * D + c]) * k[t * D + c];
             sc[t] = s * scale;
             mx = fmax(mx, sc[t]);
         }
@@ -228,7 +272,7 @@ static double point_check(point &P, int sb, int r0, int r1)
             const double w = exp(sc[t] - mx);
             sum += w;
             for (int c = 0; c < DV; c++)
-                acc[c] += w * bf2d(k[t * D + c]);
+                acc[c] += w * k[t * D + c];
         }
         for (int c = 0; c < DV; c++) {
             const double ref = acc[c] / sum, got = bf2d(o[(size_t)r * DV + c]);
@@ -236,30 +280,266 @@ static double point_check(point &P, int sb, int r0, int r1)
             den += ref * ref;
         }
     }
-    free(k);
-    free(q);
-    free(o);
     free(sc);
     free(acc);
     return den > 0 ? num / den : INFINITY;
 }
 
+/* ref_nmse of rows r0..r1-1 of sequence sb, query qi (queries and outputs
+ * from the device) over the cache rows k, which it frees */
+static double point_nmse(const point &P, int sb, int qi, double *k, size_t tok, int r0, int r1)
+{
+    uint16_t *q = (uint16_t *)malloc((size_t)P.H * D * 2), *o = (uint16_t *)malloc((size_t)P.H * DV * 2);
+    const size_t off = ((size_t)sb * P.sq + qi) * P.H;
+    CK(cudaMemcpy(q, P.q + off * D, (size_t)P.H * D * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(o, P.out + off * DV, (size_t)P.H * DV * 2, cudaMemcpyDeviceToHost));
+    const double nmse = ref_nmse(k, tok, q, o, r0, r1);
+    free(q);
+    free(o);
+    free(k);
+    return nmse;
+}
+
+/* NMSE of FlashMLA's BF16 output rows r0..r1-1 of sequence sb (s_q 1)
+ * against a double reference computed here from the device's own cache
+ * and queries. */
+static double point_check(point &P, int sb, int r0, int r1)
+{
+    const size_t tok = (size_t)P.ctx;
+    uint16_t *kb = (uint16_t *)malloc(tok * D * 2);
+    double *k = (double *)malloc(tok * D * sizeof(double));
+    for (int pg = 0; pg < P.maxp; pg++) {
+        const size_t n = (size_t)((pg + 1) * PAGE <= P.ctx ? PAGE : P.ctx - pg * PAGE);
+        CK(cudaMemcpy(kb + (size_t)pg * PAGE * D,
+                      P.kc + (size_t)P.hbt[(size_t)sb * P.maxp + pg] * PAGE * D, n * D * 2,
+                      cudaMemcpyDeviceToHost));
+    }
+    for (size_t i = 0; i < tok * D; i++)
+        k[i] = bf2d(kb[i]);
+    free(kb);
+    return point_nmse(P, sb, 0, k, tok, r0, r1);
+}
+
+#if QMLA_FMLA_FP8
+static const int TOK8 = 656; /* 512 e4m3 codes, 4 float32 scales, 64 BF16 RoPE */
+
+/* The group scale of physical token t, group g: 2^-7 (1 + k/128), exact in BF16. */
+__host__ __device__ static inline float fp8_scale(uint64_t t, int g)
+{
+    const uint32_t k = (uint32_t)((t * 4 + (uint64_t)g) * 0x9e3779b97f4a7c15ull >> 57); /* 0..127 */
+    return (1.0f + (float)k / 128.0f) / 128.0f;
+}
+
+__global__ void fill_fp8_tokens(uint8_t *kv, size_t tokens, uint32_t seed)
+{
+    const size_t words = tokens * (TOK8 / 4);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = i / (TOK8 / 4), off = (i % (TOK8 / 4)) * 4;
+        uint32_t w = 0;
+        if (off < 512) {
+            const float sc = fp8_scale(t, (int)(off / 128));
+            for (int j = 0; j < 4; j++) {
+                const float v = ((float)(hash32(i * 4 + j, seed) >> 8) / 16777216.0f) * 4.0f - 2.0f;
+                w |= (uint32_t)__nv_cvt_float_to_fp8(v / sc, __NV_SATFINITE, __NV_E4M3) << (8 * j);
+            }
+        } else if (off < 528) {
+            const float sc = fp8_scale(t, (int)((off - 512) / 4));
+            memcpy(&w, &sc, 4);
+        } else {
+            for (int j = 0; j < 2; j++) {
+                const float v = ((float)(hash32(i * 2 + j, seed + 1) >> 8) / 16777216.0f) * 4.0f - 2.0f;
+                w |= (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(v)) << (16 * j);
+            }
+        }
+        ((uint32_t *)kv)[i] = w;
+    }
+}
+
+/* indices [b][s_q][ctx]: every token of the context in order; the last
+ * sq - 1 - i tokens of query i are -1 (causal, as ours) */
+__global__ void fill_dense_indices(int32_t *idx, const int32_t *bt, int b, int sq, long ctx, int maxp)
+{
+    const size_t n = (size_t)b * sq * ctx;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const long t = (long)(i % (size_t)ctx);
+        const int qi = (int)(i / (size_t)ctx % (size_t)sq), sb = (int)(i / ((size_t)ctx * sq));
+        idx[i] = t > ctx - sq + qi ? -1 : bt[(size_t)sb * maxp + t / 64] * 64 + (int32_t)(t % 64);
+    }
+}
+
+static double e4m3_to_d(uint8_t c)
+{
+    const int e = c >> 3 & 15, m = c & 7;
+    const double v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+    return c & 0x80 ? -v : v;
+}
+
+static void point8_setup(point &P, int batch, long ctx, int H, int sq, int n_sm, cudaStream_t s)
+{
+    /* FlashMLA's sparse decode interface on sm90: SMs / s_q / (h_q / 64) parts */
+    point_common(P, batch, ctx, H, sq, n_sm / sq / (H / 64));
+    P.idx = (int32_t *)dalloc((size_t)batch * sq * ctx * 4);
+    fill_dense_indices<<<4096, 256>>>(P.idx, P.bt, batch, sq, ctx, P.maxp);
+    P.kv = (uint8_t *)dalloc(P.pages * PAGE * TOK8);
+    fill_fp8_tokens<<<4096, 256>>>(P.kv, P.pages * PAGE, 5);
+    point_sched(P, (int)ctx, s);
+}
+
+/* main kernel + combine, as FlashMLA's sparse decode interface launches them */
+static void point8_launch(point &P, cudaStream_t s)
+{
+    const int qs = P.sq * P.H;
+    SparseAttnDecodeParams p;
+    memset(&p, 0, sizeof p);
+    p.b = P.b;
+    p.s_q = P.sq;
+    p.h_q = P.H;
+    p.h_kv = 1;
+    p.d_qk = D;
+    p.d_v = DV;
+    p.sm_scale = 1.0f / sqrtf(192.0f);
+    p.sm_scale_div_log2 = (float)(p.sm_scale * M_LOG2E);
+    p.num_blocks = (int)P.pages;
+    p.page_block_size = PAGE;
+    p.topk = (int)P.ctx;
+    p.model_type = ModelType::V32;
+    p.q = (cutlass::bfloat16_t *)P.q;
+    p.kv = (cutlass::bfloat16_t *)P.kv;
+    p.indices = P.idx;
+    p.lse = P.lse;
+    p.out = (cutlass::bfloat16_t *)P.out;
+    p.stride_q_b = qs * D;
+    p.stride_q_s_q = P.H * D;
+    p.stride_q_h_q = D;
+    p.stride_kv_block = PAGE * TOK8;
+    p.stride_kv_row = TOK8;
+    p.stride_indices_b = (int)(P.sq * P.ctx);
+    p.stride_indices_s_q = (int)P.ctx;
+    p.stride_lse_b = qs;
+    p.stride_lse_s_q = P.H;
+    p.stride_o_b = qs * DV;
+    p.stride_o_s_q = P.H * DV;
+    p.stride_o_h_q = DV;
+    p.stream = s;
+    p.lse_accum = P.lse_acc;
+    p.o_accum = P.o_acc;
+    p.stride_lse_accum_split = qs;
+    p.stride_lse_accum_s_q = P.H;
+    p.stride_o_accum_split = qs * DV;
+    p.stride_o_accum_s_q = P.H * DV;
+    p.stride_o_accum_h_q = DV;
+    p.tile_scheduler_metadata_ptr = P.meta;
+    p.num_splits_ptr = P.nsplit;
+    p.num_sm_parts = P.parts;
+    if (P.H == 128)
+        sm90::decode::sparse_fp8::run_flash_splitkv_mla_fp8_sparse_kernel<ModelType::V32, 128>(p);
+    else
+        sm90::decode::sparse_fp8::run_flash_splitkv_mla_fp8_sparse_kernel<ModelType::V32, 64>(p);
+    point_combine(P, s);
+}
+
+/* NMSE of FlashMLA's FP8 output, sequence sb, query qi, rows r0..r1-1,
+ * against a double reference on the format's values (code x scale, BF16
+ * RoPE) of the device's own cache, over tokens 0..len - s_q + qi. */
+static double point8_check(point &P, int sb, int qi, int r0, int r1)
+{
+    const size_t tok = (size_t)(P.ctx - P.sq + 1 + qi);
+    uint8_t *kb = (uint8_t *)malloc((size_t)P.maxp * PAGE * TOK8);
+    double *k = (double *)malloc(tok * D * sizeof(double));
+    for (int pg = 0; pg < P.maxp; pg++)
+        CK(cudaMemcpy(kb + (size_t)pg * PAGE * TOK8,
+                      P.kv + (size_t)P.hbt[(size_t)sb * P.maxp + pg] * PAGE * TOK8,
+                      (size_t)PAGE * TOK8, cudaMemcpyDeviceToHost));
+    for (size_t t = 0; t < tok; t++) {
+        const uint8_t *b = kb + t * TOK8;
+        float sc[4];
+        memcpy(sc, b + 512, 16);
+        for (int c = 0; c < 512; c++)
+            k[t * D + c] = e4m3_to_d(b[c]) * sc[c / 128];
+        for (int c = 0; c < 64; c++) {
+            uint16_t h;
+            memcpy(&h, b + 528 + 2 * c, 2);
+            k[t * D + 512 + c] = bf2d(h);
+        }
+    }
+    free(kb);
+    return point_nmse(P, sb, qi, k, tok, r0, r1);
+}
+#endif
+
+/* the mode's setup, launch and check (--fp8 only in an FP8 build: main refuses it otherwise) */
+static void mode_setup(int fp8, point &P, int b, long ctx, int H, int sq, int n_sm, cudaStream_t s)
+{
+#if QMLA_FMLA_FP8
+    if (fp8) {
+        point8_setup(P, b, ctx, H, sq, n_sm, s);
+        return;
+    }
+#endif
+    (void)fp8;
+    point_setup(P, b, ctx, H, sq, n_sm, s);
+}
+static void mode_launch(int fp8, point &P, cudaStream_t s)
+{
+#if QMLA_FMLA_FP8
+    if (fp8) {
+        point8_launch(P, s);
+        return;
+    }
+#endif
+    (void)fp8;
+    point_launch(P, s);
+}
+/* the checked points: BF16 b 1, 4K, H 16 (every row) and b 8, 32K, H 128
+ * (sequence 7, rows 0-7); FP8 b 1, 4K (s_q 1 every row; s_q 2 rows 0-7 and
+ * 120-127 of both queries); NAN elsewhere */
+static double mode_check(int fp8, point &P)
+{
+#if QMLA_FMLA_FP8
+    if (fp8) {
+        if (P.b != 1 || P.ctx != 4096)
+            return NAN;
+        if (P.sq == 1)
+            return point8_check(P, 0, 0, 0, P.H);
+        return fmax(fmax(point8_check(P, 0, 0, 0, 8), point8_check(P, 0, 0, 120, 128)),
+                    fmax(point8_check(P, 0, 1, 0, 8), point8_check(P, 0, 1, 120, 128)));
+    }
+#endif
+    (void)fp8;
+    if (P.sq == 1 && P.H == 16 && P.b == 1 && P.ctx == 4096)
+        return point_check(P, 0, 0, 16);
+    if (P.sq == 1 && P.H == 128 && P.b == 8 && P.ctx == 32768)
+        return point_check(P, 7, 0, 8);
+    return NAN;
+}
+
 int main(int argc, char **argv)
 {
-    int samples = 10, full = 0;
+    int samples = 10, full = 0, fp8 = 0;
     const char *outp = "flashmla.tsv";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--samples") && i + 1 < argc)
             samples = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--full"))
             full = 1;
+        else if (!strcmp(argv[i], "--fp8"))
+            fp8 = 1;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc)
             outp = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_flashmla [--samples N] [--full] [--out F.tsv]\n");
+            fprintf(stderr, "usage: bench_flashmla [--samples N] [--full] [--fp8] [--out F.tsv]\n");
             return 2;
         }
     }
+#if !QMLA_FMLA_FP8
+    if (fp8) {
+        fprintf(stderr, "bench_flashmla: --fp8: this build has no FP8 kernel (expected a build by "
+                        "FP8=1 bash scripts/build-flashmla.sh, found one without -DQMLA_FMLA_FP8=1)\n");
+        return 2;
+    }
+#endif
     if (samples < 3 || samples > 250)
         samples = 10;
     cudaDeviceProp prop;
@@ -307,66 +587,71 @@ int main(int argc, char **argv)
         cudaFree(a);
         cudaFree(b);
     }
-    printf("\n| H | s_q | b | context | FlashMLA us | GB/s | %% of copy | sm parts | NMSE |\n"
-           "|---|---|---|---|---|---|---|---|---|\n");
-    /* the points of bench_decode --variants-fmla; --full: those of
-     * --variants (b 1-64, 4K-1M without b 64 at 1M, H 16 and 128, s_q 1, 2) */
-    const int bs[] = {1, 8, 32, 64}, hs[] = {16, 128}, sqs[] = {1, 2};
+    printf("\n| H | s_q | b | context | FlashMLA%s us | GB/s | %% of copy | sm parts | NMSE |\n"
+           "|---|---|---|---|---|---|---|---|---|\n", fp8 ? " FP8" : "");
+    /* BF16: the points of bench_decode --variants-fmla; --full: those of
+     * --variants (b 1-64, 4K-1M without b 64 at 1M, H 16 and 128, s_q 1, 2).
+     * FP8: the same at H 128, then H 64 (its other instantiation) at s_q 1. */
+    const int bs[] = {1, 8, 32, 64}, sqs[] = {1, 2};
+    const int hs[2] = {fp8 ? 128 : 16, fp8 ? 64 : 128};
     const long cx[] = {4096, 32768, 131072, 1048576};
     const int nb = full ? 4 : 3, nx = full ? 4 : 3, nsq = full ? 2 : 1;
     int bad = 0;
     float *t = (float *)malloc(sizeof(float) * (size_t)samples);
     for (int hi = 0; hi < 2; hi++)
-        for (int si = 0; si < nsq; si++)
-        for (int bi = 0; bi < nb; bi++)
-            for (int xi = 0; xi < nx; xi++) {
-                if ((long)bs[bi] * cx[xi] > 32L * 1048576)
-                    continue; /* as bench_decode: b 64 at 1M is not run */
-                point P;
-                point_setup(P, bs[bi], cx[xi], hs[hi], sqs[si], prop.multiProcessorCount, s);
-                point_launch(P, s);
-                CK(cudaStreamSynchronize(s));
-                CK(cudaGetLastError());
-                double nmse = NAN;
-                if (sqs[si] == 1 && hs[hi] == 16 && bs[bi] == 1 && cx[xi] == 4096)
-                    nmse = point_check(P, 0, 0, 16);
-                if (sqs[si] == 1 && hs[hi] == 128 && bs[bi] == 8 && cx[xi] == 32768)
-                    nmse = point_check(P, 7, 0, 8);
-                if (!isnan(nmse) && !(nmse <= 1e-4))
-                    bad = 1;
-                cudaGraph_t g;
-                cudaGraphExec_t gx;
-                CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-                point_launch(P, s);
-                CK(cudaStreamEndCapture(s, &g));
-                CK(cudaGraphInstantiate(&gx, g, 0));
-                CK(cudaGraphDestroy(g));
-                for (int i = 0; i < samples; i++) {
-                    CK(cudaMemsetAsync(flush, 0, flush_bytes, s));
-                    CK(cudaEventRecord(e0, s));
-                    CK(cudaGraphLaunch(gx, s));
-                    CK(cudaEventRecord(e1, s));
-                    CK(cudaEventSynchronize(e1));
-                    float ms = 0;
-                    CK(cudaEventElapsedTime(&ms, e0, e1));
-                    t[i] = ms * 1000.0f;
+        for (int si = 0; si < (fp8 && hi ? 1 : nsq); si++)
+            for (int bi = 0; bi < nb; bi++)
+                for (int xi = 0; xi < nx; xi++) {
+                    if ((long)bs[bi] * cx[xi] > 32L * 1048576)
+                        continue; /* as bench_decode: b 64 at 1M is not run */
+                    point P;
+                    mode_setup(fp8, P, bs[bi], cx[xi], hs[hi], sqs[si], prop.multiProcessorCount, s);
+                    mode_launch(fp8, P, s);
+                    CK(cudaStreamSynchronize(s));
+                    CK(cudaGetLastError());
+                    const double nmse = mode_check(fp8, P);
+                    if (!isnan(nmse) && !(nmse <= 1e-4))
+                        bad = 1;
+                    cudaGraph_t g;
+                    cudaGraphExec_t gx;
+                    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+                    mode_launch(fp8, P, s);
+                    CK(cudaStreamEndCapture(s, &g));
+                    CK(cudaGraphInstantiate(&gx, g, 0));
+                    CK(cudaGraphDestroy(g));
+                    for (int i = 0; i < samples; i++) {
+                        CK(cudaMemsetAsync(flush, 0, flush_bytes, s));
+                        CK(cudaEventRecord(e0, s));
+                        CK(cudaGraphLaunch(gx, s));
+                        CK(cudaEventRecord(e1, s));
+                        CK(cudaEventSynchronize(e1));
+                        float ms = 0;
+                        CK(cudaEventElapsedTime(&ms, e0, e1));
+                        t[i] = ms * 1000.0f;
+                    }
+                    const float us = median(t, samples);
+                    /* BF16: bench_decode's BF16 bytes (pages, queries, block
+                     * table); FP8: the 656-byte tokens, the indices, the queries */
+                    const double qbytes = (double)P.b * P.sq * P.H * D * 2;
+#if QMLA_FMLA_FP8
+                    const double bytes = fp8 ? (double)P.pages * PAGE * TOK8 + (double)P.b * P.sq * P.ctx * 4.0 + qbytes
+                                             : (double)P.pages * PAGE * D * 2 + qbytes + P.pages * 4.0;
+#else
+                    const double bytes = (double)P.pages * PAGE * D * 2 + qbytes + P.pages * 4.0;
+#endif
+                    const double gbs = bytes / (us * 1e3);
+                    char ns[32] = "-";
+                    if (!isnan(nmse))
+                        snprintf(ns, sizeof ns, "%.3e", nmse);
+                    fprintf(tsv, "decode h%d sq%d\t%d\t%ld\t%s\t%.2f\t%.0f\t%.1f\t%.1f\t%s\n", P.H, P.sq,
+                            P.b, P.ctx, fp8 ? "FlashMLA-FP8" : "FlashMLA", us, bytes, gbs,
+                            100.0 * gbs / copy_gbs, ns);
+                    printf("| %3d | %d | %2d | %7ld | %9.1f | %5.0f | %5.1f %% | %3d | %s |\n", P.H,
+                           P.sq, P.b, P.ctx, us, gbs, 100.0 * gbs / copy_gbs, P.parts, ns);
+                    fflush(stdout);
+                    cudaGraphExecDestroy(gx);
+                    point_free(P);
                 }
-                const float us = median(t, samples);
-                /* bench_decode's BF16 bytes: pages, queries, block table */
-                const double bytes = (double)P.pages * PAGE * D * 2 +
-                                     (double)P.b * P.sq * P.H * D * 2 + P.pages * 4.0;
-                const double gbs = bytes / (us * 1e3);
-                char ns[32] = "-";
-                if (!isnan(nmse))
-                    snprintf(ns, sizeof ns, "%.3e", nmse);
-                fprintf(tsv, "decode h%d sq%d\t%d\t%ld\tFlashMLA\t%.2f\t%.0f\t%.1f\t%.1f\t%s\n", P.H, P.sq,
-                        P.b, P.ctx, us, bytes, gbs, 100.0 * gbs / copy_gbs, ns);
-                printf("| %3d | %d | %2d | %7ld | %9.1f | %5.0f | %5.1f %% | %3d | %s |\n", P.H,
-                       P.sq, P.b, P.ctx, us, gbs, 100.0 * gbs / copy_gbs, P.parts, ns);
-                fflush(stdout);
-                cudaGraphExecDestroy(gx);
-                point_free(P);
-            }
     free(t);
     if (fclose(tsv) != 0) {
         perror(outp);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/issue19_table.py QMLA.tsv FLASHMLA.tsv OUT.tsv OUT.md [CFG ...] — the
+"""bench/issue19_table.py [--fp8 FP8.tsv] QMLA.tsv FLASHMLA.tsv OUT.tsv OUT.md [CFG ...] — the
 benchmark table of issue 19 item 5 from one device call (docs/decode.md, H200
 run 13): per point (H, s_q, batch, context) of a `bench_decode --variants`
 TSV, our BF16 (variant 0, the reference of every ratio) and FlashMLA's BF16
@@ -16,7 +16,11 @@ point where C4R4 is slower than BF16, our BF16 within 5 % of FlashMLA
 copy rows are printed). Standard library only; exit 1 naming the file
 (and the point) when a file has no copy row or a point no BF16 row; a point
 FlashMLA or a kernel has no row for shows "-" in its columns and counts in
-no target."""
+no target. --fp8 FP8.tsv (`bench_flashmla --fp8 --full` of the same call:
+FlashMLA's sparse FP8 decode run as a dense one, H 128 and H 64) adds per
+point its µs, % of copy, FP8 / FlashMLA BF16, FP8 / our BF16 and each
+kernel's time over it, and a second Markdown table of the H 128 points
+(the file's H 64 rows, which no point of ours has, are listed as ranges)."""
 import sys
 
 import tablelib
@@ -37,9 +41,20 @@ def main(argv):
     st = tablelib.usage(argv, __doc__, lambda n: n >= 5)
     if st is not None:
         return st
+    f8path = None
+    if argv[1] == "--fp8":
+        f8path, argv = argv[2], argv[:1] + argv[3:]
+        if len(argv) < 5:
+            sys.stderr.write(__doc__)
+            return 2
     qpath, fpath, out_tsv, out_md = argv[1:5]
     cfgs = argv[5:] or DEFAULT_CFGS
     q, fm = tablelib.read(qpath), tablelib.read(fpath)
+    f8 = tablelib.read(f8path) if f8path else []
+    if f8path and not [r for r in f8 if r["kind"] == "copy"]:
+        fail("%s has no copy row" % f8path)
+    f8l = {(r["kind"], int(r["batch"]), int(r["context"])): r for r in f8
+           if r["kind"].startswith("decode")}
     qcopy = [r for r in q if r["kind"] == "copy"]
     fcopy = [r for r in fm if r["kind"] == "copy"]
     if not qcopy or not fcopy:
@@ -56,9 +71,13 @@ def main(argv):
     cols = ["H", "s_q", "batch", "context", "bf16_us", "bf16_GBps", "bf16_pct_copy",
             "flashmla_us", "flashmla_GBps", "flashmla_pct_copy", "flashmla_over_bf16",
             "bf16_best", "bf16_best_us", "flashmla_over_bf16_best"]
+    if f8path:
+        cols += ["fp8_us", "fp8_GBps", "fp8_pct_copy", "fp8_over_flashmla", "fp8_over_bf16"]
     for c in cfgs:
         n = c.lower().replace(" ", "_")
         cols += [n + "_us", n + "_GBps", n + "_pct_copy", n + "_over_bf16", n + "_over_flashmla"]
+        if f8path:
+            cols.append(n + "_over_fp8")
     out = []
     for k in order:
         d = pts[k]
@@ -79,10 +98,19 @@ def main(argv):
                "bf16_best": tablelib.variant(bb),
                "bf16_best_us": "%.2f" % bbu,
                "flashmla_over_bf16_best": "%.3f" % (fu / bbu) if f else "-"}
+        g = f8l.get(k)
+        gu = float(g["median_us"]) if g else None
+        if f8path:
+            row.update({"fp8_us": "%.2f" % gu if g else "-", "fp8_GBps": g["GBps"] if g else "-",
+                        "fp8_pct_copy": g["pct_copy"] if g else "-",
+                        "fp8_over_flashmla": "%.3f" % (gu / fu) if g and f else "-",
+                        "fp8_over_bf16": "%.3f" % (gu / bu) if g else "-"})
         for c in cfgs:
             n = c.lower().replace(" ", "_")
             r = d.get(c)
             u = float(r["median_us"]) if r else None
+            if f8path:
+                row[n + "_over_fp8"] = "%.3f" % (u / gu) if r and g else "-"
             row[n + "_us"] = "%.2f" % u if r else "-"
             row[n + "_GBps"] = r["GBps"] if r else "-"
             row[n + "_pct_copy"] = r["pct_copy"] if r else "-"
@@ -107,6 +135,30 @@ def main(argv):
             r["bf16_pct_copy"], r["flashmla_us"], r["flashmla_pct_copy"],
             r["flashmla_over_bf16"], r["bf16_best_us"], r["bf16_best"],
             r["flashmla_over_bf16_best"], " | ".join(cells)))
+
+    if f8path:
+        f8copy = [r for r in f8 if r["kind"] == "copy"][0]["GBps"]
+        md += ["", "FlashMLA's sparse FP8 decode (656-byte tokens) run as a dense one, H 128 "
+               "(copy bandwidth %s GB/s in its run; ratios of the same call):" % f8copy, "",
+               "| s_q | b | context | FP8 µs (% copy) | FP8 / FlashMLA BF16 | FP8 / our BF16 | "
+               + " | ".join("%s / FP8" % c for c in cfgs) + " |",
+               "|---|---|---|---|---|---|" + "---|" * len(cfgs)]
+        for r in out:
+            if r["fp8_us"] != "-":
+                md.append("| %s | %s | %sK | %s (%s) | %s | %s | %s |" % (
+                    r["s_q"], r["batch"], r["context"] // 1024, r["fp8_us"], r["fp8_pct_copy"],
+                    r["fp8_over_flashmla"], r["fp8_over_bf16"],
+                    " | ".join(r[c.lower().replace(" ", "_") + "_over_fp8"] for c in cfgs)))
+        h64 = [r for r in f8 if r["kind"].startswith("decode h64")]
+        if h64:
+            md.append("")
+            us = [float(r["median_us"]) for r in h64]
+            pc = [float(r["pct_copy"]) for r in h64]
+            md.append("FP8 at H 64, s_q 1 (no point of ours): %d points, %.1f-%.1f µs, "
+                      "%.1f-%.1f %% of copy" % (len(h64), min(us), max(us), min(pc), max(pc)))
+        nm = [r["nmse"] for r in f8 if r.get("nmse", "-") != "-"]
+        md.append("")
+        md.append("FP8 output against the double reference: NMSE %s" % ", ".join(nm))
 
     def ratios(c, pred):
         n = c.lower().replace(" ", "_")

@@ -41,9 +41,9 @@
  * and step codes with the shared steps of quant_core.h (qmla_core_q8_*),
  * stores sc_g and m_g as bytes and the path's first thread S and M; a
  * range error is the path's (reported at its first group index), a
- * non-finite value its group's, as the twin. Compiled here (nvcc 13,
- * sm_90a); NOT yet run on a device: its test (test_decode_cuda, q8 writer
- * checks) waits for a session with the H200.
+ * non-finite value its group's, as the twin. On the H200 since run 12
+ * (test_decode_cuda's q8 writer checks, bit for bit the twin); its speed
+ * beside f16 in run 14 (bench_decode --writer, docs/decode.md).
  */
 #include "cuda_status.cuh"
 #include "emit_fast.cuh"

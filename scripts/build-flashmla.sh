@@ -14,8 +14,11 @@
 # combine, the scheduler metadata) with the nvcc flags of its setup.py
 # (sm_90a, -O3, fast math, register-usage level 10; FP16 disabled), then
 # links bench_flashmla (static CUDA runtime, libcuda for the TMA
-# descriptors). Objects already in OUT are reused. JOBS (default 3)
-# compiles in parallel; NICE=1 runs nvcc under nice -n 19.
+# descriptors). FP8=1 also compiles its SM90 sparse FP8 decode for V3.2's
+# 656-byte tokens at 64 and 128 heads (sparse_fp8 v32_persistent_h64 and
+# _h128) and builds bench_flashmla with -DQMLA_FMLA_FP8=1 (its --fp8 mode).
+# Objects already in OUT are reused. JOBS (default 3) compiles in parallel;
+# NICE=1 runs nvcc under nice -n 19.
 set -euo pipefail
 src=${1:?usage: scripts/build-flashmla.sh SRC OUT}
 out=${2:?usage: scripts/build-flashmla.sh SRC OUT}
@@ -31,10 +34,17 @@ F=(-O3 -std=c++20 -DNDEBUG -D_USE_MATH_DEFINES -Wno-deprecated-declarations
    --use_fast_math --ptxas-options=--register-usage-level=10 -DFLASH_MLA_DISABLE_FP16
    -gencode arch=compute_90a,code=sm_90a
    -I"$src/csrc" -I"$src/csrc/kerutils/include" -I"$src/csrc/sm90" -I"$src/csrc/cutlass/include")
+srcs=(sm90/decode/dense/instantiations/bf16.cu smxx/decode/combine/combine.cu
+      smxx/decode/get_decoding_sched_meta/get_decoding_sched_meta.cu)
+defs=()
+if [ "${FP8:-0}" = 1 ]; then
+  srcs+=(sm90/decode/sparse_fp8/instantiations/v32_persistent_h128.cu
+         sm90/decode/sparse_fp8/instantiations/v32_persistent_h64.cu)
+  defs=(-DQMLA_FMLA_FP8=1)
+fi
 pids=()
 objs=()
-for f in sm90/decode/dense/instantiations/bf16.cu smxx/decode/combine/combine.cu \
-         smxx/decode/get_decoding_sched_meta/get_decoding_sched_meta.cu; do
+for f in "${srcs[@]}"; do
   o="$out/$(basename "$f" .cu).o"
   objs+=("$o")
   [ -s "$o" ] && continue
@@ -43,6 +53,6 @@ for f in sm90/decode/dense/instantiations/bf16.cu smxx/decode/combine/combine.cu
   while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-3}" ]; do sleep 1; done
 done
 for p in "${pids[@]}"; do wait "$p"; done
-"${nice[@]}" nvcc "${F[@]}" -o "$out/bench_flashmla" "$here/bench/bench_flashmla.cu" "${objs[@]}" \
+"${nice[@]}" nvcc "${F[@]}" "${defs[@]}" -o "$out/bench_flashmla" "$here/bench/bench_flashmla.cu" "${objs[@]}" \
   -L"$(dirname "$(command -v nvcc)")/../lib64/stubs" -lcuda
 echo "built $out/bench_flashmla"

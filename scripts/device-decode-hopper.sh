@@ -21,6 +21,9 @@
 #   q8        bench_decode --variants-q8 (BF16 and C4R4 / C2R4 with f16 and
 #             q8 metadata, H 16, s_q 1, b 8 and 32, 4K-1M; BENCH_VLIST as
 #             above, BENCH_SAMPLES: --samples; bench_q8.tsv)
+#   writer    bench_decode --writer: copy, qdq (f16, f16 with x^, q8) and the
+#             cache writer (BF16; C4R4 / C2R4 / C8R8 with f16 and with q8
+#             metadata), BENCH_SAMPLES samples (default 40); bench_writer.tsv
 #   sweep     bench_decode --sweep (the default C4R4 plan's pages per block
 #             forced to 1-8 beside BF16 at the short points; bench_sweep.tsv)
 #   fmla      bench_decode --variants-fmla, then FlashMLA's BF16 dense decode
@@ -28,7 +31,10 @@
 #             program bench_flashmla built by scripts/build-flashmla.sh, or
 #             FlashMLA's source src.tgz to build it here); FMLA_ARGS: its
 #             arguments (--full: bench_decode --variants' points, s_q 2 too);
-#             FMLA_OURS=0: FlashMLA only (beside a bench step of the same call)
+#             FMLA_OURS=0: FlashMLA only (beside a bench step of the same call);
+#             FMLA8_ARGS (set: a program built by FP8=1 scripts/build-flashmla.sh):
+#             then bench_flashmla --fp8 FMLA8_ARGS, its sparse FP8 decode as a
+#             dense one (bench_flashmla_fp8.tsv, limit FMLA8_LIMIT)
 #   ncu       Nsight Compute (--set full) of the first launch of NCU_KERNEL
 #             (default decode_fast_kernel: C4R4 variant 0's main kernel, the
 #             kernel of variants 0, 1, 3 and 4; several regexes: one profile
@@ -84,6 +90,10 @@ run_step() {
     timeout $(lim ${BENCH_LIMIT:-120}) ./build-dev/bench/bench_decode --variants-q8 ${BENCH_VLIST:+--vlist $BENCH_VLIST} \
       ${BENCH_SAMPLES:+--samples $BENCH_SAMPLES} --out "$OUT/bench_q8.tsv" >"$OUT/bench_q8.log" 2>&1
     echo "rc=$?"; cat "$OUT/bench_q8.log" ;;
+  writer)
+    timeout $(lim ${WRITER_LIMIT:-30}) ./build-dev/bench/bench_decode --writer ${BENCH_SAMPLES:+--samples $BENCH_SAMPLES} \
+      --out "$OUT/bench_writer.tsv" >"$OUT/bench_writer.log" 2>&1
+    echo "rc=$?"; cat "$OUT/bench_writer.log" ;;
   sweep)
     timeout $(lim ${SWEEP_LIMIT:-60}) ./build-dev/bench/bench_decode --sweep --out "$OUT/bench_sweep.tsv" \
       >"$OUT/bench_sweep.log" 2>&1
@@ -112,7 +122,12 @@ run_step() {
       fb=/tmp/fmla-build/bench_flashmla
     fi
     timeout $(lim ${FMLA_LIMIT:-60}) "$fb" ${FMLA_ARGS:-} --out "$OUT/bench_flashmla.tsv" >"$OUT/bench_flashmla.log" 2>&1
-    echo "== flashmla rc=$?"; cat "$OUT/bench_flashmla.log" ;;
+    echo "== flashmla rc=$?"; cat "$OUT/bench_flashmla.log"
+    if [ -n "${FMLA8_ARGS+set}" ]; then
+      timeout $(lim ${FMLA8_LIMIT:-60}) "$fb" --fp8 $FMLA8_ARGS --out "$OUT/bench_flashmla_fp8.tsv" \
+        >"$OUT/bench_flashmla_fp8.log" 2>&1
+      echo "== flashmla fp8 rc=$?"; cat "$OUT/bench_flashmla_fp8.log"
+    fi ;;
   ncu)
     for k in ${NCU_KERNEL:-decode_fast_kernel}; do
       f=$(printf %s "$k" | tr -c 'A-Za-z0-9_' _)

@@ -11,8 +11,8 @@
 # serving benchmark of issue 21, docs/evidence/serving/bench_serving-h200-2026-12-04-run9.tsv,
 # converted by scripts/serving-table.py), and Fig. 5 with Tables 9 and 10:
 # docs/figures/storage/ (fig5a-storage from `qmla storage -o`),
-# docs/figures/decode/ (fig5b-latency and table9 from the H200 decode run 13,
-# docs/evidence/decode-h200-2026-12-04-run13/bench_variants.tsv, each
+# docs/figures/decode/ (fig5b-latency and table9 from the H200 decode run 14,
+# docs/evidence/decode-h200-2026-12-04-run14/bench_variants.tsv, each
 # configuration's default kernel, converted by scripts/decode-table.py) and docs/figures/serve-sim/ (fig5c-serving and
 # table10 from `qmla serve-sim experiments/serving/paper-table10.scn -o`).
 # Needs a build (scripts/setup.sh) and python3 with h5py.
@@ -42,12 +42,12 @@ sv=docs/evidence/serving/bench_serving-h200-2026-12-04-run9
 "$qmla" figures results/storage.h5 -o docs/figures/storage --only fig5a-storage \
   --labels "qmla storage (f16 metadata)"
 # Fig. 5 (b) and Table 9: H 16, s_q 1, each configuration's default plan
-# (BF16 variant 0, C4R4 / C2R4 variant 7, C8R8 variant 10) of the H200 run 13
+# (BF16 variant 0, C4R4 / C2R4 variant 7, C8R8 variant 10) of the H200 run 14
 "${PYTHON:-python3}" scripts/decode-table.py \
-  docs/evidence/decode-h200-2026-12-04-run13/bench_variants.tsv results/decode-h200-run13.h5 \
+  docs/evidence/decode-h200-2026-12-04-run14/bench_variants.tsv results/decode-h200-run14.h5 \
   --variant v7 --bf16-variant v0 --config-variant C8R8=v10
-"$qmla" figures results/decode-h200-run13.h5 -o docs/figures/decode --only fig5b-latency,table9 \
-  --labels "H200 decode run 13: H 16 / s_q 1 / default kernels"
+"$qmla" figures results/decode-h200-run14.h5 -o docs/figures/decode --only fig5b-latency,table9 \
+  --labels "H200 decode run 14: H 16 / s_q 1 / default kernels"
 # Fig. 5 (c) and Table 10: the paper's serving scenario, simulated
 "$qmla" serve-sim experiments/serving/paper-table10.scn -o results/serve-sim.h5 >/dev/null
 "$qmla" figures results/serve-sim.h5 -o docs/figures/serve-sim --only fig5c-serving,table10 \

@@ -4,7 +4,7 @@ array label[1]
 array model[1]
 array source[1]
 array nmse[1]
-label[1] = 'H200 decode run 13: H 16 / s_q 1 / default kernels'
+label[1] = 'H200 decode run 14: H 16 / s_q 1 / default kernels'
 model[1] = ''
-source[1] = 'results/decode-h200-run13.h5'
+source[1] = 'results/decode-h200-run14.h5'
 nmse[1] = NaN
