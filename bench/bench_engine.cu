@@ -543,6 +543,10 @@ static int bench_ops(qmla_capture *cap, const qmla_mla_dims *d, const qmla_engin
  * first cell per engine; max_rel: over nmse_out, nmse_out_content,
  * nmse_out_rope, pos_score_err and rope_bound_nmse. */
 
+/* --attn-precision f64: the learner's content attention in double
+ * (qmla_learn_opts.attn_f64) on both engines; recorded in the command line */
+static int bench_attn_f64;
+
 typedef struct tf_times {
     double eval[2];   /* seconds per layer-cell: cuda, cpu */
     double step[2][2], setup[2][2]; /* [engine][path] */
@@ -603,6 +607,7 @@ static int bench_tf(qmla_capture *cap, const qmla_mla_dims *d, const qmla_engine
     o.quant.bits = 4;
     o.threads = threads;
     o.steps = 300;
+    o.attn_f64 = bench_attn_f64;
     const size_t ncmp = gpu_steps < cpu_steps ? gpu_steps : cpu_steps;
     double cmp_obj[2][2] = {{NAN, NAN}, {NAN, NAN}};
     for (int e = 0; e < 2 && !st; e++) {
@@ -716,7 +721,8 @@ static int usage(void)
     fprintf(stderr, "usage: bench_engine CAPTURE.h5 [--threads N] [--out OUT.h5] [--layers L] "
                     "[--cpu-seqs K] [--no-cpu] [--no-sweep] [--ops] [--op-seqs K] "
                     "[--iv-seqs K] [--iv-reps R] [--cpu-op-seqs K] [--cpu-light] "
-                    "[--learn GPU_STEPS] [--cpu-learn-steps K] [--eval]\n");
+                    "[--learn GPU_STEPS] [--cpu-learn-steps K] [--attn-precision f32|f64] "
+                    "[--eval]\n");
     return 2;
 }
 
@@ -750,6 +756,9 @@ int main(int argc, char **argv)
             cpu_learn_steps = atoi(argv[++k]);
         else if (!strcmp(argv[k], "--eval"))
             do_eval = 1;
+        else if (!strcmp(argv[k], "--attn-precision") && k + 1 < argc &&
+                 (!strcmp(argv[k + 1], "f32") || !strcmp(argv[k + 1], "f64")))
+            bench_attn_f64 = !strcmp(argv[++k], "f64");
         else if (!strcmp(argv[k], "--cpu-light"))
             cpu_light = 1;
         else if (!strcmp(argv[k], "--op-seqs") && k + 1 < argc)

@@ -37,7 +37,7 @@ static void help(FILE *f, const void *ctx)
         "                  [--lr 5e-3] [--seed 0] [--objective function|recon] [--alpha 0.5]\n"
         "                  [--layers LIST]\n"
         "                  [--train-cells LIST] [--heldout-cells LIST] [--threads N] [--force]\n"
-        "                  [--also-content CONTENT.h5]\n"
+        "                  [--also-content CONTENT.h5] [--attn-precision f32|f64]\n"
         "\n"
         "Per-layer cache transforms (docs/math.md §7) in the transforms format\n"
         "(docs/transforms-format.md): RTN (T = I), SmoothQuant† (T = diag(σ)^-1,\n"
@@ -58,6 +58,11 @@ static void help(FILE *f, const void *ctx)
         "content transform with the RoPE path the identity, which is what --path\n"
         "content with the same settings writes (the paths are learned\n"
         "independently), without learning the content path twice.\n"
+        "--attn-precision f64 (QuantMLA's content path) computes the objective's\n"
+        "attention, its backward and the loss in double, on either engine: about\n"
+        "2-4x slower on the CPU, and two engines then agree to double rounding,\n"
+        "so their learned transforms stay together (docs/cuda-engine.md,\n"
+        "\"Learning in double\"); f32 (the default) is float32 as before.\n"
         "One progress line per layer and path. Resume: rerun the same\n"
         "command (--force starts over).\n"
         CLI_ENGINE_HELP
@@ -90,7 +95,7 @@ static int opt_method(const char *cmd, const char *arg, void *dst)
 int cmd_learn(int argc, char **argv)
 {
     const char *out = NULL, *layers_arg = NULL, *train_arg = NULL, *held_arg = NULL, *also = NULL;
-    const char *config = "C4R4", *path_arg = "both", *objective = NULL;
+    const char *config = "C4R4", *path_arg = "both", *objective = NULL, *precision = NULL;
     const qmla_tmethod_type *method = qmla_tmethod_quantmla;
     int threads = cli_default_threads(), force = 0;
     double alpha = 0.5;
@@ -115,6 +120,8 @@ int cmd_learn(int argc, char **argv)
         {.name = "objective", .shrt = 0, .kind = CLI_CHOICE, .dst = &objective, .expected = "function or recon",
          .choices = "function recon"},
         {.name = "also-content", .shrt = 0, .kind = CLI_STR, .dst = &also},
+        {.name = "attn-precision", .shrt = 0, .kind = CLI_CHOICE, .dst = &precision,
+         .expected = "f32 or f64", .choices = "f32 f64"},
         {.name = "threads", .shrt = 0, .kind = CLI_THREADS, .dst = &threads},
         {.name = "help", .shrt = 'h', .kind = CLI_HELP, .dst = NULL},
         {.name = "engine", .shrt = 0, .kind = CLI_ENGINE, .dst = &engine},
@@ -126,6 +133,11 @@ int cmd_learn(int argc, char **argv)
     lo_.seed = (unsigned long)seed;
     if (objective)
         lo_.recon = !strcmp(objective, "recon");
+    lo_.attn_f64 = precision && !strcmp(precision, "f64");
+    if (lo_.attn_f64 && (method != qmla_tmethod_quantmla || lo_.recon))
+        return cli_fail("learn", "--attn-precision f64: expected --method quantmla with "
+                        "--objective function (the attention it computes), found --method %s%s",
+                        method->name, lo_.recon ? " --objective recon" : "");
     if (cli_require_args("learn", argc, "CAPTURE.h5", out, "-o TRANSFORMS.h5"))
         return QMLA_EXIT_USAGE;
     if (cli_engine_device("learn", engine, -1))

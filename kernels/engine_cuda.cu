@@ -3840,7 +3840,8 @@ static __global__ void out_loss_kernel(const float *Yt, const float *Y, double y
 typedef struct cuda_learn_seq {
     size_t T;
     double yden;
-    float *qn, *qr, *K, *Y; /* device */
+    float *qn, *qr, *K, *Y; /* device (float32 form) */
+    double *qn64, *qr64, *K64, *Y64; /* device (attn_f64: the same values widened) */
 } cuda_learn_seq;
 
 typedef struct cuda_learn_ctx {
@@ -3852,6 +3853,9 @@ typedef struct cuda_learn_ctx {
     float *wuk, *wuv, *wo;
     float *Ct, *Kc, *Vc, *Z, *GA, *O, *Yt, *GY, *GO, *GK, *GV, *GC;
     double *part, *hpart;
+    int f64; /* attn_f64: the double buffers below instead of the float ones above */
+    double *wuk64, *wuv64, *wo64;
+    double *Ct64, *Kc64, *Vc64, *Z64, *GA64, *O64, *Yt64, *GY64, *GO64, *GK64, *GV64, *GC64;
 } cuda_learn_ctx;
 
 static void learn_ctx_free(void *p)
@@ -3862,14 +3866,19 @@ static void learn_ctx_free(void *p)
         return;
     for (int b = 0; b < 2; b++) {
         for (size_t k = 0; c->seq[b] && k < c->nseq[b]; k++) {
-            void *const f[] = {c->seq[b][k].qn, c->seq[b][k].qr, c->seq[b][k].K, c->seq[b][k].Y};
-            cuda_free_all(f, 4);
+            const cuda_learn_seq *q = &c->seq[b][k];
+            void *const f[] = {q->qn, q->qr, q->K, q->Y, q->qn64, q->qr64, q->K64, q->Y64};
+            cuda_free_all(f, 8);
         }
         free(c->seq[b]);
     }
     void *const f[] = {c->wuk, c->wuv, c->wo, c->Ct, c->Kc, c->Vc, c->Z,  c->GA,
                        c->O,   c->Yt,  c->GY, c->GO, c->GK, c->GV, c->GC, c->part};
     cuda_free_all(f, sizeof f / sizeof *f);
+    void *const f64[] = {c->wuk64, c->wuv64, c->wo64, c->Ct64, c->Kc64, c->Vc64, c->Z64,
+                         c->GA64,  c->O64,   c->Yt64, c->GY64, c->GO64, c->GK64, c->GV64,
+                         c->GC64};
+    cuda_free_all(f64, sizeof f64 / sizeof *f64);
     if (c->hpart)
         cudaFreeHost(c->hpart);
     if (c->blas) {
@@ -3969,6 +3978,215 @@ out:
     return st;
 }
 
+/* ---- learning in double (qmla_learn_opts.attn_f64) ----------------------------
+ * learn_content's function with every product (cublasDgemmStridedBatched),
+ * the softmax, its backward and the objective in double: the CPU learner's
+ * attn_fast64 (lib/transform/learn.c) on the device. The effective cache
+ * comes in as float and is widened exactly; G_C~ leaves rounded to float
+ * once. */
+
+static cublasStatus_t dgemm_rma(cublasHandle_t h, int ta, int tb, size_t M, size_t N, size_t K,
+                                double alpha, const double *A, size_t lda, long long sA,
+                                const double *Bm, size_t ldb, long long sB, double beta,
+                                double *C, size_t ldc, long long sC, size_t batch)
+{
+    return cublasDgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                     ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K,
+                                     &alpha, Bm, (int)ldb, sB, A, (int)lda, sA, &beta, C,
+                                     (int)ldc, sC, (int)batch);
+}
+
+static __device__ double block_maxd(double v, double *sh)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+            const double o = sh[threadIdx.x + s];
+            sh[threadIdx.x] = o > sh[threadIdx.x] ? o : sh[threadIdx.x];
+        }
+        __syncthreads();
+    }
+    const double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+/* Causal softmax in double of the rows of [H, T, T] (row h T + i sees keys
+ * s <= i), in place, zeros after. */
+static __global__ void softmax_rows64_kernel(double *z, size_t T)
+{
+    __shared__ double sh[SM_THREADS];
+    const size_t row = blockIdx.x, n = row % T + 1;
+    double *zr = z + row * T;
+    double m = zr[0];
+    for (size_t s = threadIdx.x; s < n; s += blockDim.x)
+        m = zr[s] > m ? zr[s] : m;
+    m = block_maxd(m, sh);
+    double part = 0.0;
+    for (size_t s = threadIdx.x; s < n; s += blockDim.x) {
+        const double e = exp(zr[s] - m);
+        zr[s] = e;
+        part += e;
+    }
+    const double inv = 1.0 / block_sum(part, sh);
+    for (size_t s = threadIdx.x; s < n; s += blockDim.x)
+        zr[s] *= inv;
+    for (size_t s = n + threadIdx.x; s < T; s += blockDim.x)
+        zr[s] = 0.0;
+}
+
+/* g <- a (.) (g - rowsum(a (.) g)) over the causal keys of each row, in
+ * double, zeros after. */
+static __global__ void softmax_jvp64_kernel(const double *a, double *g, size_t T)
+{
+    __shared__ double sh[SM_THREADS];
+    const size_t row = blockIdx.x, n = row % T + 1;
+    const double *ar = a + row * T;
+    double *gr = g + row * T;
+    double part = 0.0;
+    for (size_t s = threadIdx.x; s < n; s += blockDim.x)
+        part += ar[s] * gr[s];
+    const double m = block_sum(part, sh);
+    for (size_t s = threadIdx.x; s < n; s += blockDim.x)
+        gr[s] = ar[s] * (gr[s] - m);
+    for (size_t s = n + threadIdx.x; s < T; s += blockDim.x)
+        gr[s] = 0.0;
+}
+
+/* GY = 2 (Yt - Y) / yden in double; partial sums of (Yt - Y)^2 per block. */
+static __global__ void out_loss64_kernel(const double *Yt, const double *Y, double yden, size_t n,
+                                         double *GY, double *part)
+{
+    __shared__ double sh[SM_THREADS];
+    double s = 0.0;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        const double v = Yt[k] - Y[k];
+        s += v * v;
+        if (GY)
+            GY[k] = 2.0 * v / yden;
+    }
+    const double v = block_sum(s, sh);
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = v;
+}
+
+static __global__ void to_float_kernel(const double *x, float *y, size_t n)
+{
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x)
+        y[k] = (float)x[k];
+}
+
+static int learn_content64(void *p, int bank, size_t k, const float *Ct, int want_grad, double *f,
+                           float *GC, double *tm, qmla_error *err)
+{
+    {
+        const int ds_ = device_enter(err);
+        if (ds_)
+            return ds_;
+    }
+    cuda_learn_ctx *c = (cuda_learn_ctx *)p;
+    const qmla_mla_dims *d = &c->d;
+    const cuda_learn_seq *q = &c->seq[bank][k];
+    const size_t T = q->T, H = d->H, dc = d->d_c, dn = d->d_n, dr = d->d_r, dv = d->d_v;
+    const size_t D = d->D, HN = H * dn, HV = H * dv;
+    const long long sZ = (long long)(T * T);
+    const double tau = d->tau;
+    cudaStream_t s = c->stream;
+    cublasHandle_t h = c->blas;
+    const unsigned gb = (unsigned)NORM_BLOCKS;
+    int st = QMLA_OK;
+    const double t0 = wall_now();
+    double t1 = t0;
+    CU(cudaMemcpyAsync(c->Ct, Ct, T * dc * sizeof(float), cudaMemcpyHostToDevice, s),
+       "copy effective c_kv");
+    to_double_kernel<<<gb, SM_THREADS, 0, s>>>(c->Ct, c->Ct64, T * dc);
+    CU(cudaGetLastError(), "widen c_kv");
+    CB(dgemm_rma(h, 0, 1, T, HN, dc, 1.0, c->Ct64, dc, 0, c->wuk64, dc, 0, 0.0, c->Kc64, HN, 0, 1),
+       "keys K_h (double)");
+    CB(dgemm_rma(h, 0, 1, T, HV, dc, 1.0, c->Ct64, dc, 0, c->wuv64, dc, 0, 0.0, c->Vc64, HV, 0, 1),
+       "values V_h (double)");
+    CB(dgemm_rma(h, 0, 1, T, T, dn, tau, q->qn64, dn, (long long)(T * dn), c->Kc64, HN,
+                 (long long)dn, 0.0, c->Z64, T, sZ, H),
+       "content logits (double)");
+    CB(dgemm_rma(h, 0, 1, T, T, dr, tau, q->qr64, dr, (long long)(T * dr), q->K64, dr, 0, 1.0,
+                 c->Z64, T, sZ, H),
+       "RoPE logits (double)");
+    softmax_rows64_kernel<<<(unsigned)(H * T), SM_THREADS, 0, s>>>(c->Z64, T);
+    CU(cudaGetLastError(), "softmax (double)");
+    CB(dgemm_rma(h, 0, 0, T, dv, T, 1.0, c->Z64, T, sZ, c->Vc64, HV, (long long)dv, 0.0, c->O64,
+                 HV, (long long)dv, H),
+       "head outputs (double)");
+    CB(dgemm_rma(h, 0, 1, T, D, HV, 1.0, c->O64, HV, 0, c->wo64, HV, 0, 0.0, c->Yt64, D, 0, 1),
+       "projection (double)");
+    out_loss64_kernel<<<gb, SM_THREADS, 0, s>>>(c->Yt64, q->Y64, q->yden, T * D,
+                                                want_grad ? c->GY64 : NULL, c->part);
+    CU(cudaGetLastError(), "objective (double)");
+    CU(cudaMemcpyAsync(c->hpart, c->part, NORM_BLOCKS * sizeof(double), cudaMemcpyDeviceToHost,
+                       s),
+       "copy objective sums");
+    CU(cudaStreamSynchronize(s), "content objective (double)");
+    {
+        double e = 0.0;
+        for (size_t j = 0; j < NORM_BLOCKS; j++)
+            e += c->hpart[j];
+        if (!isfinite(e))
+            return qmla_error_set(err, QMLA_ENONFINITE,
+                                  "learn: content objective (double): expected a finite output "
+                                  "error, found %g",
+                                  e);
+        *f = e / q->yden;
+    }
+    t1 = wall_now();
+    tm[0] += t1 - t0;
+    if (!want_grad)
+        return QMLA_OK;
+    CB(dgemm_rma(h, 0, 0, T, HV, D, 1.0, c->GY64, D, 0, c->wo64, HV, 0, 0.0, c->GO64, HV, 0, 1),
+       "G_O (double)");
+    CB(dgemm_rma(h, 0, 1, T, T, dv, 1.0, c->GO64, HV, (long long)dv, c->Vc64, HV, (long long)dv,
+                 0.0, c->GA64, T, sZ, H),
+       "G_A (double)");
+    CB(dgemm_rma(h, 1, 0, T, dv, T, 1.0, c->Z64, T, sZ, c->GO64, HV, (long long)dv, 0.0, c->GV64,
+                 HV, (long long)dv, H),
+       "G_V (double)");
+    softmax_jvp64_kernel<<<(unsigned)(H * T), SM_THREADS, 0, s>>>(c->Z64, c->GA64, T);
+    CU(cudaGetLastError(), "softmax backward (double)");
+    CB(dgemm_rma(h, 1, 0, T, dn, T, tau, c->GA64, T, sZ, q->qn64, dn, (long long)(T * dn), 0.0,
+                 c->GK64, HN, (long long)dn, H),
+       "G_K (double)");
+    CB(dgemm_rma(h, 0, 0, T, dc, HN, 1.0, c->GK64, HN, 0, c->wuk64, dc, 0, 0.0, c->GC64, dc, 0, 1),
+       "G_C (keys, double)");
+    CB(dgemm_rma(h, 0, 0, T, dc, HV, 1.0, c->GV64, HV, 0, c->wuv64, dc, 0, 1.0, c->GC64, dc, 0, 1),
+       "G_C (values, double)");
+    to_float_kernel<<<gb, SM_THREADS, 0, s>>>(c->GC64, c->GC, T * dc);
+    CU(cudaGetLastError(), "round G_C");
+    CU(cudaMemcpyAsync(GC, c->GC, T * dc * sizeof(float), cudaMemcpyDeviceToHost, s),
+       "copy G_C");
+    CU(cudaStreamSynchronize(s), "content gradient (double)");
+    tm[1] += wall_now() - t1;
+out:
+    if (st)
+        cudaStreamSynchronize(s);
+    return st;
+}
+
+/* A device copy of n floats of host x widened to double (through the
+ * float scratch tmp of at least n floats). */
+static int upload_f64(const float *x, size_t n, float *tmp, double **out, const char *what,
+                      qmla_error *err)
+{
+    int st = QMLA_OK;
+    CU(cudaMalloc((void **)out, (n ? n : 1) * sizeof(double)), what);
+    CU(cudaMemcpy(tmp, x, n * sizeof(float), cudaMemcpyHostToDevice), what);
+    to_double_kernel<<<NORM_BLOCKS, SM_THREADS>>>(tmp, *out, n);
+    CU(cudaGetLastError(), what);
+    CU(cudaDeviceSynchronize(), what);
+out:
+    return st;
+}
+
 /* The CPU learner, with the content attention on the GPU (content path
  * with the function-aligned objective in its default per-head form; the
  * RoPE path, --objective recon and attn_reference stay the CPU's). */
@@ -3985,7 +4203,14 @@ extern "C" int qmla_cuda_learn_alloc(qmla_learn_path path, const qmla_mla_dims *
             return ds_;
     }
     qmla_learner *l = NULL;
-    int st = qmla_learner_alloc(path, d, wt, gamma, pairing, train, held, o, &l, err);
+    /* the CPU learner without its own double attention buffers: with
+     * attn_f64 the device computes the attention in double (learn_content64) */
+    qmla_learn_opts oc = *o;
+    const int f64 = o->attn_f64 && path == QMLA_LEARN_CONTENT && !o->recon;
+    if (f64)
+        oc.attn_f64 = 0;
+    int st = qmla_learner_alloc(path, d, wt, gamma, pairing, train, held,
+                                f64 ? &oc : o, &l, err);
     if (st)
         return st;
     if (path != QMLA_LEARN_CONTENT || o->recon || o->attn_reference) {
@@ -4000,6 +4225,7 @@ extern "C" int qmla_cuda_learn_alloc(qmla_learn_path path, const qmla_mla_dims *
         return qmla_error_set(err, QMLA_ENOMEM, "cuda engine: out of memory");
     }
     c->d = *d;
+    c->f64 = f64;
     CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "stream");
     CB(cublasCreate(&c->blas), "cublasCreate");
     CB(cublasSetStream(c->blas, c->stream), "cublasSetStream");
@@ -4010,6 +4236,16 @@ extern "C" int qmla_cuda_learn_alloc(qmla_learn_path path, const qmla_mla_dims *
     CU(cudaMemcpy(c->wuk, wt->w_uk, HN * dc * sizeof(float), cudaMemcpyHostToDevice), "copy w_uk");
     CU(cudaMemcpy(c->wuv, wt->w_uv, HV * dc * sizeof(float), cudaMemcpyHostToDevice), "copy w_uv");
     CU(cudaMemcpy(c->wo, wt->w_o, D * HV * sizeof(float), cudaMemcpyHostToDevice), "copy w_o");
+    if (f64) {
+        CU(cudaMalloc((void **)&c->wuk64, HN * dc * sizeof(double)), "w_uk (double)");
+        CU(cudaMalloc((void **)&c->wuv64, HV * dc * sizeof(double)), "w_uv (double)");
+        CU(cudaMalloc((void **)&c->wo64, D * HV * sizeof(double)), "w_o (double)");
+        to_double_kernel<<<NORM_BLOCKS, SM_THREADS>>>(c->wuk, c->wuk64, HN * dc);
+        to_double_kernel<<<NORM_BLOCKS, SM_THREADS>>>(c->wuv, c->wuv64, HV * dc);
+        to_double_kernel<<<NORM_BLOCKS, SM_THREADS>>>(c->wo, c->wo64, D * HV);
+        CU(cudaGetLastError(), "widen the weights");
+        CU(cudaDeviceSynchronize(), "widen the weights");
+    }
     for (int b = 0; b < 2; b++) {
         const size_t n = qmla_learner_n_seq(l, b);
         c->nseq[b] = n;
@@ -4025,6 +4261,8 @@ extern "C" int qmla_cuda_learn_alloc(qmla_learn_path path, const qmla_mla_dims *
             q->T = T;
             if (T > c->Tmax)
                 c->Tmax = T;
+            if (f64)
+                continue; /* widened below, once Tmax sizes the scratch */
             CU(cudaMalloc((void **)&q->qn, H * T * dn * sizeof(float)), "q_nope");
             CU(cudaMalloc((void **)&q->qr, H * T * dr * sizeof(float)), "q_rope");
             CU(cudaMalloc((void **)&q->K, T * dr * sizeof(float)), "k_rope");
@@ -4038,7 +4276,50 @@ extern "C" int qmla_cuda_learn_alloc(qmla_learn_path path, const qmla_mla_dims *
                "copy clean output");
         }
     }
-    {
+    if (f64) {
+        /* double inputs per sequence, through one float staging buffer */
+        const size_t T = c->Tmax;
+        size_t nmax = H * T * (dn > dr ? dn : dr);
+        nmax = nmax > T * D ? nmax : T * D;
+        float *tmp = NULL;
+        CU(cudaMalloc((void **)&tmp, nmax * sizeof(float)), "staging");
+        for (int b = 0; b < 2 && !st; b++)
+            for (size_t k = 0; k < c->nseq[b] && !st; k++) {
+                cuda_learn_seq *q = &c->seq[b][k];
+                const float *qn, *qr, *K, *Y;
+                size_t Tq;
+                double yd;
+                qmla_learner_seq(l, b, k, &Tq, &qn, &qr, &K, &Y, &yd);
+                st = upload_f64(qn, H * Tq * dn, tmp, &q->qn64, "q_nope (double)", err);
+                if (!st)
+                    st = upload_f64(qr, H * Tq * dr, tmp, &q->qr64, "q_rope (double)", err);
+                if (!st)
+                    st = upload_f64(K, Tq * dr, tmp, &q->K64, "k_rope (double)", err);
+                if (!st)
+                    st = upload_f64(Y, Tq * D, tmp, &q->Y64, "clean output (double)", err);
+            }
+        cudaFree(tmp);
+        if (st)
+            goto out;
+        CU(cudaMalloc((void **)&c->Ct, T * dc * sizeof(float)), "effective c_kv");
+        CU(cudaMalloc((void **)&c->GC, T * dc * sizeof(float)), "cache gradient");
+        CU(cudaMalloc((void **)&c->Ct64, T * dc * sizeof(double)), "effective c_kv (double)");
+        CU(cudaMalloc((void **)&c->Kc64, T * HN * sizeof(double)), "keys (double)");
+        CU(cudaMalloc((void **)&c->Vc64, T * HV * sizeof(double)), "values (double)");
+        CU(cudaMalloc((void **)&c->Z64, H * T * T * sizeof(double)), "attention (double)");
+        CU(cudaMalloc((void **)&c->GA64, H * T * T * sizeof(double)),
+           "attention gradient (double)");
+        CU(cudaMalloc((void **)&c->O64, T * HV * sizeof(double)), "head outputs (double)");
+        CU(cudaMalloc((void **)&c->Yt64, T * D * sizeof(double)), "output (double)");
+        CU(cudaMalloc((void **)&c->GY64, T * D * sizeof(double)), "output gradient (double)");
+        CU(cudaMalloc((void **)&c->GO64, T * HV * sizeof(double)),
+           "head-output gradient (double)");
+        CU(cudaMalloc((void **)&c->GK64, T * HN * sizeof(double)), "key gradient (double)");
+        CU(cudaMalloc((void **)&c->GV64, T * HV * sizeof(double)), "value gradient (double)");
+        CU(cudaMalloc((void **)&c->GC64, T * dc * sizeof(double)), "cache gradient (double)");
+        CU(cudaMalloc((void **)&c->part, NORM_BLOCKS * sizeof(double)), "objective sums");
+        CU(cudaMallocHost((void **)&c->hpart, NORM_BLOCKS * sizeof(double)), "objective sums");
+    } else {
         const size_t T = c->Tmax;
         CU(cudaMalloc((void **)&c->Ct, T * dc * sizeof(float)), "effective c_kv");
         CU(cudaMalloc((void **)&c->Kc, T * HN * sizeof(float)), "keys");
@@ -4062,7 +4343,7 @@ out:
         return st;
     }
     {
-        const qmla_learn_attn a = {c, learn_content, learn_ctx_free};
+        const qmla_learn_attn a = {c, f64 ? learn_content64 : learn_content, learn_ctx_free};
         qmla_learner_set_attn(l, &a);
     }
     *learner = l;

@@ -32,8 +32,10 @@
 # cross term's conditioning (docs/cuda-engine.md "H200 run 11");
 # sanitizers: the test, memcheck and racecheck at once, the sanitizers split
 # over sections of the test (QMLA_TEST_SECTIONS), every log into engine.log;
-# run13: run 13's before/after rows and profile (below);
-# run in this order: build test bench ops ops4k tf before run10 run12 run13 run11 tfcli cli sanitizers memcheck. TEST_TIMEOUT (default 240) bounds the
+# run13: run 13's before/after rows and profile (below); run14: learning in
+# double (the learn test section, qmla learn f32/f64 on both engines, the V3
+# learner's step in f32 and f64);
+# run in this order: build test bench ops ops4k tf before run10 run12 run13 run14 run11 tfcli cli sanitizers memcheck. TEST_TIMEOUT (default 240) bounds the
 # agreement test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -388,6 +390,61 @@ if [[ " $steps " == *" cli "* ]]; then
     say "cli compare $c exit $?: $(tail -1 $D/compare-$c.txt)"
   done
   rm -f $D/*.h5 # the verdicts and per-dataset lines stay (compare-*.txt)
+fi
+if [[ " $steps " == *" run14 "* ]]; then
+  # learning in double (qmla learn --attn-precision f64, issue 18 item 4;
+  # docs/cuda-engine.md "H200 run 14"): the learn section of the agreement
+  # test (its float32 rows and the double rows: the same parameters, then
+  # 100 steps on each engine); qmla learn through the CLI (content path, 100
+  # steps, seed 0, layers 0-1 of the default capture) in f32 and f64 on each
+  # engine, the transforms' objectives compared and each file evaluated on
+  # the CPU engine (compare-results.py, rtol 1e-3); the V3 learner's GPU step
+  # in f32 and f64. Logs and verdicts in $OUT/run14/.
+  Q=$B/cli/qmla
+  C=data/tiny-mla-default.h5
+  D=$OUT/run14
+  mkdir -p $D
+  say "run14: test_engine_cuda, learn section ($(date -u +%H:%M:%S))"
+  t0=$(date +%s)
+  QMLA_TEST_ONLY=learn timeout ${TEST_TIMEOUT:-240} $B/tests/test_engine_cuda >$D/test-learn.log 2>&1
+  say "run14 test learn exit $? in $(( $(date +%s) - t0 )) s: $(tail -1 $D/test-learn.log)"
+  grep -E "^learn|largest" $D/test-learn.log | tee -a "$LOG"
+  for p in f32 f64; do
+    for e in cpu cuda; do
+      t0=$(date +%s)
+      $Q learn $C -o $D/learn-$p-$e.h5 --path content --config C4R4 --steps 100 --seed 0 \
+        --train-cells prose-s0 --heldout-cells none --layers 0-1 --threads 16 --engine $e \
+        --attn-precision $p --force >$D/learn-$p-$e.log 2>&1
+      say "run14 learn $p $e exit $? in $(( $(date +%s) - t0 )) s"
+      $Q eval $C --config C4R4 --policy none --cells code-s0 --layers 0-1 --threads 16 \
+        --engine cpu --transforms $D/learn-$p-$e.h5 -o $D/eval-$p-$e.h5 >>"$LOG" 2>&1
+      say "run14 eval of the $p $e transforms (cpu engine) exit $?"
+    done
+    python3 - $D/learn-$p-cpu.h5 $D/learn-$p-cuda.h5 <<'PY' 2>&1 | tee $D/objectives-$p.txt | tee -a "$LOG"
+import sys, h5py
+a, b = (h5py.File(f, "r") for f in sys.argv[1:3])
+worst = 0.0
+for l in sorted(a["layers"], key=int):
+    for k in ("objective_content_init", "objective_content_best"):
+        x, y = float(a["layers"][l].attrs[k]), float(b["layers"][l].attrs[k])
+        r = abs(x - y) / max(abs(x), abs(y))
+        worst = max(worst, r)
+        print(f"layer {l} {k}: cpu {x:.12g} cuda {y:.12g} rel {r:.3g}")
+print(f"largest relative difference of the learned objectives: {worst:.3g} "
+      f"({'within' if worst <= 1e-3 else 'beyond'} 1e-3)")
+PY
+    python3 scripts/compare-results.py $D/eval-$p-cpu.h5 $D/eval-$p-cuda.h5 --rtol 1e-3 --atol 1e-9 \
+      --skip eval/transforms >$D/compare-eval-$p.txt 2>&1
+    say "run14 compare eval $p exit $?: $(tail -1 $D/compare-eval-$p.txt)"
+  done
+  say "run14: the V3 learner on the GPU, 20 steps, f32 then f64 ($(date -u +%H:%M:%S))"
+  synth512
+  for p in f32 f64; do
+    timeout 150 $B/bench/bench_engine /tmp/v3.h5 --threads 16 --no-sweep --no-cpu --learn 20 \
+      --attn-precision $p --out $D/bench-learn-v3-$p.h5 >$D/bench-learn-v3-$p.log 2>&1
+    say "run14 bench v3 learn $p exit $?: $(grep -E '^learn one layer' $D/bench-learn-v3-$p.log)"
+  done
+  rm -f /tmp/v2l.h5 /tmp/v3.h5 $D/*.h5.tmp
 fi
 if [[ " $steps " == *" sanitizers "* ]]; then
   # since run 11: the agreement test and both sanitizers at once on the one

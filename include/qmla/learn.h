@@ -75,6 +75,13 @@ typedef struct qmla_learn_opts {
                                 (the reference the default per-head causal
                                 path is tested and benchmarked against); same
                                 function, other rounding */
+    int attn_f64;            /* content path: 1 computes the per-head form's
+                                attention, its backward and the objective in
+                                double (G_C~ rounded to float once): slower,
+                                and two engines that both do it agree to
+                                double rounding, so their trajectories stay
+                                together (qmla learn --attn-precision f64).
+                                Not with attn_reference. */
 } qmla_learn_opts;
 
 qmla_learn_opts qmla_learn_defaults(void);

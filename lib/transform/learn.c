@@ -57,6 +57,10 @@ typedef struct scratch {
     int *imin, *imax;
     double *gs;  /* [d_c] or [d_r] */
     float *gR;   /* [d_c, d_c] */
+    /* attn_f64: the per-head form's buffers in double, and the sequence's
+     * inputs converted ([T, d_c] Ct and GC, the rest as their float twins) */
+    double *Ct64, *Kc64, *Vc64, *A64, *GA64, *O64, *Yt64, *GY64, *GO64, *GK64, *GV64, *GC64;
+    double *qn64, *qr64, *K64, *Y64;
 } scratch;
 
 struct qmla_learner {
@@ -85,6 +89,7 @@ struct qmla_learner {
     double *pcay; /* the S parameters LU and Cay belong to (when cay_ok) */
     int cay_ok;
     float *Rf; /* [d_c, d_c] R as float */
+    double *wuk64, *wuv64, *wo64; /* attn_f64: w_uk, w_uv, w_o in double */
     qmla_learn_state st;
     qmla_calib cal;
     qmla_learn_attn attn; /* an engine's content attention (attn.content NULL: attn_fast) */
@@ -326,6 +331,143 @@ static void attn_fast(qmla_learner *l, seqws *q, scratch *s, int want_grad, int 
     tm[1] += omp_get_wtime() - a1;
 }
 
+/* ---- content path: the attention in double (attn_f64) -------------------- */
+
+/* Causal softmax of row i (keys 0..i) in double, in place; zero beyond. */
+static void softmax_row64(double *z, size_t i, size_t T)
+{
+    double m = z[0];
+    for (size_t s = 1; s <= i; s++)
+        m = z[s] > m ? z[s] : m;
+    double sum = 0.0;
+    for (size_t s = 0; s <= i; s++) {
+        z[s] = exp(z[s] - m);
+        sum += z[s];
+    }
+    const double inv = 1.0 / sum;
+    for (size_t s = 0; s <= i; s++)
+        z[s] *= inv;
+    for (size_t s = i + 1; s < T; s++)
+        z[s] = 0.0;
+}
+
+/* G_Z = A (.) (G_A - rowsum(A (.) G_A)) of row i, in place; zero beyond. */
+static void softmax_jvp_row64(const double *a, double *g, size_t i, size_t T)
+{
+    double m = 0.0;
+    for (size_t s = 0; s <= i; s++)
+        m += a[s] * g[s];
+    for (size_t s = 0; s <= i; s++)
+        g[s] = a[s] * (g[s] - m);
+    for (size_t s = i + 1; s < T; s++)
+        g[s] = 0.0;
+}
+
+static void to_f64(const float *x, size_t n, double *y)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = (double)x[i];
+}
+
+/* attn_fast's function with every product, the softmax and its backward in
+ * double (qmla_learn_opts.attn_f64): Ct and the sequence's queries, k_rope
+ * and Y are widened exactly, G_C~ is rounded to float once at the end. Two
+ * engines that both compute this (the CUDA engine's learn_content64) agree to
+ * double rounding instead of float32's, so that their learning trajectories,
+ * which the quantizer's rounding and AdamW's per-entry normalisation make
+ * chaotic, stay together (docs/cuda-engine.md, "Learning in double"). Heads
+ * on `inner` threads as attn_fast, the result independent of the count. */
+static void attn_fast64(qmla_learner *l, seqws *q, scratch *s, int want_grad, int inner, double *f,
+                        double *tm)
+{
+    double a0 = omp_get_wtime();
+    const qmla_mla_dims *d = &l->d;
+    const size_t T = q->T, dc = d->d_c, H = d->H, D = d->D, dn = d->d_n, dv = d->d_v, dr = d->d_r;
+    const size_t HN = H * dn, HV = H * dv, B = LEARN_BLOCK, nb = (T + B - 1) / B;
+    const double tau = d->tau;
+    to_f64(s->Ct, T * dc, s->Ct64);
+    to_f64(q->qn, H * T * dn, s->qn64);
+    to_f64(q->qr, H * T * dr, s->qr64);
+    to_f64(q->K, T * dr, s->K64);
+    to_f64(q->Y, T * D, s->Y64);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)HN, (int)dc, 1.0, s->Ct64,
+                (int)dc, l->wuk64, (int)dc, 0.0, s->Kc64, (int)HN);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)HV, (int)dc, 1.0, s->Ct64,
+                (int)dc, l->wuv64, (int)dc, 0.0, s->Vc64, (int)HV);
+    long Hl = (long)H;
+#pragma omp parallel for schedule(static) num_threads(inner) if (inner > 1)
+    for (long hh = 0; hh < Hl; hh++) {
+        size_t h = (size_t)hh;
+        double *Z = s->A64 + h * T * T;
+        const double *qn = s->qn64 + h * T * dn, *qr = s->qr64 + h * T * dr;
+        for (size_t b = 0; b < nb; b++) {
+            size_t r0 = b * B, rows = r0 + B <= T ? B : T - r0, e = r0 + rows;
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)e, (int)dn, tau,
+                        qn + r0 * dn, (int)dn, s->Kc64 + h * dn, (int)HN, 0.0, Z + r0 * T, (int)T);
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)e, (int)dr, tau,
+                        qr + r0 * dr, (int)dr, s->K64, (int)dr, 1.0, Z + r0 * T, (int)T);
+        }
+        for (size_t i = 0; i < T; i++)
+            softmax_row64(Z + i * T, i, T);
+        for (size_t b = 0; b < nb; b++) {
+            size_t r0 = b * B, rows = r0 + B <= T ? B : T - r0, e = r0 + rows;
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)dv, (int)e, 1.0,
+                        Z + r0 * T, (int)T, s->Vc64 + h * dv, (int)HV, 0.0,
+                        s->O64 + r0 * HV + h * dv, (int)HV);
+        }
+    }
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)D, (int)HV, 1.0, s->O64,
+                (int)HV, l->wo64, (int)HV, 0.0, s->Yt64, (int)D);
+    {
+        double e = 0.0;
+        for (size_t i = 0; i < T * D; i++) {
+            const double v = s->Yt64[i] - s->Y64[i];
+            e += v * v;
+            s->GY64[i] = 2.0 * v / q->yden;
+        }
+        *f = e / q->yden;
+    }
+    tm[0] += omp_get_wtime() - a0;
+    if (!want_grad)
+        return;
+    double a1 = omp_get_wtime();
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)HV, (int)D, 1.0, s->GY64,
+                (int)D, l->wo64, (int)HV, 0.0, s->GO64, (int)HV);
+    memset(s->GK64, 0, T * HN * sizeof(double));
+    memset(s->GV64, 0, T * HV * sizeof(double));
+#pragma omp parallel for schedule(static) num_threads(inner) if (inner > 1)
+    for (long hh = 0; hh < Hl; hh++) {
+        size_t h = (size_t)hh;
+        const double *A = s->A64 + h * T * T;
+        double *GA = s->GA64 + h * T * T;
+        const double *qn = s->qn64 + h * T * dn;
+        for (size_t b = 0; b < nb; b++) {
+            size_t r0 = b * B, rows = r0 + B <= T ? B : T - r0, e = r0 + rows;
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)e, (int)dv, 1.0,
+                        s->GO64 + r0 * HV + h * dv, (int)HV, s->Vc64 + h * dv, (int)HV, 0.0,
+                        GA + r0 * T, (int)T);
+            cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)e, (int)dv, (int)rows, 1.0,
+                        A + r0 * T, (int)T, s->GO64 + r0 * HV + h * dv, (int)HV, 1.0,
+                        s->GV64 + h * dv, (int)HV);
+        }
+        for (size_t i = 0; i < T; i++)
+            softmax_jvp_row64(A + i * T, GA + i * T, i, T);
+        for (size_t b = 0; b < nb; b++) {
+            size_t r0 = b * B, rows = r0 + B <= T ? B : T - r0, e = r0 + rows;
+            cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)e, (int)dn, (int)rows, tau,
+                        GA + r0 * T, (int)T, qn + r0 * dn, (int)dn, 1.0, s->GK64 + h * dn,
+                        (int)HN);
+        }
+    }
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)dc, (int)HN, 1.0, s->GK64,
+                (int)HN, l->wuk64, (int)dc, 0.0, s->GC64, (int)dc);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)dc, (int)HV, 1.0, s->GV64,
+                (int)HV, l->wuv64, (int)dc, 1.0, s->GC64, (int)dc);
+    for (size_t i = 0; i < T * dc; i++)
+        s->GC[i] = (float)s->GC64[i];
+    tm[1] += omp_get_wtime() - a1;
+}
+
 /* ---- content path: one sequence ------------------------------------------ */
 
 /* inner: threads over heads inside the sequence (fast path only). */
@@ -383,6 +525,8 @@ static int content_seq(qmla_learner *l, seqws *q, scratch *s, const double *sc,
             return sa;
     } else if (l->o.attn_reference) {
         attn_ref(l, q, s, want_grad, f, tm);
+    } else if (l->o.attn_f64) {
+        attn_fast64(l, q, s, want_grad, inner, f, tm);
     } else {
         attn_fast(l, q, s, want_grad, inner, f, tm);
     }
@@ -744,6 +888,9 @@ static void scratch_free(scratch *s)
     free(s->U); free(s->O); free(s->Yt); free(s->GY); free(s->GO); free(s->GU); free(s->GC);
     free(s->GW); free(s->r); free(s->imin); free(s->imax); free(s->gs); free(s->gR);
     free(s->Kc); free(s->Vc); free(s->GK); free(s->GV);
+    free(s->Ct64); free(s->Kc64); free(s->Vc64); free(s->A64); free(s->GA64); free(s->O64);
+    free(s->Yt64); free(s->GY64); free(s->GO64); free(s->GK64); free(s->GV64); free(s->GC64);
+    free(s->qn64); free(s->qr64); free(s->K64); free(s->Y64);
 }
 
 void qmla_learner_free(qmla_learner *l)
@@ -762,6 +909,7 @@ void qmla_learner_free(qmla_learner *l)
     free(l->p); free(l->best); free(l->m); free(l->v); free(l->grad);
     free(l->Sfull); free(l->LU); free(l->Cay); free(l->Z); free(l->ipiv); free(l->Rf);
     free(l->pcay);
+    free(l->wuk64); free(l->wuv64); free(l->wo64);
     qmla_calib_free(&l->cal);
     if (l->attn.free)
         l->attn.free(l->attn.ctx);
@@ -888,6 +1036,10 @@ int qmla_learner_alloc(qmla_learn_path path, const qmla_mla_dims *d,
     if (o->steps == 0 || !(o->lr > 0) || !(o->warmup >= 0 && o->warmup < 1))
         return qmla_error_set(err, QMLA_EINVAL, "learn: expected steps > 0, lr > 0, warm-up in [0, 1), found %zu, %g, %g",
                               o->steps, o->lr, o->warmup);
+    if (o->attn_f64 && o->attn_reference)
+        return qmla_error_set(err, QMLA_EINVAL,
+                              "learn: attention in double (attn_f64) is the per-head form's; "
+                              "expected it without attn_reference, found both");
     size_t width = path == QMLA_LEARN_CONTENT ? d->d_c : d->d_r;
     int st = qmla_quant_check(&o->quant, width, err);
     if (st)
@@ -953,8 +1105,26 @@ int qmla_learner_alloc(qmla_learn_path path, const qmla_mla_dims *d,
         if (ok && path == QMLA_LEARN_CONTENT && !o->attn_reference)
             ok = ALLOC(s->Kc, T * H * d->d_n) && ALLOC(s->Vc, T * H * d->d_v) &&
                  ALLOC(s->GK, T * H * d->d_n) && ALLOC(s->GV, T * H * d->d_v);
+        if (ok && path == QMLA_LEARN_CONTENT && o->attn_f64 && !o->recon)
+            ok = ALLOC(s->Ct64, T * dc) && ALLOC(s->Kc64, T * H * d->d_n) &&
+                 ALLOC(s->Vc64, T * H * d->d_v) && ALLOC(s->A64, T * H * T) &&
+                 ALLOC(s->GA64, T * H * T) && ALLOC(s->O64, T * H * d->d_v) &&
+                 ALLOC(s->Yt64, T * d->D) && ALLOC(s->GY64, T * d->D) &&
+                 ALLOC(s->GO64, T * H * d->d_v) && ALLOC(s->GK64, T * H * d->d_n) &&
+                 ALLOC(s->GV64, T * H * d->d_v) && ALLOC(s->GC64, T * dc) &&
+                 ALLOC(s->qn64, T * H * d->d_n) && ALLOC(s->qr64, T * H * d->d_r) &&
+                 ALLOC(s->K64, T * d->d_r) && ALLOC(s->Y64, T * d->D);
         if (ok && path == QMLA_LEARN_ROPE)
             ok = ALLOC(s->GO, T * width);
+    }
+    if (ok && path == QMLA_LEARN_CONTENT && o->attn_f64 && !o->recon) {
+        const size_t HN = H * d->d_n, HV = H * d->d_v;
+        ok = ALLOC(l->wuk64, HN * dc) && ALLOC(l->wuv64, HV * dc) && ALLOC(l->wo64, d->D * HV);
+        if (ok) {
+            to_f64(w->w_uk, HN * dc, l->wuk64);
+            to_f64(w->w_uv, HV * dc, l->wuv64);
+            to_f64(w->w_o, d->D * HV, l->wo64);
+        }
     }
     if (!ok) {
         qmla_learner_free(l);

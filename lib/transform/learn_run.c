@@ -286,17 +286,20 @@ int qmla_learn_run(const char *capture, const char *out, const qmla_learn_run_op
     snprintf(m.command, sizeof m.command, "%s", o->command_line ? o->command_line : "");
     const char *tt = o->train_text ? o->train_text : "-", *ht = o->held_text ? o->held_text : "-",
                *lt = o->layers_text ? o->layers_text : "-";
+    /* attn_f64 is a setting (another trajectory); f32 adds nothing, so the
+     * files of float32 runs keep their settings string */
+    const char *prec = lo_.attn_f64 ? " attn_precision=f64" : "";
     snprintf(m.settings, sizeof m.settings,
-             "method=%s path=%s objective=%s config=%s steps=%zu lr=%.17g warmup=%.17g seed=%lu alpha=%.17g train=%s heldout=%s layers=%s",
+             "method=%s path=%s objective=%s config=%s steps=%zu lr=%.17g warmup=%.17g seed=%lu alpha=%.17g train=%s heldout=%s layers=%s%s",
              method->name, path_arg, lo_.recon ? "recon" : "function", config, lo_.steps, lo_.lr,
-             lo_.warmup, lo_.seed, alpha, tt, ht, lt);
+             lo_.warmup, lo_.seed, alpha, tt, ht, lt, prec);
     /* --also-content: the settings --path content would record */
     qmla_transform_meta m2 = m;
     if (also) {
         snprintf(m2.settings, sizeof m2.settings,
-                 "method=%s path=content objective=%s config=%s steps=%zu lr=%.17g warmup=%.17g seed=%lu alpha=%.17g train=%s heldout=%s layers=%s",
+                 "method=%s path=content objective=%s config=%s steps=%zu lr=%.17g warmup=%.17g seed=%lu alpha=%.17g train=%s heldout=%s layers=%s%s",
                  method->name, lo_.recon ? "recon" : "function", config, lo_.steps, lo_.lr,
-                 lo_.warmup, lo_.seed, alpha, tt, ht, lt);
+                 lo_.warmup, lo_.seed, alpha, tt, ht, lt, prec);
         ts2 = calloc(NL, sizeof *ts2);
         obj2 = malloc((NL + 1) * QMLA_TOBJ_N * sizeof *obj2);
         if (!ts2 || !obj2) {

@@ -1097,6 +1097,135 @@ static double rel_diff(double a, double b)
     return m > 0.0 ? fabs(a - b) / m : 0.0;
 }
 
+/* Learning in double (qmla_learn_opts.attn_f64) on both engines: item 4's
+ * "learned transforms within 1e-3 of each other's objective after 100
+ * steps from the same seed". At the same parameters the objectives within
+ * LEARN64_SAME and the gradients within LEARN64_GRAD of their norm (G_C~
+ * leaves each engine rounded to float once, so a double difference at a
+ * float rounding boundary moves one entry by an ulp); the cuda engine
+ * bit-identical run after run; then 100 steps on each: every step's train
+ * objective, the final train objective and the best held-out objective
+ * within LEARN_RTOL of the cpu's. */
+#define LEARN64_SAME 1e-10
+#define LEARN64_GRAD 1e-6
+static double worst64_same, worst64_grad, worst64_steps, worst64_100[2];
+static int learn64_cases, learn64_steps_cases;
+
+static void run_learn64(const shape_case *c, const qmla_mla_dims *d, const qmla_mla_weights *w,
+                        const float *gamma, const qmla_learn_bank *train,
+                        const qmla_learn_bank *held, const qmla_learn_opts *o32)
+{
+    qmla_learn_opts o = *o32;
+    o.attn_f64 = 1;
+    qmla_error err;
+    qmla_error_clear(&err);
+    const qmla_learn_ops *ops[2] = {qmla_engine_learn(qmla_engine_cpu()), qmla_engine_learn(cuda)};
+    void *l[2] = {NULL, NULL};
+    double alpha[2] = {0, 0};
+    int st = 0;
+    for (int e = 0; e < 2 && !st; e++) {
+        st = ops[e]->alloc(QMLA_LEARN_CONTENT, d, w, gamma, QMLA_ROPE_INTERLEAVED, train, held,
+                           &o, &l[e], &err);
+        if (!st)
+            st = ops[e]->init(l[e], &alpha[e], &err);
+    }
+    CHECK_OK(st, err);
+    if (!st) {
+        qmla_learner *lc = (qmla_learner *)l[0], *lg = (qmla_learner *)l[1];
+        const size_t np = qmla_learner_n_params(lc);
+        double *p = (double *)malloc(np * sizeof *p), *g[3], f[3] = {0, 0, 0};
+        for (int k = 0; k < 3; k++)
+            g[k] = (double *)calloc(np, sizeof(double));
+        memcpy(p, qmla_learner_params(lc), np * sizeof *p);
+        st = qmla_learner_objective(lc, 0, p, g[0], 0, &f[0], &err);
+        if (!st)
+            st = qmla_learner_objective(lg, 0, p, g[1], 0, &f[1], &err);
+        if (!st)
+            st = qmla_learner_objective(lg, 0, p, g[2], 0, &f[2], &err);
+        CHECK_OK(st, err);
+        if (!st) {
+            double dg = 0, gg = 0;
+            for (size_t i = 0; i < np; i++) {
+                dg += (g[1][i] - g[0][i]) * (g[1][i] - g[0][i]);
+                gg += g[0][i] * g[0][i];
+            }
+            const double rg = gg > 0 ? sqrt(dg / gg) : sqrt(dg), rf = rel_diff(f[0], f[1]);
+            worst64_same = rf > worst64_same ? rf : worst64_same;
+            worst64_grad = rg > worst64_grad ? rg : worst64_grad;
+            learn64_cases++;
+            CHECK(alpha[0] == alpha[1], "%s learn f64: the same initial alpha (cpu %g, cuda %g)",
+                  c->name, alpha[0], alpha[1]);
+            CHECK(rf <= LEARN64_SAME && rg <= LEARN64_GRAD,
+                  "%s learn f64: content objective %.15g/%.15g (rel %.2g, tolerance %g) and "
+                  "gradient (rel %.2g, tolerance %g) of the cuda engine against the cpu's",
+                  c->name, f[0], f[1], rf, LEARN64_SAME, rg, LEARN64_GRAD);
+            CHECK(f[1] == f[2] && !memcmp(g[1], g[2], np * sizeof(double)),
+                  "%s learn f64: cuda objective and gradient bit-identical run after run", c->name);
+            printf("  %-28s learn f64 at the same parameters: objective rel %.2g, gradient rel "
+                   "%.2g\n", c->name, rf, rg);
+        }
+        for (int k = 0; k < 3; k++)
+            free(g[k]);
+        free(p);
+    }
+    if (!st && learn_steps_affordable(c)) {
+        double tr[2][100], worst = 0.0;
+        size_t first6 = 0;
+        for (int e = 0; e < 2 && !st; e++) {
+            for (size_t k = 0; k < o.steps && !st; k++) {
+                st = ops[e]->iterate(l[e], &err);
+                tr[e][k] = ops[e]->state(l[e]).train_obj;
+            }
+            if (!st)
+                st = ops[e]->finish(l[e], &err);
+        }
+        CHECK_OK(st, err);
+        if (!st) {
+            for (size_t k = 0; k < o.steps; k++) {
+                const double a = rel_diff(tr[0][k], tr[1][k]);
+                worst = a > worst ? a : worst;
+                if (!first6 && a > 1e-6)
+                    first6 = k + 1;
+            }
+            const qmla_learn_state s0 = ops[0]->state(l[0]), s1 = ops[1]->state(l[1]);
+            const double gb = rel_diff(s0.best_held, s1.best_held),
+                         gt = rel_diff(s0.train_obj, s1.train_obj);
+            learn64_steps_cases++;
+            worst64_steps = worst > worst64_steps ? worst : worst64_steps;
+            worst64_100[0] = gb > worst64_100[0] ? gb : worst64_100[0];
+            worst64_100[1] = gt > worst64_100[1] ? gt : worst64_100[1];
+            CHECK(s0.step == 100 && s1.step == 100, "%s learn f64: 100 steps (%zu, %zu)", c->name,
+                  s0.step, s1.step);
+            CHECK(worst <= LEARN_RTOL && gb <= LEARN_RTOL && gt <= LEARN_RTOL,
+                  "%s learn f64: after 100 steps from the same seed the cuda engine's best "
+                  "held-out %.9g and train %.9g within %g of the cpu's %.9g and %.9g (rel %.2g, "
+                  "%.2g; every step's train objective: largest %.2g)",
+                  c->name, s1.best_held, s1.train_obj, LEARN_RTOL, s0.best_held, s0.train_obj,
+                  gb, gt, worst);
+            printf("  %-28s learn f64 100 steps: cuda vs cpu best held-out %.2g, train %.2g, "
+                   "largest step %.2g (first step beyond 1e-6: %zu; best step %zu/%zu, "
+                   "init %.9g best %.9g)\n",
+                   c->name, gb, gt, worst, first6, s0.best_step, s1.best_step, s0.init_obj,
+                   s0.best_held);
+        }
+    }
+    for (int e = 0; e < 2; e++)
+        if (l[e])
+            ops[e]->free(l[e]);
+}
+
+static void learn64_summary(void)
+{
+    printf("learn in double (attn_f64), cuda vs cpu: %d cases at the same parameters, objective "
+           "%.3g (tolerance %g), gradient %.3g (tolerance %g); %d cases over 100 steps: every "
+           "step's train objective %.3g, best held-out %.3g, train %.3g (tolerance %g)\n",
+           learn64_cases, worst64_same, LEARN64_SAME, worst64_grad, LEARN64_GRAD,
+           learn64_steps_cases, worst64_steps, worst64_100[0], worst64_100[1], LEARN_RTOL);
+    CHECK(learn_cases == 0 || learn64_steps_cases > 0,
+          "learn f64: the 100-step comparison ran in at least one case (%d)",
+          learn64_steps_cases);
+}
+
 static void run_learn_case(const shape_case *c)
 {
     case_inputs in;
@@ -1276,6 +1405,8 @@ static void run_learn_case(const shape_case *c)
     for (int e = 0; e < 2; e++)
         if (l[e])
             ops[e]->free(l[e]);
+    if (ok)
+        run_learn64(c, &d, &in.w, gamma, &train, &held, &o);
     printf("  %-28s H %3zu T %4zu  learn L_C cpu %.9g cuda %.9g\n", c->name, H, T, f[0], f[1]);
     for (int k = 1; k < NS; k++) {
         free(qn[k]);
@@ -1712,6 +1843,7 @@ int main(void)
               "improve on their init (%d do)", learn_cases, learn_improved);
         printf("learn: %d of %d cases improve on the init on all three learners\n",
                learn_improved, learn_cases);
+        learn64_summary();
         return check_summary("test_engine_cuda");
     }
     /* QMLA_TEST_SECTIONS=a,b,...: only those sections (rules sweep op iv
@@ -1813,5 +1945,7 @@ int main(void)
           "improve on their init (%d do)", learn_cases, learn_improved);
     printf("learn: %d of %d cases improve on the init on all three learners\n",
            learn_improved, learn_cases);
+    if (learn_cases)
+        learn64_summary();
     return check_summary("test_engine_cuda");
 }

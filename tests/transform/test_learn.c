@@ -20,7 +20,12 @@
  *      last block): objective against the naive reference, gradient against
  *      the absorbed-form reference implementation (attn_reference) and
  *      against central differences; one sequence on 2 threads (heads split
- *      over threads) bit-identical to 1 thread.
+ *      over threads) bit-identical to 1 thread;
+ *   7. the attention in double (attn_f64) on the same sequences: objective
+ *      against the naive double reference (1e-5, tighter than float32's
+ *      1e-4) and the float32 path, gradient against the float32 path and
+ *      central differences; 2 threads bit-identical to 1; refused together
+ *      with attn_reference, naming both.
  * Shapes: H 3, T 19 and 13, d_c 16 (group 8: two groups), d_r 8, d_n 5,
  * d_v 6, D 10. Run: meson test -C build test_learn */
 #include <gsl/gsl_linalg.h>
@@ -551,6 +556,75 @@ static void check_fast_path(void)
     TS[1] = keep[1];
 }
 
+static void check_f64(void)
+{
+    size_t keep[NSEQ] = {TS[0], TS[1]};
+    TS[0] = 150;
+    TS[1] = 70;
+    problem p;
+    problem_init(&p, 61);
+    qmla_mla_dims d = dims(&p);
+    qmla_mla_weights w = {p.c[0].w_uk, p.c[0].w_uv, p.c[0].w_o};
+    qmla_error err;
+    qmla_learner *l32 = NULL, *l64 = NULL, *l64b = NULL, *bad = NULL;
+    qmla_learn_opts o = opts(1);
+    CHECK_OK(qmla_learner_alloc(QMLA_LEARN_CONTENT, &d, &w, p.gamma, QMLA_ROPE_INTERLEAVED, &p.bank,
+                                NULL, &o, &l32, &err), err);
+    o.attn_f64 = 1;
+    CHECK_OK(qmla_learner_alloc(QMLA_LEARN_CONTENT, &d, &w, p.gamma, QMLA_ROPE_INTERLEAVED, &p.bank,
+                                NULL, &o, &l64, &err), err);
+    qmla_learn_opts o2 = opts(2);
+    o2.attn_f64 = 1;
+    CHECK_OK(qmla_learner_alloc(QMLA_LEARN_CONTENT, &d, &w, p.gamma, QMLA_ROPE_INTERLEAVED, &p.bank,
+                                NULL, &o2, &l64b, &err), err);
+    /* refused with the reference form, naming both */
+    qmla_learn_opts o3 = o;
+    o3.attn_reference = 1;
+    qmla_error_clear(&err);
+    const int sb = qmla_learner_alloc(QMLA_LEARN_CONTENT, &d, &w, p.gamma, QMLA_ROPE_INTERLEAVED,
+                                      &p.bank, NULL, &o3, &bad, &err);
+    CHECK(sb == QMLA_EINVAL && !bad && strstr(err.msg, "attn_f64") &&
+              strstr(err.msg, "attn_reference"),
+          "attn_f64 with attn_reference: expected EINVAL naming both, found %d \"%s\"", sb, err.msg);
+    if (l32 && l64 && l64b) {
+        size_t n = qmla_learner_n_params(l64), ns = DC * (DC - 1) / 2;
+        double *par = malloc(n * 8), *g32 = malloc(n * 8), *g64 = malloc(n * 8),
+               *g64b = malloc(n * 8), f32, f64, f64b;
+        for (size_t i = 0; i < ns; i++)
+            par[i] = 0.3 * naive_gauss();
+        for (int j = 0; j < DC; j++)
+            par[ns + j] = log(fabs(p.gamma[j])) + 0.3 * naive_gauss();
+        CHECK_OK(qmla_learner_objective(l32, 0, par, g32, 0, &f32, &err), err);
+        CHECK_OK(qmla_learner_objective(l64, 0, par, g64, 0, &f64, &err), err);
+        CHECK_OK(qmla_learner_objective(l64b, 0, par, g64b, 0, &f64b, &err), err);
+        const double ref = content_ref(&p, par, &o);
+        CHECK(fabs(f64 - ref) <= 1e-5 * ref, "double L_C %.12g vs naive %.12g (rel %.2g)", f64, ref,
+              fabs(f64 - ref) / ref);
+        CHECK(fabs(f64 - f32) <= 1e-4 * f32 && f64 != f32,
+              "double L_C %.12g vs float32 %.12g: within 1e-4, and computed otherwise", f64, f32);
+        double dn = 0, rn = 0;
+        for (size_t i = 0; i < n; i++) {
+            dn += (g64[i] - g32[i]) * (g64[i] - g32[i]);
+            rn += g64[i] * g64[i];
+        }
+        CHECK(rn > 0 && sqrt(dn / rn) < 1e-4, "double gradient vs float32: rel. difference %.3g",
+              sqrt(dn / rn));
+        CHECK(f64 == f64b && !memcmp(g64, g64b, n * 8),
+              "double attention: 2 threads differ from 1 thread");
+        printf("double attention, T 150/70: L_C %.9g (float32 %.9g, naive %.9g: rel %.2e and "
+               "%.2e), gradient vs float32 %.2e\n",
+               f64, f32, ref, fabs(f64 - ref) / ref, fabs(f32 - ref) / ref, sqrt(dn / rn));
+        fd_check(l64, par, 0, n, 1e-3, "double attention, T 150/70");
+        free(par); free(g32); free(g64); free(g64b);
+    }
+    qmla_learner_free(l32);
+    qmla_learner_free(l64);
+    qmla_learner_free(l64b);
+    problem_free(&p);
+    TS[0] = keep[0];
+    TS[1] = keep[1];
+}
+
 int main(void)
 {
     qmla_blas_set_threads(1);
@@ -565,5 +639,6 @@ int main(void)
     check_schedule(QMLA_LEARN_ROPE, 0.3, 9);
     check_schedule(QMLA_LEARN_ROPE, 0.0, 5);
     check_fast_path();
+    check_f64();
     return check_summary("test_learn");
 }

@@ -58,6 +58,32 @@ expect 2 "other settings refused" -- "$QMLA" learn "$cap" -o "$work/qm3.h5" --tr
 containsF "exists with other settings" "settings message"
 expect 0 "rerun is a no-op" -- "$QMLA" learn "$cap" -o "$work/qm3.h5" --train-cells synth-s0 --steps 12 --seed 3 --threads 1 --layers 0
 containsF "layer 0: kept from" "resumed layer"
+# --attn-precision f64: recorded in the settings (f32 adds nothing), a float32
+# rerun does not resume the double run's file, a bad value and a baseline
+# method are usage errors
+expect 0 "learn f64" -- "$QMLA" learn "$cap" -o "$work/q64.h5" --path content --train-cells synth-s0 \
+  --steps 4 --seed 3 --threads 2 --attn-precision f64
+expect 0 "f64 settings" -- "$PY" - "$work/q64.h5" "$work/qm3.h5" <<'PY'
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+sa, sb = a.attrs["settings"], b.attrs["settings"]
+sa = sa.decode() if isinstance(sa, bytes) else sa
+sb = sb.decode() if isinstance(sb, bytes) else sb
+assert sa.endswith(" attn_precision=f64"), sa
+assert "attn_precision" not in sb, sb
+o = [float(a["layers"][l].attrs["objective_content_best"]) for l in ("0", "1")]
+assert all(np.isfinite(x) and x > 0 for x in o), o
+PY
+expect 2 "f32 rerun of an f64 file refused" -- "$QMLA" learn "$cap" -o "$work/q64.h5" --path content \
+  --train-cells synth-s0 --steps 4 --seed 3 --threads 2 --attn-precision f32
+containsF "exists with other settings" "f32 rerun message"
+expect 0 "f64 rerun is a no-op" -- "$QMLA" learn "$cap" -o "$work/q64.h5" --path content \
+  --train-cells synth-s0 --steps 4 --seed 3 --threads 2 --attn-precision f64
+containsF "complete for this capture and settings" "f64 rerun kept"
+expect 2 "bad --attn-precision" -- "$QMLA" learn "$cap" -o "$work/qbad.h5" --attn-precision f16
+containsF "--attn-precision" "bad precision names the option"
+expect 2 "f64 with a baseline" -- "$QMLA" learn "$cap" -o "$work/qbad.h5" --method rtn --attn-precision f64
+containsF "expected --method quantmla" "f64 baseline message"
 # --path both --also-content: the content-only file equals a --path content run
 expect 0 "learn both + also-content" -- "$QMLA" learn "$cap" -o "$work/qb.h5" --path both --also-content "$work/qc1.h5" \
   --train-cells synth-s0 --heldout-cells synth-s1 --steps 6 --seed 2 --threads 2
