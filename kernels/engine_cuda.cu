@@ -3982,8 +3982,8 @@ out:
  * learn_content's function with every product (cublasDgemmStridedBatched),
  * the softmax, its backward and the objective in double: the CPU learner's
  * attn_fast64 (lib/transform/learn.c) on the device. The effective cache
- * comes in as float and is widened exactly; G_C~ leaves rounded to float
- * once. */
+ * comes in as float and is widened exactly; G_C~ leaves in double (the
+ * learner's backward to the parameters goes on in double). */
 
 static cublasStatus_t dgemm_rma(cublasHandle_t h, int ta, int tb, size_t M, size_t N, size_t K,
                                 double alpha, const double *A, size_t lda, long long sA,
@@ -4072,15 +4072,8 @@ static __global__ void out_loss64_kernel(const double *Yt, const double *Y, doub
         part[blockIdx.x] = v;
 }
 
-static __global__ void to_float_kernel(const double *x, float *y, size_t n)
-{
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x)
-        y[k] = (float)x[k];
-}
-
 static int learn_content64(void *p, int bank, size_t k, const float *Ct, int want_grad, double *f,
-                           float *GC, double *tm, qmla_error *err)
+                           double *GC, double *tm, qmla_error *err)
 {
     {
         const int ds_ = device_enter(err);
@@ -4160,10 +4153,8 @@ static int learn_content64(void *p, int bank, size_t k, const float *Ct, int wan
        "G_C (keys, double)");
     CB(dgemm_rma(h, 0, 0, T, dc, HV, 1.0, c->GV64, HV, 0, c->wuv64, dc, 0, 1.0, c->GC64, dc, 0, 1),
        "G_C (values, double)");
-    to_float_kernel<<<gb, SM_THREADS, 0, s>>>(c->GC64, c->GC, T * dc);
-    CU(cudaGetLastError(), "round G_C");
-    CU(cudaMemcpyAsync(GC, c->GC, T * dc * sizeof(float), cudaMemcpyDeviceToHost, s),
-       "copy G_C");
+    CU(cudaMemcpyAsync(GC, c->GC64, T * dc * sizeof(double), cudaMemcpyDeviceToHost, s),
+       "copy G_C (double)");
     CU(cudaStreamSynchronize(s), "content gradient (double)");
     tm[1] += wall_now() - t1;
 out:
@@ -4203,14 +4194,11 @@ extern "C" int qmla_cuda_learn_alloc(qmla_learn_path path, const qmla_mla_dims *
             return ds_;
     }
     qmla_learner *l = NULL;
-    /* the CPU learner without its own double attention buffers: with
-     * attn_f64 the device computes the attention in double (learn_content64) */
-    qmla_learn_opts oc = *o;
+    /* with attn_f64 the device computes the attention in double
+     * (learn_content64); the CPU learner keeps its backward to the
+     * parameters in double and never allocates its own double attention */
     const int f64 = o->attn_f64 && path == QMLA_LEARN_CONTENT && !o->recon;
-    if (f64)
-        oc.attn_f64 = 0;
-    int st = qmla_learner_alloc(path, d, wt, gamma, pairing, train, held,
-                                f64 ? &oc : o, &l, err);
+    int st = qmla_learner_alloc(path, d, wt, gamma, pairing, train, held, o, &l, err);
     if (st)
         return st;
     if (path != QMLA_LEARN_CONTENT || o->recon || o->attn_reference) {
@@ -4302,7 +4290,6 @@ extern "C" int qmla_cuda_learn_alloc(qmla_learn_path path, const qmla_mla_dims *
         if (st)
             goto out;
         CU(cudaMalloc((void **)&c->Ct, T * dc * sizeof(float)), "effective c_kv");
-        CU(cudaMalloc((void **)&c->GC, T * dc * sizeof(float)), "cache gradient");
         CU(cudaMalloc((void **)&c->Ct64, T * dc * sizeof(double)), "effective c_kv (double)");
         CU(cudaMalloc((void **)&c->Kc64, T * HN * sizeof(double)), "keys (double)");
         CU(cudaMalloc((void **)&c->Vc64, T * HV * sizeof(double)), "values (double)");
@@ -4343,7 +4330,8 @@ out:
         return st;
     }
     {
-        const qmla_learn_attn a = {c, f64 ? learn_content64 : learn_content, learn_ctx_free};
+        const qmla_learn_attn a = {c, f64 ? NULL : learn_content, learn_ctx_free,
+                                   f64 ? learn_content64 : NULL};
         qmla_learner_set_attn(l, &a);
     }
     *learner = l;

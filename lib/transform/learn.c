@@ -57,10 +57,14 @@ typedef struct scratch {
     int *imin, *imax;
     double *gs;  /* [d_c] or [d_r] */
     float *gR;   /* [d_c, d_c] */
-    /* attn_f64: the per-head form's buffers in double, and the sequence's
-     * inputs converted ([T, d_c] Ct and GC, the rest as their float twins) */
-    double *Ct64, *Kc64, *Vc64, *A64, *GA64, *O64, *Yt64, *GY64, *GO64, *GK64, *GV64, *GC64;
+    /* attn_f64: the per-head form's buffers in double and the sequence's
+     * inputs widened (allocated at the first use of the CPU's double
+     * attention: an engine's attention does not need them), and the
+     * backward to the parameters in double: G_C~, G_W, Ws, Cg [T, d_c] and
+     * gR [d_c, d_c] (allocated with the learner) */
+    double *Ct64, *Kc64, *Vc64, *A64, *GA64, *O64, *Yt64, *GY64, *GO64, *GK64, *GV64;
     double *qn64, *qr64, *K64, *Y64;
+    double *GC64, *GW64, *GX64, *Ws64, *Cg64, *gR64;
 } scratch;
 
 struct qmla_learner {
@@ -89,7 +93,8 @@ struct qmla_learner {
     double *pcay; /* the S parameters LU and Cay belong to (when cay_ok) */
     int cay_ok;
     float *Rf; /* [d_c, d_c] R as float */
-    double *wuk64, *wuv64, *wo64; /* attn_f64: w_uk, w_uv, w_o in double */
+    double *wuk64, *wuv64, *wo64; /* attn_f64: w_uk, w_uv, w_o in double (first use) */
+    double *Rf64;                 /* attn_f64: Rf widened [d_c, d_c] */
     qmla_learn_state st;
     qmla_calib cal;
     qmla_learn_attn attn; /* an engine's content attention (attn.content NULL: attn_fast) */
@@ -151,6 +156,25 @@ static void ste_bwd(const qmla_quant_params *p, size_t T, size_t width,
             c /= L;
             GW[o + imax[t * ng + g]] += (float)c;
             GW[o + imin[t * ng + g]] -= (float)c;
+        }
+}
+
+/* ste_bwd in double: GW = GWh plus the group scale's and minimum's terms. */
+static void ste_bwd64(const qmla_quant_params *p, size_t T, size_t width, const double *GWh,
+                      const float *r, const int *imin, const int *imax, double *GW)
+{
+    size_t G = qmla_quant_group_size(p, width), ng = width / G;
+    double L = (double)((1 << p->bits) - 1);
+    memcpy(GW, GWh, T * width * sizeof(double));
+    for (size_t t = 0; t < T; t++)
+        for (size_t g = 0; g < ng; g++) {
+            size_t o = t * width + g * G;
+            double c = 0;
+            for (size_t j = 0; j < G; j++)
+                c += GWh[o + j] * r[o + j];
+            c /= L;
+            GW[o + imax[t * ng + g]] += c;
+            GW[o + imin[t * ng + g]] -= c;
         }
 }
 
@@ -371,20 +395,60 @@ static void to_f64(const float *x, size_t n, double *y)
 
 /* attn_fast's function with every product, the softmax and its backward in
  * double (qmla_learn_opts.attn_f64): Ct and the sequence's queries, k_rope
- * and Y are widened exactly, G_C~ is rounded to float once at the end. Two
+ * and Y are widened exactly; G_C~ stays double (s->GC64) and the backward
+ * to the parameters goes on in double (content_seq). Two
  * engines that both compute this (the CUDA engine's learn_content64) agree to
  * double rounding instead of float32's, so that their learning trajectories,
  * which the quantizer's rounding and AdamW's per-entry normalisation make
  * chaotic, stay together (docs/cuda-engine.md, "Learning in double"). Heads
  * on `inner` threads as attn_fast, the result independent of the count. */
-static void attn_fast64(qmla_learner *l, seqws *q, scratch *s, int want_grad, int inner, double *f,
-                        double *tm)
+#define ALLOC(ptr, n) ((ptr) = calloc((size_t)(n) > 0 ? (size_t)(n) : 1u, sizeof *(ptr)), (ptr) != NULL)
+
+/* The CPU double attention's buffers (per thread) and the widened weights
+ * (shared; made once under a lock), at their first use. */
+static int attn64_buffers(qmla_learner *l, scratch *s, qmla_error *err)
+{
+    const qmla_mla_dims *d = &l->d;
+    const size_t T = l->Tmax, H = d->H, dc = d->d_c, HN = H * d->d_n, HV = H * d->d_v;
+    int ok = 1;
+#pragma omp critical(qmla_learn_w64)
+    if (!l->wo64) {
+        ok = ALLOC(l->wuk64, HN * dc) && ALLOC(l->wuv64, HV * dc) && ALLOC(l->wo64, d->D * HV);
+        if (ok) {
+            to_f64(l->w.w_uk, HN * dc, l->wuk64);
+            to_f64(l->w.w_uv, HV * dc, l->wuv64);
+            to_f64(l->w.w_o, d->D * HV, l->wo64);
+        } else {
+            free(l->wuk64); free(l->wuv64); free(l->wo64); free(l->Rf64);
+            l->wuk64 = l->wuv64 = l->wo64 = NULL;
+        }
+    }
+    if (ok && !s->Y64)
+        ok = ALLOC(s->Ct64, T * dc) && ALLOC(s->Kc64, T * HN) && ALLOC(s->Vc64, T * HV) &&
+             ALLOC(s->A64, T * H * T) && ALLOC(s->GA64, T * H * T) && ALLOC(s->O64, T * HV) &&
+             ALLOC(s->Yt64, T * d->D) && ALLOC(s->GY64, T * d->D) && ALLOC(s->GO64, T * HV) &&
+             ALLOC(s->GK64, T * HN) && ALLOC(s->GV64, T * HV) && ALLOC(s->qn64, T * HN) &&
+             ALLOC(s->qr64, T * H * d->d_r) && ALLOC(s->K64, T * d->d_r) &&
+             ALLOC(s->Y64, T * d->D);
+    if (!ok)
+        return qmla_error_set(err, QMLA_ENOMEM,
+                              "learn: out of memory for the attention in double (T %zu, H %zu: "
+                              "%.3g GB per thread)",
+                              T, H, 16.0 * (double)(T * H * T) / 1e9);
+    return QMLA_OK;
+}
+
+static int attn_fast64(qmla_learner *l, seqws *q, scratch *s, int want_grad, int inner, double *f,
+                       double *tm, qmla_error *err)
 {
     double a0 = omp_get_wtime();
     const qmla_mla_dims *d = &l->d;
     const size_t T = q->T, dc = d->d_c, H = d->H, D = d->D, dn = d->d_n, dv = d->d_v, dr = d->d_r;
     const size_t HN = H * dn, HV = H * dv, B = LEARN_BLOCK, nb = (T + B - 1) / B;
     const double tau = d->tau;
+    const int sb = attn64_buffers(l, s, err);
+    if (sb)
+        return sb;
     to_f64(s->Ct, T * dc, s->Ct64);
     to_f64(q->qn, H * T * dn, s->qn64);
     to_f64(q->qr, H * T * dr, s->qr64);
@@ -429,7 +493,7 @@ static void attn_fast64(qmla_learner *l, seqws *q, scratch *s, int want_grad, in
     }
     tm[0] += omp_get_wtime() - a0;
     if (!want_grad)
-        return;
+        return QMLA_OK;
     double a1 = omp_get_wtime();
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)HV, (int)D, 1.0, s->GY64,
                 (int)D, l->wo64, (int)HV, 0.0, s->GO64, (int)HV);
@@ -463,12 +527,60 @@ static void attn_fast64(qmla_learner *l, seqws *q, scratch *s, int want_grad, in
                 (int)HN, l->wuk64, (int)dc, 0.0, s->GC64, (int)dc);
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)dc, (int)HV, 1.0, s->GV64,
                 (int)HV, l->wuv64, (int)dc, 1.0, s->GC64, (int)dc);
-    for (size_t i = 0; i < T * dc; i++)
-        s->GC[i] = (float)s->GC64[i];
     tm[1] += omp_get_wtime() - a1;
+    return QMLA_OK;
 }
 
 /* ---- content path: one sequence ------------------------------------------ */
+
+/* The backward from G_C~ (s->GC64) to gR (s->gR64) and gs in double: the
+ * float32 path's steps below in content_seq with every product a dgemm on
+ * the widened float values the forward used (Rf, Ws, Cg, V, Wh), so that
+ * with the attention in double nothing on the way to the parameters is
+ * rounded to float (attn_f64). */
+static int content_bwd64(qmla_learner *l, const seqws *q, scratch *s, const double *sc,
+                         double *gs_out, double *tm)
+{
+    const size_t T = q->T, dc = l->d.d_c;
+    double t3 = omp_get_wtime();
+    for (size_t t = 0; t < T; t++)
+        for (size_t j = 0; j < dc; j++) {
+            s->GC64[t * dc + j] *= (double)l->gamma[j];
+            s->Ws64[t * dc + j] = (double)s->Ws[t * dc + j];
+            s->Cg64[t * dc + j] = (double)q->Cg[t * dc + j];
+        }
+    /* GWs = GCg R; gR = GCg^T Ws */
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)dc, (int)dc, 1.0, s->GC64,
+                (int)dc, l->Rf64, (int)dc, 0.0, s->GW64, (int)dc);
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)dc, (int)dc, (int)T, 1.0, s->GC64,
+                (int)dc, s->Ws64, (int)dc, 0.0, s->gR64, (int)dc);
+    /* GWh = GWs / s; gs -= Σ_t Wh GWs / s² */
+    for (size_t j = 0; j < dc; j++)
+        gs_out[j] = 0;
+    for (size_t t = 0; t < T; t++)
+        for (size_t j = 0; j < dc; j++) {
+            const double g = s->GW64[t * dc + j];
+            gs_out[j] -= (double)s->Wh[t * dc + j] * g / (sc[j] * sc[j]);
+            s->GW64[t * dc + j] = g / sc[j];
+        }
+    double t4 = omp_get_wtime();
+    ste_bwd64(&l->o.quant, T, dc, s->GW64, s->r, s->imin, s->imax, s->GX64);
+    double t5 = omp_get_wtime();
+    /* GV = GW diag(s); gs += Σ_t V GW; gR += Cg^T GV */
+    for (size_t t = 0; t < T; t++)
+        for (size_t j = 0; j < dc; j++) {
+            const double g = s->GX64[t * dc + j];
+            gs_out[j] += (double)s->V[t * dc + j] * g;
+            s->GW64[t * dc + j] = g * sc[j];
+        }
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)dc, (int)dc, (int)T, 1.0, s->Cg64,
+                (int)dc, s->GW64, (int)dc, 1.0, s->gR64, (int)dc);
+    double t6 = omp_get_wtime();
+    tm[1] += (t4 - t3) + (t6 - t5);
+    tm[2] += t5 - t4;
+    return QMLA_OK;
+}
+
 
 /* inner: threads over heads inside the sequence (fast path only). */
 static int content_seq(qmla_learner *l, seqws *q, scratch *s, const double *sc,
@@ -516,22 +628,35 @@ static int content_seq(qmla_learner *l, seqws *q, scratch *s, const double *sc,
             for (size_t i = 0; i < T * dc; i++)
                 s->GC[i] = (float)(2.0 * ((double)s->Ct[i] - q->C[i]) / den);
         tm[0] += omp_get_wtime() - t2b;
-    } else if (l->attn.content) {
+    } else if (l->attn.content || l->attn.content64) {
         /* the engine's attention: one sequence at a time */
         int sa;
+        if (l->o.attn_f64 && !l->attn.content64)
+            return qmla_error_set(err, QMLA_EINVAL,
+                                  "learn: the engine's attention has no double form (attn_f64)");
+        if (!l->o.attn_f64 && !l->attn.content)
+            return qmla_error_set(err, QMLA_EINVAL,
+                                  "learn: the engine's attention has no float32 form");
 #pragma omp critical(qmla_learn_attn)
-        sa = l->attn.content(l->attn.ctx, q->bank, q->idx, s->Ct, want_grad, f, s->GC, tm, err);
+        sa = l->o.attn_f64 ? l->attn.content64(l->attn.ctx, q->bank, q->idx, s->Ct, want_grad, f,
+                                               s->GC64, tm, err)
+                           : l->attn.content(l->attn.ctx, q->bank, q->idx, s->Ct, want_grad, f,
+                                             s->GC, tm, err);
         if (sa)
             return sa;
     } else if (l->o.attn_reference) {
         attn_ref(l, q, s, want_grad, f, tm);
     } else if (l->o.attn_f64) {
-        attn_fast64(l, q, s, want_grad, inner, f, tm);
+        const int sa = attn_fast64(l, q, s, want_grad, inner, f, tm, err);
+        if (sa)
+            return sa;
     } else {
         attn_fast(l, q, s, want_grad, inner, f, tm);
     }
     if (!want_grad)
         return QMLA_OK;
+    if (l->o.attn_f64)
+        return content_bwd64(l, q, s, sc, gs_out, tm);
     double t3 = omp_get_wtime();
     /* GCg = GC diag(γ); GWs = GCg R; gR += GCg^T Ws */
     for (size_t t = 0; t < T; t++)
@@ -692,6 +817,9 @@ static int cayley_fwd(qmla_learner *l, const double *p, qmla_error *err)
         for (size_t j = 0; j < d; j++)
             l->Rf[i * d + j] = (float)(sg * l->Cay[i * d + j]);
     }
+    if (l->Rf64) /* attn_f64: the R the forward used, for the double backward */
+        for (size_t i = 0; i < d * d; i++)
+            l->Rf64[i] = (double)l->Rf[i];
     memcpy(l->pcay, p, (l->n_params - d) * sizeof(double));
     l->cay_ok = 1;
     return QMLA_OK;
@@ -760,7 +888,8 @@ static int bank_objective(qmla_learner *l, int bank, const double *p, double *gr
     memset(l->tslot, 0, n * 3 * sizeof(double));
     /* threads over sequences; with fewer sequences than threads (content),
      * over the heads inside each sequence instead */
-    int outer = l->path == QMLA_LEARN_CONTENT && n < (size_t)l->nth && !l->attn.content
+    int outer = l->path == QMLA_LEARN_CONTENT && n < (size_t)l->nth && !l->attn.content &&
+                        !l->attn.content64
                     ? 1
                     : l->nth;
     int inner = outer == 1 ? l->nth : 1;
@@ -774,7 +903,9 @@ static int bank_objective(qmla_learner *l, int bank, const double *p, double *gr
         if (l->path == QMLA_LEARN_CONTENT) {
             st = content_seq(l, &B[k], s, sc, frozen, want, inner, &l->fslot[k], g + dc * dc,
                              l->tslot + 3 * k, &e);
-            if (!st && want)
+            if (!st && want && l->o.attn_f64)
+                memcpy(g, s->gR64, dc * dc * sizeof(double));
+            else if (!st && want)
                 for (size_t i = 0; i < dc * dc; i++)
                     g[i] = s->gR[i];
         } else {
@@ -891,6 +1022,7 @@ static void scratch_free(scratch *s)
     free(s->Ct64); free(s->Kc64); free(s->Vc64); free(s->A64); free(s->GA64); free(s->O64);
     free(s->Yt64); free(s->GY64); free(s->GO64); free(s->GK64); free(s->GV64); free(s->GC64);
     free(s->qn64); free(s->qr64); free(s->K64); free(s->Y64);
+    free(s->GW64); free(s->GX64); free(s->Ws64); free(s->Cg64); free(s->gR64);
 }
 
 void qmla_learner_free(qmla_learner *l)
@@ -938,7 +1070,6 @@ void qmla_learner_seq(const qmla_learner *l, int bank, size_t k, size_t *T,
     *yden = q->yden;
 }
 
-#define ALLOC(ptr, n) ((ptr) = calloc((size_t)(n) > 0 ? (size_t)(n) : 1u, sizeof *(ptr)), (ptr) != NULL)
 
 static int prep_bank(qmla_learner *l, int b, const qmla_learn_bank *bk, qmla_error *err)
 {
@@ -1106,26 +1237,13 @@ int qmla_learner_alloc(qmla_learn_path path, const qmla_mla_dims *d,
             ok = ALLOC(s->Kc, T * H * d->d_n) && ALLOC(s->Vc, T * H * d->d_v) &&
                  ALLOC(s->GK, T * H * d->d_n) && ALLOC(s->GV, T * H * d->d_v);
         if (ok && path == QMLA_LEARN_CONTENT && o->attn_f64 && !o->recon)
-            ok = ALLOC(s->Ct64, T * dc) && ALLOC(s->Kc64, T * H * d->d_n) &&
-                 ALLOC(s->Vc64, T * H * d->d_v) && ALLOC(s->A64, T * H * T) &&
-                 ALLOC(s->GA64, T * H * T) && ALLOC(s->O64, T * H * d->d_v) &&
-                 ALLOC(s->Yt64, T * d->D) && ALLOC(s->GY64, T * d->D) &&
-                 ALLOC(s->GO64, T * H * d->d_v) && ALLOC(s->GK64, T * H * d->d_n) &&
-                 ALLOC(s->GV64, T * H * d->d_v) && ALLOC(s->GC64, T * dc) &&
-                 ALLOC(s->qn64, T * H * d->d_n) && ALLOC(s->qr64, T * H * d->d_r) &&
-                 ALLOC(s->K64, T * d->d_r) && ALLOC(s->Y64, T * d->D);
+            ok = ALLOC(s->GC64, T * dc) && ALLOC(s->GW64, T * dc) && ALLOC(s->GX64, T * dc) &&
+                 ALLOC(s->Ws64, T * dc) && ALLOC(s->Cg64, T * dc) && ALLOC(s->gR64, dc * dc);
         if (ok && path == QMLA_LEARN_ROPE)
             ok = ALLOC(s->GO, T * width);
     }
-    if (ok && path == QMLA_LEARN_CONTENT && o->attn_f64 && !o->recon) {
-        const size_t HN = H * d->d_n, HV = H * d->d_v;
-        ok = ALLOC(l->wuk64, HN * dc) && ALLOC(l->wuv64, HV * dc) && ALLOC(l->wo64, d->D * HV);
-        if (ok) {
-            to_f64(w->w_uk, HN * dc, l->wuk64);
-            to_f64(w->w_uv, HV * dc, l->wuv64);
-            to_f64(w->w_o, d->D * HV, l->wo64);
-        }
-    }
+    if (ok && path == QMLA_LEARN_CONTENT && o->attn_f64 && !o->recon)
+        ok = ALLOC(l->Rf64, dc * dc);
     if (!ok) {
         qmla_learner_free(l);
         return qmla_error_set(err, QMLA_ENOMEM, "learn: out of memory (T %zu, d_c %zu)", T, dc);

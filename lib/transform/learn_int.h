@@ -23,6 +23,12 @@ typedef struct qmla_learn_attn {
     int (*content)(void *ctx, int bank, size_t k, const float *Ct, int want_grad, double *f,
                    float *GC, double *tm, qmla_error *err);
     void (*free)(void *ctx);
+    /* The same in double (qmla_learn_opts.attn_f64): GC [T, d_c] double, the
+     * learner's backward to the parameters continuing in double. An engine
+     * sets content or content64 for the precision its learner was made
+     * with (the other NULL). */
+    int (*content64)(void *ctx, int bank, size_t k, const float *Ct, int want_grad, double *f,
+                     double *GC, double *tm, qmla_error *err);
 } qmla_learn_attn;
 
 /* From now on l's content objective calls a->content instead of its own
