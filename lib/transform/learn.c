@@ -533,6 +533,27 @@ static int attn_fast64(qmla_learner *l, seqws *q, scratch *s, int want_grad, int
 
 /* ---- content path: one sequence ------------------------------------------ */
 
+/* attn_f64: the parameter gradient handed to AdamW, rounded to this many
+ * significant bits (relative rounding <= 2^-17 = 7.6e-6, below the 1e-5 by
+ * which the float32 forms' gradients differ). Two engines whose double
+ * arithmetic differs in the last digits (1e-14 relative) then hand AdamW
+ * the same gradient unless an entry lies within 1e-14 of a rounding
+ * boundary (about 1e-9 per entry and step), and their parameters stay
+ * bit-identical: without it the 1e-14 differences persist in the
+ * parameters and grow into percents once a rounding of the float forward
+ * (R to float, a quantizer code) flips (docs/cuda-engine.md, "Learning in
+ * double"). */
+#define LEARN64_GRAD_BITS 16
+
+static double round_sig(double x, int bits)
+{
+    if (x == 0.0 || !isfinite(x))
+        return x;
+    int e;
+    const double m = frexp(x, &e); /* x = m 2^e, 0.5 <= |m| < 1 */
+    return ldexp(nearbyint(ldexp(m, bits)), e - bits);
+}
+
 /* The backward from G_C~ (s->GC64) to gR (s->gR64) and gs in double: the
  * float32 path's steps below in content_seq with every product a dgemm on
  * the widened float values the forward used (Rf, Ws, Cg, V, Wh), so that
@@ -950,6 +971,9 @@ static int bank_objective(qmla_learner *l, int bank, const double *p, double *gr
         size_t off = l->n_params - dc;
         for (size_t j = 0; j < dc; j++)
             grad[off + j] = G[dc * dc + j] * exp(p[off + j]); /* d/du = s d/ds */
+        if (l->o.attn_f64)
+            for (size_t i = 0; i < l->n_params; i++)
+                grad[i] = round_sig(grad[i], LEARN64_GRAD_BITS);
     } else {
         memcpy(grad, G, 2 * P * sizeof(double));
     }
