@@ -351,7 +351,8 @@ if [[ " $steps " == *" cli "* ]]; then
   # the six analysis commands through the CLI with each engine on the
   # default capture, each pair of results files compared dataset by dataset
   # (scripts/compare-results.py: rtol 1e-4; learn, 4 steps, through its
-  # transforms' eval, 1e-3): $OUT/cli/compare-*.txt, one verdict line each
+  # transforms' eval, 1e-3; CLI_LEARN_ARGS="--attn-precision f64" learns in
+  # double, run 14): $OUT/cli/compare-*.txt, one verdict line each
   Q=$B/cli/qmla
   C=data/tiny-mla-default.h5
   D=$OUT/cli
@@ -365,7 +366,7 @@ if [[ " $steps " == *" cli "* ]]; then
     $Q intervene $C -o $D/intervene-$e.h5 --layers 0-1 --reps 8 $a >>"$LOG" 2>&1
     say "cli intervene $e exit $?"
     $Q learn $C -o $D/learn-$e.h5 --path both --config C4R4 --steps 4 --seed 0 \
-      --train-cells prose-s0 --heldout-cells none --layers 0-1 $a >>"$LOG" 2>&1
+      --train-cells prose-s0 --heldout-cells none --layers 0-1 ${CLI_LEARN_ARGS:-} $a >>"$LOG" 2>&1
     say "cli learn $e exit $?"
   done
   # eval: the same (CPU-learned) transforms on both engines; learn: the
