@@ -629,18 +629,18 @@ static __device__ double block_sum(double v, double *sh)
     return r;
 }
 
-static __device__ float block_max(float v, float *sh)
+template <typename R> static __device__ R block_max(R v, R *sh)
 {
     sh[threadIdx.x] = v;
     __syncthreads();
     for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
         if (threadIdx.x < s) {
-            const float o = sh[threadIdx.x + s];
+            const R o = sh[threadIdx.x + s];
             sh[threadIdx.x] = o > sh[threadIdx.x] ? o : sh[threadIdx.x];
         }
         __syncthreads();
     }
-    const float r = sh[0];
+    const R r = sh[0];
     __syncthreads();
     return r;
 }
@@ -3890,94 +3890,6 @@ static void learn_ctx_free(void *p)
     free(c);
 }
 
-static int learn_content(void *p, int bank, size_t k, const float *Ct, int want_grad, double *f,
-                         float *GC, double *tm, qmla_error *err)
-{
-    {
-        const int ds_ = device_enter(err);
-        if (ds_)
-            return ds_;
-    }
-    cuda_learn_ctx *c = (cuda_learn_ctx *)p;
-    const qmla_mla_dims *d = &c->d;
-    const cuda_learn_seq *q = &c->seq[bank][k];
-    const size_t T = q->T, H = d->H, dc = d->d_c, dn = d->d_n, dr = d->d_r, dv = d->d_v;
-    const size_t D = d->D, HN = H * dn, HV = H * dv;
-    const long long sZ = (long long)(T * T);
-    const float tau = (float)d->tau;
-    cudaStream_t s = c->stream;
-    cublasHandle_t h = c->blas;
-    int st = QMLA_OK;
-    const double t0 = wall_now();
-    double t1 = t0;
-    CU(cudaMemcpyAsync(c->Ct, Ct, T * dc * sizeof(float), cudaMemcpyHostToDevice, s),
-       "copy effective c_kv");
-    CB(gemm_rm(h, 0, 1, T, HN, dc, 1.0f, c->Ct, dc, 0, c->wuk, dc, 0, 0.0f, c->Kc, HN, 0, 1),
-       "keys K_h");
-    CB(gemm_rm(h, 0, 1, T, HV, dc, 1.0f, c->Ct, dc, 0, c->wuv, dc, 0, 0.0f, c->Vc, HV, 0, 1),
-       "values V_h");
-    CB(gemm_rm(h, 0, 1, T, T, dn, tau, q->qn, dn, (long long)(T * dn), c->Kc, HN, (long long)dn,
-               0.0f, c->Z, T, sZ, H),
-       "content logits");
-    CB(gemm_rm(h, 0, 1, T, T, dr, tau, q->qr, dr, (long long)(T * dr), q->K, dr, 0, 1.0f, c->Z, T,
-               sZ, H),
-       "RoPE logits");
-    softmax_rows_kernel<<<(unsigned)(H * T), SM_THREADS, 0, s>>>(c->Z, NULL, c->Z, T, T, 0);
-    CU(cudaGetLastError(), "softmax");
-    CB(gemm_rm(h, 0, 0, T, dv, T, 1.0f, c->Z, T, sZ, c->Vc, HV, (long long)dv, 0.0f, c->O, HV,
-               (long long)dv, H),
-       "head outputs");
-    CB(gemm_rm(h, 0, 1, T, D, HV, 1.0f, c->O, HV, 0, c->wo, HV, 0, 0.0f, c->Yt, D, 0, 1),
-       "projection");
-    out_loss_kernel<<<NORM_BLOCKS, SM_THREADS, 0, s>>>(c->Yt, q->Y, q->yden, T * D,
-                                                       want_grad ? c->GY : NULL, c->part);
-    CU(cudaGetLastError(), "objective");
-    CU(cudaMemcpyAsync(c->hpart, c->part, NORM_BLOCKS * sizeof(double), cudaMemcpyDeviceToHost,
-                       s),
-       "copy objective sums");
-    CU(cudaStreamSynchronize(s), "content objective");
-    {
-        double e = 0.0;
-        for (size_t j = 0; j < NORM_BLOCKS; j++)
-            e += c->hpart[j];
-        if (!isfinite(e))
-            return qmla_error_set(err, QMLA_ENONFINITE,
-                                  "learn: content objective: expected a finite output error, "
-                                  "found %g (float32 overflow)",
-                                  e);
-        *f = e / q->yden;
-    }
-    t1 = wall_now();
-    tm[0] += t1 - t0;
-    if (!want_grad)
-        return QMLA_OK;
-    CB(gemm_rm(h, 0, 0, T, HV, D, 1.0f, c->GY, D, 0, c->wo, HV, 0, 0.0f, c->GO, HV, 0, 1),
-       "G_O");
-    CB(gemm_rm(h, 0, 1, T, T, dv, 1.0f, c->GO, HV, (long long)dv, c->Vc, HV, (long long)dv, 0.0f,
-               c->GA, T, sZ, H),
-       "G_A");
-    CB(gemm_rm(h, 1, 0, T, dv, T, 1.0f, c->Z, T, sZ, c->GO, HV, (long long)dv, 0.0f, c->GV, HV,
-               (long long)dv, H),
-       "G_V");
-    softmax_jvp_kernel<<<(unsigned)(H * T), SM_THREADS, 0, s>>>(c->Z, c->GA, c->GA, T, T, 0);
-    CU(cudaGetLastError(), "softmax backward");
-    CB(gemm_rm(h, 1, 0, T, dn, T, tau, c->GA, T, sZ, q->qn, dn, (long long)(T * dn), 0.0f, c->GK,
-               HN, (long long)dn, H),
-       "G_K");
-    CB(gemm_rm(h, 0, 0, T, dc, HN, 1.0f, c->GK, HN, 0, c->wuk, dc, 0, 0.0f, c->GC, dc, 0, 1),
-       "G_C (keys)");
-    CB(gemm_rm(h, 0, 0, T, dc, HV, 1.0f, c->GV, HV, 0, c->wuv, dc, 0, 1.0f, c->GC, dc, 0, 1),
-       "G_C (values)");
-    CU(cudaMemcpyAsync(GC, c->GC, T * dc * sizeof(float), cudaMemcpyDeviceToHost, s),
-       "copy G_C");
-    CU(cudaStreamSynchronize(s), "content gradient");
-    tm[1] += wall_now() - t1;
-out:
-    if (st)
-        cudaStreamSynchronize(s);
-    return st;
-}
-
 /* ---- learning in double (qmla_learn_opts.attn_f64) ----------------------------
  * learn_content's function with every product (cublasDgemmStridedBatched),
  * the softmax, its backward and the objective in double: the CPU learner's
@@ -3996,22 +3908,6 @@ static cublasStatus_t dgemm_rma(cublasHandle_t h, int ta, int tb, size_t M, size
                                      (int)ldc, sC, (int)batch);
 }
 
-static __device__ double block_maxd(double v, double *sh)
-{
-    sh[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            const double o = sh[threadIdx.x + s];
-            sh[threadIdx.x] = o > sh[threadIdx.x] ? o : sh[threadIdx.x];
-        }
-        __syncthreads();
-    }
-    const double r = sh[0];
-    __syncthreads();
-    return r;
-}
-
 /* Causal softmax in double of the rows of [H, T, T] (row h T + i sees keys
  * s <= i), in place, zeros after. */
 static __global__ void softmax_rows64_kernel(double *z, size_t T)
@@ -4022,7 +3918,7 @@ static __global__ void softmax_rows64_kernel(double *z, size_t T)
     double m = zr[0];
     for (size_t s = threadIdx.x; s < n; s += blockDim.x)
         m = zr[s] > m ? zr[s] : m;
-    m = block_maxd(m, sh);
+    m = block_max(m, sh);
     double part = 0.0;
     for (size_t s = threadIdx.x; s < n; s += blockDim.x) {
         const double e = exp(zr[s] - m);
@@ -4072,6 +3968,167 @@ static __global__ void out_loss64_kernel(const double *Yt, const double *Y, doub
         part[blockIdx.x] = v;
 }
 
+/* The content attention in either precision (float: learn_content, the
+ * default; double: learn_content64, attn_f64): the same products in the same
+ * order through these overloads. */
+static cublasStatus_t gemm_p(cublasHandle_t h, int ta, int tb, size_t M, size_t N, size_t K,
+                             float alpha, const float *A, size_t lda, long long sA,
+                             const float *Bm, size_t ldb, long long sB, float beta, float *C,
+                             size_t ldc, long long sC, size_t batch)
+{
+    return gemm_rm(h, ta, tb, M, N, K, alpha, A, lda, sA, Bm, ldb, sB, beta, C, ldc, sC, batch);
+}
+static cublasStatus_t gemm_p(cublasHandle_t h, int ta, int tb, size_t M, size_t N, size_t K,
+                             double alpha, const double *A, size_t lda, long long sA,
+                             const double *Bm, size_t ldb, long long sB, double beta, double *C,
+                             size_t ldc, long long sC, size_t batch)
+{
+    return dgemm_rma(h, ta, tb, M, N, K, alpha, A, lda, sA, Bm, ldb, sB, beta, C, ldc, sC, batch);
+}
+static void widen_p(const float *, float *, size_t, cudaStream_t) {} /* the same buffer */
+static void widen_p(const float *x, double *y, size_t n, cudaStream_t s)
+{
+    to_double_kernel<<<NORM_BLOCKS, SM_THREADS, 0, s>>>(x, y, n);
+}
+static void softmax_p(float *Z, size_t H, size_t T, cudaStream_t s)
+{
+    softmax_rows_kernel<<<(unsigned)(H * T), SM_THREADS, 0, s>>>(Z, NULL, Z, T, T, 0);
+}
+static void softmax_p(double *Z, size_t H, size_t T, cudaStream_t s)
+{
+    softmax_rows64_kernel<<<(unsigned)(H * T), SM_THREADS, 0, s>>>(Z, T);
+}
+static void jvp_p(const float *A, float *G, size_t H, size_t T, cudaStream_t s)
+{
+    softmax_jvp_kernel<<<(unsigned)(H * T), SM_THREADS, 0, s>>>(A, G, G, T, T, 0);
+}
+static void jvp_p(const double *A, double *G, size_t H, size_t T, cudaStream_t s)
+{
+    softmax_jvp64_kernel<<<(unsigned)(H * T), SM_THREADS, 0, s>>>(A, G, T);
+}
+static void loss_p(const float *Yt, const float *Y, double yden, size_t n, float *GY,
+                   double *part, cudaStream_t s)
+{
+    out_loss_kernel<<<NORM_BLOCKS, SM_THREADS, 0, s>>>(Yt, Y, yden, n, GY, part);
+}
+static void loss_p(const double *Yt, const double *Y, double yden, size_t n, double *GY,
+                   double *part, cudaStream_t s)
+{
+    out_loss64_kernel<<<NORM_BLOCKS, SM_THREADS, 0, s>>>(Yt, Y, yden, n, GY, part);
+}
+
+/* A step's name with the precision's tag (evaluated on failure only). */
+static const char *lbl(char *buf, size_t n, const char *what, const char *tag)
+{
+    snprintf(buf, n, "%s%s", what, tag);
+    return buf;
+}
+
+template <typename R> struct learn_bufs {
+    const R *wuk, *wuv, *wo, *qn, *qr, *K, *Y; /* the layer's and the sequence's */
+    R *Ct, *Kc, *Vc, *Z, *GA, *O, *Yt, *GY, *GO, *GK, *GV, *GC;
+};
+
+template <typename R>
+static int learn_attn(cuda_learn_ctx *c, const cuda_learn_seq *q, const learn_bufs<R> &b,
+                      const float *Ct, int want_grad, double *f, R *GC, double *tm,
+                      const char *tag, qmla_error *err)
+{
+    const qmla_mla_dims *d = &c->d;
+    const size_t T = q->T, H = d->H, dc = d->d_c, dn = d->d_n, dr = d->d_r, dv = d->d_v;
+    const size_t D = d->D, HN = H * dn, HV = H * dv;
+    const long long sZ = (long long)(T * T);
+    const R tau = (R)d->tau, one = (R)1, zero = (R)0;
+    cudaStream_t s = c->stream;
+    cublasHandle_t h = c->blas;
+    char w[96];
+    int st = QMLA_OK;
+    const double t0 = wall_now();
+    double t1 = t0;
+    CU(cudaMemcpyAsync(c->Ct, Ct, T * dc * sizeof(float), cudaMemcpyHostToDevice, s),
+       "copy effective c_kv");
+    widen_p(c->Ct, b.Ct, T * dc, s);
+    CU(cudaGetLastError(), "widen c_kv");
+    CB(gemm_p(h, 0, 1, T, HN, dc, one, b.Ct, dc, 0, b.wuk, dc, 0, zero, b.Kc, HN, 0, 1),
+       lbl(w, sizeof w, "keys K_h", tag));
+    CB(gemm_p(h, 0, 1, T, HV, dc, one, b.Ct, dc, 0, b.wuv, dc, 0, zero, b.Vc, HV, 0, 1),
+       lbl(w, sizeof w, "values V_h", tag));
+    CB(gemm_p(h, 0, 1, T, T, dn, tau, b.qn, dn, (long long)(T * dn), b.Kc, HN, (long long)dn,
+              zero, b.Z, T, sZ, H),
+       lbl(w, sizeof w, "content logits", tag));
+    CB(gemm_p(h, 0, 1, T, T, dr, tau, b.qr, dr, (long long)(T * dr), b.K, dr, 0, one, b.Z, T, sZ,
+              H),
+       lbl(w, sizeof w, "RoPE logits", tag));
+    softmax_p(b.Z, H, T, s);
+    CU(cudaGetLastError(), lbl(w, sizeof w, "softmax", tag));
+    CB(gemm_p(h, 0, 0, T, dv, T, one, b.Z, T, sZ, b.Vc, HV, (long long)dv, zero, b.O, HV,
+              (long long)dv, H),
+       lbl(w, sizeof w, "head outputs", tag));
+    CB(gemm_p(h, 0, 1, T, D, HV, one, b.O, HV, 0, b.wo, HV, 0, zero, b.Yt, D, 0, 1),
+       lbl(w, sizeof w, "projection", tag));
+    loss_p(b.Yt, b.Y, q->yden, T * D, want_grad ? b.GY : NULL, c->part, s);
+    CU(cudaGetLastError(), lbl(w, sizeof w, "objective", tag));
+    CU(cudaMemcpyAsync(c->hpart, c->part, NORM_BLOCKS * sizeof(double), cudaMemcpyDeviceToHost,
+                       s),
+       "copy objective sums");
+    CU(cudaStreamSynchronize(s), lbl(w, sizeof w, "content objective", tag));
+    {
+        double e = 0.0;
+        for (size_t j = 0; j < NORM_BLOCKS; j++)
+            e += c->hpart[j];
+        if (!isfinite(e))
+            return qmla_error_set(err, QMLA_ENONFINITE,
+                                  "learn: content objective%s: expected a finite output error, "
+                                  "found %g%s",
+                                  tag, e, sizeof(R) == sizeof(float) ? " (float32 overflow)" : "");
+        *f = e / q->yden;
+    }
+    t1 = wall_now();
+    tm[0] += t1 - t0;
+    if (!want_grad)
+        return QMLA_OK;
+    CB(gemm_p(h, 0, 0, T, HV, D, one, b.GY, D, 0, b.wo, HV, 0, zero, b.GO, HV, 0, 1),
+       lbl(w, sizeof w, "G_O", tag));
+    CB(gemm_p(h, 0, 1, T, T, dv, one, b.GO, HV, (long long)dv, b.Vc, HV, (long long)dv, zero,
+              b.GA, T, sZ, H),
+       lbl(w, sizeof w, "G_A", tag));
+    CB(gemm_p(h, 1, 0, T, dv, T, one, b.Z, T, sZ, b.GO, HV, (long long)dv, zero, b.GV, HV,
+              (long long)dv, H),
+       lbl(w, sizeof w, "G_V", tag));
+    jvp_p(b.Z, b.GA, H, T, s);
+    CU(cudaGetLastError(), lbl(w, sizeof w, "softmax backward", tag));
+    CB(gemm_p(h, 1, 0, T, dn, T, tau, b.GA, T, sZ, b.qn, dn, (long long)(T * dn), zero, b.GK, HN,
+              (long long)dn, H),
+       lbl(w, sizeof w, "G_K", tag));
+    CB(gemm_p(h, 0, 0, T, dc, HN, one, b.GK, HN, 0, b.wuk, dc, 0, zero, b.GC, dc, 0, 1),
+       lbl(w, sizeof w, "G_C (keys)", tag));
+    CB(gemm_p(h, 0, 0, T, dc, HV, one, b.GV, HV, 0, b.wuv, dc, 0, one, b.GC, dc, 0, 1),
+       lbl(w, sizeof w, "G_C (values)", tag));
+    CU(cudaMemcpyAsync(GC, b.GC, T * dc * sizeof(R), cudaMemcpyDeviceToHost, s), "copy G_C");
+    CU(cudaStreamSynchronize(s), lbl(w, sizeof w, "content gradient", tag));
+    tm[1] += wall_now() - t1;
+out:
+    if (st)
+        cudaStreamSynchronize(s);
+    return st;
+}
+
+static int learn_content(void *p, int bank, size_t k, const float *Ct, int want_grad, double *f,
+                         float *GC, double *tm, qmla_error *err)
+{
+    {
+        const int ds_ = device_enter(err);
+        if (ds_)
+            return ds_;
+    }
+    cuda_learn_ctx *c = (cuda_learn_ctx *)p;
+    const cuda_learn_seq *q = &c->seq[bank][k];
+    const learn_bufs<float> b = {c->wuk, c->wuv, c->wo, q->qn,  q->qr, q->K,  q->Y,  c->Ct,
+                                 c->Kc,  c->Vc,  c->Z,  c->GA,  c->O,  c->Yt, c->GY, c->GO,
+                                 c->GK,  c->GV,  c->GC};
+    return learn_attn<float>(c, q, b, Ct, want_grad, f, GC, tm, "", err);
+}
+
 static int learn_content64(void *p, int bank, size_t k, const float *Ct, int want_grad, double *f,
                            double *GC, double *tm, qmla_error *err)
 {
@@ -4081,86 +4138,12 @@ static int learn_content64(void *p, int bank, size_t k, const float *Ct, int wan
             return ds_;
     }
     cuda_learn_ctx *c = (cuda_learn_ctx *)p;
-    const qmla_mla_dims *d = &c->d;
     const cuda_learn_seq *q = &c->seq[bank][k];
-    const size_t T = q->T, H = d->H, dc = d->d_c, dn = d->d_n, dr = d->d_r, dv = d->d_v;
-    const size_t D = d->D, HN = H * dn, HV = H * dv;
-    const long long sZ = (long long)(T * T);
-    const double tau = d->tau;
-    cudaStream_t s = c->stream;
-    cublasHandle_t h = c->blas;
-    const unsigned gb = (unsigned)NORM_BLOCKS;
-    int st = QMLA_OK;
-    const double t0 = wall_now();
-    double t1 = t0;
-    CU(cudaMemcpyAsync(c->Ct, Ct, T * dc * sizeof(float), cudaMemcpyHostToDevice, s),
-       "copy effective c_kv");
-    to_double_kernel<<<gb, SM_THREADS, 0, s>>>(c->Ct, c->Ct64, T * dc);
-    CU(cudaGetLastError(), "widen c_kv");
-    CB(dgemm_rma(h, 0, 1, T, HN, dc, 1.0, c->Ct64, dc, 0, c->wuk64, dc, 0, 0.0, c->Kc64, HN, 0, 1),
-       "keys K_h (double)");
-    CB(dgemm_rma(h, 0, 1, T, HV, dc, 1.0, c->Ct64, dc, 0, c->wuv64, dc, 0, 0.0, c->Vc64, HV, 0, 1),
-       "values V_h (double)");
-    CB(dgemm_rma(h, 0, 1, T, T, dn, tau, q->qn64, dn, (long long)(T * dn), c->Kc64, HN,
-                 (long long)dn, 0.0, c->Z64, T, sZ, H),
-       "content logits (double)");
-    CB(dgemm_rma(h, 0, 1, T, T, dr, tau, q->qr64, dr, (long long)(T * dr), q->K64, dr, 0, 1.0,
-                 c->Z64, T, sZ, H),
-       "RoPE logits (double)");
-    softmax_rows64_kernel<<<(unsigned)(H * T), SM_THREADS, 0, s>>>(c->Z64, T);
-    CU(cudaGetLastError(), "softmax (double)");
-    CB(dgemm_rma(h, 0, 0, T, dv, T, 1.0, c->Z64, T, sZ, c->Vc64, HV, (long long)dv, 0.0, c->O64,
-                 HV, (long long)dv, H),
-       "head outputs (double)");
-    CB(dgemm_rma(h, 0, 1, T, D, HV, 1.0, c->O64, HV, 0, c->wo64, HV, 0, 0.0, c->Yt64, D, 0, 1),
-       "projection (double)");
-    out_loss64_kernel<<<gb, SM_THREADS, 0, s>>>(c->Yt64, q->Y64, q->yden, T * D,
-                                                want_grad ? c->GY64 : NULL, c->part);
-    CU(cudaGetLastError(), "objective (double)");
-    CU(cudaMemcpyAsync(c->hpart, c->part, NORM_BLOCKS * sizeof(double), cudaMemcpyDeviceToHost,
-                       s),
-       "copy objective sums");
-    CU(cudaStreamSynchronize(s), "content objective (double)");
-    {
-        double e = 0.0;
-        for (size_t j = 0; j < NORM_BLOCKS; j++)
-            e += c->hpart[j];
-        if (!isfinite(e))
-            return qmla_error_set(err, QMLA_ENONFINITE,
-                                  "learn: content objective (double): expected a finite output "
-                                  "error, found %g",
-                                  e);
-        *f = e / q->yden;
-    }
-    t1 = wall_now();
-    tm[0] += t1 - t0;
-    if (!want_grad)
-        return QMLA_OK;
-    CB(dgemm_rma(h, 0, 0, T, HV, D, 1.0, c->GY64, D, 0, c->wo64, HV, 0, 0.0, c->GO64, HV, 0, 1),
-       "G_O (double)");
-    CB(dgemm_rma(h, 0, 1, T, T, dv, 1.0, c->GO64, HV, (long long)dv, c->Vc64, HV, (long long)dv,
-                 0.0, c->GA64, T, sZ, H),
-       "G_A (double)");
-    CB(dgemm_rma(h, 1, 0, T, dv, T, 1.0, c->Z64, T, sZ, c->GO64, HV, (long long)dv, 0.0, c->GV64,
-                 HV, (long long)dv, H),
-       "G_V (double)");
-    softmax_jvp64_kernel<<<(unsigned)(H * T), SM_THREADS, 0, s>>>(c->Z64, c->GA64, T);
-    CU(cudaGetLastError(), "softmax backward (double)");
-    CB(dgemm_rma(h, 1, 0, T, dn, T, tau, c->GA64, T, sZ, q->qn64, dn, (long long)(T * dn), 0.0,
-                 c->GK64, HN, (long long)dn, H),
-       "G_K (double)");
-    CB(dgemm_rma(h, 0, 0, T, dc, HN, 1.0, c->GK64, HN, 0, c->wuk64, dc, 0, 0.0, c->GC64, dc, 0, 1),
-       "G_C (keys, double)");
-    CB(dgemm_rma(h, 0, 0, T, dc, HV, 1.0, c->GV64, HV, 0, c->wuv64, dc, 0, 1.0, c->GC64, dc, 0, 1),
-       "G_C (values, double)");
-    CU(cudaMemcpyAsync(GC, c->GC64, T * dc * sizeof(double), cudaMemcpyDeviceToHost, s),
-       "copy G_C (double)");
-    CU(cudaStreamSynchronize(s), "content gradient (double)");
-    tm[1] += wall_now() - t1;
-out:
-    if (st)
-        cudaStreamSynchronize(s);
-    return st;
+    const learn_bufs<double> b = {c->wuk64, c->wuv64, c->wo64, q->qn64, q->qr64, q->K64,
+                                  q->Y64,   c->Ct64,  c->Kc64, c->Vc64, c->Z64,  c->GA64,
+                                  c->O64,   c->Yt64,  c->GY64, c->GO64, c->GK64, c->GV64,
+                                  c->GC64};
+    return learn_attn<double>(c, q, b, Ct, want_grad, f, GC, tm, " (double)", err);
 }
 
 /* A device copy of n floats of host x widened to double (through the

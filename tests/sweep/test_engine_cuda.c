@@ -1097,6 +1097,39 @@ static double rel_diff(double a, double b)
     return m > 0.0 ? fabs(a - b) / m : 0.0;
 }
 
+/* The train objective and gradient of the cpu learner lc and, twice, of the
+ * cuda learner lg at lc's current parameters: f[0] cpu, f[1], f[2] cuda;
+ * *rf, *rg the relative differences of the objective and of the gradient
+ * (to its norm); *same: the two cuda evaluations bit-identical. */
+static int learn_same_params(qmla_learner *lc, qmla_learner *lg, double *f, double *rf,
+                             double *rg, int *same, qmla_error *err)
+{
+    const size_t np = qmla_learner_n_params(lc);
+    double *p = (double *)malloc(np * sizeof *p), *g[3];
+    for (int k = 0; k < 3; k++)
+        g[k] = (double *)calloc(np, sizeof(double));
+    memcpy(p, qmla_learner_params(lc), np * sizeof *p);
+    int st = qmla_learner_objective(lc, 0, p, g[0], 0, &f[0], err);
+    if (!st)
+        st = qmla_learner_objective(lg, 0, p, g[1], 0, &f[1], err);
+    if (!st)
+        st = qmla_learner_objective(lg, 0, p, g[2], 0, &f[2], err);
+    if (!st) {
+        double dg = 0, gg = 0;
+        for (size_t i = 0; i < np; i++) {
+            dg += (g[1][i] - g[0][i]) * (g[1][i] - g[0][i]);
+            gg += g[0][i] * g[0][i];
+        }
+        *rg = gg > 0 ? sqrt(dg / gg) : sqrt(dg);
+        *rf = rel_diff(f[0], f[1]);
+        *same = f[1] == f[2] && !memcmp(g[1], g[2], np * sizeof(double));
+    }
+    for (int k = 0; k < 3; k++)
+        free(g[k]);
+    free(p);
+    return st;
+}
+
 /* Learning in double (qmla_learn_opts.attn_f64) on both engines: item 4's
  * "learned transforms within 1e-3 of each other's objective after 100
  * steps from the same seed". At the same parameters the objectives within
@@ -1131,25 +1164,12 @@ static void run_learn64(const shape_case *c, const qmla_mla_dims *d, const qmla_
     }
     CHECK_OK(st, err);
     if (!st) {
-        qmla_learner *lc = (qmla_learner *)l[0], *lg = (qmla_learner *)l[1];
-        const size_t np = qmla_learner_n_params(lc);
-        double *p = (double *)malloc(np * sizeof *p), *g[3], f[3] = {0, 0, 0};
-        for (int k = 0; k < 3; k++)
-            g[k] = (double *)calloc(np, sizeof(double));
-        memcpy(p, qmla_learner_params(lc), np * sizeof *p);
-        st = qmla_learner_objective(lc, 0, p, g[0], 0, &f[0], &err);
-        if (!st)
-            st = qmla_learner_objective(lg, 0, p, g[1], 0, &f[1], &err);
-        if (!st)
-            st = qmla_learner_objective(lg, 0, p, g[2], 0, &f[2], &err);
+        double f[3] = {0, 0, 0}, rf = 0, rg = 0;
+        int same = 0;
+        st = learn_same_params((qmla_learner *)l[0], (qmla_learner *)l[1], f, &rf, &rg, &same,
+                               &err);
         CHECK_OK(st, err);
         if (!st) {
-            double dg = 0, gg = 0;
-            for (size_t i = 0; i < np; i++) {
-                dg += (g[1][i] - g[0][i]) * (g[1][i] - g[0][i]);
-                gg += g[0][i] * g[0][i];
-            }
-            const double rg = gg > 0 ? sqrt(dg / gg) : sqrt(dg), rf = rel_diff(f[0], f[1]);
             worst64_same = rf > worst64_same ? rf : worst64_same;
             worst64_grad = rg > worst64_grad ? rg : worst64_grad;
             learn64_cases++;
@@ -1159,14 +1179,11 @@ static void run_learn64(const shape_case *c, const qmla_mla_dims *d, const qmla_
                   "%s learn f64: content objective %.15g/%.15g (rel %.2g, tolerance %g) and "
                   "gradient (rel %.2g, tolerance %g) of the cuda engine against the cpu's",
                   c->name, f[0], f[1], rf, LEARN64_SAME, rg, LEARN64_GRAD);
-            CHECK(f[1] == f[2] && !memcmp(g[1], g[2], np * sizeof(double)),
-                  "%s learn f64: cuda objective and gradient bit-identical run after run", c->name);
+            CHECK(same, "%s learn f64: cuda objective and gradient bit-identical run after run",
+                  c->name);
             printf("  %-28s learn f64 at the same parameters: objective rel %.2g, gradient rel "
                    "%.2g\n", c->name, rf, rg);
         }
-        for (int k = 0; k < 3; k++)
-            free(g[k]);
-        free(p);
     }
     if (!st && learn_steps_affordable(c)) {
         double tr[2][100], worst = 0.0;
@@ -1276,26 +1293,12 @@ static void run_learn_case(const shape_case *c)
     if (ok) {
         /* both learners are CPU learners (the cuda one with its attention on
          * the GPU): the objective at the same parameters */
-        qmla_learner *lc = (qmla_learner *)l[0], *lg = (qmla_learner *)l[1];
-        const size_t np = qmla_learner_n_params(lc);
-        double *p = (double *)malloc(np * sizeof *p);
-        double *g[3];
-        for (int k = 0; k < 3; k++)
-            g[k] = (double *)calloc(np, sizeof(double));
-        memcpy(p, qmla_learner_params(lc), np * sizeof *p);
-        int st = qmla_learner_objective(lc, 0, p, g[0], 0, &f[0], &err);
-        if (!st)
-            st = qmla_learner_objective(lg, 0, p, g[1], 0, &f[1], &err);
-        if (!st)
-            st = qmla_learner_objective(lg, 0, p, g[2], 0, &f[2], &err);
+        double rf = 0, rg = 0;
+        int same = 0;
+        int st = learn_same_params((qmla_learner *)l[0], (qmla_learner *)l[1], f, &rf, &rg, &same,
+                                   &err);
         CHECK_OK(st, err);
         if (!st) {
-            double dg = 0, gg = 0;
-            for (size_t i = 0; i < np; i++) {
-                dg += (g[1][i] - g[0][i]) * (g[1][i] - g[0][i]);
-                gg += g[0][i] * g[0][i];
-            }
-            const double rg = gg > 0 ? sqrt(dg / gg) : sqrt(dg), rf = rel_diff(f[0], f[1]);
             worst_learn = rf > worst_learn ? rf : worst_learn;
             worst_learn = rg > worst_learn ? rg : worst_learn;
             CHECK(alpha[0] == alpha[1], "%s learn: the same initial alpha (cpu %g, cuda %g)",
@@ -1304,8 +1307,8 @@ static void run_learn_case(const shape_case *c)
                   "%s learn: content objective %.9g/%.9g (rel %.2g) and gradient (rel %.2g) of "
                   "the cuda engine within %g of the cpu's",
                   c->name, f[0], f[1], rf, rg, RTOL);
-            CHECK(f[1] == f[2] && !memcmp(g[1], g[2], np * sizeof(double)),
-                  "%s learn: cuda objective and gradient bit-identical run after run", c->name);
+            CHECK(same, "%s learn: cuda objective and gradient bit-identical run after run",
+                  c->name);
         }
         if (!st && learn_steps_affordable(c)) {
             /* The trajectories: the train objective before each of the 100
@@ -1398,9 +1401,6 @@ static void run_learn_case(const shape_case *c)
             if (lr)
                 ops[0]->free(lr);
         }
-        for (int k = 0; k < 3; k++)
-            free(g[k]);
-        free(p);
     }
     for (int e = 0; e < 2; e++)
         if (l[e])
