@@ -101,6 +101,11 @@ r = qmla.learn(cap, p("qm_py.h5"), also_content=p("qc_py.h5"), train_cells="synt
 same("learn quantmla", p("qm_cli.h5"), p("qm_py.h5"))
 same("learn quantmla, also-content", p("qc_cli.h5"), p("qc_py.h5"))
 fails += not r["n_layers"] == 2
+# learning in double through both fronts: the same file
+cli("learn", cap, "-o", p("q64_cli.h5"), "--path", "content", "--attn-precision", "f64", *args)
+qmla.learn(cap, p("q64_py.h5"), path="content", attn_precision="f64", train_cells="synth-s0",
+           heldout_cells="synth-s1", steps=4, seed=3, lr=0.01, threads=2)
+same("learn quantmla f64", p("q64_cli.h5"), p("q64_py.h5"))
 tfs = [p("rtn_cli.h5"), p("smoothquant_cli.h5"), p("quarot_cli.h5"), p("qm_cli.h5"), p("qc_cli.h5")]
 cli("eval", cap, *sum([["--transforms", t] for t in tfs], []), "--config", "C2R4", "--policy",
     "sink2/local4", "--cells", "synth-s2", "-o", p("ev_cli.h5"), "--threads", "2")

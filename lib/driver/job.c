@@ -536,6 +536,7 @@ static int run_learn(qmla_job *j, const char *in, const char *out, qmla_error *e
     qmla_learn_run_opts o = qmla_learn_run_defaults();
     long steps = (long)o.learn.steps, seed = (long)o.learn.seed;
     const char *m = get(j, "method"), *obj = get(j, "objective"), *held = get(j, "heldout-cells");
+    const char *prec = get(j, "attn-precision");
     if (m && !(o.method = qmla_tmethod_lookup(m)))
         return bad(j, err, "method: expected quantmla, rtn, smoothquant or quarot, found \"%s\"", m);
     if (get(j, "path"))
@@ -553,6 +554,12 @@ static int run_learn(qmla_job *j, const char *in, const char *out, qmla_error *e
         st = p_long(j, "seed", 0, 0x7fffffffL, &seed, err);
     if (!st && obj && strcmp(obj, "function") && strcmp(obj, "recon"))
         st = bad(j, err, "objective: expected function or recon, found \"%s\"", obj);
+    if (!st && prec && strcmp(prec, "f32") && strcmp(prec, "f64"))
+        st = bad(j, err, "attn-precision: expected f32 or f64, found \"%s\"", prec);
+    if (!st && prec && !strcmp(prec, "f64") &&
+        (o.method != qmla_tmethod_quantmla || (obj && !strcmp(obj, "recon"))))
+        st = bad(j, err, "attn-precision f64: expected method quantmla with objective function, "
+                 "found method %s%s", o.method->name, obj && !strcmp(obj, "recon") ? " objective recon" : "");
     if (!st)
         st = p_threads(j, &o.learn.threads, err);
     if (!st)
@@ -564,6 +571,7 @@ static int run_learn(qmla_job *j, const char *in, const char *out, qmla_error *e
     o.learn.steps = (size_t)steps;
     o.learn.seed = (unsigned long)seed;
     o.learn.recon = obj && !strcmp(obj, "recon");
+    o.learn.attn_f64 = prec && !strcmp(prec, "f64");
     o.also_content = get(j, "also-content");
     o.command_line = command_of(j);
     o.progress = learn_progress;
@@ -953,7 +961,7 @@ static const job_driver drivers[] = {
     {"intervene", "input output bits group nmse reps seed bootstrap layers cells threads engine force command",
      run_intervene},
     {"learn", "input output method path config steps lr seed objective alpha layers train-cells "
-              "heldout-cells threads engine force also-content command", run_learn},
+              "heldout-cells threads engine force also-content attn-precision command", run_learn},
     {"eval", "input output transforms* config policy layers cells threads engine command", run_eval},
     {"capture", "input output corpus* seeds cells seqs tokens layers store gzip no-pre model-name "
                 "check-tol threads force", run_capture},

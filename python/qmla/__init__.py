@@ -980,7 +980,9 @@ def intervene(capture, output, **opts):
 def learn(capture, output, **opts):
     """qmla learn (qmla_learn_run): method, path, config, steps, lr, seed,
     objective, alpha, layers, train_cells, heldout_cells, threads, engine, force,
-    also_content. Resumes an incomplete file of the same settings."""
+    also_content, attn_precision ("f32" or "f64": the content objective's
+    attention in double, docs/cuda-engine.md "Learning in double"). Resumes an
+    incomplete file of the same settings."""
     return run_driver("learn", capture, output, **opts)
 
 
