@@ -32,6 +32,7 @@
 # cross term's conditioning (docs/cuda-engine.md "H200 run 11");
 # sanitizers: the test, memcheck and racecheck at once, the sanitizers split
 # over sections of the test (QMLA_TEST_SECTIONS), every log into engine.log;
+# families: item 4 on synth captures of the remaining family shapes (below);
 # run13: run 13's before/after rows and profile (below); run14: learning in
 # double (the learn test section, qmla learn f32/f64 on both engines, the V3
 # learner's step in f32 and f64);
@@ -448,6 +449,52 @@ PY
     say "run14 bench v3 learn $p exit $?: $(grep -E '^learn one layer' $D/bench-learn-v3-$p.log)"
   done
   rm -f /tmp/v2l.h5 /tmp/v3.h5 $D/*.h5.tmp
+fi
+if [[ " $steps " == *" families "* ]]; then
+  # item 4 on synth captures of the family shapes docs/models.md lists that
+  # the test's table does not (FAMILY_SHAPES, default kimi-k2 moonlight
+  # longcat-flash-lite): one layer, two cells of two sequences of
+  # FAMILY_TOKENS (128) tokens; sweep, jvp, predict, intervene (4
+  # repetitions), learn (content path, 10 steps, --attn-precision f64) and
+  # eval (the CPU-learned transforms; and each engine's learned transforms
+  # on the CPU engine) with each engine, every pair of files compared as in
+  # step cli. Verdicts in $OUT/families/compare-SHAPE-*.txt.
+  Q=$B/cli/qmla
+  D=$OUT/families
+  mkdir -p $D
+  for sh in ${FAMILY_SHAPES:-kimi-k2 moonlight longcat-flash-lite}; do
+    C=/tmp/fam-$sh.h5
+    $Q synth -o $C --shape $sh --layers 1 --cells 2 --seqs 2 --tokens ${FAMILY_TOKENS:-128} \
+      --no-pre --force --threads 16 >>"$LOG" 2>&1
+    say "families: $sh synth exit $? ($(date -u +%H:%M:%S))"
+    for e in cpu cuda; do
+      a="--threads 16 --engine $e --force"
+      $Q sweep $C -o $D/sweep-$e.h5 $a >>"$LOG" 2>&1 || say "families $sh sweep $e exit $?"
+      $Q jvp $C -o $D/jvp-$e.h5 $a >>"$LOG" 2>&1 || say "families $sh jvp $e exit $?"
+      $Q predict $C -o $D/predict-$e.h5 $a >>"$LOG" 2>&1 || say "families $sh predict $e exit $?"
+      $Q intervene $C -o $D/intervene-$e.h5 --reps 4 $a >>"$LOG" 2>&1 ||
+        say "families $sh intervene $e exit $?"
+      $Q learn $C -o $D/learn-$e.h5 --path content --config C4R4 --steps 10 --seed 0 \
+        --train-cells synth-s0 --heldout-cells synth-s1 --attn-precision f64 $a >>"$LOG" 2>&1 ||
+        say "families $sh learn $e exit $?"
+    done
+    for e in cpu cuda; do
+      $Q eval $C --config C4R4 --policy none --cells synth-s1 --threads 16 --engine $e \
+        --transforms $D/learn-cpu.h5 -o $D/eval-$e.h5 >>"$LOG" 2>&1 || say "families $sh eval $e exit $?"
+    done
+    $Q eval $C --config C4R4 --policy none --cells synth-s1 --threads 16 --engine cpu \
+      --transforms $D/learn-cuda.h5 -o $D/learned-cuda.h5 >>"$LOG" 2>&1
+    cp $D/eval-cpu.h5 $D/learned-cpu.h5
+    for c in sweep jvp predict intervene eval learned; do
+      tol=1e-4
+      skip=""
+      [ $c = learned ] && tol=1e-3 && skip="--skip eval/transforms"
+      python3 scripts/compare-results.py $D/$c-cpu.h5 $D/$c-cuda.h5 --rtol $tol --atol 1e-9 \
+        --abs cross_relative=1e-4 $skip >$D/compare-$sh-$c.txt 2>&1
+      say "families $sh compare $c exit $?: $(tail -1 $D/compare-$sh-$c.txt)"
+    done
+    rm -f $D/*.h5 $C
+  done
 fi
 if [[ " $steps " == *" sanitizers "* ]]; then
   # since run 11: the agreement test and both sanitizers at once on the one
