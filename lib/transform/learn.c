@@ -419,7 +419,7 @@ static int attn64_buffers(qmla_learner *l, scratch *s, qmla_error *err)
             to_f64(l->w.w_uv, HV * dc, l->wuv64);
             to_f64(l->w.w_o, d->D * HV, l->wo64);
         } else {
-            free(l->wuk64); free(l->wuv64); free(l->wo64); free(l->Rf64);
+            free(l->wuk64); free(l->wuv64); free(l->wo64);
             l->wuk64 = l->wuv64 = l->wo64 = NULL;
         }
     }
@@ -1065,7 +1065,7 @@ void qmla_learner_free(qmla_learner *l)
     free(l->p); free(l->best); free(l->m); free(l->v); free(l->grad);
     free(l->Sfull); free(l->LU); free(l->Cay); free(l->Z); free(l->ipiv); free(l->Rf);
     free(l->pcay);
-    free(l->wuk64); free(l->wuv64); free(l->wo64);
+    free(l->wuk64); free(l->wuv64); free(l->wo64); free(l->Rf64);
     qmla_calib_free(&l->cal);
     if (l->attn.free)
         l->attn.free(l->attn.ctx);
