@@ -55,6 +55,21 @@ synth512() {
   $B/cli/qmla synth -o /tmp/v3.h5 --shape deepseek-v3 --layers 1 --cells 1 --seqs 8 \
     --tokens 512 --no-pre --force --threads 16 >>"$LOG" 2>&1
 }
+# compare_pairs DIR PREFIX LABEL: DIR/C-cpu.h5 against DIR/C-cuda.h5 for C in
+# sweep jvp predict intervene eval learned (scripts/compare-results.py: rtol
+# 1e-4, the cross term on its own scale; learned: 1e-3, the transforms' file
+# names skipped), verdicts in DIR/compare-PREFIXC.txt, one line each in the log
+compare_pairs() {
+  local D=$1 pre=$2 label=$3 c tol skip
+  for c in sweep jvp predict intervene eval learned; do
+    tol=1e-4
+    skip=""
+    [ $c = learned ] && tol=1e-3 && skip="--skip eval/transforms"
+    python3 scripts/compare-results.py $D/$c-cpu.h5 $D/$c-cuda.h5 --rtol $tol --atol 1e-9 \
+      --abs cross_relative=1e-4 $skip >$D/compare-$pre$c.txt 2>&1
+    say "$label compare $c exit $?: $(tail -1 $D/compare-$pre$c.txt)"
+  done
+}
 t_start=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv 2>&1 | tee -a "$LOG"
 if [[ " $steps " == *" build "* ]]; then
@@ -383,16 +398,7 @@ if [[ " $steps " == *" cli "* ]]; then
     --engine cpu --transforms $D/learn-cuda.h5 -o $D/learned-cuda.h5 >>"$LOG" 2>&1
   say "cli eval of the cuda-learned transforms exit $?"
   cp $D/eval-cpu.h5 $D/learned-cpu.h5
-  for c in sweep jvp predict intervene eval learned; do
-    tol=1e-4
-    skip=""
-    # learned: the two files name their transforms files (learn-cpu.h5, learn-cuda.h5)
-    [ $c = learned ] && tol=1e-3 && skip="--skip eval/transforms"
-    python3 scripts/compare-results.py $D/$c-cpu.h5 $D/$c-cuda.h5 --rtol $tol --atol 1e-9 \
-      --abs cross_relative=1e-4 $skip \
-      >$D/compare-$c.txt 2>&1
-    say "cli compare $c exit $?: $(tail -1 $D/compare-$c.txt)"
-  done
+  compare_pairs $D "" cli
   rm -f $D/*.h5 # the verdicts and per-dataset lines stay (compare-*.txt)
 fi
 if [[ " $steps " == *" run14 "* ]]; then
@@ -485,14 +491,7 @@ if [[ " $steps " == *" families "* ]]; then
     $Q eval $C --config C4R4 --policy none --cells synth-s1 --threads 16 --engine cpu \
       --transforms $D/learn-cuda.h5 -o $D/learned-cuda.h5 >>"$LOG" 2>&1
     cp $D/eval-cpu.h5 $D/learned-cpu.h5
-    for c in sweep jvp predict intervene eval learned; do
-      tol=1e-4
-      skip=""
-      [ $c = learned ] && tol=1e-3 && skip="--skip eval/transforms"
-      python3 scripts/compare-results.py $D/$c-cpu.h5 $D/$c-cuda.h5 --rtol $tol --atol 1e-9 \
-        --abs cross_relative=1e-4 $skip >$D/compare-$sh-$c.txt 2>&1
-      say "families $sh compare $c exit $?: $(tail -1 $D/compare-$sh-$c.txt)"
-    done
+    compare_pairs $D "$sh-" "families $sh"
     rm -f $D/*.h5 $C
   done
 fi
