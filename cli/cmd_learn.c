@@ -134,10 +134,7 @@ int cmd_learn(int argc, char **argv)
     if (objective)
         lo_.recon = !strcmp(objective, "recon");
     lo_.attn_f64 = precision && !strcmp(precision, "f64");
-    if (lo_.attn_f64 && (method != qmla_tmethod_quantmla || lo_.recon))
-        return cli_fail("learn", "--attn-precision f64: expected --method quantmla with "
-                        "--objective function (the attention it computes), found --method %s%s",
-                        method->name, lo_.recon ? " --objective recon" : "");
+    lo_.threads = threads;
     if (cli_require_args("learn", argc, "CAPTURE.h5", out, "-o TRANSFORMS.h5"))
         return QMLA_EXIT_USAGE;
     if (cli_engine_device("learn", engine, -1))
@@ -150,6 +147,7 @@ int cmd_learn(int argc, char **argv)
     o.alpha = alpha;
     o.also_content = also;
     o.force = force;
+    o.learn = lo_; /* before the check: it refuses --attn-precision f64 where it does nothing */
     qmla_learn_run_result res;
     qmla_error err;
     qmla_error_clear(&err);
@@ -172,8 +170,6 @@ int cmd_learn(int argc, char **argv)
         return cli_fail("learn", "--heldout-cells: empty list \"%s\"", held_arg);
     }
     cli_signals_install();
-    lo_.threads = threads;
-    o.learn = lo_;
     o.layers = layers;
     o.n_layers = n_layers_sel;
     o.train = (const char *const *)train;

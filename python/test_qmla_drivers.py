@@ -172,5 +172,16 @@ for name, call in (("sweep", lambda: qmla.sweep(cap, p("eng.h5"), engine="nope")
         bad = "engines: cpu" not in str(e) or os.path.exists(p("eng.h5"))
         print(f"{name} engine=nope refused:", e, "FAIL" if bad else "")
         fails += bad
+# attn_precision: a bad value and f64 with a baseline refused, no file written
+for kw, want in (({"attn_precision": "f16"}, "expected f32 or f64"),
+                 ({"attn_precision": "f64", "method": "rtn"}, "expected --method quantmla")):
+    try:
+        qmla.learn(cap, p("prec.h5"), train_cells="synth-s0", **kw)
+        print(f"learn {kw}: not refused FAIL")
+        fails += 1
+    except qmla.QmlaError as e:
+        bad = want not in str(e) or os.path.exists(p("prec.h5"))
+        print(f"learn {kw} refused:", e, "FAIL" if bad else "")
+        fails += bad
 print("FAIL" if fails else "OK", fails)
 sys.exit(1 if fails else 0)

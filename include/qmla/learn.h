@@ -76,11 +76,13 @@ typedef struct qmla_learn_opts {
                                 path is tested and benchmarked against); same
                                 function, other rounding */
     int attn_f64;            /* content path: 1 computes the per-head form's
-                                attention, its backward and the objective in
-                                double (G_C~ rounded to float once): slower,
-                                and two engines that both do it agree to
-                                double rounding, so their trajectories stay
-                                together (qmla learn --attn-precision f64).
+                                attention, its backward, the objective and
+                                the backward to the parameters in double and
+                                rounds the parameter gradient to 16
+                                significant bits: somewhat slower, and two
+                                engines that both do it follow the same
+                                trajectory (qmla learn --attn-precision f64;
+                                docs/cuda-engine.md "Learning in double").
                                 Not with attn_reference. */
 } qmla_learn_opts;
 

@@ -556,10 +556,6 @@ static int run_learn(qmla_job *j, const char *in, const char *out, qmla_error *e
         st = bad(j, err, "objective: expected function or recon, found \"%s\"", obj);
     if (!st && prec && strcmp(prec, "f32") && strcmp(prec, "f64"))
         st = bad(j, err, "attn-precision: expected f32 or f64, found \"%s\"", prec);
-    if (!st && prec && !strcmp(prec, "f64") &&
-        (o.method != qmla_tmethod_quantmla || (obj && !strcmp(obj, "recon"))))
-        st = bad(j, err, "attn-precision f64: expected method quantmla with objective function, "
-                 "found method %s%s", o.method->name, obj && !strcmp(obj, "recon") ? " objective recon" : "");
     if (!st)
         st = p_threads(j, &o.learn.threads, err);
     if (!st)

@@ -393,15 +393,6 @@ static void to_f64(const float *x, size_t n, double *y)
         y[i] = (double)x[i];
 }
 
-/* attn_fast's function with every product, the softmax and its backward in
- * double (qmla_learn_opts.attn_f64): Ct and the sequence's queries, k_rope
- * and Y are widened exactly; G_C~ stays double (s->GC64) and the backward
- * to the parameters goes on in double (content_seq). Two
- * engines that both compute this (the CUDA engine's learn_content64) agree to
- * double rounding instead of float32's, so that their learning trajectories,
- * which the quantizer's rounding and AdamW's per-entry normalisation make
- * chaotic, stay together (docs/cuda-engine.md, "Learning in double"). Heads
- * on `inner` threads as attn_fast, the result independent of the count. */
 #define ALLOC(ptr, n) ((ptr) = calloc((size_t)(n) > 0 ? (size_t)(n) : 1u, sizeof *(ptr)), (ptr) != NULL)
 
 /* The CPU double attention's buffers (per thread) and the widened weights
@@ -438,6 +429,15 @@ static int attn64_buffers(qmla_learner *l, scratch *s, qmla_error *err)
     return QMLA_OK;
 }
 
+/* attn_fast's function with every product, the softmax and its backward in
+ * double (qmla_learn_opts.attn_f64): Ct and the sequence's queries, k_rope
+ * and Y are widened exactly; G_C~ stays double (s->GC64) and the backward
+ * to the parameters goes on in double (content_seq). Two
+ * engines that both compute this (the CUDA engine's learn_content64) agree to
+ * double rounding instead of float32's, so that their learning trajectories,
+ * which the quantizer's rounding and AdamW's per-entry normalisation make
+ * chaotic, stay together (docs/cuda-engine.md, "Learning in double"). Heads
+ * on `inner` threads as attn_fast, the result independent of the count. */
 static int attn_fast64(qmla_learner *l, seqws *q, scratch *s, int want_grad, int inner, double *f,
                        double *tm, qmla_error *err)
 {

@@ -206,6 +206,11 @@ int qmla_learn_run_check(const char *capture, const char *out,
         return qmla_refuse(&r->refusal, err, "--also-content needs --method quantmla and --path both");
     if (also && !strcmp(also, out))
         return qmla_refuse(&r->refusal, err, "--also-content: \"%s\" is also the output (-o)", also);
+    if (o->learn.attn_f64 && (!method_of(o)->learned || o->learn.recon))
+        return qmla_refuse(&r->refusal, err,
+                           "--attn-precision f64: expected --method quantmla with --objective "
+                           "function (the attention it computes), found --method %s%s",
+                           method_of(o)->name, o->learn.recon ? " --objective recon" : "");
     if (qmla_output_path_check(out, "output file (-o)", &capture, 1, err))
         return err->status;
     if (also && qmla_output_path_check(also, "output file (--also-content)", &capture, 1, err))

@@ -84,6 +84,7 @@ expect 2 "bad --attn-precision" -- "$QMLA" learn "$cap" -o "$work/qbad.h5" --att
 containsF "--attn-precision" "bad precision names the option"
 expect 2 "f64 with a baseline" -- "$QMLA" learn "$cap" -o "$work/qbad.h5" --method rtn --attn-precision f64
 containsF "expected --method quantmla" "f64 baseline message"
+if [ -e "$work/qbad.h5" ]; then bad "refused f64 baseline left $work/qbad.h5"; else ok; fi
 # --path both --also-content: the content-only file equals a --path content run
 expect 0 "learn both + also-content" -- "$QMLA" learn "$cap" -o "$work/qb.h5" --path both --also-content "$work/qc1.h5" \
   --train-cells synth-s0 --heldout-cells synth-s1 --steps 6 --seed 2 --threads 2
