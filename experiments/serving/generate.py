@@ -75,6 +75,18 @@ greedy_suite, per model: model.generate with the cache (S = W = 0) against
   hold exactly the quantizer's codes of the packed path's own rows, and
   every free-run divergence beyond bf16_bound has a code flip in its common
   prefix.
+twin (since serving run 11), per configuration of greedy_suite: the same
+  prompts under TwinCache, the hook path in the kernel's arithmetic (the
+  hook's quantizer on every row, attention as the kernel's C twin computes
+  it, in double, over BF16 queries and with the output rounded to BF16,
+  every linear layer on the same token-by-token shapes as the packed path),
+  and the packed path's tokens against it (twin_report): the eval hook
+  attends in float32 over whole sequences, so the two paths' latents differ
+  in their last bits from the first layer on and a 4-bit code whose latent
+  sits on a rounding boundary flips; against the twin only the kernel's
+  float32 sums against double are left. Its BF16 run's 2 delta bounds the
+  quantized runs' divergences; the pages must hold the twin quantizer's
+  values of the packed path's rows bit for bit.
 Writes DIR/generate.json; exit 1 when an agreement check fails (an NLL
 outside its tolerance, a BF16 greedy divergence beyond its 2 delta, a C4R4
 greedy run not ok as above).
@@ -214,6 +226,143 @@ class RecordingCache(qt.MLAPagedCache):
             raise RuntimeError(f"RecordingCache: positions {miss[:5]}... ({len(miss)} of "
                                f"{length}) were served by no qmla::decode call")
         return [self._rounded[t] for t in range(length)]
+
+
+class TwinCache(qt.MLAPagedCache):
+    """The QDQ hook path in the kernel's arithmetic: model.generate through
+    the same plumbing as MLAPagedCache (the latent hook, the absorbed query
+    rounded to BF16, the expansion), with the pages and qmla::decode
+    replaced by torch: every row is quantized by the hook's quantizer
+    (qmla.qdq_torch, content channels 0..511 and RoPE 512..575 under the
+    cache's bits and metadata; BF16 configuration: the row rounded to BF16)
+    and kept as float32 values, and attention is the double-precision
+    reference of the kernel (qmla_decode_ref_model's arithmetic: BF16
+    queries, logits, one softmax and the latent sum in double) over those
+    values, unrounded or rounded to BF16 as the packed cache's plan for the
+    same call shape (plan_rounded), its output rounded to BF16 as the
+    kernel's. What is left between this path and the packed one is the
+    kernel's float32 arithmetic against double: no quantizer, no page
+    layout, no GEMM shape differs. Keeps its rows (rows(layer), [B, T,
+    576] float32) for the code comparison (twin_flips)."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        B, T = self.batch, self.max_len
+        self._vals = {layer: torch.zeros((B, T, qt.P.D), dtype=torch.float32, device=self.device)
+                      for layer in self._pages}
+        self._trows = {layer: torch.zeros_like(v) for layer, v in self._vals.items()}
+        self._quant = self.cfg["c_bits"] != 16
+
+    def _write(self, pg, rows, start, new, layer=None):
+        B = rows.shape[0]
+        if new > self.max_len:
+            raise RuntimeError(f"TwinCache layer {layer}: {new} tokens, made for {self.max_len}")
+        x = rows.detach().float()
+        self._trows[layer][:, start:new] = x
+        if self._quant:
+            c = qmla.qdq_torch(x[..., :qt.P.D_C].contiguous(), self.cfg["c_bits"], 64, self.meta)
+            r = qmla.qdq_torch(x[..., qt.P.D_C:].contiguous(), self.cfg["r_bits"], 64, self.meta)
+            v = torch.cat([c, r], -1)
+        else:
+            v = x.to(torch.bfloat16).float()
+        self._vals[layer][:, start:new] = v
+        return torch.full((B,), new, dtype=torch.int32, device=self.device)
+
+    def decode_latent(self, layer, q, scale, seq_len=None):
+        B, s_q, H, _ = q.shape
+        n = self.lengths.get(layer, 0)
+        v = self._vals[layer][:, :n]
+        if self._quant and self.plan_rounded(self._plan(B, s_q, H, n)):
+            v = v.to(torch.bfloat16).float()
+        vd = v.double()
+        z = torch.einsum("bshd,btd->bsht", q.double(), vd) * float(scale)
+        t = torch.arange(n, device=q.device)
+        vis = t[None, :] < (n - s_q + 1 + torch.arange(s_q, device=q.device))[:, None]
+        z = z.masked_fill(~vis[None, :, None, :], float("-inf"))
+        m = z.amax(-1, keepdim=True)
+        p = torch.exp(z - m)
+        s = p.sum(-1)
+        o = torch.einsum("bsht,btc->bshc", p, vd[..., :qt.P.D_C]) / s[..., None]
+        lse = (m[..., 0] + torch.log(s)).float()
+        return o.float().to(torch.bfloat16), lse
+
+    def rows(self, layer, length):
+        return self._trows[layer][:, :length]
+
+    def values(self, layer, length):
+        return self._vals[layer][:, :length]
+
+
+def twin_flips(model, cache, twin, prompt, g, bits, meta):
+    """Codes behind a greedy run of the packed cache (RecordingCache) against
+    TwinCache: over each prompt's common prefix, the codes of the packed
+    pages that differ from the quantizer's codes of the twin's rows, and the
+    largest relative row difference; and values_match: the twin's quantizer
+    (qmla.qdq_torch) on the packed path's own rows gives exactly the values
+    the pages hold (MLAPagedCache.stored), so the two paths quantize alike.
+    Totals."""
+    Pn, N = prompt.shape[1], g["new_tokens"]
+    T = Pn + N - 1
+    tot = dict(codes=0, codes_compared=0, groups_meta=0, max_rel_row_diff=0.0,
+               values_match=True, first_flip=None)
+    for layer in cache._pages:
+        st = cache.stored(layer, T)
+        xp = cache.rows(layer)[:, :T]
+        xt = twin.rows(layer, T)
+        if bits is None:
+            tot["values_match"] &= bool(torch.equal(xp.to(torch.bfloat16).float(), st["values"]))
+        else:
+            vp = torch.cat([qmla.qdq_torch(xp[..., :qt.P.D_C].contiguous(), bits[0], 64, meta),
+                            qmla.qdq_torch(xp[..., qt.P.D_C:].contiguous(), bits[1], 64, meta)],
+                           -1)
+            tot["values_match"] &= bool(torch.equal(vp, st["values"]))
+        for b in range(prompt.shape[0]):
+            f = g["per_prompt"][b]["first_divergence"]
+            e = Pn + (N - 1 if f is None else f)
+            d = (xp[b, :e] - xt[b, :e]).abs().amax(-1)
+            rel = d / xt[b, :e].abs().amax(-1).clamp_min(1e-30)
+            tot["max_rel_row_diff"] = max(tot["max_rel_row_diff"], float(rel.max()))
+            if bits is None:
+                continue
+            for lo, hi, nb in ((0, qt.P.D_C, bits[0]), (qt.P.D_C, qt.P.D, bits[1])):
+                cp, mp = quant_fields(xp[b, :e, lo:hi], nb, meta)
+                ct, mt = quant_fields(xt[b, :e, lo:hi], nb, meta)
+                fl = cp != ct
+                tot["codes"] += int(fl.sum())
+                tot["codes_compared"] += fl.numel()
+                tot["groups_meta"] += int((mp != mt).any(-1).sum())
+                if fl.any():
+                    t0 = int(fl.any(-1).nonzero()[0])
+                    if tot["first_flip"] is None or (t0, layer) < tuple(tot["first_flip"][1::-1]):
+                        tot["first_flip"] = [layer, t0]
+    return tot
+
+
+def twin_report(model, prompt, new, label, c, cname, meta, var, cache, tp, sp, twin_bound):
+    """Greedy agreement of the packed cache's run (tp, sp) with TwinCache's
+    (the hook's quantizer, the kernel's arithmetic in double): greedy_report
+    with the twin in the hook's place, judged against twin_bound (2 delta of
+    the BF16 twin run; None for that run, which is judged against its own),
+    and the code comparison (twin_flips). ok: every divergence within
+    twin_bound (the BF16 run: within its own 2 delta) and the pages hold the
+    twin quantizer's values of the packed rows."""
+    B = prompt.shape[0]
+    twin = TwinCache(model, batch_size=B, max_cache_len=prompt.shape[1] + new, config=cname,
+                     meta=meta, sink=0, window=0, variant=var)
+    tt, stw = greedy(model, prompt, new, cache=twin)
+    r = greedy_report(tp, sp, tt, stw, f"{label} {c} twin", bf16_bound=twin_bound)
+    P_ = qt.P.parse_config(cname)
+    bits = None if P_["c_bits"] == 16 else (P_["c_bits"], P_["r_bits"])
+    r["codes"] = twin_flips(model, cache, twin, prompt, r, bits, meta)
+    within = [p.get("within_bf16_rounding" if twin_bound is not None else "within_rounding", True)
+              for p in r["per_prompt"] if p["first_divergence"] is not None]
+    r["ok"] = bool(all(within) and r["codes"]["values_match"])
+    r["ok_rule"] = ("every divergence from the twin within 2 delta of the BF16 twin run (that "
+                    "run: its own 2 delta), and the pages hold the twin quantizer's values of "
+                    "the packed path's rows")
+    print(f"twin {label} {c}: {r['agree']}/{B} prompts agree on {new} tokens, delta "
+          f"{r['delta']}, codes {json.dumps(r['codes'])}, ok {r['ok']}", flush=True)
+    return r
 
 
 def rounded_spans(flags):
@@ -537,7 +686,7 @@ def locked_report(model, cache, prompt, tp, sp, bf16_bound, label, rounded=False
     return r
 
 
-def greedy_suite(model, prompt, new, label, configs):
+def greedy_suite(model, prompt, new, label, configs, twin=True):
     # configs: names as split_config reads them ("C4R4", "C4R4@v2")
     """Greedy runs of `configs` (BF16 first: its delta is the bound of the
     others) with the cache against the hook; for the quantized ones also
@@ -545,9 +694,10 @@ def greedy_suite(model, prompt, new, label, configs):
     comparison (locked_report). Returns ({config: report}, ok): ok when the
     BF16 run is within its own 2 delta and, per quantized run, the locked
     comparison is ok and every free-run divergence beyond the BF16 bound
-    has code flips in its common prefix."""
+    has code flips in its common prefix; with twin, also each config's run
+    against TwinCache (twin_report) ok."""
     out, ok = {}, True
-    bound = None
+    bound = twin_bound = None
     B = prompt.shape[0]
     for c in configs:
         t0 = time.time()
@@ -600,6 +750,17 @@ def greedy_suite(model, prompt, new, label, configs):
                            and g["code_flips"]["pages_match_rows"])
             ok &= g["ok"]
             print(f"greedy {label} {c}: code flips " + json.dumps(g["code_flips"]), flush=True)
+        if twin:
+            try:
+                g["twin"] = twin_report(model, prompt, new, label, c, cname, meta, var, cache,
+                                        tp, sp, twin_bound)
+            except Exception as e:  # noqa: BLE001 - reported, the run goes on
+                import traceback
+                traceback.print_exc()
+                g["twin"] = {"error": repr(e)[:400], "ok": False}
+            if cname == "BF16":
+                twin_bound = g["twin"].get("bound")
+            ok &= g["twin"]["ok"]
         g["seconds"] = round(time.time() - t0, 1)
         out[c] = g
         print(f"greedy {label} {c}: {g['agree']}/{B} prompts agree on {new} tokens, delta "
